@@ -1,0 +1,25 @@
+//! Code shared by the driver and the worker.
+//!
+//! * [`status`]: the records a worker reports (events, heartbeats, snapshots, failures) and the
+//!   [`status::StatusSink`] trait they go through.
+//! * [`store`]: the status store (sqlx; SQLite file by default, Postgres in a cluster) that implements
+//!   the sink for workers and the read side for the driver.
+//! * [`histogram`]: mergeable HDR latency histograms with a compact text encoding.
+//! * [`report`]: the L0 table (Test Case | Failures | Tests | Requests | Description).
+//! * [`telemetry`] and [`shutdown`]: logging set-up and the one cancellation token of a process.
+
+pub mod histogram;
+pub mod report;
+pub mod scenario;
+pub mod shutdown;
+pub mod status;
+pub mod store;
+pub mod telemetry;
+
+/// Milliseconds since the Unix epoch: the one time unit of the store and the reports.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

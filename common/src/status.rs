@@ -1,0 +1,204 @@
+//! What a worker reports while it runs, and the one interface it reports through.
+//!
+//! Modelled on gRPC's stress framework: an event log per member (STARTING, RUNNING, SUCCESS,
+//! FAILURE), QPS samples, plus what the L0 report needs (per-scenario counts and latency
+//! histograms) and a record for every failed check.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EventKind {
+    Starting,
+    Running,
+    Success,
+    Failure,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Starting => "STARTING",
+            EventKind::Running => "RUNNING",
+            EventKind::Success => "SUCCESS",
+            EventKind::Failure => "FAILURE",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "STARTING" => EventKind::Starting,
+            "RUNNING" => EventKind::Running,
+            "SUCCESS" => EventKind::Success,
+            "FAILURE" => EventKind::Failure,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Counts of one scenario on one worker, cumulative since the worker started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioCounts {
+    pub scenario: String,
+    /// Scenario runs that were counted (skipped runs are not).
+    pub tests: u64,
+    pub failures: u64,
+    /// Inference requests sent by the counted runs.
+    pub requests: u64,
+    /// Runs skipped because a precondition blocked them (e.g. NoStart on an open sequence).
+    pub skipped: u64,
+    /// Latency of every request, [`crate::histogram::LatencyHistogram::encode`]d.
+    pub latency_histogram: String,
+}
+
+/// A periodic sample of a worker's progress: a QPS point and its cumulative per-scenario counts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerSnapshot {
+    pub at_ms: i64,
+    /// Requests sent since the worker started.
+    pub total_requests: u64,
+    /// Requests per second over the last sample interval.
+    pub qps: f64,
+    pub scenarios: Vec<ScenarioCounts>,
+}
+
+/// One failed check, with everything needed to understand it without the logs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FailureRecord {
+    pub at_ms: i64,
+    pub scenario: String,
+    /// The server address the failing request went to.
+    pub server: String,
+    pub model: String,
+    pub correlation_id: Option<u64>,
+    pub expected: String,
+    pub actual: String,
+}
+
+impl fmt::Display for FailureRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} on {} model {}",
+            self.scenario, self.server, self.model
+        )?;
+        if let Some(id) = self.correlation_id {
+            write!(f, " correlation id {id}")?;
+        }
+        write!(f, ": expected {}, got {}", self.expected, self.actual)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("status sink: {0}")]
+pub struct SinkError(pub String);
+
+/// Where a worker reports. The store implements it for runs under the driver; a standalone worker
+/// uses [`NoopSink`] or [`JsonLinesSink`].
+#[async_trait::async_trait]
+pub trait StatusSink: Send + Sync {
+    async fn event(&self, kind: EventKind, details: &str) -> Result<(), SinkError>;
+    async fn heartbeat(&self) -> Result<(), SinkError>;
+    async fn snapshot(&self, snapshot: &WorkerSnapshot) -> Result<(), SinkError>;
+    async fn failure(&self, failure: &FailureRecord) -> Result<(), SinkError>;
+}
+
+pub struct NoopSink;
+
+#[async_trait::async_trait]
+impl StatusSink for NoopSink {
+    async fn event(&self, _: EventKind, _: &str) -> Result<(), SinkError> {
+        Ok(())
+    }
+    async fn heartbeat(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+    async fn snapshot(&self, _: &WorkerSnapshot) -> Result<(), SinkError> {
+        Ok(())
+    }
+    async fn failure(&self, _: &FailureRecord) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// Appends one JSON object per line to a file: a standalone run's record, readable with `jq`.
+pub struct JsonLinesSink {
+    file: tokio::sync::Mutex<tokio::fs::File>,
+}
+
+impl JsonLinesSink {
+    pub async fn create(path: &std::path::Path) -> Result<Self, SinkError> {
+        let file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .await
+            .map_err(|e| SinkError(format!("{}: {e}", path.display())))?;
+        Ok(Self {
+            file: tokio::sync::Mutex::new(file),
+        })
+    }
+
+    async fn write(&self, value: serde_json::Value) -> Result<(), SinkError> {
+        use tokio::io::AsyncWriteExt;
+        let mut line = value.to_string();
+        line.push('\n');
+        let mut file = self.file.lock().await;
+        file.write_all(line.as_bytes())
+            .await
+            .map_err(|e| SinkError(e.to_string()))?;
+        file.flush().await.map_err(|e| SinkError(e.to_string()))
+    }
+}
+
+#[async_trait::async_trait]
+impl StatusSink for JsonLinesSink {
+    async fn event(&self, kind: EventKind, details: &str) -> Result<(), SinkError> {
+        self.write(serde_json::json!({"type": "event", "at_ms": crate::now_ms(), "kind": kind, "details": details}))
+            .await
+    }
+    async fn heartbeat(&self) -> Result<(), SinkError> {
+        self.write(serde_json::json!({"type": "heartbeat", "at_ms": crate::now_ms()}))
+            .await
+    }
+    async fn snapshot(&self, snapshot: &WorkerSnapshot) -> Result<(), SinkError> {
+        self.write(serde_json::json!({"type": "snapshot", "snapshot": snapshot}))
+            .await
+    }
+    async fn failure(&self, failure: &FailureRecord) -> Result<(), SinkError> {
+        self.write(serde_json::json!({"type": "failure", "failure": failure}))
+            .await
+    }
+}
+
+/// A member of a run: a Triton server or a stress worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Role {
+    Server,
+    Client,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Server => "SERVER",
+            Role::Client => "CLIENT",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "SERVER" => Some(Role::Server),
+            "CLIENT" => Some(Role::Client),
+            _ => None,
+        }
+    }
+}

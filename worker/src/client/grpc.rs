@@ -1,0 +1,351 @@
+//! KServe v2 over gRPC with tonic: one HTTP/2 connection per server, shared (cloned channel) by
+//! every stream of the worker; tensors travel in `raw_input_contents` / `raw_output_contents`.
+
+use super::{
+    ClientError, InferRequest, InferResponse, Prepared, Protocol, SequenceSession, TritonClient,
+};
+use crate::proto::{
+    self, InferParameter, ModelInferRequest, ModelStreamInferResponse,
+    grpc_inference_service_client::GrpcInferenceServiceClient,
+    infer_parameter::ParameterChoice,
+    model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
+};
+use crate::tensor::{DataType, Tensor};
+use std::collections::HashMap;
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Clone)]
+pub struct GrpcClient {
+    address: String,
+    client: GrpcInferenceServiceClient<Channel>,
+}
+
+fn status_error(status: tonic::Status) -> ClientError {
+    match status.code() {
+        tonic::Code::DeadlineExceeded => ClientError::DeadlineExceeded(status.message().into()),
+        tonic::Code::Unavailable => ClientError::Transport(status.message().into()),
+        code => ClientError::Server {
+            code: format!("{code:?}"),
+            message: status.message().into(),
+        },
+    }
+}
+
+fn param(choice: ParameterChoice) -> InferParameter {
+    InferParameter {
+        parameter_choice: Some(choice),
+    }
+}
+
+impl GrpcClient {
+    pub async fn connect(address: &str) -> Result<Self, ClientError> {
+        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| ClientError::Transport(format!("{address}: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_while_idle(true);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| ClientError::Transport(format!("{address}: {e}")))?;
+        Ok(Self {
+            address: address.into(),
+            client: GrpcInferenceServiceClient::new(channel)
+                .max_decoding_message_size(256 << 20)
+                .max_encoding_message_size(usize::MAX),
+        })
+    }
+
+    /// The wire form of a request. Tensor data is shared (`Bytes`), so converting a prepared
+    /// request again per send copies no payload.
+    pub fn to_proto(request: &InferRequest) -> ModelInferRequest {
+        let mut parameters = HashMap::new();
+        if let Some(seq) = request.sequence {
+            parameters.insert(
+                "sequence_id".to_string(),
+                param(ParameterChoice::Uint64Param(seq.id)),
+            );
+            parameters.insert(
+                "sequence_start".to_string(),
+                param(ParameterChoice::BoolParam(seq.start)),
+            );
+            parameters.insert(
+                "sequence_end".to_string(),
+                param(ParameterChoice::BoolParam(seq.end)),
+            );
+        }
+        for (k, v) in &request.int_parameters {
+            parameters.insert(k.clone(), param(ParameterChoice::Int64Param(*v)));
+        }
+        ModelInferRequest {
+            model_name: request.model.clone(),
+            model_version: String::new(),
+            id: String::new(),
+            parameters,
+            inputs: request
+                .inputs
+                .iter()
+                .map(|t| InferInputTensor {
+                    name: t.name.clone(),
+                    datatype: t.datatype.as_str().into(),
+                    shape: t.shape.clone(),
+                    parameters: HashMap::new(),
+                    contents: None,
+                })
+                .collect(),
+            outputs: request
+                .outputs
+                .iter()
+                .map(|o| InferRequestedOutputTensor {
+                    name: o.name.clone(),
+                    parameters: o
+                        .class_count
+                        .map(|n| {
+                            HashMap::from([(
+                                "classification".to_string(),
+                                param(ParameterChoice::Int64Param(n as i64)),
+                            )])
+                        })
+                        .unwrap_or_default(),
+                })
+                .collect(),
+            raw_input_contents: request.inputs.iter().map(|t| t.data.clone()).collect(),
+        }
+    }
+
+    pub fn from_proto(response: proto::ModelInferResponse) -> Result<InferResponse, ClientError> {
+        if response.raw_output_contents.len() != response.outputs.len() {
+            return Err(ClientError::Protocol(format!(
+                "{} outputs but {} raw output buffers",
+                response.outputs.len(),
+                response.raw_output_contents.len()
+            )));
+        }
+        let outputs = response
+            .outputs
+            .into_iter()
+            .zip(response.raw_output_contents)
+            .map(|(o, data)| {
+                let datatype = DataType::parse(&o.datatype).ok_or_else(|| {
+                    ClientError::Protocol(format!(
+                        "output {} has unsupported datatype {}",
+                        o.name, o.datatype
+                    ))
+                })?;
+                Ok(Tensor {
+                    name: o.name,
+                    datatype,
+                    shape: o.shape,
+                    data,
+                })
+            })
+            .collect::<Result<Vec<_>, ClientError>>()?;
+        Ok(InferResponse { outputs })
+    }
+
+    /// Sends an already converted request (the load scenario's hot path).
+    pub async fn infer_proto(
+        &self,
+        request: ModelInferRequest,
+        timeout: Option<Duration>,
+    ) -> Result<InferResponse, ClientError> {
+        let mut req = tonic::Request::new(request);
+        if let Some(t) = timeout {
+            req.set_timeout(t);
+        }
+        let response = self
+            .client
+            .clone()
+            .model_infer(req)
+            .await
+            .map_err(status_error)?;
+        Self::from_proto(response.into_inner())
+    }
+
+    pub async fn model_config(&self, model: &str) -> Result<proto::ModelConfig, ClientError> {
+        let response = self
+            .client
+            .clone()
+            .model_config(proto::ModelConfigRequest {
+                name: model.into(),
+                version: String::new(),
+            })
+            .await
+            .map_err(status_error)?;
+        response
+            .into_inner()
+            .config
+            .ok_or_else(|| ClientError::Protocol("ModelConfig response without a config".into()))
+    }
+
+    pub async fn model_statistics(
+        &self,
+        model: &str,
+    ) -> Result<proto::ModelStatisticsResponse, ClientError> {
+        Ok(self
+            .client
+            .clone()
+            .model_statistics(proto::ModelStatisticsRequest {
+                name: model.into(),
+                version: String::new(),
+            })
+            .await
+            .map_err(status_error)?
+            .into_inner())
+    }
+
+    pub async fn repository_index(&self) -> Result<proto::RepositoryIndexResponse, ClientError> {
+        Ok(self
+            .client
+            .clone()
+            .repository_index(proto::RepositoryIndexRequest {
+                repository_name: String::new(),
+                ready: false,
+            })
+            .await
+            .map_err(status_error)?
+            .into_inner())
+    }
+
+    pub async fn model_metadata(
+        &self,
+        model: &str,
+    ) -> Result<proto::ModelMetadataResponse, ClientError> {
+        Ok(self
+            .client
+            .clone()
+            .model_metadata(proto::ModelMetadataRequest {
+                name: model.into(),
+                version: String::new(),
+            })
+            .await
+            .map_err(status_error)?
+            .into_inner())
+    }
+}
+
+#[async_trait::async_trait]
+impl TritonClient for GrpcClient {
+    fn address(&self) -> &str {
+        &self.address
+    }
+
+    fn protocol(&self) -> Protocol {
+        Protocol::Grpc
+    }
+
+    async fn server_live(&self) -> Result<bool, ClientError> {
+        let r = self
+            .client
+            .clone()
+            .server_live(proto::ServerLiveRequest {})
+            .await
+            .map_err(status_error)?;
+        Ok(r.into_inner().live)
+    }
+
+    async fn server_ready(&self) -> Result<bool, ClientError> {
+        let r = self
+            .client
+            .clone()
+            .server_ready(proto::ServerReadyRequest {})
+            .await
+            .map_err(status_error)?;
+        Ok(r.into_inner().ready)
+    }
+
+    async fn model_ready(&self, model: &str) -> Result<bool, ClientError> {
+        let r = self
+            .client
+            .clone()
+            .model_ready(proto::ModelReadyRequest {
+                name: model.into(),
+                version: String::new(),
+            })
+            .await
+            .map_err(status_error)?;
+        Ok(r.into_inner().ready)
+    }
+
+    async fn server_metadata(&self) -> Result<(String, String), ClientError> {
+        let r = self
+            .client
+            .clone()
+            .server_metadata(proto::ServerMetadataRequest {})
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        Ok((r.name, r.version))
+    }
+
+    async fn max_batch_size(&self, model: &str) -> Result<i64, ClientError> {
+        Ok(self.model_config(model).await?.max_batch_size as i64)
+    }
+
+    fn prepare(&self, request: &InferRequest) -> Result<Prepared, ClientError> {
+        Ok(Prepared::Grpc(Self::to_proto(request)))
+    }
+
+    async fn infer_prepared(
+        &self,
+        prepared: &Prepared,
+        timeout: Option<Duration>,
+    ) -> Result<InferResponse, ClientError> {
+        match prepared {
+            Prepared::Grpc(r) => self.infer_proto(r.clone(), timeout).await,
+            Prepared::Http { .. } => Err(ClientError::WrongProtocol),
+        }
+    }
+
+    async fn sequence_session(&self) -> Result<Box<dyn SequenceSession>, ClientError> {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let response = self
+            .client
+            .clone()
+            .model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .map_err(status_error)?;
+        Ok(Box::new(GrpcSequenceSession {
+            tx,
+            responses: response.into_inner(),
+        }))
+    }
+}
+
+/// One `ModelStreamInfer` call; requests go out one at a time and each waits for its response,
+/// so responses are checked in order.
+struct GrpcSequenceSession {
+    tx: tokio::sync::mpsc::Sender<ModelInferRequest>,
+    responses: tonic::Streaming<ModelStreamInferResponse>,
+}
+
+#[async_trait::async_trait]
+impl SequenceSession for GrpcSequenceSession {
+    async fn infer(&mut self, request: &InferRequest) -> Result<InferResponse, ClientError> {
+        let exchange = async {
+            self.tx
+                .send(GrpcClient::to_proto(request))
+                .await
+                .map_err(|_| ClientError::Transport("the stream was closed".into()))?;
+            match self.responses.message().await {
+                Ok(Some(r)) if !r.error_message.is_empty() => Err(ClientError::Server {
+                    code: "stream".into(),
+                    message: r.error_message,
+                }),
+                Ok(Some(r)) => GrpcClient::from_proto(r.infer_response.ok_or_else(|| {
+                    ClientError::Protocol("stream response without infer_response".into())
+                })?),
+                Ok(None) => Err(ClientError::Transport("the server ended the stream".into())),
+                Err(status) => Err(status_error(status)),
+            }
+        };
+        match request.timeout {
+            Some(t) => tokio::time::timeout(t, exchange)
+                .await
+                .map_err(|_| ClientError::DeadlineExceeded(format!("no response within {t:?}")))?,
+            None => exchange.await,
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! One client interface over Triton's two protocols, so every scenario runs unchanged over gRPC
+//! (tonic) or HTTP/REST.
+
+pub mod grpc;
+pub mod http;
+
+use crate::tensor::Tensor;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Grpc,
+    Http,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::Http => "http",
+        }
+    }
+}
+
+/// Sequence-batcher flags of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SequenceFlags {
+    pub id: u64,
+    pub start: bool,
+    pub end: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct RequestedOutput {
+    pub name: String,
+    /// Ask for Triton's classification extension: the top `n` classes as "score:index:label".
+    pub class_count: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct InferRequest {
+    pub model: String,
+    pub inputs: Vec<Tensor>,
+    pub outputs: Vec<RequestedOutput>,
+    pub sequence: Option<SequenceFlags>,
+    /// Custom integer parameters that reach the model (e.g. `delay_ms`).
+    pub int_parameters: Vec<(String, i64)>,
+    /// Client-side deadline; gRPC also sends it to the server as `grpc-timeout`.
+    pub timeout: Option<Duration>,
+}
+
+impl InferRequest {
+    pub fn new(model: &str, inputs: Vec<Tensor>) -> Self {
+        Self {
+            model: model.into(),
+            inputs,
+            outputs: Vec::new(),
+            sequence: None,
+            int_parameters: Vec::new(),
+            timeout: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct InferResponse {
+    pub outputs: Vec<Tensor>,
+}
+
+impl InferResponse {
+    pub fn output(&self, name: &str) -> Result<&Tensor, String> {
+        self.outputs.iter().find(|t| t.name == name).ok_or_else(|| {
+            let names: Vec<&str> = self.outputs.iter().map(|t| t.name.as_str()).collect();
+            format!("response has no output {name} (outputs: {names:?})")
+        })
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum ClientError {
+    /// The client's deadline passed (gRPC DEADLINE_EXCEEDED, or an HTTP client timeout).
+    #[error("deadline exceeded: {0}")]
+    DeadlineExceeded(String),
+    /// The server answered with an error.
+    #[error("server error ({code}): {message}")]
+    Server { code: String, message: String },
+    /// The server could not be reached or the connection broke.
+    #[error("transport error: {0}")]
+    Transport(String),
+    /// The server's answer did not follow the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The caller passed a prepared request of the other protocol.
+    #[error("a request prepared for another protocol")]
+    WrongProtocol,
+}
+
+/// A client for one Triton server.
+#[async_trait::async_trait]
+pub trait TritonClient: Send + Sync {
+    /// The address this client talks to, as given on the command line.
+    fn address(&self) -> &str;
+    fn protocol(&self) -> Protocol;
+    async fn server_live(&self) -> Result<bool, ClientError>;
+    async fn server_ready(&self) -> Result<bool, ClientError>;
+    async fn model_ready(&self, model: &str) -> Result<bool, ClientError>;
+    /// The server's name and version.
+    async fn server_metadata(&self) -> Result<(String, String), ClientError>;
+    /// The model's `max_batch_size` (0: the model does not batch).
+    async fn max_batch_size(&self, model: &str) -> Result<i64, ClientError>;
+    /// Converts a request once into its wire form, to be sent many times.
+    fn prepare(&self, request: &InferRequest) -> Result<Prepared, ClientError>;
+    /// Sends a prepared request; no tensor data is copied.
+    async fn infer_prepared(
+        &self,
+        prepared: &Prepared,
+        timeout: Option<Duration>,
+    ) -> Result<InferResponse, ClientError>;
+    async fn infer(&self, request: &InferRequest) -> Result<InferResponse, ClientError> {
+        let prepared = self.prepare(request)?;
+        self.infer_prepared(&prepared, request.timeout).await
+    }
+    /// A session for a sequence's requests: one bidirectional stream over gRPC (as Triton's
+    /// own stress test does), consecutive requests over HTTP.
+    async fn sequence_session(&self) -> Result<Box<dyn SequenceSession>, ClientError>;
+}
+
+#[async_trait::async_trait]
+pub trait SequenceSession: Send {
+    /// Sends one request of the sequence and waits for its response.
+    async fn infer(&mut self, request: &InferRequest) -> Result<InferResponse, ClientError>;
+}
+
+/// A request in its wire form.
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    Grpc(crate::proto::ModelInferRequest),
+    Http {
+        model: String,
+        body: bytes::Bytes,
+        /// Length of the JSON header when the binary tensor extension is used.
+        header_length: Option<usize>,
+    },
+}
+
+/// Connects to a server over the given protocol. The connection is shared by all of a worker's
+/// streams (one HTTP/2 connection for gRPC, one keep-alive pool for HTTP).
+pub async fn connect(
+    protocol: Protocol,
+    address: &str,
+    http_binary: bool,
+) -> Result<std::sync::Arc<dyn TritonClient>, ClientError> {
+    Ok(match protocol {
+        Protocol::Grpc => std::sync::Arc::new(grpc::GrpcClient::connect(address).await?),
+        Protocol::Http => {
+            std::sync::Arc::new(http::HttpClient::new(address)?.with_binary(http_binary))
+        }
+    })
+}

@@ -1,0 +1,92 @@
+use clap::Parser;
+use std::process::ExitCode;
+use std::sync::Arc;
+use stress_common::status::{JsonLinesSink, NoopSink, StatusSink};
+use worker::config::{Cli, Hidden};
+
+/// Exit codes: 0 no failure, 1 a scenario failed, 2 bad input or unusable server.
+const BAD_INPUT: u8 = 2;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    stress_common::telemetry::init("info");
+    let cli = Cli::parse();
+    if let Some(Hidden::CrashingChild {
+        server,
+        protocol,
+        model,
+        delay_ms,
+    }) = cli.command
+    {
+        return match worker::scenarios::crashing::child_main(&server, protocol, &model, delay_ms)
+            .await
+        {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("crashing child: {e:#}");
+                ExitCode::from(BAD_INPUT)
+            }
+        };
+    }
+    let report_json = cli.run.report_json.clone();
+    let metrics_addr = cli.run.metrics_addr;
+    let sink = match make_sink(&cli.run).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    let config = match cli.run.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    let cancel = stress_common::shutdown::token_on_signals();
+    let metrics = match metrics_addr {
+        None => None,
+        Some(addr) => {
+            let m = Arc::new(worker::metrics::Metrics::default());
+            match worker::metrics::serve(m.clone(), addr, cancel.clone()).await {
+                Ok(bound) => tracing::info!("metrics on http://{bound}/metrics"),
+                Err(e) => {
+                    eprintln!("error: metrics address {addr}: {e}");
+                    return ExitCode::from(BAD_INPUT);
+                }
+            }
+            Some(m)
+        }
+    };
+    match worker::run::run(config, sink, metrics, cancel).await {
+        Ok(report) => {
+            print!("{}", report.render());
+            if let Some(path) = report_json {
+                let json = serde_json::to_string_pretty(&report).expect("report serialises");
+                if let Err(e) = std::fs::write(&path, json) {
+                    eprintln!("error: writing {}: {e}", path.display());
+                }
+            }
+            ExitCode::from(report.exit_code())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(BAD_INPUT)
+        }
+    }
+}
+
+async fn make_sink(args: &worker::config::RunArgs) -> anyhow::Result<Arc<dyn StatusSink>> {
+    if let Some(url) = &args.store_url {
+        let (Some(run_id), Some(member_id)) = (&args.run_id, &args.member_id) else {
+            anyhow::bail!("--store-url needs --run-id and --member-id");
+        };
+        let store = stress_common::store::Store::connect(url).await?;
+        return Ok(Arc::new(store.sink(run_id, member_id)));
+    }
+    Ok(match &args.status_file {
+        Some(path) => Arc::new(JsonLinesSink::create(path).await?),
+        None => Arc::new(NoopSink),
+    })
+}

@@ -1,0 +1,3 @@
+//! Code generated from `proto/` (Triton's `inference` package).
+#![allow(clippy::all, missing_docs)]
+tonic::include_proto!("inference");

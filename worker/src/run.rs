@@ -1,0 +1,358 @@
+//! A worker run: pre-flight checks, the stress streams, periodic status reports, a graceful stop
+//! and the final report.
+
+use crate::client::{self, TritonClient};
+use crate::config::{CONTEXTS_PER_STREAM, WorkerConfig};
+use crate::metrics::Metrics;
+use crate::scenarios::{self, ClientContext, Outcome, TestEnv, image::ImageBatch};
+use crate::stats::Stats;
+use rand::Rng;
+use rand::SeedableRng;
+use rand::distr::{Distribution, weighted::WeightedIndex};
+use rand::rngs::StdRng;
+use serde::Serialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use stress_common::report::{L0Table, RowJson};
+use stress_common::scenario::Scenario;
+use stress_common::status::{EventKind, FailureRecord, StatusSink};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// Bad input or an unusable server, found before any load was sent (exit code 2).
+    #[error("{0}")]
+    Preflight(String),
+}
+
+#[derive(Debug, Serialize)]
+pub struct WorkerReport {
+    pub seed: u64,
+    pub protocol: &'static str,
+    pub servers: Vec<String>,
+    pub elapsed_s: f64,
+    pub rows: Vec<RowJson>,
+    /// Failures of scenarios that are not allowed to fail.
+    pub blocking_failures: u64,
+    pub failures: Vec<FailureRecord>,
+    #[serde(skip)]
+    pub table: L0Table,
+}
+
+impl WorkerReport {
+    pub fn render(&self) -> String {
+        let mut out = self.table.render(self.elapsed_s);
+        let total = self.rows.last().map_or(0, |r| r.requests);
+        out.push_str(&format!(
+            "\n{} requests in {:.1} s: {:.1} QPS over {} server(s) via {}; seed {}\n",
+            total,
+            self.elapsed_s,
+            total as f64 / self.elapsed_s.max(1e-9),
+            self.servers.len(),
+            self.protocol,
+            self.seed
+        ));
+        for f in self.failures.iter().take(20) {
+            out.push_str(&format!("FAILED {f}\n"));
+        }
+        out
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        u8::from(self.blocking_failures > 0)
+    }
+}
+
+/// Connects to every server and checks it is live and ready with every model the mix needs;
+/// learns the sequence models' batching. Any problem is a pre-flight error: no load is sent.
+pub async fn preflight(
+    config: &mut WorkerConfig,
+) -> Result<Vec<Arc<dyn TritonClient>>, WorkerError> {
+    let scenarios: Vec<Scenario> = config.mix.iter().map(|(s, _)| *s).collect();
+    let models = scenarios::required_models(&scenarios, &config.settings);
+    let mut clients = Vec::new();
+    for address in &config.servers {
+        let err = |what: String| WorkerError::Preflight(format!("server {address}: {what}"));
+        let c = client::connect(config.protocol, address, config.http_binary)
+            .await
+            .map_err(|e| {
+                err(format!(
+                    "cannot connect over {}: {e}",
+                    config.protocol.as_str()
+                ))
+            })?;
+        match c.server_ready().await {
+            Ok(true) => {}
+            Ok(false) => return Err(err("is not ready".into())),
+            Err(e) => return Err(err(format!("readiness check failed: {e}"))),
+        }
+        for m in &models {
+            match c.model_ready(m).await {
+                Ok(true) => {}
+                Ok(false) => return Err(err(format!("model {m} is not loaded or not ready"))),
+                Err(e) => return Err(err(format!("model {m}: {e}"))),
+            }
+        }
+        clients.push(c);
+    }
+    if scenarios.iter().any(|s| s.name().starts_with("Sequence")) {
+        for (model, batch) in &mut config.settings.sequence_models {
+            *batch = clients[0]
+                .max_batch_size(model)
+                .await
+                .map_err(|e| WorkerError::Preflight(format!("model {model}: config: {e}")))?;
+        }
+    }
+    Ok(clients)
+}
+
+struct Shared {
+    config: WorkerConfig,
+    clients: Vec<Arc<dyn TritonClient>>,
+    stats: Stats,
+    sink: Arc<dyn StatusSink>,
+    images: ImageBatch,
+    mix: Vec<Scenario>,
+    picker: WeightedIndex<u32>,
+    failure_reported: AtomicBool,
+}
+
+/// Runs the mix until the duration ends or `cancel` fires, then reports.
+pub async fn run(
+    mut config: WorkerConfig,
+    sink: Arc<dyn StatusSink>,
+    metrics: Option<Arc<Metrics>>,
+    cancel: CancellationToken,
+) -> Result<WorkerReport, WorkerError> {
+    let _ = sink
+        .event(EventKind::Starting, "connecting to servers")
+        .await;
+    let _ = sink.heartbeat().await;
+    let clients = match preflight(&mut config).await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = sink
+                .event(EventKind::Failure, &format!("pre-flight: {e}"))
+                .await;
+            return Err(e);
+        }
+    };
+    // Drop the PerfAnalyzer scenario once, with one log line, when no binary is found.
+    let perf = scenarios::perf_analyzer::find(config.settings.perf_analyzer.as_deref());
+    if config.mix.iter().any(|(s, _)| *s == Scenario::PerfAnalyzer) && perf.is_none() {
+        tracing::warn!(
+            "PerfAnalyzer scenario skipped: no perf_analyzer binary (give --perf-analyzer or put it on PATH)"
+        );
+        config.mix.retain(|(s, _)| *s != Scenario::PerfAnalyzer);
+    }
+    config.settings.perf_analyzer = perf;
+    if config.mix.is_empty() {
+        return Err(WorkerError::Preflight("no scenario left to run".into()));
+    }
+    let images = ImageBatch::new(&config.settings.image_model, config.settings.image_batch)
+        .map_err(|e| WorkerError::Preflight(format!("committed images: {e}")))?;
+    let picker = WeightedIndex::new(config.mix.iter().map(|(_, w)| *w))
+        .map_err(|e| WorkerError::Preflight(format!("scenario weights: {e}")))?;
+    let mix: Vec<Scenario> = config.mix.iter().map(|(s, _)| *s).collect();
+    let shared = Arc::new(Shared {
+        clients,
+        stats: Stats::default(),
+        sink: sink.clone(),
+        images,
+        picker,
+        mix: mix.clone(),
+        failure_reported: AtomicBool::new(false),
+        config,
+    });
+    let config = &shared.config;
+    tracing::info!(
+        servers = ?config.servers, protocol = config.protocol.as_str(), concurrency = config.concurrency,
+        seed = config.seed, corr_id_base = config.corr_id_base, "running"
+    );
+    let _ = sink
+        .event(
+            EventKind::Running,
+            &format!(
+                "{} streams against {} via {}, seed {}",
+                config.concurrency,
+                config.servers.join(","),
+                config.protocol.as_str(),
+                config.seed
+            ),
+        )
+        .await;
+
+    let started = Instant::now();
+    let stop = cancel.child_token();
+    if let Some(d) = config.duration {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(d).await;
+            stop.cancel();
+        });
+    }
+    let mut streams = tokio::task::JoinSet::new();
+    for i in 0..config.concurrency {
+        streams.spawn(stream_loop(shared.clone(), i, stop.clone()));
+    }
+    let reporter = tokio::spawn(report_loop(shared.clone(), metrics.clone(), stop.clone()));
+    while let Some(r) = streams.join_next().await {
+        if let Err(e) = r {
+            tracing::error!("a stress stream panicked: {e}");
+            let _ = sink
+                .event(EventKind::Failure, &format!("stress stream panicked: {e}"))
+                .await;
+        }
+    }
+    let elapsed = started.elapsed();
+    stop.cancel();
+    let _ = reporter.await;
+
+    // Final counts are flushed before the final event, so the driver reads complete numbers.
+    let snapshot = shared.stats.snapshot(&mix, 0.0);
+    if let Some(m) = &metrics {
+        m.update(&snapshot);
+    }
+    if let Err(e) = sink.snapshot(&snapshot).await {
+        tracing::error!("final snapshot not recorded: {e}");
+    }
+    let mut table = L0Table::new();
+    for c in &snapshot.scenarios {
+        let _ = table.add(c);
+    }
+    let elapsed_s = elapsed.as_secs_f64();
+    let report = WorkerReport {
+        seed: config.seed,
+        protocol: config.protocol.as_str(),
+        servers: config.servers.clone(),
+        elapsed_s,
+        rows: table.to_json(elapsed_s),
+        blocking_failures: table.blocking_failures(),
+        failures: shared.stats.failures(),
+        table,
+    };
+    let (kind, details) = if report.blocking_failures == 0 {
+        (
+            EventKind::Success,
+            format!("{} requests, no failures", snapshot.total_requests),
+        )
+    } else {
+        (
+            EventKind::Failure,
+            format!("{} failed tests", report.blocking_failures),
+        )
+    };
+    let _ = sink.event(kind, &details).await;
+    Ok(report)
+}
+
+async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: CancellationToken) {
+    let mut ticker = tokio::time::interval(shared.config.poll_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = (Instant::now(), 0u64);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.cancelled() => return,
+        }
+        let now = Instant::now();
+        let total = shared.stats.total_requests();
+        let dt = now.duration_since(last.0).as_secs_f64();
+        let qps = if dt > 0.0 {
+            (total - last.1) as f64 / dt
+        } else {
+            0.0
+        };
+        last = (now, total);
+        let snapshot = shared.stats.snapshot(&shared.mix, qps);
+        if let Some(m) = &metrics {
+            m.update(&snapshot);
+        }
+        // The store refreshes the heartbeat with every snapshot.
+        if let Err(e) = shared.sink.snapshot(&snapshot).await {
+            tracing::warn!("status not recorded: {e}");
+        }
+    }
+}
+
+/// One stress stream (upstream: a stress thread): its own RNG, its slice of the correlation-id
+/// block and 10 client contexts, 2 common and 8 rare (a rare one is used 10% of the time).
+async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken) {
+    let config = &shared.config;
+    let mut rng = StdRng::seed_from_u64(config.seed.wrapping_add(index as u64));
+    let per_stream = config.corr_id_block_size / config.concurrency as u64;
+    let base = config.corr_id_base + index as u64 * per_stream;
+    let mut contexts: Vec<ClientContext> = (0..CONTEXTS_PER_STREAM)
+        .map(|c| ClientContext {
+            correlation_id: base + c,
+            server: (index * CONTEXTS_PER_STREAM as usize + c as usize) % shared.clients.len(),
+            open_sequences: Default::default(),
+        })
+        .collect();
+    while !stop.is_cancelled() {
+        let scenario = shared.mix[shared.picker.sample(&mut rng)];
+        let ctx_index = if rng.random_bool(0.1) {
+            2 + rng.random_range(0..8)
+        } else {
+            rng.random_range(0..2)
+        };
+        let context = &mut contexts[ctx_index];
+        let client = &shared.clients[context.server];
+        let mut env = TestEnv {
+            scenario,
+            client,
+            settings: &config.settings,
+            stats: &shared.stats,
+            rng: &mut rng,
+            context,
+            cancel: &stop,
+            images: &shared.images,
+        };
+        let outcome = {
+            let test = scenarios::run(&mut env);
+            tokio::pin!(test);
+            tokio::select! {
+                o = &mut test => Some(o),
+                _ = stop.cancelled() => tokio::time::timeout(config.drain_timeout, &mut test).await.ok(),
+            }
+        };
+        match outcome {
+            // Stopped mid-test and not finished within the drain timeout: not counted.
+            None => break,
+            Some(Outcome::Passed) => shared.stats.test_passed(scenario),
+            Some(Outcome::Skipped(reason)) => {
+                tracing::debug!(%scenario, reason, "skipped");
+                shared.stats.test_skipped(scenario);
+            }
+            Some(Outcome::Failed(failure)) => {
+                let record = failure.into_record(scenario, client.address());
+                tracing::warn!("{record}");
+                shared.stats.test_failed(scenario, &record);
+                if let Err(e) = shared.sink.failure(&record).await {
+                    tracing::warn!("failure not recorded: {e}");
+                }
+                if !scenario.allowed_to_fail()
+                    && !shared.failure_reported.swap(true, Ordering::SeqCst)
+                {
+                    let _ = shared
+                        .sink
+                        .event(EventKind::Failure, &record.to_string())
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+/// Waits up to `timeout` for a server to become ready (used by tests and the demo script).
+pub async fn wait_ready(client: &dyn TritonClient, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if client.server_ready().await == Ok(true) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}

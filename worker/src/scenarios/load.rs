@@ -1,0 +1,178 @@
+//! Load, perf_analyzer style, on the add/sub model: for one load window either N requests always
+//! in flight (closed loop), or R requests per second sent at their intended times (open loop).
+//! In open loop each latency counts from the request's intended send time, so a server (or a
+//! client) that falls behind shows up as latency instead of hiding as fewer requests
+//! (coordinated omission). Every response is validated.
+
+use super::{Failure, LoadMode, Outcome, TestEnv};
+use crate::client::{ClientError, InferRequest, InferResponse, Prepared, RequestedOutput};
+use crate::tensor::Tensor;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use rand::Rng;
+use std::time::{Duration, Instant};
+
+/// How many distinct prepared requests a window cycles through.
+const VARIANTS: usize = 16;
+/// Open loop: beyond this many requests in flight the client itself is the bottleneck; it waits
+/// (latency still counts from the intended time, so the delay is not hidden).
+const MAX_IN_FLIGHT: usize = 4096;
+
+struct Variant {
+    prepared: Prepared,
+    sum: Bytes,
+    difference: Bytes,
+}
+
+fn variants(env: &mut TestEnv<'_>) -> Result<Vec<Variant>, ClientError> {
+    let model = &env.settings.load_model;
+    (0..VARIANTS)
+        .map(|_| {
+            let a: Vec<i32> = (0..16)
+                .map(|_| env.rng.random_range(-(1 << 20)..1 << 20))
+                .collect();
+            let b: Vec<i32> = (0..16)
+                .map(|_| env.rng.random_range(-(1 << 20)..1 << 20))
+                .collect();
+            let sum: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x.wrapping_add(*y)).collect();
+            let diff: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x.wrapping_sub(*y)).collect();
+            let mut request = InferRequest::new(
+                model,
+                vec![
+                    Tensor::from_i32("INPUT0", vec![16], &a),
+                    Tensor::from_i32("INPUT1", vec![16], &b),
+                ],
+            );
+            request.outputs = ["OUTPUT0", "OUTPUT1"]
+                .map(|n| RequestedOutput {
+                    name: n.into(),
+                    class_count: None,
+                })
+                .to_vec();
+            Ok(Variant {
+                prepared: env.client.prepare(&request)?,
+                sum: Tensor::from_i32("", vec![], &sum).data,
+                difference: Tensor::from_i32("", vec![], &diff).data,
+            })
+        })
+        .collect()
+}
+
+fn validate(
+    model: &str,
+    variant: &Variant,
+    response: Result<InferResponse, ClientError>,
+) -> Result<(), Failure> {
+    let response =
+        response.map_err(|e| Failure::new(model, "an add/sub response", e.to_string()))?;
+    for (name, want) in [("OUTPUT0", &variant.sum), ("OUTPUT1", &variant.difference)] {
+        let got = response
+            .output(name)
+            .map_err(|e| Failure::new(model, name, e))?;
+        if got.data != *want {
+            let show = |b: &Bytes| {
+                Tensor {
+                    name: String::new(),
+                    datatype: crate::tensor::DataType::Int32,
+                    shape: vec![],
+                    data: b.clone(),
+                }
+                .to_i32()
+                .map(|v| format!("{v:?}"))
+                .unwrap_or_else(|e| e)
+            };
+            return Err(Failure::new(
+                model,
+                format!("{name} = {}", show(want)),
+                show(&got.data),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+    let model = env.settings.load_model.clone();
+    let variants = match variants(env) {
+        Ok(v) => v,
+        Err(e) => return Outcome::Failed(Failure::new(&model, "a request", e.to_string())),
+    };
+    let end = Instant::now() + env.settings.load_window;
+    let timeout = Some(env.settings.request_timeout);
+    let result = match env.settings.load_mode {
+        LoadMode::Concurrency(n) => {
+            let senders = (0..n).map(|k| {
+                let (env, variants, model) = (&*env, &variants, &model);
+                async move {
+                    let mut i = k;
+                    while Instant::now() < end && !env.cancel.is_cancelled() {
+                        let v = &variants[i % variants.len()];
+                        i += n;
+                        let started = Instant::now();
+                        let r = env.client.infer_prepared(&v.prepared, timeout).await;
+                        env.stats
+                            .request(env.scenario, r.is_ok().then(|| started.elapsed()));
+                        validate(model, v, r)?;
+                    }
+                    Ok::<(), Failure>(())
+                }
+            });
+            futures::future::try_join_all(senders).await.map(|_| ())
+        }
+        LoadMode::Rate(rate) => open_loop(env, &model, &variants, rate, end, timeout).await,
+    };
+    match result {
+        Ok(()) => Outcome::Passed,
+        Err(f) => Outcome::Failed(f),
+    }
+}
+
+async fn open_loop(
+    env: &TestEnv<'_>,
+    model: &str,
+    variants: &[Variant],
+    rate: f64,
+    end: Instant,
+    timeout: Option<Duration>,
+) -> Result<(), Failure> {
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = tokio::time::Instant::now();
+    let mut in_flight = FuturesUnordered::new();
+    let finish = |(intended, idx, r): (
+        tokio::time::Instant,
+        usize,
+        Result<InferResponse, ClientError>,
+    )| {
+        env.stats
+            .request(env.scenario, r.is_ok().then(|| intended.elapsed()));
+        validate(model, &variants[idx], r)
+    };
+    for i in 0u32.. {
+        let intended = start + interval * i;
+        if intended.into_std() >= end || env.cancel.is_cancelled() {
+            break;
+        }
+        // Complete responses while waiting for the next intended send time.
+        loop {
+            tokio::select! {
+                biased;
+                Some(done) = in_flight.next(), if !in_flight.is_empty() => finish(done)?,
+                _ = tokio::time::sleep_until(intended), if in_flight.len() < MAX_IN_FLIGHT => break,
+            }
+        }
+        let idx = i as usize % variants.len();
+        let prepared = &variants[idx].prepared;
+        in_flight.push(async move {
+            (
+                intended,
+                idx,
+                env.client.infer_prepared(prepared, timeout).await,
+            )
+        });
+    }
+    while let Some(done) = in_flight.next().await {
+        finish(done)?;
+    }
+    Ok(())
+}

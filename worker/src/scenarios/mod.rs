@@ -1,0 +1,193 @@
+//! The scenarios of Triton's `qa/L0_long_running_stress`, each one test per call, each checking
+//! what the server answers. A scenario returns an [`Outcome`]; requests and latencies go into the
+//! worker's [`Stats`] as they happen, so a long test shows up in QPS while it runs.
+
+pub mod crashing;
+pub mod image;
+pub mod load;
+pub mod perf_analyzer;
+pub mod sequence;
+pub mod timeout;
+
+use crate::client::{ClientError, InferRequest, InferResponse, TritonClient};
+use crate::stats::Stats;
+use rand::rngs::StdRng;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stress_common::scenario::Scenario;
+use stress_common::status::FailureRecord;
+use tokio_util::sync::CancellationToken;
+
+/// What one test found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Passed,
+    Failed(Failure),
+    /// A precondition blocked the test; it is not counted (upstream's `run()` returning None).
+    Skipped(String),
+}
+
+/// A failed check: what was expected and what came back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub model: String,
+    pub correlation_id: Option<u64>,
+    pub expected: String,
+    pub actual: String,
+}
+
+impl Failure {
+    pub fn new(model: &str, expected: impl Into<String>, actual: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            correlation_id: None,
+            expected: expected.into(),
+            actual: actual.into(),
+        }
+    }
+
+    pub fn with_correlation_id(mut self, id: u64) -> Self {
+        self.correlation_id = Some(id);
+        self
+    }
+
+    pub fn into_record(self, scenario: Scenario, server: &str) -> FailureRecord {
+        FailureRecord {
+            at_ms: stress_common::now_ms(),
+            scenario: scenario.name().into(),
+            server: server.into(),
+            model: self.model,
+            correlation_id: self.correlation_id,
+            expected: self.expected,
+            actual: self.actual,
+        }
+    }
+}
+
+/// Load generation of the Load scenario, as perf_analyzer offers it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LoadMode {
+    /// N requests always in flight (closed loop).
+    Concurrency(usize),
+    /// R requests per second at fixed intended times (open loop).
+    Rate(f64),
+}
+
+/// Models and knobs every scenario reads; fixed for the life of a worker.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Sequence models with their max_batch_size (learned at start-up).
+    pub sequence_models: Vec<(String, i64)>,
+    pub identity_model: String,
+    pub load_model: String,
+    pub image_model: String,
+    /// The delay the Timeout scenario asks of the identity model, and its shorter deadline.
+    pub timeout_delay: Duration,
+    pub timeout_deadline: Duration,
+    /// How long the CrashingClient child sends before it is killed.
+    pub crash_after: Duration,
+    /// The worker binary, run in its hidden crashing-child mode.
+    pub worker_binary: PathBuf,
+    pub load_mode: LoadMode,
+    pub load_window: Duration,
+    pub image_batch: usize,
+    pub perf_analyzer: Option<PathBuf>,
+    /// Deadline of each request of a sequence (upstream gives a whole sequence 25 s).
+    pub request_timeout: Duration,
+}
+
+/// Per correlation id state (upstream: one of the 10 clients of a stress thread). Each context is
+/// bound to one server, so "the last sequence on this id" is well defined.
+#[derive(Debug)]
+pub struct ClientContext {
+    pub correlation_id: u64,
+    pub server: usize,
+    /// Sequence models on which this id's last sequence was left open.
+    pub open_sequences: HashSet<String>,
+}
+
+/// What a scenario gets for one test.
+pub struct TestEnv<'a> {
+    pub scenario: Scenario,
+    pub client: &'a Arc<dyn TritonClient>,
+    pub settings: &'a Settings,
+    pub stats: &'a Stats,
+    pub rng: &'a mut StdRng,
+    pub context: &'a mut ClientContext,
+    pub cancel: &'a CancellationToken,
+    pub images: &'a image::ImageBatch,
+}
+
+impl TestEnv<'_> {
+    /// Sends one request, counting it and its latency.
+    pub async fn infer(&self, request: &InferRequest) -> Result<InferResponse, ClientError> {
+        let started = Instant::now();
+        let result = self.client.infer(request).await;
+        self.stats
+            .request(self.scenario, result.is_ok().then(|| started.elapsed()));
+        result
+    }
+
+    /// Server liveness and readiness and the model's readiness after a disruptive test.
+    pub async fn check_server_healthy(&self, model: &str) -> Result<(), Failure> {
+        let live = self.client.server_live().await;
+        if live != Ok(true) {
+            return Err(Failure::new(model, "server live", format!("{live:?}")));
+        }
+        let ready = self.client.server_ready().await;
+        if ready != Ok(true) {
+            return Err(Failure::new(model, "server ready", format!("{ready:?}")));
+        }
+        let model_ready = self.client.model_ready(model).await;
+        if model_ready != Ok(true) {
+            return Err(Failure::new(
+                model,
+                format!("model {model} ready"),
+                format!("{model_ready:?}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Runs one test of `env.scenario`.
+pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+    match env.scenario {
+        Scenario::SequenceValid
+        | Scenario::SequenceValidValid
+        | Scenario::SequenceValidNoEnd
+        | Scenario::SequenceNoEnd
+        | Scenario::SequenceNoStart => sequence::run(env).await,
+        Scenario::Timeout => timeout::run(env).await,
+        Scenario::CrashingClient => crashing::run(env).await,
+        Scenario::ImageClassification => image::run(env).await,
+        Scenario::Load => load::run(env).await,
+        Scenario::PerfAnalyzer => perf_analyzer::run(env).await,
+    }
+}
+
+/// Which models a set of scenarios needs loaded on every server.
+pub fn required_models(scenarios: &[Scenario], settings: &Settings) -> Vec<String> {
+    let mut models = Vec::new();
+    for s in scenarios {
+        match s {
+            Scenario::SequenceValid
+            | Scenario::SequenceValidValid
+            | Scenario::SequenceValidNoEnd
+            | Scenario::SequenceNoEnd
+            | Scenario::SequenceNoStart => {
+                models.extend(settings.sequence_models.iter().map(|(m, _)| m.clone()))
+            }
+            Scenario::Timeout | Scenario::CrashingClient => {
+                models.push(settings.identity_model.clone())
+            }
+            Scenario::ImageClassification => models.push(settings.image_model.clone()),
+            Scenario::Load | Scenario::PerfAnalyzer => models.push(settings.load_model.clone()),
+        }
+    }
+    models.sort();
+    models.dedup();
+    models
+}

@@ -1,0 +1,80 @@
+//! Timeout: a request to the delayed identity model with a client deadline shorter than the
+//! model's delay must end in DEADLINE_EXCEEDED (gRPC) or a client timeout (HTTP); afterwards the
+//! server must be live and ready and must answer a request with no delay correctly.
+
+use super::{Failure, Outcome, TestEnv};
+use crate::client::{ClientError, InferRequest, RequestedOutput};
+use crate::tensor::Tensor;
+use rand::Rng;
+
+pub fn identity_request(model: &str, values: &[i32], delay_ms: i64) -> InferRequest {
+    let mut r = InferRequest::new(
+        model,
+        vec![Tensor::from_i32(
+            "INPUT0",
+            vec![values.len() as i64],
+            values,
+        )],
+    );
+    r.outputs = vec![RequestedOutput {
+        name: "OUTPUT0".into(),
+        class_count: None,
+    }];
+    r.int_parameters = vec![("delay_ms".into(), delay_ms)];
+    r
+}
+
+/// Sends `values` with no delay and checks they come back unchanged.
+pub async fn check_identity(env: &TestEnv<'_>, model: &str, values: &[i32]) -> Result<(), Failure> {
+    let mut request = identity_request(model, values, 0);
+    request.timeout = Some(env.settings.request_timeout);
+    let response = env
+        .infer(&request)
+        .await
+        .map_err(|e| Failure::new(model, "an answer after the disruption", e.to_string()))?;
+    let got = response
+        .output("OUTPUT0")
+        .and_then(|t| t.to_i32())
+        .map_err(|e| Failure::new(model, "OUTPUT0", e))?;
+    if got != values {
+        return Err(Failure::new(
+            model,
+            format!("OUTPUT0 = {values:?}"),
+            format!("{got:?}"),
+        ));
+    }
+    Ok(())
+}
+
+pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+    let model = env.settings.identity_model.clone();
+    let values: Vec<i32> = (0..16).map(|_| env.rng.random_range(0..1 << 20)).collect();
+    let mut request = identity_request(
+        &model,
+        &values,
+        env.settings.timeout_delay.as_millis() as i64,
+    );
+    request.timeout = Some(env.settings.timeout_deadline);
+    let expected = format!(
+        "a deadline exceeded after {:?} (model delay {:?})",
+        env.settings.timeout_deadline, env.settings.timeout_delay
+    );
+    match env.infer(&request).await {
+        Err(ClientError::DeadlineExceeded(_)) => {}
+        Err(other) => return Outcome::Failed(Failure::new(&model, expected, other.to_string())),
+        Ok(_) => {
+            return Outcome::Failed(Failure::new(
+                &model,
+                expected,
+                "a response before the deadline",
+            ));
+        }
+    }
+    if let Err(f) = env.check_server_healthy(&model).await {
+        return Outcome::Failed(f);
+    }
+    match check_identity(env, &model, &values).await {
+        Ok(()) => Outcome::Passed,
+        Err(f) => Outcome::Failed(f),
+    }
+}
