@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for tests: initdb in DIR, listen on 127.0.0.1 at a random free
+# port (unix socket in DIR too), trust authentication, durability switched off (fsync=off).
+#
+#   scripts/throwaway-postgres.sh start DIR   # prints DATABASE_URL=postgres://postgres@127.0.0.1:PORT/postgres
+#   scripts/throwaway-postgres.sh url DIR     # prints it again
+#   scripts/throwaway-postgres.sh stop DIR    # stops the server; DIR stays for you to remove
+#
+# `eval "$(scripts/throwaway-postgres.sh start /tmp/pg)"` sets DATABASE_URL in the shell.
+# Only the DATABASE_URL line goes to stdout; progress and errors go to stderr.
+#
+# The binaries are taken from $PG_BINDIR, else the newest /usr/lib/postgresql/*/bin, else
+# `pg_config --bindir`, else initdb on PATH. initdb refuses to run as root, so as root the cluster
+# runs as $THROWAWAY_PG_USER (default: postgres) through runuser and DIR is chown'ed to that user;
+# DIR must then be reachable by it (under /tmp is fine, under /root is not).
+#
+# The Rust test helper stress_common::store::testing::ThrowawayPostgres embeds and runs this very
+# script, so both behave the same.
+set -euo pipefail
+
+prog=${0##*/}
+
+die() {
+    echo "$prog: $*" >&2
+    exit 1
+}
+
+usage() {
+    echo "usage: $prog start DIR | stop DIR | url DIR" >&2
+    exit 2
+}
+
+find_bindir() {
+    if [[ -n ${PG_BINDIR:-} ]]; then
+        [[ -x $PG_BINDIR/initdb && -x $PG_BINDIR/pg_ctl ]] ||
+            die "PG_BINDIR=$PG_BINDIR has no initdb and pg_ctl"
+        echo "$PG_BINDIR"
+        return
+    fi
+    local candidate best=""
+    for candidate in /usr/lib/postgresql/*/bin; do
+        [[ -x $candidate/initdb && -x $candidate/pg_ctl ]] || continue
+        # Keep the highest major version (versions are plain integers since 10).
+        if [[ -z $best ]] || (($(basename "$(dirname "$candidate")") > $(basename "$(dirname "$best")"))); then
+            best=$candidate
+        fi
+    done
+    if [[ -z $best ]] && command -v pg_config >/dev/null 2>&1; then
+        candidate=$(pg_config --bindir 2>/dev/null || true)
+        [[ -x $candidate/initdb && -x $candidate/pg_ctl ]] && best=$candidate
+    fi
+    if [[ -z $best ]] && command -v initdb >/dev/null 2>&1; then
+        best=$(dirname "$(command -v initdb)")
+    fi
+    [[ -n $best ]] ||
+        die "no PostgreSQL server binaries found (looked at \$PG_BINDIR, /usr/lib/postgresql/*/bin, pg_config --bindir, PATH); install postgresql (e.g. apt-get install postgresql-15) or set PG_BINDIR"
+    echo "$best"
+}
+
+# Runs a command as the cluster's owner: ourselves, or an unprivileged user when we are root.
+as_owner() {
+    if ((EUID == 0)); then
+        runuser -u "$owner" -- "$@"
+    else
+        "$@"
+    fi
+}
+
+is_running() {
+    [[ -f $dir/data/postmaster.pid ]] && as_owner "$bindir/pg_ctl" -D "$dir/data" status >/dev/null 2>&1
+}
+
+port_in_use() {
+    # A successful connect means something listens there.
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+cmd_start() {
+    bindir=$(find_bindir)
+    if ((EUID == 0)); then
+        getent passwd "$owner" >/dev/null ||
+            die "running as root and user '$owner' does not exist; create an unprivileged user or set THROWAWAY_PG_USER"
+        chown -R "$owner" "$dir"
+        as_owner test -w "$dir" ||
+            die "$dir is not writable by user '$owner' (is a parent directory private to root?)"
+    fi
+    is_running && die "a server already runs in $dir/data; stop it first"
+
+    if [[ ! -f $dir/data/PG_VERSION ]]; then
+        echo "$prog: initdb in $dir/data ($bindir)" >&2
+        as_owner "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C \
+            --no-sync >"$dir/initdb.log" 2>&1 ||
+            die "initdb failed, see $dir/initdb.log: $(tail -n 5 "$dir/initdb.log")"
+        cat >>"$dir/data/postgresql.conf" <<EOF
+
+# throwaway-postgres.sh
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$dir'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 200
+EOF
+    fi
+
+    local attempt port=""
+    for attempt in $(seq 1 20); do
+        port=$((20000 + RANDOM % 40000))
+        port_in_use "$port" && continue
+        : >"$dir/postgres.log"
+        [[ $EUID -eq 0 ]] && chown "$owner" "$dir/postgres.log"
+        if as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -o "-p $port" \
+            -w -t 60 start >/dev/null 2>&1; then
+            break
+        fi
+        if grep -qiE 'could not (bind|create listen)|address already in use' "$dir/postgres.log"; then
+            echo "$prog: port $port taken, trying another (attempt $attempt)" >&2
+            port=""
+            continue
+        fi
+        die "postgres did not start, see $dir/postgres.log: $(tail -n 5 "$dir/postgres.log")"
+    done
+    [[ -n $port ]] || die "found no free port in 20 attempts"
+
+    local url="postgres://postgres@127.0.0.1:$port/postgres"
+    echo "$url" >"$dir/database_url"
+    echo "$prog: postgres listening on 127.0.0.1:$port and in $dir (log: $dir/postgres.log)" >&2
+    echo "DATABASE_URL=$url"
+}
+
+cmd_stop() {
+    bindir=$(find_bindir)
+    if ! is_running; then
+        echo "$prog: no server runs in $dir/data" >&2
+        return 0
+    fi
+    as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null 2>&1 ||
+        as_owner "$bindir/pg_ctl" -D "$dir/data" -m immediate -w -t 60 stop >/dev/null 2>&1 ||
+        die "could not stop the server in $dir/data"
+    rm -f "$dir/database_url"
+    echo "$prog: stopped the server in $dir/data" >&2
+}
+
+cmd_url() {
+    [[ -f $dir/database_url ]] || die "no server was started in $dir"
+    echo "DATABASE_URL=$(cat "$dir/database_url")"
+}
+
+(($# == 2)) || usage
+action=$1
+owner=${THROWAWAY_PG_USER:-postgres}
+mkdir -p "$2"
+dir=$(cd "$2" && pwd -P)
+[[ $dir =~ ^[A-Za-z0-9_./-]+$ ]] || die "DIR must be a plain path (letters, digits, _ . / -): $dir"
+# The unix socket path ($dir/.s.PGSQL.NNNNN) must fit in 107 bytes.
+((${#dir} <= 90)) || die "DIR is too long for a unix socket path (${#dir} > 90 characters): $dir"
+
+case $action in
+start) cmd_start ;;
+stop) cmd_stop ;;
+url) cmd_url ;;
+*) usage ;;
+esac
