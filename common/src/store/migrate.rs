@@ -1,0 +1,202 @@
+//! Versioned, embedded migrations, one SQL file per version and backend under
+//! `common/migrations/{sqlite,postgres}/`.
+//!
+//! Applied versions are recorded in `stress_schema_migrations` (version, name, checksum,
+//! applied_at_ms). [`migrate`] first reads that table outside any transaction: when every known
+//! version is there (the usual case of a second connect) it changes nothing. Otherwise it applies
+//! the missing versions in ONE write transaction that first takes the database's write lock
+//! (`BEGIN IMMEDIATE` on SQLite, a transaction-scoped advisory lock on Postgres), so several
+//! processes connecting to a fresh database at once apply each migration exactly once. DDL is
+//! transactional on both backends: a migration is applied completely or not at all.
+//!
+//! Rules for new migrations: add a file per backend with the next version and append it to
+//! [`MIGRATIONS`]; never edit an applied one (the checksum check refuses the database then), and
+//! never drop or rewrite data, since a run must keep what it recorded.
+
+use super::{Backend, Result, StoreError};
+use sqlx::AnyPool;
+
+pub(crate) struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sqlite: &'static str,
+    pub postgres: &'static str,
+}
+
+impl Migration {
+    fn sql(&self, backend: Backend) -> &'static str {
+        match backend {
+            Backend::Sqlite => self.sqlite,
+            Backend::Postgres => self.postgres,
+        }
+    }
+}
+
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "initial",
+    sqlite: include_str!("../../migrations/sqlite/0001_initial.sql"),
+    postgres: include_str!("../../migrations/postgres/0001_initial.sql"),
+}];
+
+/// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).
+const PG_MIGRATION_LOCK: i64 = 0x7374_7265_7373_6d67;
+
+const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS stress_schema_migrations (
+    version       BIGINT NOT NULL PRIMARY KEY,
+    name          TEXT   NOT NULL,
+    checksum      BIGINT NOT NULL,
+    applied_at_ms BIGINT NOT NULL
+)";
+
+/// FNV-1a (64 bit) of the SQL text: stable across builds and platforms, enough to notice an edit.
+fn checksum(sql: &str) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in sql.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash as i64
+}
+
+/// The highest applied version, 0 for an empty database.
+pub(crate) async fn schema_version(pool: &AnyPool) -> std::result::Result<i64, sqlx::Error> {
+    let applied: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT version, checksum FROM stress_schema_migrations")
+            .fetch_all(pool)
+            .await?;
+    Ok(applied.iter().map(|(v, _)| *v).max().unwrap_or(0))
+}
+
+/// Whether `applied` holds every known migration; an error when one differs from this build.
+fn check_applied(applied: &[(i64, i64)], backend: Backend, url: &str) -> Result<bool> {
+    let mut complete = true;
+    for migration in MIGRATIONS {
+        match applied.iter().find(|(v, _)| *v == migration.version) {
+            Some((_, sum)) if *sum != checksum(migration.sql(backend)) => {
+                return Err(StoreError::Migration {
+                    url: url.to_string(),
+                    message: format!(
+                        "migration {} ({}) in the database differs from this build's; \
+                         applied migrations must never be edited",
+                        migration.version, migration.name
+                    ),
+                });
+            }
+            Some(_) => {}
+            None => complete = false,
+        }
+    }
+    if let Some(newest) = applied.iter().map(|(v, _)| *v).max() {
+        let known = MIGRATIONS.iter().map(|m| m.version).max().unwrap_or(0);
+        if newest > known {
+            tracing::warn!(
+                url,
+                newest,
+                known,
+                "the status store was migrated by a newer build; using it as it is"
+            );
+        }
+    }
+    Ok(complete)
+}
+
+pub(crate) async fn migrate(pool: &AnyPool, backend: Backend, url: &str) -> Result<()> {
+    let db = |error| StoreError::Database {
+        op: "migrate",
+        url: url.to_string(),
+        error,
+    };
+
+    // Fast path: nothing to do, so take no write lock at all.
+    if let Ok(applied) =
+        sqlx::query_as::<_, (i64, i64)>("SELECT version, checksum FROM stress_schema_migrations")
+            .fetch_all(pool)
+            .await
+        && check_applied(&applied, backend, url)?
+    {
+        return Ok(());
+    }
+
+    let mut tx = match backend {
+        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+        Backend::Postgres => pool.begin().await,
+    }
+    .map_err(db)?;
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(PG_MIGRATION_LOCK)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+    }
+    sqlx::raw_sql(CREATE_TABLE)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+    let applied: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT version, checksum FROM stress_schema_migrations")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+    if check_applied(&applied, backend, url)? {
+        // Another process got here first.
+        return tx.commit().await.map_err(db);
+    }
+    for migration in MIGRATIONS {
+        if applied.iter().any(|(v, _)| *v == migration.version) {
+            continue;
+        }
+        let sql = migration.sql(backend);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut *tx)
+            .await
+            .map_err(|error| StoreError::Migration {
+                url: url.to_string(),
+                message: format!(
+                    "applying migration {} ({}): {error}",
+                    migration.version, migration.name
+                ),
+            })?;
+        sqlx::query(
+            "INSERT INTO stress_schema_migrations (version, name, checksum, applied_at_ms)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(migration.version)
+        .bind(migration.name)
+        .bind(checksum(sql))
+        .bind(crate::now_ms())
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        tracing::info!(
+            url,
+            version = migration.version,
+            name = migration.name,
+            "applied status store migration"
+        );
+    }
+    tx.commit().await.map_err(db)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_ascend_and_both_backends_have_sql() {
+        let mut last = 0;
+        for m in MIGRATIONS {
+            assert!(m.version > last, "migration versions must ascend");
+            last = m.version;
+            assert!(!m.sqlite.trim().is_empty() && !m.postgres.trim().is_empty());
+        }
+    }
+
+    #[test]
+    fn checksum_is_stable() {
+        // FNV-1a test vectors.
+        assert_eq!(checksum("") as u64, 0xcbf2_9ce4_8422_2325);
+        assert_eq!(checksum("a") as u64, 0xaf63_dc4c_8601_ec8c);
+    }
+}

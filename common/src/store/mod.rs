@@ -1,0 +1,1075 @@
+//! The status store: one API over SQLite (the default, a file in the run directory) and Postgres
+//! (a cluster), through sqlx's Any driver. Every query uses `$N` placeholders, which both backends
+//! accept, so the same SQL runs on both; only the migrations differ per backend.
+//!
+//! Modelled on gRPC's stress test framework (an event table and a QPS table) plus what the L0
+//! report needs. The driver creates the run and its members and polls events; every worker writes
+//! its events, heartbeats, snapshots and failures through a [`StoreSink`].
+//!
+//! # Connecting
+//!
+//! [`Store::connect`] takes `sqlite://PATH` ([`Store::sqlite_url`] builds one; the file and its
+//! directory are created when missing) or `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`. It installs
+//! sqlx's default Any drivers, opens a small pool (2 connections), and applies the embedded
+//! migrations (`common/migrations/{sqlite,postgres}`, see [`migrate`](self#migrations)); a second
+//! connect changes nothing.
+//!
+//! On SQLite the file is switched to WAL (a persistent setting) and every connection gets
+//! `busy_timeout` (30 s by default) and `synchronous = FULL`; every write transaction starts with
+//! `BEGIN IMMEDIATE`, so it takes the write lock up front and waits for it instead of failing with
+//! "database is locked" when a driver and several worker processes write the same file at once.
+//!
+//! # Schema
+//!
+//! All times are ms since the Unix epoch ([`crate::now_ms`]). u64 values are stored bit-for-bit as
+//! i64 (`INTEGER`/`BIGINT`): they round-trip exactly, though values ≥ 2^63 (e.g. a correlation id
+//! of `u64::MAX`) read as negative numbers in plain SQL. There are no foreign keys on purpose: a
+//! write is never refused because another row is missing.
+//!
+//! | table | key | columns | written by |
+//! |---|---|---|---|
+//! | `runs` | `run_id` | `name`, `matrix_yaml`, `launcher`, `started_at_ms`, `finished_at_ms`?, `verdict`? | [`Store::create_run`], [`Store::finish_run`] |
+//! | `members` | `run_id, member_id` | `role` (`SERVER`/`CLIENT`), `group_name`, `member_index`, `address`, `process_name`, `corr_id_base`?, `corr_id_block_size`?, `command` | [`Store::upsert_member`] |
+//! | `events` | `id` (autoincrement / identity) | `run_id`, `member_id`, `at_ms`, `kind` (`STARTING`/`RUNNING`/`SUCCESS`/`FAILURE`), `details` | [`Store::record_event`] |
+//! | `heartbeats` | `run_id, member_id` | `at_ms` | [`Store::heartbeat`], [`Store::record_snapshot`] |
+//! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (appends) |
+//! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
+//! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual` | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
+//! | `failure_totals` | `run_id, member_id` | `total`: every failure reported, kept or not | [`Store::record_failure`] |
+//! | `diagnostics` | `run_id, member_id` | `details` (JSON text), `updated_at_ms` | [`Store::save_diagnostics`] (replaces) |
+//! | `stress_schema_migrations` | `version` | `name`, `checksum`, `applied_at_ms` | [`Store::connect`] |
+//!
+//! Indexes: `runs (started_at_ms)`, `events (run_id, id)`, `qps_samples (run_id, at_ms)`,
+//! `failures (run_id, member_id, id)`.
+//!
+//! # Guarantees
+//!
+//! * Every write is committed before the call returns (no batching, no buffering); a snapshot's QPS
+//!   sample, counts and heartbeat go in one transaction. Nothing is ever deleted or overwritten
+//!   except the rows that are replaced by design (member, heartbeat, counts, diagnostics, the
+//!   run's verdict).
+//! * Event ids ascend in commit order within a run, so a poller that asks for `events(run,
+//!   last_seen_id)` misses nothing. SQLite has one writer at a time; on Postgres, where ids from a
+//!   sequence can commit out of order, `record_event` holds a per-run advisory lock
+//!   (`pg_advisory_xact_lock`) until its insert commits.
+//! * Failure records are capped per member ([`DEFAULT_FAILURE_CAP`] = 1000, see
+//!   [`StoreOptions::failure_cap`]): beyond the cap only `failure_totals` grows, so a runaway
+//!   failure loop cannot fill the disk. The per-scenario `failures` counts in `scenario_counts`
+//!   stay exact either way.
+//! * Non-finite QPS values (NaN, ±inf: SQLite cannot store NaN) are stored as 0.
+//!
+//! # Migrations
+//!
+//! Embedded SQL per version and backend, applied in one write transaction under the write lock
+//! (`BEGIN IMMEDIATE` / a Postgres advisory lock) and recorded with a checksum in
+//! `stress_schema_migrations`; additive only. See `migrate.rs`.
+
+mod error;
+mod migrate;
+mod sink;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use error::{Result, StoreError, mask_url};
+pub use sink::StoreSink;
+
+use crate::status::{EventKind, FailureRecord, Role, ScenarioCounts, WorkerSnapshot};
+use sqlx::any::AnyPoolOptions;
+use sqlx::{Any, AnyPool, Executor, Row, Transaction};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Failure records kept per member of a run; the rest are only counted.
+pub const DEFAULT_FAILURE_CAP: u64 = 1000;
+
+/// Which database a [`Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    /// The backend of a URL, from its scheme.
+    pub fn from_url(url: &str) -> Option<Backend> {
+        let scheme = url.split_once(':')?.0.to_ascii_lowercase();
+        match scheme.as_str() {
+            "sqlite" => Some(Backend::Sqlite),
+            "postgres" | "postgresql" => Some(Backend::Postgres),
+            _ => None,
+        }
+    }
+}
+
+/// Knobs of [`Store::connect_with`]; [`Store::connect`] uses the defaults.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Connections in the pool (default 2: a worker needs 1–2).
+    pub max_connections: u32,
+    /// Failure records kept per member (default [`DEFAULT_FAILURE_CAP`]).
+    pub failure_cap: u64,
+    /// How long a SQLite write waits for another process's write lock (default 30 s).
+    pub busy_timeout: Duration,
+    /// How long getting a connection may take (default 60 s), including retrying a server that
+    /// refuses connections (e.g. a Postgres that is still starting): a bad URL fails only then.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 2,
+            failure_cap: DEFAULT_FAILURE_CAP,
+            busy_timeout: Duration::from_secs(30),
+            acquire_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A new run, for [`Store::create_run`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub run_id: String,
+    pub name: String,
+    /// The test matrix the run was started with, verbatim.
+    pub matrix_yaml: String,
+    /// How the members were launched (e.g. `local`, `kubernetes`).
+    pub launcher: String,
+    pub started_at_ms: i64,
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub run_id: String,
+    pub name: String,
+    pub matrix_yaml: String,
+    pub launcher: String,
+    pub started_at_ms: i64,
+    pub finished_at_ms: Option<i64>,
+    /// `None` while the run has not finished.
+    pub verdict: Option<String>,
+}
+
+/// A member of a run: one Triton server or one stress worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    pub run_id: String,
+    pub member_id: String,
+    pub role: Role,
+    /// The matrix group the member belongs to.
+    pub group_name: String,
+    /// Its index within the group.
+    pub index: u32,
+    /// Where it listens (servers) or what it targets (clients).
+    pub address: String,
+    pub process_name: String,
+    /// The first correlation id of this client's block, if it has one.
+    pub corr_id_base: Option<u64>,
+    pub corr_id_block_size: Option<u64>,
+    /// The command line that launched it (to reproduce it by hand).
+    pub command: String,
+}
+
+/// One row of the event log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    pub id: i64,
+    pub member_id: String,
+    pub at_ms: i64,
+    pub kind: EventKind,
+    pub details: String,
+}
+
+/// One QPS sample of one member.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QpsSample {
+    pub member_id: String,
+    pub at_ms: i64,
+    pub qps: f64,
+    pub total_requests: u64,
+}
+
+/// The status store. Cheap to clone (the pool is shared).
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+    /// The URL with any password masked: for messages only.
+    url: Arc<str>,
+    failure_cap: u64,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("url", &self.url)
+            .field("backend", &self.backend)
+            .field("failure_cap", &self.failure_cap)
+            .finish()
+    }
+}
+
+/// u64 → BIGINT, bit for bit (values ≥ 2^63 become negative and come back unchanged).
+fn to_db(value: u64) -> i64 {
+    value as i64
+}
+
+fn from_db(value: i64) -> u64 {
+    value as u64
+}
+
+fn finite_or_zero(value: f64) -> f64 {
+    if value.is_finite() { value } else { 0.0 }
+}
+
+fn is_busy(error: &sqlx::Error) -> bool {
+    match error.as_database_error() {
+        Some(db) => {
+            let code = db.code();
+            matches!(code.as_deref(), Some("5") | Some("6"))
+                || db.message().contains("database is locked")
+                || db.message().contains("database table is locked")
+        }
+        None => false,
+    }
+}
+
+/// The file of a `sqlite:` URL (percent-decoded), unless it is an in-memory database.
+fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() || path == ":memory:" || params.split('&').any(|p| p == "mode=memory") {
+        return None;
+    }
+    fn hex(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            decoded.push(hi << 4 | lo);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(std::path::PathBuf::from(String::from_utf8(decoded).ok()?))
+}
+
+impl Store {
+    /// `sqlite://PATH?mode=rwc` for a file (created when missing). `?`, `#`, `%` and spaces in
+    /// the path are percent-encoded.
+    pub fn sqlite_url(path: &Path) -> String {
+        let mut encoded = String::new();
+        for c in path.to_string_lossy().chars() {
+            match c {
+                '%' | '?' | '#' | ' ' => encoded.push_str(&format!("%{:02X}", c as u32)),
+                _ => encoded.push(c),
+            }
+        }
+        format!("sqlite://{encoded}?mode=rwc")
+    }
+
+    /// Connects with [`StoreOptions::default`] and applies the migrations.
+    pub async fn connect(url: &str) -> Result<Store> {
+        Self::connect_with(url, &StoreOptions::default()).await
+    }
+
+    /// Connects and applies the migrations (a no-op when they already are).
+    pub async fn connect_with(url: &str, options: &StoreOptions) -> Result<Store> {
+        let masked = mask_url(url);
+        let backend = Backend::from_url(url).ok_or_else(|| StoreError::UnsupportedUrl {
+            url: masked.clone(),
+        })?;
+        let db = |op: &'static str| {
+            let url = masked.clone();
+            move |error| StoreError::Database { op, url, error }
+        };
+        sqlx::any::install_default_drivers();
+
+        let mut url = url.to_string();
+        let mut pool_options = AnyPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .min_connections(0)
+            .acquire_timeout(options.acquire_timeout);
+        let mut file = None;
+        if backend == Backend::Sqlite {
+            file = sqlite_file(&url);
+            if let Some(file) = &file {
+                if !url.contains("mode=") {
+                    url.push(if url.contains('?') { '&' } else { '?' });
+                    url.push_str("mode=rwc");
+                }
+                if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty())
+                    && !url.contains("mode=ro")
+                {
+                    std::fs::create_dir_all(dir).map_err(|e| StoreError::Other {
+                        op: "connect",
+                        url: masked.clone(),
+                        message: format!("creating {}: {e}", dir.display()),
+                    })?;
+                }
+            }
+            let busy_ms = options.busy_timeout.as_millis();
+            pool_options = pool_options.after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    conn.execute(sqlx::AssertSqlSafe(format!(
+                        "PRAGMA busy_timeout = {busy_ms}; PRAGMA synchronous = FULL;"
+                    )))
+                    .await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = pool_options.connect(&url).await.map_err(db("connect"))?;
+
+        let store = Store {
+            pool,
+            backend,
+            url: masked.as_str().into(),
+            failure_cap: options.failure_cap,
+        };
+        if file.is_some() {
+            store.enable_wal(options.busy_timeout).await?;
+        }
+        migrate::migrate(&store.pool, backend, &masked).await?;
+        Ok(store)
+    }
+
+    /// Switches a SQLite file to WAL. That needs an exclusive lock that `busy_timeout` does not
+    /// wait for, so retry while other connections hold the file (only on a brand-new file: WAL is
+    /// persistent and the check is a plain read afterwards).
+    async fn enable_wal(&self, patience: Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            let result: std::result::Result<String, sqlx::Error> = async {
+                let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+                    .fetch_one(&self.pool)
+                    .await?;
+                if mode.eq_ignore_ascii_case("wal") {
+                    return Ok(mode);
+                }
+                sqlx::query_scalar("PRAGMA journal_mode = WAL")
+                    .fetch_one(&self.pool)
+                    .await
+            }
+            .await;
+            match result {
+                Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+                Ok(mode) if std::time::Instant::now() >= deadline => {
+                    return Err(StoreError::Other {
+                        op: "enable WAL",
+                        url: self.url.to_string(),
+                        message: format!("journal_mode stays {mode:?}"),
+                    });
+                }
+                Err(error) if !is_busy(&error) || std::time::Instant::now() >= deadline => {
+                    return Err(self.db("enable WAL")(error));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    fn db(&self, op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
+        move |error| StoreError::Database {
+            op,
+            url: self.url.to_string(),
+            error,
+        }
+    }
+
+    fn corrupt(&self, op: &'static str, message: String) -> StoreError {
+        StoreError::Corrupt {
+            op,
+            url: self.url.to_string(),
+            message,
+        }
+    }
+
+    /// A transaction that holds the write lock from its start (SQLite: `BEGIN IMMEDIATE`, which
+    /// waits up to `busy_timeout` for it; Postgres takes row locks as it goes).
+    async fn begin_write(&self, op: &'static str) -> Result<Transaction<'static, Any>> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
+        .map_err(self.db(op))
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The URL, password masked.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Failure records kept per member.
+    pub fn failure_cap(&self) -> u64 {
+        self.failure_cap
+    }
+
+    /// The highest migration version applied to the database.
+    pub async fn schema_version(&self) -> Result<i64> {
+        migrate::schema_version(&self.pool)
+            .await
+            .map_err(self.db("schema_version"))
+    }
+
+    /// Closes the pool (waits for connections in use to come back). Everything written is
+    /// already committed; this only lets SQLite checkpoint and remove its WAL file.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// A [`crate::status::StatusSink`] that writes as `member_id` of `run_id`.
+    pub fn sink(&self, run_id: impl Into<String>, member_id: impl Into<String>) -> StoreSink {
+        StoreSink {
+            store: self.clone(),
+            run_id: run_id.into(),
+            member_id: member_id.into(),
+        }
+    }
+
+    // ---- runs ------------------------------------------------------------------------------
+
+    pub async fn create_run(&self, run: &NewRun) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO runs (run_id, name, matrix_yaml, launcher, started_at_ms)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&run.run_id)
+        .bind(&run.name)
+        .bind(&run.matrix_yaml)
+        .bind(&run.launcher)
+        .bind(run.started_at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("create_run"))?;
+        Ok(())
+    }
+
+    /// Records the verdict; an error when the run does not exist.
+    pub async fn finish_run(&self, run_id: &str, verdict: &str, finished_at_ms: i64) -> Result<()> {
+        let done =
+            sqlx::query("UPDATE runs SET verdict = $2, finished_at_ms = $3 WHERE run_id = $1")
+                .bind(run_id)
+                .bind(verdict)
+                .bind(finished_at_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(self.db("finish_run"))?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound {
+                op: "finish_run",
+                url: self.url.to_string(),
+                what: format!("run {run_id:?}"),
+            });
+        }
+        Ok(())
+    }
+
+    const RUN_COLUMNS: &str =
+        "run_id, name, matrix_yaml, launcher, started_at_ms, finished_at_ms, verdict";
+
+    fn run_row(row: &sqlx::any::AnyRow) -> std::result::Result<RunRow, sqlx::Error> {
+        Ok(RunRow {
+            run_id: row.try_get(0)?,
+            name: row.try_get(1)?,
+            matrix_yaml: row.try_get(2)?,
+            launcher: row.try_get(3)?,
+            started_at_ms: row.try_get(4)?,
+            finished_at_ms: row.try_get(5)?,
+            verdict: row.try_get(6)?,
+        })
+    }
+
+    pub async fn run(&self, run_id: &str) -> Result<Option<RunRow>> {
+        let sql = format!("SELECT {} FROM runs WHERE run_id = $1", Self::RUN_COLUMNS);
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(self.db("run"))?;
+        row.as_ref()
+            .map(Self::run_row)
+            .transpose()
+            .map_err(self.db("run"))
+    }
+
+    /// Every run, newest (by `started_at_ms`) first.
+    pub async fn runs(&self) -> Result<Vec<RunRow>> {
+        let sql = format!(
+            "SELECT {} FROM runs ORDER BY started_at_ms DESC, run_id DESC",
+            Self::RUN_COLUMNS
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.db("runs"))?;
+        rows.iter()
+            .map(Self::run_row)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(self.db("runs"))
+    }
+
+    /// The newest run's id.
+    pub async fn latest_run_id(&self) -> Result<Option<String>> {
+        sqlx::query_scalar(
+            "SELECT run_id FROM runs ORDER BY started_at_ms DESC, run_id DESC LIMIT 1",
+        )
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.db("latest_run_id"))
+    }
+
+    // ---- members ---------------------------------------------------------------------------
+
+    /// Inserts the member or replaces every field of it.
+    pub async fn upsert_member(&self, member: &Member) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO members (run_id, member_id, role, group_name, member_index, address,
+                                  process_name, corr_id_base, corr_id_block_size, command)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+             ON CONFLICT (run_id, member_id) DO UPDATE SET
+                 role = excluded.role,
+                 group_name = excluded.group_name,
+                 member_index = excluded.member_index,
+                 address = excluded.address,
+                 process_name = excluded.process_name,
+                 corr_id_base = excluded.corr_id_base,
+                 corr_id_block_size = excluded.corr_id_block_size,
+                 command = excluded.command",
+        )
+        .bind(&member.run_id)
+        .bind(&member.member_id)
+        .bind(member.role.as_str())
+        .bind(&member.group_name)
+        .bind(i64::from(member.index))
+        .bind(&member.address)
+        .bind(&member.process_name)
+        .bind(member.corr_id_base.map(to_db))
+        .bind(member.corr_id_block_size.map(to_db))
+        .bind(&member.command)
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("upsert_member"))?;
+        Ok(())
+    }
+
+    /// The members of a run, by group, index and id.
+    pub async fn members(&self, run_id: &str) -> Result<Vec<Member>> {
+        type Columns = (
+            String,
+            String,
+            String,
+            i64,
+            String,
+            String,
+            Option<i64>,
+            Option<i64>,
+            String,
+        );
+        let rows: Vec<Columns> = sqlx::query_as(
+            "SELECT member_id, role, group_name, member_index, address, process_name,
+                    corr_id_base, corr_id_block_size, command
+             FROM members WHERE run_id = $1
+             ORDER BY group_name, member_index, member_id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("members"))?;
+        rows.into_iter()
+            .map(
+                |(
+                    member_id,
+                    role,
+                    group_name,
+                    index,
+                    address,
+                    process_name,
+                    base,
+                    size,
+                    command,
+                )| {
+                    let role = Role::parse(&role).ok_or_else(|| {
+                        self.corrupt(
+                            "members",
+                            format!("member {member_id:?} has unknown role {role:?}"),
+                        )
+                    })?;
+                    let index = u32::try_from(index).map_err(|_| {
+                        self.corrupt("members", format!("member {member_id:?} has index {index}"))
+                    })?;
+                    Ok(Member {
+                        run_id: run_id.to_string(),
+                        member_id,
+                        role,
+                        group_name,
+                        index,
+                        address,
+                        process_name,
+                        corr_id_base: base.map(from_db),
+                        corr_id_block_size: size.map(from_db),
+                        command,
+                    })
+                },
+            )
+            .collect()
+    }
+
+    // ---- events ----------------------------------------------------------------------------
+
+    /// Appends an event (at [`crate::now_ms`]) and returns its id.
+    pub async fn record_event(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        kind: EventKind,
+        details: &str,
+    ) -> Result<i64> {
+        const INSERT: &str = "INSERT INTO events (run_id, member_id, at_ms, kind, details)
+                              VALUES ($1, $2, $3, $4, $5) RETURNING id";
+        let at_ms = crate::now_ms();
+        let insert = || {
+            sqlx::query_scalar::<_, i64>(INSERT)
+                .bind(run_id)
+                .bind(member_id)
+                .bind(at_ms)
+                .bind(kind.as_str())
+                .bind(details)
+        };
+        match self.backend {
+            Backend::Sqlite => insert()
+                .fetch_one(&self.pool)
+                .await
+                .map_err(self.db("record_event")),
+            Backend::Postgres => {
+                // Serialise the inserts of one run so that its ids become visible in order.
+                let mut tx = self.begin_write("record_event").await?;
+                sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+                    .bind(EVENT_LOCK_CLASS)
+                    .bind(run_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.db("record_event"))?;
+                let id = insert()
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(self.db("record_event"))?;
+                tx.commit().await.map_err(self.db("record_event"))?;
+                Ok(id)
+            }
+        }
+    }
+
+    fn event_row(&self, op: &'static str, row: &sqlx::any::AnyRow) -> Result<EventRow> {
+        let get = || -> std::result::Result<(i64, String, i64, String, String), sqlx::Error> {
+            Ok((
+                row.try_get(0)?,
+                row.try_get(1)?,
+                row.try_get(2)?,
+                row.try_get(3)?,
+                row.try_get(4)?,
+            ))
+        };
+        let (id, member_id, at_ms, kind, details) = get().map_err(self.db(op))?;
+        let kind = EventKind::parse(&kind)
+            .ok_or_else(|| self.corrupt(op, format!("event {id} has unknown kind {kind:?}")))?;
+        Ok(EventRow {
+            id,
+            member_id,
+            at_ms,
+            kind,
+            details,
+        })
+    }
+
+    /// The events of a run with an id above `after_id` (0 for all), ascending. Poll with the
+    /// last id seen.
+    pub async fn events(&self, run_id: &str, after_id: i64) -> Result<Vec<EventRow>> {
+        let rows = sqlx::query(
+            "SELECT id, member_id, at_ms, kind, details FROM events
+             WHERE run_id = $1 AND id > $2 ORDER BY id",
+        )
+        .bind(run_id)
+        .bind(after_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("events"))?;
+        rows.iter()
+            .map(|row| self.event_row("events", row))
+            .collect()
+    }
+
+    /// The run's first FAILURE event.
+    pub async fn first_failure(&self, run_id: &str) -> Result<Option<EventRow>> {
+        let row = sqlx::query(
+            "SELECT id, member_id, at_ms, kind, details FROM events
+             WHERE run_id = $1 AND kind = $2 ORDER BY id LIMIT 1",
+        )
+        .bind(run_id)
+        .bind(EventKind::Failure.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.db("first_failure"))?;
+        row.map(|row| self.event_row("first_failure", &row))
+            .transpose()
+    }
+
+    // ---- heartbeats ------------------------------------------------------------------------
+
+    const HEARTBEAT: &str = "INSERT INTO heartbeats (run_id, member_id, at_ms) VALUES ($1, $2, $3)
+                             ON CONFLICT (run_id, member_id) DO UPDATE SET at_ms = excluded.at_ms";
+
+    /// Sets the member's last heartbeat.
+    pub async fn heartbeat(&self, run_id: &str, member_id: &str, at_ms: i64) -> Result<()> {
+        sqlx::query(Self::HEARTBEAT)
+            .bind(run_id)
+            .bind(member_id)
+            .bind(at_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(self.db("heartbeat"))?;
+        Ok(())
+    }
+
+    /// (member_id, last heartbeat ms) of every member that sent one, by member id.
+    pub async fn heartbeats(&self, run_id: &str) -> Result<Vec<(String, i64)>> {
+        sqlx::query_as(
+            "SELECT member_id, at_ms FROM heartbeats WHERE run_id = $1 ORDER BY member_id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("heartbeats"))
+    }
+
+    // ---- snapshots -------------------------------------------------------------------------
+
+    /// In one transaction: appends a QPS sample, replaces the member's cumulative per-scenario
+    /// counts, and sets its heartbeat (all at `snapshot.at_ms`, or now when that is 0).
+    pub async fn record_snapshot(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        snapshot: &WorkerSnapshot,
+    ) -> Result<()> {
+        const OP: &str = "record_snapshot";
+        let at_ms = if snapshot.at_ms > 0 {
+            snapshot.at_ms
+        } else {
+            crate::now_ms()
+        };
+        let mut tx = self.begin_write(OP).await?;
+        sqlx::query(
+            "INSERT INTO qps_samples (run_id, member_id, at_ms, qps, total_requests)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .bind(at_ms)
+        .bind(finite_or_zero(snapshot.qps))
+        .bind(to_db(snapshot.total_requests))
+        .execute(&mut *tx)
+        .await
+        .map_err(self.db(OP))?;
+        for counts in &snapshot.scenarios {
+            sqlx::query(
+                "INSERT INTO scenario_counts (run_id, member_id, scenario, tests, failures,
+                                              requests, skipped, latency_histogram, updated_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (run_id, member_id, scenario) DO UPDATE SET
+                     tests = excluded.tests,
+                     failures = excluded.failures,
+                     requests = excluded.requests,
+                     skipped = excluded.skipped,
+                     latency_histogram = excluded.latency_histogram,
+                     updated_at_ms = excluded.updated_at_ms",
+            )
+            .bind(run_id)
+            .bind(member_id)
+            .bind(&counts.scenario)
+            .bind(to_db(counts.tests))
+            .bind(to_db(counts.failures))
+            .bind(to_db(counts.requests))
+            .bind(to_db(counts.skipped))
+            .bind(&counts.latency_histogram)
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        }
+        sqlx::query(Self::HEARTBEAT)
+            .bind(run_id)
+            .bind(member_id)
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        tx.commit().await.map_err(self.db(OP))
+    }
+
+    /// Every QPS sample of the run, by time (then insertion).
+    pub async fn qps_samples(&self, run_id: &str) -> Result<Vec<QpsSample>> {
+        let rows: Vec<(String, i64, f64, i64)> = sqlx::query_as(
+            "SELECT member_id, at_ms, qps, total_requests FROM qps_samples
+             WHERE run_id = $1 ORDER BY at_ms, id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("qps_samples"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(member_id, at_ms, qps, total_requests)| QpsSample {
+                member_id,
+                at_ms,
+                qps,
+                total_requests: from_db(total_requests),
+            })
+            .collect())
+    }
+
+    /// The latest cumulative counts of every (member, scenario), by member then scenario.
+    pub async fn scenario_counts(&self, run_id: &str) -> Result<Vec<(String, ScenarioCounts)>> {
+        type Row = (String, String, i64, i64, i64, i64, String);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT member_id, scenario, tests, failures, requests, skipped, latency_histogram
+             FROM scenario_counts WHERE run_id = $1 ORDER BY member_id, scenario",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("scenario_counts"))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(member_id, scenario, tests, failures, requests, skipped, latency_histogram)| {
+                    (
+                        member_id,
+                        ScenarioCounts {
+                            scenario,
+                            tests: from_db(tests),
+                            failures: from_db(failures),
+                            requests: from_db(requests),
+                            skipped: from_db(skipped),
+                            latency_histogram,
+                        },
+                    )
+                },
+            )
+            .collect())
+    }
+
+    // ---- failures --------------------------------------------------------------------------
+
+    /// Counts the failure and keeps its record while the member has fewer than
+    /// [`Store::failure_cap`] records; returns whether it was kept.
+    pub async fn record_failure(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        failure: &FailureRecord,
+    ) -> Result<bool> {
+        const OP: &str = "record_failure";
+        let mut tx = self.begin_write(OP).await?;
+        let total: i64 = sqlx::query_scalar(
+            "INSERT INTO failure_totals (run_id, member_id, total) VALUES ($1, $2, 1)
+             ON CONFLICT (run_id, member_id) DO UPDATE SET total = failure_totals.total + 1
+             RETURNING total",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(self.db(OP))?;
+        let keep = from_db(total) <= self.failure_cap;
+        if keep {
+            sqlx::query(
+                "INSERT INTO failures (run_id, member_id, at_ms, scenario, server, model,
+                                       correlation_id, expected, actual)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(run_id)
+            .bind(member_id)
+            .bind(failure.at_ms)
+            .bind(&failure.scenario)
+            .bind(&failure.server)
+            .bind(&failure.model)
+            .bind(failure.correlation_id.map(to_db))
+            .bind(&failure.expected)
+            .bind(&failure.actual)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        }
+        tx.commit().await.map_err(self.db(OP))?;
+        Ok(keep)
+    }
+
+    /// The kept failure records of the run, in the order they were recorded.
+    pub async fn failures(&self, run_id: &str) -> Result<Vec<(String, FailureRecord)>> {
+        type Row = (
+            String,
+            i64,
+            String,
+            String,
+            String,
+            Option<i64>,
+            String,
+            String,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT member_id, at_ms, scenario, server, model, correlation_id, expected, actual
+             FROM failures WHERE run_id = $1 ORDER BY id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("failures"))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(member_id, at_ms, scenario, server, model, correlation_id, expected, actual)| {
+                    (
+                        member_id,
+                        FailureRecord {
+                            at_ms,
+                            scenario,
+                            server,
+                            model,
+                            correlation_id: correlation_id.map(from_db),
+                            expected,
+                            actual,
+                        },
+                    )
+                },
+            )
+            .collect())
+    }
+
+    /// (member_id, failures reported) per member, kept or not, by member id. A member reported
+    /// `total - kept` more failures than [`Store::failures`] shows.
+    pub async fn failure_totals(&self, run_id: &str) -> Result<Vec<(String, u64)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT member_id, total FROM failure_totals WHERE run_id = $1 ORDER BY member_id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("failure_totals"))?;
+        Ok(rows.into_iter().map(|(m, t)| (m, from_db(t))).collect())
+    }
+
+    // ---- diagnostics -----------------------------------------------------------------------
+
+    /// Sets (replaces) the member's diagnostics: exit code or signal, log tail, reproduce
+    /// command, pod details... Stored as JSON text.
+    pub async fn save_diagnostics(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        details: &serde_json::Value,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO diagnostics (run_id, member_id, details, updated_at_ms)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (run_id, member_id) DO UPDATE SET
+                 details = excluded.details, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .bind(details.to_string())
+        .bind(crate::now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("save_diagnostics"))?;
+        Ok(())
+    }
+
+    /// (member_id, diagnostics) of every member that has some, by member id.
+    pub async fn diagnostics(&self, run_id: &str) -> Result<Vec<(String, serde_json::Value)>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT member_id, details FROM diagnostics WHERE run_id = $1 ORDER BY member_id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("diagnostics"))?;
+        rows.into_iter()
+            .map(|(member_id, text)| {
+                let value = serde_json::from_str(&text).map_err(|e| {
+                    self.corrupt(
+                        "diagnostics",
+                        format!("diagnostics of {member_id:?} are not JSON: {e}"),
+                    )
+                })?;
+                Ok((member_id, value))
+            })
+            .collect()
+    }
+}
+
+/// The class (first key) of the Postgres advisory locks that order a run's events ("ev").
+const EVENT_LOCK_CLASS: i32 = 0x6576;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_from_urls() {
+        assert_eq!(Backend::from_url("sqlite:///tmp/x"), Some(Backend::Sqlite));
+        assert_eq!(Backend::from_url("sqlite::memory:"), Some(Backend::Sqlite));
+        assert_eq!(
+            Backend::from_url("postgres://u@h/db"),
+            Some(Backend::Postgres)
+        );
+        assert_eq!(
+            Backend::from_url("postgresql://u@h/db"),
+            Some(Backend::Postgres)
+        );
+        assert_eq!(Backend::from_url("mysql://u@h/db"), None);
+        assert_eq!(Backend::from_url("/tmp/x.sqlite"), None);
+    }
+
+    #[test]
+    fn sqlite_urls_round_trip_paths() {
+        let path = Path::new("/tmp/a dir/run?1#%/status.sqlite");
+        let url = Store::sqlite_url(path);
+        assert_eq!(
+            url,
+            "sqlite:///tmp/a%20dir/run%3F1%23%25/status.sqlite?mode=rwc"
+        );
+        assert_eq!(sqlite_file(&url).as_deref(), Some(path));
+        assert_eq!(
+            sqlite_file("sqlite:runs/x.sqlite").as_deref(),
+            Some(Path::new("runs/x.sqlite"))
+        );
+        assert_eq!(sqlite_file("sqlite::memory:"), None);
+        assert_eq!(sqlite_file("sqlite://x?mode=memory"), None);
+    }
+
+    #[test]
+    fn u64_round_trips_through_i64() {
+        for v in [0, 1, u64::MAX, i64::MAX as u64, i64::MAX as u64 + 1] {
+            assert_eq!(from_db(to_db(v)), v);
+        }
+        assert_eq!(finite_or_zero(f64::NAN), 0.0);
+        assert_eq!(finite_or_zero(1.5), 1.5);
+    }
+}
