@@ -1,0 +1,711 @@
+//! The status store tells the same story on both backends: a temporary SQLite file, and a
+//! throwaway PostgreSQL cluster (or `TEST_DATABASE_URL`). Without Postgres binaries the Postgres
+//! test fails, unless `TRITON_STRESS_SKIP_POSTGRES=1`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use stress_common::histogram::LatencyHistogram;
+use stress_common::now_ms;
+use stress_common::status::{
+    EventKind, FailureRecord, Role, ScenarioCounts, StatusSink, WorkerSnapshot,
+};
+use stress_common::store::testing::TestPostgres;
+use stress_common::store::{
+    EventRow, Member, NewRun, QpsSample, RunRow, Store, StoreError, StoreOptions,
+};
+
+/// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
+fn unique(prefix: &str) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{prefix}-{}-{}-{}",
+        std::process::id(),
+        now_ms(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn histogram(latencies_ms: &[u64]) -> String {
+    let mut h = LatencyHistogram::new();
+    for ms in latencies_ms {
+        h.record(Duration::from_millis(*ms));
+    }
+    h.encode()
+}
+
+fn member(run_id: &str, member_id: &str, role: Role, group: &str, index: u32) -> Member {
+    Member {
+        run_id: run_id.to_string(),
+        member_id: member_id.to_string(),
+        role,
+        group_name: group.to_string(),
+        index,
+        address: format!("127.0.0.1:{}", 8000 + index),
+        process_name: format!("{member_id}-proc"),
+        corr_id_base: None,
+        corr_id_block_size: None,
+        command: format!("stress-worker --member {member_id} --quoted 'a b'"),
+    }
+}
+
+/// Everything a run holds, read back through the API.
+#[derive(Debug, PartialEq)]
+struct Everything {
+    run: Option<RunRow>,
+    members: Vec<Member>,
+    events: Vec<EventRow>,
+    first_failure: Option<EventRow>,
+    heartbeats: Vec<(String, i64)>,
+    qps: Vec<QpsSample>,
+    counts: Vec<(String, ScenarioCounts)>,
+    failures: Vec<(String, FailureRecord)>,
+    failure_totals: Vec<(String, u64)>,
+    diagnostics: Vec<(String, serde_json::Value)>,
+}
+
+async fn everything(store: &Store, run_id: &str) -> Everything {
+    Everything {
+        run: store.run(run_id).await.unwrap(),
+        members: store.members(run_id).await.unwrap(),
+        events: store.events(run_id, 0).await.unwrap(),
+        first_failure: store.first_failure(run_id).await.unwrap(),
+        heartbeats: store.heartbeats(run_id).await.unwrap(),
+        qps: store.qps_samples(run_id).await.unwrap(),
+        counts: store.scenario_counts(run_id).await.unwrap(),
+        failures: store.failures(run_id).await.unwrap(),
+        failure_totals: store.failure_totals(run_id).await.unwrap(),
+        diagnostics: store.diagnostics(run_id).await.unwrap(),
+    }
+}
+
+/// The whole story. `fresh`: the database holds nothing but what this story writes.
+async fn story(url: &str, fresh: bool) {
+    let store = Store::connect(url).await.expect("connect");
+    assert_eq!(store.schema_version().await.unwrap(), 1);
+    // A second connect is a no-op.
+    let again = Store::connect(url).await.expect("second connect");
+    assert_eq!(again.schema_version().await.unwrap(), 1);
+    again.close().await;
+
+    // ---- runs
+    let t0 = now_ms();
+    let old_run = unique("old-run");
+    let run_id = unique("run");
+    store
+        .create_run(&NewRun {
+            run_id: old_run.clone(),
+            name: "yesterday".into(),
+            matrix_yaml: "groups: []\n".into(),
+            launcher: "local".into(),
+            started_at_ms: t0 - 86_400_000,
+        })
+        .await
+        .unwrap();
+    let new_run = NewRun {
+        run_id: run_id.clone(),
+        name: "nightly L0 'soak'".into(),
+        matrix_yaml: "groups:\n  - name: seq\n    servers: 1\n    clients: 2\n".into(),
+        launcher: "local".into(),
+        started_at_ms: t0,
+    };
+    store.create_run(&new_run).await.unwrap();
+    let duplicate = store.create_run(&new_run).await.unwrap_err();
+    assert!(duplicate.to_string().contains("create_run"), "{duplicate}");
+    let row = store.run(&run_id).await.unwrap().expect("the run");
+    assert_eq!(row.name, new_run.name);
+    assert_eq!(row.matrix_yaml, new_run.matrix_yaml);
+    assert_eq!((row.finished_at_ms, row.verdict), (None, None));
+    assert_eq!(store.run("no-such-run").await.unwrap(), None);
+
+    // ---- members
+    let server = member(&run_id, "server-0", Role::Server, "seq", 0);
+    let mut client0 = member(&run_id, "client-0", Role::Client, "seq", 0);
+    client0.corr_id_base = Some(u64::MAX - 999);
+    client0.corr_id_block_size = Some(1000);
+    let mut client1 = member(&run_id, "client-1", Role::Client, "seq", 1);
+    client1.corr_id_base = Some(1_000_000);
+    client1.corr_id_block_size = Some(1000);
+    for m in [&client1, &server, &client0] {
+        store.upsert_member(m).await.unwrap();
+    }
+    client0.address = "10.0.0.7:8001".into();
+    store.upsert_member(&client0).await.unwrap(); // replaces
+    let members = store.members(&run_id).await.unwrap();
+    let ids: Vec<&str> = members.iter().map(|m| m.member_id.as_str()).collect();
+    assert_eq!(ids, ["client-0", "server-0", "client-1"]); // by group, index, id
+    assert_eq!(members[0], client0);
+    assert_eq!(members[1], server);
+    assert_eq!(members[2], client1);
+    assert!(store.members(&old_run).await.unwrap().is_empty());
+
+    // ---- events, polled the way the driver does
+    let s0 = store.sink(&run_id, "server-0");
+    let c0 = store.sink(&run_id, "client-0");
+    let c1 = store.sink(&run_id, "client-1");
+    s0.event(
+        EventKind::Starting,
+        "tritonserver --model-repository=/models",
+    )
+    .await
+    .unwrap();
+    s0.event(EventKind::Running, "ready").await.unwrap();
+    let seen = store.events(&run_id, 0).await.unwrap();
+    assert_eq!(
+        seen.iter().map(|e| e.kind).collect::<Vec<_>>(),
+        [EventKind::Starting, EventKind::Running]
+    );
+    assert!(
+        seen.iter()
+            .all(|e| e.member_id == "server-0" && e.at_ms >= t0)
+    );
+    let mut last = seen.last().unwrap().id;
+    assert!(store.events(&run_id, last).await.unwrap().is_empty());
+
+    let id = store
+        .record_event(&run_id, "client-0", EventKind::Starting, "")
+        .await
+        .unwrap();
+    assert!(id > last);
+    c0.event(EventKind::Running, "3 scenarios").await.unwrap();
+    c1.event(EventKind::Starting, "").await.unwrap();
+    let new = store.events(&run_id, last).await.unwrap();
+    assert_eq!(new.len(), 3);
+    assert_eq!(new[0].id, id);
+    assert!(new.windows(2).all(|w| w[0].id < w[1].id));
+    assert_eq!(
+        (
+            new[1].member_id.as_str(),
+            new[1].kind,
+            new[1].details.as_str()
+        ),
+        ("client-0", EventKind::Running, "3 scenarios")
+    );
+    last = new.last().unwrap().id;
+    assert!(store.events(&run_id, last).await.unwrap().is_empty());
+    assert_eq!(store.first_failure(&run_id).await.unwrap(), None);
+
+    c1.event(EventKind::Failure, "sequence 1000007: expected 3, got 4")
+        .await
+        .unwrap();
+    c0.event(EventKind::Failure, "a later failure")
+        .await
+        .unwrap();
+    let failure = store
+        .first_failure(&run_id)
+        .await
+        .unwrap()
+        .expect("a failure");
+    assert_eq!(failure.member_id, "client-1");
+    assert_eq!(failure.details, "sequence 1000007: expected 3, got 4");
+    assert_eq!(store.events(&run_id, last).await.unwrap()[0], failure);
+    assert_eq!(store.events(&run_id, 0).await.unwrap().len(), 7);
+    assert!(store.events(&old_run, 0).await.unwrap().is_empty());
+    assert_eq!(store.first_failure(&old_run).await.unwrap(), None);
+
+    // ---- heartbeats (one row per member)
+    store.heartbeat(&run_id, "server-0", t0 + 1).await.unwrap();
+    store.heartbeat(&run_id, "server-0", t0 + 5).await.unwrap();
+    assert_eq!(
+        store.heartbeats(&run_id).await.unwrap(),
+        [("server-0".to_string(), t0 + 5)]
+    );
+    s0.heartbeat().await.unwrap(); // the sink stamps now
+    let beats = store.heartbeats(&run_id).await.unwrap();
+    assert!(beats[0].1 >= t0, "{beats:?}");
+
+    // ---- snapshots twice: counts are replaced, QPS samples accumulate
+    let counts_a1 = ScenarioCounts {
+        scenario: "sequence_no_end".into(),
+        tests: 10,
+        failures: 1,
+        requests: 100,
+        skipped: 2,
+        latency_histogram: histogram(&[1, 2, 3]),
+    };
+    let counts_b1 = ScenarioCounts {
+        scenario: "infer_simple".into(),
+        tests: 5,
+        failures: 0,
+        requests: 5,
+        skipped: 0,
+        latency_histogram: histogram(&[7]),
+    };
+    store
+        .record_snapshot(
+            &run_id,
+            "client-0",
+            &WorkerSnapshot {
+                at_ms: t0 + 1000,
+                total_requests: 105,
+                qps: 105.0,
+                scenarios: vec![counts_a1.clone(), counts_b1.clone()],
+            },
+        )
+        .await
+        .unwrap();
+    let counts_a2 = ScenarioCounts {
+        tests: 20,
+        failures: 2,
+        requests: 200,
+        // beyond i64: must round-trip bit for bit
+        skipped: u64::MAX,
+        latency_histogram: histogram(&[1, 2, 3, 4, 500]),
+        ..counts_a1.clone()
+    };
+    c0.snapshot(&WorkerSnapshot {
+        at_ms: t0 + 2000,
+        total_requests: 210,
+        qps: 105.5,
+        scenarios: vec![counts_a2.clone()],
+    })
+    .await
+    .unwrap();
+    c1.snapshot(&WorkerSnapshot {
+        at_ms: t0 + 1500,
+        total_requests: 0,
+        qps: f64::NAN, // stored as 0
+        scenarios: vec![],
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        store.scenario_counts(&run_id).await.unwrap(),
+        [
+            ("client-0".to_string(), counts_b1.clone()),
+            ("client-0".to_string(), counts_a2.clone()),
+        ]
+    );
+    let decoded = LatencyHistogram::decode(&counts_a2.latency_histogram).unwrap();
+    assert_eq!(decoded.count(), 5);
+    assert_eq!(
+        store.qps_samples(&run_id).await.unwrap(),
+        [
+            QpsSample {
+                member_id: "client-0".into(),
+                at_ms: t0 + 1000,
+                qps: 105.0,
+                total_requests: 105
+            },
+            QpsSample {
+                member_id: "client-1".into(),
+                at_ms: t0 + 1500,
+                qps: 0.0,
+                total_requests: 0
+            },
+            QpsSample {
+                member_id: "client-0".into(),
+                at_ms: t0 + 2000,
+                qps: 105.5,
+                total_requests: 210
+            },
+        ]
+    );
+    // A snapshot refreshes the heartbeat.
+    let beats = store.heartbeats(&run_id).await.unwrap();
+    assert!(
+        beats.contains(&("client-0".to_string(), t0 + 2000)),
+        "{beats:?}"
+    );
+    assert!(
+        beats.contains(&("client-1".to_string(), t0 + 1500)),
+        "{beats:?}"
+    );
+    assert!(store.qps_samples(&old_run).await.unwrap().is_empty());
+
+    // ---- failures, with a cap per member
+    let f1 = FailureRecord {
+        at_ms: t0 + 1100,
+        scenario: "sequence_no_end".into(),
+        server: "127.0.0.1:8001".into(),
+        model: "simple_sequence".into(),
+        correlation_id: Some(u64::MAX),
+        expected: "OUTPUT0 = [3]".into(),
+        actual: "OUTPUT0 = [4]".into(),
+    };
+    let f2 = FailureRecord {
+        at_ms: t0 + 1200,
+        scenario: "infer_simple".into(),
+        correlation_id: None,
+        expected: "200 OK".into(),
+        actual: "UNAVAILABLE: \"connection refused\"".into(),
+        ..f1.clone()
+    };
+    assert!(
+        store
+            .record_failure(&run_id, "client-1", &f1)
+            .await
+            .unwrap()
+    );
+    c0.failure(&f2).await.unwrap();
+    let capped = Store::connect_with(
+        url,
+        &StoreOptions {
+            failure_cap: 3,
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut kept = vec![];
+    for i in 0..5 {
+        let f = FailureRecord {
+            at_ms: t0 + 1300 + i,
+            actual: format!("failure {i}"),
+            ..f2.clone()
+        };
+        kept.push(capped.record_failure(&run_id, "runaway", &f).await.unwrap());
+    }
+    assert_eq!(kept, [true, true, true, false, false]);
+    capped.close().await;
+    let failures = store.failures(&run_id).await.unwrap();
+    assert_eq!(failures.len(), 5);
+    assert_eq!(failures[0], ("client-1".to_string(), f1.clone()));
+    assert_eq!(failures[1], ("client-0".to_string(), f2.clone()));
+    assert_eq!(failures[4].1.actual, "failure 2");
+    assert_eq!(
+        store.failure_totals(&run_id).await.unwrap(),
+        [
+            ("client-0".to_string(), 1),
+            ("client-1".to_string(), 1),
+            ("runaway".to_string(), 5),
+        ]
+    );
+    assert!(store.failures(&old_run).await.unwrap().is_empty());
+
+    // ---- diagnostics (replaced per member)
+    store
+        .save_diagnostics(&run_id, "client-1", &serde_json::json!({"exit_code": null}))
+        .await
+        .unwrap();
+    let diag = serde_json::json!({
+        "exit_code": 137,
+        "signal": "SIGKILL",
+        "log_tail": ["line 1", "line \"2\"", "ünïcödé"],
+        "reproduce": "stress-worker --member client-1",
+    });
+    store
+        .save_diagnostics(&run_id, "client-1", &diag)
+        .await
+        .unwrap();
+    store
+        .save_diagnostics(&run_id, "server-0", &serde_json::json!({"exit_code": 0}))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.diagnostics(&run_id).await.unwrap(),
+        [
+            ("client-1".to_string(), diag.clone()),
+            ("server-0".to_string(), serde_json::json!({"exit_code": 0})),
+        ]
+    );
+
+    // ---- finish
+    store.finish_run(&run_id, "FAIL", t0 + 3000).await.unwrap();
+    let row = store.run(&run_id).await.unwrap().unwrap();
+    assert_eq!(row.verdict.as_deref(), Some("FAIL"));
+    assert_eq!(row.finished_at_ms, Some(t0 + 3000));
+    let missing = store
+        .finish_run("no-such-run", "PASS", t0)
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, StoreError::NotFound { .. }), "{missing}");
+    assert!(missing.to_string().contains("finish_run"), "{missing}");
+
+    let runs = store.runs().await.unwrap();
+    let position = |id: &str| runs.iter().position(|r| r.run_id == id).unwrap();
+    assert!(position(&run_id) < position(&old_run), "newest first");
+    assert_eq!(
+        store.latest_run_id().await.unwrap().as_deref(),
+        Some(runs[0].run_id.as_str())
+    );
+    if fresh {
+        assert_eq!(runs.len(), 2);
+        assert_eq!(store.latest_run_id().await.unwrap(), Some(run_id.clone()));
+    }
+
+    // ---- reconnect and read everything back
+    let before = everything(&store, &run_id).await;
+    let before_old = everything(&store, &old_run).await;
+    store.close().await;
+    let store = Store::connect(url).await.expect("reconnect");
+    assert_eq!(store.schema_version().await.unwrap(), 1);
+    let after = everything(&store, &run_id).await;
+    assert_eq!(after, before);
+    assert_eq!(everything(&store, &old_run).await, before_old);
+    assert_eq!(after.run, Some(row));
+    assert_eq!(after.members.len(), 3);
+    assert_eq!(after.events.len(), 7);
+    assert_eq!(after.qps.len(), 3);
+    assert_eq!(after.counts.len(), 2);
+    assert_eq!(after.failures.len(), 5);
+    assert_eq!(after.diagnostics.len(), 2);
+    store.close().await;
+}
+
+/// `writers` tasks, each with its own `Store::connect` (connecting all at once, so on a new
+/// database they also race the migrations), write snapshots, events, heartbeats and failures.
+async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
+    let run_id = unique("concurrent");
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let url = url.to_string();
+            let run_id = run_id.clone();
+            tokio::spawn(async move {
+                let store = Store::connect(&url).await?;
+                store
+                    .record_event(&run_id, &format!("client-{w}"), EventKind::Starting, "")
+                    .await?;
+                for i in 1..=snapshots {
+                    store
+                        .record_snapshot(
+                            &run_id,
+                            &format!("client-{w}"),
+                            &WorkerSnapshot {
+                                at_ms: now_ms(),
+                                total_requests: i * 10,
+                                qps: 10.0,
+                                scenarios: vec![ScenarioCounts {
+                                    scenario: "infer_simple".into(),
+                                    tests: i,
+                                    failures: i / 10,
+                                    requests: i * 10,
+                                    skipped: 0,
+                                    latency_histogram: String::new(),
+                                }],
+                            },
+                        )
+                        .await?;
+                    if i % 10 == 0 {
+                        store
+                            .record_failure(
+                                &run_id,
+                                &format!("client-{w}"),
+                                &FailureRecord {
+                                    at_ms: now_ms(),
+                                    actual: format!("{i}"),
+                                    ..FailureRecord::default()
+                                },
+                            )
+                            .await?;
+                        store
+                            .record_event(&run_id, &format!("client-{w}"), EventKind::Running, "")
+                            .await?;
+                    }
+                }
+                store.close().await;
+                Ok::<_, StoreError>(())
+            })
+        })
+        .collect();
+    let mut errors = vec![];
+    for task in tasks {
+        if let Err(e) = task.await.unwrap() {
+            errors.push(e.to_string());
+        }
+    }
+    assert!(errors.is_empty(), "writers failed: {errors:#?}");
+
+    let store = Store::connect(url).await.unwrap();
+    let writers_u64 = writers as u64;
+    assert_eq!(
+        store.qps_samples(&run_id).await.unwrap().len() as u64,
+        writers_u64 * snapshots
+    );
+    let counts = store.scenario_counts(&run_id).await.unwrap();
+    assert_eq!(counts.len(), writers);
+    assert!(counts.iter().all(|(_, c)| c.tests == snapshots));
+    let events = store.events(&run_id, 0).await.unwrap();
+    assert_eq!(events.len() as u64, writers_u64 * (1 + snapshots / 10));
+    assert!(events.windows(2).all(|w| w[0].id < w[1].id));
+    assert_eq!(
+        store.failures(&run_id).await.unwrap().len() as u64,
+        writers_u64 * (snapshots / 10)
+    );
+    assert_eq!(store.heartbeats(&run_id).await.unwrap().len(), writers);
+    store.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_story() {
+    let dir = tempfile::tempdir().unwrap();
+    // A directory that does not exist yet: connect creates it and the file.
+    let url = Store::sqlite_url(&dir.path().join("run dir").join("status.sqlite"));
+    story(&url, true).await;
+}
+
+#[tokio::test]
+async fn postgres_story() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    // On a fresh cluster the writers also race the first migration.
+    concurrent_writers(pg.url(), 4, 30).await;
+    story(pg.url(), false).await;
+    if pg.is_fresh() {
+        // The story checks that its runs are the only ones: on a database of its own.
+        let fresh_db = "stress_story";
+        let admin = sqlx_url_with_db(pg.url(), "postgres");
+        create_database(&admin, fresh_db).await;
+        story(&sqlx_url_with_db(pg.url(), fresh_db), true).await;
+    }
+}
+
+fn sqlx_url_with_db(url: &str, db: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let base = &base[..base.rfind('/').unwrap()];
+    if query.is_empty() {
+        format!("{base}/{db}")
+    } else {
+        format!("{base}/{db}?{query}")
+    }
+}
+
+async fn create_database(admin_url: &str, db: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(admin_url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_concurrent_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = Store::sqlite_url(&dir.path().join("status.sqlite"));
+    concurrent_writers(&url, 4, 50).await;
+    // The file is in WAL mode (persistent), so readers never block the writer.
+    use sqlx::Connection;
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+    conn.close().await.unwrap();
+}
+
+/// Several processes (this test binary run again as writers) on one SQLite file.
+#[test]
+fn sqlite_concurrent_processes() {
+    const PROCESSES: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let url = Store::sqlite_url(&dir.path().join("status.sqlite"));
+    let run_id = unique("processes");
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|p| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "child_writer", "--nocapture", "--test-threads=1"])
+                .env("STORE_TEST_CHILD_URL", &url)
+                .env("STORE_TEST_CHILD_RUN", &run_id)
+                .env("STORE_TEST_CHILD_MEMBER", format!("process-{p}"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "a writer process failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("child writer done"),
+            "the writer did not run: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = Store::connect(&url).await.unwrap();
+        assert_eq!(
+            store.qps_samples(&run_id).await.unwrap().len(),
+            PROCESSES * CHILD_SNAPSHOTS as usize
+        );
+        assert_eq!(store.heartbeats(&run_id).await.unwrap().len(), PROCESSES);
+        store.close().await;
+    });
+}
+
+const CHILD_SNAPSHOTS: u64 = 40;
+
+/// A writer process for `sqlite_concurrent_processes`; does nothing when run as a test.
+#[tokio::test]
+async fn child_writer() {
+    let (Ok(url), Ok(run_id), Ok(member_id)) = (
+        std::env::var("STORE_TEST_CHILD_URL"),
+        std::env::var("STORE_TEST_CHILD_RUN"),
+        std::env::var("STORE_TEST_CHILD_MEMBER"),
+    ) else {
+        return;
+    };
+    let store = Store::connect(&url).await.unwrap();
+    for i in 1..=CHILD_SNAPSHOTS {
+        store
+            .record_snapshot(
+                &run_id,
+                &member_id,
+                &WorkerSnapshot {
+                    at_ms: now_ms(),
+                    total_requests: i,
+                    qps: 1.0,
+                    scenarios: vec![ScenarioCounts {
+                        scenario: "s".into(),
+                        tests: i,
+                        ..ScenarioCounts::default()
+                    }],
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .record_event(&run_id, &member_id, EventKind::Running, "")
+            .await
+            .unwrap();
+    }
+    store.close().await;
+    println!("child writer done");
+}
+
+#[tokio::test]
+async fn errors_name_the_operation_and_mask_the_password() {
+    let err = Store::connect("mysql://root:hunter2@localhost/db")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, StoreError::UnsupportedUrl { .. }), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains("mysql://root:***@localhost/db"), "{text}");
+
+    // Nothing listens on port 1.
+    let err = Store::connect_with(
+        "postgres://stress:hunter2@127.0.0.1:1/stress",
+        &StoreOptions {
+            acquire_timeout: Duration::from_secs(1),
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(
+        text.contains("postgres://stress:***@127.0.0.1:1/stress: connect"),
+        "{text}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let err = Store::connect(&format!(
+        "sqlite://{}?mode=ro",
+        dir.path().join("missing.sqlite").display()
+    ))
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains(": connect: "), "{err}");
+}
