@@ -191,3 +191,44 @@ pub fn required_models(scenarios: &[Scenario], settings: &Settings) -> Vec<Strin
     models.dedup();
     models
 }
+
+/// Runs one test of `scenario` outside a stress stream: what the tests and a debugging session
+/// use to exercise a single scenario against a server. Returns the outcome and the stats it left.
+pub async fn run_single(
+    scenario: Scenario,
+    client: &Arc<dyn TritonClient>,
+    settings: &Settings,
+    correlation_id: u64,
+    seed: u64,
+) -> (Outcome, Stats) {
+    use rand::SeedableRng;
+    let stats = Stats::default();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut context = ClientContext {
+        correlation_id,
+        server: 0,
+        open_sequences: HashSet::new(),
+    };
+    let images = match image::ImageBatch::new(&settings.image_model, settings.image_batch) {
+        Ok(i) => i,
+        Err(e) => {
+            return (
+                Outcome::Failed(Failure::new(&settings.image_model, "committed images", e)),
+                stats,
+            );
+        }
+    };
+    let cancel = CancellationToken::new();
+    let mut env = TestEnv {
+        scenario,
+        client,
+        settings,
+        stats: &stats,
+        rng: &mut rng,
+        context: &mut context,
+        cancel: &cancel,
+        images: &images,
+    };
+    let outcome = run(&mut env).await;
+    (outcome, stats)
+}

@@ -1,0 +1,307 @@
+//! A real tritonserver as a local process: how the local launcher runs servers, and how tests get
+//! one. Ports are chosen free on 127.0.0.1 unless given; stdout and stderr go to a log file.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TritonError {
+    #[error(
+        "no tritonserver binary: set TRITONSERVER_BIN, or run scripts/install-tritonserver.sh (it installs .local/bin/tritonserver)"
+    )]
+    NotInstalled,
+    #[error("starting {binary}: {source}")]
+    Spawn {
+        binary: String,
+        source: std::io::Error,
+    },
+    #[error("tritonserver on {address} exited before it was ready ({status}); log: {log}")]
+    ExitedEarly {
+        address: String,
+        status: String,
+        log: String,
+    },
+    #[error("tritonserver on {address} was not ready after {timeout:?}; log: {log}")]
+    NotReady {
+        address: String,
+        timeout: Duration,
+        log: String,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// How to start one server.
+#[derive(Debug, Clone)]
+pub struct ServerSpec {
+    pub binary: PathBuf,
+    pub model_repositories: Vec<PathBuf>,
+    /// Address to bind (a 127.x address keeps each server on its own loopback address).
+    pub host: String,
+    /// 0 picks a free port.
+    pub http_port: u16,
+    pub grpc_port: u16,
+    pub metrics_port: u16,
+    pub extra_args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub log_file: PathBuf,
+}
+
+impl ServerSpec {
+    pub fn new(binary: PathBuf, model_repositories: Vec<PathBuf>, log_file: PathBuf) -> Self {
+        Self {
+            binary,
+            model_repositories,
+            host: "127.0.0.1".into(),
+            http_port: 0,
+            grpc_port: 0,
+            metrics_port: 0,
+            extra_args: Vec::new(),
+            env: Vec::new(),
+            log_file,
+        }
+    }
+
+    /// The full command line (ports must be resolved first).
+    pub fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = self
+            .model_repositories
+            .iter()
+            .map(|r| format!("--model-repository={}", r.display()))
+            .collect();
+        args.extend([
+            format!("--http-address={}", self.host),
+            format!("--http-port={}", self.http_port),
+            format!("--grpc-address={}", self.host),
+            format!("--grpc-port={}", self.grpc_port),
+            format!("--metrics-address={}", self.host),
+            format!("--metrics-port={}", self.metrics_port),
+            "--allow-gpu-metrics=false".into(),
+            "--allow-cpu-metrics=true".into(),
+            "--pinned-memory-pool-byte-size=0".into(),
+            "--exit-timeout-secs=5".into(),
+        ]);
+        args.extend(self.extra_args.iter().cloned());
+        args
+    }
+
+    /// A shell line that reproduces this server by hand.
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.binary.display().to_string())
+            .chain(self.args())
+            .map(|a| shell_quote(&a))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_=./:,@%+".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; the server binds it right after).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// TRITONSERVER_BIN, else `.local/bin/tritonserver` in this checkout (found from the current
+/// directory or the given start directory upwards), else `tritonserver` on PATH.
+pub fn find_binary(start: Option<&Path>) -> Result<PathBuf, TritonError> {
+    if let Some(p) = std::env::var_os("TRITONSERVER_BIN") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(TritonError::NotInstalled)
+        };
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(s) = start {
+        dirs.push(s.to_path_buf());
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        dirs.push(cwd);
+    }
+    for dir in dirs {
+        for d in dir.ancestors() {
+            let candidate = d.join(".local/bin/tritonserver");
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("tritonserver"))
+                .find(|p| p.is_file())
+        })
+        .ok_or(TritonError::NotInstalled)
+}
+
+/// The last `n` lines of a file (what a report shows of a log).
+pub fn tail_lines(path: &Path, n: usize) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A started tritonserver process.
+pub struct TritonServer {
+    child: tokio::process::Child,
+    pub spec: ServerSpec,
+}
+
+impl TritonServer {
+    /// Starts the server (free ports are picked for 0s); does not wait for readiness.
+    pub async fn start(mut spec: ServerSpec) -> Result<Self, TritonError> {
+        for port in [
+            &mut spec.http_port,
+            &mut spec.grpc_port,
+            &mut spec.metrics_port,
+        ] {
+            if *port == 0 {
+                *port = free_port()?;
+            }
+        }
+        if let Some(dir) = spec.log_file.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let log = std::fs::File::create(&spec.log_file)?;
+        let mut command = tokio::process::Command::new(&spec.binary);
+        command
+            .args(spec.args())
+            .envs(spec.env.iter().cloned())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        let child = command.spawn().map_err(|source| TritonError::Spawn {
+            binary: spec.binary.display().to_string(),
+            source,
+        })?;
+        Ok(Self { child, spec })
+    }
+
+    pub fn http_address(&self) -> String {
+        format!("{}:{}", self.spec.host, self.spec.http_port)
+    }
+
+    pub fn grpc_address(&self) -> String {
+        format!("{}:{}", self.spec.host, self.spec.grpc_port)
+    }
+
+    pub fn metrics_address(&self) -> String {
+        format!("{}:{}", self.spec.host, self.spec.metrics_port)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Non-blocking: the exit status if the process has ended.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits until `GET /v2/health/ready` answers 200.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> Result<(), TritonError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_wait() {
+                return Err(TritonError::ExitedEarly {
+                    address: self.http_address(),
+                    status: status.to_string(),
+                    log: tail_lines(&self.spec.log_file, 20),
+                });
+            }
+            if http_status(&self.http_address(), "/v2/health/ready").await == Some(200) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(TritonError::NotReady {
+                    address: self.http_address(),
+                    timeout,
+                    log: tail_lines(&self.spec.log_file, 20),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// SIGKILL (tests use it to make a server "crash").
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`. Returns the exit status.
+    pub async fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        if let Some(status) = self.try_wait() {
+            return Some(status);
+        }
+        if let Some(pid) = self.pid() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(r) => r.ok(),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                self.child.wait().await.ok()
+            }
+        }
+    }
+
+    pub async fn wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.wait().await.ok()
+    }
+}
+
+/// The HTTP status of `GET path` (plain HTTP/1.1 on loopback; None when nothing answers).
+pub async fn http_status(address: &str, path: &str) -> Option<u16> {
+    let response = http_get(address, path, Duration::from_secs(2)).await?;
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+}
+
+/// A whole `GET path` response (status line, headers, body) as text.
+pub async fn http_get(address: &str, path: &str, timeout: Duration) -> Option<String> {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut buf = Vec::new();
+        stream.read_to_end(&mut buf).await.ok()?;
+        Some(String::from_utf8_lossy(&buf).into_owned())
+    };
+    tokio::time::timeout(timeout, exchange).await.ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_lines_quote_what_needs_it() {
+        assert_eq!(shell_quote("--grpc-port=8001"), "--grpc-port=8001");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+    }
+}
