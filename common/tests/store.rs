@@ -300,6 +300,15 @@ async fn story(url: &str, fresh: bool) {
             },
         ]
     );
+    // The driver's poll reads only the latest sample of each member.
+    let latest = store.latest_qps(&run_id).await.unwrap();
+    assert_eq!(
+        latest
+            .iter()
+            .map(|q| (q.member_id.as_str(), q.at_ms, q.total_requests))
+            .collect::<Vec<_>>(),
+        [("client-0", t0 + 2000, 210), ("client-1", t0 + 1500, 0)]
+    );
     // A snapshot refreshes the heartbeat.
     let beats = store.heartbeats(&run_id).await.unwrap();
     assert!(

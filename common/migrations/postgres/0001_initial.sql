@@ -55,6 +55,17 @@ CREATE TABLE qps_samples (
 );
 CREATE INDEX qps_samples_by_run ON qps_samples (run_id, at_ms);
 
+-- The latest QPS sample of each member, upserted with every snapshot, so the driver's poll
+-- reads one row per member instead of the whole series.
+CREATE TABLE latest_qps (
+    run_id         TEXT    NOT NULL,
+    member_id      TEXT    NOT NULL,
+    at_ms          BIGINT  NOT NULL,
+    qps            DOUBLE PRECISION NOT NULL,
+    total_requests BIGINT  NOT NULL,
+    PRIMARY KEY (run_id, member_id)
+);
+
 CREATE TABLE scenario_counts (
     run_id            TEXT    NOT NULL,
     member_id         TEXT    NOT NULL,

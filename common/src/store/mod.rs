@@ -787,6 +787,21 @@ impl Store {
         .execute(&mut *tx)
         .await
         .map_err(self.db(OP))?;
+        sqlx::query(
+            "INSERT INTO latest_qps (run_id, member_id, at_ms, qps, total_requests)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (run_id, member_id) DO UPDATE SET
+                 at_ms = excluded.at_ms, qps = excluded.qps,
+                 total_requests = excluded.total_requests",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .bind(at_ms)
+        .bind(finite_or_zero(snapshot.qps))
+        .bind(to_db(snapshot.total_requests))
+        .execute(&mut *tx)
+        .await
+        .map_err(self.db(OP))?;
         for counts in &snapshot.scenarios {
             sqlx::query(
                 "INSERT INTO scenario_counts (run_id, member_id, scenario, tests, failures,
@@ -833,6 +848,28 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("qps_samples"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(member_id, at_ms, qps, total_requests)| QpsSample {
+                member_id,
+                at_ms,
+                qps,
+                total_requests: from_db(total_requests),
+            })
+            .collect())
+    }
+
+    /// The most recent QPS sample of every member that has one: what the driver polls, without
+    /// reading the whole series.
+    pub async fn latest_qps(&self, run_id: &str) -> Result<Vec<QpsSample>> {
+        let rows: Vec<(String, i64, f64, i64)> = sqlx::query_as(
+            "SELECT member_id, at_ms, qps, total_requests FROM latest_qps
+             WHERE run_id = $1 ORDER BY member_id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("latest_qps"))?;
         Ok(rows
             .into_iter()
             .map(|(member_id, at_ms, qps, total_requests)| QpsSample {
