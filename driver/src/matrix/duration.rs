@@ -1,0 +1,38 @@
+//! Durations written the humantime way (`90s`, `5m`, `8h`, `1h 30m`), for serde and the schema.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_duration(*d))
+}
+
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    humantime::parse_duration(&text).map_err(|e| {
+        D::Error::custom(format!(
+            "invalid duration {text:?}: {e} (write e.g. \"90s\", \"5m\", \"8h\" or \"1h 30m\")"
+        ))
+    })
+}
+
+/// Schema of a humantime duration.
+pub(crate) struct HumanDuration;
+
+impl JsonSchema for HumanDuration {
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A duration: numbers with units, e.g. `90s`, `5m`, `8h`, `1h 30m`, `500ms` (units: ns, us, ms, s, m, h, d, w, M, y and their long forms).",
+            "type": "string",
+            "pattern": "^\\s*([0-9]+\\s*[A-Za-zµ]+\\s*)+$",
+            "examples": ["60s", "8h", "1h 30m"]
+        })
+    }
+}

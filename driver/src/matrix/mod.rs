@@ -1,0 +1,235 @@
+//! The test matrix, YAML version 1: what servers and stress clients to run, and how.
+//!
+//! ```yaml
+//! version: 1
+//! run: { name: smoke, duration: 60s, poll_interval: 1s }
+//! server_templates:
+//!   cpu-python: { tritonserver: { binary: auto }, model_repositories: [../models] }
+//! server_groups:
+//!   triton: { template: cpu-python, instances: 1 }
+//! client_templates:
+//!   grpc-all: { worker: { binary: auto }, protocol: grpc, concurrency: 4 }
+//! client_groups:
+//!   grpc-clients: { template: grpc-all, instances: 1, target: triton }
+//! ```
+//!
+//! [`load`] / [`parse`] read a matrix strictly: YAML syntax, duplicate keys, unknown fields,
+//! wrong types, missing fields, an unsupported `version` and every semantic rule (names,
+//! references, counts, durations, weights, ...) give [`Diagnostic`]s of the form
+//! `FILE:LINE:COLUMN: FIELD.PATH: message`. Problems that stop deserialisation (syntax, types,
+//! unknown or missing fields, `binary` and `image` both or neither set) are reported alone,
+//! since nothing after them can be trusted; duplicate keys are all reported; once the file
+//! deserialises, every semantic problem is reported, in file order.
+//!
+//! [`Matrix::servers`] and [`Matrix::clients`] expand the groups into the members the launchers
+//! start; [`json_schema`] is the JSON schema of the format (committed as
+//! `test-matrices/schema.json`).
+
+mod duration;
+mod error;
+mod expand;
+mod source;
+mod types;
+mod validate;
+
+use std::path::Path;
+
+use serde_saphyr::{DefaultMessageFormatter, MessageFormatter};
+
+pub use error::{Diagnostic, MatrixError, Position};
+pub use expand::{ClientMember, ServerMember, member_name};
+pub use types::{
+    ARTIFACT_AUTO, Artifact, ClientGroup, ClientTemplate, DEFAULT_CORR_ID_BLOCK_SIZE, FailFast,
+    Load, MATRIX_VERSION, Matrix, Protocol, Resources, RunSettings, ServerGroup, ServerTemplate,
+    TraceLevel, TraceSettings,
+};
+pub use validate::{CORR_IDS_PER_STREAM, MAX_LABEL_LEN, is_dns_label};
+
+use source::{Anchor, FieldPath, PathSeg, SourceMap};
+
+/// Reads and validates the matrix at `path`. Diagnostics name the file as `path` is written;
+/// the returned matrix remembers `path` for [`Matrix::resolve_local_path`].
+pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
+    let text = std::fs::read_to_string(path).map_err(|error| MatrixError::Read {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    let mut matrix = parse(&text, &path.display().to_string())?;
+    matrix.source_path = Some(path.to_path_buf());
+    Ok(matrix)
+}
+
+/// Parses and validates a matrix from `text`; `file_name` is what diagnostics call the file.
+pub fn parse(text: &str, file_name: &str) -> Result<Matrix, MatrixError> {
+    let diag = |position: Option<Position>, path: &FieldPath, message: String| Diagnostic {
+        file: file_name.to_string(),
+        position,
+        path: path.to_string(),
+        message,
+    };
+
+    // Pass 1: positions, duplicate keys, and the version before anything that depends on it.
+    let scanned = SourceMap::scan(text);
+    if let Ok((map, duplicates)) = &scanned {
+        if !duplicates.is_empty() {
+            return Err(MatrixError::Invalid(
+                duplicates
+                    .iter()
+                    .map(|d| {
+                        let first = d
+                            .first
+                            .map(|p| format!(" (first at {p})"))
+                            .unwrap_or_default();
+                        let name = match d.path.0.last() {
+                            Some(PathSeg::Key(k)) => k.as_str(),
+                            _ => "",
+                        };
+                        diag(d.at, &d.path, format!("duplicate key {name:?}{first}"))
+                    })
+                    .collect(),
+            ));
+        }
+        let version = FieldPath::root().key("version");
+        if let Some(v) = map.scalar(&version)
+            && let Ok(n) = v.parse::<u64>()
+            && n != u64::from(MATRIX_VERSION)
+        {
+            return Err(MatrixError::Invalid(vec![diag(
+                map.locate(&version, Anchor::Value),
+                &version,
+                format!(
+                    "unsupported matrix version {n} (this driver reads version {MATRIX_VERSION})"
+                ),
+            )]));
+        }
+    }
+
+    // Pass 2: the typed, strict deserialisation.
+    let mut error_path = None;
+    let typed: Result<Matrix, _> = serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            error_path = Some(field_path(e.path()));
+            e.into_inner()
+        })
+    });
+    let matrix = match typed {
+        Ok(m) => m,
+        Err(e) => {
+            let path = error_path.unwrap_or_default();
+            let located = |anchor| {
+                let (map, _) = scanned.as_ref().ok()?;
+                map.locate(&path, anchor)
+            };
+            let missing_field = matches!(
+                e.without_snippet(),
+                serde_saphyr::Error::SerdeMissingField { .. }
+            );
+            // A missing field is reported at the key of the mapping that lacks it.
+            let position = if missing_field && !path.0.is_empty() {
+                located(Anchor::Key)
+            } else {
+                None
+            }
+            .or_else(|| e.location().as_ref().and_then(source::position))
+            .or_else(|| located(Anchor::Value));
+            return Err(MatrixError::Invalid(vec![diag(
+                position,
+                &path,
+                deserialize_message(&e, text),
+            )]));
+        }
+    };
+    let map = match scanned {
+        Ok((map, _)) => map,
+        Err(e) => {
+            let position = e.location().as_ref().and_then(source::position);
+            return Err(MatrixError::Invalid(vec![diag(
+                position,
+                &FieldPath::root(),
+                deserialize_message(&e, text),
+            )]));
+        }
+    };
+
+    // Pass 3: the semantic rules, all of them.
+    let mut diagnostics: Vec<Diagnostic> = validate::check(&matrix)
+        .into_iter()
+        .map(|issue| {
+            let mut message = issue.message;
+            if let Some(also) = &issue.also {
+                message.push_str(&format!(" (see {also}"));
+                if let Some(p) = map.locate(also, Anchor::Key) {
+                    message.push_str(&format!(" at {p}"));
+                }
+                message.push(')');
+            }
+            diag(map.locate(&issue.path, issue.anchor), &issue.path, message)
+        })
+        .collect();
+    if diagnostics.is_empty() {
+        Ok(matrix)
+    } else {
+        diagnostics.sort_by_key(|d| d.position);
+        Err(MatrixError::Invalid(diagnostics))
+    }
+}
+
+/// The JSON schema (draft 2020-12) of the matrix format, generated from the Rust types.
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Matrix)).expect("a schema is JSON")
+}
+
+/// [`json_schema`] as committed in `test-matrices/schema.json`: pretty-printed, with a final
+/// newline.
+pub fn json_schema_text() -> String {
+    let mut text = serde_json::to_string_pretty(&json_schema()).expect("a schema is JSON");
+    text.push('\n');
+    text
+}
+
+fn field_path(path: &serde_path_to_error::Path) -> FieldPath {
+    use serde_path_to_error::Segment;
+    FieldPath(
+        path.iter()
+            .map_while(|seg| match seg {
+                Segment::Seq { index } => Some(PathSeg::Index(*index)),
+                Segment::Map { key } => Some(PathSeg::Key(key.clone())),
+                Segment::Enum { variant } => Some(PathSeg::Key(variant.clone())),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// The message of a serde-saphyr error without its position (we print our own), made more
+/// precise where serde-saphyr is terse.
+fn deserialize_message(e: &serde_saphyr::Error, text: &str) -> String {
+    let inner = e.without_snippet();
+    if matches!(inner, serde_saphyr::Error::Eof { .. }) && text.trim().is_empty() {
+        return "the file is empty; a matrix starts with `version: 1`".to_string();
+    }
+    if let serde_saphyr::Error::InvalidScalar { ty, location } = inner {
+        let span = location.span();
+        let found = span
+            .byte_offset()
+            .zip(span.byte_len())
+            .and_then(|(start, len)| {
+                let start = usize::try_from(start).ok()?;
+                text.get(start..start + usize::try_from(len).ok()?)
+            });
+        let expected = match *ty {
+            "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => {
+                format!("a non-negative whole number ({ty})")
+            }
+            "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => format!("a whole number ({ty})"),
+            "f32" | "f64" => "a number".to_string(),
+            "bool" => "true or false".to_string(),
+            other => other.to_string(),
+        };
+        return match found {
+            Some(found) => format!("expected {expected}, found `{found}`"),
+            None => format!("expected {expected}"),
+        };
+    }
+    DefaultMessageFormatter.format_message(inner).into_owned()
+}

@@ -1,0 +1,714 @@
+//! The matrix types. They are the single source of truth for the YAML format: serde reads them
+//! strictly (`deny_unknown_fields` everywhere) and schemars turns them, doc comments included,
+//! into the JSON schema committed as `test-matrices/schema.json`.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+use stress_common::scenario::Scenario;
+
+use super::duration::{self, HumanDuration};
+
+/// The only matrix format version this driver reads.
+pub const MATRIX_VERSION: u32 = 1;
+
+/// Default size of the correlation-id block handed to each client member.
+pub const DEFAULT_CORR_ID_BLOCK_SIZE: u64 = 1 << 20;
+
+/// A stress test matrix: which Triton servers to start, which stress clients to run against
+/// them, and for how long.
+///
+/// Templates describe *what* a member runs; groups say *how many* members of a template to
+/// start and, for clients, which server group they talk to. Members are named
+/// `<group>-<index>` (index from 0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "Triton stress test matrix (version 1)")]
+pub struct Matrix {
+    /// Format version of this file. Must be `1`.
+    #[schemars(range(min = 1, max = 1))]
+    pub version: u32,
+
+    /// Settings of the whole run.
+    pub run: RunSettings,
+
+    /// Server templates by name (a DNS-1123 label). A server group instantiates one.
+    #[schemars(extend("propertyNames" = { "pattern": NAME_PATTERN }))]
+    pub server_templates: IndexMap<String, ServerTemplate>,
+
+    /// Server groups by name (a DNS-1123 label, distinct from every client group name).
+    /// Members are named `<group>-<index>`.
+    #[schemars(extend("propertyNames" = { "pattern": NAME_PATTERN }))]
+    pub server_groups: IndexMap<String, ServerGroup>,
+
+    /// Client (stress worker) templates by name (a DNS-1123 label). A client group
+    /// instantiates one.
+    #[schemars(extend("propertyNames" = { "pattern": NAME_PATTERN }))]
+    pub client_templates: IndexMap<String, ClientTemplate>,
+
+    /// Client groups by name (a DNS-1123 label, distinct from every server group name).
+    /// Members are named `<group>-<index>`.
+    #[schemars(extend("propertyNames" = { "pattern": NAME_PATTERN }))]
+    pub client_groups: IndexMap<String, ClientGroup>,
+
+    /// The file this matrix was loaded from, set by [`super::load`]; relative local paths
+    /// (model repositories, binaries) are resolved against its directory. Not part of the YAML.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub source_path: Option<PathBuf>,
+}
+
+/// Settings of the whole run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunSettings {
+    /// Name of the run: a DNS-1123 label, used in pod and process names
+    /// (`<run>-<member>`).
+    #[schemars(with = "Name")]
+    pub name: String,
+
+    /// How long the clients run, from the moment they are started.
+    #[serde(with = "duration")]
+    #[schemars(with = "HumanDuration")]
+    pub duration: Duration,
+
+    /// How often the driver polls the status store. At most `duration`.
+    #[serde(with = "duration", default = "defaults::poll_interval")]
+    #[schemars(with = "HumanDuration")]
+    pub poll_interval: Duration,
+
+    /// Pause after every server is ready and before the clients start. May be `0s`.
+    #[serde(with = "duration", default)]
+    #[schemars(with = "HumanDuration")]
+    pub warmup: Duration,
+
+    /// How long a server may take to become ready before the run fails.
+    #[serde(with = "duration", default = "defaults::server_ready_timeout")]
+    #[schemars(with = "HumanDuration")]
+    pub server_ready_timeout: Duration,
+
+    /// Kubernetes namespace (a DNS-1123 label) for the kube launcher; the local launcher
+    /// ignores it. Omitted: the launcher's default namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Name>")]
+    pub namespace: Option<String>,
+
+    /// Keep the pods (kube) or working directories and logs (local) of members that failed,
+    /// for inspection. Healthy members are always cleaned up.
+    #[serde(default = "defaults::yes")]
+    pub keep_failed: bool,
+
+    /// When the driver stops a run early.
+    #[serde(default)]
+    pub fail_fast: FailFast,
+}
+
+/// When the driver stops a run early. A count of `0` disables that check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FailFast {
+    /// Fail when a worker's heartbeat is older than this many poll intervals.
+    #[serde(default = "defaults::three")]
+    pub heartbeat_timeout_polls: u32,
+
+    /// Fail when a worker reports zero completed requests for this many consecutive polls.
+    #[serde(default = "defaults::three")]
+    pub zero_qps_polls: u32,
+}
+
+impl Default for FailFast {
+    fn default() -> Self {
+        FailFast {
+            heartbeat_timeout_polls: 3,
+            zero_qps_polls: 3,
+        }
+    }
+}
+
+/// What a Triton server member runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTemplate {
+    /// The `tritonserver` to run: a local binary (local launcher) or a container image
+    /// (kube launcher).
+    pub tritonserver: Artifact,
+
+    /// Triton version, informational: shown in the report (e.g. `"2.51"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+
+    /// Model repositories, passed as `--model-repository`. Local: paths relative to the
+    /// matrix file's directory (or absolute). Kube: paths inside the image.
+    #[schemars(length(min = 1))]
+    pub model_repositories: Vec<String>,
+
+    /// Extra `tritonserver` arguments, appended after the ones the launcher sets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+
+    /// Resource requests and limits (kube launcher only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+
+    /// Extra environment variables of the server process.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[schemars(extend("propertyNames" = { "pattern": ENV_NAME_PATTERN }))]
+    pub env: IndexMap<String, String>,
+
+    /// Triton tracing, passed as `--trace-config`. Omitted: tracing off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceSettings>,
+}
+
+/// A group of identical Triton servers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServerGroup {
+    /// Name of the server template its members run.
+    #[schemars(with = "Name")]
+    pub template: String,
+
+    /// Number of servers, at least 1.
+    #[schemars(range(min = 1))]
+    pub instances: u32,
+}
+
+/// What a stress client (worker) member runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTemplate {
+    /// The stress worker to run: a local binary (local launcher) or a container image
+    /// (kube launcher).
+    pub worker: Artifact,
+
+    /// Protocol the worker uses to talk to the servers.
+    pub protocol: Protocol,
+
+    /// Scenario weights by scenario name (relative; each at least 1). Omitted: every
+    /// scenario at its default weight. Names are matched case-insensitively.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<ScenarioWeightsSchema>")]
+    pub scenarios: Option<IndexMap<String, u32>>,
+
+    /// Number of concurrent stress streams per worker, at least 1.
+    #[serde(default = "defaults::concurrency")]
+    #[schemars(range(min = 1))]
+    pub concurrency: u32,
+
+    /// Shape of the `Load` scenario's traffic. Omitted: the worker's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<Load>,
+
+    /// Extra worker arguments, appended after the ones the launcher sets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+
+    /// Resource requests and limits (kube launcher only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+
+    /// Extra environment variables of the worker process.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[schemars(extend("propertyNames" = { "pattern": ENV_NAME_PATTERN }))]
+    pub env: IndexMap<String, String>,
+}
+
+/// A group of identical stress clients, all talking to every server of one server group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientGroup {
+    /// Name of the client template its members run.
+    #[schemars(with = "Name")]
+    pub template: String,
+
+    /// Number of clients, at least 1.
+    #[schemars(range(min = 1))]
+    pub instances: u32,
+
+    /// Name of the server group every client of this group talks to (to every server of it).
+    #[schemars(with = "Name")]
+    pub target: String,
+
+    /// Size of the block of sequence correlation ids each client of this group gets. The
+    /// driver hands out non-overlapping blocks `[base, base + size)` with bases starting at 1,
+    /// in the order of the client groups in the file.
+    #[serde(default = "defaults::corr_id_block_size")]
+    #[schemars(range(min = 1))]
+    pub corr_id_block_size: u64,
+}
+
+/// A program to run: exactly one of `binary` (local launcher) or `image` (kube launcher).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "ArtifactRepr", into = "ArtifactRepr")]
+pub enum Artifact {
+    /// `auto`, or a path to an executable (relative to the matrix file's directory, or
+    /// absolute). `auto`: for `tritonserver`, the one on `PATH` or in
+    /// `/opt/tritonserver/bin`; for the worker, the one built alongside the driver.
+    Binary(String),
+    /// A container image reference, e.g. `nvcr.io/nvidia/tritonserver:24.10-py3`.
+    Image(String),
+}
+
+impl Artifact {
+    /// The binary path (or `auto`), if this is a binary.
+    pub fn binary(&self) -> Option<&str> {
+        match self {
+            Artifact::Binary(b) => Some(b),
+            Artifact::Image(_) => None,
+        }
+    }
+
+    /// The image reference, if this is an image.
+    pub fn image(&self) -> Option<&str> {
+        match self {
+            Artifact::Image(i) => Some(i),
+            Artifact::Binary(_) => None,
+        }
+    }
+
+    /// Whether this is `binary: auto`.
+    pub fn is_auto_binary(&self) -> bool {
+        self.binary() == Some(ARTIFACT_AUTO)
+    }
+}
+
+/// The `binary` value that asks the launcher to find the program itself.
+pub const ARTIFACT_AUTO: &str = "auto";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ArtifactRepr {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    binary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    image: Option<String>,
+}
+
+impl TryFrom<ArtifactRepr> for Artifact {
+    type Error = String;
+
+    fn try_from(r: ArtifactRepr) -> Result<Self, String> {
+        match (r.binary, r.image) {
+            (Some(b), None) => Ok(Artifact::Binary(b)),
+            (None, Some(i)) => Ok(Artifact::Image(i)),
+            (Some(_), Some(_)) => {
+                Err("exactly one of `binary` or `image` must be set, found both".into())
+            }
+            (None, None) => {
+                Err("exactly one of `binary` or `image` must be set, found neither".into())
+            }
+        }
+    }
+}
+
+impl From<Artifact> for ArtifactRepr {
+    fn from(a: Artifact) -> Self {
+        match a {
+            Artifact::Binary(b) => ArtifactRepr {
+                binary: Some(b),
+                image: None,
+            },
+            Artifact::Image(i) => ArtifactRepr {
+                binary: None,
+                image: Some(i),
+            },
+        }
+    }
+}
+
+impl JsonSchema for Artifact {
+    fn schema_name() -> Cow<'static, str> {
+        "Artifact".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A program to run: exactly one of `binary` (local launcher) or `image` (kube launcher).",
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "binary": {
+                            "description": "`auto`, or a path to an executable (relative to the matrix file's directory, or absolute). `auto`: for `tritonserver`, the one on `PATH` or in `/opt/tritonserver/bin`; for the worker, the one built alongside the driver.",
+                            "type": "string",
+                            "minLength": 1
+                        }
+                    },
+                    "required": ["binary"],
+                    "additionalProperties": false
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "image": {
+                            "description": "A container image reference, e.g. `nvcr.io/nvidia/tritonserver:24.10-py3`.",
+                            "type": "string",
+                            "minLength": 1
+                        }
+                    },
+                    "required": ["image"],
+                    "additionalProperties": false
+                }
+            ]
+        })
+    }
+}
+
+/// Protocol a stress client uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// Triton's gRPC endpoint (default port 8001).
+    Grpc,
+    /// Triton's HTTP/REST endpoint (default port 8000).
+    Http,
+}
+
+impl Protocol {
+    /// The name as written in the matrix (`grpc` / `http`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::Http => "http",
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Traffic shape of the `Load` scenario: exactly one of `concurrency` (closed loop) or
+/// `rate` (open loop).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "LoadRepr", into = "LoadRepr")]
+pub enum Load {
+    /// Closed loop: this many requests in flight at all times, at least 1.
+    Concurrency(u32),
+    /// Open loop: this many requests per second, sent on schedule whatever the latency; > 0.
+    Rate(f64),
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadRepr {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rate: Option<f64>,
+}
+
+impl TryFrom<LoadRepr> for Load {
+    type Error = String;
+
+    fn try_from(r: LoadRepr) -> Result<Self, String> {
+        match (r.concurrency, r.rate) {
+            (Some(c), None) => Ok(Load::Concurrency(c)),
+            (None, Some(r)) => Ok(Load::Rate(r)),
+            (Some(_), Some(_)) => {
+                Err("exactly one of `concurrency` or `rate` must be set, found both".into())
+            }
+            (None, None) => {
+                Err("exactly one of `concurrency` or `rate` must be set, found neither".into())
+            }
+        }
+    }
+}
+
+impl From<Load> for LoadRepr {
+    fn from(l: Load) -> Self {
+        match l {
+            Load::Concurrency(c) => LoadRepr {
+                concurrency: Some(c),
+                rate: None,
+            },
+            Load::Rate(r) => LoadRepr {
+                concurrency: None,
+                rate: Some(r),
+            },
+        }
+    }
+}
+
+impl JsonSchema for Load {
+    fn schema_name() -> Cow<'static, str> {
+        "Load".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Traffic shape of the `Load` scenario: exactly one of `concurrency` (closed loop) or `rate` (open loop).",
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "concurrency": {
+                            "description": "Closed loop: this many requests in flight at all times, at least 1.",
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": u32::MAX
+                        }
+                    },
+                    "required": ["concurrency"],
+                    "additionalProperties": false
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "rate": {
+                            "description": "Open loop: this many requests per second, sent on schedule whatever the latency; > 0.",
+                            "type": "number",
+                            "exclusiveMinimum": 0
+                        }
+                    },
+                    "required": ["rate"],
+                    "additionalProperties": false
+                }
+            ]
+        })
+    }
+}
+
+/// Kubernetes resource requests (= limits) of a member (kube launcher only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// CPU quantity, e.g. `"1"`, `"500m"`, `"2.5"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?m?$"))]
+    pub cpu: Option<String>,
+
+    /// Memory quantity, e.g. `2Gi`, `512Mi`, `1G`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    pub memory: Option<String>,
+
+    /// Number of NVIDIA GPUs (`nvidia.com/gpu`).
+    #[serde(default)]
+    pub gpus: u32,
+}
+
+/// Triton tracing settings, passed to `tritonserver` as `--trace-config level=...`,
+/// `--trace-config rate=...` and so on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSettings {
+    /// What to trace.
+    pub level: TraceLevel,
+
+    /// Trace one request in every `rate`, at least 1.
+    #[serde(default = "defaults::trace_rate")]
+    #[schemars(range(min = 1))]
+    pub rate: u32,
+
+    /// Stop after this many traces. Omitted: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub count: Option<u32>,
+
+    /// Write the trace file every this many traces. Omitted: Triton's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub log_frequency: Option<u32>,
+}
+
+impl TraceSettings {
+    /// The `tritonserver` arguments for these settings; the launcher adds the trace file
+    /// (`--trace-config triton,file=...`) itself.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--trace-config".to_string(),
+            format!("level={}", self.level.as_str()),
+            "--trace-config".to_string(),
+            format!("rate={}", self.rate),
+        ];
+        if let Some(count) = self.count {
+            args.extend(["--trace-config".to_string(), format!("count={count}")]);
+        }
+        if let Some(freq) = self.log_frequency {
+            args.extend([
+                "--trace-config".to_string(),
+                format!("log_frequency={freq}"),
+            ]);
+        }
+        args
+    }
+}
+
+/// Triton trace level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum TraceLevel {
+    /// Tracing disabled.
+    #[serde(rename = "OFF")]
+    Off,
+    /// Timestamps of each request's stages.
+    #[serde(rename = "TIMESTAMPS")]
+    Timestamps,
+    /// Timestamps and the input and output tensors.
+    #[serde(rename = "TENSORS")]
+    Tensors,
+}
+
+impl TraceLevel {
+    /// The level as Triton spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TraceLevel::Off => "OFF",
+            TraceLevel::Timestamps => "TIMESTAMPS",
+            TraceLevel::Tensors => "TENSORS",
+        }
+    }
+}
+
+impl Matrix {
+    /// Resolves a local path from the matrix (a model repository, a binary) against the
+    /// directory of the matrix file; absolute paths, and every path of a matrix that was not
+    /// loaded from a file, are returned as they are.
+    pub fn resolve_local_path(&self, path: &str) -> PathBuf {
+        let p = Path::new(path);
+        match self.source_path.as_deref().and_then(Path::parent) {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p.to_path_buf(),
+        }
+    }
+
+    /// The name launchers give a member's pod or process: `<run name>-<member name>`.
+    /// Validation guarantees it is a DNS-1123 label for every member.
+    pub fn qualified_name(&self, member: &str) -> String {
+        format!("{}-{}", self.run.name, member)
+    }
+}
+
+impl ClientTemplate {
+    /// The scenarios this template runs with their weights: those listed under `scenarios`,
+    /// in file order, or every scenario at its default weight when `scenarios` is omitted.
+    /// Names that [`Scenario::parse`] does not know are skipped (validation rejects them).
+    pub fn scenario_weights(&self) -> Vec<(Scenario, u32)> {
+        match &self.scenarios {
+            None => Scenario::ALL
+                .into_iter()
+                .map(|s| (s, s.default_weight()))
+                .collect(),
+            Some(map) => map
+                .iter()
+                .filter_map(|(name, w)| Scenario::parse(name).map(|s| (s, *w)))
+                .collect(),
+        }
+    }
+}
+
+/// Schema pattern of a DNS-1123 label (what [`super::validate::is_dns_label`] accepts).
+const NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
+
+/// Schema pattern of an environment variable name.
+const ENV_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_]*$";
+
+/// A DNS-1123 label, for the schema.
+#[allow(dead_code)]
+pub(crate) struct Name;
+
+impl JsonSchema for Name {
+    fn schema_name() -> Cow<'static, str> {
+        "Name".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A DNS-1123 label: lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit.",
+            "type": "string",
+            "pattern": NAME_PATTERN
+        })
+    }
+}
+
+/// An environment variable name, for the schema.
+#[allow(dead_code)]
+pub(crate) struct EnvName;
+
+impl JsonSchema for EnvName {
+    fn schema_name() -> Cow<'static, str> {
+        "EnvName".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "An environment variable name: letters, digits and '_', not starting with a digit.",
+            "type": "string",
+            "pattern": ENV_NAME_PATTERN
+        })
+    }
+}
+
+/// The `scenarios` mapping, for the schema: one property per known scenario, with its
+/// description and default weight.
+#[allow(dead_code)]
+pub(crate) struct ScenarioWeightsSchema;
+
+impl JsonSchema for ScenarioWeightsSchema {
+    fn schema_name() -> Cow<'static, str> {
+        "ScenarioWeights".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let weight = |description: String, default: Option<u32>| {
+            let mut v = serde_json::json!({
+                "description": description,
+                "type": "integer",
+                "minimum": 1,
+                "maximum": u32::MAX,
+            });
+            if let Some(d) = default {
+                v["default"] = d.into();
+            }
+            v
+        };
+        let properties: serde_json::Map<String, serde_json::Value> = Scenario::ALL
+            .into_iter()
+            .map(|s| {
+                (
+                    s.name().to_string(),
+                    weight(s.description().to_string(), Some(s.default_weight())),
+                )
+            })
+            .collect();
+        json_schema!({
+            "description": "Scenario weights by scenario name (relative, each at least 1). Names are matched case-insensitively; listing a scenario twice in different case is an error.",
+            "type": "object",
+            "properties": properties,
+            "additionalProperties": weight("A scenario name in another case.".to_string(), None),
+            "minProperties": 1
+        })
+    }
+}
+
+mod defaults {
+    use std::time::Duration;
+
+    pub fn poll_interval() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub fn server_ready_timeout() -> Duration {
+        Duration::from_secs(120)
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn three() -> u32 {
+        3
+    }
+    pub fn concurrency() -> u32 {
+        4
+    }
+    pub fn trace_rate() -> u32 {
+        1000
+    }
+    pub fn corr_id_block_size() -> u64 {
+        super::DEFAULT_CORR_ID_BLOCK_SIZE
+    }
+}

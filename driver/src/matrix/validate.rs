@@ -1,0 +1,475 @@
+//! Semantic checks: everything the types alone cannot say. Every problem found is reported,
+//! each with the field path it is about and which end of the `key: value` pair to point at.
+
+use std::collections::HashMap;
+
+use stress_common::scenario::Scenario;
+
+use super::source::{Anchor, FieldPath};
+use super::types::{
+    Artifact, ClientTemplate, Load, MATRIX_VERSION, Matrix, Resources, ServerTemplate,
+    TraceSettings,
+};
+
+/// Correlation ids a worker needs per stress stream: its block must hold `concurrency` times
+/// this many. Mirrors the worker's `CONTEXTS_PER_STREAM` (2 common + 8 rare contexts, as
+/// upstream), which the worker checks again at start.
+pub const CORR_IDS_PER_STREAM: u64 = 10;
+
+/// The longest a DNS-1123 label may be.
+pub const MAX_LABEL_LEN: usize = 63;
+
+/// One semantic problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    /// What it is about.
+    pub path: FieldPath,
+    /// Point at the key or at the value.
+    pub anchor: Anchor,
+    /// What is wrong.
+    pub message: String,
+    /// Another place the message is about, which the diagnostic points to as well.
+    pub also: Option<FieldPath>,
+}
+
+/// Whether `s` is a DNS-1123 label: 1 to 63 lowercase letters, digits and '-', starting and
+/// ending with a letter or digit.
+pub fn is_dns_label(s: &str) -> bool {
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_LABEL_LEN
+        && b.iter().all(|&c| alnum(c) || c == b'-')
+        && alnum(b[0])
+        && alnum(b[b.len() - 1])
+}
+
+/// Whether `s` is a portable environment variable name.
+pub fn is_env_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Whether `s` is a Kubernetes CPU quantity we accept: `1`, `2.5`, `500m`.
+fn is_cpu_quantity(s: &str) -> bool {
+    is_decimal(s.strip_suffix('m').unwrap_or(s))
+}
+
+/// Whether `s` is a Kubernetes memory quantity we accept: `512Mi`, `2Gi`, `1G`, `1000`.
+fn is_memory_quantity(s: &str) -> bool {
+    const SUFFIXES: [&str; 12] = [
+        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E",
+    ];
+    let number = SUFFIXES
+        .iter()
+        .find_map(|suffix| s.strip_suffix(suffix))
+        .unwrap_or(s);
+    is_decimal(number)
+}
+
+fn is_decimal(s: &str) -> bool {
+    let (int, frac) = s.split_once('.').unwrap_or((s, "0"));
+    !int.is_empty()
+        && !frac.is_empty()
+        && int.bytes().all(|c| c.is_ascii_digit())
+        && frac.bytes().all(|c| c.is_ascii_digit())
+}
+
+const LABEL_RULE: &str = "lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit";
+
+fn defined_list<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let names: Vec<&str> = names.map(String::as_str).collect();
+    if names.is_empty() {
+        "none defined".to_string()
+    } else {
+        format!("defined: {}", names.join(", "))
+    }
+}
+
+struct Checker {
+    issues: Vec<Issue>,
+}
+
+impl Checker {
+    fn push(&mut self, path: FieldPath, anchor: Anchor, message: impl Into<String>) {
+        self.issues.push(Issue {
+            path,
+            anchor,
+            message: message.into(),
+            also: None,
+        });
+    }
+
+    fn label(&mut self, path: FieldPath, anchor: Anchor, what: &str, name: &str) {
+        if !is_dns_label(name) {
+            self.push(
+                path,
+                anchor,
+                format!("{what} {name:?} is not a DNS-1123 label ({LABEL_RULE})"),
+            );
+        }
+    }
+
+    fn at_least_one(&mut self, path: FieldPath, value: u64) {
+        if value == 0 {
+            self.push(path, Anchor::Value, "must be at least 1, found 0");
+        }
+    }
+
+    fn artifact(&mut self, path: FieldPath, artifact: &Artifact) {
+        let (key, value) = match artifact {
+            Artifact::Binary(b) => ("binary", b),
+            Artifact::Image(i) => ("image", i),
+        };
+        if value.trim().is_empty() {
+            self.push(path.key(key), Anchor::Value, "must not be empty");
+        }
+    }
+
+    fn env(&mut self, path: FieldPath, env: &indexmap::IndexMap<String, String>) {
+        for name in env.keys() {
+            if !is_env_name(name) {
+                self.push(
+                    path.key(name.clone()),
+                    Anchor::Key,
+                    format!(
+                        "{name:?} is not an environment variable name (letters, digits and '_', not starting with a digit)"
+                    ),
+                );
+            }
+        }
+    }
+
+    fn resources(&mut self, path: FieldPath, resources: &Option<Resources>) {
+        let Some(r) = resources else { return };
+        if let Some(cpu) = &r.cpu
+            && !is_cpu_quantity(cpu)
+        {
+            self.push(
+                path.key("cpu"),
+                Anchor::Value,
+                format!("invalid CPU quantity {cpu:?} (write e.g. \"1\", \"2.5\" or \"500m\")"),
+            );
+        }
+        if let Some(memory) = &r.memory
+            && !is_memory_quantity(memory)
+        {
+            self.push(
+                path.key("memory"),
+                Anchor::Value,
+                format!(
+                    "invalid memory quantity {memory:?} (write e.g. \"512Mi\", \"2Gi\" or \"1G\")"
+                ),
+            );
+        }
+    }
+
+    fn trace(&mut self, path: FieldPath, trace: &Option<TraceSettings>) {
+        let Some(t) = trace else { return };
+        self.at_least_one(path.key("rate"), t.rate.into());
+        if let Some(count) = t.count {
+            self.at_least_one(path.key("count"), count.into());
+        }
+        if let Some(freq) = t.log_frequency {
+            self.at_least_one(path.key("log_frequency"), freq.into());
+        }
+    }
+
+    fn server_template(&mut self, path: FieldPath, t: &ServerTemplate) {
+        self.artifact(path.key("tritonserver"), &t.tritonserver);
+        if t.model_repositories.is_empty() {
+            self.push(
+                path.key("model_repositories"),
+                Anchor::Value,
+                "at least one model repository is required",
+            );
+        }
+        for (i, repo) in t.model_repositories.iter().enumerate() {
+            if repo.trim().is_empty() {
+                self.push(
+                    path.key("model_repositories").index(i),
+                    Anchor::Value,
+                    "must not be empty",
+                );
+            }
+        }
+        self.resources(path.key("resources"), &t.resources);
+        self.env(path.key("env"), &t.env);
+        self.trace(path.key("trace"), &t.trace);
+    }
+
+    fn client_template(&mut self, path: FieldPath, t: &ClientTemplate) {
+        self.artifact(path.key("worker"), &t.worker);
+        if let Some(scenarios) = &t.scenarios {
+            let spath = path.key("scenarios");
+            if scenarios.is_empty() {
+                self.push(
+                    spath.clone(),
+                    Anchor::Value,
+                    "at least one scenario is required (omit `scenarios` to run all of them at their default weights)",
+                );
+            }
+            let mut seen: HashMap<Scenario, &str> = HashMap::new();
+            for (name, weight) in scenarios {
+                let wpath = spath.key(name.clone());
+                match Scenario::parse(name) {
+                    None => {
+                        let known: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+                        self.push(
+                            wpath.clone(),
+                            Anchor::Key,
+                            format!("unknown scenario {name:?} (known: {})", known.join(", ")),
+                        );
+                    }
+                    Some(s) => {
+                        if let Some(first) = seen.insert(s, name) {
+                            self.push(
+                                wpath.clone(),
+                                Anchor::Key,
+                                format!("scenario {s} is listed twice (as {first:?} and {name:?})"),
+                            );
+                        }
+                    }
+                }
+                if *weight == 0 {
+                    self.push(
+                        wpath,
+                        Anchor::Value,
+                        "scenario weight must be at least 1, found 0 (leave the scenario out instead)",
+                    );
+                }
+            }
+        }
+        self.at_least_one(path.key("concurrency"), t.concurrency.into());
+        match t.load {
+            Some(Load::Concurrency(c)) => {
+                self.at_least_one(path.key("load").key("concurrency"), c.into())
+            }
+            Some(Load::Rate(r)) if !(r > 0.0 && r.is_finite()) => self.push(
+                path.key("load").key("rate"),
+                Anchor::Value,
+                format!("must be a positive number of requests per second, found {r}"),
+            ),
+            _ => {}
+        }
+        self.resources(path.key("resources"), &t.resources);
+        self.env(path.key("env"), &t.env);
+    }
+
+    fn member_names(&mut self, path: FieldPath, run: &str, group: &str, instances: u32) {
+        if instances == 0 || !is_dns_label(run) || !is_dns_label(group) {
+            return;
+        }
+        let longest = format!("{run}-{group}-{}", instances - 1);
+        if longest.len() > MAX_LABEL_LEN {
+            self.push(
+                path,
+                Anchor::Key,
+                format!(
+                    "member name {longest:?} is {} characters long, more than the {MAX_LABEL_LEN} of a DNS-1123 label (shorten run.name or the group name)",
+                    longest.len()
+                ),
+            );
+        }
+    }
+}
+
+/// Checks a deserialised matrix, returning every problem found.
+pub fn check(m: &Matrix) -> Vec<Issue> {
+    let mut c = Checker { issues: Vec::new() };
+    let root = FieldPath::root();
+
+    if m.version != MATRIX_VERSION {
+        c.push(
+            root.key("version"),
+            Anchor::Value,
+            format!(
+                "unsupported matrix version {} (this driver reads version {MATRIX_VERSION})",
+                m.version
+            ),
+        );
+    }
+
+    // run
+    let run = root.key("run");
+    c.label(run.key("name"), Anchor::Value, "run name", &m.run.name);
+    if let Some(ns) = &m.run.namespace {
+        c.label(run.key("namespace"), Anchor::Value, "namespace", ns);
+    }
+    let human = |d: std::time::Duration| humantime::format_duration(d).to_string();
+    for (field, value) in [
+        ("duration", m.run.duration),
+        ("poll_interval", m.run.poll_interval),
+        ("server_ready_timeout", m.run.server_ready_timeout),
+    ] {
+        if value.is_zero() {
+            c.push(run.key(field), Anchor::Value, "must be longer than zero");
+        }
+    }
+    if m.run.poll_interval > m.run.duration && !m.run.duration.is_zero() {
+        c.push(
+            run.key("poll_interval"),
+            Anchor::Value,
+            format!(
+                "poll interval {} is longer than the run duration {}",
+                human(m.run.poll_interval),
+                human(m.run.duration)
+            ),
+        );
+    }
+
+    // templates
+    for (name, t) in &m.server_templates {
+        let path = root.key("server_templates").key(name.clone());
+        c.label(path.clone(), Anchor::Key, "server template name", name);
+        c.server_template(path, t);
+    }
+    for (name, t) in &m.client_templates {
+        let path = root.key("client_templates").key(name.clone());
+        c.label(path.clone(), Anchor::Key, "client template name", name);
+        c.client_template(path, t);
+    }
+
+    // server groups
+    if m.server_groups.is_empty() {
+        c.push(
+            root.key("server_groups"),
+            Anchor::Key,
+            "at least one server group is required",
+        );
+    }
+    for (name, g) in &m.server_groups {
+        let path = root.key("server_groups").key(name.clone());
+        c.label(path.clone(), Anchor::Key, "server group name", name);
+        if !m.server_templates.contains_key(&g.template) {
+            c.push(
+                path.key("template"),
+                Anchor::Value,
+                format!(
+                    "undefined server template {:?} ({})",
+                    g.template,
+                    defined_list(m.server_templates.keys())
+                ),
+            );
+        }
+        c.at_least_one(path.key("instances"), g.instances.into());
+        c.member_names(path, &m.run.name, name, g.instances);
+    }
+
+    // client groups
+    if m.client_groups.is_empty() {
+        c.push(
+            root.key("client_groups"),
+            Anchor::Key,
+            "at least one client group is required",
+        );
+    }
+    let mut corr_ids_end: Option<u64> = Some(1);
+    for (name, g) in &m.client_groups {
+        let path = root.key("client_groups").key(name.clone());
+        c.label(path.clone(), Anchor::Key, "client group name", name);
+        if m.server_groups.contains_key(name) {
+            c.push(
+                path.clone(),
+                Anchor::Key,
+                format!(
+                    "{name:?} names both a server group and a client group; group names must be unique"
+                ),
+            );
+            if let Some(issue) = c.issues.last_mut() {
+                issue.also = Some(root.key("server_groups").key(name.clone()));
+            }
+        }
+        if !m.client_templates.contains_key(&g.template) {
+            c.push(
+                path.key("template"),
+                Anchor::Value,
+                format!(
+                    "undefined client template {:?} ({})",
+                    g.template,
+                    defined_list(m.client_templates.keys())
+                ),
+            );
+        }
+        if !m.server_groups.contains_key(&g.target) {
+            c.push(
+                path.key("target"),
+                Anchor::Value,
+                format!(
+                    "undefined server group {:?} ({})",
+                    g.target,
+                    defined_list(m.server_groups.keys())
+                ),
+            );
+        }
+        c.at_least_one(path.key("instances"), g.instances.into());
+        c.at_least_one(path.key("corr_id_block_size"), g.corr_id_block_size);
+        if let Some(t) = m.client_templates.get(&g.template) {
+            let needed = u64::from(t.concurrency) * CORR_IDS_PER_STREAM;
+            if g.corr_id_block_size > 0 && g.corr_id_block_size < needed {
+                c.push(
+                    path.key("corr_id_block_size"),
+                    Anchor::Value,
+                    format!(
+                        "block of {} correlation ids is smaller than the {needed} that {} streams need ({CORR_IDS_PER_STREAM} each; template {:?} has concurrency {})",
+                        g.corr_id_block_size, t.concurrency, g.template, t.concurrency
+                    ),
+                );
+            }
+        }
+        let end = corr_ids_end.and_then(|end| {
+            u64::from(g.instances)
+                .checked_mul(g.corr_id_block_size)
+                .and_then(|n| end.checked_add(n))
+        });
+        if end.is_none() && corr_ids_end.is_some() {
+            c.push(
+                path.key("corr_id_block_size"),
+                Anchor::Value,
+                "the correlation-id blocks of the clients up to this group do not fit in 64 bits",
+            );
+        }
+        corr_ids_end = end;
+        c.member_names(path, &m.run.name, name, g.instances);
+    }
+
+    c.issues
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_labels() {
+        for ok in ["a", "0", "smoke", "grpc-clients", "a-1", &"a".repeat(63)] {
+            assert!(is_dns_label(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a_b", "a.b", "é", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn quantities_and_env_names() {
+        for ok in ["1", "500m", "2.5", "0.5m"] {
+            assert!(is_cpu_quantity(ok), "{ok}");
+        }
+        for bad in ["", "m", "1.", ".5", "1 m", "one", "1Gi"] {
+            assert!(!is_cpu_quantity(bad), "{bad}");
+        }
+        for ok in ["2Gi", "512Mi", "1G", "1000", "1.5Gi", "64k"] {
+            assert!(is_memory_quantity(ok), "{ok}");
+        }
+        for bad in ["", "Gi", "2GB", "2 Gi", "lots"] {
+            assert!(!is_memory_quantity(bad), "{bad}");
+        }
+        for ok in ["A", "_X", "CUDA_VISIBLE_DEVICES", "a1"] {
+            assert!(is_env_name(ok), "{ok}");
+        }
+        for bad in ["", "1A", "A-B", "A.B", "A B"] {
+            assert!(!is_env_name(bad), "{bad}");
+        }
+    }
+}
