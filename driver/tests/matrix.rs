@@ -1,0 +1,617 @@
+//! The test matrix: committed matrices validate, malformed ones give exact diagnostics, groups
+//! expand into the right members, and the committed JSON schema is the generated one.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use driver::matrix::{
+    self, Artifact, ClientMember, Load, Matrix, MatrixError, Position, Protocol, TraceLevel,
+};
+use stress_common::scenario::Scenario;
+
+const BAD_DIR: &str = "tests/fixtures/bad-matrices";
+
+fn test_matrices_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../test-matrices")
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+        .collect();
+    files.sort();
+    files
+}
+
+fn load_committed(name: &str) -> Matrix {
+    let path = test_matrices_dir().join(name);
+    matrix::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn parse_err(text: &str) -> String {
+    match matrix::parse(text, "inline.yaml") {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn every_committed_matrix_validates() {
+    let files = yaml_files(&test_matrices_dir());
+    let names: BTreeSet<String> = files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for required in [
+        "smoke.yaml",
+        "smoke-http.yaml",
+        "heterogeneous.yaml",
+        "nightly-soak.yaml",
+    ] {
+        assert!(
+            names.contains(required),
+            "test-matrices/{required} is missing"
+        );
+    }
+    let errors: Vec<String> = files
+        .iter()
+        .filter_map(|f| matrix::load(f).err().map(|e| e.to_string()))
+        .collect();
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+/// One malformed matrix per rule, with the exact diagnostics it must give.
+const BAD: &[(&str, &str)] = &[
+    (
+        "unknown-field.yaml",
+        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast",
+    ),
+    (
+        "wrong-type.yaml",
+        "12:16: server_groups.triton.instances: expected a non-negative whole number (u32), found `one`",
+    ),
+    ("missing-field.yaml", "2:1: run: missing field `duration`"),
+    (
+        "unsupported-version.yaml",
+        "1:10: version: unsupported matrix version 2 (this driver reads version 1)",
+    ),
+    (
+        "undefined-template.yaml",
+        "11:15: server_groups.triton.template: undefined server template \"cpu-pyhton\" (defined: cpu)",
+    ),
+    (
+        "undefined-target.yaml",
+        "21:13: client_groups.grpc-clients.target: undefined server group \"trtion\" (defined: triton)",
+    ),
+    (
+        "duplicate-key.yaml",
+        "22:3: client_groups.grpc-clients: duplicate key \"grpc-clients\" (first at 18:3)",
+    ),
+    (
+        "group-name-clash.yaml",
+        "22:3: client_groups.triton: \"triton\" names both a server group and a client group; group names must be unique (see server_groups.triton at 10:3)",
+    ),
+    (
+        "invalid-name.yaml",
+        "18:3: client_groups.gRPC_clients: client group name \"gRPC_clients\" is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit)",
+    ),
+    (
+        "zero-instances.yaml",
+        "20:16: client_groups.grpc-clients.instances: must be at least 1, found 0",
+    ),
+    (
+        "zero-weight.yaml",
+        "17:47: client_templates.grpc-mix.scenarios.Timeout: scenario weight must be at least 1, found 0 (leave the scenario out instead)",
+    ),
+    (
+        "negative-weight.yaml",
+        "17:47: client_templates.grpc-mix.scenarios.Timeout: expected a non-negative whole number (u32), found `-60`",
+    ),
+    (
+        "unknown-scenario.yaml",
+        "19:7: client_templates.grpc-mix.scenarios.SequenceInvalid: unknown scenario \"SequenceInvalid\" (known: Timeout, ImageClassification, CrashingClient, SequenceNoEnd, SequenceValidNoEnd, SequenceValidValid, SequenceNoStart, SequenceValid, PerfAnalyzer, Load)",
+    ),
+    (
+        "zero-duration.yaml",
+        "4:13: run.duration: must be longer than zero",
+    ),
+    (
+        "negative-duration.yaml",
+        "4:13: run.duration: invalid duration \"-60s\": expected number at 0 (write e.g. \"90s\", \"5m\", \"8h\" or \"1h 30m\")",
+    ),
+    (
+        "poll-interval-too-long.yaml",
+        "5:18: run.poll_interval: poll interval 2m is longer than the run duration 1m",
+    ),
+    (
+        "binary-and-image.yaml",
+        "7:19: server_templates.cpu.tritonserver: exactly one of `binary` or `image` must be set, found both",
+    ),
+    (
+        "neither-binary-nor-image.yaml",
+        "15:13: client_templates.grpc-mix.worker: exactly one of `binary` or `image` must be set, found neither",
+    ),
+    (
+        "invalid-protocol.yaml",
+        "16:15: client_templates.grpc-mix.protocol: unknown variant `tcp`, expected one of grpc, http",
+    ),
+    (
+        "corr-id-block-too-small.yaml",
+        "21:25: client_groups.grpc-clients.corr_id_block_size: block of 20 correlation ids is smaller than the 40 that 4 streams need (10 each; template \"grpc-mix\" has concurrency 4)",
+    ),
+    (
+        "syntax-error.yaml",
+        "9:14: server_templates.cpu.model_repositories: illegal placement of ':' indicator",
+    ),
+    (
+        "several-errors.yaml",
+        "3:9: run.name: run name \"Bad Run\" is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit)\n\
+         19:15: client_groups.grpc-clients.template: undefined client template \"grpc\" (defined: grpc-mix)\n\
+         20:16: client_groups.grpc-clients.instances: must be at least 1, found 0\n\
+         21:13: client_groups.grpc-clients.target: undefined server group \"trtion\" (defined: triton)",
+    ),
+];
+
+#[test]
+fn every_bad_matrix_gives_its_exact_diagnostics() {
+    let on_disk: BTreeSet<String> = yaml_files(Path::new(BAD_DIR))
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let expected: BTreeSet<String> = BAD.iter().map(|(f, _)| f.to_string()).collect();
+    assert_eq!(
+        on_disk, expected,
+        "every fixture in {BAD_DIR} needs an expected message here, and every expected message a fixture"
+    );
+
+    let mut failures = Vec::new();
+    for (file, lines) in BAD {
+        let path = format!("{BAD_DIR}/{file}");
+        let want: String = lines
+            .lines()
+            .map(|l| format!("{path}:{l}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        match matrix::load(Path::new(&path)) {
+            Ok(_) => failures.push(format!("{path}: accepted")),
+            Err(e) => {
+                let got = e.to_string();
+                if got != want {
+                    failures.push(format!("{path}:\n  want: {want}\n  got:  {got}"));
+                }
+                assert_eq!(e.diagnostics().len(), lines.lines().count(), "{path}");
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn diagnostics_carry_file_position_and_path() {
+    let err = matrix::load(Path::new(&format!("{BAD_DIR}/several-errors.yaml"))).unwrap_err();
+    let d = &err.diagnostics()[3];
+    assert_eq!(d.file, format!("{BAD_DIR}/several-errors.yaml"));
+    assert_eq!(
+        d.position,
+        Some(Position {
+            line: 21,
+            column: 13
+        })
+    );
+    assert_eq!(d.path, "client_groups.grpc-clients.target");
+    assert_eq!(
+        d.message,
+        "undefined server group \"trtion\" (defined: triton)"
+    );
+    let positions: Vec<_> = err.diagnostics().iter().map(|d| d.position).collect();
+    let mut sorted = positions.clone();
+    sorted.sort();
+    assert_eq!(positions, sorted, "diagnostics come in file order");
+}
+
+#[test]
+fn unreadable_file_is_a_read_error() {
+    let err = matrix::load(Path::new("tests/fixtures/no-such-matrix.yaml")).unwrap_err();
+    assert!(matches!(err, MatrixError::Read { .. }));
+    assert!(
+        err.to_string()
+            .starts_with("tests/fixtures/no-such-matrix.yaml: cannot read the matrix: "),
+        "{err}"
+    );
+    assert!(err.diagnostics().is_empty());
+}
+
+const MINIMAL: &str = "\
+version: 1
+run:
+  name: mini
+  duration: 10s
+server_templates:
+  cpu:
+    tritonserver: { binary: auto }
+    model_repositories: [models]
+server_groups:
+  triton: { template: cpu, instances: 1 }
+client_templates:
+  all:
+    worker: { binary: auto }
+    protocol: grpc
+client_groups:
+  clients: { template: all, instances: 1, target: triton }
+";
+
+#[test]
+fn omitted_fields_take_their_defaults() {
+    let m = matrix::parse(MINIMAL, "inline.yaml").unwrap();
+    assert_eq!(m.run.poll_interval, Duration::from_secs(1));
+    assert_eq!(m.run.warmup, Duration::ZERO);
+    assert_eq!(m.run.server_ready_timeout, Duration::from_secs(120));
+    assert_eq!(m.run.namespace, None);
+    assert!(m.run.keep_failed);
+    assert_eq!(m.run.fail_fast.heartbeat_timeout_polls, 3);
+    assert_eq!(m.run.fail_fast.zero_qps_polls, 3);
+    let t = &m.client_templates["all"];
+    assert_eq!(t.concurrency, 4);
+    assert_eq!(t.load, None);
+    assert_eq!(
+        t.scenario_weights(),
+        Scenario::ALL
+            .into_iter()
+            .map(|s| (s, s.default_weight()))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        m.client_groups["clients"].corr_id_block_size,
+        matrix::DEFAULT_CORR_ID_BLOCK_SIZE
+    );
+    assert_eq!(m.source_path, None);
+    assert_eq!(m.resolve_local_path("models"), PathBuf::from("models"));
+}
+
+#[test]
+fn committed_matrices_say_what_they_should() {
+    let smoke = load_committed("smoke.yaml");
+    assert_eq!(smoke.run.duration, Duration::from_secs(60));
+    assert_eq!(smoke.run.poll_interval, Duration::from_secs(1));
+    let servers = smoke.servers();
+    assert_eq!(servers.len(), 1);
+    assert_eq!(
+        servers[0].template.tritonserver,
+        Artifact::Binary("auto".into())
+    );
+    assert!(servers[0].template.tritonserver.is_auto_binary());
+    assert_eq!(servers[0].template.model_repositories, ["../models"]);
+    let models = smoke.resolve_local_path("../models");
+    assert!(
+        models.ends_with("test-matrices/../models"),
+        "{}",
+        models.display()
+    );
+    assert!(models.join("add_sub").is_dir(), "{}", models.display());
+    let clients = smoke.clients();
+    assert_eq!(clients.len(), 1);
+    assert_eq!(clients[0].template.protocol, Protocol::Grpc);
+    assert_eq!(clients[0].template.concurrency, 4);
+    assert_eq!(clients[0].template.scenarios, None);
+    assert_eq!(
+        smoke.qualified_name(&clients[0].name),
+        "smoke-grpc-clients-0"
+    );
+
+    let http = load_committed("smoke-http.yaml");
+    assert_eq!(http.clients()[0].template.protocol, Protocol::Http);
+
+    let hetero = load_committed("heterogeneous.yaml");
+    assert_eq!(hetero.server_groups.len(), 2);
+    let protocols: Vec<_> = hetero
+        .client_groups
+        .values()
+        .map(|g| hetero.client_templates[&g.template].protocol)
+        .collect();
+    assert_eq!(protocols, [Protocol::Grpc, Protocol::Http]);
+    let targets: BTreeSet<_> = hetero.client_groups.values().map(|g| &g.target).collect();
+    assert_eq!(
+        targets.len(),
+        2,
+        "each client group targets its own server group"
+    );
+    assert_eq!(
+        hetero.client_templates["http-load"].load,
+        Some(Load::Rate(200.0))
+    );
+    let trace = hetero.server_templates["cpu-traced"]
+        .trace
+        .as_ref()
+        .unwrap();
+    assert_eq!(trace.level, TraceLevel::Timestamps);
+    assert_eq!(
+        trace.args(),
+        [
+            "--trace-config",
+            "level=TIMESTAMPS",
+            "--trace-config",
+            "rate=1000"
+        ]
+    );
+
+    let soak = load_committed("nightly-soak.yaml");
+    assert_eq!(soak.run.duration, Duration::from_secs(8 * 3600));
+    assert_eq!(soak.run.namespace.as_deref(), Some("triton-stress"));
+    assert!(
+        soak.servers()
+            .iter()
+            .all(|s| s.template.tritonserver.image().is_some())
+    );
+    assert!(
+        soak.clients()
+            .iter()
+            .all(|c| c.template.worker.image().is_some())
+    );
+    assert!(soak.servers().len() > 1 && soak.clients().len() > 1);
+}
+
+fn assert_blocks_disjoint(clients: &[ClientMember]) {
+    let mut ranges: Vec<_> = clients.iter().map(ClientMember::corr_id_range).collect();
+    ranges.sort_by_key(|r| r.start);
+    assert!(ranges.iter().all(|r| r.start >= 1 && !r.is_empty()));
+    for pair in ranges.windows(2) {
+        assert!(pair[0].end <= pair[1].start, "{ranges:?} overlap");
+    }
+}
+
+#[test]
+fn groups_expand_into_named_members_with_targets_and_disjoint_corr_id_blocks() {
+    let m = load_committed("heterogeneous.yaml");
+    let servers = m.servers();
+    let names: Vec<_> = servers.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["triton-a-0", "triton-a-1", "triton-b-0"]);
+    assert_eq!(
+        servers
+            .iter()
+            .map(|s| (s.group.as_str(), s.index, s.template_name.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            ("triton-a", 0, "cpu"),
+            ("triton-a", 1, "cpu"),
+            ("triton-b", 0, "cpu-traced")
+        ]
+    );
+
+    let clients = m.clients();
+    let summary: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            (
+                c.name.as_str(),
+                c.target_group.as_str(),
+                c.targets.clone(),
+                c.corr_id_base,
+                c.corr_id_block_size,
+            )
+        })
+        .collect();
+    let mib = 1 << 20;
+    assert_eq!(
+        summary,
+        [
+            (
+                "grpc-clients-0",
+                "triton-a",
+                vec!["triton-a-0".to_string(), "triton-a-1".to_string()],
+                1,
+                mib
+            ),
+            (
+                "grpc-clients-1",
+                "triton-a",
+                vec!["triton-a-0".to_string(), "triton-a-1".to_string()],
+                1 + mib,
+                mib
+            ),
+            (
+                "http-clients-0",
+                "triton-b",
+                vec!["triton-b-0".to_string()],
+                1 + 2 * mib,
+                65536
+            ),
+        ]
+    );
+    assert_eq!(clients[1].corr_id_range(), (1 + mib)..(1 + 2 * mib));
+    assert_eq!(clients[0].template_name, "grpc-sequences");
+    assert_blocks_disjoint(&clients);
+
+    // One block size for all: client k starts at 1 + k * block_size.
+    let soak = load_committed("nightly-soak.yaml");
+    let clients = soak.clients();
+    assert_eq!(clients.len(), 7);
+    for (k, c) in clients.iter().enumerate() {
+        assert_eq!(
+            c.corr_id_base,
+            1 + k as u64 * matrix::DEFAULT_CORR_ID_BLOCK_SIZE
+        );
+        assert_eq!(c.targets, ["triton-0", "triton-1", "triton-2"]);
+    }
+    assert_blocks_disjoint(&clients);
+}
+
+#[test]
+fn a_matrix_survives_a_yaml_round_trip() {
+    for name in ["heterogeneous.yaml", "nightly-soak.yaml"] {
+        let mut m = load_committed(name);
+        m.source_path = None;
+        let text = serde_saphyr::to_string(&m).unwrap();
+        let again = matrix::parse(&text, name).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(again, m);
+    }
+}
+
+#[test]
+fn anchors_aliases_and_merges_work_and_are_located_where_used() {
+    let text = "\
+version: 1
+run: { name: merge, duration: 1m }
+server_templates:
+  base: &base
+    tritonserver: { binary: auto }
+    model_repositories: [models]
+  verbose:
+    <<: *base
+    args: [--log-verbose=1]
+server_groups:
+  triton: { template: verbose, instances: 2 }
+client_templates:
+  all: &all
+    worker: { binary: auto }
+    protocol: grpc
+    concurrency: 0
+  again:
+    <<: *all
+    protocol: http
+client_groups:
+  clients: { template: again, instances: 1, target: triton }
+";
+    let err = matrix::parse(text, "inline.yaml").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "inline.yaml:16:18: client_templates.all.concurrency: must be at least 1, found 0\n\
+         inline.yaml:18:9: client_templates.again.concurrency: must be at least 1, found 0"
+    );
+    let m = matrix::parse(
+        &text.replace("concurrency: 0", "concurrency: 2"),
+        "inline.yaml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.server_templates["verbose"].model_repositories, ["models"]);
+    assert_eq!(m.client_templates["again"].protocol, Protocol::Http);
+    assert_eq!(m.client_templates["again"].concurrency, 2);
+}
+
+#[test]
+fn every_duplicate_key_is_reported() {
+    let text = MINIMAL.replace("  duration: 10s\n", "  duration: 10s\n  duration: 20s\n")
+        + "  clients: { template: all, instances: 2, target: triton }\n";
+    assert_eq!(
+        parse_err(&text),
+        "inline.yaml:5:3: run.duration: duplicate key \"duration\" (first at 4:3)\n\
+         inline.yaml:18:3: client_groups.clients: duplicate key \"clients\" (first at 17:3)"
+    );
+}
+
+#[test]
+fn more_rules() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "    protocol: grpc\n",
+            "    protocol: grpc\n    scenarios: { Timeout: 1, timeout: 2 }\n",
+            "inline.yaml:15:30: client_templates.all.scenarios.timeout: scenario Timeout is listed twice (as \"Timeout\" and \"timeout\")",
+        ),
+        (
+            "    protocol: grpc\n",
+            "    protocol: grpc\n    scenarios: {}\n",
+            "inline.yaml:15:16: client_templates.all.scenarios: at least one scenario is required (omit `scenarios` to run all of them at their default weights)",
+        ),
+        (
+            "    model_repositories: [models]\n",
+            "    model_repositories: []\n    env: { GOOD_NAME: x, bad-name: y }\n    resources: { cpu: lots, memory: 2GB }\n",
+            "inline.yaml:8:25: server_templates.cpu.model_repositories: at least one model repository is required\n\
+             inline.yaml:9:26: server_templates.cpu.env.bad-name: \"bad-name\" is not an environment variable name (letters, digits and '_', not starting with a digit)\n\
+             inline.yaml:10:23: server_templates.cpu.resources.cpu: invalid CPU quantity \"lots\" (write e.g. \"1\", \"2.5\" or \"500m\")\n\
+             inline.yaml:10:37: server_templates.cpu.resources.memory: invalid memory quantity \"2GB\" (write e.g. \"512Mi\", \"2Gi\" or \"1G\")",
+        ),
+        (
+            "  duration: 10s\n",
+            "  duration: 10s\n  namespace: Stress\n  poll_interval: 0s\n",
+            "inline.yaml:5:14: run.namespace: namespace \"Stress\" is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit)\n\
+             inline.yaml:6:18: run.poll_interval: must be longer than zero",
+        ),
+        (
+            "    protocol: grpc\n",
+            "    protocol: grpc\n    load: { rate: 0 }\n",
+            "inline.yaml:15:19: client_templates.all.load.rate: must be a positive number of requests per second, found 0",
+        ),
+        (
+            "    protocol: grpc\n",
+            "    protocol: grpc\n    load: { rate: 5, concurrency: 2 }\n",
+            "inline.yaml:15:11: client_templates.all.load: exactly one of `concurrency` or `rate` must be set, found both",
+        ),
+        (
+            "  clients: { template: all, instances: 1, target: triton }\n",
+            "  a-very-long-client-group-name-that-is-still-a-dns-label-ok: { template: all, instances: 12, target: triton }\n",
+            "inline.yaml:16:3: client_groups.a-very-long-client-group-name-that-is-still-a-dns-label-ok: member name \"mini-a-very-long-client-group-name-that-is-still-a-dns-label-ok-11\" is 66 characters long, more than the 63 of a DNS-1123 label (shorten run.name or the group name)",
+        ),
+        (
+            "server_groups:\n  triton: { template: cpu, instances: 1 }\n",
+            "server_groups: {}\n",
+            "inline.yaml:9:1: server_groups: at least one server group is required\n\
+             inline.yaml:15:51: client_groups.clients.target: undefined server group \"triton\" (none defined)",
+        ),
+        (
+            "version: 1\n",
+            "version: 1\nextra: true\n",
+            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups",
+        ),
+        (
+            "  duration: 10s\n",
+            "  duration: 10\n",
+            "inline.yaml:4:13: run.duration: invalid duration \"10\": time unit needed, for example 10sec or 10ms (write e.g. \"90s\", \"5m\", \"8h\" or \"1h 30m\")",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (from, to, want) in cases {
+        assert!(MINIMAL.contains(from), "{from}");
+        let got = parse_err(&MINIMAL.replacen(from, to, 1));
+        if got != *want {
+            failures.push(format!("want: {want}\ngot:  {got}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn empty_and_non_mapping_documents_are_rejected() {
+    assert_eq!(
+        parse_err(""),
+        "inline.yaml:1:1: the file is empty; a matrix starts with `version: 1`"
+    );
+    assert_eq!(
+        parse_err("version: 1\n"),
+        "inline.yaml:1:1: missing field `run`"
+    );
+    assert_eq!(
+        parse_err("- version: 1\n"),
+        "inline.yaml:1:1: expected mapping start"
+    );
+}
+
+#[test]
+fn dns_labels() {
+    assert!(matrix::is_dns_label("grpc-clients-0"));
+    assert!(!matrix::is_dns_label("grpc_clients"));
+    assert!(!matrix::is_dns_label(
+        &"a".repeat(matrix::MAX_LABEL_LEN + 1)
+    ));
+}
+
+/// The committed schema is the generated one. `UPDATE_SCHEMA=1 cargo test -p driver schema`
+/// rewrites it.
+#[test]
+fn committed_schema_is_up_to_date() {
+    let path = test_matrices_dir().join("schema.json");
+    let generated = matrix::json_schema_text();
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{} is not the schema generated from the matrix types; regenerate it with\n\n    UPDATE_SCHEMA=1 cargo test -p driver schema\n",
+        path.display()
+    );
+    let parsed: serde_json::Value = serde_json::from_str(&committed).unwrap();
+    assert_eq!(parsed, matrix::json_schema());
+}
