@@ -290,7 +290,6 @@ fn committed_matrices_say_what_they_should() {
         "{}",
         models.display()
     );
-    assert!(models.join("add_sub").is_dir(), "{}", models.display());
     let clients = smoke.clients();
     assert_eq!(clients.len(), 1);
     assert_eq!(clients[0].template.protocol, Protocol::Grpc);
