@@ -24,6 +24,11 @@ pub struct GrpcClient {
 fn status_error(status: tonic::Status) -> ClientError {
     match status.code() {
         tonic::Code::DeadlineExceeded => ClientError::DeadlineExceeded(status.message().into()),
+        // tonic's own deadline timer fires as CANCELLED "Timeout expired" when it beats the
+        // server's DEADLINE_EXCEEDED.
+        tonic::Code::Cancelled if status.message() == "Timeout expired" => {
+            ClientError::DeadlineExceeded(status.message().into())
+        }
         tonic::Code::Unavailable => ClientError::Transport(status.message().into()),
         code => ClientError::Server {
             code: format!("{code:?}"),
@@ -65,7 +70,8 @@ impl GrpcClient {
         if let Some(seq) = request.sequence {
             parameters.insert(
                 "sequence_id".to_string(),
-                param(ParameterChoice::Uint64Param(seq.id)),
+                // Triton accepts int64_param or string_param here, not uint64_param.
+                param(ParameterChoice::Int64Param(seq.id as i64)),
             );
             parameters.insert(
                 "sequence_start".to_string(),
@@ -146,21 +152,24 @@ impl GrpcClient {
     }
 
     /// Sends an already converted request (the load scenario's hot path).
+    ///
+    /// The deadline is enforced here, on the client, and not sent as `grpc-timeout`: when
+    /// Triton 2.51 expires a deadline itself it resets the stream twice, which the h2 crate
+    /// treats as a connection PROTOCOL_ERROR that fails every request sharing the connection.
     pub async fn infer_proto(
         &self,
         request: ModelInferRequest,
         timeout: Option<Duration>,
     ) -> Result<InferResponse, ClientError> {
-        let mut req = tonic::Request::new(request);
-        if let Some(t) = timeout {
-            req.set_timeout(t);
+        let mut client = self.client.clone();
+        let call = client.model_infer(tonic::Request::new(request));
+        let response = match timeout {
+            Some(t) => tokio::time::timeout(t, call)
+                .await
+                .map_err(|_| ClientError::DeadlineExceeded(format!("no response within {t:?}")))?,
+            None => call.await,
         }
-        let response = self
-            .client
-            .clone()
-            .model_infer(req)
-            .await
-            .map_err(status_error)?;
+        .map_err(status_error)?;
         Self::from_proto(response.into_inner())
     }
 
@@ -300,52 +309,77 @@ impl TritonClient for GrpcClient {
     }
 
     async fn sequence_session(&self) -> Result<Box<dyn SequenceSession>, ClientError> {
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let response = self
-            .client
-            .clone()
-            .model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-            .map_err(status_error)?;
         Ok(Box::new(GrpcSequenceSession {
-            tx,
-            responses: response.into_inner(),
+            client: self.client.clone(),
+            tx: None,
+            responses: None,
         }))
     }
 }
 
 /// One `ModelStreamInfer` call; requests go out one at a time and each waits for its response,
-/// so responses are checked in order.
+/// so responses are checked in order. The call is opened with the first request already queued:
+/// tonic returns from a streaming call only once the server sends its response headers, which
+/// Triton does after it has read a request.
 struct GrpcSequenceSession {
-    tx: tokio::sync::mpsc::Sender<ModelInferRequest>,
-    responses: tonic::Streaming<ModelStreamInferResponse>,
+    client: GrpcInferenceServiceClient<Channel>,
+    tx: Option<tokio::sync::mpsc::Sender<ModelInferRequest>>,
+    responses: Option<tonic::Streaming<ModelStreamInferResponse>>,
+}
+
+impl GrpcSequenceSession {
+    async fn exchange(&mut self, request: &InferRequest) -> Result<InferResponse, ClientError> {
+        let message = GrpcClient::to_proto(request);
+        match &self.tx {
+            Some(tx) => tx
+                .send(message)
+                .await
+                .map_err(|_| ClientError::Transport("the stream was closed".into()))?,
+            None => {
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                tx.send(message).await.expect("the receiver is alive");
+                let response = self
+                    .client
+                    .model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx))
+                    .await
+                    .map_err(status_error)?;
+                self.tx = Some(tx);
+                self.responses = Some(response.into_inner());
+            }
+        }
+        let responses = self.responses.as_mut().expect("opened above");
+        match responses.message().await {
+            Ok(Some(r)) if !r.error_message.is_empty() => Err(ClientError::Server {
+                code: "stream".into(),
+                message: r.error_message,
+            }),
+            Ok(Some(r)) => GrpcClient::from_proto(r.infer_response.ok_or_else(|| {
+                ClientError::Protocol("stream response without infer_response".into())
+            })?),
+            Ok(None) => Err(ClientError::Transport("the server ended the stream".into())),
+            Err(status) => Err(status_error(status)),
+        }
+    }
 }
 
 #[async_trait::async_trait]
 impl SequenceSession for GrpcSequenceSession {
+    /// Half-closes the request stream and reads the stream to its end, so the call finishes
+    /// with a status instead of a client RST_STREAM (servers rate-limit resets).
+    async fn close(mut self: Box<Self>) {
+        self.tx = None;
+        if let Some(mut responses) = self.responses.take() {
+            let drain = async { while let Ok(Some(_)) = responses.message().await {} };
+            let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+        }
+    }
+
     async fn infer(&mut self, request: &InferRequest) -> Result<InferResponse, ClientError> {
-        let exchange = async {
-            self.tx
-                .send(GrpcClient::to_proto(request))
-                .await
-                .map_err(|_| ClientError::Transport("the stream was closed".into()))?;
-            match self.responses.message().await {
-                Ok(Some(r)) if !r.error_message.is_empty() => Err(ClientError::Server {
-                    code: "stream".into(),
-                    message: r.error_message,
-                }),
-                Ok(Some(r)) => GrpcClient::from_proto(r.infer_response.ok_or_else(|| {
-                    ClientError::Protocol("stream response without infer_response".into())
-                })?),
-                Ok(None) => Err(ClientError::Transport("the server ended the stream".into())),
-                Err(status) => Err(status_error(status)),
-            }
-        };
         match request.timeout {
-            Some(t) => tokio::time::timeout(t, exchange)
+            Some(t) => tokio::time::timeout(t, self.exchange(request))
                 .await
                 .map_err(|_| ClientError::DeadlineExceeded(format!("no response within {t:?}")))?,
-            None => exchange.await,
+            None => self.exchange(request).await,
         }
     }
 }

@@ -46,7 +46,7 @@ pub struct InferRequest {
     pub sequence: Option<SequenceFlags>,
     /// Custom integer parameters that reach the model (e.g. `delay_ms`).
     pub int_parameters: Vec<(String, i64)>,
-    /// Client-side deadline; gRPC also sends it to the server as `grpc-timeout`.
+    /// Client-side deadline (see `grpc::GrpcClient::infer_proto` for why it is not sent).
     pub timeout: Option<Duration>,
 }
 
@@ -130,6 +130,8 @@ pub trait TritonClient: Send + Sync {
 pub trait SequenceSession: Send {
     /// Sends one request of the sequence and waits for its response.
     async fn infer(&mut self, request: &InferRequest) -> Result<InferResponse, ClientError>;
+    /// Ends the session cleanly (after the last request, or after an error).
+    async fn close(self: Box<Self>) {}
 }
 
 /// A request in its wire form.

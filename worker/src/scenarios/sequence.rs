@@ -71,6 +71,21 @@ async fn send_sequence(
         .sequence_session()
         .await
         .map_err(|e| fail("a sequence stream".into(), e.to_string()))?;
+    let result = check_steps(env, &mut *session, model, batched, values, end, &fail).await;
+    session.close().await;
+    result
+}
+
+async fn check_steps(
+    env: &TestEnv<'_>,
+    session: &mut dyn crate::client::SequenceSession,
+    model: &str,
+    batched: bool,
+    values: &[i32],
+    end: bool,
+    fail: &(dyn Fn(String, String) -> Failure + Sync),
+) -> Result<(), Failure> {
+    let id = env.context.correlation_id;
     let mut sum: i32 = 0;
     for (i, &v) in values.iter().enumerate() {
         let flags = SequenceFlags {
@@ -180,6 +195,7 @@ async fn no_start(env: &TestEnv<'_>, model: &str, batched: bool) -> Result<(), F
     let result = session
         .infer(&request(model, batched, value, flags, env))
         .await;
+    session.close().await;
     env.stats.request(env.scenario, Some(started.elapsed()));
     match result {
         Err(e) if e.to_string().contains(START_FLAG_ERROR) => Ok(()),
