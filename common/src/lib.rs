@@ -15,6 +15,7 @@ pub mod shutdown;
 pub mod status;
 pub mod store;
 pub mod telemetry;
+pub mod triton_metrics;
 pub mod tritonserver;
 
 /// Milliseconds since the Unix epoch: the one time unit of the store and the reports.

@@ -115,16 +115,18 @@ pub fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// TRITONSERVER_BIN, else `.local/bin/tritonserver` in this checkout (found from the current
-/// directory or the given start directory upwards), else `tritonserver` on PATH.
+/// TRITONSERVER_BIN, else `.local/bin/tritonserver` in this checkout (found from the given start
+/// directory or the current directory upwards), else `tritonserver` on PATH.
 pub fn find_binary(start: Option<&Path>) -> Result<PathBuf, TritonError> {
-    if let Some(p) = std::env::var_os("TRITONSERVER_BIN") {
+    find_tool("tritonserver", "TRITONSERVER_BIN", start).ok_or(TritonError::NotInstalled)
+}
+
+/// A tool the install script puts in `.local/bin`: `$ENV_VAR` if set, else `.local/bin/NAME` in
+/// an ancestor of `start` or of the current directory, else NAME on PATH.
+pub fn find_tool(name: &str, env_var: &str, start: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env_var) {
         let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(TritonError::NotInstalled)
-        };
+        return p.is_file().then_some(p);
     }
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(s) = start {
@@ -135,19 +137,17 @@ pub fn find_binary(start: Option<&Path>) -> Result<PathBuf, TritonError> {
     }
     for dir in dirs {
         for d in dir.ancestors() {
-            let candidate = d.join(".local/bin/tritonserver");
+            let candidate = d.join(".local/bin").join(name);
             if candidate.is_file() {
-                return Ok(candidate);
+                return Some(candidate);
             }
         }
     }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join("tritonserver"))
-                .find(|p| p.is_file())
-        })
-        .ok_or(TritonError::NotInstalled)
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
 }
 
 /// The last `n` lines of a file (what a report shows of a log).

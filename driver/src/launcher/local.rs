@@ -1,0 +1,360 @@
+//! The embedded default: every server is a real tritonserver process and every client a worker
+//! process on this machine, bound to loopback. Each process's stdout and stderr go to
+//! `<run dir>/logs/<member>.log`; trace files to `<run dir>/traces/`.
+
+use super::{
+    LaunchError, Launcher, MemberExit, STORE_URL_ENV, ServerEndpoint, WorkerAssignment, worker_args,
+};
+use crate::matrix::{ClientMember, ServerMember};
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+use stress_common::tritonserver::{self, ServerSpec, TritonServer, shell_quote, tail_lines};
+
+/// How many log lines a failed member's diagnostics keep.
+pub const LOG_TAIL_LINES: usize = 50;
+
+struct Client {
+    child: tokio::process::Child,
+    command: String,
+}
+
+pub struct LocalLauncher {
+    run_dir: PathBuf,
+    /// Where relative paths in the matrix are resolved.
+    matrix_dir: PathBuf,
+    servers: BTreeMap<String, TritonServer>,
+    clients: BTreeMap<String, Client>,
+    exits: BTreeMap<String, MemberExit>,
+}
+
+fn exit_of(member_id: &str, status: ExitStatus) -> MemberExit {
+    MemberExit {
+        member_id: member_id.into(),
+        code: status.code(),
+        signal: status.signal(),
+    }
+}
+
+impl LocalLauncher {
+    pub fn new(run_dir: &Path, matrix_dir: &Path) -> Self {
+        Self {
+            run_dir: run_dir.into(),
+            matrix_dir: matrix_dir.into(),
+            servers: BTreeMap::new(),
+            clients: BTreeMap::new(),
+            exits: BTreeMap::new(),
+        }
+    }
+
+    fn log_path(&self, member: &str) -> PathBuf {
+        self.run_dir.join("logs").join(format!("{member}.log"))
+    }
+
+    fn resolve(&self, path: &str) -> PathBuf {
+        let p = Path::new(path);
+        if p.is_absolute() {
+            p.into()
+        } else {
+            self.matrix_dir.join(p)
+        }
+    }
+
+    /// `binary: auto` for the worker: the `worker` built beside this driver, else PATH.
+    fn worker_binary(&self, configured: &str) -> Result<PathBuf, String> {
+        if configured != crate::matrix::ARTIFACT_AUTO {
+            let p = self.resolve(configured);
+            return if p.is_file() {
+                Ok(p)
+            } else {
+                Err(format!("worker binary {} does not exist", p.display()))
+            };
+        }
+        if let Some(sibling) = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("worker")))
+            .filter(|p| p.is_file())
+        {
+            return Ok(sibling);
+        }
+        std::env::var_os("PATH")
+            .and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join("worker"))
+                    .find(|p| p.is_file())
+            })
+            .ok_or_else(|| {
+                "no worker binary beside the driver or on PATH (build it: cargo build --release -p worker)".into()
+            })
+    }
+
+    fn record_exit(&mut self, exit: MemberExit) -> Option<MemberExit> {
+        if self.exits.contains_key(&exit.member_id) {
+            return None;
+        }
+        self.exits.insert(exit.member_id.clone(), exit.clone());
+        Some(exit)
+    }
+}
+
+#[async_trait::async_trait]
+impl Launcher for LocalLauncher {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn start_server(&mut self, server: &ServerMember) -> Result<ServerEndpoint, LaunchError> {
+        let member_err = |reason: String| LaunchError::Member {
+            member: server.name.clone(),
+            reason,
+        };
+        let t = &server.template;
+        let binary = match t.tritonserver.binary() {
+            Some(b) if b == crate::matrix::ARTIFACT_AUTO => {
+                tritonserver::find_binary(Some(&self.matrix_dir))
+                    .map_err(|e| member_err(e.to_string()))?
+            }
+            Some(b) => self.resolve(b),
+            None => {
+                return Err(member_err(
+                    "the local launcher runs binaries; this template names an image (use --launcher kube)".into(),
+                ));
+            }
+        };
+        let repositories: Vec<PathBuf> = t
+            .model_repositories
+            .iter()
+            .map(|r| self.resolve(r))
+            .collect();
+        for r in &repositories {
+            if !r.is_dir() {
+                return Err(member_err(format!(
+                    "model repository {} is not a directory",
+                    r.display()
+                )));
+            }
+        }
+        let mut spec = ServerSpec::new(binary, repositories, self.log_path(&server.name));
+        spec.extra_args = t.args.clone();
+        if let Some(trace) = &t.trace {
+            let dir = self.run_dir.join("traces");
+            std::fs::create_dir_all(&dir).map_err(|e| member_err(e.to_string()))?;
+            spec.extra_args.extend([
+                "--trace-config".into(),
+                format!(
+                    "triton,file={}",
+                    dir.join(format!("{}.json", server.name)).display()
+                ),
+            ]);
+            spec.extra_args.extend(trace.args());
+        }
+        spec.env = t.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let started = TritonServer::start(spec)
+            .await
+            .map_err(|e| member_err(e.to_string()))?;
+        let endpoint = ServerEndpoint {
+            member: server.name.clone(),
+            grpc: started.grpc_address(),
+            http: started.http_address(),
+            metrics: started.metrics_address(),
+        };
+        self.servers.insert(server.name.clone(), started);
+        Ok(endpoint)
+    }
+
+    async fn wait_servers_ready(&mut self, timeout: Duration) -> Result<(), LaunchError> {
+        for (name, server) in &mut self.servers {
+            server
+                .wait_ready(timeout)
+                .await
+                .map_err(|e| LaunchError::Member {
+                    member: name.clone(),
+                    reason: e.to_string(),
+                })?;
+        }
+        Ok(())
+    }
+
+    async fn start_client(
+        &mut self,
+        client: &ClientMember,
+        assignment: &WorkerAssignment,
+    ) -> Result<(), LaunchError> {
+        let member_err = |reason: String| LaunchError::Member {
+            member: client.name.clone(),
+            reason,
+        };
+        let binary = match client.template.worker.binary() {
+            Some(b) => self.worker_binary(b).map_err(member_err)?,
+            None => {
+                return Err(member_err(
+                    "the local launcher runs binaries; this template names an image (use --launcher kube)".into(),
+                ));
+            }
+        };
+        let args = worker_args(client, assignment);
+        let log = self.log_path(&client.name);
+        std::fs::create_dir_all(log.parent().expect("logs dir"))
+            .map_err(|e| member_err(e.to_string()))?;
+        let file = std::fs::File::create(&log).map_err(|e| member_err(e.to_string()))?;
+        let stdout = file.try_clone().map_err(|e| member_err(e.to_string()))?;
+        let child = tokio::process::Command::new(&binary)
+            .args(&args)
+            .envs(client.template.env.iter())
+            .env(STORE_URL_ENV, &assignment.store_url)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| member_err(format!("starting {}: {e}", binary.display())))?;
+        let command = format!(
+            "{STORE_URL_ENV}={} {}",
+            shell_quote(&stress_common::store::mask_url(&assignment.store_url)),
+            std::iter::once(binary.display().to_string())
+                .chain(args)
+                .map(|a| shell_quote(&a))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        self.clients
+            .insert(client.name.clone(), Client { child, command });
+        Ok(())
+    }
+
+    async fn exited(&mut self) -> Vec<MemberExit> {
+        let mut ended = Vec::new();
+        for (name, s) in &mut self.servers {
+            if let Some(status) = s.try_wait() {
+                ended.push(exit_of(name, status));
+            }
+        }
+        for (name, c) in &mut self.clients {
+            if let Ok(Some(status)) = c.child.try_wait() {
+                ended.push(exit_of(name, status));
+            }
+        }
+        ended
+            .into_iter()
+            .filter_map(|e| self.record_exit(e))
+            .collect()
+    }
+
+    async fn stop_clients(&mut self, grace: Duration) -> Vec<MemberExit> {
+        for c in self.clients.values() {
+            if let Some(pid) = c.child.id() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut exits = Vec::new();
+        for (name, c) in &mut self.clients {
+            let status = match tokio::time::timeout_at(deadline, c.child.wait()).await {
+                Ok(Ok(s)) => s,
+                _ => {
+                    let _ = c.child.kill().await;
+                    match c.child.wait().await {
+                        Ok(s) => s,
+                        Err(_) => continue,
+                    }
+                }
+            };
+            exits.push(exit_of(name, status));
+        }
+        for e in &exits {
+            self.exits.insert(e.member_id.clone(), e.clone());
+        }
+        exits
+    }
+
+    async fn stop_all(&mut self, grace: Duration) {
+        // Signal everyone first, then wait on one deadline: a failed run stops within `grace`.
+        let pids = self
+            .clients
+            .values()
+            .filter_map(|c| c.child.id())
+            .chain(self.servers.values().filter_map(TritonServer::pid));
+        for pid in pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut ended = Vec::new();
+        for (name, c) in &mut self.clients {
+            let status = match tokio::time::timeout_at(deadline, c.child.wait()).await {
+                Ok(Ok(s)) => Some(s),
+                _ => {
+                    let _ = c.child.kill().await;
+                    c.child.wait().await.ok()
+                }
+            };
+            ended.extend(status.map(|s| exit_of(name, s)));
+        }
+        for (name, s) in &mut self.servers {
+            let status = match tokio::time::timeout_at(deadline, s.wait()).await {
+                Ok(Some(st)) => Some(st),
+                _ => {
+                    s.kill().await;
+                    s.wait().await
+                }
+            };
+            ended.extend(status.map(|st| exit_of(name, st)));
+        }
+        for e in ended {
+            self.exits.entry(e.member_id.clone()).or_insert(e);
+        }
+    }
+
+    /// Stops the servers (after the clients), in parallel.
+    async fn stop_servers(&mut self, grace: Duration) {
+        let stops = self
+            .servers
+            .iter_mut()
+            .map(|(name, s)| async move { (name.clone(), s.stop(grace).await) });
+        for (name, status) in futures::future::join_all(stops).await {
+            if let Some(status) = status {
+                self.exits
+                    .entry(name.clone())
+                    .or_insert_with(|| exit_of(&name, status));
+            }
+        }
+    }
+
+    async fn diagnostics(&mut self, member_id: &str) -> serde_json::Value {
+        let log = self.log_path(member_id);
+        let exit = self.exits.get(member_id);
+        serde_json::json!({
+            "launcher": "local",
+            "exit": exit.map(MemberExit::describe),
+            "exit_code": exit.and_then(|e| e.code),
+            "signal": exit.and_then(|e| e.signal),
+            "log_file": log.display().to_string(),
+            "log_tail": tail_lines(&log, LOG_TAIL_LINES),
+            "command": self.command_line(member_id),
+            "pid": self.servers.get(member_id).and_then(TritonServer::pid)
+                .or_else(|| self.clients.get(member_id).and_then(|c| c.child.id())),
+        })
+    }
+
+    async fn server_metrics(&mut self, member_id: &str) -> Option<String> {
+        let s = self.servers.get(member_id)?;
+        let text = tritonserver::http_get(&s.metrics_address(), "/metrics", Duration::from_secs(5))
+            .await?;
+        text.split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_string())
+    }
+
+    fn command_line(&self, member_id: &str) -> Option<String> {
+        if let Some(s) = self.servers.get(member_id) {
+            return Some(s.spec.command_line());
+        }
+        self.clients.get(member_id).map(|c| c.command.clone())
+    }
+}

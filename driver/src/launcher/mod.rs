@@ -1,0 +1,170 @@
+//! The launcher interface: how the driver starts, watches and stops a run's members. The local
+//! launcher runs them as processes on this machine; the Kubernetes launcher (its own issue)
+//! implements the same trait with pods.
+
+pub mod local;
+
+use crate::matrix::{ClientMember, Load, Protocol, ServerMember};
+use std::time::Duration;
+
+/// Where clients reach a started server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerEndpoint {
+    pub member: String,
+    pub grpc: String,
+    pub http: String,
+    pub metrics: String,
+}
+
+impl ServerEndpoint {
+    pub fn for_protocol(&self, protocol: Protocol) -> &str {
+        match protocol {
+            Protocol::Grpc => &self.grpc,
+            Protocol::Http => &self.http,
+        }
+    }
+}
+
+/// What a worker is told: everything beyond its template.
+#[derive(Debug, Clone)]
+pub struct WorkerAssignment {
+    pub run_id: String,
+    pub member_id: String,
+    /// Addresses of its target servers for its protocol.
+    pub servers: Vec<String>,
+    pub store_url: String,
+    pub poll_interval: Duration,
+    /// The worker stops by itself after this long (the run's duration plus a margin), so a
+    /// worker orphaned by a dead driver does not run forever.
+    pub duration: Duration,
+    pub perf_analyzer: Option<String>,
+}
+
+/// A member that ended, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberExit {
+    pub member_id: String,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl MemberExit {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    pub fn describe(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exited with code {c}"),
+            (None, Some(s)) => format!("killed by signal {s} ({})", signal_name(s)),
+            (None, None) => "ended (status unknown)".into(),
+        }
+    }
+}
+
+pub fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("{member}: {reason}")]
+    Member { member: String, reason: String },
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Worker command-line arguments for a client (the store URL travels separately, in the
+/// environment, so it never shows in a process list or a pod spec).
+pub fn worker_args(client: &ClientMember, a: &WorkerAssignment) -> Vec<String> {
+    let t = &client.template;
+    let mut args = vec![
+        "--servers".to_string(),
+        a.servers.join(","),
+        "--protocol".into(),
+        t.protocol.as_str().into(),
+        "--concurrency".into(),
+        t.concurrency.to_string(),
+        "--duration".into(),
+        format!("{}s", a.duration.as_secs().max(1)),
+        "--corr-id-base".into(),
+        client.corr_id_base.to_string(),
+        "--corr-id-block-size".into(),
+        client.corr_id_block_size.to_string(),
+        "--poll-interval".into(),
+        format!("{}ms", a.poll_interval.as_millis().max(1)),
+        "--run-id".into(),
+        a.run_id.clone(),
+        "--member-id".into(),
+        a.member_id.clone(),
+    ];
+    if let Some(mix) = &t.scenarios {
+        args.push("--scenarios".into());
+        args.push(
+            mix.iter()
+                .map(|(name, w)| format!("{name}:{w}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
+    match t.load {
+        Some(Load::Concurrency(n)) => args.extend(["--load-concurrency".into(), n.to_string()]),
+        Some(Load::Rate(r)) => args.extend(["--load-rate".into(), r.to_string()]),
+        None => {}
+    }
+    if let Some(p) = &a.perf_analyzer {
+        args.extend(["--perf-analyzer".into(), p.clone()]);
+    }
+    args.extend(t.extra_args.iter().cloned());
+    args
+}
+
+/// Environment variable that carries the store URL to a worker.
+pub const STORE_URL_ENV: &str = "TRITON_STRESS_STORE_URL";
+
+#[async_trait::async_trait]
+pub trait Launcher: Send {
+    fn name(&self) -> &'static str;
+
+    /// Starts a server; does not wait for it to be ready.
+    async fn start_server(&mut self, server: &ServerMember) -> Result<ServerEndpoint, LaunchError>;
+
+    /// Waits until every started server is ready; the error names the first that is not, and why.
+    async fn wait_servers_ready(&mut self, timeout: Duration) -> Result<(), LaunchError>;
+
+    async fn start_client(
+        &mut self,
+        client: &ClientMember,
+        assignment: &WorkerAssignment,
+    ) -> Result<(), LaunchError>;
+
+    /// Members that ended since the last call.
+    async fn exited(&mut self) -> Vec<MemberExit>;
+
+    /// Asks every client to stop (SIGTERM) and waits up to `grace` for each; then kills.
+    async fn stop_clients(&mut self, grace: Duration) -> Vec<MemberExit>;
+
+    /// Stops every member still running at once (SIGTERM, then SIGKILL after `grace`): the
+    /// failure path.
+    async fn stop_all(&mut self, grace: Duration);
+
+    /// Stops the servers after the clients are done: the success path.
+    async fn stop_servers(&mut self, grace: Duration);
+
+    /// What the report shows of a member: exit, log tail, reproduce command, where its logs are.
+    async fn diagnostics(&mut self, member_id: &str) -> serde_json::Value;
+
+    /// Triton's own /metrics text of a server, while it runs.
+    async fn server_metrics(&mut self, member_id: &str) -> Option<String>;
+
+    /// The shell line that starts the member again by hand.
+    fn command_line(&self, member_id: &str) -> Option<String>;
+}
