@@ -402,8 +402,14 @@ async fn drive(
         record(member.clone(), EventKind::Failure, reason.clone()).await;
         return fail(&member, reason);
     }
-    for name in endpoints.keys() {
-        record(name.clone(), EventKind::Running, "ready".into()).await;
+    for (name, ep) in &endpoints {
+        let at = launcher.locate(name).unwrap_or_default();
+        record(
+            name.clone(),
+            EventKind::Running,
+            format!("ready ({at}; grpc {} http {} metrics {})", ep.grpc, ep.http, ep.metrics),
+        )
+        .await;
     }
     tokio::select! {
         _ = tokio::time::sleep(matrix.run.warmup) => {}
@@ -442,6 +448,12 @@ async fn drive(
             record(member.clone(), EventKind::Failure, reason.clone()).await;
             return fail(&member, reason);
         }
+        record(
+            c.name.clone(),
+            EventKind::Starting,
+            format!("launched ({})", launcher.locate(&c.name).unwrap_or_default()),
+        )
+        .await;
         let _ = store
             .upsert_member(&Member {
                 run_id: run_id.into(),

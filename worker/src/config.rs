@@ -74,7 +74,7 @@ pub struct RunArgs {
     #[arg(long, env = "WORKER_LOAD_RATE")]
     pub load_rate: Option<f64>,
     /// Load scenario: length of one test's load window.
-    #[arg(long, env = "WORKER_LOAD_WINDOW", default_value = "2s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WORKER_LOAD_WINDOW", default_value = "1s", value_parser = humantime::parse_duration)]
     pub load_window: Duration,
     #[arg(
         long,

@@ -250,6 +250,8 @@ pub async fn run(
 async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: CancellationToken) {
     let mut ticker = tokio::time::interval(shared.config.poll_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate; a sample over no time would read as QPS 0.
+    ticker.tick().await;
     let mut last = (Instant::now(), 0u64);
     loop {
         tokio::select! {

@@ -351,6 +351,14 @@ impl Launcher for LocalLauncher {
             .map(|(_, body)| body.to_string())
     }
 
+    fn locate(&self, member_id: &str) -> Option<String> {
+        self.servers
+            .get(member_id)
+            .and_then(TritonServer::pid)
+            .or_else(|| self.clients.get(member_id).and_then(|c| c.child.id()))
+            .map(|pid| format!("pid {pid}"))
+    }
+
     fn command_line(&self, member_id: &str) -> Option<String> {
         if let Some(s) = self.servers.get(member_id) {
             return Some(s.spec.command_line());

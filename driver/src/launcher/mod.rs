@@ -167,4 +167,7 @@ pub trait Launcher: Send {
 
     /// The shell line that starts the member again by hand.
     fn command_line(&self, member_id: &str) -> Option<String>;
+
+    /// Where a started member runs, for people and tests: `pid 1234`, or a pod's name.
+    fn locate(&self, member_id: &str) -> Option<String>;
 }
