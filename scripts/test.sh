@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need (a real CPU tritonserver and perf_analyzer in
+# .local/; PostgreSQL tests start their own throwaway cluster from the server binaries of the
+# Debian package postgresql-15, installed here when missing), then checks formatting, lints and
+# runs every test of the workspace against the real servers.
+# TRITON_STRESS_K8S=1 also runs the Kubernetes tests on a single-node cluster built from
+# Debian's sources (scripts/k8s/ci.sh; ~15 min the first time on a fresh machine).
+set -euo pipefail
+cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
+
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    echo "test.sh: installing PostgreSQL server binaries (postgresql-15)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
+fi
+scripts/install-tritonserver.sh
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+# The driver's end-to-end tests start the worker binary built beside the driver.
+cargo build -p worker -p driver
+# Tests that start real servers share 2 cores; two at a time keeps them within their timeouts.
+cargo test --workspace --no-fail-fast -- --test-threads 2
+
+if [ "${TRITON_STRESS_K8S:-0}" = 1 ]; then
+    scripts/k8s/ci.sh
+fi
