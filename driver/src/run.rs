@@ -407,7 +407,10 @@ async fn drive(
         record(
             name.clone(),
             EventKind::Running,
-            format!("ready ({at}; grpc {} http {} metrics {})", ep.grpc, ep.http, ep.metrics),
+            format!(
+                "ready ({at}; grpc {} http {} metrics {})",
+                ep.grpc, ep.http, ep.metrics
+            ),
         )
         .await;
     }
@@ -451,7 +454,10 @@ async fn drive(
         record(
             c.name.clone(),
             EventKind::Starting,
-            format!("launched ({})", launcher.locate(&c.name).unwrap_or_default()),
+            format!(
+                "launched ({})",
+                launcher.locate(&c.name).unwrap_or_default()
+            ),
         )
         .await;
         let _ = store
