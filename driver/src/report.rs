@@ -153,7 +153,8 @@ impl Report {
         // A worker's first sample covers the second before it; count it in.
         let interval_s = per_worker
             .values()
-            .filter_map(|v| (v.len() >= 2).then(|| v[1].0 - v[0].0))
+            .filter(|v| v.len() >= 2)
+            .map(|v| v[1].0 - v[0].0)
             .next()
             .unwrap_or(1.0);
         let load_seconds = ((last - first) as f64 / 1000.0 + interval_s).max(interval_s);

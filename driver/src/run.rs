@@ -545,15 +545,15 @@ async fn drive(
         if let Ok(latest) = store.latest_qps(run_id).await {
             for q in latest {
                 total_qps += q.qps;
-                if let Some((_, last_at, zeros)) = watch.clients.get_mut(&q.member_id) {
-                    if q.at_ms != *last_at {
-                        *last_at = q.at_ms;
-                        *zeros = if q.qps == 0.0 { *zeros + 1 } else { 0 };
-                        if *zeros >= ff.zero_qps_polls {
-                            let reason = format!("QPS 0 for {} consecutive polls", zeros);
-                            record(q.member_id.clone(), EventKind::Failure, reason.clone()).await;
-                            return fail(&q.member_id, reason);
-                        }
+                if let Some((_, last_at, zeros)) = watch.clients.get_mut(&q.member_id)
+                    && q.at_ms != *last_at
+                {
+                    *last_at = q.at_ms;
+                    *zeros = if q.qps == 0.0 { *zeros + 1 } else { 0 };
+                    if *zeros >= ff.zero_qps_polls {
+                        let reason = format!("QPS 0 for {} consecutive polls", zeros);
+                        record(q.member_id.clone(), EventKind::Failure, reason.clone()).await;
+                        return fail(&q.member_id, reason);
                     }
                 }
             }

@@ -200,7 +200,7 @@ pub fn parse_mix(items: &[String]) -> Result<Vec<(Scenario, u32)>, String> {
                 let v: f64 = w
                     .parse()
                     .map_err(|_| format!("scenario {name}: weight {w:?} is not a number"))?;
-                if !(v > 0.0) || v.fract() != 0.0 || v > u32::MAX as f64 {
+                if v <= 0.0 || v.is_nan() || v.fract() != 0.0 || v > u32::MAX as f64 {
                     return Err(format!(
                         "scenario {name}: weight {w} must be a whole number greater than 0"
                     ));

@@ -69,7 +69,7 @@ impl Tensor {
     }
 
     pub fn to_i32(&self) -> Result<Vec<i32>, String> {
-        if self.datatype != DataType::Int32 || self.data.len() % 4 != 0 {
+        if self.datatype != DataType::Int32 || !self.data.len().is_multiple_of(4) {
             return Err(format!(
                 "output {} is {} with {} bytes, expected INT32",
                 self.name,
