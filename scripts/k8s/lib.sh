@@ -70,6 +70,14 @@ k8s_binaries_present() {
     local b; for b in $K8S_BINARIES; do [ -x "$K8S_BIN/$b" ] || return 1; done
 }
 
+# A pid is alive when it exists and is not a zombie (this machine's init reaps only every ~2 s).
+proc_alive() {
+    local st
+    st=$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null) || return 1
+    [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+pid_alive() { local f="$RUN/$1.pid"; [ -f "$f" ] && proc_alive "$(cat "$f")"; }
+
 kubectl_admin() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 
 # Install Debian packages that are missing (no-op when all are installed).
