@@ -292,7 +292,18 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             open_sequences: Default::default(),
         })
         .collect();
+    let mut failures_in_a_row: u32 = 0;
     while !stop.is_cancelled() {
+        if failures_in_a_row > 0 {
+            // Back off after failures: a dead server fails every test at once, and without a
+            // pause each stream turns that into hundreds of failure records (and CrashingClient
+            // child processes) per second.
+            let pause = failure_pause(failures_in_a_row);
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.cancelled() => break,
+            }
+        }
         let scenario = shared.mix[shared.picker.sample(&mut rng)];
         let ctx_index = if rng.random_bool(0.1) {
             2 + rng.random_range(0..8)
@@ -322,12 +333,16 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
         match outcome {
             // Stopped mid-test and not finished within the drain timeout: not counted.
             None => break,
-            Some(Outcome::Passed) => shared.stats.test_passed(scenario),
+            Some(Outcome::Passed) => {
+                failures_in_a_row = 0;
+                shared.stats.test_passed(scenario);
+            }
             Some(Outcome::Skipped(reason)) => {
                 tracing::debug!(%scenario, reason, "skipped");
                 shared.stats.test_skipped(scenario);
             }
             Some(Outcome::Failed(failure)) => {
+                failures_in_a_row = failures_in_a_row.saturating_add(1);
                 let record = failure.into_record(scenario, client.address());
                 tracing::warn!("{record}");
                 shared.stats.test_failed(scenario, &record);
@@ -347,6 +362,15 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
     }
 }
 
+/// How long a stream pauses after its `n`th failed test in a row: 100 ms, doubling, at most 5 s.
+pub fn failure_pause(n: u32) -> Duration {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(5);
+    FIRST
+        .saturating_mul(1u32 << n.saturating_sub(1).min(16))
+        .min(MAX)
+}
+
 /// Waits up to `timeout` for a server to become ready (used by tests and the demo script).
 pub async fn wait_ready(client: &dyn TritonClient, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
@@ -357,4 +381,17 @@ pub async fn wait_ready(client: &dyn TritonClient, timeout: Duration) -> bool {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_pauses_double_up_to_five_seconds() {
+        let ms = |n| failure_pause(n).as_millis();
+        assert_eq!([ms(1), ms(2), ms(3), ms(6)], [100, 200, 400, 3200]);
+        assert_eq!(ms(7), 5000);
+        assert_eq!(ms(u32::MAX), 5000);
+    }
 }

@@ -29,7 +29,11 @@ fn status_error(status: tonic::Status) -> ClientError {
         tonic::Code::Cancelled if status.message() == "Timeout expired" => {
             ClientError::DeadlineExceeded(status.message().into())
         }
-        tonic::Code::Unavailable => ClientError::Transport(status.message().into()),
+        // "tcp connect error" alone does not say why: add the causes ("Connection refused").
+        tonic::Code::Unavailable => ClientError::Transport(super::with_causes(
+            status.message().to_string(),
+            std::error::Error::source(&status),
+        )),
         code => ClientError::Server {
             code: format!("{code:?}"),
             message: status.message().into(),
@@ -51,10 +55,12 @@ impl GrpcClient {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_while_idle(true);
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|e| ClientError::Transport(format!("{address}: {e}")))?;
+        let channel = endpoint.connect().await.map_err(|e| {
+            ClientError::Transport(super::with_causes(
+                format!("{address}: {e}"),
+                std::error::Error::source(&e),
+            ))
+        })?;
         Ok(Self {
             address: address.into(),
             client: GrpcInferenceServiceClient::new(channel)

@@ -25,7 +25,11 @@ fn transport(e: reqwest::Error) -> ClientError {
     if e.is_timeout() {
         ClientError::DeadlineExceeded(e.to_string())
     } else {
-        ClientError::Transport(format!("{e}"))
+        // reqwest's text names the URL only; the causes say what went wrong.
+        ClientError::Transport(super::with_causes(
+            e.to_string(),
+            std::error::Error::source(&e),
+        ))
     }
 }
 

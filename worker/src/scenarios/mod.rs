@@ -132,20 +132,33 @@ impl TestEnv<'_> {
 
     /// Server liveness and readiness and the model's readiness after a disruptive test.
     pub async fn check_server_healthy(&self, model: &str) -> Result<(), Failure> {
+        // The error's own text ("transport error: tcp connect error: ..."), not its Debug form.
+        let show = |r: Result<bool, ClientError>, not: &str| match r {
+            Ok(_) => not.to_string(),
+            Err(e) => e.to_string(),
+        };
         let live = self.client.server_live().await;
         if live != Ok(true) {
-            return Err(Failure::new(model, "server live", format!("{live:?}")));
+            return Err(Failure::new(
+                model,
+                "server live",
+                show(live, "the server says it is not live"),
+            ));
         }
         let ready = self.client.server_ready().await;
         if ready != Ok(true) {
-            return Err(Failure::new(model, "server ready", format!("{ready:?}")));
+            return Err(Failure::new(
+                model,
+                "server ready",
+                show(ready, "the server says it is not ready"),
+            ));
         }
         let model_ready = self.client.model_ready(model).await;
         if model_ready != Ok(true) {
             return Err(Failure::new(
                 model,
                 format!("model {model} ready"),
-                format!("{model_ready:?}"),
+                show(model_ready, "the server says the model is not ready"),
             ));
         }
         Ok(())
