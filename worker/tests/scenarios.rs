@@ -1,0 +1,563 @@
+//! Every scenario against a REAL tritonserver (models/ and models-faulty/ loaded together): it
+//! passes against the right model and fails, with the expected/actual text a person needs,
+//! against a misbehaving one. gRPC, HTTP with the binary tensor extension and HTTP JSON.
+//! Plus what happens when the server is SIGKILLed: under CrashingClient and under a whole run.
+//!
+//! Needs scripts/install-tritonserver.sh to have been run (it installs .local/bin/tritonserver
+//! and .local/bin/perf_analyzer).
+
+mod support;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use stress_common::scenario::Scenario;
+use stress_common::status::{EventKind, FailureRecord, SinkError, StatusSink, WorkerSnapshot};
+use worker::client::grpc::GrpcClient;
+use worker::client::http::HttpClient;
+use worker::client::{
+    InferRequest, Protocol, RequestedOutput, SequenceFlags, TritonClient, connect,
+};
+use worker::config::WorkerConfig;
+use worker::scenarios::image::ImageBatch;
+use worker::scenarios::sequence::START_FLAG_ERROR;
+use worker::scenarios::{ClientContext, Failure, LoadMode, Outcome, Settings, TestEnv, run_single};
+use worker::stats::Stats;
+use worker::tensor::Tensor;
+
+const SEQUENCES: [Scenario; 5] = [
+    Scenario::SequenceValid,
+    Scenario::SequenceValidValid,
+    Scenario::SequenceValidNoEnd,
+    Scenario::SequenceNoEnd,
+    Scenario::SequenceNoStart,
+];
+
+/// The good models, as the worker's defaults name them.
+fn settings() -> Settings {
+    Settings {
+        sequence_models: vec![("sequence_nobatch".into(), 0), ("sequence_batch".into(), 4)],
+        identity_model: "identity_delay".into(),
+        load_model: "add_sub".into(),
+        image_model: "image_classifier".into(),
+        timeout_delay: Duration::from_millis(300),
+        timeout_deadline: Duration::from_millis(100),
+        // Longer than the default 1 s: a loaded machine may be slow to start the child.
+        crash_after: Duration::from_millis(1500),
+        worker_binary: PathBuf::from(env!("CARGO_BIN_EXE_worker")),
+        load_mode: LoadMode::Concurrency(2),
+        load_window: Duration::from_secs(1),
+        image_batch: 2,
+        perf_analyzer: Some(support::perf_analyzer()),
+        request_timeout: Duration::from_secs(25),
+    }
+}
+
+fn with_sequence_model(model: &str, max_batch_size: i64) -> Settings {
+    Settings {
+        sequence_models: vec![(model.into(), max_batch_size)],
+        ..settings()
+    }
+}
+
+/// Correlation ids: a fresh one per test, so no test meets another's open sequence.
+struct Ids(u64);
+
+impl Ids {
+    fn next(&mut self) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+}
+
+fn requests_of(stats: &Stats, scenario: Scenario) -> u64 {
+    stats.scenario_counts(&[scenario])[0].requests
+}
+
+async fn expect_pass(
+    label: &str,
+    client: &Arc<dyn TritonClient>,
+    settings: &Settings,
+    scenario: Scenario,
+    id: u64,
+) {
+    let (outcome, stats) = run_single(scenario, client, settings, id, id).await;
+    assert_eq!(
+        outcome,
+        Outcome::Passed,
+        "{label}: {scenario} (models {:?} / {} / {} / {}) should pass",
+        settings.sequence_models,
+        settings.identity_model,
+        settings.load_model,
+        settings.image_model
+    );
+    assert!(
+        requests_of(&stats, scenario) > 0,
+        "{label}: {scenario} passed without sending a request"
+    );
+}
+
+async fn expect_failure(
+    label: &str,
+    client: &Arc<dyn TritonClient>,
+    settings: &Settings,
+    scenario: Scenario,
+    id: u64,
+) -> Failure {
+    match run_single(scenario, client, settings, id, id).await.0 {
+        Outcome::Failed(f) => f,
+        other => panic!("{label}: {scenario} should fail, got {other:?}"),
+    }
+}
+
+/// A sequence checked against sequence_faulty fails at its first step: expected the running sum
+/// S, actual S + 1.
+fn assert_off_by_one(label: &str, scenario: Scenario, f: &Failure, id: u64) {
+    assert_eq!(f.model, "sequence_faulty", "{label}: {scenario}: {f:?}");
+    assert_eq!(f.correlation_id, Some(id), "{label}: {scenario}: {f:?}");
+    let (sum, rest) = f
+        .expected
+        .strip_prefix("OUTPUT = [")
+        .and_then(|r| r.split_once(']'))
+        .unwrap_or_else(|| panic!("{label}: {scenario}: expected {:?}", f.expected));
+    let sum: i32 = sum.parse().expect("a number");
+    assert!(
+        rest.starts_with(" at step 1 of "),
+        "{label}: {scenario}: {f:?}"
+    );
+    assert_eq!(
+        f.actual,
+        format!("[{}]", sum.wrapping_add(1)),
+        "{label}: {scenario}: the actual value shows the model's extra one"
+    );
+}
+
+/// SequenceNoStart with a context whose id has an open sequence is skipped, and sends nothing.
+async fn assert_no_start_skips_open_sequences(label: &str, client: &Arc<dyn TritonClient>) {
+    let settings = with_sequence_model("sequence_nobatch", 0);
+    let stats = Stats::default();
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(7);
+    let mut context = ClientContext {
+        correlation_id: 999_999,
+        server: 0,
+        open_sequences: HashSet::from(["sequence_nobatch".to_string()]),
+    };
+    let images = ImageBatch::new(&settings.image_model, settings.image_batch).expect("images");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut env = TestEnv {
+        scenario: Scenario::SequenceNoStart,
+        client,
+        settings: &settings,
+        stats: &stats,
+        rng: &mut rng,
+        context: &mut context,
+        cancel: &cancel,
+        images: &images,
+    };
+    match worker::scenarios::run(&mut env).await {
+        Outcome::Skipped(reason) => assert!(
+            reason.contains("correlation id 999999 has an open sequence on sequence_nobatch"),
+            "{label}: {reason}"
+        ),
+        other => panic!("{label}: NoStart on an open sequence should be skipped, got {other:?}"),
+    }
+    assert_eq!(requests_of(&stats, Scenario::SequenceNoStart), 0, "{label}");
+}
+
+fn sequence_request(model: &str, id: u64, start: bool, end: bool) -> InferRequest {
+    let mut r = InferRequest::new(model, vec![Tensor::from_i32("INPUT", vec![1], &[1])]);
+    r.outputs = vec![RequestedOutput {
+        name: "OUTPUT".into(),
+        class_count: None,
+    }];
+    r.sequence = Some(SequenceFlags { id, start, end });
+    r.timeout = Some(Duration::from_secs(25));
+    r
+}
+
+/// SequenceNoEnd leaves its sequence open; once it has been idle longer than the model's
+/// max_sequence_idle_microseconds, Triton reclaims the slot and a request without START on the
+/// same id is refused with the START-flag error.
+async fn assert_no_end_is_reclaimed(label: &str, client: &Arc<dyn TritonClient>, id: u64) {
+    let model = "sequence_nobatch";
+    let settings = with_sequence_model(model, 0);
+    expect_pass(label, client, &settings, Scenario::SequenceNoEnd, id).await;
+    // Still open: a request without START continues the sequence.
+    let r = client
+        .infer(&sequence_request(model, id, false, false))
+        .await;
+    assert!(
+        r.is_ok(),
+        "{label}: the open sequence {id} should still take requests: {r:?}"
+    );
+    // models/sequence_nobatch/config.pbtxt: max_sequence_idle_microseconds (3 s); the margin
+    // lets Triton's reaper run on a loaded machine.
+    let idle = support::sequence_idle(model);
+    tokio::time::sleep(idle + Duration::from_secs(3)).await;
+    match client
+        .infer(&sequence_request(model, id, false, false))
+        .await
+    {
+        Err(e) => assert!(
+            e.to_string().contains(START_FLAG_ERROR),
+            "{label}: after {idle:?} idle, expected the START-flag error, got {e}"
+        ),
+        Ok(r) => panic!(
+            "{label}: sequence {id} should have been reclaimed after {idle:?} idle, got {r:?}"
+        ),
+    }
+    // The scenario agrees: with the slot gone, SequenceNoStart on the same id passes.
+    expect_pass(label, client, &settings, Scenario::SequenceNoStart, id).await;
+}
+
+/// Every scenario once against the good models (passes) and once against a faulty one (fails
+/// with the right expected/actual), over one client.
+async fn walk_every_scenario(label: &str, client: Arc<dyn TritonClient>, ids: &mut Ids) {
+    let client = &client;
+    let good = settings();
+
+    // Sequences, on the unbatched (direct) and the batched (oldest) model.
+    for (model, batch) in [("sequence_nobatch", 0), ("sequence_batch", 4)] {
+        let s = with_sequence_model(model, batch);
+        for scenario in SEQUENCES {
+            expect_pass(label, client, &s, scenario, ids.next()).await;
+        }
+    }
+    // ... against the model that adds one too many.
+    let faulty = with_sequence_model("sequence_faulty", 0);
+    for scenario in &SEQUENCES[..4] {
+        let id = ids.next();
+        let f = expect_failure(label, client, &faulty, *scenario, id).await;
+        assert_off_by_one(label, *scenario, &f, id);
+    }
+    // sequence_faulty still has a sequence batcher, so it refuses a request without START.
+    expect_pass(
+        label,
+        client,
+        &faulty,
+        Scenario::SequenceNoStart,
+        ids.next(),
+    )
+    .await;
+    // NoStart against a model without a sequence batcher: the request succeeds, which is wrong.
+    let id = ids.next();
+    let no_batcher = with_sequence_model("sequence_no_batcher", 0);
+    let f = expect_failure(label, client, &no_batcher, Scenario::SequenceNoStart, id).await;
+    assert_eq!(f.model, "sequence_no_batcher", "{label}: {f:?}");
+    assert_eq!(f.correlation_id, Some(id), "{label}: {f:?}");
+    assert_eq!(
+        f.expected,
+        format!("an error containing \"{START_FLAG_ERROR}\""),
+        "{label}"
+    );
+    assert_eq!(f.actual, "a successful response Ok([1])", "{label}");
+    assert_no_start_skips_open_sequences(label, client).await;
+
+    // Timeout: the delayed identity times out; the wrong one answers at once.
+    expect_pass(label, client, &good, Scenario::Timeout, ids.next()).await;
+    // A deadline long enough that the wrong model's immediate answer always beats it, even on
+    // a loaded machine or on the model's cold first request.
+    let wrong = Settings {
+        identity_model: "identity_wrong".into(),
+        timeout_delay: Duration::from_secs(10),
+        timeout_deadline: Duration::from_secs(5),
+        ..settings()
+    };
+    let f = expect_failure(label, client, &wrong, Scenario::Timeout, ids.next()).await;
+    assert_eq!(f.model, "identity_wrong", "{label}");
+    assert_eq!(
+        f.expected, "a deadline exceeded after 5s (model delay 10s)",
+        "{label}"
+    );
+    assert_eq!(f.actual, "a response before the deadline", "{label}");
+
+    // Load, closed and open loop: add_sub passes; add_sub_wrong's OUTPUT1 is a sum.
+    for mode in [LoadMode::Concurrency(2), LoadMode::Rate(100.0)] {
+        let s = Settings {
+            load_mode: mode,
+            ..settings()
+        };
+        expect_pass(label, client, &s, Scenario::Load, ids.next()).await;
+        let wrong = Settings {
+            load_model: "add_sub_wrong".into(),
+            ..s
+        };
+        let f = expect_failure(label, client, &wrong, Scenario::Load, ids.next()).await;
+        assert_eq!(f.model, "add_sub_wrong", "{label}: {mode:?}");
+        let want = f
+            .expected
+            .strip_prefix("OUTPUT1 = ")
+            .unwrap_or_else(|| panic!("{label}: {mode:?}: expected {:?}", f.expected));
+        assert!(want.starts_with('['), "{label}: {mode:?}: {f:?}");
+        assert!(f.actual.starts_with('['), "{label}: {mode:?}: {f:?}");
+        assert_ne!(want, f.actual, "{label}: {mode:?}");
+    }
+
+    // ImageClassification: the wrong model's labels are reversed (red is called gray).
+    expect_pass(
+        label,
+        client,
+        &good,
+        Scenario::ImageClassification,
+        ids.next(),
+    )
+    .await;
+    let wrong = Settings {
+        image_model: "image_classifier_wrong".into(),
+        ..settings()
+    };
+    let f = expect_failure(
+        label,
+        client,
+        &wrong,
+        Scenario::ImageClassification,
+        ids.next(),
+    )
+    .await;
+    assert_eq!(f.model, "image_classifier_wrong", "{label}");
+    assert_eq!(
+        f.expected, "label red for batch entry 0 (tomato.png)",
+        "{label}"
+    );
+    assert!(f.actual.ends_with(":0:gray\""), "{label}: {f:?}");
+
+    // CrashingClient: the child is killed, the server keeps serving.
+    expect_pass(label, client, &good, Scenario::CrashingClient, ids.next()).await;
+
+    // PerfAnalyzer: runs against add_sub; a model that does not exist makes it fail.
+    expect_pass(label, client, &good, Scenario::PerfAnalyzer, ids.next()).await;
+    let missing = Settings {
+        load_model: "no_such_model".into(),
+        ..settings()
+    };
+    let f = expect_failure(label, client, &missing, Scenario::PerfAnalyzer, ids.next()).await;
+    assert_eq!(f.expected, "perf_analyzer to exit 0", "{label}");
+    assert!(f.actual.contains("no_such_model"), "{label}: {f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_every_scenario_passes_on_good_models_and_fails_on_faulty_ones() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let server = support::start_server("scenarios-grpc").await;
+    let client: Arc<dyn TritonClient> = Arc::new(
+        GrpcClient::connect(&server.grpc_address())
+            .await
+            .expect("gRPC connect"),
+    );
+    let mut ids = Ids(1000);
+    walk_every_scenario("grpc", client.clone(), &mut ids).await;
+    assert_no_end_is_reclaimed("grpc", &client, ids.next()).await;
+    support::stop_server(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_binary_and_json_every_scenario_passes_on_good_models_and_fails_on_faulty_ones() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let server = support::start_server("scenarios-http").await;
+    let binary: Arc<dyn TritonClient> =
+        Arc::new(HttpClient::new(&server.http_address()).expect("HTTP client"));
+    let json: Arc<dyn TritonClient> = Arc::new(
+        HttpClient::new(&server.http_address())
+            .expect("HTTP client")
+            .with_binary(false),
+    );
+    walk_every_scenario("http binary", binary.clone(), &mut Ids(1000)).await;
+    walk_every_scenario("http json", json, &mut Ids(2000)).await;
+    assert_no_end_is_reclaimed("http", &binary, 3000).await;
+    support::stop_server(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashing_client_fails_when_the_server_is_killed() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let mut server = support::start_server("crashing-killed").await;
+    let client: Arc<dyn TritonClient> = Arc::new(
+        GrpcClient::connect(&server.grpc_address())
+            .await
+            .expect("gRPC connect"),
+    );
+    let settings = Settings {
+        crash_after: Duration::from_secs(3),
+        ..settings()
+    };
+    // SIGKILL the server while the child is sending.
+    let ((outcome, _), ()) = tokio::join!(
+        run_single(Scenario::CrashingClient, &client, &settings, 1, 1),
+        async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            server.kill().await;
+        }
+    );
+    let Outcome::Failed(f) = outcome else {
+        panic!("CrashingClient should fail when the server dies, got {outcome:?}");
+    };
+    assert_eq!(f.model, "identity_delay");
+    if f.expected == "server live" {
+        // The usual case: the child was sending when the server died; the health check after
+        // killing the child cannot reach the server.
+        assert!(f.actual.starts_with("transport error: "), "{f:?}");
+    } else {
+        // A very slow machine: the child had not connected yet and could not.
+        assert_eq!(f.expected, "the child to run until it is killed", "{f:?}");
+        assert!(f.actual.contains("transport error: "), "{f:?}");
+    }
+    assert!(f.actual.contains("Connection refused"), "{f:?}");
+}
+
+/// Captures what a run reports.
+#[derive(Default)]
+struct CapturingSink {
+    events: Mutex<Vec<(EventKind, String)>>,
+    failures: Mutex<Vec<FailureRecord>>,
+    snapshots: Mutex<u64>,
+}
+
+#[async_trait::async_trait]
+impl StatusSink for CapturingSink {
+    async fn event(&self, kind: EventKind, details: &str) -> Result<(), SinkError> {
+        self.events.lock().unwrap().push((kind, details.into()));
+        Ok(())
+    }
+    async fn heartbeat(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+    async fn snapshot(&self, _: &WorkerSnapshot) -> Result<(), SinkError> {
+        *self.snapshots.lock().unwrap() += 1;
+        Ok(())
+    }
+    async fn failure(&self, failure: &FailureRecord) -> Result<(), SinkError> {
+        self.failures.lock().unwrap().push(failure.clone());
+        Ok(())
+    }
+}
+
+/// A whole run (`worker::run::run`) whose server is SIGKILLed in the middle: the run still ends
+/// on time, the report has failures, all of them after the kill and naming the server, and a
+/// FAILURE event names the server.
+async fn server_killed_mid_run(protocol: Protocol) {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let mut server = support::start_server(&format!("run-killed-{}", protocol.as_str())).await;
+    let address = match protocol {
+        Protocol::Grpc => server.grpc_address(),
+        Protocol::Http => server.http_address(),
+    };
+    // Every scenario but the external perf_analyzer (allowed to fail; CPU the others need).
+    let mix: Vec<(Scenario, u32)> = Scenario::ALL
+        .into_iter()
+        .filter(|s| *s != Scenario::PerfAnalyzer)
+        .map(|s| (s, 1))
+        .collect();
+    let config = WorkerConfig {
+        servers: vec![address.clone()],
+        protocol,
+        http_binary: true,
+        mix,
+        concurrency: 2,
+        duration: Some(Duration::from_secs(10)),
+        seed: 42,
+        corr_id_base: 1,
+        corr_id_block_size: 1 << 20,
+        settings: Settings {
+            sequence_models: vec![("sequence_nobatch".into(), 0), ("sequence_batch".into(), 0)],
+            ..settings()
+        },
+        poll_interval: Duration::from_millis(500),
+        drain_timeout: Duration::from_secs(5),
+    };
+    let sink = Arc::new(CapturingSink::default());
+    let run = tokio::spawn(worker::run::run(
+        config,
+        sink.clone(),
+        None,
+        tokio_util::sync::CancellationToken::new(),
+    ));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let killed_at = stress_common::now_ms();
+    server.kill().await;
+    let report = tokio::time::timeout(Duration::from_secs(90), run)
+        .await
+        .expect("the run ends although its server is gone")
+        .expect("the run does not panic")
+        .expect("pre-flight passed before the kill");
+
+    let total = report.rows.last().expect("a TOTAL row");
+    assert_eq!(total.scenario, "TOTAL");
+    assert!(report.blocking_failures > 0, "{}", report.render());
+    assert_eq!(report.exit_code(), 1);
+    assert!(
+        total.tests > total.failures,
+        "tests passed before the kill: {}",
+        report.render()
+    );
+    assert!(!report.failures.is_empty());
+    for f in &report.failures {
+        assert_eq!(f.server, address, "{f}");
+        assert!(
+            f.at_ms >= killed_at,
+            "a failure before the server was killed: {f}"
+        );
+    }
+    let recorded = sink.failures.lock().unwrap().clone();
+    assert!(!recorded.is_empty());
+    let events = sink.events.lock().unwrap().clone();
+    let kinds: Vec<EventKind> = events.iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        &kinds[..2],
+        &[EventKind::Starting, EventKind::Running],
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|(k, d)| *k == EventKind::Failure && d.contains(&address)),
+        "no FAILURE event names the server {address}: {events:?}"
+    );
+    let (last_kind, last) = events.last().expect("events");
+    assert_eq!(*last_kind, EventKind::Failure, "{events:?}");
+    assert!(last.ends_with("failed tests"), "{last}");
+    assert!(*sink.snapshots.lock().unwrap() > 0);
+    eprintln!(
+        "{}: {} failed tests recorded after the kill",
+        protocol.as_str(),
+        recorded.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_server_killed_mid_run_fails_the_run_and_names_the_server() {
+    server_killed_mid_run(Protocol::Grpc).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_server_killed_mid_run_fails_the_run_and_names_the_server() {
+    server_killed_mid_run(Protocol::Http).await;
+}
+
+/// Nothing listens: both clients say so, with the cause ("Connection refused").
+#[tokio::test]
+async fn clients_name_the_cause_when_nothing_listens() {
+    let address = format!("127.0.0.1:{}", support::unused_port());
+    let grpc = connect(Protocol::Grpc, &address, true).await;
+    let e = grpc
+        .err()
+        .expect("gRPC connect to a closed port")
+        .to_string();
+    assert!(
+        e.starts_with(&format!("transport error: {address}")) && e.contains("Connection refused"),
+        "{e}"
+    );
+    let http = connect(Protocol::Http, &address, true)
+        .await
+        .expect("HTTP clients connect lazily");
+    assert_eq!(http.protocol(), Protocol::Http);
+    let e = http
+        .server_ready()
+        .await
+        .expect_err("nothing listens")
+        .to_string();
+    assert!(
+        e.starts_with("transport error: ") && e.contains("Connection refused"),
+        "{e}"
+    );
+}

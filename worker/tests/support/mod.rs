@@ -1,0 +1,88 @@
+//! What the integration tests share: the real tritonserver (installed by
+//! scripts/install-tritonserver.sh into <repo>/.local), started on free 127.0.0.1 ports with both
+//! model repositories, and the tools next to it.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use stress_common::tritonserver::{ServerSpec, TritonServer, find_binary, tail_lines};
+
+/// Tests that start a server take this first: on 2 shared cores, two servers loading eleven
+/// python models at once only make each other slow.
+pub static SERVER_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long a server may take to load every model (a few seconds when the machine is idle).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(180);
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("worker/ is inside the repository")
+        .to_path_buf()
+}
+
+/// The perf_analyzer the install script puts next to tritonserver.
+pub fn perf_analyzer() -> PathBuf {
+    let p = repo_root().join(".local/bin/perf_analyzer");
+    assert!(
+        p.is_file(),
+        "{} not found: run scripts/install-tritonserver.sh",
+        p.display()
+    );
+    p
+}
+
+/// Starts a real tritonserver serving models/ and models-faulty/ and waits until it is ready.
+/// The log goes to <target>/tmp/tritonserver-<name>.log.
+pub async fn start_server(name: &str) -> TritonServer {
+    let binary = find_binary(Some(&repo_root())).unwrap_or_else(|e| {
+        panic!("these tests need a real tritonserver: {e}");
+    });
+    let root = repo_root();
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tritonserver-{name}.log"));
+    let spec = ServerSpec::new(
+        binary,
+        vec![root.join("models"), root.join("models-faulty")],
+        log.clone(),
+    );
+    let mut server = TritonServer::start(spec)
+        .await
+        .unwrap_or_else(|e| panic!("starting tritonserver: {e}"));
+    if let Err(e) = server.wait_ready(READY_TIMEOUT).await {
+        panic!("tritonserver did not become ready: {e}");
+    }
+    server
+}
+
+/// Stops a server gracefully (SIGTERM; SIGKILL after the grace period).
+pub async fn stop_server(mut server: TritonServer) {
+    server.stop(Duration::from_secs(15)).await;
+}
+
+/// The last lines of a server's log, for assertion messages.
+pub fn server_log(server: &TritonServer) -> String {
+    tail_lines(&server.spec.log_file, 30)
+}
+
+/// `max_sequence_idle_microseconds` of a model in models/: how long Triton keeps an idle
+/// sequence's slot before it reclaims it.
+pub fn sequence_idle(model: &str) -> Duration {
+    let path = repo_root().join("models").join(model).join("config.pbtxt");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let micros: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("max_sequence_idle_microseconds:")
+                .map(|v| v.trim().parse().expect("an integer"))
+        })
+        .unwrap_or_else(|| panic!("{} has no max_sequence_idle_microseconds", path.display()));
+    Duration::from_micros(micros)
+}
+
+/// A free TCP port on 127.0.0.1 that nothing listens on (once the probe socket is closed).
+pub fn unused_port() -> u16 {
+    stress_common::tritonserver::free_port().expect("a free port")
+}
