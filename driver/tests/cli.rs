@@ -1,0 +1,174 @@
+//! The driver binary on bad input: `driver run` and `driver validate` exit 2 and print the
+//! matrix diagnostic, `file:line:column: path: message`, exactly as it is, on stderr; nothing is
+//! started and no run directory is created. No tritonserver needed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const FIXTURES: &str = "tests/fixtures/cli";
+
+/// Each malformed matrix with the one diagnostic it must give (after `<path>:`).
+const BAD: &[(&str, &str)] = &[
+    (
+        "undefined-target-group.yaml",
+        "22:13: client_groups.grpc-clients.target: undefined server group \"tritons\" (defined: triton)",
+    ),
+    (
+        "unknown-scenario.yaml",
+        "18:50: client_templates.grpc-all.scenarios.SequenceValidInvalid: unknown scenario \"SequenceValidInvalid\" (known: Timeout, ImageClassification, CrashingClient, SequenceNoEnd, SequenceValidNoEnd, SequenceValidValid, SequenceNoStart, SequenceValid, PerfAnalyzer, Load)",
+    ),
+    (
+        "zero-instances.yaml",
+        "13:16: server_groups.triton.instances: must be at least 1, found 0",
+    ),
+];
+
+/// The driver, run from the package directory (so the paths in messages are the relative ones
+/// given), without the environment variables that stand in for its flags.
+fn driver(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_driver"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("DATABASE_URL")
+        .env_remove("TRITON_STRESS_RUNS_DIR")
+        .env_remove("TRITON_STRESS_RUN_ID")
+        .env_remove("TRITON_STRESS_LAUNCHER")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("the driver binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn describe(what: &str, out: &Output) -> String {
+    format!(
+        "{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn runs_dir_is_empty(dir: &Path) -> bool {
+    !dir.exists() || std::fs::read_dir(dir).unwrap().next().is_none()
+}
+
+#[test]
+fn validate_exits_2_with_the_exact_diagnostic() {
+    for (file, message) in BAD {
+        let path = format!("{FIXTURES}/{file}");
+        let out = driver(&["validate", &path]);
+        let what = format!("driver validate {path}");
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&what, &out));
+        assert_eq!(text(&out.stderr), format!("{path}:{message}\n"), "{what}");
+        assert_eq!(text(&out.stdout), "", "{what}");
+    }
+}
+
+#[test]
+fn run_exits_2_with_the_exact_diagnostic_and_starts_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    for (file, message) in BAD {
+        let path = format!("{FIXTURES}/{file}");
+        let out = driver(&[
+            "run",
+            &path,
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--no-progress",
+        ]);
+        let what = format!("driver run {path}");
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&what, &out));
+        assert_eq!(text(&out.stderr), format!("{path}:{message}\n"), "{what}");
+        assert_eq!(text(&out.stdout), "", "{what}");
+        assert!(runs_dir_is_empty(&runs), "{what} created a run directory");
+    }
+}
+
+#[test]
+fn validate_reports_each_file_and_fails_if_any_is_bad() {
+    let good = "../test-matrices/smoke.yaml";
+    let (bad, message) = BAD[2];
+    let bad = format!("{FIXTURES}/{bad}");
+    let out = driver(&["validate", good, &bad]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe("validate", &out));
+    assert_eq!(
+        text(&out.stdout),
+        format!("{good}: ok (1 servers, 1 clients)\n")
+    );
+    assert_eq!(text(&out.stderr), format!("{bad}:{message}\n"));
+
+    let out = driver(&["validate", good]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe("validate", &out));
+}
+
+#[test]
+fn a_missing_matrix_file_exits_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing: PathBuf = tmp.path().join("no-such-matrix.yaml");
+    let missing = missing.to_str().unwrap();
+    let runs = tmp.path().join("runs");
+    for args in [
+        vec!["validate", missing],
+        vec![
+            "run",
+            missing,
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--no-progress",
+        ],
+    ] {
+        let out = driver(&args);
+        let what = format!("driver {}", args.join(" "));
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&what, &out));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.starts_with(&format!("{missing}: cannot read the matrix: "))
+                && stderr.contains("(os error 2)"),
+            "{what}: {stderr}"
+        );
+        assert!(runs_dir_is_empty(&runs), "{what} created a run directory");
+    }
+}
+
+#[test]
+fn a_duration_shorter_than_the_poll_interval_exits_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let out = driver(&[
+        "run",
+        "../test-matrices/smoke.yaml",
+        "--runs-dir",
+        runs.to_str().unwrap(),
+        "--duration",
+        "500ms",
+        "--no-progress",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
+    assert_eq!(
+        text(&out.stderr),
+        "--duration 500ms is shorter than the poll interval 1s\n"
+    );
+    assert!(runs_dir_is_empty(&runs), "a run directory was created");
+}
+
+#[test]
+fn report_of_an_unknown_run_exits_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = driver(&[
+        "report",
+        "--run",
+        "no-such-run",
+        "--runs-dir",
+        tmp.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe("report", &out));
+    let want = format!(
+        "error: no store at {} (give --database-url for Postgres)\n",
+        tmp.path().join("no-such-run/store.sqlite").display()
+    );
+    assert_eq!(text(&out.stderr), want);
+}
