@@ -114,6 +114,8 @@ if [ -d "$STATE" ]; then
     if awk -v s="$STATE/" 'index($5, s) == 1' /proc/self/mountinfo | grep -q .; then
         log "WARNING: mounts remain under $STATE; not removing it"
     else
+        # the state tmpfs (see up.sh) goes with its umount; a plain dir is removed
+        while mountpoint -q "$STATE"; do umount "$STATE" 2>/dev/null || umount -l "$STATE" || break; done
         rm -rf "$STATE"
     fi
 fi

@@ -149,16 +149,16 @@ containerd_up() {
 import_one() {
     local name=$1 stamp marker="$STATE/images-imported/$1"
     stamp=$(stamp_of "$name")
-    if [ -f "$marker" ] && [ "$(cat "$marker")" = "$stamp" ] && \
-       "${CTR[@]}" images ls -q | grep -qx "docker.io/triton-stress/$name:dev"; then
-        return 0
+    if [ -f "$marker" ] && [ "$(cat "$marker")" = "$stamp" ]; then
+        local present; present=$("${CTR[@]}" images ls -q 2>/dev/null)
+        grep -qx "docker.io/triton-stress/$name:dev" <<<"$present" && return 0
     fi
     local out ref
     out=$("${CTR[@]}" images import --snapshotter overlayfs "$IMG_CACHE/$name.oci.tar" 2>&1) \
         || die "$name: ctr import failed: $out"
     # podman names it localhost/triton-stress/<name>:dev; Kubernetes resolves triton-stress/<name>:dev
     # to docker.io/triton-stress/<name>:dev: give it that name too.
-    ref=$("${CTR[@]}" images ls -q | grep -E "(^|/)triton-stress/$name:dev$" | grep -v '^docker.io/' | head -1)
+    ref=$("${CTR[@]}" images ls -q | grep -E "(^|/)triton-stress/$name:dev$" | grep -v '^docker.io/' | sed -n 1p)
     [ -n "$ref" ] || die "$name: imported image not found in containerd (ctr said: $out)"
     "${CTR[@]}" images tag --force "$ref" "docker.io/triton-stress/$name:dev" >/dev/null
     mkdir -p "$STATE/images-imported"; echo "$stamp" > "$marker"

@@ -45,7 +45,13 @@ for p in etcd containerd runc iptables conntrack openssl ip; do
 done
 [ -x "$CNI_BIN_DIR/bridge" ] || die "CNI plugins missing in $CNI_BIN_DIR (containernetworking-plugins)"
 
-mkdir -p "$STATE" "$RUN" "$LOGS" "$PKI" "$CNI_CONF_DIR" "$STATE/cni/ipam" "$KUBELET_ROOT" \
+# The state dir is a tmpfs by default: etcd's fsyncs and the containers' layers then cost no disk I/O
+# (this machine's disk is shared with other builds), and down.sh removes it all by one umount.
+mkdir -p "$STATE"
+if [ "${TRITON_STRESS_K8S_TMPFS:-1}" = 1 ]; then
+    mount -t tmpfs -o "size=${TRITON_STRESS_K8S_TMPFS_SIZE:-8g},mode=700" triton-stress-k8s "$STATE"
+fi
+mkdir -p "$RUN" "$LOGS" "$PKI" "$CNI_CONF_DIR" "$STATE/cni/ipam" "$KUBELET_ROOT" \
          "$CONTAINERD_ROOT" "$CONTAINERD_STATE" "$STATE/etcd" "$STATE/config" "$(dirname "$KUBECONFIG_ADMIN")"
 chmod 700 "$STATE"
 CFG="$STATE/config"
