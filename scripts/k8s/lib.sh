@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Shared settings for scripts/k8s/*.sh. Sourced, not executed.
 # Everything lives outside the repository:
 #   ${TRITON_STRESS_CACHE}/kubernetes/<deb-version>/bin   built binaries (build.sh)
