@@ -100,6 +100,11 @@ const FAILURE_STOP_GRACE: Duration = Duration::from_secs(2);
 /// Grace for workers to finish in-flight tests and flush on the success path.
 const CLIENT_STOP_GRACE: Duration = Duration::from_secs(15);
 const SERVER_STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long the failure path may wait for the servers' /metrics in all: a hung server accepts
+/// the connection and never answers, and must not hold up the fail-fast bound (5 s) by itself.
+const FAILURE_SCRAPE_BUDGET: Duration = Duration::from_secs(1);
+/// The same on the success path, where nothing is in a hurry.
+const SCRAPE_BUDGET: Duration = Duration::from_secs(30);
 
 pub fn new_run_id(name: &str) -> String {
     let now = crate::report::format_time(stress_common::now_ms());
@@ -245,7 +250,14 @@ pub async fn run(
         other => Some(other.clone()),
     };
     if failed.is_some() {
-        scrape_server_metrics(&store, launcher, run_id, &servers_of(matrix)).await;
+        scrape_server_metrics(
+            &store,
+            launcher,
+            run_id,
+            &servers_of(matrix),
+            FAILURE_SCRAPE_BUDGET,
+        )
+        .await;
         launcher.stop_all(FAILURE_STOP_GRACE).await;
     }
     save_diagnostics(&store, launcher, run_id).await;
@@ -280,15 +292,19 @@ pub fn write_report(run_dir: &Path, report: &Report) -> Result<(), DriverError> 
     .map_err(io)
 }
 
-/// Scrapes Triton's /metrics of every server still up into the store.
+/// Scrapes Triton's /metrics of every server still up into the store, giving up on the servers
+/// that have not answered within `budget` (all together).
 async fn scrape_server_metrics(
     store: &Store,
     launcher: &mut dyn Launcher,
     run_id: &str,
     servers: &[String],
+    budget: Duration,
 ) {
+    let deadline = tokio::time::Instant::now() + budget;
     for s in servers {
-        if let Some(text) = launcher.server_metrics(s).await {
+        let text = tokio::time::timeout_at(deadline, launcher.server_metrics(s)).await;
+        if let Ok(Some(text)) = text {
             let mut d = launcher.diagnostics(s).await;
             d["server_metrics_text"] = serde_json::Value::String(text);
             if let Err(e) = store.save_diagnostics(run_id, s, &d).await {
@@ -581,7 +597,7 @@ async fn drive(
     // The end: workers flush their final counts, then servers stop.
     progress.show("stopping workers");
     let exits: Vec<MemberExit> = launcher.stop_clients(CLIENT_STOP_GRACE).await;
-    scrape_server_metrics(store, launcher, run_id, &servers_of(matrix)).await;
+    scrape_server_metrics(store, launcher, run_id, &servers_of(matrix), SCRAPE_BUDGET).await;
     let mut verdict = Verdict::Pass;
     if let Ok(events) = store.events(run_id, watch.last_event_id).await
         && let Some(e) = events.into_iter().find(|e| e.kind == EventKind::Failure)
