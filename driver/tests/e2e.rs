@@ -1,0 +1,757 @@
+//! The driver end to end, against REAL tritonserver and worker processes (the local launcher):
+//!
+//! * the smoke matrix passes on a SQLite store and on a throwaway Postgres, every scenario runs
+//!   without failures, and `driver report` rebuilds the same report from the store;
+//! * a SIGKILLed tritonserver, or a SIGKILLed worker, fails the run (exit 1) within 5 s of the
+//!   kill, and the report names the member, its exit, its log tail and how to reproduce it.
+//!
+//! They need what `scripts/install-tritonserver.sh` installs into `<repo>/.local` (tritonserver
+//! and perf_analyzer) and, for the Postgres test, PostgreSQL server binaries
+//! (`TRITON_STRESS_SKIP_POSTGRES=1` skips that one; `TEST_DATABASE_URL` uses a running server).
+//! The worker is built by the tests themselves (see [`ensure_worker`]).
+//!
+//! On 2 loaded cores: one run at a time ([`RUN_LOCK`]), generous timeouts for everything that
+//! waits on a server; the only timing assertion is the 5 s fail-fast bound.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use stress_common::scenario::Scenario;
+use stress_common::status::EventKind;
+use stress_common::store::testing::TestPostgres;
+use stress_common::store::{EventRow, Store};
+
+/// Runs start one at a time: two tritonservers loading five python models each on 2 shared
+/// cores only make each other slow.
+static RUN_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long a run may take from start to a verdict, server start-up included (a 15 s run takes
+/// about 30 s on an idle machine).
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+/// How long a worker may take to report RUNNING after the driver starts.
+const START_LIMIT: Duration = Duration::from_secs(300);
+/// The bound: a failed member stops the run within 5 s.
+const FAIL_FAST_BOUND: Duration = Duration::from_secs(5);
+
+const SERVER: &str = "triton-0";
+const WORKER: &str = "grpc-clients-0";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("driver/ is inside the repository")
+        .to_path_buf()
+}
+
+/// Makes sure the `worker` beside the driver under test exists and is up to date.
+///
+/// The local launcher resolves `worker: { binary: auto }` to the `worker` in the driver
+/// executable's directory first, then to PATH. `cargo test -p driver` builds only this package's
+/// binaries, so that sibling may be missing or stale (left by an older build). Putting a fresh
+/// worker on PATH would not help: a stale sibling wins. So build the worker package with the same
+/// cargo into the same target directory, profile and target triple as the driver under test:
+/// cargo brings the sibling up to date (a no-op when it is), it lands exactly where the launcher
+/// looks, and the test matrices keep `binary: auto` like the committed ones. The nested cargo
+/// does not wait on the outer one: `cargo test` holds no lock while tests run.
+fn ensure_worker() -> PathBuf {
+    static WORKER_BIN: OnceLock<PathBuf> = OnceLock::new();
+    WORKER_BIN
+        .get_or_init(|| {
+            let driver = Path::new(env!("CARGO_BIN_EXE_driver"));
+            // <target>/[<triple>/]<profile dir>/driver
+            let out_dir = driver.parent().expect("the driver is in a directory");
+            let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .parent()
+                .expect("CARGO_TARGET_TMPDIR is <target>/tmp");
+            let profile = match out_dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") => "dev",
+                Some(other) => other,
+                None => panic!("unexpected driver path {}", driver.display()),
+            };
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut build = Command::new(cargo);
+            build
+                .args([
+                    "build",
+                    "-p",
+                    "worker",
+                    "--bin",
+                    "worker",
+                    "--profile",
+                    profile,
+                ])
+                .arg("--target-dir")
+                .arg(target_dir)
+                .current_dir(repo_root());
+            let triple_dir = out_dir.parent().expect("a profile directory has a parent");
+            if triple_dir.canonicalize().ok() != target_dir.canonicalize().ok() {
+                build
+                    .arg("--target")
+                    .arg(triple_dir.file_name().expect("a target triple"));
+            }
+            eprintln!("building the worker beside the driver: {build:?}");
+            let out = build.output().expect("cargo runs");
+            assert!(
+                out.status.success(),
+                "building the worker failed ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let worker = out_dir.join("worker");
+            assert!(
+                worker.is_file(),
+                "cargo built the worker, but not at {} where the local launcher looks",
+                worker.display()
+            );
+            worker
+        })
+        .clone()
+}
+
+/// The smoke matrix (test-matrices/smoke.yaml), copied into `dir` with: the model repository
+/// by absolute path; every scenario at the same explicit weight, so each one gets tests within a
+/// 15 s run; a generous server-ready timeout; and heartbeat and zero-QPS limits of 10 polls
+/// instead of 3, so a worker starved of CPU for a few seconds on 2 loaded cores does not fail a
+/// run that tests something else. A member that ends, the rule the fail-fast tests exercise,
+/// fails the run at the next poll whatever these limits are.
+fn smoke_matrix(dir: &Path) -> PathBuf {
+    let source = repo_root().join("test-matrices/smoke.yaml");
+    let mut text = std::fs::read_to_string(&source)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", source.display()));
+    let models = repo_root().join("models");
+    assert!(models.is_dir(), "{} is missing", models.display());
+    let weights: Vec<String> = Scenario::ALL
+        .iter()
+        .map(|s| format!("{}: 10", s.name()))
+        .collect();
+    let mut edit = |from: &str, to: String| {
+        assert_eq!(
+            text.matches(from).count(),
+            1,
+            "test-matrices/smoke.yaml changed: expected `{from}` once; update this test"
+        );
+        text = text.replace(from, &to);
+    };
+    edit(
+        "model_repositories: [../models]",
+        format!(
+            "model_repositories: [{}]",
+            serde_json::to_string(models.to_str().expect("a UTF-8 path")).unwrap()
+        ),
+    );
+    edit(
+        "  server_ready_timeout: 120s\n",
+        "  server_ready_timeout: 300s\n  fail_fast: { heartbeat_timeout_polls: 10, zero_qps_polls: 10 }\n".into(),
+    );
+    edit(
+        "    concurrency: 4\n",
+        format!(
+            "    concurrency: 4\n    scenarios: {{ {} }}\n",
+            weights.join(", ")
+        ),
+    );
+    let path = dir.join("smoke.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A `driver` process. Its stdout and stderr go to files (a pipe nobody reads could block it).
+/// Dropped while it runs (a failed assertion), it gets SIGTERM, which stops its members, then
+/// SIGKILL; either way the python backend stubs left behind by our servers are killed.
+struct Driver {
+    child: Child,
+    what: String,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    status: Option<ExitStatus>,
+    /// Pids of the run's tritonservers, for [`kill_orphaned_stubs`].
+    server_pids: Vec<u32>,
+}
+
+impl Driver {
+    fn spawn(args: &[&str], dir: &Path, name: &str) -> Driver {
+        let stdout = dir.join(format!("{name}.stdout"));
+        let stderr = dir.join(format!("{name}.stderr"));
+        let child = Command::new(env!("CARGO_BIN_EXE_driver"))
+            .args(args)
+            // `binary: auto` finds <repo>/.local/bin/tritonserver (and perf_analyzer) from the
+            // matrix's directory or the working directory; the matrix is in a temporary one.
+            .current_dir(repo_root())
+            .env_remove("DATABASE_URL")
+            .env_remove("TRITON_STRESS_RUNS_DIR")
+            .env_remove("TRITON_STRESS_RUN_ID")
+            .env_remove("TRITON_STRESS_LAUNCHER")
+            // Members inherit the driver's environment; without NO_COLOR the tests see whether
+            // the launcher keeps terminal colours out of the member logs by itself.
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("the driver binary starts");
+        Driver {
+            child,
+            what: format!("driver {}", args.join(" ")),
+            stdout,
+            stderr,
+            status: None,
+            server_pids: Vec::new(),
+        }
+    }
+
+    fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("waiting on the driver");
+        }
+        self.status
+    }
+
+    /// Waits for the driver to exit; fails the test after `limit`.
+    async fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.try_exit() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} still runs after {limit:?}\n{}",
+                self.what,
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    /// Both streams, for assertion messages.
+    fn output(&self) -> String {
+        let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        format!(
+            "--- {} stdout ---\n{}\n--- stderr ---\n{stderr}",
+            self.what,
+            self.stdout()
+        )
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if self.try_exit().is_none() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while self.try_exit().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if self.try_exit().is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+        for pid in &self.server_pids {
+            kill_orphaned_stubs(*pid);
+        }
+    }
+}
+
+/// Kills the python backend stubs that a SIGKILLed tritonserver leaves behind: they outlive it,
+/// re-parented, for good (they hang in exit). Only ours: a stub's 6th argument is the pid of the
+/// tritonserver that started it, and a live server's stubs (parent = that pid) are left alone.
+fn kill_orphaned_stubs(server_pid: u32) {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let wanted = server_pid.to_string();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_our_stub = args
+            .first()
+            .is_some_and(|a| a.ends_with(b"triton_python_backend_stub"))
+            && args.get(5) == Some(&wanted.as_bytes());
+        let parent = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+            });
+        if is_our_stub && parent != Some(server_pid) {
+            eprintln!("killing python backend stub {pid} left behind by tritonserver {server_pid}");
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// The pid in an event's details: `ready (pid 123; grpc ...)`, `launched (pid 456)`.
+fn pid_in(details: &str) -> Option<u32> {
+    let rest = &details[details.find("(pid ")? + 5..];
+    rest[..rest.find(|c: char| !c.is_ascii_digit())?]
+        .parse()
+        .ok()
+}
+
+/// The pid of `member` from the driver's event of `kind` about it.
+fn member_pid(events: &[EventRow], member: &str, kind: EventKind) -> Option<u32> {
+    events
+        .iter()
+        .filter(|e| e.member_id == member && e.kind == kind)
+        .find_map(|e| pid_in(&e.details))
+}
+
+async fn server_pids(store: &Store, run_id: &str) -> Vec<u32> {
+    let events = store.events(run_id, 0).await.unwrap_or_default();
+    events
+        .iter()
+        .filter(|e| e.kind == EventKind::Running && e.details.starts_with("ready (pid "))
+        .filter_map(|e| pid_in(&e.details))
+        .collect()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn total_row(report: &str) -> &str {
+    report
+        .lines()
+        .find(|l| l.starts_with("TOTAL "))
+        .unwrap_or_else(|| panic!("no TOTAL row in:\n{report}"))
+}
+
+/// `driver report ARGS` (with `--json` too): exit 0, and the same report as the run wrote.
+fn assert_report_rebuilds(args: &[&str], run_dir: &Path) {
+    let written = read(&run_dir.join("report.txt"));
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_driver"))
+            .arg("report")
+            .args(args)
+            .args(extra)
+            .env_remove("DATABASE_URL")
+            .env_remove("TRITON_STRESS_RUNS_DIR")
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "driver report {args:?} {extra:?}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let rebuilt = run(&[]);
+    assert_eq!(
+        total_row(&rebuilt),
+        total_row(&written),
+        "driver report {args:?}: another TOTAL row"
+    );
+    assert_eq!(rebuilt, written, "driver report {args:?}: another report");
+    let rebuilt_json: Value = serde_json::from_str(&run(&["--json"])).unwrap();
+    assert_eq!(
+        rebuilt_json,
+        read_json(&run_dir.join("report.json")),
+        "driver report {args:?} --json: another report.json"
+    );
+}
+
+/// What a passing smoke run must show in report.json: PASS, a row with tests for every
+/// scenario of the matrix (all of them) and no failures except where a scenario is allowed to
+/// fail (PerfAnalyzer, as upstream), a QPS series of the worker and Triton's own metrics.
+fn assert_smoke_report(run_dir: &Path, run_id: &str) {
+    assert!(run_dir.join("report.txt").is_file(), "no report.txt");
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["run_id"], run_id);
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    assert_eq!(report["launcher"], "local");
+    let rows = report["scenarios"].as_array().expect("scenario rows");
+    let mut names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["scenario"].as_str().unwrap())
+        .collect();
+    names.sort();
+    let mut want: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+    want.push("TOTAL");
+    want.sort();
+    assert_eq!(names, want, "a row per scenario and TOTAL");
+    for row in rows {
+        let name = row["scenario"].as_str().unwrap();
+        assert!(row["tests"].as_u64().unwrap() > 0, "no tests of {name}");
+        let allowed_to_fail = Scenario::parse(name).is_some_and(Scenario::allowed_to_fail);
+        if allowed_to_fail || name == "TOTAL" {
+            continue;
+        }
+        assert_eq!(row["failures"], 0, "failures in {name}: {row:#}");
+    }
+    let workers = report["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    assert_eq!(workers[0]["member_id"], WORKER);
+    assert!(workers[0]["avg"].as_f64().unwrap() > 0.0, "{workers:?}");
+    assert!(
+        report["server_metrics"][SERVER].is_array(),
+        "no Triton metrics of {SERVER}"
+    );
+    assert_eq!(report["failed_members"], Value::Array(vec![]), "{report:#}");
+}
+
+/// Runs the smoke matrix for 15 s on the given store (`None`: SQLite in the run directory) and
+/// checks its report; returns the temporary directory (the matrix and `runs/`) and the run's
+/// directory in it.
+async fn smoke_run(database_url: Option<&str>, run_id: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = smoke_matrix(tmp.path());
+    let runs = tmp.path().join("runs");
+    let mut args = vec![
+        "run",
+        matrix.to_str().unwrap(),
+        "--runs-dir",
+        runs.to_str().unwrap(),
+        "--run-id",
+        run_id,
+        "--duration",
+        "15s",
+        "--no-progress",
+    ];
+    if let Some(url) = database_url {
+        args.extend(["--database-url", url]);
+    }
+    let mut driver = Driver::spawn(&args, tmp.path(), "driver");
+    let status = driver.wait(RUN_LIMIT).await;
+    let run_dir = runs.join(run_id);
+    let store_url = database_url
+        .map(str::to_string)
+        .unwrap_or_else(|| Store::sqlite_url(&run_dir.join("store.sqlite")));
+    if let Ok(store) = Store::connect(&store_url).await {
+        driver.server_pids = server_pids(&store, run_id).await;
+    }
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    assert!(
+        driver
+            .stdout()
+            .contains(&format!("Run {run_id} (local launcher): PASS")),
+        "{}",
+        driver.output()
+    );
+    assert_smoke_report(&run_dir, run_id);
+    (tmp, run_dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smoke_matrix_passes_on_sqlite_and_the_report_rebuilds() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let run_id = "e2e-smoke-sqlite";
+    let (tmp, run_dir) = smoke_run(None, run_id).await;
+    assert!(run_dir.join("store.sqlite").is_file());
+    let runs = tmp.path().join("runs");
+    assert_report_rebuilds(
+        &["--run", run_id, "--runs-dir", runs.to_str().unwrap()],
+        &run_dir,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smoke_matrix_passes_on_postgres_and_the_report_rebuilds() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    // Unique, in case TEST_DATABASE_URL is a shared server.
+    let run_id = format!(
+        "e2e-smoke-pg-{}-{}",
+        std::process::id(),
+        stress_common::now_ms()
+    );
+    let (tmp, run_dir) = smoke_run(Some(pg.url()), &run_id).await;
+    assert!(
+        !run_dir.join("store.sqlite").exists(),
+        "the run used a SQLite store despite --database-url"
+    );
+    // The run directory has no store: the report comes from Postgres alone.
+    let elsewhere = tmp.path().join("not-the-runs-dir");
+    assert_report_rebuilds(
+        &[
+            "--run",
+            &run_id,
+            "--database-url",
+            pg.url(),
+            "--runs-dir",
+            elsewhere.to_str().unwrap(),
+        ],
+        &run_dir,
+    );
+}
+
+/// Which process the fail-fast test kills.
+#[derive(Debug, Clone, Copy)]
+enum Victim {
+    Server,
+    Worker,
+}
+
+/// A 120 s smoke run whose worker runs and reports load.
+struct LongRun {
+    // Field order = drop order: the driver (and its members) go before the directory.
+    driver: Driver,
+    store: Store,
+    run_id: String,
+    run_dir: PathBuf,
+    server_pid: u32,
+    worker_pid: u32,
+    _tmp: tempfile::TempDir,
+}
+
+/// Starts a 120 s smoke run on SQLite and waits for the worker's RUNNING event and its first
+/// QPS sample: load is flowing and the driver is in its poll loop.
+async fn start_long_run(run_id: &str) -> LongRun {
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = smoke_matrix(tmp.path());
+    let runs = tmp.path().join("runs");
+    let run_dir = runs.join(run_id);
+    let mut driver = Driver::spawn(
+        &[
+            "run",
+            matrix.to_str().unwrap(),
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--run-id",
+            run_id,
+            "--duration",
+            "120s",
+            "--no-progress",
+        ],
+        tmp.path(),
+        "driver",
+    );
+    let store_file = run_dir.join("store.sqlite");
+    let deadline = Instant::now() + START_LIMIT;
+    let mut store = None;
+    loop {
+        assert!(
+            driver.try_exit().is_none(),
+            "the driver ended before the worker ran\n{}",
+            driver.output()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not run within {START_LIMIT:?}\n{}",
+            driver.output()
+        );
+        if store.is_none() && store_file.is_file() {
+            store = Store::connect(&Store::sqlite_url(&store_file)).await.ok();
+        }
+        if let Some(st) = &store
+            && let Ok(events) = st.events(run_id, 0).await
+        {
+            let server = member_pid(&events, SERVER, EventKind::Running);
+            if let Some(pid) = server
+                && !driver.server_pids.contains(&pid)
+            {
+                driver.server_pids.push(pid);
+            }
+            let worker = member_pid(&events, WORKER, EventKind::Starting);
+            let running = events
+                .iter()
+                .any(|e| e.member_id == WORKER && e.kind == EventKind::Running);
+            let load = st
+                .latest_qps(run_id)
+                .await
+                .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER));
+            if let (Some(server_pid), Some(worker_pid), true, true) =
+                (server, worker, running, load)
+            {
+                return LongRun {
+                    driver,
+                    store: store.unwrap(),
+                    run_id: run_id.into(),
+                    run_dir,
+                    server_pid,
+                    worker_pid,
+                    _tmp: tmp,
+                };
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn signal(pid: u32, signal: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)
+        .unwrap_or_else(|e| panic!("{signal} to pid {pid}: {e}"));
+}
+
+/// Starts a long run, SIGKILLs the server or the worker, and checks that the driver exits 1
+/// within 5 s of the kill with a report that names the killed member.
+async fn fail_fast_on_kill(victim: Victim) {
+    let _one_run = RUN_LOCK.lock().await;
+    let run_id = format!("e2e-kill-{victim:?}").to_lowercase();
+    let mut run = start_long_run(&run_id).await;
+    let (server_pid, worker_pid, run_dir) = (run.server_pid, run.worker_pid, run.run_dir.clone());
+    let driver = &mut run.driver;
+
+    let (member, pid, role) = match victim {
+        Victim::Server => (SERVER, server_pid, "SERVER"),
+        Victim::Worker => (WORKER, worker_pid, "CLIENT"),
+    };
+    let killed_at = Instant::now();
+    signal(pid, nix::sys::signal::Signal::SIGKILL);
+    let status = driver.wait(RUN_LIMIT).await;
+    let took = killed_at.elapsed();
+
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    assert!(
+        took <= FAIL_FAST_BOUND,
+        "the driver exited {took:?} after {member} was killed (bound {FAIL_FAST_BOUND:?})\n{}",
+        driver.output()
+    );
+    eprintln!("{member} SIGKILLed: the driver exited 1 after {took:?}");
+    // The verdict: the killed member, and why.
+    let verdict =
+        format!("FAILED: {member}: killed by signal 9 (SIGKILL) before the end of the run");
+    assert!(
+        driver.stdout().lines().any(|l| l == verdict),
+        "no `{verdict}` line\n{}",
+        driver.output()
+    );
+
+    // report.txt: the member's block with its reason, exit, reproduce command and log tail.
+    let report = read(&run_dir.join("report.txt"));
+    assert!(
+        report.starts_with(&format!("Run {run_id} (local launcher): FAIL\n")),
+        "{report}"
+    );
+    let heading = format!("== FAILED {role} {member} (group ");
+    let block = report
+        .split("\n\n")
+        .find(|b| b.starts_with(&heading))
+        .unwrap_or_else(|| panic!("report.txt has no `{heading}` block:\n{report}"));
+    let field = |key: &str| {
+        block
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no `{key}` line in:\n{block}"))
+    };
+    assert_eq!(
+        field("reason: "),
+        "killed by signal 9 (SIGKILL) before the end of the run"
+    );
+    assert_eq!(field("exit: "), "killed by signal 9 (SIGKILL)");
+    assert_eq!(
+        field("log_file: "),
+        run_dir
+            .join(format!("logs/{member}.log"))
+            .display()
+            .to_string()
+    );
+    let reproduce = field("reproduce: ");
+    let program = match victim {
+        Victim::Server => "tritonserver",
+        Victim::Worker => "/worker",
+    };
+    assert!(reproduce.contains(program), "reproduce: {reproduce}");
+    let tail: Vec<&str> = block
+        .split_once("\nlog tail:\n")
+        .unwrap_or_else(|| panic!("no log tail in:\n{block}"))
+        .1
+        .lines()
+        .filter_map(|l| l.strip_prefix("  | "))
+        .collect();
+    assert!(
+        tail.iter().any(|l| !l.trim().is_empty()),
+        "empty log tail:\n{block}"
+    );
+    assert!(
+        !block.contains('\u{1b}'),
+        "terminal escape codes in the report:\n{block}"
+    );
+
+    // report.json says the same.
+    let json = read_json(&run_dir.join("report.json"));
+    assert_eq!(json["verdict"], "FAIL");
+    let failed = json["failed_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["member_id"] == member)
+        .unwrap_or_else(|| panic!("{member} not among the failed members: {json:#}"));
+    assert_eq!(failed["diagnostics"]["signal"], 9, "{failed:#}");
+    assert_eq!(failed["role"], role);
+    if let Victim::Worker = victim {
+        // Nothing else failed: the server was stopped by the driver, not by a failure.
+        assert_eq!(
+            json["failed_members"].as_array().unwrap().len(),
+            1,
+            "{json:#}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_fails_the_run_within_5_s() {
+    fail_fast_on_kill(Victim::Server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_fails_the_run_within_5_s() {
+    fail_fast_on_kill(Victim::Worker).await;
+}
+
+/// A server that hangs (SIGSTOP: its ports still accept connections, nothing answers) fails the
+/// run; from the first FAILURE event to the driver's exit takes at most 5 s too, although the
+/// driver's last scrape of the hung server's /metrics cannot get an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_fails_the_run_within_5_s_of_the_failure() {
+    let _one_run = RUN_LOCK.lock().await;
+    let mut run = start_long_run("e2e-hung-server").await;
+    signal(run.server_pid, nix::sys::signal::Signal::SIGSTOP);
+    let status = run.driver.wait(RUN_LIMIT).await;
+    let exited_ms = stress_common::now_ms();
+    assert_eq!(status.code(), Some(1), "{}", run.driver.output());
+    let first = run
+        .store
+        .first_failure(&run.run_id)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("no FAILURE event\n{}", run.driver.output()));
+    let took = Duration::from_millis((exited_ms - first.at_ms).max(0) as u64);
+    eprintln!(
+        "{SERVER} hung; {} failed ({}); the driver exited 1 {took:?} later",
+        first.member_id, first.details
+    );
+    assert!(
+        took <= FAIL_FAST_BOUND,
+        "the driver exited {took:?} after the first failure ({}: {}), bound {FAIL_FAST_BOUND:?}\n{}",
+        first.member_id,
+        first.details,
+        run.driver.output()
+    );
+    let report = read_json(&run.run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "FAIL");
+    assert_eq!(
+        report["failed_members"][0]["member_id"], first.member_id,
+        "{report:#}"
+    );
+}
