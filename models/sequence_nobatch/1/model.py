@@ -1,8 +1,9 @@
 """Running-sum sequence model (Triton python backend).
 
-Used by both `sequence_nobatch` (max_batch_size 0, direct strategy, 2 instances)
-and `sequence_batch` (max_batch_size 4, oldest strategy, 1 instance); the file is
-identical in both model folders.
+Used by `sequence_nobatch` (max_batch_size 0, direct strategy, 2 instances),
+`sequence_batch` (max_batch_size 4, oldest strategy, 1 instance) and the faulty
+`models-faulty/sequence_faulty`, whose config sets `output_offset` to 1; the other
+folders link to this file.
 
 Contract (see models/README.md):
   INPUT  int32 [1]   (batched model: [1, 1] per request)
@@ -23,9 +24,9 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-# Added to every OUTPUT. 0 here; the faulty copy (models-faulty/sequence_faulty)
-# is the one that gets this wrong.
-OUTPUT_OFFSET = 0
+# Added to every OUTPUT: the config parameter `output_offset`, 0 unless set. Only the
+# faulty twin (models-faulty/sequence_faulty) sets it, to "add one too many".
+DEFAULT_OUTPUT_OFFSET = 0
 
 
 def _wrap_int32(value):
@@ -37,6 +38,11 @@ class TritonPythonModel:
     def initialize(self, args):
         self._name = args["model_name"]
         config = json.loads(args["model_config"])
+        self._output_offset = int(
+            config.get("parameters", {})
+            .get("output_offset", {})
+            .get("string_value", DEFAULT_OUTPUT_OFFSET)
+        )
         idle_us = int(
             config.get("sequence_batching", {}).get(
                 "max_sequence_idle_microseconds", 3000000
@@ -99,7 +105,7 @@ class TritonPythonModel:
                 self._state.pop(cid, None)
             else:
                 self._state[cid] = [total, now]
-            out[i] = _wrap_int32(total + OUTPUT_OFFSET)
+            out[i] = _wrap_int32(total + self._output_offset)
 
         return pb_utils.InferenceResponse(
             output_tensors=[pb_utils.Tensor("OUTPUT", out.reshape(values.shape))]
