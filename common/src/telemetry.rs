@@ -14,8 +14,14 @@ pub fn init(default_filter: &str) {
             .with(fmt::layer().json().with_writer(std::io::stderr))
             .try_init()
     } else {
+        // Colours only for a person at a terminal: logs captured to files stay plain.
+        use std::io::IsTerminal;
         registry
-            .with(fmt::layer().with_writer(std::io::stderr))
+            .with(
+                fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(std::io::stderr().is_terminal()),
+            )
             .try_init()
     };
     let _ = result;
