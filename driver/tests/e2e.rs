@@ -3,7 +3,8 @@
 //! * the smoke matrix passes on a SQLite store and on a throwaway Postgres, every scenario runs
 //!   without failures, and `driver report` rebuilds the same report from the store;
 //! * a SIGKILLed tritonserver, or a SIGKILLed worker, fails the run (exit 1) within 5 s of the
-//!   kill, and the report names the member, its exit, its log tail and how to reproduce it.
+//!   kill, and the report names the member, its exit, its log tail and how to reproduce it;
+//! * a hung (SIGSTOPped) tritonserver fails the run within 5 s of the first failure.
 //!
 //! They need what `scripts/install-tritonserver.sh` installs into `<repo>/.local` (tritonserver
 //! and perf_analyzer) and, for the Postgres test, PostgreSQL server binaries
@@ -110,50 +111,48 @@ fn ensure_worker() -> PathBuf {
         .clone()
 }
 
-/// The smoke matrix (test-matrices/smoke.yaml), copied into `dir` with: the model repository
-/// by absolute path; every scenario at the same explicit weight, so each one gets tests within a
-/// 15 s run; a generous server-ready timeout; and heartbeat and zero-QPS limits of 10 polls
-/// instead of 3, so a worker starved of CPU for a few seconds on 2 loaded cores does not fail a
-/// run that tests something else. A member that ends, the rule the fail-fast tests exercise,
-/// fails the run at the next poll whatever these limits are.
+/// The smoke matrix (test-matrices/smoke.yaml), loaded, changed and written into `dir` as YAML:
+///
+/// * model repositories by absolute path (the copy is not next to `models/`);
+/// * explicit, equal weights so that every scenario gets tests within a 15 s run: 10 each, and
+///   20 for SequenceNoStart, which the worker skips while its stream has a sequence left open;
+/// * a generous server-ready timeout, and heartbeat and zero-QPS limits of 10 polls instead of 3,
+///   so a worker starved of CPU for a few seconds on 2 loaded cores does not fail a run that
+///   tests something else (a member that ends, the rule the fail-fast tests exercise, fails the
+///   run at the next poll whatever these limits are).
 fn smoke_matrix(dir: &Path) -> PathBuf {
-    let source = repo_root().join("test-matrices/smoke.yaml");
-    let mut text = std::fs::read_to_string(&source)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", source.display()));
-    let models = repo_root().join("models");
-    assert!(models.is_dir(), "{} is missing", models.display());
-    let weights: Vec<String> = Scenario::ALL
+    let committed = repo_root().join("test-matrices");
+    let mut m =
+        driver::matrix::load(&committed.join("smoke.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    m.source_path = None;
+    m.run.server_ready_timeout = Duration::from_secs(300);
+    m.run.fail_fast.heartbeat_timeout_polls = 10;
+    m.run.fail_fast.zero_qps_polls = 10;
+    for template in m.server_templates.values_mut() {
+        for repo in &mut template.model_repositories {
+            let path = committed.join(&*repo);
+            let path = path
+                .canonicalize()
+                .unwrap_or_else(|e| panic!("model repository {}: {e}", path.display()));
+            *repo = path.to_str().expect("a UTF-8 path").to_string();
+        }
+    }
+    let weights: indexmap::IndexMap<String, u32> = Scenario::ALL
         .iter()
-        .map(|s| format!("{}: 10", s.name()))
+        .map(|s| {
+            let weight = if *s == Scenario::SequenceNoStart {
+                20
+            } else {
+                10
+            };
+            (s.name().to_string(), weight)
+        })
         .collect();
-    let mut edit = |from: &str, to: String| {
-        assert_eq!(
-            text.matches(from).count(),
-            1,
-            "test-matrices/smoke.yaml changed: expected `{from}` once; update this test"
-        );
-        text = text.replace(from, &to);
-    };
-    edit(
-        "model_repositories: [../models]",
-        format!(
-            "model_repositories: [{}]",
-            serde_json::to_string(models.to_str().expect("a UTF-8 path")).unwrap()
-        ),
-    );
-    edit(
-        "  server_ready_timeout: 120s\n",
-        "  server_ready_timeout: 300s\n  fail_fast: { heartbeat_timeout_polls: 10, zero_qps_polls: 10 }\n".into(),
-    );
-    edit(
-        "    concurrency: 4\n",
-        format!(
-            "    concurrency: 4\n    scenarios: {{ {} }}\n",
-            weights.join(", ")
-        ),
-    );
+    for template in m.client_templates.values_mut() {
+        template.scenarios = Some(weights.clone());
+    }
     let path = dir.join("smoke.yaml");
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, serde_saphyr::to_string(&m).unwrap()).unwrap();
     path
 }
 
