@@ -161,7 +161,17 @@ pub fn tail_lines(path: &Path, n: usize) -> String {
 /// A started tritonserver process.
 pub struct TritonServer {
     child: tokio::process::Child,
+    /// The process group (= the server's first pid), kept after the child is reaped.
+    pgid: u32,
+    group_gone: bool,
     pub spec: ServerSpec,
+}
+
+impl Drop for TritonServer {
+    fn drop(&mut self) {
+        // kill_on_drop ends the server only; its model processes would be orphaned.
+        self.reap_stubs();
+    }
 }
 
 impl TritonServer {
@@ -187,12 +197,21 @@ impl TritonServer {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
+            // Its own process group: the python backend's stub processes are in it too, so
+            // killing the group leaves no orphaned model process behind a crashed server.
+            .process_group(0)
             .kill_on_drop(true);
         let child = command.spawn().map_err(|source| TritonError::Spawn {
             binary: spec.binary.display().to_string(),
             source,
         })?;
-        Ok(Self { child, spec })
+        let pgid = child.id().unwrap_or(0);
+        Ok(Self {
+            child,
+            pgid,
+            group_gone: false,
+            spec,
+        })
     }
 
     pub fn http_address(&self) -> String {
@@ -241,9 +260,20 @@ impl TritonServer {
         }
     }
 
-    /// SIGKILL (tests use it to make a server "crash").
+    /// SIGKILL to the server and its model processes (tests use it to make a server "crash").
     pub async fn kill(&mut self) {
+        self.kill_group();
         let _ = self.child.kill().await;
+    }
+
+    /// SIGKILL to the whole process group (server and python stubs). Harmless when already gone.
+    fn kill_group(&self) {
+        if let Some(pid) = self.child.id().filter(|p| *p != 0) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 
     /// SIGTERM, then SIGKILL after `grace`. Returns the exit status.
@@ -257,17 +287,39 @@ impl TritonServer {
                 nix::sys::signal::Signal::SIGTERM,
             );
         }
-        match tokio::time::timeout(grace, self.child.wait()).await {
+        let status = match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(r) => r.ok(),
             Err(_) => {
+                self.kill_group();
                 let _ = self.child.kill().await;
                 self.child.wait().await.ok()
             }
+        };
+        self.reap_stubs();
+        status
+    }
+
+    /// After the server itself has ended (killed, or crashed), its model processes may live
+    /// on; the group id is the server's pid, so they can still be found and killed.
+    pub fn reap_stubs(&mut self) {
+        // pgid 0 would mean our own group; once the group is empty its id may be reused.
+        if self.pgid == 0 || self.group_gone {
+            return;
+        }
+        let r = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.pgid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        if r == Err(nix::errno::Errno::ESRCH) {
+            self.group_gone = true;
         }
     }
 
+    /// Waits for the server to end, then kills what is left of its process group.
     pub async fn wait(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.wait().await.ok()
+        let status = self.child.wait().await.ok();
+        self.reap_stubs();
+        status
     }
 }
 

@@ -99,6 +99,9 @@ pub async fn child_main(
     model: &str,
     delay_ms: i64,
 ) -> anyhow::Result<()> {
+    // Die with the parent: a worker killed mid-test must not leave this loop running.
+    #[cfg(target_os = "linux")]
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
     let client = client::connect(protocol, server, true).await?;
     let stdout = Arc::new(tokio::sync::Mutex::new(tokio::io::stdout()));
     let mut loops = tokio::task::JoinSet::new();
