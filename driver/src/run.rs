@@ -172,11 +172,8 @@ pub async fn run(
 ) -> Result<RunOutcome, DriverError> {
     let store_url = store_url_for(run_dir, options.database_url.as_deref());
     let store = Store::connect(&store_url).await?;
-    let matrix_text = options
-        .matrix
-        .to_str()
-        .and_then(|_| std::fs::read_to_string(&options.matrix).ok())
-        .unwrap_or_default();
+    // The matrix as written, so `driver report` shows what was run even if the file changes.
+    let matrix_text = std::fs::read_to_string(&options.matrix).unwrap_or_default();
     store
         .create_run(&NewRun {
             run_id: run_id.into(),
