@@ -15,6 +15,7 @@
 //! waits on a server; the only timing assertion is the 5 s fail-fast bound.
 
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
@@ -158,15 +159,62 @@ fn smoke_matrix(dir: &Path) -> PathBuf {
 
 /// A `driver` process. Its stdout and stderr go to files (a pipe nobody reads could block it).
 /// Dropped while it runs (a failed assertion), it gets SIGTERM, which stops its members, then
-/// SIGKILL; either way the python backend stubs left behind by our servers are killed.
+/// SIGKILL. Then what our tritonservers left behind goes (see [`Driver::clean_up_servers`]).
 struct Driver {
     child: Child,
     what: String,
     stdout: PathBuf,
     stderr: PathBuf,
     status: Option<ExitStatus>,
-    /// Pids of the run's tritonservers, for [`kill_orphaned_stubs`].
-    server_pids: Vec<u32>,
+    /// The run's tritonservers seen so far (children of the driver), each with the shared
+    /// memory regions of its python backend stubs.
+    servers: BTreeMap<u32, BTreeSet<String>>,
+}
+
+/// A process as /proc shows it.
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    args: Vec<String>,
+}
+
+impl Proc {
+    /// For a python backend stub: the pid of the tritonserver that started it (its 6th
+    /// argument) and its shared memory region (3rd).
+    fn stub_of(&self) -> Option<(u32, &str)> {
+        if !self.args.first()?.ends_with("triton_python_backend_stub") {
+            return None;
+        }
+        Some((self.args.get(5)?.parse().ok()?, self.args.get(2)?))
+    }
+}
+
+fn processes() -> Vec<Proc> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // pid (comm) state ppid ...; comm may hold spaces and parentheses.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            let args = cmdline
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            Some(Proc { pid, ppid, args })
+        })
+        .collect()
 }
 
 impl Driver {
@@ -196,7 +244,7 @@ impl Driver {
             stdout,
             stderr,
             status: None,
-            server_pids: Vec::new(),
+            servers: BTreeMap::new(),
         }
     }
 
@@ -207,9 +255,33 @@ impl Driver {
         self.status
     }
 
-    /// Waits for the driver to exit; fails the test after `limit`.
-    async fn wait(&mut self, limit: Duration) -> ExitStatus {
+    /// Notes the driver's tritonserver children and their stubs' shared memory regions.
+    fn observe(&mut self) {
+        if self.try_exit().is_some() {
+            return;
+        }
+        let procs = processes();
+        let me = self.child.id();
+        for p in &procs {
+            if p.ppid == me && p.args.first().is_some_and(|a| a.contains("tritonserver")) {
+                self.servers.entry(p.pid).or_default();
+            }
+        }
+        for p in &procs {
+            if let Some((server, region)) = p.stub_of()
+                && p.ppid == server
+                && let Some(regions) = self.servers.get_mut(&server)
+            {
+                regions.insert(region.to_string());
+            }
+        }
+    }
+
+    /// Waits for the driver to exit; fails the test after `limit`. With `observe`, notes its
+    /// servers every half second meanwhile; without, nothing delays noticing the exit.
+    async fn wait(&mut self, limit: Duration, observe: bool) -> ExitStatus {
         let deadline = Instant::now() + limit;
+        let mut next_look = Instant::now();
         loop {
             if let Some(status) = self.try_exit() {
                 return status;
@@ -220,6 +292,10 @@ impl Driver {
                 self.what,
                 self.output()
             );
+            if observe && Instant::now() >= next_look {
+                self.observe();
+                next_look = Instant::now() + Duration::from_millis(500);
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -237,6 +313,46 @@ impl Driver {
             self.stdout()
         )
     }
+
+    /// A tritonserver that dies by SIGKILL (ours in the fail-fast tests, or the driver's after
+    /// its stop grace) leaves its python backend stubs running, re-parented, for good (they
+    /// hang in exit), and their shared memory regions in /dev/shm. Kills those stubs and
+    /// removes those regions, ours only: a stub's 6th argument is its server's pid; a live
+    /// server's stubs and regions are left alone.
+    fn clean_up_servers(&mut self) {
+        let procs = processes();
+        for p in &procs {
+            if let Some((server, region)) = p.stub_of()
+                && p.ppid != server
+                && let Some(regions) = self.servers.get_mut(&server)
+            {
+                eprintln!(
+                    "killing python backend stub {} of tritonserver {server}",
+                    p.pid
+                );
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p.pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                regions.insert(region.to_string());
+            }
+        }
+        for (server, regions) in &self.servers {
+            let alive = procs.iter().any(|p| {
+                p.pid == *server && p.args.first().is_some_and(|a| a.contains("tritonserver"))
+            });
+            if alive {
+                continue;
+            }
+            let removed = regions
+                .iter()
+                .filter(|r| std::fs::remove_file(Path::new("/dev/shm").join(r)).is_ok())
+                .count();
+            if removed > 0 {
+                eprintln!("removed {removed} shared memory regions of tritonserver {server}");
+            }
+        }
+    }
 }
 
 impl Drop for Driver {
@@ -253,49 +369,7 @@ impl Drop for Driver {
                 let _ = self.child.wait();
             }
         }
-        for pid in &self.server_pids {
-            kill_orphaned_stubs(*pid);
-        }
-    }
-}
-
-/// Kills the python backend stubs that a SIGKILLed tritonserver leaves behind: they outlive it,
-/// re-parented, for good (they hang in exit). Only ours: a stub's 6th argument is the pid of the
-/// tritonserver that started it, and a live server's stubs (parent = that pid) are left alone.
-fn kill_orphaned_stubs(server_pid: u32) {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    let wanted = server_pid.to_string();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let is_our_stub = args
-            .first()
-            .is_some_and(|a| a.ends_with(b"triton_python_backend_stub"))
-            && args.get(5) == Some(&wanted.as_bytes());
-        let parent = std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
-            });
-        if is_our_stub && parent != Some(server_pid) {
-            eprintln!("killing python backend stub {pid} left behind by tritonserver {server_pid}");
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        self.clean_up_servers();
     }
 }
 
@@ -313,15 +387,6 @@ fn member_pid(events: &[EventRow], member: &str, kind: EventKind) -> Option<u32>
         .iter()
         .filter(|e| e.member_id == member && e.kind == kind)
         .find_map(|e| pid_in(&e.details))
-}
-
-async fn server_pids(store: &Store, run_id: &str) -> Vec<u32> {
-    let events = store.events(run_id, 0).await.unwrap_or_default();
-    events
-        .iter()
-        .filter(|e| e.kind == EventKind::Running && e.details.starts_with("ready (pid "))
-        .filter_map(|e| pid_in(&e.details))
-        .collect()
 }
 
 fn read(path: &Path) -> String {
@@ -436,14 +501,8 @@ async fn smoke_run(database_url: Option<&str>, run_id: &str) -> (tempfile::TempD
         args.extend(["--database-url", url]);
     }
     let mut driver = Driver::spawn(&args, tmp.path(), "driver");
-    let status = driver.wait(RUN_LIMIT).await;
+    let status = driver.wait(RUN_LIMIT, true).await;
     let run_dir = runs.join(run_id);
-    let store_url = database_url
-        .map(str::to_string)
-        .unwrap_or_else(|| Store::sqlite_url(&run_dir.join("store.sqlite")));
-    if let Ok(store) = Store::connect(&store_url).await {
-        driver.server_pids = server_pids(&store, run_id).await;
-    }
     assert_eq!(status.code(), Some(0), "{}", driver.output());
     assert!(
         driver
@@ -566,11 +625,6 @@ async fn start_long_run(run_id: &str) -> LongRun {
             && let Ok(events) = st.events(run_id, 0).await
         {
             let server = member_pid(&events, SERVER, EventKind::Running);
-            if let Some(pid) = server
-                && !driver.server_pids.contains(&pid)
-            {
-                driver.server_pids.push(pid);
-            }
             let worker = member_pid(&events, WORKER, EventKind::Starting);
             let running = events
                 .iter()
@@ -582,6 +636,13 @@ async fn start_long_run(run_id: &str) -> LongRun {
             if let (Some(server_pid), Some(worker_pid), true, true) =
                 (server, worker, running, load)
             {
+                driver.observe();
+                assert!(
+                    driver.servers.contains_key(&server_pid),
+                    "the RUNNING event names pid {server_pid}, but the driver's tritonserver \
+                     children are {:?}",
+                    driver.servers.keys()
+                );
                 return LongRun {
                     driver,
                     store: store.unwrap(),
@@ -593,6 +654,7 @@ async fn start_long_run(run_id: &str) -> LongRun {
                 };
             }
         }
+        driver.observe();
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -617,7 +679,7 @@ async fn fail_fast_on_kill(victim: Victim) {
     };
     let killed_at = Instant::now();
     signal(pid, nix::sys::signal::Signal::SIGKILL);
-    let status = driver.wait(RUN_LIMIT).await;
+    let status = driver.wait(RUN_LIMIT, false).await;
     let took = killed_at.elapsed();
 
     assert_eq!(status.code(), Some(1), "{}", driver.output());
@@ -726,7 +788,7 @@ async fn a_hung_server_fails_the_run_within_5_s_of_the_failure() {
     let _one_run = RUN_LOCK.lock().await;
     let mut run = start_long_run("e2e-hung-server").await;
     signal(run.server_pid, nix::sys::signal::Signal::SIGSTOP);
-    let status = run.driver.wait(RUN_LIMIT).await;
+    let status = run.driver.wait(RUN_LIMIT, false).await;
     let exited_ms = stress_common::now_ms();
     assert_eq!(status.code(), Some(1), "{}", run.driver.output());
     let first = run
