@@ -202,9 +202,6 @@ impl Launcher for LocalLauncher {
         let stdout = file.try_clone().map_err(|e| member_err(e.to_string()))?;
         let child = tokio::process::Command::new(&binary)
             .args(&args)
-            // The log is a file: no terminal colour codes in it (or in the report's log tail).
-            // First, so that the template's env can still set NO_COLOR.
-            .env("NO_COLOR", "1")
             .envs(client.template.env.iter())
             .env(STORE_URL_ENV, &assignment.store_url)
             .stdin(Stdio::null())
