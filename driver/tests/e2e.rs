@@ -315,10 +315,11 @@ impl Driver {
     }
 
     /// A tritonserver that dies by SIGKILL (ours in the fail-fast tests, or the driver's after
-    /// its stop grace) leaves its python backend stubs running, re-parented, for good (they
-    /// hang in exit), and their shared memory regions in /dev/shm. Kills those stubs and
-    /// removes those regions, ours only: a stub's 6th argument is its server's pid; a live
-    /// server's stubs and regions are left alone.
+    /// its stop grace) leaves the shared memory regions of its python backend stubs in
+    /// /dev/shm (11-12 per server here), and, before the launcher killed the server's process
+    /// group (4d4cc29), left the stubs running too. Kills any such stub and removes those
+    /// regions, ours only: a stub's 6th argument is its server's pid; a live server's stubs and
+    /// regions are left alone.
     fn clean_up_servers(&mut self) {
         let procs = processes();
         for p in &procs {
