@@ -294,7 +294,10 @@ fn committed_matrices_say_what_they_should() {
     assert_eq!(clients.len(), 1);
     assert_eq!(clients[0].template.protocol, Protocol::Grpc);
     assert_eq!(clients[0].template.concurrency, 4);
-    assert_eq!(clients[0].template.scenarios, None);
+    // Every scenario, SequenceNoStart raised so it gets tests in a 60 s run.
+    let weights = clients[0].template.scenario_weights();
+    assert_eq!(weights.len(), Scenario::ALL.len());
+    assert!(weights.contains(&(Scenario::SequenceNoStart, 40)));
     assert_eq!(
         smoke.qualified_name(&clients[0].name),
         "smoke-grpc-clients-0"
