@@ -262,18 +262,8 @@ impl TritonServer {
 
     /// SIGKILL to the server and its model processes (tests use it to make a server "crash").
     pub async fn kill(&mut self) {
-        self.kill_group();
+        self.reap_stubs();
         let _ = self.child.kill().await;
-    }
-
-    /// SIGKILL to the whole process group (server and python stubs). Harmless when already gone.
-    fn kill_group(&self) {
-        if let Some(pid) = self.child.id().filter(|p| *p != 0) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
     }
 
     /// SIGTERM, then SIGKILL after `grace`. Returns the exit status.
@@ -290,7 +280,7 @@ impl TritonServer {
         let status = match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(r) => r.ok(),
             Err(_) => {
-                self.kill_group();
+                self.reap_stubs();
                 let _ = self.child.kill().await;
                 self.child.wait().await.ok()
             }
@@ -299,19 +289,25 @@ impl TritonServer {
         status
     }
 
-    /// After the server itself has ended (killed, or crashed), its model processes may live
-    /// on; the group id is the server's pid, so they can still be found and killed.
+    /// SIGKILLs whatever is left of the server's process group. After the server itself has
+    /// ended (killed, or crashed) its python model processes live on, each holding a shared
+    /// memory region in /dev/shm that only a clean shutdown removes: their names are read from
+    /// the processes' command lines first, and unlinked after the kill.
     pub fn reap_stubs(&mut self) {
         // pgid 0 would mean our own group; once the group is empty its id may be reused.
         if self.pgid == 0 || self.group_gone {
             return;
         }
+        let regions = group_shm_regions(self.pgid);
         let r = nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(self.pgid as i32),
             nix::sys::signal::Signal::SIGKILL,
         );
         if r == Err(nix::errno::Errno::ESRCH) {
             self.group_gone = true;
+        }
+        for region in regions {
+            let _ = std::fs::remove_file(Path::new("/dev/shm").join(region));
         }
     }
 
@@ -321,6 +317,47 @@ impl TritonServer {
         self.reap_stubs();
         status
     }
+}
+
+/// The prefix of the python backend's shared-memory region names (one per model instance).
+const SHM_REGION_PREFIX: &str = "triton_python_backend_shm_region_";
+
+/// Shared-memory regions named on the command lines of a process group's members.
+fn group_shm_regions(pgid: u32) -> Vec<String> {
+    let Ok(proc_dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut regions = Vec::new();
+    for entry in proc_dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp ...": comm may contain spaces, so split after its ')'.
+        let pgrp = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+            .and_then(|v| v.parse::<u32>().ok());
+        if pgrp != Some(pgid) {
+            continue;
+        }
+        if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            regions.extend(
+                cmdline
+                    .split(|b| *b == 0)
+                    .filter_map(|a| std::str::from_utf8(a).ok())
+                    .filter(|a| a.starts_with(SHM_REGION_PREFIX) && !a.contains('/'))
+                    .map(str::to_string),
+            );
+        }
+    }
+    regions
 }
 
 /// The HTTP status of `GET path` (plain HTTP/1.1 on loopback; None when nothing answers).
