@@ -341,6 +341,28 @@ async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, run_id: &s
     }
 }
 
+/// How long a suspected server gets to answer its liveness probe on the failure path.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A worker's failure is often its server's: before blaming the worker, probe the servers it
+/// targets. The first that is not live takes the blame (the worker's view goes in the reason).
+async fn attribute(
+    launcher: &mut dyn Launcher,
+    targets: &HashMap<String, Vec<String>>,
+    member: &str,
+    reason: String,
+) -> (String, String) {
+    for server in targets.get(member).into_iter().flatten() {
+        if let Err(why) = launcher.server_live(server, PROBE_TIMEOUT).await {
+            return (
+                server.clone(),
+                format!("{why}; {member} reported: {reason}"),
+            );
+        }
+    }
+    (member.to_string(), reason)
+}
+
 /// The member id under which the driver records run-level events (e.g. an interruption).
 pub const DRIVER_MEMBER: &str = "driver";
 
@@ -490,6 +512,22 @@ async fn drive(
         watch.clients.insert(c.name.clone(), (Instant::now(), 0, 0));
     }
 
+    let targets: HashMap<String, Vec<String>> = matrix
+        .clients()
+        .into_iter()
+        .map(|c| (c.name, c.targets))
+        .collect();
+    // A client-side failure, attributed to a dead or hung target server when there is one.
+    macro_rules! fail_client {
+        ($member:expr, $reason:expr, $already_recorded:expr) => {{
+            let (member, reason) = attribute(launcher, &targets, &$member, $reason).await;
+            if !$already_recorded || member != $member {
+                record(member.clone(), EventKind::Failure, reason.clone()).await;
+            }
+            return fail(&member, reason);
+        }};
+    }
+
     // Poll.
     let started = Instant::now();
     let end = tokio::time::Instant::now() + duration;
@@ -518,7 +556,7 @@ async fn drive(
                 for e in events {
                     watch.last_event_id = e.id;
                     if e.kind == EventKind::Failure {
-                        return fail(&e.member_id, e.details);
+                        fail_client!(e.member_id, e.details, true);
                     }
                 }
             }
@@ -548,8 +586,7 @@ async fn drive(
                             STARTUP_GRACE.max(heartbeat_limit)
                         ),
                     };
-                    record(member.clone(), EventKind::Failure, reason.clone()).await;
-                    return fail(member, reason);
+                    fail_client!(member.clone(), reason, false);
                 }
             }
         }
@@ -565,8 +602,7 @@ async fn drive(
                     *zeros = if q.qps == 0.0 { *zeros + 1 } else { 0 };
                     if *zeros >= ff.zero_qps_polls {
                         let reason = format!("QPS 0 for {} consecutive polls", zeros);
-                        record(q.member_id.clone(), EventKind::Failure, reason.clone()).await;
-                        return fail(&q.member_id, reason);
+                        fail_client!(q.member_id.clone(), reason, false);
                     }
                 }
             }

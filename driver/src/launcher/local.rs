@@ -343,6 +343,24 @@ impl Launcher for LocalLauncher {
         })
     }
 
+    async fn server_live(&mut self, member_id: &str, timeout: Duration) -> Result<(), String> {
+        let s = self
+            .servers
+            .get(member_id)
+            .ok_or_else(|| format!("no server {member_id}"))?;
+        let address = s.http_address();
+        match tritonserver::http_get(&address, "/v2/health/live", timeout).await {
+            Some(r) if r.starts_with("HTTP/1.1 200") => Ok(()),
+            Some(r) => Err(format!(
+                "{address}/v2/health/live answered {}",
+                r.lines().next().unwrap_or("")
+            )),
+            None => Err(format!(
+                "{address}/v2/health/live did not answer within {timeout:?} (hung?)"
+            )),
+        }
+    }
+
     async fn server_metrics(&mut self, member_id: &str) -> Option<String> {
         let s = self.servers.get(member_id)?;
         let text = tritonserver::http_get(&s.metrics_address(), "/metrics", Duration::from_secs(5))

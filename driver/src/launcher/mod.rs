@@ -162,6 +162,9 @@ pub trait Launcher: Send {
     /// What the report shows of a member: exit, log tail, reproduce command, where its logs are.
     async fn diagnostics(&mut self, member_id: &str) -> serde_json::Value;
 
+    /// Whether a server answers `/v2/health/live` within `timeout`; the error says how it did not.
+    async fn server_live(&mut self, member_id: &str, timeout: Duration) -> Result<(), String>;
+
     /// Triton's own /metrics text of a server, while it runs.
     async fn server_metrics(&mut self, member_id: &str) -> Option<String>;
 
