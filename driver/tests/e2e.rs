@@ -816,4 +816,12 @@ async fn a_hung_server_fails_the_run_within_5_s_of_the_failure() {
         report["failed_members"][0]["member_id"], first.member_id,
         "{report:#}"
     );
+    // The worker notices first (no progress), but the blame goes to the server that does not
+    // answer its liveness probe.
+    assert_eq!(first.member_id, SERVER, "{report:#}");
+    assert!(
+        first.details.contains("/v2/health/live did not answer"),
+        "{}",
+        first.details
+    );
 }
