@@ -7,7 +7,7 @@
 //! the duration workers get SIGTERM, flush their final counts, and only then do servers stop.
 
 use crate::launcher::{LaunchError, Launcher, MemberExit, ServerEndpoint, WorkerAssignment};
-use crate::matrix::{self, Matrix, MatrixError};
+use crate::matrix::{self, ClientMember, Matrix, MatrixError, ServerMember};
 use crate::report::Report;
 use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
@@ -184,37 +184,14 @@ pub async fn run(
         })
         .await?;
     let servers = matrix.servers();
-    let clients = matrix.clients();
     for s in &servers {
         store
-            .upsert_member(&Member {
-                run_id: run_id.into(),
-                member_id: s.name.clone(),
-                role: Role::Server,
-                group_name: s.group.clone(),
-                index: s.index,
-                address: String::new(),
-                process_name: matrix.qualified_name(&s.name),
-                corr_id_base: None,
-                corr_id_block_size: None,
-                command: String::new(),
-            })
+            .upsert_member(&server_member(run_id, matrix, s))
             .await?;
     }
-    for c in &clients {
+    for c in &matrix.clients() {
         store
-            .upsert_member(&Member {
-                run_id: run_id.into(),
-                member_id: c.name.clone(),
-                role: Role::Client,
-                group_name: c.group.clone(),
-                index: c.index,
-                address: String::new(),
-                process_name: matrix.qualified_name(&c.name),
-                corr_id_base: Some(c.corr_id_base),
-                corr_id_block_size: Some(c.corr_id_block_size),
-                command: String::new(),
-            })
+            .upsert_member(&client_member(run_id, matrix, c))
             .await?;
     }
 
@@ -270,6 +247,38 @@ pub async fn run(
         verdict,
         report,
     })
+}
+
+/// A server as the store knows it before launch (no address or command yet).
+fn server_member(run_id: &str, matrix: &Matrix, s: &ServerMember) -> Member {
+    Member {
+        run_id: run_id.into(),
+        member_id: s.name.clone(),
+        role: Role::Server,
+        group_name: s.group.clone(),
+        index: s.index,
+        address: String::new(),
+        process_name: matrix.qualified_name(&s.name),
+        corr_id_base: None,
+        corr_id_block_size: None,
+        command: String::new(),
+    }
+}
+
+/// A client as the store knows it before launch, with its correlation-id block.
+fn client_member(run_id: &str, matrix: &Matrix, c: &ClientMember) -> Member {
+    Member {
+        run_id: run_id.into(),
+        member_id: c.name.clone(),
+        role: Role::Client,
+        group_name: c.group.clone(),
+        index: c.index,
+        address: String::new(),
+        process_name: matrix.qualified_name(&c.name),
+        corr_id_base: Some(c.corr_id_base),
+        corr_id_block_size: Some(c.corr_id_block_size),
+        command: String::new(),
+    }
 }
 
 fn servers_of(matrix: &Matrix) -> Vec<String> {
@@ -400,19 +409,12 @@ async fn drive(
             Ok(ep) => {
                 let _ = store
                     .upsert_member(&Member {
-                        run_id: run_id.into(),
-                        member_id: s.name.clone(),
-                        role: Role::Server,
-                        group_name: s.group.clone(),
-                        index: s.index,
                         address: format!(
                             "grpc={} http={} metrics={}",
                             ep.grpc, ep.http, ep.metrics
                         ),
-                        process_name: matrix.qualified_name(&s.name),
-                        corr_id_base: None,
-                        corr_id_block_size: None,
                         command: launcher.command_line(&s.name).unwrap_or_default(),
+                        ..server_member(run_id, matrix, &s)
                     })
                     .await;
                 endpoints.insert(s.name.clone(), ep);
@@ -497,16 +499,9 @@ async fn drive(
         .await;
         let _ = store
             .upsert_member(&Member {
-                run_id: run_id.into(),
-                member_id: c.name.clone(),
-                role: Role::Client,
-                group_name: c.group.clone(),
-                index: c.index,
                 address: assignment.servers.join(","),
-                process_name: matrix.qualified_name(&c.name),
-                corr_id_base: Some(c.corr_id_base),
-                corr_id_block_size: Some(c.corr_id_block_size),
                 command: launcher.command_line(&c.name).unwrap_or_default(),
+                ..client_member(run_id, matrix, &c)
             })
             .await;
         watch.clients.insert(c.name.clone(), (Instant::now(), 0, 0));
