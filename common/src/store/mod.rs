@@ -775,33 +775,26 @@ impl Store {
             crate::now_ms()
         };
         let mut tx = self.begin_write(OP).await?;
-        sqlx::query(
+        // The sample joins the series, and replaces the member's latest (what the driver polls).
+        for sql in [
             "INSERT INTO qps_samples (run_id, member_id, at_ms, qps, total_requests)
              VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(run_id)
-        .bind(member_id)
-        .bind(at_ms)
-        .bind(finite_or_zero(snapshot.qps))
-        .bind(to_db(snapshot.total_requests))
-        .execute(&mut *tx)
-        .await
-        .map_err(self.db(OP))?;
-        sqlx::query(
             "INSERT INTO latest_qps (run_id, member_id, at_ms, qps, total_requests)
              VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (run_id, member_id) DO UPDATE SET
                  at_ms = excluded.at_ms, qps = excluded.qps,
                  total_requests = excluded.total_requests",
-        )
-        .bind(run_id)
-        .bind(member_id)
-        .bind(at_ms)
-        .bind(finite_or_zero(snapshot.qps))
-        .bind(to_db(snapshot.total_requests))
-        .execute(&mut *tx)
-        .await
-        .map_err(self.db(OP))?;
+        ] {
+            sqlx::query(sql)
+                .bind(run_id)
+                .bind(member_id)
+                .bind(at_ms)
+                .bind(finite_or_zero(snapshot.qps))
+                .bind(to_db(snapshot.total_requests))
+                .execute(&mut *tx)
+                .await
+                .map_err(self.db(OP))?;
+        }
         for counts in &snapshot.scenarios {
             sqlx::query(
                 "INSERT INTO scenario_counts (run_id, member_id, scenario, tests, failures,
@@ -840,36 +833,39 @@ impl Store {
 
     /// Every QPS sample of the run, by time (then insertion).
     pub async fn qps_samples(&self, run_id: &str) -> Result<Vec<QpsSample>> {
-        let rows: Vec<(String, i64, f64, i64)> = sqlx::query_as(
+        self.fetch_qps(
+            "qps_samples",
             "SELECT member_id, at_ms, qps, total_requests FROM qps_samples
              WHERE run_id = $1 ORDER BY at_ms, id",
+            run_id,
         )
-        .bind(run_id)
-        .fetch_all(&self.pool)
         .await
-        .map_err(self.db("qps_samples"))?;
-        Ok(rows
-            .into_iter()
-            .map(|(member_id, at_ms, qps, total_requests)| QpsSample {
-                member_id,
-                at_ms,
-                qps,
-                total_requests: from_db(total_requests),
-            })
-            .collect())
     }
 
     /// The most recent QPS sample of every member that has one: what the driver polls, without
     /// reading the whole series.
     pub async fn latest_qps(&self, run_id: &str) -> Result<Vec<QpsSample>> {
-        let rows: Vec<(String, i64, f64, i64)> = sqlx::query_as(
+        self.fetch_qps(
+            "latest_qps",
             "SELECT member_id, at_ms, qps, total_requests FROM latest_qps
              WHERE run_id = $1 ORDER BY member_id",
+            run_id,
         )
-        .bind(run_id)
-        .fetch_all(&self.pool)
         .await
-        .map_err(self.db("latest_qps"))?;
+    }
+
+    /// Runs a query selecting (member_id, at_ms, qps, total_requests) for one run.
+    async fn fetch_qps(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        run_id: &str,
+    ) -> Result<Vec<QpsSample>> {
+        let rows: Vec<(String, i64, f64, i64)> = sqlx::query_as(sql)
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.db(op))?;
         Ok(rows
             .into_iter()
             .map(|(member_id, at_ms, qps, total_requests)| QpsSample {
