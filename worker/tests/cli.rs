@@ -71,7 +71,8 @@ async fn bad_arguments_exit_2_before_anything_is_sent() {
     let status = dir.path().join("status.jsonl");
     let status = status.to_str().unwrap();
     // Nothing listens here; a worker that got past validation would fail differently.
-    let server = format!("127.0.0.1:{}", support::unused_port());
+    let closed = support::ClosedPort::new();
+    let server = closed.address();
     let cases: &[(&[&str], &str)] = &[
         (
             &["--scenarios", "Bogus:1"],
@@ -119,7 +120,8 @@ async fn an_unreachable_server_exits_2_before_anything_is_sent() {
     let dir = tempfile::tempdir().unwrap();
     for protocol in ["grpc", "http"] {
         let status = dir.path().join(format!("status-{protocol}.jsonl"));
-        let server = format!("127.0.0.1:{}", support::unused_port());
+        let closed = support::ClosedPort::new();
+        let server = closed.address();
         let out = worker(&[
             "--servers",
             &server,

@@ -537,7 +537,8 @@ async fn http_server_killed_mid_run_fails_the_run_and_names_the_server() {
 /// Nothing listens: both clients say so, with the cause ("Connection refused").
 #[tokio::test]
 async fn clients_name_the_cause_when_nothing_listens() {
-    let address = format!("127.0.0.1:{}", support::unused_port());
+    let closed = support::ClosedPort::new();
+    let address = closed.address();
     let grpc = connect(Protocol::Grpc, &address, true).await;
     let e = grpc
         .err()

@@ -82,7 +82,23 @@ pub fn sequence_idle(model: &str) -> Duration {
     Duration::from_micros(micros)
 }
 
-/// A free TCP port on 127.0.0.1 that nothing listens on (once the probe socket is closed).
-pub fn unused_port() -> u16 {
-    stress_common::tritonserver::free_port().expect("a free port")
+/// A port on 127.0.0.1 that refuses connections for as long as this value lives: the socket is
+/// bound but never listens, so a server started by a concurrent test cannot take the port (a
+/// closed probe port could be reused at once, and then "nothing listens" would be false).
+pub struct ClosedPort {
+    socket: tokio::net::TcpSocket,
+}
+
+impl ClosedPort {
+    pub fn new() -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        socket
+            .bind("127.0.0.1:0".parse().unwrap())
+            .expect("binding 127.0.0.1:0");
+        Self { socket }
+    }
+
+    pub fn address(&self) -> String {
+        self.socket.local_addr().expect("bound address").to_string()
+    }
 }
