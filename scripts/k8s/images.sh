@@ -4,6 +4,12 @@
 #   triton-stress/pause:dev  docker/pause: static C pause binary (containerd's sandbox image)
 #   triton-stress/<name>:dev for every docker/<name> directory given (with a Dockerfile)
 #
+# A docker/<name> dir may hold an executable prepare.sh: it is run as `prepare.sh CONTEXT` (env REPO_ROOT)
+# on a temporary copy of the dir and stages there whatever the image needs from outside it (binaries
+# built on the host, models/, ...); the image is then built from that context, and its stamp hashes the
+# staged context, so a changed input outside docker/<name> rebuilds it. prepare.sh runs on every call
+# (it should be cheap when nothing changed, e.g. a no-op cargo build) and must copy files, not symlink.
+#
 # usage: images.sh [--import-only] [docker/<name> ...]
 #   --import-only  build nothing but the pause image (if missing); import every cached archive into the
 #                  running cluster's containerd (used by up.sh)
@@ -30,7 +36,7 @@ dirs=()
 for a in "$@"; do
     case "$a" in
         --import-only) import_only=1 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) dirs+=("$a") ;;
     esac
 done
@@ -130,14 +136,25 @@ build_dir() {
     case "$name" in base|pause) die "$name is built by its own recipe; do not pass it" ;; esac
     # parent images first
     if grep -qiE '^[[:space:]]*FROM[[:space:]]+(localhost/)?triton-stress/base:dev' "$dir/Dockerfile"; then build_base; fi
-    stamp=$(dir_stamp "$dir")
+    local ctx=$dir
+    t0=$(date +%s)
+    if [ -x "$dir/prepare.sh" ]; then   # stage outside inputs into a temporary context
+        ctx=$(mktemp -d "/var/tmp/triton-stress-$name.XXXXXX")
+        TMP_DIRS+=("$ctx")
+        cp -a "$dir/." "$ctx/"
+        log "$name: $dir/prepare.sh (log: $IMG_CACHE/$name.prepare.log)"
+        REPO_ROOT="$REPO_ROOT" "$dir/prepare.sh" "$ctx" > "$IMG_CACHE/$name.prepare.log" 2>&1 \
+            || { tail -30 "$IMG_CACHE/$name.prepare.log" >&2; die "$name: prepare.sh failed"; }
+    fi
+    stamp=$(dir_stamp "$ctx")
     if [ "$(stamp_of "$name")" = "$stamp" ] && [ -f "$IMG_CACHE/$name.oci.tar" ]; then
+        [ "$ctx" = "$dir" ] || rm -rf "$ctx"
         log "$name: up to date"; return 0
     fi
-    t0=$(date +%s)
     log "$name: podman build $dir"
-    "${PODMAN[@]}" build --pull=never -t "localhost/triton-stress/$name:dev" "$dir" > "$IMG_CACHE/$name.build.log" 2>&1 \
+    "${PODMAN[@]}" build --pull=never -t "localhost/triton-stress/$name:dev" "$ctx" > "$IMG_CACHE/$name.build.log" 2>&1 \
         || { tail -30 "$IMG_CACHE/$name.build.log" >&2; die "$name: podman build failed (log: $IMG_CACHE/$name.build.log)"; }
+    [ "$ctx" = "$dir" ] || rm -rf "$ctx"
     save_archive "$name" "$stamp"
     log "$name: built in $(( $(date +%s) - t0 )) s"
 }
