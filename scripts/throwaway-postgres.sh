@@ -7,6 +7,9 @@
 #   scripts/throwaway-postgres.sh stop DIR    # stops the server; DIR stays for you to remove
 #
 # `eval "$(scripts/throwaway-postgres.sh start /tmp/pg)"` sets DATABASE_URL in the shell.
+# THROWAWAY_PG_ALSO_LISTEN=ADDR/PREFIX (e.g. 10.244.0.1/24, the test cluster's node address on its
+# bridge) also listens on ADDR and trusts clients from that subnet, so pods can reach it; the
+# URL line stays on 127.0.0.1.
 # Only the DATABASE_URL line goes to stdout; progress and errors go to stderr.
 #
 # The binaries are taken from $PG_BINDIR, else the newest /usr/lib/postgresql/*/bin, else
@@ -91,10 +94,16 @@ cmd_start() {
         as_owner "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C \
             --no-sync >"$dir/initdb.log" 2>&1 ||
             die "initdb failed, see $dir/initdb.log: $(tail -n 5 "$dir/initdb.log")"
+        local listen=127.0.0.1 also=${THROWAWAY_PG_ALSO_LISTEN:-}
+        if [[ -n $also ]]; then
+            [[ $also =~ ^[0-9.]+/[0-9]+$ ]] || die "THROWAWAY_PG_ALSO_LISTEN must be ADDR/PREFIX, got $also"
+            listen="127.0.0.1,${also%/*}"
+            echo "host all all $also trust" >>"$dir/data/pg_hba.conf"
+        fi
         cat >>"$dir/data/postgresql.conf" <<EOF
 
 # throwaway-postgres.sh
-listen_addresses = '127.0.0.1'
+listen_addresses = '$listen'
 unix_socket_directories = '$dir'
 fsync = off
 synchronous_commit = off

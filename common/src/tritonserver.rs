@@ -115,6 +115,28 @@ pub fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
+/// Whether a server answers `GET /v2/health/live` at `http_address` within `timeout`; the error
+/// says how it did not (a hung server accepts the connection and never answers).
+pub async fn probe_live(http_address: &str, timeout: Duration) -> Result<(), String> {
+    match http_get(http_address, "/v2/health/live", timeout).await {
+        Some(r) if r.starts_with("HTTP/1.1 200") => Ok(()),
+        Some(r) => Err(format!(
+            "{http_address}/v2/health/live answered {}",
+            r.lines().next().unwrap_or("")
+        )),
+        None => Err(format!(
+            "{http_address}/v2/health/live did not answer within {timeout:?} (hung?)"
+        )),
+    }
+}
+
+/// Triton's `/metrics` text at `metrics_address`, if it answers within 5 s.
+pub async fn metrics_text(metrics_address: &str) -> Option<String> {
+    let text = http_get(metrics_address, "/metrics", Duration::from_secs(5)).await?;
+    text.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+}
+
 /// TRITONSERVER_BIN, else `.local/bin/tritonserver` in this checkout (found from the given start
 /// directory or the current directory upwards), else `tritonserver` on PATH.
 pub fn find_binary(start: Option<&Path>) -> Result<PathBuf, TritonError> {

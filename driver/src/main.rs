@@ -1,5 +1,7 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use driver::launcher::Launcher;
+use driver::launcher::kube::{self, KubeLauncher, KubeSettings};
 use driver::launcher::local::LocalLauncher;
 use driver::report::Report;
 use driver::run::{self, RunOptions};
@@ -26,6 +28,29 @@ struct Cli {
 enum LauncherKind {
     /// Real tritonserver and worker processes on this machine.
     Local,
+    /// Triton and worker pods through the Kubernetes API (in-cluster or KUBECONFIG).
+    Kube,
+}
+
+/// Kube launcher settings (ignored by the local launcher).
+#[derive(Debug, clap::Args)]
+struct KubeArgs {
+    /// Namespace of the run's pods (default: the matrix's `run.namespace`, else the current
+    /// kubeconfig context's, or the driver pod's own).
+    #[arg(long, env = "TRITON_STRESS_NAMESPACE")]
+    namespace: Option<String>,
+    /// The store URL as pods reach it, when it differs from --database-url (a driver outside
+    /// the cluster). It is handed to workers through a Secret.
+    #[arg(long, env = "TRITON_STRESS_POD_DATABASE_URL", hide_env_values = true)]
+    pod_database_url: Option<String>,
+    /// imagePullPolicy of every pod: `Never` on a cluster without a registry.
+    #[arg(long, default_value = "IfNotPresent", env = "TRITON_STRESS_IMAGE_PULL_POLICY",
+          value_parser = ["IfNotPresent", "Always", "Never"])]
+    image_pull_policy: String,
+    /// A pod still Pending after this long fails the run (unschedulable, image not pullable).
+    #[arg(long, default_value = "3m", env = "TRITON_STRESS_POD_PENDING_TIMEOUT",
+          value_parser = humantime::parse_duration)]
+    pending_timeout: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,6 +80,21 @@ enum Command {
         /// Plain log lines instead of a live progress line, even in a terminal.
         #[arg(long)]
         no_progress: bool,
+        /// On failure keep the failed pods and the servers they talked to (default: the
+        /// matrix's `run.keep_failed`); `--keep-failed=false` deletes everything.
+        #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "TRITON_STRESS_KEEP_FAILED")]
+        keep_failed: Option<bool>,
+        #[command(flatten)]
+        kube: KubeArgs,
+    },
+    /// Delete every Kubernetes object of a run kept after a failure.
+    Cleanup {
+        /// Run id (the `triton-stress/run` label).
+        #[arg(long)]
+        run: String,
+        /// Namespace (default: the current kubeconfig context's, or the pod's).
+        #[arg(long, env = "TRITON_STRESS_NAMESPACE")]
+        namespace: Option<String>,
     },
     /// Check matrices without running anything.
     Validate {
@@ -118,14 +158,26 @@ async fn main() -> ExitCode {
                 ExitCode::from(BAD_INPUT)
             }
         },
+        Command::Cleanup { run, namespace } => match cleanup(&run, namespace).await {
+            Ok(n) => {
+                println!("run {run}: {n} object(s) deleted");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(BAD_INPUT)
+            }
+        },
         Command::Run {
             matrix,
-            launcher: LauncherKind::Local,
+            launcher: kind,
             runs_dir,
             run_id,
             database_url,
             duration,
             no_progress,
+            keep_failed,
+            kube,
         } => {
             let options = RunOptions {
                 matrix,
@@ -134,6 +186,7 @@ async fn main() -> ExitCode {
                 database_url,
                 duration,
                 progress: no_progress.then_some(false),
+                keep_failed,
             };
             let (matrix, run_id, run_dir) = match run::prepare(&options) {
                 Ok(p) => p,
@@ -142,16 +195,36 @@ async fn main() -> ExitCode {
                     return ExitCode::from(e.exit_code());
                 }
             };
-            let matrix_dir = matrix
-                .source_path
-                .as_deref()
-                .and_then(|p| p.parent())
-                .map(PathBuf::from)
-                .unwrap_or_default();
-            let mut launcher = LocalLauncher::new(&run_dir, &matrix_dir);
+            let mut launcher: Box<dyn Launcher> = match kind {
+                LauncherKind::Local => {
+                    let matrix_dir = matrix
+                        .source_path
+                        .as_deref()
+                        .and_then(|p| p.parent())
+                        .map(PathBuf::from)
+                        .unwrap_or_default();
+                    Box::new(LocalLauncher::new(&run_dir, &matrix_dir))
+                }
+                LauncherKind::Kube => match kube_launcher(&options, &matrix, &run_id, kube).await {
+                    Ok(l) => Box::new(l),
+                    Err(e) => {
+                        eprintln!("error: {e:#}");
+                        return ExitCode::from(BAD_INPUT);
+                    }
+                },
+            };
             let cancel = stress_common::shutdown::token_on_signals();
-            tracing::info!(run_id, run_dir = %run_dir.display(), "starting run");
-            match run::run(&options, &mut launcher, &matrix, &run_dir, &run_id, cancel).await {
+            tracing::info!(run_id, run_dir = %run_dir.display(), launcher = launcher.name(), "starting run");
+            match run::run(
+                &options,
+                launcher.as_mut(),
+                &matrix,
+                &run_dir,
+                &run_id,
+                cancel,
+            )
+            .await
+            {
                 Ok(outcome) => {
                     print!("{}", outcome.report.render());
                     println!(
@@ -172,6 +245,44 @@ async fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The kube launcher for a run: the cluster from KUBECONFIG or in-cluster, the store as pods see
+/// it (a Postgres URL: pods cannot reach the embedded SQLite file).
+async fn kube_launcher(
+    options: &RunOptions,
+    matrix: &driver::matrix::Matrix,
+    run_id: &str,
+    args: KubeArgs,
+) -> anyhow::Result<KubeLauncher> {
+    let pod_store_url = args
+        .pod_database_url
+        .or_else(|| options.database_url.clone())
+        .filter(|u| u.starts_with("postgres"))
+        .context(
+            "--launcher kube needs a Postgres store that pods can reach: --database-url \
+             postgres://... (and --pod-database-url when pods reach it at another address)",
+        )?;
+    let client = kube::connect().await?;
+    let namespace = args
+        .namespace
+        .or_else(|| matrix.run.namespace.clone())
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let settings = KubeSettings {
+        namespace,
+        run_id: run_id.into(),
+        matrix_yaml: std::fs::read_to_string(&options.matrix).unwrap_or_default(),
+        pod_store_url,
+        image_pull_policy: args.image_pull_policy,
+        pending_timeout: args.pending_timeout,
+    };
+    Ok(KubeLauncher::start(client, settings).await?)
+}
+
+async fn cleanup(run: &str, namespace: Option<String>) -> anyhow::Result<usize> {
+    let client = kube::connect().await?;
+    let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+    Ok(kube::delete_run(&client, &ns, run).await?)
 }
 
 async fn report(

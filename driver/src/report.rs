@@ -312,23 +312,67 @@ impl Report {
                 m.reason
             );
             let d = &m.diagnostics;
-            for key in ["exit", "pod", "phase", "node", "log_file"] {
-                if let Some(v) = d.get(key).and_then(|v| v.as_str()) {
-                    let _ = writeln!(out, "{key}: {v}");
+            // Local members have exit and log_file; pods have the rest.
+            for key in [
+                "exit",
+                "namespace",
+                "pod",
+                "phase",
+                "status_reason",
+                "node",
+                "pod_ip",
+                "restarts",
+                "log_file",
+            ] {
+                match d.get(key) {
+                    Some(serde_json::Value::String(v)) => {
+                        let _ = writeln!(out, "{key}: {v}");
+                    }
+                    Some(v @ serde_json::Value::Number(_)) => {
+                        let _ = writeln!(out, "{key}: {v}");
+                    }
+                    _ => {}
                 }
             }
             if let Some(cmd) = d.get("command").and_then(|v| v.as_str()) {
                 let _ = writeln!(out, "reproduce: {cmd}");
             }
-            if let Some(tail) = d.get("log_tail").and_then(|v| v.as_str()) {
-                let _ = writeln!(out, "log tail:");
-                for line in tail.lines() {
-                    let _ = writeln!(out, "  | {line}");
+            for (key, title) in [("containers", "containers"), ("events", "events")] {
+                let lines = string_list(d.get(key));
+                if !lines.is_empty() {
+                    let _ = writeln!(out, "{title}:");
+                    for line in lines {
+                        let _ = writeln!(out, "  - {line}");
+                    }
+                }
+            }
+            for (key, title) in [
+                ("log_tail", "log tail"),
+                ("previous_log_tail", "log tail of the previous container"),
+            ] {
+                if let Some(tail) = d.get(key).and_then(|v| v.as_str()) {
+                    let _ = writeln!(out, "{title}:");
+                    for line in tail.lines() {
+                        let _ = writeln!(out, "  | {line}");
+                    }
+                }
+            }
+            let commands = string_list(d.get("kubectl"));
+            if !commands.is_empty() {
+                let _ = writeln!(out, "dig further:");
+                for c in commands {
+                    let _ = writeln!(out, "  $ {c}");
                 }
             }
         }
         out
     }
+}
+
+fn string_list(v: Option<&serde_json::Value>) -> Vec<&str> {
+    v.and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
+        .unwrap_or_default()
 }
 
 /// UTC wall-clock time of a store timestamp, e.g. 2026-11-21 06:15:12.345Z.

@@ -9,7 +9,7 @@
 use crate::launcher::{LaunchError, Launcher, MemberExit, ServerEndpoint, WorkerAssignment};
 use crate::matrix::{self, ClientMember, Matrix, MatrixError, ServerMember};
 use crate::report::Report;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -55,6 +55,8 @@ pub struct RunOptions {
     pub duration: Option<Duration>,
     /// Show a live progress line (a terminal) instead of periodic log lines.
     pub progress: Option<bool>,
+    /// Override the matrix's `keep_failed`.
+    pub keep_failed: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,6 +242,12 @@ pub async fn run(
         .await?;
     let report = Report::from_store(&store, run_id).await?;
     write_report(run_dir, &report)?;
+    let keep = if failed.is_some() && options.keep_failed.unwrap_or(matrix.run.keep_failed) {
+        kept_for_inspection(&store, matrix, run_id).await
+    } else {
+        BTreeSet::new()
+    };
+    launcher.cleanup(&keep).await;
     Ok(RunOutcome {
         run_id: run_id.into(),
         run_dir: run_dir.into(),
@@ -247,6 +255,26 @@ pub async fn run(
         verdict,
         report,
     })
+}
+
+/// What a failed run keeps for inspection: every member with a FAILURE event, and for a
+/// client the servers it talked to.
+async fn kept_for_inspection(store: &Store, matrix: &Matrix, run_id: &str) -> BTreeSet<String> {
+    let failed: BTreeSet<String> = store
+        .events(run_id, 0)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Failure && e.member_id != DRIVER_MEMBER)
+        .map(|e| e.member_id)
+        .collect();
+    let mut keep = failed.clone();
+    for c in matrix.clients() {
+        if failed.contains(&c.name) {
+            keep.extend(c.targets);
+        }
+    }
+    keep
 }
 
 /// A server as the store knows it before launch (no address or command yet).
@@ -402,47 +430,53 @@ async fn drive(
     };
 
     // Servers.
-    let mut endpoints: BTreeMap<String, ServerEndpoint> = BTreeMap::new();
     for s in matrix.servers() {
         record(s.name.clone(), EventKind::Starting, "launching".into()).await;
-        match launcher.start_server(&s).await {
-            Ok(ep) => {
-                let _ = store
-                    .upsert_member(&Member {
-                        address: format!(
-                            "grpc={} http={} metrics={}",
-                            ep.grpc, ep.http, ep.metrics
-                        ),
-                        command: launcher.command_line(&s.name).unwrap_or_default(),
-                        ..server_member(run_id, matrix, &s)
-                    })
-                    .await;
-                endpoints.insert(s.name.clone(), ep);
-            }
-            Err(e) => {
-                let (member, reason) = launch_failure(e);
-                record(member.clone(), EventKind::Failure, reason.clone()).await;
-                return fail(&member, reason);
-            }
+        if let Err(e) = launcher.start_server(&s).await {
+            let (member, reason) = launch_failure(e);
+            record(member.clone(), EventKind::Failure, reason.clone()).await;
+            return fail(&member, reason);
         }
+        let _ = store
+            .upsert_member(&Member {
+                command: launcher.command_line(&s.name).unwrap_or_default(),
+                ..server_member(run_id, matrix, &s)
+            })
+            .await;
     }
     progress.show(&format!(
         "waiting for {} server(s) to be ready",
-        endpoints.len()
+        matrix.servers().len()
     ));
     let ready = tokio::select! {
         r = launcher.wait_servers_ready(matrix.run.server_ready_timeout) => r,
         _ = cancel.cancelled() => return Verdict::Aborted("interrupted while servers started".into()),
     };
-    if let Err(e) = ready {
-        let (member, reason) = launch_failure(e);
-        record(member.clone(), EventKind::Failure, reason.clone()).await;
-        return fail(&member, reason);
-    }
-    for (name, ep) in &endpoints {
-        let at = launcher.locate(name).unwrap_or_default();
+    let endpoints: BTreeMap<String, ServerEndpoint> = match ready {
+        Ok(ready) => ready
+            .into_iter()
+            .map(|ep| (ep.member.clone(), ep))
+            .collect(),
+        Err(e) => {
+            let (member, reason) = launch_failure(e);
+            record(member.clone(), EventKind::Failure, reason.clone()).await;
+            return fail(&member, reason);
+        }
+    };
+    for s in matrix.servers() {
+        let Some(ep) = endpoints.get(&s.name) else {
+            continue;
+        };
+        let at = launcher.locate(&s.name).unwrap_or_default();
+        let _ = store
+            .upsert_member(&Member {
+                address: format!("grpc={} http={} metrics={}", ep.grpc, ep.http, ep.metrics),
+                command: launcher.command_line(&s.name).unwrap_or_default(),
+                ..server_member(run_id, matrix, &s)
+            })
+            .await;
         record(
-            name.clone(),
+            s.name.clone(),
             EventKind::Running,
             format!(
                 "ready ({at}; grpc {} http {} metrics {})",

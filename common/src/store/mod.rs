@@ -447,8 +447,10 @@ impl Store {
 
     pub async fn create_run(&self, run: &NewRun) -> Result<()> {
         sqlx::query(
+            // A driver restarted with the same run id continues that run: nothing recorded
+            // is replaced.
             "INSERT INTO runs (run_id, name, matrix_yaml, launcher, started_at_ms)
-             VALUES ($1, $2, $3, $4, $5)",
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING",
         )
         .bind(&run.run_id)
         .bind(&run.name)

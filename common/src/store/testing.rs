@@ -33,8 +33,16 @@ pub struct ThrowawayPostgres {
     running: bool,
 }
 
-fn run_script(action: &str, dir: &Path) -> Result<std::process::Output, ThrowawayError> {
-    Command::new("bash")
+fn run_script(
+    action: &str,
+    dir: &Path,
+    also_listen: Option<&str>,
+) -> Result<std::process::Output, ThrowawayError> {
+    let mut command = Command::new("bash");
+    if let Some(cidr) = also_listen {
+        command.env("THROWAWAY_PG_ALSO_LISTEN", cidr);
+    }
+    command
         .arg("-c")
         .arg(SCRIPT)
         .arg("throwaway-postgres.sh")
@@ -47,11 +55,17 @@ fn run_script(action: &str, dir: &Path) -> Result<std::process::Output, Throwawa
 impl ThrowawayPostgres {
     /// initdb and start a server (blocks for a few seconds).
     pub fn start() -> Result<Self, ThrowawayError> {
+        Self::start_also_listening(None)
+    }
+
+    /// Like [`start`](Self::start), and also listening on `ADDR` of `ADDR/PREFIX`, trusting that
+    /// subnet: how pods of the test cluster reach it (`url_at(ADDR)`).
+    pub fn start_also_listening(also_listen: Option<&str>) -> Result<Self, ThrowawayError> {
         let dir = tempfile::Builder::new()
             .prefix("stress-pg-")
             .tempdir()
             .map_err(|e| ThrowawayError(format!("cannot create a temporary directory: {e}")))?;
-        let output = run_script("start", dir.path())?;
+        let output = run_script("start", dir.path(), also_listen)?;
         let stderr = String::from_utf8_lossy(&output.stderr);
         if !output.status.success() {
             return Err(ThrowawayError(format!(
@@ -83,6 +97,11 @@ impl ThrowawayPostgres {
         &self.url
     }
 
+    /// The URL with another host address (one it also listens on).
+    pub fn url_at(&self, address: &str) -> String {
+        self.url.replacen("127.0.0.1", address, 1)
+    }
+
     /// The cluster's directory (`data/`, `postgres.log`, the unix socket).
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -98,7 +117,7 @@ impl ThrowawayPostgres {
             return Ok(());
         }
         self.running = false;
-        let output = run_script("stop", self.dir.path())?;
+        let output = run_script("stop", self.dir.path(), None)?;
         if output.status.success() {
             Ok(())
         } else {

@@ -35,6 +35,7 @@ fn exit_of(member_id: &str, status: ExitStatus) -> MemberExit {
         member_id: member_id.into(),
         code: status.code(),
         signal: status.signal(),
+        reason: None,
     }
 }
 
@@ -105,7 +106,7 @@ impl Launcher for LocalLauncher {
         "local"
     }
 
-    async fn start_server(&mut self, server: &ServerMember) -> Result<ServerEndpoint, LaunchError> {
+    async fn start_server(&mut self, server: &ServerMember) -> Result<(), LaunchError> {
         let member_err = |reason: String| LaunchError::Member {
             member: server.name.clone(),
             reason,
@@ -154,17 +155,15 @@ impl Launcher for LocalLauncher {
         let started = TritonServer::start(spec)
             .await
             .map_err(|e| member_err(e.to_string()))?;
-        let endpoint = ServerEndpoint {
-            member: server.name.clone(),
-            grpc: started.grpc_address(),
-            http: started.http_address(),
-            metrics: started.metrics_address(),
-        };
         self.servers.insert(server.name.clone(), started);
-        Ok(endpoint)
+        Ok(())
     }
 
-    async fn wait_servers_ready(&mut self, timeout: Duration) -> Result<(), LaunchError> {
+    async fn wait_servers_ready(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Vec<ServerEndpoint>, LaunchError> {
+        let mut endpoints = Vec::new();
         for (name, server) in &mut self.servers {
             server
                 .wait_ready(timeout)
@@ -173,8 +172,14 @@ impl Launcher for LocalLauncher {
                     member: name.clone(),
                     reason: e.to_string(),
                 })?;
+            endpoints.push(ServerEndpoint {
+                member: name.clone(),
+                grpc: server.grpc_address(),
+                http: server.http_address(),
+                metrics: server.metrics_address(),
+            });
         }
-        Ok(())
+        Ok(endpoints)
     }
 
     async fn start_client(
@@ -348,25 +353,12 @@ impl Launcher for LocalLauncher {
             .servers
             .get(member_id)
             .ok_or_else(|| format!("no server {member_id}"))?;
-        let address = s.http_address();
-        match tritonserver::http_get(&address, "/v2/health/live", timeout).await {
-            Some(r) if r.starts_with("HTTP/1.1 200") => Ok(()),
-            Some(r) => Err(format!(
-                "{address}/v2/health/live answered {}",
-                r.lines().next().unwrap_or("")
-            )),
-            None => Err(format!(
-                "{address}/v2/health/live did not answer within {timeout:?} (hung?)"
-            )),
-        }
+        tritonserver::probe_live(&s.http_address(), timeout).await
     }
 
     async fn server_metrics(&mut self, member_id: &str) -> Option<String> {
         let s = self.servers.get(member_id)?;
-        let text = tritonserver::http_get(&s.metrics_address(), "/metrics", Duration::from_secs(5))
-            .await?;
-        text.split_once("\r\n\r\n")
-            .map(|(_, body)| body.to_string())
+        tritonserver::metrics_text(&s.metrics_address()).await
     }
 
     fn locate(&self, member_id: &str) -> Option<String> {

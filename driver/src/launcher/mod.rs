@@ -1,10 +1,11 @@
 //! The launcher interface: how the driver starts, watches and stops a run's members. The local
-//! launcher runs them as processes on this machine; the Kubernetes launcher (its own issue)
-//! implements the same trait with pods.
+//! launcher runs them as processes on this machine; the Kubernetes launcher runs them as pods.
 
+pub mod kube;
 pub mod local;
 
 use crate::matrix::{ClientMember, Load, Protocol, ServerMember};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Where clients reach a started server.
@@ -46,6 +47,9 @@ pub struct MemberExit {
     pub member_id: String,
     pub code: Option<i32>,
     pub signal: Option<i32>,
+    /// The launcher's own words when it knows more than a status (e.g. the kubelet's
+    /// `OOMKilled`, `ErrImageNeverPull`).
+    pub reason: Option<String>,
 }
 
 impl MemberExit {
@@ -54,6 +58,9 @@ impl MemberExit {
     }
 
     pub fn describe(&self) -> String {
+        if let Some(reason) = &self.reason {
+            return reason.clone();
+        }
         match (self.code, self.signal) {
             (Some(c), _) => format!("exited with code {c}"),
             (None, Some(s)) => format!("killed by signal {s} ({})", signal_name(s)),
@@ -135,10 +142,14 @@ pub trait Launcher: Send {
     fn name(&self) -> &'static str;
 
     /// Starts a server; does not wait for it to be ready.
-    async fn start_server(&mut self, server: &ServerMember) -> Result<ServerEndpoint, LaunchError>;
+    async fn start_server(&mut self, server: &ServerMember) -> Result<(), LaunchError>;
 
-    /// Waits until every started server is ready; the error names the first that is not, and why.
-    async fn wait_servers_ready(&mut self, timeout: Duration) -> Result<(), LaunchError>;
+    /// Waits until every started server is ready and says where clients reach each (a pod's
+    /// address is known only once it runs); the error names the first that is not, and why.
+    async fn wait_servers_ready(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Vec<ServerEndpoint>, LaunchError>;
 
     async fn start_client(
         &mut self,
@@ -158,6 +169,11 @@ pub trait Launcher: Send {
 
     /// Stops the servers after the clients are done: the success path.
     async fn stop_servers(&mut self, grace: Duration);
+
+    /// The last step, after diagnostics and the report: removes what the run left behind except
+    /// the `keep` members (failed ones and the servers they talked to, kept for inspection).
+    /// Processes leave nothing but their logs, which stay.
+    async fn cleanup(&mut self, _keep: &BTreeSet<String>) {}
 
     /// What the report shows of a member: exit, log tail, reproduce command, where its logs are.
     async fn diagnostics(&mut self, member_id: &str) -> serde_json::Value;

@@ -162,6 +162,13 @@ pub struct ServerTemplate {
     /// Triton tracing, passed as `--trace-config`. Omitted: tracing off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceSettings>,
+    /// Node labels the pod must run on (kube launcher only), e.g. a GPU node pool.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub node_selector: IndexMap<String, String>,
+
+    /// Taints the pod tolerates (kube launcher only), e.g. `nvidia.com/gpu` on GPU nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
 }
 
 /// A group of identical Triton servers.
@@ -215,6 +222,13 @@ pub struct ClientTemplate {
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     #[schemars(extend("propertyNames" = { "pattern": ENV_NAME_PATTERN }))]
     pub env: IndexMap<String, String>,
+    /// Node labels the pod must run on (kube launcher only), e.g. a GPU node pool.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub node_selector: IndexMap<String, String>,
+
+    /// Taints the pod tolerates (kube launcher only), e.g. `nvidia.com/gpu` on GPU nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
 }
 
 /// A group of identical stress clients, all talking to every server of one server group.
@@ -473,6 +487,29 @@ impl JsonSchema for Load {
             ]
         })
     }
+}
+
+/// A Kubernetes toleration (fields as in a pod spec).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Toleration {
+    /// Taint key; omitted with `operator: Exists` matches every taint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `Equal` (default) or `Exists`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^(Equal|Exists)$"))]
+    pub operator: Option<String>,
+    /// Taint value (with `Equal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`; omitted: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^(NoSchedule|PreferNoSchedule|NoExecute)$"))]
+    pub effect: Option<String>,
+    /// With `NoExecute`: how long the pod stays bound after the taint appears.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i64>,
 }
 
 /// Kubernetes resource requests (= limits) of a member (kube launcher only).
