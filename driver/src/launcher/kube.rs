@@ -487,22 +487,22 @@ impl KubeLauncher {
         else {
             return Vec::new();
         };
-        let mut items = list.items;
-        items.sort_by_key(|e| {
+        // The scheduler's events carry only eventTime; the kubelet's only lastTimestamp.
+        let when = |e: &CoreEvent| {
             e.last_timestamp
                 .as_ref()
-                .map(|t| t.0.as_second())
-                .unwrap_or_default()
-        });
+                .map(|t| t.0)
+                .or_else(|| e.event_time.as_ref().map(|t| t.0))
+                .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
+        };
+        let mut items = list.items;
+        items.sort_by_key(|e| when(e).map(|t| t.as_second()).unwrap_or_default());
         items
             .iter()
             .map(|e| {
                 format!(
                     "{} {} {}: {}{}",
-                    e.last_timestamp
-                        .as_ref()
-                        .map(|t| t.0.to_string())
-                        .unwrap_or_default(),
+                    when(e).map(|t| t.to_string()).unwrap_or_default(),
                     e.type_.clone().unwrap_or_default(),
                     e.reason.clone().unwrap_or_default(),
                     e.message.clone().unwrap_or_default().trim(),

@@ -1,0 +1,608 @@
+//! The kube launcher on a REAL cluster (the project's single-node cluster, or any cluster through
+//! KUBECONFIG): real Triton pods from `triton-stress/tritonserver:dev`, real worker pods from
+//! `triton-stress/worker:dev`, a throwaway Postgres on the node that pods reach through the
+//! cluster bridge.
+//!
+//! Built only with `--features kube-tests`; run through the test entry point, which brings the
+//! cluster up, imports the images and sets KUBECONFIG:
+//!
+//! ```sh
+//! TRITON_STRESS_K8S_IMAGES="docker/tritonserver docker/worker" \
+//!   scripts/k8s/with-cluster.sh cargo test -p driver --features kube-tests --test kube
+//! ```
+//!
+//! Every test works in its own namespace (created here, deleted at the end). The store must be
+//! reachable from pods: `TRITON_STRESS_NODE_CIDR` (default `10.244.0.1/24`, the test cluster's
+//! node address on its bridge) is where the throwaway Postgres also listens.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret, ServiceAccount};
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use stress_common::scenario::Scenario;
+use stress_common::store::testing::ThrowawayPostgres;
+
+const RUN_LABEL: &str = "triton-stress/run";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("driver/ is inside the repository")
+        .to_path_buf()
+}
+
+fn node_cidr() -> String {
+    std::env::var("TRITON_STRESS_NODE_CIDR").unwrap_or_else(|_| "10.244.0.1/24".into())
+}
+
+fn read_json(path: &Path) -> Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A namespace of its own, deleted when the test ends (also when it panics).
+struct TestNamespace {
+    name: String,
+}
+
+impl TestNamespace {
+    async fn create(client: &Client, prefix: &str) -> Self {
+        let name = format!(
+            "{prefix}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let api: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "labels": { "triton-stress/test": "true" } }
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        // The default service account appears a moment later; pods need it.
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sas.get_opt("default").await.unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "no default service account in {name}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Self { name }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::env::var("TRITON_STRESS_KEEP_NAMESPACE").is_ok_and(|v| v == "1") {
+            eprintln!("keeping namespace {}", self.name);
+            return;
+        }
+        let _ = Command::new("kubectl")
+            .args(["delete", "namespace", &self.name, "--wait=false"])
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+/// A driver run of a matrix with the kube launcher.
+struct KubeRun {
+    output: Output,
+    run_id: String,
+    run_dir: PathBuf,
+    _runs: tempfile::TempDir,
+}
+
+impl KubeRun {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    fn report(&self) -> Value {
+        read_json(&self.run_dir.join("report.json"))
+    }
+
+    fn report_txt(&self) -> String {
+        std::fs::read_to_string(self.run_dir.join("report.txt")).unwrap()
+    }
+
+    fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.output.status,
+            self.stdout(),
+            String::from_utf8_lossy(&self.output.stderr)
+        )
+    }
+}
+
+struct Env {
+    client: Client,
+    pg: ThrowawayPostgres,
+    pod_store_url: String,
+}
+
+impl Env {
+    async fn new() -> Self {
+        let client = Client::try_default().await.expect(
+            "a Kubernetes client: run through scripts/k8s/with-cluster.sh or set KUBECONFIG",
+        );
+        let cidr = node_cidr();
+        let pg = ThrowawayPostgres::start_also_listening(Some(&cidr)).expect("throwaway postgres");
+        let node = cidr.split('/').next().unwrap().to_string();
+        let pod_store_url = pg.url_at(&node);
+        Self {
+            client,
+            pg,
+            pod_store_url,
+        }
+    }
+
+    /// Runs `driver run MATRIX --launcher kube` to its end.
+    fn run(&self, matrix: &Path, ns: &str, extra: &[&str], kubeconfig: Option<&Path>) -> KubeRun {
+        let runs = tempfile::tempdir().unwrap();
+        let run_id = format!("kt-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_driver"));
+        command
+            .arg("run")
+            .arg(matrix)
+            .args(["--launcher", "kube", "--namespace", ns, "--run-id", &run_id])
+            .args(["--database-url", self.pg.url()])
+            .args(["--pod-database-url", &self.pod_store_url])
+            // The test cluster has no registry: every image is imported, a missing one must
+            // not make the kubelet reach out to the internet.
+            .args(["--image-pull-policy", "Never", "--no-progress"])
+            .arg("--runs-dir")
+            .arg(runs.path())
+            .args(extra)
+            .env("RUST_LOG", "info");
+        if let Some(k) = kubeconfig {
+            command.env("KUBECONFIG", k);
+        }
+        let output = command.output().expect("running the driver");
+        KubeRun {
+            output,
+            run_dir: runs.path().join(&run_id),
+            run_id,
+            _runs: runs,
+        }
+    }
+}
+
+/// Names of the run's objects still in the namespace (pods, ConfigMaps, Secrets).
+async fn run_objects(client: &Client, ns: &str, run_id: &str) -> Vec<String> {
+    let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run_id}"));
+    let mut names = Vec::new();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    names.extend(
+        pods.list(&lp)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| format!("pod/{}", p.name_any())),
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    names.extend(
+        cms.list(&lp)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|c| format!("configmap/{}", c.name_any())),
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    names.extend(
+        secrets
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|s| format!("secret/{}", s.name_any())),
+    );
+    names.sort();
+    names
+}
+
+/// A copy of the kube smoke matrix with `edit` applied to its text, written into `dir`.
+fn matrix_variant(dir: &Path, name: &str, edit: impl FnOnce(String) -> String) -> PathBuf {
+    let base = std::fs::read_to_string(repo_root().join("test-matrices/kube-smoke.yaml")).unwrap();
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, edit(base)).unwrap();
+    path
+}
+
+fn replace_once(text: String, from: &str, to: &str) -> String {
+    assert!(text.contains(from), "the smoke matrix has no {from:?}");
+    text.replacen(from, to, 1)
+}
+
+/// The smoke matrix end to end on pods: PASS, a row with tests for every scenario, no failures
+/// (but PerfAnalyzer's, allowed as upstream), Triton's own metrics, and nothing of the run left.
+#[tokio::test]
+async fn smoke_matrix_passes_on_pods_and_leaves_nothing_behind() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-smoke").await;
+    let matrix = repo_root().join("test-matrices/kube-smoke.yaml");
+    let run = env.run(&matrix, &ns.name, &[], None);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let report = run.report();
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    assert_eq!(report["launcher"], "kube");
+    let rows = report["scenarios"].as_array().expect("scenario rows");
+    for s in Scenario::ALL {
+        let row = rows
+            .iter()
+            .find(|r| r["scenario"] == s.name())
+            .unwrap_or_else(|| panic!("no row for {}: {report:#}", s.name()));
+        assert!(
+            row["tests"].as_u64().unwrap() > 0,
+            "no tests of {}",
+            s.name()
+        );
+        if !s.allowed_to_fail() {
+            assert_eq!(row["failures"], 0, "failures in {}: {row:#}", s.name());
+        }
+    }
+    assert_eq!(report["workers"].as_array().unwrap().len(), 2, "{report:#}");
+    assert!(
+        report["server_metrics"]["triton-0"].is_array(),
+        "no Triton metrics of the server pod: {report:#}"
+    );
+    assert_eq!(
+        run_objects(&env.client, &ns.name, &run.run_id).await,
+        Vec::<String>::new()
+    );
+}
+
+/// The failed member in report.json, with the checks every failure report must pass: the pod
+/// is named, with its phase, node, containers, events and the kubectl commands to dig further.
+fn failed_member<'a>(report: &'a Value, member: &str) -> &'a Value {
+    let failed = report["failed_members"].as_array().expect("failed_members");
+    let m = failed
+        .iter()
+        .find(|m| m["member_id"] == member)
+        .unwrap_or_else(|| panic!("{member} is not among the failed members: {report:#}"));
+    let d = &m["diagnostics"];
+    assert_eq!(d["launcher"], "kube", "{m:#}");
+    let pod = d["pod"].as_str().expect("the pod's name");
+    assert!(pod.ends_with(member), "{pod}");
+    assert!(d["phase"].is_string(), "no phase: {m:#}");
+    let kubectl: Vec<&str> = d["kubectl"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        kubectl
+            .iter()
+            .any(|c| c.contains("describe pod") && c.contains(pod))
+            && kubectl.iter().any(|c| c.contains("--previous"))
+            && kubectl.iter().any(|c| c.contains("exec -it")),
+        "{kubectl:?}"
+    );
+    m
+}
+
+/// A kubeconfig that authenticates as the `triton-stress-driver` ServiceAccount bound to the
+/// Role shipped in deploy/base/rbac.yaml (applied here into `ns`), and a client using it.
+async fn driver_identity(ns: &str, dir: &Path) -> (PathBuf, Client) {
+    let rbac = repo_root().join("deploy/base/rbac.yaml");
+    let applied = Command::new("kubectl")
+        .args(["apply", "-n", ns, "-f"])
+        .arg(&rbac)
+        .output()
+        .unwrap();
+    assert!(applied.status.success(), "{applied:?}");
+    // Kubernetes 1.20 creates a token Secret for every ServiceAccount (newer clusters need
+    // `kubectl create token`, tried first).
+    let token = match Command::new("kubectl")
+        .args(["create", "token", "triton-stress-driver", "-n", ns])
+        .output()
+    {
+        Ok(o) if o.status.success() => String::from_utf8(o.stdout).unwrap().trim().to_string(),
+        _ => {
+            let admin = Client::try_default().await.unwrap();
+            let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+            let secrets: Api<Secret> = Api::namespaced(admin, ns);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let sa = sas.get("triton-stress-driver").await.unwrap();
+                let name = sa.secrets.iter().flatten().find_map(|r| r.name.clone());
+                if let Some(name) = name
+                    && let Some(t) = secrets
+                        .get(&name)
+                        .await
+                        .unwrap()
+                        .data
+                        .and_then(|d| d.get("token").cloned())
+                {
+                    break String::from_utf8(t.0).unwrap();
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no token for the driver's ServiceAccount"
+                );
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    };
+    let view = Command::new("kubectl")
+        .args(["config", "view", "--raw", "--minify", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(view.status.success(), "{view:?}");
+    let mut config: Value = serde_json::from_slice(&view.stdout).unwrap();
+    config["users"][0]["user"] = serde_json::json!({ "token": token });
+    config["contexts"][0]["context"]["namespace"] = ns.into();
+    let path = dir.join("driver.kubeconfig");
+    std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
+    let options = kube::config::KubeConfigOptions::default();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .unwrap();
+    (path, Client::try_from(config).unwrap())
+}
+
+/// A worker pod that exits non-zero fails the run; the report names its pod, the exit and the
+/// log tail. Kept for inspection: that pod and the server it talked to, nothing else; then
+/// `driver cleanup --run` removes them. The driver runs as the ServiceAccount bound to the Role
+/// in deploy/, which proves the Role suffices for a whole run (create, watch, logs, events,
+/// delete); the same identity is refused what the Role does not grant.
+#[tokio::test]
+async fn worker_exiting_non_zero_fails_the_run_keeps_its_pod_and_cleanup_removes_it() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-worker").await;
+    let identity_dir = tempfile::tempdir().unwrap();
+    let (kubeconfig, driver_client) = driver_identity(&ns.name, identity_dir.path()).await;
+    let refused = |r: Result<_, kube::Error>, what: &str| match r {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    };
+    refused(
+        Api::<Node>::all(driver_client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|_| ()),
+        "listing nodes",
+    );
+    refused(
+        Api::<Pod>::namespaced(driver_client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .map(|_| ()),
+        "listing pods in another namespace",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = matrix_variant(dir.path(), "bad-worker", |m| {
+        replace_once(
+            m,
+            "    protocol: http\n",
+            "    protocol: http\n    extra_args: [\"--no-such-flag\"]\n",
+        )
+    });
+    let run = env.run(&matrix, &ns.name, &["--duration", "60s"], Some(&kubeconfig));
+    assert_eq!(run.code(), Some(1), "{}", run.describe());
+    let report = run.report();
+    let m = failed_member(&report, "http-clients-0");
+    let reason = m["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("container worker terminated: Error, exit code 2"),
+        "{reason}"
+    );
+    let tail = m["diagnostics"]["log_tail"].as_str().unwrap_or_default();
+    assert!(tail.contains("--no-such-flag"), "log tail: {tail}");
+    let txt = run.report_txt();
+    assert!(
+        txt.contains(&format!("pod: {}-http-clients-0", run.run_id))
+            && txt.contains("dig further:"),
+        "{txt}"
+    );
+
+    let kept = run_objects(&env.client, &ns.name, &run.run_id).await;
+    let want: Vec<String> = vec![
+        format!("configmap/triton-stress-{}", run.run_id),
+        format!("pod/{}-http-clients-0", run.run_id),
+        format!("pod/{}-triton-0", run.run_id),
+        format!("secret/triton-stress-{}-store", run.run_id),
+    ];
+    assert_eq!(kept, want, "kept after the failure");
+
+    let cleanup = Command::new(env!("CARGO_BIN_EXE_driver"))
+        .args(["cleanup", "--run", &run.run_id, "--namespace", &ns.name])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    assert!(cleanup.status.success(), "{cleanup:?}");
+    assert_eq!(
+        run_objects(&env.client, &ns.name, &run.run_id).await,
+        Vec::<String>::new()
+    );
+}
+
+/// A server pod whose image does not exist fails the run at once with ErrImageNeverPull, and
+/// `--keep-failed=false` leaves nothing of the run.
+#[tokio::test]
+async fn missing_image_fails_at_once_and_keep_failed_false_deletes_everything() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-image").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = matrix_variant(dir.path(), "no-image", |m| {
+        replace_once(
+            m,
+            "triton-stress/tritonserver:dev",
+            "triton-stress/no-such-image:dev",
+        )
+    });
+    let started = Instant::now();
+    let run = env.run(&matrix, &ns.name, &["--keep-failed=false"], None);
+    assert_eq!(run.code(), Some(1), "{}", run.describe());
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "{:?}",
+        started.elapsed()
+    );
+    let report = run.report();
+    let m = failed_member(&report, "triton-0");
+    let reason = m["reason"].as_str().unwrap();
+    assert!(reason.contains("ErrImageNeverPull"), "{reason}");
+    assert!(reason.contains("no-such-image"), "{reason}");
+    assert_eq!(
+        run_objects(&env.client, &ns.name, &run.run_id).await,
+        Vec::<String>::new()
+    );
+}
+
+/// A server pod killed by its memory limit: the report says OOMKilled with exit code 137.
+#[tokio::test]
+async fn oom_killed_server_is_reported_with_its_reason() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-oom").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = matrix_variant(dir.path(), "oom", |m| {
+        replace_once(
+            m,
+            "resources: { cpu: \"1\", memory: 2Gi }",
+            "resources: { cpu: \"1\", memory: 120Mi }",
+        )
+    });
+    let run = env.run(&matrix, &ns.name, &[], None);
+    assert_eq!(run.code(), Some(1), "{}", run.describe());
+    let report = run.report();
+    let m = failed_member(&report, "triton-0");
+    let reason = m["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("OOMKilled") && reason.contains("137"),
+        "{reason}"
+    );
+    let containers = m["diagnostics"]["containers"].to_string();
+    assert!(containers.contains("OOMKilled"), "{containers}");
+    let tail = m["diagnostics"]["log_tail"].as_str().unwrap_or_default();
+    assert!(!tail.is_empty(), "no log tail: {m:#}");
+}
+
+/// A server that never becomes ready (its HTTP endpoint is not where the readiness probe
+/// looks): the run fails after the ready timeout, naming the pod and the failing probe.
+#[tokio::test]
+async fn server_never_ready_names_the_failing_readiness_probe() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-ready").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = matrix_variant(dir.path(), "never-ready", |m| {
+        let m = replace_once(m, "server_ready_timeout: 180s", "server_ready_timeout: 40s");
+        replace_once(
+            m,
+            "args: [\"--log-verbose=0\",",
+            "args: [\"--http-port=8500\", \"--log-verbose=0\",",
+        )
+    });
+    let run = env.run(&matrix, &ns.name, &[], None);
+    assert_eq!(run.code(), Some(1), "{}", run.describe());
+    let report = run.report();
+    let m = failed_member(&report, "triton-0");
+    let reason = m["reason"].as_str().unwrap();
+    assert!(reason.contains("not ready after"), "{reason}");
+    assert!(reason.contains("Readiness probe failed"), "{reason}");
+    let events = m["diagnostics"]["events"].to_string();
+    assert!(events.contains("Readiness probe failed"), "{events}");
+}
+
+/// The pids of a pod's container processes named `comm`, found through their cgroup (which
+/// carries the pod's uid): how a test on the node kills a server "from outside".
+fn pod_processes(pod_uid: &str, comm: &str) -> Vec<i32> {
+    let uid = pod_uid.to_string();
+    let uid_underscored = pod_uid.replace('-', "_");
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if (cgroup.contains(&uid) || cgroup.contains(&uid_underscored)) && name.trim() == comm {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// A Triton process SIGKILLed mid-run fails the run; the report names the server pod, its
+/// container's termination and its log tail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-kill").await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
+    let matrix = repo_root().join("test-matrices/kube-smoke.yaml");
+    let killer = {
+        let pods = pods.clone();
+        tokio::spawn(async move {
+            // Wait until both workers run, let them work a little, then kill Triton.
+            let deadline = Instant::now() + Duration::from_secs(300);
+            loop {
+                assert!(Instant::now() < deadline, "the workers never ran");
+                let list = pods.list(&ListParams::default()).await.unwrap().items;
+                let running = list
+                    .iter()
+                    .filter(|p| {
+                        p.labels().get("triton-stress/role").map(String::as_str) == Some("client")
+                            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .count();
+                if running == 2 {
+                    let server = list
+                        .iter()
+                        .find(|p| p.name_any().ends_with("triton-0"))
+                        .expect("the server pod");
+                    tokio::time::sleep(Duration::from_secs(8)).await;
+                    let uid = server.metadata.uid.clone().unwrap();
+                    let pids = pod_processes(&uid, "tritonserver");
+                    assert!(!pids.is_empty(), "no tritonserver process of pod uid {uid}");
+                    for pid in &pids {
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(*pid),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                    }
+                    return pids;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let run =
+        tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &["--duration", "120s"], None));
+    let killed = killer.await.expect("the killer task");
+    assert!(!killed.is_empty());
+    assert_eq!(run.code(), Some(1), "{}", run.describe());
+    let report = run.report();
+    let m = failed_member(&report, "triton-0");
+    let reason = m["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("exit code 137") || reason.contains("/v2/health/live"),
+        "{reason}"
+    );
+    let containers = m["diagnostics"]["containers"].to_string();
+    assert!(
+        containers.contains("terminated") && containers.contains("137"),
+        "{containers}"
+    );
+    let tail = m["diagnostics"]["log_tail"].as_str().unwrap_or_default();
+    assert!(
+        tail.contains("Started GRPCInferenceService"),
+        "log tail: {tail}"
+    );
+}
