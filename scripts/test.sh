@@ -4,7 +4,8 @@
 # Debian package postgresql-15, installed here when missing), then checks formatting, lints and
 # runs every test of the workspace against the real servers.
 # TRITON_STRESS_K8S=1 also runs the Kubernetes tests on a single-node cluster built from
-# Debian's sources (scripts/k8s/ci.sh; ~15 min the first time on a fresh machine).
+# Debian's sources (scripts/k8s/ci.sh; ~15 min the first time on a fresh machine): the cluster
+# smoke test, then the kube launcher's tests on pods of the project's images.
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 
@@ -16,11 +17,15 @@ scripts/install-tritonserver.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy -p driver --features kube-tests --all-targets -- -D warnings
 # The driver's end-to-end tests start the worker binary built beside the driver.
 cargo build -p worker -p driver
 # Tests that start real servers share 2 cores; two at a time keeps them within their timeouts.
 cargo test --workspace --no-fail-fast -- --test-threads 2
 
 if [ "${TRITON_STRESS_K8S:-0}" = 1 ]; then
-    scripts/k8s/ci.sh
+    # The kube launcher's tests (driver/tests/kube.rs) on the cluster, with the project's
+    # tritonserver and worker images; one at a time (2 cores, each run has a Triton pod).
+    TRITON_STRESS_K8S_IMAGES="docker/tritonserver docker/worker" \
+        scripts/k8s/ci.sh "cargo test -p driver --features kube-tests --test kube -- --test-threads 1"
 fi
