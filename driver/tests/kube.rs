@@ -540,13 +540,25 @@ fn pod_processes(pod_uid: &str, comm: &str) -> Vec<i32> {
 }
 
 /// A Triton process SIGKILLed mid-run fails the run; the report names the server pod, its
-/// container's termination and its log tail.
+/// container's termination and its log tail. The server serves the repository's `models/`
+/// from a hostPath volume (not the copy in its image), which the workers must have used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
     let env = Env::new().await;
     let ns = TestNamespace::create(&env.client, "ts-kube-kill").await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
-    let matrix = repo_root().join("test-matrices/kube-smoke.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let models = repo_root().join("models");
+    let matrix = matrix_variant(dir.path(), "host-models", |m| {
+        replace_once(
+            m,
+            "    model_repositories: [/models]\n",
+            &format!(
+                "    model_repositories: [/mnt/models]\n    volumes:\n      - {{ name: models, mount_path: /mnt/models, host_path: {} }}\n",
+                models.display()
+            ),
+        )
+    });
     let killer = {
         let pods = pods.clone();
         tokio::spawn(async move {
@@ -585,7 +597,10 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
     };
     let run =
         tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &["--duration", "120s"], None));
-    let killed = killer.await.expect("the killer task");
+    let killed = match killer.await {
+        Ok(pids) => pids,
+        Err(e) => panic!("the killer task: {e}\n{}", run.describe()),
+    };
     assert!(!killed.is_empty());
     assert_eq!(run.code(), Some(1), "{}", run.describe());
     let report = run.report();
@@ -598,11 +613,21 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
     let containers = m["diagnostics"]["containers"].to_string();
     assert!(
         containers.contains("terminated") && containers.contains("137"),
-        "{containers}"
+        "{containers}\n{}",
+        run.report_txt()
     );
     let tail = m["diagnostics"]["log_tail"].as_str().unwrap_or_default();
     assert!(
         tail.contains("Started GRPCInferenceService"),
         "log tail: {tail}"
     );
+    // The workers got answers before the kill: the models from the volume served them.
+    let total = report["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == "TOTAL")
+        .cloned()
+        .unwrap_or_default();
+    assert!(total["requests"].as_u64().unwrap_or(0) > 0, "{report:#}");
 }

@@ -147,6 +147,13 @@ const BAD: &[(&str, &str)] = &[
         "9:14: server_templates.cpu.model_repositories: illegal placement of ':' indicator",
     ),
     (
+        "bad-volumes.yaml",
+        "10:9: server_templates.gpu.volumes[0]: exactly one of host_path, persistent_volume_claim or config_map must be set, found 2\n\
+         11:21: server_templates.gpu.volumes[0].mount_path: mount_path \"mnt/models\" must be an absolute path\n\
+         14:9: server_templates.gpu.volumes[1]: exactly one of host_path, persistent_volume_claim or config_map must be set, found 0\n\
+         14:15: server_templates.gpu.volumes[1].name: duplicate volume name \"models\" (also volumes[0])",
+    ),
+    (
         "several-errors.yaml",
         "3:9: run.name: run name \"Bad Run\" is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit)\n\
          19:15: client_groups.grpc-clients.template: undefined client template \"grpc\" (defined: grpc-mix)\n\

@@ -12,12 +12,13 @@
 //! past its timeout all end the member, with the reason the kubelet gives.
 
 use super::{LaunchError, Launcher, MemberExit, STORE_URL_ENV, ServerEndpoint, WorkerAssignment};
-use crate::matrix::{ClientMember, Resources, ServerMember, Toleration};
+use crate::matrix::{ClientMember, Resources, ServerMember, ServerVolume, Toleration};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, ContainerPort, ContainerStatus, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, Event as CoreEvent, HTTPGetAction, ObjectFieldSelector, Pod, PodSpec, Probe,
-    ResourceRequirements, Secret, SecretKeySelector, Toleration as K8sToleration, Volume,
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, ContainerStatus,
+    EmptyDirVolumeSource, EnvVar, EnvVarSource, Event as CoreEvent, HTTPGetAction,
+    HostPathVolumeSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodSpec,
+    Probe, ResourceRequirements, Secret, SecretKeySelector, Toleration as K8sToleration, Volume,
     VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -50,6 +51,8 @@ pub const WORKER_METRICS_PORT: u16 = 9464;
 const PERF_ANALYZER_IN_IMAGE: &str = "/usr/local/bin/perf_analyzer";
 const SERVER_CONTAINER: &str = "tritonserver";
 const CLIENT_CONTAINER: &str = "worker";
+/// How long diagnostics wait for a failed member's container to show as terminated.
+const DIAGNOSTICS_SETTLE: Duration = Duration::from_secs(3);
 /// How many log lines of each container a failed pod's diagnostics keep.
 const LOG_TAIL_LINES: i64 = 50;
 /// Waiting reasons that will not resolve by themselves: the member has failed.
@@ -324,6 +327,15 @@ impl KubeLauncher {
                 empty_dir: Some(EmptyDirVolumeSource::default()),
                 ..Default::default()
             });
+        }
+        for v in &t.volumes {
+            mounts.push(VolumeMount {
+                name: v.name.clone(),
+                mount_path: v.mount_path.clone(),
+                read_only: Some(v.read_only),
+                ..Default::default()
+            });
+            volumes.push(to_k8s_volume(v));
         }
         let port = |name: &str, p: u16| ContainerPort {
             name: Some(name.into()),
@@ -737,6 +749,27 @@ fn resources(r: Option<&Resources>) -> Option<ResourceRequirements> {
         requests: Some(q),
         ..Default::default()
     })
+}
+
+fn to_k8s_volume(v: &ServerVolume) -> Volume {
+    Volume {
+        name: v.name.clone(),
+        host_path: v.host_path.as_ref().map(|path| HostPathVolumeSource {
+            path: path.clone(),
+            type_: Some("Directory".into()),
+        }),
+        persistent_volume_claim: v.persistent_volume_claim.as_ref().map(|claim| {
+            PersistentVolumeClaimVolumeSource {
+                claim_name: claim.clone(),
+                read_only: Some(v.read_only),
+            }
+        }),
+        config_map: v.config_map.as_ref().map(|name| ConfigMapVolumeSource {
+            name: name.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 fn to_k8s_toleration(t: &Toleration) -> K8sToleration {
@@ -1188,6 +1221,12 @@ impl Launcher for KubeLauncher {
         };
         let (pod_name, container) = (mp.pod.clone(), mp.container);
         let ns = self.ns().to_string();
+        // A process killed a moment ago shows as terminated only when the kubelet's next status
+        // update arrives (~1 s): give it that long, so the report shows the termination.
+        let deadline = Instant::now() + DIAGNOSTICS_SETTLE;
+        while self.ended(member_id).is_none() && Instant::now() < deadline {
+            self.next_change(Duration::from_millis(250)).await;
+        }
         // A fresh read: the watch may lag the kubelet by a moment.
         let pod = match self.pods.get(&pod_name).await {
             Ok(p) => Some(p),

@@ -41,7 +41,7 @@ pub use expand::{ClientMember, ServerMember, member_name};
 pub use types::{
     ARTIFACT_AUTO, Artifact, ClientGroup, ClientTemplate, DEFAULT_CORR_ID_BLOCK_SIZE, FailFast,
     Load, MATRIX_VERSION, Matrix, Protocol, Resources, RunSettings, ServerGroup, ServerTemplate,
-    Toleration, TraceLevel, TraceSettings,
+    ServerVolume, Toleration, TraceLevel, TraceSettings,
 };
 pub use validate::{CORR_IDS_PER_STREAM, MAX_LABEL_LEN, is_dns_label};
 

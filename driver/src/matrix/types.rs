@@ -162,6 +162,11 @@ pub struct ServerTemplate {
     /// Triton tracing, passed as `--trace-config`. Omitted: tracing off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceSettings>,
+
+    /// Volumes mounted into the server pod (kube launcher only), e.g. a model repository that
+    /// is not baked into the image: list its mount path under `model_repositories`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<ServerVolume>,
     /// Node labels the pod must run on (kube launcher only), e.g. a GPU node pool.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub node_selector: IndexMap<String, String>,
@@ -487,6 +492,30 @@ impl JsonSchema for Load {
             ]
         })
     }
+}
+
+/// A volume of a server pod: exactly one source (`host_path`, `persistent_volume_claim` or
+/// `config_map`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServerVolume {
+    /// Volume name, a DNS-1123 label, unique within the template.
+    #[schemars(with = "Name")]
+    pub name: String,
+    /// Absolute path inside the Triton container.
+    pub mount_path: String,
+    /// Mounted read-only (default true).
+    #[serde(default = "defaults::yes")]
+    pub read_only: bool,
+    /// A directory on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<String>,
+    /// The name of a PersistentVolumeClaim in the run's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim: Option<String>,
+    /// The name of a ConfigMap in the run's namespace (small models, configs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<String>,
 }
 
 /// A Kubernetes toleration (fields as in a pod spec).

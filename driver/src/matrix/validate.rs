@@ -8,7 +8,7 @@ use stress_common::scenario::Scenario;
 use super::source::{Anchor, FieldPath};
 use super::types::{
     Artifact, ClientTemplate, Load, MATRIX_VERSION, Matrix, Resources, ServerTemplate,
-    TraceSettings,
+    ServerVolume, TraceSettings,
 };
 
 /// Correlation ids a worker needs per stress stream: its block must hold `concurrency` times
@@ -197,6 +197,46 @@ impl Checker {
         self.resources(path.key("resources"), &t.resources);
         self.env(path.key("env"), &t.env);
         self.trace(path.key("trace"), &t.trace);
+        self.volumes(path.key("volumes"), &t.volumes);
+    }
+
+    fn volumes(&mut self, path: FieldPath, volumes: &[ServerVolume]) {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, v) in volumes.iter().enumerate() {
+            let vpath = path.index(i);
+            self.label(vpath.key("name"), Anchor::Value, "volume name", &v.name);
+            if let Some(first) = seen.insert(&v.name, i) {
+                self.push(
+                    vpath.key("name"),
+                    Anchor::Value,
+                    format!("duplicate volume name {:?} (also volumes[{first}])", v.name),
+                );
+            }
+            if !v.mount_path.starts_with('/') {
+                self.push(
+                    vpath.key("mount_path"),
+                    Anchor::Value,
+                    format!("mount_path {:?} must be an absolute path", v.mount_path),
+                );
+            }
+            let sources = [
+                v.host_path.is_some(),
+                v.persistent_volume_claim.is_some(),
+                v.config_map.is_some(),
+            ]
+            .iter()
+            .filter(|s| **s)
+            .count();
+            if sources != 1 {
+                self.push(
+                    vpath,
+                    Anchor::Key,
+                    format!(
+                        "exactly one of host_path, persistent_volume_claim or config_map must be set, found {sources}"
+                    ),
+                );
+            }
+        }
     }
 
     fn client_template(&mut self, path: FieldPath, t: &ClientTemplate) {
