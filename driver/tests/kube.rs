@@ -148,23 +148,37 @@ impl Env {
     }
 
     /// Runs `driver run MATRIX --launcher kube` to its end.
-    fn run(&self, matrix: &Path, ns: &str, extra: &[&str], kubeconfig: Option<&Path>) -> KubeRun {
-        let runs = tempfile::tempdir().unwrap();
-        let run_id = format!("kt-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    /// The `driver run MATRIX --launcher kube` command for run `run_id` in `runs`.
+    fn command(
+        &self,
+        matrix: &Path,
+        ns: &str,
+        run_id: &str,
+        runs: &Path,
+        extra: &[&str],
+    ) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_driver"));
         command
             .arg("run")
             .arg(matrix)
-            .args(["--launcher", "kube", "--namespace", ns, "--run-id", &run_id])
+            .args(["--launcher", "kube", "--namespace", ns, "--run-id", run_id])
             .args(["--database-url", self.pg.url()])
             .args(["--pod-database-url", &self.pod_store_url])
             // The test cluster has no registry: every image is imported, a missing one must
             // not make the kubelet reach out to the internet.
             .args(["--image-pull-policy", "Never", "--no-progress"])
             .arg("--runs-dir")
-            .arg(runs.path())
+            .arg(runs)
             .args(extra)
             .env("RUST_LOG", "info");
+        command
+    }
+
+    /// Runs `driver run MATRIX --launcher kube` to its end.
+    fn run(&self, matrix: &Path, ns: &str, extra: &[&str], kubeconfig: Option<&Path>) -> KubeRun {
+        let runs = tempfile::tempdir().unwrap();
+        let run_id = new_run_id();
+        let mut command = self.command(matrix, ns, &run_id, runs.path(), extra);
         if let Some(k) = kubeconfig {
             command.env("KUBECONFIG", k);
         }
@@ -175,6 +189,37 @@ impl Env {
             run_id,
             _runs: runs,
         }
+    }
+}
+
+fn new_run_id() -> String {
+    format!("kt-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// Waits until `n` pods of the run are Running; their (name, uid) pairs.
+async fn running_pods(client: &Client, ns: &str, run_id: &str, n: usize) -> Vec<(String, String)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run_id}"));
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let mut running: Vec<(String, String)> = pods
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .map(|p| (p.name_any(), p.metadata.uid.clone().unwrap_or_default()))
+            .collect();
+        if running.len() >= n {
+            running.sort();
+            return running;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} pods of {run_id} never ran: {running:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -630,4 +675,82 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
         .cloned()
         .unwrap_or_default();
     assert!(total["requests"].as_u64().unwrap_or(0) > 0, "{report:#}");
+}
+
+/// A driver that dies (SIGKILL) mid-run leaves its pods running; a driver restarted with the
+/// same run id finds them by label and adopts them (same pods, same uids, no duplicates) and
+/// the run goes on. SIGTERM to that driver ends the run as ABORTED through the failure path:
+/// a report is written and, nothing having failed, every object of the run is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_driver_adopts_its_pods_and_sigterm_aborts_the_run() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-restart").await;
+    let matrix = repo_root().join("test-matrices/kube-smoke.yaml");
+    let runs = tempfile::tempdir().unwrap();
+    let run_id = new_run_id();
+    let extra = ["--duration", "120s"];
+
+    let mut first = env
+        .command(&matrix, &ns.name, &run_id, runs.path(), &extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let before = running_pods(&env.client, &ns.name, &run_id, 3).await;
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    let second = env
+        .command(&matrix, &ns.name, &run_id, runs.path(), &extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The second driver reaches the poll loop: its workers' RUNNING events are in the store.
+    let store = stress_common::store::Store::connect(env.pg.url())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let events = store.events(&run_id, 0).await.unwrap();
+        let launched = events
+            .iter()
+            .filter(|e| e.details.starts_with("launched"))
+            .count();
+        // Each worker is launched once per driver: two drivers, two workers.
+        if launched >= 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second driver never launched its workers: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = running_pods(&env.client, &ns.name, &run_id, 3).await;
+    assert_eq!(
+        after, before,
+        "the restarted driver must adopt the pods, not replace them"
+    );
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(second.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let output = tokio::task::block_in_place(|| second.wait_with_output()).unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = read_json(&runs.path().join(&run_id).join("report.json"));
+    assert_eq!(report["verdict"], "ABORTED", "{report:#}");
+    assert_eq!(
+        run_objects(&env.client, &ns.name, &run_id).await,
+        Vec::<String>::new()
+    );
 }
