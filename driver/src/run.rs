@@ -595,6 +595,13 @@ async fn drive(
         let now_ms = stress_common::now_ms();
         if let Ok(beats) = store.heartbeats(run_id).await {
             let beats: HashMap<String, i64> = beats.into_iter().collect();
+            // The start-up grace counts from when a member actually runs: a pod may wait for
+            // a node or an image first, and the launcher fails it itself when that takes too long.
+            for (member, (launched, _, _)) in watch.clients.iter_mut() {
+                if !beats.contains_key(member) && !launcher.is_running(member) {
+                    *launched = Instant::now();
+                }
+            }
             for (member, (launched, _, _)) in &watch.clients {
                 let stale = match beats.get(member) {
                     Some(at) => {

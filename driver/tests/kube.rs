@@ -754,3 +754,38 @@ async fn restarted_driver_adopts_its_pods_and_sigterm_aborts_the_run() {
         Vec::<String>::new()
     );
 }
+
+/// A worker pod no node can take (it asks for 64 CPUs) stays Pending: after `--pending-timeout`
+/// the run fails naming the pod and the scheduler's reason, not a missing heartbeat.
+#[tokio::test]
+async fn unschedulable_worker_fails_after_the_pending_timeout_with_the_schedulers_reason() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-pending").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = matrix_variant(dir.path(), "unschedulable", |m| {
+        replace_once(
+            m,
+            "resources: { cpu: 250m, memory: 256Mi }",
+            "resources: { cpu: \"64\", memory: 256Mi }",
+        )
+    });
+    let run = env.run(
+        &matrix,
+        &ns.name,
+        &["--pending-timeout", "20s", "--keep-failed=false"],
+        None,
+    );
+    assert_eq!(run.code(), Some(1), "{}", run.describe());
+    let report = run.report();
+    let m = failed_member(&report, "http-clients-0");
+    let reason = m["reason"].as_str().unwrap();
+    assert!(reason.contains("Pending for"), "{reason}");
+    assert!(
+        reason.contains("Unschedulable") && reason.contains("Insufficient cpu"),
+        "{reason}"
+    );
+    assert_eq!(
+        run_objects(&env.client, &ns.name, &run.run_id).await,
+        Vec::<String>::new()
+    );
+}

@@ -1298,6 +1298,12 @@ impl Launcher for KubeLauncher {
         self.members.get(member_id).map(|m| m.command.clone())
     }
 
+    fn is_running(&self, member_id: &str) -> bool {
+        self.seen(member_id).is_some_and(|s| {
+            s.pod.status.as_ref().and_then(|st| st.phase.as_deref()) != Some("Pending")
+        })
+    }
+
     fn locate(&self, member_id: &str) -> Option<String> {
         self.members
             .get(member_id)

@@ -189,4 +189,10 @@ pub trait Launcher: Send {
 
     /// Where a started member runs, for people and tests: `pid 1234`, or a pod's name.
     fn locate(&self, member_id: &str) -> Option<String>;
+
+    /// Whether a started member's process runs yet (a pod may still wait for a node or its
+    /// image); a process does from its start.
+    fn is_running(&self, _member_id: &str) -> bool {
+        true
+    }
 }
