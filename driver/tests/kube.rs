@@ -789,3 +789,98 @@ async fn unschedulable_worker_fails_after_the_pending_timeout_with_the_scheduler
         Vec::<String>::new()
     );
 }
+
+/// deploy/ as users apply it: the k8s-1.20 overlay (RBAC, the Postgres store, the matrix
+/// ConfigMap, the nightly CronJob) into a fresh namespace, then a Job made from the CronJob with
+/// the kube smoke matrix as its arguments. The driver runs in the cluster as the deploy/
+/// ServiceAccount, with the store from deploy/'s Secret: the Job must succeed, its log must show
+/// the passed run, and the run's pods must be gone.
+#[tokio::test]
+async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
+    use k8s_openapi::api::batch::v1::Job;
+    let client = Client::try_default()
+        .await
+        .expect("a Kubernetes client: run through scripts/k8s/with-cluster.sh or set KUBECONFIG");
+    let ns = TestNamespace::create(&client, "ts-deploy").await;
+    let kubectl = |args: &[&str], stdin: Option<&[u8]>| -> String {
+        let mut child = Command::new("kubectl")
+            .args(["-n", &ns.name])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(input).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "kubectl {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let overlay = repo_root().join("deploy/overlays/k8s-1.20");
+    kubectl(&["apply", "-k", overlay.to_str().unwrap()], None);
+    kubectl(
+        &[
+            "rollout",
+            "status",
+            "deployment/triton-stress-postgres",
+            "--timeout=180s",
+        ],
+        None,
+    );
+    let job_json = kubectl(
+        &[
+            "create",
+            "job",
+            "--from=cronjob/triton-stress-nightly",
+            "smoke",
+            "--dry-run=client",
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    let mut job: Value = serde_json::from_str(&job_json).unwrap();
+    job["spec"]["template"]["spec"]["containers"][0]["args"] = serde_json::json!([
+        "run",
+        "/matrices/kube-smoke.yaml",
+        "--launcher",
+        "kube",
+        "--duration",
+        "30s"
+    ]);
+    kubectl(
+        &["apply", "-f", "-"],
+        Some(&serde_json::to_vec(&job).unwrap()),
+    );
+
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let deadline = Instant::now() + Duration::from_secs(420);
+    let status = loop {
+        let status = jobs.get("smoke").await.unwrap().status.unwrap_or_default();
+        if status.succeeded.unwrap_or(0) > 0 || status.failed.unwrap_or(0) > 0 {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Job did not finish: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    let log = kubectl(&["logs", "job/smoke", "--tail=400"], None);
+    assert_eq!(status.succeeded, Some(1), "{status:?}\n{log}");
+    assert!(log.contains("(kube launcher): PASS"), "{log}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let left: Vec<String> = pods
+        .list(&ListParams::default().labels(RUN_LABEL))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| p.name_any())
+        .collect();
+    assert!(left.is_empty(), "run pods left: {left:?}");
+}
