@@ -673,8 +673,23 @@ async fn drive(
     {
         verdict = fail(&e.member_id, e.details);
     }
+    // A worker records SUCCESS itself, after its final flush. When the launcher lost its exit
+    // status (a kubelet that deleted the pod reports the container as ContainerStatusUnknown),
+    // that record is the evidence of a clean end; a known non-zero exit still fails the run.
+    let finished_cleanly: BTreeSet<String> = store
+        .events(run_id, 0)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Success)
+        .map(|e| e.member_id)
+        .collect();
     if verdict == Verdict::Pass
-        && let Some(e) = exits.iter().find(|e| !e.success())
+        && let Some(e) = exits.iter().find(|e| {
+            let clean =
+                e.success() || (e.status_unknown() && finished_cleanly.contains(&e.member_id));
+            !clean
+        })
     {
         let reason = format!("{} at the end of the run", e.describe());
         record(e.member_id.clone(), EventKind::Failure, reason.clone()).await;

@@ -57,6 +57,12 @@ impl MemberExit {
         self.code == Some(0)
     }
 
+    /// Neither an exit code nor a signal is known (e.g. a pod deleted before its container's
+    /// status was reported).
+    pub fn status_unknown(&self) -> bool {
+        self.code.is_none() && self.signal.is_none()
+    }
+
     pub fn describe(&self) -> String {
         if let Some(reason) = &self.reason {
             return reason.clone();
