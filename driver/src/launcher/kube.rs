@@ -15,11 +15,10 @@ use super::{LaunchError, Launcher, MemberExit, STORE_URL_ENV, ServerEndpoint, Wo
 use crate::matrix::{ClientMember, Resources, ServerMember, ServerVolume, Toleration};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, ContainerStatus,
-    EmptyDirVolumeSource, EnvVar, EnvVarSource, Event as CoreEvent, HTTPGetAction,
-    HostPathVolumeSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodSpec,
-    Probe, ResourceRequirements, Secret, SecretKeySelector, Toleration as K8sToleration, Volume,
-    VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, Event as CoreEvent, HTTPGetAction, HostPathVolumeSource, ObjectFieldSelector,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, ResourceRequirements, Secret,
+    SecretKeySelector, Toleration as K8sToleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -558,33 +557,15 @@ impl KubeLauncher {
         }
     }
 
-    /// The exit the kubelet reports for a member's main container, if it ended.
+    /// How the member's pod ended or failed, as the watch last saw it (None: it is fine).
     fn ended(&self, member: &str) -> Option<MemberExit> {
         let seen = self.seen(member)?;
-        let container = self.members.get(member)?.container;
-        let status = container_status(&seen.pod, container);
-        let terminated = status
-            .and_then(|s| s.state.as_ref())
-            .and_then(|s| s.terminated.as_ref());
-        match terminated {
-            Some(t) => Some(MemberExit {
-                member_id: member.into(),
-                code: Some(t.exit_code),
-                signal: t.signal,
-                reason: Some(format!(
-                    "container {container} terminated: {}, exit code {}",
-                    t.reason.as_deref().unwrap_or("?"),
-                    t.exit_code
-                )),
-            }),
-            None if seen.deleted => Some(MemberExit {
-                member_id: member.into(),
-                code: None,
-                signal: None,
-                reason: Some(format!("pod {} deleted", seen.pod.name_any())),
-            }),
-            None => None,
-        }
+        pod_exit(
+            member,
+            &seen.pod,
+            seen.deleted,
+            self.settings.pending_timeout,
+        )
     }
 
     /// Waits until every named member's container has ended (or `deadline`); their exits.
@@ -782,15 +763,6 @@ fn to_k8s_toleration(t: &Toleration) -> K8sToleration {
     }
 }
 
-fn container_status<'a>(pod: &'a Pod, container: &str) -> Option<&'a ContainerStatus> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == container)
-}
-
 fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -903,13 +875,23 @@ fn pod_summary(pod: &Pod) -> String {
     parts.join("; ")
 }
 
-/// Whether a pod's state means its member has failed, and why. `pending_for` is how long it
-/// has existed while Pending.
-fn pod_failure(
+/// Whether a pod's state means its member has ended or failed, and why: a container that
+/// terminated or restarted, a waiting reason that does not heal, a Failed or Succeeded pod, a
+/// pod deleted, or one Pending longer than `pending_timeout`.
+fn pod_exit(
+    member: &str,
     pod: &Pod,
     deleted: bool,
     pending_timeout: Duration,
-) -> Option<(MemberExitKind, String)> {
+) -> Option<MemberExit> {
+    let exit = |code: Option<i32>, signal: Option<i32>, reason: String| {
+        Some(MemberExit {
+            member_id: member.into(),
+            code,
+            signal,
+            reason: Some(reason),
+        })
+    };
     let status = pod.status.as_ref();
     for c in status
         .and_then(|s| s.container_statuses.as_ref())
@@ -917,15 +899,16 @@ fn pod_failure(
         .flatten()
     {
         if let Some(t) = c.state.as_ref().and_then(|s| s.terminated.as_ref()) {
-            return Some((
-                MemberExitKind::Terminated(t.exit_code, t.signal),
+            return exit(
+                Some(t.exit_code),
+                t.signal,
                 format!(
                     "container {} terminated: {}, exit code {}",
                     c.name,
                     t.reason.as_deref().unwrap_or("?"),
                     t.exit_code
                 ),
-            ));
+            );
         }
         if c.restart_count > 0 {
             let last = c
@@ -933,19 +916,21 @@ fn pod_failure(
                 .as_ref()
                 .map(describe_state)
                 .unwrap_or_default();
-            return Some((
-                MemberExitKind::Restarted,
+            return exit(
+                None,
+                None,
                 format!(
                     "container {} restarted {} time(s); last: {last}",
                     c.name, c.restart_count
                 ),
-            ));
+            );
         }
         if let Some(w) = c.state.as_ref().and_then(|s| s.waiting.as_ref())
             && let Some(reason) = w.reason.as_deref().filter(|r| FATAL_WAITING.contains(r))
         {
-            return Some((
-                MemberExitKind::NeverStarted,
+            return exit(
+                None,
+                None,
                 format!(
                     "container {} waiting: {reason}{}",
                     c.name,
@@ -954,21 +939,15 @@ fn pod_failure(
                         .map(|m| format!(": {m}"))
                         .unwrap_or_default()
                 ),
-            ));
+            );
         }
     }
     let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
     if phase == "Failed" || phase == "Succeeded" {
-        return Some((
-            MemberExitKind::NeverStarted,
-            format!("pod {}", pod_summary(pod)),
-        ));
+        return exit(None, None, format!("pod {}", pod_summary(pod)));
     }
     if deleted {
-        return Some((
-            MemberExitKind::NeverStarted,
-            format!("pod {} was deleted by someone else", pod.name_any()),
-        ));
+        return exit(None, None, format!("pod {} was deleted", pod.name_any()));
     }
     if phase == "Pending"
         && let Some(created) = pod.metadata.creation_timestamp.as_ref()
@@ -976,19 +955,14 @@ fn pod_failure(
         let age = k8s_openapi::jiff::Timestamp::now().duration_since(created.0);
         let age = Duration::from_secs(age.as_secs().max(0) as u64);
         if age > pending_timeout {
-            return Some((
-                MemberExitKind::NeverStarted,
+            return exit(
+                None,
+                None,
                 format!("Pending for {}s: {}", age.as_secs(), pod_summary(pod)),
-            ));
+            );
         }
     }
     None
-}
-
-enum MemberExitKind {
-    Terminated(i32, Option<i32>),
-    Restarted,
-    NeverStarted,
 }
 
 /// Keeps `seen` current from one watch on the run's pods and wakes whoever waits on `changed`.
@@ -1065,12 +1039,12 @@ impl Launcher for KubeLauncher {
                     waiting.get_or_insert(name.clone());
                     continue;
                 };
-                if let Some((_, reason)) =
-                    pod_failure(&seen.pod, seen.deleted, self.settings.pending_timeout)
+                if let Some(exit) =
+                    pod_exit(name, &seen.pod, seen.deleted, self.settings.pending_timeout)
                 {
                     return Err(LaunchError::Member {
                         member: name.clone(),
-                        reason,
+                        reason: exit.describe(),
                     });
                 }
                 match (is_ready(&seen.pod), pod_ip(&seen.pod)) {
@@ -1149,23 +1123,7 @@ impl Launcher for KubeLauncher {
             if self.exits.contains_key(name) || self.stopping.contains(name) {
                 continue;
             }
-            let Some(seen) = self.seen(name) else {
-                continue;
-            };
-            if let Some((kind, reason)) =
-                pod_failure(&seen.pod, seen.deleted, self.settings.pending_timeout)
-            {
-                let (code, signal) = match kind {
-                    MemberExitKind::Terminated(code, signal) => (Some(code), signal),
-                    _ => (None, None),
-                };
-                ended.push(MemberExit {
-                    member_id: name.clone(),
-                    code,
-                    signal,
-                    reason: Some(reason),
-                });
-            }
+            ended.extend(self.ended(name));
         }
         for e in &ended {
             self.exits.insert(e.member_id.clone(), e.clone());
