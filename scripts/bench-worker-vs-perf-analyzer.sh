@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Client CPU time per request: the worker's Load scenario vs perf_analyzer, both
+# closed loop at the same concurrency, one after the other against the same local
+# tritonserver (scripts/start-tritonserver.sh, 127.0.0.1 only, free ports) and model
+# (add_sub, gRPC). Design target: worker CPU per request <= 0.5 x perf_analyzer's.
+#
+# Usage: scripts/bench-worker-vs-perf-analyzer.sh
+# Env: CONCURRENCY (4), DURATION seconds per client run (15), ROUNDS (1; each round
+# runs the worker, then perf_analyzer), WORKER (target/release/worker, built when
+# missing), PERF_ANALYZER (.local/bin/perf_analyzer), LOAD_WINDOW (worker, 1s),
+# BENCH_KEEP=1 keeps the logs and reports.
+#
+# CPU is the client process's own user+system time (getrusage of its children, by a
+# python wrapper), requests are the server's nv_inference_request_success{model=
+# "add_sub"} delta over each client run (same method for both); each client's own
+# count is printed too. The server shares the machine's cores with the client.
+# Exit: 0 after printing results (target met or not), 1 when something could not be
+# measured. Not run by CI.
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
+cd "$REPO_ROOT"
+
+CONCURRENCY="${CONCURRENCY:-4}"
+DURATION="${DURATION:-15}"
+ROUNDS="${ROUNDS:-1}"
+LOAD_WINDOW="${LOAD_WINDOW:-1s}"
+WORKER="${WORKER:-${CARGO_TARGET_DIR:-target}/release/worker}"
+PERF_ANALYZER="${PERF_ANALYZER:-$REPO_ROOT/.local/bin/perf_analyzer}"
+MODEL=add_sub
+
+fail() { echo "bench: CANNOT MEASURE: $*" >&2; exit 1; }
+log() { echo "bench: $*" >&2; }
+
+for v in CONCURRENCY DURATION ROUNDS; do
+    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer, got '${!v}'"
+done
+command -v python3 >/dev/null || fail "python3 not found"
+command -v curl >/dev/null || fail "curl not found"
+[ -x "$PERF_ANALYZER" ] || fail "$PERF_ANALYZER not found: run scripts/install-tritonserver.sh"
+if [ ! -x "$WORKER" ]; then
+    log "building the worker ($WORKER missing)"
+    cargo build --release -p worker >&2 || fail "cargo build --release -p worker failed"
+    [ -x "$WORKER" ] || fail "$WORKER still missing after the build"
+fi
+
+TMP="$(mktemp -d)"
+server_pid=""
+cleanup() {
+    if [ -n "$server_pid" ]; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    if [ -n "${BENCH_KEEP:-}" ]; then log "logs kept in $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+
+# Three free loopback ports, held open together so they differ.
+read -r GRPC_PORT HTTP_PORT METRICS_PORT < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])
+for s in ss: s.close()')
+
+log "starting tritonserver (grpc $GRPC_PORT, http $HTTP_PORT, metrics $METRICS_PORT)"
+"$SCRIPT_DIR/start-tritonserver.sh" --grpc-port "$GRPC_PORT" --http-port "$HTTP_PORT" \
+    --metrics-port "$METRICS_PORT" >"$TMP/server.log" 2>&1 &
+server_pid=$!
+ready=0
+for _ in $(seq 1 240); do
+    kill -0 "$server_pid" 2>/dev/null || { tail -20 "$TMP/server.log" >&2; fail "tritonserver exited"; }
+    if curl -sf "http://127.0.0.1:$HTTP_PORT/v2/models/$MODEL/ready" >/dev/null 2>&1; then
+        ready=1; break
+    fi
+    sleep 0.5
+done
+[ "$ready" -eq 1 ] || { tail -20 "$TMP/server.log" >&2; fail "model $MODEL not ready after 120 s"; }
+
+# Successful inferences of the model, as counted by the server.
+server_count() {
+    curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" |
+        awk -v m="model=\"$MODEL\"" '/^nv_inference_request_success\{/ && index($0, m) { s += $NF } END { printf "%d\n", s }'
+}
+
+# run_client NAME CMD...: runs CMD under a getrusage wrapper, appends one result line
+# "NAME wall_s user_s sys_s rc server_requests" to $TMP/results.
+run_client() {
+    local name="$1"; shift
+    local before after
+    before="$(server_count)" || fail "cannot read the server's metrics"
+    python3 -c '
+import resource, subprocess, sys, time
+out, cmd = sys.argv[1], sys.argv[2:]
+t = time.monotonic()
+with open(out + ".log", "w") as log:
+    rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+wall = time.monotonic() - t
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+with open(out, "w") as f:
+    print(f"{wall:.3f} {r.ru_utime:.3f} {r.ru_stime:.3f} {rc}", file=f)
+' "$TMP/$name.$round" "$@"
+    after="$(server_count)" || fail "cannot read the server's metrics"
+    echo "$name $(cat "$TMP/$name.$round") $((after - before))" >>"$TMP/results"
+}
+
+# Warm-up (not measured): connections, the model's first executions, page cache.
+round=warmup
+run_client warmup "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" -i grpc \
+    --concurrency-range 1 --measurement-mode count_windows --measurement-request-count 500 -s 100
+: >"$TMP/results"
+
+window_ms=$(( DURATION * 1000 / 3 ))
+for round in $(seq 1 "$ROUNDS"); do
+    log "round $round/$ROUNDS: worker, Load scenario, concurrency $CONCURRENCY, ${DURATION}s"
+    run_client worker "$WORKER" --servers "127.0.0.1:$GRPC_PORT" --protocol grpc \
+        --scenarios Load:1 --concurrency 1 --load-concurrency "$CONCURRENCY" \
+        --load-window "$LOAD_WINDOW" --load-model "$MODEL" --duration "${DURATION}s" \
+        --seed 1 --report-json "$TMP/worker.$round.json"
+    # Three time windows of DURATION/3 (-s 100: the first three count as stable).
+    log "round $round/$ROUNDS: perf_analyzer, concurrency $CONCURRENCY, 3 x ${window_ms} ms"
+    run_client perf_analyzer "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" -i grpc \
+        --concurrency-range "$CONCURRENCY:$CONCURRENCY" --measurement-mode time_windows \
+        -p "$window_ms" -s 100 --max-trials 3 -f "$TMP/perf_analyzer.$round.csv"
+done
+
+python3 - "$TMP" "$CONCURRENCY" <<'PY' || exit 1
+import csv, json, os, sys
+
+tmp, conc = sys.argv[1], sys.argv[2]
+runs = [l.split() for l in open(os.path.join(tmp, "results")) if l.strip()]
+problems = []
+
+
+def worker_own(rnd):
+    """Requests the worker itself counted: the Load row of its report."""
+    try:
+        report = json.load(open(os.path.join(tmp, f"worker.{rnd}.json")))
+    except (OSError, ValueError) as e:
+        return f"no report ({e.__class__.__name__})"
+
+    load = [r for r in report.get("rows", []) if r.get("scenario") == "Load"]
+    return str(load[0].get("requests", "?")) if load else "?"
+
+
+def pa_own(rnd):
+    """perf_analyzer's own throughput (its last, stable window set), from its CSV."""
+    try:
+        rows = list(csv.DictReader(open(os.path.join(tmp, f"perf_analyzer.{rnd}.csv"))))
+        return f"{float(rows[-1]['Inferences/Second']):.0f}/s"
+    except (OSError, KeyError, IndexError, ValueError):
+        return "?"
+
+
+rows = {}
+rnd_of = {}
+print()
+print(f"model add_sub, gRPC, closed loop, concurrency {conc}; server and client share the CPUs "
+      f"({os.cpu_count()} cores)")
+print(f"{'client':<14} {'round':>5} {'wall s':>7} {'user s':>7} {'sys s':>6} {'requests':>9} "
+      f"{'req/s':>7} {'CPU us/req':>10} {'cpu %':>6}  own count")
+counters = {}
+for name, wall, user, sys_, rc, reqs in runs:
+    counters[name] = counters.get(name, 0) + 1
+    rnd = counters[name]
+    wall, user, sys_, rc, reqs = float(wall), float(user), float(sys_), int(rc), int(reqs)
+    cpu = user + sys_
+    if reqs <= 0:
+        problems.append(f"{name} round {rnd}: the server counted no requests (rc {rc})")
+        continue
+    if rc != 0:
+        problems.append(f"{name} round {rnd}: exit status {rc} (see its log); numbers kept")
+    us = cpu / reqs * 1e6
+    own = worker_own(rnd) + " requests" if name == "worker" else pa_own(rnd)
+    rows.setdefault(name, []).append((reqs / wall, us))
+    print(f"{name:<14} {rnd:>5} {wall:>7.1f} {user:>7.2f} {sys_:>6.2f} {reqs:>9} {reqs / wall:>7.0f} "
+          f"{us:>10.1f} {100 * cpu / wall:>5.0f}%  {own}")
+
+for p in problems:
+    print("note:", p)
+if "worker" not in rows or "perf_analyzer" not in rows:
+    print("bench: CANNOT MEASURE: a client produced no result", file=sys.stderr)
+    sys.exit(1)
+
+print()
+for (wt, wus), (pt, pus) in zip(rows["worker"], rows["perf_analyzer"]):
+    ratio = wus / pus
+    verdict = "PASS" if ratio <= 0.5 else "MISS"
+    print(f"worker/perf_analyzer: CPU per request {wus:.1f}/{pus:.1f} us = {ratio:.2f} "
+          f"(target <= 0.50: {verdict}); throughput {wt:.0f}/{pt:.0f} req/s = {wt / pt:.2f}")
+PY
