@@ -629,32 +629,38 @@ pub async fn delete_run(client: &Client, ns: &str, run_id: &str) -> Result<usize
         grace_period_seconds: Some(0),
         ..Default::default()
     };
+    let mut deleted = delete_labelled::<Pod>(client, ns, &lp, &now).await?;
+    deleted += delete_labelled::<Secret>(client, ns, &lp, &now).await?;
+    deleted +=
+        delete_labelled::<k8s_openapi::api::core::v1::Service>(client, ns, &lp, &now).await?;
+    deleted += delete_labelled::<ConfigMap>(client, ns, &lp, &now).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let mut deleted = 0;
-    for p in pods.list(&lp).await?.items {
-        deleted += 1;
-        ignore_not_found(pods.delete(&p.name_any(), &now).await)?;
-    }
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    for s in secrets.list(&lp).await?.items {
-        deleted += 1;
-        ignore_not_found(secrets.delete(&s.name_any(), &now).await)?;
-    }
-    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), ns);
-    for s in services.list(&lp).await?.items {
-        deleted += 1;
-        ignore_not_found(services.delete(&s.name_any(), &now).await)?;
-    }
-    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    for c in configmaps.list(&lp).await?.items {
-        deleted += 1;
-        ignore_not_found(configmaps.delete(&c.name_any(), &now).await)?;
-    }
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline && !pods.list(&lp).await?.items.is_empty() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Ok(deleted)
+}
+
+/// Deletes every object of kind `K` in `ns` that `lp` selects; how many there were.
+async fn delete_labelled<K>(
+    client: &Client,
+    ns: &str,
+    lp: &ListParams,
+    dp: &DeleteParams,
+) -> Result<usize, kube::Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let items = api.list(lp).await?.items;
+    for o in &items {
+        ignore_not_found(api.delete(&o.name_any(), dp).await)?;
+    }
+    Ok(items.len())
 }
 
 fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
