@@ -14,10 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stress_common::scenario::Scenario;
 use stress_common::status::{EventKind, FailureRecord, SinkError, StatusSink, WorkerSnapshot};
+use stress_common::tritonserver::{ServerSpec, TritonServer};
 use worker::client::grpc::GrpcClient;
 use worker::client::http::HttpClient;
 use worker::client::{
-    InferRequest, Protocol, RequestedOutput, SequenceFlags, TritonClient, connect,
+    ClientError, InferRequest, Protocol, RequestedOutput, SequenceFlags, TritonClient, connect,
 };
 use worker::config::WorkerConfig;
 use worker::scenarios::image::ImageBatch;
@@ -561,4 +562,131 @@ async fn clients_name_the_cause_when_nothing_listens() {
         e.starts_with("transport error: ") && e.contains("Connection refused"),
         "{e}"
     );
+}
+
+/// add_sub's request for `a` and `b`, both outputs asked for.
+fn add_sub_request(model: &str, a: &[i32], b: &[i32]) -> InferRequest {
+    let n = a.len() as i64;
+    let mut request = InferRequest::new(
+        model,
+        vec![
+            Tensor::from_i32("INPUT0", vec![n], a),
+            Tensor::from_i32("INPUT1", vec![n], b),
+        ],
+    );
+    request.outputs = ["OUTPUT0", "OUTPUT1"]
+        .map(|name| RequestedOutput {
+            name: name.into(),
+            class_count: None,
+        })
+        .to_vec();
+    request
+}
+
+/// A server with add_sub only (quick to start), on the given ports (0: free ones).
+async fn start_add_sub_server(name: &str, grpc_port: u16, http_port: u16) -> TritonServer {
+    let binary = stress_common::tritonserver::find_binary(Some(&support::repo_root()))
+        .expect("a real tritonserver");
+    let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tritonserver-{name}.log"));
+    let mut spec = ServerSpec::new(binary, vec![support::repo_root().join("models")], log);
+    spec.grpc_port = grpc_port;
+    spec.http_port = http_port;
+    spec.extra_args = vec![
+        "--model-control-mode=explicit".into(),
+        "--load-model=add_sub".into(),
+    ];
+    let mut server = TritonServer::start(spec)
+        .await
+        .expect("tritonserver starts");
+    server
+        .wait_ready(support::READY_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("tritonserver not ready: {e}"));
+    server
+}
+
+/// The gRPC client's one HTTP/2 connection: the pre-encoded ModelInfer path returns correct
+/// tensors and Triton's own errors; a killed server is reported with its cause; and the same
+/// client serves again, on a new connection, once a server is back on the address.
+#[tokio::test]
+async fn grpc_client_reports_server_errors_and_reconnects_after_a_restart() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let mut server = start_add_sub_server("reconnect-1", 0, 0).await;
+    let address = server.grpc_address();
+    let client = GrpcClient::connect(&address).await.expect("gRPC connect");
+    // add_sub takes 16 values per input.
+    let a: Vec<i32> = (0..16).map(|i| i * 65_537 - 300_000).collect();
+    let b: Vec<i32> = (0..16).map(|i| 1_000 - i * i * 4_099).collect();
+    let sum: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    let difference: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x - y).collect();
+    let good = client
+        .prepare(&add_sub_request("add_sub", &a, &b))
+        .expect("prepare");
+    let check = |r: worker::client::InferResponse, label: &str| {
+        let got_sum = r
+            .output("OUTPUT0")
+            .expect("OUTPUT0")
+            .to_i32()
+            .expect("INT32");
+        let got_difference = r
+            .output("OUTPUT1")
+            .expect("OUTPUT1")
+            .to_i32()
+            .expect("INT32");
+        assert_eq!(got_sum, sum, "{label}");
+        assert_eq!(got_difference, difference, "{label}");
+    };
+    check(
+        client.infer_prepared(&good, None).await.expect("infer"),
+        "before the kill",
+    );
+
+    // Triton's error comes back through the same path, code and message intact.
+    let unknown = client
+        .prepare(&add_sub_request("no_such_model", &a, &b))
+        .expect("prepare");
+    match client.infer_prepared(&unknown, None).await {
+        Err(ClientError::Server { code, message }) => {
+            assert_eq!(code, "NotFound", "{message}");
+            assert!(message.contains("no_such_model"), "{message}");
+        }
+        other => panic!("an unknown model should be a server error, got {other:?}"),
+    }
+
+    let (grpc_port, http_port) = (server.spec.grpc_port, server.spec.http_port);
+    server.kill().await;
+    // The connection may still look open for a moment; within a few calls the client tries a
+    // new one and says why it cannot have it.
+    let mut last = None;
+    for _ in 0..50 {
+        match client.infer_prepared(&good, None).await {
+            Ok(_) => panic!("a killed server answered"),
+            Err(e) => {
+                assert!(matches!(e, ClientError::Transport(_)), "{e:?}");
+                let refused = e.to_string().contains("Connection refused");
+                last = Some(e);
+                if refused {
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let last = last.expect("at least one call").to_string();
+    assert!(
+        last.contains(&address) && last.contains("Connection refused"),
+        "{last}"
+    );
+
+    let restarted = start_add_sub_server("reconnect-2", grpc_port, http_port).await;
+    check(
+        client
+            .infer_prepared(&good, None)
+            .await
+            .expect("the same client after the restart"),
+        "after the restart",
+    );
+    // tonic's calls share the new connection.
+    assert!(client.server_live().await.expect("ServerLive"));
+    support::stop_server(restarted).await;
 }

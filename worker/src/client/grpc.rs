@@ -1,6 +1,9 @@
-//! KServe v2 over gRPC with tonic: one HTTP/2 connection per server, shared (cloned channel) by
-//! every stream of the worker; tensors travel in `raw_input_contents` / `raw_output_contents`.
+//! KServe v2 over gRPC: tonic's generated client on one HTTP/2 connection per server
+//! (`H2Connection`), shared by every stream of the worker; tensors travel in
+//! `raw_input_contents` / `raw_output_contents`. The load scenario's requests are encoded once
+//! and sent as ready gRPC frames.
 
+use super::h2_connection::{self, H2Connection};
 use super::{
     ClientError, InferRequest, InferResponse, Prepared, Protocol, SequenceSession, TritonClient,
 };
@@ -11,14 +14,18 @@ use crate::proto::{
     model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
 };
 use crate::tensor::{DataType, Tensor};
+use prost::Message;
 use std::collections::HashMap;
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+
+/// ModelInfer's path, as tonic's generated client names it.
+const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
 
 #[derive(Clone)]
 pub struct GrpcClient {
-    address: String,
-    client: GrpcInferenceServiceClient<Channel>,
+    connection: H2Connection,
+    client: GrpcInferenceServiceClient<H2Connection>,
+    model_infer: http::Uri,
 }
 
 fn status_error(status: tonic::Status) -> ClientError {
@@ -49,23 +56,14 @@ fn param(choice: ParameterChoice) -> InferParameter {
 
 impl GrpcClient {
     pub async fn connect(address: &str) -> Result<Self, ClientError> {
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| ClientError::Transport(format!("{address}: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_while_idle(true);
-        let channel = endpoint.connect().await.map_err(|e| {
-            ClientError::Transport(super::with_causes(
-                format!("{address}: {e}"),
-                std::error::Error::source(&e),
-            ))
-        })?;
+        let connection = H2Connection::connect(address).await.map_err(status_error)?;
+        let origin = connection.uri("/");
         Ok(Self {
-            address: address.into(),
-            client: GrpcInferenceServiceClient::new(channel)
-                .max_decoding_message_size(256 << 20)
+            client: GrpcInferenceServiceClient::with_origin(connection.clone(), origin)
+                .max_decoding_message_size(h2_connection::MAX_MESSAGE)
                 .max_encoding_message_size(usize::MAX),
+            model_infer: connection.uri(MODEL_INFER),
+            connection,
         })
     }
 
@@ -157,26 +155,28 @@ impl GrpcClient {
         Ok(InferResponse { outputs })
     }
 
-    /// Sends an already converted request (the load scenario's hot path).
+    /// Sends an encoded ModelInfer request (the load scenario's hot path): no per-request
+    /// encoding or copying, and the response's tensors are slices of the received bytes.
     ///
     /// The deadline is enforced here, on the client, and not sent as `grpc-timeout`: when
     /// Triton 2.51 expires a deadline itself it resets the stream twice, which the h2 crate
     /// treats as a connection PROTOCOL_ERROR that fails every request sharing the connection.
-    pub async fn infer_proto(
+    pub async fn infer_frame(
         &self,
-        request: ModelInferRequest,
+        frame: bytes::Bytes,
         timeout: Option<Duration>,
     ) -> Result<InferResponse, ClientError> {
-        let mut client = self.client.clone();
-        let call = client.model_infer(tonic::Request::new(request));
-        let response = match timeout {
+        let call = self.connection.unary(self.model_infer.clone(), frame);
+        let message = match timeout {
             Some(t) => tokio::time::timeout(t, call)
                 .await
                 .map_err(|_| ClientError::DeadlineExceeded(format!("no response within {t:?}")))?,
             None => call.await,
         }
         .map_err(status_error)?;
-        Self::from_proto(response.into_inner())
+        let response = proto::ModelInferResponse::decode(message)
+            .map_err(|e| ClientError::Protocol(format!("ModelInferResponse: {e}")))?;
+        Self::from_proto(response)
     }
 
     pub async fn model_config(&self, model: &str) -> Result<proto::ModelConfig, ClientError> {
@@ -244,7 +244,7 @@ impl GrpcClient {
 #[async_trait::async_trait]
 impl TritonClient for GrpcClient {
     fn address(&self) -> &str {
-        &self.address
+        self.connection.address()
     }
 
     fn protocol(&self) -> Protocol {
@@ -300,7 +300,9 @@ impl TritonClient for GrpcClient {
     }
 
     fn prepare(&self, request: &InferRequest) -> Result<Prepared, ClientError> {
-        Ok(Prepared::Grpc(Self::to_proto(request)))
+        Ok(Prepared::Grpc(h2_connection::frame(&Self::to_proto(
+            request,
+        ))))
     }
 
     async fn infer_prepared(
@@ -309,7 +311,7 @@ impl TritonClient for GrpcClient {
         timeout: Option<Duration>,
     ) -> Result<InferResponse, ClientError> {
         match prepared {
-            Prepared::Grpc(r) => self.infer_proto(r.clone(), timeout).await,
+            Prepared::Grpc(frame) => self.infer_frame(frame.clone(), timeout).await,
             Prepared::Http { .. } => Err(ClientError::WrongProtocol),
         }
     }
@@ -328,7 +330,7 @@ impl TritonClient for GrpcClient {
 /// tonic returns from a streaming call only once the server sends its response headers, which
 /// Triton does after it has read a request.
 struct GrpcSequenceSession {
-    client: GrpcInferenceServiceClient<Channel>,
+    client: GrpcInferenceServiceClient<H2Connection>,
     tx: Option<tokio::sync::mpsc::Sender<ModelInferRequest>>,
     responses: Option<tonic::Streaming<ModelStreamInferResponse>>,
 }

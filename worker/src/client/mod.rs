@@ -2,6 +2,7 @@
 //! (tonic) or HTTP/REST.
 
 pub mod grpc;
+pub mod h2_connection;
 pub mod http;
 
 use crate::tensor::Tensor;
@@ -46,7 +47,7 @@ pub struct InferRequest {
     pub sequence: Option<SequenceFlags>,
     /// Custom integer parameters that reach the model (e.g. `delay_ms`).
     pub int_parameters: Vec<(String, i64)>,
-    /// Client-side deadline (see `grpc::GrpcClient::infer_proto` for why it is not sent).
+    /// Client-side deadline (see `grpc::GrpcClient::infer_frame` for why it is not sent).
     pub timeout: Option<Duration>,
 }
 
@@ -154,7 +155,8 @@ pub trait SequenceSession: Send {
 /// A request in its wire form.
 #[derive(Debug, Clone)]
 pub enum Prepared {
-    Grpc(crate::proto::ModelInferRequest),
+    /// A framed, encoded `ModelInferRequest`.
+    Grpc(bytes::Bytes),
     Http {
         model: String,
         body: bytes::Bytes,

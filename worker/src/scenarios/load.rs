@@ -102,23 +102,33 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     let timeout = Some(env.settings.request_timeout);
     let result = match env.settings.load_mode {
         LoadMode::Concurrency(n) => {
-            let senders = (0..n).map(|k| {
-                let (env, variants, model) = (&*env, &variants, &model);
-                async move {
-                    let mut i = k;
-                    while Instant::now() < end && !env.cancel.is_cancelled() {
-                        let v = &variants[i % variants.len()];
-                        i += n;
-                        let started = Instant::now();
-                        let r = env.client.infer_prepared(&v.prepared, timeout).await;
-                        env.stats
-                            .request(env.scenario, r.is_ok().then(|| started.elapsed()));
-                        validate(model, v, r)?;
+            // FuturesUnordered polls only the senders whose response arrived.
+            let mut senders: FuturesUnordered<_> = (0..n)
+                .map(|k| {
+                    let (env, variants, model) = (&*env, &variants, &model);
+                    async move {
+                        let mut i = k;
+                        while Instant::now() < end && !env.cancel.is_cancelled() {
+                            let v = &variants[i % variants.len()];
+                            i += n;
+                            let started = Instant::now();
+                            let r = env.client.infer_prepared(&v.prepared, timeout).await;
+                            env.stats
+                                .request(env.scenario, r.is_ok().then(|| started.elapsed()));
+                            validate(model, v, r)?;
+                        }
+                        Ok::<(), Failure>(())
                     }
-                    Ok::<(), Failure>(())
+                })
+                .collect();
+            let mut result = Ok(());
+            while let Some(r) = senders.next().await {
+                if r.is_err() {
+                    result = r;
+                    break;
                 }
-            });
-            futures::future::try_join_all(senders).await.map(|_| ())
+            }
+            result
         }
         LoadMode::Rate(rate) => open_loop(env, &model, &variants, rate, end, timeout).await,
     };

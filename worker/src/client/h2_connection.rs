@@ -1,0 +1,397 @@
+//! The worker's one HTTP/2 connection to a server, on the h2 crate: tonic's generated client runs
+//! over it (it is a tower `Service`), and the load scenario sends pre-encoded requests on it
+//! directly (`unary`).
+//!
+//! Why not tonic's `Channel`: through hyper, a request's HEADERS and its DATA leave in two
+//! separate writes (the body is piped by a second task once flow-control capacity is granted),
+//! and every call hops through a buffer task. On loopback each write costs the sender the whole
+//! TCP receive path as well, so a closed-loop client spent about half of its CPU per request
+//! there. Here a request's frames are queued together and the connection task flushes them (and
+//! those of every other stream ready at that moment) in one write.
+//!
+//! A dead connection (server killed, GOAWAY) is replaced on the next call, like a `Channel`
+//! reconnects: the first call after a server died reports why it cannot connect.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use h2::client::SendRequest;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http_body::Frame;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tonic::Status;
+
+/// Our receive windows: a response (an image batch's outputs, a model config) never waits for
+/// a WINDOW_UPDATE round trip.
+const STREAM_WINDOW: u32 = 4 << 20;
+const CONNECTION_WINDOW: u32 = 16 << 20;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest response message accepted, as tonic's `max_decoding_message_size` elsewhere.
+pub const MAX_MESSAGE: usize = 256 << 20;
+
+#[derive(Clone)]
+pub struct H2Connection {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    address: String,
+    authority: Authority,
+    /// The live connection; `None` before the first connect and after it was found dead.
+    current: Mutex<Option<Live>>,
+    /// Held while connecting, so concurrent calls on a dead connection make one new one.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+#[derive(Clone)]
+struct Live {
+    sender: SendRequest<Bytes>,
+    /// Set when the connection task ends (EOF, reset, GOAWAY handled).
+    closed: Arc<AtomicBool>,
+}
+
+fn unavailable(message: String) -> Status {
+    Status::unavailable(message)
+}
+
+impl H2Connection {
+    /// Connects now, so a wrong address or a server that is not up is reported at once.
+    pub async fn connect(address: &str) -> Result<Self, Status> {
+        let authority: Authority = address
+            .parse()
+            .map_err(|e| Status::invalid_argument(format!("{address}: {e}")))?;
+        let connection = Self {
+            inner: Arc::new(Inner {
+                address: address.into(),
+                authority,
+                current: Mutex::new(None),
+                connecting: tokio::sync::Mutex::new(()),
+            }),
+        };
+        connection.sender().await?;
+        Ok(connection)
+    }
+
+    pub fn address(&self) -> &str {
+        &self.inner.address
+    }
+
+    /// The URI of a gRPC method on this server.
+    pub fn uri(&self, path: &'static str) -> http::Uri {
+        http::Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(self.inner.authority.clone())
+            .path_and_query(PathAndQuery::from_static(path))
+            .build()
+            .expect("a static path and a parsed authority make a URI")
+    }
+
+    fn live(&self) -> Option<Live> {
+        let current = self.inner.current.lock().unwrap_or_else(|e| e.into_inner());
+        current
+            .as_ref()
+            .filter(|l| !l.closed.load(Ordering::Acquire))
+            .cloned()
+    }
+
+    fn forget(&self, dead: &Live) {
+        dead.closed.store(true, Ordering::Release);
+        let mut current = self.inner.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current
+            .as_ref()
+            .is_some_and(|l| Arc::ptr_eq(&l.closed, &dead.closed))
+        {
+            *current = None;
+        }
+    }
+
+    async fn sender(&self) -> Result<Live, Status> {
+        if let Some(live) = self.live() {
+            return Ok(live);
+        }
+        let _connecting = self.inner.connecting.lock().await;
+        if let Some(live) = self.live() {
+            return Ok(live);
+        }
+        let address = &self.inner.address;
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(address))
+            .await
+            .map_err(|_| unavailable(format!("{address}: no TCP connection within 5s")))?
+            .map_err(|e| unavailable(format!("{address}: tcp connect error: {e}")))?;
+        // Requests are small and latency-bound: never hold one back for Nagle.
+        tcp.set_nodelay(true)
+            .map_err(|e| unavailable(format!("{address}: {e}")))?;
+        let (sender, connection) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .handshake::<_, Bytes>(tcp)
+            .await
+            .map_err(|e| unavailable(format!("{address}: HTTP/2 handshake: {e}")))?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let flag = closed.clone();
+        let label = address.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(server = %label, "HTTP/2 connection ended: {e}");
+            }
+            flag.store(true, Ordering::Release);
+        });
+        let live = Live { sender, closed };
+        *self.inner.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(live.clone());
+        Ok(live)
+    }
+
+    /// Opens a stream for `request` once the connection has room for one more; a connection
+    /// that turns out dead here is replaced once (nothing was sent on it).
+    async fn open(
+        &self,
+        request: http::Request<()>,
+        end_of_stream: bool,
+    ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), Status> {
+        let mut retried = false;
+        loop {
+            let live = self.sender().await?;
+            let ready = live.sender.clone().ready().await;
+            match ready {
+                Ok(mut sender) => {
+                    return sender
+                        .send_request(request, end_of_stream)
+                        .map_err(|e| Status::from_error(Box::new(e)));
+                }
+                Err(e) if retried => {
+                    return Err(unavailable(format!("{}: {e}", self.inner.address)));
+                }
+                Err(_) => {
+                    self.forget(&live);
+                    retried = true;
+                }
+            }
+        }
+    }
+
+    /// One unary gRPC call (`uri`: from [`Self::uri`]) with an already framed request message
+    /// (`frame`); returns the
+    /// response message's bytes. HEADERS and DATA are queued together, so they leave in one
+    /// write.
+    pub async fn unary(&self, uri: http::Uri, frame: Bytes) -> Result<Bytes, Status> {
+        let request = http::Request::post(uri)
+            .header(http::header::CONTENT_TYPE, "application/grpc")
+            .header(http::header::TE, "trailers")
+            .body(())
+            .expect("static headers are valid");
+        let (response, mut send) = self.open(request, false).await?;
+        send.send_data(frame, true)
+            .map_err(|e| Status::from_error(Box::new(e)))?;
+        let response = response.await.map_err(|e| self.stream_error(e))?;
+        let (parts, mut body) = response.into_parts();
+        if parts.status != http::StatusCode::OK {
+            return Err(Status::unknown(format!(
+                "HTTP status {} instead of a gRPC response",
+                parts.status
+            )));
+        }
+        // Trailers-only: an error answered in the headers, without a body.
+        if let Some(status) = Status::from_header_map(&parts.headers)
+            && status.code() != tonic::Code::Ok
+        {
+            return Err(status);
+        }
+        let mut first: Option<Bytes> = None;
+        let mut more = BytesMut::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(|e| self.stream_error(e))?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            match &first {
+                None => first = Some(chunk),
+                Some(f) => {
+                    if more.is_empty() {
+                        more.put_slice(f);
+                    }
+                    more.put_slice(&chunk);
+                    if more.len() > MAX_MESSAGE + 5 {
+                        return Err(Status::out_of_range(format!(
+                            "response larger than {MAX_MESSAGE} bytes"
+                        )));
+                    }
+                }
+            }
+        }
+        let trailers = body.trailers().await.map_err(|e| self.stream_error(e))?;
+        let status = trailers
+            .as_ref()
+            .and_then(Status::from_header_map)
+            .ok_or_else(|| Status::internal("response without grpc-status"))?;
+        if status.code() != tonic::Code::Ok {
+            return Err(status);
+        }
+        // One DATA frame is the usual case: its bytes are the message, no copy.
+        let data = if more.is_empty() {
+            first.unwrap_or_default()
+        } else {
+            more.freeze()
+        };
+        message_of(data)
+    }
+
+    fn stream_error(&self, e: h2::Error) -> Status {
+        if e.is_io() || e.is_go_away() {
+            return unavailable(format!("{}: {e}", self.inner.address));
+        }
+        Status::from_error(Box::new(e))
+    }
+}
+
+/// The gRPC length-prefixed framing of one message.
+pub fn frame(message: &impl prost::Message) -> Bytes {
+    let len = message.encoded_len();
+    let mut buf = BytesMut::with_capacity(5 + len);
+    buf.put_u8(0);
+    buf.put_u32(u32::try_from(len).expect("a message under 4 GiB"));
+    message
+        .encode(&mut buf)
+        .expect("the buffer has the message's length");
+    buf.freeze()
+}
+
+/// The message inside exactly one uncompressed gRPC frame.
+fn message_of(mut data: Bytes) -> Result<Bytes, Status> {
+    if data.len() < 5 {
+        return Err(Status::internal(format!(
+            "a gRPC response of {} bytes (no message frame)",
+            data.len()
+        )));
+    }
+    let compressed = data.get_u8();
+    let len = data.get_u32() as usize;
+    if compressed != 0 {
+        return Err(Status::unimplemented("a compressed response message"));
+    }
+    if data.len() != len {
+        return Err(Status::internal(format!(
+            "a gRPC frame announcing {len} bytes carries {}",
+            data.len()
+        )));
+    }
+    Ok(data)
+}
+
+/// tonic's generated client over this connection: each call's request body is piped onto its
+/// HTTP/2 stream; a unary body is usually complete at once, so it leaves with its HEADERS.
+impl tonic::codegen::Service<http::Request<tonic::body::Body>> for H2Connection {
+    type Response = http::Response<ResponseBody>;
+    type Error = Status;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Status>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        // Stream concurrency is waited for in `open`.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let connection = self.clone();
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let end_of_stream = http_body::Body::is_end_stream(&body);
+            let (response, send) = connection
+                .open(http::Request::from_parts(parts, ()), end_of_stream)
+                .await?;
+            if !end_of_stream {
+                let mut pipe = Box::pin(pipe_body(body, send));
+                // Whatever the body has ready goes out now, with the HEADERS; a streaming body
+                // goes on piping in its own task.
+                if futures::poll!(pipe.as_mut()).is_pending() {
+                    tokio::spawn(pipe);
+                }
+            }
+            let response = response.await.map_err(|e| connection.stream_error(e))?;
+            Ok(response.map(|recv| ResponseBody {
+                recv,
+                state: BodyState::Data,
+            }))
+        })
+    }
+}
+
+/// Copies a request body onto its stream. Messages are small and each waits for its answer,
+/// so the stream buffers them instead of reserving flow-control capacity first.
+async fn pipe_body(mut body: tonic::body::Body, mut send: h2::SendStream<Bytes>) {
+    use http_body_util::BodyExt;
+    loop {
+        match body.frame().await {
+            None => {
+                let _ = send.send_data(Bytes::new(), true);
+                return;
+            }
+            Some(Ok(frame)) => {
+                let sent = match frame.into_data() {
+                    Ok(data) => send.send_data(data, false),
+                    Err(frame) => match frame.into_trailers() {
+                        Ok(trailers) => return drop(send.send_trailers(trailers)),
+                        Err(_) => Ok(()),
+                    },
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+            Some(Err(_)) => {
+                send.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+        }
+    }
+}
+
+enum BodyState {
+    Data,
+    Trailers,
+    Done,
+}
+
+/// A response stream as an `http_body::Body` for tonic; received data is handed back to the
+/// flow-control window as soon as tonic takes it.
+pub struct ResponseBody {
+    recv: h2::RecvStream,
+    state: BodyState,
+}
+
+impl http_body::Body for ResponseBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = &mut *self;
+        loop {
+            match this.state {
+                BodyState::Data => match ready!(this.recv.poll_data(cx)) {
+                    Some(Ok(data)) => {
+                        let _ = this.recv.flow_control().release_capacity(data.len());
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                    None => this.state = BodyState::Trailers,
+                },
+                BodyState::Trailers => {
+                    let trailers = ready!(this.recv.poll_trailers(cx));
+                    this.state = BodyState::Done;
+                    return Poll::Ready(match trailers {
+                        Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
+                        Ok(None) => None,
+                        Err(e) => Some(Err(e)),
+                    });
+                }
+                BodyState::Done => return Poll::Ready(None),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.state, BodyState::Done)
+    }
+}
