@@ -128,6 +128,21 @@ pub struct RunArgs {
     /// How long in-flight tests may take to finish after SIGTERM before they are cancelled.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// Runtime threads (default: one per server, at most the CPUs available to the process).
+    /// A server's requests all go through its one connection, so more threads than servers
+    /// mostly add cross-thread wake-ups: CPU per request rises by a third or more.
+    #[arg(long, env = "WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+}
+
+impl RunArgs {
+    /// The runtime's thread count: `--threads`, or one per server within the CPUs available.
+    pub fn runtime_threads(&self) -> usize {
+        self.threads.map(usize::from).unwrap_or_else(|| {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            self.servers.len().clamp(1, cpus)
+        })
+    }
 }
 
 #[derive(Debug, Clone)]

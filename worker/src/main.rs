@@ -7,10 +7,34 @@ use worker::config::{Cli, Hidden};
 /// Exit codes: 0 no failure, 1 a scenario failed, 2 bad input or unusable server.
 const BAD_INPUT: u8 = 2;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     stress_common::telemetry::init("info");
     let cli = Cli::parse();
+    let threads = match cli.command {
+        Some(_) => 1,
+        None => cli.run.runtime_threads(),
+    };
+    // One thread: the current-thread scheduler (no work-stealing, no cross-thread wake-ups).
+    let runtime = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    };
+    match runtime {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
     if let Some(Hidden::CrashingChild {
         server,
         protocol,

@@ -102,6 +102,10 @@ async fn bad_arguments_exit_2_before_anything_is_sent() {
             &["--servers", "bad host:8001"],
             "server address \"bad host:8001\": host \"bad host\" is not valid",
         ),
+        (
+            &["--threads", "0"],
+            "invalid value '0' for '--threads <THREADS>': 0 is not in 1..=65535",
+        ),
     ];
     for (extra, message) in cases {
         let _ = std::fs::remove_file(status);
