@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Client CPU time per request: the worker's Load scenario vs perf_analyzer, both
-# closed loop at the same concurrency, one after the other against the same local
+# closed loop at the same concurrency (each of a list), one after the other against the same local
 # tritonserver (scripts/start-tritonserver.sh, 127.0.0.1 only, free ports) and model
 # (add_sub, gRPC). Design target: worker CPU per request <= 0.5 x perf_analyzer's.
 #
 # Usage: scripts/bench-worker-vs-perf-analyzer.sh
-# Env: CONCURRENCY (4), DURATION seconds per client run (15), ROUNDS (1; each round
-# runs the worker, then perf_analyzer), WORKER (target/release/worker, built when
-# missing), PERF_ANALYZER (.local/bin/perf_analyzer), LOAD_WINDOW (worker, 1s),
-# BENCH_KEEP=1 keeps the logs and reports.
+# Env: CONCURRENCY ("1 4 16": the concurrencies to compare at), DURATION seconds per
+# client run (15), ROUNDS (1; each round runs, per concurrency, the worker, then
+# perf_analyzer), WORKER (target/release/worker, built when missing), PERF_ANALYZER
+# (.local/bin/perf_analyzer), LOAD_WINDOW (worker, 1s), BENCH_KEEP=1 keeps the logs and
+# reports. The worker runs with its default runtime threads (one per server).
 #
 # CPU is the client process's own user+system time (getrusage of its children, by a
 # python wrapper), requests are the server's nv_inference_request_success{model=
@@ -22,7 +23,7 @@ SCRIPT_DIR="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 cd "$REPO_ROOT"
 
-CONCURRENCY="${CONCURRENCY:-4}"
+CONCURRENCY="${CONCURRENCY:-1 4 16}"
 DURATION="${DURATION:-15}"
 ROUNDS="${ROUNDS:-1}"
 LOAD_WINDOW="${LOAD_WINDOW:-1s}"
@@ -33,8 +34,11 @@ MODEL=add_sub
 fail() { echo "bench: CANNOT MEASURE: $*" >&2; exit 1; }
 log() { echo "bench: $*" >&2; }
 
-for v in CONCURRENCY DURATION ROUNDS; do
+for v in DURATION ROUNDS; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer, got '${!v}'"
+done
+for c in $CONCURRENCY; do
+    [[ "$c" =~ ^[1-9][0-9]*$ ]] || fail "CONCURRENCY must list positive integers, got '$CONCURRENCY'"
 done
 command -v python3 >/dev/null || fail "python3 not found"
 command -v curl >/dev/null || fail "curl not found"
@@ -84,10 +88,10 @@ server_count() {
         awk -v m="model=\"$MODEL\"" '/^nv_inference_request_success\{/ && index($0, m) { s += $NF } END { printf "%d\n", s }'
 }
 
-# run_client NAME CMD...: runs CMD under a getrusage wrapper, appends one result line
-# "NAME wall_s user_s sys_s rc server_requests" to $TMP/results.
+# run_client NAME TAG CMD...: runs CMD under a getrusage wrapper, appends one result line
+# "NAME TAG wall_s user_s sys_s rc server_requests" to $TMP/results (TAG: c<conc>.<round>).
 run_client() {
-    local name="$1"; shift
+    local name="$1" tag="$2"; shift 2
     local before after
     before="$(server_count)" || fail "cannot read the server's metrics"
     python3 -c '
@@ -100,93 +104,95 @@ wall = time.monotonic() - t
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 with open(out, "w") as f:
     print(f"{wall:.3f} {r.ru_utime:.3f} {r.ru_stime:.3f} {rc}", file=f)
-' "$TMP/$name.$round" "$@"
+' "$TMP/$name.$tag" "$@"
     after="$(server_count)" || fail "cannot read the server's metrics"
-    echo "$name $(cat "$TMP/$name.$round") $((after - before))" >>"$TMP/results"
+    echo "$name $tag $(cat "$TMP/$name.$tag") $((after - before))" >>"$TMP/results"
 }
 
 # Warm-up (not measured): connections, the model's first executions, page cache.
-round=warmup
-run_client warmup "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" -i grpc \
+run_client warmup warmup "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" -i grpc \
     --concurrency-range 1 --measurement-mode count_windows --measurement-request-count 500 -s 100
 : >"$TMP/results"
 
 window_ms=$(( DURATION * 1000 / 3 ))
 for round in $(seq 1 "$ROUNDS"); do
-    log "round $round/$ROUNDS: worker, Load scenario, concurrency $CONCURRENCY, ${DURATION}s"
-    run_client worker "$WORKER" --servers "127.0.0.1:$GRPC_PORT" --protocol grpc \
-        --scenarios Load:1 --concurrency 1 --load-concurrency "$CONCURRENCY" \
-        --load-window "$LOAD_WINDOW" --load-model "$MODEL" --duration "${DURATION}s" \
-        --seed 1 --report-json "$TMP/worker.$round.json"
-    # Three time windows of DURATION/3 (-s 100: the first three count as stable).
-    log "round $round/$ROUNDS: perf_analyzer, concurrency $CONCURRENCY, 3 x ${window_ms} ms"
-    run_client perf_analyzer "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" -i grpc \
-        --concurrency-range "$CONCURRENCY:$CONCURRENCY" --measurement-mode time_windows \
-        -p "$window_ms" -s 100 --max-trials 3 -f "$TMP/perf_analyzer.$round.csv"
+    for conc in $CONCURRENCY; do
+        tag="c$conc.$round"
+        log "round $round/$ROUNDS: worker, Load scenario, concurrency $conc, ${DURATION}s"
+        run_client worker "$tag" "$WORKER" --servers "127.0.0.1:$GRPC_PORT" --protocol grpc \
+            --scenarios Load:1 --concurrency 1 --load-concurrency "$conc" \
+            --load-window "$LOAD_WINDOW" --load-model "$MODEL" --duration "${DURATION}s" \
+            --seed 1 --report-json "$TMP/worker.$tag.json"
+        # Three time windows of DURATION/3 (-s 100: the first three count as stable).
+        log "round $round/$ROUNDS: perf_analyzer, concurrency $conc, 3 x ${window_ms} ms"
+        run_client perf_analyzer "$tag" "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" \
+            -i grpc --concurrency-range "$conc:$conc" --measurement-mode time_windows \
+            -p "$window_ms" -s 100 --max-trials 3 -f "$TMP/perf_analyzer.$tag.csv"
+    done
 done
 
-python3 - "$TMP" "$CONCURRENCY" <<'PY' || exit 1
+python3 - "$TMP" <<'PY' || exit 1
 import csv, json, os, sys
 
-tmp, conc = sys.argv[1], sys.argv[2]
+tmp = sys.argv[1]
 runs = [l.split() for l in open(os.path.join(tmp, "results")) if l.strip()]
 problems = []
 
 
-def worker_own(rnd):
+def worker_own(tag):
     """Requests the worker itself counted: the Load row of its report."""
     try:
-        report = json.load(open(os.path.join(tmp, f"worker.{rnd}.json")))
+        report = json.load(open(os.path.join(tmp, f"worker.{tag}.json")))
     except (OSError, ValueError) as e:
         return f"no report ({e.__class__.__name__})"
-
     load = [r for r in report.get("rows", []) if r.get("scenario") == "Load"]
-    return str(load[0].get("requests", "?")) if load else "?"
+    return str(load[0].get("requests", "?")) + " requests" if load else "?"
 
 
-def pa_own(rnd):
+def pa_own(tag):
     """perf_analyzer's own throughput (its last, stable window set), from its CSV."""
     try:
-        rows = list(csv.DictReader(open(os.path.join(tmp, f"perf_analyzer.{rnd}.csv"))))
+        rows = list(csv.DictReader(open(os.path.join(tmp, f"perf_analyzer.{tag}.csv"))))
         return f"{float(rows[-1]['Inferences/Second']):.0f}/s"
     except (OSError, KeyError, IndexError, ValueError):
         return "?"
 
 
-rows = {}
-rnd_of = {}
+results = {}  # (tag, client) -> (req/s, CPU us per request)
 print()
-print(f"model add_sub, gRPC, closed loop, concurrency {conc}; server and client share the CPUs "
-      f"({os.cpu_count()} cores)")
-print(f"{'client':<14} {'round':>5} {'wall s':>7} {'user s':>7} {'sys s':>6} {'requests':>9} "
-      f"{'req/s':>7} {'CPU us/req':>10} {'cpu %':>6}  own count")
-counters = {}
-for name, wall, user, sys_, rc, reqs in runs:
-    counters[name] = counters.get(name, 0) + 1
-    rnd = counters[name]
+print(f"model add_sub, gRPC, closed loop; server and client share the CPUs ({os.cpu_count()} cores)")
+print(f"{'client':<14} {'conc':>4} {'round':>5} {'wall s':>7} {'user s':>7} {'sys s':>6} "
+      f"{'requests':>9} {'req/s':>7} {'CPU us/req':>10} {'cpu %':>6}  own count")
+for name, tag, wall, user, sys_, rc, reqs in runs:
+    conc, rnd = tag[1:].split(".")
     wall, user, sys_, rc, reqs = float(wall), float(user), float(sys_), int(rc), int(reqs)
     cpu = user + sys_
     if reqs <= 0:
-        problems.append(f"{name} round {rnd}: the server counted no requests (rc {rc})")
+        problems.append(f"{name} concurrency {conc} round {rnd}: the server counted no requests (rc {rc})")
         continue
     if rc != 0:
-        problems.append(f"{name} round {rnd}: exit status {rc} (see its log); numbers kept")
+        problems.append(f"{name} concurrency {conc} round {rnd}: exit status {rc} (see its log); numbers kept")
     us = cpu / reqs * 1e6
-    own = worker_own(rnd) + " requests" if name == "worker" else pa_own(rnd)
-    rows.setdefault(name, []).append((reqs / wall, us))
-    print(f"{name:<14} {rnd:>5} {wall:>7.1f} {user:>7.2f} {sys_:>6.2f} {reqs:>9} {reqs / wall:>7.0f} "
-          f"{us:>10.1f} {100 * cpu / wall:>5.0f}%  {own}")
+    own = worker_own(tag) if name == "worker" else pa_own(tag)
+    results[(tag, name)] = (reqs / wall, us)
+    print(f"{name:<14} {conc:>4} {rnd:>5} {wall:>7.1f} {user:>7.2f} {sys_:>6.2f} {reqs:>9} "
+          f"{reqs / wall:>7.0f} {us:>10.1f} {100 * cpu / wall:>5.0f}%  {own}")
 
 for p in problems:
     print("note:", p)
-if "worker" not in rows or "perf_analyzer" not in rows:
-    print("bench: CANNOT MEASURE: a client produced no result", file=sys.stderr)
+pairs = [(tag, results[(tag, "worker")], results[(tag, "perf_analyzer")])
+         for tag in dict.fromkeys(t for t, _ in results)
+         if (tag, "worker") in results and (tag, "perf_analyzer") in results]
+if not pairs:
+    print("bench: CANNOT MEASURE: no concurrency has results from both clients", file=sys.stderr)
     sys.exit(1)
 
 print()
-for (wt, wus), (pt, pus) in zip(rows["worker"], rows["perf_analyzer"]):
+for tag, (wt, wus), (pt, pus) in pairs:
+    conc, rnd = tag[1:].split(".")
     ratio = wus / pus
     verdict = "PASS" if ratio <= 0.5 else "MISS"
-    print(f"worker/perf_analyzer: CPU per request {wus:.1f}/{pus:.1f} us = {ratio:.2f} "
-          f"(target <= 0.50: {verdict}); throughput {wt:.0f}/{pt:.0f} req/s = {wt / pt:.2f}")
+    print(f"concurrency {conc:>3} round {rnd}: worker/perf_analyzer CPU per request "
+          f"{wus:.1f}/{pus:.1f} us = {ratio:.2f} (target <= 0.50: {verdict}); "
+          f"throughput {wt:.0f}/{pt:.0f} req/s = {wt / pt:.2f}")
 PY
