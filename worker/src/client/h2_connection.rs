@@ -29,6 +29,12 @@ use tonic::Status;
 const STREAM_WINDOW: u32 = 4 << 20;
 const CONNECTION_WINDOW: u32 = 16 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Dead-peer detection: about 60 s on an idle connection, 60 s with data unacknowledged.
+const KEEPALIVE: socket2::TcpKeepalive = socket2::TcpKeepalive::new()
+    .with_time(Duration::from_secs(30))
+    .with_interval(Duration::from_secs(10))
+    .with_retries(3);
+const USER_TIMEOUT: Duration = Duration::from_secs(60);
 /// The largest response message accepted, as tonic's `max_decoding_message_size` elsewhere.
 pub const MAX_MESSAGE: usize = 256 << 20;
 
@@ -124,6 +130,16 @@ impl H2Connection {
         // Requests are small and latency-bound: never hold one back for Nagle.
         tcp.set_nodelay(true)
             .map_err(|e| unavailable(format!("{address}: {e}")))?;
+        // A peer that vanished without a reset (node lost, partition) must end the connection,
+        // so the next call reconnects instead of every call running into its deadline. TCP
+        // keepalive does it on an idle connection, the user timeout with data unacknowledged;
+        // HTTP/2 PINGs would do the same, but Triton's gRPC server answers frequent PINGs
+        // between calls with GOAWAY (too_many_pings).
+        let socket = socket2::SockRef::from(&tcp);
+        socket
+            .set_tcp_keepalive(&KEEPALIVE)
+            .and_then(|()| socket.set_tcp_user_timeout(Some(USER_TIMEOUT)))
+            .map_err(|e| unavailable(format!("{address}: setting TCP keepalive: {e}")))?;
         let (sender, connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
