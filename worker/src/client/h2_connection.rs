@@ -14,6 +14,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
+use http::header::{HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http_body::Frame;
 use std::future::Future;
@@ -194,13 +195,13 @@ impl H2Connection {
     /// write.
     pub async fn unary(&self, uri: http::Uri, frame: Bytes) -> Result<Bytes, Status> {
         let request = http::Request::post(uri)
-            .header(http::header::CONTENT_TYPE, "application/grpc")
-            .header(http::header::TE, "trailers")
+            .header(http::header::CONTENT_TYPE, APPLICATION_GRPC)
+            .header(http::header::TE, TRAILERS)
             .body(())
             .expect("static headers are valid");
         let (response, mut send) = self.open(request, false).await?;
         send.send_data(frame, true)
-            .map_err(|e| Status::from_error(Box::new(e)))?;
+            .map_err(|e| self.stream_error(e))?;
         let response = response.await.map_err(|e| self.stream_error(e))?;
         let (parts, mut body) = response.into_parts();
         if parts.status != http::StatusCode::OK {
@@ -210,9 +211,7 @@ impl H2Connection {
             )));
         }
         // Trailers-only: an error answered in the headers, without a body.
-        if let Some(status) = Status::from_header_map(&parts.headers)
-            && status.code() != tonic::Code::Ok
-        {
+        if let Some(Err(status)) = outcome(&parts.headers) {
             return Err(status);
         }
         let mut first: Option<Bytes> = None;
@@ -236,13 +235,10 @@ impl H2Connection {
             }
         }
         let trailers = body.trailers().await.map_err(|e| self.stream_error(e))?;
-        let status = trailers
+        trailers
             .as_ref()
-            .and_then(Status::from_header_map)
-            .ok_or_else(|| Status::internal("response without grpc-status"))?;
-        if status.code() != tonic::Code::Ok {
-            return Err(status);
-        }
+            .and_then(outcome)
+            .unwrap_or_else(|| Err(Status::internal("response without grpc-status")))?;
         // One DATA frame is the usual case: its bytes are the message, no copy.
         let data = if more.is_empty() {
             first.unwrap_or_default()
@@ -258,6 +254,19 @@ impl H2Connection {
         }
         Status::from_error(Box::new(e))
     }
+}
+
+const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
+const TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+
+/// A call's outcome from its `grpc-status` (None: there is none); success is recognised without
+/// building a `Status`.
+fn outcome(headers: &http::HeaderMap) -> Option<Result<(), Status>> {
+    if headers.get(GRPC_STATUS)? == "0" {
+        return Some(Ok(()));
+    }
+    Status::from_header_map(headers).map(Err)
 }
 
 /// The gRPC length-prefixed framing of one message.
@@ -409,5 +418,51 @@ impl http_body::Body for ResponseBody {
 
     fn is_end_stream(&self) -> bool {
         matches!(self.state, BodyState::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_framed_message_comes_back_whole_and_bad_frames_are_named() {
+        let message = crate::proto::ModelInferRequest {
+            model_name: "add_sub".into(),
+            ..Default::default()
+        };
+        let framed = frame(&message);
+        assert_eq!(&framed[..5], &[0, 0, 0, 0, 9]);
+        let back = message_of(framed.clone()).expect("one frame");
+        assert_eq!(
+            <crate::proto::ModelInferRequest as prost::Message>::decode(back).unwrap(),
+            message
+        );
+        let short = message_of(framed.slice(..3)).unwrap_err();
+        assert!(short.message().contains("3 bytes"), "{short:?}");
+        let cut = message_of(framed.slice(..framed.len() - 1)).unwrap_err();
+        assert_eq!(cut.message(), "a gRPC frame announcing 9 bytes carries 8");
+        let mut compressed = BytesMut::from(&framed[..]);
+        compressed[0] = 1;
+        let compressed = message_of(compressed.freeze()).unwrap_err();
+        assert_eq!(compressed.code(), tonic::Code::Unimplemented);
+    }
+
+    #[test]
+    fn grpc_status_headers_decide_the_outcome() {
+        let mut headers = http::HeaderMap::new();
+        assert!(outcome(&headers).is_none());
+        headers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
+        assert!(matches!(outcome(&headers), Some(Ok(()))));
+        headers.insert(GRPC_STATUS, HeaderValue::from_static("5"));
+        headers.insert(
+            "grpc-message",
+            HeaderValue::from_static("Request for unknown model: %27x%27"),
+        );
+        let Some(Err(status)) = outcome(&headers) else {
+            panic!("status 5 is an error");
+        };
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert_eq!(status.message(), "Request for unknown model: 'x'");
     }
 }
