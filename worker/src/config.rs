@@ -130,7 +130,8 @@ pub struct RunArgs {
     pub drain_timeout: Duration,
     /// Runtime threads (default: one per server, at most the CPUs available to the process).
     /// A server's requests all go through its one connection, so more threads than servers
-    /// mostly add cross-thread wake-ups: CPU per request rises by a third or more.
+    /// mostly add cross-thread wake-ups (one server, one request in flight: 116 instead of
+    /// 96 µs of CPU per request with two threads).
     #[arg(long, env = "WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
 }
