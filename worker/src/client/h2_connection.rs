@@ -60,10 +60,6 @@ struct Live {
     closed: Arc<AtomicBool>,
 }
 
-fn unavailable(message: String) -> Status {
-    Status::unavailable(message)
-}
-
 impl H2Connection {
     /// Connects now, so a wrong address or a server that is not up is reported at once.
     pub async fn connect(address: &str) -> Result<Self, Status> {
@@ -104,12 +100,13 @@ impl H2Connection {
             .cloned()
     }
 
-    fn forget(&self, dead: &Live) {
-        dead.closed.store(true, Ordering::Release);
+    /// Marks a connection (known by its `closed` flag) dead, so the next call makes a new one.
+    fn forget(&self, closed: &Arc<AtomicBool>) {
+        closed.store(true, Ordering::Release);
         let mut current = self.inner.current.lock().unwrap_or_else(|e| e.into_inner());
         if current
             .as_ref()
-            .is_some_and(|l| Arc::ptr_eq(&l.closed, &dead.closed))
+            .is_some_and(|l| Arc::ptr_eq(&l.closed, closed))
         {
             *current = None;
         }
@@ -126,11 +123,11 @@ impl H2Connection {
         let address = &self.inner.address;
         let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(address))
             .await
-            .map_err(|_| unavailable(format!("{address}: no TCP connection within 5s")))?
-            .map_err(|e| unavailable(format!("{address}: tcp connect error: {e}")))?;
+            .map_err(|_| Status::unavailable(format!("{address}: no TCP connection within 5s")))?
+            .map_err(|e| Status::unavailable(format!("{address}: tcp connect error: {e}")))?;
         // Requests are small and latency-bound: never hold one back for Nagle.
         tcp.set_nodelay(true)
-            .map_err(|e| unavailable(format!("{address}: {e}")))?;
+            .map_err(|e| Status::unavailable(format!("{address}: {e}")))?;
         // A peer that vanished without a reset (node lost, partition) must end the connection,
         // so the next call reconnects instead of every call running into its deadline. TCP
         // keepalive does it on an idle connection, the user timeout with data unacknowledged;
@@ -140,13 +137,13 @@ impl H2Connection {
         socket
             .set_tcp_keepalive(&KEEPALIVE)
             .and_then(|()| socket.set_tcp_user_timeout(Some(USER_TIMEOUT)))
-            .map_err(|e| unavailable(format!("{address}: setting TCP keepalive: {e}")))?;
+            .map_err(|e| Status::unavailable(format!("{address}: setting TCP keepalive: {e}")))?;
         let (sender, connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
             .handshake::<_, Bytes>(tcp)
             .await
-            .map_err(|e| unavailable(format!("{address}: HTTP/2 handshake: {e}")))?;
+            .map_err(|e| Status::unavailable(format!("{address}: HTTP/2 handshake: {e}")))?;
         let closed = Arc::new(AtomicBool::new(false));
         let flag = closed.clone();
         let label = address.clone();
@@ -170,19 +167,18 @@ impl H2Connection {
     ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), Status> {
         let mut retried = false;
         loop {
-            let live = self.sender().await?;
-            let ready = live.sender.clone().ready().await;
-            match ready {
+            let Live { sender, closed } = self.sender().await?;
+            match sender.ready().await {
                 Ok(mut sender) => {
                     return sender
                         .send_request(request, end_of_stream)
-                        .map_err(|e| Status::from_error(Box::new(e)));
+                        .map_err(|e| self.stream_error(e));
                 }
                 Err(e) if retried => {
-                    return Err(unavailable(format!("{}: {e}", self.inner.address)));
+                    return Err(Status::unavailable(format!("{}: {e}", self.inner.address)));
                 }
                 Err(_) => {
-                    self.forget(&live);
+                    self.forget(&closed);
                     retried = true;
                 }
             }
@@ -190,9 +186,8 @@ impl H2Connection {
     }
 
     /// One unary gRPC call (`uri`: from [`Self::uri`]) with an already framed request message
-    /// (`frame`); returns the
-    /// response message's bytes. HEADERS and DATA are queued together, so they leave in one
-    /// write.
+    /// (`frame`); returns the response message's bytes. HEADERS and DATA are queued together,
+    /// so they leave in one write.
     pub async fn unary(&self, uri: http::Uri, frame: Bytes) -> Result<Bytes, Status> {
         let request = http::Request::post(uri)
             .header(http::header::CONTENT_TYPE, APPLICATION_GRPC)
@@ -250,7 +245,7 @@ impl H2Connection {
 
     fn stream_error(&self, e: h2::Error) -> Status {
         if e.is_io() || e.is_go_away() {
-            return unavailable(format!("{}: {e}", self.inner.address));
+            return Status::unavailable(format!("{}: {e}", self.inner.address));
         }
         Status::from_error(Box::new(e))
     }
