@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stress_common::scenario::Scenario;
 use stress_common::status::{EventKind, FailureRecord, SinkError, StatusSink, WorkerSnapshot};
-use stress_common::tritonserver::{ServerSpec, TritonServer};
+use stress_common::tritonserver::TritonServer;
 use worker::client::grpc::GrpcClient;
 use worker::client::http::HttpClient;
 use worker::client::{
@@ -585,24 +585,16 @@ fn add_sub_request(model: &str, a: &[i32], b: &[i32]) -> InferRequest {
 
 /// A server with add_sub only (quick to start), on the given ports (0: free ones).
 async fn start_add_sub_server(name: &str, grpc_port: u16, http_port: u16) -> TritonServer {
-    let binary = stress_common::tritonserver::find_binary(Some(&support::repo_root()))
-        .expect("a real tritonserver");
-    let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tritonserver-{name}.log"));
-    let mut spec = ServerSpec::new(binary, vec![support::repo_root().join("models")], log);
-    spec.grpc_port = grpc_port;
-    spec.http_port = http_port;
-    spec.extra_args = vec![
-        "--model-control-mode=explicit".into(),
-        "--load-model=add_sub".into(),
-    ];
-    let mut server = TritonServer::start(spec)
-        .await
-        .expect("tritonserver starts");
-    server
-        .wait_ready(support::READY_TIMEOUT)
-        .await
-        .unwrap_or_else(|e| panic!("tritonserver not ready: {e}"));
-    server
+    support::start_server_with(name, |spec| {
+        spec.model_repositories = vec![support::repo_root().join("models")];
+        spec.grpc_port = grpc_port;
+        spec.http_port = http_port;
+        spec.extra_args = vec![
+            "--model-control-mode=explicit".into(),
+            "--load-model=add_sub".into(),
+        ];
+    })
+    .await
 }
 
 /// The gRPC client's one HTTP/2 connection: the pre-encoded ModelInfer path returns correct

@@ -36,16 +36,25 @@ pub fn perf_analyzer() -> PathBuf {
 /// Starts a real tritonserver serving models/ and models-faulty/ and waits until it is ready.
 /// The log goes to <target>/tmp/tritonserver-<name>.log.
 pub async fn start_server(name: &str) -> TritonServer {
+    start_server_with(name, |_| {}).await
+}
+
+/// `start_server`, with the spec changed by `configure` first (ports, repositories, flags).
+pub async fn start_server_with(
+    name: &str,
+    configure: impl FnOnce(&mut ServerSpec),
+) -> TritonServer {
     let binary = find_binary(Some(&repo_root())).unwrap_or_else(|e| {
         panic!("these tests need a real tritonserver: {e}");
     });
     let root = repo_root();
     let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tritonserver-{name}.log"));
-    let spec = ServerSpec::new(
+    let mut spec = ServerSpec::new(
         binary,
         vec![root.join("models"), root.join("models-faulty")],
         log.clone(),
     );
+    configure(&mut spec);
     let mut server = TritonServer::start(spec)
         .await
         .unwrap_or_else(|e| panic!("starting tritonserver: {e}"));
