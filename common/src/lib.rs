@@ -1,5 +1,7 @@
 //! Code shared by the driver and the worker.
 //!
+//! * [`contract`]: the driver ↔ worker contract (the worker's arguments, protocol, load mode,
+//!   scenario mix, correlation-id blocks, run and member ids).
 //! * [`status`]: the records a worker reports (events, heartbeats, snapshots, failures) and the
 //!   [`status::StatusSink`] trait they go through.
 //! * [`store`]: the status store (sqlx; SQLite file by default, Postgres in a cluster) that implements
@@ -8,6 +10,7 @@
 //! * [`report`]: the L0 table (Test Case | Failures | Tests | Requests | Description).
 //! * [`telemetry`] and [`shutdown`]: logging set-up and the one cancellation token of a process.
 
+pub mod contract;
 pub mod histogram;
 pub mod report;
 pub mod scenario;

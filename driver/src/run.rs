@@ -303,8 +303,8 @@ fn client_member(run_id: &str, matrix: &Matrix, c: &ClientMember) -> Member {
         index: c.index,
         address: String::new(),
         process_name: matrix.qualified_name(&c.name),
-        corr_id_base: Some(c.corr_id_base),
-        corr_id_block_size: Some(c.corr_id_block_size),
+        corr_id_base: Some(c.corr_ids.base),
+        corr_id_block_size: Some(c.corr_ids.size),
         command: String::new(),
     }
 }
@@ -509,7 +509,7 @@ async fn drive(
             .collect();
         let assignment = WorkerAssignment {
             run_id: run_id.into(),
-            member_id: c.name.clone(),
+            member_id: c.name.as_str().into(),
             servers,
             store_url: store_url.into(),
             poll_interval: poll,

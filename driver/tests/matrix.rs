@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use driver::matrix::{
-    self, Artifact, ClientMember, Load, Matrix, MatrixError, Position, Protocol, TraceLevel,
+    self, Artifact, ClientMember, LoadMode, Matrix, MatrixError, Position, Protocol, TraceLevel,
 };
 use stress_common::scenario::Scenario;
 
@@ -329,7 +329,7 @@ fn committed_matrices_say_what_they_should() {
     );
     assert_eq!(
         hetero.client_templates["http-load"].load,
-        Some(Load::Rate(200.0))
+        Some(LoadMode::Rate(200.0))
     );
     let trace = hetero.server_templates["cpu-traced"]
         .trace
@@ -363,7 +363,7 @@ fn committed_matrices_say_what_they_should() {
 }
 
 fn assert_blocks_disjoint(clients: &[ClientMember]) {
-    let mut ranges: Vec<_> = clients.iter().map(ClientMember::corr_id_range).collect();
+    let mut ranges: Vec<_> = clients.iter().map(|c| c.corr_ids.range()).collect();
     ranges.sort_by_key(|r| r.start);
     assert!(ranges.iter().all(|r| r.start >= 1 && !r.is_empty()));
     for pair in ranges.windows(2) {
@@ -397,8 +397,8 @@ fn groups_expand_into_named_members_with_targets_and_disjoint_corr_id_blocks() {
                 c.name.as_str(),
                 c.target_group.as_str(),
                 c.targets.clone(),
-                c.corr_id_base,
-                c.corr_id_block_size,
+                c.corr_ids.base,
+                c.corr_ids.size,
             )
         })
         .collect();
@@ -429,7 +429,7 @@ fn groups_expand_into_named_members_with_targets_and_disjoint_corr_id_blocks() {
             ),
         ]
     );
-    assert_eq!(clients[1].corr_id_range(), (1 + mib)..(1 + 2 * mib));
+    assert_eq!(clients[1].corr_ids.range(), (1 + mib)..(1 + 2 * mib));
     assert_eq!(clients[0].template_name, "grpc-sequences");
     assert_blocks_disjoint(&clients);
 
@@ -439,7 +439,7 @@ fn groups_expand_into_named_members_with_targets_and_disjoint_corr_id_blocks() {
     assert_eq!(clients.len(), 7);
     for (k, c) in clients.iter().enumerate() {
         assert_eq!(
-            c.corr_id_base,
+            c.corr_ids.base,
             1 + k as u64 * matrix::DEFAULT_CORR_ID_BLOCK_SIZE
         );
         assert_eq!(c.targets, ["triton-0", "triton-1", "triton-2"]);

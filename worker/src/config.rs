@@ -3,10 +3,11 @@
 //! any request is sent (exit code 2).
 
 use crate::client::Protocol;
-use crate::scenarios::{LoadMode, Settings};
+use crate::scenarios::Settings;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
+use stress_common::contract::{CorrIdBlock, LoadMode, STORE_URL_ENV, ScenarioMix, WorkerArgs};
 use stress_common::scenario::Scenario;
 
 #[derive(Debug, Parser)]
@@ -41,38 +42,16 @@ pub enum Hidden {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Triton servers, HOST:PORT (the gRPC port for --protocol grpc, the HTTP port for http).
-    #[arg(long, env = "WORKER_SERVERS", value_delimiter = ',')]
-    pub servers: Vec<String>,
-    #[arg(long, env = "WORKER_PROTOCOL", value_enum, default_value = "grpc")]
-    pub protocol: Protocol,
+    /// What the driver sets (servers, protocol, mix, streams, duration, ids, load): the contract
+    /// shared with the driver, which builds the same struct.
+    #[command(flatten)]
+    pub contract: WorkerArgs,
     /// HTTP only: send tensors as JSON arrays instead of the binary tensor extension.
     #[arg(long, env = "WORKER_HTTP_JSON")]
     pub http_json: bool,
-    /// Scenario mix as NAME:WEIGHT,... (default: every scenario at upstream's weights).
-    #[arg(long, env = "WORKER_SCENARIOS", value_delimiter = ',')]
-    pub scenarios: Vec<String>,
-    /// Concurrent stress streams.
-    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 4)]
-    pub concurrency: usize,
-    /// How long to run (e.g. 60s, 8h); 0 runs until SIGTERM.
-    #[arg(long, env = "WORKER_DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
-    pub duration: Duration,
     /// Seed of the scenario choices and data (default: random, printed at start).
     #[arg(long, env = "WORKER_SEED")]
     pub seed: Option<u64>,
-    /// First correlation id of this worker's block.
-    #[arg(long, env = "WORKER_CORR_ID_BASE", default_value_t = 1)]
-    pub corr_id_base: u64,
-    /// Size of this worker's correlation-id block; streams split it evenly.
-    #[arg(long, env = "WORKER_CORR_ID_BLOCK_SIZE", default_value_t = 1 << 20)]
-    pub corr_id_block_size: u64,
-    /// Load scenario: requests kept in flight (closed loop).
-    #[arg(long, env = "WORKER_LOAD_CONCURRENCY", conflicts_with = "load_rate")]
-    pub load_concurrency: Option<usize>,
-    /// Load scenario: requests per second at fixed intended times (open loop).
-    #[arg(long, env = "WORKER_LOAD_RATE")]
-    pub load_rate: Option<f64>,
     /// Load scenario: length of one test's load window.
     #[arg(long, env = "WORKER_LOAD_WINDOW", default_value = "1s", value_parser = humantime::parse_duration)]
     pub load_window: Duration,
@@ -103,12 +82,6 @@ pub struct RunArgs {
     /// Deadline of every ordinary request.
     #[arg(long, default_value = "25s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
-    /// perf_analyzer binary for the PerfAnalyzer scenario (default: found on PATH).
-    #[arg(long, env = "PERF_ANALYZER")]
-    pub perf_analyzer: Option<PathBuf>,
-    /// How often to report a QPS sample, counts and a heartbeat.
-    #[arg(long, env = "WORKER_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
-    pub poll_interval: Duration,
     /// Write the final report as JSON to this file.
     #[arg(long, env = "WORKER_REPORT_JSON")]
     pub report_json: Option<PathBuf>,
@@ -116,12 +89,8 @@ pub struct RunArgs {
     #[arg(long, env = "WORKER_STATUS_FILE")]
     pub status_file: Option<PathBuf>,
     /// Status store (sqlite://FILE or postgres://...): set by the driver.
-    #[arg(long, env = "TRITON_STRESS_STORE_URL", hide_env_values = true)]
+    #[arg(long, env = STORE_URL_ENV, hide_env_values = true)]
     pub store_url: Option<String>,
-    #[arg(long, env = "TRITON_STRESS_RUN_ID")]
-    pub run_id: Option<String>,
-    #[arg(long, env = "TRITON_STRESS_MEMBER_ID")]
-    pub member_id: Option<String>,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464; port 0 picks one).
     #[arg(long, env = "WORKER_METRICS_ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -141,7 +110,7 @@ impl RunArgs {
     pub fn runtime_threads(&self) -> usize {
         self.threads.map(usize::from).unwrap_or_else(|| {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            self.servers.len().clamp(1, cpus)
+            self.contract.servers.len().clamp(1, cpus)
         })
     }
 }
@@ -155,15 +124,11 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     pub duration: Option<Duration>,
     pub seed: u64,
-    pub corr_id_base: u64,
-    pub corr_id_block_size: u64,
+    pub corr_ids: CorrIdBlock,
     pub settings: Settings,
     pub poll_interval: Duration,
     pub drain_timeout: Duration,
 }
-
-/// Client contexts per stream, as upstream (2 common + 8 rare).
-pub const CONTEXTS_PER_STREAM: u64 = 10;
 
 /// Checks HOST:PORT (a hostname, IPv4 or [IPv6] and a port 1..=65535).
 pub fn validate_address(address: &str) -> Result<(), String> {
@@ -192,84 +157,29 @@ pub fn validate_address(address: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Parses NAME:WEIGHT,... against the scenario catalogue.
-pub fn parse_mix(items: &[String]) -> Result<Vec<(Scenario, u32)>, String> {
-    if items.is_empty() {
-        return Ok(Scenario::ALL
-            .iter()
-            .map(|&s| (s, s.default_weight()))
-            .collect());
-    }
-    let mut mix: Vec<(Scenario, u32)> = Vec::new();
-    for item in items {
-        let (name, weight) = match item.split_once(':') {
-            Some((n, w)) => (n.trim(), Some(w.trim())),
-            None => (item.trim(), None),
-        };
-        let scenario = Scenario::parse(name).ok_or_else(|| {
-            let known: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
-            format!("unknown scenario {name:?} (known: {})", known.join(", "))
-        })?;
-        let weight = match weight {
-            None => scenario.default_weight(),
-            Some(w) => {
-                let v: f64 = w
-                    .parse()
-                    .map_err(|_| format!("scenario {name}: weight {w:?} is not a number"))?;
-                if v <= 0.0 || v.is_nan() || v.fract() != 0.0 || v > u32::MAX as f64 {
-                    return Err(format!(
-                        "scenario {name}: weight {w} must be a whole number greater than 0"
-                    ));
-                }
-                v as u32
-            }
-        };
-        if mix.iter().any(|(s, _)| *s == scenario) {
-            return Err(format!("scenario {name} is listed twice"));
-        }
-        mix.push((scenario, weight));
-    }
-    Ok(mix)
-}
-
 impl RunArgs {
     pub fn into_config(self) -> Result<WorkerConfig, String> {
-        if self.servers.is_empty() {
+        let c = self.contract;
+        if c.servers.is_empty() {
             return Err("no servers given: use --servers HOST:PORT[,HOST:PORT...]".into());
         }
-        for s in &self.servers {
+        for s in &c.servers {
             validate_address(s)?;
         }
-        let mix = parse_mix(&self.scenarios)?;
-        if self.concurrency == 0 {
+        let mix = c.scenarios.clone().unwrap_or_else(ScenarioMix::defaults).0;
+        if c.concurrency == 0 {
             return Err("--concurrency must be at least 1".into());
         }
-        let needed = self.concurrency as u64 * CONTEXTS_PER_STREAM;
-        if self.corr_id_block_size < needed {
-            return Err(format!(
-                "--corr-id-block-size {} is smaller than {needed} ({} streams x {CONTEXTS_PER_STREAM} correlation ids)",
-                self.corr_id_block_size, self.concurrency
-            ));
-        }
-        if self.corr_id_base == 0 {
-            return Err(
-                "--corr-id-base must be at least 1 (Triton treats id 0 as no sequence)".into(),
-            );
-        }
-        if self
-            .corr_id_base
-            .checked_add(self.corr_id_block_size)
-            .is_none()
-        {
-            return Err("--corr-id-base + --corr-id-block-size overflows u64".into());
-        }
+        c.corr_ids
+            .check(c.concurrency.into())
+            .map_err(|e| format!("--corr-id-base/--corr-id-block-size: {e}"))?;
         if self.timeout_deadline >= self.timeout_delay {
             return Err(format!(
                 "--timeout-deadline {:?} must be shorter than --timeout-delay {:?}",
                 self.timeout_deadline, self.timeout_delay
             ));
         }
-        if self.poll_interval.is_zero() {
+        if c.poll_interval.is_zero() {
             return Err("--poll-interval must be greater than 0".into());
         }
         if self.sequence_models.is_empty() {
@@ -278,27 +188,19 @@ impl RunArgs {
         if self.image_batch == 0 {
             return Err("--image-batch must be at least 1".into());
         }
-        let load_mode = match (self.load_concurrency, self.load_rate) {
-            (_, Some(r)) if !(r > 0.0 && r.is_finite()) => {
-                return Err(format!("--load-rate {r} must be greater than 0"));
-            }
-            (_, Some(r)) => LoadMode::Rate(r),
-            (Some(0), _) => return Err("--load-concurrency must be at least 1".into()),
-            (Some(n), _) => LoadMode::Concurrency(n),
-            (None, None) => LoadMode::Concurrency(2),
-        };
+        let load_mode = c.load().unwrap_or(LoadMode::DEFAULT);
+        load_mode.check()?;
         let worker_binary = std::env::current_exe()
             .map_err(|e| format!("cannot find the worker binary itself: {e}"))?;
         Ok(WorkerConfig {
-            servers: self.servers,
-            protocol: self.protocol,
+            servers: c.servers,
+            protocol: c.protocol,
             http_binary: !self.http_json,
             mix,
-            concurrency: self.concurrency,
-            duration: (!self.duration.is_zero()).then_some(self.duration),
+            concurrency: c.concurrency as usize,
+            duration: (!c.duration.is_zero()).then_some(c.duration),
             seed: self.seed.unwrap_or_else(rand::random),
-            corr_id_base: self.corr_id_base,
-            corr_id_block_size: self.corr_id_block_size,
+            corr_ids: c.corr_ids,
             settings: Settings {
                 // max_batch_size is learned from the servers at start-up.
                 sequence_models: self.sequence_models.into_iter().map(|m| (m, 0)).collect(),
@@ -312,10 +214,10 @@ impl RunArgs {
                 load_mode,
                 load_window: self.load_window,
                 image_batch: self.image_batch,
-                perf_analyzer: self.perf_analyzer,
+                perf_analyzer: c.perf_analyzer,
                 request_timeout: self.request_timeout,
             },
-            poll_interval: self.poll_interval,
+            poll_interval: c.poll_interval,
             drain_timeout: self.drain_timeout,
         })
     }
@@ -342,20 +244,36 @@ mod tests {
         }
     }
 
+    /// The driver's command line, as [`WorkerArgs::to_args`] renders it, parses into the same
+    /// contract through the worker's own flags (and its extra flags still parse beside it).
     #[test]
-    fn mixes() {
-        assert_eq!(Scenario::ALL.len(), parse_mix(&[]).unwrap().len());
-        let m = parse_mix(&["SequenceValid:3".into(), "timeout".into()]).unwrap();
-        assert_eq!(
-            m,
-            vec![(Scenario::SequenceValid, 3), (Scenario::Timeout, 60)]
-        );
-        let err = parse_mix(&["Bogus:1".into()]).unwrap_err();
-        assert!(err.contains("unknown scenario \"Bogus\""), "{err}");
-        for bad in ["Timeout:0", "Timeout:-1", "Timeout:x", "Timeout:1.5"] {
-            let err = parse_mix(&[bad.into()]).unwrap_err();
-            assert!(err.contains("Timeout"), "{err}");
-        }
-        assert!(parse_mix(&["Timeout".into(), "timeout:2".into()]).is_err());
+    fn parses_what_the_driver_builds() {
+        let mut contract = WorkerArgs {
+            servers: vec!["10.0.0.1:8001".into()],
+            protocol: Protocol::Http,
+            scenarios: Some("SequenceValid:2,Load:5".parse().unwrap()),
+            concurrency: 3,
+            duration: Duration::from_secs(3600 + 7),
+            corr_ids: CorrIdBlock {
+                base: 1 + (1 << 20),
+                size: 1 << 20,
+            },
+            load_concurrency: None,
+            load_rate: None,
+            poll_interval: Duration::from_millis(500),
+            run_id: Some("r-1".into()),
+            member_id: Some("clients-1".into()),
+            perf_analyzer: Some("/usr/bin/perf_analyzer".into()),
+        };
+        contract.set_load(Some(LoadMode::Rate(0.5)));
+        let mut argv = vec!["worker".to_string()];
+        argv.extend(contract.to_args());
+        argv.extend(["--seed".into(), "7".into()]);
+        let cli = Cli::try_parse_from(argv).unwrap();
+        assert_eq!(cli.run.contract, contract);
+        assert_eq!(cli.run.seed, Some(7));
+        let config = cli.run.into_config().unwrap();
+        assert_eq!(config.settings.load_mode, LoadMode::Rate(0.5));
+        assert_eq!(config.corr_ids, contract.corr_ids);
     }
 }

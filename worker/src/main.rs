@@ -103,7 +103,8 @@ async fn run(cli: Cli) -> ExitCode {
 
 async fn make_sink(args: &worker::config::RunArgs) -> anyhow::Result<Arc<dyn StatusSink>> {
     if let Some(url) = &args.store_url {
-        let (Some(run_id), Some(member_id)) = (&args.run_id, &args.member_id) else {
+        let (Some(run_id), Some(member_id)) = (&args.contract.run_id, &args.contract.member_id)
+        else {
             anyhow::bail!("--store-url needs --run-id and --member-id");
         };
         let store = stress_common::store::Store::connect(url).await?;

@@ -2,7 +2,7 @@
 //! and the final report.
 
 use crate::client::{self, TritonClient};
-use crate::config::{CONTEXTS_PER_STREAM, WorkerConfig};
+use crate::config::WorkerConfig;
 use crate::metrics::Metrics;
 use crate::scenarios::{self, ClientContext, Outcome, TestEnv, image::ImageBatch};
 use crate::stats::Stats;
@@ -14,6 +14,7 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use stress_common::contract::CORR_IDS_PER_STREAM;
 use stress_common::report::{L0Table, RowJson};
 use stress_common::scenario::Scenario;
 use stress_common::status::{EventKind, FailureRecord, StatusSink};
@@ -168,7 +169,7 @@ pub async fn run(
     let config = &shared.config;
     tracing::info!(
         servers = ?config.servers, protocol = config.protocol.as_str(), concurrency = config.concurrency,
-        seed = config.seed, corr_id_base = config.corr_id_base, "running"
+        seed = config.seed, corr_id_base = config.corr_ids.base, "running"
     );
     let _ = sink
         .event(
@@ -283,12 +284,14 @@ async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: C
 async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken) {
     let config = &shared.config;
     let mut rng = StdRng::seed_from_u64(config.seed.wrapping_add(index as u64));
-    let per_stream = config.corr_id_block_size / config.concurrency as u64;
-    let base = config.corr_id_base + index as u64 * per_stream;
-    let mut contexts: Vec<ClientContext> = (0..CONTEXTS_PER_STREAM)
+    let base = config
+        .corr_ids
+        .stream(index as u64, config.concurrency as u64)
+        .base;
+    let mut contexts: Vec<ClientContext> = (0..CORR_IDS_PER_STREAM)
         .map(|c| ClientContext {
             correlation_id: base + c,
-            server: (index * CONTEXTS_PER_STREAM as usize + c as usize) % shared.clients.len(),
+            server: (index * CORR_IDS_PER_STREAM as usize + c as usize) % shared.clients.len(),
             open_sequences: Default::default(),
         })
         .collect();

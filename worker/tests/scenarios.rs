@@ -457,8 +457,10 @@ async fn server_killed_mid_run(protocol: Protocol) {
         concurrency: 2,
         duration: Some(Duration::from_secs(10)),
         seed: 42,
-        corr_id_base: 1,
-        corr_id_block_size: 1 << 20,
+        corr_ids: stress_common::contract::CorrIdBlock {
+            base: 1,
+            size: 1 << 20,
+        },
         settings: Settings {
             sequence_models: vec![("sequence_nobatch".into(), 0), ("sequence_batch".into(), 0)],
             ..settings()

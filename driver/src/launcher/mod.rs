@@ -4,9 +4,11 @@
 pub mod kube;
 pub mod local;
 
-use crate::matrix::{ClientMember, Load, Protocol, ServerMember};
+use crate::matrix::{ClientMember, Protocol, ServerMember};
 use std::collections::BTreeSet;
 use std::time::Duration;
+pub use stress_common::contract::STORE_URL_ENV;
+use stress_common::contract::{MemberName, RunId, ScenarioMix, WorkerArgs};
 
 /// Where clients reach a started server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,8 +31,8 @@ impl ServerEndpoint {
 /// What a worker is told: everything beyond its template.
 #[derive(Debug, Clone)]
 pub struct WorkerAssignment {
-    pub run_id: String,
-    pub member_id: String,
+    pub run_id: RunId,
+    pub member_id: MemberName,
     /// Addresses of its target servers for its protocol.
     pub servers: Vec<String>,
     pub store_url: String,
@@ -95,53 +97,38 @@ pub enum LaunchError {
     Setup(String),
 }
 
-/// Worker command-line arguments for a client (the store URL travels separately, in the
-/// environment, so it never shows in a process list or a pod spec).
-pub fn worker_args(client: &ClientMember, a: &WorkerAssignment) -> Vec<String> {
+/// The contract a client's worker runs under: its template and its assignment.
+pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArgs {
     let t = &client.template;
-    let mut args = vec![
-        "--servers".to_string(),
-        a.servers.join(","),
-        "--protocol".into(),
-        t.protocol.as_str().into(),
-        "--concurrency".into(),
-        t.concurrency.to_string(),
-        "--duration".into(),
-        format!("{}s", a.duration.as_secs().max(1)),
-        "--corr-id-base".into(),
-        client.corr_id_base.to_string(),
-        "--corr-id-block-size".into(),
-        client.corr_id_block_size.to_string(),
-        "--poll-interval".into(),
-        format!("{}ms", a.poll_interval.as_millis().max(1)),
-        "--run-id".into(),
-        a.run_id.clone(),
-        "--member-id".into(),
-        a.member_id.clone(),
-    ];
-    if let Some(mix) = &t.scenarios {
-        args.push("--scenarios".into());
-        args.push(
-            mix.iter()
-                .map(|(name, w)| format!("{name}:{w}"))
-                .collect::<Vec<_>>()
-                .join(","),
-        );
-    }
-    match t.load {
-        Some(Load::Concurrency(n)) => args.extend(["--load-concurrency".into(), n.to_string()]),
-        Some(Load::Rate(r)) => args.extend(["--load-rate".into(), r.to_string()]),
-        None => {}
-    }
-    if let Some(p) = &a.perf_analyzer {
-        args.extend(["--perf-analyzer".into(), p.clone()]);
-    }
-    args.extend(t.extra_args.iter().cloned());
+    let mut args = WorkerArgs {
+        servers: a.servers.clone(),
+        protocol: t.protocol,
+        scenarios: t
+            .scenarios
+            .as_ref()
+            .map(|_| ScenarioMix(t.scenario_weights())),
+        concurrency: t.concurrency,
+        duration: a.duration,
+        corr_ids: client.corr_ids,
+        load_concurrency: None,
+        load_rate: None,
+        poll_interval: a.poll_interval,
+        run_id: Some(a.run_id.clone()),
+        member_id: Some(a.member_id.clone()),
+        perf_analyzer: a.perf_analyzer.as_ref().map(Into::into),
+    };
+    args.set_load(t.load);
     args
 }
 
-/// Environment variable that carries the store URL to a worker.
-pub const STORE_URL_ENV: &str = "TRITON_STRESS_STORE_URL";
+/// Worker command-line arguments for a client: the contract, then the template's extra
+/// arguments (the store URL travels separately, in [`STORE_URL_ENV`], so it never shows in a
+/// process list or a pod spec).
+pub fn worker_args(client: &ClientMember, a: &WorkerAssignment) -> Vec<String> {
+    let mut args = worker_contract(client, a).to_args();
+    args.extend(client.template.extra_args.iter().cloned());
+    args
+}
 
 #[async_trait::async_trait]
 pub trait Launcher: Send {

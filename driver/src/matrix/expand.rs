@@ -1,6 +1,6 @@
 //! Groups expanded into members: what the launchers start.
 
-use std::ops::Range;
+use stress_common::contract::{CorrIdAllocator, CorrIdBlock};
 
 use super::types::{ClientTemplate, Matrix, ServerTemplate};
 
@@ -36,18 +36,8 @@ pub struct ClientMember {
     pub target_group: String,
     /// The member names of every server it talks to (every member of `target_group`).
     pub targets: Vec<String>,
-    /// First correlation id of its block (ids start at 1; 0 means "no sequence" to Triton).
-    pub corr_id_base: u64,
-    /// Size of its block of correlation ids.
-    pub corr_id_block_size: u64,
-}
-
-impl ClientMember {
-    /// Its correlation ids: `[corr_id_base, corr_id_base + corr_id_block_size)`; no other
-    /// client's block overlaps it.
-    pub fn corr_id_range(&self) -> Range<u64> {
-        self.corr_id_base..self.corr_id_base + self.corr_id_block_size
-    }
+    /// Its block of correlation ids (ids start at 1; 0 means "no sequence" to Triton).
+    pub corr_ids: CorrIdBlock,
 }
 
 /// `<group>-<index>`.
@@ -93,7 +83,7 @@ impl Matrix {
     /// 64 bits, which [`super::parse`] and [`super::load`] never let through.
     pub fn clients(&self) -> Vec<ClientMember> {
         let mut members = Vec::new();
-        let mut next_corr_id: u64 = 1;
+        let mut corr_ids = CorrIdAllocator::default();
         for (group, g) in &self.client_groups {
             let template = self
                 .client_templates
@@ -107,9 +97,8 @@ impl Matrix {
                 .map(|i| member_name(&g.target, i))
                 .collect();
             for index in 0..g.instances {
-                let base = next_corr_id;
-                next_corr_id = base
-                    .checked_add(g.corr_id_block_size)
+                let block = corr_ids
+                    .take(g.corr_id_block_size)
                     .expect("correlation-id blocks overflow u64");
                 members.push(ClientMember {
                     name: member_name(group, index),
@@ -119,8 +108,7 @@ impl Matrix {
                     template: template.clone(),
                     target_group: g.target.clone(),
                     targets: targets.clone(),
-                    corr_id_base: base,
-                    corr_id_block_size: g.corr_id_block_size,
+                    corr_ids: block,
                 });
             }
         }

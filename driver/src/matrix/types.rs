@@ -213,7 +213,7 @@ pub struct ClientTemplate {
 
     /// Shape of the `Load` scenario's traffic. Omitted: the worker's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load: Option<Load>,
+    pub load: Option<LoadMode>,
 
     /// Extra worker arguments, appended after the ones the launcher sets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -377,122 +377,7 @@ impl JsonSchema for Artifact {
     }
 }
 
-/// Protocol a stress client uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// Triton's gRPC endpoint (default port 8001).
-    Grpc,
-    /// Triton's HTTP/REST endpoint (default port 8000).
-    Http,
-}
-
-impl Protocol {
-    /// The name as written in the matrix (`grpc` / `http`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Grpc => "grpc",
-            Protocol::Http => "http",
-        }
-    }
-}
-
-impl std::fmt::Display for Protocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Traffic shape of the `Load` scenario: exactly one of `concurrency` (closed loop) or
-/// `rate` (open loop).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "LoadRepr", into = "LoadRepr")]
-pub enum Load {
-    /// Closed loop: this many requests in flight at all times, at least 1.
-    Concurrency(u32),
-    /// Open loop: this many requests per second, sent on schedule whatever the latency; > 0.
-    Rate(f64),
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LoadRepr {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    concurrency: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    rate: Option<f64>,
-}
-
-impl TryFrom<LoadRepr> for Load {
-    type Error = String;
-
-    fn try_from(r: LoadRepr) -> Result<Self, String> {
-        match (r.concurrency, r.rate) {
-            (Some(c), None) => Ok(Load::Concurrency(c)),
-            (None, Some(r)) => Ok(Load::Rate(r)),
-            (Some(_), Some(_)) => {
-                Err("exactly one of `concurrency` or `rate` must be set, found both".into())
-            }
-            (None, None) => {
-                Err("exactly one of `concurrency` or `rate` must be set, found neither".into())
-            }
-        }
-    }
-}
-
-impl From<Load> for LoadRepr {
-    fn from(l: Load) -> Self {
-        match l {
-            Load::Concurrency(c) => LoadRepr {
-                concurrency: Some(c),
-                rate: None,
-            },
-            Load::Rate(r) => LoadRepr {
-                concurrency: None,
-                rate: Some(r),
-            },
-        }
-    }
-}
-
-impl JsonSchema for Load {
-    fn schema_name() -> Cow<'static, str> {
-        "Load".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "description": "Traffic shape of the `Load` scenario: exactly one of `concurrency` (closed loop) or `rate` (open loop).",
-            "oneOf": [
-                {
-                    "type": "object",
-                    "properties": {
-                        "concurrency": {
-                            "description": "Closed loop: this many requests in flight at all times, at least 1.",
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": u32::MAX
-                        }
-                    },
-                    "required": ["concurrency"],
-                    "additionalProperties": false
-                },
-                {
-                    "type": "object",
-                    "properties": {
-                        "rate": {
-                            "description": "Open loop: this many requests per second, sent on schedule whatever the latency; > 0.",
-                            "type": "number",
-                            "exclusiveMinimum": 0
-                        }
-                    },
-                    "required": ["rate"],
-                    "additionalProperties": false
-                }
-            ]
-        })
-    }
-}
+pub use stress_common::contract::{LoadMode, Protocol};
 
 /// A volume of a server pod: exactly one source (`host_path`, `persistent_volume_claim` or
 /// `config_map`).

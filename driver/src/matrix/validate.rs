@@ -7,14 +7,11 @@ use stress_common::scenario::Scenario;
 
 use super::source::{Anchor, FieldPath};
 use super::types::{
-    Artifact, ClientTemplate, Load, MATRIX_VERSION, Matrix, Resources, ServerTemplate,
+    Artifact, ClientTemplate, LoadMode, MATRIX_VERSION, Matrix, Resources, ServerTemplate,
     ServerVolume, TraceSettings,
 };
 
-/// Correlation ids a worker needs per stress stream: its block must hold `concurrency` times
-/// this many. Mirrors the worker's `CONTEXTS_PER_STREAM` (2 common + 8 rare contexts, as
-/// upstream), which the worker checks again at start.
-pub const CORR_IDS_PER_STREAM: u64 = 10;
+pub use stress_common::contract::CORR_IDS_PER_STREAM;
 
 /// The longest a DNS-1123 label may be.
 pub const MAX_LABEL_LEN: usize = 63;
@@ -283,10 +280,10 @@ impl Checker {
         }
         self.at_least_one(path.key("concurrency"), t.concurrency.into());
         match t.load {
-            Some(Load::Concurrency(c)) => {
+            Some(LoadMode::Concurrency(c)) => {
                 self.at_least_one(path.key("load").key("concurrency"), c.into())
             }
-            Some(Load::Rate(r)) if !(r > 0.0 && r.is_finite()) => self.push(
+            Some(LoadMode::Rate(r)) if !(r > 0.0 && r.is_finite()) => self.push(
                 path.key("load").key("rate"),
                 Anchor::Value,
                 format!("must be a positive number of requests per second, found {r}"),

@@ -8,21 +8,7 @@ pub mod http;
 use crate::tensor::Tensor;
 use std::time::Duration;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    Grpc,
-    Http,
-}
-
-impl Protocol {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Grpc => "grpc",
-            Protocol::Http => "http",
-        }
-    }
-}
+pub use stress_common::contract::Protocol;
 
 /// Sequence-batcher flags of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -102,6 +102,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     let timeout = Some(env.settings.request_timeout);
     let result = match env.settings.load_mode {
         LoadMode::Concurrency(n) => {
+            let n = n as usize;
             // FuturesUnordered polls only the senders whose response arrived.
             let mut senders: FuturesUnordered<_> = (0..n)
                 .map(|k| {

@@ -66,14 +66,7 @@ impl Failure {
     }
 }
 
-/// Load generation of the Load scenario, as perf_analyzer offers it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum LoadMode {
-    /// N requests always in flight (closed loop).
-    Concurrency(usize),
-    /// R requests per second at fixed intended times (open loop).
-    Rate(f64),
-}
+pub use stress_common::contract::LoadMode;
 
 /// Models and knobs every scenario reads; fixed for the life of a worker.
 #[derive(Debug, Clone)]

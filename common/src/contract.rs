@@ -1,0 +1,671 @@
+//! The driver ↔ worker contract, defined once: the worker's command line as one typed struct
+//! ([`WorkerArgs`]: the driver builds it and renders it with [`WorkerArgs::to_args`], the worker
+//! parses the same struct with clap), and the concepts both sides name: [`Protocol`],
+//! [`LoadMode`], [`ScenarioMix`] (the `NAME:WEIGHT,...` syntax), correlation-id blocks
+//! ([`CorrIdBlock`]), the identifiers of a run and its members, and the environment variables
+//! that carry what must not show on a command line.
+
+use crate::scenario::Scenario;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Carries the store URL (with its password) to a worker: never in argv or a pod's args.
+pub const STORE_URL_ENV: &str = "TRITON_STRESS_STORE_URL";
+/// The run a worker reports to (also `--run-id`).
+pub const RUN_ID_ENV: &str = "TRITON_STRESS_RUN_ID";
+/// The member name a worker reports as (also `--member-id`).
+pub const MEMBER_ID_ENV: &str = "TRITON_STRESS_MEMBER_ID";
+
+macro_rules! identifier {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn new(id: impl Into<String>) -> Self {
+                Self(id.into())
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                if s.is_empty() {
+                    Err(concat!(stringify!($name), " must not be empty").into())
+                } else {
+                    Ok(Self(s.to_string()))
+                }
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                Self(s.to_string())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                Self(s)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl From<&$name> for String {
+            fn from(id: &$name) -> String {
+                id.0.clone()
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+    };
+}
+
+identifier!(
+    /// A run's id: `<matrix name>-<yyyymmdd>-<hhmmss>-<hex>`, or what `--run-id` gave.
+    RunId
+);
+identifier!(
+    /// A member of a run: `<group>-<index>` (`triton-0`, `grpc-clients-3`), or the driver.
+    MemberName
+);
+
+/// The protocol a client speaks to Triton.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// Triton's gRPC endpoint (default port 8001).
+    Grpc,
+    /// Triton's HTTP/REST endpoint (default port 8000).
+    Http,
+}
+
+impl Protocol {
+    /// The name as written in a matrix and on the command line (`grpc` / `http`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::Http => "http",
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Traffic shape of the `Load` scenario, as perf_analyzer offers it. In a matrix: exactly one of
+/// `{concurrency: N}` or `{rate: R}`; on the worker's command line `--load-concurrency` or
+/// `--load-rate`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "LoadRepr", into = "LoadRepr")]
+pub enum LoadMode {
+    /// Closed loop: this many requests in flight at all times, at least 1.
+    Concurrency(u32),
+    /// Open loop: this many requests per second at fixed intended times, whatever the latency.
+    Rate(f64),
+}
+
+impl LoadMode {
+    /// The worker's default when neither is given.
+    pub const DEFAULT: LoadMode = LoadMode::Concurrency(2);
+
+    /// Why the value cannot run, if it cannot.
+    pub fn check(self) -> Result<(), String> {
+        match self {
+            LoadMode::Concurrency(0) => Err("load concurrency must be at least 1".into()),
+            LoadMode::Rate(r) if !(r > 0.0 && r.is_finite()) => Err(format!(
+                "load rate {r} must be a finite number greater than 0"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadRepr {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rate: Option<f64>,
+}
+
+impl TryFrom<LoadRepr> for LoadMode {
+    type Error = String;
+
+    fn try_from(r: LoadRepr) -> Result<Self, String> {
+        match (r.concurrency, r.rate) {
+            (Some(c), None) => Ok(LoadMode::Concurrency(c)),
+            (None, Some(r)) => Ok(LoadMode::Rate(r)),
+            (Some(_), Some(_)) => {
+                Err("exactly one of `concurrency` or `rate` must be set, found both".into())
+            }
+            (None, None) => {
+                Err("exactly one of `concurrency` or `rate` must be set, found neither".into())
+            }
+        }
+    }
+}
+
+impl From<LoadMode> for LoadRepr {
+    fn from(l: LoadMode) -> Self {
+        match l {
+            LoadMode::Concurrency(c) => LoadRepr {
+                concurrency: Some(c),
+                rate: None,
+            },
+            LoadMode::Rate(r) => LoadRepr {
+                concurrency: None,
+                rate: Some(r),
+            },
+        }
+    }
+}
+
+impl JsonSchema for LoadMode {
+    fn schema_name() -> Cow<'static, str> {
+        "Load".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Traffic shape of the `Load` scenario: exactly one of `concurrency` (closed loop) or `rate` (open loop).",
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "concurrency": {
+                            "description": "Closed loop: requests kept in flight, at least 1.",
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": u32::MAX
+                        }
+                    },
+                    "required": ["concurrency"],
+                    "additionalProperties": false
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "rate": {
+                            "description": "Open loop: requests per second at fixed intended times, greater than 0.",
+                            "type": "number",
+                            "exclusiveMinimum": 0
+                        }
+                    },
+                    "required": ["rate"],
+                    "additionalProperties": false
+                }
+            ]
+        })
+    }
+}
+
+/// Correlation ids a worker needs per stress stream: upstream's 2 common + 8 rare client
+/// contexts, each with its own sequence id.
+pub const CORR_IDS_PER_STREAM: u64 = 10;
+
+/// A worker's correlation ids `[base, base + size)`; no two clients of a run share one, so their
+/// sequences never collide on a server (perf_analyzer's copies do: server#3103).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
+pub struct CorrIdBlock {
+    /// First correlation id of this worker's block (0 means "no sequence" to Triton).
+    #[arg(
+        id = "corr_id_base",
+        long = "corr-id-base",
+        env = "WORKER_CORR_ID_BASE",
+        default_value_t = 1
+    )]
+    pub base: u64,
+    /// Size of this worker's correlation-id block; streams split it evenly.
+    #[arg(
+        id = "corr_id_block_size",
+        long = "corr-id-block-size",
+        env = "WORKER_CORR_ID_BLOCK_SIZE",
+        default_value_t = 1 << 20
+    )]
+    pub size: u64,
+}
+
+impl CorrIdBlock {
+    /// How many ids `streams` stress streams need.
+    pub fn needed(streams: u64) -> Option<u64> {
+        streams.checked_mul(CORR_IDS_PER_STREAM)
+    }
+
+    /// Why `streams` streams cannot run in this block, if they cannot.
+    pub fn check(&self, streams: u64) -> Result<(), String> {
+        if self.base == 0 {
+            return Err("correlation ids start at 1 (Triton treats id 0 as no sequence)".into());
+        }
+        if self.base.checked_add(self.size).is_none() {
+            return Err(format!(
+                "correlation-id block {} + {} overflows 64 bits",
+                self.base, self.size
+            ));
+        }
+        match Self::needed(streams) {
+            Some(n) if self.size >= n => Ok(()),
+            _ => Err(format!(
+                "block of {} correlation ids is smaller than the {} that {streams} streams need ({CORR_IDS_PER_STREAM} each)",
+                self.size,
+                streams.saturating_mul(CORR_IDS_PER_STREAM)
+            )),
+        }
+    }
+
+    /// Stream `index` of `streams`: an even share of the block, in order.
+    pub fn stream(&self, index: u64, streams: u64) -> CorrIdBlock {
+        let per_stream = self.size / streams.max(1);
+        CorrIdBlock {
+            base: self.base + index * per_stream,
+            size: per_stream,
+        }
+    }
+
+    pub fn range(&self) -> std::ops::Range<u64> {
+        self.base..self.base + self.size
+    }
+}
+
+/// Hands out consecutive, non-overlapping correlation-id blocks, the first at 1.
+#[derive(Debug, Clone)]
+pub struct CorrIdAllocator {
+    next: Option<u64>,
+}
+
+impl Default for CorrIdAllocator {
+    fn default() -> Self {
+        Self { next: Some(1) }
+    }
+}
+
+impl CorrIdAllocator {
+    /// The next block of `size` ids, or None once the blocks no longer fit in 64 bits.
+    pub fn take(&mut self, size: u64) -> Option<CorrIdBlock> {
+        let base = self.next?;
+        self.next = base.checked_add(size);
+        self.next.map(|_| CorrIdBlock { base, size })
+    }
+}
+
+/// A weighted scenario mix: `NAME[:WEIGHT],...` on a command line (a missing weight is the
+/// scenario's default), a mapping in a matrix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScenarioMix(pub Vec<(Scenario, u32)>);
+
+impl ScenarioMix {
+    /// Every scenario at its default weight.
+    pub fn defaults() -> Self {
+        ScenarioMix(
+            Scenario::ALL
+                .into_iter()
+                .map(|s| (s, s.default_weight()))
+                .collect(),
+        )
+    }
+
+    /// Checks one weight as written (`3`; not `0`, `-1`, `1.5` or `x`).
+    pub fn parse_weight(scenario: &str, weight: &str) -> Result<u32, String> {
+        let v: f64 = weight
+            .parse()
+            .map_err(|_| format!("scenario {scenario}: weight {weight:?} is not a number"))?;
+        if v <= 0.0 || v.is_nan() || v.fract() != 0.0 || v > u32::MAX as f64 {
+            return Err(format!(
+                "scenario {scenario}: weight {weight} must be a whole number greater than 0"
+            ));
+        }
+        Ok(v as u32)
+    }
+
+    /// Looks a name up case-insensitively; the error lists the known names.
+    pub fn scenario(name: &str) -> Result<Scenario, String> {
+        Scenario::parse(name).ok_or_else(|| {
+            let known: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+            format!("unknown scenario {name:?} (known: {})", known.join(", "))
+        })
+    }
+}
+
+impl std::str::FromStr for ScenarioMix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut mix: Vec<(Scenario, u32)> = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, weight) = match item.split_once(':') {
+                Some((n, w)) => (n.trim(), Some(w.trim())),
+                None => (item, None),
+            };
+            let scenario = Self::scenario(name)?;
+            let weight = match weight {
+                None => scenario.default_weight(),
+                Some(w) => Self::parse_weight(name, w)?,
+            };
+            if mix.iter().any(|(s, _)| *s == scenario) {
+                return Err(format!("scenario {name} is listed twice"));
+            }
+            mix.push((scenario, weight));
+        }
+        if mix.is_empty() {
+            return Err("the scenario mix is empty".into());
+        }
+        Ok(ScenarioMix(mix))
+    }
+}
+
+impl std::fmt::Display for ScenarioMix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (s, w)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{s}:{w}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What the driver tells a worker on its command line: built by the driver
+/// ([`WorkerArgs::to_args`]), parsed by the worker (clap, flattened into its own flags), each with
+/// an environment fallback so a pod can also be configured by env. The store URL is not here: it
+/// travels in [`STORE_URL_ENV`].
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct WorkerArgs {
+    /// Triton servers, HOST:PORT (the gRPC port for --protocol grpc, the HTTP port for http).
+    #[arg(long, env = "WORKER_SERVERS", value_delimiter = ',')]
+    pub servers: Vec<String>,
+    #[arg(long, env = "WORKER_PROTOCOL", value_enum, default_value = "grpc")]
+    pub protocol: Protocol,
+    /// Scenario mix as NAME[:WEIGHT],... (default: every scenario at upstream's weights).
+    #[arg(long, env = "WORKER_SCENARIOS")]
+    pub scenarios: Option<ScenarioMix>,
+    /// Concurrent stress streams.
+    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: u32,
+    /// How long to run (e.g. 60s, 8h); 0 runs until SIGTERM.
+    #[arg(long, env = "WORKER_DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    #[command(flatten)]
+    pub corr_ids: CorrIdBlock,
+    /// Load scenario: requests kept in flight (closed loop).
+    #[arg(long, env = "WORKER_LOAD_CONCURRENCY", conflicts_with = "load_rate")]
+    pub load_concurrency: Option<u32>,
+    /// Load scenario: requests per second at fixed intended times (open loop).
+    #[arg(long, env = "WORKER_LOAD_RATE")]
+    pub load_rate: Option<f64>,
+    /// How often to report a QPS sample, counts and a heartbeat.
+    #[arg(long, env = "WORKER_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub poll_interval: Duration,
+    #[arg(long, env = RUN_ID_ENV)]
+    pub run_id: Option<RunId>,
+    #[arg(long, env = MEMBER_ID_ENV)]
+    pub member_id: Option<MemberName>,
+    /// perf_analyzer binary for the PerfAnalyzer scenario (default: found on PATH).
+    #[arg(long, env = "PERF_ANALYZER")]
+    pub perf_analyzer: Option<PathBuf>,
+}
+
+impl WorkerArgs {
+    /// The load mode the flags ask for (None: the worker's default).
+    pub fn load(&self) -> Option<LoadMode> {
+        match (self.load_concurrency, self.load_rate) {
+            (_, Some(r)) => Some(LoadMode::Rate(r)),
+            (Some(n), None) => Some(LoadMode::Concurrency(n)),
+            (None, None) => None,
+        }
+    }
+
+    pub fn set_load(&mut self, load: Option<LoadMode>) {
+        (self.load_concurrency, self.load_rate) = match load {
+            Some(LoadMode::Concurrency(n)) => (Some(n), None),
+            Some(LoadMode::Rate(r)) => (None, Some(r)),
+            None => (None, None),
+        };
+    }
+
+    /// The command line that parses back into `self`.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--servers".to_string(),
+            self.servers.join(","),
+            "--protocol".into(),
+            self.protocol.as_str().into(),
+            "--concurrency".into(),
+            self.concurrency.to_string(),
+            "--duration".into(),
+            humantime::format_duration(self.duration).to_string(),
+            "--corr-id-base".into(),
+            self.corr_ids.base.to_string(),
+            "--corr-id-block-size".into(),
+            self.corr_ids.size.to_string(),
+            "--poll-interval".into(),
+            humantime::format_duration(self.poll_interval).to_string(),
+        ];
+        if let Some(mix) = &self.scenarios {
+            args.extend(["--scenarios".into(), mix.to_string()]);
+        }
+        if let Some(n) = self.load_concurrency {
+            args.extend(["--load-concurrency".into(), n.to_string()]);
+        }
+        if let Some(r) = self.load_rate {
+            // `{}` of an f64 is the shortest text that parses back to the same value.
+            args.extend(["--load-rate".into(), r.to_string()]);
+        }
+        if let Some(id) = &self.run_id {
+            args.extend(["--run-id".into(), id.to_string()]);
+        }
+        if let Some(id) = &self.member_id {
+            args.extend(["--member-id".into(), id.to_string()]);
+        }
+        if let Some(p) = &self.perf_analyzer {
+            args.extend(["--perf-analyzer".into(), p.display().to_string()]);
+        }
+        args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: WorkerArgs,
+    }
+
+    fn parse(args: &[String]) -> Result<WorkerArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("worker".to_string()).chain(args.iter().cloned()))
+            .map(|c| c.args)
+    }
+
+    fn sample() -> WorkerArgs {
+        WorkerArgs {
+            servers: vec!["127.0.0.1:8001".into(), "[::1]:9001".into()],
+            protocol: Protocol::Http,
+            scenarios: Some("SequenceValid:295,timeout:3,Load".parse().unwrap()),
+            concurrency: 7,
+            duration: Duration::from_millis(90_500),
+            corr_ids: CorrIdBlock {
+                base: 1 + 3 * 4096,
+                size: 4096,
+            },
+            load_concurrency: None,
+            load_rate: Some(1234.5678),
+            poll_interval: Duration::from_millis(250),
+            run_id: Some("smoke-20261123-101500-ab12".into()),
+            member_id: Some("grpc-clients-3".into()),
+            perf_analyzer: Some("/opt/pa dir/perf_analyzer".into()),
+        }
+    }
+
+    #[test]
+    fn worker_args_round_trip() {
+        let a = sample();
+        assert_eq!(parse(&a.to_args()).unwrap(), a);
+        let mut b = sample();
+        b.set_load(Some(LoadMode::Concurrency(3)));
+        b.scenarios = None;
+        b.run_id = None;
+        b.perf_analyzer = None;
+        b.duration = Duration::ZERO;
+        assert_eq!(parse(&b.to_args()).unwrap(), b);
+        assert_eq!(b.load(), Some(LoadMode::Concurrency(3)));
+    }
+
+    #[test]
+    fn worker_args_defaults() {
+        let a = parse(&["--servers".into(), "h:1".into()]).unwrap();
+        assert_eq!(a.protocol, Protocol::Grpc);
+        assert_eq!(a.concurrency, 4);
+        assert_eq!(a.duration, Duration::from_secs(60));
+        assert_eq!(
+            a.corr_ids,
+            CorrIdBlock {
+                base: 1,
+                size: 1 << 20
+            }
+        );
+        assert_eq!(a.load(), None);
+        assert!(a.scenarios.is_none());
+        let both = parse(&[
+            "--load-rate".into(),
+            "5".into(),
+            "--load-concurrency".into(),
+            "2".into(),
+        ]);
+        assert!(both.is_err());
+    }
+
+    #[test]
+    fn mixes_parse_and_print() {
+        let m: ScenarioMix = "SequenceValid:3, timeout".parse().unwrap();
+        assert_eq!(
+            m.0,
+            vec![(Scenario::SequenceValid, 3), (Scenario::Timeout, 60)]
+        );
+        assert_eq!(m.to_string(), "SequenceValid:3,Timeout:60");
+        assert_eq!(m.to_string().parse::<ScenarioMix>().unwrap(), m);
+        let err = "Bogus:1".parse::<ScenarioMix>().unwrap_err();
+        assert!(err.contains("unknown scenario \"Bogus\""), "{err}");
+        for bad in ["Timeout:0", "Timeout:-1", "Timeout:x", "Timeout:1.5"] {
+            let err = bad.parse::<ScenarioMix>().unwrap_err();
+            assert!(err.contains("Timeout"), "{bad}: {err}");
+        }
+        assert!("Timeout,timeout:2".parse::<ScenarioMix>().is_err());
+        assert!("".parse::<ScenarioMix>().is_err());
+        assert_eq!(ScenarioMix::defaults().0.len(), Scenario::ALL.len());
+    }
+
+    #[test]
+    fn corr_id_blocks_never_overlap_and_split_by_stream() {
+        let mut alloc = CorrIdAllocator::default();
+        let a = alloc.take(100).unwrap();
+        let b = alloc.take(50).unwrap();
+        assert_eq!((a.base, a.size, b.base), (1, 100, 101));
+        assert!(a.range().end <= b.range().start);
+        assert_eq!(
+            a.stream(3, 4),
+            CorrIdBlock {
+                base: 1 + 3 * 25,
+                size: 25
+            }
+        );
+        assert!(a.check(10).is_ok());
+        assert!(a.check(11).unwrap_err().contains("smaller than the 110"));
+        assert!(CorrIdBlock { base: 0, size: 10 }.check(1).is_err());
+        assert!(
+            CorrIdBlock {
+                base: u64::MAX,
+                size: 10
+            }
+            .check(1)
+            .is_err()
+        );
+        let mut full = CorrIdAllocator::default();
+        assert!(full.take(u64::MAX - 1).is_some());
+        assert!(full.take(1).is_none(), "a block past 2^64 is refused");
+        assert!(full.take(1).is_none());
+    }
+
+    #[test]
+    fn load_modes() {
+        for (yaml, want) in [
+            (r#"{"concurrency": 3}"#, Some(LoadMode::Concurrency(3))),
+            (r#"{"rate": 2.5}"#, Some(LoadMode::Rate(2.5))),
+            (r#"{"rate": 2.5, "concurrency": 1}"#, None),
+            ("{}", None),
+        ] {
+            let got: Result<LoadMode, _> = serde_json::from_str(yaml);
+            assert_eq!(got.ok(), want, "{yaml}");
+        }
+        assert!(LoadMode::Concurrency(0).check().is_err());
+        assert!(LoadMode::Rate(f64::INFINITY).check().is_err());
+        assert!(LoadMode::Rate(0.0).check().is_err());
+        assert!(LoadMode::Rate(1e-3).check().is_ok());
+    }
+
+    #[test]
+    fn identifiers_are_transparent() {
+        let id = RunId::new("r-1");
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"r-1\"");
+        assert_eq!(&*id, "r-1");
+        assert!("".parse::<MemberName>().is_err());
+    }
+}
