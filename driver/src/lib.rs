@@ -3,10 +3,14 @@
 //!
 //! * [`matrix`]: the YAML test matrix (strict parsing with file:line:column errors, schema).
 //! * [`launcher`]: the launcher interface and the local (process) launcher.
-//! * [`run`]: the poll loop and its fail-fast rules.
+//! * [`plan`]: a run's members, assignments and rules, computed once from the matrix (pure).
+//! * [`failfast`]: the fail-fast rules as a pure state machine, and failure attribution.
+//! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store.
 
+pub mod failfast;
 pub mod launcher;
 pub mod matrix;
+pub mod plan;
 pub mod report;
 pub mod run;

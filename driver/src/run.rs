@@ -1,19 +1,23 @@
-//! The driver loop: matrix → servers → workers → status store → poll → fail fast → report.
+//! Orchestration of one run: plan → servers → workers → poll → fail fast → report.
 //!
-//! Every poll interval it reads the store and the launcher and stops the run on the first of:
-//! a FAILURE event, a member that ends before the run does, a worker heartbeat older than
-//! `heartbeat_timeout_polls` intervals, or a worker reporting zero QPS for `zero_qps_polls`
-//! consecutive samples. On failure everything stops at once and the logs stay; at the end of
-//! the duration workers get SIGTERM, flush their final counts, and only then do servers stop.
+//! [`run`] computes the [`RunPlan`], records it, and hands it to a `Driver`, which launches the
+//! members and every poll interval feeds what it observed (member exits, the store's events,
+//! heartbeats and QPS samples) to the [`FailFast`] rules; the first cause they return fails the
+//! run, blamed by [`failfast::attribute`]. On failure everything stops at once and the logs
+//! stay; at the end of the duration workers get SIGTERM, flush their final counts, and only
+//! then do servers stop. The report is then built from the store alone.
 
-use crate::launcher::{LaunchError, Launcher, MemberExit, ServerEndpoint, WorkerAssignment};
-use crate::matrix::{self, ClientMember, Matrix, MatrixError, ServerMember};
+use crate::failfast::{self, Cause, FailFast, Poll};
+use crate::launcher::{LaunchError, Launcher, MemberExit, ServerEndpoint};
+use crate::matrix::{self, Matrix, MatrixError};
+use crate::plan::RunPlan;
 use crate::report::Report;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use stress_common::status::{EventKind, Role};
+use stress_common::contract::RunId;
+use stress_common::status::EventKind;
 use stress_common::store::{Member, NewRun, Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
@@ -95,9 +99,6 @@ pub struct RunOutcome {
     pub report: Report,
 }
 
-/// How long a worker may take from launch to its first heartbeat.
-const STARTUP_GRACE: Duration = Duration::from_secs(15);
-/// Grace for stopping everything on the failure path (signal all, then kill).
 const FAILURE_STOP_GRACE: Duration = Duration::from_secs(2);
 /// Grace for workers to finish in-flight tests and flush on the success path.
 const CLIENT_STOP_GRACE: Duration = Duration::from_secs(15);
@@ -156,13 +157,6 @@ impl Progress {
     }
 }
 
-/// Tracks the fail-fast rules over successive polls.
-struct Watch {
-    last_event_id: i64,
-    /// Per client: when it was launched, its last QPS sample time, consecutive zero samples.
-    clients: HashMap<String, (Instant, i64, u32)>,
-}
-
 /// Runs a matrix with the given launcher. Everything it records stays in the store.
 pub async fn run(
     options: &RunOptions,
@@ -172,6 +166,7 @@ pub async fn run(
     run_id: &str,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, DriverError> {
+    let plan = RunPlan::new(matrix, RunId::new(run_id), options.duration);
     let store_url = store_url_for(run_dir, options.database_url.as_deref());
     let store = Store::connect(&store_url).await?;
     // The matrix as written, so `driver report` shows what was run even if the file changes.
@@ -179,58 +174,47 @@ pub async fn run(
     store
         .create_run(&NewRun {
             run_id: run_id.into(),
-            name: matrix.run.name.clone(),
+            name: plan.name.clone(),
             matrix_yaml: matrix_text,
             launcher: launcher.name().into(),
             started_at_ms: stress_common::now_ms(),
         })
         .await?;
-    let servers = matrix.servers();
-    for s in &servers {
-        store
-            .upsert_member(&server_member(run_id, matrix, s))
-            .await?;
+    for member in plan.members() {
+        store.upsert_member(&member).await?;
     }
-    for c in &matrix.clients() {
-        store
-            .upsert_member(&client_member(run_id, matrix, c))
-            .await?;
-    }
-
-    let duration = options.duration.unwrap_or(matrix.run.duration);
-    let poll = matrix.run.poll_interval;
     let mut progress = Progress {
         tty: options
             .progress
             .unwrap_or_else(|| std::io::stderr().is_terminal()),
         last_line: Instant::now() - Duration::from_secs(3600),
     };
-
-    let verdict = drive(
-        &store,
-        launcher,
-        matrix,
-        run_id,
-        &store_url,
-        duration,
-        poll,
-        &mut progress,
-        &cancel,
+    let perf_analyzer = stress_common::tritonserver::find_tool(
+        "perf_analyzer",
+        "PERF_ANALYZER",
+        matrix.source_path.as_deref().and_then(Path::parent),
     )
-    .await;
+    .map(|p| p.display().to_string());
+    let mut driver = Driver {
+        store: &store,
+        launcher,
+        plan: &plan,
+        store_url: &store_url,
+        perf_analyzer: perf_analyzer.as_deref(),
+        progress: &mut progress,
+        cancel: &cancel,
+    };
+    let verdict = driver.drive().await;
     progress.done();
 
     // Record what the report needs before anything is cleaned up.
-    let failed = match &verdict {
-        Verdict::Pass => None,
-        other => Some(other.clone()),
-    };
-    if failed.is_some() {
+    let failed = verdict != Verdict::Pass;
+    if failed {
         scrape_server_metrics(
             &store,
             launcher,
             run_id,
-            &servers_of(matrix),
+            &plan.server_names(),
             FAILURE_SCRAPE_BUDGET,
         )
         .await;
@@ -242,8 +226,16 @@ pub async fn run(
         .await?;
     let report = Report::from_store(&store, run_id).await?;
     write_report(run_dir, &report)?;
-    let keep = if failed.is_some() && options.keep_failed.unwrap_or(matrix.run.keep_failed) {
-        kept_for_inspection(&store, matrix, run_id).await
+    let keep = if failed && options.keep_failed.unwrap_or(plan.keep_failed) {
+        let failed_members: BTreeSet<String> = store
+            .events(run_id, 0)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.kind == EventKind::Failure && e.member_id != DRIVER_MEMBER)
+            .map(|e| e.member_id)
+            .collect();
+        plan.kept_for_inspection(&failed_members)
     } else {
         BTreeSet::new()
     };
@@ -255,62 +247,6 @@ pub async fn run(
         verdict,
         report,
     })
-}
-
-/// What a failed run keeps for inspection: every member with a FAILURE event, and for a
-/// client the servers it talked to.
-async fn kept_for_inspection(store: &Store, matrix: &Matrix, run_id: &str) -> BTreeSet<String> {
-    let failed: BTreeSet<String> = store
-        .events(run_id, 0)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.kind == EventKind::Failure && e.member_id != DRIVER_MEMBER)
-        .map(|e| e.member_id)
-        .collect();
-    let mut keep = failed.clone();
-    for c in matrix.clients() {
-        if failed.contains(&c.name) {
-            keep.extend(c.targets);
-        }
-    }
-    keep
-}
-
-/// A server as the store knows it before launch (no address or command yet).
-fn server_member(run_id: &str, matrix: &Matrix, s: &ServerMember) -> Member {
-    Member {
-        run_id: run_id.into(),
-        member_id: s.name.clone(),
-        role: Role::Server,
-        group_name: s.group.clone(),
-        index: s.index,
-        address: String::new(),
-        process_name: matrix.qualified_name(&s.name),
-        corr_id_base: None,
-        corr_id_block_size: None,
-        command: String::new(),
-    }
-}
-
-/// A client as the store knows it before launch, with its correlation-id block.
-fn client_member(run_id: &str, matrix: &Matrix, c: &ClientMember) -> Member {
-    Member {
-        run_id: run_id.into(),
-        member_id: c.name.clone(),
-        role: Role::Client,
-        group_name: c.group.clone(),
-        index: c.index,
-        address: String::new(),
-        process_name: matrix.qualified_name(&c.name),
-        corr_id_base: Some(c.corr_ids.base),
-        corr_id_block_size: Some(c.corr_ids.size),
-        command: String::new(),
-    }
-}
-
-fn servers_of(matrix: &Matrix) -> Vec<String> {
-    matrix.servers().into_iter().map(|s| s.name).collect()
 }
 
 pub fn write_report(run_dir: &Path, report: &Report) -> Result<(), DriverError> {
@@ -381,333 +317,264 @@ async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, run_id: &s
 /// How long a suspected server gets to answer its liveness probe on the failure path.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A worker's failure is often its server's: before blaming the worker, probe the servers it
-/// targets. The first that is not live takes the blame (the worker's view goes in the reason).
-async fn attribute(
-    launcher: &mut dyn Launcher,
-    targets: &HashMap<String, Vec<String>>,
-    member: &str,
-    reason: String,
-) -> (String, String) {
-    for server in targets.get(member).into_iter().flatten() {
-        if let Err(why) = launcher.server_live(server, PROBE_TIMEOUT).await {
-            return (
-                server.clone(),
-                format!("{why}; {member} reported: {reason}"),
-            );
-        }
-    }
-    (member.to_string(), reason)
-}
-
 /// The member id under which the driver records run-level events (e.g. an interruption).
 pub const DRIVER_MEMBER: &str = "driver";
 
-#[allow(clippy::too_many_arguments)]
-async fn drive(
-    store: &Store,
-    launcher: &mut dyn Launcher,
-    matrix: &Matrix,
-    run_id: &str,
-    store_url: &str,
-    duration: Duration,
-    poll: Duration,
-    progress: &mut Progress,
-    cancel: &CancellationToken,
-) -> Verdict {
-    let fail = |member: &str, reason: String| Verdict::Fail {
-        member: member.into(),
-        reason,
-    };
-    let record = |member: String, kind: EventKind, details: String| async move {
-        if let Err(e) = store.record_event(run_id, &member, kind, &details).await {
+/// One run in progress: launches the plan, feeds each poll's observations to the fail-fast
+/// rules and acts on their verdict. The decisions are in [`failfast`]; this only does I/O.
+struct Driver<'a> {
+    store: &'a Store,
+    launcher: &'a mut dyn Launcher,
+    plan: &'a RunPlan,
+    store_url: &'a str,
+    perf_analyzer: Option<&'a str>,
+    progress: &'a mut Progress,
+    cancel: &'a CancellationToken,
+}
+
+impl Driver<'_> {
+    async fn record(&self, member: &str, kind: EventKind, details: &str) {
+        if let Err(e) = self
+            .store
+            .record_event(&self.plan.run_id, member, kind, details)
+            .await
+        {
             tracing::warn!("event of {member} not recorded: {e}");
         }
-    };
-    let launch_failure = |e: LaunchError| match e {
-        LaunchError::Member { member, reason } => (member, reason),
-        LaunchError::Setup(reason) => (DRIVER_MEMBER.to_string(), reason),
-    };
-
-    // Servers.
-    for s in matrix.servers() {
-        record(s.name.clone(), EventKind::Starting, "launching".into()).await;
-        if let Err(e) = launcher.start_server(&s).await {
-            let (member, reason) = launch_failure(e);
-            record(member.clone(), EventKind::Failure, reason.clone()).await;
-            return fail(&member, reason);
-        }
-        let _ = store
-            .upsert_member(&Member {
-                command: launcher.command_line(&s.name).unwrap_or_default(),
-                ..server_member(run_id, matrix, &s)
-            })
-            .await;
     }
-    progress.show(&format!(
-        "waiting for {} server(s) to be ready",
-        matrix.servers().len()
-    ));
-    let ready = tokio::select! {
-        r = launcher.wait_servers_ready(matrix.run.server_ready_timeout) => r,
-        _ = cancel.cancelled() => return Verdict::Aborted("interrupted while servers started".into()),
-    };
-    let endpoints: BTreeMap<String, ServerEndpoint> = match ready {
-        Ok(ready) => ready
-            .into_iter()
-            .map(|ep| (ep.member.clone(), ep))
-            .collect(),
-        Err(e) => {
-            let (member, reason) = launch_failure(e);
-            record(member.clone(), EventKind::Failure, reason.clone()).await;
-            return fail(&member, reason);
+
+    async fn update_member(&self, member: Member) {
+        if let Err(e) = self.store.upsert_member(&member).await {
+            tracing::warn!("member {} not updated: {e}", member.member_id);
         }
-    };
-    for s in matrix.servers() {
-        let Some(ep) = endpoints.get(&s.name) else {
-            continue;
+    }
+
+    /// A launch that failed: recorded and final.
+    async fn launch_failed(&self, e: LaunchError) -> Verdict {
+        let (member, reason) = match e {
+            LaunchError::Member { member, reason } => (member, reason),
+            LaunchError::Setup(reason) => (DRIVER_MEMBER.to_string(), reason),
         };
-        let at = launcher.locate(&s.name).unwrap_or_default();
-        let _ = store
-            .upsert_member(&Member {
-                address: format!("grpc={} http={} metrics={}", ep.grpc, ep.http, ep.metrics),
-                command: launcher.command_line(&s.name).unwrap_or_default(),
-                ..server_member(run_id, matrix, &s)
+        self.record(&member, EventKind::Failure, &reason).await;
+        Verdict::Fail { member, reason }
+    }
+
+    /// A rule fired: probe a failed client's servers, blame, record, fail.
+    async fn fail(&mut self, cause: Cause) -> Verdict {
+        let mut probes = Vec::new();
+        if failfast::needs_probe(&cause, &self.plan.client_names()) {
+            for server in self.plan.targets_of(cause.member()) {
+                let r = self.launcher.server_live(server, PROBE_TIMEOUT).await;
+                let dead = r.is_err();
+                probes.push((server.clone(), r));
+                if dead {
+                    break;
+                }
+            }
+        }
+        let blame = failfast::attribute(&cause, &probes);
+        if blame.record {
+            self.record(&blame.member, EventKind::Failure, &blame.reason)
+                .await;
+        }
+        Verdict::Fail {
+            member: blame.member,
+            reason: blame.reason,
+        }
+    }
+
+    async fn drive(&mut self) -> Verdict {
+        let plan = self.plan;
+        // Servers.
+        for s in &plan.servers {
+            self.record(&s.name, EventKind::Starting, "launching").await;
+            if let Err(e) = self.launcher.start_server(s).await {
+                return self.launch_failed(e).await;
+            }
+            self.update_member(Member {
+                command: self.launcher.command_line(&s.name).unwrap_or_default(),
+                ..plan.server_record(s)
             })
             .await;
-        record(
-            s.name.clone(),
-            EventKind::Running,
-            format!(
+        }
+        self.progress.show(&format!(
+            "waiting for {} server(s) to be ready",
+            plan.servers.len()
+        ));
+        let ready = tokio::select! {
+            r = self.launcher.wait_servers_ready(plan.server_ready_timeout) => r,
+            _ = self.cancel.cancelled() => return Verdict::Aborted("interrupted while servers started".into()),
+        };
+        let endpoints: BTreeMap<String, ServerEndpoint> = match ready {
+            Ok(ready) => ready
+                .into_iter()
+                .map(|ep| (ep.member.clone(), ep))
+                .collect(),
+            Err(e) => return self.launch_failed(e).await,
+        };
+        for s in &plan.servers {
+            let Some(ep) = endpoints.get(&s.name) else {
+                continue;
+            };
+            let at = self.launcher.locate(&s.name).unwrap_or_default();
+            self.update_member(Member {
+                address: format!("grpc={} http={} metrics={}", ep.grpc, ep.http, ep.metrics),
+                command: self.launcher.command_line(&s.name).unwrap_or_default(),
+                ..plan.server_record(s)
+            })
+            .await;
+            let details = format!(
                 "ready ({at}; grpc {} http {} metrics {})",
                 ep.grpc, ep.http, ep.metrics
-            ),
-        )
-        .await;
-    }
-    tokio::select! {
-        _ = tokio::time::sleep(matrix.run.warmup) => {}
-        _ = cancel.cancelled() => return Verdict::Aborted("interrupted during warm-up".into()),
-    }
-
-    // Workers: every client talks to every server of its target group.
-    let perf_analyzer = stress_common::tritonserver::find_tool(
-        "perf_analyzer",
-        "PERF_ANALYZER",
-        matrix.source_path.as_deref().and_then(Path::parent),
-    );
-    let mut watch = Watch {
-        last_event_id: 0,
-        clients: HashMap::new(),
-    };
-    for c in matrix.clients() {
-        let servers: Vec<String> = c
-            .targets
-            .iter()
-            .filter_map(|t| endpoints.get(t))
-            .map(|ep| ep.for_protocol(c.template.protocol).to_string())
-            .collect();
-        let assignment = WorkerAssignment {
-            run_id: run_id.into(),
-            member_id: c.name.as_str().into(),
-            servers,
-            store_url: store_url.into(),
-            poll_interval: poll,
-            // Margin: the driver stops workers itself; this only ends orphans.
-            duration: duration + Duration::from_secs(60),
-            perf_analyzer: perf_analyzer.as_ref().map(|p| p.display().to_string()),
-        };
-        if let Err(e) = launcher.start_client(&c, &assignment).await {
-            let (member, reason) = launch_failure(e);
-            record(member.clone(), EventKind::Failure, reason.clone()).await;
-            return fail(&member, reason);
+            );
+            self.record(&s.name, EventKind::Running, &details).await;
         }
-        record(
-            c.name.clone(),
-            EventKind::Starting,
-            format!(
-                "launched ({})",
-                launcher.locate(&c.name).unwrap_or_default()
-            ),
-        )
-        .await;
-        let _ = store
-            .upsert_member(&Member {
-                address: assignment.servers.join(","),
-                command: launcher.command_line(&c.name).unwrap_or_default(),
-                ..client_member(run_id, matrix, &c)
-            })
-            .await;
-        watch.clients.insert(c.name.clone(), (Instant::now(), 0, 0));
-    }
-
-    let targets: HashMap<String, Vec<String>> = matrix
-        .clients()
-        .into_iter()
-        .map(|c| (c.name, c.targets))
-        .collect();
-    // A client-side failure, attributed to a dead or hung target server when there is one.
-    macro_rules! fail_client {
-        ($member:expr, $reason:expr, $already_recorded:expr) => {{
-            let (member, reason) = attribute(launcher, &targets, &$member, $reason).await;
-            if !$already_recorded || member != $member {
-                record(member.clone(), EventKind::Failure, reason.clone()).await;
-            }
-            return fail(&member, reason);
-        }};
-    }
-
-    // Poll.
-    let started = Instant::now();
-    let end = tokio::time::Instant::now() + duration;
-    let ff = &matrix.run.fail_fast;
-    let heartbeat_limit = poll * ff.heartbeat_timeout_polls;
-    let mut ticker = tokio::time::interval(poll);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
         tokio::select! {
-            _ = ticker.tick() => {}
-            _ = tokio::time::sleep_until(end) => break,
-            _ = cancel.cancelled() => {
-                record(DRIVER_MEMBER.into(), EventKind::Failure, "driver interrupted (SIGTERM/SIGINT)".into()).await;
-                return Verdict::Aborted("driver interrupted (SIGTERM/SIGINT)".into());
-            }
+            _ = tokio::time::sleep(plan.warmup) => {}
+            _ = self.cancel.cancelled() => return Verdict::Aborted("interrupted during warm-up".into()),
         }
-        // 1. A member that ended early.
-        if let Some(exit) = launcher.exited().await.into_iter().next() {
-            let reason = format!("{} before the end of the run", exit.describe());
-            record(exit.member_id.clone(), EventKind::Failure, reason.clone()).await;
-            return fail(&exit.member_id, reason);
-        }
-        // 2. A FAILURE event.
-        match store.events(run_id, watch.last_event_id).await {
-            Ok(events) => {
-                for e in events {
-                    watch.last_event_id = e.id;
-                    if e.kind == EventKind::Failure {
-                        fail_client!(e.member_id, e.details, true);
-                    }
-                }
+
+        // Workers: every client talks to every ready server of its target group.
+        let mut rules = FailFast::new(plan.rules);
+        for c in &plan.clients {
+            let assignment = plan.assignment(c, &endpoints, self.store_url, self.perf_analyzer);
+            if let Err(e) = self.launcher.start_client(c, &assignment).await {
+                return self.launch_failed(e).await;
             }
-            Err(e) => tracing::warn!("polling events: {e}"),
-        }
-        // 3. Stale heartbeats.
-        let now_ms = stress_common::now_ms();
-        if let Ok(beats) = store.heartbeats(run_id).await {
-            let beats: HashMap<String, i64> = beats.into_iter().collect();
-            // The start-up grace counts from when a member actually runs: a pod may wait for
-            // a node or an image first, and the launcher fails it itself when that takes too long.
-            for (member, (launched, _, _)) in watch.clients.iter_mut() {
-                if !beats.contains_key(member) && !launcher.is_running(member) {
-                    *launched = Instant::now();
-                }
-            }
-            for (member, (launched, _, _)) in &watch.clients {
-                let stale = match beats.get(member) {
-                    Some(at) => {
-                        Duration::from_millis((now_ms - at).max(0) as u64) > heartbeat_limit
-                    }
-                    None => launched.elapsed() > STARTUP_GRACE.max(heartbeat_limit),
-                };
-                if stale {
-                    let reason = match beats.get(member) {
-                        Some(at) => format!(
-                            "no heartbeat for {:.1} s (limit {} polls of {:?})",
-                            (now_ms - at) as f64 / 1000.0,
-                            ff.heartbeat_timeout_polls,
-                            poll
-                        ),
-                        None => format!(
-                            "no heartbeat within {:?} of launch",
-                            STARTUP_GRACE.max(heartbeat_limit)
-                        ),
-                    };
-                    fail_client!(member.clone(), reason, false);
-                }
-            }
-        }
-        // 4. Zero QPS for consecutive samples.
-        let mut total_qps = 0.0;
-        if let Ok(latest) = store.latest_qps(run_id).await {
-            for q in latest {
-                total_qps += q.qps;
-                if let Some((_, last_at, zeros)) = watch.clients.get_mut(&q.member_id)
-                    && q.at_ms != *last_at
-                {
-                    *last_at = q.at_ms;
-                    *zeros = if q.qps == 0.0 { *zeros + 1 } else { 0 };
-                    if *zeros >= ff.zero_qps_polls {
-                        let reason = format!("QPS 0 for {} consecutive polls", zeros);
-                        fail_client!(q.member_id.clone(), reason, false);
-                    }
-                }
-            }
-        }
-        let (tests, failures) = store
-            .scenario_counts(run_id)
-            .await
-            .map(|c| {
-                c.iter()
-                    .fold((0, 0), |(t, f), (_, s)| (t + s.tests, f + s.failures))
+            let at = self.launcher.locate(&c.name).unwrap_or_default();
+            self.record(&c.name, EventKind::Starting, &format!("launched ({at})"))
+                .await;
+            self.update_member(Member {
+                address: assignment.servers.join(","),
+                command: self.launcher.command_line(&c.name).unwrap_or_default(),
+                ..plan.client_record(c)
             })
-            .unwrap_or((0, 0));
-        progress.show(&format!(
-            "[{:>5.0}s/{:.0}s] servers {} up, workers {} up, QPS {:.0}, tests {}, failures {}",
-            started.elapsed().as_secs_f64(),
-            duration.as_secs_f64(),
-            endpoints.len(),
-            watch.clients.len(),
-            total_qps,
-            tests,
-            failures
-        ));
+            .await;
+            rules.client_launched(&assignment.member_id, stress_common::now_ms());
+        }
+
+        // Poll.
+        let started = Instant::now();
+        let end = tokio::time::Instant::now() + plan.duration;
+        let mut ticker = tokio::time::interval(plan.poll);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = tokio::time::sleep_until(end) => break,
+                _ = self.cancel.cancelled() => {
+                    let why = "driver interrupted (SIGTERM/SIGINT)";
+                    self.record(DRIVER_MEMBER, EventKind::Failure, why).await;
+                    return Verdict::Aborted(why.into());
+                }
+            }
+            let poll = self.observe(&rules).await;
+            let total_qps: f64 = match &poll.latest_qps {
+                Some(Ok(q)) => q.iter().map(|q| q.qps).sum(),
+                _ => 0.0,
+            };
+            if let Some(cause) = rules.observe(poll) {
+                return self.fail(cause).await;
+            }
+            let (tests, failures) = self
+                .store
+                .scenario_counts(&plan.run_id)
+                .await
+                .map(|c| {
+                    c.iter()
+                        .fold((0, 0), |(t, f), (_, s)| (t + s.tests, f + s.failures))
+                })
+                .unwrap_or((0, 0));
+            self.progress.show(&format!(
+                "[{:>5.0}s/{:.0}s] servers {} up, workers {} up, QPS {:.0}, tests {}, failures {}",
+                started.elapsed().as_secs_f64(),
+                plan.duration.as_secs_f64(),
+                endpoints.len(),
+                plan.clients.len(),
+                total_qps,
+                tests,
+                failures
+            ));
+        }
+
+        // The end: workers flush their final counts, then servers stop.
+        self.progress.show("stopping workers");
+        let exits: Vec<MemberExit> = self.launcher.stop_clients(CLIENT_STOP_GRACE).await;
+        scrape_server_metrics(
+            self.store,
+            self.launcher,
+            &plan.run_id,
+            &plan.server_names(),
+            SCRAPE_BUDGET,
+        )
+        .await;
+        let all_events = self.store.events(&plan.run_id, 0).await.unwrap_or_default();
+        let late: Vec<_> = all_events
+            .iter()
+            .filter(|e| e.id > rules.last_event_id())
+            .cloned()
+            .collect();
+        let finished_cleanly: BTreeSet<String> = all_events
+            .into_iter()
+            .filter(|e| e.kind == EventKind::Success)
+            .map(|e| e.member_id)
+            .collect();
+        let mut verdict = Verdict::Pass;
+        if let Some(blame) = failfast::at_end(&late, &exits, &finished_cleanly) {
+            if blame.record {
+                self.record(&blame.member, EventKind::Failure, &blame.reason)
+                    .await;
+            }
+            verdict = Verdict::Fail {
+                member: blame.member,
+                reason: blame.reason,
+            };
+        }
+        self.progress.show("stopping servers");
+        self.launcher.stop_servers(SERVER_STOP_GRACE).await;
+        if verdict == Verdict::Pass {
+            for name in endpoints.keys() {
+                self.record(name, EventKind::Success, "stopped after the run")
+                    .await;
+            }
+        }
+        verdict
     }
 
-    // The end: workers flush their final counts, then servers stop.
-    progress.show("stopping workers");
-    let exits: Vec<MemberExit> = launcher.stop_clients(CLIENT_STOP_GRACE).await;
-    scrape_server_metrics(store, launcher, run_id, &servers_of(matrix), SCRAPE_BUDGET).await;
-    let mut verdict = Verdict::Pass;
-    if let Ok(events) = store.events(run_id, watch.last_event_id).await
-        && let Some(e) = events.into_iter().find(|e| e.kind == EventKind::Failure)
-    {
-        verdict = fail(&e.member_id, e.details);
-    }
-    // A worker records SUCCESS itself, after its final flush. When the launcher lost its exit
-    // status (a kubelet that deleted the pod reports the container as ContainerStatusUnknown),
-    // that record is the evidence of a clean end; a known non-zero exit still fails the run.
-    let finished_cleanly: BTreeSet<String> = store
-        .events(run_id, 0)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.kind == EventKind::Success)
-        .map(|e| e.member_id)
-        .collect();
-    if verdict == Verdict::Pass
-        && let Some(e) = exits.iter().find(|e| {
-            let clean =
-                e.success() || (e.status_unknown() && finished_cleanly.contains(&e.member_id));
-            !clean
-        })
-    {
-        let reason = format!("{} at the end of the run", e.describe());
-        record(e.member_id.clone(), EventKind::Failure, reason.clone()).await;
-        verdict = fail(&e.member_id, reason);
-    }
-    progress.show("stopping servers");
-    launcher.stop_servers(SERVER_STOP_GRACE).await;
-    if verdict == Verdict::Pass {
-        for name in endpoints.keys() {
-            record(
-                name.clone(),
-                EventKind::Success,
-                "stopped after the run".into(),
-            )
-            .await;
+    /// What one poll sees: exits first (when a member ended, nothing else is read: the rules
+    /// fire on it at once), then the store.
+    async fn observe(&mut self, rules: &FailFast) -> Poll {
+        let exits = self.launcher.exited().await;
+        if !exits.is_empty() {
+            return Poll {
+                now_ms: stress_common::now_ms(),
+                exits,
+                ..Poll::default()
+            };
+        }
+        let run_id = &self.plan.run_id;
+        let text = |e: StoreError| e.to_string();
+        let events = self
+            .store
+            .events(run_id, rules.last_event_id())
+            .await
+            .map_err(text);
+        let heartbeats = self.store.heartbeats(run_id).await.map_err(text);
+        let latest_qps = self.store.latest_qps(run_id).await.map_err(text);
+        let not_running = rules
+            .clients()
+            .into_iter()
+            .filter(|m| !self.launcher.is_running(m))
+            .collect();
+        Poll {
+            now_ms: stress_common::now_ms(),
+            exits,
+            events: Some(events),
+            heartbeats: Some(heartbeats),
+            latest_qps: Some(latest_qps),
+            not_running,
         }
     }
-    verdict
 }
 
 /// Loads a matrix and prepares a run directory; errors here are bad input (exit 2).

@@ -103,6 +103,10 @@ const BAD: &[(&str, &str)] = &[
         "20:16: client_groups.grpc-clients.instances: must be at least 1, found 0",
     ),
     (
+        "zero-heartbeat-limit.yaml",
+        "6:30: run.fail_fast.heartbeat_timeout_polls: must be at least 1, found 0",
+    ),
+    (
         "zero-weight.yaml",
         "17:47: client_templates.grpc-mix.scenarios.Timeout: scenario weight must be at least 1, found 0 (leave the scenario out instead)",
     ),

@@ -115,7 +115,8 @@ pub struct FailFast {
     #[serde(default = "defaults::three")]
     pub heartbeat_timeout_polls: u32,
 
-    /// Fail when a worker reports zero completed requests for this many consecutive polls.
+    /// Fail when a worker reports zero completed requests for this many consecutive polls; 0
+    /// turns the rule off.
     #[serde(default = "defaults::three")]
     pub zero_qps_polls: u32,
 }

@@ -356,6 +356,12 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
         );
     }
 
+    // A heartbeat limit of 0 polls would fail every worker between two of its beats.
+    c.at_least_one(
+        run.key("fail_fast").key("heartbeat_timeout_polls"),
+        m.run.fail_fast.heartbeat_timeout_polls.into(),
+    );
+
     // templates
     for (name, t) in &m.server_templates {
         let path = root.key("server_templates").key(name.clone());

@@ -1,0 +1,658 @@
+//! The fail-fast rules as a pure state machine. The driver's poll loop feeds it what it observed
+//! (member exits, FAILURE events, heartbeats, QPS samples, store errors, the time) and acts on
+//! the first [`Cause`] it returns; whether a client's failure is really its server's is decided
+//! by [`attribute`] from the liveness probes the loop ran. Nothing here does I/O, so every rule is
+//! unit-tested on its own.
+//!
+//! Rules, checked in this order every poll:
+//! 1. a member (server or client) ended before the end of the run;
+//! 2. a member recorded a FAILURE event;
+//! 3. a client's heartbeat is older than the limit (or none arrived within the start-up grace,
+//!    counted from when its process or pod actually runs);
+//! 4. a client reported QPS 0 for `zero_qps_polls` consecutive samples (0 turns the rule off);
+//! 5. the status store could not be read for longer than the outage limit. While it cannot be
+//!    read, rules 3 and 4 pause and afterwards count again from when it came back: a worker is
+//!    never blamed for the store's outage.
+
+use crate::launcher::MemberExit;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use stress_common::contract::MemberName;
+use stress_common::status::EventKind;
+use stress_common::store::{EventRow, QpsSample};
+
+/// The limits the rules apply (from the matrix's `fail_fast` and `poll_interval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// A heartbeat older than this fails its client.
+    pub heartbeat_limit: Duration,
+    /// How long a running client may take to its first heartbeat.
+    pub startup_grace: Duration,
+    /// Consecutive zero-QPS samples that fail a client; 0: never.
+    pub zero_qps_polls: u32,
+    /// How long the store may be unreadable before the run fails for it.
+    pub store_outage_limit: Duration,
+}
+
+impl Rules {
+    /// The driver's rules for a matrix: a worker must show its first heartbeat within 15 s of
+    /// running (or the heartbeat limit, if longer); the store may be out for 60 s (or the
+    /// heartbeat limit, if longer).
+    pub fn new(poll: Duration, heartbeat_timeout_polls: u32, zero_qps_polls: u32) -> Self {
+        let heartbeat_limit = poll.saturating_mul(heartbeat_timeout_polls);
+        Rules {
+            heartbeat_limit,
+            startup_grace: Duration::from_secs(15).max(heartbeat_limit),
+            zero_qps_polls,
+            store_outage_limit: Duration::from_secs(60).max(heartbeat_limit),
+        }
+    }
+}
+
+/// Why the run fails: the first rule that fired.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cause {
+    /// A member ended before the run did (rule 1).
+    Exited(MemberExit),
+    /// A member recorded a FAILURE event itself (rule 2).
+    Reported { member: String, details: String },
+    /// No heartbeat for longer than the limit (rule 3); `last_ms` None: none since launch.
+    StaleHeartbeat {
+        member: String,
+        last_ms: Option<i64>,
+        now_ms: i64,
+        limit: Duration,
+    },
+    /// QPS 0 for this many consecutive samples (rule 4).
+    ZeroQps { member: String, polls: u32 },
+    /// The store could not be read since `since_ms` (rule 5).
+    StoreUnavailable {
+        since_ms: i64,
+        now_ms: i64,
+        error: String,
+    },
+}
+
+/// Who the store outage is blamed on in events and the report.
+pub const STORE_MEMBER: &str = "store";
+
+impl Cause {
+    /// The member the rule fired for.
+    pub fn member(&self) -> &str {
+        match self {
+            Cause::Exited(e) => &e.member_id,
+            Cause::Reported { member, .. }
+            | Cause::StaleHeartbeat { member, .. }
+            | Cause::ZeroQps { member, .. } => member,
+            Cause::StoreUnavailable { .. } => STORE_MEMBER,
+        }
+    }
+
+    /// The reason, as the report and the FAILURE event say it.
+    pub fn reason(&self) -> String {
+        match self {
+            Cause::Exited(e) => format!("{} before the end of the run", e.describe()),
+            Cause::Reported { details, .. } => details.clone(),
+            Cause::StaleHeartbeat {
+                last_ms: Some(at),
+                now_ms,
+                limit,
+                ..
+            } => format!(
+                "no heartbeat for {:.1} s (limit {:?})",
+                (now_ms - at) as f64 / 1000.0,
+                limit
+            ),
+            Cause::StaleHeartbeat {
+                last_ms: None,
+                limit,
+                ..
+            } => format!("no heartbeat within {limit:?} of launch"),
+            Cause::ZeroQps { polls, .. } => format!("QPS 0 for {polls} consecutive polls"),
+            Cause::StoreUnavailable {
+                since_ms,
+                now_ms,
+                error,
+            } => format!(
+                "status store unreadable for {:.1} s: {error}",
+                (now_ms - since_ms) as f64 / 1000.0
+            ),
+        }
+    }
+
+    /// Whether the member already recorded this failure (so the driver does not record it
+    /// again, unless the blame moves to a server).
+    pub fn recorded_by_member(&self) -> bool {
+        matches!(self, Cause::Reported { .. })
+    }
+}
+
+/// The failure as the run records it: who is blamed, why, and whether the driver must record
+/// a FAILURE event for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blame {
+    pub member: String,
+    pub reason: String,
+    pub record: bool,
+}
+
+/// A client's failure is often its server's: the first of its target servers whose liveness
+/// probe failed takes the blame, with the client's view in the reason. `probes` are the results
+/// for the failed member's targets, in order (empty for a server or when none was probed).
+pub fn attribute(cause: &Cause, probes: &[(String, Result<(), String>)]) -> Blame {
+    let member = cause.member().to_string();
+    let reason = cause.reason();
+    if let Some((server, Err(why))) = probes.iter().find(|(_, r)| r.is_err()) {
+        return Blame {
+            member: server.clone(),
+            reason: format!("{why}; {member} reported: {reason}"),
+            record: true,
+        };
+    }
+    Blame {
+        member,
+        reason,
+        record: !cause.recorded_by_member(),
+    }
+}
+
+/// Whether [`attribute`] should probe the member's target servers: only a client's own failure
+/// can be its server's.
+pub fn needs_probe(cause: &Cause, clients: &BTreeSet<String>) -> bool {
+    !matches!(cause, Cause::StoreUnavailable { .. }) && clients.contains(cause.member())
+}
+
+/// One poll's observations. A read that failed carries the store's error.
+#[derive(Debug, Default)]
+pub struct Poll {
+    pub now_ms: i64,
+    /// Members that ended since the last poll.
+    pub exits: Vec<MemberExit>,
+    /// Events after the last one seen.
+    pub events: Option<Result<Vec<EventRow>, String>>,
+    pub heartbeats: Option<Result<Vec<(String, i64)>, String>>,
+    pub latest_qps: Option<Result<Vec<QpsSample>, String>>,
+    /// Clients whose process or pod does not run yet (waiting for a node or an image).
+    pub not_running: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone)]
+struct ClientWatch {
+    /// When its start-up grace began: launch, or later while it was not running yet.
+    grace_from_ms: i64,
+    last_qps_at_ms: i64,
+    zeros: u32,
+}
+
+/// The rules' memory across polls.
+#[derive(Debug, Clone)]
+pub struct FailFast {
+    rules: Rules,
+    clients: BTreeMap<String, ClientWatch>,
+    last_event_id: i64,
+    store_down_since_ms: Option<i64>,
+    /// Heartbeats count only from here once the store came back from an outage.
+    store_back_at_ms: Option<i64>,
+}
+
+impl FailFast {
+    pub fn new(rules: Rules) -> Self {
+        FailFast {
+            rules,
+            clients: BTreeMap::new(),
+            last_event_id: 0,
+            store_down_since_ms: None,
+            store_back_at_ms: None,
+        }
+    }
+
+    /// A client was launched: its rules start now.
+    pub fn client_launched(&mut self, member: &MemberName, now_ms: i64) {
+        self.clients.insert(
+            member.to_string(),
+            ClientWatch {
+                grace_from_ms: now_ms,
+                last_qps_at_ms: 0,
+                zeros: 0,
+            },
+        );
+    }
+
+    pub fn clients(&self) -> BTreeSet<String> {
+        self.clients.keys().cloned().collect()
+    }
+
+    /// The id of the last event seen (the next poll reads after it).
+    pub fn last_event_id(&self) -> i64 {
+        self.last_event_id
+    }
+
+    /// Feeds one poll; returns the first rule that fired, if any.
+    pub fn observe(&mut self, poll: Poll) -> Option<Cause> {
+        let now = poll.now_ms;
+        // 1. A member that ended early.
+        if let Some(exit) = poll.exits.into_iter().next() {
+            return Some(Cause::Exited(exit));
+        }
+        let mut store_error: Option<String> = None;
+        // 2. A FAILURE event.
+        match poll.events {
+            Some(Ok(events)) => {
+                for e in events {
+                    self.last_event_id = self.last_event_id.max(e.id);
+                    if e.kind == EventKind::Failure {
+                        return Some(Cause::Reported {
+                            member: e.member_id,
+                            details: e.details,
+                        });
+                    }
+                }
+            }
+            Some(Err(e)) => store_error = Some(e),
+            None => {}
+        }
+        for member in &poll.not_running {
+            if let Some(w) = self.clients.get_mut(member) {
+                w.grace_from_ms = now;
+            }
+        }
+        let heartbeats = match poll.heartbeats {
+            Some(Ok(h)) => Some(h),
+            Some(Err(e)) => {
+                store_error.get_or_insert(e);
+                None
+            }
+            None => None,
+        };
+        let latest_qps = match poll.latest_qps {
+            Some(Ok(q)) => Some(q),
+            Some(Err(e)) => {
+                store_error.get_or_insert(e);
+                None
+            }
+            None => None,
+        };
+        // 5. The store: while it cannot be read the rules that need it pause.
+        if let Some(error) = store_error {
+            let since = *self.store_down_since_ms.get_or_insert(now);
+            if now - since > millis(self.rules.store_outage_limit) {
+                return Some(Cause::StoreUnavailable {
+                    since_ms: since,
+                    now_ms: now,
+                    error,
+                });
+            }
+            return None;
+        }
+        if self.store_down_since_ms.take().is_some() {
+            self.store_back_at_ms = Some(now);
+        }
+        // 3. Stale heartbeats.
+        if let Some(beats) = heartbeats {
+            let beats: BTreeMap<String, i64> = beats.into_iter().collect();
+            let counted_from = self.store_back_at_ms.unwrap_or(i64::MIN);
+            for (member, w) in &self.clients {
+                let fired = match beats.get(member) {
+                    Some(&at) => {
+                        let last = at.max(counted_from);
+                        (now - last > millis(self.rules.heartbeat_limit)).then_some(Some(at))
+                    }
+                    None => {
+                        let from = w.grace_from_ms.max(counted_from);
+                        (now - from > millis(self.rules.startup_grace)).then_some(None)
+                    }
+                };
+                if let Some(last_ms) = fired {
+                    return Some(Cause::StaleHeartbeat {
+                        member: member.clone(),
+                        last_ms,
+                        now_ms: now,
+                        limit: if last_ms.is_some() {
+                            self.rules.heartbeat_limit
+                        } else {
+                            self.rules.startup_grace
+                        },
+                    });
+                }
+            }
+        }
+        // 4. Zero QPS for consecutive samples (each sample counted once).
+        if let Some(latest) = latest_qps {
+            for q in latest {
+                let Some(w) = self.clients.get_mut(&q.member_id) else {
+                    continue;
+                };
+                if q.at_ms == w.last_qps_at_ms {
+                    continue;
+                }
+                w.last_qps_at_ms = q.at_ms;
+                w.zeros = if q.qps == 0.0 { w.zeros + 1 } else { 0 };
+                if self.rules.zero_qps_polls > 0 && w.zeros >= self.rules.zero_qps_polls {
+                    return Some(Cause::ZeroQps {
+                        member: q.member_id,
+                        polls: w.zeros,
+                    });
+                }
+            }
+        }
+        None
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The verdict at the end of a run, after the clients were stopped: the first FAILURE event
+/// recorded since the last poll, else the first client that did not end cleanly. A client ends
+/// cleanly with exit 0, or, when the launcher lost its exit status (a kubelet that deleted the
+/// pod reports ContainerStatusUnknown), when it recorded SUCCESS itself after its final flush.
+pub fn at_end(
+    late_events: &[EventRow],
+    exits: &[MemberExit],
+    finished_cleanly: &BTreeSet<String>,
+) -> Option<Blame> {
+    if let Some(e) = late_events.iter().find(|e| e.kind == EventKind::Failure) {
+        return Some(Blame {
+            member: e.member_id.clone(),
+            reason: e.details.clone(),
+            record: false,
+        });
+    }
+    exits
+        .iter()
+        .find(|e| !(e.success() || (e.status_unknown() && finished_cleanly.contains(&e.member_id))))
+        .map(|e| Blame {
+            member: e.member_id.clone(),
+            reason: format!("{} at the end of the run", e.describe()),
+            record: true,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLL: Duration = Duration::from_secs(1);
+    const T0: i64 = 1_000_000;
+
+    fn rules() -> Rules {
+        Rules::new(POLL, 3, 3)
+    }
+
+    fn machine(clients: &[&str]) -> FailFast {
+        let mut ff = FailFast::new(rules());
+        for c in clients {
+            ff.client_launched(&MemberName::new(*c), T0);
+        }
+        ff
+    }
+
+    /// A healthy poll at `now`: every client beat at `now` and reports `qps` sampled at `now`.
+    fn healthy(now: i64, clients: &[&str], qps: f64) -> Poll {
+        Poll {
+            now_ms: now,
+            events: Some(Ok(vec![])),
+            heartbeats: Some(Ok(clients.iter().map(|c| (c.to_string(), now)).collect())),
+            latest_qps: Some(Ok(clients
+                .iter()
+                .map(|c| QpsSample {
+                    member_id: c.to_string(),
+                    at_ms: now,
+                    qps,
+                    total_requests: 1,
+                })
+                .collect())),
+            ..Poll::default()
+        }
+    }
+
+    fn event(id: i64, member: &str, kind: EventKind, details: &str) -> EventRow {
+        EventRow {
+            id,
+            member_id: member.into(),
+            at_ms: T0,
+            kind,
+            details: details.into(),
+        }
+    }
+
+    fn exit(member: &str, code: Option<i32>, signal: Option<i32>) -> MemberExit {
+        MemberExit {
+            member_id: member.into(),
+            code,
+            signal,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn a_healthy_run_never_fires() {
+        let mut ff = machine(&["c-0", "c-1"]);
+        for s in 0..100 {
+            assert_eq!(
+                ff.observe(healthy(T0 + s * 1000, &["c-0", "c-1"], 50.0)),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn an_early_exit_fires_first() {
+        let mut ff = machine(&["c-0"]);
+        let mut poll = healthy(T0, &["c-0"], 10.0);
+        poll.exits = vec![exit("triton-0", None, Some(9))];
+        poll.events = Some(Ok(vec![event(1, "c-0", EventKind::Failure, "x")]));
+        let cause = ff.observe(poll).unwrap();
+        assert_eq!(cause.member(), "triton-0");
+        assert_eq!(
+            cause.reason(),
+            "killed by signal 9 (SIGKILL) before the end of the run"
+        );
+    }
+
+    #[test]
+    fn a_failure_event_fires_and_later_polls_read_after_it() {
+        let mut ff = machine(&["c-0"]);
+        let mut poll = healthy(T0, &["c-0"], 10.0);
+        poll.events = Some(Ok(vec![
+            event(4, "c-0", EventKind::Running, "up"),
+            event(5, "c-0", EventKind::Failure, "SequenceValid: wrong sum"),
+        ]));
+        let cause = ff.observe(poll).unwrap();
+        assert_eq!(
+            cause,
+            Cause::Reported {
+                member: "c-0".into(),
+                details: "SequenceValid: wrong sum".into()
+            }
+        );
+        assert!(cause.recorded_by_member());
+        assert_eq!(ff.last_event_id(), 5);
+    }
+
+    #[test]
+    fn a_stale_heartbeat_fires_after_the_limit_only() {
+        let mut ff = machine(&["c-0", "c-1"]);
+        // c-1 beats every second; c-0 stops beating at T0 + 2 s.
+        for s in 0..=5 {
+            let now = T0 + s * 1000;
+            let mut poll = healthy(now, &["c-1"], 10.0);
+            if let Some(Ok(b)) = poll.heartbeats.as_mut() {
+                b.push(("c-0".into(), now.min(T0 + 2000)));
+            }
+            assert_eq!(ff.observe(poll), None, "at {s} s");
+        }
+        // 3.001 s after its last beat: over the 3 s limit.
+        let now = T0 + 5001;
+        let mut poll = healthy(now, &["c-1"], 10.0);
+        if let Some(Ok(b)) = poll.heartbeats.as_mut() {
+            b.push(("c-0".into(), T0 + 2000));
+        }
+        let cause = ff.observe(poll).unwrap();
+        assert_eq!(cause.member(), "c-0");
+        assert_eq!(cause.reason(), "no heartbeat for 3.0 s (limit 3s)");
+    }
+
+    #[test]
+    fn no_first_heartbeat_within_the_grace_fires_counted_from_running() {
+        let mut ff = machine(&["c-0"]);
+        let quiet = |now: i64| Poll {
+            now_ms: now,
+            events: Some(Ok(vec![])),
+            heartbeats: Some(Ok(vec![])),
+            latest_qps: Some(Ok(vec![])),
+            ..Poll::default()
+        };
+        // Its pod waits for a node for 20 s: the grace (15 s) counts from when it runs.
+        for s in 0..=20 {
+            let mut poll = quiet(T0 + s * 1000);
+            poll.not_running = BTreeSet::from(["c-0".to_string()]);
+            assert_eq!(ff.observe(poll), None);
+        }
+        assert_eq!(ff.observe(quiet(T0 + 35_000)), None, "15 s after running");
+        let cause = ff.observe(quiet(T0 + 35_001)).unwrap();
+        assert_eq!(cause.reason(), "no heartbeat within 15s of launch");
+    }
+
+    #[test]
+    fn zero_qps_fires_on_consecutive_new_samples_only() {
+        let mut ff = machine(&["c-0"]);
+        assert_eq!(ff.observe(healthy(T0 + 1000, &["c-0"], 0.0)), None);
+        assert_eq!(ff.observe(healthy(T0 + 2000, &["c-0"], 0.0)), None);
+        // The same sample read again is not a new zero.
+        let mut again = healthy(T0 + 2500, &["c-0"], 0.0);
+        if let Some(Ok(q)) = again.latest_qps.as_mut() {
+            q[0].at_ms = T0 + 2000;
+        }
+        assert_eq!(ff.observe(again), None);
+        // A non-zero sample resets the count.
+        assert_eq!(ff.observe(healthy(T0 + 3000, &["c-0"], 5.0)), None);
+        assert_eq!(ff.observe(healthy(T0 + 4000, &["c-0"], 0.0)), None);
+        assert_eq!(ff.observe(healthy(T0 + 5000, &["c-0"], 0.0)), None);
+        let cause = ff.observe(healthy(T0 + 6000, &["c-0"], 0.0)).unwrap();
+        assert_eq!(
+            cause,
+            Cause::ZeroQps {
+                member: "c-0".into(),
+                polls: 3
+            }
+        );
+    }
+
+    #[test]
+    fn zero_qps_polls_0_turns_the_rule_off() {
+        let mut ff = FailFast::new(Rules::new(POLL, 3, 0));
+        ff.client_launched(&MemberName::new("c-0"), T0);
+        for s in 1..50 {
+            assert_eq!(ff.observe(healthy(T0 + s * 1000, &["c-0"], 0.0)), None);
+        }
+    }
+
+    #[test]
+    fn a_store_outage_pauses_the_rules_then_fails_past_its_limit() {
+        let mut ff = machine(&["c-0"]);
+        assert_eq!(ff.observe(healthy(T0, &["c-0"], 10.0)), None);
+        let down = |now: i64| Poll {
+            now_ms: now,
+            events: Some(Err("connection refused".into())),
+            heartbeats: Some(Err("connection refused".into())),
+            latest_qps: Some(Err("connection refused".into())),
+            ..Poll::default()
+        };
+        // 30 s down: no heartbeat blame.
+        for s in 1..=30 {
+            assert_eq!(ff.observe(down(T0 + s * 1000)), None);
+        }
+        // Back: the worker's last beat is from before the outage; it is not blamed, its
+        // heartbeat limit counts from the store's return.
+        let mut back = healthy(T0 + 31_000, &[], 10.0);
+        back.heartbeats = Some(Ok(vec![("c-0".into(), T0)]));
+        assert_eq!(ff.observe(back), None);
+        let mut later = healthy(T0 + 34_001, &[], 10.0);
+        later.heartbeats = Some(Ok(vec![("c-0".into(), T0)]));
+        assert_eq!(ff.observe(later).unwrap().member(), "c-0");
+
+        // A long outage fails the run, blamed on the store.
+        let mut ff = machine(&["c-0"]);
+        for s in 0..=60 {
+            assert_eq!(ff.observe(down(T0 + s * 1000)), None, "at {s} s");
+        }
+        let cause = ff.observe(down(T0 + 60_001)).unwrap();
+        assert_eq!(cause.member(), STORE_MEMBER);
+        assert_eq!(
+            cause.reason(),
+            "status store unreadable for 60.0 s: connection refused"
+        );
+        assert!(!needs_probe(&cause, &ff.clients()));
+    }
+
+    #[test]
+    fn a_clients_failure_is_blamed_on_its_first_dead_server() {
+        let cause = Cause::Reported {
+            member: "c-0".into(),
+            details: "Load: connection refused".into(),
+        };
+        assert!(needs_probe(&cause, &BTreeSet::from(["c-0".to_string()])));
+        let live = [
+            ("triton-0".to_string(), Ok(())),
+            ("triton-1".to_string(), Ok(())),
+        ];
+        assert_eq!(
+            attribute(&cause, &live),
+            Blame {
+                member: "c-0".into(),
+                reason: "Load: connection refused".into(),
+                record: false
+            }
+        );
+        let one_dead = [
+            ("triton-0".to_string(), Ok(())),
+            (
+                "triton-1".to_string(),
+                Err("connection refused".to_string()),
+            ),
+            ("triton-2".to_string(), Err("timed out".to_string())),
+        ];
+        assert_eq!(
+            attribute(&cause, &one_dead),
+            Blame {
+                member: "triton-1".into(),
+                reason: "connection refused; c-0 reported: Load: connection refused".into(),
+                record: true
+            }
+        );
+        // A rule the driver saw (not the worker's own event) is recorded by the driver.
+        let stale = Cause::ZeroQps {
+            member: "c-0".into(),
+            polls: 3,
+        };
+        assert!(attribute(&stale, &live).record);
+        // A server's own failure is not probed.
+        let server = Cause::Exited(exit("triton-0", Some(1), None));
+        assert!(!needs_probe(&server, &BTreeSet::from(["c-0".to_string()])));
+    }
+
+    #[test]
+    fn the_end_of_a_run() {
+        let clean = BTreeSet::from(["c-1".to_string()]);
+        assert_eq!(at_end(&[], &[exit("c-0", Some(0), None)], &clean), None);
+        // Exit status lost, but the worker recorded SUCCESS after its final flush.
+        assert_eq!(at_end(&[], &[exit("c-1", None, None)], &clean), None);
+        let lost = at_end(&[], &[exit("c-0", None, None)], &clean).unwrap();
+        assert_eq!(
+            (lost.member.as_str(), lost.reason.as_str(), lost.record),
+            ("c-0", "ended (status unknown) at the end of the run", true)
+        );
+        let bad = at_end(&[], &[exit("c-1", Some(1), None)], &clean).unwrap();
+        assert_eq!(bad.reason, "exited with code 1 at the end of the run");
+        // A late FAILURE event wins over exits.
+        let late = [event(9, "c-0", EventKind::Failure, "final flush: mismatch")];
+        let b = at_end(&late, &[exit("c-1", Some(1), None)], &clean).unwrap();
+        assert_eq!(
+            (b.member.as_str(), b.record),
+            ("c-0", false),
+            "the worker recorded it itself"
+        );
+    }
+}

@@ -1,0 +1,268 @@
+//! A run's plan: every member, its group, its correlation-id block, its targets and (once the
+//! servers' addresses are known) its worker's contract, computed once from the matrix as a
+//! pure value. `run` launches and records it; nothing here does I/O.
+
+use crate::failfast::Rules;
+use crate::launcher::{ServerEndpoint, WorkerAssignment};
+use crate::matrix::{ClientMember, Matrix, ServerMember};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use stress_common::contract::RunId;
+use stress_common::status::Role;
+use stress_common::store::Member;
+
+/// How long a worker outlives the run's duration on its own: the driver stops it itself; the
+/// margin only ends a worker orphaned by a dead driver.
+pub const ORPHAN_MARGIN: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    pub run_id: RunId,
+    /// The matrix's run name.
+    pub name: String,
+    pub duration: Duration,
+    pub poll: Duration,
+    pub warmup: Duration,
+    pub server_ready_timeout: Duration,
+    pub keep_failed: bool,
+    pub rules: Rules,
+    pub servers: Vec<ServerMember>,
+    pub clients: Vec<ClientMember>,
+    /// `<run name>-<member>` for every member: its process or pod name.
+    qualified: BTreeMap<String, String>,
+}
+
+impl RunPlan {
+    /// The plan of `matrix` under `run_id`; `duration` overrides the matrix's.
+    pub fn new(matrix: &Matrix, run_id: RunId, duration: Option<Duration>) -> Self {
+        let servers = matrix.servers();
+        let clients = matrix.clients();
+        let qualified = servers
+            .iter()
+            .map(|s| &s.name)
+            .chain(clients.iter().map(|c| &c.name))
+            .map(|m| (m.clone(), matrix.qualified_name(m)))
+            .collect();
+        let ff = &matrix.run.fail_fast;
+        RunPlan {
+            run_id,
+            name: matrix.run.name.clone(),
+            duration: duration.unwrap_or(matrix.run.duration),
+            poll: matrix.run.poll_interval,
+            warmup: matrix.run.warmup,
+            server_ready_timeout: matrix.run.server_ready_timeout,
+            keep_failed: matrix.run.keep_failed,
+            rules: Rules::new(
+                matrix.run.poll_interval,
+                ff.heartbeat_timeout_polls,
+                ff.zero_qps_polls,
+            ),
+            servers,
+            clients,
+            qualified,
+        }
+    }
+
+    pub fn server_names(&self) -> Vec<String> {
+        self.servers.iter().map(|s| s.name.clone()).collect()
+    }
+
+    pub fn client_names(&self) -> BTreeSet<String> {
+        self.clients.iter().map(|c| c.name.clone()).collect()
+    }
+
+    /// The servers a client talks to (empty for a server or an unknown member).
+    pub fn targets_of(&self, member: &str) -> &[String] {
+        self.clients
+            .iter()
+            .find(|c| c.name == member)
+            .map_or(&[], |c| c.targets.as_slice())
+    }
+
+    /// Every member as the store records it before launch (no address or command yet).
+    pub fn members(&self) -> Vec<Member> {
+        let servers = self.servers.iter().map(|s| self.server_record(s));
+        let clients = self.clients.iter().map(|c| self.client_record(c));
+        servers.chain(clients).collect()
+    }
+
+    pub fn server_record(&self, s: &ServerMember) -> Member {
+        Member {
+            run_id: self.run_id.to_string(),
+            member_id: s.name.clone(),
+            role: Role::Server,
+            group_name: s.group.clone(),
+            index: s.index,
+            address: String::new(),
+            process_name: self.qualified[&s.name].clone(),
+            corr_id_base: None,
+            corr_id_block_size: None,
+            command: String::new(),
+        }
+    }
+
+    pub fn client_record(&self, c: &ClientMember) -> Member {
+        Member {
+            run_id: self.run_id.to_string(),
+            member_id: c.name.clone(),
+            role: Role::Client,
+            group_name: c.group.clone(),
+            index: c.index,
+            address: String::new(),
+            process_name: self.qualified[&c.name].clone(),
+            corr_id_base: Some(c.corr_ids.base),
+            corr_id_block_size: Some(c.corr_ids.size),
+            command: String::new(),
+        }
+    }
+
+    /// What a client's worker is told once its servers are up: every ready server of its
+    /// target group, at the port of its protocol.
+    pub fn assignment(
+        &self,
+        c: &ClientMember,
+        endpoints: &BTreeMap<String, ServerEndpoint>,
+        store_url: &str,
+        perf_analyzer: Option<&str>,
+    ) -> WorkerAssignment {
+        WorkerAssignment {
+            run_id: self.run_id.clone(),
+            member_id: c.name.as_str().into(),
+            servers: c
+                .targets
+                .iter()
+                .filter_map(|t| endpoints.get(t))
+                .map(|ep| ep.for_protocol(c.template.protocol).to_string())
+                .collect(),
+            store_url: store_url.into(),
+            poll_interval: self.poll,
+            duration: self.duration + ORPHAN_MARGIN,
+            perf_analyzer: perf_analyzer.map(str::to_string),
+        }
+    }
+
+    /// What a failed run keeps for inspection: the failed members and, for a failed client, the
+    /// servers it talked to.
+    pub fn kept_for_inspection(&self, failed: &BTreeSet<String>) -> BTreeSet<String> {
+        let mut keep = failed.clone();
+        for c in self.clients.iter().filter(|c| failed.contains(&c.name)) {
+            keep.extend(c.targets.iter().cloned());
+        }
+        keep
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launcher::worker_contract;
+    use crate::matrix::{self, Protocol};
+    use stress_common::contract::CorrIdBlock;
+
+    const MATRIX: &str = r#"
+version: 1
+run:
+  name: plan
+  duration: 30s
+  poll_interval: 500ms
+  fail_fast: {heartbeat_timeout_polls: 4, zero_qps_polls: 0}
+server_templates:
+  triton: {tritonserver: {binary: auto}, model_repositories: [models]}
+client_templates:
+  grpc: {worker: {binary: auto}, protocol: grpc, concurrency: 2, scenarios: {SequenceValid: 3}, load: {rate: 50}}
+  http: {worker: {binary: auto}, protocol: http, concurrency: 1}
+server_groups:
+  a: {template: triton, instances: 2}
+  b: {template: triton, instances: 1}
+client_groups:
+  g: {template: grpc, target: a, instances: 2, corr_id_block_size: 100}
+  h: {template: http, target: b, instances: 1, corr_id_block_size: 1000}
+"#;
+
+    fn plan() -> RunPlan {
+        let m = matrix::parse(MATRIX, "plan.yaml").unwrap();
+        RunPlan::new(&m, RunId::new("plan-1"), None)
+    }
+
+    fn endpoint(member: &str, port: u16) -> (String, ServerEndpoint) {
+        (
+            member.into(),
+            ServerEndpoint {
+                member: member.into(),
+                grpc: format!("127.0.0.1:{port}"),
+                http: format!("127.0.0.1:{}", port + 1),
+                metrics: format!("127.0.0.1:{}", port + 2),
+            },
+        )
+    }
+
+    #[test]
+    fn members_ids_and_targets() {
+        let p = plan();
+        assert_eq!(p.server_names(), ["a-0", "a-1", "b-0"]);
+        let names: Vec<_> = p.members().into_iter().map(|m| m.member_id).collect();
+        assert_eq!(names, ["a-0", "a-1", "b-0", "g-0", "g-1", "h-0"]);
+        let blocks: Vec<CorrIdBlock> = p.clients.iter().map(|c| c.corr_ids).collect();
+        assert_eq!(
+            blocks,
+            [
+                CorrIdBlock { base: 1, size: 100 },
+                CorrIdBlock {
+                    base: 101,
+                    size: 100
+                },
+                CorrIdBlock {
+                    base: 201,
+                    size: 1000
+                }
+            ]
+        );
+        assert_eq!(p.targets_of("g-1"), ["a-0", "a-1"]);
+        assert_eq!(p.targets_of("h-0"), ["b-0"]);
+        assert!(p.targets_of("a-0").is_empty());
+        assert_eq!(p.members()[3].process_name, "plan-g-0");
+        assert_eq!(p.rules, Rules::new(Duration::from_millis(500), 4, 0));
+        assert_eq!(p.duration, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn assignments_follow_protocol_and_readiness() {
+        let p = plan();
+        let endpoints: BTreeMap<_, _> = [endpoint("a-0", 9000), endpoint("b-0", 9100)].into();
+        let g1 = p.assignment(&p.clients[1], &endpoints, "sqlite:///x", Some("/pa"));
+        // a-1 never became ready: only a-0, at its gRPC port.
+        assert_eq!(g1.servers, ["127.0.0.1:9000"]);
+        assert_eq!(g1.duration, Duration::from_secs(90));
+        let h0 = p.assignment(&p.clients[2], &endpoints, "sqlite:///x", None);
+        assert_eq!(h0.servers, ["127.0.0.1:9101"]);
+
+        let args = worker_contract(&p.clients[1], &g1);
+        assert_eq!(args.protocol, Protocol::Grpc);
+        assert_eq!(
+            args.corr_ids,
+            CorrIdBlock {
+                base: 101,
+                size: 100
+            }
+        );
+        assert_eq!(args.load_rate, Some(50.0));
+        assert_eq!(args.scenarios.unwrap().to_string(), "SequenceValid:3");
+        assert_eq!(args.member_id.unwrap().as_str(), "g-1");
+        assert_eq!(args.poll_interval, Duration::from_millis(500));
+        let http = worker_contract(&p.clients[2], &h0);
+        assert!(http.scenarios.is_none(), "omitted: the worker's defaults");
+        assert_eq!(http.load(), None);
+    }
+
+    #[test]
+    fn a_failed_client_keeps_its_servers() {
+        let p = plan();
+        let keep = p.kept_for_inspection(&BTreeSet::from(["g-0".to_string()]));
+        assert_eq!(
+            keep,
+            BTreeSet::from(["g-0".into(), "a-0".into(), "a-1".into()])
+        );
+        let keep = p.kept_for_inspection(&BTreeSet::from(["b-0".to_string()]));
+        assert_eq!(keep, BTreeSet::from(["b-0".into()]));
+    }
+}
