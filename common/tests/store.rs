@@ -1,6 +1,6 @@
 //! The status store tells the same story on both backends: a temporary SQLite file, and a
 //! throwaway PostgreSQL cluster (or `TEST_DATABASE_URL`). Without Postgres binaries the Postgres
-//! test fails, unless `TRITON_STRESS_SKIP_POSTGRES=1`.
+//! test fails, unless `TRITON_STRESS_SKIP_POSTGRES=1` (then it says SKIPPED; refused under `CI`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -9,7 +9,7 @@ use stress_common::now_ms;
 use stress_common::status::{
     EventKind, FailureRecord, Role, ScenarioCounts, StatusSink, WorkerSnapshot,
 };
-use stress_common::store::testing::TestPostgres;
+use stress_common::store::testing::{self, TestPostgres};
 use stress_common::store::{
     EventRow, Member, NewRun, QpsSample, RunRow, Store, StoreError, StoreOptions,
 };
@@ -564,6 +564,48 @@ async fn postgres_story() {
         create_database(&admin, fresh_db).await;
         story(&sqlx_url_with_db(pg.url(), fresh_db), true).await;
     }
+}
+
+/// The skip policy end to end, on `postgres_story` run again as a child process: with
+/// `TRITON_STRESS_SKIP_POSTGRES=1` it passes and says SKIPPED on stderr, where the harness does
+/// not capture it; under `CI=true` the same request fails the test.
+#[test]
+fn a_postgres_skip_is_visible_and_refused_in_ci() {
+    let run = |ci: Option<&str>| {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command
+            .args(["--exact", "postgres_story"])
+            .env(testing::SKIP_POSTGRES, "1")
+            .env_remove(testing::TEST_DATABASE_URL)
+            .env_remove(testing::CI)
+            .env("RUST_BACKTRACE", "0");
+        if let Some(ci) = ci {
+            command.env(testing::CI, ci);
+        }
+        let out = command.output().unwrap();
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    let skipped_line = "SKIPPED: postgres_story: TRITON_STRESS_SKIP_POSTGRES=1";
+
+    let (passed, stdout, stderr) = run(None);
+    assert!(passed, "{stdout}\n{stderr}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+    assert!(
+        stderr.lines().any(|line| line == skipped_line),
+        "no {skipped_line:?} on stderr:\n{stderr}"
+    );
+
+    let (passed, stdout, stderr) = run(Some("true"));
+    assert!(!passed, "a skip passed under CI:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(
+            "postgres_story: TRITON_STRESS_SKIP_POSTGRES=1 is refused under CI=true: CI must \
+             run the Postgres tests"
+        ),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("SKIPPED"), "{stderr}");
 }
 
 fn sqlx_url_with_db(url: &str, db: &str) -> String {
