@@ -1,6 +1,6 @@
 //! The status store tells the same story on both backends: a temporary SQLite file, and a
 //! throwaway PostgreSQL cluster (or `TEST_DATABASE_URL`). Without Postgres binaries the Postgres
-//! test fails, unless `TRITON_STRESS_SKIP_POSTGRES=1`.
+//! test fails, unless `TRITON_STRESS_SKIP_POSTGRES=1` (then it says SKIPPED; refused under `CI`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -9,7 +9,7 @@ use stress_common::now_ms;
 use stress_common::status::{
     EventKind, FailureRecord, Role, ScenarioCounts, StatusSink, WorkerSnapshot,
 };
-use stress_common::store::testing::TestPostgres;
+use stress_common::store::testing::{self, TestPostgres};
 use stress_common::store::{
     EventRow, Member, NewRun, QpsSample, RunRow, Store, StoreError, StoreOptions,
 };
@@ -566,6 +566,48 @@ async fn postgres_story() {
     }
 }
 
+/// The skip policy end to end, on `postgres_story` run again as a child process: with
+/// `TRITON_STRESS_SKIP_POSTGRES=1` it passes and says SKIPPED on stderr, where the harness does
+/// not capture it; under `CI=true` the same request fails the test.
+#[test]
+fn a_postgres_skip_is_visible_and_refused_in_ci() {
+    let run = |ci: Option<&str>| {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command
+            .args(["--exact", "postgres_story"])
+            .env(testing::SKIP_POSTGRES, "1")
+            .env_remove(testing::TEST_DATABASE_URL)
+            .env_remove(testing::CI)
+            .env("RUST_BACKTRACE", "0");
+        if let Some(ci) = ci {
+            command.env(testing::CI, ci);
+        }
+        let out = command.output().unwrap();
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    let skipped_line = "SKIPPED: postgres_story: TRITON_STRESS_SKIP_POSTGRES=1";
+
+    let (passed, stdout, stderr) = run(None);
+    assert!(passed, "{stdout}\n{stderr}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+    assert!(
+        stderr.lines().any(|line| line == skipped_line),
+        "no {skipped_line:?} on stderr:\n{stderr}"
+    );
+
+    let (passed, stdout, stderr) = run(Some("true"));
+    assert!(!passed, "a skip passed under CI:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(
+            "postgres_story: TRITON_STRESS_SKIP_POSTGRES=1 is refused under CI=true: CI must \
+             run the Postgres tests"
+        ),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("SKIPPED"), "{stderr}");
+}
+
 fn sqlx_url_with_db(url: &str, db: &str) -> String {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let base = &base[..base.rfind('/').unwrap()];
@@ -602,78 +644,169 @@ async fn sqlite_concurrent_writers() {
     conn.close().await.unwrap();
 }
 
-/// Several processes (this test binary run again as writers) on one SQLite file.
+/// Several processes (this test binary run again, as `child_writer`) write to one SQLite file at
+/// the same time, for `CHILD_WRITE_FOR` each: a lock error fails a writer, and every write each
+/// one reports is in the store, in order.
 #[test]
 fn sqlite_concurrent_processes() {
     const PROCESSES: usize = 3;
     let dir = tempfile::tempdir().unwrap();
     let url = Store::sqlite_url(&dir.path().join("status.sqlite"));
+    let ready = dir.path().join("ready");
+    std::fs::create_dir(&ready).unwrap();
     let run_id = unique("processes");
     let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|p| {
+    let members: Vec<String> = (0..PROCESSES).map(|p| format!("process-{p}")).collect();
+    let children: Vec<_> = members
+        .iter()
+        .map(|member| {
             std::process::Command::new(&exe)
-                .args(["--exact", "child_writer", "--nocapture", "--test-threads=1"])
-                .env("STORE_TEST_CHILD_URL", &url)
-                .env("STORE_TEST_CHILD_RUN", &run_id)
-                .env("STORE_TEST_CHILD_MEMBER", format!("process-{p}"))
+                .args(["--exact", "child_writer", "--ignored", "--nocapture"])
+                .env(CHILD_URL, &url)
+                .env(CHILD_RUN, &run_id)
+                .env(CHILD_MEMBER, member)
+                .env(CHILD_READY_DIR, &ready)
+                .env(CHILD_WRITERS, PROCESSES.to_string())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
         })
         .collect();
-    for child in children {
-        let out = child.wait_with_output().unwrap();
+    // All of them, before any assertion: none keeps writing into a removed directory.
+    let outputs: Vec<_> = children
+        .into_iter()
+        .map(|child| child.wait_with_output().unwrap())
+        .collect();
+    let mut written = vec![];
+    for (member, out) in members.iter().zip(outputs) {
+        let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
-            "a writer process failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
+            "writer {member} failed:\n{stdout}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("child writer done"),
-            "the writer did not run: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let count: u64 = stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("child writer wrote "))
+            .unwrap_or_else(|| panic!("writer {member} did not run:\n{stdout}"))
+            .parse()
+            .unwrap();
+        written.push(count);
     }
+
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    let (samples, events, counts, heartbeats) = rt.block_on(async {
         let store = Store::connect(&url).await.unwrap();
-        assert_eq!(
-            store.qps_samples(&run_id).await.unwrap().len(),
-            PROCESSES * CHILD_SNAPSHOTS as usize
+        let all = (
+            store.qps_samples(&run_id).await.unwrap(),
+            store.events(&run_id, 0).await.unwrap(),
+            store.scenario_counts(&run_id).await.unwrap(),
+            store.heartbeats(&run_id).await.unwrap(),
         );
-        assert_eq!(store.heartbeats(&run_id).await.unwrap().len(), PROCESSES);
         store.close().await;
+        all
     });
+    let mut id_ranges = vec![];
+    for (member, &count) in members.iter().zip(&written) {
+        // Every snapshot, in the order written (samples come by time, then insertion).
+        let mine: Vec<&QpsSample> = samples.iter().filter(|s| &s.member_id == member).collect();
+        assert_eq!(
+            mine.iter().map(|s| s.total_requests).collect::<Vec<_>>(),
+            (1..=count).collect::<Vec<_>>(),
+            "{member}'s snapshots"
+        );
+        let last_at_ms = mine.last().unwrap().at_ms;
+        assert!(
+            heartbeats.contains(&(member.clone(), last_at_ms)),
+            "{member}: {heartbeats:?}"
+        );
+        let tests = counts
+            .iter()
+            .find(|(m, _)| m == member)
+            .map(|(_, c)| c.tests);
+        assert_eq!(tests, Some(count), "{member}'s last counts");
+        // Every event, in the order written.
+        let (ids, details): (Vec<i64>, Vec<&str>) = events
+            .iter()
+            .filter(|e| &e.member_id == member)
+            .map(|e| (e.id, e.details.as_str()))
+            .unzip();
+        let want: Vec<String> = (1..=count).map(|i| format!("write {i}")).collect();
+        assert_eq!(details, want, "{member}'s events");
+        id_ranges.push((member, ids[0], ids[ids.len() - 1]));
+    }
+    assert_eq!(heartbeats.len(), PROCESSES);
+    assert_eq!(samples.len() as u64, written.iter().sum::<u64>());
+    assert_eq!(events.len() as u64, written.iter().sum::<u64>());
+    // The writes interleaved: every two writers have events between each other's first and
+    // last (writers that took turns would have disjoint id ranges).
+    for (i, a) in id_ranges.iter().enumerate() {
+        for b in &id_ranges[i + 1..] {
+            assert!(
+                a.1 < b.2 && b.1 < a.2,
+                "{} and {} did not write at the same time (first and last event ids): \
+                 {id_ranges:?}",
+                a.0,
+                b.0
+            );
+        }
+    }
 }
 
-const CHILD_SNAPSHOTS: u64 = 40;
+/// How long each `child_writer` writes (at least `CHILD_MIN_WRITES` writes).
+const CHILD_WRITE_FOR: Duration = Duration::from_millis(1500);
+const CHILD_MIN_WRITES: u64 = 20;
+const CHILD_URL: &str = "STORE_TEST_CHILD_URL";
+const CHILD_RUN: &str = "STORE_TEST_CHILD_RUN";
+const CHILD_MEMBER: &str = "STORE_TEST_CHILD_MEMBER";
+/// Each writer puts a file named after it here once started, and connects and writes when all
+/// `CHILD_WRITERS` files are there.
+const CHILD_READY_DIR: &str = "STORE_TEST_CHILD_READY_DIR";
+const CHILD_WRITERS: &str = "STORE_TEST_CHILD_WRITERS";
 
-/// A writer process for `sqlite_concurrent_processes`; does nothing when run as a test.
+/// The writer process of `sqlite_concurrent_processes`, which runs it (ignored otherwise: it
+/// needs its parent's variables). Prints how many writes it made.
 #[tokio::test]
+#[ignore = "the writer process of sqlite_concurrent_processes, which runs it"]
 async fn child_writer() {
-    let (Ok(url), Ok(run_id), Ok(member_id)) = (
-        std::env::var("STORE_TEST_CHILD_URL"),
-        std::env::var("STORE_TEST_CHILD_RUN"),
-        std::env::var("STORE_TEST_CHILD_MEMBER"),
-    ) else {
-        return;
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!("{name} is not set: child_writer runs as sqlite_concurrent_processes's child")
+        })
     };
+    let (url, run_id, member_id) = (var(CHILD_URL), var(CHILD_RUN), var(CHILD_MEMBER));
+    let ready = std::path::PathBuf::from(var(CHILD_READY_DIR));
+    let writers: usize = var(CHILD_WRITERS).parse().unwrap();
+
+    // Start together, so that the connections (and the migrations of the new file) and then
+    // the writes contend for the file.
+    std::fs::write(ready.join(&member_id), "").unwrap();
+    let waiting_since = std::time::Instant::now();
+    while std::fs::read_dir(&ready).unwrap().count() < writers {
+        assert!(
+            waiting_since.elapsed() < Duration::from_secs(60),
+            "{member_id}: the other writers did not get ready"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let store = Store::connect(&url).await.unwrap();
-    for i in 1..=CHILD_SNAPSHOTS {
+
+    let started = std::time::Instant::now();
+    let mut written = 0;
+    while started.elapsed() < CHILD_WRITE_FOR || written < CHILD_MIN_WRITES {
+        written += 1;
         store
             .record_snapshot(
                 &run_id,
                 &member_id,
                 &WorkerSnapshot {
                     at_ms: now_ms(),
-                    total_requests: i,
+                    total_requests: written,
                     qps: 1.0,
                     scenarios: vec![ScenarioCounts {
                         scenario: "s".into(),
-                        tests: i,
+                        tests: written,
                         ..ScenarioCounts::default()
                     }],
                 },
@@ -681,12 +814,17 @@ async fn child_writer() {
             .await
             .unwrap();
         store
-            .record_event(&run_id, &member_id, EventKind::Running, "")
+            .record_event(
+                &run_id,
+                &member_id,
+                EventKind::Running,
+                &format!("write {written}"),
+            )
             .await
             .unwrap();
     }
     store.close().await;
-    println!("child writer done");
+    println!("child writer wrote {written}");
 }
 
 #[tokio::test]

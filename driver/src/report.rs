@@ -403,10 +403,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_and_sparklines() {
+    fn times() {
         assert_eq!(format_time(0), "1970-01-01 00:00:00.000Z");
         assert_eq!(format_time(1_795_241_712_345), "2026-11-21 06:15:12.345Z");
-        assert_eq!(sparkline(&[0.0, 1.0, 2.0], 40).chars().count(), 3);
-        assert_eq!(downsample(&[(0.0, 1.0); 1000], 100).len(), 100);
+    }
+
+    #[test]
+    fn sparklines_scale_to_the_largest_value() {
+        assert_eq!(sparkline(&[], 40), "");
+        assert_eq!(sparkline(&[0.0; 5], 40), "▁▁▁▁▁");
+        let ramp: Vec<f64> = (0..8).map(f64::from).collect();
+        assert_eq!(sparkline(&ramp, 40), "▁▂▃▄▅▆▇█");
+        // Bar heights round to the nearest eighth: 1 of 2 is 3.5 eighths, the fifth bar.
+        assert_eq!(sparkline(&[0.0, 1.0, 2.0], 40), "▁▅█");
+        assert_eq!(sparkline(&[1.0, 1.0, 1.0, 100.0, 1.0, 1.0], 40), "▁▁▁█▁▁");
+        // The scale runs from zero, not from the smallest value: 50 of 100 is half height.
+        assert_eq!(sparkline(&[50.0, 100.0, 0.0], 40), "▅█▁");
+    }
+
+    #[test]
+    fn sparklines_average_more_points_than_the_width() {
+        // 16 values in 8 bars: pairs averaged (0.5, 2.5, .. 14.5), then scaled.
+        let ramp: Vec<f64> = (0..16).map(f64::from).collect();
+        assert_eq!(sparkline(&ramp, 8), "▁▂▃▄▅▆▇█");
+        // A one-point spike is averaged with its neighbour, and still the top of the line.
+        let mut spiky = vec![0.0; 40];
+        spiky[10] = 80.0;
+        assert_eq!(sparkline(&spiky, 20), "▁▁▁▁▁█▁▁▁▁▁▁▁▁▁▁▁▁▁▁");
+        // 41 points in at most 40 bars: chunks of 2, 21 bars.
+        assert_eq!(sparkline(&[3.0; 41], 40), "█".repeat(21));
+    }
+
+    #[test]
+    fn downsampling_averages_consecutive_points() {
+        let points = [(0.0, 0.0), (1.0, 2.0), (2.0, 4.0), (3.0, 6.0), (4.0, 8.0)];
+        assert_eq!(downsample(&points, 5), points);
+        assert_eq!(downsample(&points, 9), points);
+        // Chunks of 3: the last one holds what is left.
+        assert_eq!(downsample(&points, 2), [(1.0, 2.0), (3.5, 7.0)]);
+        assert_eq!(downsample(&points, 1), [(2.0, 4.0)]);
+        assert_eq!(downsample(&[(0.0, 1.0); 1000], 100), [(0.0, 1.0); 100]);
     }
 }

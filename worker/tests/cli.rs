@@ -115,7 +115,8 @@ async fn bad_arguments_exit_2_before_anything_is_sent() {
         assert_bad_input(&out, Path::new(status), message, &format!("{extra:?}"));
     }
     // No server at all.
-    let out = worker(&["--duration", "1s"]).await;
+    std::fs::remove_file(status).ok();
+    let out = worker(&["--duration", "1s", "--status-file", status]).await;
     assert_bad_input(&out, Path::new(status), "no servers given", "no --servers");
 }
 

@@ -9,7 +9,13 @@
 //! unix socket in that directory, trust authentication, fsync off; the server is stopped and the
 //! directory removed on drop. As root the cluster runs as the `postgres` user (initdb refuses
 //! root), or as `$THROWAWAY_PG_USER`.
+//!
+//! [`TestPostgres::from_env`] is the policy: a Postgres test never passes silently without
+//! Postgres. It fails when no server can be had, unless `TRITON_STRESS_SKIP_POSTGRES=1`; a skip
+//! prints `SKIPPED: <test>: <why>` to stderr past the test harness's capture; and under `CI` a
+//! skip request fails too, since CI installs PostgreSQL (scripts/test.sh).
 
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
@@ -20,6 +26,9 @@ const SCRIPT: &str = include_str!("../../../scripts/throwaway-postgres.sh");
 pub const TEST_DATABASE_URL: &str = "TEST_DATABASE_URL";
 /// Set to `1` to skip the Postgres tests (they fail, loudly, when Postgres is not available).
 pub const SKIP_POSTGRES: &str = "TRITON_STRESS_SKIP_POSTGRES";
+/// Set by CI systems (`CI=true`): there [`SKIP_POSTGRES`] is refused, so that no Postgres test
+/// counts as passed in CI without having run.
+pub const CI: &str = "CI";
 
 #[derive(Debug, thiserror::Error)]
 #[error("throwaway postgres: {0}")]
@@ -145,21 +154,70 @@ pub enum TestPostgres {
     Throwaway(ThrowawayPostgres),
 }
 
+/// Where a Postgres test gets its database: [`source`]'s decision.
+#[derive(Debug, PartialEq, Eq)]
+enum Source {
+    External(String),
+    /// Skipped on request; the reason, for the SKIPPED line.
+    Skip(String),
+    Throwaway,
+}
+
+/// Whether an environment flag is on: set, and neither empty, `0` nor `false`.
+fn is_on(value: Option<&str>) -> bool {
+    value.is_some_and(|v| {
+        let v = v.trim();
+        !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false")
+    })
+}
+
+/// The policy, from the environment (`var` reads a variable): `TEST_DATABASE_URL` when set; a
+/// skip when `TRITON_STRESS_SKIP_POSTGRES=1`, but an error under `CI`; else a throwaway server.
+fn source(var: impl Fn(&str) -> Option<String>) -> Result<Source, String> {
+    if let Some(url) = var(TEST_DATABASE_URL).filter(|url| !url.trim().is_empty()) {
+        return Ok(Source::External(url));
+    }
+    if var(SKIP_POSTGRES).is_some_and(|v| v.trim() == "1") {
+        if let Some(ci) = var(CI).filter(|ci| is_on(Some(ci))) {
+            return Err(format!(
+                "{SKIP_POSTGRES}=1 is refused under {CI}={ci}: CI must run the Postgres tests \
+                 (scripts/test.sh installs PostgreSQL), or give {TEST_DATABASE_URL}"
+            ));
+        }
+        return Ok(Source::Skip(format!("{SKIP_POSTGRES}=1")));
+    }
+    Ok(Source::Throwaway)
+}
+
+/// The running test's name: libtest runs each test on a thread named after it.
+fn current_test() -> String {
+    std::thread::current()
+        .name()
+        .filter(|name| *name != "main")
+        .unwrap_or("a Postgres test")
+        .to_string()
+}
+
 impl TestPostgres {
-    /// `TEST_DATABASE_URL` when set; else `Ok(None)` when `TRITON_STRESS_SKIP_POSTGRES=1`; else a
-    /// fresh [`ThrowawayPostgres`], or an error saying why there is none (e.g. no binaries). A
-    /// test should fail on that error, not pass silently.
+    /// `TEST_DATABASE_URL` when set; else `Ok(None)` when `TRITON_STRESS_SKIP_POSTGRES=1`, after
+    /// printing `SKIPPED: <test>: <why>` to stderr (an error instead under `CI`); else a fresh
+    /// [`ThrowawayPostgres`], or an error saying why there is none (e.g. no binaries). A test
+    /// should fail on an error, not pass silently.
     pub fn from_env() -> Result<Option<TestPostgres>, ThrowawayError> {
-        if let Ok(url) = std::env::var(TEST_DATABASE_URL)
-            && !url.trim().is_empty()
-        {
-            return Ok(Some(TestPostgres::External(url)));
+        let test = current_test();
+        match source(|name| std::env::var(name).ok()) {
+            Err(refused) => Err(ThrowawayError(format!("{test}: {refused}"))),
+            Ok(Source::External(url)) => Ok(Some(TestPostgres::External(url))),
+            Ok(Source::Skip(why)) => {
+                // Straight to the stderr handle: the harness captures eprintln! of a passing
+                // test, and a skip must be seen.
+                writeln!(std::io::stderr(), "SKIPPED: {test}: {why}").ok();
+                Ok(None)
+            }
+            Ok(Source::Throwaway) => {
+                ThrowawayPostgres::start().map(|pg| Some(TestPostgres::Throwaway(pg)))
+            }
         }
-        if std::env::var(SKIP_POSTGRES).is_ok_and(|v| v.trim() == "1") {
-            eprintln!("{SKIP_POSTGRES}=1: skipping a Postgres test");
-            return Ok(None);
-        }
-        ThrowawayPostgres::start().map(|pg| Some(TestPostgres::Throwaway(pg)))
     }
 
     pub fn url(&self) -> &str {
@@ -172,5 +230,76 @@ impl TestPostgres {
     /// Whether the database is ours alone (then a test may expect it to hold only its own rows).
     pub fn is_fresh(&self) -> bool {
         matches!(self, TestPostgres::Throwaway(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source_with(vars: &[(&str, &str)]) -> Result<Source, String> {
+        source(|name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn a_throwaway_server_unless_told_otherwise() {
+        assert_eq!(source_with(&[]), Ok(Source::Throwaway));
+        assert_eq!(source_with(&[(CI, "true")]), Ok(Source::Throwaway));
+        assert_eq!(
+            source_with(&[(TEST_DATABASE_URL, " "), (SKIP_POSTGRES, "0")]),
+            Ok(Source::Throwaway)
+        );
+    }
+
+    #[test]
+    fn a_given_url_wins_even_over_a_skip() {
+        let url = "postgres://u@db:5432/t";
+        for vars in [
+            &[(TEST_DATABASE_URL, url)][..],
+            &[(TEST_DATABASE_URL, url), (SKIP_POSTGRES, "1"), (CI, "true")],
+        ] {
+            assert_eq!(
+                source_with(vars),
+                Ok(Source::External(url.into())),
+                "{vars:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_skip_is_honoured_outside_ci_and_refused_in_ci() {
+        let skip = Ok(Source::Skip("TRITON_STRESS_SKIP_POSTGRES=1".into()));
+        assert_eq!(source_with(&[(SKIP_POSTGRES, "1")]), skip);
+        for ci in ["", "0", "false", "FALSE"] {
+            assert_eq!(
+                source_with(&[(SKIP_POSTGRES, "1"), (CI, ci)]),
+                skip,
+                "CI={ci}"
+            );
+        }
+        for ci in ["true", "1", "yes"] {
+            let refused = source_with(&[(SKIP_POSTGRES, "1"), (CI, ci)]).unwrap_err();
+            assert_eq!(
+                refused,
+                format!(
+                    "TRITON_STRESS_SKIP_POSTGRES=1 is refused under CI={ci}: CI must run the \
+                     Postgres tests (scripts/test.sh installs PostgreSQL), or give \
+                     TEST_DATABASE_URL"
+                )
+            );
+        }
+    }
+
+    /// The name the SKIPPED line gives, also when tests run one at a time.
+    #[test]
+    fn the_test_name_is_the_thread_name() {
+        assert_eq!(
+            current_test(),
+            "store::testing::tests::the_test_name_is_the_thread_name"
+        );
     }
 }
