@@ -379,3 +379,150 @@ fn to_k8s_toleration(t: &Toleration) -> K8sToleration {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::Matrix;
+    use std::path::PathBuf;
+
+    /// Servers and clients with every pod option the matrix has: volumes of each kind, trace,
+    /// resources with a GPU, node selector, tolerations, environment.
+    const MATRIX: &str = r#"
+version: 1
+run: { name: specs, duration: 1m }
+server_templates:
+  gpu:
+    tritonserver: { image: "nvcr.io/nvidia/tritonserver:24.10-py3" }
+    model_repositories: [/models, /mnt/extra-models]
+    args: ["--log-verbose=1"]
+    resources: { cpu: "4", memory: 16Gi, gpus: 1 }
+    env: { OMP_NUM_THREADS: "2" }
+    trace: { level: TIMESTAMPS, rate: 100 }
+    volumes:
+      - { name: extra-models, mount_path: /mnt/extra-models, host_path: /srv/models }
+      - { name: cache, mount_path: /cache, read_only: false, persistent_volume_claim: triton-cache }
+      - { name: configs, mount_path: /configs, config_map: model-configs }
+    node_selector: { nvidia.com/gpu.present: "true" }
+    tolerations:
+      - { key: nvidia.com/gpu, operator: Exists, effect: NoSchedule }
+      - { key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 30 }
+  cpu:
+    tritonserver: { image: "triton-stress/tritonserver:dev" }
+    model_repositories: [/models]
+server_groups:
+  triton: { template: gpu, instances: 2 }
+  small: { template: cpu, instances: 1 }
+client_templates:
+  grpc-all:
+    worker: { image: "triton-stress/worker:dev" }
+    protocol: grpc
+    concurrency: 3
+    resources: { cpu: 250m, memory: 512Mi }
+    env: { RUST_LOG: debug }
+    node_selector: { pool: clients }
+    tolerations: [{ operator: Exists }]
+client_groups:
+  clients: { template: grpc-all, instances: 1, target: triton }
+"#;
+
+    fn matrix() -> Matrix {
+        crate::matrix::parse(MATRIX, "specs.yaml").expect("the test matrix is valid")
+    }
+
+    fn context() -> PodContext {
+        PodContext {
+            run_id: "specs-20260101-000000-abcd".into(),
+            image_pull_policy: "IfNotPresent".into(),
+            owner: OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: owner_name("specs-20260101-000000-abcd"),
+                uid: "0b7a4c1e-0000-4000-8000-000000000001".into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            },
+        }
+    }
+
+    /// Compares the pod as YAML with `testdata/<name>`; `UPDATE_FIXTURES=1` rewrites the file
+    /// instead (then read the diff: the fixture is the reviewed spec).
+    fn assert_fixture(name: &str, pod: &Pod) {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("src/launcher/kube/testdata")
+            .join(name);
+        let yaml = serde_saphyr::to_string(pod).expect("a pod serialises to YAML");
+        if std::env::var_os("UPDATE_FIXTURES").is_some() {
+            std::fs::write(&path, &yaml).unwrap();
+            return;
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        assert!(
+            yaml == expected,
+            "the pod differs from {} (UPDATE_FIXTURES=1 rewrites it):\n{yaml}",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn server_pod_with_volumes_trace_gpu_and_tolerations() {
+        let m = matrix();
+        let server = &m.servers()[1];
+        assert_eq!(server.name, "triton-1");
+        assert_fixture("server-gpu.yaml", &server_pod(server, &context()).unwrap());
+    }
+
+    #[test]
+    fn server_pod_with_defaults_only() {
+        let m = matrix();
+        let server = m
+            .servers()
+            .into_iter()
+            .find(|s| s.name == "small-0")
+            .unwrap();
+        assert_fixture(
+            "server-minimal.yaml",
+            &server_pod(&server, &context()).unwrap(),
+        );
+    }
+
+    #[test]
+    fn worker_pod_gets_store_url_from_the_secret() {
+        let m = matrix();
+        let client = &m.clients()[0];
+        let args = [
+            "--servers",
+            "10.244.0.7:8001,10.244.0.8:8001",
+            "--protocol",
+            "grpc",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_fixture(
+            "worker.yaml",
+            &client_pod(client, args, &context()).unwrap(),
+        );
+    }
+
+    #[test]
+    fn a_binary_is_refused() {
+        let m = crate::matrix::parse(
+            &MATRIX.replace(
+                r#"{ image: "triton-stress/tritonserver:dev" }"#,
+                "{ binary: auto }",
+            ),
+            "specs.yaml",
+        )
+        .unwrap();
+        let server = m
+            .servers()
+            .into_iter()
+            .find(|s| s.name == "small-0")
+            .unwrap();
+        assert!(
+            server_pod(&server, &context())
+                .unwrap_err()
+                .contains("--launcher local")
+        );
+    }
+}
