@@ -326,8 +326,8 @@ pub fn write_report(run_dir: &Path, report: &Report) -> Result<(), DriverError> 
     .map_err(io)
 }
 
-/// Scrapes Triton's /metrics of every server still up into the store, giving up on the servers
-/// that have not answered within `budget` (all together).
+/// Scrapes Triton's /metrics of every server still up into the store, parsed per model, giving
+/// up on the servers that have not answered within `budget` (all together).
 async fn scrape_server_metrics(
     store: &Store,
     launcher: &mut dyn Launcher,
@@ -340,24 +340,27 @@ async fn scrape_server_metrics(
         let text = tokio::time::timeout_at(deadline, launcher.server_metrics(s)).await;
         if let Ok(Some(text)) = text {
             let mut d = launcher.diagnostics(s).await;
-            d["server_metrics_text"] = serde_json::Value::String(text);
-            if let Err(e) = store.save_diagnostics(run_id, s, &d).await {
+            d.server_metrics = Some(stress_common::triton_metrics::parse(&text));
+            if let Err(e) = store.save_diagnostics(run_id, s, &d.to_json()).await {
                 tracing::warn!("server metrics of {s} not recorded: {e}");
             }
         }
     }
 }
 
-/// Saves launcher diagnostics of every member with a FAILURE event (merged with anything saved).
+/// Saves launcher diagnostics of every member with a FAILURE event (keeping the server metrics
+/// saved before).
 async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, run_id: &str) {
+    use crate::launcher::MemberDiagnostics;
     let Ok(events) = store.events(run_id, 0).await else {
         return;
     };
-    let existing: BTreeMap<String, serde_json::Value> = store
+    let mut saved_metrics: BTreeMap<String, _> = store
         .diagnostics(run_id)
         .await
         .unwrap_or_default()
         .into_iter()
+        .filter_map(|(member, d)| Some((member, MemberDiagnostics::from_json(d).server_metrics?)))
         .collect();
     let mut done = Vec::new();
     for e in events.iter().filter(|e| e.kind == EventKind::Failure) {
@@ -366,13 +369,11 @@ async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, run_id: &s
         }
         done.push(e.member_id.clone());
         let mut d = launcher.diagnostics(&e.member_id).await;
-        if let Some(text) = existing
-            .get(&e.member_id)
-            .and_then(|x| x.get("server_metrics_text"))
+        d.server_metrics = saved_metrics.remove(&e.member_id);
+        if let Err(err) = store
+            .save_diagnostics(run_id, &e.member_id, &d.to_json())
+            .await
         {
-            d["server_metrics_text"] = text.clone();
-        }
-        if let Err(err) = store.save_diagnostics(run_id, &e.member_id, &d).await {
             tracing::warn!("diagnostics of {} not recorded: {err}", e.member_id);
         }
     }

@@ -1,9 +1,10 @@
 //! What a failed member's pod tells: its status, its containers' log tails, its events, and the
 //! kubectl commands to dig further. Read before cleanup deletes the pod.
 
-use super::status::{container_lines, pod_summary};
+use super::status::{container_statuses, pod_summary};
 use super::{DIAGNOSTICS_SETTLE, KubeLauncher, LOG_TAIL_LINES, RUN_LABEL};
-use crate::launcher::{Launcher, MemberExit};
+use crate::launcher::Launcher;
+use crate::launcher::diagnostics::{MemberDiagnostics, MemberEnd, PodDiagnostics, PodEvent};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams};
@@ -11,9 +12,12 @@ use std::time::{Duration, Instant};
 
 impl KubeLauncher {
     /// The member's diagnostics (see `Launcher::diagnostics`).
-    pub(super) async fn collect_diagnostics(&mut self, member_id: &str) -> serde_json::Value {
+    pub(super) async fn collect_diagnostics(&mut self, member_id: &str) -> MemberDiagnostics {
         let Some(mp) = self.members.get(member_id) else {
-            return serde_json::json!({ "launcher": "kube" });
+            return MemberDiagnostics {
+                launcher: self.name().into(),
+                ..Default::default()
+            };
         };
         let (pod_name, container) = (mp.pod.clone(), mp.container);
         let ns = self.ns().to_string();
@@ -38,43 +42,39 @@ impl KubeLauncher {
             .flatten()
             .map(|c| c.restart_count)
             .sum();
-        let had_previous = restarts > 0;
         let log_tail = self.log_tail(&pod_name, container, false).await;
-        let previous_log_tail = if had_previous {
+        let previous_log_tail = if restarts > 0 {
             self.log_tail(&pod_name, container, true).await
         } else {
-            None
+            Vec::new()
         };
         let events = self.pod_events(&pod_name).await;
-        let exit = self.exits.get(member_id).map(MemberExit::describe);
-        let kubectl = vec![
-            format!("kubectl -n {ns} describe pod {pod_name}"),
-            format!("kubectl -n {ns} logs {pod_name} -c {container}"),
-            format!("kubectl -n {ns} logs {pod_name} -c {container} --previous"),
-            format!("kubectl -n {ns} exec -it {pod_name} -c {container} -- sh"),
-            format!(
-                "kubectl -n {ns} get pods -l {RUN_LABEL}={} -o wide",
-                self.settings.run_id
-            ),
-        ];
-        serde_json::json!({
-            "launcher": "kube",
-            "exit": exit,
-            "namespace": ns,
-            "pod": pod_name,
-            "phase": status.phase,
-            "status_reason": status.reason,
-            "node": pod.as_ref().and_then(|p| p.spec.as_ref()).and_then(|s| s.node_name.clone()),
-            "pod_ip": status.pod_ip,
-            "restarts": restarts,
-            "containers": pod.as_ref().map(container_lines).unwrap_or_default(),
-            "summary": pod.as_ref().map(pod_summary),
-            "events": events,
-            "log_tail": log_tail,
-            "previous_log_tail": previous_log_tail,
-            "command": self.command_line(member_id),
-            "kubectl": kubectl,
-        })
+        MemberDiagnostics {
+            launcher: self.name().into(),
+            exit: self.exits.get(member_id).map(MemberEnd::from),
+            command: self.command_line(member_id),
+            location: self.locate(member_id),
+            log_file: None,
+            log_tail,
+            pod: Some(PodDiagnostics {
+                kubectl: kubectl_commands(&ns, &pod_name, container, &self.settings.run_id),
+                namespace: ns,
+                node: pod
+                    .as_ref()
+                    .and_then(|p| p.spec.as_ref())
+                    .and_then(|s| s.node_name.clone()),
+                phase: status.phase,
+                status_reason: status.reason,
+                ip: status.pod_ip,
+                restarts,
+                summary: pod.as_ref().map(pod_summary),
+                containers: pod.as_ref().map(container_statuses).unwrap_or_default(),
+                events,
+                previous_log_tail,
+                name: pod_name,
+            }),
+            server_metrics: None,
+        }
     }
 
     /// Why a pod that should be ready is not: phase, conditions, container states and the
@@ -85,14 +85,14 @@ impl KubeLauncher {
         };
         let mut parts = vec![pod_summary(&seen.pod)];
         let events = self.pod_events(&seen.pod.name_any()).await;
-        if let Some(last) = events.iter().rev().find(|e| e.contains("Warning")) {
+        if let Some(last) = events.iter().rev().find(|e| e.type_ == "Warning") {
             parts.push(format!("last warning: {last}"));
         }
         parts.join("; ")
     }
 
-    /// The pod's events, oldest first, as `time type reason: message (xN)`.
-    pub(super) async fn pod_events(&self, pod: &str) -> Vec<String> {
+    /// The pod's events, oldest first.
+    pub(super) async fn pod_events(&self, pod: &str) -> Vec<PodEvent> {
         let events: Api<CoreEvent> = Api::namespaced(self.client.clone(), self.ns());
         let Ok(list) = events
             .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
@@ -112,23 +112,19 @@ impl KubeLauncher {
         items.sort_by_key(|e| when(e).map(|t| t.as_second()).unwrap_or_default());
         items
             .iter()
-            .map(|e| {
-                format!(
-                    "{} {} {}: {}{}",
-                    when(e).map(|t| t.to_string()).unwrap_or_default(),
-                    e.type_.clone().unwrap_or_default(),
-                    e.reason.clone().unwrap_or_default(),
-                    e.message.clone().unwrap_or_default().trim(),
-                    match e.count {
-                        Some(n) if n > 1 => format!(" (x{n})"),
-                        _ => String::new(),
-                    }
-                )
+            .map(|e| PodEvent {
+                at: when(e).map(|t| t.to_string()),
+                type_: e.type_.clone().unwrap_or_default(),
+                reason: e.reason.clone().unwrap_or_default(),
+                message: e.message.clone().unwrap_or_default().trim().to_string(),
+                count: e.count.unwrap_or(1),
             })
             .collect()
     }
 
-    async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> Option<String> {
+    /// The last lines of a container's log (of its previous instance with `previous`); none
+    /// when the log cannot be read.
+    async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> Vec<String> {
         self.pods
             .logs(
                 pod,
@@ -140,6 +136,19 @@ impl KubeLauncher {
                 },
             )
             .await
-            .ok()
+            .map(|text| text.lines().map(String::from).collect())
+            .unwrap_or_default()
     }
+}
+
+/// The commands that show a pod, its logs (also of a restarted container), a shell in it, and
+/// the run's other pods.
+fn kubectl_commands(ns: &str, pod: &str, container: &str, run_id: &str) -> Vec<String> {
+    vec![
+        format!("kubectl -n {ns} describe pod {pod}"),
+        format!("kubectl -n {ns} logs {pod} -c {container}"),
+        format!("kubectl -n {ns} logs {pod} -c {container} --previous"),
+        format!("kubectl -n {ns} exec -it {pod} -c {container} -- sh"),
+        format!("kubectl -n {ns} get pods -l {RUN_LABEL}={run_id} -o wide"),
+    ]
 }

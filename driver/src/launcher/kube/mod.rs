@@ -25,7 +25,10 @@ mod watch;
 pub use cleanup::delete_run;
 pub use spec::{PodContext, client_pod, owner_name, pod_name, secret_name, server_pod};
 
-use super::{LaunchError, Launcher, MemberExit, STORE_URL_ENV, ServerEndpoint, WorkerAssignment};
+use super::{
+    LaunchError, Launcher, MemberDiagnostics, MemberExit, STORE_URL_ENV, ServerEndpoint,
+    WorkerAssignment,
+};
 use crate::matrix::{ClientMember, ServerMember};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
@@ -388,7 +391,7 @@ impl Launcher for KubeLauncher {
         self.delete_run_objects(keep).await;
     }
 
-    async fn diagnostics(&mut self, member_id: &str) -> serde_json::Value {
+    async fn diagnostics(&mut self, member_id: &str) -> MemberDiagnostics {
         self.collect_diagnostics(member_id).await
     }
 

@@ -2,6 +2,7 @@
 //! is ready and where, and one-line descriptions of its containers for people.
 
 use crate::launcher::MemberExit;
+use crate::launcher::diagnostics::ContainerStatus;
 use k8s_openapi::api::core::v1::{ContainerState, Pod};
 use kube::ResourceExt;
 use std::time::Duration;
@@ -123,29 +124,21 @@ pub fn pod_ip(pod: &Pod) -> Option<String> {
         .filter(|ip| !ip.is_empty())
 }
 
-/// One line per container: state, readiness, restarts and last termination.
-pub fn container_lines(pod: &Pod) -> Vec<String> {
-    let Some(statuses) = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-    else {
-        return Vec::new();
-    };
-    statuses
+/// Each container's state, readiness, restarts and last termination.
+pub fn container_statuses(pod: &Pod) -> Vec<ContainerStatus> {
+    pod.status
         .iter()
-        .map(|c| {
-            let state = c.state.as_ref().map(describe_state).unwrap_or_default();
-            let last = c
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .map(|c| ContainerStatus {
+            name: c.name.clone(),
+            state: c.state.as_ref().map(describe_state).unwrap_or_default(),
+            ready: c.ready,
+            restarts: c.restart_count,
+            last_termination: c
                 .last_state
                 .as_ref()
                 .filter(|s| s.terminated.is_some())
-                .map(|s| format!("; last termination: {}", describe_state(s)))
-                .unwrap_or_default();
-            format!(
-                "{}: {state}, ready={}, restarts={}{last}",
-                c.name, c.ready, c.restart_count
-            )
+                .map(describe_state),
         })
         .collect()
 }
@@ -216,6 +209,6 @@ pub fn pod_summary(pod: &Pod) -> String {
             }
         }
     }
-    parts.extend(container_lines(pod));
+    parts.extend(container_statuses(pod).iter().map(ToString::to_string));
     parts.join("; ")
 }
