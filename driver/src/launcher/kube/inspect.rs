@@ -8,7 +8,7 @@ use crate::launcher::diagnostics::{MemberDiagnostics, MemberEnd, PodDiagnostics,
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams};
-use std::time::{Duration, Instant};
+use tokio::time::Instant;
 
 impl KubeLauncher {
     /// The member's diagnostics (see `Launcher::diagnostics`).
@@ -23,10 +23,8 @@ impl KubeLauncher {
         let ns = self.ns().to_string();
         // A process killed a moment ago shows as terminated only when the kubelet's next status
         // update arrives (~1 s): give it that long, so the report shows the termination.
-        let deadline = Instant::now() + DIAGNOSTICS_SETTLE;
-        while self.ended(member_id).is_none() && Instant::now() < deadline {
-            self.next_change(Duration::from_millis(250)).await;
-        }
+        self.wait_member_ended(member_id, Instant::now() + DIAGNOSTICS_SETTLE)
+            .await;
         // A fresh read: the watch may lag the kubelet by a moment.
         let pod = match self.pods.get(&pod_name).await {
             Ok(p) => Some(p),

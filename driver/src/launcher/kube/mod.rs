@@ -34,10 +34,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use spec::container_command;
-use status::{is_ready, pod_exit, pod_ip};
+use status::{member_exit, pod_exit, servers_readiness};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use stress_common::tritonserver;
+use tokio::time::Instant;
 use watch::{PodWatch, Seen};
 
 /// Field manager of every object the driver applies.
@@ -56,6 +57,9 @@ const SERVER_CONTAINER: &str = "tritonserver";
 const CLIENT_CONTAINER: &str = "worker";
 /// How long diagnostics wait for a failed member's container to show as terminated.
 const DIAGNOSTICS_SETTLE: Duration = Duration::from_secs(3);
+/// How often waits on the pod watch look again without a change: a pod Pending past its
+/// timeout has failed although nothing about it changed.
+const RECHECK: Duration = Duration::from_secs(1);
 /// How many log lines of each container a failed pod's diagnostics keep.
 const LOG_TAIL_LINES: i64 = 50;
 
@@ -172,11 +176,6 @@ impl KubeLauncher {
         Ok(())
     }
 
-    /// Waits for the next pod change, or `at_most`.
-    async fn next_change(&self, at_most: Duration) {
-        self.watch.next_change(at_most).await;
-    }
-
     /// How the member's pod ended or failed, as the watch last saw it (None: it is fine).
     fn ended(&self, member: &str) -> Option<MemberExit> {
         let seen = self.seen(member)?;
@@ -188,26 +187,50 @@ impl KubeLauncher {
         )
     }
 
+    /// Waits until the named member's container has ended, or `deadline`; whether it has.
+    async fn wait_member_ended(&self, member: &str, deadline: Instant) -> bool {
+        let pending_timeout = self.settings.pending_timeout;
+        self.watch
+            .wait_for(deadline, RECHECK, |seen| {
+                member_exit(seen, member, pending_timeout).ok_or(())
+            })
+            .await
+            .is_ok()
+    }
+
     /// Waits until every named member's container has ended (or `deadline`); their exits.
-    async fn wait_ended(&mut self, members: &[String], deadline: Instant) -> Vec<MemberExit> {
-        loop {
-            let ended: Vec<Option<MemberExit>> = members.iter().map(|m| self.ended(m)).collect();
-            if ended.iter().all(Option::is_some) || Instant::now() >= deadline {
-                return members
-                    .iter()
-                    .zip(ended)
-                    .map(|(m, e)| {
-                        e.unwrap_or_else(|| MemberExit {
-                            member_id: m.clone(),
-                            code: None,
-                            signal: None,
-                            reason: Some("did not stop in time".into()),
-                        })
-                    })
-                    .collect();
-            }
-            self.next_change(Duration::from_secs(1)).await;
-        }
+    async fn wait_ended(&self, members: &[String], deadline: Instant) -> Vec<MemberExit> {
+        let pending_timeout = self.settings.pending_timeout;
+        let ended = |seen: &BTreeMap<String, Seen>| -> Vec<Option<MemberExit>> {
+            members
+                .iter()
+                .map(|m| member_exit(seen, m, pending_timeout))
+                .collect()
+        };
+        let ended = self
+            .watch
+            .wait_for(deadline, RECHECK, |seen| {
+                let ended = ended(seen);
+                if ended.iter().all(Option::is_some) {
+                    Ok(ended)
+                } else {
+                    Err(ended)
+                }
+            })
+            .await
+            .unwrap_or_else(|partly| partly);
+        members
+            .iter()
+            .zip(ended)
+            .map(|(m, e)| {
+                e.unwrap_or_else(|| MemberExit {
+                    member_id: m.clone(),
+                    code: None,
+                    signal: None,
+                    reason: Some("did not stop in time".into()),
+                })
+            })
+            .collect()
     }
 }
 
@@ -247,54 +270,35 @@ impl Launcher for KubeLauncher {
             .filter(|(_, m)| m.role == "server")
             .map(|(name, _)| name.clone())
             .collect();
-        loop {
-            let mut waiting = None;
-            for name in &servers {
-                let Some(seen) = self.seen(name) else {
-                    waiting.get_or_insert(name.clone());
-                    continue;
-                };
-                if let Some(exit) =
-                    pod_exit(name, &seen.pod, seen.deleted, self.settings.pending_timeout)
-                {
-                    return Err(LaunchError::Member {
-                        member: name.clone(),
-                        reason: exit.describe(),
-                    });
+        let pending_timeout = self.settings.pending_timeout;
+        // Woken by every pod change: a server is used the moment its pod is Ready.
+        let readiness = self
+            .watch
+            .wait_for(deadline, RECHECK, |seen| {
+                let r = servers_readiness(&servers, seen, pending_timeout);
+                if r.failed.is_some() || r.waiting.is_none() {
+                    Ok(r)
+                } else {
+                    Err(r)
                 }
-                match (is_ready(&seen.pod), pod_ip(&seen.pod)) {
-                    (true, Some(ip)) => {
-                        self.endpoints.insert(
-                            name.clone(),
-                            ServerEndpoint {
-                                member: name.clone(),
-                                grpc: format!("{ip}:{GRPC_PORT}"),
-                                http: format!("{ip}:{HTTP_PORT}"),
-                                metrics: format!("{ip}:{METRICS_PORT}"),
-                            },
-                        );
-                    }
-                    _ => {
-                        waiting.get_or_insert(name.clone());
-                    }
-                }
-            }
-            let Some(first_waiting) = waiting else {
-                return Ok(servers
-                    .iter()
-                    .filter_map(|s| self.endpoints.get(s).cloned())
-                    .collect());
-            };
-            if Instant::now() >= deadline {
-                return Err(LaunchError::Member {
-                    reason: format!(
-                        "not ready after {timeout:?}: {}",
-                        self.not_ready_reason(&first_waiting).await
-                    ),
-                    member: first_waiting,
-                });
-            }
-            self.next_change(Duration::from_secs(1)).await;
+            })
+            .await
+            .unwrap_or_else(|not_yet| not_yet);
+        for ep in &readiness.ready {
+            self.endpoints.insert(ep.member.clone(), ep.clone());
+        }
+        if let Some((member, reason)) = readiness.failed {
+            return Err(LaunchError::Member { member, reason });
+        }
+        match readiness.waiting {
+            None => Ok(readiness.ready),
+            Some(first_waiting) => Err(LaunchError::Member {
+                reason: format!(
+                    "not ready after {timeout:?}: {}",
+                    self.not_ready_reason(&first_waiting).await
+                ),
+                member: first_waiting,
+            }),
         }
     }
 

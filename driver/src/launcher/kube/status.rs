@@ -1,10 +1,13 @@
 //! Pure readings of a pod's status: whether its member has ended or failed and why, whether it
 //! is ready and where, and one-line descriptions of its containers for people.
 
-use crate::launcher::MemberExit;
+use super::watch::Seen;
+use super::{GRPC_PORT, HTTP_PORT, METRICS_PORT};
 use crate::launcher::diagnostics::ContainerStatus;
+use crate::launcher::{MemberExit, ServerEndpoint};
 use k8s_openapi::api::core::v1::{ContainerState, Pod};
 use kube::ResourceExt;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Waiting reasons that will not resolve by themselves: the member has failed.
@@ -109,6 +112,54 @@ pub fn pod_exit(
     None
 }
 
+/// How a member's pod, as last seen, ended or failed (None: it is fine, or not seen yet).
+pub fn member_exit(
+    seen: &BTreeMap<String, Seen>,
+    member: &str,
+    pending_timeout: Duration,
+) -> Option<MemberExit> {
+    let s = seen.get(member)?;
+    pod_exit(member, &s.pod, s.deleted, pending_timeout)
+}
+
+/// Where a run's servers stand on their way to ready.
+#[derive(Debug, Default, PartialEq)]
+pub struct Readiness {
+    /// The servers that are ready, with their addresses.
+    pub ready: Vec<ServerEndpoint>,
+    /// The first server whose pod ended or failed, and why.
+    pub failed: Option<(String, String)>,
+    /// The first server not ready yet (no pod seen, not Ready, or no address).
+    pub waiting: Option<String>,
+}
+
+/// Reads the servers' pods as last seen: ready ones get their endpoints.
+pub fn servers_readiness(
+    servers: &[String],
+    seen: &BTreeMap<String, Seen>,
+    pending_timeout: Duration,
+) -> Readiness {
+    let mut r = Readiness::default();
+    for name in servers {
+        if let Some(exit) = member_exit(seen, name, pending_timeout) {
+            r.failed.get_or_insert((name.clone(), exit.describe()));
+            continue;
+        }
+        match seen.get(name).map(|s| (is_ready(&s.pod), pod_ip(&s.pod))) {
+            Some((true, Some(ip))) => r.ready.push(ServerEndpoint {
+                member: name.clone(),
+                grpc: format!("{ip}:{GRPC_PORT}"),
+                http: format!("{ip}:{HTTP_PORT}"),
+                metrics: format!("{ip}:{METRICS_PORT}"),
+            }),
+            _ => {
+                r.waiting.get_or_insert(name.clone());
+            }
+        }
+    }
+    r
+}
+
 pub fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -211,4 +262,100 @@ pub fn pod_summary(pod: &Pod) -> String {
     }
     parts.extend(container_statuses(pod).iter().map(ToString::to_string));
     parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, status: serde_json::Value) -> Seen {
+        Seen {
+            pod: serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name },
+                "status": status,
+            }))
+            .unwrap(),
+            deleted: false,
+        }
+    }
+
+    fn ready(ip: Option<&str>) -> serde_json::Value {
+        serde_json::json!({
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{ "type": "Ready", "status": "True" }],
+            "containerStatuses": [{
+                "name": "tritonserver", "image": "i", "imageID": "", "ready": true,
+                "restartCount": 0, "state": { "running": {} },
+            }],
+        })
+    }
+
+    const PENDING: Duration = Duration::from_secs(300);
+
+    #[test]
+    fn ready_servers_get_endpoints_and_the_first_other_one_waits() {
+        let servers: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
+        let seen = BTreeMap::from([
+            ("a".to_string(), pod("run-a", ready(Some("10.0.0.1")))),
+            // Ready, but its address is not reported yet.
+            ("b".to_string(), pod("run-b", ready(None))),
+            (
+                "c".to_string(),
+                pod(
+                    "run-c",
+                    serde_json::json!({
+                        "phase": "Running",
+                        "podIP": "10.0.0.3",
+                        "conditions": [{ "type": "Ready", "status": "False" }],
+                    }),
+                ),
+            ),
+            // "d" has no pod yet.
+        ]);
+        let r = servers_readiness(&servers, &seen, PENDING);
+        assert_eq!(
+            r.ready,
+            [ServerEndpoint {
+                member: "a".into(),
+                grpc: "10.0.0.1:8001".into(),
+                http: "10.0.0.1:8000".into(),
+                metrics: "10.0.0.1:8002".into(),
+            }]
+        );
+        assert_eq!((r.failed, r.waiting.as_deref()), (None, Some("b")));
+        let r = servers_readiness(&servers[2..], &seen, PENDING);
+        assert_eq!(r.waiting.as_deref(), Some("c"));
+        let r = servers_readiness(&servers[3..], &seen, PENDING);
+        assert_eq!(r.waiting.as_deref(), Some("d"));
+        let all_ready = servers_readiness(&servers[..1], &seen, PENDING);
+        assert_eq!((all_ready.ready.len(), all_ready.waiting), (1, None));
+    }
+
+    #[test]
+    fn a_terminated_server_has_failed_with_the_kubelets_reason() {
+        let seen = BTreeMap::from([(
+            "a".to_string(),
+            pod(
+                "run-a",
+                serde_json::json!({
+                    "phase": "Failed",
+                    "containerStatuses": [{
+                        "name": "tritonserver", "image": "i", "imageID": "", "ready": false,
+                        "restartCount": 0,
+                        "state": { "terminated": { "exitCode": 137, "reason": "OOMKilled" } },
+                    }],
+                }),
+            ),
+        )]);
+        let r = servers_readiness(&["a".to_string()], &seen, PENDING);
+        assert_eq!(
+            r.failed,
+            Some((
+                "a".into(),
+                "container tritonserver terminated: OOMKilled, exit code 137".into()
+            ))
+        );
+        assert!(r.ready.is_empty() && r.waiting.is_none());
+    }
 }
