@@ -339,8 +339,15 @@ async fn scrape_server_metrics(
     for s in servers {
         let text = tokio::time::timeout_at(deadline, launcher.server_metrics(s)).await;
         if let Ok(Some(text)) = text {
-            let mut d = launcher.diagnostics(s).await;
-            d.server_metrics = Some(stress_common::triton_metrics::parse(&text));
+            // The metrics alone: the rest of a server's diagnostics is taken only when it
+            // failed (save_diagnostics), and can take seconds (a pod's logs and events).
+            let d = crate::launcher::MemberDiagnostics {
+                launcher: launcher.name().into(),
+                command: launcher.command_line(s),
+                location: launcher.locate(s),
+                server_metrics: Some(stress_common::triton_metrics::parse(&text)),
+                ..Default::default()
+            };
             if let Err(e) = store.save_diagnostics(run_id, s, &d.to_json()).await {
                 tracing::warn!("server metrics of {s} not recorded: {e}");
             }
