@@ -187,30 +187,27 @@ impl KubeLauncher {
         )
     }
 
-    /// Waits until the named member's container has ended, or `deadline`; whether it has.
-    async fn wait_member_ended(&self, member: &str, deadline: Instant) -> bool {
+    /// Waits until the named member's container has ended, or `deadline`.
+    async fn wait_member_ended(&self, member: &str, deadline: Instant) {
         let pending_timeout = self.settings.pending_timeout;
-        self.watch
+        let _ = self
+            .watch
             .wait_for(deadline, RECHECK, |seen| {
                 member_exit(seen, member, pending_timeout).ok_or(())
             })
-            .await
-            .is_ok()
+            .await;
     }
 
     /// Waits until every named member's container has ended (or `deadline`); their exits.
     async fn wait_ended(&self, members: &[String], deadline: Instant) -> Vec<MemberExit> {
         let pending_timeout = self.settings.pending_timeout;
-        let ended = |seen: &BTreeMap<String, Seen>| -> Vec<Option<MemberExit>> {
-            members
-                .iter()
-                .map(|m| member_exit(seen, m, pending_timeout))
-                .collect()
-        };
         let ended = self
             .watch
             .wait_for(deadline, RECHECK, |seen| {
-                let ended = ended(seen);
+                let ended: Vec<Option<MemberExit>> = members
+                    .iter()
+                    .map(|m| member_exit(seen, m, pending_timeout))
+                    .collect();
                 if ended.iter().all(Option::is_some) {
                     Ok(ended)
                 } else {
