@@ -3,6 +3,8 @@
 //! over time, Triton's server-side metrics, every failure, and for every failed member its exit,
 //! log tail and the command to reproduce it.
 
+use crate::launcher::MemberDiagnostics;
+use crate::launcher::diagnostics::PodDiagnostics;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -35,7 +37,7 @@ pub struct FailedMember {
     pub group: String,
     pub failed_at_ms: i64,
     pub reason: String,
-    pub diagnostics: serde_json::Value,
+    pub diagnostics: MemberDiagnostics,
 }
 
 #[derive(Debug, Serialize)]
@@ -185,14 +187,16 @@ impl Report {
             })
             .collect();
 
-        let diagnostics: BTreeMap<String, serde_json::Value> =
-            store.diagnostics(run_id).await?.into_iter().collect();
-        let mut server_metrics = BTreeMap::new();
-        for (member, d) in &diagnostics {
-            if let Some(text) = d.get("server_metrics_text").and_then(|v| v.as_str()) {
-                server_metrics.insert(member.clone(), triton_metrics::parse(text));
-            }
-        }
+        let mut diagnostics: BTreeMap<String, MemberDiagnostics> = store
+            .diagnostics(run_id)
+            .await?
+            .into_iter()
+            .map(|(member, d)| (member, MemberDiagnostics::from_json(d)))
+            .collect();
+        let server_metrics = diagnostics
+            .iter_mut()
+            .filter_map(|(member, d)| Some((member.clone(), d.server_metrics.take()?)))
+            .collect();
 
         let mut failed_members: Vec<FailedMember> = Vec::new();
         for e in store.events(run_id, 0).await? {
@@ -207,7 +211,7 @@ impl Report {
                 group: group.to_string(),
                 failed_at_ms: e.at_ms,
                 reason: e.details.clone(),
-                diagnostics: diagnostics.get(&e.member_id).cloned().unwrap_or_default(),
+                diagnostics: diagnostics.remove(&e.member_id).unwrap_or_default(),
                 member_id: e.member_id,
             });
         }
@@ -302,77 +306,70 @@ impl Report {
             }
         }
         for m in &self.failed_members {
-            let _ = writeln!(
-                out,
-                "\n== FAILED {} {} (group {}) at {} ==\nreason: {}",
-                m.role,
-                m.member_id,
-                m.group,
-                format_time(m.failed_at_ms),
-                m.reason
-            );
-            let d = &m.diagnostics;
-            // Local members have exit and log_file; pods have the rest.
-            for key in [
-                "exit",
-                "namespace",
-                "pod",
-                "phase",
-                "status_reason",
-                "node",
-                "pod_ip",
-                "restarts",
-                "log_file",
-            ] {
-                match d.get(key) {
-                    Some(serde_json::Value::String(v)) => {
-                        let _ = writeln!(out, "{key}: {v}");
-                    }
-                    Some(v @ serde_json::Value::Number(_)) => {
-                        let _ = writeln!(out, "{key}: {v}");
-                    }
-                    _ => {}
-                }
-            }
-            if let Some(cmd) = d.get("command").and_then(|v| v.as_str()) {
-                let _ = writeln!(out, "reproduce: {cmd}");
-            }
-            for (key, title) in [("containers", "containers"), ("events", "events")] {
-                let lines = string_list(d.get(key));
-                if !lines.is_empty() {
-                    let _ = writeln!(out, "{title}:");
-                    for line in lines {
-                        let _ = writeln!(out, "  - {line}");
-                    }
-                }
-            }
-            for (key, title) in [
-                ("log_tail", "log tail"),
-                ("previous_log_tail", "log tail of the previous container"),
-            ] {
-                if let Some(tail) = d.get(key).and_then(|v| v.as_str()) {
-                    let _ = writeln!(out, "{title}:");
-                    for line in tail.lines() {
-                        let _ = writeln!(out, "  | {line}");
-                    }
-                }
-            }
-            let commands = string_list(d.get("kubectl"));
-            if !commands.is_empty() {
-                let _ = writeln!(out, "dig further:");
-                for c in commands {
-                    let _ = writeln!(out, "  $ {c}");
-                }
-            }
+            render_failed_member(&mut out, m);
         }
         out
     }
 }
 
-fn string_list(v: Option<&serde_json::Value>) -> Vec<&str> {
-    v.and_then(|v| v.as_array())
-        .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
-        .unwrap_or_default()
+/// A failed member's block: heading and reason, how it ended, where it ran, its pod, how to
+/// start it again, its containers and events, its log tails, and the kubectl commands to dig
+/// further. No blank line inside: a block ends at the next one.
+fn render_failed_member(out: &mut String, m: &FailedMember) {
+    let _ = writeln!(
+        out,
+        "\n== FAILED {} {} (group {}) at {} ==\nreason: {}",
+        m.role,
+        m.member_id,
+        m.group,
+        format_time(m.failed_at_ms),
+        m.reason
+    );
+    let d = &m.diagnostics;
+    field(out, "exit", d.exit.as_ref().map(|e| &e.description));
+    if let Some(p) = &d.pod {
+        field(out, "namespace", Some(&p.namespace));
+        field(out, "pod", Some(&p.name));
+        field(out, "phase", p.phase.as_ref());
+        field(out, "status_reason", p.status_reason.as_ref());
+        field(out, "node", p.node.as_ref());
+        field(out, "pod_ip", p.ip.as_ref());
+        field(out, "restarts", Some(p.restarts));
+    } else {
+        field(out, "where", d.location.as_ref());
+    }
+    field(out, "log_file", d.log_file.as_ref());
+    field(out, "reproduce", d.command.as_ref());
+    let no_pod = PodDiagnostics::default();
+    let pod = d.pod.as_ref().unwrap_or(&no_pod);
+    list(out, "containers", "  - ", &pod.containers);
+    list(out, "events", "  - ", &pod.events);
+    list(out, "log tail", "  | ", &d.log_tail);
+    list(
+        out,
+        "log tail of the previous container",
+        "  | ",
+        &pod.previous_log_tail,
+    );
+    list(out, "dig further", "  $ ", &pod.kubectl);
+}
+
+/// `key: value`, when there is a value.
+fn field(out: &mut String, key: &str, value: Option<impl std::fmt::Display>) {
+    if let Some(v) = value {
+        let _ = writeln!(out, "{key}: {v}");
+    }
+}
+
+/// `title:` and one line per item, unless there are none.
+fn list(out: &mut String, title: &str, bullet: &str, items: &[impl std::fmt::Display]) {
+    if items.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{title}:");
+    for item in items {
+        let _ = writeln!(out, "{bullet}{item}");
+    }
 }
 
 /// UTC wall-clock time of a store timestamp, e.g. 2026-11-21 06:15:12.345Z.
@@ -443,5 +440,173 @@ mod tests {
         assert_eq!(downsample(&points, 2), [(1.0, 2.0), (3.5, 7.0)]);
         assert_eq!(downsample(&points, 1), [(2.0, 4.0)]);
         assert_eq!(downsample(&[(0.0, 1.0); 1000], 100), [(0.0, 1.0); 100]);
+    }
+
+    /// Typed diagnostics go through the store as JSON and come back as the report's blocks: a
+    /// failed local server with its Triton metrics, a failed pod with containers and events.
+    #[tokio::test]
+    async fn renders_typed_diagnostics_of_failed_members() {
+        use crate::launcher::diagnostics::{ContainerStatus, MemberEnd, PodEvent};
+        use stress_common::store::NewRun;
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::connect(&Store::sqlite_url(&dir.path().join("store.sqlite")))
+            .await
+            .unwrap();
+        let run_id = "r1";
+        store
+            .create_run(&NewRun {
+                run_id: run_id.into(),
+                name: "diagnostics".into(),
+                matrix_yaml: String::new(),
+                launcher: "local".into(),
+                started_at_ms: 1_000,
+            })
+            .await
+            .unwrap();
+        for (member, role, group) in [
+            ("triton-0", Role::Server, "triton"),
+            ("clients-0", Role::Client, "clients"),
+        ] {
+            store
+                .upsert_member(&Member {
+                    run_id: run_id.into(),
+                    member_id: member.into(),
+                    role,
+                    group_name: group.into(),
+                    index: 0,
+                    address: String::new(),
+                    process_name: member.into(),
+                    corr_id_base: None,
+                    corr_id_block_size: None,
+                    command: String::new(),
+                })
+                .await
+                .unwrap();
+            store
+                .record_event(run_id, member, EventKind::Failure, "it broke")
+                .await
+                .unwrap();
+        }
+        let server = MemberDiagnostics {
+            launcher: "local".into(),
+            exit: Some(MemberEnd {
+                signal: Some(9),
+                description: "killed by signal 9 (SIGKILL)".into(),
+                ..Default::default()
+            }),
+            command: Some("tritonserver --model-repository=/models".into()),
+            location: Some("pid 4242".into()),
+            log_file: Some("/runs/r1/logs/triton-0.log".into()),
+            log_tail: vec!["I0101 Started GRPCInferenceService".into()],
+            pod: None,
+            server_metrics: Some(vec![ModelMetrics {
+                model: "add_sub".into(),
+                version: "1".into(),
+                success: 100.0,
+                failure: 3.0,
+                ..Default::default()
+            }]),
+        };
+        let client = MemberDiagnostics {
+            launcher: "kube".into(),
+            exit: Some(MemberEnd {
+                code: Some(2),
+                reason: Some("container worker terminated: Error, exit code 2".into()),
+                description: "container worker terminated: Error, exit code 2".into(),
+                ..Default::default()
+            }),
+            command: Some("worker --servers 10.0.0.7:8001".into()),
+            log_tail: vec!["error: unexpected argument '--no-such-flag'".into()],
+            pod: Some(PodDiagnostics {
+                namespace: "ns".into(),
+                name: "r1-clients-0".into(),
+                phase: Some("Failed".into()),
+                node: Some("node-1".into()),
+                restarts: 1,
+                containers: vec![ContainerStatus {
+                    name: "worker".into(),
+                    state: "terminated (Error, exit code 2)".into(),
+                    ..Default::default()
+                }],
+                events: vec![PodEvent {
+                    type_: "Warning".into(),
+                    reason: "BackOff".into(),
+                    message: "Back-off restarting failed container".into(),
+                    count: 3,
+                    ..Default::default()
+                }],
+                previous_log_tail: vec!["the first attempt".into()],
+                kubectl: vec!["kubectl -n ns describe pod r1-clients-0".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        for (member, d) in [("triton-0", &server), ("clients-0", &client)] {
+            store
+                .save_diagnostics(run_id, member, &d.to_json())
+                .await
+                .unwrap();
+        }
+
+        let report = Report::from_store(&store, run_id).await.unwrap();
+        assert_eq!(report.server_metrics["triton-0"][0].failure, 3.0);
+        let text = report.render();
+        assert!(
+            text.contains("== Server-side metrics of triton-0 (Triton /metrics) ==\nModel")
+                && text.contains("\nadd_sub "),
+            "{text}"
+        );
+        let block = |heading: &str| {
+            text.split("\n\n")
+                .find(|b| b.starts_with(heading))
+                .unwrap_or_else(|| panic!("no `{heading}` block in:\n{text}"))
+                .lines()
+                .skip(1)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            block("== FAILED SERVER triton-0 (group triton)"),
+            [
+                "reason: it broke",
+                "exit: killed by signal 9 (SIGKILL)",
+                "where: pid 4242",
+                "log_file: /runs/r1/logs/triton-0.log",
+                "reproduce: tritonserver --model-repository=/models",
+                "log tail:",
+                "  | I0101 Started GRPCInferenceService",
+            ]
+        );
+        assert_eq!(
+            block("== FAILED CLIENT clients-0 (group clients)"),
+            [
+                "reason: it broke",
+                "exit: container worker terminated: Error, exit code 2",
+                "namespace: ns",
+                "pod: r1-clients-0",
+                "phase: Failed",
+                "node: node-1",
+                "restarts: 1",
+                "reproduce: worker --servers 10.0.0.7:8001",
+                "containers:",
+                "  - worker: terminated (Error, exit code 2), ready=false, restarts=0",
+                "events:",
+                "  - Warning BackOff: Back-off restarting failed container (x3)",
+                "log tail:",
+                "  | error: unexpected argument '--no-such-flag'",
+                "log tail of the previous container:",
+                "  | the first attempt",
+                "dig further:",
+                "  $ kubectl -n ns describe pod r1-clients-0",
+            ]
+        );
+        // report.json carries the typed diagnostics.
+        let json = serde_json::to_value(&report).unwrap();
+        let failed = &json["failed_members"];
+        assert_eq!(failed[0]["diagnostics"]["exit"]["signal"], 9, "{json:#}");
+        assert_eq!(
+            failed[1]["diagnostics"]["pod"]["events"][0]["reason"],
+            "BackOff"
+        );
     }
 }

@@ -232,7 +232,7 @@ pub async fn run(
             .await
             .unwrap_or_default()
             .into_iter()
-            .filter(|e| e.kind == EventKind::Failure && e.member_id != DRIVER_MEMBER)
+            .filter(|e| e.kind == EventKind::Failure && !is_harness(&e.member_id))
             .map(|e| e.member_id)
             .collect();
         plan.kept_for_inspection(&failed_members)
@@ -262,8 +262,8 @@ pub fn write_report(run_dir: &Path, report: &Report) -> Result<(), DriverError> 
     .map_err(io)
 }
 
-/// Scrapes Triton's /metrics of every server still up into the store, giving up on the servers
-/// that have not answered within `budget` (all together).
+/// Scrapes Triton's /metrics of every server still up into the store, parsed per model, giving
+/// up on the servers that have not answered within `budget` (all together).
 async fn scrape_server_metrics(
     store: &Store,
     launcher: &mut dyn Launcher,
@@ -275,40 +275,48 @@ async fn scrape_server_metrics(
     for s in servers {
         let text = tokio::time::timeout_at(deadline, launcher.server_metrics(s)).await;
         if let Ok(Some(text)) = text {
-            let mut d = launcher.diagnostics(s).await;
-            d["server_metrics_text"] = serde_json::Value::String(text);
-            if let Err(e) = store.save_diagnostics(run_id, s, &d).await {
+            // The metrics alone: the rest of a server's diagnostics is taken only when it
+            // failed (save_diagnostics), and can take seconds (a pod's logs and events).
+            let d = crate::launcher::MemberDiagnostics {
+                launcher: launcher.name().into(),
+                command: launcher.command_line(s),
+                location: launcher.locate(s),
+                server_metrics: Some(stress_common::triton_metrics::parse(&text)),
+                ..Default::default()
+            };
+            if let Err(e) = store.save_diagnostics(run_id, s, &d.to_json()).await {
                 tracing::warn!("server metrics of {s} not recorded: {e}");
             }
         }
     }
 }
 
-/// Saves launcher diagnostics of every member with a FAILURE event (merged with anything saved).
+/// Saves launcher diagnostics of every member with a FAILURE event (keeping the server metrics
+/// saved before).
 async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, run_id: &str) {
+    use crate::launcher::MemberDiagnostics;
     let Ok(events) = store.events(run_id, 0).await else {
         return;
     };
-    let existing: BTreeMap<String, serde_json::Value> = store
+    let mut saved_metrics: BTreeMap<String, _> = store
         .diagnostics(run_id)
         .await
         .unwrap_or_default()
         .into_iter()
+        .filter_map(|(member, d)| Some((member, MemberDiagnostics::from_json(d).server_metrics?)))
         .collect();
     let mut done = Vec::new();
     for e in events.iter().filter(|e| e.kind == EventKind::Failure) {
-        if done.contains(&e.member_id) || e.member_id == DRIVER_MEMBER {
+        if done.contains(&e.member_id) || is_harness(&e.member_id) {
             continue;
         }
         done.push(e.member_id.clone());
         let mut d = launcher.diagnostics(&e.member_id).await;
-        if let Some(text) = existing
-            .get(&e.member_id)
-            .and_then(|x| x.get("server_metrics_text"))
+        d.server_metrics = saved_metrics.remove(&e.member_id);
+        if let Err(err) = store
+            .save_diagnostics(run_id, &e.member_id, &d.to_json())
+            .await
         {
-            d["server_metrics_text"] = text.clone();
-        }
-        if let Err(err) = store.save_diagnostics(run_id, &e.member_id, &d).await {
             tracing::warn!("diagnostics of {} not recorded: {err}", e.member_id);
         }
     }
@@ -319,6 +327,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The member id under which the driver records run-level events (e.g. an interruption).
 pub const DRIVER_MEMBER: &str = "driver";
+
+/// Failures blamed on the harness itself (the driver, the status store): no launcher member to
+/// diagnose or keep.
+fn is_harness(member: &str) -> bool {
+    member == DRIVER_MEMBER || member == failfast::STORE_MEMBER
+}
 
 /// One run in progress: launches the plan, feeds each poll's observations to the fail-fast
 /// rules and acts on their verdict. The decisions are in [`failfast`]; this only does I/O.

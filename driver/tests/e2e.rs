@@ -759,7 +759,7 @@ async fn fail_fast_on_kill(victim: Victim) {
         .iter()
         .find(|m| m["member_id"] == member)
         .unwrap_or_else(|| panic!("{member} not among the failed members: {json:#}"));
-    assert_eq!(failed["diagnostics"]["signal"], 9, "{failed:#}");
+    assert_eq!(failed["diagnostics"]["exit"]["signal"], 9, "{failed:#}");
     assert_eq!(failed["role"], role);
     if let Victim::Worker = victim {
         // Nothing else failed: the server was stopped by the driver, not by a failure.

@@ -15,6 +15,7 @@
 //! reachable from pods: `TRITON_STRESS_NODE_CIDR` (default `10.244.0.1/24`, the test cluster's
 //! node address on its bridge) is where the throwaway Postgres also listens.
 
+use driver::launcher::MemberDiagnostics;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -319,26 +320,32 @@ fn failed_member<'a>(report: &'a Value, member: &str) -> &'a Value {
         .iter()
         .find(|m| m["member_id"] == member)
         .unwrap_or_else(|| panic!("{member} is not among the failed members: {report:#}"));
-    let d = &m["diagnostics"];
-    assert_eq!(d["launcher"], "kube", "{m:#}");
-    let pod = d["pod"].as_str().expect("the pod's name");
-    assert!(pod.ends_with(member), "{pod}");
-    assert!(d["phase"].is_string(), "no phase: {m:#}");
-    let kubectl: Vec<&str> = d["kubectl"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap())
-        .collect();
+    let d = diagnostics(m);
+    assert_eq!(d.launcher, "kube", "{m:#}");
+    let pod = d.pod.expect("the pod's diagnostics");
+    assert!(pod.name.ends_with(member), "{}", pod.name);
+    assert!(pod.phase.is_some(), "no phase: {m:#}");
+    let kubectl = pod.kubectl;
     assert!(
         kubectl
             .iter()
-            .any(|c| c.contains("describe pod") && c.contains(pod))
+            .any(|c| c.contains("describe pod") && c.contains(&pod.name))
             && kubectl.iter().any(|c| c.contains("--previous"))
             && kubectl.iter().any(|c| c.contains("exec -it")),
         "{kubectl:?}"
     );
     m
+}
+
+/// A failed member's diagnostics in report.json, as the driver's type reads them.
+fn diagnostics(m: &Value) -> MemberDiagnostics {
+    serde_json::from_value(m["diagnostics"].clone()).expect("typed diagnostics")
+}
+
+/// The containers of a failed member's pod, one line each.
+fn containers(m: &Value) -> String {
+    let pod = diagnostics(m).pod.unwrap_or_default();
+    pod.containers.iter().map(|c| format!("{c}\n")).collect()
 }
 
 /// A kubeconfig that authenticates as the `triton-stress-driver` ServiceAccount bound to the
@@ -448,7 +455,7 @@ async fn worker_exiting_non_zero_fails_the_run_keeps_its_pod_and_cleanup_removes
         reason.contains("container worker terminated: Error, exit code 2"),
         "{reason}"
     );
-    let tail = m["diagnostics"]["log_tail"].as_str().unwrap_or_default();
+    let tail = diagnostics(m).log_tail.join("\n");
     assert!(tail.contains("--no-such-flag"), "log tail: {tail}");
     let txt = run.report_txt();
     assert!(
@@ -533,9 +540,9 @@ async fn oom_killed_server_is_reported_with_its_reason() {
         reason.contains("OOMKilled") && reason.contains("137"),
         "{reason}"
     );
-    let containers = m["diagnostics"]["containers"].to_string();
+    let containers = containers(m);
     assert!(containers.contains("OOMKilled"), "{containers}");
-    let tail = m["diagnostics"]["log_tail"].as_str().unwrap_or_default();
+    let tail = diagnostics(m).log_tail.join("\n");
     assert!(!tail.is_empty(), "no log tail: {m:#}");
 }
 
@@ -561,7 +568,14 @@ async fn server_never_ready_names_the_failing_readiness_probe() {
     let reason = m["reason"].as_str().unwrap();
     assert!(reason.contains("not ready after"), "{reason}");
     assert!(reason.contains("Readiness probe failed"), "{reason}");
-    let events = m["diagnostics"]["events"].to_string();
+    let events: Vec<String> = diagnostics(m)
+        .pod
+        .unwrap_or_default()
+        .events
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let events = events.join("\n");
     assert!(events.contains("Readiness probe failed"), "{events}");
 }
 
@@ -655,13 +669,13 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
         reason.contains("exit code 137") || reason.contains("/v2/health/live"),
         "{reason}"
     );
-    let containers = m["diagnostics"]["containers"].to_string();
+    let containers = containers(m);
     assert!(
         containers.contains("terminated") && containers.contains("137"),
         "{containers}\n{}",
         run.report_txt()
     );
-    let tail = m["diagnostics"]["log_tail"].as_str().unwrap_or_default();
+    let tail = diagnostics(m).log_tail.join("\n");
     assert!(
         tail.contains("Started GRPCInferenceService"),
         "log tail: {tail}"

@@ -2,6 +2,7 @@
 //! process on this machine, bound to loopback. Each process's stdout and stderr go to
 //! `<run dir>/logs/<member>.log`; trace files to `<run dir>/traces/`.
 
+use super::diagnostics::{MemberDiagnostics, MemberEnd};
 use super::{
     LaunchError, Launcher, MemberExit, STORE_URL_ENV, ServerEndpoint, WorkerAssignment, worker_args,
 };
@@ -332,20 +333,20 @@ impl Launcher for LocalLauncher {
         }
     }
 
-    async fn diagnostics(&mut self, member_id: &str) -> serde_json::Value {
+    async fn diagnostics(&mut self, member_id: &str) -> MemberDiagnostics {
         let log = self.log_path(member_id);
-        let exit = self.exits.get(member_id);
-        serde_json::json!({
-            "launcher": "local",
-            "exit": exit.map(MemberExit::describe),
-            "exit_code": exit.and_then(|e| e.code),
-            "signal": exit.and_then(|e| e.signal),
-            "log_file": log.display().to_string(),
-            "log_tail": tail_lines(&log, LOG_TAIL_LINES),
-            "command": self.command_line(member_id),
-            "pid": self.servers.get(member_id).and_then(TritonServer::pid)
-                .or_else(|| self.clients.get(member_id).and_then(|c| c.child.id())),
-        })
+        MemberDiagnostics {
+            launcher: self.name().into(),
+            exit: self.exits.get(member_id).map(MemberEnd::from),
+            command: self.command_line(member_id),
+            location: self.locate(member_id),
+            log_tail: tail_lines(&log, LOG_TAIL_LINES)
+                .lines()
+                .map(String::from)
+                .collect(),
+            log_file: Some(log.display().to_string()),
+            ..Default::default()
+        }
     }
 
     async fn server_live(&mut self, member_id: &str, timeout: Duration) -> Result<(), String> {

@@ -1,8 +1,11 @@
 //! The launcher interface: how the driver starts, watches and stops a run's members. The local
 //! launcher runs them as processes on this machine; the Kubernetes launcher runs them as pods.
 
+pub mod diagnostics;
 pub mod kube;
 pub mod local;
+
+pub use diagnostics::MemberDiagnostics;
 
 use crate::matrix::{ClientMember, Protocol, ServerMember};
 use std::collections::BTreeSet;
@@ -168,8 +171,9 @@ pub trait Launcher: Send {
     /// Processes leave nothing but their logs, which stay.
     async fn cleanup(&mut self, _keep: &BTreeSet<String>) {}
 
-    /// What the report shows of a member: exit, log tail, reproduce command, where its logs are.
-    async fn diagnostics(&mut self, member_id: &str) -> serde_json::Value;
+    /// What the report shows of a member: exit, log tail, reproduce command, where it ran (and
+    /// for a pod its status, events and kubectl commands). Server metrics are not read here.
+    async fn diagnostics(&mut self, member_id: &str) -> MemberDiagnostics;
 
     /// Whether a server answers `/v2/health/live` within `timeout`; the error says how it did not.
     async fn server_live(&mut self, member_id: &str, timeout: Duration) -> Result<(), String>;

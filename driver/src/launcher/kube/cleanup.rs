@@ -1,0 +1,114 @@
+//! Removing what a run left: its pods (all, or all but the ones kept for inspection), and with
+//! nothing kept every object carrying the run label.
+
+use super::{KubeLauncher, RUN_LABEL};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Client, Resource, ResourceExt};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+impl KubeLauncher {
+    /// Deletes the named member pods (their containers get SIGTERM and `grace` to end).
+    pub(super) async fn delete_pods<'a>(
+        &self,
+        members: impl Iterator<Item = &'a String>,
+        grace: Duration,
+    ) {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(grace.as_secs() as u32),
+            ..Default::default()
+        };
+        for m in members {
+            if let Some(mp) = self.members.get(m)
+                && let Err(e) = self.pods.delete(&mp.pod, &dp).await
+                && !is_not_found(&e)
+            {
+                tracing::warn!("deleting pod {}: {e}", mp.pod);
+            }
+        }
+    }
+
+    /// Every object of this run that is not a kept member's pod is deleted; with nothing kept
+    /// the owner ConfigMap and the Secret go too, and this waits (bounded) until the pods are gone.
+    pub(super) async fn delete_run_objects(&mut self, keep: &BTreeSet<String>) {
+        let doomed: Vec<String> = self
+            .members
+            .keys()
+            .filter(|m| !keep.contains(*m))
+            .cloned()
+            .collect();
+        self.delete_pods(doomed.iter(), Duration::ZERO).await;
+        if keep.is_empty() {
+            if let Err(e) = delete_run(&self.client, self.ns(), &self.settings.run_id).await {
+                tracing::warn!("cleaning up run {}: {e}", self.settings.run_id);
+            }
+        } else {
+            let kept: Vec<String> = keep
+                .iter()
+                .filter_map(|m| self.members.get(m))
+                .map(|mp| mp.pod.clone())
+                .collect();
+            tracing::info!(
+                "kept for inspection in namespace {}: {}; remove with `driver cleanup --run {} --namespace {}`",
+                self.ns(),
+                kept.join(", "),
+                self.settings.run_id,
+                self.ns()
+            );
+        }
+    }
+}
+
+/// Deletes every object of a run (pods, Secrets, ConfigMaps, Services carrying its label) and
+/// waits up to a minute until its pods are gone. `driver cleanup --run` and a passed run use it.
+pub async fn delete_run(client: &Client, ns: &str, run_id: &str) -> Result<usize, kube::Error> {
+    let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run_id}"));
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let mut deleted = delete_labelled::<Pod>(client, ns, &lp, &now).await?;
+    deleted += delete_labelled::<Secret>(client, ns, &lp, &now).await?;
+    deleted += delete_labelled::<Service>(client, ns, &lp, &now).await?;
+    deleted += delete_labelled::<ConfigMap>(client, ns, &lp, &now).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && !pods.list(&lp).await?.items.is_empty() {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(deleted)
+}
+
+/// Deletes every object of kind `K` in `ns` that `lp` selects; how many there were.
+async fn delete_labelled<K>(
+    client: &Client,
+    ns: &str,
+    lp: &ListParams,
+    dp: &DeleteParams,
+) -> Result<usize, kube::Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let items = api.list(lp).await?.items;
+    for o in &items {
+        ignore_not_found(api.delete(&o.name_any(), dp).await)?;
+    }
+    Ok(items.len())
+}
+
+fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}

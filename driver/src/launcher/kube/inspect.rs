@@ -1,0 +1,152 @@
+//! What a failed member's pod tells: its status, its containers' log tails, its events, and the
+//! kubectl commands to dig further. Read before cleanup deletes the pod.
+
+use super::status::{container_statuses, pod_summary};
+use super::{DIAGNOSTICS_SETTLE, KubeLauncher, LOG_TAIL_LINES, RUN_LABEL};
+use crate::launcher::Launcher;
+use crate::launcher::diagnostics::{MemberDiagnostics, MemberEnd, PodDiagnostics, PodEvent};
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, LogParams};
+use tokio::time::Instant;
+
+impl KubeLauncher {
+    /// The member's diagnostics (see `Launcher::diagnostics`).
+    pub(super) async fn collect_diagnostics(&mut self, member_id: &str) -> MemberDiagnostics {
+        let Some(mp) = self.members.get(member_id) else {
+            return MemberDiagnostics {
+                launcher: self.name().into(),
+                ..Default::default()
+            };
+        };
+        let (pod_name, container) = (mp.pod.clone(), mp.container);
+        let ns = self.ns().to_string();
+        // A process killed a moment ago shows as terminated only when the kubelet's next status
+        // update arrives (~1 s): give it that long, so the report shows the termination.
+        self.wait_member_ended(member_id, Instant::now() + DIAGNOSTICS_SETTLE)
+            .await;
+        // A fresh read: the watch may lag the kubelet by a moment.
+        let pod = match self.pods.get(&pod_name).await {
+            Ok(p) => Some(p),
+            Err(_) => self.seen(member_id).map(|s| s.pod),
+        };
+        let status = pod
+            .as_ref()
+            .and_then(|p| p.status.clone())
+            .unwrap_or_default();
+        let restarts: i32 = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| c.restart_count)
+            .sum();
+        let log_tail = self.log_tail(&pod_name, container, false).await;
+        let previous_log_tail = if restarts > 0 {
+            self.log_tail(&pod_name, container, true).await
+        } else {
+            Vec::new()
+        };
+        let events = self.pod_events(&pod_name).await;
+        MemberDiagnostics {
+            launcher: self.name().into(),
+            exit: self.exits.get(member_id).map(MemberEnd::from),
+            command: self.command_line(member_id),
+            location: self.locate(member_id),
+            log_file: None,
+            log_tail,
+            pod: Some(PodDiagnostics {
+                kubectl: kubectl_commands(&ns, &pod_name, container, &self.settings.run_id),
+                namespace: ns,
+                node: pod
+                    .as_ref()
+                    .and_then(|p| p.spec.as_ref())
+                    .and_then(|s| s.node_name.clone()),
+                phase: status.phase,
+                status_reason: status.reason,
+                ip: status.pod_ip,
+                restarts,
+                summary: pod.as_ref().map(pod_summary),
+                containers: pod.as_ref().map(container_statuses).unwrap_or_default(),
+                events,
+                previous_log_tail,
+                name: pod_name,
+            }),
+            server_metrics: None,
+        }
+    }
+
+    /// Why a pod that should be ready is not: phase, conditions, container states and the
+    /// pod's latest warning events (a failing readiness probe shows only there).
+    pub(super) async fn not_ready_reason(&self, member: &str) -> String {
+        let Some(seen) = self.seen(member) else {
+            return "no pod seen (was it created?)".into();
+        };
+        let mut parts = vec![pod_summary(&seen.pod)];
+        let events = self.pod_events(&seen.pod.name_any()).await;
+        if let Some(last) = events.iter().rev().find(|e| e.type_ == "Warning") {
+            parts.push(format!("last warning: {last}"));
+        }
+        parts.join("; ")
+    }
+
+    /// The pod's events, oldest first.
+    pub(super) async fn pod_events(&self, pod: &str) -> Vec<PodEvent> {
+        let events: Api<CoreEvent> = Api::namespaced(self.client.clone(), self.ns());
+        let Ok(list) = events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+            .await
+        else {
+            return Vec::new();
+        };
+        // The scheduler's events carry only eventTime; the kubelet's only lastTimestamp.
+        let when = |e: &CoreEvent| {
+            e.last_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .or_else(|| e.event_time.as_ref().map(|t| t.0))
+                .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
+        };
+        let mut items = list.items;
+        items.sort_by_key(|e| when(e).map(|t| t.as_second()).unwrap_or_default());
+        items
+            .iter()
+            .map(|e| PodEvent {
+                at: when(e).map(|t| t.to_string()),
+                type_: e.type_.clone().unwrap_or_default(),
+                reason: e.reason.clone().unwrap_or_default(),
+                message: e.message.clone().unwrap_or_default().trim().to_string(),
+                count: e.count.unwrap_or(1),
+            })
+            .collect()
+    }
+
+    /// The last lines of a container's log (of its previous instance with `previous`); none
+    /// when the log cannot be read.
+    async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> Vec<String> {
+        self.pods
+            .logs(
+                pod,
+                &LogParams {
+                    container: Some(container.into()),
+                    previous,
+                    tail_lines: Some(LOG_TAIL_LINES),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map(|text| text.lines().map(String::from).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The commands that show a pod, its logs (also of a restarted container), a shell in it, and
+/// the run's other pods.
+fn kubectl_commands(ns: &str, pod: &str, container: &str, run_id: &str) -> Vec<String> {
+    vec![
+        format!("kubectl -n {ns} describe pod {pod}"),
+        format!("kubectl -n {ns} logs {pod} -c {container}"),
+        format!("kubectl -n {ns} logs {pod} -c {container} --previous"),
+        format!("kubectl -n {ns} exec -it {pod} -c {container} -- sh"),
+        format!("kubectl -n {ns} get pods -l {RUN_LABEL}={run_id} -o wide"),
+    ]
+}

@@ -1,0 +1,427 @@
+//! The production path: every server is a Triton pod and every client a worker pod, created
+//! through the Kubernetes API with typed k8s-openapi objects and server-side apply.
+//!
+//! One owner ConfigMap per run (`triton-stress-<run id>`, holding the matrix and the run id)
+//! owns every other object of the run, and every object carries the run label, so
+//! `kubectl get pods -l triton-stress/run=<id>` shows one run. Pod names are derived from the
+//! run id and the member name, so a driver restarted with the same run id applies the same
+//! objects again (a no-op) instead of creating duplicates.
+//!
+//! Pod state comes from one watch on the run's pods (never a busy poll): a container that
+//! terminated or restarted, a pod that failed, an image that cannot be pulled, a pod Pending
+//! past its timeout all end the member, with the reason the kubelet gives.
+//!
+//! By concern: `spec` (the pods, pure), `setup` (owner ConfigMap and store Secret), `watch`
+//! (the pod watch), `status` (what a pod's status means, pure), `inspect` (logs, events,
+//! diagnostics), `cleanup` (deleting).
+
+mod cleanup;
+mod inspect;
+mod setup;
+mod spec;
+mod status;
+mod watch;
+
+pub use cleanup::delete_run;
+pub use spec::{PodContext, client_pod, owner_name, pod_name, secret_name, server_pod};
+
+use super::{
+    LaunchError, Launcher, MemberDiagnostics, MemberExit, STORE_URL_ENV, ServerEndpoint,
+    WorkerAssignment,
+};
+use crate::matrix::{ClientMember, ServerMember};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use spec::container_command;
+use status::{member_exit, pod_exit, servers_readiness};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use stress_common::tritonserver;
+use tokio::time::Instant;
+use watch::{PodWatch, Seen};
+
+/// Field manager of every object the driver applies.
+pub const FIELD_MANAGER: &str = "triton-stress-driver";
+/// The label that selects one run's objects.
+pub const RUN_LABEL: &str = "triton-stress/run";
+
+/// Ports of the Triton container (Triton's defaults) and of the worker's Prometheus endpoint.
+pub const HTTP_PORT: u16 = 8000;
+pub const GRPC_PORT: u16 = 8001;
+pub const METRICS_PORT: u16 = 8002;
+pub const WORKER_METRICS_PORT: u16 = 9464;
+/// Where the worker image keeps perf_analyzer (docker/worker).
+const PERF_ANALYZER_IN_IMAGE: &str = "/usr/local/bin/perf_analyzer";
+const SERVER_CONTAINER: &str = "tritonserver";
+const CLIENT_CONTAINER: &str = "worker";
+/// How long diagnostics wait for a failed member's container to show as terminated.
+const DIAGNOSTICS_SETTLE: Duration = Duration::from_secs(3);
+/// How often waits on the pod watch look again without a change: a pod Pending past its
+/// timeout has failed although nothing about it changed.
+const RECHECK: Duration = Duration::from_secs(1);
+/// How many log lines of each container a failed pod's diagnostics keep.
+const LOG_TAIL_LINES: i64 = 50;
+
+/// What the kube launcher needs beyond the matrix.
+#[derive(Debug, Clone)]
+pub struct KubeSettings {
+    pub namespace: String,
+    pub run_id: String,
+    /// The matrix as written, kept in the owner ConfigMap.
+    pub matrix_yaml: String,
+    /// The store URL as the pods reach it; it goes into a Secret, never into a pod spec.
+    pub pod_store_url: String,
+    /// `Never` on a cluster without a registry (the project's test cluster), else `IfNotPresent`.
+    pub image_pull_policy: String,
+    /// A pod still Pending after this long has failed (unschedulable, image never pulled ...).
+    pub pending_timeout: Duration,
+}
+
+struct MemberPod {
+    pod: String,
+    role: &'static str,
+    container: &'static str,
+    command: String,
+}
+
+pub struct KubeLauncher {
+    client: Client,
+    settings: KubeSettings,
+    pods: Api<Pod>,
+    /// What every pod of the run shares (run id, pull policy, owner).
+    pods_context: PodContext,
+    members: BTreeMap<String, MemberPod>,
+    endpoints: BTreeMap<String, ServerEndpoint>,
+    watch: PodWatch,
+    exits: BTreeMap<String, MemberExit>,
+    /// Members the driver itself is stopping: their end is not a failure.
+    stopping: BTreeSet<String>,
+}
+
+fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
+    LaunchError::Setup(format!("{what}: {e}"))
+}
+
+/// A Kubernetes client from `KUBECONFIG` / `~/.kube/config`, or the in-cluster service account.
+pub async fn connect() -> Result<Client, LaunchError> {
+    Client::try_default()
+        .await
+        .map_err(|e| setup_err("no Kubernetes client (in-cluster or KUBECONFIG)", e))
+}
+
+impl KubeLauncher {
+    /// Applies the run's owner ConfigMap and store Secret, and starts watching its pods.
+    pub async fn start(client: Client, settings: KubeSettings) -> Result<Self, LaunchError> {
+        if settings.run_id.len() > 63 {
+            return Err(LaunchError::Setup(format!(
+                "run id {:?} is longer than 63 characters, the limit of a label value",
+                settings.run_id
+            )));
+        }
+        let owner = setup::apply_run_objects(&client, &settings).await?;
+        let ns = &settings.namespace;
+        let run_id = &settings.run_id;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let selector = format!("{RUN_LABEL}={run_id}");
+        let existing = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| setup_err(&format!("listing pods in {ns}"), e))?;
+        if !existing.items.is_empty() {
+            tracing::info!(
+                "run {run_id} already has {} pod(s) in {ns} (a restarted driver): applying the same objects again",
+                existing.items.len()
+            );
+        }
+        let watch = PodWatch::spawn(pods.clone(), selector);
+        Ok(Self {
+            client,
+            pods_context: PodContext {
+                run_id: settings.run_id.clone(),
+                image_pull_policy: settings.image_pull_policy.clone(),
+                owner,
+            },
+            settings,
+            pods,
+            members: BTreeMap::new(),
+            endpoints: BTreeMap::new(),
+            watch,
+            exits: BTreeMap::new(),
+            stopping: BTreeSet::new(),
+        })
+    }
+
+    fn ns(&self) -> &str {
+        &self.settings.namespace
+    }
+
+    fn seen(&self, member: &str) -> Option<Seen> {
+        self.watch.get(member)
+    }
+
+    async fn apply_pod(&mut self, member: &str, pod: Pod) -> Result<(), LaunchError> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        self.pods
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&pod),
+            )
+            .await
+            .map_err(|e| LaunchError::Member {
+                member: member.into(),
+                reason: format!("creating pod {}/{name}: {e}", self.ns()),
+            })?;
+        Ok(())
+    }
+
+    /// How the member's pod ended or failed, as the watch last saw it (None: it is fine).
+    fn ended(&self, member: &str) -> Option<MemberExit> {
+        let seen = self.seen(member)?;
+        pod_exit(
+            member,
+            &seen.pod,
+            seen.deleted,
+            self.settings.pending_timeout,
+        )
+    }
+
+    /// Waits until the named member's container has ended, or `deadline`.
+    async fn wait_member_ended(&self, member: &str, deadline: Instant) {
+        let pending_timeout = self.settings.pending_timeout;
+        let _ = self
+            .watch
+            .wait_for(deadline, RECHECK, |seen| {
+                member_exit(seen, member, pending_timeout).ok_or(())
+            })
+            .await;
+    }
+
+    /// Waits until every named member's container has ended (or `deadline`); their exits.
+    async fn wait_ended(&self, members: &[String], deadline: Instant) -> Vec<MemberExit> {
+        let pending_timeout = self.settings.pending_timeout;
+        let ended = self
+            .watch
+            .wait_for(deadline, RECHECK, |seen| {
+                let ended: Vec<Option<MemberExit>> = members
+                    .iter()
+                    .map(|m| member_exit(seen, m, pending_timeout))
+                    .collect();
+                if ended.iter().all(Option::is_some) {
+                    Ok(ended)
+                } else {
+                    Err(ended)
+                }
+            })
+            .await
+            .unwrap_or_else(|partly| partly);
+        members
+            .iter()
+            .zip(ended)
+            .map(|(m, e)| {
+                e.unwrap_or_else(|| MemberExit {
+                    member_id: m.clone(),
+                    code: None,
+                    signal: None,
+                    reason: Some("did not stop in time".into()),
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl Launcher for KubeLauncher {
+    fn name(&self) -> &'static str {
+        "kube"
+    }
+
+    async fn start_server(&mut self, server: &ServerMember) -> Result<(), LaunchError> {
+        let pod = server_pod(server, &self.pods_context).map_err(|reason| LaunchError::Member {
+            member: server.name.clone(),
+            reason,
+        })?;
+        let command = container_command(&pod);
+        self.apply_pod(&server.name, pod).await?;
+        self.members.insert(
+            server.name.clone(),
+            MemberPod {
+                pod: pod_name(&self.settings.run_id, &server.name),
+                role: "server",
+                container: SERVER_CONTAINER,
+                command,
+            },
+        );
+        Ok(())
+    }
+
+    async fn wait_servers_ready(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Vec<ServerEndpoint>, LaunchError> {
+        let deadline = Instant::now() + timeout;
+        let servers: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.role == "server")
+            .map(|(name, _)| name.clone())
+            .collect();
+        let pending_timeout = self.settings.pending_timeout;
+        // Woken by every pod change: a server is used the moment its pod is Ready.
+        let readiness = self
+            .watch
+            .wait_for(deadline, RECHECK, |seen| {
+                let r = servers_readiness(&servers, seen, pending_timeout);
+                if r.failed.is_some() || r.waiting.is_none() {
+                    Ok(r)
+                } else {
+                    Err(r)
+                }
+            })
+            .await
+            .unwrap_or_else(|not_yet| not_yet);
+        for ep in &readiness.ready {
+            self.endpoints.insert(ep.member.clone(), ep.clone());
+        }
+        if let Some((member, reason)) = readiness.failed {
+            return Err(LaunchError::Member { member, reason });
+        }
+        match readiness.waiting {
+            None => Ok(readiness.ready),
+            Some(first_waiting) => Err(LaunchError::Member {
+                reason: format!(
+                    "not ready after {timeout:?}: {}",
+                    self.not_ready_reason(&first_waiting).await
+                ),
+                member: first_waiting,
+            }),
+        }
+    }
+
+    async fn start_client(
+        &mut self,
+        client: &ClientMember,
+        assignment: &WorkerAssignment,
+    ) -> Result<(), LaunchError> {
+        // perf_analyzer runs inside the worker's image, not from this machine's path.
+        let assignment = WorkerAssignment {
+            perf_analyzer: Some(PERF_ANALYZER_IN_IMAGE.into()),
+            ..assignment.clone()
+        };
+        let pod = client_pod(
+            client,
+            super::worker_args(client, &assignment),
+            &self.pods_context,
+        )
+        .map_err(|reason| LaunchError::Member {
+            member: client.name.clone(),
+            reason,
+        })?;
+        let command = format!(
+            "{STORE_URL_ENV}=<from Secret {}> {}",
+            secret_name(&self.settings.run_id),
+            container_command(&pod)
+        );
+        self.apply_pod(&client.name, pod).await?;
+        self.members.insert(
+            client.name.clone(),
+            MemberPod {
+                pod: pod_name(&self.settings.run_id, &client.name),
+                role: "client",
+                container: CLIENT_CONTAINER,
+                command,
+            },
+        );
+        Ok(())
+    }
+
+    async fn exited(&mut self) -> Vec<MemberExit> {
+        let mut ended = Vec::new();
+        for name in self.members.keys() {
+            if self.exits.contains_key(name) || self.stopping.contains(name) {
+                continue;
+            }
+            ended.extend(self.ended(name));
+        }
+        for e in &ended {
+            self.exits.insert(e.member_id.clone(), e.clone());
+        }
+        ended
+    }
+
+    async fn stop_clients(&mut self, grace: Duration) -> Vec<MemberExit> {
+        let clients: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(name, m)| m.role == "client" && !self.exits.contains_key(*name))
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.stopping.extend(clients.iter().cloned());
+        // Deleting a pod is how Kubernetes sends SIGTERM: the worker flushes its final counts
+        // and exits; the watch sees the container's exit code before the pod is gone.
+        self.delete_pods(clients.iter(), grace).await;
+        let exits = self
+            .wait_ended(&clients, Instant::now() + grace + Duration::from_secs(10))
+            .await;
+        for e in &exits {
+            self.exits.insert(e.member_id.clone(), e.clone());
+        }
+        exits
+    }
+
+    async fn stop_all(&mut self, _grace: Duration) {
+        // Nothing is deleted here: the failure path collects diagnostics first, and cleanup()
+        // then deletes what is not kept for inspection.
+        let all: Vec<String> = self.members.keys().cloned().collect();
+        self.stopping.extend(all);
+    }
+
+    async fn stop_servers(&mut self, grace: Duration) {
+        let servers: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.role == "server")
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.stopping.extend(servers.iter().cloned());
+        self.delete_pods(servers.iter(), grace).await;
+    }
+
+    async fn cleanup(&mut self, keep: &BTreeSet<String>) {
+        self.delete_run_objects(keep).await;
+    }
+
+    async fn diagnostics(&mut self, member_id: &str) -> MemberDiagnostics {
+        self.collect_diagnostics(member_id).await
+    }
+
+    async fn server_live(&mut self, member_id: &str, timeout: Duration) -> Result<(), String> {
+        let ep = self
+            .endpoints
+            .get(member_id)
+            .ok_or_else(|| format!("no ready server {member_id}"))?;
+        tritonserver::probe_live(&ep.http, timeout).await
+    }
+
+    async fn server_metrics(&mut self, member_id: &str) -> Option<String> {
+        let ep = self.endpoints.get(member_id)?;
+        tritonserver::metrics_text(&ep.metrics).await
+    }
+
+    fn command_line(&self, member_id: &str) -> Option<String> {
+        self.members.get(member_id).map(|m| m.command.clone())
+    }
+
+    fn is_running(&self, member_id: &str) -> bool {
+        self.seen(member_id).is_some_and(|s| {
+            s.pod.status.as_ref().and_then(|st| st.phase.as_deref()) != Some("Pending")
+        })
+    }
+
+    fn locate(&self, member_id: &str) -> Option<String> {
+        self.members
+            .get(member_id)
+            .map(|m| format!("pod {}/{}", self.ns(), m.pod))
+    }
+}

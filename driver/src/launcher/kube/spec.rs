@@ -1,0 +1,528 @@
+//! The pods of a run as pure functions: a member, its template and the run's context in, the
+//! k8s-openapi object out. Nothing here talks to a cluster, so the specs are tested against
+//! YAML fixtures (`testdata/`).
+
+use super::{
+    CLIENT_CONTAINER, FIELD_MANAGER, GRPC_PORT, HTTP_PORT, METRICS_PORT, RUN_LABEL,
+    SERVER_CONTAINER, WORKER_METRICS_PORT,
+};
+use crate::launcher::STORE_URL_ENV;
+use crate::matrix::{ClientMember, Resources, ServerMember, ServerVolume, Toleration};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HTTPGetAction, HostPathVolumeSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
+    Pod, PodSpec, Probe, ResourceRequirements, SecretKeySelector, Toleration as K8sToleration,
+    Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+use stress_common::tritonserver::shell_quote;
+
+const ROLE_LABEL: &str = "triton-stress/role";
+const GROUP_LABEL: &str = "triton-stress/group";
+const INDEX_LABEL: &str = "triton-stress/index";
+/// The label that names a pod's member; the watch keys its pods by it.
+pub const MEMBER_LABEL: &str = "triton-stress/member";
+
+/// What every pod of a run shares beyond its member.
+#[derive(Debug, Clone)]
+pub struct PodContext {
+    pub run_id: String,
+    /// `Never` on a cluster without a registry, else `IfNotPresent`.
+    pub image_pull_policy: String,
+    /// The run's owner ConfigMap: deleting it deletes the pods.
+    pub owner: OwnerReference,
+}
+
+pub fn owner_name(run_id: &str) -> String {
+    format!("triton-stress-{run_id}")
+}
+
+pub fn secret_name(run_id: &str) -> String {
+    format!("triton-stress-{run_id}-store")
+}
+
+pub fn pod_name(run_id: &str, member: &str) -> String {
+    format!("{run_id}-{member}")
+}
+
+/// The labels of every object of a run.
+pub fn run_labels(run_id: &str) -> BTreeMap<String, String> {
+    [
+        ("app.kubernetes.io/name", "triton-stress"),
+        ("app.kubernetes.io/instance", run_id),
+        ("app.kubernetes.io/part-of", "triton-stress"),
+        ("app.kubernetes.io/managed-by", FIELD_MANAGER),
+        (RUN_LABEL, run_id),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+pub fn with_component(
+    mut labels: BTreeMap<String, String>,
+    component: &str,
+) -> BTreeMap<String, String> {
+    labels.insert("app.kubernetes.io/component".into(), component.into());
+    labels
+}
+
+/// A member pod's labels: the run's, plus its role, group, index and member name.
+fn member_labels(
+    run_id: &str,
+    role: &str,
+    group: &str,
+    index: u32,
+    member: &str,
+) -> BTreeMap<String, String> {
+    let mut labels = with_component(run_labels(run_id), role);
+    labels.extend([
+        (ROLE_LABEL.to_string(), role.to_string()),
+        (GROUP_LABEL.to_string(), group.to_string()),
+        (INDEX_LABEL.to_string(), index.to_string()),
+        (MEMBER_LABEL.to_string(), member.to_string()),
+    ]);
+    labels
+}
+
+const NOT_AN_IMAGE: &str =
+    "the kube launcher runs images; this template names a binary (use --launcher local)";
+
+/// The Triton pod of a server member.
+pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, String> {
+    let t = &s.template;
+    let image = t.tritonserver.image().ok_or(NOT_AN_IMAGE)?;
+    let mut args: Vec<String> = t
+        .model_repositories
+        .iter()
+        .map(|r| format!("--model-repository={r}"))
+        .collect();
+    args.extend([
+        format!("--http-port={HTTP_PORT}"),
+        format!("--grpc-port={GRPC_PORT}"),
+        format!("--metrics-port={METRICS_PORT}"),
+    ]);
+    args.extend(t.args.iter().cloned());
+    let mut mounts = vec![VolumeMount {
+        // The python backend's stubs talk to the server through /dev/shm; a container's
+        // default 64 MiB is too small for a few model instances.
+        name: "dshm".into(),
+        mount_path: "/dev/shm".into(),
+        ..Default::default()
+    }];
+    let mut volumes = vec![memory_volume("dshm")];
+    if let Some(trace) = &t.trace {
+        args.extend([
+            "--trace-config".into(),
+            format!("triton,file=/traces/{}.json", s.name),
+        ]);
+        args.extend(trace.args());
+        mounts.push(VolumeMount {
+            name: "traces".into(),
+            mount_path: "/traces".into(),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name: "traces".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        });
+    }
+    for v in &t.volumes {
+        mounts.push(VolumeMount {
+            name: v.name.clone(),
+            mount_path: v.mount_path.clone(),
+            read_only: Some(v.read_only),
+            ..Default::default()
+        });
+        volumes.push(to_k8s_volume(v));
+    }
+    let port = |name: &str, p: u16| ContainerPort {
+        name: Some(name.into()),
+        container_port: p.into(),
+        ..Default::default()
+    };
+    let container = Container {
+        name: SERVER_CONTAINER.into(),
+        image: Some(image.into()),
+        image_pull_policy: Some(ctx.image_pull_policy.clone()),
+        command: Some(vec!["tritonserver".into()]),
+        args: Some(args),
+        env: Some(plain_env(&t.env)),
+        ports: Some(vec![
+            port("http", HTTP_PORT),
+            port("grpc", GRPC_PORT),
+            port("metrics", METRICS_PORT),
+        ]),
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/v2/health/ready".into()),
+                port: IntOrString::Int(HTTP_PORT.into()),
+                ..Default::default()
+            }),
+            period_seconds: Some(2),
+            timeout_seconds: Some(2),
+            failure_threshold: Some(3),
+            ..Default::default()
+        }),
+        resources: resources(t.resources.as_ref()),
+        volume_mounts: Some(mounts),
+        ..Default::default()
+    };
+    Ok(pod(
+        ctx,
+        &s.name,
+        member_labels(&ctx.run_id, "server", &s.group, s.index, &s.name),
+        container,
+        volumes,
+        &t.node_selector,
+        &t.tolerations,
+    ))
+}
+
+/// The worker pod of a client member, running `worker_args` (see `launcher::worker_args`);
+/// the store URL comes from the run's Secret.
+pub fn client_pod(
+    c: &ClientMember,
+    worker_args: Vec<String>,
+    ctx: &PodContext,
+) -> Result<Pod, String> {
+    let t = &c.template;
+    let image = t.worker.image().ok_or(NOT_AN_IMAGE)?;
+    let mut args = worker_args;
+    if !t.extra_args.iter().any(|a| a.starts_with("--metrics-addr")) {
+        args.extend([
+            "--metrics-addr".into(),
+            format!("0.0.0.0:{WORKER_METRICS_PORT}"),
+        ]);
+    }
+    let mut env = vec![
+        EnvVar {
+            name: STORE_URL_ENV.into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret_name(&ctx.run_id),
+                    key: "url".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+        field_env("POD_IP", "status.podIP"),
+    ];
+    env.extend(plain_env(&t.env));
+    let container = Container {
+        name: CLIENT_CONTAINER.into(),
+        image: Some(image.into()),
+        image_pull_policy: Some(ctx.image_pull_policy.clone()),
+        command: Some(vec!["worker".into()]),
+        args: Some(args),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some("metrics".into()),
+            container_port: WORKER_METRICS_PORT.into(),
+            ..Default::default()
+        }]),
+        resources: resources(t.resources.as_ref()),
+        ..Default::default()
+    };
+    Ok(pod(
+        ctx,
+        &c.name,
+        member_labels(&ctx.run_id, "client", &c.group, c.index, &c.name),
+        container,
+        Vec::new(),
+        &t.node_selector,
+        &t.tolerations,
+    ))
+}
+
+fn pod(
+    ctx: &PodContext,
+    member: &str,
+    labels: BTreeMap<String, String>,
+    container: Container,
+    volumes: Vec<Volume>,
+    node_selector: &indexmap::IndexMap<String, String>,
+    tolerations: &[Toleration],
+) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(&ctx.run_id, member)),
+            labels: Some(labels),
+            owner_references: Some(vec![ctx.owner.clone()]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![container],
+            // A soak must see a crash, not a restarted container that hides it.
+            restart_policy: Some("Never".into()),
+            volumes: (!volumes.is_empty()).then_some(volumes),
+            node_selector: (!node_selector.is_empty()).then(|| {
+                node_selector
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            }),
+            tolerations: (!tolerations.is_empty())
+                .then(|| tolerations.iter().map(to_k8s_toleration).collect()),
+            termination_grace_period_seconds: Some(30),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The container's command line as a shell line (what runs inside the pod).
+pub fn container_command(pod: &Pod) -> String {
+    let Some(c) = pod.spec.as_ref().and_then(|s| s.containers.first()) else {
+        return String::new();
+    };
+    c.command
+        .iter()
+        .flatten()
+        .chain(c.args.iter().flatten())
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn memory_volume(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn plain_env(env: &indexmap::IndexMap<String, String>) -> Vec<EnvVar> {
+    env.iter()
+        .map(|(k, v)| EnvVar {
+            name: k.clone(),
+            value: Some(v.clone()),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn field_env(name: &str, field: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Requests = limits (Guaranteed QoS, so a soak's numbers do not depend on its neighbours).
+fn resources(r: Option<&Resources>) -> Option<ResourceRequirements> {
+    let r = r?;
+    let mut q = BTreeMap::new();
+    if let Some(cpu) = &r.cpu {
+        q.insert("cpu".to_string(), Quantity(cpu.clone()));
+    }
+    if let Some(memory) = &r.memory {
+        q.insert("memory".to_string(), Quantity(memory.clone()));
+    }
+    if r.gpus > 0 {
+        q.insert("nvidia.com/gpu".to_string(), Quantity(r.gpus.to_string()));
+    }
+    Some(ResourceRequirements {
+        limits: Some(q.clone()),
+        requests: Some(q),
+        ..Default::default()
+    })
+}
+
+fn to_k8s_volume(v: &ServerVolume) -> Volume {
+    Volume {
+        name: v.name.clone(),
+        host_path: v.host_path.as_ref().map(|path| HostPathVolumeSource {
+            path: path.clone(),
+            type_: Some("Directory".into()),
+        }),
+        persistent_volume_claim: v.persistent_volume_claim.as_ref().map(|claim| {
+            PersistentVolumeClaimVolumeSource {
+                claim_name: claim.clone(),
+                read_only: Some(v.read_only),
+            }
+        }),
+        config_map: v.config_map.as_ref().map(|name| ConfigMapVolumeSource {
+            name: name.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn to_k8s_toleration(t: &Toleration) -> K8sToleration {
+    K8sToleration {
+        key: t.key.clone(),
+        operator: t.operator.clone(),
+        value: t.value.clone(),
+        effect: t.effect.clone(),
+        toleration_seconds: t.toleration_seconds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::Matrix;
+    use std::path::PathBuf;
+
+    /// Servers and clients with every pod option the matrix has: volumes of each kind, trace,
+    /// resources with a GPU, node selector, tolerations, environment.
+    const MATRIX: &str = r#"
+version: 1
+run: { name: specs, duration: 1m }
+server_templates:
+  gpu:
+    tritonserver: { image: "nvcr.io/nvidia/tritonserver:24.10-py3" }
+    model_repositories: [/models, /mnt/extra-models]
+    args: ["--log-verbose=1"]
+    resources: { cpu: "4", memory: 16Gi, gpus: 1 }
+    env: { OMP_NUM_THREADS: "2" }
+    trace: { level: TIMESTAMPS, rate: 100 }
+    volumes:
+      - { name: extra-models, mount_path: /mnt/extra-models, host_path: /srv/models }
+      - { name: cache, mount_path: /cache, read_only: false, persistent_volume_claim: triton-cache }
+      - { name: configs, mount_path: /configs, config_map: model-configs }
+    node_selector: { nvidia.com/gpu.present: "true" }
+    tolerations:
+      - { key: nvidia.com/gpu, operator: Exists, effect: NoSchedule }
+      - { key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 30 }
+  cpu:
+    tritonserver: { image: "triton-stress/tritonserver:dev" }
+    model_repositories: [/models]
+server_groups:
+  triton: { template: gpu, instances: 2 }
+  small: { template: cpu, instances: 1 }
+client_templates:
+  grpc-all:
+    worker: { image: "triton-stress/worker:dev" }
+    protocol: grpc
+    concurrency: 3
+    resources: { cpu: 250m, memory: 512Mi }
+    env: { RUST_LOG: debug }
+    node_selector: { pool: clients }
+    tolerations: [{ operator: Exists }]
+client_groups:
+  clients: { template: grpc-all, instances: 1, target: triton }
+"#;
+
+    fn matrix() -> Matrix {
+        crate::matrix::parse(MATRIX, "specs.yaml").expect("the test matrix is valid")
+    }
+
+    fn context() -> PodContext {
+        PodContext {
+            run_id: "specs-20260101-000000-abcd".into(),
+            image_pull_policy: "IfNotPresent".into(),
+            owner: OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: owner_name("specs-20260101-000000-abcd"),
+                uid: "0b7a4c1e-0000-4000-8000-000000000001".into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            },
+        }
+    }
+
+    /// Compares the pod as YAML with `testdata/<name>`; `UPDATE_FIXTURES=1` rewrites the file
+    /// instead (then read the diff: the fixture is the reviewed spec).
+    fn assert_fixture(name: &str, pod: &Pod) {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("src/launcher/kube/testdata")
+            .join(name);
+        let yaml = serde_saphyr::to_string(pod).expect("a pod serialises to YAML");
+        if std::env::var_os("UPDATE_FIXTURES").is_some() {
+            std::fs::write(&path, &yaml).unwrap();
+            return;
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        assert!(
+            yaml == expected,
+            "the pod differs from {} (UPDATE_FIXTURES=1 rewrites it):\n{yaml}",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn server_pod_with_volumes_trace_gpu_and_tolerations() {
+        let m = matrix();
+        let server = &m.servers()[1];
+        assert_eq!(server.name, "triton-1");
+        assert_fixture("server-gpu.yaml", &server_pod(server, &context()).unwrap());
+    }
+
+    #[test]
+    fn server_pod_with_defaults_only() {
+        let m = matrix();
+        let server = m
+            .servers()
+            .into_iter()
+            .find(|s| s.name == "small-0")
+            .unwrap();
+        assert_fixture(
+            "server-minimal.yaml",
+            &server_pod(&server, &context()).unwrap(),
+        );
+    }
+
+    #[test]
+    fn worker_pod_gets_store_url_from_the_secret() {
+        let m = matrix();
+        let client = &m.clients()[0];
+        let args = [
+            "--servers",
+            "10.244.0.7:8001,10.244.0.8:8001",
+            "--protocol",
+            "grpc",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_fixture(
+            "worker.yaml",
+            &client_pod(client, args, &context()).unwrap(),
+        );
+    }
+
+    #[test]
+    fn a_binary_is_refused() {
+        let m = crate::matrix::parse(
+            &MATRIX.replace(
+                r#"{ image: "triton-stress/tritonserver:dev" }"#,
+                "{ binary: auto }",
+            ),
+            "specs.yaml",
+        )
+        .unwrap();
+        let server = m
+            .servers()
+            .into_iter()
+            .find(|s| s.name == "small-0")
+            .unwrap();
+        assert!(
+            server_pod(&server, &context())
+                .unwrap_err()
+                .contains("--launcher local")
+        );
+    }
+}
