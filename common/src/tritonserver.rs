@@ -165,11 +165,7 @@ pub fn find_tool(name: &str, env_var: &str, start: Option<&Path>) -> Option<Path
             }
         }
     }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
+    crate::paths::find_on_path(name)
 }
 
 /// The last `n` lines of a file (what a report shows of a log).
