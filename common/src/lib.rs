@@ -5,11 +5,12 @@
 //! * [`store`]: the status store (sqlx; SQLite file by default, Postgres in a cluster) that implements
 //!   the sink for workers and the read side for the driver.
 //! * [`histogram`]: mergeable HDR latency histograms with a compact text encoding.
-//! * [`paths`]: finding executables on PATH.
+//! * [`paths`]: finding executables on PATH; [`http`]: the HTTP client (GET with a time limit).
 //! * [`report`]: the L0 table (Test Case | Failures | Tests | Requests | Description).
 //! * [`telemetry`] and [`shutdown`]: logging set-up and the one cancellation token of a process.
 
 pub mod histogram;
+pub mod http;
 pub mod paths;
 pub mod report;
 pub mod scenario;

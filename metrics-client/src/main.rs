@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 use stress_common::report::L0Table;
 use stress_common::store::Store;
-use stress_common::tritonserver::http_get;
 
 #[derive(Debug, Parser)]
 #[command(name = "metrics-client", version, about)]
@@ -39,19 +38,12 @@ enum Command {
 }
 
 async fn fetch_metrics(address: &str) -> anyhow::Result<String> {
-    let response = http_get(address, "/metrics", Duration::from_secs(5))
-        .await
-        .with_context(|| format!("no answer from http://{address}/metrics"))?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        bail!(
-            "http://{address}/metrics: {}",
-            head.lines().next().unwrap_or("")
-        );
+    let url = format!("http://{address}/metrics");
+    let response = stress_common::http::get(&url, Duration::from_secs(5)).await?;
+    if !response.is_ok() {
+        bail!("{url} answered {}", response.status);
     }
-    Ok(body.to_string())
+    Ok(response.body)
 }
 
 /// The worker's own series (name{labels} value), one per line, grouped by metric.
