@@ -6,12 +6,14 @@
 //!   the sink for workers and the read side for the driver.
 //! * [`histogram`]: mergeable HDR latency histograms with a compact text encoding.
 //! * [`paths`]: finding executables on PATH; [`http`]: the HTTP client (GET with a time limit).
+//! * [`qps`]: the QPS of a run (its one denominator, [`qps::load_seconds`]).
 //! * [`report`]: the L0 table (Test Case | Failures | Tests | Requests | Description).
 //! * [`telemetry`] and [`shutdown`]: logging set-up and the one cancellation token of a process.
 
 pub mod histogram;
 pub mod http;
 pub mod paths;
+pub mod qps;
 pub mod report;
 pub mod scenario;
 pub mod shutdown;

@@ -81,7 +81,7 @@ async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
     let total: f64 = latest.iter().map(|q| q.qps).sum();
     out.push_str(&format!(
         "{:<28} {:>10} {:>12}\n",
-        "worker", "QPS", "requests"
+        "worker", "QPS now", "requests"
     ));
     for q in &latest {
         out.push_str(&format!(
@@ -94,13 +94,9 @@ async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
     for (_, counts) in store.scenario_counts(run_id).await? {
         table.add(&counts)?;
     }
-    let elapsed = (stress_common::now_ms() - run.started_at_ms) as f64 / 1000.0;
-    out.push_str(
-        &table.render(
-            run.finished_at_ms
-                .map_or(elapsed, |f| (f - run.started_at_ms) as f64 / 1000.0),
-        ),
-    );
+    // The same denominator as the driver's report, so both show the same QPS for a run.
+    let load_seconds = stress_common::qps::load_seconds(&store.qps_samples(run_id).await?);
+    out.push_str(&table.render(load_seconds));
     Ok(out)
 }
 
@@ -148,6 +144,54 @@ async fn main() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use stress_common::histogram::LatencyHistogram;
+    use stress_common::status::{ScenarioCounts, WorkerSnapshot};
+    use stress_common::store::{NewRun, Store};
+
+    /// The run view's QPS is requests over the load the samples cover, as in the driver's
+    /// report: not over the run's wall time, which includes start-up and warm-up.
+    #[tokio::test]
+    async fn a_run_s_qps_is_over_its_load_not_its_wall_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::connect(&Store::sqlite_url(&dir.path().join("store.sqlite")))
+            .await
+            .unwrap();
+        let t0 = 1_000_000;
+        let run = NewRun {
+            run_id: "r".into(),
+            name: "qps".into(),
+            matrix_yaml: String::new(),
+            launcher: "local".into(),
+            started_at_ms: t0,
+        };
+        store.create_run(&run).await.unwrap();
+        // Load from 60 s (after start-up and warm-up) to 64 s, sampled every 2 s: 4 s of load.
+        for (at_s, requests) in [(62, 500), (64, 1000)] {
+            let snapshot = WorkerSnapshot {
+                at_ms: t0 + at_s * 1000,
+                total_requests: requests,
+                qps: 250.0,
+                scenarios: vec![ScenarioCounts {
+                    scenario: "Load".into(),
+                    tests: 1,
+                    requests,
+                    latency_histogram: LatencyHistogram::new().encode(),
+                    ..Default::default()
+                }],
+            };
+            store.record_snapshot("r", "w-0", &snapshot).await.unwrap();
+        }
+        store.finish_run("r", "PASS", t0 + 100_000).await.unwrap();
+
+        let view = super::run_view(&store, "r").await.unwrap();
+        let total = view
+            .lines()
+            .find(|l| l.starts_with("TOTAL "))
+            .unwrap_or_else(|| panic!("no TOTAL row:\n{view}"));
+        let qps = total.split('|').nth(4).map(str::trim);
+        assert_eq!(qps, Some("250.0"), "{view}");
+    }
+
     #[test]
     fn worker_series_are_kept_and_others_dropped() {
         let text = "# HELP x\ntriton_stress_worker_qps 12.5\nother 1\ntriton_stress_worker_tests_total{scenario=\"Load\"} 3\n";
