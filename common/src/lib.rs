@@ -8,6 +8,7 @@
 //! * [`paths`]: finding executables on PATH; [`http`]: the HTTP client (GET with a time limit).
 //! * [`qps`]: the QPS of a run (its one denominator, [`qps::load_seconds`]).
 //! * [`report`]: the L0 table (Test Case | Failures | Tests | Requests | Description).
+//! * [`retry`]: a write retried with backoff within a time budget (a worker's final event).
 //! * [`telemetry`] and [`shutdown`]: logging set-up and the one cancellation token of a process.
 
 pub mod histogram;
@@ -15,6 +16,7 @@ pub mod http;
 pub mod paths;
 pub mod qps;
 pub mod report;
+pub mod retry;
 pub mod scenario;
 pub mod shutdown;
 pub mod status;
