@@ -161,7 +161,7 @@ pub async fn run(
     let mix: Vec<Scenario> = config.mix.iter().map(|(s, _)| *s).collect();
     let shared = Arc::new(Shared {
         clients,
-        stats: Stats::default(),
+        stats: Stats::with_metrics(metrics.clone()),
         sink: sink.clone(),
         images,
         picker,
