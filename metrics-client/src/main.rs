@@ -1,4 +1,4 @@
-//! Live numbers while a run is going: a worker's Prometheus gauges, a whole run's QPS and counts
+//! Live numbers while a run is going: a worker's Prometheus metrics, a whole run's QPS and counts
 //! from the status store (summed over workers; percentiles from merged histograms), and Triton's
 //! own per-model metrics (queue vs compute time).
 
@@ -46,24 +46,100 @@ async fn fetch_metrics(address: &str) -> anyhow::Result<String> {
     Ok(response.body)
 }
 
-/// The worker's own series (name{labels} value), one per line, grouped by metric.
+/// The worker's own series (name{labels} value), one per line, grouped by metric. A histogram
+/// (latency) shows as one line per label set: its count and p50/p99 estimated from the buckets.
 fn render_worker(text: &str) -> String {
-    let mut by_metric: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let histograms: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" histogram"))
+        .collect();
+    let mut by_metric: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    // (histogram, labels without le) -> (le, cumulative count) in exposition order.
+    let mut buckets: BTreeMap<(&str, String), Vec<(f64, f64)>> = BTreeMap::new();
     for line in text
         .lines()
         .filter(|l| l.starts_with("triton_stress_worker_"))
     {
         let name = line.split(['{', ' ']).next().unwrap_or(line);
-        by_metric.entry(name).or_default().push(line);
+        let histogram = histograms.iter().find(|h| {
+            name.strip_prefix(**h)
+                .is_some_and(|rest| ["_bucket", "_count", "_sum"].contains(&rest))
+        });
+        match histogram {
+            None => by_metric.entry(name).or_default().push(line.to_string()),
+            Some(h) => {
+                if let Some((labels, le, value)) = bucket_sample(line) {
+                    buckets.entry((h, labels)).or_default().push((le, value));
+                }
+            }
+        }
+    }
+    for ((histogram, labels), cumulative) in buckets {
+        let count = cumulative.last().map_or(0.0, |b| b.1);
+        let show = |q| match quantile(q, &cumulative) {
+            Some(s) => format!("{:.3}ms", s * 1000.0),
+            None => "-".into(),
+        };
+        by_metric.entry(histogram).or_default().push(format!(
+            "{histogram}{{{labels}}} count={count} p50={} p99={}",
+            show(0.5),
+            show(0.99)
+        ));
     }
     let mut out = String::new();
     for (_, lines) in by_metric {
         for l in lines {
-            out.push_str(l);
+            out.push_str(&l);
             out.push('\n');
         }
     }
     out
+}
+
+/// A `_bucket` sample: its labels without `le`, its `le` and its cumulative count.
+fn bucket_sample(line: &str) -> Option<(String, f64, f64)> {
+    let (series, value) = line.rsplit_once(' ')?;
+    let labels = series.strip_suffix('}')?.split_once("_bucket{")?.1;
+    let mut le = None;
+    let mut rest = Vec::new();
+    for label in labels.split(',') {
+        match label.strip_prefix("le=") {
+            Some(v) => le = Some(v.trim_matches('"')),
+            None => rest.push(label),
+        }
+    }
+    let le = match le? {
+        "+Inf" => f64::INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some((rest.join(","), le, value.parse().ok()?))
+}
+
+/// The `q` quantile of cumulative buckets (upper bound, count), as Prometheus'
+/// `histogram_quantile` estimates it: linear within the bucket that holds the rank; the highest
+/// finite bound when that is the +Inf bucket. None without observations.
+fn quantile(q: f64, cumulative: &[(f64, f64)]) -> Option<f64> {
+    let total = cumulative.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for &(upper, count) in cumulative {
+        if count >= rank {
+            if upper.is_infinite() {
+                return Some(lower);
+            }
+            let share = if count > below {
+                (rank - below) / (count - below)
+            } else {
+                1.0
+            };
+            return Some(lower + (upper - lower) * share);
+        }
+        (lower, below) = (upper, count);
+    }
+    Some(lower)
 }
 
 async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
@@ -199,5 +275,41 @@ mod tests {
         assert!(out.contains("triton_stress_worker_qps 12.5"));
         assert!(out.contains("scenario=\"Load\""));
         assert!(!out.contains("other"));
+    }
+
+    #[test]
+    fn a_latency_histogram_shows_as_its_count_and_percentiles() {
+        let h = "triton_stress_worker_request_latency_seconds";
+        let labels = r#"scenario="Load",server="a:1""#;
+        let text = format!(
+            "# TYPE {h} histogram\n\
+             {h}_sum{{{labels}}} 0.5\n\
+             {h}_count{{{labels}}} 100\n\
+             {h}_bucket{{le=\"0.001\",{labels}}} 40\n\
+             {h}_bucket{{le=\"0.002\",{labels}}} 90\n\
+             {h}_bucket{{le=\"0.005\",{labels}}} 98\n\
+             {h}_bucket{{le=\"+Inf\",{labels}}} 100\n\
+             triton_stress_worker_qps 3\n"
+        );
+        let out = super::render_worker(&text);
+        // p50: rank 50 in (1 ms, 2 ms] holding 40..90: 1 + 10/50 ms. p99: past 5 ms, in +Inf.
+        assert_eq!(
+            out,
+            format!(
+                "triton_stress_worker_qps 3\n{h}{{{labels}}} count=100 p50=1.200ms p99=5.000ms\n"
+            )
+        );
+    }
+
+    #[test]
+    fn quantiles_interpolate_within_the_bucket_of_the_rank() {
+        let b = [(1.0, 10.0), (2.0, 10.0), (4.0, 20.0), (f64::INFINITY, 20.0)];
+        assert_eq!(super::quantile(0.25, &b), Some(0.5));
+        assert_eq!(super::quantile(0.75, &b), Some(3.0));
+        assert_eq!(super::quantile(1.0, &b), Some(4.0));
+        assert_eq!(
+            super::quantile(0.5, &[(1.0, 0.0), (f64::INFINITY, 0.0)]),
+            None
+        );
     }
 }
