@@ -7,12 +7,19 @@
 //! * [`store`]: the status store (sqlx; SQLite file by default, Postgres in a cluster) that implements
 //!   the sink for workers and the read side for the driver.
 //! * [`histogram`]: mergeable HDR latency histograms with a compact text encoding.
+//! * [`paths`]: finding executables on PATH; [`http`]: the HTTP client (GET with a time limit).
+//! * [`qps`]: the QPS of a run (its one denominator, [`qps::load_seconds`]).
 //! * [`report`]: the L0 table (Test Case | Failures | Tests | Requests | Description).
+//! * [`retry`]: a write retried with backoff within a time budget (a worker's final event).
 //! * [`telemetry`] and [`shutdown`]: logging set-up and the one cancellation token of a process.
 
 pub mod contract;
 pub mod histogram;
+pub mod http;
+pub mod paths;
+pub mod qps;
 pub mod report;
+pub mod retry;
 pub mod scenario;
 pub mod shutdown;
 pub mod status;

@@ -1,10 +1,10 @@
 //! A real tritonserver as a local process: how the local launcher runs servers, and how tests get
 //! one. Ports are chosen free on 127.0.0.1 unless given; stdout and stderr go to a log file.
 
+use crate::http::{self, HttpError};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TritonError {
@@ -118,23 +118,27 @@ pub fn free_port() -> std::io::Result<u16> {
 /// Whether a server answers `GET /v2/health/live` at `http_address` within `timeout`; the error
 /// says how it did not (a hung server accepts the connection and never answers).
 pub async fn probe_live(http_address: &str, timeout: Duration) -> Result<(), String> {
-    match http_get(http_address, "/v2/health/live", timeout).await {
-        Some(r) if r.starts_with("HTTP/1.1 200") => Ok(()),
-        Some(r) => Err(format!(
+    let url = format!("http://{http_address}/v2/health/live");
+    match http::get(&url, timeout).await {
+        Ok(r) if r.is_ok() => Ok(()),
+        Ok(r) => Err(format!(
             "{http_address}/v2/health/live answered {}",
-            r.lines().next().unwrap_or("")
+            r.status
         )),
-        None => Err(format!(
+        Err(HttpError::TimedOut { .. }) => Err(format!(
             "{http_address}/v2/health/live did not answer within {timeout:?} (hung?)"
+        )),
+        Err(HttpError::Failed { cause, .. }) => Err(format!(
+            "{http_address}/v2/health/live did not answer: {cause}"
         )),
     }
 }
 
-/// Triton's `/metrics` text at `metrics_address`, if it answers within 5 s.
+/// Triton's `/metrics` text at `metrics_address`, if it answers 200 within 5 s.
 pub async fn metrics_text(metrics_address: &str) -> Option<String> {
-    let text = http_get(metrics_address, "/metrics", Duration::from_secs(5)).await?;
-    text.split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
+    let url = format!("http://{metrics_address}/metrics");
+    let r = http::get(&url, Duration::from_secs(5)).await.ok()?;
+    r.is_ok().then_some(r.body)
 }
 
 /// TRITONSERVER_BIN, else `.local/bin/tritonserver` in this checkout (found from the given start
@@ -165,11 +169,7 @@ pub fn find_tool(name: &str, env_var: &str, start: Option<&Path>) -> Option<Path
             }
         }
     }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
+    crate::paths::find_on_path(name)
 }
 
 /// The last `n` lines of a file (what a report shows of a log).
@@ -382,27 +382,13 @@ fn group_shm_regions(pgid: u32) -> Vec<String> {
     regions
 }
 
-/// The HTTP status of `GET path` (plain HTTP/1.1 on loopback; None when nothing answers).
+/// The HTTP status of `GET path` at `address` (None when nothing answers within 2 s).
 pub async fn http_status(address: &str, path: &str) -> Option<u16> {
-    let response = http_get(address, path, Duration::from_secs(2)).await?;
-    response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-}
-
-/// A whole `GET path` response (status line, headers, body) as text.
-pub async fn http_get(address: &str, path: &str, timeout: Duration) -> Option<String> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut buf = Vec::new();
-        stream.read_to_end(&mut buf).await.ok()?;
-        Some(String::from_utf8_lossy(&buf).into_owned())
-    };
-    tokio::time::timeout(timeout, exchange).await.ok().flatten()
+    let url = format!("http://{address}{path}");
+    http::get(&url, Duration::from_secs(2))
+        .await
+        .ok()
+        .map(|r| r.status)
 }
 
 #[cfg(test)]
@@ -414,5 +400,27 @@ mod tests {
         assert_eq!(shell_quote("--grpc-port=8001"), "--grpc-port=8001");
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
+    }
+
+    #[tokio::test]
+    async fn a_liveness_probe_tells_a_hung_server_from_a_dead_one() {
+        // Bound and never accepting: the kernel completes connections, nothing ever answers.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let hung = listener.local_addr().unwrap().to_string();
+        let why = probe_live(&hung, Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            why,
+            format!("{hung}/v2/health/live did not answer within 200ms (hung?)")
+        );
+
+        let dead = format!("127.0.0.1:{}", free_port().unwrap());
+        let why = probe_live(&dead, Duration::from_secs(5)).await.unwrap_err();
+        assert!(
+            why.starts_with(&format!("{dead}/v2/health/live did not answer: "))
+                && why.contains("Connection refused"),
+            "{why}"
+        );
     }
 }

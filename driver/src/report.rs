@@ -139,12 +139,7 @@ impl Report {
         }
 
         let samples = store.qps_samples(run_id).await?;
-        let first = samples
-            .iter()
-            .map(|s| s.at_ms)
-            .min()
-            .unwrap_or(run.started_at_ms);
-        let last = samples.iter().map(|s| s.at_ms).max().unwrap_or(first);
+        let load_seconds = stress_common::qps::load_seconds(&samples);
         let mut per_worker: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for s in &samples {
             per_worker
@@ -152,14 +147,6 @@ impl Report {
                 .or_default()
                 .push(((s.at_ms - run.started_at_ms) as f64 / 1000.0, s.qps));
         }
-        // A worker's first sample covers the second before it; count it in.
-        let interval_s = per_worker
-            .values()
-            .filter(|v| v.len() >= 2)
-            .map(|v| v[1].0 - v[0].0)
-            .next()
-            .unwrap_or(1.0);
-        let load_seconds = ((last - first) as f64 / 1000.0 + interval_s).max(interval_s);
         let workers = per_worker
             .into_iter()
             .map(|(member_id, series)| {

@@ -1,4 +1,4 @@
-//! Live numbers while a run is going: a worker's Prometheus gauges, a whole run's QPS and counts
+//! Live numbers while a run is going: a worker's Prometheus metrics, a whole run's QPS and counts
 //! from the status store (summed over workers; percentiles from merged histograms), and Triton's
 //! own per-model metrics (queue vs compute time).
 
@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 use stress_common::report::L0Table;
 use stress_common::store::Store;
-use stress_common::tritonserver::http_get;
 
 #[derive(Debug, Parser)]
 #[command(name = "metrics-client", version, about)]
@@ -39,39 +38,108 @@ enum Command {
 }
 
 async fn fetch_metrics(address: &str) -> anyhow::Result<String> {
-    let response = http_get(address, "/metrics", Duration::from_secs(5))
-        .await
-        .with_context(|| format!("no answer from http://{address}/metrics"))?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        bail!(
-            "http://{address}/metrics: {}",
-            head.lines().next().unwrap_or("")
-        );
+    let url = format!("http://{address}/metrics");
+    let response = stress_common::http::get(&url, Duration::from_secs(5)).await?;
+    if !response.is_ok() {
+        bail!("{url} answered {}", response.status);
     }
-    Ok(body.to_string())
+    Ok(response.body)
 }
 
-/// The worker's own series (name{labels} value), one per line, grouped by metric.
+/// The worker's own series (name{labels} value), one per line, grouped by metric. A histogram
+/// (latency) shows as one line per label set: its count and p50/p99 estimated from the buckets.
 fn render_worker(text: &str) -> String {
-    let mut by_metric: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let histograms: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" histogram"))
+        .collect();
+    let mut by_metric: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    // (histogram, labels without le) -> (le, cumulative count) in exposition order.
+    let mut buckets: BTreeMap<(&str, String), Vec<(f64, f64)>> = BTreeMap::new();
     for line in text
         .lines()
         .filter(|l| l.starts_with("triton_stress_worker_"))
     {
         let name = line.split(['{', ' ']).next().unwrap_or(line);
-        by_metric.entry(name).or_default().push(line);
+        let histogram = histograms.iter().find(|h| {
+            name.strip_prefix(**h)
+                .is_some_and(|rest| ["_bucket", "_count", "_sum"].contains(&rest))
+        });
+        match histogram {
+            None => by_metric.entry(name).or_default().push(line.to_string()),
+            Some(h) => {
+                if let Some((labels, le, value)) = bucket_sample(line) {
+                    buckets.entry((h, labels)).or_default().push((le, value));
+                }
+            }
+        }
+    }
+    for ((histogram, labels), cumulative) in buckets {
+        let count = cumulative.last().map_or(0.0, |b| b.1);
+        let show = |q| match quantile(q, &cumulative) {
+            Some(s) => format!("{:.3}ms", s * 1000.0),
+            None => "-".into(),
+        };
+        by_metric.entry(histogram).or_default().push(format!(
+            "{histogram}{{{labels}}} count={count} p50={} p99={}",
+            show(0.5),
+            show(0.99)
+        ));
     }
     let mut out = String::new();
     for (_, lines) in by_metric {
         for l in lines {
-            out.push_str(l);
+            out.push_str(&l);
             out.push('\n');
         }
     }
     out
+}
+
+/// A `_bucket` sample: its labels without `le`, its `le` and its cumulative count.
+fn bucket_sample(line: &str) -> Option<(String, f64, f64)> {
+    let (series, value) = line.rsplit_once(' ')?;
+    let labels = series.strip_suffix('}')?.split_once("_bucket{")?.1;
+    let mut le = None;
+    let mut rest = Vec::new();
+    for label in labels.split(',') {
+        match label.strip_prefix("le=") {
+            Some(v) => le = Some(v.trim_matches('"')),
+            None => rest.push(label),
+        }
+    }
+    let le = match le? {
+        "+Inf" => f64::INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some((rest.join(","), le, value.parse().ok()?))
+}
+
+/// The `q` quantile of cumulative buckets (upper bound, count), as Prometheus'
+/// `histogram_quantile` estimates it: linear within the bucket that holds the rank; the highest
+/// finite bound when that is the +Inf bucket. None without observations.
+fn quantile(q: f64, cumulative: &[(f64, f64)]) -> Option<f64> {
+    let total = cumulative.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for &(upper, count) in cumulative {
+        if count >= rank {
+            if upper.is_infinite() {
+                return Some(lower);
+            }
+            let share = if count > below {
+                (rank - below) / (count - below)
+            } else {
+                1.0
+            };
+            return Some(lower + (upper - lower) * share);
+        }
+        (lower, below) = (upper, count);
+    }
+    Some(lower)
 }
 
 async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
@@ -89,7 +157,7 @@ async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
     let total: f64 = latest.iter().map(|q| q.qps).sum();
     out.push_str(&format!(
         "{:<28} {:>10} {:>12}\n",
-        "worker", "QPS", "requests"
+        "worker", "QPS now", "requests"
     ));
     for q in &latest {
         out.push_str(&format!(
@@ -102,13 +170,9 @@ async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
     for (_, counts) in store.scenario_counts(run_id).await? {
         table.add(&counts)?;
     }
-    let elapsed = (stress_common::now_ms() - run.started_at_ms) as f64 / 1000.0;
-    out.push_str(
-        &table.render(
-            run.finished_at_ms
-                .map_or(elapsed, |f| (f - run.started_at_ms) as f64 / 1000.0),
-        ),
-    );
+    // The same denominator as the driver's report, so both show the same QPS for a run.
+    let load_seconds = stress_common::qps::load_seconds(&store.qps_samples(run_id).await?);
+    out.push_str(&table.render(load_seconds));
     Ok(out)
 }
 
@@ -156,6 +220,54 @@ async fn main() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use stress_common::histogram::LatencyHistogram;
+    use stress_common::status::{ScenarioCounts, WorkerSnapshot};
+    use stress_common::store::{NewRun, Store};
+
+    /// The run view's QPS is requests over the load the samples cover, as in the driver's
+    /// report: not over the run's wall time, which includes start-up and warm-up.
+    #[tokio::test]
+    async fn a_run_s_qps_is_over_its_load_not_its_wall_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::connect(&Store::sqlite_url(&dir.path().join("store.sqlite")))
+            .await
+            .unwrap();
+        let t0 = 1_000_000;
+        let run = NewRun {
+            run_id: "r".into(),
+            name: "qps".into(),
+            matrix_yaml: String::new(),
+            launcher: "local".into(),
+            started_at_ms: t0,
+        };
+        store.create_run(&run).await.unwrap();
+        // Load from 60 s (after start-up and warm-up) to 64 s, sampled every 2 s: 4 s of load.
+        for (at_s, requests) in [(62, 500), (64, 1000)] {
+            let snapshot = WorkerSnapshot {
+                at_ms: t0 + at_s * 1000,
+                total_requests: requests,
+                qps: 250.0,
+                scenarios: vec![ScenarioCounts {
+                    scenario: "Load".into(),
+                    tests: 1,
+                    requests,
+                    latency_histogram: LatencyHistogram::new().encode(),
+                    ..Default::default()
+                }],
+            };
+            store.record_snapshot("r", "w-0", &snapshot).await.unwrap();
+        }
+        store.finish_run("r", "PASS", t0 + 100_000).await.unwrap();
+
+        let view = super::run_view(&store, "r").await.unwrap();
+        let total = view
+            .lines()
+            .find(|l| l.starts_with("TOTAL "))
+            .unwrap_or_else(|| panic!("no TOTAL row:\n{view}"));
+        let qps = total.split('|').nth(4).map(str::trim);
+        assert_eq!(qps, Some("250.0"), "{view}");
+    }
+
     #[test]
     fn worker_series_are_kept_and_others_dropped() {
         let text = "# HELP x\ntriton_stress_worker_qps 12.5\nother 1\ntriton_stress_worker_tests_total{scenario=\"Load\"} 3\n";
@@ -163,5 +275,41 @@ mod tests {
         assert!(out.contains("triton_stress_worker_qps 12.5"));
         assert!(out.contains("scenario=\"Load\""));
         assert!(!out.contains("other"));
+    }
+
+    #[test]
+    fn a_latency_histogram_shows_as_its_count_and_percentiles() {
+        let h = "triton_stress_worker_request_latency_seconds";
+        let labels = r#"scenario="Load",server="a:1""#;
+        let text = format!(
+            "# TYPE {h} histogram\n\
+             {h}_sum{{{labels}}} 0.5\n\
+             {h}_count{{{labels}}} 100\n\
+             {h}_bucket{{le=\"0.001\",{labels}}} 40\n\
+             {h}_bucket{{le=\"0.002\",{labels}}} 90\n\
+             {h}_bucket{{le=\"0.005\",{labels}}} 98\n\
+             {h}_bucket{{le=\"+Inf\",{labels}}} 100\n\
+             triton_stress_worker_qps 3\n"
+        );
+        let out = super::render_worker(&text);
+        // p50: rank 50 in (1 ms, 2 ms] holding 40..90: 1 + 10/50 ms. p99: past 5 ms, in +Inf.
+        assert_eq!(
+            out,
+            format!(
+                "triton_stress_worker_qps 3\n{h}{{{labels}}} count=100 p50=1.200ms p99=5.000ms\n"
+            )
+        );
+    }
+
+    #[test]
+    fn quantiles_interpolate_within_the_bucket_of_the_rank() {
+        let b = [(1.0, 10.0), (2.0, 10.0), (4.0, 20.0), (f64::INFINITY, 20.0)];
+        assert_eq!(super::quantile(0.25, &b), Some(0.5));
+        assert_eq!(super::quantile(0.75, &b), Some(3.0));
+        assert_eq!(super::quantile(1.0, &b), Some(4.0));
+        assert_eq!(
+            super::quantile(0.5, &[(1.0, 0.0), (f64::INFINITY, 0.0)]),
+            None
+        );
     }
 }

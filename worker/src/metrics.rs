@@ -1,13 +1,19 @@
 //! Prometheus metrics of a worker (prometheus-client, typed labels), served by axum on `/metrics`.
-//! Updated from the worker's stats once per poll interval.
+//! Counters and QPS are updated from the worker's stats once per poll interval; request latency
+//! is observed as it happens, into a histogram per scenario and server, which (unlike a
+//! percentile) merges across workers:
+//! `histogram_quantile(0.99, sum by (le) (rate(triton_stress_worker_request_latency_seconds_bucket[1m])))`.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+use stress_common::scenario::Scenario;
 use stress_common::status::WorkerSnapshot;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -15,12 +21,32 @@ pub struct ScenarioLabels {
     pub scenario: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LatencyLabels {
+    pub scenario: String,
+    /// The server address the request went to.
+    pub server: String,
+}
+
+/// Upper bounds of the latency buckets, in seconds: 1-2-5 steps from 50 µs (an identity model
+/// on loopback) to 30 s (the Timeout scenario, sequence deadlines); slower lands in +Inf.
+pub const LATENCY_BUCKETS_S: [f64; 19] = [
+    50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 50e-3, 100e-3, 200e-3, 500e-3,
+    1.0, 2.0, 5.0, 10.0, 20.0, 30.0,
+];
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS_S)
+}
+
+type LatencyFamily = Family<LatencyLabels, Histogram, fn() -> Histogram>;
+
 pub struct Metrics {
     registry: Registry,
     tests: Family<ScenarioLabels, Counter>,
     failures: Family<ScenarioLabels, Counter>,
     requests: Family<ScenarioLabels, Counter>,
-    p99_us: Family<ScenarioLabels, Gauge>,
+    latency: LatencyFamily,
     qps: Gauge<f64, AtomicU64>,
 }
 
@@ -30,15 +56,15 @@ impl Default for Metrics {
         let tests = Family::<ScenarioLabels, Counter>::default();
         let failures = Family::<ScenarioLabels, Counter>::default();
         let requests = Family::<ScenarioLabels, Counter>::default();
-        let p99_us = Family::<ScenarioLabels, Gauge>::default();
+        let latency = LatencyFamily::new_with_constructor(latency_histogram);
         let qps = Gauge::<f64, AtomicU64>::default();
         registry.register("tests", "Scenario tests run", tests.clone());
         registry.register("failures", "Scenario tests that failed", failures.clone());
         registry.register("requests", "Inference requests sent", requests.clone());
         registry.register(
-            "latency_p99_microseconds",
-            "99th percentile request latency since start",
-            p99_us.clone(),
+            "request_latency_seconds",
+            "Latency of answered requests (the Load scenario's open loop: from the intended send time)",
+            latency.clone(),
         );
         registry.register(
             "qps",
@@ -50,7 +76,7 @@ impl Default for Metrics {
             tests,
             failures,
             requests,
-            p99_us,
+            latency,
             qps,
         }
     }
@@ -71,20 +97,47 @@ impl Metrics {
                 let c = family.get_or_create(&labels);
                 c.inc_by(value.saturating_sub(c.get()));
             }
-            if let Ok(h) = stress_common::histogram::LatencyHistogram::decode(&s.latency_histogram)
-            {
-                self.p99_us
-                    .get_or_create(&labels)
-                    .set(h.percentile_us(99.0) as i64);
-            }
         }
         self.qps.set(snapshot.qps);
+    }
+
+    /// The latency histogram of one scenario and server (a handle onto the registered one).
+    pub fn latency(&self, scenario: Scenario, server: &str) -> Histogram {
+        self.latency.get_or_create_owned(&LatencyLabels {
+            scenario: scenario.name().to_string(),
+            server: server.to_string(),
+        })
     }
 
     pub fn encode(&self) -> String {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// One scenario's latency histograms, by server, as handles: what the worker's stats keep, so a
+/// request costs a comparison of server addresses (a few per worker), not a labelled lookup.
+#[derive(Default)]
+pub struct ServerLatencies(Vec<(String, Histogram)>);
+
+impl ServerLatencies {
+    pub fn observe(
+        &mut self,
+        metrics: &Metrics,
+        scenario: Scenario,
+        server: &str,
+        latency: Duration,
+    ) {
+        let index = match self.0.iter().position(|(s, _)| s == server) {
+            Some(i) => i,
+            None => {
+                self.0
+                    .push((server.to_string(), metrics.latency(scenario, server)));
+                self.0.len() - 1
+            }
+        };
+        self.0[index].1.observe(latency.as_secs_f64());
     }
 }
 
@@ -117,4 +170,40 @@ pub async fn serve(
             .await;
     });
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latencies_are_observed_per_scenario_and_server() {
+        let metrics = Metrics::default();
+        let mut load = ServerLatencies::default();
+        for (server, ms) in [("a:1", 1), ("b:1", 40), ("a:1", 3)] {
+            load.observe(&metrics, Scenario::Load, server, Duration::from_millis(ms));
+        }
+        let text = metrics.encode();
+        for (labels, count) in [
+            (r#"scenario="Load",server="a:1""#, 2),
+            (r#"scenario="Load",server="b:1""#, 1),
+        ] {
+            let line =
+                format!("triton_stress_worker_request_latency_seconds_count{{{labels}}} {count}");
+            assert!(text.lines().any(|l| l == line), "no {line}:\n{text}");
+        }
+        // 1 and 3 ms fall in the 1 ms and 5 ms buckets.
+        for (le, n) in [
+            ("0.0005", 0),
+            ("0.001", 1),
+            ("0.002", 1),
+            ("0.005", 2),
+            ("+Inf", 2),
+        ] {
+            let line = format!(
+                r#"triton_stress_worker_request_latency_seconds_bucket{{le="{le}",scenario="Load",server="a:1"}} {n}"#
+            );
+            assert!(text.lines().any(|l| l == line), "no {line}:\n{text}");
+        }
+    }
 }

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use stress_common::contract::CORR_IDS_PER_STREAM;
 use stress_common::report::{L0Table, RowJson};
+use stress_common::retry::{RetryPolicy, retry};
 use stress_common::scenario::Scenario;
 use stress_common::status::{EventKind, FailureRecord, StatusSink};
 use tokio_util::sync::CancellationToken;
@@ -126,16 +127,19 @@ pub async fn run(
     metrics: Option<Arc<Metrics>>,
     cancel: CancellationToken,
 ) -> Result<WorkerReport, WorkerError> {
-    let _ = sink
+    if let Err(e) = sink
         .event(EventKind::Starting, "connecting to servers")
-        .await;
-    let _ = sink.heartbeat().await;
+        .await
+    {
+        tracing::warn!("STARTING event not recorded: {e}");
+    }
+    if let Err(e) = sink.heartbeat().await {
+        tracing::warn!("heartbeat not recorded: {e}");
+    }
     let clients = match preflight(&mut config).await {
         Ok(c) => c,
         Err(e) => {
-            let _ = sink
-                .event(EventKind::Failure, &format!("pre-flight: {e}"))
-                .await;
+            record_final_event(&*sink, EventKind::Failure, &format!("pre-flight: {e}")).await;
             return Err(e);
         }
     };
@@ -158,7 +162,7 @@ pub async fn run(
     let mix: Vec<Scenario> = config.mix.iter().map(|(s, _)| *s).collect();
     let shared = Arc::new(Shared {
         clients,
-        stats: Stats::default(),
+        stats: Stats::with_metrics(metrics.clone()),
         sink: sink.clone(),
         images,
         picker,
@@ -171,18 +175,16 @@ pub async fn run(
         servers = ?config.servers, protocol = config.protocol.as_str(), concurrency = config.concurrency,
         seed = config.seed, corr_id_base = config.corr_ids.base, "running"
     );
-    let _ = sink
-        .event(
-            EventKind::Running,
-            &format!(
-                "{} streams against {} via {}, seed {}",
-                config.concurrency,
-                config.servers.join(","),
-                config.protocol.as_str(),
-                config.seed
-            ),
-        )
-        .await;
+    let running = format!(
+        "{} streams against {} via {}, seed {}",
+        config.concurrency,
+        config.servers.join(","),
+        config.protocol.as_str(),
+        config.seed
+    );
+    if let Err(e) = sink.event(EventKind::Running, &running).await {
+        tracing::warn!("RUNNING event not recorded: {e}");
+    }
 
     let started = Instant::now();
     let stop = cancel.child_token();
@@ -201,9 +203,12 @@ pub async fn run(
     while let Some(r) = streams.join_next().await {
         if let Err(e) = r {
             tracing::error!("a stress stream panicked: {e}");
-            let _ = sink
-                .event(EventKind::Failure, &format!("stress stream panicked: {e}"))
-                .await;
+            record_final_event(
+                &*sink,
+                EventKind::Failure,
+                &format!("stress stream panicked: {e}"),
+            )
+            .await;
         }
     }
     let elapsed = started.elapsed();
@@ -244,8 +249,20 @@ pub async fn run(
             format!("{} failed tests", report.blocking_failures),
         )
     };
-    let _ = sink.event(kind, &details).await;
+    record_final_event(&*sink, kind, &details).await;
     Ok(report)
+}
+
+/// Writes an event the driver decides on (SUCCESS, FAILURE): a failed write is retried for up
+/// to 5 s, and every failed attempt and the giving up are logged (by `retry`), never dropped.
+pub async fn record_final_event(sink: &dyn StatusSink, kind: EventKind, details: &str) {
+    let what = format!("{} event", kind.as_str());
+    // On error retry() has logged it; the worker's exit code says the rest.
+    retry(&what, RetryPolicy::FINAL_WRITE, || {
+        sink.event(kind, details)
+    })
+    .await
+    .ok();
 }
 
 async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: CancellationToken) {
@@ -355,9 +372,7 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
                 if !scenario.allowed_to_fail()
                     && !shared.failure_reported.swap(true, Ordering::SeqCst)
                 {
-                    let _ = shared
-                        .sink
-                        .event(EventKind::Failure, &record.to_string())
+                    record_final_event(&*shared.sink, EventKind::Failure, &record.to_string())
                         .await;
                 }
             }
@@ -389,6 +404,70 @@ pub async fn wait_ready(client: &dyn TritonClient, timeout: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicU32;
+    use stress_common::status::{SinkError, WorkerSnapshot};
+
+    /// A sink whose event writes fail `failures` times, then succeed; it keeps what it got.
+    struct FlakySink {
+        failures: u32,
+        attempts: AtomicU32,
+        written: Mutex<Vec<(EventKind, String)>>,
+    }
+
+    impl FlakySink {
+        fn new(failures: u32) -> Self {
+            Self {
+                failures,
+                attempts: AtomicU32::new(0),
+                written: Mutex::default(),
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl StatusSink for FlakySink {
+        async fn event(&self, kind: EventKind, details: &str) -> Result<(), SinkError> {
+            if self.attempts.fetch_add(1, Ordering::SeqCst) < self.failures {
+                return Err(SinkError("store unavailable".into()));
+            }
+            self.written.lock().unwrap().push((kind, details.into()));
+            Ok(())
+        }
+        async fn heartbeat(&self) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn snapshot(&self, _: &WorkerSnapshot) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn failure(&self, _: &FailureRecord) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_final_event_is_written_after_failed_attempts() {
+        let sink = FlakySink::new(2);
+        record_final_event(&sink, EventKind::Success, "12 requests, no failures").await;
+        assert_eq!(sink.attempts.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            *sink.written.lock().unwrap(),
+            [(EventKind::Success, "12 requests, no failures".to_string())]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_final_event_that_cannot_be_written_holds_the_worker_5_s_at_most() {
+        let sink = FlakySink::new(u32::MAX);
+        let started = Instant::now();
+        record_final_event(&sink, EventKind::Failure, "1 failed tests").await;
+        assert_eq!(
+            sink.attempts.load(Ordering::SeqCst),
+            RetryPolicy::FINAL_WRITE.attempts
+        );
+        assert!(started.elapsed() <= Duration::from_secs(5));
+        assert!(sink.written.lock().unwrap().is_empty());
+    }
 
     #[test]
     fn failure_pauses_double_up_to_five_seconds() {

@@ -1,8 +1,9 @@
 //! Per-scenario counters and latency histograms of one worker, shared by its streams. Each
 //! scenario has its own lock, so streams running different scenarios never contend.
 
-use std::sync::Mutex;
+use crate::metrics::{Metrics, ServerLatencies};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::scenario::Scenario;
@@ -15,6 +16,8 @@ struct Counts {
     requests: u64,
     skipped: u64,
     latency: LatencyHistogram,
+    /// The same latencies, per server, into the worker's Prometheus metrics (when it serves them).
+    exported: ServerLatencies,
 }
 
 /// How many failure records a worker keeps in memory for its report (the store keeps its own).
@@ -25,6 +28,7 @@ pub struct Stats {
     total_requests: AtomicU64,
     failures: Mutex<Vec<FailureRecord>>,
     failures_seen: AtomicU64,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl Default for Stats {
@@ -34,6 +38,7 @@ impl Default for Stats {
             total_requests: AtomicU64::new(0),
             failures: Mutex::default(),
             failures_seen: AtomicU64::new(0),
+            metrics: None,
         }
     }
 }
@@ -46,18 +51,29 @@ fn index(s: Scenario) -> usize {
 }
 
 impl Stats {
+    /// Stats that also observe every latency into `metrics`' histograms.
+    pub fn with_metrics(metrics: Option<Arc<Metrics>>) -> Self {
+        Self {
+            metrics,
+            ..Self::default()
+        }
+    }
+
     fn counts(&self, s: Scenario) -> std::sync::MutexGuard<'_, Counts> {
         self.per_scenario[index(s)]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One request sent by a scenario, with its latency (None: no response to time).
-    pub fn request(&self, s: Scenario, latency: Option<Duration>) {
+    /// One request sent by a scenario to `server`, with its latency (None: no response to time).
+    pub fn request(&self, s: Scenario, server: &str, latency: Option<Duration>) {
         let mut c = self.counts(s);
         c.requests += 1;
         if let Some(l) = latency {
             c.latency.record(l);
+            if let Some(m) = &self.metrics {
+                c.exported.observe(m, s, server, l);
+            }
         }
         drop(c);
         self.total_requests.fetch_add(1, Ordering::Relaxed);

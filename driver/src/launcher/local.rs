@@ -81,15 +81,9 @@ impl LocalLauncher {
         {
             return Ok(sibling);
         }
-        std::env::var_os("PATH")
-            .and_then(|paths| {
-                std::env::split_paths(&paths)
-                    .map(|d| d.join("worker"))
-                    .find(|p| p.is_file())
-            })
-            .ok_or_else(|| {
-                "no worker binary beside the driver or on PATH (build it: cargo build --release -p worker)".into()
-            })
+        stress_common::paths::find_on_path("worker").ok_or_else(|| {
+            "no worker binary beside the driver or on PATH (build it: cargo build --release -p worker)".into()
+        })
     }
 
     fn record_exit(&mut self, exit: MemberExit) -> Option<MemberExit> {

@@ -114,8 +114,11 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
                             i += n;
                             let started = Instant::now();
                             let r = env.client.infer_prepared(&v.prepared, timeout).await;
-                            env.stats
-                                .request(env.scenario, r.is_ok().then(|| started.elapsed()));
+                            env.stats.request(
+                                env.scenario,
+                                env.client.address(),
+                                r.is_ok().then(|| started.elapsed()),
+                            );
                             validate(model, v, r)?;
                         }
                         Ok::<(), Failure>(())
@@ -155,8 +158,11 @@ async fn open_loop(
         usize,
         Result<InferResponse, ClientError>,
     )| {
-        env.stats
-            .request(env.scenario, r.is_ok().then(|| intended.elapsed()));
+        env.stats.request(
+            env.scenario,
+            env.client.address(),
+            r.is_ok().then(|| intended.elapsed()),
+        );
         validate(model, &variants[idx], r)
     };
     for i in 0u32.. {

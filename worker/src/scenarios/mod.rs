@@ -118,8 +118,11 @@ impl TestEnv<'_> {
     pub async fn infer(&self, request: &InferRequest) -> Result<InferResponse, ClientError> {
         let started = Instant::now();
         let result = self.client.infer(request).await;
-        self.stats
-            .request(self.scenario, result.is_ok().then(|| started.elapsed()));
+        self.stats.request(
+            self.scenario,
+            self.client.address(),
+            result.is_ok().then(|| started.elapsed()),
+        );
         result
     }
 

@@ -12,11 +12,7 @@ pub fn find(explicit: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = explicit {
         return p.is_file().then(|| p.to_path_buf());
     }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("perf_analyzer"))
-            .find(|p| p.is_file())
-    })
+    stress_common::paths::find_on_path("perf_analyzer")
 }
 
 /// Sum of the "Request count: N" lines perf_analyzer prints per measurement.

@@ -96,8 +96,11 @@ async fn check_steps(
         sum = sum.wrapping_add(v);
         let started = Instant::now();
         let result = session.infer(&request(model, batched, v, flags, env)).await;
-        env.stats
-            .request(env.scenario, result.is_ok().then(|| started.elapsed()));
+        env.stats.request(
+            env.scenario,
+            env.client.address(),
+            result.is_ok().then(|| started.elapsed()),
+        );
         let response = result.map_err(|e| {
             fail(
                 format!("a response to step {} of {}", i + 1, values.len()),
@@ -196,7 +199,8 @@ async fn no_start(env: &TestEnv<'_>, model: &str, batched: bool) -> Result<(), F
         .infer(&request(model, batched, value, flags, env))
         .await;
     session.close().await;
-    env.stats.request(env.scenario, Some(started.elapsed()));
+    env.stats
+        .request(env.scenario, env.client.address(), Some(started.elapsed()));
     match result {
         Err(e) if e.to_string().contains(START_FLAG_ERROR) => Ok(()),
         Err(e) => Err(Failure::new(
