@@ -202,3 +202,66 @@ impl Role {
         }
     }
 }
+
+/// Sinks for tests of what writes through a [`StatusSink`].
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Keeps the events it is given, but fails the first `failures` event writes of the kind it
+    /// watches (every kind when `kind` is None): a store that is briefly unavailable.
+    pub struct FlakySink {
+        kind: Option<EventKind>,
+        failures: u32,
+        attempts: AtomicU32,
+        events: Mutex<Vec<(EventKind, String)>>,
+    }
+
+    impl FlakySink {
+        pub fn new(kind: Option<EventKind>, failures: u32) -> Self {
+            Self {
+                kind,
+                failures,
+                attempts: AtomicU32::new(0),
+                events: Mutex::default(),
+            }
+        }
+
+        /// Writes tried of the watched kind, failed or not.
+        pub fn attempts(&self) -> u32 {
+            self.attempts.load(Ordering::SeqCst)
+        }
+
+        /// The events written, in order.
+        pub fn events(&self) -> Vec<(EventKind, String)> {
+            self.events.lock().expect("sink lock").clone()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl StatusSink for FlakySink {
+        async fn event(&self, kind: EventKind, details: &str) -> Result<(), SinkError> {
+            if self.kind.is_none_or(|k| k == kind)
+                && self.attempts.fetch_add(1, Ordering::SeqCst) < self.failures
+            {
+                return Err(SinkError("the store is unavailable".into()));
+            }
+            self.events
+                .lock()
+                .expect("sink lock")
+                .push((kind, details.into()));
+            Ok(())
+        }
+        async fn heartbeat(&self) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn snapshot(&self, _: &WorkerSnapshot) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn failure(&self, _: &FailureRecord) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+}

@@ -404,69 +404,28 @@ pub async fn wait_ready(client: &dyn TritonClient, timeout: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
-    use std::sync::atomic::AtomicU32;
-    use stress_common::status::{SinkError, WorkerSnapshot};
 
-    /// A sink whose event writes fail `failures` times, then succeed; it keeps what it got.
-    struct FlakySink {
-        failures: u32,
-        attempts: AtomicU32,
-        written: Mutex<Vec<(EventKind, String)>>,
-    }
-
-    impl FlakySink {
-        fn new(failures: u32) -> Self {
-            Self {
-                failures,
-                attempts: AtomicU32::new(0),
-                written: Mutex::default(),
-            }
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl StatusSink for FlakySink {
-        async fn event(&self, kind: EventKind, details: &str) -> Result<(), SinkError> {
-            if self.attempts.fetch_add(1, Ordering::SeqCst) < self.failures {
-                return Err(SinkError("store unavailable".into()));
-            }
-            self.written.lock().unwrap().push((kind, details.into()));
-            Ok(())
-        }
-        async fn heartbeat(&self) -> Result<(), SinkError> {
-            Ok(())
-        }
-        async fn snapshot(&self, _: &WorkerSnapshot) -> Result<(), SinkError> {
-            Ok(())
-        }
-        async fn failure(&self, _: &FailureRecord) -> Result<(), SinkError> {
-            Ok(())
-        }
-    }
+    use stress_common::status::testing::FlakySink;
 
     #[tokio::test]
     async fn a_final_event_is_written_after_failed_attempts() {
-        let sink = FlakySink::new(2);
+        let sink = FlakySink::new(None, 2);
         record_final_event(&sink, EventKind::Success, "12 requests, no failures").await;
-        assert_eq!(sink.attempts.load(Ordering::SeqCst), 3);
+        assert_eq!(sink.attempts(), 3);
         assert_eq!(
-            *sink.written.lock().unwrap(),
+            sink.events(),
             [(EventKind::Success, "12 requests, no failures".to_string())]
         );
     }
 
     #[tokio::test]
     async fn a_final_event_that_cannot_be_written_holds_the_worker_5_s_at_most() {
-        let sink = FlakySink::new(u32::MAX);
+        let sink = FlakySink::new(None, u32::MAX);
         let started = Instant::now();
         record_final_event(&sink, EventKind::Failure, "1 failed tests").await;
-        assert_eq!(
-            sink.attempts.load(Ordering::SeqCst),
-            RetryPolicy::FINAL_WRITE.attempts
-        );
+        assert_eq!(sink.attempts(), RetryPolicy::FINAL_WRITE.attempts);
         assert!(started.elapsed() <= Duration::from_secs(5));
-        assert!(sink.written.lock().unwrap().is_empty());
+        assert!(sink.events().is_empty());
     }
 
     #[test]

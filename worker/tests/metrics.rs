@@ -8,43 +8,14 @@ mod support;
 
 use clap::Parser;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use stress_common::status::{EventKind, FailureRecord, SinkError, StatusSink, WorkerSnapshot};
+use stress_common::status::EventKind;
+use stress_common::status::testing::FlakySink;
 use tokio_util::sync::CancellationToken;
 use worker::metrics::Metrics;
 
 const HISTOGRAM: &str = "triton_stress_worker_request_latency_seconds";
-
-/// Keeps the events it is given; fails the first `failing_successes` SUCCESS writes.
-struct FlakySink {
-    failing_successes: u32,
-    success_attempts: AtomicU32,
-    events: Mutex<Vec<(EventKind, String)>>,
-}
-
-#[async_trait::async_trait]
-impl StatusSink for FlakySink {
-    async fn event(&self, kind: EventKind, details: &str) -> Result<(), SinkError> {
-        if kind == EventKind::Success
-            && self.success_attempts.fetch_add(1, Ordering::SeqCst) < self.failing_successes
-        {
-            return Err(SinkError("the store is restarting".into()));
-        }
-        self.events.lock().unwrap().push((kind, details.into()));
-        Ok(())
-    }
-    async fn heartbeat(&self) -> Result<(), SinkError> {
-        Ok(())
-    }
-    async fn snapshot(&self, _: &WorkerSnapshot) -> Result<(), SinkError> {
-        Ok(())
-    }
-    async fn failure(&self, _: &FailureRecord) -> Result<(), SinkError> {
-        Ok(())
-    }
-}
 
 /// One sample line of the exposition: `name{k="v",...} value`, labels in a map.
 fn parse_line(line: &str) -> Option<(&str, BTreeMap<&str, &str>, f64)> {
@@ -95,25 +66,19 @@ async fn latency_histograms_count_every_answered_request_by_scenario_and_server(
     )
     .await
     .unwrap();
-    let sink = Arc::new(FlakySink {
-        failing_successes: 2,
-        success_attempts: AtomicU32::new(0),
-        events: Mutex::default(),
-    });
+    let sink = Arc::new(FlakySink::new(Some(EventKind::Success), 2));
     let report = worker::run::run(config, sink.clone(), Some(metrics), cancel.clone())
         .await
         .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", support::server_log(&server)));
 
     // The final SUCCESS was retried until the sink took it, once.
     let successes: Vec<String> = sink
-        .events
-        .lock()
-        .unwrap()
-        .iter()
+        .events()
+        .into_iter()
         .filter(|(k, _)| *k == EventKind::Success)
-        .map(|(_, d)| d.clone())
+        .map(|(_, d)| d)
         .collect();
-    assert_eq!(sink.success_attempts.load(Ordering::SeqCst), 3);
+    assert_eq!(sink.attempts(), 3);
     assert_eq!(successes.len(), 1, "{successes:?}");
 
     let scrape =
