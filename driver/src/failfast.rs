@@ -139,12 +139,12 @@ pub struct Blame {
 /// A client's failure is often its server's: the first of its target servers whose liveness
 /// probe failed takes the blame, with the client's view in the reason. `probes` are the results
 /// for the failed member's targets, in order (empty for a server or when none was probed).
-pub fn attribute(cause: &Cause, probes: &[(String, Result<(), String>)]) -> Blame {
+pub fn attribute(cause: &Cause, probes: &[(MemberName, Result<(), String>)]) -> Blame {
     let member = cause.member().to_string();
     let reason = cause.reason();
     if let Some((server, Err(why))) = probes.iter().find(|(_, r)| r.is_err()) {
         return Blame {
-            member: server.clone(),
+            member: server.to_string(),
             reason: format!("{why}; {member} reported: {reason}"),
             record: true,
         };
@@ -595,8 +595,8 @@ mod tests {
         };
         assert!(needs_probe(&cause, &BTreeSet::from(["c-0".to_string()])));
         let live = [
-            ("triton-0".to_string(), Ok(())),
-            ("triton-1".to_string(), Ok(())),
+            (MemberName::new("triton-0"), Ok(())),
+            (MemberName::new("triton-1"), Ok(())),
         ];
         assert_eq!(
             attribute(&cause, &live),
@@ -607,12 +607,12 @@ mod tests {
             }
         );
         let one_dead = [
-            ("triton-0".to_string(), Ok(())),
+            (MemberName::new("triton-0"), Ok(())),
             (
-                "triton-1".to_string(),
+                MemberName::new("triton-1"),
                 Err("connection refused".to_string()),
             ),
-            ("triton-2".to_string(), Err("timed out".to_string())),
+            (MemberName::new("triton-2"), Err("timed out".to_string())),
         ];
         assert_eq!(
             attribute(&cause, &one_dead),

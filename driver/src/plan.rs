@@ -7,7 +7,7 @@ use crate::launcher::{ServerEndpoint, WorkerAssignment};
 use crate::matrix::{ClientMember, Matrix, ServerMember};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-use stress_common::contract::RunId;
+use stress_common::contract::{MemberName, RunId};
 use stress_common::status::Role;
 use stress_common::store::Member;
 
@@ -29,7 +29,7 @@ pub struct RunPlan {
     pub servers: Vec<ServerMember>,
     pub clients: Vec<ClientMember>,
     /// `<run name>-<member>` for every member: its process or pod name.
-    qualified: BTreeMap<String, String>,
+    qualified: BTreeMap<MemberName, String>,
 }
 
 impl RunPlan {
@@ -64,15 +64,15 @@ impl RunPlan {
     }
 
     pub fn server_names(&self) -> Vec<String> {
-        self.servers.iter().map(|s| s.name.clone()).collect()
+        self.servers.iter().map(|s| s.name.to_string()).collect()
     }
 
     pub fn client_names(&self) -> BTreeSet<String> {
-        self.clients.iter().map(|c| c.name.clone()).collect()
+        self.clients.iter().map(|c| c.name.to_string()).collect()
     }
 
     /// The servers a client talks to (empty for a server or an unknown member).
-    pub fn targets_of(&self, member: &str) -> &[String] {
+    pub fn targets_of(&self, member: &str) -> &[MemberName] {
         self.clients
             .iter()
             .find(|c| c.name == member)
@@ -89,7 +89,7 @@ impl RunPlan {
     pub fn server_record(&self, s: &ServerMember) -> Member {
         Member {
             run_id: self.run_id.to_string(),
-            member_id: s.name.clone(),
+            member_id: s.name.to_string(),
             role: Role::Server,
             group_name: s.group.clone(),
             index: s.index,
@@ -104,7 +104,7 @@ impl RunPlan {
     pub fn client_record(&self, c: &ClientMember) -> Member {
         Member {
             run_id: self.run_id.to_string(),
-            member_id: c.name.clone(),
+            member_id: c.name.to_string(),
             role: Role::Client,
             group_name: c.group.clone(),
             index: c.index,
@@ -127,11 +127,11 @@ impl RunPlan {
     ) -> WorkerAssignment {
         WorkerAssignment {
             run_id: self.run_id.clone(),
-            member_id: c.name.as_str().into(),
+            member_id: c.name.clone(),
             servers: c
                 .targets
                 .iter()
-                .filter_map(|t| endpoints.get(t))
+                .filter_map(|t| endpoints.get(t.as_str()))
                 .map(|ep| ep.for_protocol(c.template.protocol).to_string())
                 .collect(),
             store_url: store_url.into(),
@@ -145,8 +145,12 @@ impl RunPlan {
     /// servers it talked to.
     pub fn kept_for_inspection(&self, failed: &BTreeSet<String>) -> BTreeSet<String> {
         let mut keep = failed.clone();
-        for c in self.clients.iter().filter(|c| failed.contains(&c.name)) {
-            keep.extend(c.targets.iter().cloned());
+        for c in self
+            .clients
+            .iter()
+            .filter(|c| failed.contains(c.name.as_str()))
+        {
+            keep.extend(c.targets.iter().map(MemberName::to_string));
         }
         keep
     }

@@ -427,7 +427,7 @@ impl Driver<'_> {
             Err(e) => return self.launch_failed(e).await,
         };
         for s in &plan.servers {
-            let Some(ep) = endpoints.get(&s.name) else {
+            let Some(ep) = endpoints.get(s.name.as_str()) else {
                 continue;
             };
             let at = self.launcher.locate(&s.name).unwrap_or_default();

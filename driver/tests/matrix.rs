@@ -400,7 +400,7 @@ fn groups_expand_into_named_members_with_targets_and_disjoint_corr_id_blocks() {
             (
                 c.name.as_str(),
                 c.target_group.as_str(),
-                c.targets.clone(),
+                c.targets.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
                 c.corr_ids.base,
                 c.corr_ids.size,
             )

@@ -103,7 +103,7 @@ impl Launcher for LocalLauncher {
 
     async fn start_server(&mut self, server: &ServerMember) -> Result<(), LaunchError> {
         let member_err = |reason: String| LaunchError::Member {
-            member: server.name.clone(),
+            member: server.name.to_string(),
             reason,
         };
         let t = &server.template;
@@ -150,7 +150,7 @@ impl Launcher for LocalLauncher {
         let started = TritonServer::start(spec)
             .await
             .map_err(|e| member_err(e.to_string()))?;
-        self.servers.insert(server.name.clone(), started);
+        self.servers.insert(server.name.to_string(), started);
         Ok(())
     }
 
@@ -183,7 +183,7 @@ impl Launcher for LocalLauncher {
         assignment: &WorkerAssignment,
     ) -> Result<(), LaunchError> {
         let member_err = |reason: String| LaunchError::Member {
-            member: client.name.clone(),
+            member: client.name.to_string(),
             reason,
         };
         let binary = match client.template.worker.binary() {
@@ -220,7 +220,7 @@ impl Launcher for LocalLauncher {
                 .join(" ")
         );
         self.clients
-            .insert(client.name.clone(), Client { child, command });
+            .insert(client.name.to_string(), Client { child, command });
         Ok(())
     }
 

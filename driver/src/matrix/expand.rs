@@ -1,6 +1,6 @@
 //! Groups expanded into members: what the launchers start.
 
-use stress_common::contract::{CorrIdAllocator, CorrIdBlock};
+use stress_common::contract::{CorrIdAllocator, CorrIdBlock, MemberName};
 
 use super::types::{ClientTemplate, Matrix, ServerTemplate};
 
@@ -8,7 +8,7 @@ use super::types::{ClientTemplate, Matrix, ServerTemplate};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerMember {
     /// `<group>-<index>`, e.g. `triton-0`.
-    pub name: String,
+    pub name: MemberName,
     /// The server group it belongs to.
     pub group: String,
     /// Its index in the group, from 0.
@@ -23,7 +23,7 @@ pub struct ServerMember {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientMember {
     /// `<group>-<index>`, e.g. `grpc-clients-0`.
-    pub name: String,
+    pub name: MemberName,
     /// The client group it belongs to.
     pub group: String,
     /// Its index in the group, from 0.
@@ -35,14 +35,14 @@ pub struct ClientMember {
     /// The server group it targets.
     pub target_group: String,
     /// The member names of every server it talks to (every member of `target_group`).
-    pub targets: Vec<String>,
+    pub targets: Vec<MemberName>,
     /// Its block of correlation ids (ids start at 1; 0 means "no sequence" to Triton).
     pub corr_ids: CorrIdBlock,
 }
 
 /// `<group>-<index>`.
-pub fn member_name(group: &str, index: u32) -> String {
-    format!("{group}-{index}")
+pub fn member_name(group: &str, index: u32) -> MemberName {
+    MemberName::new(format!("{group}-{index}"))
 }
 
 impl Matrix {
@@ -93,7 +93,7 @@ impl Matrix {
                 .server_groups
                 .get(&g.target)
                 .unwrap_or_else(|| panic!("client group {group}: undefined target"));
-            let targets: Vec<String> = (0..target.instances)
+            let targets: Vec<MemberName> = (0..target.instances)
                 .map(|i| member_name(&g.target, i))
                 .collect();
             for index in 0..g.instances {

@@ -239,13 +239,13 @@ impl Launcher for KubeLauncher {
 
     async fn start_server(&mut self, server: &ServerMember) -> Result<(), LaunchError> {
         let pod = server_pod(server, &self.pods_context).map_err(|reason| LaunchError::Member {
-            member: server.name.clone(),
+            member: server.name.to_string(),
             reason,
         })?;
         let command = container_command(&pod);
         self.apply_pod(&server.name, pod).await?;
         self.members.insert(
-            server.name.clone(),
+            server.name.to_string(),
             MemberPod {
                 pod: pod_name(&self.settings.run_id, &server.name),
                 role: "server",
@@ -315,7 +315,7 @@ impl Launcher for KubeLauncher {
             &self.pods_context,
         )
         .map_err(|reason| LaunchError::Member {
-            member: client.name.clone(),
+            member: client.name.to_string(),
             reason,
         })?;
         let command = format!(
@@ -325,7 +325,7 @@ impl Launcher for KubeLauncher {
         );
         self.apply_pod(&client.name, pod).await?;
         self.members.insert(
-            client.name.clone(),
+            client.name.to_string(),
             MemberPod {
                 pod: pod_name(&self.settings.run_id, &client.name),
                 role: "client",
