@@ -52,6 +52,12 @@ fn settings() -> Settings {
         image_batch: 2,
         perf_analyzer: Some(support::perf_analyzer()),
         request_timeout: Duration::from_secs(25),
+        // Infer without --model: the load model.
+        infer: worker::model::InferOptions {
+            models: vec!["add_sub".parse().unwrap()],
+            ..Default::default()
+        },
+        infer_plan: None,
     }
 }
 
