@@ -546,6 +546,7 @@ fn requested_outputs(model: &ModelDescription) -> Vec<RequestedOutput> {
         .map(|o| RequestedOutput {
             name: o.name.clone(),
             class_count: None,
+            datatype: Some(o.datatype),
         })
         .collect()
 }
@@ -1733,7 +1734,7 @@ mod tests {
         let f = check_response(&model(), &p, &good_response(), 0.0).unwrap_err();
         assert_eq!(f.output, "Y");
         assert!(
-            f.expected.contains("4.001") && f.actual.contains("[1, 2, 3, 4]"),
+            f.expected.contains("4.001") && f.actual.contains("[1.0, 2.0, 3.0, 4.0]"),
             "{f:?}"
         );
         assert_eq!(check_response(&model(), &p, &good_response(), 0.01), Ok(()));

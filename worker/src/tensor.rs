@@ -118,8 +118,9 @@ impl std::fmt::Display for Scalar {
             Scalar::Bool(b) => write!(f, "{b}"),
             Scalar::Unsigned(v) => write!(f, "{v}"),
             Scalar::Signed(v) => write!(f, "{v}"),
-            Scalar::Float32(v) => write!(f, "{v}"),
-            Scalar::Float(v) => write!(f, "{v}"),
+            // Debug: 1e300 stays short, and 1.0 reads as a float.
+            Scalar::Float32(v) => write!(f, "{v:?}"),
+            Scalar::Float(v) => write!(f, "{v:?}"),
         }
     }
 }

@@ -177,6 +177,7 @@ fn sequence_request(model: &str, id: u64, start: bool, end: bool) -> InferReques
     r.outputs = vec![RequestedOutput {
         name: "OUTPUT".into(),
         class_count: None,
+        datatype: None,
     }];
     r.sequence = Some(SequenceFlags { id, start, end });
     r.timeout = Some(Duration::from_secs(25));
@@ -586,6 +587,7 @@ fn add_sub_request(model: &str, a: &[i32], b: &[i32]) -> InferRequest {
         .map(|name| RequestedOutput {
             name: name.into(),
             class_count: None,
+            datatype: None,
         })
         .to_vec();
     request

@@ -107,7 +107,7 @@ impl HttpClient {
             .map(|t| {
                 let mut input =
                     json!({"name": t.name, "datatype": t.datatype.as_str(), "shape": t.shape});
-                if self.binary {
+                if self.binary || !json_capable(t.datatype) {
                     input["parameters"] = json!({"binary_data_size": t.data.len()});
                     payload.push(t.data.clone());
                 } else {
@@ -121,7 +121,8 @@ impl HttpClient {
             .iter()
             .map(|o| {
                 let mut p = Map::new();
-                p.insert("binary_data".into(), json!(self.binary));
+                let binary = self.binary || o.datatype.is_some_and(|d| !json_capable(d));
+                p.insert("binary_data".into(), json!(binary));
                 if let Some(n) = o.class_count {
                     p.insert("classification".into(), json!(n));
                 }
@@ -191,6 +192,12 @@ impl HttpClient {
             outputs: tensors,
         })
     }
+}
+
+/// Triton 2.51 refuses FP16 and BF16 as JSON ("receiving FP16 data via JSON is not
+/// supported"): in JSON mode those tensors travel binary.
+fn json_capable(datatype: DataType) -> bool {
+    !matches!(datatype, DataType::Fp16 | DataType::Bf16)
 }
 
 /// How a URL path names a model: `NAME`, or `NAME/versions/V`.

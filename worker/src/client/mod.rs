@@ -24,6 +24,9 @@ pub struct RequestedOutput {
     pub name: String,
     /// Ask for Triton's classification extension: the top `n` classes as "score:index:label".
     pub class_count: Option<u32>,
+    /// The declared datatype, when known: HTTP JSON asks for FP16 and BF16 outputs in binary,
+    /// which Triton cannot write as JSON.
+    pub datatype: Option<crate::tensor::DataType>,
 }
 
 #[derive(Debug, Clone)]

@@ -49,6 +49,7 @@ fn variants(env: &mut TestEnv<'_>) -> Result<Vec<Variant>, ClientError> {
                 .map(|n| RequestedOutput {
                     name: n.into(),
                     class_count: None,
+                    datatype: None,
                 })
                 .to_vec();
             Ok(Variant {
