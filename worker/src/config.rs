@@ -340,6 +340,44 @@ mod tests {
         }
     }
 
+    #[test]
+    fn infer_runs_only_with_models_or_when_listed() {
+        let default = default_mix(None, false).unwrap();
+        assert!(!default.iter().any(|(s, _)| *s == Scenario::Infer));
+        assert_eq!(default.len(), Scenario::ALL.len() - 1, "the rest unchanged");
+        assert_eq!(
+            default_mix(None, true).unwrap(),
+            [(Scenario::Infer, Scenario::Infer.default_weight())]
+        );
+        let listed: ScenarioMix = "Load:2,Infer:3".parse().unwrap();
+        assert_eq!(
+            default_mix(Some(listed.clone()), false).unwrap(),
+            listed.0,
+            "listed without models: drives the load model"
+        );
+        assert_eq!(default_mix(Some(listed.clone()), true).unwrap(), listed.0);
+        let err = default_mix(Some("Load".parse().unwrap()), true).unwrap_err();
+        assert!(err.contains("does not list Infer"), "{err}");
+        // --model alone, parsed: only Infer, and the models reach the settings.
+        let cli =
+            Cli::try_parse_from(["worker", "--servers", "h:1", "-m", "a@2:3", "-m", "b"]).unwrap();
+        let config = cli.run.into_config().unwrap();
+        assert_eq!(config.mix, [(Scenario::Infer, 100)]);
+        let names: Vec<String> = config
+            .settings
+            .infer
+            .models
+            .iter()
+            .map(|m| m.label())
+            .collect();
+        assert_eq!(names, ["a@2", "b"]);
+        // Infer listed without --model: the load model.
+        let cli =
+            Cli::try_parse_from(["worker", "--servers", "h:1", "--scenarios", "Infer"]).unwrap();
+        let config = cli.run.into_config().unwrap();
+        assert_eq!(config.settings.infer.models[0].name, "add_sub");
+    }
+
     /// The driver's command line, as [`WorkerArgs::to_args`] renders it, parses into the same
     /// contract through the worker's own flags (and its extra flags still parse beside it).
     #[test]
