@@ -62,6 +62,8 @@ catalogue! {
         "External perf_analyzer run against the load model (allowed to fail)";
     Load => weight 200,
         "perf_analyzer-style constant concurrency or open-loop constant rate; every response validated";
+    Infer => weight 100,
+        "Any model, requests built from its metadata and config (--model); every output checked for presence, datatype, shape, size and validation data";
 }
 
 impl Scenario {
@@ -69,6 +71,13 @@ impl Scenario {
         Self::ALL
             .into_iter()
             .find(|s| s.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Whether the mix a worker runs when none is given includes the scenario. `Infer` drives
+    /// the models a user names (`--model`): without them it runs only when listed by name (then
+    /// against the load model), so the default mix stays upstream's.
+    pub fn in_default_mix(self) -> bool {
+        !matches!(self, Scenario::Infer)
     }
 
     /// Upstream lets only the perf_analyzer run fail without failing the test.

@@ -15,7 +15,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown-scenario.yaml",
-        "18:50: client_templates.grpc-all.scenarios.SequenceValidInvalid: unknown scenario \"SequenceValidInvalid\" (known: Timeout, ImageClassification, CrashingClient, SequenceNoEnd, SequenceValidNoEnd, SequenceValidValid, SequenceNoStart, SequenceValid, PerfAnalyzer, Load)",
+        "18:50: client_templates.grpc-all.scenarios.SequenceValidInvalid: unknown scenario \"SequenceValidInvalid\" (known: Timeout, ImageClassification, CrashingClient, SequenceNoEnd, SequenceValidNoEnd, SequenceValidValid, SequenceNoStart, SequenceValid, PerfAnalyzer, Load, Infer)",
     ),
     (
         "zero-instances.yaml",

@@ -3,6 +3,7 @@
 //! any request is sent (exit code 2).
 
 use crate::client::Protocol;
+use crate::model::{InferOptions, InputDataArg, ModelSelection, ShapeOverride};
 use crate::scenarios::Settings;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -103,6 +104,44 @@ pub struct RunArgs {
     /// 96 µs of CPU per request with two threads).
     #[arg(long, env = "WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    #[command(flatten)]
+    pub models: ModelArgs,
+}
+
+/// The Infer scenario's flags: which of the server's models to drive and with what data, in
+/// perf_analyzer's syntax (`-m`, `--shape`, `--input-data`, `-b` mean the same here).
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// A model to drive with the Infer scenario: NAME[@VERSION][:WEIGHT] (repeatable; weights
+    /// split the Infer tests across models). With --model and no --scenarios only Infer runs.
+    /// Infer listed in --scenarios without --model drives --load-model.
+    #[arg(
+        long = "model",
+        short = 'm',
+        env = "WORKER_MODELS",
+        value_delimiter = ','
+    )]
+    pub models: Vec<ModelSelection>,
+    /// Fills dynamic (-1) dims of an input: [MODEL/]INPUT:D1,D2,... (repeatable; the shape
+    /// excludes the batch dimension, as in perf_analyzer).
+    #[arg(long = "shape")]
+    pub shapes: Vec<ShapeOverride>,
+    /// Input data: zero, random (default), or a perf_analyzer JSON file (data, validation_data);
+    /// MODEL=zero|random|FILE for one model (repeatable).
+    #[arg(long = "input-data")]
+    pub input_data: Vec<InputDataArg>,
+    /// Batch size of every Infer request (at most the model's max_batch_size).
+    #[arg(long, short = 'b', default_value_t = 1)]
+    pub batch_size: u32,
+    /// Length of random BYTES elements.
+    #[arg(long, default_value_t = crate::model::DEFAULT_STRING_LENGTH)]
+    pub string_length: usize,
+    /// Largest difference allowed between a float output and its validation data.
+    #[arg(long, default_value_t = 0.0)]
+    pub tolerance: f64,
+    /// A repeated input must give byte-identical outputs (for deterministic models).
+    #[arg(long)]
+    pub consistency: bool,
 }
 
 impl RunArgs {
@@ -157,6 +196,31 @@ pub fn validate_address(address: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The scenarios to run: `--scenarios` as given; without it, only Infer when models are given,
+/// else every scenario of the default mix. Models given to a mix without Infer are refused.
+pub fn default_mix(
+    scenarios: Option<ScenarioMix>,
+    models_given: bool,
+) -> Result<Vec<(Scenario, u32)>, String> {
+    match scenarios {
+        Some(mix) => {
+            if models_given && !mix.0.iter().any(|(s, _)| *s == Scenario::Infer) {
+                return Err(
+                    "--model names models for the Infer scenario, but --scenarios does not list Infer"
+                        .into(),
+                );
+            }
+            Ok(mix.0)
+        }
+        None if models_given => Ok(vec![(Scenario::Infer, Scenario::Infer.default_weight())]),
+        None => Ok(ScenarioMix::defaults()
+            .0
+            .into_iter()
+            .filter(|(s, _)| s.in_default_mix())
+            .collect()),
+    }
+}
+
 impl RunArgs {
     pub fn into_config(self) -> Result<WorkerConfig, String> {
         let c = self.contract;
@@ -166,7 +230,37 @@ impl RunArgs {
         for s in &c.servers {
             validate_address(s)?;
         }
-        let mix = c.scenarios.clone().unwrap_or_else(ScenarioMix::defaults).0;
+        let m = self.models;
+        let mix = default_mix(c.scenarios.clone(), !m.models.is_empty())?;
+        if m.batch_size == 0 {
+            return Err("--batch-size must be at least 1".into());
+        }
+        if !(m.tolerance >= 0.0 && m.tolerance.is_finite()) {
+            return Err(format!(
+                "--tolerance {} must be a finite number >= 0",
+                m.tolerance
+            ));
+        }
+        let seed = self.seed.unwrap_or_else(rand::random);
+        let infer = InferOptions {
+            // Infer listed without --model drives the load model (add_sub by default).
+            models: if m.models.is_empty() {
+                vec![ModelSelection {
+                    name: self.load_model.clone(),
+                    version: String::new(),
+                    weight: 1,
+                }]
+            } else {
+                m.models
+            },
+            shapes: m.shapes,
+            input_data: m.input_data,
+            batch_size: m.batch_size,
+            string_length: m.string_length,
+            tolerance: m.tolerance,
+            consistency: m.consistency,
+            seed,
+        };
         if c.concurrency == 0 {
             return Err("--concurrency must be at least 1".into());
         }
@@ -199,7 +293,7 @@ impl RunArgs {
             mix,
             concurrency: c.concurrency as usize,
             duration: (!c.duration.is_zero()).then_some(c.duration),
-            seed: self.seed.unwrap_or_else(rand::random),
+            seed,
             corr_ids: c.corr_ids,
             settings: Settings {
                 // max_batch_size is learned from the servers at start-up.
@@ -216,6 +310,8 @@ impl RunArgs {
                 image_batch: self.image_batch,
                 perf_analyzer: c.perf_analyzer,
                 request_timeout: self.request_timeout,
+                infer,
+                infer_plan: None,
             },
             poll_interval: c.poll_interval,
             drain_timeout: self.drain_timeout,
@@ -242,6 +338,44 @@ mod tests {
         ] {
             assert!(validate_address(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn infer_runs_only_with_models_or_when_listed() {
+        let default = default_mix(None, false).unwrap();
+        assert!(!default.iter().any(|(s, _)| *s == Scenario::Infer));
+        assert_eq!(default.len(), Scenario::ALL.len() - 1, "the rest unchanged");
+        assert_eq!(
+            default_mix(None, true).unwrap(),
+            [(Scenario::Infer, Scenario::Infer.default_weight())]
+        );
+        let listed: ScenarioMix = "Load:2,Infer:3".parse().unwrap();
+        assert_eq!(
+            default_mix(Some(listed.clone()), false).unwrap(),
+            listed.0,
+            "listed without models: drives the load model"
+        );
+        assert_eq!(default_mix(Some(listed.clone()), true).unwrap(), listed.0);
+        let err = default_mix(Some("Load".parse().unwrap()), true).unwrap_err();
+        assert!(err.contains("does not list Infer"), "{err}");
+        // --model alone, parsed: only Infer, and the models reach the settings.
+        let cli =
+            Cli::try_parse_from(["worker", "--servers", "h:1", "-m", "a@2:3", "-m", "b"]).unwrap();
+        let config = cli.run.into_config().unwrap();
+        assert_eq!(config.mix, [(Scenario::Infer, 100)]);
+        let names: Vec<String> = config
+            .settings
+            .infer
+            .models
+            .iter()
+            .map(|m| m.label())
+            .collect();
+        assert_eq!(names, ["a@2", "b"]);
+        // Infer listed without --model: the load model.
+        let cli =
+            Cli::try_parse_from(["worker", "--servers", "h:1", "--scenarios", "Infer"]).unwrap();
+        let config = cli.run.into_config().unwrap();
+        assert_eq!(config.settings.infer.models[0].name, "add_sub");
     }
 
     /// The driver's command line, as [`WorkerArgs::to_args`] renders it, parses into the same

@@ -98,6 +98,12 @@ pub async fn preflight(
         }
         clients.push(c);
     }
+    if scenarios.contains(&Scenario::Infer) {
+        let plan = scenarios::infer::prepare(&clients, &config.settings.infer)
+            .await
+            .map_err(WorkerError::Preflight)?;
+        config.settings.infer_plan = Some(Arc::new(plan));
+    }
     if scenarios.iter().any(|s| s.name().starts_with("Sequence")) {
         for (model, batch) in &mut config.settings.sequence_models {
             *batch = clients[0]

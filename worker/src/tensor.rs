@@ -4,33 +4,298 @@
 
 use bytes::Bytes;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataType {
-    Int32,
-    Uint64,
-    Fp32,
-    Bytes,
+/// Declares Triton's datatypes once: the wire name, the model config's name and the element size
+/// (None for BYTES, whose elements are length-prefixed).
+macro_rules! datatypes {
+    ($($variant:ident => $wire:literal, $config:literal, $size:expr;)+) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum DataType {
+            $($variant,)+
+        }
+
+        impl DataType {
+            pub const ALL: [DataType; [$($wire),+].len()] = [$(DataType::$variant,)+];
+
+            /// The name on the wire (`INT32`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(DataType::$variant => $wire,)+
+                }
+            }
+
+            /// The wire name (`INT32`), case-sensitive as the protocol is.
+            pub fn parse(s: &str) -> Option<Self> {
+                match s {
+                    $($wire => Some(DataType::$variant),)+
+                    _ => None,
+                }
+            }
+
+            /// The model config's name (`TYPE_INT32`; BYTES is `TYPE_STRING`).
+            pub fn parse_config(s: &str) -> Option<Self> {
+                match s {
+                    $($config => Some(DataType::$variant),)+
+                    _ => None,
+                }
+            }
+
+            /// Bytes per element; None for BYTES.
+            pub fn size(self) -> Option<usize> {
+                match self {
+                    $(DataType::$variant => $size,)+
+                }
+            }
+        }
+    };
+}
+
+datatypes! {
+    Bool => "BOOL", "TYPE_BOOL", Some(1);
+    Uint8 => "UINT8", "TYPE_UINT8", Some(1);
+    Uint16 => "UINT16", "TYPE_UINT16", Some(2);
+    Uint32 => "UINT32", "TYPE_UINT32", Some(4);
+    Uint64 => "UINT64", "TYPE_UINT64", Some(8);
+    Int8 => "INT8", "TYPE_INT8", Some(1);
+    Int16 => "INT16", "TYPE_INT16", Some(2);
+    Int32 => "INT32", "TYPE_INT32", Some(4);
+    Int64 => "INT64", "TYPE_INT64", Some(8);
+    Fp16 => "FP16", "TYPE_FP16", Some(2);
+    Bf16 => "BF16", "TYPE_BF16", Some(2);
+    Fp32 => "FP32", "TYPE_FP32", Some(4);
+    Fp64 => "FP64", "TYPE_FP64", Some(8);
+    Bytes => "BYTES", "TYPE_STRING", None;
+}
+
+impl std::fmt::Display for DataType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl DataType {
-    pub fn as_str(self) -> &'static str {
+    pub fn is_float(self) -> bool {
+        matches!(
+            self,
+            DataType::Fp16 | DataType::Bf16 | DataType::Fp32 | DataType::Fp64
+        )
+    }
+}
+
+/// One element as a number (BYTES excepted): what JSON data, validation and messages use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    Bool(bool),
+    Unsigned(u64),
+    Signed(i64),
+    /// FP16, BF16 and FP32 (shown as the f32 they are, not as a longer f64).
+    Float32(f32),
+    Float(f64),
+}
+
+impl Scalar {
+    pub fn to_json(self) -> serde_json::Value {
         match self {
-            DataType::Int32 => "INT32",
-            DataType::Uint64 => "UINT64",
-            DataType::Fp32 => "FP32",
-            DataType::Bytes => "BYTES",
+            Scalar::Bool(b) => b.into(),
+            Scalar::Unsigned(v) => v.into(),
+            Scalar::Signed(v) => v.into(),
+            Scalar::Float32(v) => v.into(),
+            Scalar::Float(v) => v.into(),
         }
     }
 
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "INT32" => DataType::Int32,
-            "UINT64" => DataType::Uint64,
-            "FP32" => DataType::Fp32,
-            "BYTES" => DataType::Bytes,
-            _ => return None,
-        })
+    pub fn as_f64(self) -> Option<f64> {
+        match self {
+            Scalar::Float32(v) => Some(v.into()),
+            Scalar::Float(v) => Some(v),
+            _ => None,
+        }
     }
+}
+
+impl std::fmt::Display for Scalar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scalar::Bool(b) => write!(f, "{b}"),
+            Scalar::Unsigned(v) => write!(f, "{v}"),
+            Scalar::Signed(v) => write!(f, "{v}"),
+            // Debug: 1e300 stays short, and 1.0 reads as a float.
+            Scalar::Float32(v) => write!(f, "{v:?}"),
+            Scalar::Float(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+/// IEEE half precision bits to f32 (exact).
+pub fn f16_to_f32(bits: u16) -> f32 {
+    let sign = ((bits >> 15) as u32) << 31;
+    let exp = ((bits >> 10) & 0x1f) as u32;
+    let mant = (bits & 0x3ff) as u32;
+    let magnitude = match exp {
+        0 => {
+            // Zero or subnormal: mant × 2^-24.
+            let v = mant as f32 * 2f32.powi(-24);
+            return if sign != 0 { -v } else { v };
+        }
+        0x1f => 0x7f80_0000 | (mant << 13),
+        _ => ((exp + 127 - 15) << 23) | (mant << 13),
+    };
+    f32::from_bits(sign | magnitude)
+}
+
+/// f32 to IEEE half precision bits, rounding to nearest even; out of range saturates to infinity.
+pub fn f32_to_f16(value: f32) -> u16 {
+    let bits = value.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xff) as i32;
+    let mant = bits & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if mant != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        // Subnormal: shift the mantissa (with its implicit 1) into place, rounding to even.
+        let m = mant | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = 1u32 << (shift - 1);
+        let rest = m & ((1 << shift) - 1);
+        let mut h = m >> shift;
+        if rest > half || (rest == half && h & 1 == 1) {
+            h += 1;
+        }
+        return sign | h as u16;
+    }
+    let mut h = ((e as u32) << 10) | (mant >> 13);
+    let rest = mant & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && h & 1 == 1) {
+        // May carry into the exponent, up to infinity: still the right rounding.
+        h += 1;
+    }
+    sign | h as u16
+}
+
+/// bfloat16 bits to f32 (exact: the upper half of an f32).
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits((bits as u32) << 16)
+}
+
+/// f32 to bfloat16 bits, rounding to nearest even (NaN stays NaN).
+pub fn f32_to_bf16(value: f32) -> u16 {
+    let bits = value.to_bits();
+    if value.is_nan() {
+        return ((bits >> 16) | 0x40) as u16;
+    }
+    let round = 0x7fff + ((bits >> 16) & 1);
+    (bits.wrapping_add(round) >> 16) as u16
+}
+
+/// Decodes one element of a fixed-size datatype from little-endian bytes (`b` has the size).
+pub fn decode_scalar(datatype: DataType, b: &[u8]) -> Scalar {
+    let u = |n: usize| {
+        let mut a = [0u8; 8];
+        a[..n].copy_from_slice(&b[..n]);
+        u64::from_le_bytes(a)
+    };
+    match datatype {
+        DataType::Bool => Scalar::Bool(b[0] != 0),
+        DataType::Uint8 => Scalar::Unsigned(u(1)),
+        DataType::Uint16 => Scalar::Unsigned(u(2)),
+        DataType::Uint32 => Scalar::Unsigned(u(4)),
+        DataType::Uint64 => Scalar::Unsigned(u(8)),
+        DataType::Int8 => Scalar::Signed(b[0] as i8 as i64),
+        DataType::Int16 => Scalar::Signed(u(2) as u16 as i16 as i64),
+        DataType::Int32 => Scalar::Signed(u(4) as u32 as i32 as i64),
+        DataType::Int64 => Scalar::Signed(u(8) as i64),
+        DataType::Fp16 => Scalar::Float32(f16_to_f32(u(2) as u16)),
+        DataType::Bf16 => Scalar::Float32(bf16_to_f32(u(2) as u16)),
+        DataType::Fp32 => Scalar::Float32(f32::from_bits(u(4) as u32)),
+        DataType::Fp64 => Scalar::Float(f64::from_bits(u(8))),
+        DataType::Bytes => unreachable!("BYTES has no fixed-size elements"),
+    }
+}
+
+/// Encodes a JSON number or boolean as one little-endian element of `datatype`; None when the
+/// value does not fit (a float for an integer type, out of range, a number for BOOL).
+pub fn encode_json_scalar(
+    datatype: DataType,
+    v: &serde_json::Value,
+    out: &mut Vec<u8>,
+) -> Option<()> {
+    let int = |lo: i128, hi: i128| -> Option<i128> {
+        let x = v
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| v.as_u64().map(i128::from))?;
+        (lo..=hi).contains(&x).then_some(x)
+    };
+    match datatype {
+        DataType::Bool => out.push(u8::from(v.as_bool()?)),
+        DataType::Uint8 => out.push(int(0, u8::MAX as i128)? as u8),
+        DataType::Uint16 => {
+            out.extend_from_slice(&(int(0, u16::MAX as i128)? as u16).to_le_bytes())
+        }
+        DataType::Uint32 => {
+            out.extend_from_slice(&(int(0, u32::MAX as i128)? as u32).to_le_bytes())
+        }
+        DataType::Uint64 => {
+            out.extend_from_slice(&(int(0, u64::MAX as i128)? as u64).to_le_bytes())
+        }
+        DataType::Int8 => out.push(int(i8::MIN as i128, i8::MAX as i128)? as i8 as u8),
+        DataType::Int16 => {
+            out.extend_from_slice(&(int(i16::MIN as i128, i16::MAX as i128)? as i16).to_le_bytes())
+        }
+        DataType::Int32 => {
+            out.extend_from_slice(&(int(i32::MIN as i128, i32::MAX as i128)? as i32).to_le_bytes())
+        }
+        DataType::Int64 => {
+            out.extend_from_slice(&(int(i64::MIN as i128, i64::MAX as i128)? as i64).to_le_bytes())
+        }
+        DataType::Fp16 => out.extend_from_slice(&f32_to_f16(v.as_f64()? as f32).to_le_bytes()),
+        DataType::Bf16 => out.extend_from_slice(&f32_to_bf16(v.as_f64()? as f32).to_le_bytes()),
+        DataType::Fp32 => out.extend_from_slice(&(v.as_f64()? as f32).to_le_bytes()),
+        DataType::Fp64 => out.extend_from_slice(&v.as_f64()?.to_le_bytes()),
+        DataType::Bytes => return None,
+    }
+    Some(())
+}
+
+/// The elements of a BYTES tensor's raw data (4-byte little-endian length, then the bytes), or
+/// why the data is malformed.
+pub fn split_bytes(data: &[u8]) -> Result<Vec<&[u8]>, String> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    while !rest.is_empty() {
+        if rest.len() < 4 {
+            return Err(format!(
+                "element {}: {} bytes left, too few for a 4-byte length",
+                out.len(),
+                rest.len()
+            ));
+        }
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        rest = &rest[4..];
+        if rest.len() < len {
+            return Err(format!(
+                "element {}: length {len} but only {} bytes left",
+                out.len(),
+                rest.len()
+            ));
+        }
+        out.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+    Ok(out)
+}
+
+/// Appends one BYTES element in the raw layout.
+pub fn push_bytes_element(out: &mut Vec<u8>, element: &[u8]) {
+    out.extend_from_slice(&(element.len() as u32).to_le_bytes());
+    out.extend_from_slice(element);
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -93,21 +358,14 @@ impl Tensor {
                 self.datatype.as_str()
             ));
         }
-        let mut out = Vec::new();
-        let mut rest = &self.data[..];
-        while !rest.is_empty() {
-            if rest.len() < 4 {
-                return Err(format!("output {}: truncated BYTES length", self.name));
-            }
-            let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-            rest = &rest[4..];
-            if rest.len() < len {
-                return Err(format!("output {}: truncated BYTES element", self.name));
-            }
-            out.push(String::from_utf8_lossy(&rest[..len]).into_owned());
-            rest = &rest[len..];
-        }
-        Ok(out)
+        split_bytes(&self.data)
+            .map(|elements| {
+                elements
+                    .into_iter()
+                    .map(|e| String::from_utf8_lossy(e).into_owned())
+                    .collect()
+            })
+            .map_err(|e| format!("output {}: malformed BYTES: {e}", self.name))
     }
 
     /// Encodes strings in the BYTES raw layout (used when HTTP JSON returns BYTES as strings).

@@ -52,6 +52,12 @@ fn settings() -> Settings {
         image_batch: 2,
         perf_analyzer: Some(support::perf_analyzer()),
         request_timeout: Duration::from_secs(25),
+        // Infer without --model: the load model.
+        infer: worker::model::InferOptions {
+            models: vec!["add_sub".parse().unwrap()],
+            ..Default::default()
+        },
+        infer_plan: None,
     }
 }
 
@@ -171,6 +177,7 @@ fn sequence_request(model: &str, id: u64, start: bool, end: bool) -> InferReques
     r.outputs = vec![RequestedOutput {
         name: "OUTPUT".into(),
         class_count: None,
+        datatype: None,
     }];
     r.sequence = Some(SequenceFlags { id, start, end });
     r.timeout = Some(Duration::from_secs(25));
@@ -580,6 +587,7 @@ fn add_sub_request(model: &str, a: &[i32], b: &[i32]) -> InferRequest {
         .map(|name| RequestedOutput {
             name: name.into(),
             class_count: None,
+            datatype: None,
         })
         .to_vec();
     request

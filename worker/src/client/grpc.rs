@@ -7,6 +7,7 @@ use super::h2_connection::{self, H2Connection};
 use super::{
     ClientError, InferRequest, InferResponse, Prepared, Protocol, SequenceSession, TritonClient,
 };
+use crate::model::{ConfigTensor, ModelConfig, ModelMetadata, TensorMetadata};
 use crate::proto::{
     self, InferParameter, ModelInferRequest, ModelStreamInferResponse,
     grpc_inference_service_client::GrpcInferenceServiceClient,
@@ -91,7 +92,7 @@ impl GrpcClient {
         }
         ModelInferRequest {
             model_name: request.model.clone(),
-            model_version: String::new(),
+            model_version: request.version.clone(),
             id: String::new(),
             parameters,
             inputs: request
@@ -125,7 +126,9 @@ impl GrpcClient {
         }
     }
 
-    pub fn from_proto(response: proto::ModelInferResponse) -> Result<InferResponse, ClientError> {
+    pub fn from_proto(
+        mut response: proto::ModelInferResponse,
+    ) -> Result<InferResponse, ClientError> {
         if response.raw_output_contents.len() != response.outputs.len() {
             return Err(ClientError::Protocol(format!(
                 "{} outputs but {} raw output buffers",
@@ -133,10 +136,9 @@ impl GrpcClient {
                 response.raw_output_contents.len()
             )));
         }
-        let outputs = response
-            .outputs
+        let outputs = std::mem::take(&mut response.outputs)
             .into_iter()
-            .zip(response.raw_output_contents)
+            .zip(std::mem::take(&mut response.raw_output_contents))
             .map(|(o, data)| {
                 let datatype = DataType::parse(&o.datatype).ok_or_else(|| {
                     ClientError::Protocol(format!(
@@ -152,7 +154,10 @@ impl GrpcClient {
                 })
             })
             .collect::<Result<Vec<_>, ClientError>>()?;
-        Ok(InferResponse { outputs })
+        Ok(InferResponse {
+            model_version: response.model_version,
+            outputs,
+        })
     }
 
     /// Sends an encoded ModelInfer request (the load scenario's hot path): no per-request
@@ -179,13 +184,17 @@ impl GrpcClient {
         Self::from_proto(response)
     }
 
-    pub async fn model_config(&self, model: &str) -> Result<proto::ModelConfig, ClientError> {
+    pub async fn model_config_proto(
+        &self,
+        model: &str,
+        version: &str,
+    ) -> Result<proto::ModelConfig, ClientError> {
         let response = self
             .client
             .clone()
             .model_config(proto::ModelConfigRequest {
                 name: model.into(),
-                version: String::new(),
+                version: version.into(),
             })
             .await
             .map_err(status_error)?;
@@ -224,16 +233,17 @@ impl GrpcClient {
             .into_inner())
     }
 
-    pub async fn model_metadata(
+    pub async fn model_metadata_proto(
         &self,
         model: &str,
+        version: &str,
     ) -> Result<proto::ModelMetadataResponse, ClientError> {
         Ok(self
             .client
             .clone()
             .model_metadata(proto::ModelMetadataRequest {
                 name: model.into(),
-                version: String::new(),
+                version: version.into(),
             })
             .await
             .map_err(status_error)?
@@ -296,7 +306,86 @@ impl TritonClient for GrpcClient {
     }
 
     async fn max_batch_size(&self, model: &str) -> Result<i64, ClientError> {
-        Ok(self.model_config(model).await?.max_batch_size as i64)
+        Ok(self.model_config_proto(model, "").await?.max_batch_size as i64)
+    }
+
+    async fn model_version_ready(&self, model: &str, version: &str) -> Result<bool, ClientError> {
+        let r = self
+            .client
+            .clone()
+            .model_ready(proto::ModelReadyRequest {
+                name: model.into(),
+                version: version.into(),
+            })
+            .await
+            .map_err(status_error)?;
+        Ok(r.into_inner().ready)
+    }
+
+    async fn model_metadata(
+        &self,
+        model: &str,
+        version: &str,
+    ) -> Result<ModelMetadata, ClientError> {
+        let m = self.model_metadata_proto(model, version).await?;
+        let tensors = |list: Vec<proto::model_metadata_response::TensorMetadata>| {
+            list.into_iter()
+                .map(|t| TensorMetadata {
+                    name: t.name,
+                    datatype: t.datatype,
+                    shape: t.shape,
+                })
+                .collect()
+        };
+        Ok(ModelMetadata {
+            name: m.name,
+            versions: m.versions,
+            platform: m.platform,
+            inputs: tensors(m.inputs),
+            outputs: tensors(m.outputs),
+        })
+    }
+
+    async fn model_config(&self, model: &str, version: &str) -> Result<ModelConfig, ClientError> {
+        let c = self.model_config_proto(model, version).await?;
+        let data_type = |t: i32| {
+            proto::DataType::try_from(t)
+                .map(|d| d.as_str_name().to_string())
+                .unwrap_or_else(|_| format!("data type {t}"))
+        };
+        Ok(ModelConfig {
+            name: c.name,
+            max_batch_size: c.max_batch_size as i64,
+            inputs: c
+                .input
+                .into_iter()
+                .map(|i| ConfigTensor {
+                    data_type: data_type(i.data_type),
+                    name: i.name,
+                    dims: i.dims,
+                    reshape: i.reshape.map(|r| r.shape),
+                    optional: i.optional,
+                    is_shape_tensor: i.is_shape_tensor,
+                })
+                .collect(),
+            outputs: c
+                .output
+                .into_iter()
+                .map(|o| ConfigTensor {
+                    data_type: data_type(o.data_type),
+                    name: o.name,
+                    dims: o.dims,
+                    reshape: o.reshape.map(|r| r.shape),
+                    optional: false,
+                    is_shape_tensor: o.is_shape_tensor,
+                })
+                .collect(),
+            decoupled: c.model_transaction_policy.is_some_and(|p| p.decoupled),
+            sequence_batching: matches!(
+                c.scheduling_choice,
+                Some(proto::model_config::SchedulingChoice::SequenceBatching(_))
+            ),
+        })
     }
 
     fn prepare(&self, request: &InferRequest) -> Result<Prepared, ClientError> {

@@ -5,7 +5,8 @@
 use super::{
     ClientError, InferRequest, InferResponse, Prepared, Protocol, SequenceSession, TritonClient,
 };
-use crate::tensor::{DataType, Tensor};
+use crate::model::{ModelConfig, ModelMetadata};
+use crate::tensor::{self, DataType, Tensor};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
@@ -64,6 +65,30 @@ impl HttpClient {
         Ok(r.status().is_success())
     }
 
+    /// GETs a JSON document; a non-success status is a server error with the server's message.
+    async fn get_json(&self, path: &str) -> Result<Value, ClientError> {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = r.status();
+        let body = r.bytes().await.map_err(transport)?;
+        if !status.is_success() {
+            let message = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_string))
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+            return Err(ClientError::Server {
+                code: status.as_u16().to_string(),
+                message,
+            });
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| ClientError::Protocol(format!("GET {path}: not JSON: {e}")))
+    }
+
     /// The request as (JSON header, binary payload): the payload is empty in JSON mode.
     fn encode(&self, request: &InferRequest) -> Result<(Vec<u8>, Vec<Bytes>), ClientError> {
         let mut parameters = Map::new();
@@ -82,7 +107,7 @@ impl HttpClient {
             .map(|t| {
                 let mut input =
                     json!({"name": t.name, "datatype": t.datatype.as_str(), "shape": t.shape});
-                if self.binary {
+                if self.binary || !json_capable(t.datatype) {
                     input["parameters"] = json!({"binary_data_size": t.data.len()});
                     payload.push(t.data.clone());
                 } else {
@@ -96,7 +121,8 @@ impl HttpClient {
             .iter()
             .map(|o| {
                 let mut p = Map::new();
-                p.insert("binary_data".into(), json!(self.binary));
+                let binary = self.binary || o.datatype.is_some_and(|d| !json_capable(d));
+                p.insert("binary_data".into(), json!(binary));
                 if let Some(n) = o.class_count {
                     p.insert("classification".into(), json!(n));
                 }
@@ -161,58 +187,63 @@ impl HttpClient {
                 data,
             });
         }
-        Ok(InferResponse { outputs: tensors })
+        Ok(InferResponse {
+            model_version: v["model_version"].as_str().unwrap_or_default().to_string(),
+            outputs: tensors,
+        })
+    }
+}
+
+/// Triton 2.51 refuses FP16 and BF16 as JSON ("receiving FP16 data via JSON is not
+/// supported"): in JSON mode those tensors travel binary.
+fn json_capable(datatype: DataType) -> bool {
+    !matches!(datatype, DataType::Fp16 | DataType::Bf16)
+}
+
+/// How a URL path names a model: `NAME`, or `NAME/versions/V`.
+fn model_path(model: &str, version: &str) -> String {
+    if version.is_empty() {
+        model.to_string()
+    } else {
+        format!("{model}/versions/{version}")
     }
 }
 
 fn tensor_to_json(t: &Tensor) -> Result<Value, ClientError> {
-    Ok(match t.datatype {
-        DataType::Int32 => json!(t.to_i32().map_err(ClientError::Protocol)?),
-        DataType::Uint64 => json!(
-            t.data
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect::<Vec<_>>()
-        ),
-        DataType::Fp32 => json!(
-            t.data
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect::<Vec<_>>()
-        ),
-        DataType::Bytes => json!(t.to_strings().map_err(ClientError::Protocol)?),
-    })
+    let Some(size) = t.datatype.size() else {
+        return Ok(json!(t.to_strings().map_err(ClientError::Protocol)?));
+    };
+    if !t.data.len().is_multiple_of(size) {
+        return Err(ClientError::Protocol(format!(
+            "tensor {}: {} bytes is not a whole number of {} elements",
+            t.name,
+            t.data.len(),
+            t.datatype
+        )));
+    }
+    Ok(Value::Array(
+        t.data
+            .chunks_exact(size)
+            .map(|c| tensor::decode_scalar(t.datatype, c).to_json())
+            .collect(),
+    ))
 }
 
 fn json_to_tensor_data(name: &str, datatype: DataType, data: &Value) -> Result<Bytes, ClientError> {
     let values = data
         .as_array()
         .ok_or_else(|| ClientError::Protocol(format!("output {name} has no data array")))?;
-    let bad = || ClientError::Protocol(format!("output {name}: data does not match {datatype:?}"));
+    let bad = || ClientError::Protocol(format!("output {name}: data does not match {datatype}"));
+    if datatype == DataType::Bytes {
+        let strings: Vec<String> = values
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or_else(bad))
+            .collect::<Result<_, _>>()?;
+        return Ok(Tensor::from_strings(name, vec![], &strings).data);
+    }
     let mut out = Vec::new();
-    match datatype {
-        DataType::Int32 => {
-            for v in values {
-                out.extend_from_slice(&(v.as_i64().ok_or_else(bad)? as i32).to_le_bytes());
-            }
-        }
-        DataType::Uint64 => {
-            for v in values {
-                out.extend_from_slice(&v.as_u64().ok_or_else(bad)?.to_le_bytes());
-            }
-        }
-        DataType::Fp32 => {
-            for v in values {
-                out.extend_from_slice(&(v.as_f64().ok_or_else(bad)? as f32).to_le_bytes());
-            }
-        }
-        DataType::Bytes => {
-            let strings: Vec<String> = values
-                .iter()
-                .map(|v| v.as_str().map(str::to_string).ok_or_else(bad))
-                .collect::<Result<_, _>>()?;
-            return Ok(Tensor::from_strings(name, vec![], &strings).data);
-        }
+    for v in values {
+        tensor::encode_json_scalar(datatype, v, &mut out).ok_or_else(bad)?;
     }
     Ok(out.into())
 }
@@ -256,20 +287,33 @@ impl TritonClient for HttpClient {
     }
 
     async fn max_batch_size(&self, model: &str) -> Result<i64, ClientError> {
-        let r = self
-            .http
-            .get(format!("{}/v2/models/{model}/config", self.base))
-            .send()
-            .await
-            .map_err(transport)?;
-        if !r.status().is_success() {
-            return Err(ClientError::Server {
-                code: r.status().as_u16().to_string(),
-                message: format!("no config for model {model}"),
-            });
-        }
-        let v: Value = r.json().await.map_err(transport)?;
+        let v = self.get_json(&format!("/v2/models/{model}/config")).await?;
         Ok(v["max_batch_size"].as_i64().unwrap_or(0))
+    }
+
+    async fn model_version_ready(&self, model: &str, version: &str) -> Result<bool, ClientError> {
+        self.get_ok(&format!("/v2/models/{}/ready", model_path(model, version)))
+            .await
+    }
+
+    async fn model_metadata(
+        &self,
+        model: &str,
+        version: &str,
+    ) -> Result<ModelMetadata, ClientError> {
+        let v = self
+            .get_json(&format!("/v2/models/{}", model_path(model, version)))
+            .await?;
+        serde_json::from_value(v)
+            .map_err(|e| ClientError::Protocol(format!("model metadata of {model}: {e}")))
+    }
+
+    async fn model_config(&self, model: &str, version: &str) -> Result<ModelConfig, ClientError> {
+        let v = self
+            .get_json(&format!("/v2/models/{}/config", model_path(model, version)))
+            .await?;
+        ModelConfig::from_json(&v)
+            .map_err(|e| ClientError::Protocol(format!("model config of {model}: {e}")))
     }
 
     fn prepare(&self, request: &InferRequest) -> Result<Prepared, ClientError> {
@@ -280,7 +324,7 @@ impl TritonClient for HttpClient {
             body.extend_from_slice(p);
         }
         Ok(Prepared::Http {
-            model: request.model.clone(),
+            model_path: model_path(&request.model, &request.version),
             body: Bytes::from(body),
             header_length,
         })
@@ -292,7 +336,7 @@ impl TritonClient for HttpClient {
         timeout: Option<Duration>,
     ) -> Result<InferResponse, ClientError> {
         let Prepared::Http {
-            model,
+            model_path,
             body,
             header_length,
         } = prepared
@@ -301,7 +345,7 @@ impl TritonClient for HttpClient {
         };
         let mut builder = self
             .http
-            .post(format!("{}/v2/models/{model}/infer", self.base));
+            .post(format!("{}/v2/models/{model_path}/infer", self.base));
         builder = match header_length {
             Some(n) => builder
                 .header(HEADER_LENGTH, *n)

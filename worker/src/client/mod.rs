@@ -5,6 +5,7 @@ pub mod grpc;
 pub mod h2_connection;
 pub mod http;
 
+use crate::model::{ModelConfig, ModelMetadata};
 use crate::tensor::Tensor;
 use std::time::Duration;
 
@@ -23,11 +24,16 @@ pub struct RequestedOutput {
     pub name: String,
     /// Ask for Triton's classification extension: the top `n` classes as "score:index:label".
     pub class_count: Option<u32>,
+    /// The declared datatype, when known: HTTP JSON asks for FP16 and BF16 outputs in binary,
+    /// which Triton cannot write as JSON.
+    pub datatype: Option<crate::tensor::DataType>,
 }
 
 #[derive(Debug, Clone)]
 pub struct InferRequest {
     pub model: String,
+    /// The model version to ask for; empty: the server's choice (its version policy).
+    pub version: String,
     pub inputs: Vec<Tensor>,
     pub outputs: Vec<RequestedOutput>,
     pub sequence: Option<SequenceFlags>,
@@ -41,6 +47,7 @@ impl InferRequest {
     pub fn new(model: &str, inputs: Vec<Tensor>) -> Self {
         Self {
             model: model.into(),
+            version: String::new(),
             inputs,
             outputs: Vec::new(),
             sequence: None,
@@ -52,6 +59,8 @@ impl InferRequest {
 
 #[derive(Debug, Clone, Default)]
 pub struct InferResponse {
+    /// The version that answered, as the server says (empty when it does not say).
+    pub model_version: String,
     pub outputs: Vec<Tensor>,
 }
 
@@ -113,6 +122,16 @@ pub trait TritonClient: Send + Sync {
     async fn server_metadata(&self) -> Result<(String, String), ClientError>;
     /// The model's `max_batch_size` (0: the model does not batch).
     async fn max_batch_size(&self, model: &str) -> Result<i64, ClientError>;
+    /// Whether a version of a model is ready (empty version: the server's choice).
+    async fn model_version_ready(&self, model: &str, version: &str) -> Result<bool, ClientError>;
+    /// The model's metadata (ModelMetadata / `GET /v2/models/NAME[/versions/V]`).
+    async fn model_metadata(
+        &self,
+        model: &str,
+        version: &str,
+    ) -> Result<ModelMetadata, ClientError>;
+    /// What the worker reads of the model's config (ModelConfig / `.../config`).
+    async fn model_config(&self, model: &str, version: &str) -> Result<ModelConfig, ClientError>;
     /// Converts a request once into its wire form, to be sent many times.
     fn prepare(&self, request: &InferRequest) -> Result<Prepared, ClientError>;
     /// Sends a prepared request; no tensor data is copied.
@@ -144,7 +163,8 @@ pub enum Prepared {
     /// A framed, encoded `ModelInferRequest`.
     Grpc(bytes::Bytes),
     Http {
-        model: String,
+        /// `NAME` or `NAME/versions/V`, as the URL path names the model.
+        model_path: String,
         body: bytes::Bytes,
         /// Length of the JSON header when the binary tensor extension is used.
         header_length: Option<usize>,

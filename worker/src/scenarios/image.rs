@@ -103,6 +103,7 @@ impl ImageBatch {
         request.outputs = vec![RequestedOutput {
             name: "OUTPUT".into(),
             class_count: Some(1),
+            datatype: None,
         }];
         Ok(Self { request, expected })
     }

@@ -2,7 +2,8 @@
 //! in flight (closed loop), or R requests per second sent at their intended times (open loop).
 //! In open loop each latency counts from the request's intended send time, so a server (or a
 //! client) that falls behind shows up as latency instead of hiding as fewer requests
-//! (coordinated omission). Every response is validated.
+//! (coordinated omission). Every response is validated. The window itself ([`drive`]) is shared
+//! with the `Infer` scenario, which sends any model's requests the same way.
 
 use super::{Failure, LoadMode, Outcome, TestEnv};
 use crate::client::{ClientError, InferRequest, InferResponse, Prepared, RequestedOutput};
@@ -48,6 +49,7 @@ fn variants(env: &mut TestEnv<'_>) -> Result<Vec<Variant>, ClientError> {
                 .map(|n| RequestedOutput {
                     name: n.into(),
                     class_count: None,
+                    datatype: None,
                 })
                 .to_vec();
             Ok(Variant {
@@ -98,54 +100,62 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         Ok(v) => v,
         Err(e) => return Outcome::Failed(Failure::new(&model, "a request", e.to_string())),
     };
-    let end = Instant::now() + env.settings.load_window;
-    let timeout = Some(env.settings.request_timeout);
-    let result = match env.settings.load_mode {
-        LoadMode::Concurrency(n) => {
-            let n = n as usize;
-            // FuturesUnordered polls only the senders whose response arrived.
-            let mut senders: FuturesUnordered<_> = (0..n)
-                .map(|k| {
-                    let (env, variants, model) = (&*env, &variants, &model);
-                    async move {
-                        let mut i = k;
-                        while Instant::now() < end && !env.cancel.is_cancelled() {
-                            let v = &variants[i % variants.len()];
-                            i += n;
-                            let started = Instant::now();
-                            let r = env.client.infer_prepared(&v.prepared, timeout).await;
-                            env.stats.request(
-                                env.scenario,
-                                env.client.address(),
-                                r.is_ok().then(|| started.elapsed()),
-                            );
-                            validate(model, v, r)?;
-                        }
-                        Ok::<(), Failure>(())
-                    }
-                })
-                .collect();
-            let mut result = Ok(());
-            while let Some(r) = senders.next().await {
-                if r.is_err() {
-                    result = r;
-                    break;
-                }
-            }
-            result
-        }
-        LoadMode::Rate(rate) => open_loop(env, &model, &variants, rate, end, timeout).await,
-    };
-    match result {
+    let prepared: Vec<Prepared> = variants.iter().map(|v| v.prepared.clone()).collect();
+    let check = |i: usize, r: Result<InferResponse, ClientError>| validate(&model, &variants[i], r);
+    match drive(env, &prepared, &check).await {
         Ok(()) => Outcome::Passed,
         Err(f) => Outcome::Failed(f),
     }
 }
 
+/// Checks the response to `prepared[i]`.
+pub type Check<'a> =
+    dyn Fn(usize, Result<InferResponse, ClientError>) -> Result<(), Failure> + Sync + 'a;
+
+/// One load window (`--load-window`) of `prepared` requests, cycled in order, at the worker's
+/// load mode; every response goes through `check`, and the first failure ends the window.
+pub async fn drive(
+    env: &TestEnv<'_>,
+    prepared: &[Prepared],
+    check: &Check<'_>,
+) -> Result<(), Failure> {
+    let end = Instant::now() + env.settings.load_window;
+    let timeout = Some(env.settings.request_timeout);
+    match env.settings.load_mode {
+        LoadMode::Concurrency(n) => {
+            let n = n as usize;
+            // FuturesUnordered polls only the senders whose response arrived.
+            let mut senders: FuturesUnordered<_> = (0..n)
+                .map(|k| async move {
+                    let mut i = k;
+                    while Instant::now() < end && !env.cancel.is_cancelled() {
+                        let idx = i % prepared.len();
+                        i += n;
+                        let started = Instant::now();
+                        let r = env.client.infer_prepared(&prepared[idx], timeout).await;
+                        env.stats.request(
+                            env.scenario,
+                            env.client.address(),
+                            r.is_ok().then(|| started.elapsed()),
+                        );
+                        check(idx, r)?;
+                    }
+                    Ok::<(), Failure>(())
+                })
+                .collect();
+            while let Some(r) = senders.next().await {
+                r?;
+            }
+            Ok(())
+        }
+        LoadMode::Rate(rate) => open_loop(env, prepared, check, rate, end, timeout).await,
+    }
+}
+
 async fn open_loop(
     env: &TestEnv<'_>,
-    model: &str,
-    variants: &[Variant],
+    prepared: &[Prepared],
+    check: &Check<'_>,
     rate: f64,
     end: Instant,
     timeout: Option<Duration>,
@@ -163,7 +173,7 @@ async fn open_loop(
             env.client.address(),
             r.is_ok().then(|| intended.elapsed()),
         );
-        validate(model, &variants[idx], r)
+        check(idx, r)
     };
     for i in 0u32.. {
         let intended = start + interval * i;
@@ -178,13 +188,13 @@ async fn open_loop(
                 _ = tokio::time::sleep_until(intended), if in_flight.len() < MAX_IN_FLIGHT => break,
             }
         }
-        let idx = i as usize % variants.len();
-        let prepared = &variants[idx].prepared;
+        let idx = i as usize % prepared.len();
+        let request = &prepared[idx];
         in_flight.push(async move {
             (
                 intended,
                 idx,
-                env.client.infer_prepared(prepared, timeout).await,
+                env.client.infer_prepared(request, timeout).await,
             )
         });
     }

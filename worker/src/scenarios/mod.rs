@@ -4,6 +4,7 @@
 
 pub mod crashing;
 pub mod image;
+pub mod infer;
 pub mod load;
 pub mod perf_analyzer;
 pub mod sequence;
@@ -89,6 +90,10 @@ pub struct Settings {
     pub perf_analyzer: Option<PathBuf>,
     /// Deadline of each request of a sequence (upstream gives a whole sequence 25 s).
     pub request_timeout: Duration,
+    /// The Infer scenario's models and data flags.
+    pub infer: crate::model::InferOptions,
+    /// The Infer scenario's requests, built at start-up from the servers' model descriptions.
+    pub infer_plan: Option<Arc<infer::InferPlan>>,
 }
 
 /// Per correlation id state (upstream: one of the 10 clients of a stress thread). Each context is
@@ -174,6 +179,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         Scenario::ImageClassification => image::run(env).await,
         Scenario::Load => load::run(env).await,
         Scenario::PerfAnalyzer => perf_analyzer::run(env).await,
+        Scenario::Infer => infer::run(env).await,
     }
 }
 
@@ -194,6 +200,7 @@ pub fn required_models(scenarios: &[Scenario], settings: &Settings) -> Vec<Strin
             }
             Scenario::ImageClassification => models.push(settings.image_model.clone()),
             Scenario::Load | Scenario::PerfAnalyzer => models.push(settings.load_model.clone()),
+            Scenario::Infer => models.extend(settings.infer.models.iter().map(|m| m.name.clone())),
         }
     }
     models.sort();
@@ -227,6 +234,16 @@ pub async fn run_single(
             );
         }
     };
+    let mut settings = std::borrow::Cow::Borrowed(settings);
+    if scenario == Scenario::Infer && settings.infer_plan.is_none() {
+        match infer::prepare(std::slice::from_ref(client), &settings.infer).await {
+            Ok(plan) => settings.to_mut().infer_plan = Some(Arc::new(plan)),
+            Err(e) => {
+                return (Outcome::Failed(Failure::new("", "an Infer plan", e)), stats);
+            }
+        }
+    }
+    let settings = settings.as_ref();
     let cancel = CancellationToken::new();
     let mut env = TestEnv {
         scenario,

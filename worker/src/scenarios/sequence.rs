@@ -47,6 +47,7 @@ fn request(
     r.outputs = vec![RequestedOutput {
         name: "OUTPUT".into(),
         class_count: None,
+        datatype: None,
     }];
     r.sequence = Some(flags);
     r.timeout = Some(env.settings.request_timeout);

@@ -19,6 +19,7 @@ pub fn identity_request(model: &str, values: &[i32], delay_ms: i64) -> InferRequ
     r.outputs = vec![RequestedOutput {
         name: "OUTPUT0".into(),
         class_count: None,
+        datatype: None,
     }];
     r.int_parameters = vec![("delay_ms".into(), delay_ms)];
     r

@@ -1,0 +1,1801 @@
+//! Any model, as the server describes it: its metadata and config (read over gRPC or HTTP), the
+//! worker's flags that select models and their data (`--model`, `--shape`, `--input-data`,
+//! `--batch-size`, with perf_analyzer's syntax and meaning), the requests built from both, and
+//! the checks every response of the `Infer` scenario passes. Everything here is a pure function
+//! of its inputs, tested without a server; `describe` is the one call that asks the server.
+
+use crate::client::{InferRequest, InferResponse, RequestedOutput, TritonClient};
+use crate::tensor::{self, DataType, Tensor};
+use bytes::Bytes;
+use rand::Rng;
+use rand::rngs::StdRng;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A tensor as the model metadata lists it (shape with a leading -1 when the model batches).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+}
+
+/// The model metadata (ModelMetadata, `GET /v2/models/NAME`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ModelMetadata {
+    pub name: String,
+    #[serde(default)]
+    pub versions: Vec<String>,
+    #[serde(default)]
+    pub platform: String,
+    #[serde(default)]
+    pub inputs: Vec<TensorMetadata>,
+    #[serde(default)]
+    pub outputs: Vec<TensorMetadata>,
+}
+
+/// An input or output of the model config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigTensor {
+    pub name: String,
+    /// As the config writes it (`TYPE_FP32`).
+    pub data_type: String,
+    /// What a client sends and gets, without the batch dimension.
+    pub dims: Vec<i64>,
+    /// The shape the model itself sees; the client never does.
+    pub reshape: Option<Vec<i64>>,
+    pub optional: bool,
+    pub is_shape_tensor: bool,
+}
+
+/// What the worker reads of a model config (ModelConfig, `GET /v2/models/NAME/config`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub name: String,
+    pub max_batch_size: i64,
+    pub inputs: Vec<ConfigTensor>,
+    pub outputs: Vec<ConfigTensor>,
+    pub decoupled: bool,
+    pub sequence_batching: bool,
+}
+
+impl ModelConfig {
+    /// The HTTP endpoint's JSON form of the config.
+    pub fn from_json(v: &Value) -> Result<Self, String> {
+        let tensors = |key: &str| -> Result<Vec<ConfigTensor>, String> {
+            let Some(list) = v[key].as_array() else {
+                return Ok(Vec::new());
+            };
+            list.iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let name = t["name"]
+                        .as_str()
+                        .ok_or_else(|| format!("{key}[{i}] has no name"))?;
+                    let dims = t["dims"]
+                        .as_array()
+                        .map(|d| d.iter().filter_map(json_i64).collect())
+                        .unwrap_or_default();
+                    Ok(ConfigTensor {
+                        name: name.into(),
+                        data_type: t["data_type"].as_str().unwrap_or("TYPE_INVALID").into(),
+                        dims,
+                        reshape: t["reshape"]["shape"]
+                            .as_array()
+                            .map(|d| d.iter().filter_map(json_i64).collect()),
+                        optional: t["optional"].as_bool().unwrap_or(false),
+                        is_shape_tensor: t["is_shape_tensor"].as_bool().unwrap_or(false),
+                    })
+                })
+                .collect()
+        };
+        Ok(ModelConfig {
+            name: v["name"].as_str().unwrap_or_default().into(),
+            max_batch_size: json_i64(&v["max_batch_size"]).unwrap_or(0),
+            inputs: tensors("input")?,
+            outputs: tensors("output")?,
+            decoupled: v["model_transaction_policy"]["decoupled"]
+                .as_bool()
+                .unwrap_or(false),
+            sequence_batching: v.get("sequence_batching").is_some_and(|s| !s.is_null()),
+        })
+    }
+}
+
+/// Triton's JSON writes int64 fields as numbers, protobuf's JSON mapping as strings.
+fn json_i64(v: &Value) -> Option<i64> {
+    v.as_i64().or_else(|| v.as_str()?.parse().ok())
+}
+
+/// One input or output as a client sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub datatype: DataType,
+    /// Without the batch dimension; -1 is a dynamic dimension.
+    pub dims: Vec<i64>,
+    pub optional: bool,
+}
+
+/// A model the worker drives: metadata and config merged, as a client must send and will get.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelDescription {
+    pub name: String,
+    /// The version asked for (`NAME@VERSION`); empty: the server's choice.
+    pub version: String,
+    pub max_batch_size: i64,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    pub decoupled: bool,
+    pub sequence_batching: bool,
+}
+
+impl ModelDescription {
+    /// Merges metadata (names, datatypes, client-facing shapes) and config (batching, optional
+    /// inputs, scheduling). The config's `dims` are what a client sends; its `reshape` is what the
+    /// model sees, so it is not used for requests.
+    pub fn new(
+        version: &str,
+        metadata: &ModelMetadata,
+        config: &ModelConfig,
+    ) -> Result<Self, String> {
+        let batching = config.max_batch_size > 0;
+        let spec = |t: &TensorMetadata, kind: &str, config_list: &[ConfigTensor]| {
+            let datatype = DataType::parse(&t.datatype)
+                .ok_or_else(|| format!("{kind} {}: unknown datatype {}", t.name, t.datatype))?;
+            let dims = if batching {
+                match t.shape.split_first() {
+                    Some((_, rest)) => rest.to_vec(),
+                    None => {
+                        return Err(format!(
+                            "{kind} {}: the model batches but its shape {:?} has no batch dimension",
+                            t.name, t.shape
+                        ));
+                    }
+                }
+            } else {
+                t.shape.clone()
+            };
+            let c = config_list.iter().find(|c| c.name == t.name);
+            if c.is_some_and(|c| c.is_shape_tensor) {
+                return Err(format!(
+                    "{kind} {} is a shape tensor, which the worker does not drive yet",
+                    t.name
+                ));
+            }
+            Ok(TensorSpec {
+                name: t.name.clone(),
+                datatype,
+                dims,
+                optional: c.is_some_and(|c| c.optional),
+            })
+        };
+        Ok(ModelDescription {
+            name: metadata.name.clone(),
+            version: version.into(),
+            max_batch_size: config.max_batch_size,
+            inputs: metadata
+                .inputs
+                .iter()
+                .map(|t| spec(t, "input", &config.inputs))
+                .collect::<Result<_, _>>()?,
+            outputs: metadata
+                .outputs
+                .iter()
+                .map(|t| spec(t, "output", &config.outputs))
+                .collect::<Result<_, _>>()?,
+            decoupled: config.decoupled,
+            sequence_batching: config.sequence_batching,
+        })
+    }
+
+    /// `name` or `name version V`, as messages name the model.
+    pub fn label(&self) -> String {
+        if self.version.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{} version {}", self.name, self.version)
+        }
+    }
+
+    fn input(&self, name: &str) -> Option<&TensorSpec> {
+        self.inputs.iter().find(|t| t.name == name)
+    }
+
+    fn output(&self, name: &str) -> Option<&TensorSpec> {
+        self.outputs.iter().find(|t| t.name == name)
+    }
+
+    fn names(list: &[TensorSpec]) -> String {
+        list.iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Reads a model's metadata and config from one server; a missing or unready model says so.
+pub async fn describe(
+    client: &dyn TritonClient,
+    selection: &ModelSelection,
+) -> Result<ModelDescription, String> {
+    let at = || format!("server {}: model {}", client.address(), selection.label());
+    match client
+        .model_version_ready(&selection.name, &selection.version)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => return Err(format!("{}: not loaded or not ready", at())),
+        Err(e) => return Err(format!("{}: readiness: {e}", at())),
+    }
+    let metadata = client
+        .model_metadata(&selection.name, &selection.version)
+        .await
+        .map_err(|e| format!("{}: metadata: {e}", at()))?;
+    let config = client
+        .model_config(&selection.name, &selection.version)
+        .await
+        .map_err(|e| format!("{}: config: {e}", at()))?;
+    ModelDescription::new(&selection.version, &metadata, &config)
+        .map_err(|e| format!("{}: {e}", at()))
+}
+
+/// `--model NAME[@VERSION][:WEIGHT]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSelection {
+    pub name: String,
+    /// Empty: the server's choice.
+    pub version: String,
+    /// Share of this model in the Infer scenario's mix across models.
+    pub weight: u32,
+}
+
+impl ModelSelection {
+    pub fn label(&self) -> String {
+        if self.version.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}@{}", self.name, self.version)
+        }
+    }
+}
+
+impl std::str::FromStr for ModelSelection {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (model, weight) = match s.rsplit_once(':') {
+            Some((m, w)) => {
+                let weight: u32 = w.trim().parse().map_err(|_| {
+                    format!("--model {s}: weight {w:?} is not a whole number greater than 0")
+                })?;
+                if weight == 0 {
+                    return Err(format!("--model {s}: weight must be greater than 0"));
+                }
+                (m, weight)
+            }
+            None => (s, 1),
+        };
+        let (name, version) = match model.split_once('@') {
+            Some((n, v)) => {
+                if v.is_empty() || !v.chars().all(|c| c.is_ascii_digit()) {
+                    return Err(format!("--model {s}: version {v:?} is not a number"));
+                }
+                (n, v)
+            }
+            None => (model, ""),
+        };
+        if name.is_empty() {
+            return Err(format!("--model {s:?}: no model name"));
+        }
+        Ok(ModelSelection {
+            name: name.into(),
+            version: version.into(),
+            weight,
+        })
+    }
+}
+
+/// `--shape [MODEL/]INPUT:D1,D2,...` (perf_analyzer's syntax; the model prefix is this worker's
+/// addition for several models).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShapeOverride {
+    pub model: Option<String>,
+    pub input: String,
+    pub dims: Vec<i64>,
+}
+
+impl std::str::FromStr for ShapeOverride {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (target, dims) = s
+            .rsplit_once(':')
+            .ok_or_else(|| format!("--shape {s}: expected [MODEL/]INPUT:D1,D2,..."))?;
+        let (model, input) = match target.split_once('/') {
+            Some((m, i)) => (Some(m.to_string()), i),
+            None => (None, target),
+        };
+        if input.is_empty() || model.as_deref() == Some("") {
+            return Err(format!("--shape {s}: expected [MODEL/]INPUT:D1,D2,..."));
+        }
+        let dims = dims
+            .split(',')
+            .map(|d| match d.trim().parse::<i64>() {
+                Ok(v) if v >= 0 => Ok(v),
+                _ => Err(format!(
+                    "--shape {s}: dimension {d:?} is not a whole number >= 0"
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ShapeOverride {
+            model,
+            input: input.into(),
+            dims,
+        })
+    }
+}
+
+/// Where an input's values come from (`--input-data`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataSource {
+    Random,
+    Zero,
+    /// perf_analyzer's JSON format.
+    File(PathBuf),
+}
+
+/// `--input-data zero|random|FILE|MODEL=FILE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputDataArg {
+    pub model: Option<String>,
+    pub source: DataSource,
+}
+
+impl std::str::FromStr for InputDataArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (model, what) = match s.split_once('=') {
+            Some((m, f)) if !m.is_empty() => (Some(m.to_string()), f),
+            _ => (None, s),
+        };
+        let source = match what {
+            "random" => DataSource::Random,
+            "zero" => DataSource::Zero,
+            "" => return Err(format!("--input-data {s}: no file")),
+            f => DataSource::File(f.into()),
+        };
+        Ok(InputDataArg { model, source })
+    }
+}
+
+/// What the Infer scenario needs to know beside the models.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferOptions {
+    pub models: Vec<ModelSelection>,
+    pub shapes: Vec<ShapeOverride>,
+    pub input_data: Vec<InputDataArg>,
+    pub batch_size: u32,
+    pub string_length: usize,
+    /// Largest allowed difference of a float output from its validation data.
+    pub tolerance: f64,
+    /// A repeated input must give byte-identical outputs.
+    pub consistency: bool,
+    pub seed: u64,
+}
+
+impl Default for InferOptions {
+    fn default() -> Self {
+        Self {
+            models: Vec::new(),
+            shapes: Vec::new(),
+            input_data: Vec::new(),
+            batch_size: 1,
+            string_length: DEFAULT_STRING_LENGTH,
+            tolerance: 0.0,
+            consistency: false,
+            seed: 0,
+        }
+    }
+}
+
+/// perf_analyzer's default length of random BYTES elements.
+pub const DEFAULT_STRING_LENGTH: usize = 128;
+
+impl InferOptions {
+    /// The data source for a model: its own `MODEL=...`, else the general one, else random.
+    pub fn source_for(&self, model: &str) -> DataSource {
+        self.input_data
+            .iter()
+            .find(|d| d.model.as_deref() == Some(model))
+            .or_else(|| self.input_data.iter().find(|d| d.model.is_none()))
+            .map_or(DataSource::Random, |d| d.source.clone())
+    }
+
+    /// Flags that name a model or input the selection does not have (checked before any load).
+    pub fn check_names(&self, models: &[ModelDescription]) -> Result<(), String> {
+        for shape in &self.shapes {
+            let targets: Vec<&ModelDescription> = match &shape.model {
+                Some(m) => {
+                    let found: Vec<_> = models.iter().filter(|d| &d.name == m).collect();
+                    if found.is_empty() {
+                        return Err(format!(
+                            "--shape {m}/{}: model {m} is not among the --model selection",
+                            shape.input
+                        ));
+                    }
+                    found
+                }
+                None => models.iter().collect(),
+            };
+            if !targets.iter().any(|d| d.input(&shape.input).is_some()) {
+                let d = targets[0];
+                return Err(format!(
+                    "--shape {}: model {} has no input {} (inputs: {})",
+                    shape.input,
+                    d.name,
+                    shape.input,
+                    ModelDescription::names(&d.inputs)
+                ));
+            }
+        }
+        for data in &self.input_data {
+            if let Some(m) = &data.model
+                && !models.iter().any(|d| &d.name == m)
+            {
+                return Err(format!(
+                    "--input-data {m}=...: model {m} is not among the --model selection"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One request of a model, ready to send, with what its response must hold.
+#[derive(Debug, Clone)]
+pub struct PlannedRequest {
+    pub request: InferRequest,
+    /// The batch dimension of this request (1 for a model that does not batch).
+    pub batch: i64,
+    /// Expected output values (from `validation_data`), by output name.
+    pub expected: BTreeMap<String, ExpectedOutput>,
+}
+
+/// An output's expected values: its raw bytes (BYTES in the raw layout) and, when the data gave
+/// one, its shape without the batch dimension.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpectedOutput {
+    pub data: Bytes,
+    pub shape: Option<Vec<i64>>,
+}
+
+/// How many distinct random requests a model cycles through.
+const RANDOM_VARIANTS: usize = 16;
+
+/// The fully known shape (without the batch dimension) of an input: its dims with `-1`s taken
+/// from `--shape`; an unfilled `-1` is an error naming model and input.
+pub fn input_shape(
+    model: &ModelDescription,
+    input: &TensorSpec,
+    shapes: &[ShapeOverride],
+) -> Result<Vec<i64>, String> {
+    let chosen = shapes
+        .iter()
+        .find(|s| s.model.as_deref() == Some(&model.name) && s.input == input.name)
+        .or_else(|| {
+            shapes
+                .iter()
+                .find(|s| s.model.is_none() && s.input == input.name)
+        });
+    match chosen {
+        Some(s) => {
+            let fits = s.dims.len() == input.dims.len()
+                && s.dims
+                    .iter()
+                    .zip(&input.dims)
+                    .all(|(o, d)| *d < 0 || o == d);
+            if !fits {
+                return Err(format!(
+                    "--shape {}: model {} input {} has dims {:?} (without the batch dimension); {:?} does not fit them",
+                    s.input, model.name, input.name, input.dims, s.dims
+                ));
+            }
+            Ok(s.dims.clone())
+        }
+        None if input.dims.iter().any(|d| *d < 0) => Err(format!(
+            "model {} input {} has a dynamic dimension {:?}: give its shape with --shape {}/{}:D1,D2,... or in the input data as {{\"content\": ..., \"shape\": ...}}",
+            model.name, input.name, input.dims, model.name, input.name
+        )),
+        None => Ok(input.dims.clone()),
+    }
+}
+
+fn element_count(shape: &[i64]) -> usize {
+    shape.iter().map(|d| (*d).max(0) as usize).product()
+}
+
+/// The batch a model's requests carry: `--batch-size` within `max_batch_size`.
+pub fn batch_for(model: &ModelDescription, batch_size: u32) -> Result<i64, String> {
+    let b = i64::from(batch_size);
+    if b < 1 {
+        return Err("--batch-size must be at least 1".into());
+    }
+    if model.max_batch_size == 0 && b > 1 {
+        return Err(format!(
+            "--batch-size {b}: model {} does not batch (max_batch_size 0)",
+            model.name
+        ));
+    }
+    if model.max_batch_size > 0 && b > model.max_batch_size {
+        return Err(format!(
+            "--batch-size {b} is above model {}'s max_batch_size {}",
+            model.name, model.max_batch_size
+        ));
+    }
+    Ok(b)
+}
+
+fn requested_outputs(model: &ModelDescription) -> Vec<RequestedOutput> {
+    model
+        .outputs
+        .iter()
+        .map(|o| RequestedOutput {
+            name: o.name.clone(),
+            class_count: None,
+            datatype: Some(o.datatype),
+        })
+        .collect()
+}
+
+fn full_shape(model: &ModelDescription, batch: i64, shape: &[i64]) -> Vec<i64> {
+    if model.max_batch_size > 0 {
+        std::iter::once(batch)
+            .chain(shape.iter().copied())
+            .collect()
+    } else {
+        shape.to_vec()
+    }
+}
+
+/// Random or zero values for `count` elements of `datatype`.
+fn generated(
+    datatype: DataType,
+    count: usize,
+    zero: bool,
+    string_length: usize,
+    rng: &mut StdRng,
+) -> Bytes {
+    let mut out = Vec::new();
+    match datatype.size() {
+        None => {
+            for _ in 0..count {
+                let element: Vec<u8> = if zero {
+                    vec![b'0'; string_length]
+                } else {
+                    (0..string_length)
+                        .map(|_| rng.sample(rand::distr::Alphanumeric))
+                        .collect()
+                };
+                tensor::push_bytes_element(&mut out, &element);
+            }
+        }
+        Some(size) if zero => out.resize(count * size, 0),
+        Some(size) => {
+            for _ in 0..count {
+                match datatype {
+                    DataType::Bool => out.push(u8::from(rng.random_bool(0.5))),
+                    // Floats in [0, 1): finite, so any model's arithmetic stays finite too.
+                    DataType::Fp16 => out
+                        .extend_from_slice(&tensor::f32_to_f16(rng.random::<f32>()).to_le_bytes()),
+                    DataType::Bf16 => out
+                        .extend_from_slice(&tensor::f32_to_bf16(rng.random::<f32>()).to_le_bytes()),
+                    DataType::Fp32 => out.extend_from_slice(&rng.random::<f32>().to_le_bytes()),
+                    DataType::Fp64 => out.extend_from_slice(&rng.random::<f64>().to_le_bytes()),
+                    _ => {
+                        let bytes: [u8; 8] = rng.random();
+                        out.extend_from_slice(&bytes[..size]);
+                    }
+                }
+            }
+        }
+    }
+    out.into()
+}
+
+/// The requests a model cycles through: random (16 variants) or zero data for every required
+/// input, or one request per entry of a perf_analyzer input-data file.
+pub fn plan_requests(
+    model: &ModelDescription,
+    options: &InferOptions,
+    data: Option<&InputDataFile>,
+    rng: &mut StdRng,
+) -> Result<Vec<PlannedRequest>, String> {
+    let batch = batch_for(model, options.batch_size)?;
+    let outputs = requested_outputs(model);
+    let new_request = |inputs: Vec<Tensor>| {
+        let mut r = InferRequest::new(&model.name, inputs);
+        r.version = model.version.clone();
+        r.outputs = outputs.clone();
+        r
+    };
+    let Some(file) = data else {
+        let zero = options.source_for(&model.name) == DataSource::Zero;
+        let shapes: Vec<(&TensorSpec, Vec<i64>)> = model
+            .inputs
+            .iter()
+            .filter(|i| !i.optional)
+            .map(|i| Ok((i, input_shape(model, i, &options.shapes)?)))
+            .collect::<Result<_, String>>()?;
+        let variants = if zero { 1 } else { RANDOM_VARIANTS };
+        return Ok((0..variants)
+            .map(|_| {
+                let inputs = shapes
+                    .iter()
+                    .map(|(spec, shape)| {
+                        let count = element_count(shape) * batch as usize;
+                        Tensor {
+                            name: spec.name.clone(),
+                            datatype: spec.datatype,
+                            shape: full_shape(model, batch, shape),
+                            data: generated(spec.datatype, count, zero, options.string_length, rng),
+                        }
+                    })
+                    .collect();
+                PlannedRequest {
+                    request: new_request(inputs),
+                    batch,
+                    expected: BTreeMap::new(),
+                }
+            })
+            .collect());
+    };
+    let entries = file.entries(model, &options.shapes)?;
+    if entries.is_empty() {
+        return Err(format!("{}: \"data\" has no entries", file.path.display()));
+    }
+    // Request k takes entries k, k+1, ..., k+b-1 (wrapping) as its batch elements: n distinct
+    // requests, every entry in every position.
+    let n = entries.len();
+    (0..n)
+        .map(|k| {
+            let members: Vec<&Entry> = (0..batch as usize)
+                .map(|i| &entries[(k + i) % n])
+                .collect();
+            let first = members[0];
+            let mut inputs = Vec::new();
+            // In the model's order, as random requests have them.
+            for spec in &model.inputs {
+                let name = &spec.name;
+                let Some(value) = first.inputs.get(name) else {
+                    continue;
+                };
+                let mut data = Vec::new();
+                for m in &members {
+                    let v = m.inputs.get(name).ok_or_else(|| {
+                        format!(
+                            "{}: data[{}] has no {name} but data[{}] has it; entries batched together must give the same inputs",
+                            file.path.display(), m.index, first.index
+                        )
+                    })?;
+                    if v.shape != value.shape {
+                        return Err(format!(
+                            "{}: data[{}].{name} has shape {:?} but data[{}].{name} {:?}; entries batched together must agree",
+                            file.path.display(), m.index, v.shape, first.index, value.shape
+                        ));
+                    }
+                    data.extend_from_slice(&v.data);
+                }
+                inputs.push(Tensor {
+                    name: name.clone(),
+                    datatype: spec.datatype,
+                    shape: full_shape(model, batch, &value.shape),
+                    data: data.into(),
+                });
+            }
+            let mut expected = BTreeMap::new();
+            if let Some(validation) = &first.validation {
+                for (name, value) in validation {
+                    let mut data = Vec::new();
+                    for m in &members {
+                        let v = m.validation.as_ref().and_then(|v| v.get(name)).ok_or_else(|| {
+                            format!(
+                                "{}: validation_data[{}] has no {name} but validation_data[{}] has it",
+                                file.path.display(), m.index, first.index
+                            )
+                        })?;
+                        data.extend_from_slice(&v.data);
+                    }
+                    expected.insert(
+                        name.clone(),
+                        ExpectedOutput {
+                            data: data.into(),
+                            shape: value.explicit_shape.then(|| value.shape.clone()),
+                        },
+                    );
+                }
+            }
+            Ok(PlannedRequest {
+                request: new_request(inputs),
+                batch,
+                expected,
+            })
+        })
+        .collect()
+}
+
+/// A perf_analyzer `--input-data` file, parsed as JSON and not yet matched to a model.
+#[derive(Debug, Clone)]
+pub struct InputDataFile {
+    pub path: PathBuf,
+    data: Vec<Value>,
+    validation: Option<Vec<Value>>,
+}
+
+/// One entry of the file, matched to a model: tensor values without the batch dimension.
+#[derive(Debug, Clone)]
+struct Entry {
+    index: usize,
+    inputs: BTreeMap<String, TensorValue>,
+    validation: Option<BTreeMap<String, TensorValue>>,
+}
+
+#[derive(Debug, Clone)]
+struct TensorValue {
+    shape: Vec<i64>,
+    /// The shape came with the value (`{"content", "shape"}`), not from the model.
+    explicit_shape: bool,
+    data: Vec<u8>,
+}
+
+impl InputDataFile {
+    pub fn read(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--input-data {}: {e}", path.display()))?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Self, String> {
+        let at = path.display();
+        let v: Value = serde_json::from_str(text).map_err(|e| format!("{at}: not JSON: {e}"))?;
+        let object = v
+            .as_object()
+            .ok_or_else(|| format!("{at}: expected an object with \"data\""))?;
+        for key in object.keys() {
+            if key != "data" && key != "validation_data" {
+                return Err(format!(
+                    "{at}: unknown key {key:?} (perf_analyzer's format has \"data\" and \"validation_data\")"
+                ));
+            }
+        }
+        // Several streams ([[...], [...]]) are for sequences; other models take them in order.
+        let flatten = |key: &str| -> Result<Option<Vec<Value>>, String> {
+            let Some(list) = v.get(key) else {
+                return Ok(None);
+            };
+            let list = list
+                .as_array()
+                .ok_or_else(|| format!("{at}: \"{key}\" is not a list"))?;
+            if list.iter().all(Value::is_array) && !list.is_empty() {
+                Ok(Some(
+                    list.iter()
+                        .flat_map(|s| s.as_array().expect("checked").iter().cloned())
+                        .collect(),
+                ))
+            } else {
+                Ok(Some(list.clone()))
+            }
+        };
+        let data = flatten("data")?.ok_or_else(|| format!("{at}: no \"data\""))?;
+        let validation = flatten("validation_data")?;
+        if let Some(val) = &validation
+            && val.len() != data.len()
+        {
+            return Err(format!(
+                "{at}: \"validation_data\" has {} entries but \"data\" has {}; they pair by index",
+                val.len(),
+                data.len()
+            ));
+        }
+        Ok(Self {
+            path: path.into(),
+            data,
+            validation,
+        })
+    }
+
+    /// The entries as tensors of `model`, every name, shape and datatype checked against it.
+    fn entries(
+        &self,
+        model: &ModelDescription,
+        shapes: &[ShapeOverride],
+    ) -> Result<Vec<Entry>, String> {
+        let at = self.path.display();
+        let mut entries = Vec::new();
+        for (index, entry) in self.data.iter().enumerate() {
+            let object = entry
+                .as_object()
+                .ok_or_else(|| format!("{at}: data[{index}] is not an object"))?;
+            let mut inputs = BTreeMap::new();
+            for (name, value) in object {
+                let field = format!("{at}: data[{index}].{name}");
+                let spec = model.input(name).ok_or_else(|| {
+                    format!(
+                        "{field}: model {} has no input {name} (inputs: {})",
+                        model.name,
+                        ModelDescription::names(&model.inputs)
+                    )
+                })?;
+                inputs.insert(
+                    name.clone(),
+                    tensor_value(&field, model, spec, true, value, shapes)?,
+                );
+            }
+            for spec in &model.inputs {
+                if !spec.optional && !inputs.contains_key(&spec.name) {
+                    return Err(format!(
+                        "{at}: data[{index}] has no value for model {}'s required input {}",
+                        model.name, spec.name
+                    ));
+                }
+            }
+            let validation = match &self.validation {
+                None => None,
+                Some(list) => {
+                    let object = list[index].as_object().ok_or_else(|| {
+                        format!("{at}: validation_data[{index}] is not an object")
+                    })?;
+                    let mut outputs = BTreeMap::new();
+                    for (name, value) in object {
+                        let field = format!("{at}: validation_data[{index}].{name}");
+                        let spec = model.output(name).ok_or_else(|| {
+                            format!(
+                                "{field}: model {} has no output {name} (outputs: {})",
+                                model.name,
+                                ModelDescription::names(&model.outputs)
+                            )
+                        })?;
+                        outputs.insert(
+                            name.clone(),
+                            tensor_value(&field, model, spec, false, value, &[])?,
+                        );
+                    }
+                    Some(outputs)
+                }
+            };
+            entries.push(Entry {
+                index,
+                inputs,
+                validation,
+            });
+        }
+        Ok(entries)
+    }
+}
+
+/// One value of the file: a flat list (the shape is the model's, `-1`s from `--shape`),
+/// `{"content": [...], "shape": [...]}`, or `{"b64": "..."}` (raw bytes, shape as for a list).
+fn tensor_value(
+    field: &str,
+    model: &ModelDescription,
+    spec: &TensorSpec,
+    is_input: bool,
+    value: &Value,
+    shapes: &[ShapeOverride],
+) -> Result<TensorValue, String> {
+    let kind = if is_input { "input" } else { "output" };
+    let model_shape = || {
+        if is_input {
+            input_shape(model, spec, shapes).map_err(|e| format!("{field}: {e}"))
+        } else if spec.dims.iter().any(|d| *d < 0) {
+            Err(format!(
+                "{field}: model {} output {} has a dynamic dimension {:?}: give its validation data as {{\"content\": [...], \"shape\": [...]}}",
+                model.name, spec.name, spec.dims
+            ))
+        } else {
+            Ok(spec.dims.clone())
+        }
+    };
+    let (content, shape, explicit_shape) = match value {
+        Value::Array(list) => (Content::List(list), model_shape()?, false),
+        Value::Object(o) if o.contains_key("b64") => {
+            let text = o["b64"]
+                .as_str()
+                .ok_or_else(|| format!("{field}.b64: not a string"))?;
+            let raw = base64_decode(text).map_err(|e| format!("{field}.b64: {e}"))?;
+            let shape = match o.get("shape") {
+                Some(s) => shape_of(field, s)?,
+                None => model_shape()?,
+            };
+            (Content::Raw(raw), shape, o.contains_key("shape"))
+        }
+        Value::Object(o) if o.contains_key("content") => {
+            let list = o["content"]
+                .as_array()
+                .ok_or_else(|| format!("{field}.content: not a list"))?;
+            let shape = match o.get("shape") {
+                Some(s) => shape_of(field, s)?,
+                None => model_shape()?,
+            };
+            (Content::List(list), shape, o.contains_key("shape"))
+        }
+        _ => {
+            return Err(format!(
+                "{field}: expected a list, {{\"content\": [...], \"shape\": [...]}} or {{\"b64\": \"...\"}}"
+            ));
+        }
+    };
+    let fits = shape.len() == spec.dims.len()
+        && shape.iter().zip(&spec.dims).all(|(s, d)| *d < 0 || s == d);
+    if !fits {
+        return Err(format!(
+            "{field}: shape {shape:?} does not fit model {} {kind} {} dims {:?} (without the batch dimension)",
+            model.name, spec.name, spec.dims
+        ));
+    }
+    let count = element_count(&shape);
+    let data = match content {
+        Content::Raw(raw) => {
+            if let Some(size) = spec.datatype.size()
+                && raw.len() != count * size
+            {
+                return Err(format!(
+                    "{field}.b64: {} bytes, but shape {shape:?} of {} needs {}",
+                    raw.len(),
+                    spec.datatype,
+                    count * size
+                ));
+            }
+            if spec.datatype == DataType::Bytes {
+                let n = tensor::split_bytes(&raw)
+                    .map_err(|e| format!("{field}.b64: malformed BYTES: {e}"))?
+                    .len();
+                if n != count {
+                    return Err(format!(
+                        "{field}.b64: {n} BYTES elements, but shape {shape:?} needs {count}"
+                    ));
+                }
+            }
+            raw
+        }
+        Content::List(list) => {
+            // perf_analyzer accepts nested lists for content; flatten them.
+            let mut flat = Vec::new();
+            flatten_json(list, &mut flat);
+            if flat.len() != count {
+                return Err(format!(
+                    "{field}: {} values, but shape {shape:?} needs {count}",
+                    flat.len()
+                ));
+            }
+            let mut out = Vec::new();
+            for (i, v) in flat.iter().enumerate() {
+                if spec.datatype == DataType::Bytes {
+                    let s = v.as_str().ok_or_else(|| {
+                        format!("{field}[{i}]: {v} is not a string (the tensor is BYTES)")
+                    })?;
+                    tensor::push_bytes_element(&mut out, s.as_bytes());
+                } else {
+                    // perf_analyzer wants floats written as floats for FP types (1.0, not 1).
+                    if spec.datatype.is_float() && !v.is_f64() {
+                        return Err(format!(
+                            "{field}[{i}]: {v} is not a float (write 1.0, not 1, as perf_analyzer requires)"
+                        ));
+                    }
+                    tensor::encode_json_scalar(spec.datatype, v, &mut out).ok_or_else(|| {
+                        format!("{field}[{i}]: {v} is not a {} value", spec.datatype)
+                    })?;
+                }
+            }
+            out
+        }
+    };
+    Ok(TensorValue {
+        shape,
+        explicit_shape,
+        data,
+    })
+}
+
+enum Content<'a> {
+    List(&'a Vec<Value>),
+    Raw(Vec<u8>),
+}
+
+fn flatten_json<'a>(list: &'a [Value], out: &mut Vec<&'a Value>) {
+    for v in list {
+        match v {
+            Value::Array(inner) => flatten_json(inner, out),
+            other => out.push(other),
+        }
+    }
+}
+
+fn shape_of(field: &str, v: &Value) -> Result<Vec<i64>, String> {
+    v.as_array()
+        .and_then(|a| {
+            a.iter()
+                .map(|d| d.as_i64().filter(|d| *d >= 0))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| format!("{field}.shape: {v} is not a list of whole numbers >= 0"))
+}
+
+/// Standard base64 (with or without padding), as perf_analyzer's `b64` values are written.
+pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for (i, c) in text.trim_end_matches('=').bytes().enumerate() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return Err(format!("character {:?} at {i} is not base64", c as char)),
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Ok(out)
+}
+
+/// A check that failed: which output, what was expected and what came.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckFailure {
+    pub output: String,
+    pub expected: String,
+    pub actual: String,
+}
+
+impl CheckFailure {
+    fn new(output: &str, expected: impl Into<String>, actual: impl Into<String>) -> Self {
+        Self {
+            output: output.into(),
+            expected: expected.into(),
+            actual: actual.into(),
+        }
+    }
+}
+
+/// Every check on one response: each requested output present and declared, datatype and shape
+/// as the model declares (the batch dimension = the request's batch, `-1` free), raw size =
+/// elements × datatype size, BYTES well-formed with as many elements as the shape says, and the
+/// validation data (floats within `tolerance`).
+pub fn check_response(
+    model: &ModelDescription,
+    planned: &PlannedRequest,
+    response: &InferResponse,
+    tolerance: f64,
+) -> Result<(), CheckFailure> {
+    let mut seen = BTreeSet::new();
+    for out in &response.outputs {
+        let Some(spec) = model.output(&out.name) else {
+            return Err(CheckFailure::new(
+                &out.name,
+                format!(
+                    "only declared outputs ({})",
+                    ModelDescription::names(&model.outputs)
+                ),
+                format!(
+                    "undeclared output {} {} {:?}",
+                    out.name, out.datatype, out.shape
+                ),
+            ));
+        };
+        if !seen.insert(out.name.as_str()) {
+            return Err(CheckFailure::new(&out.name, "the output once", "it twice"));
+        }
+        if out.datatype != spec.datatype {
+            return Err(CheckFailure::new(
+                &out.name,
+                format!("datatype {}", spec.datatype),
+                format!("{}", out.datatype),
+            ));
+        }
+        let want_shape = full_shape(model, planned.batch, &spec.dims);
+        let shape_ok = out.shape.len() == want_shape.len()
+            && out
+                .shape
+                .iter()
+                .zip(&want_shape)
+                .all(|(got, want)| *got >= 0 && (*want < 0 || got == want));
+        if !shape_ok {
+            return Err(CheckFailure::new(
+                &out.name,
+                format!("shape {want_shape:?} (-1: any)"),
+                format!("{:?}", out.shape),
+            ));
+        }
+        let count = element_count(&out.shape);
+        match spec.datatype.size() {
+            Some(size) => {
+                if out.data.len() != count * size {
+                    return Err(CheckFailure::new(
+                        &out.name,
+                        format!(
+                            "{} bytes ({count} {} elements of shape {:?})",
+                            count * size,
+                            spec.datatype,
+                            out.shape
+                        ),
+                        format!("{} bytes", out.data.len()),
+                    ));
+                }
+            }
+            None => {
+                let elements = tensor::split_bytes(&out.data).map_err(|e| {
+                    CheckFailure::new(
+                        &out.name,
+                        format!("well-formed BYTES ({count} length-prefixed elements)"),
+                        format!("malformed BYTES: {e}"),
+                    )
+                })?;
+                if elements.len() != count {
+                    return Err(CheckFailure::new(
+                        &out.name,
+                        format!("{count} BYTES elements (shape {:?})", out.shape),
+                        format!("{} elements", elements.len()),
+                    ));
+                }
+            }
+        }
+        if let Some(expected) = planned.expected.get(&out.name) {
+            compare_values(spec, planned.batch, model, expected, out, tolerance)?;
+        }
+    }
+    for requested in &planned.request.outputs {
+        if !seen.contains(requested.name.as_str()) {
+            let got: Vec<&str> = response.outputs.iter().map(|o| o.name.as_str()).collect();
+            return Err(CheckFailure::new(
+                &requested.name,
+                format!("output {}", requested.name),
+                format!("no such output in the response (outputs: {got:?})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn compare_values(
+    spec: &TensorSpec,
+    batch: i64,
+    model: &ModelDescription,
+    expected: &ExpectedOutput,
+    out: &Tensor,
+    tolerance: f64,
+) -> Result<(), CheckFailure> {
+    if let Some(shape) = &expected.shape {
+        let want = full_shape(model, batch, shape);
+        if out.shape != want {
+            return Err(CheckFailure::new(
+                &out.name,
+                format!("shape {want:?} (validation data)"),
+                format!("{:?}", out.shape),
+            ));
+        }
+    }
+    let show = |data: &[u8]| preview(spec.datatype, data);
+    let mismatch = || {
+        CheckFailure::new(
+            &out.name,
+            format!("{} (validation data)", show(&expected.data)),
+            show(&out.data),
+        )
+    };
+    match spec.datatype.size() {
+        Some(size) if spec.datatype.is_float() && tolerance > 0.0 => {
+            if expected.data.len() != out.data.len() {
+                return Err(mismatch());
+            }
+            let close = expected
+                .data
+                .chunks_exact(size)
+                .zip(out.data.chunks_exact(size))
+                .all(|(e, g)| {
+                    match (
+                        tensor::decode_scalar(spec.datatype, e).as_f64(),
+                        tensor::decode_scalar(spec.datatype, g).as_f64(),
+                    ) {
+                        (Some(e), Some(g)) => {
+                            (e - g).abs() <= tolerance || (e.is_nan() && g.is_nan())
+                        }
+                        _ => false,
+                    }
+                });
+            if !close {
+                return Err(mismatch());
+            }
+        }
+        _ => {
+            if expected.data != out.data {
+                return Err(mismatch());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The first elements of a tensor's raw data, readable (`[1, 2, 3, ... (16 elements)]`).
+pub fn preview(datatype: DataType, data: &[u8]) -> String {
+    const SHOWN: usize = 8;
+    let (items, total): (Vec<String>, usize) = match datatype.size() {
+        Some(size) => (
+            data.chunks_exact(size)
+                .take(SHOWN)
+                .map(|c| tensor::decode_scalar(datatype, c).to_string())
+                .collect(),
+            data.len() / size,
+        ),
+        None => match tensor::split_bytes(data) {
+            Ok(elements) => (
+                elements
+                    .iter()
+                    .take(SHOWN)
+                    .map(|e| format!("{:?}", String::from_utf8_lossy(e)))
+                    .collect(),
+                elements.len(),
+            ),
+            Err(e) => return format!("malformed BYTES ({e})"),
+        },
+    };
+    if total > SHOWN {
+        format!("[{}, ... ({total} elements)]", items.join(", "))
+    } else {
+        format!("[{}]", items.join(", "))
+    }
+}
+
+/// `--consistency`: the outputs of a repeated request must be byte-identical to its first.
+pub fn check_consistent(first: &InferResponse, again: &InferResponse) -> Result<(), CheckFailure> {
+    for out in &again.outputs {
+        let Some(before) = first.outputs.iter().find(|o| o.name == out.name) else {
+            continue;
+        };
+        if before.data != out.data || before.shape != out.shape {
+            return Err(CheckFailure::new(
+                &out.name,
+                format!(
+                    "the same output as the first response to this input: {} {:?}",
+                    preview(before.datatype, &before.data),
+                    before.shape
+                ),
+                format!("{} {:?}", preview(out.datatype, &out.data), out.shape),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use serde_json::json;
+
+    fn spec(name: &str, datatype: DataType, dims: &[i64]) -> TensorSpec {
+        TensorSpec {
+            name: name.into(),
+            datatype,
+            dims: dims.to_vec(),
+            optional: false,
+        }
+    }
+
+    /// A batching model: X FP32 [2], S BYTES [-1], OPT INT32 [1] optional → Y FP32 [2], T BYTES [-1].
+    fn model() -> ModelDescription {
+        ModelDescription {
+            name: "m".into(),
+            version: String::new(),
+            max_batch_size: 4,
+            inputs: vec![
+                spec("X", DataType::Fp32, &[2]),
+                spec("S", DataType::Bytes, &[-1]),
+                TensorSpec {
+                    optional: true,
+                    ..spec("OPT", DataType::Int32, &[1])
+                },
+            ],
+            outputs: vec![
+                spec("Y", DataType::Fp32, &[2]),
+                spec("T", DataType::Bytes, &[-1]),
+            ],
+            decoupled: false,
+            sequence_batching: false,
+        }
+    }
+
+    fn options() -> InferOptions {
+        InferOptions {
+            models: vec!["m".parse().unwrap()],
+            shapes: vec!["S:3".parse().unwrap()],
+            ..Default::default()
+        }
+    }
+
+    fn rng() -> StdRng {
+        StdRng::seed_from_u64(1)
+    }
+
+    fn f32s(values: &[f32]) -> Bytes {
+        values
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<_>>()
+            .into()
+    }
+
+    fn strings(values: &[&str]) -> Bytes {
+        let mut out = Vec::new();
+        for v in values {
+            tensor::push_bytes_element(&mut out, v.as_bytes());
+        }
+        out.into()
+    }
+
+    fn tensor(name: &str, datatype: DataType, shape: &[i64], data: Bytes) -> Tensor {
+        Tensor {
+            name: name.into(),
+            datatype,
+            shape: shape.to_vec(),
+            data,
+        }
+    }
+
+    /// What the model should answer to a batch-2 request: Y [2,2] FP32 and T [2,3] BYTES.
+    fn good_response() -> InferResponse {
+        InferResponse {
+            model_version: "1".into(),
+            outputs: vec![
+                tensor("Y", DataType::Fp32, &[2, 2], f32s(&[1.0, 2.0, 3.0, 4.0])),
+                tensor(
+                    "T",
+                    DataType::Bytes,
+                    &[2, 3],
+                    strings(&["a", "b", "c", "d", "e", "f"]),
+                ),
+            ],
+        }
+    }
+
+    fn planned(batch: i64) -> PlannedRequest {
+        let mut o = options();
+        o.batch_size = batch as u32;
+        plan_requests(&model(), &o, None, &mut rng())
+            .unwrap()
+            .remove(0)
+    }
+
+    #[test]
+    fn flags_parse_as_perf_analyzer_writes_them() {
+        let m: ModelSelection = "resnet@3:5".parse().unwrap();
+        assert_eq!(
+            (m.name.as_str(), m.version.as_str(), m.weight),
+            ("resnet", "3", 5)
+        );
+        let m: ModelSelection = "bert".parse().unwrap();
+        assert_eq!((m.version.as_str(), m.weight), ("", 1));
+        for bad in ["", "a:0", "a:x", "a@", "a@v1", "@1"] {
+            assert!(bad.parse::<ModelSelection>().is_err(), "{bad}");
+        }
+        let s: ShapeOverride = "m/IN:3,224".parse().unwrap();
+        assert_eq!(
+            (s.model.as_deref(), s.input.as_str(), s.dims),
+            (Some("m"), "IN", vec![3, 224])
+        );
+        let s: ShapeOverride = "IN:7".parse().unwrap();
+        assert_eq!((s.model, s.dims), (None, vec![7]));
+        for bad in ["IN", "IN:-1", "IN:a", ":3", "/IN:3"] {
+            assert!(bad.parse::<ShapeOverride>().is_err(), "{bad}");
+        }
+        let d: InputDataArg = "m=data.json".parse().unwrap();
+        assert_eq!(d.model.as_deref(), Some("m"));
+        assert_eq!(d.source, DataSource::File("data.json".into()));
+        assert_eq!(
+            "zero".parse::<InputDataArg>().unwrap().source,
+            DataSource::Zero
+        );
+        assert_eq!(
+            "m=random".parse::<InputDataArg>().unwrap().source,
+            DataSource::Random
+        );
+    }
+
+    #[test]
+    fn half_precision_conversions() {
+        for v in [
+            0.0f32,
+            1.0,
+            -2.5,
+            0.333_251_95,
+            65504.0,
+            6.1035156e-05,
+            5.9604645e-08,
+        ] {
+            assert_eq!(tensor::f16_to_f32(tensor::f32_to_f16(v)), v, "{v}");
+        }
+        assert_eq!(tensor::f32_to_f16(1.0), 0x3c00);
+        assert_eq!(tensor::f32_to_f16(1e6), 0x7c00, "overflow is infinity");
+        assert_eq!(tensor::f32_to_bf16(1.0), 0x3f80);
+        assert_eq!(tensor::bf16_to_f32(0x4049), 3.140625);
+        assert_eq!(tensor::f32_to_bf16(3.140_7), 0x4049);
+    }
+
+    #[test]
+    fn base64_decodes_with_and_without_padding() {
+        assert_eq!(base64_decode("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(base64_decode("aGVsbG8").unwrap(), b"hello");
+        assert_eq!(base64_decode("AQIDBA==").unwrap(), [1, 2, 3, 4]);
+        assert!(base64_decode("a$b").is_err());
+    }
+
+    #[test]
+    fn description_merges_metadata_and_config() {
+        let metadata: ModelMetadata = serde_json::from_value(json!({
+            "name": "m", "versions": ["1"], "platform": "python",
+            "inputs": [{"name": "X", "datatype": "FP32", "shape": [-1, 2]},
+                       {"name": "S", "datatype": "BYTES", "shape": [-1, -1]},
+                       {"name": "OPT", "datatype": "INT32", "shape": [-1, 1]}],
+            "outputs": [{"name": "Y", "datatype": "FP32", "shape": [-1, 2]},
+                        {"name": "T", "datatype": "BYTES", "shape": [-1, -1]}]
+        }))
+        .unwrap();
+        let config = ModelConfig::from_json(&json!({
+            "name": "m", "max_batch_size": 4,
+            "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [2]},
+                      {"name": "S", "data_type": "TYPE_STRING", "dims": [-1]},
+                      {"name": "OPT", "data_type": "TYPE_INT32", "dims": ["1"], "optional": true,
+                       "reshape": {"shape": []}}],
+            "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [2]},
+                       {"name": "T", "data_type": "TYPE_STRING", "dims": [-1]}],
+            "dynamic_batching": {}
+        }))
+        .unwrap();
+        assert_eq!(config.inputs[2].reshape, Some(vec![]));
+        assert_eq!(config.inputs[2].dims, vec![1]);
+        assert!(!config.sequence_batching && !config.decoupled);
+        assert_eq!(
+            ModelDescription::new("", &metadata, &config).unwrap(),
+            model()
+        );
+    }
+
+    #[test]
+    fn random_and_zero_requests_follow_the_model() {
+        let requests = plan_requests(&model(), &options(), None, &mut rng()).unwrap();
+        assert_eq!(requests.len(), RANDOM_VARIANTS);
+        let r = &requests[0].request;
+        // The optional input is left out; outputs are all requested.
+        let names: Vec<&str> = r.inputs.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["X", "S"]);
+        assert_eq!(r.outputs.len(), 2);
+        assert_eq!(r.inputs[0].shape, [1, 2]);
+        assert_eq!(r.inputs[0].data.len(), 8);
+        assert_eq!(r.inputs[1].shape, [1, 3]);
+        let elements = tensor::split_bytes(&r.inputs[1].data).unwrap();
+        assert_eq!(elements.len(), 3);
+        assert!(elements.iter().all(|e| e.len() == DEFAULT_STRING_LENGTH));
+        assert_ne!(requests[0].request.inputs, requests[1].request.inputs);
+        let again = plan_requests(&model(), &options(), None, &mut rng()).unwrap();
+        assert_eq!(
+            again[0].request.inputs, requests[0].request.inputs,
+            "seeded"
+        );
+
+        let mut o = options();
+        o.input_data = vec!["zero".parse().unwrap()];
+        o.batch_size = 4;
+        o.string_length = 2;
+        let zero = plan_requests(&model(), &o, None, &mut rng()).unwrap();
+        assert_eq!(zero.len(), 1);
+        assert_eq!(zero[0].request.inputs[0].shape, [4, 2]);
+        assert_eq!(zero[0].request.inputs[0].data, Bytes::from(vec![0u8; 32]));
+        assert_eq!(
+            tensor::split_bytes(&zero[0].request.inputs[1].data)
+                .unwrap()
+                .len(),
+            12
+        );
+    }
+
+    #[test]
+    fn batch_size_and_dynamic_dims_are_checked() {
+        let mut o = options();
+        o.batch_size = 5;
+        let e = plan_requests(&model(), &o, None, &mut rng()).unwrap_err();
+        assert!(e.contains("above model m's max_batch_size 4"), "{e}");
+        let unbatched = ModelDescription {
+            max_batch_size: 0,
+            ..model()
+        };
+        o.batch_size = 2;
+        let e = plan_requests(&unbatched, &o, None, &mut rng()).unwrap_err();
+        assert!(e.contains("does not batch"), "{e}");
+        o.batch_size = 1;
+        let r = plan_requests(&unbatched, &o, None, &mut rng()).unwrap();
+        assert_eq!(r[0].request.inputs[0].shape, [2], "no batch dimension");
+        o.shapes.clear();
+        let e = plan_requests(&model(), &o, None, &mut rng()).unwrap_err();
+        assert!(e.contains("model m input S has a dynamic dimension"), "{e}");
+        o.shapes = vec!["other/S:3".parse().unwrap(), "m/S:5".parse().unwrap()];
+        let r = plan_requests(&model(), &o, None, &mut rng()).unwrap();
+        assert_eq!(
+            r[0].request.inputs[1].shape,
+            [1, 5],
+            "the model's own override"
+        );
+        o.shapes = vec!["X:3".parse().unwrap(), "S:1".parse().unwrap()];
+        let e = plan_requests(&model(), &o, None, &mut rng()).unwrap_err();
+        assert!(e.contains("--shape X") && e.contains("does not fit"), "{e}");
+    }
+
+    #[test]
+    fn flags_naming_unknown_models_or_inputs_are_refused() {
+        let mut o = options();
+        o.shapes = vec!["NOPE:3".parse().unwrap()];
+        let e = o.check_names(&[model()]).unwrap_err();
+        assert!(
+            e.contains("model m has no input NOPE (inputs: X, S, OPT)"),
+            "{e}"
+        );
+        o.shapes = vec!["other/S:3".parse().unwrap()];
+        let e = o.check_names(&[model()]).unwrap_err();
+        assert!(e.contains("model other is not among"), "{e}");
+        o.shapes = vec![];
+        o.input_data = vec!["other=zero".parse().unwrap()];
+        assert!(o.check_names(&[model()]).is_err());
+    }
+
+    fn file(text: &str) -> Result<Vec<PlannedRequest>, String> {
+        let mut o = options();
+        o.batch_size = 2;
+        let f = InputDataFile::parse(Path::new("in.json"), text)?;
+        plan_requests(&model(), &o, Some(&f), &mut rng())
+    }
+
+    #[test]
+    fn input_data_files_in_perf_analyzer_format() {
+        let r = file(
+            r#"{"data": [
+                {"X": [1.0, 2.0], "S": ["a", "b", "c"]},
+                {"X": {"content": [3.0, 4.0], "shape": [2]}, "S": {"content": ["d", "e"], "shape": [2]}}
+               ],
+               "validation_data": [
+                {"Y": [1.0, 2.0], "T": {"content": ["a", "b", "c"], "shape": [3]}},
+                {"Y": {"b64": "AABAQAAAgEA="}}
+               ]}"#,
+        );
+        // Entry 0 and entry 1 batch together in request 0, and they disagree on S's shape.
+        let e = r.unwrap_err();
+        assert!(
+            e.contains("data[1].S has shape [2] but data[0].S [3]"),
+            "{e}"
+        );
+
+        let r = file(
+            r#"{"data": [
+                {"X": [1.0, 2.0], "S": ["a", "b", "c"]},
+                {"X": {"content": [[3.0, 4.0]], "shape": [2]}, "S": {"b64": "AQAAAGQBAAAAZQEAAABm", "shape": [3]}}
+               ],
+               "validation_data": [{"Y": [1.0, 2.0]}, {"Y": {"b64": "AABAQAAAgEA="}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.len(), 2);
+        let x = &r[0].request.inputs[0];
+        assert_eq!(
+            (x.name.as_str(), x.shape.as_slice()),
+            ("X", [2, 2].as_slice())
+        );
+        assert_eq!(x.data, f32s(&[1.0, 2.0, 3.0, 4.0]));
+        let s = &r[0].request.inputs[1];
+        assert_eq!(s.data, strings(&["a", "b", "c", "d", "e", "f"]));
+        assert_eq!(r[0].expected["Y"].data, f32s(&[1.0, 2.0, 3.0, 4.0]));
+        // Request 1 starts at entry 1 and wraps to entry 0.
+        assert_eq!(r[1].request.inputs[0].data, f32s(&[3.0, 4.0, 1.0, 2.0]));
+    }
+
+    #[test]
+    fn bad_input_data_names_file_and_field() {
+        let cases = [
+            ("not json", "in.json: not JSON"),
+            (r#"{"dat": []}"#, "unknown key \"dat\""),
+            (
+                r#"{"data": [{"X": [1.0, 2.0]}]}"#,
+                "data[0] has no value for model m's required input S",
+            ),
+            (
+                r#"{"data": [{"X": [1.0], "S": ["a","b","c"]}]}"#,
+                "in.json: data[0].X: 1 values, but shape [2] needs 2",
+            ),
+            (
+                r#"{"data": [{"X": [1, 2], "S": ["a","b","c"]}]}"#,
+                "data[0].X[0]: 1 is not a float",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": [1, 2, 3]}]}"#,
+                "data[0].S[0]: 1 is not a string",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": ["a","b","c"], "Z": [1]}]}"#,
+                "data[0].Z: model m has no input Z (inputs: X, S, OPT)",
+            ),
+            (
+                r#"{"data": [{"X": {"content": [1.0, 2.0], "shape": [1, 2]}, "S": ["a","b","c"]}]}"#,
+                "data[0].X: shape [1, 2] does not fit model m input X dims [2]",
+            ),
+            (
+                r#"{"data": [{"X": {"b64": "AAAA"}, "S": ["a","b","c"]}]}"#,
+                "data[0].X.b64: 3 bytes, but shape [2] of FP32 needs 8",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": ["a","b","c"]}], "validation_data": [{"W": [1.0]}]}"#,
+                "validation_data[0].W: model m has no output W (outputs: Y, T)",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": ["a","b","c"]}], "validation_data": [{"T": ["x"]}]}"#,
+                "validation_data[0].T: model m output T has a dynamic dimension",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": ["a","b","c"]}], "validation_data": []}"#,
+                "\"validation_data\" has 0 entries but \"data\" has 1",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": {"b64": "AQAAAGQBAAAA"}}]}"#,
+                "data[0].S.b64: malformed BYTES",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = file(text).unwrap_err();
+            assert!(e.contains(want), "{text}\n  gave: {e}\n  want: {want}");
+        }
+    }
+
+    #[test]
+    fn a_good_response_passes_every_check() {
+        assert_eq!(
+            check_response(&model(), &planned(2), &good_response(), 0.0),
+            Ok(())
+        );
+    }
+
+    /// Each check, broken one at a time on an otherwise good response.
+    #[test]
+    fn each_check_catches_its_fault() {
+        let p = planned(2);
+        let check = |edit: &dyn Fn(&mut InferResponse)| {
+            let mut r = good_response();
+            edit(&mut r);
+            check_response(&model(), &p, &r, 0.0).unwrap_err()
+        };
+        let f = check(&|r| {
+            r.outputs.remove(1);
+        });
+        assert_eq!(f.output, "T");
+        assert!(f.actual.starts_with("no such output"), "{f:?}");
+        let f = check(&|r| {
+            r.outputs.push(tensor(
+                "EXTRA",
+                DataType::Int32,
+                &[2, 1],
+                Bytes::from(vec![0; 8]),
+            ))
+        });
+        assert_eq!(f.output, "EXTRA");
+        assert!(
+            f.actual.contains("undeclared output EXTRA INT32 [2, 1]"),
+            "{f:?}"
+        );
+        let f = check(&|r| r.outputs[0].datatype = DataType::Fp64);
+        assert_eq!(
+            (f.expected.as_str(), f.actual.as_str()),
+            ("datatype FP32", "FP64")
+        );
+        let f = check(&|r| r.outputs[0].shape = vec![1, 4]);
+        assert_eq!(
+            (f.expected.as_str(), f.actual.as_str()),
+            ("shape [2, 2] (-1: any)", "[1, 4]")
+        );
+        let f = check(&|r| r.outputs[0].shape = vec![2, 2, 1]);
+        assert_eq!(f.actual, "[2, 2, 1]");
+        let f = check(&|r| r.outputs[0].data = f32s(&[1.0, 2.0, 3.0]));
+        assert!(
+            f.expected.starts_with("16 bytes") && f.actual == "12 bytes",
+            "{f:?}"
+        );
+        let f = check(&|r| r.outputs[1].data = r.outputs[1].data.slice(..12));
+        assert!(f.actual.starts_with("malformed BYTES: element 2"), "{f:?}");
+        let f = check(&|r| r.outputs[1].data = strings(&["a", "b"]));
+        assert_eq!(
+            (f.expected.as_str(), f.actual.as_str()),
+            ("6 BYTES elements (shape [2, 3])", "2 elements")
+        );
+        let f = check(&|r| r.outputs.push(r.outputs[0].clone()));
+        assert_eq!(f.actual, "it twice");
+    }
+
+    #[test]
+    fn validation_data_is_compared_exactly_or_within_the_tolerance() {
+        let mut p = planned(2);
+        p.expected.insert(
+            "Y".into(),
+            ExpectedOutput {
+                data: f32s(&[1.0, 2.0, 3.0, 4.001]),
+                shape: None,
+            },
+        );
+        let f = check_response(&model(), &p, &good_response(), 0.0).unwrap_err();
+        assert_eq!(f.output, "Y");
+        assert!(
+            f.expected.contains("4.001") && f.actual.contains("[1.0, 2.0, 3.0, 4.0]"),
+            "{f:?}"
+        );
+        assert_eq!(check_response(&model(), &p, &good_response(), 0.01), Ok(()));
+        p.expected.insert(
+            "T".into(),
+            ExpectedOutput {
+                data: strings(&["a", "b", "c", "d", "e", "g"]),
+                shape: Some(vec![3]),
+            },
+        );
+        let f = check_response(&model(), &p, &good_response(), 0.01).unwrap_err();
+        assert_eq!(f.output, "T");
+        assert!(f.actual.contains("\"f\""), "{f:?}");
+    }
+
+    #[test]
+    fn consistency_compares_bytes() {
+        let a = good_response();
+        assert_eq!(check_consistent(&a, &a.clone()), Ok(()));
+        let mut b = a.clone();
+        b.outputs[0].data = f32s(&[1.0, 2.0, 3.0, 4.5]);
+        let f = check_consistent(&a, &b).unwrap_err();
+        assert_eq!(f.output, "Y");
+        assert!(f.actual.contains("4.5"), "{f:?}");
+    }
+
+    #[test]
+    fn every_datatype_round_trips_through_json_values() {
+        let values = [
+            (DataType::Bool, json!(true)),
+            (DataType::Uint8, json!(255)),
+            (DataType::Uint16, json!(65535)),
+            (DataType::Uint32, json!(4294967295u64)),
+            (DataType::Uint64, json!(u64::MAX)),
+            (DataType::Int8, json!(-128)),
+            (DataType::Int16, json!(-32768)),
+            (DataType::Int32, json!(i32::MIN)),
+            (DataType::Int64, json!(i64::MIN)),
+            (DataType::Fp16, json!(1.5)),
+            (DataType::Bf16, json!(-2.0)),
+            (DataType::Fp32, json!(0.25)),
+            (DataType::Fp64, json!(1e300)),
+        ];
+        for (datatype, v) in values {
+            let mut out = Vec::new();
+            tensor::encode_json_scalar(datatype, &v, &mut out).unwrap();
+            assert_eq!(out.len(), datatype.size().unwrap(), "{datatype}");
+            assert_eq!(
+                tensor::decode_scalar(datatype, &out).to_json(),
+                v,
+                "{datatype}"
+            );
+        }
+        let mut out = Vec::new();
+        assert!(tensor::encode_json_scalar(DataType::Uint8, &json!(256), &mut out).is_none());
+        assert!(tensor::encode_json_scalar(DataType::Int32, &json!(1.5), &mut out).is_none());
+        assert!(tensor::encode_json_scalar(DataType::Bool, &json!(1), &mut out).is_none());
+        assert_eq!(DataType::ALL.len(), 14);
+        for d in DataType::ALL {
+            assert_eq!(DataType::parse(d.as_str()), Some(d));
+        }
+        assert_eq!(DataType::parse_config("TYPE_STRING"), Some(DataType::Bytes));
+    }
+}

@@ -1,0 +1,492 @@
+//! The Infer scenario against a REAL tritonserver: the models in models/ that cover every
+//! datatype (all_types), dynamic dims, reshape and an optional input (dynamic_reshape), BYTES and
+//! the dynamic batcher (text_vector, all_types) pass over gRPC, HTTP binary and HTTP JSON; each
+//! faulty twin in models-faulty/ is caught by its check, with the model, version, output,
+//! expected and actual named; perf_analyzer, given the same -m/-b/--shape/--input-data flags,
+//! agrees with the worker on good and on wrong validation data; bad flags and data files exit 2
+//! before any load, naming the file and field or the model and input.
+//!
+//! Only the models these tests need are loaded (explicit model control), so the server starts
+//! quickly. Needs scripts/install-tritonserver.sh (tritonserver and perf_analyzer in .local).
+
+mod support;
+
+use std::path::Path;
+use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
+use stress_common::scenario::Scenario;
+use stress_common::tritonserver::TritonServer;
+use worker::client::{Protocol, TritonClient, connect};
+use worker::model::{InferOptions, ModelSelection};
+use worker::scenarios::{Failure, LoadMode, Outcome, Settings, run_single};
+
+const MODELS: [&str; 7] = [
+    "all_types",
+    "dynamic_reshape",
+    "text_vector",
+    "text_vector_wrong_shape",
+    "text_vector_wrong_datatype",
+    "text_vector_missing_output",
+    "text_vector_nondeterministic",
+];
+
+async fn start(name: &str) -> TritonServer {
+    support::start_server_with(name, |spec| {
+        spec.extra_args.push("--model-control-mode=explicit".into());
+        for m in MODELS {
+            spec.extra_args.push(format!("--load-model={m}"));
+        }
+    })
+    .await
+}
+
+fn settings(options: InferOptions) -> Settings {
+    Settings {
+        sequence_models: vec![],
+        identity_model: "identity_delay".into(),
+        load_model: "add_sub".into(),
+        image_model: "image_classifier".into(),
+        timeout_delay: Duration::from_millis(300),
+        timeout_deadline: Duration::from_millis(100),
+        crash_after: Duration::from_secs(1),
+        worker_binary: env!("CARGO_BIN_EXE_worker").into(),
+        load_mode: LoadMode::Concurrency(2),
+        load_window: Duration::from_millis(300),
+        image_batch: 1,
+        perf_analyzer: None,
+        request_timeout: Duration::from_secs(25),
+        infer: options,
+        infer_plan: None,
+    }
+}
+
+fn options(model: &str, flags: &[&str]) -> InferOptions {
+    let mut o = InferOptions {
+        models: vec![model.parse::<ModelSelection>().unwrap()],
+        seed: 7,
+        ..Default::default()
+    };
+    let mut it = flags.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().expect("a value per flag");
+        match *flag {
+            "--shape" => o.shapes.push(value.parse().unwrap()),
+            "--input-data" => o.input_data.push(value.parse().unwrap()),
+            "-b" => o.batch_size = value.parse().unwrap(),
+            "--consistency" => o.consistency = *value == "on",
+            other => panic!("no flag {other}"),
+        }
+    }
+    o
+}
+
+async fn infer_once(client: &Arc<dyn TritonClient>, options: InferOptions) -> (Outcome, u64) {
+    let (outcome, stats) = run_single(Scenario::Infer, client, &settings(options), 1, 7).await;
+    let requests = stats.scenario_counts(&[Scenario::Infer])[0].requests;
+    (outcome, requests)
+}
+
+async fn expect_failure(
+    client: &Arc<dyn TritonClient>,
+    label: &str,
+    options: InferOptions,
+) -> Failure {
+    match infer_once(client, options).await.0 {
+        Outcome::Failed(f) => f,
+        other => panic!("{label}: expected a failure, got {other:?}"),
+    }
+}
+
+fn data_file(dir: &Path, name: &str, json: serde_json::Value) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// all_types: two entries of every datatype and their own values as validation data (the model
+/// is an identity), BYTES_IN with 3 elements (its shape from --shape BYTES_IN:3). FP values
+/// written as floats, as perf_analyzer wants.
+fn all_types_data(validation_bump: f64, bytes_out: bool) -> serde_json::Value {
+    use serde_json::json;
+    let entry = |k: i64| {
+        let f = k as f64 + 0.5;
+        // [f, 1.5, -2.25, 0.125] as raw FP16 and BF16: perf_analyzer 2.51 takes half
+        // precision only as b64 ("Can not use explicit tensor description for fp16 datatype").
+        let fp16 = ["ADgAPoDAADA=", "AD4APoDAADA="][k as usize];
+        let bf16 = ["AD/APxDAAD4=", "wD/APxDAAD4="][k as usize];
+        json!({
+            "BOOL_IN": [k % 2 == 0, true, false],
+            "UINT8_IN": [k, 255, 0, 1], "UINT16_IN": [k, 65535, 0, 1],
+            "UINT32_IN": [k, 4294967295u64, 0, 1], "UINT64_IN": [k, 18446744073709551615u64, 0, 1],
+            "INT8_IN": [k, -128, 127, -1], "INT16_IN": [k, -32768, 32767, -1],
+            "INT32_IN": [k, -2147483648i64, 2147483647, -1],
+            "INT64_IN": [k, -9223372036854775808i64, 9223372036854775807i64, -1],
+            "FP16_IN": {"b64": fp16},
+            "BF16_IN": {"b64": bf16},
+            "FP32_IN": {"content": [f, 1.25, -3.5, 1e-3], "shape": [2, 2]},
+            "FP64_IN": [f, 1e300, -1e-300, 0.1],
+            "BYTES_IN": [format!("entry {k}"), "", "ünïcödé"]
+        })
+    };
+    let validation = |k: i64| {
+        let mut v = entry(k);
+        let object = v.as_object_mut().unwrap();
+        let renamed: serde_json::Map<String, serde_json::Value> = object
+            .iter()
+            .map(|(name, value)| (name.replace("_IN", "_OUT"), value.clone()))
+            .collect();
+        let mut out = serde_json::Value::Object(renamed);
+        // A variable-size output's validation data carries its shape. perf_analyzer 2.51 takes
+        // none for BYTES_OUT [-1] ("needs to have its shape fully defined", with or without
+        // --shape), so its runs leave that output unvalidated.
+        if bytes_out {
+            out["BYTES_OUT"] = json!({"content": out["BYTES_OUT"].clone(), "shape": [3]});
+        } else {
+            out.as_object_mut().unwrap().remove("BYTES_OUT");
+        }
+        out["FP64_OUT"][3] = json!(0.1 + validation_bump);
+        out
+    };
+    json!({
+        "data": [entry(0), entry(1)],
+        "validation_data": [validation(0), validation(1)]
+    })
+}
+
+/// Every good model passes over every protocol; each faulty twin fails on its check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infer_passes_on_good_models_and_catches_each_faulty_twin() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let server = start("infer-models").await;
+    let dir = tempfile::tempdir().unwrap();
+    let all_types = data_file(dir.path(), "all_types.json", all_types_data(0.0, true));
+    let reshape = data_file(
+        dir.path(),
+        "dynamic_reshape.json",
+        serde_json::json!({
+            "data": [
+                {"DYN": {"content": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], "shape": [2, 4]},
+                 "RESHAPED": [1, 2, 3, 4, 5, 6], "BIAS": [0.5]},
+                {"DYN": {"content": [1.0, 2.0, 3.0, 4.0], "shape": [1, 4]},
+                 "RESHAPED": [[6, 5, 4], [3, 2, 1]]}
+            ],
+            "validation_data": [
+                {"DYN_OUT": {"content": [1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5], "shape": [2, 4]},
+                 "RESHAPED_OUT": [1, 2, 3, 4, 5, 6]},
+                {"DYN_OUT": {"content": [1.0, 2.0, 3.0, 4.0], "shape": [1, 4]},
+                 "RESHAPED_OUT": [6, 5, 4, 3, 2, 1]}
+            ]
+        }),
+    );
+    let grpc = server.grpc_address();
+    let http = server.http_address();
+    for (label, protocol, address, binary) in [
+        ("grpc", Protocol::Grpc, &grpc, true),
+        ("http", Protocol::Http, &http, true),
+        ("http-json", Protocol::Http, &http, false),
+    ] {
+        let client = connect(protocol, address, binary).await.unwrap();
+
+        // gRPC and HTTP describe a model the same way (reshape and optional included).
+        let selection: ModelSelection = "dynamic_reshape".parse().unwrap();
+        let d = worker::model::describe(client.as_ref(), &selection)
+            .await
+            .unwrap();
+        assert_eq!(d.inputs[0].dims, [-1, 4], "{label}");
+        assert_eq!(
+            d.inputs[1].dims,
+            [2, 3],
+            "{label}: the client sends dims, not reshape"
+        );
+        assert!(
+            d.inputs[2].optional && !d.inputs[0].optional,
+            "{label}: {d:?}"
+        );
+
+        let good: [(&str, Vec<&str>); 6] = [
+            // Random data, the dynamic dim from --shape, batched through the dynamic batcher.
+            (
+                "all_types",
+                vec!["--shape", "BYTES_IN:3", "-b", "4", "--consistency", "on"],
+            ),
+            (
+                "all_types",
+                vec![
+                    "--input-data",
+                    &all_types,
+                    "--shape",
+                    "BYTES_IN:3",
+                    "-b",
+                    "2",
+                    "--consistency",
+                    "on",
+                ],
+            ),
+            (
+                "all_types@1",
+                vec!["--input-data", "zero", "--shape", "all_types/BYTES_IN:2"],
+            ),
+            ("dynamic_reshape", vec!["--input-data", &reshape]),
+            ("dynamic_reshape", vec!["--shape", "DYN:3,4"]),
+            ("text_vector", vec!["-b", "3", "--consistency", "on"]),
+        ];
+        for (model, flags) in good {
+            let (outcome, requests) = infer_once(&client, options(model, &flags)).await;
+            assert_eq!(outcome, Outcome::Passed, "{label}: {model} {flags:?}");
+            assert!(requests > 0, "{label}: {model} sent nothing");
+        }
+
+        let at = format!("{label}: server log:\n{}", support::server_log(&server));
+        let f = expect_failure(
+            &client,
+            label,
+            options("text_vector_wrong_shape", &["-b", "2"]),
+        )
+        .await;
+        assert_eq!(f.model, "text_vector_wrong_shape", "{at}");
+        assert_eq!(
+            f.expected, "version 1 output OUTPUT: shape [2, 4] (-1: any)",
+            "{at}"
+        );
+        assert_eq!(f.actual, "[2, 5]", "{at}");
+
+        let f = expect_failure(&client, label, options("text_vector_wrong_datatype", &[])).await;
+        assert_eq!(
+            (f.expected.as_str(), f.actual.as_str()),
+            ("version 1 output OUTPUT: datatype FP32", "FP64"),
+            "{at}"
+        );
+
+        let f = expect_failure(&client, label, options("text_vector_missing_output", &[])).await;
+        assert_eq!(f.expected, "version 1 output TEXT: output TEXT", "{at}");
+        assert!(
+            f.actual.starts_with("no such output in the response"),
+            "{f:?}"
+        );
+
+        // Nondeterministic output passes every per-response check; --consistency catches it.
+        let (outcome, _) = infer_once(&client, options("text_vector_nondeterministic", &[])).await;
+        assert_eq!(outcome, Outcome::Passed, "{label}: without --consistency");
+        let f = expect_failure(
+            &client,
+            label,
+            options("text_vector_nondeterministic", &["--consistency", "on"]),
+        )
+        .await;
+        assert!(
+            f.expected.starts_with(
+                "version 1 output OUTPUT: the same output as the first response to this input"
+            ),
+            "{f:?}"
+        );
+
+        // Wrong validation data: the output, the expected and the actual values.
+        let wrong = data_file(dir.path(), "wrong.json", all_types_data(1.0, true));
+        let wrong_flags = ["--input-data", wrong.as_str(), "--shape", "BYTES_IN:3"];
+        let f = expect_failure(&client, label, options("all_types", &wrong_flags)).await;
+        // Either entry's request may fail first (two in flight): entry k has FP64 [k + 0.5, ...].
+        let entry = if f.expected.contains("[0.5,") {
+            "0.5"
+        } else {
+            "1.5"
+        };
+        assert_eq!(
+            f.expected,
+            format!("version 1 output FP64_OUT: [{entry}, 1e300, -1e-300, 1.1] (validation data)"),
+            "{f:?}"
+        );
+        assert_eq!(f.actual, format!("[{entry}, 1e300, -1e-300, 0.1]"), "{f:?}");
+        let (outcome, _) = infer_once(
+            &client,
+            InferOptions {
+                tolerance: 1.5,
+                ..options("all_types", &wrong_flags)
+            },
+        )
+        .await;
+        assert_eq!(outcome, Outcome::Passed, "{label}: within --tolerance");
+    }
+    support::stop_server(server).await;
+}
+
+fn worker(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_worker"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("the worker runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// perf_analyzer and the worker, given the same -m/-b/--shape/--input-data flags, agree: both
+/// pass on the right validation data and on random data, both fail on wrong validation data,
+/// and both refuse a batch above max_batch_size. Then bad input: exit 2 before any load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn perf_analyzer_and_the_worker_read_the_same_flags_alike_and_bad_input_exits_2() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let server = start("infer-cli").await;
+    let grpc = server.grpc_address();
+    let dir = tempfile::tempdir().unwrap();
+    let good = data_file(dir.path(), "good.json", all_types_data(0.0, false));
+    let wrong = data_file(dir.path(), "wrong.json", all_types_data(1.0, false));
+    let perf_analyzer = support::perf_analyzer();
+    // (flags, passes): the validation data at batch 1 (perf_analyzer 2.51 cannot validate a
+    // batch above 1: it compares the whole batch with one entry's data, "Output size doesn't
+    // match expected size"), random data at batch 2, and a batch above max_batch_size 8.
+    let cases: [(Vec<&str>, Option<bool>); 4] = [
+        (vec!["--input-data", &good, "-b", "1"], Some(true)),
+        (vec!["--input-data", &wrong, "-b", "1"], Some(false)),
+        (vec!["--input-data", "random", "-b", "2"], Some(true)),
+        (vec!["-b", "9"], None),
+    ];
+    for (extra, passes) in cases {
+        let flags = [
+            &["-m", "all_types", "--shape", "BYTES_IN:3"][..],
+            &extra[..],
+        ]
+        .concat();
+        let pa = std::process::Command::new(&perf_analyzer)
+            .args(&flags)
+            .args(["-u", &grpc, "-i", "grpc"])
+            .args(["--measurement-mode", "count_windows"])
+            .args(["--measurement-request-count", "50", "-s", "100"])
+            .output()
+            .expect("perf_analyzer runs");
+        let w = worker(
+            &[
+                &["--servers", &grpc, "--duration", "1s", "--concurrency", "1"][..],
+                &flags[..],
+            ]
+            .concat(),
+        );
+        let pa_out = format!("{}{}", text(&pa.stdout), text(&pa.stderr));
+        let w_out = format!("{}{}", text(&w.stdout), text(&w.stderr));
+        assert_eq!(
+            pa.status.success(),
+            passes == Some(true),
+            "perf_analyzer {flags:?}:\n{pa_out}"
+        );
+        let want = match passes {
+            Some(true) => 0,
+            Some(false) => 1,
+            None => 2,
+        };
+        assert_eq!(w.status.code(), Some(want), "worker {flags:?}:\n{w_out}");
+        match passes {
+            Some(true) => assert!(w_out.contains("Infer "), "{w_out}"),
+            Some(false) => {
+                assert!(pa_out.contains("doesn't match expected output"), "{pa_out}");
+                assert!(
+                    w_out.contains(&format!(
+                        "FAILED Infer on {grpc} model all_types: expected version 1 output FP64_OUT: "
+                    )),
+                    "{w_out}"
+                );
+            }
+            None => assert!(
+                w_out.contains("--batch-size 9 is above model all_types's max_batch_size 8"),
+                "{w_out}"
+            ),
+        }
+    }
+
+    // Bad input: exit 2 before any load, naming the model and input or the file and field.
+    let malformed = data_file(
+        dir.path(),
+        "malformed.json",
+        serde_json::json!({"data": [{"INPUT": [1.0, 2.0, 3.0]}]}),
+    );
+    let unknown_output = data_file(
+        dir.path(),
+        "unknown-output.json",
+        serde_json::json!({"data": [{"INPUT": [1.0, 2.0, 3.0, 4.0]}], "validation_data": [{"NOPE": [1.0]}]}),
+    );
+    let not_json = dir.path().join("not.json");
+    std::fs::write(&not_json, "{\"data\": [").unwrap();
+    let not_json = not_json.to_str().unwrap();
+    let status = dir.path().join("status.jsonl");
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["-m", "no_such_model"],
+            format!("server {grpc}: model no_such_model is not loaded or not ready"),
+        ),
+        (
+            vec!["-m", "text_vector@7"],
+            format!("server {grpc}: model text_vector@7: not loaded or not ready"),
+        ),
+        (
+            vec!["-m", "all_types"],
+            "model all_types input BYTES_IN has a dynamic dimension [-1]".into(),
+        ),
+        (
+            vec!["-m", "text_vector", "-b", "5"],
+            "--batch-size 5 is above model text_vector's max_batch_size 4".into(),
+        ),
+        (
+            vec!["-m", "dynamic_reshape", "-b", "2", "--shape", "DYN:1,4"],
+            "--batch-size 2: model dynamic_reshape does not batch".into(),
+        ),
+        (
+            vec!["-m", "text_vector", "--shape", "NOPE:3"],
+            "--shape NOPE: model text_vector has no input NOPE (inputs: INPUT)".into(),
+        ),
+        (
+            vec!["-m", "text_vector", "--input-data", &malformed],
+            format!("{malformed}: data[0].INPUT: 3 values, but shape [4] needs 4"),
+        ),
+        (
+            vec!["-m", "text_vector", "--input-data", &unknown_output],
+            format!(
+                "{unknown_output}: validation_data[0].NOPE: model text_vector has no output NOPE (outputs: OUTPUT, TEXT)"
+            ),
+        ),
+        (
+            vec!["-m", "text_vector", "--input-data", not_json],
+            format!("{not_json}: not JSON"),
+        ),
+        (
+            vec!["-m", "text_vector", "--scenarios", "Load"],
+            "--scenarios does not list Infer".into(),
+        ),
+    ];
+    for (flags, want) in cases {
+        let _ = std::fs::remove_file(&status);
+        let args = [
+            &[
+                "--servers",
+                &grpc,
+                "--duration",
+                "5s",
+                "--status-file",
+                status.to_str().unwrap(),
+            ][..],
+            &flags[..],
+        ]
+        .concat();
+        let out = worker(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(
+            stderr.contains(&want),
+            "{flags:?}:\n  want: {want}\n  got:  {stderr}"
+        );
+        // No load: no report, and nothing in the status file that a run writes once load has
+        // started (snapshots, failure records).
+        assert!(
+            !text(&out.stdout).contains("TOTAL"),
+            "{flags:?}: a report was printed"
+        );
+        for line in std::fs::read_to_string(&status).unwrap_or_default().lines() {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert!(
+                r["type"] != "snapshot" && r["type"] != "failure",
+                "{flags:?}: load was started: {r}"
+            );
+        }
+    }
+    support::stop_server(server).await;
+}
