@@ -1,7 +1,7 @@
 """text_vector (Triton python backend): OUTPUT = 2 * INPUT (FP32 [4]), TEXT = [sum, "ok"]
 (BYTES [2]) per batch row.
 
-The faulty twins in models-faulty/ are copies of this file; the config parameter "fault" picks
+The faulty twins in models-faulty/ link to this file; the config parameter "fault" picks
 what goes wrong: none, wrong_shape (OUTPUT has 5 columns), wrong_datatype (OUTPUT is FP64),
 missing_output (no TEXT), extra_output (an undeclared DEBUG), nondeterministic (OUTPUT gets
 random noise, so a repeated input gives other bytes).
