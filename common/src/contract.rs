@@ -349,11 +349,13 @@ impl CorrIdAllocator {
 pub struct ScenarioMix(pub Vec<(Scenario, u32)>);
 
 impl ScenarioMix {
-    /// Every scenario at its default weight.
+    /// The default mix: every scenario of the default mix at its default weight (what a worker
+    /// runs, and a matrix template means, when no mix is given).
     pub fn defaults() -> Self {
         ScenarioMix(
             Scenario::ALL
                 .into_iter()
+                .filter(|s| s.in_default_mix())
                 .map(|s| (s, s.default_weight()))
                 .collect(),
         )
@@ -610,7 +612,10 @@ mod tests {
         }
         assert!("Timeout,timeout:2".parse::<ScenarioMix>().is_err());
         assert!("".parse::<ScenarioMix>().is_err());
-        assert_eq!(ScenarioMix::defaults().0.len(), Scenario::ALL.len());
+        let defaults = ScenarioMix::defaults().0;
+        assert!(defaults.iter().all(|(s, _)| s.in_default_mix()));
+        assert!(!defaults.iter().any(|(s, _)| *s == Scenario::Infer));
+        assert_eq!(defaults.len(), Scenario::ALL.len() - 1);
     }
 
     #[test]

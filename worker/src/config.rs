@@ -213,11 +213,7 @@ pub fn default_mix(
             Ok(mix.0)
         }
         None if models_given => Ok(vec![(Scenario::Infer, Scenario::Infer.default_weight())]),
-        None => Ok(ScenarioMix::defaults()
-            .0
-            .into_iter()
-            .filter(|(s, _)| s.in_default_mix())
-            .collect()),
+        None => Ok(ScenarioMix::defaults().0),
     }
 }
 

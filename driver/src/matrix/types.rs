@@ -378,6 +378,7 @@ impl JsonSchema for Artifact {
     }
 }
 
+use stress_common::contract::ScenarioMix;
 pub use stress_common::contract::{LoadMode, Protocol};
 
 /// A volume of a server pod: exactly one source (`host_path`, `persistent_volume_claim` or
@@ -539,14 +540,11 @@ impl Matrix {
 
 impl ClientTemplate {
     /// The scenarios this template runs with their weights: those listed under `scenarios`,
-    /// in file order, or every scenario at its default weight when `scenarios` is omitted.
+    /// in file order, or the default mix (`ScenarioMix::defaults`) when `scenarios` is omitted.
     /// Names that [`Scenario::parse`] does not know are skipped (validation rejects them).
     pub fn scenario_weights(&self) -> Vec<(Scenario, u32)> {
         match &self.scenarios {
-            None => Scenario::ALL
-                .into_iter()
-                .map(|s| (s, s.default_weight()))
-                .collect(),
+            None => ScenarioMix::defaults().0,
             Some(map) => map
                 .iter()
                 .filter_map(|(name, w)| Scenario::parse(name).map(|s| (s, *w)))
