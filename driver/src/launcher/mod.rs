@@ -119,6 +119,10 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
         run_id: Some(a.run_id.clone()),
         member_id: Some(a.member_id.clone()),
         perf_analyzer: a.perf_analyzer.as_ref().map(Into::into),
+        models: Vec::new(),
+        shapes: Vec::new(),
+        input_data: Vec::new(),
+        batch_size: 1,
     };
     args.set_load(t.load);
     args
