@@ -422,6 +422,166 @@ impl std::fmt::Display for ScenarioMix {
     }
 }
 
+/// `--model NAME[@VERSION][:WEIGHT]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSelection {
+    pub name: String,
+    /// Empty: the server's choice.
+    pub version: String,
+    /// Share of this model in the Infer scenario's mix across models.
+    pub weight: u32,
+}
+
+impl ModelSelection {
+    pub fn label(&self) -> String {
+        if self.version.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}@{}", self.name, self.version)
+        }
+    }
+}
+
+impl std::str::FromStr for ModelSelection {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (model, weight) = match s.rsplit_once(':') {
+            Some((m, w)) => {
+                let weight: u32 = w.trim().parse().map_err(|_| {
+                    format!("--model {s}: weight {w:?} is not a whole number greater than 0")
+                })?;
+                if weight == 0 {
+                    return Err(format!("--model {s}: weight must be greater than 0"));
+                }
+                (m, weight)
+            }
+            None => (s, 1),
+        };
+        let (name, version) = match model.split_once('@') {
+            Some((n, v)) => {
+                if v.is_empty() || !v.chars().all(|c| c.is_ascii_digit()) {
+                    return Err(format!("--model {s}: version {v:?} is not a number"));
+                }
+                (n, v)
+            }
+            None => (model, ""),
+        };
+        if name.is_empty() {
+            return Err(format!("--model {s:?}: no model name"));
+        }
+        Ok(ModelSelection {
+            name: name.into(),
+            version: version.into(),
+            weight,
+        })
+    }
+}
+
+/// `--shape [MODEL/]INPUT:D1,D2,...` (perf_analyzer's syntax; the model prefix is this worker's
+/// addition for several models).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShapeOverride {
+    pub model: Option<String>,
+    pub input: String,
+    pub dims: Vec<i64>,
+}
+
+impl std::str::FromStr for ShapeOverride {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (target, dims) = s
+            .rsplit_once(':')
+            .ok_or_else(|| format!("--shape {s}: expected [MODEL/]INPUT:D1,D2,..."))?;
+        let (model, input) = match target.split_once('/') {
+            Some((m, i)) => (Some(m.to_string()), i),
+            None => (None, target),
+        };
+        if input.is_empty() || model.as_deref() == Some("") {
+            return Err(format!("--shape {s}: expected [MODEL/]INPUT:D1,D2,..."));
+        }
+        let dims = dims
+            .split(',')
+            .map(|d| match d.trim().parse::<i64>() {
+                Ok(v) if v >= 0 => Ok(v),
+                _ => Err(format!(
+                    "--shape {s}: dimension {d:?} is not a whole number >= 0"
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ShapeOverride {
+            model,
+            input: input.into(),
+            dims,
+        })
+    }
+}
+
+/// Where an input's values come from (`--input-data`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataSource {
+    Random,
+    Zero,
+    /// perf_analyzer's JSON format.
+    File(PathBuf),
+}
+
+/// `--input-data zero|random|FILE|MODEL=FILE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputDataArg {
+    pub model: Option<String>,
+    pub source: DataSource,
+}
+
+impl std::str::FromStr for InputDataArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (model, what) = match s.split_once('=') {
+            Some((m, f)) if !m.is_empty() => (Some(m.to_string()), f),
+            _ => (None, s),
+        };
+        let source = match what {
+            "random" => DataSource::Random,
+            "zero" => DataSource::Zero,
+            "" => return Err(format!("--input-data {s}: no file")),
+            f => DataSource::File(f.into()),
+        };
+        Ok(InputDataArg { model, source })
+    }
+}
+
+impl std::fmt::Display for ModelSelection {
+    /// `NAME[@VERSION]:WEIGHT`, which parses back to the same selection.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.label(), self.weight)
+    }
+}
+
+impl std::fmt::Display for ShapeOverride {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(m) = &self.model {
+            write!(f, "{m}/")?;
+        }
+        let dims: Vec<String> = self.dims.iter().map(i64::to_string).collect();
+        write!(f, "{}:{}", self.input, dims.join(","))
+    }
+}
+
+impl std::fmt::Display for InputDataArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(m) = &self.model {
+            write!(f, "{m}=")?;
+        }
+        match &self.source {
+            DataSource::Random => f.write_str("random"),
+            DataSource::Zero => f.write_str("zero"),
+            DataSource::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
 /// What the driver tells a worker on its command line: built by the driver
 /// ([`WorkerArgs::to_args`]), parsed by the worker (clap, flattened into its own flags), each with
 /// an environment fallback so a pod can also be configured by env. The store URL is not here: it
@@ -460,6 +620,27 @@ pub struct WorkerArgs {
     /// perf_analyzer binary for the PerfAnalyzer scenario (default: found on PATH).
     #[arg(long, env = "PERF_ANALYZER")]
     pub perf_analyzer: Option<PathBuf>,
+    /// A model to drive with the Infer scenario: NAME[@VERSION][:WEIGHT] (repeatable; weights
+    /// split the Infer tests across models). With --model and no --scenarios only Infer runs.
+    /// Infer listed in --scenarios without --model drives --load-model.
+    #[arg(
+        long = "model",
+        short = 'm',
+        env = "WORKER_MODELS",
+        value_delimiter = ','
+    )]
+    pub models: Vec<ModelSelection>,
+    /// Fills dynamic (-1) dims of an input: [MODEL/]INPUT:D1,D2,... (repeatable; the shape
+    /// excludes the batch dimension, as in perf_analyzer).
+    #[arg(long = "shape")]
+    pub shapes: Vec<ShapeOverride>,
+    /// Input data: zero, random (default), or a perf_analyzer JSON file (data, validation_data);
+    /// MODEL=zero|random|FILE for one model (repeatable).
+    #[arg(long = "input-data")]
+    pub input_data: Vec<InputDataArg>,
+    /// Batch size of every Infer request (at most the model's max_batch_size).
+    #[arg(long, short = 'b', default_value_t = 1)]
+    pub batch_size: u32,
 }
 
 impl WorkerArgs {
@@ -517,6 +698,18 @@ impl WorkerArgs {
         if let Some(p) = &self.perf_analyzer {
             args.extend(["--perf-analyzer".into(), p.display().to_string()]);
         }
+        for m in &self.models {
+            args.extend(["--model".into(), m.to_string()]);
+        }
+        for s in &self.shapes {
+            args.extend(["--shape".into(), s.to_string()]);
+        }
+        for d in &self.input_data {
+            args.extend(["--input-data".into(), d.to_string()]);
+        }
+        if self.batch_size != 1 {
+            args.extend(["--batch-size".into(), self.batch_size.to_string()]);
+        }
         args
     }
 }
@@ -554,6 +747,14 @@ mod tests {
             run_id: Some("smoke-20261123-101500-ab12".into()),
             member_id: Some("grpc-clients-3".into()),
             perf_analyzer: Some("/opt/pa dir/perf_analyzer".into()),
+            models: vec!["resnet@3:5".parse().unwrap(), "bert".parse().unwrap()],
+            shapes: vec!["resnet/IN:3,224".parse().unwrap(), "IN2:0".parse().unwrap()],
+            input_data: vec![
+                "bert=/data dir/b.json".parse().unwrap(),
+                "resnet=zero".parse().unwrap(),
+                "random".parse().unwrap(),
+            ],
+            batch_size: 8,
         }
     }
 
@@ -567,6 +768,10 @@ mod tests {
         b.run_id = None;
         b.perf_analyzer = None;
         b.duration = Duration::ZERO;
+        b.models = vec!["m".parse().unwrap()];
+        b.shapes.clear();
+        b.input_data = vec!["/abs/file.json".parse().unwrap()];
+        b.batch_size = 1;
         assert_eq!(parse(&b.to_args()).unwrap(), b);
         assert_eq!(b.load(), Some(LoadMode::Concurrency(3)));
     }
@@ -586,6 +791,12 @@ mod tests {
         );
         assert_eq!(a.load(), None);
         assert!(a.scenarios.is_none());
+        assert!(a.models.is_empty() && a.shapes.is_empty() && a.input_data.is_empty());
+        assert_eq!(a.batch_size, 1);
+        let short = parse(&["-m".into(), "a@2:3,b".into(), "-b".into(), "4".into()]).unwrap();
+        assert_eq!(short.models.len(), 2);
+        assert_eq!(short.models[0].to_string(), "a@2:3");
+        assert_eq!(short.batch_size, 4);
         let both = parse(&[
             "--load-rate".into(),
             "5".into(),

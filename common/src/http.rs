@@ -1,5 +1,6 @@
 //! The one HTTP client of the workspace (reqwest): a GET with a time limit, for health probes
-//! and `/metrics` scrapes of tritonserver and of workers.
+//! and `/metrics` scrapes of tritonserver and of workers, and a JSON POST (Triton's repository
+//! index).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -44,8 +45,26 @@ fn client() -> &'static reqwest::Client {
 
 /// `GET url`, status and body, all within `timeout` (connecting, the headers and the body).
 pub async fn get(url: &str, timeout: Duration) -> Result<Response, HttpError> {
+    exchange(client().get(url), url, timeout).await
+}
+
+/// `POST url` with `body` as JSON, status and body, all within `timeout` (e.g. Triton's
+/// `/v2/repository/index`).
+pub async fn post_json(
+    url: &str,
+    body: &serde_json::Value,
+    timeout: Duration,
+) -> Result<Response, HttpError> {
+    exchange(client().post(url).json(body), url, timeout).await
+}
+
+async fn exchange(
+    request: reqwest::RequestBuilder,
+    url: &str,
+    timeout: Duration,
+) -> Result<Response, HttpError> {
     let exchange = async {
-        let response = client().get(url).send().await?;
+        let response = request.send().await?;
         let status = response.status().as_u16();
         let body = response.text().await?;
         Ok::<_, reqwest::Error>(Response { status, body })
@@ -119,6 +138,42 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((r.status, r.is_ok()), (503, false));
+    }
+
+    #[tokio::test]
+    async fn a_post_sends_its_json_body() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !String::from_utf8_lossy(&request).ends_with("{\"ready\":true}") {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the body never came");
+                request.extend_from_slice(&buf[..n]);
+            }
+            let reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]";
+            stream.write_all(reply.as_bytes()).await.unwrap();
+            String::from_utf8(request).unwrap()
+        });
+        let r = post_json(
+            &format!("http://{address}/v2/repository/index"),
+            &serde_json::json!({"ready": true}),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!((r.status, r.body.as_str()), (200, "[]"));
+        let request = server.await.unwrap().to_lowercase();
+        assert!(
+            request.starts_with("post /v2/repository/index http/1.1"),
+            "{request}"
+        );
+        assert!(
+            request.contains("content-type: application/json"),
+            "{request}"
+        );
     }
 
     #[tokio::test]

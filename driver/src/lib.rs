@@ -4,6 +4,7 @@
 //! * [`matrix`]: the YAML test matrix (strict parsing with file:line:column errors, schema).
 //! * [`launcher`]: the launcher interface and the local (process) launcher.
 //! * [`plan`]: a run's members, assignments and rules, computed once from the matrix (pure).
+//! * [`preflight`]: which models the client groups need that a server lacks (pure).
 //! * [`failfast`]: the fail-fast rules as a pure state machine, and failure attribution.
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store.
@@ -12,5 +13,6 @@ pub mod failfast;
 pub mod launcher;
 pub mod matrix;
 pub mod plan;
+pub mod preflight;
 pub mod report;
 pub mod run;

@@ -233,8 +233,12 @@ async fn main() -> ExitCode {
                         outcome.run_id,
                         options.runs_dir.display()
                     );
-                    if let run::Verdict::Fail { member, reason } = &outcome.verdict {
-                        println!("FAILED: {member}: {reason}");
+                    match &outcome.verdict {
+                        run::Verdict::Fail { member, reason } => {
+                            println!("FAILED: {member}: {reason}")
+                        }
+                        run::Verdict::BadInput(reason) => println!("BAD INPUT: {reason}"),
+                        _ => {}
                     }
                     ExitCode::from(outcome.verdict.exit_code())
                 }

@@ -174,7 +174,13 @@ server_templates:
   triton: {tritonserver: {binary: auto}, model_repositories: [models]}
 client_templates:
   grpc: {worker: {binary: auto}, protocol: grpc, concurrency: 2, scenarios: {SequenceValid: 3}, load: {rate: 50}}
-  http: {worker: {binary: auto}, protocol: http, concurrency: 1}
+  http:
+    worker: {binary: auto}
+    protocol: http
+    concurrency: 1
+    models:
+      - {name: add_sub, weight: 3}
+      - {name: dyn, version: 2, shape: {IN: [4, 2]}, input_data: zero, batch_size: 2}
 server_groups:
   a: {template: triton, instances: 2}
   b: {template: triton, instances: 1}
@@ -256,6 +262,16 @@ client_groups:
         let http = worker_contract(&p.clients[2], &h0);
         assert!(http.scenarios.is_none(), "omitted: the worker's defaults");
         assert_eq!(http.load(), None);
+        let models: Vec<String> = http.models.iter().map(|m| m.to_string()).collect();
+        assert_eq!(models, ["add_sub:3", "dyn@2:1"]);
+        let shapes: Vec<String> = http.shapes.iter().map(|s| s.to_string()).collect();
+        assert_eq!(shapes, ["dyn/IN:4,2"]);
+        let data: Vec<String> = http.input_data.iter().map(|d| d.to_string()).collect();
+        assert_eq!(data, ["dyn=zero"]);
+        assert_eq!(http.batch_size, 2);
+        let grpc = worker_contract(&p.clients[0], &g1);
+        assert!(grpc.models.is_empty() && grpc.shapes.is_empty() && grpc.input_data.is_empty());
+        assert_eq!(grpc.batch_size, 1);
     }
 
     #[test]

@@ -11,12 +11,14 @@ use crate::failfast::{self, Cause, FailFast, Poll};
 use crate::launcher::{LaunchError, Launcher, MemberExit, ServerEndpoint};
 use crate::matrix::{self, Matrix, MatrixError};
 use crate::plan::RunPlan;
+use crate::preflight;
 use crate::report::Report;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use stress_common::contract::RunId;
+use stress_common::contract::{MemberName, RunId};
+use stress_common::http;
 use stress_common::status::EventKind;
 use stress_common::store::{Member, NewRun, Store, StoreError};
 use tokio_util::sync::CancellationToken;
@@ -72,13 +74,16 @@ pub enum Verdict {
         reason: String,
     },
     Aborted(String),
+    /// The matrix asks for what the servers do not have (e.g. a model): bad input, found before
+    /// any load (exit code 2).
+    BadInput(String),
 }
 
 impl Verdict {
     pub fn as_str(&self) -> &'static str {
         match self {
             Verdict::Pass => "PASS",
-            Verdict::Fail { .. } => "FAIL",
+            Verdict::Fail { .. } | Verdict::BadInput(_) => "FAIL",
             Verdict::Aborted(_) => "ABORTED",
         }
     }
@@ -86,6 +91,7 @@ impl Verdict {
     pub fn exit_code(&self) -> u8 {
         match self {
             Verdict::Pass => 0,
+            Verdict::BadInput(_) => 2,
             _ => 1,
         }
     }
@@ -108,6 +114,8 @@ const SERVER_STOP_GRACE: Duration = Duration::from_secs(10);
 const FAILURE_SCRAPE_BUDGET: Duration = Duration::from_secs(1);
 /// The same on the success path, where nothing is in a hurry.
 const SCRAPE_BUDGET: Duration = Duration::from_secs(30);
+/// How long a ready server may take to list its models.
+const INDEX_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn new_run_id(name: &str) -> String {
     let now = crate::report::format_time(stress_common::now_ms());
@@ -397,6 +405,59 @@ impl Driver<'_> {
         }
     }
 
+    /// Before any load: every model a client group's `models:` names must be READY on each of
+    /// its target servers, as their repository indexes say; else the run stops as bad input
+    /// naming each model and server. A server that cannot give its index fails the run.
+    async fn check_models(
+        &mut self,
+        endpoints: &BTreeMap<String, ServerEndpoint>,
+    ) -> Option<Verdict> {
+        let needs = preflight::needs(self.plan);
+        let servers: BTreeSet<&MemberName> = needs.iter().flat_map(|n| &n.servers).collect();
+        let mut indexes = BTreeMap::new();
+        for server in servers {
+            let Some(ep) = endpoints.get(server.as_str()) else {
+                continue;
+            };
+            let url = format!("http://{}/v2/repository/index", ep.http);
+            // `{}`: every model, loaded or not, so a model that failed to load is named with
+            // its state and reason rather than as absent.
+            let index = match http::post_json(&url, &serde_json::json!({}), INDEX_TIMEOUT).await {
+                Ok(r) if r.is_ok() => preflight::parse_index(&r.body),
+                Ok(r) => Err(format!(
+                    "repository index: HTTP {}: {}",
+                    r.status,
+                    r.body.trim()
+                )),
+                Err(e) => Err(format!("repository index: {e}")),
+            };
+            match index {
+                Ok(index) => {
+                    indexes.insert(server.clone(), index);
+                }
+                Err(reason) => {
+                    self.record(server, EventKind::Failure, &reason).await;
+                    return Some(Verdict::Fail {
+                        member: server.to_string(),
+                        reason,
+                    });
+                }
+            }
+        }
+        let missing = preflight::missing_models(&needs, &indexes);
+        if missing.is_empty() {
+            return None;
+        }
+        let reason = missing
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        self.record(DRIVER_MEMBER, EventKind::Failure, &reason)
+            .await;
+        Some(Verdict::BadInput(reason))
+    }
+
     async fn drive(&mut self) -> Verdict {
         let plan = self.plan;
         // Servers.
@@ -442,6 +503,9 @@ impl Driver<'_> {
                 ep.grpc, ep.http, ep.metrics
             );
             self.record(&s.name, EventKind::Running, &details).await;
+        }
+        if let Some(verdict) = self.check_models(&endpoints).await {
+            return verdict;
         }
         tokio::select! {
             _ = tokio::time::sleep(plan.warmup) => {}

@@ -825,3 +825,101 @@ async fn a_hung_server_fails_the_run_within_5_s_of_the_failure() {
         first.details
     );
 }
+
+/// The smoke matrix with its client driving `models` (and no `scenarios`: Infer only).
+fn models_matrix(dir: &Path, models: &str) -> PathBuf {
+    let path = smoke_matrix(dir);
+    let mut m = driver::matrix::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    m.source_path = None;
+    for template in m.client_templates.values_mut() {
+        template.scenarios = None;
+        template.models = serde_saphyr::from_str(models).unwrap();
+    }
+    std::fs::write(&path, serde_saphyr::to_string(&m).unwrap()).unwrap();
+    path
+}
+
+/// Runs `matrix` for 15 s and waits for the driver's exit.
+async fn run_matrix(tmp: &Path, matrix: &Path, run_id: &str) -> (Driver, ExitStatus, PathBuf) {
+    let runs = tmp.join("runs");
+    let mut driver = Driver::spawn(
+        &[
+            "run",
+            matrix.to_str().unwrap(),
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--run-id",
+            run_id,
+            "--duration",
+            "15s",
+            "--no-progress",
+        ],
+        tmp,
+        "driver",
+    );
+    let status = driver.wait(RUN_LIMIT, true).await;
+    (driver, status, runs.join(run_id))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_the_server_lacks_stops_the_run_with_exit_2_before_any_worker_starts() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = models_matrix(
+        tmp.path(),
+        "[{name: add_sub}, {name: no_such_model}, {name: add_sub, version: 9}]",
+    );
+    let run_id = "e2e-missing-model";
+    let (driver, status, run_dir) = run_matrix(tmp.path(), &matrix, run_id).await;
+    assert_eq!(status.code(), Some(2), "{}", driver.output());
+    let stdout = driver.stdout();
+    assert!(
+        stdout.contains(
+            "BAD INPUT: client group grpc-clients needs model no_such_model, but server triton-0 does not have it in its repository; \
+             client group grpc-clients needs model add_sub@9, but server triton-0 does not have that version in its repository"
+        ),
+        "{}",
+        driver.output()
+    );
+    assert!(!stdout.contains("needs model add_sub,"), "{stdout}");
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let events = store.events(run_id, 0).await.unwrap();
+    assert!(
+        !events.iter().any(|e| e.member_id == WORKER),
+        "no worker started: {events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.member_id == SERVER && e.kind == EventKind::Running),
+        "the server was ready first: {events:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_matrix_with_models_runs_infer_against_them_and_passes() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = models_matrix(tmp.path(), "[{name: add_sub, weight: 2}]");
+    let run_id = "e2e-models-infer";
+    let (driver, status, run_dir) = run_matrix(tmp.path(), &matrix, run_id).await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    for row in report["scenarios"].as_array().expect("scenario rows") {
+        let name = row["scenario"].as_str().unwrap();
+        let tests = row["tests"].as_u64().unwrap();
+        match name {
+            "Infer" => {
+                assert!(tests > 0, "no Infer tests: {row:#}");
+                assert_eq!(row["failures"], 0, "{row:#}");
+            }
+            "TOTAL" => {}
+            _ => assert_eq!(tests, 0, "Infer only, but {name} ran: {row:#}"),
+        }
+    }
+}

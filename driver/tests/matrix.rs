@@ -158,6 +158,22 @@ const BAD: &[(&str, &str)] = &[
          14:15: server_templates.gpu.volumes[1].name: duplicate volume name \"models\" (also volumes[0])",
     ),
     (
+        "model-unknown-key.yaml",
+        "19:9: client_templates.infer.models[0].wieght: unknown field `wieght`, expected one of name, weight, version, shape, input_data, batch_size",
+    ),
+    (
+        "bad-models.yaml",
+        "18:34: client_templates.infer.models[0].weight: model weight must be at least 1, found 0 (leave the model out instead)\n\
+         19:17: client_templates.infer.models[1].name: model name \"a/b\" contains '/', which the worker's flags reserve (\"@:,/=\")\n\
+         19:36: client_templates.infer.models[1].batch_size: must be at least 1, found 0\n\
+         20:35: client_templates.infer.models[2].shape.IN: dims must be whole numbers >= 0, found -1\n\
+         20:49: client_templates.infer.models[2].shape.OUT: needs at least one dim\n\
+         21:46: client_templates.infer.models[3].batch_size: batch size 4 differs from models[2]'s 2: a worker sends one batch size to all its models (use another client template)\n\
+         21:61: client_templates.infer.models[3].input_data: must be zero, random or a file, found an empty string\n\
+         22:17: client_templates.infer.models[4].name: model add_sub is listed twice (first as models[0])\n\
+         27:5: client_templates.load-only.models: models are driven by the Infer scenario, but `scenarios` does not list Infer (add it, or omit `scenarios` to run only Infer)",
+    ),
+    (
         "several-errors.yaml",
         "3:9: run.name: run name \"Bad Run\" is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit)\n\
          19:15: client_groups.grpc-clients.template: undefined client template \"grpc\" (defined: grpc-mix)\n\
@@ -632,4 +648,44 @@ fn committed_schema_is_up_to_date() {
     );
     let parsed: serde_json::Value = serde_json::from_str(&committed).unwrap();
     assert_eq!(parsed, matrix::json_schema());
+}
+
+#[test]
+fn models_parse_with_defaults_and_input_files_resolve_against_the_matrix() {
+    let text = MINIMAL.replacen(
+        "    protocol: grpc\n",
+        "    protocol: grpc\n    models:\n      - name: add_sub\n      - { name: dyn, weight: 3, version: 2, shape: { IN: [4, 0] }, input_data: data/dyn.json, batch_size: 2 }\n      - { name: other, input_data: zero }\n      - { name: abs, input_data: /abs/d.json }\n",
+        1,
+    );
+    let m = matrix::parse(&text, "inline.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let models = &m.client_templates["all"].models;
+    assert_eq!(models.len(), 4);
+    assert_eq!(
+        (models[0].weight, models[0].version, models[0].batch_size),
+        (1, None, None)
+    );
+    assert!(models[0].shape.is_empty() && models[0].input_data.is_none());
+    assert_eq!(models[1].label(), "dyn@2");
+    assert_eq!((models[1].weight, models[1].batch_size), (3, Some(2)));
+    assert_eq!(models[1].shape["IN"], [4, 0]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let loaded = matrix::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let data: Vec<Option<String>> = loaded.client_templates["all"]
+        .models
+        .iter()
+        .map(|m| m.input_data.clone())
+        .collect();
+    let want_file = dir.path().join("data/dyn.json").display().to_string();
+    assert_eq!(
+        data,
+        [
+            None,
+            Some(want_file),
+            Some("zero".into()),
+            Some("/abs/d.json".into())
+        ]
+    );
 }

@@ -3,7 +3,7 @@
 //! any request is sent (exit code 2).
 
 use crate::client::Protocol;
-use crate::model::{InferOptions, InputDataArg, ModelSelection, ShapeOverride};
+use crate::model::{InferOptions, ModelSelection};
 use crate::scenarios::Settings;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -108,31 +108,10 @@ pub struct RunArgs {
     pub models: ModelArgs,
 }
 
-/// The Infer scenario's flags: which of the server's models to drive and with what data, in
-/// perf_analyzer's syntax (`-m`, `--shape`, `--input-data`, `-b` mean the same here).
+/// The Infer scenario's flags the driver does not set (the models, shapes, input data and batch
+/// size are in the contract, [`WorkerArgs`]), in perf_analyzer's syntax.
 #[derive(Debug, Args)]
 pub struct ModelArgs {
-    /// A model to drive with the Infer scenario: NAME[@VERSION][:WEIGHT] (repeatable; weights
-    /// split the Infer tests across models). With --model and no --scenarios only Infer runs.
-    /// Infer listed in --scenarios without --model drives --load-model.
-    #[arg(
-        long = "model",
-        short = 'm',
-        env = "WORKER_MODELS",
-        value_delimiter = ','
-    )]
-    pub models: Vec<ModelSelection>,
-    /// Fills dynamic (-1) dims of an input: [MODEL/]INPUT:D1,D2,... (repeatable; the shape
-    /// excludes the batch dimension, as in perf_analyzer).
-    #[arg(long = "shape")]
-    pub shapes: Vec<ShapeOverride>,
-    /// Input data: zero, random (default), or a perf_analyzer JSON file (data, validation_data);
-    /// MODEL=zero|random|FILE for one model (repeatable).
-    #[arg(long = "input-data")]
-    pub input_data: Vec<InputDataArg>,
-    /// Batch size of every Infer request (at most the model's max_batch_size).
-    #[arg(long, short = 'b', default_value_t = 1)]
-    pub batch_size: u32,
     /// Length of random BYTES elements.
     #[arg(long, default_value_t = crate::model::DEFAULT_STRING_LENGTH)]
     pub string_length: usize,
@@ -227,8 +206,8 @@ impl RunArgs {
             validate_address(s)?;
         }
         let m = self.models;
-        let mix = default_mix(c.scenarios.clone(), !m.models.is_empty())?;
-        if m.batch_size == 0 {
+        let mix = default_mix(c.scenarios.clone(), !c.models.is_empty())?;
+        if c.batch_size == 0 {
             return Err("--batch-size must be at least 1".into());
         }
         if !(m.tolerance >= 0.0 && m.tolerance.is_finite()) {
@@ -240,18 +219,18 @@ impl RunArgs {
         let seed = self.seed.unwrap_or_else(rand::random);
         let infer = InferOptions {
             // Infer listed without --model drives the load model (add_sub by default).
-            models: if m.models.is_empty() {
+            models: if c.models.is_empty() {
                 vec![ModelSelection {
                     name: self.load_model.clone(),
                     version: String::new(),
                     weight: 1,
                 }]
             } else {
-                m.models
+                c.models.clone()
             },
-            shapes: m.shapes,
-            input_data: m.input_data,
-            batch_size: m.batch_size,
+            shapes: c.shapes.clone(),
+            input_data: c.input_data.clone(),
+            batch_size: c.batch_size,
             string_length: m.string_length,
             tolerance: m.tolerance,
             consistency: m.consistency,
@@ -381,7 +360,7 @@ mod tests {
         let mut contract = WorkerArgs {
             servers: vec!["10.0.0.1:8001".into()],
             protocol: Protocol::Http,
-            scenarios: Some("SequenceValid:2,Load:5".parse().unwrap()),
+            scenarios: Some("SequenceValid:2,Load:5,Infer:1".parse().unwrap()),
             concurrency: 3,
             duration: Duration::from_secs(3600 + 7),
             corr_ids: CorrIdBlock {
@@ -394,6 +373,10 @@ mod tests {
             run_id: Some("r-1".into()),
             member_id: Some("clients-1".into()),
             perf_analyzer: Some("/usr/bin/perf_analyzer".into()),
+            models: vec!["add_sub:2".parse().unwrap(), "m@1".parse().unwrap()],
+            shapes: vec!["m/IN:4".parse().unwrap()],
+            input_data: vec!["m=zero".parse().unwrap()],
+            batch_size: 3,
         };
         contract.set_load(Some(LoadMode::Rate(0.5)));
         let mut argv = vec!["worker".to_string()];
@@ -403,6 +386,10 @@ mod tests {
         assert_eq!(cli.run.contract, contract);
         assert_eq!(cli.run.seed, Some(7));
         let config = cli.run.into_config().unwrap();
+        assert_eq!(config.settings.infer.models, contract.models);
+        assert_eq!(config.settings.infer.shapes, contract.shapes);
+        assert_eq!(config.settings.infer.input_data, contract.input_data);
+        assert_eq!(config.settings.infer.batch_size, 3);
         assert_eq!(config.settings.load_mode, LoadMode::Rate(0.5));
         assert_eq!(config.corr_ids, contract.corr_ids);
     }

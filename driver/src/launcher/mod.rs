@@ -7,11 +7,14 @@ pub mod local;
 
 pub use diagnostics::MemberDiagnostics;
 
-use crate::matrix::{ClientMember, Protocol, ServerMember};
+use crate::matrix::{ClientMember, ModelSpec, Protocol, ServerMember};
 use std::collections::BTreeSet;
 use std::time::Duration;
 pub use stress_common::contract::STORE_URL_ENV;
-use stress_common::contract::{MemberName, RunId, ScenarioMix, WorkerArgs};
+use stress_common::contract::{
+    DataSource, InputDataArg, MemberName, ModelSelection, RunId, ScenarioMix, ShapeOverride,
+    WorkerArgs,
+};
 
 /// Where clients reach a started server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,9 +122,47 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
         run_id: Some(a.run_id.clone()),
         member_id: Some(a.member_id.clone()),
         perf_analyzer: a.perf_analyzer.as_ref().map(Into::into),
+        models: t.models.iter().map(model_selection).collect(),
+        shapes: t
+            .models
+            .iter()
+            .flat_map(|m| {
+                m.shape.iter().map(|(input, dims)| ShapeOverride {
+                    model: Some(m.name.clone()),
+                    input: input.clone(),
+                    dims: dims.clone(),
+                })
+            })
+            .collect(),
+        input_data: t
+            .models
+            .iter()
+            .filter_map(|m| {
+                let source = match m.input_data.as_deref()? {
+                    "zero" => DataSource::Zero,
+                    "random" => DataSource::Random,
+                    file => DataSource::File(file.into()),
+                };
+                Some(InputDataArg {
+                    model: Some(m.name.clone()),
+                    source,
+                })
+            })
+            .collect(),
+        // Validation lets the models of a template agree on one batch size only.
+        batch_size: t.models.iter().find_map(|m| m.batch_size).unwrap_or(1),
     };
     args.set_load(t.load);
     args
+}
+
+/// A matrix model as the worker's `--model` names it.
+pub fn model_selection(m: &ModelSpec) -> ModelSelection {
+    ModelSelection {
+        name: m.name.clone(),
+        version: m.version.map(|v| v.to_string()).unwrap_or_default(),
+        weight: m.weight,
+    }
 }
 
 /// Worker command-line arguments for a client: the contract, then the template's extra

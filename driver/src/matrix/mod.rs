@@ -40,7 +40,7 @@ pub use error::{Diagnostic, MatrixError, Position};
 pub use expand::{ClientMember, ServerMember, member_name};
 pub use types::{
     ARTIFACT_AUTO, Artifact, ClientGroup, ClientTemplate, DEFAULT_CORR_ID_BLOCK_SIZE, FailFast,
-    LoadMode, MATRIX_VERSION, Matrix, Protocol, Resources, RunSettings, ServerGroup,
+    LoadMode, MATRIX_VERSION, Matrix, ModelSpec, Protocol, Resources, RunSettings, ServerGroup,
     ServerTemplate, ServerVolume, Toleration, TraceLevel, TraceSettings,
 };
 pub use validate::{CORR_IDS_PER_STREAM, MAX_LABEL_LEN, is_dns_label};
@@ -56,6 +56,19 @@ pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
     })?;
     let mut matrix = parse(&text, &path.display().to_string())?;
     matrix.source_path = Some(path.to_path_buf());
+    // Input-data files are named relative to the matrix; the worker runs in another directory.
+    if let Some(dir) = path.parent() {
+        for t in matrix.client_templates.values_mut() {
+            for m in &mut t.models {
+                if let Some(data) = &mut m.input_data
+                    && !matches!(data.as_str(), "zero" | "random")
+                    && Path::new(data.as_str()).is_relative()
+                {
+                    *data = dir.join(&*data).display().to_string();
+                }
+            }
+        }
+    }
     Ok(matrix)
 }
 

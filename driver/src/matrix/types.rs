@@ -216,6 +216,13 @@ pub struct ClientTemplate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadMode>,
 
+    /// Models of the server's repository to drive with the `Infer` scenario, each built from
+    /// its own metadata and config. Without `scenarios`, only `Infer` runs; with `scenarios`,
+    /// they must list `Infer`. Before any load the driver checks that every target server has
+    /// each model READY.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelSpec>,
+
     /// Extra worker arguments, appended after the ones the launcher sets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_args: Vec<String>,
@@ -235,6 +242,50 @@ pub struct ClientTemplate {
     /// Taints the pod tolerates (kube launcher only), e.g. `nvidia.com/gpu` on GPU nodes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+}
+
+/// One model a client drives with the `Infer` scenario (the worker's `--model`, `--shape`,
+/// `--input-data` and `--batch-size`, as perf_analyzer means them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// The model's name in the server's repository.
+    #[schemars(length(min = 1))]
+    pub name: String,
+
+    /// Share of this model in the client's `Infer` requests (relative; at least 1).
+    #[serde(default = "defaults::one")]
+    #[schemars(range(min = 1))]
+    pub weight: u32,
+
+    /// Model version. Omitted: the server's choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+
+    /// Dims for the dynamic (`-1`) dims of inputs, by input name, without the batch dim.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub shape: IndexMap<String, Vec<i64>>,
+
+    /// `zero`, `random` (the worker's default), or a perf_analyzer JSON input-data file
+    /// (relative to the matrix file's directory, or absolute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_data: Option<String>,
+
+    /// Batch size of each request (at most the model's `max_batch_size`). The worker takes one
+    /// batch size for all its models, so the models of a template that set it must agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub batch_size: Option<u32>,
+}
+
+impl ModelSpec {
+    /// `NAME` or `NAME@VERSION`, as diagnostics name a model.
+    pub fn label(&self) -> String {
+        match self.version {
+            Some(v) => format!("{}@{v}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// A group of identical stress clients, all talking to every server of one server group.
@@ -654,6 +705,9 @@ mod defaults {
     }
     pub fn concurrency() -> u32 {
         4
+    }
+    pub fn one() -> u32 {
+        1
     }
     pub fn trace_rate() -> u32 {
         1000

@@ -13,6 +13,10 @@ use super::types::{
 
 pub use stress_common::contract::CORR_IDS_PER_STREAM;
 
+/// Characters a model name cannot hold: the worker's flags use them as separators
+/// (`NAME@VERSION:WEIGHT`, `a,b`, `MODEL/INPUT:DIMS`, `MODEL=FILE`).
+const MODEL_NAME_RESERVED: &str = "@:,/=";
+
 /// The longest a DNS-1123 label may be.
 pub const MAX_LABEL_LEN: usize = 63;
 
@@ -290,8 +294,93 @@ impl Checker {
             ),
             _ => {}
         }
+        self.models(path.clone(), t);
         self.resources(path.key("resources"), &t.resources);
         self.env(path.key("env"), &t.env);
+    }
+
+    /// The `models:` of a client template: names the worker's flags can carry, weights and
+    /// batch sizes of at least 1, one batch size per worker, and `Infer` in a given mix.
+    fn models(&mut self, path: FieldPath, t: &ClientTemplate) {
+        let mpath = path.key("models");
+        if !t.models.is_empty()
+            && let Some(scenarios) = &t.scenarios
+            && !scenarios
+                .keys()
+                .any(|n| Scenario::parse(n) == Some(Scenario::Infer))
+        {
+            self.push(
+                mpath.clone(),
+                Anchor::Key,
+                "models are driven by the Infer scenario, but `scenarios` does not list Infer (add it, or omit `scenarios` to run only Infer)",
+            );
+        }
+        let mut seen: HashMap<(String, Option<u64>), usize> = HashMap::new();
+        let mut batch: Option<(u32, usize)> = None;
+        for (i, m) in t.models.iter().enumerate() {
+            let p = mpath.index(i);
+            if m.name.trim().is_empty() {
+                self.push(p.key("name"), Anchor::Value, "must not be empty");
+            } else if let Some(c) = m.name.chars().find(|c| MODEL_NAME_RESERVED.contains(*c)) {
+                self.push(
+                    p.key("name"),
+                    Anchor::Value,
+                    format!(
+                        "model name {:?} contains {c:?}, which the worker's flags reserve ({MODEL_NAME_RESERVED:?})",
+                        m.name
+                    ),
+                );
+            } else if let Some(first) = seen.insert((m.name.clone(), m.version), i) {
+                self.push(
+                    p.key("name"),
+                    Anchor::Value,
+                    format!(
+                        "model {} is listed twice (first as models[{first}])",
+                        m.label()
+                    ),
+                );
+            }
+            if m.weight == 0 {
+                self.push(
+                    p.key("weight"),
+                    Anchor::Value,
+                    "model weight must be at least 1, found 0 (leave the model out instead)",
+                );
+            }
+            for (input, dims) in &m.shape {
+                let spath = p.key("shape").key(input.clone());
+                if dims.is_empty() {
+                    self.push(spath, Anchor::Value, "needs at least one dim");
+                } else if let Some(d) = dims.iter().find(|d| **d < 0) {
+                    self.push(
+                        spath,
+                        Anchor::Value,
+                        format!("dims must be whole numbers >= 0, found {d}"),
+                    );
+                }
+            }
+            if let Some(data) = &m.input_data
+                && data.trim().is_empty()
+            {
+                self.push(
+                    p.key("input_data"),
+                    Anchor::Value,
+                    "must be zero, random or a file, found an empty string",
+                );
+            }
+            match (m.batch_size, batch) {
+                (Some(0), _) => self.at_least_one(p.key("batch_size"), 0),
+                (Some(b), Some((first, at))) if b != first => self.push(
+                    p.key("batch_size"),
+                    Anchor::Value,
+                    format!(
+                        "batch size {b} differs from models[{at}]'s {first}: a worker sends one batch size to all its models (use another client template)"
+                    ),
+                ),
+                (Some(b), None) => batch = Some((b, i)),
+                _ => {}
+            }
+        }
     }
 
     fn member_names(&mut self, path: FieldPath, run: &str, group: &str, instances: u32) {
