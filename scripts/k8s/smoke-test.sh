@@ -127,7 +127,13 @@ if [ -n "$B" ] && [ "$got" = "$B" ]; then pass "pod -> pod: $A -> $B_IP:8080 ans
 else fail "pod -> pod" "$A -> $B ($B_IP) got: $got"; fi
 
 # 5. pod -> Service (ClusterIP through kube-proxy's iptables rules; both backends must answer)
-seen=$(K exec "$A" -- sh -c "for i in \$(seq 30); do curl -sS --max-time 3 http://$SVC_IP/; done" 2>&1 | sort | uniq -c)
+# kube-proxy programs a new endpoint on its next sync: a batch that reached one pod only is tried
+# again (5 batches at most, 2 s apart) before the check fails.
+for attempt in 1 2 3 4 5; do
+    seen=$(K exec "$A" -- sh -c "for i in \$(seq 30); do curl -sS --max-time 3 http://$SVC_IP/; done" 2>&1 | sort | uniq -c)
+    if echo "$seen" | grep -qw -- "$A" && echo "$seen" | grep -qw -- "$B"; then break; fi
+    [ "$attempt" = 5 ] || sleep 2
+done
 if echo "$seen" | grep -qw -- "$A" && echo "$seen" | grep -qw -- "$B"; then
     pass "pod -> service: 30 requests to $SVC_IP:80 reached both pods ($(echo $seen))"
 else fail "pod -> service" "$(echo $seen)"; fi

@@ -76,14 +76,7 @@ impl HttpClient {
         let status = r.status();
         let body = r.bytes().await.map_err(transport)?;
         if !status.is_success() {
-            let message = serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v["error"].as_str().map(str::to_string))
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-            return Err(ClientError::Server {
-                code: status.as_u16().to_string(),
-                message,
-            });
+            return Err(server_error(status, &body));
         }
         serde_json::from_slice(&body)
             .map_err(|e| ClientError::Protocol(format!("GET {path}: not JSON: {e}")))
@@ -364,14 +357,7 @@ impl TritonClient for HttpClient {
             .and_then(|v| v.parse::<usize>().ok());
         let body = response.bytes().await.map_err(transport)?;
         if !status.is_success() {
-            let message = serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v["error"].as_str().map(str::to_string))
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-            return Err(ClientError::Server {
-                code: status.as_u16().to_string(),
-                message,
-            });
+            return Err(server_error(status, &body));
         }
         Self::decode(header_length, body)
     }
@@ -392,6 +378,18 @@ struct HttpSequenceSession {
 impl SequenceSession for HttpSequenceSession {
     async fn infer(&mut self, request: &InferRequest) -> Result<InferResponse, ClientError> {
         self.client.infer(request).await
+    }
+}
+
+/// A non-2xx answer: Triton's `{"error": "..."}` message when it sent one, else the body.
+fn server_error(status: reqwest::StatusCode, body: &[u8]) -> ClientError {
+    let message = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    ClientError::Server {
+        code: status.as_u16().to_string(),
+        message,
     }
 }
 
