@@ -480,14 +480,14 @@ fn assert_smoke_report(run_dir: &Path, run_id: &str) {
     assert_eq!(report["failed_members"], Value::Array(vec![]), "{report:#}");
 }
 
-/// Runs the smoke matrix for 15 s on the given store (`None`: SQLite in the run directory) and
-/// checks its report; returns the temporary directory (the matrix and `runs/`) and the run's
-/// directory in it.
-async fn smoke_run(database_url: Option<&str>, run_id: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let matrix = smoke_matrix(tmp.path());
-    let runs = tmp.path().join("runs");
-    let mut args = vec![
+/// `driver run MATRIX` into `runs` under `run_id` for `duration`, without the progress line.
+fn run_args<'a>(
+    matrix: &'a Path,
+    runs: &'a Path,
+    run_id: &'a str,
+    duration: &'a str,
+) -> Vec<&'a str> {
+    vec![
         "run",
         matrix.to_str().unwrap(),
         "--runs-dir",
@@ -495,9 +495,19 @@ async fn smoke_run(database_url: Option<&str>, run_id: &str) -> (tempfile::TempD
         "--run-id",
         run_id,
         "--duration",
-        "15s",
+        duration,
         "--no-progress",
-    ];
+    ]
+}
+
+/// Runs the smoke matrix for 15 s on the given store (`None`: SQLite in the run directory) and
+/// checks its report; returns the temporary directory (the matrix and `runs/`) and the run's
+/// directory in it.
+async fn smoke_run(database_url: Option<&str>, run_id: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = smoke_matrix(tmp.path());
+    let runs = tmp.path().join("runs");
+    let mut args = run_args(&matrix, &runs, run_id, "15s");
     if let Some(url) = database_url {
         args.extend(["--database-url", url]);
     }
@@ -591,17 +601,7 @@ async fn start_long_run(run_id: &str) -> LongRun {
     let runs = tmp.path().join("runs");
     let run_dir = runs.join(run_id);
     let mut driver = Driver::spawn(
-        &[
-            "run",
-            matrix.to_str().unwrap(),
-            "--runs-dir",
-            runs.to_str().unwrap(),
-            "--run-id",
-            run_id,
-            "--duration",
-            "120s",
-            "--no-progress",
-        ],
+        &run_args(&matrix, &runs, run_id, "120s"),
         tmp.path(),
         "driver",
     );
@@ -842,21 +842,7 @@ fn models_matrix(dir: &Path, models: &str) -> PathBuf {
 /// Runs `matrix` for 15 s and waits for the driver's exit.
 async fn run_matrix(tmp: &Path, matrix: &Path, run_id: &str) -> (Driver, ExitStatus, PathBuf) {
     let runs = tmp.join("runs");
-    let mut driver = Driver::spawn(
-        &[
-            "run",
-            matrix.to_str().unwrap(),
-            "--runs-dir",
-            runs.to_str().unwrap(),
-            "--run-id",
-            run_id,
-            "--duration",
-            "15s",
-            "--no-progress",
-        ],
-        tmp,
-        "driver",
-    );
+    let mut driver = Driver::spawn(&run_args(matrix, &runs, run_id, "15s"), tmp, "driver");
     let status = driver.wait(RUN_LIMIT, true).await;
     (driver, status, runs.join(run_id))
 }
