@@ -160,7 +160,15 @@ impl KubeLauncher {
         self.watch.get(member)
     }
 
-    async fn apply_pod(&mut self, member: &str, pod: Pod) -> Result<(), LaunchError> {
+    /// Applies a member's pod and remembers it (its pod name, role, container and command).
+    async fn apply_pod(
+        &mut self,
+        member: &str,
+        pod: Pod,
+        role: &'static str,
+        container: &'static str,
+        command: String,
+    ) -> Result<(), LaunchError> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         self.pods
             .patch(
@@ -173,6 +181,15 @@ impl KubeLauncher {
                 member: member.into(),
                 reason: format!("creating pod {}/{name}: {e}", self.ns()),
             })?;
+        self.members.insert(
+            member.to_string(),
+            MemberPod {
+                pod: name,
+                role,
+                container,
+                command,
+            },
+        );
         Ok(())
     }
 
@@ -243,17 +260,8 @@ impl Launcher for KubeLauncher {
             reason,
         })?;
         let command = container_command(&pod);
-        self.apply_pod(&server.name, pod).await?;
-        self.members.insert(
-            server.name.to_string(),
-            MemberPod {
-                pod: pod_name(&self.settings.run_id, &server.name),
-                role: "server",
-                container: SERVER_CONTAINER,
-                command,
-            },
-        );
-        Ok(())
+        self.apply_pod(&server.name, pod, "server", SERVER_CONTAINER, command)
+            .await
     }
 
     async fn wait_servers_ready(
@@ -323,17 +331,8 @@ impl Launcher for KubeLauncher {
             secret_name(&self.settings.run_id),
             container_command(&pod)
         );
-        self.apply_pod(&client.name, pod).await?;
-        self.members.insert(
-            client.name.to_string(),
-            MemberPod {
-                pod: pod_name(&self.settings.run_id, &client.name),
-                role: "client",
-                container: CLIENT_CONTAINER,
-                command,
-            },
-        );
-        Ok(())
+        self.apply_pod(&client.name, pod, "client", CLIENT_CONTAINER, command)
+            .await
     }
 
     async fn exited(&mut self) -> Vec<MemberExit> {
