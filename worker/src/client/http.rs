@@ -55,24 +55,21 @@ impl HttpClient {
         self
     }
 
-    async fn get_ok(&self, path: &str) -> Result<bool, ClientError> {
-        let r = self
-            .http
+    async fn get(&self, path: &str) -> Result<reqwest::Response, ClientError> {
+        self.http
             .get(format!("{}{path}", self.base))
             .send()
             .await
-            .map_err(transport)?;
-        Ok(r.status().is_success())
+            .map_err(transport)
+    }
+
+    async fn get_ok(&self, path: &str) -> Result<bool, ClientError> {
+        Ok(self.get(path).await?.status().is_success())
     }
 
     /// GETs a JSON document; a non-success status is a server error with the server's message.
     async fn get_json(&self, path: &str) -> Result<Value, ClientError> {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .map_err(transport)?;
+        let r = self.get(path).await?;
         let status = r.status();
         let body = r.bytes().await.map_err(transport)?;
         if !status.is_success() {

@@ -160,6 +160,15 @@ impl KubeLauncher {
         self.watch.get(member)
     }
 
+    /// The started servers' member names.
+    fn server_members(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter(|(_, m)| m.role == "server")
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// Applies a member's pod and remembers it (its pod name, role, container and command).
     async fn apply_pod(
         &mut self,
@@ -269,12 +278,7 @@ impl Launcher for KubeLauncher {
         timeout: Duration,
     ) -> Result<Vec<ServerEndpoint>, LaunchError> {
         let deadline = Instant::now() + timeout;
-        let servers: Vec<String> = self
-            .members
-            .iter()
-            .filter(|(_, m)| m.role == "server")
-            .map(|(name, _)| name.clone())
-            .collect();
+        let servers = self.server_members();
         let pending_timeout = self.settings.pending_timeout;
         // Woken by every pod change: a server is used the moment its pod is Ready.
         let readiness = self
@@ -377,12 +381,7 @@ impl Launcher for KubeLauncher {
     }
 
     async fn stop_servers(&mut self, grace: Duration) {
-        let servers: Vec<String> = self
-            .members
-            .iter()
-            .filter(|(_, m)| m.role == "server")
-            .map(|(name, _)| name.clone())
-            .collect();
+        let servers = self.server_members();
         self.stopping.extend(servers.iter().cloned());
         self.delete_pods(servers.iter(), grace).await;
     }
