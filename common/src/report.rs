@@ -1,9 +1,11 @@
-//! The L0 table: one row per scenario, summed over however many workers reported it, plus TOTAL.
-//! The worker prints it for itself; the driver prints it for a whole run and per client group.
+//! The L0 table: one row per scenario, summed over however many workers reported it, plus TOTAL;
+//! and the model table: one row per (model, scenario), with a decoupled model's stream figures.
+//! The worker prints them for itself; the driver prints them for a whole run (the L0 table also
+//! per client group).
 
 use crate::histogram::{HistogramError, LatencyHistogram};
 use crate::scenario::Scenario;
-use crate::status::ScenarioCounts;
+use crate::status::{ModelCounts, ScenarioCounts};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -167,6 +169,195 @@ impl L0Table {
     }
 }
 
+/// One (model, scenario) row, summed over workers.
+#[derive(Debug, Clone, Default)]
+struct ModelRow {
+    tests: u64,
+    failures: u64,
+    requests: u64,
+    latency: LatencyHistogram,
+    stream: Option<StreamRow>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct StreamRow {
+    streams: u64,
+    responses: u64,
+    first_response: LatencyHistogram,
+    inter_response: LatencyHistogram,
+}
+
+/// A model row as it appears in report.json (`models[]`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ModelRowJson {
+    pub model: String,
+    pub scenario: String,
+    pub failures: u64,
+    pub tests: u64,
+    pub requests: u64,
+    pub qps: f64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    /// Decoupled models only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamRowJson>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StreamRowJson {
+    pub streams: u64,
+    pub responses: u64,
+    pub responses_per_request: f64,
+    pub first_response_p50_us: u64,
+    pub first_response_p99_us: u64,
+    pub inter_response_p50_us: u64,
+    pub inter_response_p99_us: u64,
+}
+
+/// The per-model table: one row per (model, scenario) over however many workers reported it.
+#[derive(Debug, Clone, Default)]
+pub struct ModelTable {
+    rows: BTreeMap<(String, String), ModelRow>,
+}
+
+impl ModelTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one worker's cumulative counts of a model (histograms merge, never averaged).
+    pub fn add(&mut self, counts: &ModelCounts) -> Result<(), HistogramError> {
+        let latency = LatencyHistogram::decode(&counts.latency_histogram)?;
+        let row = self
+            .rows
+            .entry((counts.model.clone(), counts.scenario.clone()))
+            .or_default();
+        row.tests += counts.tests;
+        row.failures += counts.failures;
+        row.requests += counts.requests;
+        row.latency.merge(&latency);
+        if let Some(stream) = &counts.stream {
+            let first = LatencyHistogram::decode(&stream.first_response_histogram)?;
+            let gaps = LatencyHistogram::decode(&stream.inter_response_histogram)?;
+            let into = row.stream.get_or_insert_with(StreamRow::default);
+            into.streams += stream.streams;
+            into.responses += stream.responses;
+            into.first_response.merge(&first);
+            into.inter_response.merge(&gaps);
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub fn to_json(&self, elapsed_s: f64) -> Vec<ModelRowJson> {
+        self.rows
+            .iter()
+            .map(|((model, scenario), r)| ModelRowJson {
+                model: model.clone(),
+                scenario: scenario.clone(),
+                failures: r.failures,
+                tests: r.tests,
+                requests: r.requests,
+                qps: if elapsed_s > 0.0 {
+                    r.requests as f64 / elapsed_s
+                } else {
+                    0.0
+                },
+                p50_us: r.latency.percentile_us(50.0),
+                p90_us: r.latency.percentile_us(90.0),
+                p99_us: r.latency.percentile_us(99.0),
+                max_us: r.latency.max_us(),
+                stream: r.stream.as_ref().map(|s| StreamRowJson {
+                    streams: s.streams,
+                    responses: s.responses,
+                    responses_per_request: if s.streams > 0 {
+                        s.responses as f64 / s.streams as f64
+                    } else {
+                        0.0
+                    },
+                    first_response_p50_us: s.first_response.percentile_us(50.0),
+                    first_response_p99_us: s.first_response.percentile_us(99.0),
+                    inter_response_p50_us: s.inter_response.percentile_us(50.0),
+                    inter_response_p99_us: s.inter_response.percentile_us(99.0),
+                }),
+            })
+            .collect()
+    }
+
+    /// The table as text (latencies in milliseconds), then the decoupled models' stream table
+    /// when there are any.
+    pub fn render(&self, elapsed_s: f64) -> String {
+        let rows = self.to_json(elapsed_s);
+        let ms = |us: u64| us as f64 / 1000.0;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<28} | {:<20} | {:>8} | {:>7} | {:>9} | {:>9} | {:>8} | {:>8} | {:>8}",
+            "Model",
+            "Scenario",
+            "Failures",
+            "Tests",
+            "Requests",
+            "QPS",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms"
+        );
+        let _ = writeln!(out, "{}", "-".repeat(124));
+        for r in &rows {
+            let _ = writeln!(
+                out,
+                "{:<28} | {:<20} | {:>8} | {:>7} | {:>9} | {:>9.1} | {:>8.2} | {:>8.2} | {:>8.2}",
+                r.model,
+                r.scenario,
+                r.failures,
+                r.tests,
+                r.requests,
+                r.qps,
+                ms(r.p50_us),
+                ms(r.p90_us),
+                ms(r.p99_us)
+            );
+        }
+        if rows.iter().any(|r| r.stream.is_some()) {
+            let _ = writeln!(
+                out,
+                "\n{:<28} | {:<20} | {:>9} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10}",
+                "Decoupled model",
+                "Scenario",
+                "Streams",
+                "Resp/req",
+                "first p50",
+                "first p99",
+                "gap p50",
+                "gap p99"
+            );
+            let _ = writeln!(out, "{}", "-".repeat(124));
+            for r in &rows {
+                let Some(s) = &r.stream else { continue };
+                let _ = writeln!(
+                    out,
+                    "{:<28} | {:<20} | {:>9} | {:>10.2} | {:>7.2} ms | {:>7.2} ms | {:>7.2} ms | {:>7.2} ms",
+                    r.model,
+                    r.scenario,
+                    s.streams,
+                    s.responses_per_request,
+                    ms(s.first_response_p50_us),
+                    ms(s.first_response_p99_us),
+                    ms(s.inter_response_p50_us),
+                    ms(s.inter_response_p99_us)
+                );
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +395,83 @@ mod tests {
             text.lines()
                 .any(|l| l.starts_with("TOTAL") && l.contains("540"))
         );
+    }
+
+    fn histogram(ms: &[u64]) -> String {
+        let mut h = LatencyHistogram::new();
+        for m in ms {
+            h.record(std::time::Duration::from_millis(*m));
+        }
+        h.encode()
+    }
+
+    #[test]
+    fn model_rows_merge_workers_per_model_and_scenario() {
+        use crate::status::StreamCounts;
+        let mut t = ModelTable::new();
+        let a = ModelCounts {
+            scenario: "Infer".into(),
+            model: "text_vector".into(),
+            tests: 2,
+            failures: 1,
+            requests: 100,
+            latency_histogram: histogram(&[1, 1, 1, 1, 50]),
+            stream: None,
+        };
+        t.add(&a).unwrap();
+        t.add(&ModelCounts {
+            latency_histogram: histogram(&[1, 1, 1, 1, 1]),
+            ..a.clone()
+        })
+        .unwrap();
+        t.add(&ModelCounts {
+            scenario: "Load".into(),
+            ..a.clone()
+        })
+        .unwrap();
+        t.add(&ModelCounts {
+            model: "repeat".into(),
+            requests: 4,
+            stream: Some(StreamCounts {
+                streams: 4,
+                responses: 10,
+                first_response_histogram: histogram(&[2, 2, 2, 2]),
+                inter_response_histogram: histogram(&[3, 3, 3, 3, 3, 3]),
+            }),
+            ..a.clone()
+        })
+        .unwrap();
+        let rows = t.to_json(10.0);
+        let names: Vec<_> = rows
+            .iter()
+            .map(|r| (r.model.as_str(), r.scenario.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("repeat", "Infer"),
+                ("text_vector", "Infer"),
+                ("text_vector", "Load")
+            ]
+        );
+        let tv = &rows[1];
+        assert_eq!((tv.tests, tv.failures, tv.requests), (4, 2, 200));
+        assert_eq!(tv.qps, 20.0);
+        // 10 latencies merged (not two p99s averaged): the 50 ms one is the max and past p90.
+        assert_eq!(tv.max_us / 1000, 50);
+        assert_eq!(tv.p50_us / 1000, 1);
+        let stream = rows[0].stream.as_ref().expect("decoupled row");
+        assert_eq!((stream.streams, stream.responses), (4, 10));
+        assert_eq!(stream.responses_per_request, 2.5);
+        assert_eq!(stream.first_response_p99_us / 1000, 2);
+        assert_eq!(stream.inter_response_p50_us / 1000, 3);
+        let text = t.render(10.0);
+        assert!(text.contains("Decoupled model"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("repeat") && l.contains("2.50")),
+            "{text}"
+        );
+        assert!(rows[1].stream.is_none());
     }
 }

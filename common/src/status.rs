@@ -58,6 +58,36 @@ pub struct ScenarioCounts {
     pub latency_histogram: String,
 }
 
+/// One model's share of one scenario on one worker, cumulative like [`ScenarioCounts`]: the
+/// report's per-model table. Tests count only the tests that named their model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelCounts {
+    pub scenario: String,
+    pub model: String,
+    pub tests: u64,
+    pub failures: u64,
+    pub requests: u64,
+    /// Latency of every answered request ([`crate::histogram::LatencyHistogram::encode`]d);
+    /// for a decoupled model, until its final response.
+    pub latency_histogram: String,
+    /// Decoupled models only: what their response streams carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamCounts>,
+}
+
+/// What the response streams of a decoupled model's requests carried (one stream per request).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamCounts {
+    /// Requests whose stream was read to its end (final response or failure).
+    pub streams: u64,
+    /// Responses with data received on those streams (an empty final-flag message is not one).
+    pub responses: u64,
+    /// Send → first response, encoded like `latency_histogram`.
+    pub first_response_histogram: String,
+    /// Gap between consecutive responses of one stream.
+    pub inter_response_histogram: String,
+}
+
 /// A periodic sample of a worker's progress: a QPS point and its cumulative per-scenario counts.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerSnapshot {
@@ -67,6 +97,9 @@ pub struct WorkerSnapshot {
     /// Requests per second over the last sample interval.
     pub qps: f64,
     pub scenarios: Vec<ScenarioCounts>,
+    /// The same counts per (scenario, model).
+    #[serde(default)]
+    pub models: Vec<ModelCounts>,
 }
 
 /// One failed check, with everything needed to understand it without the logs.

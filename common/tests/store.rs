@@ -7,7 +7,8 @@ use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
 use stress_common::status::{
-    EventKind, FailureRecord, Role, ScenarioCounts, StatusSink, WorkerSnapshot,
+    EventKind, FailureRecord, ModelCounts, Role, ScenarioCounts, StatusSink, StreamCounts,
+    WorkerSnapshot,
 };
 use stress_common::store::testing::{self, TestPostgres};
 use stress_common::store::{
@@ -58,6 +59,7 @@ struct Everything {
     heartbeats: Vec<(String, i64)>,
     qps: Vec<QpsSample>,
     counts: Vec<(String, ScenarioCounts)>,
+    model_counts: Vec<(String, ModelCounts)>,
     failures: Vec<(String, FailureRecord)>,
     failure_totals: Vec<(String, u64)>,
     diagnostics: Vec<(String, serde_json::Value)>,
@@ -72,6 +74,7 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
         heartbeats: store.heartbeats(run_id).await.unwrap(),
         qps: store.qps_samples(run_id).await.unwrap(),
         counts: store.scenario_counts(run_id).await.unwrap(),
+        model_counts: store.model_counts(run_id).await.unwrap(),
         failures: store.failures(run_id).await.unwrap(),
         failure_totals: store.failure_totals(run_id).await.unwrap(),
         diagnostics: store.diagnostics(run_id).await.unwrap(),
@@ -81,10 +84,10 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 1);
+    assert_eq!(store.schema_version().await.unwrap(), 2);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 1);
+    assert_eq!(again.schema_version().await.unwrap(), 2);
     again.close().await;
 
     // ---- runs
@@ -237,6 +240,29 @@ async fn story(url: &str, fresh: bool) {
         skipped: 0,
         latency_histogram: histogram(&[7]),
     };
+    let model_a1 = ModelCounts {
+        scenario: "Infer".into(),
+        model: "text_vector".into(),
+        tests: 3,
+        failures: 1,
+        requests: 30,
+        latency_histogram: histogram(&[4, 5]),
+        stream: None,
+    };
+    let model_b1 = ModelCounts {
+        scenario: "Infer".into(),
+        model: "decoupled_repeat".into(),
+        tests: 2,
+        failures: 0,
+        requests: 2,
+        latency_histogram: histogram(&[9]),
+        stream: Some(StreamCounts {
+            streams: 2,
+            responses: 7,
+            first_response_histogram: histogram(&[1, 2]),
+            inter_response_histogram: histogram(&[3, 3, 3, 3, 3]),
+        }),
+    };
     store
         .record_snapshot(
             &run_id,
@@ -246,6 +272,7 @@ async fn story(url: &str, fresh: bool) {
                 total_requests: 105,
                 qps: 105.0,
                 scenarios: vec![counts_a1.clone(), counts_b1.clone()],
+                models: vec![model_a1.clone(), model_b1.clone()],
             },
         )
         .await
@@ -259,11 +286,17 @@ async fn story(url: &str, fresh: bool) {
         latency_histogram: histogram(&[1, 2, 3, 4, 500]),
         ..counts_a1.clone()
     };
+    let model_a2 = ModelCounts {
+        tests: u64::MAX,
+        latency_histogram: histogram(&[4, 5, 6]),
+        ..model_a1.clone()
+    };
     c0.snapshot(&WorkerSnapshot {
         at_ms: t0 + 2000,
         total_requests: 210,
         qps: 105.5,
         scenarios: vec![counts_a2.clone()],
+        models: vec![model_a2.clone()],
     })
     .await
     .unwrap();
@@ -272,9 +305,18 @@ async fn story(url: &str, fresh: bool) {
         total_requests: 0,
         qps: f64::NAN, // stored as 0
         scenarios: vec![],
+        models: vec![],
     })
     .await
     .unwrap();
+    // Replaced per (member, scenario, model); the decoupled model's stream counts round-trip.
+    assert_eq!(
+        store.model_counts(&run_id).await.unwrap(),
+        [
+            ("client-0".to_string(), model_b1.clone()),
+            ("client-0".to_string(), model_a2.clone()),
+        ]
+    );
     assert_eq!(
         store.scenario_counts(&run_id).await.unwrap(),
         [
@@ -444,7 +486,7 @@ async fn story(url: &str, fresh: bool) {
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 1);
+    assert_eq!(store.schema_version().await.unwrap(), 2);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);
@@ -453,6 +495,7 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(after.events.len(), 7);
     assert_eq!(after.qps.len(), 3);
     assert_eq!(after.counts.len(), 2);
+    assert_eq!(after.model_counts.len(), 2);
     assert_eq!(after.failures.len(), 5);
     assert_eq!(after.diagnostics.len(), 2);
     store.close().await;
@@ -488,6 +531,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                                     skipped: 0,
                                     latency_histogram: String::new(),
                                 }],
+                                models: vec![],
                             },
                         )
                         .await?;
@@ -809,6 +853,7 @@ async fn child_writer() {
                         tests: written,
                         ..ScenarioCounts::default()
                     }],
+                    models: vec![],
                 },
             )
             .await

@@ -1,5 +1,6 @@
 //! The final report, built only from the status store, so `driver report --run ID` rebuilds the
-//! same report at any time: the L0 table over all workers and per client group, QPS per worker
+//! same report at any time: the L0 table over all workers and per client group, the per-model
+//! table, QPS per worker
 //! over time, Triton's server-side metrics, every failure, and for every failed member its exit,
 //! log tail and the command to reproduce it.
 
@@ -8,7 +9,7 @@ use crate::launcher::diagnostics::PodDiagnostics;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use stress_common::report::{L0Table, RowJson};
+use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
 use stress_common::status::{EventKind, FailureRecord, Role};
 use stress_common::store::{Member, Store, StoreError};
 use stress_common::triton_metrics::{self, ModelMetrics};
@@ -52,6 +53,8 @@ pub struct Report {
     pub load_seconds: f64,
     pub scenarios: Vec<RowJson>,
     pub groups: BTreeMap<String, Vec<RowJson>>,
+    /// One row per (model, scenario), all workers.
+    pub models: Vec<ModelRowJson>,
     pub workers: Vec<WorkerQps>,
     pub server_metrics: BTreeMap<String, Vec<ModelMetrics>>,
     pub failure_count: u64,
@@ -59,6 +62,8 @@ pub struct Report {
     pub failed_members: Vec<FailedMember>,
     #[serde(skip)]
     tables: (L0Table, BTreeMap<String, L0Table>),
+    #[serde(skip)]
+    model_table: ModelTable,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +139,13 @@ impl Report {
             groups
                 .entry(group.to_string())
                 .or_default()
+                .add(&counts)
+                .map_err(|e| corrupt(e.to_string()))?;
+        }
+
+        let mut model_table = ModelTable::new();
+        for (_, counts) in store.model_counts(run_id).await? {
+            model_table
                 .add(&counts)
                 .map_err(|e| corrupt(e.to_string()))?;
         }
@@ -225,12 +237,14 @@ impl Report {
                 .iter()
                 .map(|(g, t)| (g.clone(), t.to_json(load_seconds)))
                 .collect(),
+            models: model_table.to_json(load_seconds),
             workers,
             server_metrics,
             failure_count,
             failures,
             failed_members,
             tables: (total, groups),
+            model_table,
         })
     }
 
@@ -252,6 +266,10 @@ impl Report {
                 let _ = writeln!(out, "\n== Scenarios, client group {group} ==");
                 out.push_str(&table.render(self.load_seconds));
             }
+        }
+        if !self.model_table.is_empty() {
+            let _ = writeln!(out, "\n== Models, all workers ==");
+            out.push_str(&self.model_table.render(self.load_seconds));
         }
         if !self.workers.is_empty() {
             let _ = writeln!(out, "\n== QPS per worker over time ==");

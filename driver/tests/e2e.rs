@@ -469,6 +469,7 @@ fn assert_smoke_report(run_dir: &Path, run_id: &str) {
         }
         assert_eq!(row["failures"], 0, "failures in {name}: {row:#}");
     }
+    assert_models_add_up(&report);
     let workers = report["workers"].as_array().unwrap();
     assert_eq!(workers.len(), 1, "{workers:?}");
     assert_eq!(workers[0]["member_id"], WORKER);
@@ -478,6 +479,29 @@ fn assert_smoke_report(run_dir: &Path, run_id: &str) {
         "no Triton metrics of {SERVER}"
     );
     assert_eq!(report["failed_members"], Value::Array(vec![]), "{report:#}");
+}
+
+/// The per-model table splits each scenario's row exactly: per scenario, its models' requests
+/// add up to the scenario's, and its models' tests to the scenario's (every scenario names the
+/// model of each test). Returns the model rows.
+fn assert_models_add_up(report: &Value) -> Vec<Value> {
+    let models = report["models"].as_array().expect("model rows").clone();
+    for row in report["scenarios"].as_array().expect("scenario rows") {
+        let name = row["scenario"].as_str().unwrap();
+        if name == "TOTAL" {
+            continue;
+        }
+        let of_scenario: Vec<&Value> = models.iter().filter(|m| m["scenario"] == name).collect();
+        let sum = |key: &str| -> u64 { of_scenario.iter().map(|m| m[key].as_u64().unwrap()).sum() };
+        for key in ["requests", "tests", "failures"] {
+            assert_eq!(
+                sum(key),
+                row[key].as_u64().unwrap(),
+                "{name}: the models' {key} do not add up to the scenario's: {row:#} / {of_scenario:#?}"
+            );
+        }
+    }
+    models
 }
 
 /// `driver run MATRIX` into `runs` under `run_id` for `duration`, without the progress line.
@@ -890,7 +914,10 @@ async fn a_matrix_with_models_runs_infer_against_them_and_passes() {
     let _one_run = RUN_LOCK.lock().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let matrix = models_matrix(tmp.path(), "[{name: add_sub, weight: 2}]");
+    let matrix = models_matrix(
+        tmp.path(),
+        "[{name: add_sub, weight: 2}, {name: text_vector}]",
+    );
     let run_id = "e2e-models-infer";
     let (driver, status, run_dir) = run_matrix(tmp.path(), &matrix, run_id).await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());
@@ -908,4 +935,15 @@ async fn a_matrix_with_models_runs_infer_against_them_and_passes() {
             _ => assert_eq!(tests, 0, "Infer only, but {name} ran: {row:#}"),
         }
     }
+    let models = assert_models_add_up(&report);
+    for model in ["add_sub", "text_vector"] {
+        let row = models
+            .iter()
+            .find(|m| m["model"] == model && m["scenario"] == "Infer")
+            .unwrap_or_else(|| panic!("no Infer row of {model}: {models:#?}"));
+        assert!(row["requests"].as_u64().unwrap() > 0, "{row:#}");
+        assert!(row["p99_us"].as_u64().unwrap() > 0, "{row:#}");
+    }
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("== Models, all workers =="), "{text}");
 }

@@ -254,6 +254,7 @@ mod tests {
                     latency_histogram: LatencyHistogram::new().encode(),
                     ..Default::default()
                 }],
+                models: vec![],
             };
             store.record_snapshot("r", "w-0", &snapshot).await.unwrap();
         }

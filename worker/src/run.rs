@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use stress_common::contract::CORR_IDS_PER_STREAM;
-use stress_common::report::{L0Table, RowJson};
+use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
 use stress_common::retry::{RetryPolicy, retry};
 use stress_common::scenario::Scenario;
 use stress_common::status::{EventKind, FailureRecord, StatusSink};
@@ -38,13 +38,21 @@ pub struct WorkerReport {
     /// Failures of scenarios that are not allowed to fail.
     pub blocking_failures: u64,
     pub failures: Vec<FailureRecord>,
+    /// One row per (model, scenario).
+    pub models: Vec<ModelRowJson>,
     #[serde(skip)]
     pub table: L0Table,
+    #[serde(skip)]
+    pub model_table: ModelTable,
 }
 
 impl WorkerReport {
     pub fn render(&self) -> String {
         let mut out = self.table.render(self.elapsed_s);
+        if !self.model_table.is_empty() {
+            out.push('\n');
+            out.push_str(&self.model_table.render(self.elapsed_s));
+        }
         let total = self.rows.last().map_or(0, |r| r.requests);
         out.push_str(&format!(
             "\n{} requests in {:.1} s: {:.1} QPS over {} server(s) via {}; seed {}\n",
@@ -233,6 +241,10 @@ pub async fn run(
     for c in &snapshot.scenarios {
         let _ = table.add(c);
     }
+    let mut model_table = ModelTable::new();
+    for c in &snapshot.models {
+        let _ = model_table.add(c);
+    }
     let elapsed_s = elapsed.as_secs_f64();
     let report = WorkerReport {
         seed: config.seed,
@@ -242,7 +254,9 @@ pub async fn run(
         rows: table.to_json(elapsed_s),
         blocking_failures: table.blocking_failures(),
         failures: shared.stats.failures(),
+        models: model_table.to_json(elapsed_s),
         table,
+        model_table,
     };
     let (kind, details) = if report.blocking_failures == 0 {
         (
@@ -347,6 +361,7 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             context,
             cancel: &stop,
             images: &shared.images,
+            model: String::new(),
         };
         let outcome = {
             let test = scenarios::run(&mut env);
@@ -361,7 +376,7 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             None => break,
             Some(Outcome::Passed) => {
                 failures_in_a_row = 0;
-                shared.stats.test_passed(scenario);
+                shared.stats.test_passed(scenario, &env.model);
             }
             Some(Outcome::Skipped(reason)) => {
                 tracing::debug!(%scenario, reason, "skipped");

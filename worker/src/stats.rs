@@ -2,12 +2,15 @@
 //! scenario has its own lock, so streams running different scenarios never contend.
 
 use crate::metrics::{Metrics, ServerLatencies};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::scenario::Scenario;
-use stress_common::status::{FailureRecord, ScenarioCounts, WorkerSnapshot};
+use stress_common::status::{
+    FailureRecord, ModelCounts, ScenarioCounts, StreamCounts, WorkerSnapshot,
+};
 
 #[derive(Default)]
 struct Counts {
@@ -18,6 +21,35 @@ struct Counts {
     latency: LatencyHistogram,
     /// The same latencies, per server, into the worker's Prometheus metrics (when it serves them).
     exported: ServerLatencies,
+    /// The scenario's counts split by model (under the scenario's lock: one lock per request).
+    models: HashMap<String, ModelStats>,
+}
+
+#[derive(Default)]
+struct ModelStats {
+    tests: u64,
+    failures: u64,
+    requests: u64,
+    latency: LatencyHistogram,
+    stream: Option<StreamStats>,
+}
+
+#[derive(Default)]
+struct StreamStats {
+    streams: u64,
+    responses: u64,
+    first_response: LatencyHistogram,
+    inter_response: LatencyHistogram,
+}
+
+impl Counts {
+    /// The model's entry (allocating its name only the first time).
+    fn model(&mut self, model: &str) -> &mut ModelStats {
+        if !self.models.contains_key(model) {
+            self.models.insert(model.to_string(), ModelStats::default());
+        }
+        self.models.get_mut(model).expect("inserted above")
+    }
 }
 
 /// How many failure records a worker keeps in memory for its report (the store keeps its own).
@@ -65,14 +97,18 @@ impl Stats {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One request sent by a scenario to `server`, with its latency (None: no response to time).
-    pub fn request(&self, s: Scenario, server: &str, latency: Option<Duration>) {
+    /// One request sent by a scenario to `server` for `model`, with its latency (None: no
+    /// response to time).
+    pub fn request(&self, s: Scenario, model: &str, server: &str, latency: Option<Duration>) {
         let mut c = self.counts(s);
         c.requests += 1;
+        let m = c.model(model);
+        m.requests += 1;
         if let Some(l) = latency {
+            m.latency.record(l);
             c.latency.record(l);
-            if let Some(m) = &self.metrics {
-                c.exported.observe(m, s, server, l);
+            if let Some(metrics) = &self.metrics {
+                c.exported.observe(metrics, s, server, l);
             }
         }
         drop(c);
@@ -80,13 +116,46 @@ impl Stats {
     }
 
     /// Requests counted in bulk (an external process such as perf_analyzer sent them).
-    pub fn requests(&self, s: Scenario, n: u64) {
-        self.counts(s).requests += n;
+    pub fn requests(&self, s: Scenario, model: &str, n: u64) {
+        let mut c = self.counts(s);
+        c.requests += n;
+        c.model(model).requests += n;
+        drop(c);
         self.total_requests.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn test_passed(&self, s: Scenario) {
-        self.counts(s).tests += 1;
+    /// The response stream of one request to a decoupled model, read to its end: how many
+    /// responses it carried, when the first came (from the send) and the gaps between them.
+    pub fn stream(
+        &self,
+        s: Scenario,
+        model: &str,
+        responses: u64,
+        first_response: Option<Duration>,
+        gaps: &[Duration],
+    ) {
+        let mut c = self.counts(s);
+        let stream = c
+            .model(model)
+            .stream
+            .get_or_insert_with(StreamStats::default);
+        stream.streams += 1;
+        stream.responses += responses;
+        if let Some(first) = first_response {
+            stream.first_response.record(first);
+        }
+        for gap in gaps {
+            stream.inter_response.record(*gap);
+        }
+    }
+
+    /// A passed test of `model` ("" when the test has no single model).
+    pub fn test_passed(&self, s: Scenario, model: &str) {
+        let mut c = self.counts(s);
+        c.tests += 1;
+        if !model.is_empty() {
+            c.model(model).tests += 1;
+        }
     }
 
     /// Returns true for the first failure of the worker.
@@ -95,6 +164,11 @@ impl Stats {
             let mut c = self.counts(s);
             c.tests += 1;
             c.failures += 1;
+            if !failure.model.is_empty() {
+                let m = c.model(&failure.model);
+                m.tests += 1;
+                m.failures += 1;
+            }
         }
         let mut kept = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() < KEPT_FAILURES {
@@ -135,12 +209,38 @@ impl Stats {
             .collect()
     }
 
+    /// Per (scenario, model) counts, by scenario then model.
+    pub fn model_counts(&self, scenarios: &[Scenario]) -> Vec<ModelCounts> {
+        let mut out = Vec::new();
+        for &s in scenarios {
+            let c = self.counts(s);
+            let mut models: Vec<_> = c.models.iter().collect();
+            models.sort_by_key(|(name, _)| name.as_str());
+            out.extend(models.into_iter().map(|(name, m)| ModelCounts {
+                scenario: s.name().into(),
+                model: name.clone(),
+                tests: m.tests,
+                failures: m.failures,
+                requests: m.requests,
+                latency_histogram: m.latency.encode(),
+                stream: m.stream.as_ref().map(|st| StreamCounts {
+                    streams: st.streams,
+                    responses: st.responses,
+                    first_response_histogram: st.first_response.encode(),
+                    inter_response_histogram: st.inter_response.encode(),
+                }),
+            }));
+        }
+        out
+    }
+
     pub fn snapshot(&self, scenarios: &[Scenario], qps: f64) -> WorkerSnapshot {
         WorkerSnapshot {
             at_ms: stress_common::now_ms(),
             total_requests: self.total_requests(),
             qps,
             scenarios: self.scenario_counts(scenarios),
+            models: self.model_counts(scenarios),
         }
     }
 }

@@ -161,6 +161,7 @@ async fn assert_no_start_skips_open_sequences(label: &str, client: &Arc<dyn Trit
         context: &mut context,
         cancel: &cancel,
         images: &images,
+        model: String::new(),
     };
     match worker::scenarios::run(&mut env).await {
         Outcome::Skipped(reason) => assert!(

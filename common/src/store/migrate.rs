@@ -32,12 +32,20 @@ impl Migration {
     }
 }
 
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sqlite: include_str!("../../migrations/sqlite/0001_initial.sql"),
-    postgres: include_str!("../../migrations/postgres/0001_initial.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sqlite: include_str!("../../migrations/sqlite/0001_initial.sql"),
+        postgres: include_str!("../../migrations/postgres/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "model_counts",
+        sqlite: include_str!("../../migrations/sqlite/0002_model_counts.sql"),
+        postgres: include_str!("../../migrations/postgres/0002_model_counts.sql"),
+    },
+];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).
 const PG_MIGRATION_LOCK: i64 = 0x7374_7265_7373_6d67;

@@ -34,6 +34,7 @@
 //! | `heartbeats` | `run_id, member_id` | `at_ms` | [`Store::heartbeat`], [`Store::record_snapshot`] |
 //! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (appends) |
 //! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
+//! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms` | [`Store::record_snapshot`] (replaces) |
 //! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual` | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
 //! | `failure_totals` | `run_id, member_id` | `total`: every failure reported, kept or not | [`Store::record_failure`] |
 //! | `diagnostics` | `run_id, member_id` | `details` (JSON text), `updated_at_ms` | [`Store::save_diagnostics`] (replaces) |
@@ -73,7 +74,7 @@ pub mod testing;
 pub use error::{Result, StoreError, mask_url};
 pub use sink::StoreSink;
 
-use crate::status::{EventKind, FailureRecord, Role, ScenarioCounts, WorkerSnapshot};
+use crate::status::{EventKind, FailureRecord, ModelCounts, Role, ScenarioCounts, WorkerSnapshot};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 use std::path::Path;
@@ -823,6 +824,37 @@ impl Store {
             .await
             .map_err(self.db(OP))?;
         }
+        for counts in &snapshot.models {
+            let stream = counts
+                .stream
+                .as_ref()
+                .map(|s| serde_json::to_string(s).expect("plain data serialises"));
+            sqlx::query(
+                "INSERT INTO model_counts (run_id, member_id, scenario, model, tests, failures,
+                                           requests, latency_histogram, stream, updated_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (run_id, member_id, scenario, model) DO UPDATE SET
+                     tests = excluded.tests,
+                     failures = excluded.failures,
+                     requests = excluded.requests,
+                     latency_histogram = excluded.latency_histogram,
+                     stream = excluded.stream,
+                     updated_at_ms = excluded.updated_at_ms",
+            )
+            .bind(run_id)
+            .bind(member_id)
+            .bind(&counts.scenario)
+            .bind(&counts.model)
+            .bind(to_db(counts.tests))
+            .bind(to_db(counts.failures))
+            .bind(to_db(counts.requests))
+            .bind(&counts.latency_histogram)
+            .bind(stream)
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        }
         sqlx::query(Self::HEARTBEAT)
             .bind(run_id)
             .bind(member_id)
@@ -908,6 +940,55 @@ impl Store {
                 },
             )
             .collect())
+    }
+
+    /// The latest cumulative counts of every (member, scenario, model), by member, scenario,
+    /// model.
+    pub async fn model_counts(&self, run_id: &str) -> Result<Vec<(String, ModelCounts)>> {
+        const OP: &str = "model_counts";
+        type Row = (
+            String,
+            String,
+            String,
+            i64,
+            i64,
+            i64,
+            String,
+            Option<String>,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT member_id, scenario, model, tests, failures, requests, latency_histogram,
+                    stream
+             FROM model_counts WHERE run_id = $1 ORDER BY member_id, scenario, model",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        rows.into_iter()
+            .map(
+                |(member_id, scenario, model, tests, failures, requests, latency, stream)| {
+                    let stream = stream
+                        .map(|s| serde_json::from_str(&s))
+                        .transpose()
+                        .map_err(|e| {
+                            self.corrupt(OP, format!("model_counts.stream of {member_id}: {e}"))
+                        })?;
+                    Ok((
+                        member_id,
+                        ModelCounts {
+                            scenario,
+                            model,
+                            tests: from_db(tests),
+                            failures: from_db(failures),
+                            requests: from_db(requests),
+                            latency_histogram: latency,
+                            stream,
+                        },
+                    ))
+                },
+            )
+            .collect()
     }
 
     // ---- failures --------------------------------------------------------------------------

@@ -64,7 +64,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
             use tokio::io::AsyncReadExt;
             let _ = e.read_to_string(&mut stderr).await;
         }
-        env.stats.requests(env.scenario, sent);
+        env.stats.requests(env.scenario, &model, sent);
         return Outcome::Failed(Failure::new(
             &model,
             "the child to run until it is killed",
@@ -73,7 +73,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     }
     // kill() sends SIGKILL on Unix: the child gets no chance to close its connections cleanly.
     let _ = child.kill().await;
-    env.stats.requests(env.scenario, sent);
+    env.stats.requests(env.scenario, &model, sent);
     if sent == 0 {
         return Outcome::Failed(Failure::new(
             &model,

@@ -160,6 +160,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         ));
     };
     let planned = &plan.models[plan.picker.sample(env.rng)];
+    env.model = planned.description.name.clone();
     let check =
         |i: usize, r: Result<InferResponse, ClientError>| planned.check(i, r, plan.tolerance);
     match load::drive(env, &planned.prepared, &check).await {

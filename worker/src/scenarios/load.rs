@@ -112,8 +112,9 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
 pub type Check<'a> =
     dyn Fn(usize, Result<InferResponse, ClientError>) -> Result<(), Failure> + Sync + 'a;
 
-/// One load window (`--load-window`) of `prepared` requests, cycled in order, at the worker's
-/// load mode; every response goes through `check`, and the first failure ends the window.
+/// One load window (`--load-window`) of `prepared` requests (all to `env.model`), cycled in
+/// order, at the worker's load mode; every response goes through `check`, and the first failure
+/// ends the window.
 pub async fn drive(
     env: &TestEnv<'_>,
     prepared: &[Prepared],
@@ -135,6 +136,7 @@ pub async fn drive(
                         let r = env.client.infer_prepared(&prepared[idx], timeout).await;
                         env.stats.request(
                             env.scenario,
+                            &env.model,
                             env.client.address(),
                             r.is_ok().then(|| started.elapsed()),
                         );
@@ -170,6 +172,7 @@ async fn open_loop(
     )| {
         env.stats.request(
             env.scenario,
+            &env.model,
             env.client.address(),
             r.is_ok().then(|| intended.elapsed()),
         );

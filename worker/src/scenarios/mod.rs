@@ -116,6 +116,9 @@ pub struct TestEnv<'a> {
     pub context: &'a mut ClientContext,
     pub cancel: &'a CancellationToken,
     pub images: &'a image::ImageBatch,
+    /// The model this test exercises, for the per-model counts: set by [`run`] for the
+    /// scenarios with one model, by the scenario itself where it picks one.
+    pub model: String,
 }
 
 impl TestEnv<'_> {
@@ -125,6 +128,7 @@ impl TestEnv<'_> {
         let result = self.client.infer(request).await;
         self.stats.request(
             self.scenario,
+            &request.model,
             self.client.address(),
             result.is_ok().then(|| started.elapsed()),
         );
@@ -168,6 +172,14 @@ impl TestEnv<'_> {
 
 /// Runs one test of `env.scenario`.
 pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+    let settings = env.settings;
+    env.model = match env.scenario {
+        Scenario::Timeout | Scenario::CrashingClient => settings.identity_model.clone(),
+        Scenario::ImageClassification => settings.image_model.clone(),
+        Scenario::Load | Scenario::PerfAnalyzer => settings.load_model.clone(),
+        // Picked per test by the scenario.
+        _ => String::new(),
+    };
     match env.scenario {
         Scenario::SequenceValid
         | Scenario::SequenceValidValid
@@ -254,6 +266,7 @@ pub async fn run_single(
         context: &mut context,
         cancel: &cancel,
         images: &images,
+        model: String::new(),
     };
     let outcome = run(&mut env).await;
     (outcome, stats)

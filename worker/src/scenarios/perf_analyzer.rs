@@ -63,7 +63,8 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         }
     };
     let stdout = String::from_utf8_lossy(&output.stdout);
-    env.stats.requests(env.scenario, request_count(&stdout));
+    env.stats
+        .requests(env.scenario, &model, request_count(&stdout));
     if output.status.success() {
         Outcome::Passed
     } else {

@@ -99,6 +99,7 @@ async fn check_steps(
         let result = session.infer(&request(model, batched, v, flags, env)).await;
         env.stats.request(
             env.scenario,
+            model,
             env.client.address(),
             result.is_ok().then(|| started.elapsed()),
         );
@@ -128,6 +129,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         models[env.rng.random_range(0..models.len())].clone()
     };
     let batched = batch > 0;
+    env.model = model.clone();
     let result = match env.scenario {
         Scenario::SequenceValid => {
             let values = random_sequence(env.rng);
@@ -200,8 +202,12 @@ async fn no_start(env: &TestEnv<'_>, model: &str, batched: bool) -> Result<(), F
         .infer(&request(model, batched, value, flags, env))
         .await;
     session.close().await;
-    env.stats
-        .request(env.scenario, env.client.address(), Some(started.elapsed()));
+    env.stats.request(
+        env.scenario,
+        model,
+        env.client.address(),
+        Some(started.elapsed()),
+    );
     match result {
         Err(e) if e.to_string().contains(START_FLAG_ERROR) => Ok(()),
         Err(e) => Err(Failure::new(
