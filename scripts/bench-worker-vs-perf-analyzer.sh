@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Client CPU time per request: the worker's Load scenario vs perf_analyzer, both
-# closed loop at the same concurrency (each of a list), one after the other against the same local
-# tritonserver (scripts/start-tritonserver.sh, 127.0.0.1 only, free ports) and model
-# (add_sub, gRPC). Design target: worker CPU per request <= 0.5 x perf_analyzer's.
+# Client CPU time per request: the worker's Load scenario, the worker's Infer scenario (the same
+# model driven from its metadata: -m add_sub) and perf_analyzer, all closed loop at the same
+# concurrency (each of a list), one after the other against the same local tritonserver
+# (scripts/start-tritonserver.sh, 127.0.0.1 only, free ports) and model (add_sub, gRPC).
+# Design targets: Load CPU per request <= 0.5 x perf_analyzer's; Infer's <= 1.2 x Load's and
+# <= 0.45 x perf_analyzer's.
 #
 # Usage: scripts/bench-worker-vs-perf-analyzer.sh
 # Env: CONCURRENCY ("1 4 16": the concurrencies to compare at), DURATION seconds per
@@ -123,6 +125,11 @@ for round in $(seq 1 "$ROUNDS"); do
             --scenarios Load:1 --concurrency 1 --load-concurrency "$conc" \
             --load-window "$LOAD_WINDOW" --load-model "$MODEL" --duration "${DURATION}s" \
             --seed 1 --report-json "$TMP/worker.$tag.json"
+        log "round $round/$ROUNDS: worker, Infer scenario (-m $MODEL), concurrency $conc, ${DURATION}s"
+        run_client infer "$tag" "$WORKER" --servers "127.0.0.1:$GRPC_PORT" --protocol grpc \
+            -m "$MODEL" --concurrency 1 --load-concurrency "$conc" \
+            --load-window "$LOAD_WINDOW" --duration "${DURATION}s" \
+            --seed 1 --report-json "$TMP/infer.$tag.json"
         # Three time windows of DURATION/3 (-s 100: the first three count as stable).
         log "round $round/$ROUNDS: perf_analyzer, concurrency $conc, 3 x ${window_ms} ms"
         run_client perf_analyzer "$tag" "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" \
@@ -139,14 +146,15 @@ runs = [l.split() for l in open(os.path.join(tmp, "results")) if l.strip()]
 problems = []
 
 
-def worker_own(tag):
-    """Requests the worker itself counted: the Load row of its report."""
+def worker_own(name, tag):
+    """Requests the worker itself counted: the Load (or Infer) row of its report."""
+    scenario = "Infer" if name == "infer" else "Load"
     try:
-        report = json.load(open(os.path.join(tmp, f"worker.{tag}.json")))
+        report = json.load(open(os.path.join(tmp, f"{name}.{tag}.json")))
     except (OSError, ValueError) as e:
         return f"no report ({e.__class__.__name__})"
-    load = [r for r in report.get("rows", []) if r.get("scenario") == "Load"]
-    return str(load[0].get("requests", "?")) + " requests" if load else "?"
+    rows = [r for r in report.get("rows", []) if r.get("scenario") == scenario]
+    return str(rows[0].get("requests", "?")) + " requests" if rows else "?"
 
 
 def pa_own(tag):
@@ -173,7 +181,7 @@ for name, tag, wall, user, sys_, rc, reqs in runs:
     if rc != 0:
         problems.append(f"{name} concurrency {conc} round {rnd}: exit status {rc} (see its log); numbers kept")
     us = cpu / reqs * 1e6
-    own = worker_own(tag) if name == "worker" else pa_own(tag)
+    own = pa_own(tag) if name == "perf_analyzer" else worker_own(name, tag)
     results[(tag, name)] = (reqs / wall, us)
     print(f"{name:<14} {conc:>4} {rnd:>5} {wall:>7.1f} {user:>7.2f} {sys_:>6.2f} {reqs:>9} "
           f"{reqs / wall:>7.0f} {us:>10.1f} {100 * cpu / wall:>5.0f}%  {own}")
@@ -195,4 +203,11 @@ for tag, (wt, wus), (pt, pus) in pairs:
     print(f"concurrency {conc:>3} round {rnd}: worker/perf_analyzer CPU per request "
           f"{wus:.1f}/{pus:.1f} us = {ratio:.2f} (target <= 0.50: {verdict}); "
           f"throughput {wt:.0f}/{pt:.0f} req/s = {wt / pt:.2f}")
+    if (tag, "infer") in results:
+        it, ius = results[(tag, "infer")]
+        vs_load, vs_pa = ius / wus, ius / pus
+        print(f"concurrency {conc:>3} round {rnd}: Infer CPU per request {ius:.1f} us = "
+              f"{vs_load:.2f} x Load's (target <= 1.20: {'PASS' if vs_load <= 1.2 else 'MISS'}), "
+              f"{vs_pa:.2f} x perf_analyzer's (target <= 0.45: {'PASS' if vs_pa <= 0.45 else 'MISS'}); "
+              f"throughput {it:.0f} req/s")
 PY

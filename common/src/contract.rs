@@ -527,6 +527,40 @@ pub enum DataSource {
     File(PathBuf),
 }
 
+/// `--batch-size N` (every model) or `--batch-size MODEL=N` (one model), perf_analyzer's `-b`
+/// with an optional model prefix like `--input-data`'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchSizeArg {
+    pub model: Option<String>,
+    pub size: u32,
+}
+
+impl std::str::FromStr for BatchSizeArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (model, n) = match s.split_once('=') {
+            Some((m, n)) if !m.is_empty() => (Some(m.to_string()), n),
+            _ => (None, s),
+        };
+        let size = n
+            .parse::<u32>()
+            .ok()
+            .filter(|&b| b >= 1)
+            .ok_or_else(|| format!("--batch-size {s}: expected a whole number >= 1"))?;
+        Ok(BatchSizeArg { model, size })
+    }
+}
+
+impl std::fmt::Display for BatchSizeArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(m) = &self.model {
+            write!(f, "{m}=")?;
+        }
+        write!(f, "{}", self.size)
+    }
+}
+
 /// `--input-data zero|random|FILE|MODEL=FILE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputDataArg {
@@ -638,9 +672,10 @@ pub struct WorkerArgs {
     /// MODEL=zero|random|FILE for one model (repeatable).
     #[arg(long = "input-data")]
     pub input_data: Vec<InputDataArg>,
-    /// Batch size of every Infer request (at most the model's max_batch_size).
-    #[arg(long, short = 'b', default_value_t = 1)]
-    pub batch_size: u32,
+    /// Batch size of the Infer requests (at most the model's max_batch_size): N for every
+    /// model, MODEL=N for one (repeatable; the last applies). Default 1.
+    #[arg(long = "batch-size", short = 'b')]
+    pub batch_sizes: Vec<BatchSizeArg>,
 }
 
 impl WorkerArgs {
@@ -707,8 +742,8 @@ impl WorkerArgs {
         for d in &self.input_data {
             args.extend(["--input-data".into(), d.to_string()]);
         }
-        if self.batch_size != 1 {
-            args.extend(["--batch-size".into(), self.batch_size.to_string()]);
+        for b in &self.batch_sizes {
+            args.extend(["--batch-size".into(), b.to_string()]);
         }
         args
     }
@@ -754,7 +789,7 @@ mod tests {
                 "resnet=zero".parse().unwrap(),
                 "random".parse().unwrap(),
             ],
-            batch_size: 8,
+            batch_sizes: vec!["8".parse().unwrap(), "bert=2".parse().unwrap()],
         }
     }
 
@@ -771,7 +806,7 @@ mod tests {
         b.models = vec!["m".parse().unwrap()];
         b.shapes.clear();
         b.input_data = vec!["/abs/file.json".parse().unwrap()];
-        b.batch_size = 1;
+        b.batch_sizes.clear();
         assert_eq!(parse(&b.to_args()).unwrap(), b);
         assert_eq!(b.load(), Some(LoadMode::Concurrency(3)));
     }
@@ -792,11 +827,21 @@ mod tests {
         assert_eq!(a.load(), None);
         assert!(a.scenarios.is_none());
         assert!(a.models.is_empty() && a.shapes.is_empty() && a.input_data.is_empty());
-        assert_eq!(a.batch_size, 1);
+        assert!(a.batch_sizes.is_empty());
         let short = parse(&["-m".into(), "a@2:3,b".into(), "-b".into(), "4".into()]).unwrap();
         assert_eq!(short.models.len(), 2);
         assert_eq!(short.models[0].to_string(), "a@2:3");
-        assert_eq!(short.batch_size, 4);
+        assert_eq!(
+            short.batch_sizes,
+            [BatchSizeArg {
+                model: None,
+                size: 4
+            }]
+        );
+        for bad in ["0", "a=0", "x", "a=", "m=-1"] {
+            let e = parse(&["-b".into(), bad.into()]).unwrap_err().to_string();
+            assert!(e.contains("expected a whole number >= 1"), "{bad}: {e}");
+        }
         let both = parse(&[
             "--load-rate".into(),
             "5".into(),

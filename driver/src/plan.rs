@@ -268,10 +268,11 @@ client_groups:
         assert_eq!(shapes, ["dyn/IN:4,2"]);
         let data: Vec<String> = http.input_data.iter().map(|d| d.to_string()).collect();
         assert_eq!(data, ["dyn=zero"]);
-        assert_eq!(http.batch_size, 2);
+        let batches: Vec<String> = http.batch_sizes.iter().map(|b| b.to_string()).collect();
+        assert_eq!(batches, ["dyn=2"]);
         let grpc = worker_contract(&p.clients[0], &g1);
         assert!(grpc.models.is_empty() && grpc.shapes.is_empty() && grpc.input_data.is_empty());
-        assert_eq!(grpc.batch_size, 1);
+        assert!(grpc.batch_sizes.is_empty());
     }
 
     #[test]

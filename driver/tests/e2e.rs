@@ -916,7 +916,7 @@ async fn a_matrix_with_models_runs_infer_against_them_and_passes() {
     let tmp = tempfile::tempdir().unwrap();
     let matrix = models_matrix(
         tmp.path(),
-        "[{name: add_sub, weight: 2}, {name: text_vector}]",
+        "[{name: add_sub, weight: 2}, {name: text_vector, batch_size: 2}]",
     );
     let run_id = "e2e-models-infer";
     let (driver, status, run_dir) = run_matrix(tmp.path(), &matrix, run_id).await;

@@ -168,7 +168,7 @@ const BAD: &[(&str, &str)] = &[
          19:36: client_templates.infer.models[1].batch_size: must be at least 1, found 0\n\
          20:35: client_templates.infer.models[2].shape.IN: dims must be whole numbers >= 0, found -1\n\
          20:49: client_templates.infer.models[2].shape.OUT: needs at least one dim\n\
-         21:46: client_templates.infer.models[3].batch_size: batch size 4 differs from models[2]'s 2: a worker sends one batch size to all its models (use another client template)\n\
+         21:46: client_templates.infer.models[3].batch_size: batch size 4 differs from models[2]'s 2: versions of one model share its batch size\n\
          21:61: client_templates.infer.models[3].input_data: must be zero, random or a file, found an empty string\n\
          22:17: client_templates.infer.models[4].name: model add_sub is listed twice (first as models[0])\n\
          27:5: client_templates.load-only.models: models are driven by the Infer scenario, but `scenarios` does not list Infer (add it, or omit `scenarios` to run only Infer)",

@@ -207,9 +207,6 @@ impl RunArgs {
         }
         let m = self.models;
         let mix = default_mix(c.scenarios.clone(), !c.models.is_empty())?;
-        if c.batch_size == 0 {
-            return Err("--batch-size must be at least 1".into());
-        }
         if !(m.tolerance >= 0.0 && m.tolerance.is_finite()) {
             return Err(format!(
                 "--tolerance {} must be a finite number >= 0",
@@ -230,7 +227,17 @@ impl RunArgs {
             },
             shapes: c.shapes.clone(),
             input_data: c.input_data.clone(),
-            batch_size: c.batch_size,
+            batch_size: c
+                .batch_sizes
+                .iter()
+                .rev()
+                .find(|b| b.model.is_none())
+                .map_or(1, |b| b.size),
+            model_batch_sizes: c
+                .batch_sizes
+                .iter()
+                .filter_map(|b| Some((b.model.clone()?, b.size)))
+                .collect(),
             string_length: m.string_length,
             tolerance: m.tolerance,
             consistency: m.consistency,
@@ -376,7 +383,7 @@ mod tests {
             models: vec!["add_sub:2".parse().unwrap(), "m@1".parse().unwrap()],
             shapes: vec!["m/IN:4".parse().unwrap()],
             input_data: vec!["m=zero".parse().unwrap()],
-            batch_size: 3,
+            batch_sizes: vec!["3".parse().unwrap(), "m=2".parse().unwrap()],
         };
         contract.set_load(Some(LoadMode::Rate(0.5)));
         let mut argv = vec!["worker".to_string()];
@@ -389,7 +396,8 @@ mod tests {
         assert_eq!(config.settings.infer.models, contract.models);
         assert_eq!(config.settings.infer.shapes, contract.shapes);
         assert_eq!(config.settings.infer.input_data, contract.input_data);
-        assert_eq!(config.settings.infer.batch_size, 3);
+        assert_eq!(config.settings.infer.batch_size_for("add_sub"), 3);
+        assert_eq!(config.settings.infer.batch_size_for("m"), 2);
         assert_eq!(config.settings.load_mode, LoadMode::Rate(0.5));
         assert_eq!(config.corr_ids, contract.corr_ids);
     }

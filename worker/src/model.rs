@@ -250,7 +250,10 @@ pub struct InferOptions {
     pub models: Vec<ModelSelection>,
     pub shapes: Vec<ShapeOverride>,
     pub input_data: Vec<InputDataArg>,
+    /// Batch size of every model without its own (`-b N`).
     pub batch_size: u32,
+    /// Batch sizes of single models (`-b MODEL=N`).
+    pub model_batch_sizes: Vec<(String, u32)>,
     pub string_length: usize,
     /// Largest allowed difference of a float output from its validation data.
     pub tolerance: f64,
@@ -266,6 +269,7 @@ impl Default for InferOptions {
             shapes: Vec::new(),
             input_data: Vec::new(),
             batch_size: 1,
+            model_batch_sizes: Vec::new(),
             string_length: DEFAULT_STRING_LENGTH,
             tolerance: 0.0,
             consistency: false,
@@ -285,6 +289,15 @@ impl InferOptions {
             .find(|d| d.model.as_deref() == Some(model))
             .or_else(|| self.input_data.iter().find(|d| d.model.is_none()))
             .map_or(DataSource::Random, |d| d.source.clone())
+    }
+
+    /// The batch size of a model's requests: its own `-b MODEL=N` (the last), else `-b N`.
+    pub fn batch_size_for(&self, model: &str) -> u32 {
+        self.model_batch_sizes
+            .iter()
+            .rev()
+            .find(|(m, _)| m == model)
+            .map_or(self.batch_size, |(_, b)| *b)
     }
 
     /// Flags that name a model or input the selection does not have (checked before any load).
@@ -320,6 +333,13 @@ impl InferOptions {
             {
                 return Err(format!(
                     "--input-data {m}=...: model {m} is not among the --model selection"
+                ));
+            }
+        }
+        for (m, b) in &self.model_batch_sizes {
+            if !models.iter().any(|d| &d.name == m) {
+                return Err(format!(
+                    "--batch-size {m}={b}: model {m} is not among the --model selection"
                 ));
             }
         }
@@ -486,7 +506,7 @@ pub fn plan_requests(
     data: Option<&InputDataFile>,
     rng: &mut StdRng,
 ) -> Result<Vec<PlannedRequest>, String> {
-    let batch = batch_for(model, options.batch_size)?;
+    let batch = batch_for(model, options.batch_size_for(&model.name))?;
     let outputs = requested_outputs(model);
     let new_request = |inputs: Vec<Tensor>| {
         let mut r = InferRequest::new(&model.name, inputs);
@@ -1391,6 +1411,11 @@ mod tests {
         o.batch_size = 2;
         let e = plan_requests(&unbatched, &o, None, &mut rng()).unwrap_err();
         assert!(e.contains("does not batch"), "{e}");
+        // A model's own batch size wins over the general one (the last one given).
+        o.model_batch_sizes = vec![("m".into(), 3), ("m".into(), 1), ("other".into(), 4)];
+        let r = plan_requests(&unbatched, &o, None, &mut rng()).unwrap();
+        assert_eq!(r[0].request.inputs[0].shape, [2], "no batch dimension");
+        o.model_batch_sizes.clear();
         o.batch_size = 1;
         let r = plan_requests(&unbatched, &o, None, &mut rng()).unwrap();
         assert_eq!(r[0].request.inputs[0].shape, [2], "no batch dimension");
@@ -1424,6 +1449,15 @@ mod tests {
         o.shapes = vec![];
         o.input_data = vec!["other=zero".parse().unwrap()];
         assert!(o.check_names(&[model()]).is_err());
+        o.input_data = vec![];
+        o.model_batch_sizes = vec![("m".into(), 2)];
+        assert!(o.check_names(&[model()]).is_ok());
+        o.model_batch_sizes = vec![("other".into(), 2)];
+        let e = o.check_names(&[model()]).unwrap_err();
+        assert!(
+            e.contains("--batch-size other=2: model other is not among"),
+            "{e}"
+        );
     }
 
     fn file(text: &str) -> Result<Vec<PlannedRequest>, String> {

@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 pub use stress_common::contract::STORE_URL_ENV;
 use stress_common::contract::{
-    DataSource, InputDataArg, MemberName, ModelSelection, RunId, ScenarioMix, ShapeOverride,
-    WorkerArgs,
+    BatchSizeArg, DataSource, InputDataArg, MemberName, ModelSelection, RunId, ScenarioMix,
+    ShapeOverride, WorkerArgs,
 };
 
 /// Where clients reach a started server.
@@ -149,8 +149,16 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
                 })
             })
             .collect(),
-        // Validation lets the models of a template agree on one batch size only.
-        batch_size: t.models.iter().find_map(|m| m.batch_size).unwrap_or(1),
+        batch_sizes: t
+            .models
+            .iter()
+            .filter_map(|m| {
+                Some(BatchSizeArg {
+                    model: Some(m.name.clone()),
+                    size: m.batch_size?,
+                })
+            })
+            .collect(),
     };
     args.set_load(t.load);
     args

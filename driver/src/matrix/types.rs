@@ -271,8 +271,7 @@ pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_data: Option<String>,
 
-    /// Batch size of each request (at most the model's `max_batch_size`). The worker takes one
-    /// batch size for all its models, so the models of a template that set it must agree.
+    /// Batch size of this model's requests (at most its `max_batch_size`; default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub batch_size: Option<u32>,

@@ -316,7 +316,8 @@ impl Checker {
             );
         }
         let mut seen: HashMap<(String, Option<u64>), usize> = HashMap::new();
-        let mut batch: Option<(u32, usize)> = None;
+        // The worker's per-model flags (`-b MODEL=N`) name a model, not a version.
+        let mut batch_of: HashMap<&str, (u32, usize)> = HashMap::new();
         for (i, m) in t.models.iter().enumerate() {
             let p = mpath.index(i);
             if m.name.trim().is_empty() {
@@ -368,16 +369,18 @@ impl Checker {
                     "must be zero, random or a file, found an empty string",
                 );
             }
-            match (m.batch_size, batch) {
+            match (m.batch_size, batch_of.get(m.name.as_str())) {
                 (Some(0), _) => self.at_least_one(p.key("batch_size"), 0),
-                (Some(b), Some((first, at))) if b != first => self.push(
+                (Some(b), Some(&(first, at))) if b != first => self.push(
                     p.key("batch_size"),
                     Anchor::Value,
                     format!(
-                        "batch size {b} differs from models[{at}]'s {first}: a worker sends one batch size to all its models (use another client template)"
+                        "batch size {b} differs from models[{at}]'s {first}: versions of one model share its batch size"
                     ),
                 ),
-                (Some(b), None) => batch = Some((b, i)),
+                (Some(b), None) => {
+                    batch_of.insert(&m.name, (b, i));
+                }
                 _ => {}
             }
         }
