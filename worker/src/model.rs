@@ -14,6 +14,9 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+pub mod sequence;
+pub use sequence::SequenceBatching;
+
 /// A tensor as the model metadata lists it (shape with a leading -1 when the model batches).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct TensorMetadata {
@@ -58,7 +61,8 @@ pub struct ModelConfig {
     pub inputs: Vec<ConfigTensor>,
     pub outputs: Vec<ConfigTensor>,
     pub decoupled: bool,
-    pub sequence_batching: bool,
+    /// The sequence batcher, for a sequence model.
+    pub sequence_batching: Option<SequenceBatching>,
 }
 
 impl ModelConfig {
@@ -99,7 +103,10 @@ impl ModelConfig {
             decoupled: v["model_transaction_policy"]["decoupled"]
                 .as_bool()
                 .unwrap_or(false),
-            sequence_batching: v.get("sequence_batching").is_some_and(|s| !s.is_null()),
+            sequence_batching: match v.get("sequence_batching") {
+                Some(s) if !s.is_null() => Some(SequenceBatching::from_json(s)?),
+                _ => None,
+            },
         })
     }
 }
@@ -129,7 +136,9 @@ pub struct ModelDescription {
     pub inputs: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
     pub decoupled: bool,
-    pub sequence_batching: bool,
+    /// A sequence model's batcher (its control and implicit-state inputs are not among
+    /// `inputs`: Triton fills them).
+    pub sequence_batching: Option<SequenceBatching>,
 }
 
 impl ModelDescription {
@@ -179,6 +188,12 @@ impl ModelDescription {
             inputs: metadata
                 .inputs
                 .iter()
+                .filter(|t| {
+                    !config
+                        .sequence_batching
+                        .as_ref()
+                        .is_some_and(|s| s.filled_by_triton(&t.name))
+                })
                 .map(|t| spec(t, "input", &config.inputs))
                 .collect::<Result<_, _>>()?,
             outputs: metadata
@@ -187,7 +202,7 @@ impl ModelDescription {
                 .map(|t| spec(t, "output", &config.outputs))
                 .collect::<Result<_, _>>()?,
             decoupled: config.decoupled,
-            sequence_batching: config.sequence_batching,
+            sequence_batching: config.sequence_batching.clone(),
         })
     }
 
@@ -623,6 +638,9 @@ pub fn plan_requests(
 #[derive(Debug, Clone)]
 pub struct InputDataFile {
     pub path: PathBuf,
+    /// How many entries each stream has (`"data": [[...], [...]]`: one stream per inner list;
+    /// a flat list is one stream). A sequence model's sequence is one stream.
+    pub streams: Vec<usize>,
     data: Vec<Value>,
     validation: Option<Vec<Value>>,
 }
@@ -682,6 +700,13 @@ impl InputDataFile {
             }
         };
         let data = flatten("data")?.ok_or_else(|| format!("{at}: no \"data\""))?;
+        let streams = match v["data"].as_array() {
+            Some(list) if !list.is_empty() && list.iter().all(Value::is_array) => list
+                .iter()
+                .map(|s| s.as_array().expect("checked").len())
+                .collect(),
+            _ => vec![data.len()],
+        };
         let validation = flatten("validation_data")?;
         if let Some(val) = &validation
             && val.len() != data.len()
@@ -694,6 +719,7 @@ impl InputDataFile {
         }
         Ok(Self {
             path: path.into(),
+            streams,
             data,
             validation,
         })
@@ -1201,7 +1227,7 @@ mod tests {
                 spec("T", DataType::Bytes, &[-1]),
             ],
             decoupled: false,
-            sequence_batching: false,
+            sequence_batching: None,
         }
     }
 
@@ -1353,7 +1379,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.inputs[2].reshape, Some(vec![]));
         assert_eq!(config.inputs[2].dims, vec![1]);
-        assert!(!config.sequence_batching && !config.decoupled);
+        assert!(config.sequence_batching.is_none() && !config.decoupled);
         assert_eq!(
             ModelDescription::new("", &metadata, &config).unwrap(),
             model()

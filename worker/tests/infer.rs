@@ -32,9 +32,13 @@ const MODELS: [&str; 7] = [
 ];
 
 async fn start(name: &str) -> TritonServer {
+    start_with(name, &MODELS).await
+}
+
+async fn start_with(name: &str, models: &[&str]) -> TritonServer {
     support::start_server_with(name, |spec| {
         spec.extra_args.push("--model-control-mode=explicit".into());
-        for m in MODELS {
+        for m in models {
             spec.extra_args.push(format!("--load-model={m}"));
         }
     })
@@ -485,6 +489,249 @@ async fn perf_analyzer_and_the_worker_read_the_same_flags_alike_and_bad_input_ex
             assert!(
                 r["type"] != "snapshot" && r["type"] != "failure",
                 "{flags:?}: load was started: {r}"
+            );
+        }
+    }
+    support::stop_server(server).await;
+}
+
+const SEQUENCE_MODELS: [&str; 4] = [
+    "sequence_state",
+    "sequence_batch",
+    "sequence_state_no_reset",
+    "sequence_state_step_shape",
+];
+
+/// sequence_state's data in perf_analyzer's stream form: two sequences (3 and 2 steps) and,
+/// per step, the running sum and the step number; `last_step` is stream 0's third STEP.
+fn sequence_data(last_step: i32) -> serde_json::Value {
+    use serde_json::json;
+    json!({
+        "data": [
+            [{"DELTA": [1.0, 2.0]}, {"DELTA": [0.5, 0.5]}, {"DELTA": [-1.0, 1.0]}],
+            [{"DELTA": [10.0, 20.0]}, {"DELTA": [1.0, 1.0]}]
+        ],
+        "validation_data": [
+            [{"TOTAL": [1.0, 2.0], "STEP": [1]}, {"TOTAL": [1.5, 2.5], "STEP": [2]},
+             {"TOTAL": [0.5, 3.5], "STEP": [last_step]}],
+            [{"TOTAL": [10.0, 20.0], "STEP": [1]}, {"TOTAL": [11.0, 21.0], "STEP": [2]}]
+        ]
+    })
+}
+
+/// Sequence models: one Infer test is one START … END sequence (a stream of the input data,
+/// or an L0-drawn number of random requests) over gRPC and HTTP, control and implicit-state
+/// inputs left to Triton; every step's response is checked, and each faulty twin is caught
+/// at its step. String sequence ids reach Triton as strings over both protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infer_drives_sequence_models_and_catches_their_faulty_twins() {
+    use worker::client::SequenceFlags;
+    let _serial = support::SERVER_LOCK.lock().await;
+    let server = start_with("infer-sequences", &SEQUENCE_MODELS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let good = data_file(dir.path(), "sequence.json", sequence_data(3));
+    let streams_only = data_file(
+        dir.path(),
+        "streams.json",
+        serde_json::json!({"data": sequence_data(3)["data"].clone()}),
+    );
+    let grpc = server.grpc_address();
+    let http = server.http_address();
+    let mut descriptions = Vec::new();
+    for (label, protocol, address) in [
+        ("grpc", Protocol::Grpc, &grpc),
+        ("http", Protocol::Http, &http),
+    ] {
+        let client = connect(protocol, address, true).await.unwrap();
+        let at = || format!("{label}: server log:\n{}", support::server_log(&server));
+
+        let selection: ModelSelection = "sequence_state".parse().unwrap();
+        let d = worker::model::describe(client.as_ref(), &selection)
+            .await
+            .unwrap();
+        let names: Vec<&str> = d.inputs.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["DELTA"], "{label}: Triton fills controls and state");
+        let batcher = d.sequence_batching.clone().expect("a sequence model");
+        assert_eq!(batcher.controls.len(), 3, "{label}: {batcher:?}");
+        assert_eq!(batcher.states[0].input_name, "ACC_IN", "{label}");
+        descriptions.push(d);
+
+        // Random data: one sequence of L0 length (max(1, N(16, 8)); 1 step is possible).
+        let (outcome, requests) = infer_once(&client, options("sequence_state", &[])).await;
+        assert_eq!(outcome, Outcome::Passed, "{}", at());
+        assert!(requests >= 1, "{label}");
+        // The data file: one stream per test, every step validated.
+        for _ in 0..3 {
+            let (outcome, requests) =
+                infer_once(&client, options("sequence_state", &["--input-data", &good])).await;
+            assert_eq!(outcome, Outcome::Passed, "{}", at());
+            assert!(requests == 3 || requests == 2, "{label}: {requests} steps");
+        }
+        // UINT64 correlation ids, a batching sequence model (requests of shape [1, 1]).
+        let (outcome, _) =
+            infer_once(&client, options("sequence_batch", &["--consistency", "on"])).await;
+        assert_eq!(outcome, Outcome::Passed, "{}", at());
+
+        // START does not reset: the first sequence on a fresh instance may pass, a later one
+        // drifts from its validation data (2 instances: up to 3 tests to hit a used one).
+        let mut failure = None;
+        for _ in 0..4 {
+            if let (Outcome::Failed(f), _) = infer_once(
+                &client,
+                options("sequence_state_no_reset", &["--input-data", &good]),
+            )
+            .await
+            {
+                failure = Some(f);
+                break;
+            }
+        }
+        let f = failure.unwrap_or_else(|| panic!("no_reset passed: {}", at()));
+        assert_eq!(f.model, "sequence_state_no_reset", "{f:?}");
+        assert_eq!(f.correlation_id, Some(1), "{f:?}");
+        // The drift shows at the sequence's first step: TOTAL = the stream's first DELTA plus
+        // whatever the instance summed before.
+        let (want, n) = if f.expected.contains("(step 1 of 3)") {
+            ("[1.0, 2.0]", 3)
+        } else {
+            ("[10.0, 20.0]", 2)
+        };
+        assert_eq!(
+            f.expected,
+            format!("version 1 output TOTAL: {want} (validation data) (step 1 of {n})"),
+            "{f:?}"
+        );
+        assert_ne!(f.actual, want, "{f:?}");
+
+        // STEP comes back [2] from step 2 on: the shape check, no validation data needed.
+        let f = expect_failure(
+            &client,
+            label,
+            options(
+                "sequence_state_step_shape",
+                &["--input-data", &streams_only],
+            ),
+        )
+        .await;
+        let step_2_of =
+            |n: usize| format!("version 1 output STEP: shape [1] (-1: any) (step 2 of {n})");
+        assert!(
+            f.expected == step_2_of(3) || f.expected == step_2_of(2),
+            "{f:?}"
+        );
+        assert_eq!(f.actual, "[2]", "{f:?}");
+
+        // Batch 2 on a sequence model is bad input, named before any load.
+        let (outcome, _) = infer_once(&client, options("sequence_state", &["-b", "2"])).await;
+        match outcome {
+            Outcome::Failed(f) => assert!(
+                f.actual.contains(
+                    "--batch-size 2: model sequence_state is a sequence model, and Triton's sequence batcher takes requests of batch 1"
+                ),
+                "{f:?}"
+            ),
+            other => panic!("{label}: -b 2 gave {other:?}"),
+        }
+
+        // String ids: Triton tracks "77" and 77 as two sequences, so a string START followed
+        // by a number without START is refused, and by the same string continues.
+        let flags = |start: bool, end: bool, string_id: bool| SequenceFlags {
+            id: 77,
+            start,
+            end,
+            string_id,
+        };
+        let request = |f: SequenceFlags| {
+            let mut r = worker::client::InferRequest::new(
+                "sequence_state",
+                vec![worker::tensor::Tensor {
+                    name: "DELTA".into(),
+                    datatype: worker::tensor::DataType::Fp32,
+                    shape: vec![2],
+                    data: [1f32, 2.0]
+                        .iter()
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect::<Vec<u8>>()
+                        .into(),
+                }],
+            );
+            r.sequence = Some(f);
+            r
+        };
+        let mut session = client.sequence_session().await.unwrap();
+        session
+            .infer(&request(flags(true, false, true)))
+            .await
+            .unwrap();
+        let e = session
+            .infer(&request(flags(false, false, false)))
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("must specify the START flag"),
+            "{label}: {e}"
+        );
+        session.close().await;
+        let mut session = client.sequence_session().await.unwrap();
+        let r = session
+            .infer(&request(flags(false, true, true)))
+            .await
+            .unwrap();
+        assert_eq!(r.output("STEP").unwrap().to_i32().unwrap(), [2], "{label}");
+        session.close().await;
+    }
+    assert_eq!(descriptions[0], descriptions[1], "gRPC and HTTP read alike");
+    support::stop_server(server).await;
+}
+
+/// perf_analyzer, given the same -m/--input-data flags on sequence_state (streams as
+/// sequences, per-step validation data), agrees with the worker: both pass on the right data
+/// and both fail on a wrong STEP at stream 0's third step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn perf_analyzer_and_the_worker_drive_a_sequence_model_alike() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let server = start_with("infer-sequence-cli", &SEQUENCE_MODELS[..1]).await;
+    let grpc = server.grpc_address();
+    let dir = tempfile::tempdir().unwrap();
+    let good = data_file(dir.path(), "good.json", sequence_data(3));
+    let wrong = data_file(dir.path(), "wrong.json", sequence_data(4));
+    for (data, passes) in [(&good, true), (&wrong, false)] {
+        let flags = ["-m", "sequence_state", "--input-data", data.as_str()];
+        let pa = std::process::Command::new(support::perf_analyzer())
+            .args(flags)
+            .args(["-u", &grpc, "-i", "grpc"])
+            .args(["--measurement-mode", "count_windows"])
+            .args(["--measurement-request-count", "50", "-s", "100"])
+            .output()
+            .expect("perf_analyzer runs");
+        let w = worker(
+            &[
+                &["--servers", &grpc, "--duration", "2s", "--concurrency", "2"][..],
+                &flags[..],
+            ]
+            .concat(),
+        );
+        let pa_out = format!("{}{}", text(&pa.stdout), text(&pa.stderr));
+        let w_out = format!("{}{}", text(&w.stdout), text(&w.stderr));
+        assert_eq!(
+            pa.status.success(),
+            passes,
+            "perf_analyzer {flags:?}:\n{pa_out}"
+        );
+        assert_eq!(
+            w.status.code(),
+            Some(if passes { 0 } else { 1 }),
+            "worker {flags:?}:\n{w_out}"
+        );
+        if !passes {
+            assert!(pa_out.contains("doesn't match expected output"), "{pa_out}");
+            assert!(
+                w_out.contains(&format!(
+                    "FAILED Infer on {grpc} model sequence_state correlation id "
+                )) && w_out.contains(
+                    "expected version 1 output STEP: [4] (validation data) (step 3 of 3), got [3]"
+                ),
+                "{w_out}"
             );
         }
     }

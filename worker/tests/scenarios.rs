@@ -180,7 +180,12 @@ fn sequence_request(model: &str, id: u64, start: bool, end: bool) -> InferReques
         class_count: None,
         datatype: None,
     }];
-    r.sequence = Some(SequenceFlags { id, start, end });
+    r.sequence = Some(SequenceFlags {
+        id,
+        start,
+        end,
+        string_id: false,
+    });
     r.timeout = Some(Duration::from_secs(25));
     r
 }

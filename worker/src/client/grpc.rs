@@ -7,7 +7,7 @@ use super::h2_connection::{self, H2Connection};
 use super::{
     ClientError, InferRequest, InferResponse, Prepared, Protocol, SequenceSession, TritonClient,
 };
-use crate::model::{ConfigTensor, ModelConfig, ModelMetadata, TensorMetadata};
+use crate::model::{ConfigTensor, ModelConfig, ModelMetadata, SequenceBatching, TensorMetadata};
 use crate::proto::{
     self, InferParameter, ModelInferRequest, ModelStreamInferResponse,
     grpc_inference_service_client::GrpcInferenceServiceClient,
@@ -73,11 +73,13 @@ impl GrpcClient {
     pub fn to_proto(request: &InferRequest) -> ModelInferRequest {
         let mut parameters = HashMap::new();
         if let Some(seq) = request.sequence {
-            parameters.insert(
-                "sequence_id".to_string(),
+            let id = if seq.string_id {
+                ParameterChoice::StringParam(seq.id.to_string())
+            } else {
                 // Triton accepts int64_param or string_param here, not uint64_param.
-                param(ParameterChoice::Int64Param(seq.id as i64)),
-            );
+                ParameterChoice::Int64Param(seq.id as i64)
+            };
+            parameters.insert("sequence_id".to_string(), param(id));
             parameters.insert(
                 "sequence_start".to_string(),
                 param(ParameterChoice::BoolParam(seq.start)),
@@ -381,10 +383,12 @@ impl TritonClient for GrpcClient {
                 })
                 .collect(),
             decoupled: c.model_transaction_policy.is_some_and(|p| p.decoupled),
-            sequence_batching: matches!(
-                c.scheduling_choice,
-                Some(proto::model_config::SchedulingChoice::SequenceBatching(_))
-            ),
+            sequence_batching: match &c.scheduling_choice {
+                Some(proto::model_config::SchedulingChoice::SequenceBatching(s)) => {
+                    Some(SequenceBatching::from_proto(s))
+                }
+                _ => None,
+            },
         })
     }
 
@@ -478,5 +482,48 @@ impl SequenceSession for GrpcSequenceSession {
                 .map_err(|_| ClientError::DeadlineExceeded(format!("no response within {t:?}")))?,
             None => self.exchange(request).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::SequenceFlags;
+
+    fn sequence_id(flags: SequenceFlags) -> Option<ParameterChoice> {
+        let mut r = InferRequest::new("m", vec![Tensor::from_i32("X", vec![1], &[1])]);
+        r.sequence = Some(flags);
+        let p = GrpcClient::to_proto(&r).parameters;
+        let get = |k: &str| p.get(k).and_then(|v| v.parameter_choice.clone());
+        assert_eq!(
+            get("sequence_start"),
+            Some(ParameterChoice::BoolParam(flags.start))
+        );
+        assert_eq!(
+            get("sequence_end"),
+            Some(ParameterChoice::BoolParam(flags.end))
+        );
+        get("sequence_id")
+    }
+
+    #[test]
+    fn sequence_ids_go_as_int64_or_string_params() {
+        let flags = SequenceFlags {
+            id: 7,
+            start: true,
+            end: false,
+            string_id: false,
+        };
+        assert_eq!(sequence_id(flags), Some(ParameterChoice::Int64Param(7)));
+        let string = SequenceFlags {
+            id: 1 << 40,
+            end: true,
+            string_id: true,
+            ..flags
+        };
+        assert_eq!(
+            sequence_id(string),
+            Some(ParameterChoice::StringParam("1099511627776".into()))
+        );
     }
 }

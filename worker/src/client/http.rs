@@ -83,7 +83,12 @@ impl HttpClient {
     fn encode(&self, request: &InferRequest) -> Result<(Vec<u8>, Vec<Bytes>), ClientError> {
         let mut parameters = Map::new();
         if let Some(seq) = request.sequence {
-            parameters.insert("sequence_id".into(), json!(seq.id));
+            let id = if seq.string_id {
+                json!(seq.id.to_string())
+            } else {
+                json!(seq.id)
+            };
+            parameters.insert("sequence_id".into(), id);
             parameters.insert("sequence_start".into(), json!(seq.start));
             parameters.insert("sequence_end".into(), json!(seq.end));
         }
@@ -404,5 +409,37 @@ mod tests {
         assert_eq!(r.output("A").unwrap().to_i32().unwrap(), vec![1, -1]);
         assert_eq!(r.output("B").unwrap().to_i32().unwrap(), vec![7]);
         assert!(HttpClient::decode(Some(10_000), Bytes::from_static(b"{}")).is_err());
+    }
+
+    /// The JSON header's `parameters` of a sequence request.
+    fn sequence_parameters(flags: crate::client::SequenceFlags) -> Value {
+        let client = HttpClient::new("127.0.0.1:1").unwrap();
+        let mut r = InferRequest::new("m", vec![Tensor::from_i32("X", vec![1], &[1])]);
+        r.sequence = Some(flags);
+        let (header, _) = client.encode(&r).unwrap();
+        serde_json::from_slice::<Value>(&header).unwrap()["parameters"].clone()
+    }
+
+    #[test]
+    fn sequence_ids_go_as_numbers_or_as_strings() {
+        let flags = crate::client::SequenceFlags {
+            id: u64::MAX,
+            start: true,
+            end: false,
+            string_id: false,
+        };
+        assert_eq!(
+            sequence_parameters(flags),
+            json!({"sequence_id": u64::MAX, "sequence_start": true, "sequence_end": false})
+        );
+        assert_eq!(
+            sequence_parameters(crate::client::SequenceFlags {
+                id: 42,
+                end: true,
+                string_id: true,
+                ..flags
+            }),
+            json!({"sequence_id": "42", "sequence_start": true, "sequence_end": true})
+        );
     }
 }

@@ -17,6 +17,9 @@ pub struct SequenceFlags {
     pub id: u64,
     pub start: bool,
     pub end: bool,
+    /// Send the id as its decimal string: a model whose CORRID control is TYPE_STRING takes
+    /// only string ids. The worker's ids stay the numbers of its block either way.
+    pub string_id: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -3,7 +3,10 @@
 //! requests are built once (random or zero data, or a perf_analyzer input-data file); one test
 //! is one load window (as `Load`'s) on one model, picked by the `--model` weights, and every
 //! response passes every check in [`model::check_response`] (and, with `--consistency`, must
-//! repeat the first response to the same input byte for byte).
+//! repeat the first response to the same input byte for byte). On a sequence model one test is
+//! one sequence instead ([`sequence`]).
+
+pub mod sequence;
 
 use super::load;
 use super::{Failure, Outcome, TestEnv};
@@ -32,6 +35,10 @@ pub struct PlannedModel {
     prepared: Vec<Prepared>,
     /// `--consistency`: the first response to each request, which every later one must repeat.
     first_responses: Option<Vec<Mutex<Option<InferResponse>>>>,
+    /// A sequence model's sequences (None: not a sequence model).
+    sequence: Option<sequence::SequenceSource>,
+    /// `--consistency` on a sequence model: the first response to each step of each sequence.
+    first_sequence_responses: Option<sequence::FirstResponses>,
 }
 
 /// Describes every selected model on every server (they must agree), checks the flags against
@@ -61,11 +68,15 @@ pub async fn prepare(
                 selection.label()
             ));
         }
-        if description.sequence_batching {
-            return Err(format!(
-                "model {}: sequence models (sequence_batching) are not driven by Infer yet",
-                selection.label()
-            ));
+        if let Some(batcher) = &description.sequence_batching {
+            batcher.check(&selection.label())?;
+            let batch = options.batch_size_for(&selection.name);
+            if batch != 1 {
+                return Err(format!(
+                    "--batch-size {batch}: model {} is a sequence model, and Triton's sequence batcher takes requests of batch 1",
+                    selection.label()
+                ));
+            }
         }
         descriptions.push(description);
     }
@@ -92,11 +103,27 @@ pub async fn prepare(
         let first_responses = options
             .consistency
             .then(|| requests.iter().map(|_| Mutex::new(None)).collect());
+        let sequence = match description.sequence_batching {
+            Some(_) => Some(
+                sequence::SequenceSource::new(file.map(|f| f.streams.as_slice()), requests.len())
+                    .map_err(|e| {
+                    let at = file
+                        .map(|f| f.path.display().to_string())
+                        .unwrap_or_default();
+                    format!("{at}: {e}")
+                })?,
+            ),
+            None => None,
+        };
+        let first_sequence_responses =
+            (options.consistency && sequence.is_some()).then(|| Mutex::new(Default::default()));
         models.push(PlannedModel {
             description,
             requests,
             prepared,
             first_responses,
+            sequence,
+            first_sequence_responses,
         });
     }
     let picker = WeightedIndex::new(options.models.iter().map(|m| m.weight))
@@ -109,6 +136,21 @@ pub async fn prepare(
 }
 
 impl PlannedModel {
+    /// A failed check as a failure naming model, version, output, expected and actual.
+    fn failure(&self, response: &InferResponse, f: CheckFailure) -> Failure {
+        let d = &self.description;
+        let version = match (response.model_version.as_str(), d.version.as_str()) {
+            ("", "") => "?",
+            ("", asked) => asked,
+            (answered, _) => answered,
+        };
+        Failure::new(
+            &d.name,
+            format!("version {version} output {}: {}", f.output, f.expected),
+            f.actual,
+        )
+    }
+
     /// Every check on the response to request `i`, as a failure that names model, version,
     /// output, what was expected and what came.
     fn check(
@@ -126,19 +168,7 @@ impl PlannedModel {
             )
         })?;
         let planned = &self.requests[i];
-        let version = if response.model_version.is_empty() {
-            d.version.as_str()
-        } else {
-            response.model_version.as_str()
-        };
-        let fail = |f: CheckFailure| {
-            let version = if version.is_empty() { "?" } else { version };
-            Failure::new(
-                &d.name,
-                format!("version {version} output {}: {}", f.output, f.expected),
-                f.actual,
-            )
-        };
+        let fail = |f: CheckFailure| self.failure(&response, f);
         model::check_response(d, planned, &response, tolerance).map_err(fail)?;
         if let Some(firsts) = &self.first_responses {
             let mut first = firsts[i].lock().expect("not poisoned");
@@ -161,6 +191,9 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     };
     let planned = &plan.models[plan.picker.sample(env.rng)];
     env.model = planned.description.name.clone();
+    if planned.sequence.is_some() {
+        return sequence::run(env, planned, plan.tolerance).await;
+    }
     let check =
         |i: usize, r: Result<InferResponse, ClientError>| planned.check(i, r, plan.tolerance);
     match load::drive(env, &planned.prepared, &check).await {

@@ -93,6 +93,7 @@ async fn check_steps(
             id,
             start: i == 0,
             end: end && i + 1 == values.len(),
+            string_id: false,
         };
         sum = sum.wrapping_add(v);
         let started = Instant::now();
@@ -193,6 +194,7 @@ async fn no_start(env: &TestEnv<'_>, model: &str, batched: bool) -> Result<(), F
         id,
         start: false,
         end: true,
+        string_id: false,
     };
     let started = Instant::now();
     let mut session = env.client.sequence_session().await.map_err(|e| {

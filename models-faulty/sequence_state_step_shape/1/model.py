@@ -1,0 +1,1 @@
+../../../models/sequence_state/1/model.py
