@@ -644,6 +644,11 @@ pub struct WorkerArgs {
     /// Load scenario: requests per second at fixed intended times (open loop).
     #[arg(long, env = "WORKER_LOAD_RATE")]
     pub load_rate: Option<f64>,
+    /// Capacity mode: every poll interval, read this worker's load concurrency from the store
+    /// (the driver's controller sets it) and apply it from the next load window, without a
+    /// restart. Needs a closed-loop load mode.
+    #[arg(long, env = "WORKER_ADAPTIVE_LOAD")]
+    pub adaptive_load: bool,
     /// How often to report a QPS sample, counts and a heartbeat.
     #[arg(long, env = "WORKER_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
@@ -724,6 +729,9 @@ impl WorkerArgs {
             // `{}` of an f64 is the shortest text that parses back to the same value.
             args.extend(["--load-rate".into(), r.to_string()]);
         }
+        if self.adaptive_load {
+            args.push("--adaptive-load".into());
+        }
         if let Some(id) = &self.run_id {
             args.extend(["--run-id".into(), id.to_string()]);
         }
@@ -778,6 +786,7 @@ mod tests {
             },
             load_concurrency: None,
             load_rate: Some(1234.5678),
+            adaptive_load: true,
             poll_interval: Duration::from_millis(250),
             run_id: Some("smoke-20261123-101500-ab12".into()),
             member_id: Some("grpc-clients-3".into()),
@@ -807,6 +816,7 @@ mod tests {
         b.shapes.clear();
         b.input_data = vec!["/abs/file.json".parse().unwrap()];
         b.batch_sizes.clear();
+        b.adaptive_load = false;
         assert_eq!(parse(&b.to_args()).unwrap(), b);
         assert_eq!(b.load(), Some(LoadMode::Concurrency(3)));
     }

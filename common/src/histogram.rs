@@ -54,6 +54,18 @@ impl LatencyHistogram {
         let _ = self.inner.add(&other.inner);
     }
 
+    /// What was recorded after `earlier`, a previous state of the same cumulative histogram:
+    /// the exact histogram of a window. Counts that `earlier` has beyond `self` (a restarted
+    /// worker) make it an error, and the window should be taken as `self` alone.
+    pub fn since(&self, earlier: &LatencyHistogram) -> Result<LatencyHistogram, HistogramError> {
+        let mut window = self.clone();
+        window
+            .inner
+            .subtract(&earlier.inner)
+            .map_err(|e| HistogramError::Decode(format!("not an earlier state: {e:?}")))?;
+        Ok(window)
+    }
+
     pub fn count(&self) -> u64 {
         self.inner.len()
     }
@@ -120,6 +132,22 @@ mod tests {
         assert_eq!(all.count(), 100);
         assert!((99..=101).contains(&all.percentile_us(50.0)));
         assert!(all.percentile_us(95.0) >= 49_000);
+    }
+
+    #[test]
+    fn a_window_is_the_cumulative_histogram_minus_its_earlier_state() {
+        let mut h = LatencyHistogram::new();
+        for _ in 0..100 {
+            h.record(Duration::from_millis(1));
+        }
+        let earlier = h.clone();
+        for _ in 0..10 {
+            h.record(Duration::from_millis(80));
+        }
+        let window = h.since(&earlier).unwrap();
+        assert_eq!(window.count(), 10);
+        assert!(window.percentile_us(50.0) >= 79_000, "{window:?}");
+        assert!(earlier.since(&h).is_err(), "not an earlier state");
     }
 
     #[test]

@@ -141,6 +141,11 @@ pub trait StatusSink: Send + Sync {
     async fn heartbeat(&self) -> Result<(), SinkError>;
     async fn snapshot(&self, snapshot: &WorkerSnapshot) -> Result<(), SinkError>;
     async fn failure(&self, failure: &FailureRecord) -> Result<(), SinkError>;
+    /// The load concurrency the driver's capacity controller asks of this worker (None: none
+    /// set). Only a sink backed by the run's store knows one.
+    async fn load_target(&self) -> Result<Option<u32>, SinkError> {
+        Ok(None)
+    }
 }
 
 pub struct NoopSink;

@@ -84,10 +84,10 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 2);
+    assert_eq!(store.schema_version().await.unwrap(), 3);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 2);
+    assert_eq!(again.schema_version().await.unwrap(), 3);
     again.close().await;
 
     // ---- runs
@@ -309,6 +309,25 @@ async fn story(url: &str, fresh: bool) {
     })
     .await
     .unwrap();
+    // Capacity mode: a worker's load target is replaced; a phase's record round-trips.
+    assert_eq!(store.load_target(&run_id, "client-0").await.unwrap(), None);
+    store.set_load_target(&run_id, "client-0", 4).await.unwrap();
+    store.set_load_target(&run_id, "client-0", 7).await.unwrap();
+    store.set_load_target(&run_id, "client-1", 1).await.unwrap();
+    assert_eq!(
+        store.load_target(&run_id, "client-0").await.unwrap(),
+        Some(7)
+    );
+    assert_eq!(c0.load_target().await.unwrap(), Some(7), "through the sink");
+    let phase = serde_json::json!({"checks": [{"concurrency": 3}], "result": null});
+    store
+        .save_capacity_phase(&run_id, "grpc-clients", "production", &phase)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.capacity_phases(&run_id).await.unwrap(),
+        [("grpc-clients".into(), "production".into(), phase)]
+    );
     // Replaced per (member, scenario, model); the decoupled model's stream counts round-trip.
     assert_eq!(
         store.model_counts(&run_id).await.unwrap(),
@@ -486,7 +505,7 @@ async fn story(url: &str, fresh: bool) {
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 2);
+    assert_eq!(store.schema_version().await.unwrap(), 3);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);

@@ -9,6 +9,7 @@
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store.
 
+pub mod capacity;
 pub mod failfast;
 pub mod launcher;
 pub mod matrix;

@@ -2,9 +2,10 @@
 //! servers' addresses are known) its worker's contract, computed once from the matrix as a
 //! pure value. `run` launches and records it; nothing here does I/O.
 
+use crate::capacity::{ControllerConfig, split};
 use crate::failfast::Rules;
 use crate::launcher::{ServerEndpoint, WorkerAssignment};
-use crate::matrix::{ClientMember, Matrix, ServerMember};
+use crate::matrix::{CapacitySettings, ClientMember, Matrix, RunMode, ServerMember};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use stress_common::contract::{MemberName, RunId};
@@ -28,6 +29,8 @@ pub struct RunPlan {
     pub rules: Rules,
     pub servers: Vec<ServerMember>,
     pub clients: Vec<ClientMember>,
+    /// Capacity mode's settings (None: a soak run).
+    pub capacity: Option<CapacitySettings>,
     /// `<run name>-<member>` for every member: its process or pod name.
     qualified: BTreeMap<MemberName, String>,
 }
@@ -59,8 +62,44 @@ impl RunPlan {
             ),
             servers,
             clients,
+            capacity: match matrix.run.mode {
+                RunMode::Capacity => matrix.capacity.clone(),
+                RunMode::Soak => None,
+            },
             qualified,
         }
+    }
+
+    /// The client groups, each with its members in index order.
+    pub fn client_groups(&self) -> BTreeMap<String, Vec<MemberName>> {
+        let mut groups: BTreeMap<String, Vec<MemberName>> = BTreeMap::new();
+        for c in &self.clients {
+            groups
+                .entry(c.group.clone())
+                .or_default()
+                .push(c.name.clone());
+        }
+        groups
+    }
+
+    /// Capacity mode: the controller's numbers for each client group.
+    pub fn capacity_configs(&self) -> BTreeMap<String, ControllerConfig> {
+        let Some(cap) = &self.capacity else {
+            return BTreeMap::new();
+        };
+        self.client_groups()
+            .into_iter()
+            .map(|(g, members)| (g, ControllerConfig::new(cap, members.len() as u32)))
+            .collect()
+    }
+
+    /// Capacity mode: a client's share of its group's starting concurrency.
+    fn capacity_start(&self, c: &ClientMember) -> Option<u32> {
+        let config = self.capacity_configs().remove(&c.group)?;
+        let groups = self.client_groups();
+        let members = &groups[&c.group];
+        let shares = split(config.min, members.len());
+        members.iter().position(|m| *m == c.name).map(|i| shares[i])
     }
 
     pub fn server_names(&self) -> Vec<String> {
@@ -138,6 +177,7 @@ impl RunPlan {
             poll_interval: self.poll,
             duration: self.duration + ORPHAN_MARGIN,
             perf_analyzer: perf_analyzer.map(str::to_string),
+            capacity_start: self.capacity_start(c),
         }
     }
 

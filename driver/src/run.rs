@@ -7,6 +7,7 @@
 //! stay; at the end of the duration workers get SIGTERM, flush their final counts, and only
 //! then do servers stop. The report is then built from the store alone.
 
+use crate::capacity;
 use crate::failfast::{self, Cause, FailFast, Poll};
 use crate::launcher::{LaunchError, Launcher, MemberExit, ServerEndpoint};
 use crate::matrix::{self, Matrix, MatrixError};
@@ -533,6 +534,7 @@ impl Driver<'_> {
 
         // Poll.
         let started = Instant::now();
+        let mut capacity = CapacityRun::new(plan, stress_common::now_ms());
         let end = tokio::time::Instant::now() + plan.duration;
         let mut ticker = tokio::time::interval(plan.poll);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -553,6 +555,16 @@ impl Driver<'_> {
             };
             if let Some(cause) = rules.observe(poll) {
                 return self.fail(cause).await;
+            }
+            if let Some(cap) = &mut capacity
+                && cap.due()
+            {
+                cap.check(self.store, &plan.run_id).await;
+                if cap.all_ended() {
+                    self.progress
+                        .show("capacity: every client group's phase ended");
+                    break;
+                }
             }
             let (tests, failures) = self
                 .store
@@ -575,6 +587,9 @@ impl Driver<'_> {
             ));
         }
 
+        if let Some(cap) = &mut capacity {
+            cap.finish(self.store, &plan.run_id).await;
+        }
         // The end: workers flush their final counts, then servers stop.
         self.progress.show("stopping workers");
         let exits: Vec<MemberExit> = self.launcher.stop_clients(CLIENT_STOP_GRACE).await;
@@ -652,6 +667,109 @@ impl Driver<'_> {
             latest_qps: Some(latest_qps),
             not_running,
         }
+    }
+}
+
+/// Capacity mode's I/O: every check interval reads the workers' counts, feeds each group's
+/// window to its controller ([`capacity`] decides), writes the new per-worker targets and saves
+/// the phase's record, so the report (and a restarted `driver report`) has the trace.
+struct CapacityRun {
+    groups: Vec<GroupControl>,
+    interval: Duration,
+    next_check: tokio::time::Instant,
+    started_ms: i64,
+}
+
+struct GroupControl {
+    group: String,
+    members: Vec<String>,
+    controller: capacity::Controller,
+    meter: capacity::WindowMeter,
+}
+
+impl CapacityRun {
+    /// None for a soak run.
+    fn new(plan: &RunPlan, started_ms: i64) -> Option<Self> {
+        let settings = plan.capacity.as_ref()?;
+        let groups = plan.client_groups();
+        Some(CapacityRun {
+            groups: plan
+                .capacity_configs()
+                .into_iter()
+                .map(|(group, config)| GroupControl {
+                    members: groups[&group].iter().map(|m| m.to_string()).collect(),
+                    group,
+                    controller: capacity::Controller::new(config),
+                    meter: capacity::WindowMeter::default(),
+                })
+                .collect(),
+            interval: settings.check_interval,
+            next_check: tokio::time::Instant::now() + settings.check_interval,
+            started_ms,
+        })
+    }
+
+    fn due(&self) -> bool {
+        tokio::time::Instant::now() >= self.next_check
+    }
+
+    fn all_ended(&self) -> bool {
+        self.groups.iter().all(|g| g.controller.ended())
+    }
+
+    async fn check(&mut self, store: &Store, run_id: &RunId) {
+        self.next_check = tokio::time::Instant::now() + self.interval;
+        let counts = match store.model_counts(run_id.as_str()).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("capacity check skipped: {e}");
+                return;
+            }
+        };
+        let now_ms = stress_common::now_ms();
+        for g in &mut self.groups {
+            if g.controller.ended() {
+                continue;
+            }
+            let window = g.meter.window(&counts, &g.members, self.started_ms, now_ms);
+            let before = g.controller.concurrency();
+            let next = g.controller.check(window);
+            tracing::info!(
+                group = g.group,
+                concurrency = before,
+                next,
+                "capacity check"
+            );
+            if next != before {
+                for (member, share) in g.members.iter().zip(capacity::split(next, g.members.len()))
+                {
+                    if let Err(e) = store.set_load_target(run_id.as_str(), member, share).await {
+                        tracing::warn!("load target of {member} not written: {e}");
+                    }
+                }
+            }
+            save_phase(store, run_id, g).await;
+        }
+    }
+
+    /// The run's end: phases still going are out of time; every record is saved.
+    async fn finish(&mut self, store: &Store, run_id: &RunId) {
+        for g in &mut self.groups {
+            g.controller.out_of_time();
+            save_phase(store, run_id, g).await;
+        }
+    }
+}
+
+async fn save_phase(store: &Store, run_id: &RunId, g: &GroupControl) {
+    const PHASE: &str = "production";
+    let record = capacity::PhaseRecord::of(&g.group, PHASE, &g.controller);
+    let json = serde_json::to_value(&record).expect("plain data serialises");
+    if let Err(e) = store
+        .save_capacity_phase(run_id.as_str(), &g.group, PHASE, &json)
+        .await
+    {
+        tracing::warn!("capacity phase of {} not saved: {e}", g.group);
     }
 }
 

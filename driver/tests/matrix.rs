@@ -67,7 +67,7 @@ fn every_committed_matrix_validates() {
 const BAD: &[(&str, &str)] = &[
     (
         "unknown-field.yaml",
-        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast",
+        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode",
     ),
     (
         "wrong-type.yaml",
@@ -160,6 +160,25 @@ const BAD: &[(&str, &str)] = &[
     (
         "model-unknown-key.yaml",
         "19:9: client_templates.infer.models[0].wieght: unknown field `wieght`, expected one of name, weight, version, shape, input_data, batch_size",
+    ),
+    (
+        "bad-capacity.yaml",
+        "19:27: client_templates.open-loop.scenarios.SequenceValid: capacity mode drives the Load and Infer scenarios only, not SequenceValid\n\
+         20:5: client_templates.open-loop.load: capacity mode drives a closed-loop concurrency: remove `load: {rate: ...}`\n\
+         27:15: capacity.target_p99: must be longer than zero\n\
+         28:18: capacity.decrease_rate: must be between 0 and 1 (exclusive), found 1.5\n\
+         29:14: capacity.tolerance: must be at least 0 and below 1, found -0.1\n\
+         30:19: capacity.check_interval: check interval 1s is shorter than the poll interval 2s (workers report once per poll)\n\
+         31:24: capacity.phases[1]: phase production is listed twice\n\
+         32:20: capacity.min_concurrency: client group clients has 3 workers, each keeping at least one request in flight: min_concurrency must be at least 3",
+    ),
+    (
+        "capacity-unknown-phase.yaml",
+        "26:24: capacity.phases[1]: unknown variant `warp`, expected one of production",
+    ),
+    (
+        "capacity-missing.yaml",
+        "5:9: run.mode: capacity mode needs a top-level `capacity:` block (at least target_p99)",
     ),
     (
         "bad-models.yaml",
@@ -586,7 +605,7 @@ fn more_rules() {
         (
             "version: 1\n",
             "version: 1\nextra: true\n",
-            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups",
+            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity",
         ),
         (
             "  duration: 10s\n",

@@ -266,6 +266,18 @@ impl RunArgs {
         }
         let load_mode = c.load().unwrap_or(LoadMode::DEFAULT);
         load_mode.check()?;
+        let load_target = match (c.adaptive_load, load_mode) {
+            (false, _) => None,
+            (true, LoadMode::Concurrency(n)) => {
+                Some(std::sync::Arc::new(std::sync::atomic::AtomicU32::new(n)))
+            }
+            (true, LoadMode::Rate(_)) => {
+                return Err(
+                    "--adaptive-load changes a closed-loop concurrency: it cannot go with --load-rate"
+                        .into(),
+                );
+            }
+        };
         let worker_binary = std::env::current_exe()
             .map_err(|e| format!("cannot find the worker binary itself: {e}"))?;
         Ok(WorkerConfig {
@@ -288,6 +300,7 @@ impl RunArgs {
                 crash_after: self.crash_after,
                 worker_binary,
                 load_mode,
+                load_target,
                 load_window: self.load_window,
                 image_batch: self.image_batch,
                 perf_analyzer: c.perf_analyzer,
@@ -376,6 +389,7 @@ mod tests {
             },
             load_concurrency: None,
             load_rate: None,
+            adaptive_load: false,
             poll_interval: Duration::from_millis(500),
             run_id: Some("r-1".into()),
             member_id: Some("clients-1".into()),

@@ -313,6 +313,28 @@ async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: C
         if let Err(e) = shared.sink.snapshot(&snapshot).await {
             tracing::warn!("status not recorded: {e}");
         }
+        if let Some(target) = &shared.config.settings.load_target {
+            follow_load_target(&*shared.sink, target).await;
+        }
+    }
+}
+
+/// Capacity mode: takes the load concurrency the driver's controller set for this worker (a
+/// store that cannot be read leaves the current one).
+async fn follow_load_target(sink: &dyn StatusSink, target: &std::sync::atomic::AtomicU32) {
+    match sink.load_target().await {
+        Ok(Some(n)) if n >= 1 => {
+            let before = target.swap(n, Ordering::Relaxed);
+            if before != n {
+                tracing::info!(
+                    from = before,
+                    to = n,
+                    "load concurrency changed by the driver"
+                );
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("load target not read: {e}"),
     }
 }
 

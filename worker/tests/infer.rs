@@ -56,6 +56,7 @@ fn settings(options: InferOptions) -> Settings {
         crash_after: Duration::from_secs(1),
         worker_binary: env!("CARGO_BIN_EXE_worker").into(),
         load_mode: LoadMode::Concurrency(2),
+        load_target: None,
         load_window: Duration::from_millis(300),
         image_batch: 1,
         perf_analyzer: None,

@@ -48,6 +48,7 @@ fn settings() -> Settings {
         crash_after: Duration::from_millis(1500),
         worker_binary: PathBuf::from(env!("CARGO_BIN_EXE_worker")),
         load_mode: LoadMode::Concurrency(2),
+        load_target: None,
         load_window: Duration::from_secs(1),
         image_batch: 2,
         perf_analyzer: Some(support::perf_analyzer()),

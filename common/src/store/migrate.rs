@@ -45,6 +45,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0002_model_counts.sql"),
         postgres: include_str!("../../migrations/postgres/0002_model_counts.sql"),
     },
+    Migration {
+        version: 3,
+        name: "capacity",
+        sqlite: include_str!("../../migrations/sqlite/0003_capacity.sql"),
+        postgres: include_str!("../../migrations/postgres/0003_capacity.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -35,6 +35,8 @@
 //! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (appends) |
 //! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
 //! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms` | [`Store::record_snapshot`] (replaces) |
+//! | `load_targets` | `run_id, member_id` | `concurrency`, `updated_at_ms` | [`Store::set_load_target`] (the capacity controller; the worker polls it) |
+//! | `capacity_phases` | `run_id, group_name, phase` | `details` (JSON: trace and result), `updated_at_ms` | [`Store::save_capacity_phase`] (replaces) |
 //! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual` | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
 //! | `failure_totals` | `run_id, member_id` | `total`: every failure reported, kept or not | [`Store::record_failure`] |
 //! | `diagnostics` | `run_id, member_id` | `details` (JSON text), `updated_at_ms` | [`Store::save_diagnostics`] (replaces) |
@@ -1135,6 +1137,100 @@ impl Store {
                     )
                 })?;
                 Ok((member_id, value))
+            })
+            .collect()
+    }
+
+    // ---- capacity mode ---------------------------------------------------------------------
+
+    /// Sets the load concurrency the capacity controller asks of a worker (replaces).
+    pub async fn set_load_target(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        concurrency: u32,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO load_targets (run_id, member_id, concurrency, updated_at_ms)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (run_id, member_id) DO UPDATE SET
+                 concurrency = excluded.concurrency, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .bind(i64::from(concurrency))
+        .bind(crate::now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("set_load_target"))?;
+        Ok(())
+    }
+
+    /// The load concurrency asked of a worker, if any.
+    pub async fn load_target(&self, run_id: &str, member_id: &str) -> Result<Option<u32>> {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT concurrency FROM load_targets WHERE run_id = $1 AND member_id = $2",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.db("load_target"))?;
+        row.map(|(c,)| {
+            u32::try_from(c)
+                .map_err(|_| self.corrupt("load_target", format!("concurrency {c} of {member_id}")))
+        })
+        .transpose()
+    }
+
+    /// Saves a client group's capacity phase (the controller's trace and result, replaced).
+    pub async fn save_capacity_phase(
+        &self,
+        run_id: &str,
+        group: &str,
+        phase: &str,
+        details: &serde_json::Value,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO capacity_phases (run_id, group_name, phase, details, updated_at_ms)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (run_id, group_name, phase) DO UPDATE SET
+                 details = excluded.details, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(run_id)
+        .bind(group)
+        .bind(phase)
+        .bind(details.to_string())
+        .bind(crate::now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("save_capacity_phase"))?;
+        Ok(())
+    }
+
+    /// (group, phase, details) of every capacity phase of the run, in the order they were
+    /// first saved.
+    pub async fn capacity_phases(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<(String, String, serde_json::Value)>> {
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT group_name, phase, details FROM capacity_phases WHERE run_id = $1
+             ORDER BY group_name, phase",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("capacity_phases"))?;
+        rows.into_iter()
+            .map(|(group, phase, text)| {
+                let value = serde_json::from_str(&text).map_err(|e| {
+                    self.corrupt(
+                        "capacity_phases",
+                        format!("capacity phase {group}/{phase} is not JSON: {e}"),
+                    )
+                })?;
+                Ok((group, phase, value))
             })
             .collect()
     }

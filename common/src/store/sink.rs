@@ -48,4 +48,11 @@ impl StatusSink for StoreSink {
             .map(drop)
             .map_err(sink_error)
     }
+
+    async fn load_target(&self) -> Result<Option<u32>, SinkError> {
+        self.store
+            .load_target(&self.run_id, &self.member_id)
+            .await
+            .map_err(sink_error)
+    }
 }

@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 pub use stress_common::contract::STORE_URL_ENV;
 use stress_common::contract::{
-    BatchSizeArg, DataSource, InputDataArg, MemberName, ModelSelection, RunId, ScenarioMix,
-    ShapeOverride, WorkerArgs,
+    BatchSizeArg, DataSource, InputDataArg, LoadMode, MemberName, ModelSelection, RunId,
+    ScenarioMix, ShapeOverride, WorkerArgs,
 };
 
 /// Where clients reach a started server.
@@ -47,6 +47,9 @@ pub struct WorkerAssignment {
     /// worker orphaned by a dead driver does not run forever.
     pub duration: Duration,
     pub perf_analyzer: Option<String>,
+    /// Capacity mode: the worker runs one stream at this closed-loop concurrency and follows
+    /// the controller's targets in the store (`--adaptive-load`).
+    pub capacity_start: Option<u32>,
 }
 
 /// A member that ended, and how.
@@ -118,6 +121,7 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
         corr_ids: client.corr_ids,
         load_concurrency: None,
         load_rate: None,
+        adaptive_load: false,
         poll_interval: a.poll_interval,
         run_id: Some(a.run_id.clone()),
         member_id: Some(a.member_id.clone()),
@@ -161,6 +165,11 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
             .collect(),
     };
     args.set_load(t.load);
+    if let Some(start) = a.capacity_start {
+        args.concurrency = 1;
+        args.set_load(Some(LoadMode::Concurrency(start)));
+        args.adaptive_load = true;
+    }
     args
 }
 

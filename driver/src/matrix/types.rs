@@ -55,6 +55,11 @@ pub struct Matrix {
     #[schemars(extend("propertyNames" = { "pattern": NAME_PATTERN }))]
     pub client_groups: IndexMap<String, ClientGroup>,
 
+    /// The capacity controller's settings; required with `run.mode: capacity`, refused
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacitySettings>,
+
     /// The file this matrix was loaded from, set by [`super::load`]; relative local paths
     /// (model repositories, binaries) are resolved against its directory. Not part of the YAML.
     #[serde(skip)]
@@ -105,6 +110,98 @@ pub struct RunSettings {
     /// When the driver stops a run early.
     #[serde(default)]
     pub fail_fast: FailFast,
+
+    /// `soak` (default): run the scenarios for `duration` and judge failures. `capacity`: each
+    /// client group's load is driven toward `capacity.target_p99` by an AIMD controller, and
+    /// the run ends when every group has converged (or at `duration`, which caps it).
+    #[serde(default)]
+    pub mode: RunMode,
+}
+
+/// What a run is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunMode {
+    #[default]
+    Soak,
+    Capacity,
+}
+
+/// A capacity run's phases, run in the order listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CapacityPhase {
+    /// The client group's weighted model mix, as its template gives it.
+    Production,
+}
+
+impl CapacityPhase {
+    /// The phase as the matrix and the report name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityPhase::Production => "production",
+        }
+    }
+}
+
+/// The AIMD controller of capacity mode, per client group: every `check_interval` it merges the
+/// group's latency histograms over the window since the last check (exact percentiles) and sets
+/// the group's total closed-loop concurrency, split across its workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CapacitySettings {
+    /// The p99 latency the load is driven toward (e.g. `50ms`).
+    #[serde(with = "duration")]
+    #[schemars(with = "HumanDuration")]
+    pub target_p99: Duration,
+
+    /// Phases to run, in order (default `[production]`).
+    #[serde(default = "defaults::capacity_phases")]
+    pub phases: Vec<CapacityPhase>,
+
+    /// Lowest total concurrency of a group (default 1; at least the group's instances, since
+    /// every worker keeps at least one request in flight). The controller starts here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_concurrency: Option<u32>,
+
+    /// Highest total concurrency of a group (default 64).
+    #[serde(default = "defaults::max_concurrency")]
+    pub max_concurrency: u32,
+
+    /// Additive increase per check while p99 is under the target (default 1).
+    #[serde(default = "defaults::one")]
+    pub increase_step: u32,
+
+    /// Multiplicative decrease when p99 is over the target: concurrency × this, in (0, 1)
+    /// (default 0.8).
+    #[serde(default = "defaults::decrease_rate")]
+    pub decrease_rate: f64,
+
+    /// How often the controller judges a window and acts (default `5s`; at least the poll
+    /// interval).
+    #[serde(with = "duration", default = "defaults::check_interval")]
+    #[schemars(with = "HumanDuration")]
+    pub check_interval: Duration,
+
+    /// Checks after a change whose windows are not judged (they hold the transition; default 1).
+    #[serde(default = "defaults::one")]
+    pub settle_periods: u32,
+
+    /// Relative band around the target in which p99 counts as on target (default 0.05: ±5%).
+    #[serde(default = "defaults::tolerance")]
+    pub tolerance: f64,
+
+    /// Consecutive judged windows on target that end a phase as converged (default 3).
+    #[serde(default = "defaults::three")]
+    pub stable_checks: u32,
+
+    /// Back-offs (decreases) after which a phase ends as converged (default 3).
+    #[serde(default = "defaults::three")]
+    pub max_decreases: u32,
+
+    /// Safe rate = max QPS at the target × this (default 0.7).
+    #[serde(default = "defaults::safety_factor")]
+    pub safety_factor: f64,
 }
 
 /// When the driver stops a run early. A count of `0` disables that check.
@@ -713,5 +810,23 @@ mod defaults {
     }
     pub fn corr_id_block_size() -> u64 {
         super::DEFAULT_CORR_ID_BLOCK_SIZE
+    }
+    pub fn capacity_phases() -> Vec<super::CapacityPhase> {
+        vec![super::CapacityPhase::Production]
+    }
+    pub fn max_concurrency() -> u32 {
+        64
+    }
+    pub fn decrease_rate() -> f64 {
+        0.8
+    }
+    pub fn check_interval() -> Duration {
+        Duration::from_secs(5)
+    }
+    pub fn tolerance() -> f64 {
+        0.05
+    }
+    pub fn safety_factor() -> f64 {
+        0.7
     }
 }

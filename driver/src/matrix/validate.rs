@@ -7,7 +7,7 @@ use stress_common::scenario::Scenario;
 
 use super::source::{Anchor, FieldPath};
 use super::types::{
-    Artifact, ClientTemplate, LoadMode, MATRIX_VERSION, Matrix, Resources, ServerTemplate,
+    Artifact, ClientTemplate, LoadMode, MATRIX_VERSION, Matrix, Resources, RunMode, ServerTemplate,
     ServerVolume, TraceSettings,
 };
 
@@ -569,7 +569,166 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
         c.member_names(path, &m.run.name, name, g.instances);
     }
 
+    c.capacity(m);
     c.issues
+}
+
+impl Checker {
+    /// `run.mode: capacity` and its `capacity:` block go together; the controller's numbers are
+    /// in range; the client groups it drives can be driven (closed loop, Load / Infer only, at
+    /// least one request in flight per worker).
+    fn capacity(&mut self, m: &Matrix) {
+        let root = FieldPath::root();
+        let mode = root.key("run").key("mode");
+        let path = root.key("capacity");
+        let cap = match (m.run.mode, &m.capacity) {
+            (RunMode::Soak, None) => return,
+            (RunMode::Soak, Some(_)) => {
+                return self.push(
+                    path,
+                    Anchor::Key,
+                    "`capacity:` is read only in capacity mode: set run.mode: capacity, or remove it",
+                );
+            }
+            (RunMode::Capacity, None) => {
+                return self.push(
+                    mode,
+                    Anchor::Value,
+                    "capacity mode needs a top-level `capacity:` block (at least target_p99)",
+                );
+            }
+            (RunMode::Capacity, Some(cap)) => cap,
+        };
+        if cap.target_p99.is_zero() {
+            self.push(
+                path.key("target_p99"),
+                Anchor::Value,
+                "must be longer than zero",
+            );
+        }
+        if !(cap.decrease_rate > 0.0 && cap.decrease_rate < 1.0) {
+            self.push(
+                path.key("decrease_rate"),
+                Anchor::Value,
+                format!(
+                    "must be between 0 and 1 (exclusive), found {}",
+                    cap.decrease_rate
+                ),
+            );
+        }
+        if !(cap.tolerance >= 0.0 && cap.tolerance < 1.0) {
+            self.push(
+                path.key("tolerance"),
+                Anchor::Value,
+                format!("must be at least 0 and below 1, found {}", cap.tolerance),
+            );
+        }
+        if !(cap.safety_factor > 0.0 && cap.safety_factor <= 1.0) {
+            self.push(
+                path.key("safety_factor"),
+                Anchor::Value,
+                format!("must be above 0 and at most 1, found {}", cap.safety_factor),
+            );
+        }
+        for (field, value) in [
+            ("max_concurrency", cap.max_concurrency),
+            ("increase_step", cap.increase_step),
+            ("stable_checks", cap.stable_checks),
+            ("max_decreases", cap.max_decreases),
+        ] {
+            self.at_least_one(path.key(field), value.into());
+        }
+        if let Some(min) = cap.min_concurrency {
+            self.at_least_one(path.key("min_concurrency"), min.into());
+            if min > cap.max_concurrency {
+                self.push(
+                    path.key("min_concurrency"),
+                    Anchor::Value,
+                    format!(
+                        "min_concurrency {min} is above max_concurrency {}",
+                        cap.max_concurrency
+                    ),
+                );
+            }
+        }
+        if cap.check_interval < m.run.poll_interval {
+            self.push(
+                path.key("check_interval"),
+                Anchor::Value,
+                format!(
+                    "check interval {} is shorter than the poll interval {} (workers report once per poll)",
+                    humantime::format_duration(cap.check_interval),
+                    humantime::format_duration(m.run.poll_interval)
+                ),
+            );
+        }
+        if cap.phases.is_empty() {
+            self.push(
+                path.key("phases"),
+                Anchor::Value,
+                "needs at least one phase",
+            );
+        }
+        for (i, phase) in cap.phases.iter().enumerate() {
+            if cap.phases[..i].contains(phase) {
+                self.push(
+                    path.key("phases").index(i),
+                    Anchor::Value,
+                    format!("phase {} is listed twice", phase.as_str()),
+                );
+            }
+        }
+        let min = cap.min_concurrency.unwrap_or(1);
+        for (name, g) in &m.client_groups {
+            if g.instances > min && g.instances <= cap.max_concurrency {
+                self.push(
+                    path.key(if cap.min_concurrency.is_some() {
+                        "min_concurrency"
+                    } else {
+                        "max_concurrency"
+                    }),
+                    Anchor::Value,
+                    format!(
+                        "client group {name} has {} workers, each keeping at least one request in flight: min_concurrency must be at least {}",
+                        g.instances, g.instances
+                    ),
+                );
+            } else if g.instances > cap.max_concurrency {
+                self.push(
+                    path.key("max_concurrency"),
+                    Anchor::Value,
+                    format!(
+                        "client group {name} has {} workers, more than max_concurrency {}",
+                        g.instances, cap.max_concurrency
+                    ),
+                );
+            }
+        }
+        for (name, t) in &m.client_templates {
+            let tpath = root.key("client_templates").key(name.clone());
+            if let Some(LoadMode::Rate(_)) = t.load {
+                self.push(
+                    tpath.key("load"),
+                    Anchor::Key,
+                    "capacity mode drives a closed-loop concurrency: remove `load: {rate: ...}`",
+                );
+            }
+            if let Some(scenarios) = &t.scenarios {
+                for s in scenarios.keys() {
+                    let scenario = Scenario::parse(s);
+                    if !matches!(scenario, Some(Scenario::Load | Scenario::Infer) | None) {
+                        self.push(
+                            tpath.key("scenarios").key(s.clone()),
+                            Anchor::Key,
+                            format!(
+                                "capacity mode drives the Load and Infer scenarios only, not {s}"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -124,7 +124,10 @@ pub async fn drive(
     let timeout = Some(env.settings.request_timeout);
     match env.settings.load_mode {
         LoadMode::Concurrency(n) => {
-            let n = n as usize;
+            let n = match &env.settings.load_target {
+                Some(target) => target.load(std::sync::atomic::Ordering::Relaxed).max(1),
+                None => n,
+            } as usize;
             // FuturesUnordered polls only the senders whose response arrived.
             let mut senders: FuturesUnordered<_> = (0..n)
                 .map(|k| async move {

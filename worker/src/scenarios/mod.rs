@@ -85,6 +85,9 @@ pub struct Settings {
     /// The worker binary, run in its hidden crashing-child mode.
     pub worker_binary: PathBuf,
     pub load_mode: LoadMode,
+    /// `--adaptive-load`: the closed-loop concurrency the driver's capacity controller asks for,
+    /// refreshed from the store every poll interval; read at the start of each load window.
+    pub load_target: Option<Arc<std::sync::atomic::AtomicU32>>,
     pub load_window: Duration,
     pub image_batch: usize,
     pub perf_analyzer: Option<PathBuf>,

@@ -1,0 +1,617 @@
+//! Capacity mode: an AIMD controller per client group drives the group's total closed-loop
+//! concurrency toward a p99 target. Every check the driver turns the workers' cumulative
+//! per-model counts into the exact histogram of the window since the last check
+//! ([`WindowMeter`]), the controller judges it ([`Controller::check`]) and says the next
+//! concurrency, which the driver splits across the group's workers ([`split`]) and writes to the
+//! store, where each worker picks up its share live. Everything here is pure: the run loop only
+//! feeds windows in and writes targets out.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use stress_common::histogram::LatencyHistogram;
+use stress_common::status::ModelCounts;
+
+use crate::matrix::CapacitySettings;
+
+/// Fewer answered requests than this in a window and its p99 is not judged (the window is
+/// extended by the next check instead: nothing is thrown away).
+pub const MIN_SAMPLES: u64 = 20;
+
+/// The scenarios whose requests capacity mode measures.
+const MEASURED: [&str; 2] = ["Load", "Infer"];
+
+/// The controller's numbers for one client group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControllerConfig {
+    pub target_p99_us: u64,
+    pub min: u32,
+    pub max: u32,
+    pub increase_step: u32,
+    pub decrease_rate: f64,
+    pub settle_periods: u32,
+    pub tolerance: f64,
+    pub stable_checks: u32,
+    pub max_decreases: u32,
+    pub safety_factor: f64,
+}
+
+impl ControllerConfig {
+    /// A group of `workers` workers: it never goes below one request in flight per worker.
+    pub fn new(s: &CapacitySettings, workers: u32) -> Self {
+        ControllerConfig {
+            target_p99_us: s.target_p99.as_micros() as u64,
+            min: s.min_concurrency.unwrap_or(1).max(workers),
+            max: s.max_concurrency.max(workers),
+            increase_step: s.increase_step,
+            decrease_rate: s.decrease_rate,
+            settle_periods: s.settle_periods,
+            tolerance: s.tolerance,
+            stable_checks: s.stable_checks,
+            max_decreases: s.max_decreases,
+            safety_factor: s.safety_factor,
+        }
+    }
+}
+
+/// One model's share of a window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelWindow {
+    pub model: String,
+    pub requests: u64,
+    pub qps: f64,
+    pub p99_us: u64,
+}
+
+/// What the group's workers measured between two checks, all models merged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    pub start_ms: i64,
+    pub end_ms: i64,
+    /// Answered requests (the histogram's count).
+    pub requests: u64,
+    pub failures: u64,
+    pub qps: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub models: Vec<ModelWindow>,
+}
+
+/// How a judged window compares with the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Judgement {
+    /// Right after a change: the window holds the transition and is not judged.
+    Settling,
+    /// Fewer than [`MIN_SAMPLES`] answered requests: not judged.
+    TooFewSamples,
+    /// p99 below the band: increase.
+    Under,
+    /// p99 within ±tolerance of the target: hold.
+    OnTarget,
+    /// p99 above the band: decrease.
+    Over,
+}
+
+/// Why a phase ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    /// `stable_checks` judged windows in a row on target.
+    Converged,
+    /// `max_decreases` back-offs: the load oscillates around the capacity.
+    Oscillating,
+    /// Under the target at max_concurrency: the capacity is above what was tried.
+    NotSaturated,
+    /// Over the target at min_concurrency: the target cannot be met.
+    Unreachable,
+    /// The run's duration ended first.
+    OutOfTime,
+}
+
+/// One check of the trace: the window measured at `concurrency` and what followed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub concurrency: u32,
+    pub window: Window,
+    pub judgement: Judgement,
+    pub next_concurrency: u32,
+}
+
+/// A phase's answer: the best window that met the target (highest QPS).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseResult {
+    pub ending: Option<Ending>,
+    /// Total concurrency of the best window (None: no window met the target).
+    pub concurrency: Option<u32>,
+    pub max_qps: f64,
+    pub p99_ms: f64,
+    pub safe_rate_qps: f64,
+    pub window_start_ms: Option<i64>,
+    pub window_end_ms: Option<i64>,
+    /// Per model at the best window.
+    pub models: Vec<ModelWindow>,
+}
+
+/// The AIMD controller of one group and phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Controller {
+    #[serde(skip)]
+    config: Option<ControllerConfig>,
+    pub target_p99_ms: f64,
+    concurrency: u32,
+    since_change: u32,
+    decreases: u32,
+    streak: u32,
+    best: Option<(u32, Window)>,
+    pub checks: Vec<Check>,
+    pub ending: Option<Ending>,
+}
+
+impl Controller {
+    pub fn new(config: ControllerConfig) -> Self {
+        Controller {
+            target_p99_ms: config.target_p99_us as f64 / 1000.0,
+            concurrency: config.min,
+            since_change: 0,
+            decreases: 0,
+            streak: 0,
+            best: None,
+            checks: Vec::new(),
+            ending: None,
+            config: Some(config),
+        }
+    }
+
+    fn config(&self) -> &ControllerConfig {
+        self.config.as_ref().expect("set by new()")
+    }
+
+    /// The total concurrency in effect now.
+    pub fn concurrency(&self) -> u32 {
+        self.concurrency
+    }
+
+    pub fn ended(&self) -> bool {
+        self.ending.is_some()
+    }
+
+    /// Where a p99 falls against the target's band.
+    pub fn judge(&self, p99_us: u64) -> Judgement {
+        let c = self.config();
+        let target = c.target_p99_us as f64;
+        let p99 = p99_us as f64;
+        if p99 > target * (1.0 + c.tolerance) {
+            Judgement::Over
+        } else if p99 < target * (1.0 - c.tolerance) {
+            Judgement::Under
+        } else {
+            Judgement::OnTarget
+        }
+    }
+
+    /// Feeds the window measured at [`Self::concurrency`]; returns the concurrency for the
+    /// next window. After the phase ended it changes nothing.
+    pub fn check(&mut self, window: Window) -> u32 {
+        if self.ended() {
+            return self.concurrency;
+        }
+        let c = self.config().clone();
+        let before = self.concurrency;
+        self.since_change += 1;
+        let judgement = if self.since_change <= c.settle_periods {
+            Judgement::Settling
+        } else if window.requests < MIN_SAMPLES {
+            Judgement::TooFewSamples
+        } else {
+            self.judge(window.p99_us)
+        };
+        // The best window met the target at the highest QPS; on a tie the lower concurrency
+        // (reached first) stays, since more in flight bought nothing.
+        let meets = matches!(judgement, Judgement::Under | Judgement::OnTarget);
+        if meets && self.best.as_ref().is_none_or(|(_, b)| window.qps > b.qps) {
+            self.best = Some((before, window.clone()));
+        }
+        match judgement {
+            Judgement::Under => {
+                self.streak = 0;
+                if before >= c.max {
+                    self.ending = Some(Ending::NotSaturated);
+                } else {
+                    self.concurrency = before.saturating_add(c.increase_step).min(c.max);
+                }
+            }
+            Judgement::OnTarget => {
+                self.streak += 1;
+                if self.streak >= c.stable_checks {
+                    self.ending = Some(Ending::Converged);
+                }
+            }
+            Judgement::Over => {
+                self.streak = 0;
+                if before <= c.min {
+                    self.ending = Some(Ending::Unreachable);
+                } else {
+                    // Multiplicative, but always at least one step down.
+                    let scaled = (f64::from(before) * c.decrease_rate).floor() as u32;
+                    self.concurrency = scaled.min(before - 1).max(c.min);
+                    self.decreases += 1;
+                    if self.decreases >= c.max_decreases {
+                        self.ending = Some(Ending::Oscillating);
+                    }
+                }
+            }
+            Judgement::Settling | Judgement::TooFewSamples => {}
+        }
+        if self.concurrency != before {
+            self.since_change = 0;
+        }
+        self.checks.push(Check {
+            concurrency: before,
+            window,
+            judgement,
+            next_concurrency: self.concurrency,
+        });
+        self.concurrency
+    }
+
+    /// The run ended before the phase did.
+    pub fn out_of_time(&mut self) {
+        if self.ending.is_none() {
+            self.ending = Some(Ending::OutOfTime);
+        }
+    }
+
+    pub fn result(&self) -> PhaseResult {
+        let safety = self.config.as_ref().map_or(1.0, |c| c.safety_factor);
+        match &self.best {
+            Some((concurrency, w)) => PhaseResult {
+                ending: self.ending,
+                concurrency: Some(*concurrency),
+                max_qps: w.qps,
+                p99_ms: w.p99_us as f64 / 1000.0,
+                safe_rate_qps: w.qps * safety,
+                window_start_ms: Some(w.start_ms),
+                window_end_ms: Some(w.end_ms),
+                models: w.models.clone(),
+            },
+            None => PhaseResult {
+                ending: self.ending,
+                concurrency: None,
+                max_qps: 0.0,
+                p99_ms: 0.0,
+                safe_rate_qps: 0.0,
+                window_start_ms: None,
+                window_end_ms: None,
+                models: Vec::new(),
+            },
+        }
+    }
+}
+
+/// Splits a group's total concurrency across its workers (the first ones get the remainder).
+pub fn split(total: u32, workers: usize) -> Vec<u32> {
+    let w = workers.max(1) as u32;
+    (0..w)
+        .map(|i| total / w + u32::from(i < total % w))
+        .collect()
+}
+
+/// One (member, scenario, model)'s cumulative counts as last seen.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    requests: u64,
+    failures: u64,
+    latency: LatencyHistogram,
+}
+
+/// Turns a group's cumulative counts into windows: remembers what each worker had reported at
+/// the last window's end, and subtracts it (exact histograms: never averaged percentiles).
+#[derive(Debug, Default)]
+pub struct WindowMeter {
+    seen: BTreeMap<(String, String, String), Seen>,
+    start_ms: Option<i64>,
+}
+
+impl WindowMeter {
+    /// The window from the last call (or from `start_ms` the first time) to `now_ms`, over the
+    /// counts of `members` (others are ignored). A worker whose counts went backwards (it
+    /// restarted) counts from zero.
+    pub fn window(
+        &mut self,
+        counts: &[(String, ModelCounts)],
+        members: &[String],
+        start_ms: i64,
+        now_ms: i64,
+    ) -> Window {
+        let start = self.start_ms.unwrap_or(start_ms);
+        let mut all = LatencyHistogram::new();
+        let mut failures = 0;
+        let mut models: BTreeMap<String, (u64, LatencyHistogram)> = BTreeMap::new();
+        for (member, c) in counts {
+            if !members.contains(member) || !MEASURED.contains(&c.scenario.as_str()) {
+                continue;
+            }
+            let Ok(latency) = LatencyHistogram::decode(&c.latency_histogram) else {
+                continue;
+            };
+            let key = (member.clone(), c.scenario.clone(), c.model.clone());
+            let before = self.seen.remove(&key).unwrap_or_default();
+            let window = latency
+                .since(&before.latency)
+                .unwrap_or_else(|_| latency.clone());
+            failures += c.failures.saturating_sub(before.failures);
+            let entry = models.entry(c.model.clone()).or_default();
+            entry.0 += c.requests.saturating_sub(before.requests);
+            entry.1.merge(&window);
+            all.merge(&window);
+            self.seen.insert(
+                key,
+                Seen {
+                    requests: c.requests,
+                    failures: c.failures,
+                    latency,
+                },
+            );
+        }
+        self.start_ms = Some(now_ms);
+        let seconds = ((now_ms - start) as f64 / 1000.0).max(1e-3);
+        Window {
+            start_ms: start,
+            end_ms: now_ms,
+            requests: all.count(),
+            failures,
+            qps: all.count() as f64 / seconds,
+            p50_us: all.percentile_us(50.0),
+            p99_us: all.percentile_us(99.0),
+            models: models
+                .into_iter()
+                .map(|(model, (requests, h))| ModelWindow {
+                    model,
+                    requests,
+                    qps: h.count() as f64 / seconds,
+                    p99_us: h.percentile_us(99.0),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A group's phase as the store and the report keep it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseRecord {
+    pub group: String,
+    pub phase: String,
+    pub target_p99_ms: f64,
+    pub result: PhaseResult,
+    pub checks: Vec<Check>,
+}
+
+impl PhaseRecord {
+    pub fn of(group: &str, phase: &str, controller: &Controller) -> Self {
+        PhaseRecord {
+            group: group.into(),
+            phase: phase.into(),
+            target_p99_ms: controller.target_p99_ms,
+            result: controller.result(),
+            checks: controller.checks.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn config() -> ControllerConfig {
+        ControllerConfig {
+            target_p99_us: 50_000,
+            min: 1,
+            max: 16,
+            increase_step: 2,
+            decrease_rate: 0.5,
+            settle_periods: 1,
+            tolerance: 0.1,
+            stable_checks: 2,
+            max_decreases: 3,
+            safety_factor: 0.7,
+        }
+    }
+
+    /// A window of 100 requests at `qps` whose p99 is `p99_ms`.
+    fn window(p99_ms: u64, qps: f64) -> Window {
+        Window {
+            start_ms: 0,
+            end_ms: 1000,
+            requests: 100,
+            failures: 0,
+            qps,
+            p50_us: 1000,
+            p99_us: p99_ms * 1000,
+            models: vec![],
+        }
+    }
+
+    /// A server that answers in 10 ms × ceil(concurrency / 4): four parallel slots.
+    fn server(concurrency: u32) -> Window {
+        let waves = u64::from(concurrency.div_ceil(4));
+        window(10 * waves, f64::from(concurrency) / (0.010 * waves as f64))
+    }
+
+    #[test]
+    fn increases_additively_after_settling_and_decreases_multiplicatively() {
+        let mut c = Controller::new(config());
+        assert_eq!(c.concurrency(), 1);
+        // The first window after start is the transition.
+        assert_eq!(c.check(window(5, 100.0)), 1);
+        assert_eq!(c.checks[0].judgement, Judgement::Settling);
+        assert_eq!(c.check(window(5, 100.0)), 3, "under: + increase_step");
+        assert_eq!(c.check(window(5, 300.0)), 3, "settling after the change");
+        assert_eq!(c.check(window(5, 300.0)), 5);
+        c.check(window(80, 400.0));
+        assert_eq!(c.check(window(80, 400.0)), 2, "over: 5 × 0.5, floored");
+        let mut small = Controller::new(ControllerConfig {
+            decrease_rate: 0.95,
+            ..config()
+        });
+        small.concurrency = 3;
+        small.since_change = 5;
+        assert_eq!(
+            small.check(window(80, 1.0)),
+            2,
+            "always at least one step down"
+        );
+    }
+
+    #[test]
+    fn windows_with_too_few_samples_are_not_judged() {
+        let mut c = Controller::new(config());
+        c.check(window(5, 1.0));
+        let mut thin = window(500, 1.0);
+        thin.requests = MIN_SAMPLES - 1;
+        assert_eq!(c.check(thin), 1);
+        assert_eq!(c.checks[1].judgement, Judgement::TooFewSamples);
+    }
+
+    #[test]
+    fn converges_on_a_server_with_four_slots() {
+        // Target 25 ms ± 10%: 8 in flight (two waves, 20 ms) is under, 12 (30 ms) is over.
+        let mut c = Controller::new(ControllerConfig {
+            target_p99_us: 25_000,
+            increase_step: 1,
+            decrease_rate: 0.8,
+            settle_periods: 0,
+            ..config()
+        });
+        for _ in 0..100 {
+            if c.ended() {
+                break;
+            }
+            let w = server(c.concurrency());
+            c.check(w);
+        }
+        let r = c.result();
+        assert_eq!(r.ending, Some(Ending::Oscillating), "{:#?}", c.checks);
+        // 4 and 8 in flight both give 400/s (8 only waits longer): the first to reach it wins.
+        assert_eq!(r.concurrency, Some(4), "the best window under the target");
+        assert_eq!(r.max_qps, 400.0);
+        assert_eq!(r.p99_ms, 10.0);
+        assert!(
+            c.checks
+                .iter()
+                .any(|k| k.concurrency == 9 && k.judgement == Judgement::Over),
+            "it went past the capacity and came back"
+        );
+        assert!((r.safe_rate_qps - 280.0).abs() < 1e-9);
+        assert!(c.checks.len() <= 30, "{} checks", c.checks.len());
+    }
+
+    #[test]
+    fn on_target_for_stable_checks_converges() {
+        let mut c = Controller::new(ControllerConfig {
+            settle_periods: 0,
+            ..config()
+        });
+        assert_eq!(c.check(window(48, 10.0)), 1);
+        assert!(!c.ended());
+        c.check(window(52, 11.0));
+        assert_eq!(c.ending, Some(Ending::Converged));
+        assert_eq!(c.result().max_qps, 11.0, "on target counts as meeting it");
+        assert_eq!(
+            c.check(window(500, 1.0)),
+            1,
+            "nothing changes after the end"
+        );
+        assert_eq!(c.checks.len(), 2);
+    }
+
+    #[test]
+    fn the_ends_of_the_range() {
+        let cfg = ControllerConfig {
+            settle_periods: 0,
+            max: 3,
+            ..config()
+        };
+        let mut c = Controller::new(cfg.clone());
+        c.check(window(5, 1.0));
+        c.check(window(5, 2.0));
+        assert_eq!(c.concurrency(), 3, "capped at max");
+        c.check(window(5, 3.0));
+        assert_eq!(c.ending, Some(Ending::NotSaturated));
+        assert_eq!(c.result().concurrency, Some(3));
+
+        let mut c = Controller::new(cfg);
+        c.check(window(900, 1.0));
+        assert_eq!(c.ending, Some(Ending::Unreachable));
+        let r = c.result();
+        assert_eq!(
+            (r.concurrency, r.max_qps),
+            (None, 0.0),
+            "nothing met the target"
+        );
+
+        let mut c = Controller::new(config());
+        c.out_of_time();
+        assert_eq!(c.ending, Some(Ending::OutOfTime));
+    }
+
+    #[test]
+    fn splits_cover_the_total_and_differ_by_at_most_one() {
+        assert_eq!(split(10, 4), [3, 3, 2, 2]);
+        assert_eq!(split(4, 4), [1, 1, 1, 1]);
+        assert_eq!(split(7, 1), [7]);
+        assert_eq!(split(5, 0), [5], "no workers is treated as one");
+    }
+
+    fn counts(model: &str, requests: u64, failures: u64, latencies_ms: &[u64]) -> ModelCounts {
+        let mut h = LatencyHistogram::new();
+        for l in latencies_ms {
+            h.record(Duration::from_millis(*l));
+        }
+        ModelCounts {
+            scenario: "Infer".into(),
+            model: model.into(),
+            tests: 1,
+            failures,
+            requests,
+            latency_histogram: h.encode(),
+            stream: None,
+        }
+    }
+
+    #[test]
+    fn windows_are_exact_differences_of_cumulative_counts() {
+        let members = vec!["g-0".to_string(), "g-1".to_string()];
+        let mut meter = WindowMeter::default();
+        let first = [
+            ("g-0".to_string(), counts("a", 2, 0, &[1, 1])),
+            ("g-1".to_string(), counts("a", 1, 0, &[1])),
+            ("other-0".to_string(), counts("a", 50, 9, &[900; 50])),
+        ];
+        let w = meter.window(&first, &members, 0, 1000);
+        assert_eq!((w.requests, w.failures, w.qps), (3, 0, 3.0));
+        // g-0 adds two slow requests and one failure; g-1 restarted (its counts went back).
+        let second = [
+            ("g-0".to_string(), counts("a", 4, 1, &[1, 1, 40, 40])),
+            ("g-1".to_string(), counts("b", 1, 0, &[2])),
+        ];
+        let w = meter.window(&second, &members, 0, 3000);
+        assert_eq!((w.start_ms, w.end_ms), (1000, 3000));
+        assert_eq!((w.requests, w.failures), (3, 1));
+        assert_eq!(w.qps, 1.5);
+        assert!(
+            w.p99_us >= 39_000,
+            "the window holds only the new requests: {w:?}"
+        );
+        let names: Vec<_> = w
+            .models
+            .iter()
+            .map(|m| (m.model.as_str(), m.requests))
+            .collect();
+        assert_eq!(names, [("a", 2), ("b", 1)]);
+        let mut stress = counts("a", 10, 0, &[1]);
+        stress.scenario = "SequenceValid".into();
+        let w = meter.window(&[("g-0".to_string(), stress)], &members, 0, 4000);
+        assert_eq!(w.requests, 0, "only Load and Infer are measured");
+    }
+}
