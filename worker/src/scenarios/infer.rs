@@ -5,8 +5,8 @@
 //! response passes every check in [`model::check_response`] (and, with `--consistency`, must
 //! repeat the first response to the same input byte for byte).
 
-use super::load;
 use super::{Failure, Outcome, TestEnv};
+use super::{infer_decoupled, load};
 use crate::client::{ClientError, InferResponse, Prepared, TritonClient};
 use crate::model::{
     self, CheckFailure, DataSource, InferOptions, InputDataFile, ModelDescription, PlannedRequest,
@@ -32,6 +32,8 @@ pub struct PlannedModel {
     prepared: Vec<Prepared>,
     /// `--consistency`: the first response to each request, which every later one must repeat.
     first_responses: Option<Vec<Mutex<Option<InferResponse>>>>,
+    /// A decoupled model's checks of whole response streams.
+    decoupled: Option<infer_decoupled::StreamChecks>,
 }
 
 /// Describes every selected model on every server (they must agree), checks the flags against
@@ -55,12 +57,6 @@ pub async fn prepare(
                 ));
             }
         }
-        if description.decoupled {
-            return Err(format!(
-                "model {}: decoupled models (model_transaction_policy {{ decoupled: true }}) are not driven by Infer yet",
-                selection.label()
-            ));
-        }
         if description.sequence_batching {
             return Err(format!(
                 "model {}: sequence models (sequence_batching) are not driven by Infer yet",
@@ -70,6 +66,9 @@ pub async fn prepare(
         descriptions.push(description);
     }
     options.check_names(&descriptions)?;
+    let weights = options.models.iter().map(|m| m.weight).collect();
+    let (descriptions, weights) =
+        infer_decoupled::drivable(first.protocol(), descriptions, weights)?;
     let mut files: BTreeMap<std::path::PathBuf, InputDataFile> = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(options.seed);
     let mut models = Vec::new();
@@ -92,15 +91,18 @@ pub async fn prepare(
         let first_responses = options
             .consistency
             .then(|| requests.iter().map(|_| Mutex::new(None)).collect());
+        let decoupled = description
+            .decoupled
+            .then(|| infer_decoupled::StreamChecks::new(&requests, options.consistency));
         models.push(PlannedModel {
             description,
             requests,
             prepared,
             first_responses,
+            decoupled,
         });
     }
-    let picker = WeightedIndex::new(options.models.iter().map(|m| m.weight))
-        .map_err(|e| format!("--model weights: {e}"))?;
+    let picker = WeightedIndex::new(weights).map_err(|e| format!("--model weights: {e}"))?;
     Ok(InferPlan {
         models,
         picker,
@@ -161,6 +163,12 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     };
     let planned = &plan.models[plan.picker.sample(env.rng)];
     env.model = planned.description.name.clone();
+    if let Some(streams) = &planned.decoupled {
+        return match infer_decoupled::drive(env, planned, streams, plan.tolerance).await {
+            Ok(()) => Outcome::Passed,
+            Err(f) => Outcome::Failed(f),
+        };
+    }
     let check =
         |i: usize, r: Result<InferResponse, ClientError>| planned.check(i, r, plan.tolerance);
     match load::drive(env, &planned.prepared, &check).await {
