@@ -4,7 +4,9 @@
 //! faulty twin in models-faulty/ is caught by its check, with the model, version, output,
 //! expected and actual named; perf_analyzer, given the same -m/-b/--shape/--input-data flags,
 //! agrees with the worker on good and on wrong validation data; bad flags and data files exit 2
-//! before any load, naming the file and field or the model and input.
+//! before any load, naming the file and field or the model and input. A decoupled model streams
+//! over gRPC (its stream counts reported), is left out over HTTP, and each of its faulty twins (no
+//! final response, a wrong response mid-stream, an error mid-stream) is caught.
 //!
 //! Only the models these tests need are loaded (explicit model control), so the server starts
 //! quickly. Needs scripts/install-tritonserver.sh (tritonserver and perf_analyzer in .local).

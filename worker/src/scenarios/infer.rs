@@ -3,7 +3,8 @@
 //! requests are built once (random or zero data, or a perf_analyzer input-data file); one test
 //! is one load window (as `Load`'s) on one model, picked by the `--model` weights, and every
 //! response passes every check in [`model::check_response`] (and, with `--consistency`, must
-//! repeat the first response to the same input byte for byte).
+//! repeat the first response to the same input byte for byte). A decoupled model's window is
+//! driven over response streams by [`infer_decoupled`].
 
 use super::{Failure, Outcome, TestEnv};
 use super::{infer_decoupled, load};
