@@ -4,7 +4,9 @@
 //! faulty twin in models-faulty/ is caught by its check, with the model, version, output,
 //! expected and actual named; perf_analyzer, given the same -m/-b/--shape/--input-data flags,
 //! agrees with the worker on good and on wrong validation data; bad flags and data files exit 2
-//! before any load, naming the file and field or the model and input.
+//! before any load, naming the file and field or the model and input. A decoupled model streams
+//! over gRPC (its stream counts reported), is left out over HTTP, and each of its faulty twins (no
+//! final response, a wrong response mid-stream, an error mid-stream) is caught.
 //!
 //! Only the models these tests need are loaded (explicit model control), so the server starts
 //! quickly. Needs scripts/install-tritonserver.sh (tritonserver and perf_analyzer in .local).
@@ -736,5 +738,252 @@ async fn perf_analyzer_and_the_worker_drive_a_sequence_model_alike() {
             );
         }
     }
+    support::stop_server(server).await;
+}
+
+const DECOUPLED_MODELS: [&str; 5] = [
+    "decoupled_repeat",
+    "decoupled_repeat_no_final",
+    "decoupled_repeat_wrong_shape",
+    "decoupled_repeat_error",
+    "text_vector",
+];
+
+/// A decoupled model: over gRPC every request's stream is read to its final response, its
+/// responses checked and counted (closed and open loop, validation data on the last response,
+/// --consistency); each faulty twin fails naming the model, what was expected and what came;
+/// over HTTP the model is left out with one warning (exit 2 when it was the only one); and
+/// perf_analyzer --streaming takes the same -m/--shape flags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decoupled_models_stream_over_grpc_and_each_faulty_stream_is_caught() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let server = support::start_server_with("infer-decoupled", |spec| {
+        spec.extra_args.push("--model-control-mode=explicit".into());
+        for m in DECOUPLED_MODELS {
+            spec.extra_args.push(format!("--load-model={m}"));
+        }
+    })
+    .await;
+    let grpc = server.grpc_address();
+    let http = server.http_address();
+    let client = connect(Protocol::Grpc, &grpc, true).await.unwrap();
+    let silence = Duration::from_secs(2);
+    let run = |options: InferOptions, load_mode: LoadMode| {
+        let client = client.clone();
+        async move {
+            let settings = Settings {
+                request_timeout: silence,
+                load_mode,
+                ..settings(options)
+            };
+            run_single(Scenario::Infer, &client, &settings, 1, 7).await
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Response k of a stream is OUT = [IN[k]], IDX = [k]: the last of [3, 1, 4] is (4, 2).
+    let data = |out: i32| {
+        serde_json::json!({
+            "data": [{"IN": {"content": [3, 1, 4], "shape": [3]}}],
+            "validation_data": [{"OUT": [out], "IDX": [2]}]
+        })
+    };
+    let good = data_file(dir.path(), "decoupled.json", data(4));
+    let wrong = data_file(dir.path(), "decoupled-wrong.json", data(3));
+
+    let at = || format!("server log:\n{}", support::server_log(&server));
+    for (flags, load_mode, responses_per_stream) in [
+        (vec!["--shape", "IN:4"], LoadMode::Concurrency(2), 4),
+        (vec!["--shape", "IN:4"], LoadMode::Rate(40.0), 4),
+        (
+            vec!["--input-data", good.as_str()],
+            LoadMode::Concurrency(2),
+            3,
+        ),
+        (
+            vec!["--shape", "IN:2", "--consistency", "on"],
+            LoadMode::Concurrency(1),
+            2,
+        ),
+    ] {
+        let (outcome, stats) = run(options("decoupled_repeat", &flags), load_mode).await;
+        assert_eq!(
+            outcome,
+            Outcome::Passed,
+            "{flags:?} {load_mode:?}: {}",
+            at()
+        );
+        let counts = stats.model_counts(&[Scenario::Infer]);
+        assert_eq!(counts.len(), 1, "{counts:?}");
+        let stream = counts[0].stream.clone().expect("stream counts");
+        assert!(stream.streams > 0, "{flags:?}: {stream:?}");
+        assert_eq!(stream.streams, counts[0].requests, "{flags:?}");
+        assert_eq!(
+            stream.responses,
+            responses_per_stream * stream.streams,
+            "{flags:?}"
+        );
+        let first =
+            stress_common::histogram::LatencyHistogram::decode(&stream.first_response_histogram)
+                .unwrap();
+        let gaps =
+            stress_common::histogram::LatencyHistogram::decode(&stream.inter_response_histogram)
+                .unwrap();
+        assert_eq!(first.count(), stream.streams, "{flags:?}");
+        assert_eq!(
+            gaps.count(),
+            (responses_per_stream - 1) * stream.streams,
+            "{flags:?}"
+        );
+    }
+
+    // Validation data describes the last data response of each stream.
+    let (outcome, _) = run(
+        options("decoupled_repeat", &["--input-data", &wrong]),
+        LoadMode::Concurrency(1),
+    )
+    .await;
+    let Outcome::Failed(f) = outcome else {
+        panic!("wrong validation data passed: {outcome:?}")
+    };
+    assert_eq!(
+        (f.model.as_str(), f.expected.as_str(), f.actual.as_str()),
+        (
+            "decoupled_repeat",
+            "version 1 response 3 of 3 output OUT: [3] (validation data)",
+            "[4]"
+        )
+    );
+
+    // Each faulty twin: the model, what was expected and what came.
+    let fail = |model: &'static str| {
+        let run = &run;
+        async move {
+            match run(
+                options(model, &["--shape", "IN:4"]),
+                LoadMode::Concurrency(1),
+            )
+            .await
+            .0
+            {
+                Outcome::Failed(f) => f,
+                other => panic!("{model}: expected a failure, got {other:?}"),
+            }
+        }
+    };
+    let f = fail("decoupled_repeat_no_final").await;
+    assert_eq!(f.model, "decoupled_repeat_no_final");
+    assert_eq!(
+        f.expected,
+        "version 1: its final response (triton_final_response), each response within --request-timeout 2s"
+    );
+    assert!(
+        f.actual.starts_with("4 responses in ") && f.actual.ends_with(", then nothing for 2s"),
+        "{f:?}"
+    );
+    let f = fail("decoupled_repeat_wrong_shape").await;
+    assert_eq!(
+        (f.model.as_str(), f.expected.as_str(), f.actual.as_str()),
+        (
+            "decoupled_repeat_wrong_shape",
+            "version 1 response 2 of 4 output OUT: shape [1] (-1: any)",
+            "[2]"
+        )
+    );
+    let f = fail("decoupled_repeat_error").await;
+    assert_eq!(f.model, "decoupled_repeat_error");
+    assert_eq!(
+        f.expected,
+        "version 1: responses until its final response (triton_final_response)"
+    );
+    assert!(
+        f.actual.starts_with("1 response in ")
+            && f.actual
+                .ends_with(", then server error (stream): decoupled_repeat: injected error"),
+        "{f:?}"
+    );
+
+    // The worker's own report: the stream columns of the decoupled model's row.
+    let report = dir.path().join("report.json");
+    let w = worker(&[
+        "--servers",
+        &grpc,
+        "--duration",
+        "2s",
+        "--concurrency",
+        "1",
+        "-m",
+        "decoupled_repeat",
+        "--shape",
+        "IN:3",
+        "--report-json",
+        report.to_str().unwrap(),
+    ]);
+    let out = format!("{}{}", text(&w.stdout), text(&w.stderr));
+    assert_eq!(w.status.code(), Some(0), "{out}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let row = &json["models"][0];
+    assert_eq!(row["model"], "decoupled_repeat", "{json}");
+    assert_eq!(row["stream"]["responses_per_request"], 3.0, "{json}");
+    assert!(
+        row["stream"]["first_response_p50_us"].as_u64().unwrap() > 0,
+        "{json}"
+    );
+    assert!(
+        row["stream"]["inter_response_p50_us"].as_u64().unwrap() > 0,
+        "{json}"
+    );
+
+    // Over HTTP: left out with one warning; alone, bad input.
+    let warning = "model decoupled_repeat left out of Infer: decoupled models need gRPC streaming";
+    let w = worker(&[
+        "--servers",
+        &http,
+        "--protocol",
+        "http",
+        "--duration",
+        "1s",
+        "-m",
+        "decoupled_repeat",
+        "-m",
+        "text_vector",
+        "--shape",
+        "decoupled_repeat/IN:3",
+    ]);
+    let out = format!("{}{}", text(&w.stdout), text(&w.stderr));
+    assert_eq!(w.status.code(), Some(0), "{out}");
+    assert_eq!(out.matches(warning).count(), 1, "{out}");
+    assert!(out.contains("text_vector"), "{out}");
+    let w = worker(&[
+        "--servers",
+        &http,
+        "--protocol",
+        "http",
+        "--duration",
+        "1s",
+        "-m",
+        "decoupled_repeat",
+        "--shape",
+        "IN:3",
+    ]);
+    let stderr = text(&w.stderr);
+    assert_eq!(w.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "model decoupled_repeat: decoupled (model_transaction_policy { decoupled: true }), which Infer drives only over gRPC"
+        ),
+        "{stderr}"
+    );
+
+    // perf_analyzer takes the same -m/--shape (and needs --streaming for a decoupled model).
+    let pa = std::process::Command::new(support::perf_analyzer())
+        .args(["-m", "decoupled_repeat", "--shape", "IN:3", "--streaming"])
+        .args(["-u", &grpc, "-i", "grpc"])
+        .args(["--measurement-mode", "count_windows"])
+        .args(["--measurement-request-count", "50", "-s", "100"])
+        .output()
+        .expect("perf_analyzer runs");
+    let pa_out = format!("{}{}", text(&pa.stdout), text(&pa.stderr));
+    assert!(pa.status.success(), "perf_analyzer:\n{pa_out}");
     support::stop_server(server).await;
 }

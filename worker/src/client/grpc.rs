@@ -5,7 +5,8 @@
 
 use super::h2_connection::{self, H2Connection};
 use super::{
-    ClientError, InferRequest, InferResponse, Prepared, Protocol, SequenceSession, TritonClient,
+    ClientError, DecoupledSession, InferRequest, InferResponse, Prepared, Protocol,
+    SequenceSession, StreamEnd, StreamOutcome, StreamResponse, TritonClient,
 };
 use crate::model::{ConfigTensor, ModelConfig, ModelMetadata, SequenceBatching, TensorMetadata};
 use crate::proto::{
@@ -18,6 +19,13 @@ use crate::tensor::{DataType, Tensor};
 use prost::Message;
 use std::collections::HashMap;
 use std::time::Duration;
+
+/// Request parameter that makes Triton answer a final flag sent without a response with an empty
+/// response of its own (Triton's parameters extension); without it a stream whose model sends
+/// the flag alone has no way to say that a request is complete.
+pub const ENABLE_EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
+/// Response parameter Triton sets on a decoupled model's streamed responses: true on the last.
+pub const FINAL_RESPONSE: &str = "triton_final_response";
 
 /// ModelInfer's path, as tonic's generated client names it.
 const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
@@ -416,6 +424,16 @@ impl TritonClient for GrpcClient {
             responses: None,
         }))
     }
+
+    async fn decoupled_session(&self) -> Result<Box<dyn DecoupledSession>, ClientError> {
+        Ok(Box::new(GrpcDecoupledSession {
+            client: self.client.clone(),
+            tx: None,
+            responses: None,
+            sent: 0,
+            broken: false,
+        }))
+    }
 }
 
 /// One `ModelStreamInfer` call; requests go out one at a time and each waits for its response,
@@ -481,6 +499,154 @@ impl SequenceSession for GrpcSequenceSession {
                 .await
                 .map_err(|_| ClientError::DeadlineExceeded(format!("no response within {t:?}")))?,
             None => self.exchange(request).await,
+        }
+    }
+}
+
+/// One `ModelStreamInfer` call for a decoupled model's requests, one at a time (see
+/// [`DecoupledSession`]). Every request asks for an explicit final response and carries its own
+/// id, which each of its responses must echo.
+struct GrpcDecoupledSession {
+    client: GrpcInferenceServiceClient<H2Connection>,
+    tx: Option<tokio::sync::mpsc::Sender<ModelInferRequest>>,
+    responses: Option<tonic::Streaming<ModelStreamInferResponse>>,
+    /// Requests sent so far: the next one's id.
+    sent: u64,
+    /// A request's stream ended without its final response: later responses could belong to it.
+    broken: bool,
+}
+
+/// Whether a streamed response is its request's last (`triton_final_response: true`).
+pub fn is_final_response(response: &proto::ModelInferResponse) -> bool {
+    matches!(
+        response.parameters.get(FINAL_RESPONSE),
+        Some(InferParameter {
+            parameter_choice: Some(ParameterChoice::BoolParam(true))
+        })
+    )
+}
+
+impl GrpcDecoupledSession {
+    /// Sends a request: on the open stream, or opening it with the request already queued
+    /// (tonic returns from a streaming call once Triton, having read a request, sends headers).
+    async fn send(
+        &mut self,
+        message: ModelInferRequest,
+        silence: Duration,
+    ) -> Result<bool, ClientError> {
+        if let Some(tx) = &self.tx {
+            tx.send(message)
+                .await
+                .map_err(|_| ClientError::Transport("the stream was closed".into()))?;
+            return Ok(true);
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(message).await.expect("the receiver is alive");
+        let open = self
+            .client
+            .model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx));
+        match tokio::time::timeout(silence, open).await {
+            Err(_) => Ok(false),
+            Ok(response) => {
+                self.responses = Some(response.map_err(status_error)?.into_inner());
+                self.tx = Some(tx);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Reads one request's responses until its final one, the stream's end, an error, or
+    /// `silence` without a response.
+    async fn read(
+        &mut self,
+        id: &str,
+        silence: Duration,
+        responses: &mut Vec<StreamResponse>,
+    ) -> StreamEnd {
+        let stream = self.responses.as_mut().expect("opened by send");
+        loop {
+            let message = match tokio::time::timeout(silence, stream.message()).await {
+                Err(_) => return StreamEnd::Silent(silence),
+                Ok(Err(status)) => return StreamEnd::Error(status_error(status)),
+                Ok(Ok(None)) => return StreamEnd::Closed,
+                Ok(Ok(Some(m))) => m,
+            };
+            let at = std::time::Instant::now();
+            if !message.error_message.is_empty() {
+                return StreamEnd::Error(ClientError::Server {
+                    code: "stream".into(),
+                    message: message.error_message,
+                });
+            }
+            let Some(response) = message.infer_response else {
+                return StreamEnd::Error(ClientError::Protocol(
+                    "stream response without infer_response".into(),
+                ));
+            };
+            if response.id != id {
+                return StreamEnd::Error(ClientError::Protocol(format!(
+                    "a response with id {:?} on a stream waiting for request {id:?}",
+                    response.id
+                )));
+            }
+            let is_final = is_final_response(&response);
+            match GrpcClient::from_proto(response) {
+                Ok(response) => responses.push(StreamResponse {
+                    at,
+                    response,
+                    is_final,
+                }),
+                Err(e) => return StreamEnd::Error(e),
+            }
+            if is_final {
+                return StreamEnd::Final;
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl DecoupledSession for GrpcDecoupledSession {
+    async fn infer(
+        &mut self,
+        request: &InferRequest,
+        silence: Duration,
+    ) -> Result<StreamOutcome, ClientError> {
+        if self.broken {
+            return Err(ClientError::Protocol(
+                "the stream broke on an earlier request".into(),
+            ));
+        }
+        let mut message = GrpcClient::to_proto(request);
+        self.sent += 1;
+        message.id = self.sent.to_string();
+        message.parameters.insert(
+            ENABLE_EMPTY_FINAL_RESPONSE.into(),
+            param(ParameterChoice::BoolParam(true)),
+        );
+        let id = message.id.clone();
+        let sent = std::time::Instant::now();
+        let mut responses = Vec::new();
+        let end = if self.send(message, silence).await? {
+            self.read(&id, silence, &mut responses).await
+        } else {
+            StreamEnd::Silent(silence)
+        };
+        self.broken = end != StreamEnd::Final;
+        Ok(StreamOutcome {
+            sent,
+            responses,
+            end,
+        })
+    }
+
+    /// As a sequence session's: half-close, then read to the end, so the call ends with a
+    /// status instead of a client RST_STREAM.
+    async fn close(mut self: Box<Self>) {
+        self.tx = None;
+        if let Some(mut responses) = self.responses.take() {
+            let drain = async { while let Ok(Some(_)) = responses.message().await {} };
+            let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
         }
     }
 }

@@ -150,6 +150,14 @@ pub trait TritonClient: Send + Sync {
     /// A session for a sequence's requests: one bidirectional stream over gRPC (as Triton's
     /// own stress test does), consecutive requests over HTTP.
     async fn sequence_session(&self) -> Result<Box<dyn SequenceSession>, ClientError>;
+    /// A session for a decoupled model's requests: one ModelStreamInfer stream (gRPC only;
+    /// Triton's HTTP endpoint answers one response per request).
+    async fn decoupled_session(&self) -> Result<Box<dyn DecoupledSession>, ClientError> {
+        Err(ClientError::Protocol(format!(
+            "decoupled models need gRPC streaming; {} has no such call",
+            self.protocol().as_str()
+        )))
+    }
 }
 
 #[async_trait::async_trait]
@@ -158,6 +166,62 @@ pub trait SequenceSession: Send {
     async fn infer(&mut self, request: &InferRequest) -> Result<InferResponse, ClientError>;
     /// Ends the session cleanly (after the last request, or after an error).
     async fn close(self: Box<Self>) {}
+}
+
+/// Requests to a decoupled model, one at a time on one stream: each request's responses are read
+/// until the one carrying the final flag before the next request goes out, so no response needs
+/// demultiplexing (each is still checked to carry its request's id).
+#[async_trait::async_trait]
+pub trait DecoupledSession: Send {
+    /// Sends `request` and reads its responses until the final one, waiting at most `silence`
+    /// for each. Errors only when the request could not be sent; how the stream ended, and what
+    /// came before, is in the outcome.
+    async fn infer(
+        &mut self,
+        request: &InferRequest,
+        silence: Duration,
+    ) -> Result<StreamOutcome, ClientError>;
+    /// Ends the session cleanly: half-closes the stream and reads it to its end.
+    async fn close(self: Box<Self>);
+}
+
+/// One response of a decoupled model's stream.
+#[derive(Debug, Clone)]
+pub struct StreamResponse {
+    pub at: std::time::Instant,
+    pub response: InferResponse,
+    /// It carried `triton_final_response: true`.
+    pub is_final: bool,
+}
+
+impl StreamResponse {
+    /// Whether it carries data: every response but an empty final one (Triton's answer to a
+    /// final flag sent without a response, as `triton_enable_empty_final_response` asks).
+    pub fn has_data(&self) -> bool {
+        !(self.is_final && self.response.outputs.is_empty())
+    }
+}
+
+/// How a decoupled request's response stream ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEnd {
+    /// The final response came (the last of `responses`).
+    Final,
+    /// The server ended the stream before the final response.
+    Closed,
+    /// Nothing came for this long (the silence limit).
+    Silent(Duration),
+    /// An error instead of a response: the stream's `error_message`, a transport error, a
+    /// response for another request.
+    Error(ClientError),
+}
+
+/// Every response to one request of a decoupled model, as it arrived.
+#[derive(Debug, Clone)]
+pub struct StreamOutcome {
+    pub sent: std::time::Instant,
+    pub responses: Vec<StreamResponse>,
+    pub end: StreamEnd,
 }
 
 /// A request in its wire form.

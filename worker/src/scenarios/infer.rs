@@ -4,12 +4,13 @@
 //! is one load window (as `Load`'s) on one model, picked by the `--model` weights, and every
 //! response passes every check in [`model::check_response`] (and, with `--consistency`, must
 //! repeat the first response to the same input byte for byte). On a sequence model one test is
-//! one sequence instead ([`sequence`]).
+//! one sequence instead ([`sequence`]); a decoupled model's window is driven over response
+//! streams by [`infer_decoupled`].
 
 pub mod sequence;
 
-use super::load;
 use super::{Failure, Outcome, TestEnv};
+use super::{infer_decoupled, load};
 use crate::client::{ClientError, InferResponse, Prepared, TritonClient};
 use crate::model::{
     self, CheckFailure, DataSource, InferOptions, InputDataFile, ModelDescription, PlannedRequest,
@@ -39,6 +40,8 @@ pub struct PlannedModel {
     sequence: Option<sequence::SequenceSource>,
     /// `--consistency` on a sequence model: the first response to each step of each sequence.
     first_sequence_responses: Option<sequence::FirstResponses>,
+    /// A decoupled model's checks of whole response streams.
+    decoupled: Option<infer_decoupled::StreamChecks>,
 }
 
 /// Describes every selected model on every server (they must agree), checks the flags against
@@ -62,9 +65,9 @@ pub async fn prepare(
                 ));
             }
         }
-        if description.decoupled {
+        if description.decoupled && description.sequence_batching.is_some() {
             return Err(format!(
-                "model {}: decoupled models (model_transaction_policy {{ decoupled: true }}) are not driven by Infer yet",
+                "model {}: a decoupled sequence model is not driven by Infer yet",
                 selection.label()
             ));
         }
@@ -81,6 +84,9 @@ pub async fn prepare(
         descriptions.push(description);
     }
     options.check_names(&descriptions)?;
+    let weights = options.models.iter().map(|m| m.weight).collect();
+    let (descriptions, weights) =
+        infer_decoupled::drivable(first.protocol(), descriptions, weights)?;
     let mut files: BTreeMap<std::path::PathBuf, InputDataFile> = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(options.seed);
     let mut models = Vec::new();
@@ -117,6 +123,9 @@ pub async fn prepare(
         };
         let first_sequence_responses =
             (options.consistency && sequence.is_some()).then(|| Mutex::new(Default::default()));
+        let decoupled = description
+            .decoupled
+            .then(|| infer_decoupled::StreamChecks::new(&requests, options.consistency));
         models.push(PlannedModel {
             description,
             requests,
@@ -124,10 +133,10 @@ pub async fn prepare(
             first_responses,
             sequence,
             first_sequence_responses,
+            decoupled,
         });
     }
-    let picker = WeightedIndex::new(options.models.iter().map(|m| m.weight))
-        .map_err(|e| format!("--model weights: {e}"))?;
+    let picker = WeightedIndex::new(weights).map_err(|e| format!("--model weights: {e}"))?;
     Ok(InferPlan {
         models,
         picker,
@@ -193,6 +202,12 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     env.model = planned.description.name.clone();
     if planned.sequence.is_some() {
         return sequence::run(env, planned, plan.tolerance).await;
+    }
+    if let Some(streams) = &planned.decoupled {
+        return match infer_decoupled::drive(env, planned, streams, plan.tolerance).await {
+            Ok(()) => Outcome::Passed,
+            Err(f) => Outcome::Failed(f),
+        };
     }
     let check =
         |i: usize, r: Result<InferResponse, ClientError>| planned.check(i, r, plan.tolerance);

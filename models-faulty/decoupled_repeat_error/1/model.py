@@ -1,0 +1,1 @@
+../../../models/decoupled_repeat/1/model.py
