@@ -26,6 +26,6 @@ cargo test --workspace --no-fail-fast -- --test-threads 2
 if [ "${TRITON_STRESS_K8S:-0}" = 1 ]; then
     # The kube launcher's and deploy/'s tests (driver/tests/kube.rs) on the cluster, with the
     # project's images; one at a time (2 cores, each run has a Triton pod).
-    TRITON_STRESS_K8S_IMAGES="docker/tritonserver docker/worker docker/driver docker/postgres" \
+    TRITON_STRESS_K8S_IMAGES="docker/tritonserver docker/worker docker/driver docker/postgres docker/models" \
         scripts/k8s/ci.sh "cargo test -p driver --features kube-tests --test kube -- --test-threads 1"
 fi

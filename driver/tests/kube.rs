@@ -7,7 +7,7 @@
 //! cluster up, imports the images and sets KUBECONFIG:
 //!
 //! ```sh
-//! TRITON_STRESS_K8S_IMAGES="docker/tritonserver docker/worker" \
+//! TRITON_STRESS_K8S_IMAGES="docker/tritonserver docker/worker docker/driver docker/postgres docker/models" \
 //!   scripts/k8s/with-cluster.sh cargo test -p driver --features kube-tests --test kube
 //! ```
 //!
@@ -586,6 +586,116 @@ async fn server_never_ready_names_the_failing_readiness_probe() {
         .collect();
     let events = events.join("\n");
     assert!(events.contains("Readiness probe failed"), "{events}");
+}
+
+/// A server from the project's tritonserver image that serves only what the models image's init
+/// container copied to /qa-models (not its own /models), driven by Load (add_sub) and Infer
+/// (text_vector): as the nightly soak's NGC servers get the QA models.
+const MODEL_IMAGE_MATRIX: &str = r#"
+version: 1
+run:
+  name: kube-models
+  duration: 30s
+  poll_interval: 2s
+  warmup: 2s
+  server_ready_timeout: 180s
+server_templates:
+  cpu:
+    tritonserver: { image: "triton-stress/tritonserver:dev" }
+    model_image: { image: "triton-stress/models:dev", path: /qa-models }
+    model_repositories: [/qa-models]
+    args: ["--log-verbose=0", "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0"]
+    resources: { cpu: "1", memory: 2Gi }
+server_groups:
+  triton: { template: cpu, instances: 1 }
+client_templates:
+  load-infer:
+    worker: { image: "triton-stress/worker:dev" }
+    protocol: grpc
+    scenarios: { Load: 1, Infer: 1 }
+    models: [{ name: text_vector }]
+    concurrency: 2
+    resources: { cpu: 250m, memory: 512Mi }
+client_groups:
+  clients: { template: load-infer, instances: 1, target: triton }
+"#;
+
+/// The QA models reach a server through `model_image`: the run passes with tests of Load
+/// (add_sub) and Infer (text_vector) and no failures. The server's own models are not in the
+/// served path, so without the copy its repository is empty and the pre-flight stops the run
+/// with exit 2 (text_vector missing).
+#[tokio::test]
+async fn model_image_serves_the_qa_models_on_a_tritonserver_image_without_them() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-models").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = dir.path().join("models.yaml");
+    std::fs::write(&matrix, MODEL_IMAGE_MATRIX).unwrap();
+    let run = env.run(&matrix, &ns.name, &[], None);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let report = run.report();
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    let rows = report["scenarios"].as_array().expect("scenario rows");
+    for s in [Scenario::Load, Scenario::Infer] {
+        let row = rows
+            .iter()
+            .find(|r| r["scenario"] == s.name())
+            .unwrap_or_else(|| panic!("no row for {}: {report:#}", s.name()));
+        assert!(
+            row["tests"].as_u64().unwrap() > 0,
+            "no tests of {s}: {row:#}"
+        );
+        assert_eq!(row["failures"], 0, "failures in {s}: {row:#}");
+    }
+    assert_eq!(
+        run_objects(&env.client, &ns.name, &run.run_id).await,
+        Vec::<String>::new()
+    );
+}
+
+/// A model image without the source directory: the copy fails, the run fails at once, and the
+/// report names the init container, its exit and its log (cp's complaint).
+#[tokio::test]
+async fn model_image_copy_that_fails_names_the_init_container_and_its_log() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-models-bad").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = dir.path().join("models-bad.yaml");
+    std::fs::write(
+        &matrix,
+        replace_once(
+            MODEL_IMAGE_MATRIX.to_string(),
+            "path: /qa-models }",
+            "path: /qa-models, source: /no-such-models }",
+        ),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let run = env.run(&matrix, &ns.name, &["--keep-failed=false"], None);
+    assert_eq!(run.code(), Some(1), "{}", run.describe());
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "{:?}",
+        started.elapsed()
+    );
+    let report = run.report();
+    let m = failed_member(&report, "triton-0");
+    let reason = m["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("init container model-image terminated: Error, exit code 1"),
+        "{reason}"
+    );
+    let containers = containers(m);
+    assert!(
+        containers.contains("model-image (init): terminated"),
+        "{containers}"
+    );
+    let tail = diagnostics(m).log_tail.join("\n");
+    assert!(tail.contains("/no-such-models"), "log tail: {tail}");
+    assert_eq!(
+        run_objects(&env.client, &ns.name, &run.run_id).await,
+        Vec::<String>::new()
+    );
 }
 
 /// The pids of a pod's container processes named `comm`, found through their cgroup (which

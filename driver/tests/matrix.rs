@@ -158,6 +158,16 @@ const BAD: &[(&str, &str)] = &[
          14:15: server_templates.gpu.volumes[1].name: duplicate volume name \"models\" (also volumes[0])",
     ),
     (
+        "bad-model-image.yaml",
+        "9:61: server_templates.relative.model_image.path: path \"models\" must be an absolute path other than /\n\
+         13:27: server_templates.clashes.model_image.image: must not be empty\n\
+         13:38: server_templates.clashes.model_image.path: path \"/dev/shm\" is where the kube launcher mounts its own volume \"dshm\"; choose another\n\
+         13:56: server_templates.clashes.model_image.source: source \"models\" must be an absolute path other than /\n\
+         17:61: server_templates.not-served.model_image.path: path \"/qa/\" is also volumes[1]'s mount_path\n\
+         17:61: server_templates.not-served.model_image.path: path \"/qa/\" is not among model_repositories (/models), so Triton would not serve the copied models (add it there)\n\
+         19:17: server_templates.not-served.volumes[0].name: volume name \"dshm\" is the kube launcher's own (reserved: dshm, traces, model-image)",
+    ),
+    (
         "model-unknown-key.yaml",
         "19:9: client_templates.infer.models[0].wieght: unknown field `wieght`, expected one of name, weight, version, shape, input_data, batch_size",
     ),
@@ -317,6 +327,25 @@ fn omitted_fields_take_their_defaults() {
     );
     assert_eq!(m.source_path, None);
     assert_eq!(m.resolve_local_path("models"), PathBuf::from("models"));
+    assert_eq!(m.server_templates["cpu"].model_image, None);
+
+    let imaged = MINIMAL.replacen(
+        "    model_repositories: [models]
+",
+        "    model_repositories: [/qa]
+    model_image: { image: my/models:1, path: /qa }
+",
+        1,
+    );
+    let m = matrix::parse(&imaged, "inline.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        m.server_templates["cpu"].model_image,
+        Some(matrix::ModelImage {
+            image: "my/models:1".into(),
+            path: "/qa".into(),
+            source: "/models".into(),
+        })
+    );
 }
 
 #[test]
@@ -404,6 +433,15 @@ fn committed_matrices_say_what_they_should() {
             .all(|c| c.template.worker.image().is_some())
     );
     assert!(soak.servers().len() > 1 && soak.clients().len() > 1);
+    // NVIDIA's images hold no models: every server gets the QA models image's copy and serves it.
+    for s in soak.servers() {
+        let m = s.template.model_image.as_ref().expect("a model image");
+        assert_eq!(
+            (m.image.as_str(), m.source.as_str()),
+            ("triton-stress/models:dev", matrix::MODEL_IMAGE_SOURCE)
+        );
+        assert_eq!(s.template.model_repositories, std::slice::from_ref(&m.path));
+    }
 }
 
 fn assert_blocks_disjoint(clients: &[ClientMember]) {

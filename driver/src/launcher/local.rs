@@ -6,7 +6,7 @@ use super::diagnostics::{MemberDiagnostics, MemberEnd};
 use super::{
     LaunchError, Launcher, MemberExit, STORE_URL_ENV, ServerEndpoint, WorkerAssignment, worker_args,
 };
-use crate::matrix::{ClientMember, ServerMember};
+use crate::matrix::{ClientMember, ServerMember, ServerTemplate};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -95,6 +95,18 @@ impl LocalLauncher {
     }
 }
 
+/// Why a server template cannot run here because its models come from an image (None: they
+/// do not). A process has no init container to copy them; a directory on this machine does it.
+fn kube_only_models(t: &ServerTemplate) -> Option<String> {
+    let m = t.model_image.as_ref()?;
+    Some(format!(
+        "model_image ({}) copies models into a pod (kube launcher only); for the local launcher \
+         list a directory on this machine under model_repositories instead of {} (the project's \
+         QA models are the repository's models/)",
+        m.image, m.path
+    ))
+}
+
 #[async_trait::async_trait]
 impl Launcher for LocalLauncher {
     fn name(&self) -> &'static str {
@@ -119,6 +131,9 @@ impl Launcher for LocalLauncher {
                 ));
             }
         };
+        if let Some(reason) = kube_only_models(t) {
+            return Err(member_err(reason));
+        }
         let repositories: Vec<PathBuf> = t
             .model_repositories
             .iter()
@@ -369,5 +384,43 @@ impl Launcher for LocalLauncher {
             return Some(s.spec.command_line());
         }
         self.clients.get(member_id).map(|c| c.command.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_image_is_refused_with_what_to_do_instead() {
+        let m = crate::matrix::parse(
+            r#"
+version: 1
+run: { name: local, duration: 1m }
+server_templates:
+  plain: { tritonserver: { binary: auto }, model_repositories: [models] }
+  imaged:
+    tritonserver: { binary: auto }
+    model_repositories: [/qa]
+    model_image: { image: "triton-stress/models:dev", path: /qa }
+server_groups:
+  a: { template: plain, instances: 1 }
+  b: { template: imaged, instances: 1 }
+client_templates:
+  c: { worker: { binary: auto }, protocol: grpc }
+client_groups:
+  d: { template: c, instances: 1, target: a }
+"#,
+            "local.yaml",
+        )
+        .unwrap();
+        assert_eq!(kube_only_models(&m.server_templates["plain"]), None);
+        let reason = kube_only_models(&m.server_templates["imaged"]).unwrap();
+        assert!(
+            reason.contains("kube launcher only")
+                && reason.contains("triton-stress/models:dev")
+                && reason.contains("models/"),
+            "{reason}"
+        );
     }
 }

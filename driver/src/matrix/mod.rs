@@ -40,9 +40,9 @@ pub use error::{Diagnostic, MatrixError, Position};
 pub use expand::{ClientMember, ServerMember, member_name};
 pub use types::{
     ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, ClientGroup, ClientTemplate,
-    DEFAULT_CORR_ID_BLOCK_SIZE, FailFast, LoadMode, MATRIX_VERSION, Matrix, ModelSpec, Protocol,
-    Resources, RunMode, RunSettings, ServerGroup, ServerTemplate, ServerVolume, Toleration,
-    TraceLevel, TraceSettings,
+    DEFAULT_CORR_ID_BLOCK_SIZE, FailFast, LoadMode, MATRIX_VERSION, MODEL_IMAGE_SOURCE, Matrix,
+    ModelImage, ModelSpec, Protocol, Resources, RunMode, RunSettings, ServerGroup, ServerTemplate,
+    ServerVolume, Toleration, TraceLevel, TraceSettings,
 };
 pub use validate::{CORR_IDS_PER_STREAM, MAX_LABEL_LEN, is_dns_label};
 

@@ -240,7 +240,8 @@ pub struct ServerTemplate {
     pub version: Option<String>,
 
     /// Model repositories, passed as `--model-repository`. Local: paths relative to the
-    /// matrix file's directory (or absolute). Kube: paths inside the image.
+    /// matrix file's directory (or absolute). Kube: paths inside the pod (in the image, a
+    /// `model_image` copy's `path` or a volume's `mount_path`).
     #[schemars(length(min = 1))]
     pub model_repositories: Vec<String>,
 
@@ -260,6 +261,12 @@ pub struct ServerTemplate {
     /// Triton tracing, passed as `--trace-config`. Omitted: tracing off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceSettings>,
+
+    /// A model repository copied from an image into the server pod (kube launcher only), so
+    /// any `tritonserver` image (e.g. NVIDIA's NGC images, which hold no models) serves it:
+    /// list its `path` under `model_repositories`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_image: Option<ModelImage>,
 
     /// Volumes mounted into the server pod (kube launcher only), e.g. a model repository that
     /// is not baked into the image: list its mount path under `model_repositories`.
@@ -527,6 +534,28 @@ impl JsonSchema for Artifact {
 
 use stress_common::contract::ScenarioMix;
 pub use stress_common::contract::{LoadMode, Protocol};
+
+/// A model repository that travels in its own image (kube launcher only): before Triton starts,
+/// an init container from `image` copies its `source` directory (`cp -R`, so the image needs
+/// `cp`) into an emptyDir that the Triton container sees, read-only, at `path`.
+/// `scripts/k8s/images.sh docker/models` builds the project's QA models as such an image
+/// (`triton-stress/models:dev`, models at `/models`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelImage {
+    /// The image holding the model repository, e.g. `triton-stress/models:dev`.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// Absolute path of the copy inside the Triton container; list it under
+    /// `model_repositories` to serve it.
+    pub path: String,
+    /// Absolute path of the model repository inside `image`.
+    #[serde(default = "defaults::model_image_source")]
+    pub source: String,
+}
+
+/// Where the project's models image (docker/models) keeps its model repository.
+pub const MODEL_IMAGE_SOURCE: &str = "/models";
 
 /// A volume of a server pod: exactly one source (`host_path`, `persistent_volume_claim` or
 /// `config_map`).
@@ -804,6 +833,9 @@ mod defaults {
     }
     pub fn one() -> u32 {
         1
+    }
+    pub fn model_image_source() -> String {
+        super::MODEL_IMAGE_SOURCE.to_string()
     }
     pub fn trace_rate() -> u32 {
         1000

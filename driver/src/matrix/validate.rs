@@ -7,9 +7,10 @@ use stress_common::scenario::Scenario;
 
 use super::source::{Anchor, FieldPath};
 use super::types::{
-    Artifact, ClientTemplate, LoadMode, MATRIX_VERSION, Matrix, Resources, RunMode, ServerTemplate,
-    ServerVolume, TraceSettings,
+    Artifact, ClientTemplate, LoadMode, MATRIX_VERSION, Matrix, ModelImage, Resources, RunMode,
+    ServerTemplate, ServerVolume, TraceSettings,
 };
+use crate::launcher::kube::{LAUNCHER_VOLUMES, MODEL_IMAGE_VOLUME};
 
 pub use stress_common::contract::CORR_IDS_PER_STREAM;
 
@@ -75,6 +76,16 @@ fn is_decimal(s: &str) -> bool {
         && !frac.is_empty()
         && int.bytes().all(|c| c.is_ascii_digit())
         && frac.bytes().all(|c| c.is_ascii_digit())
+}
+
+/// Whether `p` is an absolute path to a directory other than the root.
+fn is_absolute_dir(p: &str) -> bool {
+    p.starts_with('/') && !p.trim_end_matches('/').is_empty()
+}
+
+/// Whether two absolute paths name the same directory (a trailing '/' aside).
+fn same_dir(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 
 const LABEL_RULE: &str = "lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit";
@@ -199,6 +210,71 @@ impl Checker {
         self.env(path.key("env"), &t.env);
         self.trace(path.key("trace"), &t.trace);
         self.volumes(path.key("volumes"), &t.volumes);
+        if let Some(m) = &t.model_image {
+            self.model_image(path.key("model_image"), m, t);
+        }
+    }
+
+    /// `model_image`: an image to copy from, absolute paths, and a `path` that Triton serves
+    /// (listed in `model_repositories`) and no other volume of the pod takes.
+    fn model_image(&mut self, path: FieldPath, m: &ModelImage, t: &ServerTemplate) {
+        if m.image.trim().is_empty() {
+            self.push(path.key("image"), Anchor::Value, "must not be empty");
+        }
+        if !is_absolute_dir(&m.source) {
+            self.push(
+                path.key("source"),
+                Anchor::Value,
+                format!(
+                    "source {:?} must be an absolute path other than /",
+                    m.source
+                ),
+            );
+        }
+        let ppath = path.key("path");
+        if !is_absolute_dir(&m.path) {
+            self.push(
+                ppath,
+                Anchor::Value,
+                format!("path {:?} must be an absolute path other than /", m.path),
+            );
+            return;
+        }
+        if let Some((name, _)) = LAUNCHER_VOLUMES
+            .iter()
+            .find(|(_, mount)| same_dir(mount, &m.path))
+        {
+            self.push(
+                ppath.clone(),
+                Anchor::Value,
+                format!(
+                    "path {:?} is where the kube launcher mounts its own volume {name:?}; choose another",
+                    m.path
+                ),
+            );
+        }
+        if let Some(i) = t
+            .volumes
+            .iter()
+            .position(|v| same_dir(&v.mount_path, &m.path))
+        {
+            self.push(
+                ppath.clone(),
+                Anchor::Value,
+                format!("path {:?} is also volumes[{i}]'s mount_path", m.path),
+            );
+        }
+        if !t.model_repositories.iter().any(|r| same_dir(r, &m.path)) {
+            self.push(
+                ppath,
+                Anchor::Value,
+                format!(
+                    "path {:?} is not among model_repositories ({}), so Triton would not serve the copied models (add it there)",
+                    m.path,
+                    t.model_repositories.join(", ")
+                ),
+            );
+        }
     }
 
     fn volumes(&mut self, path: FieldPath, volumes: &[ServerVolume]) {
@@ -206,7 +282,21 @@ impl Checker {
         for (i, v) in volumes.iter().enumerate() {
             let vpath = path.index(i);
             self.label(vpath.key("name"), Anchor::Value, "volume name", &v.name);
-            if let Some(first) = seen.insert(&v.name, i) {
+            let reserved = LAUNCHER_VOLUMES
+                .iter()
+                .map(|(name, _)| *name)
+                .chain([MODEL_IMAGE_VOLUME]);
+            if reserved.clone().any(|r| r == v.name) {
+                self.push(
+                    vpath.key("name"),
+                    Anchor::Value,
+                    format!(
+                        "volume name {:?} is the kube launcher's own (reserved: {})",
+                        v.name,
+                        reserved.collect::<Vec<_>>().join(", ")
+                    ),
+                );
+            } else if let Some(first) = seen.insert(&v.name, i) {
                 self.push(
                     vpath.key("name"),
                     Anchor::Value,

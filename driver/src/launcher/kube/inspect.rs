@@ -1,7 +1,7 @@
 //! What a failed member's pod tells: its status, its containers' log tails, its events, and the
 //! kubectl commands to dig further. Read before cleanup deletes the pod.
 
-use super::status::{container_statuses, pod_summary};
+use super::status::{container_statuses, failed_init_container, pod_summary};
 use super::{DIAGNOSTICS_SETTLE, KubeLauncher, LOG_TAIL_LINES, RUN_LABEL};
 use crate::launcher::Launcher;
 use crate::launcher::diagnostics::{MemberDiagnostics, MemberEnd, PodDiagnostics, PodEvent};
@@ -40,7 +40,13 @@ impl KubeLauncher {
             .flatten()
             .map(|c| c.restart_count)
             .sum();
-        let log_tail = self.log_tail(&pod_name, container, false).await;
+        // A failed init container (a model image's copy) is where the member failed; Triton
+        // never started, so that container's log says why.
+        let log_container = pod
+            .as_ref()
+            .and_then(failed_init_container)
+            .unwrap_or_else(|| container.to_string());
+        let log_tail = self.log_tail(&pod_name, &log_container, false).await;
         let previous_log_tail = if restarts > 0 {
             self.log_tail(&pod_name, container, true).await
         } else {

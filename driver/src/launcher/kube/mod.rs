@@ -23,7 +23,10 @@ mod status;
 mod watch;
 
 pub use cleanup::delete_run;
-pub use spec::{PodContext, client_pod, owner_name, pod_name, secret_name, server_pod};
+pub use spec::{
+    LAUNCHER_VOLUMES, MODEL_IMAGE_CONTAINER, MODEL_IMAGE_VOLUME, PodContext, client_pod,
+    owner_name, pod_name, secret_name, server_pod,
+};
 
 use super::{
     LaunchError, Launcher, MemberDiagnostics, MemberExit, STORE_URL_ENV, ServerEndpoint,

@@ -7,7 +7,7 @@ use super::{
     SERVER_CONTAINER, WORKER_METRICS_PORT,
 };
 use crate::launcher::STORE_URL_ENV;
-use crate::matrix::{ClientMember, Resources, ServerMember, ServerVolume, Toleration};
+use crate::matrix::{ClientMember, ModelImage, Resources, ServerMember, ServerVolume, Toleration};
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     HTTPGetAction, HostPathVolumeSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
@@ -88,6 +88,18 @@ fn member_labels(
     labels
 }
 
+/// The volumes the launcher gives every server pod itself, by name and mount path in the Triton
+/// container (`dshm` always, `traces` with `trace`): a template's volumes cannot take them.
+pub const LAUNCHER_VOLUMES: [(&str, &str); 2] = [SHM_VOLUME, TRACES_VOLUME];
+const SHM_VOLUME: (&str, &str) = ("dshm", "/dev/shm");
+const TRACES_VOLUME: (&str, &str) = ("traces", "/traces");
+/// The emptyDir a `model_image` is copied into, and the init container that copies it.
+pub const MODEL_IMAGE_VOLUME: &str = "model-image";
+pub const MODEL_IMAGE_CONTAINER: &str = "model-image";
+/// Where the init container sees that emptyDir: a path no models image should hold its
+/// repository under (the mount would hide it).
+const MODEL_IMAGE_COPY_TARGET: &str = "/triton-stress-model-copy";
+
 const NOT_AN_IMAGE: &str =
     "the kube launcher runs images; this template names a binary (use --launcher local)";
 
@@ -109,27 +121,43 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, String> {
     let mut mounts = vec![VolumeMount {
         // The python backend's stubs talk to the server through /dev/shm; a container's
         // default 64 MiB is too small for a few model instances.
-        name: "dshm".into(),
-        mount_path: "/dev/shm".into(),
+        name: SHM_VOLUME.0.into(),
+        mount_path: SHM_VOLUME.1.into(),
         ..Default::default()
     }];
-    let mut volumes = vec![memory_volume("dshm")];
+    let mut volumes = vec![memory_volume(SHM_VOLUME.0)];
     if let Some(trace) = &t.trace {
         args.extend([
             "--trace-config".into(),
-            format!("triton,file=/traces/{}.json", s.name),
+            format!("triton,file={}/{}.json", TRACES_VOLUME.1, s.name),
         ]);
         args.extend(trace.args());
         mounts.push(VolumeMount {
-            name: "traces".into(),
-            mount_path: "/traces".into(),
+            name: TRACES_VOLUME.0.into(),
+            mount_path: TRACES_VOLUME.1.into(),
             ..Default::default()
         });
         volumes.push(Volume {
-            name: "traces".into(),
+            name: TRACES_VOLUME.0.into(),
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Default::default()
         });
+    }
+    let mut init_containers = None;
+    if let Some(m) = &t.model_image {
+        mounts.push(VolumeMount {
+            name: MODEL_IMAGE_VOLUME.into(),
+            mount_path: m.path.clone(),
+            // The server serves the copy; it never writes to it.
+            read_only: Some(true),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name: MODEL_IMAGE_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        });
+        init_containers = Some(vec![model_copier(m, t.resources.as_ref(), ctx)]);
     }
     for v in &t.volumes {
         mounts.push(VolumeMount {
@@ -172,7 +200,7 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, String> {
         volume_mounts: Some(mounts),
         ..Default::default()
     };
-    Ok(pod(
+    let mut pod = pod(
         ctx,
         &s.name,
         member_labels(&ctx.run_id, "server", &s.group, s.index, &s.name),
@@ -180,7 +208,40 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, String> {
         volumes,
         &t.node_selector,
         &t.tolerations,
-    ))
+    );
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.init_containers = init_containers;
+    }
+    Ok(pod)
+}
+
+/// The init container that copies a `model_image`'s repository into the pod's emptyDir. `cp`
+/// is all it needs from the image, so a plain models image (docker/models) or any image with
+/// coreutils or busybox works. It gets the server's CPU and memory (not its GPUs): a pod is
+/// Guaranteed only when every container, init containers included, has requests = limits.
+fn model_copier(m: &ModelImage, r: Option<&Resources>, ctx: &PodContext) -> Container {
+    let cpu_and_memory = r.map(|r| Resources {
+        gpus: 0,
+        ..r.clone()
+    });
+    Container {
+        name: MODEL_IMAGE_CONTAINER.into(),
+        image: Some(m.image.clone()),
+        image_pull_policy: Some(ctx.image_pull_policy.clone()),
+        command: Some(vec![
+            "cp".into(),
+            "-R".into(),
+            format!("{}/.", m.source.trim_end_matches('/')),
+            format!("{MODEL_IMAGE_COPY_TARGET}/"),
+        ]),
+        resources: resources(cpu_and_memory.as_ref()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: MODEL_IMAGE_VOLUME.into(),
+            mount_path: MODEL_IMAGE_COPY_TARGET.into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    }
 }
 
 /// The worker pod of a client member, running `worker_args` (see `launcher::worker_args`);
@@ -385,8 +446,8 @@ mod tests {
     use crate::matrix::Matrix;
     use std::path::PathBuf;
 
-    /// Servers and clients with every pod option the matrix has: volumes of each kind, trace,
-    /// resources with a GPU, node selector, tolerations, environment.
+    /// Servers and clients with every pod option the matrix has: a model image, volumes of
+    /// each kind, trace, resources with a GPU, node selector, tolerations, environment.
     const MATRIX: &str = r#"
 version: 1
 run: { name: specs, duration: 1m }
@@ -394,6 +455,7 @@ server_templates:
   gpu:
     tritonserver: { image: "nvcr.io/nvidia/tritonserver:24.10-py3" }
     model_repositories: [/models, /mnt/extra-models]
+    model_image: { image: "triton-stress/models:dev", path: /models }
     args: ["--log-verbose=1"]
     resources: { cpu: "4", memory: 16Gi, gpus: 1 }
     env: { OMP_NUM_THREADS: "2" }
@@ -470,6 +532,70 @@ client_groups:
         let server = &m.servers()[1];
         assert_eq!(server.name, "triton-1");
         assert_fixture("server-gpu.yaml", &server_pod(server, &context()).unwrap());
+    }
+
+    /// The nightly soak as committed: NVIDIA's image, which holds no models, gets the QA
+    /// models copied in by an init container before Triton starts, and serves that copy.
+    #[test]
+    fn nightly_soak_servers_get_the_qa_models_from_the_models_image() {
+        let path =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../test-matrices/nightly-soak.yaml");
+        let m = crate::matrix::load(&path).expect("the nightly matrix loads");
+        let pod = server_pod(&m.servers()[0], &context()).unwrap();
+        let spec = pod.spec.unwrap();
+        let triton = &spec.containers[0];
+        assert!(
+            triton
+                .image
+                .as_deref()
+                .unwrap()
+                .starts_with("nvcr.io/nvidia/tritonserver:"),
+            "{triton:?}"
+        );
+        assert!(
+            triton
+                .args
+                .iter()
+                .flatten()
+                .any(|a| a == "--model-repository=/models"),
+            "{triton:?}"
+        );
+        let mount = triton
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|v| v.mount_path == "/models")
+            .expect("the copy is mounted at /models");
+        assert_eq!(
+            (mount.name.as_str(), mount.read_only),
+            (MODEL_IMAGE_VOLUME, Some(true))
+        );
+        let init = spec.init_containers.expect("an init container");
+        assert_eq!(init.len(), 1);
+        assert_eq!(init[0].image.as_deref(), Some("triton-stress/models:dev"));
+        assert_eq!(
+            init[0].command.as_deref().unwrap()[..3],
+            ["cp", "-R", "/models/."].map(String::from)
+        );
+        let copy = &init[0].volume_mounts.as_ref().unwrap()[0];
+        assert_eq!(copy.name, MODEL_IMAGE_VOLUME);
+        assert_eq!(
+            init[0].command.as_ref().unwrap()[3],
+            format!("{}/", copy.mount_path)
+        );
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == MODEL_IMAGE_VOLUME)
+            .unwrap();
+        assert!(volume.empty_dir.is_some(), "{volume:?}");
+        // The GPU stays with Triton; the copy gets CPU and memory alike (Guaranteed QoS).
+        let limits = init[0].resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert!(
+            !limits.contains_key("nvidia.com/gpu") && limits.contains_key("cpu"),
+            "{limits:?}"
+        );
     }
 
     #[test]

@@ -40,17 +40,28 @@ pub fn pod_exit(
         })
     };
     let status = pod.status.as_ref();
-    for c in status
+    // Init containers run first (a model image's copy): one that failed or cannot start ends
+    // the member; one that completed is their normal end.
+    let init = status
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| (c, "init container"));
+    let main = status
         .and_then(|s| s.container_statuses.as_ref())
         .into_iter()
         .flatten()
-    {
+        .map(|c| (c, "container"));
+    for (c, kind) in init.chain(main) {
         if let Some(t) = c.state.as_ref().and_then(|s| s.terminated.as_ref()) {
+            if kind == "init container" && t.exit_code == 0 {
+                continue;
+            }
             return exit(
                 Some(t.exit_code),
                 t.signal,
                 format!(
-                    "container {} terminated: {}, exit code {}",
+                    "{kind} {} terminated: {}, exit code {}",
                     c.name,
                     t.reason.as_deref().unwrap_or("?"),
                     t.exit_code
@@ -67,7 +78,7 @@ pub fn pod_exit(
                 None,
                 None,
                 format!(
-                    "container {} restarted {} time(s); last: {last}",
+                    "{kind} {} restarted {} time(s); last: {last}",
                     c.name, c.restart_count
                 ),
             );
@@ -79,7 +90,7 @@ pub fn pod_exit(
                 None,
                 None,
                 format!(
-                    "container {} waiting: {reason}{}",
+                    "{kind} {} waiting: {reason}{}",
                     c.name,
                     w.message
                         .as_deref()
@@ -120,6 +131,22 @@ pub fn member_exit(
 ) -> Option<MemberExit> {
     let s = seen.get(member)?;
     pod_exit(member, &s.pod, s.deleted, pending_timeout)
+}
+
+/// The init container of the pod that terminated with a non-zero exit code, if one did.
+pub fn failed_init_container(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .find(|c| {
+            c.state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .is_some_and(|t| t.exit_code != 0)
+        })
+        .map(|c| c.name.clone())
 }
 
 /// Where a run's servers stand on their way to ready.
@@ -175,13 +202,22 @@ pub fn pod_ip(pod: &Pod) -> Option<String> {
         .filter(|ip| !ip.is_empty())
 }
 
-/// Each container's state, readiness, restarts and last termination.
+/// Each container's state, readiness, restarts and last termination; init containers first,
+/// named `NAME (init)`.
 pub fn container_statuses(pod: &Pod) -> Vec<ContainerStatus> {
-    pod.status
+    let init = pod
+        .status
+        .iter()
+        .flat_map(|s| s.init_container_statuses.iter().flatten())
+        .map(|c| (c, format!("{} (init)", c.name)));
+    let main = pod
+        .status
         .iter()
         .flat_map(|s| s.container_statuses.iter().flatten())
-        .map(|c| ContainerStatus {
-            name: c.name.clone(),
+        .map(|c| (c, c.name.clone()));
+    init.chain(main)
+        .map(|(c, name)| ContainerStatus {
+            name,
             state: c.state.as_ref().map(describe_state).unwrap_or_default(),
             ready: c.ready,
             restarts: c.restart_count,
@@ -330,6 +366,94 @@ mod tests {
         assert_eq!(r.waiting.as_deref(), Some("d"));
         let all_ready = servers_readiness(&servers[..1], &seen, PENDING);
         assert_eq!((all_ready.ready.len(), all_ready.waiting), (1, None));
+    }
+
+    /// A server pod with a model image: its copy's init container in `init`, Triton waiting.
+    fn initialising(init: serde_json::Value, phase: &str) -> serde_json::Value {
+        serde_json::json!({
+            "phase": phase,
+            "initContainerStatuses": [{
+                "name": "model-image", "image": "m", "imageID": "", "ready": false,
+                "restartCount": 0, "state": init,
+            }],
+            "containerStatuses": [{
+                "name": "tritonserver", "image": "i", "imageID": "", "ready": false,
+                "restartCount": 0, "state": { "waiting": { "reason": "PodInitializing" } },
+            }],
+        })
+    }
+
+    #[test]
+    fn a_failed_model_copy_fails_the_server_and_a_completed_one_does_not() {
+        let failed = pod(
+            "run-a",
+            initialising(
+                serde_json::json!({ "terminated": { "exitCode": 1, "reason": "Error" } }),
+                "Failed",
+            ),
+        );
+        let exit = pod_exit("a", &failed.pod, false, PENDING).unwrap();
+        assert_eq!(
+            (exit.code, exit.reason.as_deref()),
+            (
+                Some(1),
+                Some("init container model-image terminated: Error, exit code 1")
+            )
+        );
+        let names: Vec<String> = container_statuses(&failed.pod)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["model-image (init)", "tritonserver"]);
+        assert_eq!(
+            failed_init_container(&failed.pod).as_deref(),
+            Some("model-image")
+        );
+
+        let no_image = pod(
+            "run-a",
+            initialising(
+                serde_json::json!({ "waiting": { "reason": "ErrImageNeverPull", "message": "no models image" } }),
+                "Pending",
+            ),
+        );
+        let exit = pod_exit("a", &no_image.pod, false, PENDING).unwrap();
+        assert_eq!(
+            exit.reason.as_deref(),
+            Some("init container model-image waiting: ErrImageNeverPull: no models image")
+        );
+
+        let copying = pod(
+            "run-a",
+            initialising(serde_json::json!({ "running": {} }), "Pending"),
+        );
+        assert_eq!(pod_exit("a", &copying.pod, false, PENDING), None);
+        let copied = pod(
+            "run-a",
+            initialising(
+                serde_json::json!({ "terminated": { "exitCode": 0, "reason": "Completed" } }),
+                "Pending",
+            ),
+        );
+        assert_eq!(pod_exit("a", &copied.pod, false, PENDING), None);
+        assert_eq!(failed_init_container(&copied.pod), None);
+        // After a completed copy, Triton's own end is what counts.
+        let mut crashed = copied.pod.clone();
+        crashed
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .state = serde_json::from_value(serde_json::json!({
+            "terminated": { "exitCode": 137, "reason": "OOMKilled" }
+        }))
+        .unwrap();
+        assert_eq!(
+            pod_exit("a", &crashed, false, PENDING).and_then(|e| e.reason),
+            Some("container tritonserver terminated: OOMKilled, exit code 137".into())
+        );
     }
 
     #[test]
