@@ -108,6 +108,19 @@ pub enum Ending {
     OutOfTime,
 }
 
+impl Ending {
+    /// As report.json spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ending::Converged => "converged",
+            Ending::Oscillating => "oscillating",
+            Ending::NotSaturated => "not_saturated",
+            Ending::Unreachable => "unreachable",
+            Ending::OutOfTime => "out_of_time",
+        }
+    }
+}
+
 /// One check of the trace: the window measured at `concurrency` and what followed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {

@@ -4,6 +4,7 @@
 //! over time, Triton's server-side metrics, every failure, and for every failed member its exit,
 //! log tail and the command to reproduce it.
 
+use crate::capacity::PhaseRecord;
 use crate::launcher::MemberDiagnostics;
 use crate::launcher::diagnostics::PodDiagnostics;
 use serde::Serialize;
@@ -60,10 +61,116 @@ pub struct Report {
     pub failure_count: u64,
     pub failures: Vec<(String, FailureRecord)>,
     pub failed_members: Vec<FailedMember>,
+    /// Capacity mode's answers (absent for a soak run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityReport>,
     #[serde(skip)]
     tables: (L0Table, BTreeMap<String, L0Table>),
     #[serde(skip)]
     model_table: ModelTable,
+}
+
+/// Capacity mode in report.json: one result row per group, phase and model ("mix" for the whole
+/// mix), and every phase's record with the controller's trace.
+#[derive(Debug, Serialize)]
+pub struct CapacityReport {
+    pub results: Vec<CapacityResult>,
+    pub phases: Vec<PhaseRecord>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct CapacityResult {
+    pub group: String,
+    pub phase: String,
+    /// The model, or "mix" for the group's whole model mix.
+    pub model: String,
+    /// The group's total concurrency at the best window (None: nothing met the target).
+    pub concurrency: Option<u32>,
+    pub max_qps: f64,
+    pub p99_ms: f64,
+    pub safe_rate_qps: f64,
+    pub target_p99_ms: f64,
+    /// Why the phase ended (converged, oscillating, not_saturated, unreachable, out_of_time).
+    pub ending: Option<crate::capacity::Ending>,
+    pub window_start_ms: Option<i64>,
+    pub window_end_ms: Option<i64>,
+}
+
+impl CapacityReport {
+    fn new(phases: Vec<PhaseRecord>) -> Self {
+        let mut results = Vec::new();
+        for p in &phases {
+            let r = &p.result;
+            let row = |model: &str, max_qps: f64, p99_ms: f64| CapacityResult {
+                group: p.group.clone(),
+                phase: p.phase.clone(),
+                model: model.into(),
+                concurrency: r.concurrency,
+                max_qps,
+                p99_ms,
+                safe_rate_qps: if r.max_qps > 0.0 {
+                    max_qps * r.safe_rate_qps / r.max_qps
+                } else {
+                    0.0
+                },
+                target_p99_ms: p.target_p99_ms,
+                ending: r.ending,
+                window_start_ms: r.window_start_ms,
+                window_end_ms: r.window_end_ms,
+            };
+            results.push(row("mix", r.max_qps, r.p99_ms));
+            // Each model's share of the mix at its capacity.
+            for m in &r.models {
+                results.push(row(&m.model, m.qps, m.p99_us as f64 / 1000.0));
+            }
+        }
+        CapacityReport { results, phases }
+    }
+
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(out, "\n== Capacity ==");
+        let _ = writeln!(
+            out,
+            "{:<20} {:<12} {:<24} {:>11} {:>9} {:>8} {:>9} {:>9}  ending",
+            "Group", "Phase", "Model", "Concurrency", "Max QPS", "p99 ms", "target ms", "Safe QPS"
+        );
+        for r in &self.results {
+            let ending = r.ending.map_or("running", crate::capacity::Ending::as_str);
+            let concurrency = r
+                .concurrency
+                .map_or_else(|| "-".to_string(), |c| c.to_string());
+            let _ = writeln!(
+                out,
+                "{:<20} {:<12} {:<24} {:>11} {:>9.1} {:>8.2} {:>9.2} {:>9.1}  {}",
+                r.group,
+                r.phase,
+                r.model,
+                concurrency,
+                r.max_qps,
+                r.p99_ms,
+                r.target_p99_ms,
+                r.safe_rate_qps,
+                if r.model == "mix" { ending } else { "" }
+            );
+        }
+        for p in &self.phases {
+            let _ = writeln!(
+                out,
+                "controller {}/{} ({} checks): concurrency → p99 ms per check",
+                p.group,
+                p.phase,
+                p.checks.len()
+            );
+            let steps: Vec<String> = p
+                .checks
+                .iter()
+                .map(|c| format!("{}→{:.1}", c.concurrency, c.window.p99_us as f64 / 1000.0))
+                .collect();
+            for chunk in steps.chunks(12) {
+                let _ = writeln!(out, "  {}", chunk.join("  "));
+            }
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -215,6 +322,17 @@ impl Report {
             });
         }
 
+        let phases = store
+            .capacity_phases(run_id)
+            .await?
+            .into_iter()
+            .map(|(group, phase, v)| {
+                serde_json::from_value::<PhaseRecord>(v)
+                    .map_err(|e| corrupt(format!("capacity phase {group}/{phase}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let capacity = (!phases.is_empty()).then(|| CapacityReport::new(phases));
+
         let failure_count = store
             .failure_totals(run_id)
             .await?
@@ -243,6 +361,7 @@ impl Report {
             failure_count,
             failures,
             failed_members,
+            capacity,
             tables: (total, groups),
             model_table,
         })
@@ -259,6 +378,10 @@ impl Report {
             "Run {} ({} launcher): {}\nMatrix run name: {}; took {}; load phase {:.1} s\n",
             self.run_id, self.launcher, self.verdict, self.name, took, self.load_seconds
         );
+        if let Some(capacity) = &self.capacity {
+            capacity.render(&mut out);
+            out.push('\n');
+        }
         let _ = writeln!(out, "== Scenarios, all workers ==");
         out.push_str(&self.tables.0.render(self.load_seconds));
         if self.tables.1.len() > 1 {

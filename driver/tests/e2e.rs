@@ -112,19 +112,16 @@ fn ensure_worker() -> PathBuf {
         .clone()
 }
 
-/// The smoke matrix (test-matrices/smoke.yaml), loaded, changed and written into `dir` as YAML:
+/// A committed matrix (test-matrices/NAME), loaded and changed for a loaded test machine:
 ///
 /// * model repositories by absolute path (the copy is not next to `models/`);
-/// * explicit, equal weights so that every scenario gets tests within a 15 s run: 10 each, and
-///   20 for SequenceNoStart, which the worker skips while its stream has a sequence left open;
 /// * a generous server-ready timeout, and heartbeat and zero-QPS limits of 10 polls instead of 3,
 ///   so a worker starved of CPU for a few seconds on 2 loaded cores does not fail a run that
 ///   tests something else (a member that ends, the rule the fail-fast tests exercise, fails the
 ///   run at the next poll whatever these limits are).
-fn smoke_matrix(dir: &Path) -> PathBuf {
+fn committed_matrix(name: &str) -> driver::matrix::Matrix {
     let committed = repo_root().join("test-matrices");
-    let mut m =
-        driver::matrix::load(&committed.join("smoke.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let mut m = driver::matrix::load(&committed.join(name)).unwrap_or_else(|e| panic!("{e}"));
     m.source_path = None;
     m.run.server_ready_timeout = Duration::from_secs(300);
     m.run.fail_fast.heartbeat_timeout_polls = 10;
@@ -138,6 +135,14 @@ fn smoke_matrix(dir: &Path) -> PathBuf {
             *repo = path.to_str().expect("a UTF-8 path").to_string();
         }
     }
+    m
+}
+
+/// The smoke matrix as [`committed_matrix`] gives it, with explicit, equal weights so that every
+/// scenario gets tests within a 15 s run (10 each, and 20 for SequenceNoStart, which the worker
+/// skips while its stream has a sequence left open), written into `dir` as YAML.
+fn smoke_matrix(dir: &Path) -> PathBuf {
+    let mut m = committed_matrix("smoke.yaml");
     let weights: indexmap::IndexMap<String, u32> = Scenario::ALL
         .iter()
         .map(|s| {
@@ -946,4 +951,114 @@ async fn a_matrix_with_models_runs_infer_against_them_and_passes() {
     }
     let text = read(&run_dir.join("report.txt"));
     assert!(text.contains("== Models, all workers =="), "{text}");
+}
+
+/// Capacity mode against a server whose capacity the test knows: `fixed_capacity` executes 2
+/// requests at once for 20 ms each (100/s at most; N in flight wait ceil(N/2) x 20 ms), and the
+/// target is p99 <= 50 ms. The controller must find about 100/s at 2 to 4 in flight, have gone
+/// past it (5 in flight: ~60 ms) and come back, and end the run on its own, with the two
+/// workers following its targets live (each started once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = tmp.path().join("capacity.yaml");
+    std::fs::write(
+        &matrix,
+        serde_saphyr::to_string(&committed_matrix("capacity.yaml")).unwrap(),
+    )
+    .unwrap();
+    let runs = tmp.path().join("runs");
+    let run_id = "e2e-capacity";
+    let started = Instant::now();
+    let mut driver = Driver::spawn(
+        &run_args(&matrix, &runs, run_id, "170s"),
+        tmp.path(),
+        "driver",
+    );
+    let status = driver.wait(RUN_LIMIT, true).await;
+    let took = started.elapsed();
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let run_dir = runs.join(run_id);
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    let capacity = &report["capacity"];
+    let mix = capacity["results"]
+        .as_array()
+        .expect("capacity results")
+        .iter()
+        .find(|r| r["model"] == "mix")
+        .unwrap_or_else(|| panic!("no mix row: {capacity:#}"))
+        .clone();
+    assert_eq!(mix["group"], "grpc-clients");
+    assert_eq!(mix["phase"], "production");
+    let ending = mix["ending"].as_str().unwrap();
+    assert!(
+        ["converged", "oscillating"].contains(&ending),
+        "ended {ending}: {capacity:#}"
+    );
+    let concurrency = mix["concurrency"].as_u64().unwrap();
+    let max_qps = mix["max_qps"].as_f64().unwrap();
+    let p99_ms = mix["p99_ms"].as_f64().unwrap();
+    assert!(
+        (2..=5).contains(&concurrency),
+        "concurrency {concurrency}: {capacity:#}"
+    );
+    assert!(
+        (70.0..=110.0).contains(&max_qps),
+        "max QPS {max_qps}: {capacity:#}"
+    );
+    assert!(
+        p99_ms <= 52.5,
+        "p99 {p99_ms} ms over the target: {capacity:#}"
+    );
+    let safe = mix["safe_rate_qps"].as_f64().unwrap();
+    assert!((safe - 0.7 * max_qps).abs() < 1e-6, "{mix:#}");
+    let model_row = capacity["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["model"] == "fixed_capacity")
+        .unwrap_or_else(|| panic!("no fixed_capacity row: {capacity:#}"));
+    assert_eq!(
+        model_row["max_qps"], mix["max_qps"],
+        "the only model is the mix"
+    );
+    let checks = capacity["phases"][0]["checks"].as_array().unwrap();
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["judgement"] == "over" && c["concurrency"].as_u64().unwrap() >= 5),
+        "it went past the capacity: {checks:#?}"
+    );
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["next_concurrency"].as_u64() > c["concurrency"].as_u64()),
+        "it increased"
+    );
+    assert!(checks.len() <= 40, "{} checks", checks.len());
+    assert!(
+        took < Duration::from_secs(165),
+        "the controller ended the run itself (took {took:?})"
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("== Capacity =="), "{text}");
+    // The workers changed concurrency live: each started once, and the store has their targets.
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let events = store.events(run_id, 0).await.unwrap();
+    for worker in ["grpc-clients-0", "grpc-clients-1"] {
+        let runs = events
+            .iter()
+            .filter(|e| e.member_id == worker && e.kind == EventKind::Running)
+            .count();
+        assert_eq!(runs, 1, "{worker} started once: {events:?}");
+        assert!(
+            store.load_target(run_id, worker).await.unwrap().is_some(),
+            "{worker} has a load target"
+        );
+    }
 }
