@@ -36,7 +36,9 @@ pub struct Matrix {
     /// Settings of the whole run.
     pub run: RunSettings,
 
-    /// Server templates by name (a DNS-1123 label). A server group instantiates one.
+    /// Server templates by name (a DNS-1123 label). A server group instantiates one. May be
+    /// omitted when every server group names existing servers (`endpoints`).
+    #[serde(default)]
     #[schemars(extend("propertyNames" = { "pattern": NAME_PATTERN }))]
     pub server_templates: IndexMap<String, ServerTemplate>,
 
