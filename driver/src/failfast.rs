@@ -5,7 +5,9 @@
 //! unit-tested on its own.
 //!
 //! Rules, checked in this order every poll:
-//! 1. a member (server or client) ended before the end of the run;
+//! 1. a member (server or client) ended before the end of the run; an external server (one the
+//!    driver did not launch, so it cannot see it end) failed its liveness probe at
+//!    `server_probe_failures` consecutive polls;
 //! 2. a member recorded a FAILURE event;
 //! 3. a client's heartbeat is older than the limit (or none arrived within the start-up grace,
 //!    counted from when its process or pod actually runs);
@@ -32,7 +34,14 @@ pub struct Rules {
     pub zero_qps_polls: u32,
     /// How long the store may be unreadable before the run fails for it.
     pub store_outage_limit: Duration,
+    /// Consecutive failed liveness probes that fail an external server.
+    pub server_probe_failures: u32,
 }
+
+/// Consecutive failed liveness probes (one a poll) that fail an external server: one failed
+/// probe may be a dropped packet or a pause; three are a server that is gone or hung. With the
+/// default 1 s poll and the probes' 1 s limit that is about 3 s, inside the 5 s fail-fast bound.
+pub const SERVER_PROBE_FAILURES: u32 = 3;
 
 impl Rules {
     /// The driver's rules for a matrix: a worker must show its first heartbeat within 15 s of
@@ -45,6 +54,7 @@ impl Rules {
             startup_grace: Duration::from_secs(15).max(heartbeat_limit),
             zero_qps_polls,
             store_outage_limit: Duration::from_secs(60).max(heartbeat_limit),
+            server_probe_failures: SERVER_PROBE_FAILURES,
         }
     }
 }
@@ -54,6 +64,13 @@ impl Rules {
 pub enum Cause {
     /// A member ended before the run did (rule 1).
     Exited(MemberExit),
+    /// An external server failed this many liveness probes in a row (rule 1); `error` is the
+    /// last probe's.
+    ServerUnreachable {
+        member: String,
+        failures: u32,
+        error: String,
+    },
     /// A member recorded a FAILURE event itself (rule 2).
     Reported { member: String, details: String },
     /// No heartbeat for longer than the limit (rule 3); `last_ms` None: none since launch.
@@ -82,6 +99,7 @@ impl Cause {
         match self {
             Cause::Exited(e) => &e.member_id,
             Cause::Reported { member, .. }
+            | Cause::ServerUnreachable { member, .. }
             | Cause::StaleHeartbeat { member, .. }
             | Cause::ZeroQps { member, .. } => member,
             Cause::StoreUnavailable { .. } => STORE_MEMBER,
@@ -93,6 +111,9 @@ impl Cause {
         match self {
             Cause::Exited(e) => format!("{} before the end of the run", e.describe()),
             Cause::Reported { details, .. } => details.clone(),
+            Cause::ServerUnreachable {
+                failures, error, ..
+            } => format!("external server failed {failures} liveness probes in a row: {error}"),
             Cause::StaleHeartbeat {
                 last_ms: Some(at),
                 now_ms,
@@ -174,6 +195,8 @@ pub struct Poll {
     pub latest_qps: Option<Result<Vec<QpsSample>, String>>,
     /// Clients whose process or pod does not run yet (waiting for a node or an image).
     pub not_running: BTreeSet<String>,
+    /// This poll's liveness probes of the external servers (empty when none was probed).
+    pub server_probes: Vec<(String, Result<(), String>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -193,6 +216,8 @@ pub struct FailFast {
     store_down_since_ms: Option<i64>,
     /// Heartbeats count only from here once the store came back from an outage.
     store_back_at_ms: Option<i64>,
+    /// Consecutive failed liveness probes per external server.
+    probe_failures: BTreeMap<String, u32>,
 }
 
 impl FailFast {
@@ -203,6 +228,7 @@ impl FailFast {
             last_event_id: 0,
             store_down_since_ms: None,
             store_back_at_ms: None,
+            probe_failures: BTreeMap::new(),
         }
     }
 
@@ -233,6 +259,23 @@ impl FailFast {
         // 1. A member that ended early.
         if let Some(exit) = poll.exits.into_iter().next() {
             return Some(Cause::Exited(exit));
+        }
+        // 1. An external server that stopped answering (a success resets its count).
+        for (member, probe) in poll.server_probes {
+            let failures = self.probe_failures.entry(member.clone()).or_default();
+            match probe {
+                Ok(()) => *failures = 0,
+                Err(error) => {
+                    *failures += 1;
+                    if *failures >= self.rules.server_probe_failures.max(1) {
+                        return Some(Cause::ServerUnreachable {
+                            member,
+                            failures: *failures,
+                            error,
+                        });
+                    }
+                }
+            }
         }
         let mut store_error: Option<String> = None;
         // 2. A FAILURE event.
@@ -449,6 +492,41 @@ mod tests {
             cause.reason(),
             "killed by signal 9 (SIGKILL) before the end of the run"
         );
+    }
+
+    #[test]
+    fn an_external_server_fails_after_consecutive_failed_probes_only() {
+        let mut ff = machine(&["c-0"]);
+        let probed = |s: i64, results: Vec<Result<(), String>>| {
+            let mut poll = healthy(T0 + s * 1000, &["c-0"], 10.0);
+            poll.server_probes = results
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| (format!("ext-{i}"), r))
+                .collect();
+            poll
+        };
+        let down =
+            || Err("127.0.0.1:9/v2/health/live did not answer: Connection refused".to_string());
+        // Two failures, a success, two failures: never three in a row.
+        assert_eq!(ff.observe(probed(1, vec![Ok(()), down()])), None);
+        assert_eq!(ff.observe(probed(2, vec![Ok(()), down()])), None);
+        assert_eq!(ff.observe(probed(3, vec![Ok(()), Ok(())])), None);
+        assert_eq!(ff.observe(probed(4, vec![down(), down()])), None);
+        assert_eq!(ff.observe(probed(5, vec![Ok(()), down()])), None);
+        // A poll that probed nothing (a member ended first) neither counts nor resets.
+        assert_eq!(ff.observe(healthy(T0 + 5500, &["c-0"], 10.0)), None);
+        let cause = ff.observe(probed(6, vec![Ok(()), down()])).unwrap();
+        assert_eq!(cause.member(), "ext-1");
+        assert_eq!(
+            cause.reason(),
+            "external server failed 3 liveness probes in a row: 127.0.0.1:9/v2/health/live did not answer: Connection refused"
+        );
+        // The server is blamed itself: not a client's failure to attribute, and the driver
+        // records it.
+        assert!(!needs_probe(&cause, &ff.clients()));
+        assert!(attribute(&cause, &[]).record);
+        assert_eq!(rules().server_probe_failures, SERVER_PROBE_FAILURES);
     }
 
     #[test]

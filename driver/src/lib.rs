@@ -6,10 +6,12 @@
 //! * [`plan`]: a run's members, assignments and rules, computed once from the matrix (pure).
 //! * [`preflight`]: which models the client groups need that a server lacks (pure).
 //! * [`failfast`]: the fail-fast rules as a pure state machine, and failure attribution.
+//! * [`external`]: servers that already run (`endpoints`): health checks and probes.
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store.
 
 pub mod capacity;
+pub mod external;
 pub mod failfast;
 pub mod launcher;
 pub mod matrix;

@@ -131,7 +131,7 @@ async fn main() -> ExitCode {
                     Ok(matrix) => println!(
                         "{}: ok ({} servers, {} clients)",
                         m.display(),
-                        matrix.servers().len(),
+                        matrix.servers().len() + matrix.external_servers().len(),
                         matrix.clients().len()
                     ),
                     Err(e) => {

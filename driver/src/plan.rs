@@ -5,7 +5,9 @@
 use crate::capacity::{ControllerConfig, split};
 use crate::failfast::Rules;
 use crate::launcher::{ServerEndpoint, WorkerAssignment};
-use crate::matrix::{CapacitySettings, ClientMember, Matrix, RunMode, ServerMember};
+use crate::matrix::{
+    CapacitySettings, ClientMember, ExternalServer, Matrix, RunMode, ServerMember,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use stress_common::contract::{MemberName, RunId};
@@ -27,7 +29,11 @@ pub struct RunPlan {
     pub server_ready_timeout: Duration,
     pub keep_failed: bool,
     pub rules: Rules,
+    /// The servers the launcher starts.
     pub servers: Vec<ServerMember>,
+    /// The servers that already run (`endpoints`): health-checked and watched by the driver,
+    /// never launched, stopped or removed.
+    pub externals: Vec<ExternalServer>,
     pub clients: Vec<ClientMember>,
     /// Capacity mode's settings (None: a soak run).
     pub capacity: Option<CapacitySettings>,
@@ -39,6 +45,7 @@ impl RunPlan {
     /// The plan of `matrix` under `run_id`; `duration` overrides the matrix's.
     pub fn new(matrix: &Matrix, run_id: RunId, duration: Option<Duration>) -> Self {
         let servers = matrix.servers();
+        let externals = matrix.external_servers();
         let clients = matrix.clients();
         let qualified = servers
             .iter()
@@ -61,6 +68,7 @@ impl RunPlan {
                 ff.zero_qps_polls,
             ),
             servers,
+            externals,
             clients,
             capacity: match matrix.run.mode {
                 RunMode::Capacity => matrix.capacity.clone(),
@@ -102,8 +110,36 @@ impl RunPlan {
         members.iter().position(|m| *m == c.name).map(|i| shares[i])
     }
 
+    /// Every server, launched ones first, then the external ones.
     pub fn server_names(&self) -> Vec<String> {
-        self.servers.iter().map(|s| s.name.to_string()).collect()
+        self.servers
+            .iter()
+            .map(|s| &s.name)
+            .chain(self.externals.iter().map(|e| &e.name))
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// The external server of that name, if it is one.
+    pub fn external(&self, member: &str) -> Option<&ExternalServer> {
+        self.externals.iter().find(|e| e.name == member)
+    }
+
+    /// Where the clients reach each external server (an address it lacks is empty).
+    pub fn external_endpoints(&self) -> BTreeMap<String, ServerEndpoint> {
+        self.externals
+            .iter()
+            .map(|e| {
+                let port = |p: &Option<String>| p.clone().unwrap_or_default();
+                let ep = ServerEndpoint {
+                    member: e.name.to_string(),
+                    grpc: port(&e.ports.grpc),
+                    http: port(&e.ports.http),
+                    metrics: port(&e.ports.metrics),
+                };
+                (e.name.to_string(), ep)
+            })
+            .collect()
     }
 
     pub fn client_names(&self) -> BTreeSet<String> {
@@ -121,8 +157,26 @@ impl RunPlan {
     /// Every member as the store records it before launch (no address or command yet).
     pub fn members(&self) -> Vec<Member> {
         let servers = self.servers.iter().map(|s| self.server_record(s));
+        let externals = self.externals.iter().map(|e| self.external_record(e));
         let clients = self.clients.iter().map(|c| self.client_record(c));
-        servers.chain(clients).collect()
+        servers.chain(externals).chain(clients).collect()
+    }
+
+    /// An external server as the store records it: its addresses, and no process or command
+    /// (an empty `process_name` is how the report tells it was not launched).
+    pub fn external_record(&self, e: &ExternalServer) -> Member {
+        Member {
+            run_id: self.run_id.to_string(),
+            member_id: e.name.to_string(),
+            role: Role::Server,
+            group_name: e.group.clone(),
+            index: e.index,
+            address: e.address(),
+            process_name: String::new(),
+            corr_id_base: None,
+            corr_id_block_size: None,
+            command: String::new(),
+        }
     }
 
     pub fn server_record(&self, s: &ServerMember) -> Member {
@@ -182,7 +236,7 @@ impl RunPlan {
     }
 
     /// What a failed run keeps for inspection: the failed members and, for a failed client, the
-    /// servers it talked to.
+    /// servers it talked to. External servers are not the launcher's to keep or remove.
     pub fn kept_for_inspection(&self, failed: &BTreeSet<String>) -> BTreeSet<String> {
         let mut keep = failed.clone();
         for c in self
@@ -192,6 +246,7 @@ impl RunPlan {
         {
             keep.extend(c.targets.iter().map(MemberName::to_string));
         }
+        keep.retain(|m| self.external(m).is_none());
         keep
     }
 }
@@ -313,6 +368,35 @@ client_groups:
         let grpc = worker_contract(&p.clients[0], &g1);
         assert!(grpc.models.is_empty() && grpc.shapes.is_empty() && grpc.input_data.is_empty());
         assert!(grpc.batch_sizes.is_empty());
+    }
+
+    #[test]
+    fn external_servers_are_members_with_addresses_and_targets() {
+        let m = matrix::parse(
+            &MATRIX.replace(
+                "  b: {template: triton, instances: 1}",
+                "  b:\n    endpoints: [{grpc: \"10.0.0.9:8001\", http: \"10.0.0.9:8000\"}]",
+            ),
+            "plan.yaml",
+        )
+        .unwrap();
+        let p = RunPlan::new(&m, RunId::new("plan-1"), None);
+        assert_eq!(p.server_names(), ["a-0", "a-1", "b-0"]);
+        assert_eq!(p.servers.len(), 2, "only a's are launched");
+        let b0 = &p.members()[2];
+        assert_eq!(
+            (b0.member_id.as_str(), b0.role, b0.address.as_str()),
+            ("b-0", Role::Server, "grpc=10.0.0.9:8001 http=10.0.0.9:8000")
+        );
+        assert!(b0.process_name.is_empty() && b0.command.is_empty());
+        // The HTTP client h reaches b-0 at its HTTP port.
+        let endpoints = p.external_endpoints();
+        assert_eq!(endpoints["b-0"].metrics, "", "no metrics port given");
+        let h0 = p.assignment(&p.clients[2], &endpoints, "sqlite:///x", None);
+        assert_eq!(h0.servers, ["10.0.0.9:8000"]);
+        // A failed client keeps its launched servers only.
+        let keep = p.kept_for_inspection(&BTreeSet::from(["h-0".to_string()]));
+        assert_eq!(keep, BTreeSet::from(["h-0".into()]));
     }
 
     #[test]

@@ -32,6 +32,19 @@ pub struct WorkerQps {
     pub series: Vec<(f64, f64)>,
 }
 
+/// A server of the run, launched or external.
+#[derive(Debug, Serialize)]
+pub struct ServerRow {
+    pub member_id: String,
+    pub group: String,
+    /// Where clients reached it: `grpc=H:P http=H:P metrics=H:P` (those known).
+    pub address: String,
+    /// An existing server named by the matrix's `endpoints`, not launched by the driver.
+    pub external: bool,
+    /// Whether its Triton /metrics were scraped (see `server_metrics`); when not, why.
+    pub metrics: String,
+}
+
 #[derive(Debug, Serialize)]
 pub struct FailedMember {
     pub member_id: String,
@@ -57,6 +70,8 @@ pub struct Report {
     /// One row per (model, scenario), all workers.
     pub models: Vec<ModelRowJson>,
     pub workers: Vec<WorkerQps>,
+    /// Every server, launched and external, in member order.
+    pub servers: Vec<ServerRow>,
     pub server_metrics: BTreeMap<String, Vec<ModelMetrics>>,
     pub failure_count: u64,
     pub failures: Vec<(String, FailureRecord)>,
@@ -299,9 +314,31 @@ impl Report {
             .into_iter()
             .map(|(member, d)| (member, MemberDiagnostics::from_json(d)))
             .collect();
-        let server_metrics = diagnostics
+        let server_metrics: BTreeMap<String, Vec<ModelMetrics>> = diagnostics
             .iter_mut()
             .filter_map(|(member, d)| Some((member.clone(), d.server_metrics.take()?)))
+            .collect();
+        let servers = members
+            .iter()
+            .filter(|m| m.role == Role::Server)
+            .map(|m| {
+                // The store records an external server without a process name: none ran.
+                let external = m.process_name.is_empty();
+                let metrics = if server_metrics.contains_key(&m.member_id) {
+                    "scraped"
+                } else if external && !m.address.contains("metrics=") {
+                    "not scraped (the matrix gives no metrics address)"
+                } else {
+                    "not scraped (no answer)"
+                };
+                ServerRow {
+                    member_id: m.member_id.clone(),
+                    group: m.group_name.clone(),
+                    address: m.address.clone(),
+                    external,
+                    metrics: metrics.into(),
+                }
+            })
             .collect();
 
         let mut failed_members: Vec<FailedMember> = Vec::new();
@@ -357,6 +394,7 @@ impl Report {
                 .collect(),
             models: model_table.to_json(load_seconds),
             workers,
+            servers,
             server_metrics,
             failure_count,
             failures,
@@ -412,6 +450,27 @@ impl Report {
                     w.avg,
                     w.max,
                     sparkline(&values, 40)
+                );
+            }
+        }
+        // Listed when some were not launched: where they were, and whether their metrics are
+        // below (a launched server's whereabouts are in its events and failure block).
+        if self.servers.iter().any(|s| s.external) {
+            let _ = writeln!(out, "\n== Servers ==");
+            let _ = writeln!(
+                out,
+                "{:<24} {:<16} {:<9} {:<48} metrics",
+                "Server", "Group", "Launched", "Address"
+            );
+            for s in &self.servers {
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:<16} {:<9} {:<48} {}",
+                    s.member_id,
+                    s.group,
+                    if s.external { "external" } else { "yes" },
+                    s.address,
+                    s.metrics
                 );
             }
         }

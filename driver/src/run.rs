@@ -8,6 +8,7 @@
 //! then do servers stop. The report is then built from the store alone.
 
 use crate::capacity;
+use crate::external;
 use crate::failfast::{self, Cause, FailFast, Poll};
 use crate::launcher::{LaunchError, Launcher, MemberExit, ServerEndpoint};
 use crate::matrix::{self, Matrix, MatrixError};
@@ -19,9 +20,9 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use stress_common::contract::{MemberName, RunId};
-use stress_common::http;
 use stress_common::status::EventKind;
 use stress_common::store::{Member, NewRun, Store, StoreError};
+use stress_common::{http, tritonserver};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
@@ -207,6 +208,7 @@ pub async fn run(
     let mut driver = Driver {
         store: &store,
         launcher,
+        matrix,
         plan: &plan,
         store_url: &store_url,
         perf_analyzer: perf_analyzer.as_deref(),
@@ -219,17 +221,10 @@ pub async fn run(
     // Record what the report needs before anything is cleaned up.
     let failed = verdict != Verdict::Pass;
     if failed {
-        scrape_server_metrics(
-            &store,
-            launcher,
-            run_id,
-            &plan.server_names(),
-            FAILURE_SCRAPE_BUDGET,
-        )
-        .await;
+        scrape_server_metrics(&store, launcher, &plan, FAILURE_SCRAPE_BUDGET).await;
         launcher.stop_all(FAILURE_STOP_GRACE).await;
     }
-    save_diagnostics(&store, launcher, run_id).await;
+    save_diagnostics(&store, launcher, &plan).await;
     store
         .finish_run(run_id, verdict.as_str(), stress_common::now_ms())
         .await?;
@@ -271,25 +266,45 @@ pub fn write_report(run_dir: &Path, report: &Report) -> Result<(), DriverError> 
     .map_err(io)
 }
 
+/// Where an external server is, for people: its addresses.
+fn external_location(e: &crate::matrix::ExternalServer) -> String {
+    format!(
+        "external server (not launched by the driver): {}",
+        e.address()
+    )
+}
+
 /// Scrapes Triton's /metrics of every server still up into the store, parsed per model, giving
-/// up on the servers that have not answered within `budget` (all together).
+/// up on the servers that have not answered within `budget` (all together). An external server
+/// is scraped at its metrics address, when the matrix gives one.
 async fn scrape_server_metrics(
     store: &Store,
     launcher: &mut dyn Launcher,
-    run_id: &str,
-    servers: &[String],
+    plan: &RunPlan,
     budget: Duration,
 ) {
+    let run_id = &plan.run_id;
     let deadline = tokio::time::Instant::now() + budget;
-    for s in servers {
-        let text = tokio::time::timeout_at(deadline, launcher.server_metrics(s)).await;
+    for s in &plan.server_names() {
+        let external = plan.external(s);
+        let text = match external {
+            Some(e) => match &e.ports.metrics {
+                Some(address) => {
+                    tokio::time::timeout_at(deadline, tritonserver::metrics_text(address)).await
+                }
+                None => continue,
+            },
+            None => tokio::time::timeout_at(deadline, launcher.server_metrics(s)).await,
+        };
         if let Ok(Some(text)) = text {
             // The metrics alone: the rest of a server's diagnostics is taken only when it
             // failed (save_diagnostics), and can take seconds (a pod's logs and events).
             let d = crate::launcher::MemberDiagnostics {
                 launcher: launcher.name().into(),
                 command: launcher.command_line(s),
-                location: launcher.locate(s),
+                location: external
+                    .map(external_location)
+                    .or_else(|| launcher.locate(s)),
                 server_metrics: Some(stress_common::triton_metrics::parse(&text)),
                 ..Default::default()
             };
@@ -301,9 +316,10 @@ async fn scrape_server_metrics(
 }
 
 /// Saves launcher diagnostics of every member with a FAILURE event (keeping the server metrics
-/// saved before).
-async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, run_id: &str) {
+/// saved before). An external server has no process or pod to diagnose: only where it is.
+async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, plan: &RunPlan) {
     use crate::launcher::MemberDiagnostics;
+    let run_id = plan.run_id.as_str();
     let Ok(events) = store.events(run_id, 0).await else {
         return;
     };
@@ -320,7 +336,14 @@ async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, run_id: &s
             continue;
         }
         done.push(e.member_id.clone());
-        let mut d = launcher.diagnostics(&e.member_id).await;
+        let mut d = match plan.external(&e.member_id) {
+            Some(ext) => MemberDiagnostics {
+                launcher: launcher.name().into(),
+                location: Some(external_location(ext)),
+                ..Default::default()
+            },
+            None => launcher.diagnostics(&e.member_id).await,
+        };
         d.server_metrics = saved_metrics.remove(&e.member_id);
         if let Err(err) = store
             .save_diagnostics(run_id, &e.member_id, &d.to_json())
@@ -348,6 +371,7 @@ fn is_harness(member: &str) -> bool {
 struct Driver<'a> {
     store: &'a Store,
     launcher: &'a mut dyn Launcher,
+    matrix: &'a Matrix,
     plan: &'a RunPlan,
     store_url: &'a str,
     perf_analyzer: Option<&'a str>,
@@ -387,7 +411,10 @@ impl Driver<'_> {
         let mut probes = Vec::new();
         if failfast::needs_probe(&cause, &self.plan.client_names()) {
             for server in self.plan.targets_of(cause.member()) {
-                let r = self.launcher.server_live(server, PROBE_TIMEOUT).await;
+                let r = match self.plan.external(server) {
+                    Some(e) => external::probe_live(e, PROBE_TIMEOUT).await,
+                    None => self.launcher.server_live(server, PROBE_TIMEOUT).await,
+                };
                 let dead = r.is_err();
                 probes.push((server.clone(), r));
                 if dead {
@@ -423,14 +450,19 @@ impl Driver<'_> {
             let url = format!("http://{}/v2/repository/index", ep.http);
             // `{}`: every model, loaded or not, so a model that failed to load is named with
             // its state and reason rather than as absent.
-            let index = match http::post_json(&url, &serde_json::json!({}), INDEX_TIMEOUT).await {
-                Ok(r) if r.is_ok() => preflight::parse_index(&r.body),
-                Ok(r) => Err(format!(
-                    "repository index: HTTP {}: {}",
-                    r.status,
-                    r.body.trim()
-                )),
-                Err(e) => Err(format!("repository index: {e}")),
+            let index = if ep.http.is_empty() {
+                // An external server given by its gRPC address only.
+                external::repository_index(&ep.grpc, INDEX_TIMEOUT).await
+            } else {
+                match http::post_json(&url, &serde_json::json!({}), INDEX_TIMEOUT).await {
+                    Ok(r) if r.is_ok() => preflight::parse_index(&r.body),
+                    Ok(r) => Err(format!(
+                        "repository index: HTTP {}: {}",
+                        r.status,
+                        r.body.trim()
+                    )),
+                    Err(e) => Err(format!("repository index: {e}")),
+                }
             };
             match index {
                 Ok(index) => {
@@ -459,8 +491,62 @@ impl Driver<'_> {
         Some(Verdict::BadInput(reason))
     }
 
+    /// Before anything is launched: every external server answers at each of its addresses,
+    /// else the run stops as bad input naming each that does not (file:line, field, address,
+    /// what failed).
+    async fn check_externals(&mut self) -> Option<Verdict> {
+        let plan = self.plan;
+        if plan.externals.is_empty() {
+            return None;
+        }
+        for e in &plan.externals {
+            let details = format!("checking {}", external_location(e));
+            self.record(&e.name, EventKind::Starting, &details).await;
+        }
+        self.progress.show(&format!(
+            "checking {} external server(s)",
+            plan.externals.len()
+        ));
+        let checks = plan.externals.iter().map(external::check_at_start);
+        let results = tokio::select! {
+            r = futures::future::join_all(checks) => r,
+            _ = self.cancel.cancelled() => return Some(Verdict::Aborted("interrupted while checking external servers".into())),
+        };
+        let mut failures = Vec::new();
+        for (e, result) in plan.externals.iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    let details = format!("live and ready ({})", external_location(e));
+                    self.record(&e.name, EventKind::Running, &details).await;
+                }
+                Err(f) => {
+                    let port = e.by_protocol.then_some(f.port);
+                    let at = self
+                        .matrix
+                        .locate_endpoint(&e.group, e.index, port)
+                        .map(|at| format!("{at}: "))
+                        .unwrap_or_default();
+                    let reason = format!(
+                        "{at}{}: existing server {} does not answer: {} ({} tries)",
+                        f.field,
+                        e.name,
+                        f.why,
+                        external::START_ATTEMPTS
+                    );
+                    self.record(&e.name, EventKind::Failure, &reason).await;
+                    failures.push(reason);
+                }
+            }
+        }
+        (!failures.is_empty()).then(|| Verdict::BadInput(failures.join("; ")))
+    }
+
     async fn drive(&mut self) -> Verdict {
         let plan = self.plan;
+        // External servers first: a wrong address is bad input, found before anything starts.
+        if let Some(verdict) = self.check_externals().await {
+            return verdict;
+        }
         // Servers.
         for s in &plan.servers {
             self.record(&s.name, EventKind::Starting, "launching").await;
@@ -481,7 +567,7 @@ impl Driver<'_> {
             r = self.launcher.wait_servers_ready(plan.server_ready_timeout) => r,
             _ = self.cancel.cancelled() => return Verdict::Aborted("interrupted while servers started".into()),
         };
-        let endpoints: BTreeMap<String, ServerEndpoint> = match ready {
+        let mut endpoints: BTreeMap<String, ServerEndpoint> = match ready {
             Ok(ready) => ready
                 .into_iter()
                 .map(|ep| (ep.member.clone(), ep))
@@ -505,6 +591,7 @@ impl Driver<'_> {
             );
             self.record(&s.name, EventKind::Running, &details).await;
         }
+        endpoints.extend(plan.external_endpoints());
         if let Some(verdict) = self.check_models(&endpoints).await {
             return verdict;
         }
@@ -593,14 +680,7 @@ impl Driver<'_> {
         // The end: workers flush their final counts, then servers stop.
         self.progress.show("stopping workers");
         let exits: Vec<MemberExit> = self.launcher.stop_clients(CLIENT_STOP_GRACE).await;
-        scrape_server_metrics(
-            self.store,
-            self.launcher,
-            &plan.run_id,
-            &plan.server_names(),
-            SCRAPE_BUDGET,
-        )
-        .await;
+        scrape_server_metrics(self.store, self.launcher, plan, SCRAPE_BUDGET).await;
         let all_events = self.store.events(&plan.run_id, 0).await.unwrap_or_default();
         let late: Vec<_> = all_events
             .iter()
@@ -627,8 +707,12 @@ impl Driver<'_> {
         self.launcher.stop_servers(SERVER_STOP_GRACE).await;
         if verdict == Verdict::Pass {
             for name in endpoints.keys() {
-                self.record(name, EventKind::Success, "stopped after the run")
-                    .await;
+                let details = if plan.external(name).is_some() {
+                    "left running (an external server)"
+                } else {
+                    "stopped after the run"
+                };
+                self.record(name, EventKind::Success, details).await;
             }
         }
         verdict
@@ -659,6 +743,20 @@ impl Driver<'_> {
             .into_iter()
             .filter(|m| !self.launcher.is_running(m))
             .collect();
+        // External servers: the launcher cannot see them end, so each poll probes them, all
+        // at once (a hung one costs PROBE_TIMEOUT, not one each).
+        let probes = self
+            .plan
+            .externals
+            .iter()
+            .map(|e| external::probe_live(e, PROBE_TIMEOUT));
+        let server_probes = self
+            .plan
+            .externals
+            .iter()
+            .map(|e| e.name.to_string())
+            .zip(futures::future::join_all(probes).await)
+            .collect();
         Poll {
             now_ms: stress_common::now_ms(),
             exits,
@@ -666,6 +764,7 @@ impl Driver<'_> {
             heartbeats: Some(heartbeats),
             latest_qps: Some(latest_qps),
             not_running,
+            server_probes,
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use stress_common::contract::{CorrIdAllocator, CorrIdBlock, MemberName};
 
-use super::types::{ClientTemplate, Matrix, ServerTemplate};
+use super::types::{ClientTemplate, EndpointPorts, Matrix, Protocol, ServerTemplate};
 
 /// One Triton server to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +17,53 @@ pub struct ServerMember {
     pub template_name: String,
     /// Its template.
     pub template: ServerTemplate,
+}
+
+/// One existing server: never started, stopped or removed by the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalServer {
+    /// `<group>-<index>`, e.g. `staging-0`.
+    pub name: MemberName,
+    /// The server group it belongs to.
+    pub group: String,
+    /// Its index in the group's `endpoints`, from 0.
+    pub index: u32,
+    /// Its addresses (a `HOST:PORT` entry under the protocol of the clients that target it).
+    pub ports: EndpointPorts,
+    /// Whether the entry is a mapping of ports (then its fields are named by protocol), or a
+    /// bare `HOST:PORT`.
+    pub by_protocol: bool,
+}
+
+impl ExternalServer {
+    /// The matrix field of its entry, as diagnostics name it: `server_groups.G.endpoints[I]`.
+    pub fn field(&self) -> String {
+        format!("server_groups.{}.endpoints[{}]", self.group, self.index)
+    }
+
+    /// The matrix field of one of its addresses: `server_groups.G.endpoints[I].grpc` for a
+    /// mapping, the entry itself for a bare `HOST:PORT`.
+    pub fn port_field(&self, port: &str) -> String {
+        if self.by_protocol {
+            format!("{}.{port}", self.field())
+        } else {
+            self.field()
+        }
+    }
+
+    /// Its addresses in one line, as the store and the report show them:
+    /// `grpc=H:P http=H:P metrics=H:P` (those known).
+    pub fn address(&self) -> String {
+        [
+            ("grpc", &self.ports.grpc),
+            ("http", &self.ports.http),
+            ("metrics", &self.ports.metrics),
+        ]
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+        .collect::<Vec<_>>()
+        .join(" ")
+    }
 }
 
 /// One stress client (worker) to start.
@@ -52,24 +99,58 @@ impl Matrix {
     ///
     /// If a group names a template that does not exist, which [`super::parse`] and
     /// [`super::load`] never let through.
+    /// Servers of `endpoints` groups are not among them: see [`Matrix::external_servers`].
     pub fn servers(&self) -> Vec<ServerMember> {
         let mut members = Vec::new();
-        for (group, g) in &self.server_groups {
+        for (group, g) in self.server_groups.iter().filter(|(_, g)| !g.is_external()) {
+            let template_name = g
+                .template
+                .as_ref()
+                .unwrap_or_else(|| panic!("server group {group}: no template"));
             let template = self
                 .server_templates
-                .get(&g.template)
+                .get(template_name)
                 .unwrap_or_else(|| panic!("server group {group}: undefined template"));
-            for index in 0..g.instances {
+            for index in 0..g.member_count() {
                 members.push(ServerMember {
                     name: member_name(group, index),
                     group: group.clone(),
                     index,
-                    template_name: g.template.clone(),
+                    template_name: template_name.clone(),
                     template: template.clone(),
                 });
             }
         }
         members
+    }
+
+    /// Every existing server (the `endpoints` of server groups), group by group in file order,
+    /// then in list order.
+    pub fn external_servers(&self) -> Vec<ExternalServer> {
+        let mut members = Vec::new();
+        for (group, g) in &self.server_groups {
+            let protocol = self.client_protocol(group);
+            for (index, endpoint) in (0u32..).zip(&g.endpoints) {
+                members.push(ExternalServer {
+                    name: member_name(group, index),
+                    group: group.clone(),
+                    index,
+                    ports: endpoint.ports(protocol),
+                    by_protocol: matches!(endpoint, super::types::Endpoint::Ports(_)),
+                });
+            }
+        }
+        members
+    }
+
+    /// The protocol of the client groups that target a server group: the first one's (None
+    /// when none does). Validation requires one protocol where a bare `HOST:PORT` needs it.
+    pub fn client_protocol(&self, server_group: &str) -> Option<Protocol> {
+        self.client_groups
+            .values()
+            .filter(|c| c.target == server_group)
+            .find_map(|c| self.client_templates.get(&c.template))
+            .map(|t| t.protocol)
     }
 
     /// Every client member, group by group in file order, then by index. Correlation-id
@@ -93,7 +174,7 @@ impl Matrix {
                 .server_groups
                 .get(&g.target)
                 .unwrap_or_else(|| panic!("client group {group}: undefined target"));
-            let targets: Vec<MemberName> = (0..target.instances)
+            let targets: Vec<MemberName> = (0..target.member_count())
                 .map(|i| member_name(&g.target, i))
                 .collect();
             for index in 0..g.instances {

@@ -37,12 +37,12 @@ use std::path::Path;
 use serde_saphyr::{DefaultMessageFormatter, MessageFormatter};
 
 pub use error::{Diagnostic, MatrixError, Position};
-pub use expand::{ClientMember, ServerMember, member_name};
+pub use expand::{ClientMember, ExternalServer, ServerMember, member_name};
 pub use types::{
     ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, ClientGroup, ClientTemplate,
-    DEFAULT_CORR_ID_BLOCK_SIZE, FailFast, LoadMode, MATRIX_VERSION, MODEL_IMAGE_SOURCE, Matrix,
-    ModelImage, ModelSpec, Protocol, Resources, RunMode, RunSettings, ServerGroup, ServerTemplate,
-    ServerVolume, Toleration, TraceLevel, TraceSettings,
+    DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, LoadMode, MATRIX_VERSION,
+    MODEL_IMAGE_SOURCE, Matrix, ModelImage, ModelSpec, Protocol, Resources, RunMode, RunSettings,
+    ServerGroup, ServerTemplate, ServerVolume, Toleration, TraceLevel, TraceSettings,
 };
 pub use validate::{CORR_IDS_PER_STREAM, MAX_LABEL_LEN, is_dns_label};
 
@@ -185,6 +185,26 @@ pub fn parse(text: &str, file_name: &str) -> Result<Matrix, MatrixError> {
     } else {
         diagnostics.sort_by_key(|d| d.position);
         Err(MatrixError::Invalid(diagnostics))
+    }
+}
+
+impl Matrix {
+    /// Where the `index`-th endpoint of server group `group` is in the file this matrix was
+    /// loaded from, as `FILE:LINE:COLUMN` (of its `port` address when given and written as a
+    /// mapping). None for a matrix not loaded from a file, or a file that changed since.
+    pub fn locate_endpoint(&self, group: &str, index: u32, port: Option<&str>) -> Option<String> {
+        let file = self.source_path.as_deref()?;
+        let text = std::fs::read_to_string(file).ok()?;
+        let (map, _) = SourceMap::scan(&text).ok()?;
+        let entry = FieldPath::root()
+            .key("server_groups")
+            .key(group)
+            .key("endpoints")
+            .index(usize::try_from(index).ok()?);
+        let position = port
+            .and_then(|p| map.locate(&entry.key(p), Anchor::Value))
+            .or_else(|| map.locate(&entry, Anchor::Value))?;
+        Some(format!("{}:{position}", file.display()))
     }
 }
 

@@ -36,7 +36,9 @@ pub struct Matrix {
     /// Settings of the whole run.
     pub run: RunSettings,
 
-    /// Server templates by name (a DNS-1123 label). A server group instantiates one.
+    /// Server templates by name (a DNS-1123 label). A server group instantiates one. May be
+    /// omitted when every server group names existing servers (`endpoints`).
+    #[serde(default)]
     #[schemars(extend("propertyNames" = { "pattern": NAME_PATTERN }))]
     pub server_templates: IndexMap<String, ServerTemplate>,
 
@@ -281,18 +283,144 @@ pub struct ServerTemplate {
     pub tolerations: Vec<Toleration>,
 }
 
-/// A group of identical Triton servers.
+/// A group of identical Triton servers: either servers the driver launches (`template` and
+/// `instances`) or servers that already run (`endpoints`), which the driver health-checks at
+/// start and watches during the run but never starts, stops or removes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerGroup {
-    /// Name of the server template its members run.
-    #[schemars(with = "Name")]
-    pub template: String,
+    /// Name of the server template its members run. Not with `endpoints`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Name>")]
+    pub template: Option<String>,
 
-    /// Number of servers, at least 1.
+    /// Number of servers, at least 1. With `endpoints`: omitted, or their count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
-    pub instances: u32,
+    pub instances: Option<u32>,
+
+    /// Existing servers, one member each (`<group>-<index>` in list order), instead of
+    /// launching any: reachable from the driver and the workers (on Kubernetes, from the pods).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<Endpoint>,
 }
+
+impl ServerGroup {
+    /// Whether the group names existing servers rather than servers to launch.
+    pub fn is_external(&self) -> bool {
+        !self.endpoints.is_empty()
+    }
+
+    /// How many members the group has: its endpoints, or its instances.
+    pub fn member_count(&self) -> u32 {
+        if self.is_external() {
+            u32::try_from(self.endpoints.len()).unwrap_or(u32::MAX)
+        } else {
+            self.instances.unwrap_or(0)
+        }
+    }
+}
+
+/// An existing server: `HOST:PORT` (the port of the protocol of the client groups that target
+/// the group, which must then all use one), or its ports by protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Endpoint {
+    /// `HOST:PORT` of the clients' protocol.
+    Address(String),
+    /// The server's addresses by protocol.
+    Ports(EndpointPorts),
+}
+
+/// An existing server's addresses by protocol, each `HOST:PORT`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointPorts {
+    /// Triton's gRPC endpoint (its `--grpc-port`); needed by gRPC client groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<String>,
+    /// Triton's HTTP endpoint (its `--http-port`); needed by HTTP client groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
+    /// Triton's metrics endpoint (its `--metrics-port`). Omitted: the server's metrics are
+    /// not scraped (the report says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
+}
+
+impl Endpoint {
+    /// The addresses as written: for `HOST:PORT`, that address under the clients' `protocol`
+    /// (None when no client group targets the group: then it is unknown).
+    pub fn ports(&self, protocol: Option<Protocol>) -> EndpointPorts {
+        match self {
+            Endpoint::Ports(p) => p.clone(),
+            Endpoint::Address(a) => EndpointPorts {
+                grpc: (protocol == Some(Protocol::Grpc)).then(|| a.clone()),
+                http: (protocol == Some(Protocol::Http)).then(|| a.clone()),
+                metrics: None,
+            },
+        }
+    }
+}
+
+// By hand rather than `untagged`: a mapping's mistakes (an unknown key) are then reported as
+// such instead of "did not match any variant".
+impl<'de> Deserialize<'de> for Endpoint {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct EndpointVisitor;
+        impl<'de> serde::de::Visitor<'de> for EndpointVisitor {
+            type Value = Endpoint;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("`HOST:PORT` or a mapping of `grpc`, `http` and `metrics` addresses")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Endpoint, E> {
+                Ok(Endpoint::Address(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Endpoint, A::Error> {
+                EndpointPorts::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(Endpoint::Ports)
+            }
+        }
+        de.deserialize_any(EndpointVisitor)
+    }
+}
+
+impl JsonSchema for Endpoint {
+    fn schema_name() -> Cow<'static, str> {
+        "Endpoint".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let address = |description: &str| {
+            serde_json::json!({
+                "description": description,
+                "type": "string",
+                "pattern": ADDRESS_PATTERN
+            })
+        };
+        json_schema!({
+            "description": "An existing server: `HOST:PORT` (the port of the protocol of the client groups that target the group, which must then all use one), or its ports by protocol.",
+            "oneOf": [
+                address("`HOST:PORT` of the clients' protocol."),
+                {
+                    "type": "object",
+                    "properties": {
+                        "grpc": address("Triton's gRPC endpoint (its `--grpc-port`); needed by gRPC client groups."),
+                        "http": address("Triton's HTTP endpoint (its `--http-port`); needed by HTTP client groups."),
+                        "metrics": address("Triton's metrics endpoint (its `--metrics-port`). Omitted: the server's metrics are not scraped (the report says so).")
+                    },
+                    "anyOf": [{ "required": ["grpc"] }, { "required": ["http"] }],
+                    "additionalProperties": false
+                }
+            ]
+        })
+    }
+}
+
+/// Schema pattern of `HOST:PORT` (a host name, an IPv4 address or a bracketed IPv6 address);
+/// validation checks the port's range.
+const ADDRESS_PATTERN: &str =
+    r"^([A-Za-z0-9]([-A-Za-z0-9._]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$";
 
 /// What a stress client (worker) member runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -7,8 +7,8 @@ use stress_common::scenario::Scenario;
 
 use super::source::{Anchor, FieldPath};
 use super::types::{
-    Artifact, ClientTemplate, LoadMode, MATRIX_VERSION, Matrix, ModelImage, Resources, RunMode,
-    ServerTemplate, ServerVolume, TraceSettings,
+    Artifact, ClientTemplate, Endpoint, LoadMode, MATRIX_VERSION, Matrix, ModelImage, Protocol,
+    Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume, TraceSettings,
 };
 use crate::launcher::kube::{LAUNCHER_VOLUMES, MODEL_IMAGE_VOLUME};
 
@@ -86,6 +86,41 @@ fn is_absolute_dir(p: &str) -> bool {
 /// Whether two absolute paths name the same directory (a trailing '/' aside).
 fn same_dir(a: &str, b: &str) -> bool {
     a.trim_end_matches('/') == b.trim_end_matches('/')
+}
+
+/// Whether `address` is `HOST:PORT` (see [`Checker::address`]); the error says what is wrong.
+pub fn check_address(address: &str) -> Result<(), String> {
+    let form = || {
+        format!(
+            "{address:?} is not HOST:PORT (a host name or IP address and a port, without a scheme, e.g. \"triton.staging:8001\")"
+        )
+    };
+    let (host, port) = address.rsplit_once(':').ok_or_else(form)?;
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => {
+            !v6.is_empty()
+                && v6
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() || ":.".contains(c))
+        }
+        None => {
+            !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+                && !host.starts_with(['-', '.'])
+                && !host.ends_with(['-', '.'])
+        }
+    };
+    if !host_ok || port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(form());
+    }
+    match port.parse::<u32>() {
+        Ok(p) if (1..=65535).contains(&p) => Ok(()),
+        _ => Err(format!(
+            "port {port} of {address:?} is out of range (1 to 65535)"
+        )),
+    }
 }
 
 const LABEL_RULE: &str = "lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit";
@@ -476,6 +511,107 @@ impl Checker {
         }
     }
 
+    /// A group of existing servers: no template, an instance count that agrees, and every
+    /// entry an address (or addresses) the client groups that target it can use.
+    fn external_group(&mut self, path: FieldPath, m: &Matrix, name: &str, g: &ServerGroup) {
+        if g.template.is_some() {
+            self.push(
+                path.key("template"),
+                Anchor::Key,
+                "a group either launches servers from a template or names existing ones: `template` and `endpoints` exclude each other",
+            );
+        }
+        if let Some(n) = g.instances
+            && usize::try_from(n).ok() != Some(g.endpoints.len())
+        {
+            self.push(
+                path.key("instances"),
+                Anchor::Value,
+                format!(
+                    "{n} instances, but {} endpoints (omit `instances` with `endpoints`)",
+                    g.endpoints.len()
+                ),
+            );
+        }
+        // The protocol of every client group that targets this one, by group name.
+        let clients: Vec<(&String, Protocol)> = m
+            .client_groups
+            .iter()
+            .filter(|(_, c)| c.target == name)
+            .filter_map(|(n, c)| Some((n, m.client_templates.get(&c.template)?.protocol)))
+            .collect();
+        let epath = path.key("endpoints");
+        for (i, endpoint) in g.endpoints.iter().enumerate() {
+            let p = epath.index(i);
+            match endpoint {
+                Endpoint::Address(address) => {
+                    self.address(p.clone(), address);
+                    let grpc = clients.iter().find(|(_, pr)| *pr == Protocol::Grpc);
+                    let http = clients.iter().find(|(_, pr)| *pr == Protocol::Http);
+                    match (grpc, http) {
+                        (Some((g, _)), Some((h, _))) => self.push(
+                            p,
+                            Anchor::Value,
+                            format!(
+                                "client groups {g} (grpc) and {h} (http) both target this group, so one `HOST:PORT` cannot serve both: give the ports by protocol ({{grpc: HOST:PORT, http: HOST:PORT}})"
+                            ),
+                        ),
+                        (None, None) => self.push(
+                            p,
+                            Anchor::Value,
+                            format!(
+                                "no client group targets server group {name:?}, so the protocol of this port is unknown: write {{grpc: HOST:PORT}} or {{http: HOST:PORT}}"
+                            ),
+                        ),
+                        _ => {}
+                    }
+                }
+                Endpoint::Ports(ports) => {
+                    for (key, value) in [
+                        ("grpc", &ports.grpc),
+                        ("http", &ports.http),
+                        ("metrics", &ports.metrics),
+                    ] {
+                        if let Some(address) = value {
+                            self.address(p.key(key), address);
+                        }
+                    }
+                    if ports.grpc.is_none() && ports.http.is_none() {
+                        self.push(
+                            p,
+                            Anchor::Value,
+                            "needs a `grpc` or an `http` address (HOST:PORT)",
+                        );
+                        continue;
+                    }
+                    for (client, protocol) in &clients {
+                        let (key, given) = match protocol {
+                            Protocol::Grpc => ("grpc", &ports.grpc),
+                            Protocol::Http => ("http", &ports.http),
+                        };
+                        if given.is_none() {
+                            self.push(
+                                p.clone(),
+                                Anchor::Value,
+                                format!(
+                                    "client group {client} speaks {key}, but this endpoint has no `{key}` address"
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `HOST:PORT`: a host name, an IPv4 address or a bracketed IPv6 address, and a port in
+    /// 1..=65535; no scheme, no path.
+    fn address(&mut self, path: FieldPath, address: &str) {
+        if let Err(why) = check_address(address) {
+            self.push(path, Anchor::Value, why);
+        }
+    }
+
     fn member_names(&mut self, path: FieldPath, run: &str, group: &str, instances: u32) {
         if instances == 0 || !is_dns_label(run) || !is_dns_label(group) {
             return;
@@ -567,19 +703,36 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
     for (name, g) in &m.server_groups {
         let path = root.key("server_groups").key(name.clone());
         c.label(path.clone(), Anchor::Key, "server group name", name);
-        if !m.server_templates.contains_key(&g.template) {
-            c.push(
-                path.key("template"),
-                Anchor::Value,
-                format!(
-                    "undefined server template {:?} ({})",
-                    g.template,
-                    defined_list(m.server_templates.keys())
+        if g.is_external() {
+            c.external_group(path.clone(), m, name, g);
+        } else {
+            match &g.template {
+                None => c.push(
+                    path.clone(),
+                    Anchor::Key,
+                    "either `template` and `instances` (servers to launch) or `endpoints` (servers that already run) is required",
                 ),
-            );
+                Some(t) if !m.server_templates.contains_key(t) => c.push(
+                    path.key("template"),
+                    Anchor::Value,
+                    format!(
+                        "undefined server template {t:?} ({})",
+                        defined_list(m.server_templates.keys())
+                    ),
+                ),
+                Some(_) => {}
+            }
+            match g.instances {
+                Some(n) => c.at_least_one(path.key("instances"), n.into()),
+                None if g.template.is_some() => c.push(
+                    path.clone(),
+                    Anchor::Key,
+                    "missing field `instances` (how many servers of the template to launch)",
+                ),
+                None => {}
+            }
         }
-        c.at_least_one(path.key("instances"), g.instances.into());
-        c.member_names(path, &m.run.name, name, g.instances);
+        c.member_names(path, &m.run.name, name, g.member_count());
     }
 
     // client groups
@@ -833,6 +986,204 @@ mod tests {
         for bad in ["", "-a", "a-", "A", "a_b", "a.b", "é", &"a".repeat(64)] {
             assert!(!is_dns_label(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn addresses() {
+        for ok in [
+            "triton:8001",
+            "10.0.0.7:1",
+            "triton.staging.svc.cluster.local:65535",
+            "[::1]:8000",
+            "my_host:80",
+        ] {
+            assert_eq!(check_address(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "triton",
+            ":8001",
+            "triton:",
+            "http://triton:8000",
+            "triton:8000/v2",
+            "triton:80a",
+            "-triton:80",
+            "[]:80",
+            "a b:80",
+        ] {
+            let e = check_address(bad).unwrap_err();
+            assert!(e.contains("is not HOST:PORT"), "{bad}: {e}");
+        }
+        assert_eq!(
+            check_address("triton:0").unwrap_err(),
+            "port 0 of \"triton:0\" is out of range (1 to 65535)"
+        );
+        assert!(
+            check_address("triton:65536")
+                .unwrap_err()
+                .contains("out of range")
+        );
+        assert!(
+            check_address("triton:99999999999")
+                .unwrap_err()
+                .contains("out of range")
+        );
+    }
+
+    /// A matrix with the given server groups (indented by two), a gRPC client group `g` on
+    /// server group `a` and, when `http` is set, an HTTP client group `h` on it too.
+    fn with_groups(groups: &str, http: bool) -> String {
+        let mut m = format!(
+            "version: 1
+run: {{name: ep, duration: 10s}}
+server_templates:
+  t: {{tritonserver: {{binary: auto}}, model_repositories: [m]}}
+server_groups:
+{groups}client_templates:
+  grpc: {{worker: {{binary: auto}}, protocol: grpc}}
+  http: {{worker: {{binary: auto}}, protocol: http}}
+client_groups:
+  g: {{template: grpc, instances: 1, target: a}}
+"
+        );
+        if http {
+            m.push_str("  h: {template: http, instances: 1, target: a}\n");
+        }
+        m
+    }
+
+    fn errors(text: &str) -> Vec<String> {
+        match super::super::parse(text, "ep.yaml") {
+            Ok(_) => Vec::new(),
+            Err(e) => e.diagnostics().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn endpoints_instead_of_a_template() {
+        let ok = with_groups(
+            "  a:\n    endpoints: [\"triton-a:8001\", {grpc: \"10.0.0.2:8001\", metrics: \"10.0.0.2:8002\"}]\n",
+            false,
+        );
+        assert_eq!(errors(&ok), Vec::<String>::new());
+        let m = super::super::parse(&ok, "ep.yaml").unwrap();
+        assert!(m.servers().is_empty(), "nothing to launch");
+        let ext = m.external_servers();
+        assert_eq!(ext.len(), 2);
+        assert_eq!(
+            (
+                ext[0].name.as_str(),
+                ext[0].address().as_str(),
+                ext[0].field()
+            ),
+            (
+                "a-0",
+                "grpc=triton-a:8001",
+                "server_groups.a.endpoints[0]".to_string()
+            )
+        );
+        assert_eq!(ext[1].address(), "grpc=10.0.0.2:8001 metrics=10.0.0.2:8002");
+        assert_eq!(
+            ext[1].port_field("grpc"),
+            "server_groups.a.endpoints[1].grpc"
+        );
+        assert_eq!(ext[0].port_field("grpc"), "server_groups.a.endpoints[0]");
+        assert_eq!(m.clients()[0].targets, ["a-0", "a-1"]);
+
+        // Both protocols: ports by protocol, each client group's own present.
+        let both = with_groups(
+            "  a:\n    instances: 1\n    endpoints: [{grpc: \"h:8001\", http: \"h:8000\"}]\n",
+            true,
+        );
+        assert_eq!(errors(&both), Vec::<String>::new());
+        let m = super::super::parse(&both, "ep.yaml").unwrap();
+        assert_eq!(m.external_servers()[0].address(), "grpc=h:8001 http=h:8000");
+    }
+
+    #[test]
+    fn endpoint_mistakes_are_named_by_file_line_and_field() {
+        let cases: [(&str, bool, &[&str]); 9] = [
+            (
+                "  a:\n    template: t\n    endpoints: [\"h:8001\"]\n",
+                false,
+                &[
+                    "ep.yaml:7:5: server_groups.a.template: a group either launches servers from a template or names existing ones: `template` and `endpoints` exclude each other",
+                ],
+            ),
+            (
+                "  a:\n    instances: 2\n    endpoints: [\"h:8001\"]\n",
+                false,
+                &[
+                    "ep.yaml:7:16: server_groups.a.instances: 2 instances, but 1 endpoints (omit `instances` with `endpoints`)",
+                ],
+            ),
+            (
+                "  a:\n    endpoints: [\"h:0\", \"http://h:8001\"]\n",
+                false,
+                &[
+                    "ep.yaml:7:17: server_groups.a.endpoints[0]: port 0 of \"h:0\" is out of range (1 to 65535)",
+                    "ep.yaml:7:24: server_groups.a.endpoints[1]: \"http://h:8001\" is not HOST:PORT (a host name or IP address and a port, without a scheme, e.g. \"triton.staging:8001\")",
+                ],
+            ),
+            (
+                "  a:\n    endpoints: [\"h:8001\"]\n",
+                true,
+                &[
+                    "ep.yaml:7:17: server_groups.a.endpoints[0]: client groups g (grpc) and h (http) both target this group, so one `HOST:PORT` cannot serve both: give the ports by protocol ({grpc: HOST:PORT, http: HOST:PORT})",
+                ],
+            ),
+            (
+                "  a:\n    endpoints: [{http: \"h:8000\"}]\n",
+                false,
+                &[
+                    "ep.yaml:7:17: server_groups.a.endpoints[0]: client group g speaks grpc, but this endpoint has no `grpc` address",
+                ],
+            ),
+            (
+                "  a:\n    endpoints: [{metrics: \"h:8002\"}]\n",
+                false,
+                &[
+                    "ep.yaml:7:17: server_groups.a.endpoints[0]: needs a `grpc` or an `http` address (HOST:PORT)",
+                ],
+            ),
+            (
+                "  a:\n    endpoints: [{grpc: \"h:8001\", metrics: \"h\"}]\n",
+                false,
+                &[
+                    "ep.yaml:7:43: server_groups.a.endpoints[0].metrics: \"h\" is not HOST:PORT (a host name or IP address and a port, without a scheme, e.g. \"triton.staging:8001\")",
+                ],
+            ),
+            (
+                "  a: {endpoints: [\"h:8001\"]}\n  b: {endpoints: [\"h:8002\"]}\n",
+                false,
+                &[
+                    "ep.yaml:7:19: server_groups.b.endpoints[0]: no client group targets server group \"b\", so the protocol of this port is unknown: write {grpc: HOST:PORT} or {http: HOST:PORT}",
+                ],
+            ),
+            (
+                "  a: {instances: 1}\n  b: {template: t}\n",
+                false,
+                &[
+                    "ep.yaml:6:3: server_groups.a: either `template` and `instances` (servers to launch) or `endpoints` (servers that already run) is required",
+                    "ep.yaml:7:3: server_groups.b: missing field `instances` (how many servers of the template to launch)",
+                ],
+            ),
+        ];
+        for (groups, http, want) in cases {
+            assert_eq!(errors(&with_groups(groups, http)), want, "{groups}");
+        }
+        // A mapping's unknown key is reported as such.
+        let typo = errors(&with_groups(
+            "  a:\n    endpoints: [{grcp: \"h:8001\"}]\n",
+            false,
+        ));
+        assert_eq!(typo.len(), 1);
+        assert!(
+            typo[0].starts_with("ep.yaml:7:")
+                && typo[0].contains("server_groups.a.endpoints[0].grcp")
+                && typo[0].contains("unknown field `grcp`"),
+            "{typo:?}"
+        );
     }
 
     #[test]
