@@ -102,6 +102,15 @@ pub struct WorkerSnapshot {
     pub models: Vec<ModelCounts>,
 }
 
+/// What the driver's capacity controller asks of one worker: its closed-loop concurrency and,
+/// in a phase with its own model mix, the mix as `--model` writes it (`NAME[@VERSION]:WEIGHT,...`;
+/// None: the worker's own `--model` weights).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadTarget {
+    pub concurrency: u32,
+    pub mix: Option<String>,
+}
+
 /// One failed check, with everything needed to understand it without the logs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FailureRecord {
@@ -143,7 +152,7 @@ pub trait StatusSink: Send + Sync {
     async fn failure(&self, failure: &FailureRecord) -> Result<(), SinkError>;
     /// The load concurrency the driver's capacity controller asks of this worker (None: none
     /// set). Only a sink backed by the run's store knows one.
-    async fn load_target(&self) -> Result<Option<u32>, SinkError> {
+    async fn load_target(&self) -> Result<Option<LoadTarget>, SinkError> {
         Ok(None)
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
 use stress_common::status::{
-    EventKind, FailureRecord, ModelCounts, Role, ScenarioCounts, StatusSink, StreamCounts,
-    WorkerSnapshot,
+    EventKind, FailureRecord, LoadTarget, ModelCounts, Role, ScenarioCounts, StatusSink,
+    StreamCounts, WorkerSnapshot,
 };
 use stress_common::store::testing::{self, TestPostgres};
 use stress_common::store::{
@@ -311,14 +311,35 @@ async fn story(url: &str, fresh: bool) {
     .unwrap();
     // Capacity mode: a worker's load target is replaced; a phase's record round-trips.
     assert_eq!(store.load_target(&run_id, "client-0").await.unwrap(), None);
-    store.set_load_target(&run_id, "client-0", 4).await.unwrap();
-    store.set_load_target(&run_id, "client-0", 7).await.unwrap();
-    store.set_load_target(&run_id, "client-1", 1).await.unwrap();
+    let target = |concurrency, mix: Option<&str>| LoadTarget {
+        concurrency,
+        mix: mix.map(String::from),
+    };
+    store
+        .set_load_target(&run_id, "client-0", &target(4, Some("a:1,b@2:3")))
+        .await
+        .unwrap();
+    store
+        .set_load_target(&run_id, "client-0", &target(7, None))
+        .await
+        .unwrap();
+    store
+        .set_load_target(&run_id, "client-1", &target(1, Some("a:1")))
+        .await
+        .unwrap();
     assert_eq!(
         store.load_target(&run_id, "client-0").await.unwrap(),
-        Some(7)
+        Some(target(7, None))
     );
-    assert_eq!(c0.load_target().await.unwrap(), Some(7), "through the sink");
+    assert_eq!(
+        c0.load_target().await.unwrap(),
+        Some(target(7, None)),
+        "through the sink"
+    );
+    assert_eq!(
+        store.load_target(&run_id, "client-1").await.unwrap(),
+        Some(target(1, Some("a:1")))
+    );
     let phase = serde_json::json!({"checks": [{"concurrency": 3}], "result": null});
     store
         .save_capacity_phase(&run_id, "grpc-clients", "production", &phase)

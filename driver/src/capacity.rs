@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::status::ModelCounts;
 
-use crate::matrix::CapacitySettings;
+use crate::matrix::{CapacityPhase, CapacitySettings, ModelSpec};
 
 /// Fewer answered requests than this in a window and its p99 is not judged (the window is
 /// extended by the next check instead: nothing is thrown away).
@@ -102,7 +102,8 @@ pub enum Ending {
     Oscillating,
     /// Under the target at max_concurrency: the capacity is above what was tried.
     NotSaturated,
-    /// Over the target at min_concurrency: the target cannot be met.
+    /// Over the target at min_concurrency for `stable_checks` judged windows in a row: the
+    /// target cannot be met.
     Unreachable,
     /// The run's duration ended first.
     OutOfTime,
@@ -155,6 +156,8 @@ pub struct Controller {
     since_change: u32,
     decreases: u32,
     streak: u32,
+    /// Judged windows in a row over the target at min_concurrency.
+    over_at_min: u32,
     best: Option<(u32, Window)>,
     pub checks: Vec<Check>,
     pub ending: Option<Ending>,
@@ -168,6 +171,7 @@ impl Controller {
             since_change: 0,
             decreases: 0,
             streak: 0,
+            over_at_min: 0,
             best: None,
             checks: Vec::new(),
             ending: None,
@@ -211,7 +215,8 @@ impl Controller {
         let c = self.config().clone();
         let before = self.concurrency;
         self.since_change += 1;
-        let judgement = if self.since_change <= c.settle_periods {
+        // A phase's first window holds its start (workers starting, or the previous phase).
+        let judgement = if self.checks.is_empty() || self.since_change <= c.settle_periods {
             Judgement::Settling
         } else if window.requests < MIN_SAMPLES {
             Judgement::TooFewSamples
@@ -223,6 +228,9 @@ impl Controller {
         let meets = matches!(judgement, Judgement::Under | Judgement::OnTarget);
         if meets && self.best.as_ref().is_none_or(|(_, b)| window.qps > b.qps) {
             self.best = Some((before, window.clone()));
+        }
+        if meets {
+            self.over_at_min = 0;
         }
         match judgement {
             Judgement::Under => {
@@ -242,7 +250,11 @@ impl Controller {
             Judgement::Over => {
                 self.streak = 0;
                 if before <= c.min {
-                    self.ending = Some(Ending::Unreachable);
+                    // One slow window at the floor may be noise; a run of them is the answer.
+                    self.over_at_min += 1;
+                    if self.over_at_min >= c.stable_checks {
+                        self.ending = Some(Ending::Unreachable);
+                    }
                 } else {
                     // Multiplicative, but always at least one step down.
                     let scaled = (f64::from(before) * c.decrease_rate).floor() as u32;
@@ -389,21 +401,89 @@ impl WindowMeter {
     }
 }
 
+/// One run of the controller for a group: a phase, or one model / one mix of a phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhaseSpec {
+    /// Unique within the group: `production`, `individual/MODEL`, `exploration/N`.
+    pub key: String,
+    pub phase: CapacityPhase,
+    /// The model alone, or "mix".
+    pub model: String,
+    /// The mix the workers switch to (`--model` syntax); None: their own `--model` weights.
+    pub mix: Option<String>,
+}
+
+/// The phases a group with these models runs, in order: `individual` expands to one per model,
+/// `exploration` to one per mix. Pure.
+pub fn phases_for(settings: &CapacitySettings, models: &[ModelSpec]) -> Vec<PhaseSpec> {
+    let mut out = Vec::new();
+    for phase in &settings.phases {
+        match phase {
+            CapacityPhase::Production => out.push(PhaseSpec {
+                key: "production".into(),
+                phase: *phase,
+                model: "mix".into(),
+                mix: None,
+            }),
+            CapacityPhase::Individual => {
+                for m in models {
+                    let label = match m.version {
+                        Some(v) => format!("{}@{v}", m.name),
+                        None => m.name.clone(),
+                    };
+                    out.push(PhaseSpec {
+                        key: format!("individual/{label}"),
+                        phase: *phase,
+                        model: label.clone(),
+                        mix: Some(format!("{label}:1")),
+                    });
+                }
+            }
+            CapacityPhase::Exploration => {
+                for (i, mix) in settings.exploration.iter().enumerate() {
+                    let text = mix
+                        .iter()
+                        .map(|(model, weight)| format!("{model}:{weight}"))
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    out.push(PhaseSpec {
+                        key: format!("exploration/{}", i + 1),
+                        phase: *phase,
+                        model: "mix".into(),
+                        mix: Some(text),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
 /// A group's phase as the store and the report keep it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseRecord {
     pub group: String,
+    /// `production`, `individual` or `exploration`.
     pub phase: String,
+    /// Unique within the group (see [`PhaseSpec::key`]).
+    pub key: String,
+    /// The model alone, or "mix".
+    pub model: String,
+    /// The mix the workers ran (None: their own `--model` weights).
+    pub mix: Option<String>,
     pub target_p99_ms: f64,
     pub result: PhaseResult,
     pub checks: Vec<Check>,
 }
 
 impl PhaseRecord {
-    pub fn of(group: &str, phase: &str, controller: &Controller) -> Self {
+    pub fn of(group: &str, spec: &PhaseSpec, controller: &Controller) -> Self {
         PhaseRecord {
             group: group.into(),
-            phase: phase.into(),
+            phase: spec.phase.as_str().into(),
+            key: spec.key.clone(),
+            model: spec.model.clone(),
+            mix: spec.mix.clone(),
             target_p99_ms: controller.target_p99_ms,
             result: controller.result(),
             checks: controller.checks.clone(),
@@ -468,7 +548,11 @@ mod tests {
             ..config()
         });
         small.concurrency = 3;
-        small.since_change = 5;
+        assert_eq!(
+            small.check(window(80, 1.0)),
+            3,
+            "a phase's first window settles"
+        );
         assert_eq!(
             small.check(window(80, 1.0)),
             2,
@@ -525,6 +609,11 @@ mod tests {
             settle_periods: 0,
             ..config()
         });
+        assert_eq!(
+            c.check(window(500, 1.0)),
+            1,
+            "a phase's first window settles"
+        );
         assert_eq!(c.check(window(48, 10.0)), 1);
         assert!(!c.ended());
         c.check(window(52, 11.0));
@@ -535,7 +624,7 @@ mod tests {
             1,
             "nothing changes after the end"
         );
-        assert_eq!(c.checks.len(), 2);
+        assert_eq!(c.checks.len(), 3);
     }
 
     #[test]
@@ -555,7 +644,15 @@ mod tests {
 
         let mut c = Controller::new(cfg);
         c.check(window(900, 1.0));
-        assert_eq!(c.ending, Some(Ending::Unreachable));
+        assert!(!c.ended(), "the first window settles");
+        c.check(window(900, 1.0));
+        assert!(!c.ended(), "one slow window at the floor may be noise");
+        c.check(window(900, 1.0));
+        assert_eq!(
+            c.ending,
+            Some(Ending::Unreachable),
+            "stable_checks (2) of them"
+        );
         let r = c.result();
         assert_eq!(
             (r.concurrency, r.max_qps),
@@ -626,5 +723,30 @@ mod tests {
         stress.scenario = "SequenceValid".into();
         let w = meter.window(&[("g-0".to_string(), stress)], &members, 0, 4000);
         assert_eq!(w.requests, 0, "only Load and Infer are measured");
+    }
+
+    #[test]
+    fn phases_expand_per_model_and_per_mix_in_order() {
+        let settings: CapacitySettings = serde_saphyr::from_str(
+            "target_p99: 50ms\nphases: [individual, production, exploration]\nexploration: [{a: 1, b@2: 3}, {b: 1}]\n",
+        )
+        .unwrap();
+        let models: Vec<ModelSpec> =
+            serde_saphyr::from_str("[{name: a, weight: 2}, {name: b, version: 2}]").unwrap();
+        let keys: Vec<(String, String, Option<String>)> = phases_for(&settings, &models)
+            .into_iter()
+            .map(|p| (p.key, p.model, p.mix))
+            .collect();
+        let own = |s: &str| Some(s.to_string());
+        assert_eq!(
+            keys,
+            [
+                ("individual/a".into(), "a".into(), own("a:1")),
+                ("individual/b@2".into(), "b@2".into(), own("b@2:1")),
+                ("production".into(), "mix".into(), None),
+                ("exploration/1".into(), "mix".into(), own("a:1,b@2:3")),
+                ("exploration/2".into(), "mix".into(), own("b:1")),
+            ]
+        );
     }
 }

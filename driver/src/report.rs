@@ -133,10 +133,12 @@ impl CapacityReport {
                 window_start_ms: r.window_start_ms,
                 window_end_ms: r.window_end_ms,
             };
-            results.push(row("mix", r.max_qps, r.p99_ms));
-            // Each model's share of the mix at its capacity.
-            for m in &r.models {
-                results.push(row(&m.model, m.qps, m.p99_us as f64 / 1000.0));
+            results.push(row(&p.model, r.max_qps, r.p99_ms));
+            // In a mix, each model's share at the mix's capacity.
+            if p.model == "mix" {
+                for m in &r.models {
+                    results.push(row(&m.model, m.qps, m.p99_us as f64 / 1000.0));
+                }
             }
         }
         CapacityReport { results, phases }
@@ -165,15 +167,19 @@ impl CapacityReport {
                 r.p99_ms,
                 r.target_p99_ms,
                 r.safe_rate_qps,
-                if r.model == "mix" { ending } else { "" }
+                ending
             );
         }
         for p in &self.phases {
             let _ = writeln!(
                 out,
-                "controller {}/{} ({} checks): concurrency → p99 ms per check",
+                "controller {}/{}{} ({} checks): concurrency → p99 ms per check",
                 p.group,
-                p.phase,
+                p.key,
+                p.mix
+                    .as_ref()
+                    .map(|m| format!(" (mix {m})"))
+                    .unwrap_or_default(),
                 p.checks.len()
             );
             let steps: Vec<String> = p

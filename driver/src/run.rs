@@ -20,7 +20,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use stress_common::contract::{MemberName, RunId};
-use stress_common::status::EventKind;
+use stress_common::status::{EventKind, LoadTarget};
 use stress_common::store::{Member, NewRun, Store, StoreError};
 use stress_common::{http, tritonserver};
 use tokio_util::sync::CancellationToken;
@@ -600,6 +600,12 @@ impl Driver<'_> {
             _ = self.cancel.cancelled() => return Verdict::Aborted("interrupted during warm-up".into()),
         }
 
+        // Capacity mode: the first phase's targets are in the store before any worker reads them.
+        let mut capacity = CapacityRun::new(plan, stress_common::now_ms());
+        if let Some(cap) = &capacity {
+            cap.start(self.store, &plan.run_id).await;
+        }
+
         // Workers: every client talks to every ready server of its target group.
         let mut rules = FailFast::new(plan.rules);
         for c in &plan.clients {
@@ -621,7 +627,9 @@ impl Driver<'_> {
 
         // Poll.
         let started = Instant::now();
-        let mut capacity = CapacityRun::new(plan, stress_common::now_ms());
+        if let Some(cap) = &mut capacity {
+            cap.started_ms = stress_common::now_ms();
+        }
         let end = tokio::time::Instant::now() + plan.duration;
         let mut ticker = tokio::time::interval(plan.poll);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -770,8 +778,9 @@ impl Driver<'_> {
 }
 
 /// Capacity mode's I/O: every check interval reads the workers' counts, feeds each group's
-/// window to its controller ([`capacity`] decides), writes the new per-worker targets and saves
-/// the phase's record, so the report (and a restarted `driver report`) has the trace.
+/// window to its current phase's controller ([`capacity`] decides), writes the new per-worker
+/// targets (concurrency and the phase's model mix) and saves the phase's record, so the report
+/// (and a later `driver report`) has the trace. A group's phases run one after the other.
 struct CapacityRun {
     groups: Vec<GroupControl>,
     interval: Duration,
@@ -782,8 +791,50 @@ struct CapacityRun {
 struct GroupControl {
     group: String,
     members: Vec<String>,
+    config: capacity::ControllerConfig,
+    phases: Vec<capacity::PhaseSpec>,
+    /// The phase running now (`phases.len()`: all done).
+    current: usize,
     controller: capacity::Controller,
     meter: capacity::WindowMeter,
+}
+
+impl GroupControl {
+    fn done(&self) -> bool {
+        self.current >= self.phases.len()
+    }
+
+    /// The targets of the current phase for `total` in flight.
+    async fn write_targets(&self, store: &Store, run_id: &RunId, total: u32) {
+        let mix = self.phases.get(self.current).and_then(|p| p.mix.clone());
+        let shares = capacity::split(total, self.members.len());
+        for (member, share) in self.members.iter().zip(shares) {
+            let target = LoadTarget {
+                concurrency: share,
+                mix: mix.clone(),
+            };
+            if let Err(e) = store
+                .set_load_target(run_id.as_str(), member, &target)
+                .await
+            {
+                tracing::warn!("load target of {member} not written: {e}");
+            }
+        }
+    }
+
+    async fn save(&self, store: &Store, run_id: &RunId) {
+        let Some(spec) = self.phases.get(self.current) else {
+            return;
+        };
+        let record = capacity::PhaseRecord::of(&self.group, spec, &self.controller);
+        let json = serde_json::to_value(&record).expect("plain data serialises");
+        if let Err(e) = store
+            .save_capacity_phase(run_id.as_str(), &self.group, &spec.key, &json)
+            .await
+        {
+            tracing::warn!("capacity phase {}/{} not saved: {e}", self.group, spec.key);
+        }
+    }
 }
 
 impl CapacityRun {
@@ -795,11 +846,22 @@ impl CapacityRun {
             groups: plan
                 .capacity_configs()
                 .into_iter()
-                .map(|(group, config)| GroupControl {
-                    members: groups[&group].iter().map(|m| m.to_string()).collect(),
-                    group,
-                    controller: capacity::Controller::new(config),
-                    meter: capacity::WindowMeter::default(),
+                .map(|(group, config)| {
+                    let models = plan
+                        .clients
+                        .iter()
+                        .find(|c| c.group == group)
+                        .map(|c| c.template.models.clone())
+                        .unwrap_or_default();
+                    GroupControl {
+                        members: groups[&group].iter().map(|m| m.to_string()).collect(),
+                        phases: capacity::phases_for(settings, &models),
+                        current: 0,
+                        controller: capacity::Controller::new(config.clone()),
+                        config,
+                        meter: capacity::WindowMeter::default(),
+                        group,
+                    }
                 })
                 .collect(),
             interval: settings.check_interval,
@@ -808,12 +870,20 @@ impl CapacityRun {
         })
     }
 
+    /// Before the workers start: the first phase's targets (its mix, min_concurrency).
+    async fn start(&self, store: &Store, run_id: &RunId) {
+        for g in &self.groups {
+            g.write_targets(store, run_id, g.controller.concurrency())
+                .await;
+        }
+    }
+
     fn due(&self) -> bool {
         tokio::time::Instant::now() >= self.next_check
     }
 
     fn all_ended(&self) -> bool {
-        self.groups.iter().all(|g| g.controller.ended())
+        self.groups.iter().all(GroupControl::done)
     }
 
     async fn check(&mut self, store: &Store, run_id: &RunId) {
@@ -827,7 +897,7 @@ impl CapacityRun {
         };
         let now_ms = stress_common::now_ms();
         for g in &mut self.groups {
-            if g.controller.ended() {
+            if g.done() {
                 continue;
             }
             let window = g.meter.window(&counts, &g.members, self.started_ms, now_ms);
@@ -835,40 +905,34 @@ impl CapacityRun {
             let next = g.controller.check(window);
             tracing::info!(
                 group = g.group,
+                phase = g.phases[g.current].key,
                 concurrency = before,
                 next,
                 "capacity check"
             );
-            if next != before {
-                for (member, share) in g.members.iter().zip(capacity::split(next, g.members.len()))
-                {
-                    if let Err(e) = store.set_load_target(run_id.as_str(), member, share).await {
-                        tracing::warn!("load target of {member} not written: {e}");
-                    }
+            g.save(store, run_id).await;
+            if g.controller.ended() {
+                // The next phase starts from min_concurrency with its own mix.
+                g.current += 1;
+                g.controller = capacity::Controller::new(g.config.clone());
+                if !g.done() {
+                    g.write_targets(store, run_id, g.controller.concurrency())
+                        .await;
                 }
+            } else if next != before {
+                g.write_targets(store, run_id, next).await;
             }
-            save_phase(store, run_id, g).await;
         }
     }
 
-    /// The run's end: phases still going are out of time; every record is saved.
+    /// The run's end: the phase still going is out of time (phases not started have no record).
     async fn finish(&mut self, store: &Store, run_id: &RunId) {
         for g in &mut self.groups {
-            g.controller.out_of_time();
-            save_phase(store, run_id, g).await;
+            if !g.done() {
+                g.controller.out_of_time();
+                g.save(store, run_id).await;
+            }
         }
-    }
-}
-
-async fn save_phase(store: &Store, run_id: &RunId, g: &GroupControl) {
-    const PHASE: &str = "production";
-    let record = capacity::PhaseRecord::of(&g.group, PHASE, &g.controller);
-    let json = serde_json::to_value(&record).expect("plain data serialises");
-    if let Err(e) = store
-        .save_capacity_phase(run_id.as_str(), &g.group, PHASE, &json)
-        .await
-    {
-        tracing::warn!("capacity phase of {} not saved: {e}", g.group);
     }
 }
 

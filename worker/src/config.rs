@@ -269,7 +269,7 @@ impl RunArgs {
         let load_target = match (c.adaptive_load, load_mode) {
             (false, _) => None,
             (true, LoadMode::Concurrency(n)) => {
-                Some(std::sync::Arc::new(std::sync::atomic::AtomicU32::new(n)))
+                Some(std::sync::Arc::new(crate::scenarios::LiveLoad::new(n)))
             }
             (true, LoadMode::Rate(_)) => {
                 return Err(

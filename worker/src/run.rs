@@ -313,28 +313,49 @@ async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: C
         if let Err(e) = shared.sink.snapshot(&snapshot).await {
             tracing::warn!("status not recorded: {e}");
         }
-        if let Some(target) = &shared.config.settings.load_target {
-            follow_load_target(&*shared.sink, target).await;
+        if let Some(live) = &shared.config.settings.load_target {
+            let plan = shared.config.settings.infer_plan.as_deref();
+            follow_load_target(&*shared.sink, live, plan).await;
         }
     }
 }
 
-/// Capacity mode: takes the load concurrency the driver's controller set for this worker (a
-/// store that cannot be read leaves the current one).
-async fn follow_load_target(sink: &dyn StatusSink, target: &std::sync::atomic::AtomicU32) {
-    match sink.load_target().await {
-        Ok(Some(n)) if n >= 1 => {
-            let before = target.swap(n, Ordering::Relaxed);
-            if before != n {
-                tracing::info!(
-                    from = before,
-                    to = n,
-                    "load concurrency changed by the driver"
-                );
-            }
+/// Capacity mode: takes the load the driver's controller set for this worker: its concurrency,
+/// and a phase's model mix for the Infer plan (a store that cannot be read, or a mix the plan
+/// cannot take, leaves the current load).
+async fn follow_load_target(
+    sink: &dyn StatusSink,
+    live: &scenarios::LiveLoad,
+    plan: Option<&scenarios::infer::InferPlan>,
+) {
+    let target = match sink.load_target().await {
+        Ok(Some(t)) => t,
+        Ok(None) => return,
+        Err(e) => return tracing::warn!("load target not read: {e}"),
+    };
+    if target.concurrency >= 1 {
+        let before = live.concurrency.swap(target.concurrency, Ordering::Relaxed);
+        if before != target.concurrency {
+            tracing::info!(
+                from = before,
+                to = target.concurrency,
+                "load concurrency changed by the driver"
+            );
         }
-        Ok(_) => {}
-        Err(e) => tracing::warn!("load target not read: {e}"),
+    }
+    let mut applied = live.mix.lock().unwrap_or_else(|e| e.into_inner());
+    if *applied != target.mix {
+        let result = match plan {
+            Some(plan) => plan.set_mix(target.mix.as_deref()),
+            None => Err("no Infer plan (no --model)".into()),
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(mix = ?target.mix, "model mix changed by the driver");
+                *applied = target.mix;
+            }
+            Err(e) => tracing::warn!("model mix {:?} not applied: {e}", target.mix),
+        }
     }
 }
 

@@ -1,11 +1,13 @@
--- Capacity mode. load_targets: the load concurrency the driver's controller asks of each worker
--- (the worker polls its row and changes concurrency live). capacity_phases: one row per client
+-- Capacity mode. load_targets: the load the driver's controller asks of each worker: its
+-- closed-loop concurrency and, for a phase with its own model mix, the mix (the worker polls its
+-- row and changes both live). capacity_phases: one row per client
 -- group and phase with the controller's trace and result as JSON (replaced at every check), so
 -- `driver report` rebuilds the capacity section from the store.
 CREATE TABLE load_targets (
     run_id        TEXT    NOT NULL,
     member_id     TEXT    NOT NULL,
     concurrency   BIGINT NOT NULL,
+    mix           TEXT,
     updated_at_ms BIGINT NOT NULL,
     PRIMARY KEY (run_id, member_id)
 );

@@ -35,7 +35,7 @@
 //! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (appends) |
 //! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
 //! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms` | [`Store::record_snapshot`] (replaces) |
-//! | `load_targets` | `run_id, member_id` | `concurrency`, `updated_at_ms` | [`Store::set_load_target`] (the capacity controller; the worker polls it) |
+//! | `load_targets` | `run_id, member_id` | `concurrency`, `mix`?, `updated_at_ms` | [`Store::set_load_target`] (the capacity controller; the worker polls it) |
 //! | `capacity_phases` | `run_id, group_name, phase` | `details` (JSON: trace and result), `updated_at_ms` | [`Store::save_capacity_phase`] (replaces) |
 //! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual` | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
 //! | `failure_totals` | `run_id, member_id` | `total`: every failure reported, kept or not | [`Store::record_failure`] |
@@ -76,7 +76,9 @@ pub mod testing;
 pub use error::{Result, StoreError, mask_url};
 pub use sink::StoreSink;
 
-use crate::status::{EventKind, FailureRecord, ModelCounts, Role, ScenarioCounts, WorkerSnapshot};
+use crate::status::{
+    EventKind, FailureRecord, LoadTarget, ModelCounts, Role, ScenarioCounts, WorkerSnapshot,
+};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 use std::path::Path;
@@ -1143,22 +1145,24 @@ impl Store {
 
     // ---- capacity mode ---------------------------------------------------------------------
 
-    /// Sets the load concurrency the capacity controller asks of a worker (replaces).
+    /// Sets the load the capacity controller asks of a worker (replaces).
     pub async fn set_load_target(
         &self,
         run_id: &str,
         member_id: &str,
-        concurrency: u32,
+        target: &LoadTarget,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO load_targets (run_id, member_id, concurrency, updated_at_ms)
-             VALUES ($1, $2, $3, $4)
+            "INSERT INTO load_targets (run_id, member_id, concurrency, mix, updated_at_ms)
+             VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (run_id, member_id) DO UPDATE SET
-                 concurrency = excluded.concurrency, updated_at_ms = excluded.updated_at_ms",
+                 concurrency = excluded.concurrency, mix = excluded.mix,
+                 updated_at_ms = excluded.updated_at_ms",
         )
         .bind(run_id)
         .bind(member_id)
-        .bind(i64::from(concurrency))
+        .bind(i64::from(target.concurrency))
+        .bind(target.mix.clone())
         .bind(crate::now_ms())
         .execute(&self.pool)
         .await
@@ -1166,19 +1170,21 @@ impl Store {
         Ok(())
     }
 
-    /// The load concurrency asked of a worker, if any.
-    pub async fn load_target(&self, run_id: &str, member_id: &str) -> Result<Option<u32>> {
-        let row: Option<(i64,)> = sqlx::query_as(
-            "SELECT concurrency FROM load_targets WHERE run_id = $1 AND member_id = $2",
+    /// The load asked of a worker, if any.
+    pub async fn load_target(&self, run_id: &str, member_id: &str) -> Result<Option<LoadTarget>> {
+        let row: Option<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT concurrency, mix FROM load_targets WHERE run_id = $1 AND member_id = $2",
         )
         .bind(run_id)
         .bind(member_id)
         .fetch_optional(&self.pool)
         .await
         .map_err(self.db("load_target"))?;
-        row.map(|(c,)| {
-            u32::try_from(c)
-                .map_err(|_| self.corrupt("load_target", format!("concurrency {c} of {member_id}")))
+        row.map(|(c, mix)| {
+            let concurrency = u32::try_from(c).map_err(|_| {
+                self.corrupt("load_target", format!("concurrency {c} of {member_id}"))
+            })?;
+            Ok(LoadTarget { concurrency, mix })
         })
         .transpose()
     }

@@ -1,7 +1,7 @@
 //! [`StoreSink`]: a worker's [`StatusSink`] that writes straight into the store.
 
 use super::Store;
-use crate::status::{EventKind, FailureRecord, SinkError, StatusSink, WorkerSnapshot};
+use crate::status::{EventKind, FailureRecord, LoadTarget, SinkError, StatusSink, WorkerSnapshot};
 
 /// Writes a member's reports into the store: events to `events`, heartbeats to `heartbeats`,
 /// snapshots through [`Store::record_snapshot`], failures through [`Store::record_failure`].
@@ -49,7 +49,7 @@ impl StatusSink for StoreSink {
             .map_err(sink_error)
     }
 
-    async fn load_target(&self) -> Result<Option<u32>, SinkError> {
+    async fn load_target(&self) -> Result<Option<LoadTarget>, SinkError> {
         self.store
             .load_target(&self.run_id, &self.member_id)
             .await

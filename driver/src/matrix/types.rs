@@ -133,15 +133,21 @@ pub enum RunMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CapacityPhase {
+    /// Each model of the group's `models:` alone, one after the other: per-model capacity.
+    Individual,
     /// The client group's weighted model mix, as its template gives it.
     Production,
+    /// Each mix of `capacity.exploration`, one after the other.
+    Exploration,
 }
 
 impl CapacityPhase {
     /// The phase as the matrix and the report name it.
     pub fn as_str(self) -> &'static str {
         match self {
+            CapacityPhase::Individual => "individual",
             CapacityPhase::Production => "production",
+            CapacityPhase::Exploration => "exploration",
         }
     }
 }
@@ -157,9 +163,16 @@ pub struct CapacitySettings {
     #[schemars(with = "HumanDuration")]
     pub target_p99: Duration,
 
-    /// Phases to run, in order (default `[production]`).
+    /// Phases to run, in order (default `[production]`). The workers switch models and load
+    /// live between phases (they are not restarted); each phase's controller starts again at
+    /// min_concurrency.
     #[serde(default = "defaults::capacity_phases")]
     pub phases: Vec<CapacityPhase>,
+
+    /// The exploration phase's alternative mixes, each `{MODEL: WEIGHT, ...}` over models of the
+    /// client groups' `models:` (`MODEL@VERSION` for one version).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exploration: Vec<IndexMap<String, u32>>,
 
     /// Lowest total concurrency of a group (default 1; at least the group's instances, since
     /// every worker keeps at least one request in flight). The controller starts here.

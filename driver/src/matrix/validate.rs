@@ -817,6 +817,63 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
 }
 
 impl Checker {
+    /// The individual and exploration phases switch the workers among their template's
+    /// `models:`; every exploration mix names only models every template has.
+    fn capacity_mixes(&mut self, m: &Matrix, cap: &super::types::CapacitySettings) {
+        use super::types::CapacityPhase;
+        let root = FieldPath::root();
+        let path = root.key("capacity");
+        let exploring = cap.phases.contains(&CapacityPhase::Exploration);
+        if cap.phases.iter().any(|p| *p != CapacityPhase::Production) {
+            for (name, t) in &m.client_templates {
+                if t.models.is_empty() {
+                    self.push(
+                        root.key("client_templates").key(name.clone()),
+                        Anchor::Key,
+                        "the individual and exploration phases switch among the template's `models:`, and it has none",
+                    );
+                }
+            }
+        }
+        if exploring && cap.exploration.is_empty() {
+            self.push(
+                path.key("phases"),
+                Anchor::Value,
+                "phase exploration needs `capacity.exploration`: a list of mixes",
+            );
+        }
+        if !exploring && !cap.exploration.is_empty() {
+            self.push(
+                path.key("exploration"),
+                Anchor::Key,
+                "mixes to explore, but `phases` has no exploration",
+            );
+        }
+        for (i, mix) in cap.exploration.iter().enumerate() {
+            let mpath = path.key("exploration").index(i);
+            if mix.is_empty() {
+                self.push(
+                    mpath.clone(),
+                    Anchor::Value,
+                    "a mix needs at least one model",
+                );
+            }
+            for (model, weight) in mix {
+                self.at_least_one(mpath.key(model.clone()), (*weight).into());
+                let name = model.split_once('@').map_or(model.as_str(), |(n, _)| n);
+                for (tname, t) in &m.client_templates {
+                    if !t.models.is_empty() && !t.models.iter().any(|s| s.name == name) {
+                        self.push(
+                            mpath.key(model.clone()),
+                            Anchor::Key,
+                            format!("model {name} is not among client template {tname}'s models"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// `run.mode: capacity` and its `capacity:` block go together; the controller's numbers are
     /// in range; the client groups it drives can be driven (closed loop, Load / Infer only, at
     /// least one request in flight per worker).
@@ -921,6 +978,7 @@ impl Checker {
                 );
             }
         }
+        self.capacity_mixes(m, cap);
         let min = cap.min_concurrency.unwrap_or(1);
         for (name, g) in &m.client_groups {
             if g.instances > min && g.instances <= cap.max_concurrency {

@@ -13,7 +13,8 @@ use super::{Failure, Outcome, TestEnv};
 use super::{infer_decoupled, load};
 use crate::client::{ClientError, InferResponse, Prepared, TritonClient};
 use crate::model::{
-    self, CheckFailure, DataSource, InferOptions, InputDataFile, ModelDescription, PlannedRequest,
+    self, CheckFailure, DataSource, InferOptions, InputDataFile, ModelDescription, ModelSelection,
+    PlannedRequest,
 };
 use rand::SeedableRng;
 use rand::distr::{Distribution, weighted::WeightedIndex};
@@ -25,7 +26,10 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug)]
 pub struct InferPlan {
     pub models: Vec<PlannedModel>,
-    picker: WeightedIndex<u32>,
+    /// Picks each test's model; capacity mode swaps it live for a phase's own mix.
+    picker: std::sync::RwLock<WeightedIndex<u32>>,
+    /// The `--model` weights, aligned with `models`.
+    weights: Vec<u32>,
     tolerance: f64,
 }
 
@@ -136,12 +140,70 @@ pub async fn prepare(
             decoupled,
         });
     }
-    let picker = WeightedIndex::new(weights).map_err(|e| format!("--model weights: {e}"))?;
+    let picker = WeightedIndex::new(&weights).map_err(|e| format!("--model weights: {e}"))?;
     Ok(InferPlan {
         models,
-        picker,
+        picker: std::sync::RwLock::new(picker),
+        weights,
         tolerance: options.tolerance,
     })
+}
+
+/// The weight of each model under `mix` (`--model` syntax, `NAME[@VERSION]:WEIGHT,...`): a
+/// model the mix does not name gets 0; None: `default`. A mix naming a model not in `models`, or
+/// leaving no weight, is an error.
+pub fn mix_weights(
+    models: &[&ModelDescription],
+    default: &[u32],
+    mix: Option<&str>,
+) -> Result<Vec<u32>, String> {
+    let Some(mix) = mix else {
+        return Ok(default.to_vec());
+    };
+    let selections = mix
+        .split(',')
+        .map(str::parse::<ModelSelection>)
+        .collect::<Result<Vec<_>, _>>()?;
+    for s in &selections {
+        if !models.iter().any(|d| selects(s, d)) {
+            return Err(format!("mix {mix}: model {} is not planned", s.label()));
+        }
+    }
+    let weights: Vec<u32> = models
+        .iter()
+        .map(|d| {
+            selections
+                .iter()
+                .filter(|s| selects(s, d))
+                .map(|s| s.weight)
+                .sum()
+        })
+        .collect();
+    if weights.iter().all(|w| *w == 0) {
+        return Err(format!("mix {mix}: no weight left"));
+    }
+    Ok(weights)
+}
+
+/// Whether a `--model` selection names a described model (any version when it names none).
+fn selects(s: &ModelSelection, d: &ModelDescription) -> bool {
+    s.name == d.name && (s.version.is_empty() || s.version == d.version)
+}
+
+impl InferPlan {
+    /// The weight of each planned model under `mix` (see [`mix_weights`]).
+    pub fn weights_for(&self, mix: Option<&str>) -> Result<Vec<u32>, String> {
+        let described: Vec<&ModelDescription> =
+            self.models.iter().map(|m| &m.description).collect();
+        mix_weights(&described, &self.weights, mix)
+    }
+
+    /// Capacity mode: picks the models by `mix` from the next test on.
+    pub fn set_mix(&self, mix: Option<&str>) -> Result<(), String> {
+        let picker = WeightedIndex::new(self.weights_for(mix)?).map_err(|e| format!("mix: {e}"))?;
+        *self.picker.write().unwrap_or_else(|e| e.into_inner()) = picker;
+        Ok(())
+    }
 }
 
 impl PlannedModel {
@@ -198,7 +260,12 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
             "none (the scenario ran without its pre-flight)",
         ));
     };
-    let planned = &plan.models[plan.picker.sample(env.rng)];
+    let pick = plan
+        .picker
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .sample(env.rng);
+    let planned = &plan.models[pick];
     env.model = planned.description.name.clone();
     if planned.sequence.is_some() {
         return sequence::run(env, planned, plan.tolerance).await;
@@ -214,5 +281,50 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     match load::drive(env, &planned.prepared, &check).await {
         Ok(()) => Outcome::Passed,
         Err(f) => Outcome::Failed(f),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn described(name: &str, version: &str) -> ModelDescription {
+        ModelDescription {
+            name: name.into(),
+            version: version.into(),
+            max_batch_size: 0,
+            inputs: vec![],
+            outputs: vec![],
+            decoupled: false,
+            sequence_batching: None,
+        }
+    }
+
+    #[test]
+    fn a_phase_mix_reweights_the_planned_models() {
+        let (a, b, b2) = (
+            described("a", "1"),
+            described("b", "1"),
+            described("b", "2"),
+        );
+        let models = [&a, &b, &b2];
+        let default = [1, 3, 3];
+        assert_eq!(mix_weights(&models, &default, None).unwrap(), default);
+        assert_eq!(
+            mix_weights(&models, &default, Some("a:1")).unwrap(),
+            [1, 0, 0]
+        );
+        assert_eq!(
+            mix_weights(&models, &default, Some("b:2")).unwrap(),
+            [0, 2, 2],
+            "no version: every version"
+        );
+        assert_eq!(
+            mix_weights(&models, &default, Some("b@2:5,a:1")).unwrap(),
+            [1, 0, 5]
+        );
+        let e = mix_weights(&models, &default, Some("c:1")).unwrap_err();
+        assert!(e.contains("model c is not planned"), "{e}");
+        assert!(mix_weights(&models, &default, Some("a:x")).is_err());
     }
 }

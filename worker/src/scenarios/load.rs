@@ -125,7 +125,10 @@ pub async fn drive(
     match env.settings.load_mode {
         LoadMode::Concurrency(n) => {
             let n = match &env.settings.load_target {
-                Some(target) => target.load(std::sync::atomic::Ordering::Relaxed).max(1),
+                Some(live) => live
+                    .concurrency
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    .max(1),
                 None => n,
             } as usize;
             // FuturesUnordered polls only the senders whose response arrived.

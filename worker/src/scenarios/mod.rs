@@ -86,9 +86,9 @@ pub struct Settings {
     /// The worker binary, run in its hidden crashing-child mode.
     pub worker_binary: PathBuf,
     pub load_mode: LoadMode,
-    /// `--adaptive-load`: the closed-loop concurrency the driver's capacity controller asks for,
-    /// refreshed from the store every poll interval; read at the start of each load window.
-    pub load_target: Option<Arc<std::sync::atomic::AtomicU32>>,
+    /// `--adaptive-load`: the load the driver's capacity controller asks for, refreshed from the
+    /// store every poll interval; read at the start of each load window.
+    pub load_target: Option<Arc<LiveLoad>>,
     pub load_window: Duration,
     pub image_batch: usize,
     pub perf_analyzer: Option<PathBuf>,
@@ -98,6 +98,23 @@ pub struct Settings {
     pub infer: crate::model::InferOptions,
     /// The Infer scenario's requests, built at start-up from the servers' model descriptions.
     pub infer_plan: Option<Arc<infer::InferPlan>>,
+}
+
+/// Capacity mode's live load: the closed-loop concurrency, and the model mix last applied to
+/// the Infer plan (None: the `--model` weights).
+#[derive(Debug)]
+pub struct LiveLoad {
+    pub concurrency: std::sync::atomic::AtomicU32,
+    pub mix: std::sync::Mutex<Option<String>>,
+}
+
+impl LiveLoad {
+    pub fn new(concurrency: u32) -> Self {
+        Self {
+            concurrency: std::sync::atomic::AtomicU32::new(concurrency),
+            mix: std::sync::Mutex::new(None),
+        }
+    }
 }
 
 /// Per correlation id state (upstream: one of the 10 clients of a stress thread). Each context is

@@ -1,0 +1,1 @@
+../../identity_delay/1/model.py
