@@ -59,7 +59,7 @@ struct Everything {
     heartbeats: Vec<(String, i64)>,
     qps: Vec<QpsSample>,
     counts: Vec<(String, ScenarioCounts)>,
-    model_counts: Vec<(String, ModelCounts)>,
+    model_counts: Vec<(String, i64, ModelCounts)>,
     failures: Vec<(String, FailureRecord)>,
     failure_totals: Vec<(String, u64)>,
     diagnostics: Vec<(String, serde_json::Value)>,
@@ -351,7 +351,13 @@ async fn story(url: &str, fresh: bool) {
     );
     // Replaced per (member, scenario, model); the decoupled model's stream counts round-trip.
     assert_eq!(
-        store.model_counts(&run_id).await.unwrap(),
+        store
+            .model_counts(&run_id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(member, _, counts)| (member, counts))
+            .collect::<Vec<_>>(),
         [
             ("client-0".to_string(), model_b1.clone()),
             ("client-0".to_string(), model_a2.clone()),

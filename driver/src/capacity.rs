@@ -324,6 +324,8 @@ pub fn split(total: u32, workers: usize) -> Vec<u32> {
 /// One (member, scenario, model)'s cumulative counts as last seen.
 #[derive(Debug, Clone, Default)]
 struct Seen {
+    /// When the worker's snapshot with these counts was written.
+    at_ms: i64,
     requests: u64,
     failures: u64,
     latency: LatencyHistogram,
@@ -339,11 +341,14 @@ pub struct WindowMeter {
 
 impl WindowMeter {
     /// The window from the last call (or from `start_ms` the first time) to `now_ms`, over the
-    /// counts of `members` (others are ignored). A worker whose counts went backwards (it
-    /// restarted) counts from zero.
+    /// counts of `members` (others are ignored), each with the time of the worker snapshot that
+    /// wrote it. QPS is each worker's own rate between its two snapshots, summed: the driver's
+    /// check times and the workers' snapshots are up to a poll apart, and dividing one's counts
+    /// by the other's clock would swing the rate by that much. A worker whose counts went
+    /// backwards (it restarted) counts from zero.
     pub fn window(
         &mut self,
-        counts: &[(String, ModelCounts)],
+        counts: &[(String, i64, ModelCounts)],
         members: &[String],
         start_ms: i64,
         now_ms: i64,
@@ -351,8 +356,10 @@ impl WindowMeter {
         let start = self.start_ms.unwrap_or(start_ms);
         let mut all = LatencyHistogram::new();
         let mut failures = 0;
-        let mut models: BTreeMap<String, (u64, LatencyHistogram)> = BTreeMap::new();
-        for (member, c) in counts {
+        let mut qps = 0.0;
+        // Per model: requests sent, answered latencies, answered per second.
+        let mut models: BTreeMap<String, (u64, LatencyHistogram, f64)> = BTreeMap::new();
+        for (member, at_ms, c) in counts {
             if !members.contains(member) || !MEASURED.contains(&c.scenario.as_str()) {
                 continue;
             }
@@ -360,18 +367,30 @@ impl WindowMeter {
                 continue;
             };
             let key = (member.clone(), c.scenario.clone(), c.model.clone());
-            let before = self.seen.remove(&key).unwrap_or_default();
+            let before = self.seen.remove(&key).unwrap_or_else(|| Seen {
+                at_ms: start,
+                ..Seen::default()
+            });
             let window = latency
                 .since(&before.latency)
                 .unwrap_or_else(|_| latency.clone());
+            let seconds = (at_ms - before.at_ms) as f64 / 1000.0;
+            let rate = if seconds > 0.0 {
+                window.count() as f64 / seconds
+            } else {
+                0.0
+            };
             failures += c.failures.saturating_sub(before.failures);
             let entry = models.entry(c.model.clone()).or_default();
             entry.0 += c.requests.saturating_sub(before.requests);
             entry.1.merge(&window);
+            entry.2 += rate;
             all.merge(&window);
+            qps += rate;
             self.seen.insert(
                 key,
                 Seen {
+                    at_ms: *at_ms,
                     requests: c.requests,
                     failures: c.failures,
                     latency,
@@ -379,21 +398,22 @@ impl WindowMeter {
             );
         }
         self.start_ms = Some(now_ms);
-        let seconds = ((now_ms - start) as f64 / 1000.0).max(1e-3);
         Window {
             start_ms: start,
             end_ms: now_ms,
             requests: all.count(),
             failures,
-            qps: all.count() as f64 / seconds,
+            qps,
             p50_us: all.percentile_us(50.0),
             p99_us: all.percentile_us(99.0),
             models: models
                 .into_iter()
-                .map(|(model, (requests, h))| ModelWindow {
+                // A model the window did not drive (another phase's) is not in it.
+                .filter(|(_, (requests, h, _))| *requests > 0 || h.count() > 0)
+                .map(|(model, (requests, h, qps))| ModelWindow {
                     model,
                     requests,
-                    qps: h.count() as f64 / seconds,
+                    qps,
                     p99_us: h.percentile_us(99.0),
                 })
                 .collect(),
@@ -693,22 +713,29 @@ mod tests {
     fn windows_are_exact_differences_of_cumulative_counts() {
         let members = vec!["g-0".to_string(), "g-1".to_string()];
         let mut meter = WindowMeter::default();
+        let at = |member: &str, at_ms: i64, c: ModelCounts| (member.to_string(), at_ms, c);
         let first = [
-            ("g-0".to_string(), counts("a", 2, 0, &[1, 1])),
-            ("g-1".to_string(), counts("a", 1, 0, &[1])),
-            ("other-0".to_string(), counts("a", 50, 9, &[900; 50])),
+            at("g-0", 1000, counts("a", 2, 0, &[1, 1])),
+            at("g-1", 500, counts("a", 1, 0, &[1])),
+            at("other-0", 1000, counts("a", 50, 9, &[900; 50])),
         ];
-        let w = meter.window(&first, &members, 0, 1000);
-        assert_eq!((w.requests, w.failures, w.qps), (3, 0, 3.0));
+        // The driver checks at 1200; each worker's rate is over its own snapshot's time.
+        let w = meter.window(&first, &members, 0, 1200);
+        assert_eq!((w.requests, w.failures), (3, 0));
+        assert_eq!(w.qps, 2.0 + 2.0, "2 in 1 s plus 1 in 0.5 s");
         // g-0 adds two slow requests and one failure; g-1 restarted (its counts went back).
         let second = [
-            ("g-0".to_string(), counts("a", 4, 1, &[1, 1, 40, 40])),
-            ("g-1".to_string(), counts("b", 1, 0, &[2])),
+            at("g-0", 3000, counts("a", 4, 1, &[1, 1, 40, 40])),
+            at("g-1", 2200, counts("b", 1, 0, &[2])),
         ];
-        let w = meter.window(&second, &members, 0, 3000);
-        assert_eq!((w.start_ms, w.end_ms), (1000, 3000));
+        let w = meter.window(&second, &members, 0, 3100);
+        assert_eq!((w.start_ms, w.end_ms), (1200, 3100));
         assert_eq!((w.requests, w.failures), (3, 1));
-        assert_eq!(w.qps, 1.5);
+        assert_eq!(
+            w.qps,
+            1.0 + 1.0,
+            "2 in 2 s, and a new model's 1 since the window began"
+        );
         assert!(
             w.p99_us >= 39_000,
             "the window holds only the new requests: {w:?}"
@@ -716,12 +743,19 @@ mod tests {
         let names: Vec<_> = w
             .models
             .iter()
-            .map(|m| (m.model.as_str(), m.requests))
+            .map(|m| (m.model.as_str(), m.requests, m.qps))
             .collect();
-        assert_eq!(names, [("a", 2), ("b", 1)]);
+        assert_eq!(names, [("a", 2, 1.0), ("b", 1, 1.0)]);
+        // No new snapshot since: nothing in this window; it all counts in the next.
+        let again = meter.window(&second, &members, 0, 3500);
+        assert_eq!((again.requests, again.qps), (0, 0.0));
+        assert!(
+            again.models.is_empty(),
+            "models with nothing new are not in it: {again:?}"
+        );
         let mut stress = counts("a", 10, 0, &[1]);
         stress.scenario = "SequenceValid".into();
-        let w = meter.window(&[("g-0".to_string(), stress)], &members, 0, 4000);
+        let w = meter.window(&[at("g-0", 4000, stress)], &members, 0, 5000);
         assert_eq!(w.requests, 0, "only Load and Infer are measured");
     }
 

@@ -272,7 +272,7 @@ impl Report {
         }
 
         let mut model_table = ModelTable::new();
-        for (_, counts) in store.model_counts(run_id).await? {
+        for (_, _, counts) in store.model_counts(run_id).await? {
             model_table
                 .add(&counts)
                 .map_err(|e| corrupt(e.to_string()))?;

@@ -947,8 +947,8 @@ impl Store {
     }
 
     /// The latest cumulative counts of every (member, scenario, model), by member, scenario,
-    /// model.
-    pub async fn model_counts(&self, run_id: &str) -> Result<Vec<(String, ModelCounts)>> {
+    /// model, each with the time of the snapshot that wrote it.
+    pub async fn model_counts(&self, run_id: &str) -> Result<Vec<(String, i64, ModelCounts)>> {
         const OP: &str = "model_counts";
         type Row = (
             String,
@@ -959,10 +959,11 @@ impl Store {
             i64,
             String,
             Option<String>,
+            i64,
         );
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT member_id, scenario, model, tests, failures, requests, latency_histogram,
-                    stream
+                    stream, updated_at_ms
              FROM model_counts WHERE run_id = $1 ORDER BY member_id, scenario, model",
         )
         .bind(run_id)
@@ -970,28 +971,29 @@ impl Store {
         .await
         .map_err(self.db(OP))?;
         rows.into_iter()
-            .map(
-                |(member_id, scenario, model, tests, failures, requests, latency, stream)| {
-                    let stream = stream
-                        .map(|s| serde_json::from_str(&s))
-                        .transpose()
-                        .map_err(|e| {
-                            self.corrupt(OP, format!("model_counts.stream of {member_id}: {e}"))
-                        })?;
-                    Ok((
-                        member_id,
-                        ModelCounts {
-                            scenario,
-                            model,
-                            tests: from_db(tests),
-                            failures: from_db(failures),
-                            requests: from_db(requests),
-                            latency_histogram: latency,
-                            stream,
-                        },
-                    ))
-                },
-            )
+            .map(|row| {
+                let (member_id, scenario, model, tests, failures, requests, latency, stream, at) =
+                    row;
+                let stream = stream
+                    .map(|s| serde_json::from_str(&s))
+                    .transpose()
+                    .map_err(|e| {
+                        self.corrupt(OP, format!("model_counts.stream of {member_id}: {e}"))
+                    })?;
+                Ok((
+                    member_id,
+                    at,
+                    ModelCounts {
+                        scenario,
+                        model,
+                        tests: from_db(tests),
+                        failures: from_db(failures),
+                        requests: from_db(requests),
+                        latency_histogram: latency,
+                        stream,
+                    },
+                ))
+            })
             .collect()
     }
 
