@@ -7,6 +7,7 @@
 //! stay; at the end of the duration workers get SIGTERM, flush their final counts, and only
 //! then do servers stop. The report is then built from the store alone.
 
+use crate::autoscale;
 use crate::capacity;
 use crate::external;
 use crate::failfast::{self, Cause, FailFast, Poll};
@@ -622,6 +623,9 @@ impl Driver<'_> {
         // Poll.
         let started = Instant::now();
         let mut capacity = CapacityRun::new(plan, stress_common::now_ms());
+        if let (Some(cap), Some(settings)) = (&mut capacity, &plan.capacity) {
+            cap.autoscale = autoscale::Collector::new(plan, settings, &endpoints);
+        }
         let end = tokio::time::Instant::now() + plan.duration;
         let mut ticker = tokio::time::interval(plan.poll);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -777,6 +781,8 @@ struct CapacityRun {
     interval: Duration,
     next_check: tokio::time::Instant,
     started_ms: i64,
+    /// The servers' /metrics (and Prometheus) at every check: autoscaler thresholds.
+    autoscale: autoscale::Collector,
 }
 
 struct GroupControl {
@@ -805,6 +811,7 @@ impl CapacityRun {
             interval: settings.check_interval,
             next_check: tokio::time::Instant::now() + settings.check_interval,
             started_ms,
+            autoscale: autoscale::Collector::default(),
         })
     }
 
@@ -826,6 +833,7 @@ impl CapacityRun {
             }
         };
         let now_ms = stress_common::now_ms();
+        self.autoscale.scrape(now_ms).await;
         for g in &mut self.groups {
             if g.controller.ended() {
                 continue;
@@ -847,7 +855,7 @@ impl CapacityRun {
                     }
                 }
             }
-            save_phase(store, run_id, g).await;
+            save_phase(store, run_id, g, &self.autoscale).await;
         }
     }
 
@@ -855,14 +863,20 @@ impl CapacityRun {
     async fn finish(&mut self, store: &Store, run_id: &RunId) {
         for g in &mut self.groups {
             g.controller.out_of_time();
-            save_phase(store, run_id, g).await;
+            save_phase(store, run_id, g, &self.autoscale).await;
         }
     }
 }
 
-async fn save_phase(store: &Store, run_id: &RunId, g: &GroupControl) {
+async fn save_phase(
+    store: &Store,
+    run_id: &RunId,
+    g: &GroupControl,
+    autoscale: &autoscale::Collector,
+) {
     const PHASE: &str = "production";
-    let record = capacity::PhaseRecord::of(&g.group, PHASE, &g.controller);
+    let mut record = capacity::PhaseRecord::of(&g.group, PHASE, &g.controller);
+    record.autoscaler = autoscale.autoscaler(&g.group, &g.controller);
     let json = serde_json::to_value(&record).expect("plain data serialises");
     if let Err(e) = store
         .save_capacity_phase(run_id.as_str(), &g.group, PHASE, &json)
