@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (a real CPU tritonserver and perf_analyzer in
-# .local/; PostgreSQL tests start their own throwaway cluster from the server binaries of the
-# Debian package postgresql-15, installed here when missing), then checks formatting, lints and
+# .local/; Debian's prometheus for the autoscaler tests; PostgreSQL tests start their own
+# throwaway cluster from the server binaries of the Debian package postgresql-15, installed here
+# when missing), then checks formatting, lints and
 # runs every test of the workspace against the real servers.
 # TRITON_STRESS_K8S=1 also runs the Kubernetes tests on a single-node cluster built from
 # Debian's sources (scripts/k8s/ci.sh; ~15 min the first time on a fresh machine): the cluster
@@ -14,6 +15,7 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
 fi
 scripts/install-tritonserver.sh
+scripts/install-prometheus.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -95,6 +95,16 @@ pub fn parse(text: &str) -> Vec<ModelMetrics> {
     models.into_values().collect()
 }
 
+/// Every sample of the metric `name` (all its series), e.g. `nv_cpu_utilization` (one, no
+/// labels) or `nv_gpu_utilization` (one per GPU).
+pub fn samples(text: &str, name: &str) -> Vec<f64> {
+    text.lines()
+        .filter_map(parse_line)
+        .filter(|(n, _, _)| *n == name)
+        .map(|(_, _, v)| v)
+        .collect()
+}
+
 /// A table: model | success | failure | avg request / queue / compute (µs).
 pub fn render(models: &[ModelMetrics]) -> String {
     let mut out = format!(
@@ -137,5 +147,7 @@ nv_cpu_utilization 0.5
         assert!((m[0].avg_queue_us() - 50.0).abs() < 1e-9);
         assert!((m[0].avg_compute_us() - 100.0).abs() < 1e-9);
         assert!(render(&m).contains("add_sub"));
+        assert_eq!(samples(text, "nv_cpu_utilization"), [0.5]);
+        assert!(samples(text, "nv_gpu_utilization").is_empty());
     }
 }

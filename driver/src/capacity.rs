@@ -494,6 +494,10 @@ pub struct PhaseRecord {
     pub target_p99_ms: f64,
     pub result: PhaseResult,
     pub checks: Vec<Check>,
+    /// The servers' signals and autoscaler thresholds (see [`crate::autoscale`]); absent in
+    /// records saved before they existed, or when no server could be scraped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaler: Option<crate::autoscale::Autoscaler>,
 }
 
 impl PhaseRecord {
@@ -507,6 +511,7 @@ impl PhaseRecord {
             target_p99_ms: controller.target_p99_ms,
             result: controller.result(),
             checks: controller.checks.clone(),
+            autoscaler: None,
         }
     }
 }

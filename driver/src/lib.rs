@@ -7,9 +7,11 @@
 //! * [`preflight`]: which models the client groups need that a server lacks (pure).
 //! * [`failfast`]: the fail-fast rules as a pure state machine, and failure attribution.
 //! * [`external`]: servers that already run (`endpoints`): health checks and probes.
+//! * [`autoscale`]: capacity mode's server signals and autoscaler thresholds (pure, plus the scrapes).
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store.
 
+pub mod autoscale;
 pub mod capacity;
 pub mod external;
 pub mod failfast;

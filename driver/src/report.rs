@@ -90,7 +90,18 @@ pub struct Report {
 #[derive(Debug, Serialize)]
 pub struct CapacityReport {
     pub results: Vec<CapacityResult>,
+    /// Per group and phase: the servers' signals at the best window, the recommended
+    /// thresholds and a KEDA snippet (see [`crate::autoscale`]).
+    pub autoscaler: Vec<AutoscalerResult>,
     pub phases: Vec<PhaseRecord>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct AutoscalerResult {
+    pub group: String,
+    pub phase: String,
+    #[serde(flatten)]
+    pub autoscaler: crate::autoscale::Autoscaler,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -141,7 +152,21 @@ impl CapacityReport {
                 }
             }
         }
-        CapacityReport { results, phases }
+        let autoscaler = phases
+            .iter()
+            .filter_map(|p| {
+                Some(AutoscalerResult {
+                    group: p.group.clone(),
+                    phase: p.phase.clone(),
+                    autoscaler: p.autoscaler.clone()?,
+                })
+            })
+            .collect();
+        CapacityReport {
+            results,
+            autoscaler,
+            phases,
+        }
     }
 
     fn render(&self, out: &mut String) {
@@ -189,6 +214,9 @@ impl CapacityReport {
                 .collect();
             for chunk in steps.chunks(12) {
                 let _ = writeln!(out, "  {}", chunk.join("  "));
+            }
+            if let Some(a) = &p.autoscaler {
+                out.push_str(&crate::autoscale::render(a));
             }
         }
     }

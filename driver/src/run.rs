@@ -7,6 +7,7 @@
 //! stay; at the end of the duration workers get SIGTERM, flush their final counts, and only
 //! then do servers stop. The report is then built from the store alone.
 
+use crate::autoscale;
 use crate::capacity;
 use crate::external;
 use crate::failfast::{self, Cause, FailFast, Poll};
@@ -602,7 +603,8 @@ impl Driver<'_> {
 
         // Capacity mode: the first phase's targets are in the store before any worker reads them.
         let mut capacity = CapacityRun::new(plan, stress_common::now_ms());
-        if let Some(cap) = &capacity {
+        if let (Some(cap), Some(settings)) = (&mut capacity, &plan.capacity) {
+            cap.autoscale = autoscale::Collector::new(plan, settings, &endpoints);
             cap.start(self.store, &plan.run_id).await;
         }
 
@@ -786,6 +788,8 @@ struct CapacityRun {
     interval: Duration,
     next_check: tokio::time::Instant,
     started_ms: i64,
+    /// The servers' /metrics (and Prometheus) at every check: autoscaler thresholds.
+    autoscale: autoscale::Collector,
 }
 
 struct GroupControl {
@@ -822,11 +826,12 @@ impl GroupControl {
         }
     }
 
-    async fn save(&self, store: &Store, run_id: &RunId) {
+    async fn save(&self, store: &Store, run_id: &RunId, autoscale: &autoscale::Collector) {
         let Some(spec) = self.phases.get(self.current) else {
             return;
         };
-        let record = capacity::PhaseRecord::of(&self.group, spec, &self.controller);
+        let mut record = capacity::PhaseRecord::of(&self.group, spec, &self.controller);
+        record.autoscaler = autoscale.autoscaler(&self.group, &self.controller);
         let json = serde_json::to_value(&record).expect("plain data serialises");
         if let Err(e) = store
             .save_capacity_phase(run_id.as_str(), &self.group, &spec.key, &json)
@@ -867,6 +872,7 @@ impl CapacityRun {
             interval: settings.check_interval,
             next_check: tokio::time::Instant::now() + settings.check_interval,
             started_ms,
+            autoscale: autoscale::Collector::default(),
         })
     }
 
@@ -896,6 +902,7 @@ impl CapacityRun {
             }
         };
         let now_ms = stress_common::now_ms();
+        self.autoscale.scrape(now_ms).await;
         for g in &mut self.groups {
             if g.done() {
                 continue;
@@ -910,7 +917,7 @@ impl CapacityRun {
                 next,
                 "capacity check"
             );
-            g.save(store, run_id).await;
+            g.save(store, run_id, &self.autoscale).await;
             if g.controller.ended() {
                 // The next phase starts from min_concurrency with its own mix.
                 g.current += 1;
@@ -930,7 +937,7 @@ impl CapacityRun {
         for g in &mut self.groups {
             if !g.done() {
                 g.controller.out_of_time();
-                g.save(store, run_id).await;
+                g.save(store, run_id, &self.autoscale).await;
             }
         }
     }

@@ -1058,6 +1058,53 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
     );
     let text = read(&run_dir.join("report.txt"));
     assert!(text.contains("== Capacity =="), "{text}");
+    // Autoscaler thresholds from the server's /metrics at each check: the tier saturated, so
+    // the signals have thresholds (observed x 0.8), one is primary, and a KEDA snippet.
+    let autoscaler = &capacity["autoscaler"][0];
+    assert_eq!(autoscaler["group"], "grpc-clients", "{capacity:#}");
+    assert_eq!(autoscaler["source"], "direct");
+    assert!(autoscaler["why_not"].is_null(), "{autoscaler:#}");
+    let signals = autoscaler["signals"].as_array().unwrap();
+    let signal = |name: &str| {
+        signals
+            .iter()
+            .find(|s| s["signal"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {autoscaler:#}"))
+    };
+    let compute = signal("compute_us_per_request")["observed"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (49_000.0..62_000.0).contains(&compute),
+        "fixed_capacity computes 50 ms per request: {autoscaler:#}"
+    );
+    let queue = signal("queue_us_per_request");
+    let (observed, threshold) = (
+        queue["observed"].as_f64().unwrap(),
+        queue["threshold"].as_f64().unwrap(),
+    );
+    assert!((threshold - 0.8 * observed).abs() < 1e-6, "{queue:#}");
+    assert_eq!(
+        signal("compute_us_per_request")["load_sensitive"],
+        false,
+        "compute time does not grow with load: {autoscaler:#}"
+    );
+    signal("cpu_utilization");
+    signal("pending_requests");
+    let primary = autoscaler["primary"].as_str().expect("a primary signal");
+    assert_ne!(primary, "compute_us_per_request");
+    assert_eq!(signal(primary)["primary"], true);
+    let keda = autoscaler["keda"].as_str().expect("a KEDA snippet");
+    assert!(
+        keda.contains("kind: ScaledObject") && keda.contains("- type: prometheus"),
+        "{keda}"
+    );
+    assert_eq!(
+        capacity["phases"][0]["autoscaler"]["primary"], primary,
+        "the phase's record keeps it too"
+    );
+    assert!(text.contains("PRIMARY (first to fire)"), "{text}");
+    assert!(text.contains("KEDA ScaledObject:"), "{text}");
     // The workers changed concurrency live: each started once, and the store has their targets.
     let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
         .await

@@ -183,6 +183,16 @@ const BAD: &[(&str, &str)] = &[
          32:20: capacity.min_concurrency: client group clients has 3 workers, each keeping at least one request in flight: min_concurrency must be at least 3",
     ),
     (
+        "bad-autoscale.yaml",
+        "27:15: capacity.hpa_margin: must be above 0 and at most 1, found 1.5\n\
+         28:22: capacity.prometheus.url: must start with http:// or https://, found \"prometheus:9090\"",
+    ),
+    (
+        "bad-autoscale-selector.yaml",
+        "27:15: capacity.hpa_margin: must be above 0 and at most 1, found 0\n\
+         28:58: capacity.prometheus.selector: give the label matchers without braces (e.g. job=\"triton\"), found \"{job=\\\"triton\\\"}\"",
+    ),
+    (
         "capacity-unknown-phase.yaml",
         "26:24: capacity.phases[1]: unknown variant `warp`, expected one of production",
     ),

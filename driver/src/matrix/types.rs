@@ -217,6 +217,30 @@ pub struct CapacitySettings {
     /// Safe rate = max QPS at the target × this (default 0.7).
     #[serde(default = "defaults::safety_factor")]
     pub safety_factor: f64,
+
+    /// Recommended autoscaler thresholds = each server signal observed at the best window ×
+    /// this, in (0, 1] (default 0.8: scale out before the tier reaches its capacity).
+    #[serde(default = "defaults::hpa_margin")]
+    pub hpa_margin: f64,
+
+    /// Read the server signals from this Prometheus (PromQL over its HTTP API) instead of
+    /// scraping each server's `/metrics` directly; the direct scrape goes on beside it and is
+    /// used for any window Prometheus cannot answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusSource>,
+}
+
+/// A Prometheus that scrapes the servers under test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrometheusSource {
+    /// Its base URL, e.g. `http://prometheus.monitoring:9090` (queries go to `/api/v1/query`).
+    pub url: String,
+
+    /// Label matchers choosing the servers' series, without braces, e.g.
+    /// `job="triton",namespace="staging"` (default: every series).
+    #[serde(default)]
+    pub selector: String,
 }
 
 /// When the driver stops a run early. A count of `0` disables that check.
@@ -1001,5 +1025,8 @@ mod defaults {
     }
     pub fn safety_factor() -> f64 {
         0.7
+    }
+    pub fn hpa_margin() -> f64 {
+        0.8
     }
 }

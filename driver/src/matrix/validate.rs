@@ -930,6 +930,22 @@ impl Checker {
                 format!("must be above 0 and at most 1, found {}", cap.safety_factor),
             );
         }
+        if !(cap.hpa_margin > 0.0 && cap.hpa_margin <= 1.0) {
+            self.push(
+                path.key("hpa_margin"),
+                Anchor::Value,
+                format!("must be above 0 and at most 1, found {}", cap.hpa_margin),
+            );
+        }
+        if let Some(p) = &cap.prometheus
+            && let Err(why) = crate::autoscale::check_prometheus(p)
+        {
+            self.push(
+                path.key("prometheus").key(why.field),
+                Anchor::Value,
+                why.message,
+            );
+        }
         for (field, value) in [
             ("max_concurrency", cap.max_concurrency),
             ("increase_step", cap.increase_step),
