@@ -1,4 +1,4 @@
-//! Autoscaler signals against a real tritonserver (`fixed_capacity`: 2 instances × 20 ms) and a
+//! Autoscaler signals against a real tritonserver (`fixed_capacity`: 2 instances × 50 ms) and a
 //! real Prometheus (Debian's package: scripts/install-prometheus.sh) that scrapes it: the PromQL
 //! path agrees with the direct scrape of the same server, a selector matching no series is a
 //! warning, and a Prometheus that stops answering mid-run leaves the direct scrape going.
@@ -183,7 +183,7 @@ async fn promql_signals_agree_with_the_direct_scrape_and_outages_only_warn() {
     let mut prometheus = Some(Prometheus::start(tmp.path(), &triton.metrics_address()).await);
     let url = prometheus.as_ref().unwrap().url.clone();
     let stop = tokio_util::sync::CancellationToken::new();
-    // 4 in flight on 2 slots of 20 ms: ~100/s, each request queued ~20 ms on average.
+    // 4 in flight on 2 slots of 50 ms: ~40/s, each request queued ~50 ms on average.
     let loops = load(triton.http_address(), 4, stop.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -217,7 +217,7 @@ async fn promql_signals_agree_with_the_direct_scrape_and_outages_only_warn() {
         .into_iter()
         .map(|r| r.unwrap())
         .sum();
-    assert!(answered > 500, "the load ran: {answered} requests");
+    assert!(answered > 200, "the load ran: {answered} requests");
 
     let c = controller(&times);
     assert_eq!(c.ending, Some(Ending::Converged));
@@ -250,8 +250,8 @@ async fn promql_signals_agree_with_the_direct_scrape_and_outages_only_warn() {
     }
     let compute = observed(Signal::ComputeUsPerRequest);
     assert!(
-        (19_000.0..30_000.0).contains(&compute),
-        "fixed_capacity computes 20 ms: {compute}"
+        (49_000.0..62_000.0).contains(&compute),
+        "fixed_capacity computes 50 ms: {compute}"
     );
     assert!(
         observed(Signal::QueueUsPerRequest) > 5_000.0,
