@@ -194,7 +194,14 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "capacity-unknown-phase.yaml",
-        "26:24: capacity.phases[1]: unknown variant `warp`, expected one of production",
+        "26:24: capacity.phases[1]: unknown variant `warp`, expected one of individual, production, exploration",
+    ),
+    (
+        "capacity-phases.yaml",
+        "15:3: client_templates.load: the individual and exploration phases switch among the template's `models:`, and it has none\n\
+         31:25: capacity.exploration[0].c: model c is not among client template infer's models\n\
+         31:33: capacity.exploration[1]: a mix needs at least one model\n\
+         31:42: capacity.exploration[2].b: must be at least 1, found 0",
     ),
     (
         "capacity-missing.yaml",
