@@ -103,11 +103,16 @@ impl RunPlan {
 
     /// Capacity mode: a client's share of its group's starting concurrency.
     fn capacity_start(&self, c: &ClientMember) -> Option<u32> {
-        let config = self.capacity_configs().remove(&c.group)?;
-        let groups = self.client_groups();
-        let members = &groups[&c.group];
-        let shares = split(config.min, members.len());
-        members.iter().position(|m| *m == c.name).map(|i| shares[i])
+        let settings = self.capacity.as_ref()?;
+        let members: Vec<&MemberName> = self
+            .clients
+            .iter()
+            .filter(|m| m.group == c.group)
+            .map(|m| &m.name)
+            .collect();
+        let min = ControllerConfig::new(settings, members.len() as u32).min;
+        let i = members.iter().position(|m| **m == c.name)?;
+        Some(split(min, members.len())[i])
     }
 
     /// Every server, launched ones first, then the external ones.
@@ -299,6 +304,43 @@ client_groups:
                 metrics: format!("127.0.0.1:{}", port + 2),
             },
         )
+    }
+
+    #[test]
+    fn capacity_mode_splits_each_groups_floor_across_its_workers() {
+        let mut m = matrix::parse(MATRIX, "plan.yaml").unwrap();
+        let endpoints: BTreeMap<_, _> = [endpoint("a-0", 9000), endpoint("b-0", 9100)].into();
+        let soak = RunPlan::new(&m, RunId::new("plan-1"), None);
+        let a = soak.assignment(&soak.clients[0], &endpoints, "sqlite:///x", None);
+        assert_eq!(a.capacity_start, None, "a soak run");
+        m.run.mode = crate::matrix::RunMode::Capacity;
+        m.capacity =
+            Some(serde_saphyr::from_str("{target_p99: 50ms, min_concurrency: 5}").unwrap());
+        let p = RunPlan::new(&m, RunId::new("plan-1"), None);
+        let starts: Vec<Option<u32>> = p
+            .clients
+            .iter()
+            .map(|c| {
+                p.assignment(c, &endpoints, "sqlite:///x", None)
+                    .capacity_start
+            })
+            .collect();
+        assert_eq!(
+            starts,
+            [Some(3), Some(2), Some(5)],
+            "g: 5 over 2 workers; h: 5 on 1"
+        );
+        let g0 = p.assignment(&p.clients[0], &endpoints, "sqlite:///x", None);
+        let args = worker_contract(&p.clients[0], &g0);
+        assert!(args.adaptive_load);
+        assert_eq!(
+            args.concurrency, 1,
+            "one stream, its load concurrency follows the store"
+        );
+        assert_eq!(
+            args.load(),
+            Some(stress_common::contract::LoadMode::Concurrency(3))
+        );
     }
 
     #[test]
