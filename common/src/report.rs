@@ -36,6 +36,17 @@ pub struct RowJson {
     pub description: String,
 }
 
+/// A percentile in milliseconds for the text tables; "-" when no latency was measured (requests
+/// counted without a latency, e.g. perf_analyzer's), never a misleading 0.00. A histogram records
+/// at least 1 µs, so 0 means no samples.
+fn latency_ms(us: u64) -> String {
+    if us == 0 {
+        "-".into()
+    } else {
+        format!("{:.2}", us as f64 / 1000.0)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct L0Table {
     rows: BTreeMap<String, ScenarioRow>,
@@ -153,15 +164,15 @@ impl L0Table {
             }
             let _ = writeln!(
                 out,
-                "{:<20} | {:>8} | {:>7} | {:>9} | {:>9.1} | {:>8.2} | {:>8.2} | {:>8.2} | {}",
+                "{:<20} | {:>8} | {:>7} | {:>9} | {:>9.1} | {:>8} | {:>8} | {:>8} | {}",
                 r.scenario,
                 r.failures,
                 r.tests,
                 r.requests,
                 r.qps,
-                r.p50_us as f64 / 1000.0,
-                r.p90_us as f64 / 1000.0,
-                r.p99_us as f64 / 1000.0,
+                latency_ms(r.p50_us),
+                latency_ms(r.p90_us),
+                latency_ms(r.p99_us),
                 r.description
             );
         }
@@ -312,16 +323,16 @@ impl ModelTable {
         for r in &rows {
             let _ = writeln!(
                 out,
-                "{:<28} | {:<20} | {:>8} | {:>7} | {:>9} | {:>9.1} | {:>8.2} | {:>8.2} | {:>8.2}",
+                "{:<28} | {:<20} | {:>8} | {:>7} | {:>9} | {:>9.1} | {:>8} | {:>8} | {:>8}",
                 r.model,
                 r.scenario,
                 r.failures,
                 r.tests,
                 r.requests,
                 r.qps,
-                ms(r.p50_us),
-                ms(r.p90_us),
-                ms(r.p99_us)
+                latency_ms(r.p50_us),
+                latency_ms(r.p90_us),
+                latency_ms(r.p99_us)
             );
         }
         if rows.iter().any(|r| r.stream.is_some()) {
@@ -391,6 +402,23 @@ mod tests {
         );
         let text = t.render(10.0);
         assert!(text.contains("SequenceValid"));
+        let mut bulk = L0Table::new();
+        bulk.add(&ScenarioCounts {
+            scenario: "CrashingClient".into(),
+            tests: 1,
+            requests: 7,
+            ..Default::default()
+        })
+        .unwrap();
+        let bulk_text = bulk.render(10.0);
+        let unmeasured = bulk_text
+            .lines()
+            .find(|l| l.starts_with("CrashingClient"))
+            .unwrap();
+        assert!(
+            unmeasured.contains("|        - |        - |        - |"),
+            "requests without latencies show no percentiles: {unmeasured}"
+        );
         assert!(
             text.lines()
                 .any(|l| l.starts_with("TOTAL") && l.contains("540"))
