@@ -147,11 +147,9 @@ pub struct PhaseResult {
 }
 
 /// The AIMD controller of one group and phase.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Controller {
-    #[serde(skip)]
-    config: Option<ControllerConfig>,
-    pub target_p99_ms: f64,
+    config: ControllerConfig,
     concurrency: u32,
     since_change: u32,
     decreases: u32,
@@ -166,7 +164,6 @@ pub struct Controller {
 impl Controller {
     pub fn new(config: ControllerConfig) -> Self {
         Controller {
-            target_p99_ms: config.target_p99_us as f64 / 1000.0,
             concurrency: config.min,
             since_change: 0,
             decreases: 0,
@@ -175,12 +172,12 @@ impl Controller {
             best: None,
             checks: Vec::new(),
             ending: None,
-            config: Some(config),
+            config,
         }
     }
 
-    fn config(&self) -> &ControllerConfig {
-        self.config.as_ref().expect("set by new()")
+    pub fn target_p99_ms(&self) -> f64 {
+        self.config.target_p99_us as f64 / 1000.0
     }
 
     /// The total concurrency in effect now.
@@ -194,7 +191,7 @@ impl Controller {
 
     /// Where a p99 falls against the target's band.
     pub fn judge(&self, p99_us: u64) -> Judgement {
-        let c = self.config();
+        let c = &self.config;
         let target = c.target_p99_us as f64;
         let p99 = p99_us as f64;
         if p99 > target * (1.0 + c.tolerance) {
@@ -212,7 +209,7 @@ impl Controller {
         if self.ended() {
             return self.concurrency;
         }
-        let c = self.config().clone();
+        let c = self.config.clone();
         let before = self.concurrency;
         self.since_change += 1;
         // A phase's first window holds its start (workers starting, or the previous phase).
@@ -287,7 +284,7 @@ impl Controller {
     }
 
     pub fn result(&self) -> PhaseResult {
-        let safety = self.config.as_ref().map_or(1.0, |c| c.safety_factor);
+        let safety = self.config.safety_factor;
         match &self.best {
             Some((concurrency, w)) => PhaseResult {
                 ending: self.ending,
@@ -508,7 +505,7 @@ impl PhaseRecord {
             key: spec.key.clone(),
             model: spec.model.clone(),
             mix: spec.mix.clone(),
-            target_p99_ms: controller.target_p99_ms,
+            target_p99_ms: controller.target_p99_ms(),
             result: controller.result(),
             checks: controller.checks.clone(),
             autoscaler: None,
