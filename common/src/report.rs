@@ -36,6 +36,15 @@ pub struct RowJson {
     pub description: String,
 }
 
+/// `n` over `elapsed_s` seconds (0 over no time): the QPS column of both tables.
+fn per_second(n: u64, elapsed_s: f64) -> f64 {
+    if elapsed_s > 0.0 {
+        n as f64 / elapsed_s
+    } else {
+        0.0
+    }
+}
+
 /// A percentile in milliseconds for the text tables; "-" when no latency was measured (requests
 /// counted without a latency, e.g. perf_analyzer's), never a misleading 0.00. A histogram records
 /// at least 1 µs, so 0 means no samples.
@@ -130,11 +139,7 @@ impl L0Table {
                 tests: r.tests,
                 requests: r.requests,
                 skipped: r.skipped,
-                qps: if elapsed_s > 0.0 {
-                    r.requests as f64 / elapsed_s
-                } else {
-                    0.0
-                },
+                qps: per_second(r.requests, elapsed_s),
                 p50_us: r.latency.percentile_us(50.0),
                 p90_us: r.latency.percentile_us(90.0),
                 p99_us: r.latency.percentile_us(99.0),
@@ -274,11 +279,7 @@ impl ModelTable {
                 failures: r.failures,
                 tests: r.tests,
                 requests: r.requests,
-                qps: if elapsed_s > 0.0 {
-                    r.requests as f64 / elapsed_s
-                } else {
-                    0.0
-                },
+                qps: per_second(r.requests, elapsed_s),
                 p50_us: r.latency.percentile_us(50.0),
                 p90_us: r.latency.percentile_us(90.0),
                 p99_us: r.latency.percentile_us(99.0),
