@@ -207,6 +207,16 @@ impl InferPlan {
 }
 
 impl PlannedModel {
+    /// A request that got no response (transport, deadline or server error) as a failure.
+    pub(crate) fn no_response(&self, e: ClientError) -> Failure {
+        let d = &self.description;
+        Failure::new(
+            &d.name,
+            format!("a response from {}", d.label()),
+            e.to_string(),
+        )
+    }
+
     /// A failed check as a failure naming model, version, output, expected and actual.
     fn failure(&self, response: &InferResponse, f: CheckFailure) -> Failure {
         let d = &self.description;
@@ -231,13 +241,7 @@ impl PlannedModel {
         tolerance: f64,
     ) -> Result<(), Failure> {
         let d = &self.description;
-        let response = response.map_err(|e| {
-            Failure::new(
-                &d.name,
-                format!("a response from {}", d.label()),
-                e.to_string(),
-            )
-        })?;
+        let response = response.map_err(|e| self.no_response(e))?;
         let planned = &self.requests[i];
         let fail = |f: CheckFailure| self.failure(&response, f);
         model::check_response(d, planned, &response, tolerance).map_err(fail)?;

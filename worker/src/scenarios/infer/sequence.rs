@@ -153,13 +153,7 @@ fn check_step(
     tolerance: f64,
 ) -> Result<(), Failure> {
     let d = &planned.description;
-    let response = response.map_err(|e| {
-        Failure::new(
-            &d.name,
-            format!("a response from {}", d.label()),
-            e.to_string(),
-        )
-    })?;
+    let response = response.map_err(|e| planned.no_response(e))?;
     let fail = |f: model::CheckFailure| planned.failure(&response, f);
     model::check_response(d, &planned.requests[k], &response, tolerance).map_err(fail)?;
     if let Some(firsts) = &planned.first_sequence_responses {
