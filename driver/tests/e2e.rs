@@ -870,8 +870,19 @@ fn models_matrix(dir: &Path, models: &str) -> PathBuf {
 
 /// Runs `matrix` for 15 s and waits for the driver's exit.
 async fn run_matrix(tmp: &Path, matrix: &Path, run_id: &str) -> (Driver, ExitStatus, PathBuf) {
+    run_matrix_for(tmp, matrix, run_id, "15s").await
+}
+
+/// Runs `matrix` for at most `duration` and waits for the driver's exit; returns the driver,
+/// its status and the run's directory.
+async fn run_matrix_for(
+    tmp: &Path,
+    matrix: &Path,
+    run_id: &str,
+    duration: &str,
+) -> (Driver, ExitStatus, PathBuf) {
     let runs = tmp.join("runs");
-    let mut driver = Driver::spawn(&run_args(matrix, &runs, run_id, "15s"), tmp, "driver");
+    let mut driver = Driver::spawn(&run_args(matrix, &runs, run_id, duration), tmp, "driver");
     let status = driver.wait(RUN_LIMIT, true).await;
     (driver, status, runs.join(run_id))
 }
@@ -969,18 +980,11 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
         serde_saphyr::to_string(&committed_matrix("capacity.yaml")).unwrap(),
     )
     .unwrap();
-    let runs = tmp.path().join("runs");
     let run_id = "e2e-capacity";
     let started = Instant::now();
-    let mut driver = Driver::spawn(
-        &run_args(&matrix, &runs, run_id, "170s"),
-        tmp.path(),
-        "driver",
-    );
-    let status = driver.wait(RUN_LIMIT, true).await;
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, run_id, "170s").await;
     let took = started.elapsed();
     assert_eq!(status.code(), Some(0), "{}", driver.output());
-    let run_dir = runs.join(run_id);
     let report = read_json(&run_dir.join("report.json"));
     assert_eq!(report["verdict"], "PASS", "{report:#}");
     let capacity = &report["capacity"];
@@ -1482,16 +1486,10 @@ async fn capacity_phases_measure_each_model_alone_then_a_mix() {
     cap.max_decreases = 2;
     let matrix = tmp.path().join("phases.yaml");
     std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
-    let runs = tmp.path().join("runs");
     let run_id = "e2e-capacity-phases";
-    let mut driver = Driver::spawn(
-        &run_args(&matrix, &runs, run_id, "300s"),
-        tmp.path(),
-        "driver",
-    );
-    let status = driver.wait(RUN_LIMIT, true).await;
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, run_id, "300s").await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());
-    let report = read_json(&runs.join(run_id).join("report.json"));
+    let report = read_json(&run_dir.join("report.json"));
     let capacity = &report["capacity"];
     let results = capacity["results"].as_array().expect("capacity results");
     let row = |phase: &str, model: &str| {
