@@ -13,7 +13,7 @@ pub enum HistogramError {
     Decode(String),
 }
 
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub struct LatencyHistogram {
     inner: Histogram<u64>,
 }

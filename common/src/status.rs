@@ -104,11 +104,19 @@ pub struct WorkerSnapshot {
 
 /// What the driver's capacity controller asks of one worker: its closed-loop concurrency and,
 /// in a phase with its own model mix, the mix as `--model` writes it (`NAME[@VERSION]:WEIGHT,...`;
-/// None: the worker's own `--model` weights).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// None: the worker's own `--model` weights). During a spike, `rate`: the worker sends open
+/// loop at this many requests per second instead (concurrency is what it returns to).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadTarget {
     pub concurrency: u32,
     pub mix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// During a spike and its recovery: requests the overloaded server does not answer
+    /// (errors, timeouts) are counted as sent and unanswered, not failed; wrong answers still
+    /// fail.
+    #[serde(default)]
+    pub count_unanswered: bool,
 }
 
 /// One failed check, with everything needed to understand it without the logs.

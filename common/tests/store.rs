@@ -84,10 +84,10 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 3);
+    assert_eq!(store.schema_version().await.unwrap(), 5);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 3);
+    assert_eq!(again.schema_version().await.unwrap(), 5);
     again.close().await;
 
     // ---- runs
@@ -314,6 +314,8 @@ async fn story(url: &str, fresh: bool) {
     let target = |concurrency, mix: Option<&str>| LoadTarget {
         concurrency,
         mix: mix.map(String::from),
+        rate: None,
+        count_unanswered: false,
     };
     store
         .set_load_target(&run_id, "client-0", &target(4, Some("a:1,b@2:3")))
@@ -339,6 +341,40 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(
         store.load_target(&run_id, "client-1").await.unwrap(),
         Some(target(1, Some("a:1")))
+    );
+    // A spike's open-loop rate round-trips, and clearing it returns to closed loop.
+    let spike = LoadTarget {
+        rate: Some(37.5),
+        count_unanswered: true,
+        ..target(7, None)
+    };
+    store
+        .set_load_target(&run_id, "client-0", &spike)
+        .await
+        .unwrap();
+    assert_eq!(c0.load_target().await.unwrap(), Some(spike));
+    store
+        .set_load_target(&run_id, "client-0", &target(7, None))
+        .await
+        .unwrap();
+    assert_eq!(c0.load_target().await.unwrap(), Some(target(7, None)));
+    // SLO verdicts: replaced as a whole, read back in order.
+    assert!(store.slo_results(&run_id).await.unwrap().is_empty());
+    let verdict = |rule: &str, ok: bool| serde_json::json!({"rule": rule, "ok": ok});
+    store
+        .save_slo_results(
+            &run_id,
+            &[verdict("a", false), verdict("b", true), verdict("c", true)],
+        )
+        .await
+        .unwrap();
+    store
+        .save_slo_results(&run_id, &[verdict("a", true), verdict("b", true)])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.slo_results(&run_id).await.unwrap(),
+        [verdict("a", true), verdict("b", true)]
     );
     let phase = serde_json::json!({"checks": [{"concurrency": 3}], "result": null});
     store
@@ -532,7 +568,7 @@ async fn story(url: &str, fresh: bool) {
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 3);
+    assert_eq!(store.schema_version().await.unwrap(), 5);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);

@@ -60,6 +60,9 @@ pub struct ModelWindow {
     pub requests: u64,
     pub qps: f64,
     pub p99_us: u64,
+    /// Its merged latencies (in memory only: the answer pools windows).
+    #[serde(skip)]
+    pub latency: LatencyHistogram,
 }
 
 /// What the group's workers measured between two checks, all models merged.
@@ -69,11 +72,18 @@ pub struct Window {
     pub end_ms: i64,
     /// Answered requests (the histogram's count).
     pub requests: u64,
+    /// Requests sent and finished, answered or not (a spike's unanswered ones are the
+    /// difference).
+    #[serde(default)]
+    pub sent: u64,
     pub failures: u64,
     pub qps: f64,
     pub p50_us: u64,
     pub p99_us: u64,
     pub models: Vec<ModelWindow>,
+    /// The window's merged latencies (kept in memory only: the spike phase merges its windows).
+    #[serde(skip)]
+    pub latency: LatencyHistogram,
 }
 
 /// How a judged window compares with the target.
@@ -107,6 +117,10 @@ pub enum Ending {
     Unreachable,
     /// The run's duration ended first.
     OutOfTime,
+    /// A spike: a window after it was back within the target without unanswered requests.
+    Recovered,
+    /// A spike: no such window within its recovery_timeout.
+    NotRecovered,
 }
 
 impl Ending {
@@ -118,6 +132,8 @@ impl Ending {
             Ending::NotSaturated => "not_saturated",
             Ending::Unreachable => "unreachable",
             Ending::OutOfTime => "out_of_time",
+            Ending::Recovered => "recovered",
+            Ending::NotRecovered => "not_recovered",
         }
     }
 }
@@ -131,12 +147,16 @@ pub struct Check {
     pub next_concurrency: u32,
 }
 
-/// A phase's answer: the best window that met the target (highest QPS).
+/// A phase's answer: the concurrency whose judged windows, pooled, met the target at the
+/// highest QPS (see [`pool`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseResult {
     pub ending: Option<Ending>,
-    /// Total concurrency of the best window (None: no window met the target).
+    /// The group's total concurrency of the answer (None: nothing met the target).
     pub concurrency: Option<u32>,
+    /// How many judged windows at that concurrency were pooled into the answer.
+    #[serde(default)]
+    pub windows: u32,
     pub max_qps: f64,
     pub p99_ms: f64,
     pub safe_rate_qps: f64,
@@ -156,7 +176,6 @@ pub struct Controller {
     streak: u32,
     /// Judged windows in a row over the target at min_concurrency.
     over_at_min: u32,
-    best: Option<(u32, Window)>,
     pub checks: Vec<Check>,
     pub ending: Option<Ending>,
 }
@@ -169,7 +188,6 @@ impl Controller {
             decreases: 0,
             streak: 0,
             over_at_min: 0,
-            best: None,
             checks: Vec::new(),
             ending: None,
             config,
@@ -220,12 +238,7 @@ impl Controller {
         } else {
             self.judge(window.p99_us)
         };
-        // The best window met the target at the highest QPS; on a tie the lower concurrency
-        // (reached first) stays, since more in flight bought nothing.
         let meets = matches!(judgement, Judgement::Under | Judgement::OnTarget);
-        if meets && self.best.as_ref().is_none_or(|(_, b)| window.qps > b.qps) {
-            self.best = Some((before, window.clone()));
-        }
         if meets {
             self.over_at_min = 0;
         }
@@ -285,10 +298,12 @@ impl Controller {
 
     pub fn result(&self) -> PhaseResult {
         let safety = self.config.safety_factor;
-        match &self.best {
-            Some((concurrency, w)) => PhaseResult {
+        let limit_us = self.config.target_p99_us as f64 * (1.0 + self.config.tolerance);
+        match pool(&self.checks, limit_us) {
+            Some((concurrency, windows, w)) => PhaseResult {
                 ending: self.ending,
-                concurrency: Some(*concurrency),
+                concurrency: Some(concurrency),
+                windows,
                 max_qps: w.qps,
                 p99_ms: w.p99_us as f64 / 1000.0,
                 safe_rate_qps: w.qps * safety,
@@ -299,6 +314,7 @@ impl Controller {
             None => PhaseResult {
                 ending: self.ending,
                 concurrency: None,
+                windows: 0,
                 max_qps: 0.0,
                 p99_ms: 0.0,
                 safe_rate_qps: 0.0,
@@ -307,6 +323,87 @@ impl Controller {
                 models: Vec::new(),
             },
         }
+    }
+}
+
+/// The answer of a controller's trace: its judged windows pooled per concurrency (histograms
+/// merged, so the p99 is exact over all of them; QPS weighted by each window's length), and of
+/// the concurrencies whose pooled p99 is within `limit_us`, the one with the highest QPS (on a
+/// tie the lower: more in flight bought nothing). Returns it with the number of windows pooled;
+/// the pooled window's span is that of its best single window (the autoscaler reads the
+/// servers' signals there).
+/// Pooling keeps one lucky window from being the answer: a concurrency that met the target once
+/// and missed it twice is judged on all three.
+pub fn pool(checks: &[Check], limit_us: f64) -> Option<(u32, u32, Window)> {
+    let mut by_concurrency: BTreeMap<u32, Vec<&Check>> = BTreeMap::new();
+    for c in checks {
+        if matches!(
+            c.judgement,
+            Judgement::Under | Judgement::OnTarget | Judgement::Over
+        ) {
+            by_concurrency.entry(c.concurrency).or_default().push(c);
+        }
+    }
+    let mut best: Option<(u32, u32, Window)> = None;
+    for (concurrency, checks) in by_concurrency {
+        let windows: Vec<&Window> = checks.iter().map(|c| &c.window).collect();
+        let mut pooled = merge_windows(&windows);
+        if pooled.p99_us as f64 > limit_us {
+            continue;
+        }
+        // Its span is that of its best window that met the target on its own (the first on a
+        // tie; else its last): where the servers' signals are read.
+        let mut at = *windows.last().expect("one per concurrency");
+        let mut top = f64::NEG_INFINITY;
+        for c in &checks {
+            let meets = matches!(c.judgement, Judgement::Under | Judgement::OnTarget);
+            if meets && c.window.qps > top {
+                (at, top) = (&c.window, c.window.qps);
+            }
+        }
+        (pooled.start_ms, pooled.end_ms) = (at.start_ms, at.end_ms);
+        if best.as_ref().is_none_or(|(_, _, b)| pooled.qps > b.qps) {
+            best = Some((concurrency, windows.len() as u32, pooled));
+        }
+    }
+    best
+}
+
+/// Windows as one: counts summed, histograms merged, rates weighted by window length.
+fn merge_windows(windows: &[&Window]) -> Window {
+    let length = |w: &Window| (w.end_ms - w.start_ms).max(1) as f64;
+    let total: f64 = windows.iter().map(|w| length(w)).sum();
+    let mut latency = LatencyHistogram::new();
+    let mut models: BTreeMap<String, (u64, f64, LatencyHistogram)> = BTreeMap::new();
+    for w in windows {
+        latency.merge(&w.latency);
+        for m in &w.models {
+            let e = models.entry(m.model.clone()).or_default();
+            e.0 += m.requests;
+            e.1 += m.qps * length(w) / total;
+            e.2.merge(&m.latency);
+        }
+    }
+    Window {
+        start_ms: windows.iter().map(|w| w.start_ms).min().unwrap_or(0),
+        end_ms: windows.iter().map(|w| w.end_ms).max().unwrap_or(0),
+        requests: windows.iter().map(|w| w.requests).sum(),
+        sent: windows.iter().map(|w| w.sent).sum(),
+        failures: windows.iter().map(|w| w.failures).sum(),
+        qps: windows.iter().map(|w| w.qps * length(w) / total).sum(),
+        p50_us: latency.percentile_us(50.0),
+        p99_us: latency.percentile_us(99.0),
+        models: models
+            .into_iter()
+            .map(|(model, (requests, qps, latency))| ModelWindow {
+                model,
+                requests,
+                qps,
+                p99_us: latency.percentile_us(99.0),
+                latency,
+            })
+            .collect(),
+        latency,
     }
 }
 
@@ -341,8 +438,9 @@ impl WindowMeter {
     /// counts of `members` (others are ignored), each with the time of the worker snapshot that
     /// wrote it. QPS is each worker's own rate between its two snapshots, summed: the driver's
     /// check times and the workers' snapshots are up to a poll apart, and dividing one's counts
-    /// by the other's clock would swing the rate by that much. A worker whose counts went
-    /// backwards (it restarted) counts from zero.
+    /// by the other's clock would swing the rate by that much. A (worker, scenario, model) seen
+    /// for the first time, or whose counts went backwards (the worker restarted), is only the
+    /// baseline of the next window: when its counts began is not known.
     pub fn window(
         &mut self,
         counts: &[(String, i64, ModelCounts)],
@@ -364,13 +462,25 @@ impl WindowMeter {
                 continue;
             };
             let key = (member.clone(), c.scenario.clone(), c.model.clone());
-            let before = self.seen.remove(&key).unwrap_or_else(|| Seen {
-                at_ms: start,
-                ..Seen::default()
-            });
-            let window = latency
-                .since(&before.latency)
-                .unwrap_or_else(|_| latency.clone());
+            let now = Seen {
+                at_ms: *at_ms,
+                requests: c.requests,
+                failures: c.failures,
+                latency: latency.clone(),
+            };
+            // A key seen for the first time (a worker's first report of it, or counts that went
+            // back: the worker restarted) is only a baseline: its counts began at a time the
+            // driver does not know, and dividing them by this window's length would overstate
+            // the rate (by up to a poll interval's worth).
+            let Some(before) = self.seen.insert(key, now) else {
+                continue;
+            };
+            let Ok(window) = latency.since(&before.latency) else {
+                continue;
+            };
+            if c.requests < before.requests {
+                continue;
+            }
             let seconds = (at_ms - before.at_ms) as f64 / 1000.0;
             let rate = if seconds > 0.0 {
                 window.count() as f64 / seconds
@@ -379,26 +489,18 @@ impl WindowMeter {
             };
             failures += c.failures.saturating_sub(before.failures);
             let entry = models.entry(c.model.clone()).or_default();
-            entry.0 += c.requests.saturating_sub(before.requests);
+            entry.0 += c.requests - before.requests;
             entry.1.merge(&window);
             entry.2 += rate;
             all.merge(&window);
             qps += rate;
-            self.seen.insert(
-                key,
-                Seen {
-                    at_ms: *at_ms,
-                    requests: c.requests,
-                    failures: c.failures,
-                    latency,
-                },
-            );
         }
         self.start_ms = Some(now_ms);
         Window {
             start_ms: start,
             end_ms: now_ms,
             requests: all.count(),
+            sent: models.values().map(|(sent, _, _)| sent).sum(),
             failures,
             qps,
             p50_us: all.percentile_us(50.0),
@@ -412,8 +514,10 @@ impl WindowMeter {
                     requests,
                     qps,
                     p99_us: h.percentile_us(99.0),
+                    latency: h,
                 })
                 .collect(),
+            latency: all,
         }
     }
 }
@@ -456,6 +560,12 @@ pub fn phases_for(settings: &CapacitySettings, models: &[ModelSpec]) -> Vec<Phas
                     });
                 }
             }
+            CapacityPhase::Spike => out.push(PhaseSpec {
+                key: "spike".into(),
+                phase: *phase,
+                model: "mix".into(),
+                mix: None,
+            }),
             CapacityPhase::Exploration => {
                 for (i, mix) in settings.exploration.iter().enumerate() {
                     let text = mix
@@ -495,20 +605,47 @@ pub struct PhaseRecord {
     /// records saved before they existed, or when no server could be scraped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaler: Option<crate::autoscale::Autoscaler>,
+    /// The spike phase's answer and trace (its `checks` are empty: it has no controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spike: Option<SpikeRecord>,
+}
+
+/// A spike phase in its [`PhaseRecord`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpikeRecord {
+    #[serde(flatten)]
+    pub result: crate::spike::SpikeResult,
+    pub trace: Vec<crate::spike::SpikeCheck>,
 }
 
 impl PhaseRecord {
     pub fn of(group: &str, spec: &PhaseSpec, controller: &Controller) -> Self {
+        let mut record = Self::new(group, spec, controller.target_p99_ms(), controller.result());
+        record.checks = controller.checks.clone();
+        record
+    }
+
+    pub fn of_spike(group: &str, spec: &PhaseSpec, spike: &crate::spike::Spike) -> Self {
+        let mut record = Self::new(group, spec, spike.target_p99_ms(), spike.phase_result());
+        record.spike = Some(SpikeRecord {
+            result: spike.result(),
+            trace: spike.checks.clone(),
+        });
+        record
+    }
+
+    fn new(group: &str, spec: &PhaseSpec, target_p99_ms: f64, result: PhaseResult) -> Self {
         PhaseRecord {
             group: group.into(),
             phase: spec.phase.as_str().into(),
             key: spec.key.clone(),
             model: spec.model.clone(),
             mix: spec.mix.clone(),
-            target_p99_ms: controller.target_p99_ms(),
-            result: controller.result(),
-            checks: controller.checks.clone(),
+            target_p99_ms,
+            result,
+            checks: Vec::new(),
             autoscaler: None,
+            spike: None,
         }
     }
 }
@@ -535,6 +672,10 @@ mod tests {
 
     /// A window of 100 requests at `qps` whose p99 is `p99_ms`.
     fn window(p99_ms: u64, qps: f64) -> Window {
+        let mut latency = LatencyHistogram::new();
+        for _ in 0..100 {
+            latency.record(Duration::from_millis(p99_ms));
+        }
         Window {
             start_ms: 0,
             end_ms: 1000,
@@ -544,6 +685,8 @@ mod tests {
             p50_us: 1000,
             p99_us: p99_ms * 1000,
             models: vec![],
+            sent: 100,
+            latency,
         }
     }
 
@@ -614,7 +757,7 @@ mod tests {
         // 4 and 8 in flight both give 400/s (8 only waits longer): the first to reach it wins.
         assert_eq!(r.concurrency, Some(4), "the best window under the target");
         assert_eq!(r.max_qps, 400.0);
-        assert_eq!(r.p99_ms, 10.0);
+        assert!((r.p99_ms - 10.0).abs() < 0.05, "{}", r.p99_ms);
         assert!(
             c.checks
                 .iter()
@@ -640,7 +783,11 @@ mod tests {
         assert!(!c.ended());
         c.check(window(52, 11.0));
         assert_eq!(c.ending, Some(Ending::Converged));
-        assert_eq!(c.result().max_qps, 11.0, "on target counts as meeting it");
+        assert_eq!(
+            c.result().max_qps,
+            10.5,
+            "on target counts as meeting it (both windows at 1, pooled)"
+        );
         assert_eq!(
             c.check(window(500, 1.0)),
             1,
@@ -688,6 +835,54 @@ mod tests {
     }
 
     #[test]
+    fn the_answer_pools_every_judged_window_at_a_concurrency() {
+        let check = |concurrency, judgement, p99_ms, qps, seconds: i64| {
+            let mut window = window(p99_ms, qps);
+            window.end_ms = seconds * 1000;
+            Check {
+                concurrency,
+                window,
+                judgement,
+                next_concurrency: concurrency,
+            }
+        };
+        use Judgement::*;
+        let checks = [
+            check(4, Settling, 900, 900.0, 1),
+            check(4, Under, 100, 400.0, 1),
+            check(4, OnTarget, 100, 420.0, 2),
+            // One lucky window at 5, and two that missed the target.
+            check(5, Under, 100, 500.0, 1),
+            check(5, Over, 200, 480.0, 1),
+            check(5, Over, 200, 490.0, 1),
+        ];
+        let (concurrency, windows, w) = pool(&checks, 110_000.0).unwrap();
+        assert_eq!((concurrency, windows), (4, 2), "{w:?}");
+        assert!(
+            (w.qps - (400.0 + 2.0 * 420.0) / 3.0).abs() < 1e-9,
+            "weighted by length"
+        );
+        assert_eq!((w.requests, w.sent), (200, 200));
+        assert_eq!(
+            (w.start_ms, w.end_ms),
+            (0, 2000),
+            "the span of its best window (420/s)"
+        );
+        assert!(
+            w.p99_us.abs_diff(100_000) < 200,
+            "settling windows are not pooled"
+        );
+        assert_eq!(pool(&checks, 50_000.0), None, "nothing within 50 ms");
+        let mut c = Controller::new(ControllerConfig {
+            target_p99_us: 100_000,
+            ..config()
+        });
+        c.checks = checks.to_vec();
+        let r = c.result();
+        assert_eq!((r.concurrency, r.windows), (Some(4), 2));
+    }
+
+    #[test]
     fn splits_cover_the_total_and_differ_by_at_most_one() {
         assert_eq!(split(10, 4), [3, 3, 2, 2]);
         assert_eq!(split(4, 4), [1, 1, 1, 1]);
@@ -721,35 +916,42 @@ mod tests {
             at("g-1", 500, counts("a", 1, 0, &[1])),
             at("other-0", 1000, counts("a", 50, 9, &[900; 50])),
         ];
-        // The driver checks at 1200; each worker's rate is over its own snapshot's time.
+        // First reports are baselines: when their counts began is not known (a worker that
+        // reported 1 s after the window began may have counted since long before).
         let w = meter.window(&first, &members, 0, 1200);
-        assert_eq!((w.requests, w.failures), (3, 0));
-        assert_eq!(w.qps, 2.0 + 2.0, "2 in 1 s plus 1 in 0.5 s");
-        // g-0 adds two slow requests and one failure; g-1 restarted (its counts went back).
+        assert_eq!((w.requests, w.sent, w.qps), (0, 0, 0.0), "{w:?}");
+        // g-0 adds two slow requests and one failure; g-1 restarted (its counts went back) and
+        // reports a new model.
         let second = [
             at("g-0", 3000, counts("a", 4, 1, &[1, 1, 40, 40])),
             at("g-1", 2200, counts("b", 1, 0, &[2])),
         ];
         let w = meter.window(&second, &members, 0, 3100);
         assert_eq!((w.start_ms, w.end_ms), (1200, 3100));
-        assert_eq!((w.requests, w.failures), (3, 1));
+        assert_eq!((w.requests, w.failures), (2, 1));
         assert_eq!(
-            w.qps,
-            1.0 + 1.0,
-            "2 in 2 s, and a new model's 1 since the window began"
+            w.qps, 1.0,
+            "2 in g-0's own 2 s; b's first report is a baseline"
         );
         assert!(
             w.p99_us >= 39_000,
             "the window holds only the new requests: {w:?}"
         );
+        // Each worker's rate over its own snapshots: g-0 4 in 1 s, g-1 3 in 0.5 s.
+        let third = [
+            at("g-0", 4000, counts("a", 8, 1, &[1, 1, 40, 40, 5, 5, 5, 5])),
+            at("g-1", 2700, counts("b", 4, 0, &[2, 3, 3, 3])),
+        ];
+        let w = meter.window(&third, &members, 0, 4100);
+        assert_eq!(w.qps, 4.0 + 6.0);
         let names: Vec<_> = w
             .models
             .iter()
             .map(|m| (m.model.as_str(), m.requests, m.qps))
             .collect();
-        assert_eq!(names, [("a", 2, 1.0), ("b", 1, 1.0)]);
+        assert_eq!(names, [("a", 4, 4.0), ("b", 3, 6.0)]);
         // No new snapshot since: nothing in this window; it all counts in the next.
-        let again = meter.window(&second, &members, 0, 3500);
+        let again = meter.window(&third, &members, 0, 4500);
         assert_eq!((again.requests, again.qps), (0, 0.0));
         assert!(
             again.models.is_empty(),
@@ -757,7 +959,9 @@ mod tests {
         );
         let mut stress = counts("a", 10, 0, &[1]);
         stress.scenario = "SequenceValid".into();
-        let w = meter.window(&[at("g-0", 4000, stress)], &members, 0, 5000);
+        meter.window(&[at("g-0", 5000, stress.clone())], &members, 0, 5000);
+        stress.requests = 20;
+        let w = meter.window(&[at("g-0", 6000, stress)], &members, 0, 6000);
         assert_eq!(w.requests, 0, "only Load and Infer are measured");
     }
 

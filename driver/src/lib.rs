@@ -7,7 +7,9 @@
 //! * [`preflight`]: which models the client groups need that a server lacks (pure).
 //! * [`failfast`]: the fail-fast rules as a pure state machine, and failure attribution.
 //! * [`external`]: servers that already run (`endpoints`): health checks and probes.
+//! * [`capacity`]: capacity mode's AIMD controller and windows; [`spike`]: its spike phase (pure).
 //! * [`autoscale`]: capacity mode's server signals and autoscaler thresholds (pure, plus the scrapes).
+//! * [`slo`]: the matrix's service-level objectives, parsed and judged on merged counts (pure).
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store.
 
@@ -21,3 +23,5 @@ pub mod plan;
 pub mod preflight;
 pub mod report;
 pub mod run;
+pub mod slo;
+pub mod spike;

@@ -37,6 +37,8 @@ pub struct RunPlan {
     pub clients: Vec<ClientMember>,
     /// Capacity mode's settings (None: a soak run).
     pub capacity: Option<CapacitySettings>,
+    /// The SLO rules, run level first, then each client group's (validated: they parse).
+    pub slo: Vec<crate::slo::Rule>,
     /// `<run name>-<member>` for every member: its process or pod name.
     qualified: BTreeMap<MemberName, String>,
 }
@@ -74,6 +76,18 @@ impl RunPlan {
                 RunMode::Capacity => matrix.capacity.clone(),
                 RunMode::Soak => None,
             },
+            slo: matrix
+                .run
+                .slo
+                .iter()
+                .map(|r| (None, r))
+                .chain(
+                    matrix.client_groups.iter().flat_map(|(g, group)| {
+                        group.slo.iter().map(move |r| (Some(g.as_str()), r))
+                    }),
+                )
+                .filter_map(|(g, r)| crate::slo::Rule::parse(r, g).ok())
+                .collect(),
             qualified,
         }
     }

@@ -76,6 +76,8 @@ pub struct Report {
     pub failure_count: u64,
     pub failures: Vec<(String, FailureRecord)>,
     pub failed_members: Vec<FailedMember>,
+    /// Each SLO rule's verdict: `rule`, `observed`, `ok`, the window (empty: no rules).
+    pub slo: Vec<crate::slo::Outcome>,
     /// Capacity mode's answers (absent for a soak run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityReport>,
@@ -110,8 +112,10 @@ pub struct CapacityResult {
     pub phase: String,
     /// The model, or "mix" for the group's whole model mix.
     pub model: String,
-    /// The group's total concurrency at the best window (None: nothing met the target).
+    /// The group's total concurrency of the answer (None: nothing met the target).
     pub concurrency: Option<u32>,
+    /// Judged windows at that concurrency pooled into max_qps and p99_ms.
+    pub windows: u32,
     pub max_qps: f64,
     pub p99_ms: f64,
     pub safe_rate_qps: f64,
@@ -120,6 +124,14 @@ pub struct CapacityResult {
     pub ending: Option<crate::capacity::Ending>,
     pub window_start_ms: Option<i64>,
     pub window_end_ms: Option<i64>,
+    /// A spike row: its open-loop rate, unanswered over sent during it, and the time back to
+    /// the target (max_qps and p99_ms are then what got through during the spike).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_rps: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_recover_s: Option<f64>,
 }
 
 impl CapacityReport {
@@ -132,6 +144,7 @@ impl CapacityReport {
                 phase: p.phase.clone(),
                 model: model.into(),
                 concurrency: r.concurrency,
+                windows: r.windows,
                 max_qps,
                 p99_ms,
                 safe_rate_qps: if r.max_qps > 0.0 {
@@ -143,6 +156,9 @@ impl CapacityReport {
                 ending: r.ending,
                 window_start_ms: r.window_start_ms,
                 window_end_ms: r.window_end_ms,
+                target_rps: p.spike.as_ref().map(|s| s.result.target_rps),
+                error_rate: p.spike.as_ref().map(|s| s.result.error_rate),
+                time_to_recover_s: p.spike.as_ref().and_then(|s| s.result.time_to_recover_s),
             };
             results.push(row(&p.model, r.max_qps, r.p99_ms));
             // In a mix, each model's share at the mix's capacity.
@@ -181,9 +197,14 @@ impl CapacityReport {
             let concurrency = r
                 .concurrency
                 .map_or_else(|| "-".to_string(), |c| c.to_string());
+            // A spike has no safe rate of its own (its row is what got through during it).
+            let safe = match r.target_rps {
+                Some(_) => "-".to_string(),
+                None => format!("{:.1}", r.safe_rate_qps),
+            };
             let _ = writeln!(
                 out,
-                "{:<20} {:<12} {:<24} {:>11} {:>9.1} {:>8.2} {:>9.2} {:>9.1}  {}",
+                "{:<20} {:<12} {:<24} {:>11} {:>9.1} {:>8.2} {:>9.2} {:>9}  {}",
                 r.group,
                 r.phase,
                 r.model,
@@ -191,11 +212,15 @@ impl CapacityReport {
                 r.max_qps,
                 r.p99_ms,
                 r.target_p99_ms,
-                r.safe_rate_qps,
+                safe,
                 ending
             );
         }
         for p in &self.phases {
+            if let Some(spike) = &p.spike {
+                render_spike(out, &p.group, spike);
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "controller {}/{}{} ({} checks): concurrency → p99 ms per check",
@@ -219,6 +244,52 @@ impl CapacityReport {
                 out.push_str(&crate::autoscale::render(a));
             }
         }
+    }
+}
+
+/// A spike phase: the jump, what got through, and the recovery; then its windows.
+fn render_spike(out: &mut String, group: &str, s: &crate::capacity::SpikeRecord) {
+    let r = &s.result;
+    let baseline = match (r.baseline_qps, r.baseline_p99_ms) {
+        (Some(q), Some(p)) => format!("{q:.1} QPS, p99 {p:.2} ms"),
+        _ => "not measured".into(),
+    };
+    let recovery = match (r.recovered, r.time_to_recover_s) {
+        (Some(true), Some(t)) => format!("recovered within {t:.1} s"),
+        (Some(false), _) => "did not recover".into(),
+        _ => "still running".into(),
+    };
+    let _ = writeln!(
+        out,
+        "spike {group}: from concurrency {} ({baseline}) to {:.1} requests/s open loop: sent {}, answered {}, error rate {:.2}%, achieved {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {recovery}",
+        r.from_concurrency,
+        r.target_rps,
+        r.sent,
+        r.answered,
+        r.error_rate * 100.0,
+        r.achieved_qps,
+        r.p50_ms,
+        r.p99_ms,
+        r.max_ms,
+    );
+    let steps: Vec<String> = s
+        .trace
+        .iter()
+        .map(|c| {
+            let stage = match c.stage {
+                crate::spike::SpikeStage::Baseline => "base",
+                crate::spike::SpikeStage::Spiking => "spike",
+                crate::spike::SpikeStage::Recovering => "after",
+            };
+            format!(
+                "{stage} {:.0}/s p99 {:.1}",
+                c.window.qps,
+                c.window.p99_us as f64 / 1000.0
+            )
+        })
+        .collect();
+    for chunk in steps.chunks(6) {
+        let _ = writeln!(out, "  {}", chunk.join("  "));
     }
 }
 
@@ -403,6 +474,12 @@ impl Report {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let capacity = (!phases.is_empty()).then(|| CapacityReport::new(phases));
+        let slo = store
+            .slo_results(run_id)
+            .await?
+            .into_iter()
+            .map(|v| serde_json::from_value(v).map_err(|e| corrupt(format!("SLO verdict: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
 
         let failure_count = store
             .failure_totals(run_id)
@@ -433,6 +510,7 @@ impl Report {
             failure_count,
             failures,
             failed_members,
+            slo,
             capacity,
             tables: (total, groups),
             model_table,
@@ -450,6 +528,13 @@ impl Report {
             "Run {} ({} launcher): {}\nMatrix run name: {}; took {}; load phase {:.1} s\n",
             self.run_id, self.launcher, self.verdict, self.name, took, self.load_seconds
         );
+        if !self.slo.is_empty() {
+            let _ = writeln!(out, "== SLO ==");
+            for o in &self.slo {
+                let _ = writeln!(out, "{}", o.line());
+            }
+            out.push('\n');
+        }
         if let Some(capacity) = &self.capacity {
             capacity.render(&mut out);
             out.push('\n');

@@ -12,15 +12,19 @@ use crate::capacity;
 use crate::external;
 use crate::failfast::{self, Cause, FailFast, Poll};
 use crate::launcher::{LaunchError, Launcher, MemberExit, ServerEndpoint};
+use crate::matrix::CapacityPhase;
 use crate::matrix::{self, Matrix, MatrixError};
 use crate::plan::RunPlan;
 use crate::preflight;
 use crate::report::Report;
+use crate::slo;
+use crate::spike;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use stress_common::contract::{MemberName, RunId};
+use stress_common::histogram::LatencyHistogram;
 use stress_common::status::{EventKind, LoadTarget};
 use stress_common::store::{Member, NewRun, Store, StoreError};
 use stress_common::{http, tritonserver};
@@ -364,8 +368,11 @@ pub const DRIVER_MEMBER: &str = "driver";
 /// Failures blamed on the harness itself (the driver, the status store): no launcher member to
 /// diagnose or keep.
 fn is_harness(member: &str) -> bool {
-    member == DRIVER_MEMBER || member == failfast::STORE_MEMBER
+    member == DRIVER_MEMBER || member == failfast::STORE_MEMBER || member == SLO_MEMBER
 }
+
+/// The member a breached SLO rule's failure is recorded against.
+pub const SLO_MEMBER: &str = "slo";
 
 /// One run in progress: launches the plan, feeds each poll's observations to the fail-fast
 /// rules and acts on their verdict. The decisions are in [`failfast`]; this only does I/O.
@@ -629,6 +636,7 @@ impl Driver<'_> {
 
         // Poll.
         let started = Instant::now();
+        let started_ms = stress_common::now_ms();
         if let Some(cap) = &mut capacity {
             cap.started_ms = stress_common::now_ms();
         }
@@ -652,6 +660,13 @@ impl Driver<'_> {
             };
             if let Some(cause) = rules.observe(poll) {
                 return self.fail(cause).await;
+            }
+            if let Some(breach) = self.slo_live(started_ms, started.elapsed()).await {
+                self.record(SLO_MEMBER, EventKind::Failure, &breach).await;
+                return Verdict::Fail {
+                    member: SLO_MEMBER.into(),
+                    reason: breach,
+                };
             }
             if let Some(cap) = &mut capacity
                 && cap.due()
@@ -703,6 +718,7 @@ impl Driver<'_> {
             .map(|e| e.member_id)
             .collect();
         let mut verdict = Verdict::Pass;
+        let slo = self.judge_slo(started_ms).await;
         if let Some(blame) = failfast::at_end(&late, &exits, &finished_cleanly) {
             if blame.record {
                 self.record(&blame.member, EventKind::Failure, &blame.reason)
@@ -711,6 +727,15 @@ impl Driver<'_> {
             verdict = Verdict::Fail {
                 member: blame.member,
                 reason: blame.reason,
+            };
+        }
+        if verdict == Verdict::Pass
+            && let Some(breach) = slo::first_breach(&slo)
+        {
+            self.record(SLO_MEMBER, EventKind::Failure, &breach).await;
+            verdict = Verdict::Fail {
+                member: SLO_MEMBER.into(),
+                reason: breach,
             };
         }
         self.progress.show("stopping servers");
@@ -726,6 +751,70 @@ impl Driver<'_> {
             }
         }
         verdict
+    }
+
+    /// The `abort_on_fail` SLO rules past their delay, judged on the counts so far: the first
+    /// breach (a rule with nothing measured yet is not judged live). On a breach every rule's
+    /// verdict is saved as of now.
+    async fn slo_live(&mut self, started_ms: i64, elapsed: Duration) -> Option<String> {
+        let due: Vec<&slo::Rule> = self
+            .plan
+            .slo
+            .iter()
+            .filter(|r| r.abort_on_fail && elapsed >= r.delay)
+            .collect();
+        if due.is_empty() {
+            return None;
+        }
+        let rows = match slo_rows(self.store, &self.plan.run_id).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!("SLO rules not checked this poll: {e}");
+                return None;
+            }
+        };
+        let groups = self.plan.client_groups();
+        let window = (started_ms, stress_common::now_ms());
+        let breach = due.iter().find_map(|r| {
+            let o = r.judge(&rows, group_members(&groups, r).as_deref(), window);
+            (o.observed.is_some() && !o.ok).then_some(o)
+        })?;
+        self.judge_slo(started_ms).await;
+        slo::first_breach(&[breach])
+    }
+
+    /// Every SLO rule judged on the counts so far over the run since the workers started, and
+    /// saved in the store (the report reads them there).
+    async fn judge_slo(&mut self, started_ms: i64) -> Vec<slo::Outcome> {
+        if self.plan.slo.is_empty() {
+            return Vec::new();
+        }
+        let rows = slo_rows(self.store, &self.plan.run_id)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!("SLO rules judged without counts: {e}");
+                Vec::new()
+            });
+        let groups = self.plan.client_groups();
+        let window = (started_ms, stress_common::now_ms());
+        let outcomes: Vec<slo::Outcome> = self
+            .plan
+            .slo
+            .iter()
+            .map(|r| r.judge(&rows, group_members(&groups, r).as_deref(), window))
+            .collect();
+        let json: Vec<serde_json::Value> = outcomes
+            .iter()
+            .map(|o| serde_json::to_value(o).expect("plain data serialises"))
+            .collect();
+        if let Err(e) = self
+            .store
+            .save_slo_results(self.plan.run_id.as_str(), &json)
+            .await
+        {
+            tracing::warn!("SLO verdicts not saved: {e}");
+        }
+        outcomes
     }
 
     /// What one poll sees: exits first (when a member ended, nothing else is read: the rules
@@ -796,11 +885,50 @@ struct GroupControl {
     group: String,
     members: Vec<String>,
     config: capacity::ControllerConfig,
+    spike: Option<crate::matrix::SpikeSettings>,
     phases: Vec<capacity::PhaseSpec>,
     /// The phase running now (`phases.len()`: all done).
     current: usize,
-    controller: capacity::Controller,
+    stage: Stage,
     meter: capacity::WindowMeter,
+    /// The ended phases' answers (the spike jumps from one of them).
+    answers: Vec<(CapacityPhase, Option<u32>)>,
+}
+
+/// What runs a phase: the AIMD controller, or the spike.
+enum Stage {
+    Aimd(capacity::Controller),
+    Spike(Box<spike::Spike>),
+}
+
+impl Stage {
+    fn load(&self) -> spike::GroupLoad {
+        match self {
+            Stage::Aimd(c) => spike::GroupLoad::closed(c.concurrency()),
+            Stage::Spike(s) => s.load(),
+        }
+    }
+
+    fn check(&mut self, window: capacity::Window, now_ms: i64) -> spike::GroupLoad {
+        match self {
+            Stage::Aimd(c) => spike::GroupLoad::closed(c.check(window)),
+            Stage::Spike(s) => s.check(window, now_ms),
+        }
+    }
+
+    fn ended(&self) -> bool {
+        match self {
+            Stage::Aimd(c) => c.ended(),
+            Stage::Spike(s) => s.ended(),
+        }
+    }
+
+    fn out_of_time(&mut self) {
+        match self {
+            Stage::Aimd(c) => c.out_of_time(),
+            Stage::Spike(s) => s.out_of_time(),
+        }
+    }
 }
 
 impl GroupControl {
@@ -808,14 +936,37 @@ impl GroupControl {
         self.current >= self.phases.len()
     }
 
-    /// The targets of the current phase for `total` in flight.
-    async fn write_targets(&self, store: &Store, run_id: &RunId, total: u32) {
+    /// The stage of phase `current`: a spike jumps from an earlier phase's answer; any other
+    /// phase's controller starts at min_concurrency.
+    fn stage_for(&self) -> Stage {
+        let spec = self.phases.get(self.current);
+        match (spec.map(|p| p.phase), &self.spike) {
+            (Some(CapacityPhase::Spike), Some(s)) => {
+                Stage::Spike(Box::new(spike::Spike::new(spike::SpikeConfig {
+                    target_rps: s.target_rps,
+                    duration_ms: millis(s.duration),
+                    recovery_timeout_ms: millis(s.recovery_timeout),
+                    target_p99_us: self.config.target_p99_us,
+                    tolerance: self.config.tolerance,
+                    from_concurrency: spike::jump_from(&self.answers, self.config.min),
+                })))
+            }
+            _ => Stage::Aimd(capacity::Controller::new(self.config.clone())),
+        }
+    }
+
+    /// The targets of the current phase for `load` (concurrency and a spike's rate split
+    /// across the workers).
+    async fn write_targets(&self, store: &Store, run_id: &RunId, load: spike::GroupLoad) {
         let mix = self.phases.get(self.current).and_then(|p| p.mix.clone());
-        let shares = capacity::split(total, self.members.len());
+        let shares = capacity::split(load.concurrency, self.members.len());
+        let rate = load.rate.map(|r| r / self.members.len().max(1) as f64);
         for (member, share) in self.members.iter().zip(shares) {
             let target = LoadTarget {
                 concurrency: share,
                 mix: mix.clone(),
+                rate,
+                count_unanswered: load.count_unanswered,
             };
             if let Err(e) = store
                 .set_load_target(run_id.as_str(), member, &target)
@@ -826,20 +977,43 @@ impl GroupControl {
         }
     }
 
-    async fn save(&self, store: &Store, run_id: &RunId, autoscale: &autoscale::Collector) {
-        let Some(spec) = self.phases.get(self.current) else {
-            return;
-        };
-        let mut record = capacity::PhaseRecord::of(&self.group, spec, &self.controller);
-        record.autoscaler = autoscale.autoscaler(&self.group, &self.controller);
+    fn record(&self, autoscale: &autoscale::Collector) -> Option<capacity::PhaseRecord> {
+        let spec = self.phases.get(self.current)?;
+        Some(match &self.stage {
+            Stage::Aimd(c) => {
+                let mut record = capacity::PhaseRecord::of(&self.group, spec, c);
+                record.autoscaler = autoscale.autoscaler(&self.group, c);
+                record
+            }
+            Stage::Spike(s) => capacity::PhaseRecord::of_spike(&self.group, spec, s),
+        })
+    }
+
+    /// Saves the current phase's record; returns its answer (the concurrency it found).
+    async fn save(
+        &self,
+        store: &Store,
+        run_id: &RunId,
+        autoscale: &autoscale::Collector,
+    ) -> Option<u32> {
+        let record = self.record(autoscale)?;
         let json = serde_json::to_value(&record).expect("plain data serialises");
         if let Err(e) = store
-            .save_capacity_phase(run_id.as_str(), &self.group, &spec.key, &json)
+            .save_capacity_phase(run_id.as_str(), &self.group, &record.key, &json)
             .await
         {
-            tracing::warn!("capacity phase {}/{} not saved: {e}", self.group, spec.key);
+            tracing::warn!(
+                "capacity phase {}/{} not saved: {e}",
+                self.group,
+                record.key
+            );
         }
+        record.result.concurrency
     }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl CapacityRun {
@@ -858,15 +1032,19 @@ impl CapacityRun {
                         .find(|c| c.group == group)
                         .map(|c| c.template.models.clone())
                         .unwrap_or_default();
-                    GroupControl {
+                    let mut g = GroupControl {
                         members: groups[&group].iter().map(|m| m.to_string()).collect(),
                         phases: capacity::phases_for(settings, &models),
                         current: 0,
-                        controller: capacity::Controller::new(config.clone()),
+                        stage: Stage::Aimd(capacity::Controller::new(config.clone())),
                         config,
+                        spike: settings.spike.clone(),
                         meter: capacity::WindowMeter::default(),
+                        answers: Vec::new(),
                         group,
-                    }
+                    };
+                    g.stage = g.stage_for();
+                    g
                 })
                 .collect(),
             interval: settings.check_interval,
@@ -879,8 +1057,7 @@ impl CapacityRun {
     /// Before the workers start: the first phase's targets (its mix, min_concurrency).
     async fn start(&self, store: &Store, run_id: &RunId) {
         for g in &self.groups {
-            g.write_targets(store, run_id, g.controller.concurrency())
-                .await;
+            g.write_targets(store, run_id, g.stage.load()).await;
         }
     }
 
@@ -908,26 +1085,33 @@ impl CapacityRun {
                 continue;
             }
             let window = g.meter.window(&counts, &g.members, self.started_ms, now_ms);
-            let before = g.controller.concurrency();
-            let next = g.controller.check(window);
+            let before = g.stage.load();
+            let next = g.stage.check(window, now_ms);
             tracing::info!(
                 group = g.group,
                 phase = g.phases[g.current].key,
-                concurrency = before,
-                next,
+                concurrency = before.concurrency,
+                next = next.concurrency,
+                rate = next.rate,
                 "capacity check"
             );
-            g.save(store, run_id, &self.autoscale).await;
-            if g.controller.ended() {
-                // The next phase starts from min_concurrency with its own mix.
+            let answer = g.save(store, run_id, &self.autoscale).await;
+            if g.stage.ended() {
+                g.answers.push((g.phases[g.current].phase, answer));
                 g.current += 1;
-                g.controller = capacity::Controller::new(g.config.clone());
+                g.stage = g.stage_for();
                 if !g.done() {
-                    g.write_targets(store, run_id, g.controller.concurrency())
-                        .await;
+                    g.write_targets(store, run_id, g.stage.load()).await;
                 }
             } else if next != before {
                 g.write_targets(store, run_id, next).await;
+            }
+            // A spike ends at its time, not at the next regular check.
+            if let Stage::Spike(s) = &g.stage
+                && let Some(at_ms) = s.next_change_ms()
+            {
+                let wait = Duration::from_millis(u64::try_from(at_ms - now_ms).unwrap_or(0));
+                self.next_check = self.next_check.min(tokio::time::Instant::now() + wait);
             }
         }
     }
@@ -936,11 +1120,60 @@ impl CapacityRun {
     async fn finish(&mut self, store: &Store, run_id: &RunId) {
         for g in &mut self.groups {
             if !g.done() {
-                g.controller.out_of_time();
+                g.stage.out_of_time();
                 g.save(store, run_id, &self.autoscale).await;
             }
         }
     }
+}
+
+/// A group rule's members (None: a run-level rule, every client).
+fn group_members(
+    groups: &BTreeMap<String, Vec<MemberName>>,
+    rule: &slo::Rule,
+) -> Option<Vec<String>> {
+    let g = rule.group.as_ref()?;
+    Some(
+        groups
+            .get(g)
+            .map(|m| m.iter().map(ToString::to_string).collect())
+            .unwrap_or_default(),
+    )
+}
+
+/// The workers' cumulative counts as the SLO rules read them: per scenario, and per model.
+async fn slo_rows(store: &Store, run_id: &RunId) -> Result<Vec<slo::Row>, StoreError> {
+    let decode = |text: &str| LatencyHistogram::decode(text).unwrap_or_default();
+    let mut rows: Vec<slo::Row> = store
+        .scenario_counts(run_id.as_str())
+        .await?
+        .into_iter()
+        .map(|(member, c)| slo::Row {
+            latency: decode(&c.latency_histogram),
+            member,
+            scenario: c.scenario,
+            model: None,
+            tests: c.tests,
+            failures: c.failures,
+            requests: c.requests,
+        })
+        .collect();
+    rows.extend(
+        store
+            .model_counts(run_id.as_str())
+            .await?
+            .into_iter()
+            .map(|(member, _, c)| slo::Row {
+                latency: decode(&c.latency_histogram),
+                member,
+                scenario: c.scenario,
+                model: Some(c.model),
+                tests: c.tests,
+                failures: c.failures,
+                requests: c.requests,
+            }),
+    );
+    Ok(rows)
 }
 
 /// Loads a matrix and prepares a run directory; errors here are bad input (exit 2).

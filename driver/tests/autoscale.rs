@@ -168,11 +168,13 @@ fn controller(times: &[i64]) -> Controller {
             start_ms: w[0],
             end_ms: w[1],
             requests: 300,
+            sent: 300,
             failures: 0,
             qps: 100.0,
             p50_us: 40_000,
             p99_us: 50_000,
             models: vec![],
+            latency: Default::default(),
         });
     }
     c

@@ -455,6 +455,14 @@ fn assert_smoke_report(run_dir: &Path, run_id: &str) {
     assert_eq!(report["run_id"], run_id);
     assert_eq!(report["verdict"], "PASS", "{report:#}");
     assert_eq!(report["launcher"], "local");
+    // smoke.yaml's SLO rules, each kept, with what was observed.
+    let slo = report["slo"].as_array().expect("SLO verdicts");
+    let rules: Vec<&str> = slo.iter().map(|o| o["rule"].as_str().unwrap()).collect();
+    assert_eq!(rules, ["p99 of Load <= 5s", "qps of Load >= 1"], "{slo:#?}");
+    for o in slo {
+        assert_eq!(o["ok"], true, "{o:#}");
+        assert!(o["observed"].as_f64().unwrap() > 0.0, "{o:#}");
+    }
     let rows = report["scenarios"].as_array().expect("scenario rows");
     let mut names: Vec<&str> = rows
         .iter()
@@ -857,13 +865,21 @@ async fn a_hung_server_fails_the_run_within_5_s_of_the_failure() {
 
 /// The smoke matrix with its client driving `models` (and no `scenarios`: Infer only).
 fn models_matrix(dir: &Path, models: &str) -> PathBuf {
-    let path = smoke_matrix(dir);
+    edit_matrix(smoke_matrix(dir), |m| {
+        // smoke.yaml's SLO rules are about Load, which these clients do not run.
+        m.run.slo.clear();
+        for template in m.client_templates.values_mut() {
+            template.scenarios = None;
+            template.models = serde_saphyr::from_str(models).unwrap();
+        }
+    })
+}
+
+/// Rewrites the matrix at `path` through `edit`; returns the path.
+fn edit_matrix(path: PathBuf, edit: impl FnOnce(&mut driver::matrix::Matrix)) -> PathBuf {
     let mut m = driver::matrix::load(&path).unwrap_or_else(|e| panic!("{e}"));
     m.source_path = None;
-    for template in m.client_templates.values_mut() {
-        template.scenarios = None;
-        template.models = serde_saphyr::from_str(models).unwrap();
-    }
+    edit(&mut m);
     std::fs::write(&path, serde_saphyr::to_string(&m).unwrap()).unwrap();
     path
 }
@@ -1127,6 +1143,192 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
     }
 }
 
+/// The spike phase on `fixed_capacity` (40 requests/s at most; test-matrices/capacity-spike.yaml):
+/// after production converges, the group jumps to 120 requests/s open loop for 6 s with a 2 s
+/// request deadline. The server gets
+/// through about its capacity, the rest time out (counted as unanswered, not failures: the run
+/// passes), p99 goes far over the target, and once the backlog drains the group is back within
+/// it: recovered, with the time it took.
+#[tokio::test]
+async fn capacity_spike_overloads_the_server_and_measures_its_recovery() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let m = committed_matrix("capacity-spike.yaml");
+    let spike = m.capacity.as_ref().and_then(|c| c.spike.as_ref()).unwrap();
+    assert_eq!(
+        spike.target_rps, 120.0,
+        "the numbers below assume the committed spike"
+    );
+    let matrix = tmp.path().join("spike.yaml");
+    std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-spike", "170s").await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    let capacity = &report["capacity"];
+    let row = |phase: &str| {
+        capacity["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["phase"] == phase && r["model"] == "mix")
+            .unwrap_or_else(|| panic!("no {phase} row: {capacity:#}"))
+            .clone()
+    };
+    let production = row("production");
+    let spike_row = row("spike");
+    assert_eq!(
+        spike_row["concurrency"], production["concurrency"],
+        "the spike jumps from production's answer: {capacity:#}"
+    );
+    assert_eq!(spike_row["target_rps"], 120.0);
+    assert_eq!(spike_row["ending"], "recovered", "{capacity:#}");
+    let phase = capacity["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == "spike")
+        .unwrap();
+    let spike = &phase["spike"];
+    let number = |k: &str| {
+        spike[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k}: {spike:#}"))
+    };
+    assert!(
+        number("sent") > number("answered"),
+        "requests timed out during the spike: {spike:#}"
+    );
+    assert!(number("error_rate") > 0.05, "{spike:#}");
+    let achieved = number("achieved_qps");
+    assert!(
+        (20.0..=50.0).contains(&achieved),
+        "the server answers about its capacity (40/s), not the 120/s offered: {spike:#}"
+    );
+    assert!(number("p99_ms") > 500.0, "a queue built up: {spike:#}");
+    assert!(
+        number("baseline_p99_ms") <= 125.0 * 1.5,
+        "the baseline is the converged load: {spike:#}"
+    );
+    let recover = number("time_to_recover_s");
+    assert!((0.0..=60.0).contains(&recover), "{spike:#}");
+    assert_eq!(spike["recovered"], true);
+    let stages: Vec<&str> = spike["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["stage"].as_str().unwrap())
+        .collect();
+    assert!(
+        stages.contains(&"spiking") && stages.last() == Some(&"recovering"),
+        "{stages:?}"
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(
+        text.contains("spike grpc-clients: from concurrency"),
+        "{text}"
+    );
+    assert!(text.contains("recovered within"), "{text}");
+}
+
+/// The models matrix (Infer on add_sub) with `run.slo` and the `grpc-clients` group's `slo`.
+fn slo_matrix(dir: &Path, run_rules: &str, group_rules: &str) -> PathBuf {
+    edit_matrix(models_matrix(dir, "[{name: add_sub}]"), |m| {
+        m.run.slo = serde_saphyr::from_str(run_rules).unwrap();
+        m.client_groups["grpc-clients"].slo = serde_saphyr::from_str(group_rules).unwrap();
+    })
+}
+
+/// Generous SLO rules hold on the real server and the run passes with each one's observed
+/// value in the report; the same run with one impossible rule (p99 under 1 µs) fails with exit 1
+/// and names the rule, what was observed and the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slo_rules_pass_when_kept_and_fail_the_run_when_breached() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let generous = "[{metric: p99, scenario: Infer, max: 10s}, {metric: error_rate, max: 0.01}, {metric: qps, min: 5}]";
+    let group = "[{metric: p50, model: add_sub, max: 5s}]";
+    let matrix = slo_matrix(tmp.path(), generous, group);
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-slo-ok", "8s").await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let slo = report["slo"].as_array().unwrap();
+    assert_eq!(slo.len(), 4, "{slo:#?}");
+    for rule in slo {
+        assert_eq!(rule["ok"], true, "{rule:#}");
+        assert!(rule["observed"].as_f64().is_some(), "{rule:#}");
+    }
+    assert_eq!(
+        slo[3]["rule"],
+        "p50 of model add_sub (group grpc-clients) <= 5s"
+    );
+    let qps = slo[2]["observed"].as_f64().unwrap();
+    assert!(qps > 5.0, "{qps}");
+    assert!(read(&run_dir.join("report.txt")).contains("== SLO =="));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = slo_matrix(
+        tmp.path(),
+        "[{metric: qps, min: 5}, {metric: p99, scenario: Infer, max: 1us}]",
+        "[]",
+    );
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-slo-bad", "8s").await;
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "FAIL");
+    let breached = &report["slo"][1];
+    assert_eq!(breached["ok"], false, "{breached:#}");
+    assert_eq!(breached["rule"], "p99 of Infer <= 1us");
+    assert!(
+        breached["observed"].as_f64().unwrap() > 0.001,
+        "{breached:#}"
+    );
+    assert!(breached["window_end_ms"].as_i64() > breached["window_start_ms"].as_i64());
+    assert_eq!(report["slo"][0]["ok"], true);
+    let failed = &report["failed_members"][0];
+    assert_eq!(failed["member_id"], "slo", "{report:#}");
+    assert!(
+        failed["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("SLO breached: p99 of Infer <= 1us: observed"),
+        "{failed:#}"
+    );
+}
+
+/// An `abort_on_fail` rule is judged every poll after its delay and stops the run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_on_fail_slo_stops_the_run_early() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = slo_matrix(
+        tmp.path(),
+        "[]",
+        "[{metric: max, max: 1us, abort_on_fail: true, delay: 2s}]",
+    );
+    let started = Instant::now();
+    let (driver, status, run_dir) =
+        run_matrix_for(tmp.path(), &matrix, "e2e-slo-abort", "120s").await;
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "stopped long before its 120 s: {:?}",
+        started.elapsed()
+    );
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["slo"][0]["ok"], false, "{report:#}");
+    let window = report["slo"][0]["window_end_ms"].as_i64().unwrap()
+        - report["slo"][0]["window_start_ms"].as_i64().unwrap();
+    assert!(
+        (2000..30_000).contains(&window),
+        "judged after its delay: {window} ms"
+    );
+    assert_eq!(report["failed_members"][0]["member_id"], "slo");
+}
+
 /// A tritonserver the test starts itself on free loopback ports (the repository's models), for
 /// matrices that name it by `endpoints`: the driver must use it and leave it running.
 async fn start_external_server(dir: &Path) -> stress_common::tritonserver::TritonServer {
@@ -1146,16 +1348,13 @@ async fn start_external_server(dir: &Path) -> stress_common::tritonserver::Trito
 
 /// The models matrix (Infer on add_sub) with its server group `triton` replaced by `endpoints`.
 fn external_matrix(dir: &Path, endpoint: driver::matrix::Endpoint) -> PathBuf {
-    let path = models_matrix(dir, "[{name: add_sub}]");
-    let mut m = driver::matrix::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    m.source_path = None;
-    m.server_groups["triton"] = driver::matrix::ServerGroup {
-        template: None,
-        instances: None,
-        endpoints: vec![endpoint],
-    };
-    std::fs::write(&path, serde_saphyr::to_string(&m).unwrap()).unwrap();
-    path
+    edit_matrix(models_matrix(dir, "[{name: add_sub}]"), |m| {
+        m.server_groups["triton"] = driver::matrix::ServerGroup {
+            template: None,
+            instances: None,
+            endpoints: vec![endpoint],
+        };
+    })
 }
 
 /// Its gRPC and metrics addresses only: the driver checks, probes and reads the repository

@@ -67,7 +67,7 @@ fn every_committed_matrix_validates() {
 const BAD: &[(&str, &str)] = &[
     (
         "unknown-field.yaml",
-        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode",
+        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode, slo",
     ),
     (
         "wrong-type.yaml",
@@ -194,7 +194,35 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "capacity-unknown-phase.yaml",
-        "26:24: capacity.phases[1]: unknown variant `warp`, expected one of individual, production, exploration",
+        "26:24: capacity.phases[1]: unknown variant `warp`, expected one of individual, production, exploration, spike",
+    ),
+    (
+        "bad-spike.yaml",
+        "28:24: capacity.spike.target_rps: must be a number of requests per second from 1 to 10000000, found 0\n\
+         28:37: capacity.spike.duration: 2s is shorter than capacity.check_interval 5s: not one check window would fit in it\n\
+         28:59: capacity.spike.recovery_timeout: 1s is shorter than capacity.check_interval 5s: not one check window would fit in it",
+    ),
+    (
+        "bad-slo.yaml",
+        "6:32: run.slo[0].scenario: unknown scenario \"Lod\"; one of Timeout, ImageClassification, CrashingClient, SequenceNoEnd, SequenceValidNoEnd, SequenceValidValid, SequenceNoStart, SequenceValid, PerfAnalyzer, Load, Infer\n\
+         6:42: run.slo[0].max: p99 is a latency: give a duration like 50ms, found \"50\" (time unit needed, for example 50sec or 50ms)\n\
+         7:34: run.slo[1].max: must be a number >= 0, found -0.1\n\
+         8:7: run.slo[2]: a rule needs `max` or `min` (or both)\n\
+         9:29: run.slo[3].model: model \"resnet\" is not among the `models:` of client template(s) load\n\
+         9:42: run.slo[3].min: min is above max (2 > 1)\n\
+         28:31: client_groups.clients.slo[0].min: qps needs a number, found \"fast\"",
+    ),
+    (
+        "spike-missing.yaml",
+        "26:24: capacity.phases[1]: phase spike needs `capacity.spike: {target_rps, duration}`",
+    ),
+    (
+        "spike-no-rate.yaml",
+        "27:3: capacity.spike: missing field `target_rps`",
+    ),
+    (
+        "spike-unused.yaml",
+        "27:3: capacity.spike: a spike is set, but `phases` has no spike",
     ),
     (
         "capacity-phases.yaml",

@@ -415,4 +415,60 @@ mod tests {
         assert_eq!(config.settings.load_mode, LoadMode::Rate(0.5));
         assert_eq!(config.corr_ids, contract.corr_ids);
     }
+
+    #[test]
+    fn adaptive_load_follows_the_live_target_and_a_spike_switches_to_open_loop() {
+        use crate::scenarios::WindowLoad;
+        let argv = [
+            "worker",
+            "--servers",
+            "127.0.0.1:8001",
+            "--load-concurrency",
+            "3",
+        ];
+        let fixed = Cli::try_parse_from(argv)
+            .unwrap()
+            .run
+            .into_config()
+            .unwrap();
+        let own = WindowLoad {
+            mode: LoadMode::Concurrency(3),
+            overload: false,
+        };
+        assert_eq!(fixed.settings.window_load(), own, "no --adaptive-load");
+        let mut adaptive = argv.to_vec();
+        adaptive.push("--adaptive-load");
+        let config = Cli::try_parse_from(adaptive)
+            .unwrap()
+            .run
+            .into_config()
+            .unwrap();
+        let live = config.settings.load_target.clone().unwrap();
+        assert_eq!(config.settings.window_load(), own, "starts at its own");
+        live.concurrency
+            .store(5, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(config.settings.window_load().mode, LoadMode::Concurrency(5));
+        assert_eq!(live.set_rate(Some(250.0)), None);
+        live.count_unanswered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            config.settings.window_load(),
+            WindowLoad {
+                mode: LoadMode::Rate(250.0),
+                overload: true
+            },
+            "a spike: open loop, unanswered requests counted"
+        );
+        assert_eq!(live.set_rate(Some(f64::NAN)), Some(250.0));
+        assert_eq!(live.rate(), None, "a rate that is not a number clears it");
+        live.set_rate(Some(-1.0));
+        assert_eq!(
+            config.settings.window_load(),
+            WindowLoad {
+                mode: LoadMode::Concurrency(5),
+                overload: true
+            },
+            "a spike's recovery: closed loop, unanswered requests still counted"
+        );
+    }
 }

@@ -343,6 +343,15 @@ async fn follow_load_target(
             );
         }
     }
+    live.count_unanswered
+        .store(target.count_unanswered, Ordering::Relaxed);
+    let before = live.set_rate(target.rate);
+    if before != live.rate() {
+        match live.rate() {
+            Some(rate) => tracing::info!(rate, "spike: open loop at the driver's rate"),
+            None => tracing::info!("spike over: back to closed loop"),
+        }
+    }
     let mut applied = live.mix.lock().unwrap_or_else(|e| e.into_inner());
     if *applied != target.mix {
         let result = match plan {

@@ -51,6 +51,18 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0003_capacity.sql"),
         postgres: include_str!("../../migrations/postgres/0003_capacity.sql"),
     },
+    Migration {
+        version: 4,
+        name: "spike_rate",
+        sqlite: include_str!("../../migrations/sqlite/0004_spike_rate.sql"),
+        postgres: include_str!("../../migrations/postgres/0004_spike_rate.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "slo_results",
+        sqlite: include_str!("../../migrations/sqlite/0005_slo_results.sql"),
+        postgres: include_str!("../../migrations/postgres/0005_slo_results.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -35,8 +35,9 @@
 //! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (appends) |
 //! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
 //! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms` | [`Store::record_snapshot`] (replaces) |
-//! | `load_targets` | `run_id, member_id` | `concurrency`, `mix`?, `updated_at_ms` | [`Store::set_load_target`] (the capacity controller; the worker polls it) |
+//! | `load_targets` | `run_id, member_id` | `concurrency`, `mix`?, `rate` (a spike's, 0: none), `count_unanswered` (0/1), `updated_at_ms` | [`Store::set_load_target`] (the capacity controller; the worker polls it) |
 //! | `capacity_phases` | `run_id, group_name, phase` | `details` (JSON: trace and result), `updated_at_ms` | [`Store::save_capacity_phase`] (replaces) |
+//! | `slo_results` | `run_id, position` | `details` (JSON: the rule, observed value, ok, window), `updated_at_ms` | [`Store::save_slo_results`] (replaces the run's) |
 //! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual` | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
 //! | `failure_totals` | `run_id, member_id` | `total`: every failure reported, kept or not | [`Store::record_failure`] |
 //! | `diagnostics` | `run_id, member_id` | `details` (JSON text), `updated_at_ms` | [`Store::save_diagnostics`] (replaces) |
@@ -1155,16 +1156,21 @@ impl Store {
         target: &LoadTarget,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO load_targets (run_id, member_id, concurrency, mix, updated_at_ms)
-             VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO load_targets
+                 (run_id, member_id, concurrency, mix, rate, count_unanswered, updated_at_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (run_id, member_id) DO UPDATE SET
-                 concurrency = excluded.concurrency, mix = excluded.mix,
+                 concurrency = excluded.concurrency, mix = excluded.mix, rate = excluded.rate,
+                 count_unanswered = excluded.count_unanswered,
                  updated_at_ms = excluded.updated_at_ms",
         )
         .bind(run_id)
         .bind(member_id)
         .bind(i64::from(target.concurrency))
         .bind(target.mix.clone())
+        // 0 for none: a NULL float does not bind through the Any driver on Postgres.
+        .bind(target.rate.map_or(0.0, finite_or_zero))
+        .bind(i64::from(target.count_unanswered))
         .bind(crate::now_ms())
         .execute(&self.pool)
         .await
@@ -1174,19 +1180,28 @@ impl Store {
 
     /// The load asked of a worker, if any.
     pub async fn load_target(&self, run_id: &str, member_id: &str) -> Result<Option<LoadTarget>> {
-        let row: Option<(i64, Option<String>)> = sqlx::query_as(
-            "SELECT concurrency, mix FROM load_targets WHERE run_id = $1 AND member_id = $2",
+        let row: Option<(i64, Option<String>, f64, i64)> = sqlx::query_as(
+            "SELECT concurrency, mix, rate, count_unanswered FROM load_targets
+             WHERE run_id = $1 AND member_id = $2",
         )
         .bind(run_id)
         .bind(member_id)
         .fetch_optional(&self.pool)
         .await
         .map_err(self.db("load_target"))?;
-        row.map(|(c, mix)| {
+        row.map(|(c, mix, rate, count_unanswered)| {
             let concurrency = u32::try_from(c).map_err(|_| {
                 self.corrupt("load_target", format!("concurrency {c} of {member_id}"))
             })?;
-            Ok(LoadTarget { concurrency, mix })
+            if !(rate.is_finite() && rate >= 0.0) {
+                return Err(self.corrupt("load_target", format!("rate {rate} of {member_id}")));
+            }
+            Ok(LoadTarget {
+                concurrency,
+                mix,
+                rate: (rate > 0.0).then_some(rate),
+                count_unanswered: count_unanswered != 0,
+            })
         })
         .transpose()
     }
@@ -1239,6 +1254,54 @@ impl Store {
                     )
                 })?;
                 Ok((group, phase, value))
+            })
+            .collect()
+    }
+
+    // ---- SLO verdicts -----------------------------------------------------------------------
+
+    /// Replaces the run's SLO verdicts (one JSON document per rule, in the matrix's order).
+    pub async fn save_slo_results(
+        &self,
+        run_id: &str,
+        results: &[serde_json::Value],
+    ) -> Result<()> {
+        let mut tx = self.begin_write("save_slo_results").await?;
+        sqlx::query("DELETE FROM slo_results WHERE run_id = $1")
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db("save_slo_results"))?;
+        for (position, details) in results.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO slo_results (run_id, position, details, updated_at_ms)
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(run_id)
+            .bind(position as i64)
+            .bind(details.to_string())
+            .bind(crate::now_ms())
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db("save_slo_results"))?;
+        }
+        tx.commit().await.map_err(self.db("save_slo_results"))?;
+        Ok(())
+    }
+
+    /// The run's SLO verdicts in the matrix's order.
+    pub async fn slo_results(&self, run_id: &str) -> Result<Vec<serde_json::Value>> {
+        let rows: Vec<(String,)> =
+            sqlx::query_as("SELECT details FROM slo_results WHERE run_id = $1 ORDER BY position")
+                .bind(run_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(self.db("slo_results"))?;
+        rows.into_iter()
+            .map(|(text,)| {
+                serde_json::from_str(&text).map_err(|e| {
+                    self.corrupt("slo_results", format!("an SLO result is not JSON: {e}"))
+                })
             })
             .collect()
     }

@@ -118,6 +118,114 @@ pub struct RunSettings {
     /// the run ends when every group has converged (or at `duration`, which caps it).
     #[serde(default)]
     pub mode: RunMode,
+
+    /// Service-level objectives over all client groups: a rule breached at the end fails the
+    /// run (exit 1); one with `abort_on_fail` is also checked every poll and stops the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slo: Vec<SloRule>,
+}
+
+/// One service-level objective, e.g. `{metric: p99, scenario: Load, max: 50ms}`,
+/// `{metric: error_rate, max: 0.001}`, `{metric: qps, min: 100}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SloRule {
+    pub metric: SloMetric,
+
+    /// Only this scenario's requests (default: all scenarios').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+
+    /// Only this model's requests (one of the client templates' `models:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+
+    /// Upper bound: a duration for p50 / p90 / p99 / max (`50ms`), a fraction for error_rate
+    /// (`0.001`), requests per second for qps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<SloBound>,
+
+    /// Lower bound, as `max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<SloBound>,
+
+    /// Check the rule every poll too, and stop the run at once when it is breached.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abort_on_fail: bool,
+
+    /// Grace after the workers start before the rule is judged live (default 0).
+    #[serde(with = "duration", default, skip_serializing_if = "Duration::is_zero")]
+    #[schemars(with = "HumanDuration")]
+    pub delay: Duration,
+}
+
+/// What an SLO rule measures, over the run (or, live, since the workers started).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SloMetric {
+    /// Latency percentiles and maximum of answered requests (exact, merged histograms).
+    P50,
+    P90,
+    P99,
+    Max,
+    /// Failed tests over tests.
+    ErrorRate,
+    /// Requests per second.
+    Qps,
+}
+
+impl SloMetric {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SloMetric::P50 => "p50",
+            SloMetric::P90 => "p90",
+            SloMetric::P99 => "p99",
+            SloMetric::Max => "max",
+            SloMetric::ErrorRate => "error_rate",
+            SloMetric::Qps => "qps",
+        }
+    }
+
+    /// A latency (bounds are durations, observed values milliseconds).
+    pub fn is_latency(self) -> bool {
+        matches!(
+            self,
+            SloMetric::P50 | SloMetric::P90 | SloMetric::P99 | SloMetric::Max
+        )
+    }
+}
+
+/// An SLO bound as written: a number or a duration; [`crate::slo`] reads it for its metric.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct SloBound(pub String);
+
+impl<'de> Deserialize<'de> for SloBound {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Number(f64),
+            Text(String),
+        }
+        Ok(SloBound(match Written::deserialize(d)? {
+            Written::Number(n) => n.to_string(),
+            Written::Text(t) => t,
+        }))
+    }
+}
+
+impl JsonSchema for SloBound {
+    fn schema_name() -> Cow<'static, str> {
+        "SloBound".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A duration for latency metrics (`50ms`), a number for error_rate (a fraction) and qps.",
+            "type": ["number", "string"]
+        })
+    }
 }
 
 /// What a run is for.
@@ -139,6 +247,10 @@ pub enum CapacityPhase {
     Production,
     /// Each mix of `capacity.exploration`, one after the other.
     Exploration,
+    /// From the load an earlier phase converged on (production's, else the latest with an
+    /// answer), an open-loop jump to `capacity.spike.target_rps` for `spike.duration`, then back:
+    /// the error rate and p99 during the spike and the time to recover.
+    Spike,
 }
 
 impl CapacityPhase {
@@ -148,6 +260,7 @@ impl CapacityPhase {
             CapacityPhase::Individual => "individual",
             CapacityPhase::Production => "production",
             CapacityPhase::Exploration => "exploration",
+            CapacityPhase::Spike => "spike",
         }
     }
 }
@@ -173,6 +286,10 @@ pub struct CapacitySettings {
     /// client groups' `models:` (`MODEL@VERSION` for one version).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exploration: Vec<IndexMap<String, u32>>,
+
+    /// The spike phase's jump (needed when `phases` has spike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spike: Option<SpikeSettings>,
 
     /// Lowest total concurrency of a group (default 1; at least the group's instances, since
     /// every worker keeps at least one request in flight). The controller starts here.
@@ -228,6 +345,26 @@ pub struct CapacitySettings {
     /// used for any window Prometheus cannot answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<PrometheusSource>,
+}
+
+/// Capacity mode's spike: an open-loop jump from the converged load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpikeSettings {
+    /// Requests per second the whole client group sends during the spike (split across its
+    /// workers), open loop: arrivals do not wait for answers, as real traffic does not.
+    pub target_rps: f64,
+
+    /// How long the spike lasts (at least `check_interval`, so at least one window measures it).
+    #[serde(with = "duration")]
+    #[schemars(with = "HumanDuration")]
+    pub duration: Duration,
+
+    /// After the spike, how long the group may take to be back within the p99 target without
+    /// errors before the phase ends as not recovered (default `60s`).
+    #[serde(with = "duration", default = "defaults::recovery_timeout")]
+    #[schemars(with = "HumanDuration")]
+    pub recovery_timeout: Duration,
 }
 
 /// A Prometheus that scrapes the servers under test.
@@ -578,6 +715,10 @@ pub struct ClientGroup {
     #[serde(default = "defaults::corr_id_block_size")]
     #[schemars(range(min = 1))]
     pub corr_id_block_size: u64,
+
+    /// Service-level objectives over this group's requests only (see `run.slo`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slo: Vec<SloRule>,
 }
 
 /// A program to run: exactly one of `binary` (local launcher) or `image` (kube launcher).
@@ -1019,6 +1160,9 @@ mod defaults {
     }
     pub fn check_interval() -> Duration {
         Duration::from_secs(5)
+    }
+    pub fn recovery_timeout() -> Duration {
+        Duration::from_secs(60)
     }
     pub fn tolerance() -> f64 {
         0.05

@@ -813,10 +813,82 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
     }
 
     c.capacity(m);
+    c.slo_rules(m, root.key("run").key("slo"), &m.run.slo, None);
+    for (name, g) in &m.client_groups {
+        let path = root.key("client_groups").key(name.clone()).key("slo");
+        c.slo_rules(m, path, &g.slo, Some(name));
+    }
     c.issues
 }
 
 impl Checker {
+    /// Each SLO rule parses for its metric and names a scenario and model the clients in its
+    /// scope (a group's, or all) can run.
+    fn slo_rules(
+        &mut self,
+        m: &Matrix,
+        path: FieldPath,
+        rules: &[super::types::SloRule],
+        group: Option<&String>,
+    ) {
+        let templates: Vec<(&String, &super::types::ClientTemplate)> = match group {
+            Some(g) => m
+                .client_groups
+                .get(g)
+                .and_then(|g| m.client_templates.get_key_value(&g.template))
+                .into_iter()
+                .collect(),
+            None => m.client_templates.iter().collect(),
+        };
+        for (i, rule) in rules.iter().enumerate() {
+            let rpath = path.index(i);
+            if let Err(e) = crate::slo::Rule::parse(rule, group.map(String::as_str)) {
+                let anchor = if e.field == "metric" {
+                    Anchor::Key
+                } else {
+                    Anchor::Value
+                };
+                let at = if e.field == "metric" {
+                    rpath.clone()
+                } else {
+                    rpath.key(e.field)
+                };
+                self.push(at, anchor, e.message);
+            }
+            if let Some(s) = &rule.scenario
+                && Scenario::parse(s).is_none()
+            {
+                self.push(
+                    rpath.key("scenario"),
+                    Anchor::Value,
+                    format!(
+                        "unknown scenario {s:?}; one of {}",
+                        Scenario::ALL
+                            .iter()
+                            .map(|s| s.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+            }
+            if let Some(model) = &rule.model
+                && !templates
+                    .iter()
+                    .any(|(_, t)| t.models.iter().any(|s| s.name == *model))
+            {
+                let names: Vec<&str> = templates.iter().map(|(n, _)| n.as_str()).collect();
+                self.push(
+                    rpath.key("model"),
+                    Anchor::Value,
+                    format!(
+                        "model {model:?} is not among the `models:` of client template(s) {}",
+                        names.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+
     /// The individual and exploration phases switch the workers among their template's
     /// `models:`; every exploration mix names only models every template has.
     fn capacity_mixes(&mut self, m: &Matrix, cap: &super::types::CapacitySettings) {
@@ -824,7 +896,11 @@ impl Checker {
         let root = FieldPath::root();
         let path = root.key("capacity");
         let exploring = cap.phases.contains(&CapacityPhase::Exploration);
-        if cap.phases.iter().any(|p| *p != CapacityPhase::Production) {
+        if cap
+            .phases
+            .iter()
+            .any(|p| matches!(p, CapacityPhase::Individual | CapacityPhase::Exploration))
+        {
             for (name, t) in &m.client_templates {
                 if t.models.is_empty() {
                     self.push(
@@ -870,6 +946,58 @@ impl Checker {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// The spike phase and its `spike:` block go together; the jump can be measured.
+    fn spike(&mut self, cap: &super::types::CapacitySettings) {
+        use super::types::CapacityPhase;
+        let path = FieldPath::root().key("capacity");
+        let at = cap.phases.iter().position(|p| *p == CapacityPhase::Spike);
+        let spike = match (at, &cap.spike) {
+            (None, None) => return,
+            (Some(i), None) => {
+                return self.push(
+                    path.key("phases").index(i),
+                    Anchor::Value,
+                    "phase spike needs `capacity.spike: {target_rps, duration}`",
+                );
+            }
+            (None, Some(_)) => {
+                return self.push(
+                    path.key("spike"),
+                    Anchor::Key,
+                    "a spike is set, but `phases` has no spike",
+                );
+            }
+            (Some(_), Some(s)) => s,
+        };
+        let path = path.key("spike");
+        if !(spike.target_rps.is_finite() && spike.target_rps >= 1.0 && spike.target_rps <= 1e7) {
+            self.push(
+                path.key("target_rps"),
+                Anchor::Value,
+                format!(
+                    "must be a number of requests per second from 1 to 10000000, found {}",
+                    spike.target_rps
+                ),
+            );
+        }
+        for (field, value) in [
+            ("duration", spike.duration),
+            ("recovery_timeout", spike.recovery_timeout),
+        ] {
+            if value < cap.check_interval {
+                self.push(
+                    path.key(field),
+                    Anchor::Value,
+                    format!(
+                        "{} is shorter than capacity.check_interval {}: not one check window would fit in it",
+                        humantime::format_duration(value),
+                        humantime::format_duration(cap.check_interval)
+                    ),
+                );
             }
         }
     }
@@ -995,6 +1123,7 @@ impl Checker {
             }
         }
         self.capacity_mixes(m, cap);
+        self.spike(cap);
         let min = cap.min_concurrency.unwrap_or(1);
         for (name, g) in &m.client_groups {
             if g.instances > min && g.instances <= cap.max_concurrency {

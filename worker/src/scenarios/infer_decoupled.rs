@@ -28,10 +28,6 @@ use futures::stream::FuturesUnordered;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Open loop: beyond this many streams in flight the client itself is the bottleneck; it waits
-/// (latency still counts from the intended time), as `load`'s open loop.
-const MAX_IN_FLIGHT: usize = 4096;
-
 /// What a decoupled model's streams are checked against, built with its requests.
 #[derive(Debug)]
 pub struct StreamChecks {
@@ -314,7 +310,7 @@ pub async fn drive(
             e.to_string(),
         )
     };
-    match env.settings.load_mode {
+    match env.settings.window_load().mode {
         LoadMode::Concurrency(n) => {
             let n = n as usize;
             let mut senders: FuturesUnordered<_> = (0..n)
@@ -350,84 +346,39 @@ pub async fn drive(
             }
             Ok(())
         }
+        // One stream per request, sent at its intended time; latencies count from that time.
         LoadMode::Rate(rate) => {
-            open_loop(
-                env,
-                planned,
-                checks,
-                tolerance,
-                rate,
-                end,
-                silence,
-                &open_failure,
-            )
-            .await
-        }
-    }
-}
-
-/// One stream per request, sent at its intended time; latencies count from that time.
-#[allow(clippy::too_many_arguments)]
-async fn open_loop(
-    env: &TestEnv<'_>,
-    planned: &PlannedModel,
-    checks: &StreamChecks,
-    tolerance: f64,
-    rate: f64,
-    end: Instant,
-    silence: Duration,
-    open_failure: &(dyn Fn(ClientError) -> Failure + Sync),
-) -> Result<(), Failure> {
-    let interval = Duration::from_secs_f64(1.0 / rate);
-    let start = tokio::time::Instant::now();
-    let mut in_flight = FuturesUnordered::new();
-    let finish = |(intended, idx, r): (
-        tokio::time::Instant,
-        usize,
-        Result<Result<StreamOutcome, ClientError>, Failure>,
-    )| {
-        let outcome = r?;
-        finish(
-            env,
-            planned,
-            checks,
-            idx,
-            intended.into_std(),
-            outcome,
-            tolerance,
-        )
-    };
-    let requests = &planned.requests;
-    for i in 0u32.. {
-        let intended = start + interval * i;
-        if intended.into_std() >= end || env.cancel.is_cancelled() {
-            break;
-        }
-        loop {
-            tokio::select! {
-                biased;
-                Some(done) = in_flight.next(), if !in_flight.is_empty() => finish(done)?,
-                _ = tokio::time::sleep_until(intended), if in_flight.len() < MAX_IN_FLIGHT => break,
-            }
-        }
-        let idx = i as usize % requests.len();
-        let request = &requests[idx].request;
-        in_flight.push(async move {
-            let result = match env.client.decoupled_session().await {
-                Ok(mut session) => {
-                    let outcome = session.infer(request, silence).await;
-                    session.close().await;
-                    Ok(outcome)
+            let send = |i: u32, intended: tokio::time::Instant| {
+                let idx = i as usize % requests.len();
+                let request = &requests[idx].request;
+                async move {
+                    let result = match env.client.decoupled_session().await {
+                        Ok(mut session) => {
+                            let outcome = session.infer(request, silence).await;
+                            session.close().await;
+                            Ok(outcome)
+                        }
+                        Err(e) => Err(open_failure(e)),
+                    };
+                    (intended, idx, result)
                 }
-                Err(e) => Err(open_failure(e)),
             };
-            (intended, idx, result)
-        });
+            let done = |(intended, idx, r): (tokio::time::Instant, usize, Result<_, Failure>)| {
+                let outcome = r?;
+                finish(
+                    env,
+                    planned,
+                    checks,
+                    idx,
+                    tokio::time::Instant::into_std(intended),
+                    outcome,
+                    tolerance,
+                )
+            };
+            let window_over = |intended: tokio::time::Instant| intended.into_std() >= end;
+            super::open_loop(rate, window_over, env.cancel, send, done).await
+        }
     }
-    while let Some(done) = in_flight.next().await {
-        finish(done)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -12,13 +12,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rand::Rng;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// How many distinct prepared requests a window cycles through.
 const VARIANTS: usize = 16;
-/// Open loop: beyond this many requests in flight the client itself is the bottleneck; it waits
-/// (latency still counts from the intended time, so the delay is not hidden).
-const MAX_IN_FLIGHT: usize = 4096;
 
 struct Variant {
     prepared: Prepared,
@@ -113,8 +110,8 @@ pub type Check<'a> =
     dyn Fn(usize, Result<InferResponse, ClientError>) -> Result<(), Failure> + Sync + 'a;
 
 /// One load window (`--load-window`) of `prepared` requests (all to `env.model`), cycled in
-/// order, at the worker's load mode; every response goes through `check`, and the first failure
-/// ends the window.
+/// order, at the window's load ([`super::Settings::window_load`]); every response goes through
+/// `check`, and the first failure ends the window.
 pub async fn drive(
     env: &TestEnv<'_>,
     prepared: &[Prepared],
@@ -122,15 +119,10 @@ pub async fn drive(
 ) -> Result<(), Failure> {
     let end = Instant::now() + env.settings.load_window;
     let timeout = Some(env.settings.request_timeout);
-    match env.settings.load_mode {
+    let load = env.settings.window_load();
+    match load.mode {
         LoadMode::Concurrency(n) => {
-            let n = match &env.settings.load_target {
-                Some(live) => live
-                    .concurrency
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    .max(1),
-                None => n,
-            } as usize;
+            let n = n as usize;
             // FuturesUnordered polls only the senders whose response arrived.
             let mut senders: FuturesUnordered<_> = (0..n)
                 .map(|k| async move {
@@ -146,6 +138,10 @@ pub async fn drive(
                             env.client.address(),
                             r.is_ok().then(|| started.elapsed()),
                         );
+                        if load.overload && r.is_err() {
+                            // Counted as sent and unanswered (a spike's error rate).
+                            continue;
+                        }
                         check(idx, r)?;
                     }
                     Ok::<(), Failure>(())
@@ -156,59 +152,40 @@ pub async fn drive(
             }
             Ok(())
         }
-        LoadMode::Rate(rate) => open_loop(env, prepared, check, rate, end, timeout).await,
-    }
-}
-
-async fn open_loop(
-    env: &TestEnv<'_>,
-    prepared: &[Prepared],
-    check: &Check<'_>,
-    rate: f64,
-    end: Instant,
-    timeout: Option<Duration>,
-) -> Result<(), Failure> {
-    let interval = Duration::from_secs_f64(1.0 / rate);
-    let start = tokio::time::Instant::now();
-    let mut in_flight = FuturesUnordered::new();
-    let finish = |(intended, idx, r): (
-        tokio::time::Instant,
-        usize,
-        Result<InferResponse, ClientError>,
-    )| {
-        env.stats.request(
-            env.scenario,
-            &env.model,
-            env.client.address(),
-            r.is_ok().then(|| intended.elapsed()),
-        );
-        check(idx, r)
-    };
-    for i in 0u32.. {
-        let intended = start + interval * i;
-        if intended.into_std() >= end || env.cancel.is_cancelled() {
-            break;
+        LoadMode::Rate(rate) => {
+            let send = |i: u32, intended: tokio::time::Instant| {
+                let idx = i as usize % prepared.len();
+                async move {
+                    let r = env.client.infer_prepared(&prepared[idx], timeout).await;
+                    (intended, idx, r)
+                }
+            };
+            let finish = |(intended, idx, r): (tokio::time::Instant, usize, Result<_, _>)| {
+                env.stats.request(
+                    env.scenario,
+                    &env.model,
+                    env.client.address(),
+                    Result::is_ok(&r).then(|| intended.elapsed()),
+                );
+                if load.overload && r.is_err() {
+                    // Counted as sent and unanswered: the spike's error rate.
+                    return Ok(());
+                }
+                check(idx, r)
+            };
+            // A spike's schedule runs on until the driver changes the rate, not window by
+            // window: a window waits for its last answers, and those pauses would cut the
+            // offered rate by as much as the overloaded server's latency.
+            let spike = env
+                .settings
+                .load_target
+                .as_deref()
+                .filter(|_| load.overload);
+            let done = |intended: tokio::time::Instant| match spike {
+                Some(live) => live.rate() != Some(rate),
+                None => intended.into_std() >= end,
+            };
+            super::open_loop(rate, done, env.cancel, send, finish).await
         }
-        // Complete responses while waiting for the next intended send time.
-        loop {
-            tokio::select! {
-                biased;
-                Some(done) = in_flight.next(), if !in_flight.is_empty() => finish(done)?,
-                _ = tokio::time::sleep_until(intended), if in_flight.len() < MAX_IN_FLIGHT => break,
-            }
-        }
-        let idx = i as usize % prepared.len();
-        let request = &prepared[idx];
-        in_flight.push(async move {
-            (
-                intended,
-                idx,
-                env.client.infer_prepared(request, timeout).await,
-            )
-        });
     }
-    while let Some(done) = in_flight.next().await {
-        finish(done)?;
-    }
-    Ok(())
 }

@@ -17,6 +17,7 @@ use rand::rngs::StdRng;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use stress_common::scenario::Scenario;
 use stress_common::status::FailureRecord;
@@ -100,22 +101,119 @@ pub struct Settings {
     pub infer_plan: Option<Arc<infer::InferPlan>>,
 }
 
-/// Capacity mode's live load: the closed-loop concurrency, and the model mix last applied to
-/// the Infer plan (None: the `--model` weights).
+/// Capacity mode's live load: the closed-loop concurrency, the model mix last applied to the
+/// Infer plan (None: the `--model` weights), and during a spike an open-loop rate.
 #[derive(Debug)]
 pub struct LiveLoad {
-    pub concurrency: std::sync::atomic::AtomicU32,
+    pub concurrency: AtomicU32,
     pub mix: std::sync::Mutex<Option<String>>,
+    /// A spike's requests per second as `f64` bits; 0: no spike (closed loop).
+    rate_bits: AtomicU64,
+    /// During a spike and its recovery: see [`WindowLoad::overload`].
+    pub count_unanswered: AtomicBool,
 }
 
 impl LiveLoad {
     pub fn new(concurrency: u32) -> Self {
         Self {
-            concurrency: std::sync::atomic::AtomicU32::new(concurrency),
+            concurrency: AtomicU32::new(concurrency),
             mix: std::sync::Mutex::new(None),
+            rate_bits: AtomicU64::new(0),
+            count_unanswered: AtomicBool::new(false),
+        }
+    }
+
+    /// A spike's rate, or None (closed loop at [`Self::concurrency`]).
+    pub fn rate(&self) -> Option<f64> {
+        let r = f64::from_bits(self.rate_bits.load(Ordering::Relaxed));
+        (r.is_finite() && r > 0.0).then_some(r)
+    }
+
+    /// Sets (or with None clears) the spike's rate; a rate that is not a positive number clears.
+    pub fn set_rate(&self, rate: Option<f64>) -> Option<f64> {
+        let bits = rate
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .map_or(0, f64::to_bits);
+        let before = f64::from_bits(self.rate_bits.swap(bits, Ordering::Relaxed));
+        (before > 0.0).then_some(before)
+    }
+}
+
+/// The load of one load window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowLoad {
+    pub mode: LoadMode,
+    /// A capacity spike and its recovery: requests the overloaded server does not answer
+    /// (errors, timeouts) are counted as sent and unanswered, and the load goes on, instead of
+    /// failing the test and ending the window. Wrong answers still fail.
+    pub overload: bool,
+}
+
+impl Settings {
+    /// The load of the next window: the driver's live target under `--adaptive-load`, else
+    /// the worker's own `--concurrency` / `--load-rate`.
+    pub fn window_load(&self) -> WindowLoad {
+        let Some(live) = &self.load_target else {
+            return WindowLoad {
+                mode: self.load_mode,
+                overload: false,
+            };
+        };
+        let overload = live.count_unanswered.load(Ordering::Relaxed);
+        match live.rate() {
+            Some(rate) => WindowLoad {
+                mode: LoadMode::Rate(rate),
+                overload,
+            },
+            None => WindowLoad {
+                mode: LoadMode::Concurrency(live.concurrency.load(Ordering::Relaxed).max(1)),
+                overload,
+            },
         }
     }
 }
+
+/// Open loop: request `i` leaves at `start + i / rate` until `done(intended)` says so (or
+/// cancellation), each sent by `send(i, intended)`; `finish` takes each result as it arrives, while waiting for the next
+/// send time, and its first error ends the window. Beyond [`MAX_IN_FLIGHT`] requests in flight
+/// the client itself is the bottleneck: it waits (latency, counted from the intended time, shows
+/// the delay).
+pub async fn open_loop<T, F>(
+    rate: f64,
+    done: impl Fn(tokio::time::Instant) -> bool,
+    cancel: &CancellationToken,
+    mut send: impl FnMut(u32, tokio::time::Instant) -> F,
+    mut finish: impl FnMut(T) -> Result<(), Failure>,
+) -> Result<(), Failure>
+where
+    F: std::future::Future<Output = T>,
+{
+    use futures::StreamExt;
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = tokio::time::Instant::now();
+    let mut in_flight = futures::stream::FuturesUnordered::new();
+    for i in 0u32.. {
+        let intended = start + interval * i;
+        if done(intended) || cancel.is_cancelled() {
+            break;
+        }
+        loop {
+            tokio::select! {
+                biased;
+                Some(done) = in_flight.next(), if !in_flight.is_empty() => finish(done)?,
+                _ = tokio::time::sleep_until(intended), if in_flight.len() < MAX_IN_FLIGHT => break,
+            }
+        }
+        in_flight.push(send(i, intended));
+    }
+    while let Some(done) = in_flight.next().await {
+        finish(done)?;
+    }
+    Ok(())
+}
+
+/// Open loop: more requests in flight than this and the client waits.
+pub const MAX_IN_FLIGHT: usize = 4096;
 
 /// Per correlation id state (upstream: one of the 10 clients of a stress thread). Each context is
 /// bound to one server, so "the last sequence on this id" is well defined.
