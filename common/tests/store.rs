@@ -84,10 +84,10 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 5);
+    assert_eq!(store.schema_version().await.unwrap(), 6);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 5);
+    assert_eq!(again.schema_version().await.unwrap(), 6);
     again.close().await;
 
     // ---- runs
@@ -358,6 +358,30 @@ async fn story(url: &str, fresh: bool) {
         .await
         .unwrap();
     assert_eq!(c0.load_target().await.unwrap(), Some(target(7, None)));
+    // Baselines: a pin per name, replaced; a run's comparison, replaced.
+    assert!(store.baselines().await.unwrap().is_empty());
+    store.pin_baseline("nightly", "run-a").await.unwrap();
+    store.pin_baseline("nightly", &run_id).await.unwrap();
+    store.pin_baseline("smoke", "run-b").await.unwrap();
+    let pins: Vec<(String, String)> = store
+        .baselines()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(name, run, _)| (name, run))
+        .collect();
+    assert_eq!(
+        pins,
+        [
+            ("nightly".to_string(), run_id.clone()),
+            ("smoke".to_string(), "run-b".to_string())
+        ]
+    );
+    assert_eq!(store.comparison(&run_id).await.unwrap(), None);
+    let cmp = |n: u32| serde_json::json!({"baseline_run": "run-a", "compared": n});
+    store.save_comparison(&run_id, &cmp(1)).await.unwrap();
+    store.save_comparison(&run_id, &cmp(2)).await.unwrap();
+    assert_eq!(store.comparison(&run_id).await.unwrap(), Some(cmp(2)));
     // SLO verdicts: replaced as a whole, read back in order.
     assert!(store.slo_results(&run_id).await.unwrap().is_empty());
     let verdict = |rule: &str, ok: bool| serde_json::json!({"rule": rule, "ok": ok});
@@ -568,7 +592,7 @@ async fn story(url: &str, fresh: bool) {
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 5);
+    assert_eq!(store.schema_version().await.unwrap(), 6);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);

@@ -9,11 +9,14 @@
 //! * [`external`]: servers that already run (`endpoints`): health checks and probes.
 //! * [`capacity`]: capacity mode's AIMD controller and windows; [`spike`]: its spike phase (pure).
 //! * [`autoscale`]: capacity mode's server signals and autoscaler thresholds (pure, plus the scrapes).
+//! * [`baseline`]: finding a run's baseline across stores and comparing with it.
+//! * [`regression`]: the baseline run, the metrics compared and the findings (pure).
 //! * [`slo`]: the matrix's service-level objectives, parsed and judged on merged counts (pure).
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store.
 
 pub mod autoscale;
+pub mod baseline;
 pub mod capacity;
 pub mod external;
 pub mod failfast;
@@ -21,6 +24,7 @@ pub mod launcher;
 pub mod matrix;
 pub mod plan;
 pub mod preflight;
+pub mod regression;
 pub mod report;
 pub mod run;
 pub mod slo;

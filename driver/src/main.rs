@@ -84,6 +84,10 @@ enum Command {
         /// matrix's `run.keep_failed`); `--keep-failed=false` deletes everything.
         #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "TRITON_STRESS_KEEP_FAILED")]
         keep_failed: Option<bool>,
+        /// Compare with this run (default: the pinned, else the last passing run of the same
+        /// matrix name, in the store or under --runs-dir).
+        #[arg(long, env = "TRITON_STRESS_BASELINE")]
+        baseline: Option<String>,
         #[command(flatten)]
         kube: KubeArgs,
     },
@@ -115,8 +119,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Baselines for regression comparisons.
+    #[command(subcommand)]
+    Baseline(BaselineCommand),
     /// Print the matrix JSON schema.
     Schema,
+}
+
+#[derive(Debug, Subcommand)]
+enum BaselineCommand {
+    /// Pin RUN as the baseline of later runs of its matrix name (in the store that holds it).
+    Set {
+        run: String,
+        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+        runs_dir: PathBuf,
+        /// Status store; default: <runs-dir>/<run>/store.sqlite.
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: Option<String>,
+    },
 }
 
 #[tokio::main]
@@ -158,6 +178,20 @@ async fn main() -> ExitCode {
                 ExitCode::from(BAD_INPUT)
             }
         },
+        Command::Baseline(BaselineCommand::Set {
+            run,
+            runs_dir,
+            database_url,
+        }) => match pin_baseline(&run, &runs_dir, database_url).await {
+            Ok(name) => {
+                println!("run {run} is the baseline of runs named {name}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(BAD_INPUT)
+            }
+        },
         Command::Cleanup { run, namespace } => match cleanup(&run, namespace).await {
             Ok(n) => {
                 println!("run {run}: {n} object(s) deleted");
@@ -177,6 +211,7 @@ async fn main() -> ExitCode {
             duration,
             no_progress,
             keep_failed,
+            baseline,
             kube,
         } => {
             let options = RunOptions {
@@ -187,6 +222,7 @@ async fn main() -> ExitCode {
                 duration,
                 progress: no_progress.then_some(false),
                 keep_failed,
+                baseline,
             };
             let (matrix, run_id, run_dir) = match run::prepare(&options) {
                 Ok(p) => p,
@@ -289,14 +325,14 @@ async fn cleanup(run: &str, namespace: Option<String>) -> anyhow::Result<usize> 
     Ok(kube::delete_run(&client, &ns, run).await?)
 }
 
-async fn report(
-    run: Option<String>,
+/// The store that holds `run`: --database-url, else the run's own SQLite file.
+fn store_url_of(
+    run: Option<&str>,
     runs_dir: &std::path::Path,
     database_url: Option<String>,
-    json: bool,
-) -> anyhow::Result<()> {
-    let url = match (&database_url, &run) {
-        (Some(url), _) => url.clone(),
+) -> anyhow::Result<String> {
+    match (database_url, run) {
+        (Some(url), _) => Ok(url),
         (None, Some(run)) => {
             let file = runs_dir.join(run).join("store.sqlite");
             anyhow::ensure!(
@@ -304,10 +340,34 @@ async fn report(
                 "no store at {} (give --database-url for Postgres)",
                 file.display()
             );
-            Store::sqlite_url(&file)
+            Ok(Store::sqlite_url(&file))
         }
         (None, None) => anyhow::bail!("give --run ID (and --database-url for a Postgres store)"),
-    };
+    }
+}
+
+/// Pins `run` as its name's baseline; returns the name.
+async fn pin_baseline(
+    run: &str,
+    runs_dir: &std::path::Path,
+    database_url: Option<String>,
+) -> anyhow::Result<String> {
+    let store = Store::connect(&store_url_of(Some(run), runs_dir, database_url)?).await?;
+    let found = store
+        .run(run)
+        .await?
+        .with_context(|| format!("no run {run} in the store"))?;
+    store.pin_baseline(&found.name, run).await?;
+    Ok(found.name)
+}
+
+async fn report(
+    run: Option<String>,
+    runs_dir: &std::path::Path,
+    database_url: Option<String>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let url = store_url_of(run.as_deref(), runs_dir, database_url)?;
     let store = Store::connect(&url).await?;
     let run_id = match run {
         Some(r) => r,

@@ -78,6 +78,10 @@ pub struct Report {
     pub failed_members: Vec<FailedMember>,
     /// Each SLO rule's verdict: `rule`, `observed`, `ok`, the window (empty: no rules).
     pub slo: Vec<crate::slo::Outcome>,
+    /// The comparison with the baseline run (None: no baseline, e.g. a first run).
+    pub baseline: Option<crate::regression::Comparison>,
+    /// Its findings: `metric`, `baseline`, `current`, `change`.
+    pub regressions: Vec<crate::regression::Finding>,
     /// Capacity mode's answers (absent for a soak run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityReport>,
@@ -474,6 +478,12 @@ impl Report {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let capacity = (!phases.is_empty()).then(|| CapacityReport::new(phases));
+        let baseline: Option<crate::regression::Comparison> = store
+            .comparison(run_id)
+            .await?
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|e| corrupt(format!("baseline comparison: {e}")))?;
         let slo = store
             .slo_results(run_id)
             .await?
@@ -511,6 +521,11 @@ impl Report {
             failures,
             failed_members,
             slo,
+            regressions: baseline
+                .as_ref()
+                .map(|b| b.regressions.clone())
+                .unwrap_or_default(),
+            baseline,
             capacity,
             tables: (total, groups),
             model_table,
@@ -534,6 +549,44 @@ impl Report {
                 let _ = writeln!(out, "{}", o.line());
             }
             out.push('\n');
+        }
+        match &self.baseline {
+            Some(b) => {
+                let _ = writeln!(
+                    out,
+                    "== Regressions vs baseline {} ({}; threshold {:.0}%{}) ==",
+                    b.baseline_run,
+                    b.chosen_by,
+                    b.threshold * 100.0,
+                    if b.matrix_changed {
+                        "; its matrix text differs"
+                    } else {
+                        ""
+                    }
+                );
+                for f in &b.regressions {
+                    let _ = writeln!(out, "REGRESSION {}", f.describe());
+                }
+                let _ = writeln!(
+                    out,
+                    "{} of {} metrics compared beyond the threshold{}\n",
+                    b.regressions.len(),
+                    b.compared,
+                    if b.fail && !b.regressions.is_empty() {
+                        " (regression.fail: the run fails)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            None if self.finished_at_ms.is_some() => {
+                let _ = writeln!(
+                    out,
+                    "No baseline: no earlier passing or pinned run named {} (regressions not compared)\n",
+                    self.name
+                );
+            }
+            None => {}
         }
         if let Some(capacity) = &self.capacity {
             capacity.render(&mut out);

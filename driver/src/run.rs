@@ -8,6 +8,7 @@
 //! then do servers stop. The report is then built from the store alone.
 
 use crate::autoscale;
+use crate::baseline;
 use crate::capacity;
 use crate::external;
 use crate::failfast::{self, Cause, FailFast, Poll};
@@ -70,6 +71,8 @@ pub struct RunOptions {
     pub progress: Option<bool>,
     /// Override the matrix's `keep_failed`.
     pub keep_failed: Option<bool>,
+    /// Compare with this run instead of the pinned or last passing run of the same name.
+    pub baseline: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,11 +189,31 @@ pub async fn run(
     let store = Store::connect(&store_url).await?;
     // The matrix as written, so `driver report` shows what was run even if the file changes.
     let matrix_text = std::fs::read_to_string(&options.matrix).unwrap_or_default();
+    // Before anything runs: an unknown --baseline is bad input.
+    let baseline = match baseline::find(
+        &store,
+        &store_url,
+        &options.runs_dir,
+        options.baseline.as_deref(),
+        &plan.name,
+        run_id,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e @ baseline::BaselineError::Unknown(..)) => {
+            return Err(DriverError::Config(e.to_string()));
+        }
+        Err(e) => {
+            tracing::warn!("no baseline: {e}");
+            None
+        }
+    };
     store
         .create_run(&NewRun {
             run_id: run_id.into(),
             name: plan.name.clone(),
-            matrix_yaml: matrix_text,
+            matrix_yaml: matrix_text.clone(),
             launcher: launcher.name().into(),
             started_at_ms: stress_common::now_ms(),
         })
@@ -220,8 +243,40 @@ pub async fn run(
         progress: &mut progress,
         cancel: &cancel,
     };
-    let verdict = driver.drive().await;
+    let mut verdict = driver.drive().await;
     progress.done();
+    if let (Some(b), Verdict::Pass | Verdict::Fail { .. }) = (&baseline, &verdict) {
+        let settings = matrix.regression.clone().unwrap_or_default();
+        match baseline::compare(&store, run_id, &matrix_text, b, &settings).await {
+            Ok(c) => {
+                let json = serde_json::to_value(&c).expect("plain data serialises");
+                if let Err(e) = store.save_comparison(run_id, &json).await {
+                    tracing::warn!("comparison with {} not saved: {e}", b.run_id);
+                }
+                if let (Verdict::Pass, true, Some(first)) =
+                    (&verdict, c.fail, c.regressions.first())
+                {
+                    let reason = format!(
+                        "{} regression(s) against baseline {}, first: {}",
+                        c.regressions.len(),
+                        c.baseline_run,
+                        first.describe()
+                    );
+                    if let Err(e) = store
+                        .record_event(run_id, REGRESSION_MEMBER, EventKind::Failure, &reason)
+                        .await
+                    {
+                        tracing::warn!("regression failure not recorded: {e}");
+                    }
+                    verdict = Verdict::Fail {
+                        member: REGRESSION_MEMBER.into(),
+                        reason,
+                    };
+                }
+            }
+            Err(e) => tracing::warn!("not compared with baseline {}: {e}", b.run_id),
+        }
+    }
 
     // Record what the report needs before anything is cleaned up.
     let failed = verdict != Verdict::Pass;
@@ -368,8 +423,17 @@ pub const DRIVER_MEMBER: &str = "driver";
 /// Failures blamed on the harness itself (the driver, the status store): no launcher member to
 /// diagnose or keep.
 fn is_harness(member: &str) -> bool {
-    member == DRIVER_MEMBER || member == failfast::STORE_MEMBER || member == SLO_MEMBER
+    [
+        DRIVER_MEMBER,
+        failfast::STORE_MEMBER,
+        SLO_MEMBER,
+        REGRESSION_MEMBER,
+    ]
+    .contains(&member)
 }
+
+/// The member a failing regression (with `regression.fail`) is recorded against.
+pub const REGRESSION_MEMBER: &str = "regression";
 
 /// The member a breached SLO rule's failure is recorded against.
 pub const SLO_MEMBER: &str = "slo";

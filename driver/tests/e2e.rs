@@ -410,6 +410,16 @@ fn total_row(report: &str) -> &str {
         .unwrap_or_else(|| panic!("no TOTAL row in:\n{report}"))
 }
 
+/// `driver ARGS` to its end, without the environment's store settings.
+fn driver_cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_driver"))
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("TRITON_STRESS_RUNS_DIR")
+        .output()
+        .unwrap()
+}
+
 /// `driver report ARGS` (with `--json` too): exit 0, and the same report as the run wrote.
 fn assert_report_rebuilds(args: &[&str], run_dir: &Path) {
     let written = read(&run_dir.join("report.txt"));
@@ -1327,6 +1337,125 @@ async fn an_abort_on_fail_slo_stops_the_run_early() {
         "judged after its delay: {window} ms"
     );
     assert_eq!(report["failed_members"][0]["member_id"], "slo");
+}
+
+/// A model repository in `dir` with one model, `paced`: `fixed_capacity`'s python model on 4
+/// instances, answering after `delay_ms`.
+fn paced_repository(dir: &Path, delay_ms: u32) -> PathBuf {
+    let repo = dir.join(format!("repo-{delay_ms}ms"));
+    let model = repo.join("paced");
+    std::fs::create_dir_all(model.join("1")).unwrap();
+    let source = repo_root().join("models/fixed_capacity");
+    std::fs::copy(source.join("1/model.py"), model.join("1/model.py")).unwrap();
+    let config = std::fs::read_to_string(source.join("config.pbtxt"))
+        .unwrap()
+        .replace("name: \"fixed_capacity\"", "name: \"paced\"")
+        .replace(
+            "string_value: \"50\"",
+            &format!("string_value: \"{delay_ms}\""),
+        )
+        .replace("count: 2", "count: 4");
+    assert!(config.contains("\"paced\"") && config.contains(&format!("\"{delay_ms}\"")));
+    std::fs::write(model.join("config.pbtxt"), config).unwrap();
+    repo
+}
+
+/// Two runs of the same matrix name in one runs directory: the first has no baseline and says
+/// so; the second, against a server slowed from 2 ms to 20 ms per request, is compared with the
+/// first (its last passing run) and, with `regression.fail`, fails naming the slower latency
+/// and the lower QPS. An unknown `--baseline` is bad input before anything runs, and
+/// `driver baseline set` pins a run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix_for = |delay_ms: u32| {
+        let dir = tmp.path().join(format!("m{delay_ms}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let repo = paced_repository(&dir, delay_ms);
+        edit_matrix(models_matrix(&dir, "[{name: paced}]"), |m| {
+            for t in m.server_templates.values_mut() {
+                t.model_repositories = vec![repo.to_str().unwrap().to_string()];
+            }
+            m.regression = Some(
+                serde_saphyr::from_str("{threshold: 0.25, fail: true, min_requests: 20}").unwrap(),
+            );
+        })
+    };
+    let runs = tmp.path().join("runs");
+    let fast = matrix_for(2);
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &fast, "e2e-reg-fast", "8s").await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    assert!(report["baseline"].is_null(), "a first run: {report:#}");
+    assert!(
+        read(&run_dir.join("report.txt"))
+            .contains("No baseline: no earlier passing or pinned run named smoke")
+    );
+
+    let slow = matrix_for(20);
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &slow, "e2e-reg-slow", "8s").await;
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let baseline = &report["baseline"];
+    assert_eq!(baseline["baseline_run"], "e2e-reg-fast", "{report:#}");
+    assert_eq!(baseline["chosen_by"], "last passing run");
+    assert_eq!(
+        baseline["matrix_changed"], true,
+        "the repository path differs"
+    );
+    let change = |metric: &str| {
+        report["regressions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["metric"] == metric)
+            .unwrap_or_else(|| panic!("no {metric} finding: {:#}", report["regressions"]))["change"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(change("p50_ms Infer") > 2.0, "2 ms -> 20 ms");
+    assert!(change("p50_ms Infer/paced") > 2.0);
+    assert!(
+        change("qps Infer") < -0.5,
+        "fewer answers at the same concurrency"
+    );
+    assert_eq!(
+        report["failed_members"][0]["member_id"], "regression",
+        "{report:#}"
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(
+        text.contains("== Regressions vs baseline e2e-reg-fast (last passing run"),
+        "{text}"
+    );
+    assert!(text.contains("REGRESSION p50_ms Infer:"), "{text}");
+
+    // An unknown explicit baseline: exit 2, nothing launched.
+    let mut args = run_args(&slow, &runs, "e2e-reg-unknown", "8s");
+    args.extend(["--baseline", "no-such-run"]);
+    let mut driver = Driver::spawn(&args, tmp.path(), "driver-unknown");
+    let status = driver.wait(START_LIMIT, true).await;
+    assert_eq!(status.code(), Some(2), "{}", driver.output());
+    assert!(
+        driver
+            .output()
+            .contains("--baseline no-such-run: no such run"),
+        "{}",
+        driver.output()
+    );
+
+    // Pinning: the slow run becomes the baseline of runs named smoke.
+    let runs_arg = runs.to_str().unwrap();
+    let out = driver_cli(&["baseline", "set", "e2e-reg-slow", "--runs-dir", runs_arg]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("run e2e-reg-slow is the baseline of runs named smoke")
+    );
+    let out = driver_cli(&["baseline", "set", "no-such-run", "--runs-dir", runs_arg]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 
 /// A tritonserver the test starts itself on free loopback ports (the repository's models), for

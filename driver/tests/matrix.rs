@@ -210,7 +210,8 @@ const BAD: &[(&str, &str)] = &[
          8:7: run.slo[2]: a rule needs `max` or `min` (or both)\n\
          9:29: run.slo[3].model: model \"resnet\" is not among the `models:` of client template(s) load\n\
          9:42: run.slo[3].min: min is above max (2 > 1)\n\
-         28:31: client_groups.clients.slo[0].min: qps needs a number, found \"fast\"",
+         28:31: client_groups.clients.slo[0].min: qps needs a number, found \"fast\"\n\
+         29:26: regression.threshold: must be a fraction above 0 (0.1 = 10%), found -1",
     ),
     (
         "spike-missing.yaml",
@@ -688,7 +689,7 @@ fn more_rules() {
         (
             "version: 1\n",
             "version: 1\nextra: true\n",
-            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity",
+            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity, regression",
         ),
         (
             "  duration: 10s\n",

@@ -63,6 +63,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0005_slo_results.sql"),
         postgres: include_str!("../../migrations/postgres/0005_slo_results.sql"),
     },
+    Migration {
+        version: 6,
+        name: "baselines",
+        sqlite: include_str!("../../migrations/sqlite/0006_baselines.sql"),
+        postgres: include_str!("../../migrations/postgres/0006_baselines.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -38,6 +38,8 @@
 //! | `load_targets` | `run_id, member_id` | `concurrency`, `mix`?, `rate` (a spike's, 0: none), `count_unanswered` (0/1), `updated_at_ms` | [`Store::set_load_target`] (the capacity controller; the worker polls it) |
 //! | `capacity_phases` | `run_id, group_name, phase` | `details` (JSON: trace and result), `updated_at_ms` | [`Store::save_capacity_phase`] (replaces) |
 //! | `slo_results` | `run_id, position` | `details` (JSON: the rule, observed value, ok, window), `updated_at_ms` | [`Store::save_slo_results`] (replaces the run's) |
+//! | `baselines` | `name` | `run_id`, `pinned_at_ms` | [`Store::pin_baseline`] (replaces: `driver baseline set`) |
+//! | `comparisons` | `run_id` | `details` (JSON: baseline, threshold, findings), `updated_at_ms` | [`Store::save_comparison`] (replaces) |
 //! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual` | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
 //! | `failure_totals` | `run_id, member_id` | `total`: every failure reported, kept or not | [`Store::record_failure`] |
 //! | `diagnostics` | `run_id, member_id` | `details` (JSON text), `updated_at_ms` | [`Store::save_diagnostics`] (replaces) |
@@ -1256,6 +1258,63 @@ impl Store {
                 Ok((group, phase, value))
             })
             .collect()
+    }
+
+    // ---- baselines and regressions -----------------------------------------------------------
+
+    /// Pins `run_id` as the baseline of runs named `name` (replaces an earlier pin).
+    pub async fn pin_baseline(&self, name: &str, run_id: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO baselines (name, run_id, pinned_at_ms) VALUES ($1, $2, $3)
+             ON CONFLICT (name) DO UPDATE SET
+                 run_id = excluded.run_id, pinned_at_ms = excluded.pinned_at_ms",
+        )
+        .bind(name)
+        .bind(run_id)
+        .bind(crate::now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("pin_baseline"))?;
+        Ok(())
+    }
+
+    /// Every pin: (name, run id, when pinned).
+    pub async fn baselines(&self) -> Result<Vec<(String, String, i64)>> {
+        sqlx::query_as("SELECT name, run_id, pinned_at_ms FROM baselines ORDER BY name")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.db("baselines"))
+    }
+
+    /// Replaces the run's comparison with its baseline.
+    pub async fn save_comparison(&self, run_id: &str, details: &serde_json::Value) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO comparisons (run_id, details, updated_at_ms) VALUES ($1, $2, $3)
+             ON CONFLICT (run_id) DO UPDATE SET
+                 details = excluded.details, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(run_id)
+        .bind(details.to_string())
+        .bind(crate::now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("save_comparison"))?;
+        Ok(())
+    }
+
+    /// The run's comparison with its baseline, if it was compared.
+    pub async fn comparison(&self, run_id: &str) -> Result<Option<serde_json::Value>> {
+        let text: Option<String> =
+            sqlx::query_scalar("SELECT details FROM comparisons WHERE run_id = $1")
+                .bind(run_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(self.db("comparison"))?;
+        text.map(|t| {
+            serde_json::from_str(&t)
+                .map_err(|e| self.corrupt("comparison", format!("not JSON: {e}")))
+        })
+        .transpose()
     }
 
     // ---- SLO verdicts -----------------------------------------------------------------------

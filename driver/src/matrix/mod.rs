@@ -41,9 +41,9 @@ pub use expand::{ClientMember, ExternalServer, ServerMember, member_name};
 pub use types::{
     ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, ClientGroup, ClientTemplate,
     DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, LoadMode, MATRIX_VERSION,
-    MODEL_IMAGE_SOURCE, Matrix, ModelImage, ModelSpec, PrometheusSource, Protocol, Resources,
-    RunMode, RunSettings, ServerGroup, ServerTemplate, ServerVolume, SloBound, SloMetric, SloRule,
-    SpikeSettings, Toleration, TraceLevel, TraceSettings,
+    MODEL_IMAGE_SOURCE, Matrix, ModelImage, ModelSpec, PrometheusSource, Protocol,
+    RegressionSettings, Resources, RunMode, RunSettings, ServerGroup, ServerTemplate, ServerVolume,
+    SloBound, SloMetric, SloRule, SpikeSettings, Toleration, TraceLevel, TraceSettings,
 };
 pub use validate::{CORR_IDS_PER_STREAM, MAX_LABEL_LEN, is_dns_label};
 

@@ -62,6 +62,11 @@ pub struct Matrix {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacitySettings>,
 
+    /// How the run is compared with its baseline (the last passing run of the same name, a
+    /// pinned one, or `--baseline RUN`); omitted: the defaults (10%, findings only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regression: Option<RegressionSettings>,
+
     /// The file this matrix was loaded from, set by [`super::load`]; relative local paths
     /// (model repositories, binaries) are resolved against its directory. Not part of the YAML.
     #[serde(skip)]
@@ -345,6 +350,34 @@ pub struct CapacitySettings {
     /// used for any window Prometheus cannot answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<PrometheusSource>,
+}
+
+/// Regressions against the baseline run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegressionSettings {
+    /// A change beyond this fraction in the bad direction is a finding (default 0.1: 10%).
+    #[serde(default = "defaults::regression_threshold")]
+    pub threshold: f64,
+
+    /// Findings fail the run (exit 1); default false: they are reported only.
+    #[serde(default)]
+    pub fail: bool,
+
+    /// Rows (a scenario's, a model's, a server model's) with fewer requests than this in
+    /// either run are not compared: their numbers are noise (default 100).
+    #[serde(default = "defaults::min_requests")]
+    pub min_requests: u64,
+}
+
+impl Default for RegressionSettings {
+    fn default() -> Self {
+        RegressionSettings {
+            threshold: defaults::regression_threshold(),
+            fail: false,
+            min_requests: defaults::min_requests(),
+        }
+    }
 }
 
 /// Capacity mode's spike: an open-loop jump from the converged load.
@@ -1163,6 +1196,12 @@ mod defaults {
     }
     pub fn recovery_timeout() -> Duration {
         Duration::from_secs(60)
+    }
+    pub fn regression_threshold() -> f64 {
+        0.1
+    }
+    pub fn min_requests() -> u64 {
+        100
     }
     pub fn tolerance() -> f64 {
         0.05

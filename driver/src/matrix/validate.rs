@@ -813,6 +813,18 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
     }
 
     c.capacity(m);
+    if let Some(r) = &m.regression
+        && !(r.threshold.is_finite() && r.threshold > 0.0)
+    {
+        c.push(
+            root.key("regression").key("threshold"),
+            Anchor::Value,
+            format!(
+                "must be a fraction above 0 (0.1 = 10%), found {}",
+                r.threshold
+            ),
+        );
+    }
     c.slo_rules(m, root.key("run").key("slo"), &m.run.slo, None);
     for (name, g) in &m.client_groups {
         let path = root.key("client_groups").key(name.clone()).key("slo");
