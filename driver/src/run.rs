@@ -702,7 +702,7 @@ impl Driver<'_> {
         let started = Instant::now();
         let started_ms = stress_common::now_ms();
         if let Some(cap) = &mut capacity {
-            cap.started_ms = stress_common::now_ms();
+            cap.started_ms = started_ms;
         }
         let end = tokio::time::Instant::now() + plan.duration;
         let mut ticker = tokio::time::interval(plan.poll);
