@@ -13,13 +13,14 @@
 //! * [`regression`]: the baseline run, the metrics compared and the findings (pure).
 //! * [`slo`]: the matrix's service-level objectives, parsed and judged on merged counts (pure).
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
-//! * [`report`]: the final report, rebuilt from the store.
+//! * [`report`]: the final report, rebuilt from the store; [`junit`]: the same as JUnit XML.
 
 pub mod autoscale;
 pub mod baseline;
 pub mod capacity;
 pub mod external;
 pub mod failfast;
+pub mod junit;
 pub mod launcher;
 pub mod matrix;
 pub mod plan;

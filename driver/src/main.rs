@@ -116,8 +116,11 @@ enum Command {
         #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: Option<String>,
         /// Print report.json instead of the text report.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "junit")]
         json: bool,
+        /// Print the report as JUnit XML (junit.xml).
+        #[arg(long)]
+        junit: bool,
     },
     /// Baselines for regression comparisons.
     #[command(subcommand)]
@@ -171,7 +174,8 @@ async fn main() -> ExitCode {
             runs_dir,
             database_url,
             json,
-        } => match report(run, &runs_dir, database_url, json).await {
+            junit,
+        } => match report(run, &runs_dir, database_url, json, junit).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -366,6 +370,7 @@ async fn report(
     runs_dir: &std::path::Path,
     database_url: Option<String>,
     json: bool,
+    junit: bool,
 ) -> anyhow::Result<()> {
     let url = store_url_of(run.as_deref(), runs_dir, database_url)?;
     let store = Store::connect(&url).await?;
@@ -379,6 +384,8 @@ async fn report(
     let report = Report::from_store(&store, &run_id).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if junit {
+        print!("{}", driver::junit::render(&report));
     } else {
         print!("{}", report.render());
     }

@@ -410,6 +410,219 @@ fn total_row(report: &str) -> &str {
         .unwrap_or_else(|| panic!("no TOTAL row in:\n{report}"))
 }
 
+/// Checks JUnit XML against the structure of the JUnit schema (Jenkins xunit-plugin's
+/// junit-10.xsd): which element may hold which, each element's allowed and required attributes,
+/// and that each suite's `tests` and `failures` count its test cases. Returns (suite name, test
+/// case name, failure message) of every failed case.
+fn assert_junit_schema(xml: &str) -> Vec<(String, String, String)> {
+    use quick_xml::events::Event;
+    /// An element's allowed parents, its attributes and the required ones.
+    type Rule<'a> = (&'a [&'a str], &'a [&'a str], &'a [&'a str]);
+    let allowed: BTreeMap<&str, Rule> = BTreeMap::from([
+        // element: (parents, attributes, required attributes)
+        (
+            "testsuites",
+            (
+                &[""][..],
+                &[
+                    "name",
+                    "time",
+                    "tests",
+                    "failures",
+                    "disabled",
+                    "errors",
+                    "skipped",
+                    "timestamp",
+                ][..],
+                &[][..],
+            ),
+        ),
+        (
+            "testsuite",
+            (
+                &["testsuites"][..],
+                &[
+                    "name",
+                    "tests",
+                    "failures",
+                    "errors",
+                    "time",
+                    "disabled",
+                    "skipped",
+                    "timestamp",
+                    "hostname",
+                    "id",
+                    "package",
+                    "file",
+                    "log",
+                    "url",
+                    "version",
+                    "group",
+                ][..],
+                &["name", "tests"][..],
+            ),
+        ),
+        (
+            "properties",
+            (&["testsuite", "testcase"][..], &[][..], &[][..]),
+        ),
+        (
+            "property",
+            (
+                &["properties"][..],
+                &["name", "value"][..],
+                &["name", "value"][..],
+            ),
+        ),
+        (
+            "testcase",
+            (
+                &["testsuite"][..],
+                &[
+                    "name",
+                    "assertions",
+                    "time",
+                    "timestamp",
+                    "classname",
+                    "status",
+                    "class",
+                    "file",
+                    "line",
+                    "log",
+                    "group",
+                    "url",
+                ][..],
+                &["name"][..],
+            ),
+        ),
+        (
+            "failure",
+            (&["testcase"][..], &["message", "type"][..], &[][..]),
+        ),
+        (
+            "error",
+            (&["testcase"][..], &["message", "type"][..], &[][..]),
+        ),
+        ("skipped", (&["testcase"][..], &["message"][..], &[][..])),
+        (
+            "system-out",
+            (&["testsuite", "testcase"][..], &[][..], &[][..]),
+        ),
+        (
+            "system-err",
+            (&["testsuite", "testcase"][..], &[][..], &[][..]),
+        ),
+    ]);
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let mut stack: Vec<String> = Vec::new();
+    // Per open suite: (name, tests, failures attributes; test cases and failures counted).
+    let mut suite: Option<(String, u64, u64, u64, u64)> = None;
+    let mut case = String::new();
+    let mut failed = Vec::new();
+    loop {
+        let (e, empty) = match reader.read_event().unwrap() {
+            Event::Start(e) => (e, false),
+            Event::Empty(e) => (e, true),
+            Event::End(_) => {
+                if stack.pop().as_deref() == Some("testsuite") {
+                    let (name, tests, failures, cases, failed_cases) = suite.take().unwrap();
+                    assert_eq!(
+                        (tests, failures),
+                        (cases, failed_cases),
+                        "suite {name}: counts"
+                    );
+                }
+                continue;
+            }
+            Event::Eof => break,
+            _ => continue,
+        };
+        let name = String::from_utf8(e.name().as_ref().to_vec()).unwrap();
+        let (parents, attributes, required) = allowed
+            .get(name.as_str())
+            .unwrap_or_else(|| panic!("element <{name}> is not in the JUnit schema"));
+        let parent = stack.last().map_or("", String::as_str);
+        assert!(parents.contains(&parent), "<{name}> inside <{parent}>");
+        let attrs: BTreeMap<String, String> = e
+            .attributes()
+            .map(|a| {
+                let a = a.unwrap();
+                (
+                    String::from_utf8(a.key.as_ref().to_vec()).unwrap(),
+                    a.unescape_value().unwrap().into_owned(),
+                )
+            })
+            .collect();
+        for a in attrs.keys() {
+            assert!(
+                attributes.contains(&a.as_str()),
+                "<{name} {a}=...> is not in the schema"
+            );
+        }
+        for r in *required {
+            assert!(attrs.contains_key(*r), "<{name}> lacks {r}");
+        }
+        let number = |k: &str| attrs.get(k).map_or(0, |v| v.parse::<u64>().unwrap());
+        match name.as_str() {
+            "testsuite" => {
+                suite = Some((
+                    attrs["name"].clone(),
+                    number("tests"),
+                    number("failures"),
+                    0,
+                    0,
+                ));
+            }
+            "testcase" => {
+                suite.as_mut().unwrap().3 += 1;
+                case = attrs["name"].clone();
+            }
+            "failure" => {
+                let s = suite.as_mut().unwrap();
+                s.4 += 1;
+                failed.push((
+                    s.0.clone(),
+                    case.clone(),
+                    attrs.get("message").cloned().unwrap_or_default(),
+                ));
+            }
+            _ => {}
+        }
+        if !empty {
+            stack.push(name);
+        } else if name == "testsuite" {
+            let (name, tests, failures, cases, failed_cases) = suite.take().unwrap();
+            assert_eq!(
+                (tests, failures),
+                (cases, failed_cases),
+                "suite {name}: counts"
+            );
+        }
+    }
+    failed
+}
+
+/// The schema check itself refuses what the JUnit schema does not allow.
+#[test]
+fn the_junit_schema_check_refuses_what_the_schema_does_not_allow() {
+    let ok = r#"<testsuites><testsuite name="g" tests="2" failures="1"><testcase name="a"/><testcase name="b"><failure message="m">t</failure></testcase></testsuite></testsuites>"#;
+    assert_eq!(
+        assert_junit_schema(ok),
+        [("g".to_string(), "b".to_string(), "m".to_string())]
+    );
+    for bad in [
+        r#"<testsuites><testsuite tests="0"/></testsuites>"#,
+        r#"<testsuites><testsuite name="g" tests="2"><testcase name="a"/></testsuite></testsuites>"#,
+        r#"<testsuites><testsuite name="g" tests="1" failures="0"><testcase name="a"><failure/></testcase></testsuite></testsuites>"#,
+        r#"<testsuites><testcase name="a"/></testsuites>"#,
+        r#"<testsuites><testsuite name="g" tests="1"><testcase name="a" weight="2"/></testsuite></testsuites>"#,
+        r#"<testsuites><testsuite name="g" tests="0"><case/></testsuite></testsuites>"#,
+    ] {
+        let refused = std::panic::catch_unwind(|| assert_junit_schema(bad)).is_err();
+        assert!(refused, "accepted: {bad}");
+    }
+}
+
 /// `driver ARGS` to its end, without the environment's store settings.
 fn driver_cli(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_driver"))
@@ -454,6 +667,11 @@ fn assert_report_rebuilds(args: &[&str], run_dir: &Path) {
         read_json(&run_dir.join("report.json")),
         "driver report {args:?} --json: another report.json"
     );
+    assert_eq!(
+        run(&["--junit"]),
+        read(&run_dir.join("junit.xml")),
+        "driver report {args:?} --junit: another junit.xml"
+    );
 }
 
 /// What a passing smoke run must show in report.json: PASS, a row with tests for every
@@ -465,6 +683,16 @@ fn assert_smoke_report(run_dir: &Path, run_id: &str) {
     assert_eq!(report["run_id"], run_id);
     assert_eq!(report["verdict"], "PASS", "{report:#}");
     assert_eq!(report["launcher"], "local");
+    let junit = read(&run_dir.join("junit.xml"));
+    assert_eq!(assert_junit_schema(&junit), [], "{junit}");
+    assert!(
+        junit.contains("<testsuite name=\"grpc-clients\""),
+        "{junit}"
+    );
+    assert!(
+        junit.contains("<testcase name=\"p99 of Load &lt;= 5s\""),
+        "{junit}"
+    );
     // smoke.yaml's SLO rules, each kept, with what was observed.
     let slo = report["slo"].as_array().expect("SLO verdicts");
     let rules: Vec<&str> = slo.iter().map(|o| o["rule"].as_str().unwrap()).collect();
@@ -1297,6 +1525,20 @@ async fn slo_rules_pass_when_kept_and_fail_the_run_when_breached() {
     );
     assert!(breached["window_end_ms"].as_i64() > breached["window_start_ms"].as_i64());
     assert_eq!(report["slo"][0]["ok"], true);
+    let junit = assert_junit_schema(&read(&run_dir.join("junit.xml")));
+    let names: Vec<(&str, &str)> = junit
+        .iter()
+        .map(|(s, c, _)| (s.as_str(), c.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("members", "slo"), ("slo", "p99 of Infer <= 1us")],
+        "{junit:?}"
+    );
+    assert!(
+        junit[1].2.starts_with("FAIL p99 of Infer <= 1us: observed"),
+        "{junit:?}"
+    );
     let failed = &report["failed_members"][0];
     assert_eq!(failed["member_id"], "slo", "{report:#}");
     assert!(
@@ -1431,6 +1673,13 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
         "{text}"
     );
     assert!(text.contains("REGRESSION p50_ms Infer:"), "{text}");
+    let junit = assert_junit_schema(&read(&run_dir.join("junit.xml")));
+    assert!(
+        junit
+            .iter()
+            .any(|(suite, case, _)| suite == "regressions" && case == "p50_ms Infer"),
+        "{junit:?}"
+    );
 
     // An unknown explicit baseline: exit 2, nothing launched.
     let mut args = run_args(&slow, &runs, "e2e-reg-unknown", "8s");

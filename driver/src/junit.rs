@@ -1,0 +1,151 @@
+//! The report as JUnit XML (`junit.xml` beside report.json; `driver report --junit`), for CI
+//! servers that show test results natively. Test suites:
+//! - `members`: one test case per failed member (a server killed by a signal, a worker's exit),
+//!   its reason as the failure — the root cause, first;
+//! - one suite per client group: a test case per scenario, failed when any of its tests failed
+//!   (the message counts them; the text lists the group's first recorded failures), except a
+//!   scenario allowed to fail (PerfAnalyzer, as upstream);
+//! - `models`: a test case per (scenario, model), all workers;
+//! - `slo`: a test case per rule, failed when breached;
+//! - `regressions`: a test case per finding against the baseline, failed with
+//!   `regression.fail` (else passing, the change in its output), or one passing case when there
+//!   are none; present when the run was compared.
+
+use quick_junit::{NonSuccessKind, Report as JUnit, TestCase, TestCaseStatus, TestSuite};
+use std::time::Duration;
+
+use crate::report::Report;
+
+/// How many recorded failures a failed test case lists in its text.
+const LISTED: usize = 5;
+
+fn failed(message: String, text: Option<String>) -> TestCaseStatus {
+    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+    status.set_message(message);
+    if let Some(t) = text {
+        status.set_description(t);
+    }
+    status
+}
+
+fn case(name: &str, classname: &str, status: TestCaseStatus) -> TestCase {
+    let mut c = TestCase::new(name, status);
+    c.set_classname(classname);
+    c
+}
+
+/// The JUnit document of a report.
+pub fn render(report: &Report) -> String {
+    let mut junit = JUnit::new(format!("triton-stress {}", report.run_id));
+    if let Some(end) = report.finished_at_ms {
+        junit.set_time(Duration::from_millis(
+            u64::try_from(end - report.started_at_ms).unwrap_or(0),
+        ));
+    }
+
+    let mut members = TestSuite::new("members");
+    for m in &report.failed_members {
+        members.add_test_case(case(
+            &m.member_id,
+            &format!("{}.{}", m.role, m.group),
+            failed(m.reason.clone(), None),
+        ));
+    }
+    junit.add_test_suite(members);
+
+    let group_of = |member: &str| {
+        report
+            .workers
+            .iter()
+            .find(|w| w.member_id == member)
+            .map(|w| w.group.as_str())
+    };
+    for (group, rows) in &report.groups {
+        let mut suite = TestSuite::new(group.as_str());
+        for r in rows.iter().filter(|r| r.scenario != "TOTAL") {
+            // A scenario allowed to fail (upstream: PerfAnalyzer) does not fail the run.
+            let allowed = stress_common::scenario::Scenario::parse(&r.scenario)
+                .is_some_and(|s| s.allowed_to_fail());
+            let status = if r.failures > 0 && !allowed {
+                let listed: Vec<String> = report
+                    .failures
+                    .iter()
+                    .filter(|(member, f)| {
+                        f.scenario == r.scenario && group_of(member) == Some(group.as_str())
+                    })
+                    .take(LISTED)
+                    .map(|(member, f)| format!("{member}: {f}"))
+                    .collect();
+                failed(
+                    format!(
+                        "{} of {} tests failed ({} requests)",
+                        r.failures, r.tests, r.requests
+                    ),
+                    (!listed.is_empty()).then(|| listed.join("\n")),
+                )
+            } else {
+                TestCaseStatus::success()
+            };
+            suite.add_test_case(case(&r.scenario, group, status));
+        }
+        junit.add_test_suite(suite);
+    }
+
+    let mut models = TestSuite::new("models");
+    for r in &report.models {
+        let status = if r.failures > 0 {
+            failed(format!("{} of {} tests failed", r.failures, r.tests), None)
+        } else {
+            TestCaseStatus::success()
+        };
+        models.add_test_case(case(
+            &format!("{}/{}", r.scenario, r.model),
+            "models",
+            status,
+        ));
+    }
+    junit.add_test_suite(models);
+
+    if !report.slo.is_empty() {
+        let mut slo = TestSuite::new("slo");
+        for o in &report.slo {
+            let status = if o.ok {
+                TestCaseStatus::success()
+            } else {
+                failed(o.line(), None)
+            };
+            slo.add_test_case(case(&o.rule, "slo", status));
+        }
+        junit.add_test_suite(slo);
+    }
+
+    if let Some(b) = &report.baseline {
+        let mut suite = TestSuite::new("regressions");
+        let class = format!("regressions.{}", b.baseline_run);
+        if b.regressions.is_empty() {
+            suite.add_test_case(case(
+                &format!("{} metrics within {:.0}%", b.compared, b.threshold * 100.0),
+                &class,
+                TestCaseStatus::success(),
+            ));
+        }
+        for f in &b.regressions {
+            // Findings fail only with `regression.fail`; otherwise they are reported passing,
+            // with the change as their output.
+            if b.fail {
+                suite.add_test_case(case(&f.metric, &class, failed(f.describe(), None)));
+            } else {
+                let mut c = case(&f.metric, &class, TestCaseStatus::success());
+                c.set_system_out(format!(
+                    "REGRESSION {} (regression.fail is off)",
+                    f.describe()
+                ));
+                suite.add_test_case(c);
+            }
+        }
+        junit.add_test_suite(suite);
+    }
+    junit
+        .to_string()
+        .expect("a JUnit report of plain strings serialises")
+}
