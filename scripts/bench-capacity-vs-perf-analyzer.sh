@@ -63,8 +63,9 @@ WORKER="${WORKER:-$TARGET_DIR/release/worker}"
 PERF_ANALYZER="${PERF_ANALYZER:-$REPO_ROOT/.local/bin/perf_analyzer}"
 MODEL=add_sub
 
-fail() { echo "bench: CANNOT MEASURE: $*" >&2; exit 1; }
-log() { echo "bench: $*" >&2; }
+# log, fail, a scratch directory ($TMP) removed at exit with the server ($server_pid), and
+# free ports: shared with the other benchmarks.
+source "$SCRIPT_DIR/bench-lib.sh"
 
 for v in PA_MAX PA_STEP PA_WINDOW_MS PA_STABILITY PA_MAX_TRIALS WORKERS MIN_CONCURRENCY MAX_CONCURRENCY INCREASE_STEP \
     SETTLE_PERIODS STABLE_CHECKS MAX_DECREASES; do
@@ -89,24 +90,6 @@ if [ ! -x "$DRIVER" ] || [ ! -x "$WORKER" ]; then
     [ -x "$DRIVER" ] && [ -x "$WORKER" ] || fail "$DRIVER or $WORKER still missing after the build"
 fi
 
-TMP="$(mktemp -d)"
-server_pid=""
-cleanup() {
-    if [ -n "$server_pid" ]; then
-        kill "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
-    if [ -n "${BENCH_KEEP:-}" ]; then log "logs kept in $TMP"; else rm -rf "$TMP"; fi
-}
-trap cleanup EXIT
-
-# Three free loopback ports, held open together so they differ.
-read -r GRPC_PORT HTTP_PORT METRICS_PORT < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])
-for s in ss: s.close()')
 
 log "starting tritonserver (grpc $GRPC_PORT, http $HTTP_PORT, metrics $METRICS_PORT," \
     "CPUs ${SERVER_CPUS:-any}; clients on CPUs ${CLIENT_CPUS:-any})"
