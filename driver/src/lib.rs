@@ -13,7 +13,8 @@
 //! * [`regression`]: the baseline run, the metrics compared and the findings (pure).
 //! * [`slo`]: the matrix's service-level objectives, parsed and judged on merged counts (pure).
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
-//! * [`report`]: the final report, rebuilt from the store; [`junit`]: the same as JUnit XML.
+//! * [`report`]: the final report, rebuilt from the store; [`junit`]: the same as JUnit XML;
+//!   [`timeline`]: its series over time (latency per interval, the servers' metrics).
 
 pub mod autoscale;
 pub mod baseline;
@@ -30,3 +31,4 @@ pub mod report;
 pub mod run;
 pub mod slo;
 pub mod spike;
+pub mod timeline;

@@ -85,6 +85,8 @@ pub struct Report {
     /// Capacity mode's answers (absent for a soak run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityReport>,
+    /// The run over time: latency percentiles per interval and the servers' metrics.
+    pub timeline: crate::timeline::Timeline,
     #[serde(skip)]
     tables: (L0Table, BTreeMap<String, L0Table>),
     #[serde(skip)]
@@ -527,6 +529,7 @@ impl Report {
                 .unwrap_or_default(),
             baseline,
             capacity,
+            timeline: crate::timeline::Timeline::default(),
             tables: (total, groups),
             model_table,
         })
