@@ -7,6 +7,7 @@
 //! * [`store`]: the status store (sqlx; SQLite file by default, Postgres in a cluster) that implements
 //!   the sink for workers and the read side for the driver.
 //! * [`histogram`]: mergeable HDR latency histograms with a compact text encoding.
+//! * [`interval`]: the length of a run's series intervals and a worker's interval histograms.
 //! * [`paths`]: finding executables on PATH; [`http`]: the HTTP client (GET with a time limit).
 //! * [`qps`]: the QPS of a run (its one denominator, [`qps::load_seconds`]).
 //! * [`report`]: the L0 table (Test Case | Failures | Tests | Requests | Description).
@@ -16,6 +17,7 @@
 pub mod contract;
 pub mod histogram;
 pub mod http;
+pub mod interval;
 pub mod paths;
 pub mod qps;
 pub mod report;

@@ -100,6 +100,26 @@ pub struct WorkerSnapshot {
     /// The same counts per (scenario, model).
     #[serde(default)]
     pub models: Vec<ModelCounts>,
+    /// What each (scenario, model) did since the previous interval boundary, when this
+    /// snapshot closes an interval (see [`crate::interval`]); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intervals: Vec<IntervalCounts>,
+}
+
+/// One (scenario, model) on one worker over one interval: the exact latency histogram of the
+/// interval (not cumulative), so percentiles over any window and any set of workers merge
+/// exactly.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IntervalCounts {
+    pub scenario: String,
+    pub model: String,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    /// Requests sent in the interval (answered or not).
+    pub requests: u64,
+    pub failures: u64,
+    /// Latency of the interval's answered requests ([`crate::histogram::LatencyHistogram::encode`]d).
+    pub latency_histogram: String,
 }
 
 /// What the driver's capacity controller asks of one worker: its closed-loop concurrency and,

@@ -18,6 +18,9 @@ pub struct ModelMetrics {
     pub compute_input_duration_us: f64,
     pub compute_infer_duration_us: f64,
     pub compute_output_duration_us: f64,
+    /// `failure` split by Triton's `reason` label (BACKEND, REJECTED, CANCELED, OTHER).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failure_by_reason: BTreeMap<String, f64>,
 }
 
 impl ModelMetrics {
@@ -77,6 +80,10 @@ pub fn parse(text: &str) -> Vec<ModelMetrics> {
                 version: version.to_string(),
                 ..Default::default()
             });
+        if name == "nv_inference_request_failure" {
+            let reason = labels.get("reason").copied().unwrap_or("OTHER");
+            *m.failure_by_reason.entry(reason.to_string()).or_default() += value;
+        }
         let field = match name {
             "nv_inference_request_success" => &mut m.success,
             "nv_inference_request_failure" => &mut m.failure,
@@ -102,6 +109,100 @@ pub fn samples(text: &str, name: &str) -> Vec<f64> {
         .filter_map(parse_line)
         .filter(|(n, _, _)| *n == name)
         .map(|(_, _, v)| v)
+        .collect()
+}
+
+/// A server's own gauges at one scrape (absent: the server does not export it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerGauges {
+    /// `nv_cpu_utilization` (0..1).
+    pub cpu_utilization: Option<f64>,
+    /// `nv_cpu_memory_used_bytes`: the host's used memory as Triton sees it (not the server's
+    /// own: that is [`ServerSample::rss_bytes`]).
+    pub cpu_memory_used_bytes: Option<f64>,
+    /// `nv_gpu_memory_used_bytes`, summed over GPUs.
+    pub gpu_memory_used_bytes: Option<f64>,
+    /// `nv_gpu_utilization` (0..1), mean over GPUs.
+    pub gpu_utilization: Option<f64>,
+}
+
+/// The server-wide gauges of a `/metrics` text.
+pub fn gauges(text: &str) -> ServerGauges {
+    let sum = |name: &str| {
+        let v = samples(text, name);
+        (!v.is_empty()).then(|| v.iter().sum::<f64>())
+    };
+    let mean = |name: &str| {
+        let v = samples(text, name);
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    ServerGauges {
+        cpu_utilization: mean("nv_cpu_utilization"),
+        cpu_memory_used_bytes: sum("nv_cpu_memory_used_bytes"),
+        gpu_memory_used_bytes: sum("nv_gpu_memory_used_bytes"),
+        gpu_utilization: mean("nv_gpu_utilization"),
+    }
+}
+
+/// One server over one interval of a run: what its per-model counters did in the interval
+/// ([`delta`]), its gauges at the end, and the resident memory of its processes where the
+/// launcher can read it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerSample {
+    pub at_ms: i64,
+    pub interval_ms: i64,
+    /// The server process and its children (python backend stubs), bytes.
+    pub rss_bytes: Option<f64>,
+    pub gauges: ServerGauges,
+    pub models: Vec<ModelMetrics>,
+}
+
+/// What each model's counters did from `before` to `after` (the same server, two scrapes);
+/// `pending` is a gauge and is `after`'s. A counter lower than before (the server restarted)
+/// counts from zero. A model new in `after` counts whole.
+pub fn delta(before: &[ModelMetrics], after: &[ModelMetrics]) -> Vec<ModelMetrics> {
+    let d = |a: f64, b: f64| if a >= b { a - b } else { a };
+    after
+        .iter()
+        .map(|a| {
+            let Some(b) = before
+                .iter()
+                .find(|b| b.model == a.model && b.version == a.version)
+            else {
+                return a.clone();
+            };
+            ModelMetrics {
+                model: a.model.clone(),
+                version: a.version.clone(),
+                success: d(a.success, b.success),
+                failure: d(a.failure, b.failure),
+                inferences: d(a.inferences, b.inferences),
+                executions: d(a.executions, b.executions),
+                pending: a.pending,
+                request_duration_us: d(a.request_duration_us, b.request_duration_us),
+                queue_duration_us: d(a.queue_duration_us, b.queue_duration_us),
+                compute_input_duration_us: d(
+                    a.compute_input_duration_us,
+                    b.compute_input_duration_us,
+                ),
+                compute_infer_duration_us: d(
+                    a.compute_infer_duration_us,
+                    b.compute_infer_duration_us,
+                ),
+                compute_output_duration_us: d(
+                    a.compute_output_duration_us,
+                    b.compute_output_duration_us,
+                ),
+                failure_by_reason: a
+                    .failure_by_reason
+                    .iter()
+                    .map(|(r, v)| {
+                        let was = b.failure_by_reason.get(r).copied().unwrap_or(0.0);
+                        (r.clone(), d(*v, was))
+                    })
+                    .collect(),
+            }
+        })
         .collect()
 }
 
@@ -149,5 +250,38 @@ nv_cpu_utilization 0.5
         assert!(render(&m).contains("add_sub"));
         assert_eq!(samples(text, "nv_cpu_utilization"), [0.5]);
         assert!(samples(text, "nv_gpu_utilization").is_empty());
+        assert_eq!(m[0].failure_by_reason["REJECTED"], 2.0);
+        assert_eq!(m[0].failure_by_reason["BACKEND"], 1.0);
+        let g = gauges(text);
+        assert_eq!(g.cpu_utilization, Some(0.5));
+        assert_eq!(
+            g.gpu_memory_used_bytes, None,
+            "a CPU server has no GPU gauges"
+        );
+    }
+
+    #[test]
+    fn a_delta_is_what_the_counters_did_between_two_scrapes() {
+        let at = |success: f64, queue: f64, pending: f64| ModelMetrics {
+            model: "m".into(),
+            version: "1".into(),
+            success,
+            queue_duration_us: queue,
+            pending,
+            failure_by_reason: [("BACKEND".to_string(), success / 10.0)].into(),
+            ..Default::default()
+        };
+        let d = delta(&[at(100.0, 1000.0, 5.0)], &[at(150.0, 1600.0, 2.0)]);
+        assert_eq!(d[0].success, 50.0);
+        assert_eq!(d[0].queue_duration_us, 600.0);
+        assert_eq!(d[0].pending, 2.0, "a gauge is the latest reading");
+        assert_eq!(d[0].failure_by_reason["BACKEND"], 5.0);
+        let restarted = delta(&[at(100.0, 1000.0, 0.0)], &[at(30.0, 300.0, 0.0)]);
+        assert_eq!(
+            restarted[0].success, 30.0,
+            "a restarted server counts from zero"
+        );
+        let new_model = delta(&[], &[at(7.0, 70.0, 0.0)]);
+        assert_eq!(new_model[0].success, 7.0);
     }
 }

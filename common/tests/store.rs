@@ -7,13 +7,14 @@ use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
 use stress_common::status::{
-    EventKind, FailureRecord, LoadTarget, ModelCounts, Role, ScenarioCounts, StatusSink,
-    StreamCounts, WorkerSnapshot,
+    EventKind, FailureRecord, IntervalCounts, LoadTarget, ModelCounts, Role, ScenarioCounts,
+    StatusSink, StreamCounts, WorkerSnapshot,
 };
 use stress_common::store::testing::{self, TestPostgres};
 use stress_common::store::{
     EventRow, Member, NewRun, QpsSample, RunRow, Store, StoreError, StoreOptions,
 };
+use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> String {
@@ -84,10 +85,10 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 6);
+    assert_eq!(store.schema_version().await.unwrap(), 7);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 6);
+    assert_eq!(again.schema_version().await.unwrap(), 7);
     again.close().await;
 
     // ---- runs
@@ -273,6 +274,7 @@ async fn story(url: &str, fresh: bool) {
                 qps: 105.0,
                 scenarios: vec![counts_a1.clone(), counts_b1.clone()],
                 models: vec![model_a1.clone(), model_b1.clone()],
+                intervals: vec![],
             },
         )
         .await
@@ -291,12 +293,22 @@ async fn story(url: &str, fresh: bool) {
         latency_histogram: histogram(&[4, 5, 6]),
         ..model_a1.clone()
     };
+    let interval = IntervalCounts {
+        scenario: "a".into(),
+        model: "m".into(),
+        start_ms: t0 + 1000,
+        end_ms: t0 + 2000,
+        requests: 95,
+        failures: u64::MAX,
+        latency_histogram: histogram(&[1, 2, 3, 500]),
+    };
     c0.snapshot(&WorkerSnapshot {
         at_ms: t0 + 2000,
         total_requests: 210,
         qps: 105.5,
         scenarios: vec![counts_a2.clone()],
         models: vec![model_a2.clone()],
+        intervals: vec![interval.clone()],
     })
     .await
     .unwrap();
@@ -306,9 +318,49 @@ async fn story(url: &str, fresh: bool) {
         qps: f64::NAN, // stored as 0
         scenarios: vec![],
         models: vec![],
+        intervals: vec![],
     })
     .await
     .unwrap();
+    // The series: a worker's interval is read back by its end time; a server's sample whole.
+    assert_eq!(
+        store
+            .latency_intervals(&run_id, t0 + 1500, t0 + 2500)
+            .await
+            .unwrap(),
+        [("client-0".to_string(), interval.clone())]
+    );
+    assert!(
+        store
+            .latency_intervals(&run_id, t0 + 2001, i64::MAX)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let sample = ServerSample {
+        at_ms: t0 + 2000,
+        interval_ms: 1000,
+        rss_bytes: Some(123.0e6),
+        gauges: ServerGauges {
+            cpu_utilization: Some(0.5),
+            ..Default::default()
+        },
+        models: vec![ModelMetrics {
+            model: "a".into(),
+            version: "1".into(),
+            success: 10.0,
+            failure_by_reason: [("BACKEND".to_string(), 1.0)].into(),
+            ..Default::default()
+        }],
+    };
+    store
+        .record_server_sample(&run_id, "server-0", &sample)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.server_samples(&run_id).await.unwrap(),
+        [("server-0".to_string(), sample)]
+    );
     // Capacity mode: a worker's load target is replaced; a phase's record round-trips.
     assert_eq!(store.load_target(&run_id, "client-0").await.unwrap(), None);
     let target = |concurrency, mix: Option<&str>| LoadTarget {
@@ -592,7 +644,7 @@ async fn story(url: &str, fresh: bool) {
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 6);
+    assert_eq!(store.schema_version().await.unwrap(), 7);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);
@@ -638,6 +690,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                                     latency_histogram: String::new(),
                                 }],
                                 models: vec![],
+                                intervals: vec![],
                             },
                         )
                         .await?;
@@ -960,6 +1013,7 @@ async fn child_writer() {
                         ..ScenarioCounts::default()
                     }],
                     models: vec![],
+                    intervals: vec![],
                 },
             )
             .await

@@ -12,6 +12,7 @@
 //! * [`baseline`]: finding a run's baseline across stores and comparing with it.
 //! * [`regression`]: the baseline run, the metrics compared and the findings (pure).
 //! * [`slo`]: the matrix's service-level objectives, parsed and judged on merged counts (pure).
+//! * [`sampler`]: every server's /metrics once per series interval into the store.
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store; [`junit`]: the same as JUnit XML;
 //!   [`timeline`]: its series over time (latency per interval, the servers' metrics).
@@ -29,6 +30,7 @@ pub mod preflight;
 pub mod regression;
 pub mod report;
 pub mod run;
+pub mod sampler;
 pub mod slo;
 pub mod spike;
 pub mod timeline;

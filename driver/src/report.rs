@@ -334,7 +334,7 @@ fn downsample(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn sparkline(values: &[f64], width: usize) -> String {
+pub(crate) fn sparkline(values: &[f64], width: usize) -> String {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let pts: Vec<f64> = downsample(&values.iter().map(|v| (0.0, *v)).collect::<Vec<_>>(), width)
         .into_iter()
@@ -493,6 +493,24 @@ impl Report {
             .map(|v| serde_json::from_value(v).map_err(|e| corrupt(format!("SLO verdict: {e}"))))
             .collect::<Result<Vec<_>, _>>()?;
 
+        let intervals = store.latency_intervals(run_id, i64::MIN, i64::MAX).await?;
+        let (interval_s, latency) = crate::timeline::latency_series(run.started_at_ms, &intervals)
+            .map_err(|e| corrupt(format!("latency intervals: {e}")))?;
+        let server_ids: Vec<(String, String)> = members
+            .iter()
+            .filter(|m| m.role == Role::Server)
+            .map(|m| (m.member_id.clone(), m.group_name.clone()))
+            .collect();
+        let timeline = crate::timeline::Timeline {
+            interval_s,
+            latency,
+            servers: crate::timeline::server_series(
+                run.started_at_ms,
+                &server_ids,
+                &store.server_samples(run_id).await?,
+            ),
+        };
+
         let failure_count = store
             .failure_totals(run_id)
             .await?
@@ -529,7 +547,7 @@ impl Report {
                 .unwrap_or_default(),
             baseline,
             capacity,
-            timeline: crate::timeline::Timeline::default(),
+            timeline,
             tables: (total, groups),
             model_table,
         })
@@ -607,6 +625,7 @@ impl Report {
             let _ = writeln!(out, "\n== Models, all workers ==");
             out.push_str(&self.model_table.render(self.load_seconds));
         }
+        self.timeline.render(&mut out);
         if !self.workers.is_empty() {
             let _ = writeln!(out, "\n== QPS per worker over time ==");
             let _ = writeln!(

@@ -680,6 +680,24 @@ impl Driver<'_> {
             cap.start(self.store, &plan.run_id).await;
         }
 
+        // The servers' series: the baseline scrape before any worker sends.
+        let sampled = endpoints
+            .values()
+            .filter(|ep| !ep.metrics.is_empty())
+            .map(|ep| crate::sampler::SampledServer {
+                member: ep.member.clone(),
+                metrics: ep.metrics.clone(),
+                pid: self.launcher.server_pid(&ep.member),
+            })
+            .collect();
+        let sampler = crate::sampler::ServerSampler::start(
+            self.store.clone(),
+            plan.run_id.to_string(),
+            sampled,
+            stress_common::interval::series_interval(Some(plan.duration), plan.poll),
+        )
+        .await;
+
         // Workers: every client talks to every ready server of its target group.
         let mut rules = FailFast::new(plan.rules);
         for c in &plan.clients {
@@ -770,6 +788,7 @@ impl Driver<'_> {
         // The end: workers flush their final counts, then servers stop.
         self.progress.show("stopping workers");
         let exits: Vec<MemberExit> = self.launcher.stop_clients(CLIENT_STOP_GRACE).await;
+        sampler.finish().await;
         scrape_server_metrics(self.store, self.launcher, plan, SCRAPE_BUDGET).await;
         let all_events = self.store.events(&plan.run_id, 0).await.unwrap_or_default();
         let late: Vec<_> = all_events

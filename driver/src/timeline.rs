@@ -6,6 +6,10 @@
 //! `t_s` is seconds since the run started, at the end of its interval.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use stress_common::histogram::{HistogramError, LatencyHistogram};
+use stress_common::status::IntervalCounts;
+use stress_common::triton_metrics::ServerSample;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timeline {
@@ -83,4 +87,326 @@ pub struct ServerModelPoint {
     pub avg_batch: Option<f64>,
     /// Requests pending at the scrape (a gauge).
     pub pending: f64,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+impl Timeline {
+    /// report.txt's "over time" section: per scenario its p99 over time, per server its memory
+    /// (and growth) and per model requests/s, queue and compute time per request over time.
+    pub fn render(&self, out: &mut String) {
+        use crate::report::sparkline;
+        use std::fmt::Write as _;
+        if self.latency.is_empty() && self.servers.iter().all(|s| s.points.is_empty()) {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\n== Over time (a point per {:.0} s; first, last, max, then the trend) ==",
+            self.interval_s
+        );
+        let first_last_max = |v: &[f64]| {
+            let max = v.iter().cloned().fold(0.0, f64::max);
+            (
+                v.first().copied().unwrap_or(0.0),
+                v.last().copied().unwrap_or(0.0),
+                max,
+            )
+        };
+        for s in self.latency.iter().filter(|s| s.model.is_none()) {
+            let p99: Vec<f64> = s.points.iter().map(|p| p.p99_ms).collect();
+            let (first, last, max) = first_last_max(&p99);
+            let _ = writeln!(
+                out,
+                "{:<28} {:<10} {first:>9.2} {last:>9.2} {max:>9.2}  {}",
+                s.scenario,
+                "p99 ms",
+                sparkline(&p99, 40)
+            );
+        }
+        for server in &self.servers {
+            let rss: Vec<f64> = server.points.iter().filter_map(|p| p.rss_bytes).collect();
+            if !rss.is_empty() {
+                let mib: Vec<f64> = rss.iter().map(|b| b / MIB).collect();
+                let (first, last, max) = first_last_max(&mib);
+                let _ = writeln!(
+                    out,
+                    "{:<28} {:<10} {first:>9.1} {last:>9.1} {max:>9.1}  {}  growth {:+.1} MiB",
+                    server.member_id,
+                    "RSS MiB",
+                    sparkline(&mib, 40),
+                    server.memory_growth_bytes.unwrap_or(0.0) / MIB
+                );
+            }
+            for m in &server.models {
+                let label = format!("{} {}", server.member_id, m.model);
+                let rate: Vec<f64> = m.points.iter().map(|p| p.success_per_s).collect();
+                let queue: Vec<f64> = m.points.iter().map(|p| p.queue_us).collect();
+                let compute: Vec<f64> = m
+                    .points
+                    .iter()
+                    .map(|p| p.compute_input_us + p.compute_infer_us + p.compute_output_us)
+                    .collect();
+                for (what, v) in [
+                    ("ok/s", &rate),
+                    ("queue µs", &queue),
+                    ("compute µs", &compute),
+                ] {
+                    let (first, last, max) = first_last_max(v);
+                    let _ = writeln!(
+                        out,
+                        "{label:<28} {what:<10} {first:>9.1} {last:>9.1} {max:>9.1}  {}",
+                        sparkline(v, 40)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The latency series of a run from its workers' interval counts: intervals are put in buckets
+/// of the run's interval length by their end time, and each bucket's histograms merged, per
+/// scenario (`model` None) and per (scenario, model). Returns the interval in seconds too.
+pub fn latency_series(
+    started_ms: i64,
+    intervals: &[(String, IntervalCounts)],
+) -> Result<(f64, Vec<LatencySeries>), HistogramError> {
+    let Some(width_ms) = typical_length_ms(intervals.iter().map(|(_, i)| i.end_ms - i.start_ms))
+    else {
+        return Ok((0.0, Vec::new()));
+    };
+    type Key = (String, Option<String>);
+    let mut buckets: BTreeMap<Key, BTreeMap<i64, (u64, LatencyHistogram)>> = BTreeMap::new();
+    for (_, i) in intervals {
+        let bucket = bucket_of(i.end_ms - started_ms, width_ms);
+        let latency = LatencyHistogram::decode(&i.latency_histogram)?;
+        for key in [
+            (i.scenario.clone(), None),
+            (i.scenario.clone(), Some(i.model.clone())),
+        ] {
+            let (failures, h) = buckets.entry(key).or_default().entry(bucket).or_default();
+            *failures += i.failures;
+            h.merge(&latency);
+        }
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    // A bucket without an answered request (perf_analyzer's traffic, only counted; every
+    // request failed) has no latency to plot.
+    let series = buckets
+        .into_iter()
+        .map(|((scenario, model), points)| LatencySeries {
+            scenario,
+            model,
+            points: points
+                .into_iter()
+                .filter(|(_, (_, h))| h.count() > 0)
+                .map(|(bucket, (failures, h))| LatencyPoint {
+                    t_s: (bucket * width_ms) as f64 / 1000.0,
+                    requests: h.count(),
+                    failures,
+                    p50_ms: ms(h.percentile_us(50.0)),
+                    p90_ms: ms(h.percentile_us(90.0)),
+                    p99_ms: ms(h.percentile_us(99.0)),
+                    max_ms: ms(h.max_us()),
+                })
+                .collect(),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    Ok((width_ms as f64 / 1000.0, series))
+}
+
+/// The median of the interval lengths (workers' intervals are all about one length; the last
+/// one of each is shorter).
+fn typical_length_ms(lengths: impl Iterator<Item = i64>) -> Option<i64> {
+    let mut v: Vec<i64> = lengths.filter(|l| *l > 0).collect();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
+}
+
+/// The bucket of an interval ending `since_start_ms` after the run's start: the nearest
+/// multiple of the width (workers start at different times, so their intervals end a little
+/// apart), at least 1.
+fn bucket_of(since_start_ms: i64, width_ms: i64) -> i64 {
+    ((since_start_ms + width_ms / 2) / width_ms).max(1)
+}
+
+/// Each server's series from its samples (`members`: every server's id and group, in member
+/// order; a server without samples has an empty series). A model's point is left out for an
+/// interval in which it had no request.
+pub fn server_series(
+    started_ms: i64,
+    members: &[(String, String)],
+    samples: &[(String, ServerSample)],
+) -> Vec<ServerSeries> {
+    members
+        .iter()
+        .map(|(member_id, group)| {
+            let own: Vec<&ServerSample> = samples
+                .iter()
+                .filter(|(m, _)| m == member_id)
+                .map(|(_, s)| s)
+                .collect();
+            let t = |s: &ServerSample| (s.at_ms - started_ms) as f64 / 1000.0;
+            let points: Vec<ServerPoint> = own
+                .iter()
+                .map(|s| ServerPoint {
+                    t_s: t(s),
+                    rss_bytes: s.rss_bytes,
+                    cpu_memory_used_bytes: s.gauges.cpu_memory_used_bytes,
+                    gpu_memory_used_bytes: s.gauges.gpu_memory_used_bytes,
+                    cpu_utilization: s.gauges.cpu_utilization,
+                    gpu_utilization: s.gauges.gpu_utilization,
+                })
+                .collect();
+            let rss: Vec<f64> = points.iter().filter_map(|p| p.rss_bytes).collect();
+            let memory_growth_bytes = (rss.len() >= 2).then(|| rss[rss.len() - 1] - rss[0]);
+            let mut models: BTreeMap<(String, String), Vec<ServerModelPoint>> = BTreeMap::new();
+            for s in &own {
+                let seconds = s.interval_ms as f64 / 1000.0;
+                for m in &s.models {
+                    let n = m.success + m.failure;
+                    if n <= 0.0 || seconds <= 0.0 {
+                        continue;
+                    }
+                    models
+                        .entry((m.model.clone(), m.version.clone()))
+                        .or_default()
+                        .push(ServerModelPoint {
+                            t_s: t(s),
+                            success_per_s: m.success / seconds,
+                            failure_per_s: m.failure / seconds,
+                            queue_us: m.queue_duration_us / n,
+                            compute_input_us: m.compute_input_duration_us / n,
+                            compute_infer_us: m.compute_infer_duration_us / n,
+                            compute_output_us: m.compute_output_duration_us / n,
+                            avg_batch: (m.executions > 0.0).then(|| m.inferences / m.executions),
+                            pending: m.pending,
+                        });
+                }
+            }
+            ServerSeries {
+                member_id: member_id.clone(),
+                group: group.clone(),
+                points,
+                memory_growth_bytes,
+                models: models
+                    .into_iter()
+                    .map(|((model, version), points)| ServerModelSeries {
+                        model,
+                        version,
+                        points,
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use stress_common::triton_metrics::{ModelMetrics, ServerGauges};
+
+    fn interval(
+        member: &str,
+        model: &str,
+        end_ms: i64,
+        latencies_ms: &[u64],
+    ) -> (String, IntervalCounts) {
+        let mut h = LatencyHistogram::new();
+        for ms in latencies_ms {
+            h.record(Duration::from_millis(*ms));
+        }
+        (
+            member.into(),
+            IntervalCounts {
+                scenario: "Infer".into(),
+                model: model.into(),
+                start_ms: end_ms - 1000,
+                end_ms,
+                requests: latencies_ms.len() as u64,
+                failures: 0,
+                latency_histogram: h.encode(),
+            },
+        )
+    }
+
+    #[test]
+    fn workers_intervals_merge_per_bucket_into_exact_percentiles() {
+        let start = 10_000;
+        let rows = [
+            interval("w0", "a", start + 1000, &[1; 99]),
+            // Another worker's interval ends a little later: the same bucket.
+            interval("w1", "a", start + 1040, &[200]),
+            interval("w0", "b", start + 2000, &[5, 5]),
+            // Counted but never answered: no latency point.
+            interval("w0", "c", start + 3000, &[]),
+        ];
+        let (width, series) = latency_series(start, &rows).unwrap();
+        assert_eq!(width, 1.0);
+        let all = series.iter().find(|s| s.model.is_none()).unwrap();
+        assert_eq!(all.points.len(), 2);
+        let first = &all.points[0];
+        assert_eq!((first.t_s, first.requests), (1.0, 100));
+        assert!(first.p50_ms < 1.1, "{first:?}");
+        assert!(
+            first.max_ms >= 199.0,
+            "the slow worker's request is in the merge: {first:?}"
+        );
+        let a = series
+            .iter()
+            .find(|s| s.model.as_deref() == Some("a"))
+            .unwrap();
+        assert_eq!(a.points.len(), 1);
+        let b = series
+            .iter()
+            .find(|s| s.model.as_deref() == Some("b"))
+            .unwrap();
+        assert_eq!((b.points[0].t_s, b.points[0].requests), (2.0, 2));
+        assert!(series.iter().all(|s| s.model.as_deref() != Some("c")));
+        assert_eq!(all.points.len(), 2, "{all:?}");
+        assert_eq!(latency_series(start, &[]).unwrap(), (0.0, Vec::new()));
+    }
+
+    #[test]
+    fn server_samples_become_rates_and_times_per_request() {
+        let sample = |at_ms: i64, success: f64, rss: f64| ServerSample {
+            at_ms,
+            interval_ms: 2000,
+            rss_bytes: Some(rss),
+            gauges: ServerGauges::default(),
+            models: vec![ModelMetrics {
+                model: "m".into(),
+                version: "1".into(),
+                success,
+                inferences: success * 2.0,
+                executions: success,
+                queue_duration_us: success * 10.0,
+                compute_infer_duration_us: success * 100.0,
+                ..Default::default()
+            }],
+        };
+        let samples = [
+            ("s-0".to_string(), sample(2000, 200.0, 100e6)),
+            ("s-0".to_string(), sample(4000, 0.0, 110e6)),
+            ("s-0".to_string(), sample(6000, 400.0, 150e6)),
+        ];
+        let members = [
+            ("s-0".to_string(), "s".to_string()),
+            ("s-1".to_string(), "s".to_string()),
+        ];
+        let series = server_series(0, &members, &samples);
+        assert_eq!(series.len(), 2);
+        let s = &series[0];
+        assert_eq!(s.points.len(), 3);
+        assert_eq!(s.memory_growth_bytes, Some(50e6));
+        let m = &s.models[0].points;
+        assert_eq!(m.len(), 2, "the idle interval has no point");
+        assert_eq!((m[0].t_s, m[0].success_per_s), (2.0, 100.0));
+        assert_eq!((m[0].queue_us, m[0].compute_infer_us), (10.0, 100.0));
+        assert_eq!(m[0].avg_batch, Some(2.0));
+        assert!(series[1].points.is_empty() && series[1].memory_growth_bytes.is_none());
+    }
 }

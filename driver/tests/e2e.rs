@@ -730,6 +730,67 @@ fn assert_smoke_report(run_dir: &Path, run_id: &str) {
         "no Triton metrics of {SERVER}"
     );
     assert_eq!(report["failed_members"], Value::Array(vec![]), "{report:#}");
+    assert_timeline(&report);
+}
+
+/// The run over time: Load's latency per interval adds up exactly to its row (the slowest
+/// request is in one interval), and the server's series has memory and per-model queue and
+/// compute time.
+fn assert_timeline(report: &Value) {
+    let timeline = &report["timeline"];
+    assert!(
+        timeline["interval_s"].as_f64().unwrap() > 0.0,
+        "{timeline:#}"
+    );
+    let load = timeline["latency"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["scenario"] == "Load" && s["model"].is_null())
+        .unwrap_or_else(|| panic!("no Load series: {timeline:#}"));
+    let points = load["points"].as_array().unwrap();
+    assert!(points.len() >= 8, "a 15 s run, 1 s polls: {load:#}");
+    let row = report["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == "Load")
+        .unwrap();
+    let max_ms = points
+        .iter()
+        .map(|p| p["max_ms"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(
+        max_ms,
+        row["max_us"].as_u64().unwrap() as f64 / 1000.0,
+        "the intervals' slowest request is the run's: {row:#} {load:#}"
+    );
+    for p in points {
+        assert!(p["requests"].as_u64().unwrap() > 0 && p["p99_ms"].as_f64().unwrap() > 0.0);
+    }
+    let server = timeline["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["member_id"] == SERVER)
+        .unwrap_or_else(|| panic!("no series of {SERVER}: {timeline:#}"));
+    let samples = server["points"].as_array().unwrap();
+    assert!(samples.len() >= 8, "{server:#}");
+    for p in samples {
+        assert!(
+            p["rss_bytes"].as_f64().unwrap() > 10e6,
+            "a tritonserver's RSS: {p:#}"
+        );
+    }
+    let add_sub = server["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["model"] == "add_sub")
+        .unwrap_or_else(|| panic!("no add_sub series: {server:#}"));
+    let p = &add_sub["points"][0];
+    assert!(p["success_per_s"].as_f64().unwrap() > 0.0, "{add_sub:#}");
+    assert!(p["compute_infer_us"].as_f64().unwrap() > 0.0, "{add_sub:#}");
 }
 
 /// The per-model table splits each scenario's row exactly: per scenario, its models' requests

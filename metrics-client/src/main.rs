@@ -255,6 +255,7 @@ mod tests {
                     ..Default::default()
                 }],
                 models: vec![],
+                intervals: vec![],
             };
             store.record_snapshot("r", "w-0", &snapshot).await.unwrap();
         }

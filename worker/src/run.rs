@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use stress_common::contract::CORR_IDS_PER_STREAM;
+use stress_common::interval::{IntervalTracker, series_interval};
 use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
 use stress_common::retry::{RetryPolicy, retry};
 use stress_common::scenario::Scenario;
-use stress_common::status::{EventKind, FailureRecord, StatusSink};
+use stress_common::status::{EventKind, FailureRecord, SinkError, StatusSink, WorkerSnapshot};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +133,40 @@ struct Shared {
     mix: Vec<Scenario>,
     picker: WeightedIndex<u32>,
     failure_reported: AtomicBool,
+    /// The latency series: closes an interval into the snapshot that ends it.
+    intervals: std::sync::Mutex<IntervalTracker>,
+}
+
+impl Shared {
+    /// Records a snapshot, with the latency interval it closes when one is due (or `last`); the
+    /// interval is committed only once recorded, so a failed write loses nothing from the
+    /// series (the next interval covers the gap).
+    async fn record(&self, mut snapshot: WorkerSnapshot, last: bool) -> Result<(), SinkError> {
+        let closing = {
+            let tracker = self.intervals.lock().expect("interval tracker lock");
+            (last || tracker.due(snapshot.at_ms))
+                .then(|| tracker.close(&snapshot.models, snapshot.at_ms))
+        };
+        let closing = match closing {
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
+                tracing::warn!("latency interval not computed: {e}");
+                None
+            }
+            None => None,
+        };
+        if let Some(c) = &closing {
+            snapshot.intervals = c.intervals.clone();
+        }
+        self.sink.snapshot(&snapshot).await?;
+        if let Some(c) = closing {
+            self.intervals
+                .lock()
+                .expect("interval tracker lock")
+                .commit(c);
+        }
+        Ok(())
+    }
 }
 
 /// Runs the mix until the duration ends or `cancel` fires, then reports.
@@ -182,6 +217,10 @@ pub async fn run(
         picker,
         mix: mix.clone(),
         failure_reported: AtomicBool::new(false),
+        intervals: std::sync::Mutex::new(IntervalTracker::new(
+            series_interval(config.duration, config.poll_interval),
+            stress_common::now_ms(),
+        )),
         config,
     });
     let config = &shared.config;
@@ -234,7 +273,7 @@ pub async fn run(
     if let Some(m) = &metrics {
         m.update(&snapshot);
     }
-    if let Err(e) = sink.snapshot(&snapshot).await {
+    if let Err(e) = shared.record(snapshot.clone(), true).await {
         tracing::error!("final snapshot not recorded: {e}");
     }
     let mut table = L0Table::new();
@@ -310,7 +349,7 @@ async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: C
             m.update(&snapshot);
         }
         // The store refreshes the heartbeat with every snapshot.
-        if let Err(e) = shared.sink.snapshot(&snapshot).await {
+        if let Err(e) = shared.record(snapshot, false).await {
             tracing::warn!("status not recorded: {e}");
         }
         if let Some(live) = &shared.config.settings.load_target {

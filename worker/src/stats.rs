@@ -241,6 +241,7 @@ impl Stats {
             qps,
             scenarios: self.scenario_counts(scenarios),
             models: self.model_counts(scenarios),
+            intervals: Vec::new(),
         }
     }
 }

@@ -69,6 +69,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0006_baselines.sql"),
         postgres: include_str!("../../migrations/postgres/0006_baselines.sql"),
     },
+    Migration {
+        version: 7,
+        name: "series",
+        sqlite: include_str!("../../migrations/sqlite/0007_series.sql"),
+        postgres: include_str!("../../migrations/postgres/0007_series.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

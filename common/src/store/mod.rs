@@ -35,6 +35,8 @@
 //! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (appends) |
 //! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
 //! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms` | [`Store::record_snapshot`] (replaces) |
+//! | `latency_intervals` | `id` | `run_id`, `member_id`, `scenario`, `model`, `start_ms`, `end_ms`, `requests`, `failures`, `latency_histogram` (the interval's own) | [`Store::record_snapshot`] (appends a snapshot's `intervals`) |
+//! | `server_samples` | `id` | `run_id`, `member_id`, `at_ms`, `details` (JSON of a [`ServerSample`]: counter deltas, gauges, memory) | [`Store::record_server_sample`] (the driver, once per series interval) |
 //! | `load_targets` | `run_id, member_id` | `concurrency`, `mix`?, `rate` (a spike's, 0: none), `count_unanswered` (0/1), `updated_at_ms` | [`Store::set_load_target`] (the capacity controller; the worker polls it) |
 //! | `capacity_phases` | `run_id, group_name, phase` | `details` (JSON: trace and result), `updated_at_ms` | [`Store::save_capacity_phase`] (replaces) |
 //! | `slo_results` | `run_id, position` | `details` (JSON: the rule, observed value, ok, window), `updated_at_ms` | [`Store::save_slo_results`] (replaces the run's) |
@@ -46,7 +48,8 @@
 //! | `stress_schema_migrations` | `version` | `name`, `checksum`, `applied_at_ms` | [`Store::connect`] |
 //!
 //! Indexes: `runs (started_at_ms)`, `events (run_id, id)`, `qps_samples (run_id, at_ms)`,
-//! `failures (run_id, member_id, id)`.
+//! `failures (run_id, member_id, id)`, `latency_intervals (run_id, end_ms)`,
+//! `server_samples (run_id, at_ms)`.
 //!
 //! # Guarantees
 //!
@@ -80,8 +83,10 @@ pub use error::{Result, StoreError, mask_url};
 pub use sink::StoreSink;
 
 use crate::status::{
-    EventKind, FailureRecord, LoadTarget, ModelCounts, Role, ScenarioCounts, WorkerSnapshot,
+    EventKind, FailureRecord, IntervalCounts, LoadTarget, ModelCounts, Role, ScenarioCounts,
+    WorkerSnapshot,
 };
+use crate::triton_metrics::ServerSample;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 use std::path::Path;
@@ -862,6 +867,25 @@ impl Store {
             .await
             .map_err(self.db(OP))?;
         }
+        for i in &snapshot.intervals {
+            sqlx::query(
+                "INSERT INTO latency_intervals (run_id, member_id, scenario, model, start_ms,
+                                                end_ms, requests, failures, latency_histogram)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(run_id)
+            .bind(member_id)
+            .bind(&i.scenario)
+            .bind(&i.model)
+            .bind(i.start_ms)
+            .bind(i.end_ms)
+            .bind(to_db(i.requests))
+            .bind(to_db(i.failures))
+            .bind(&i.latency_histogram)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        }
         sqlx::query(Self::HEARTBEAT)
             .bind(run_id)
             .bind(member_id)
@@ -870,6 +894,89 @@ impl Store {
             .await
             .map_err(self.db(OP))?;
         tx.commit().await.map_err(self.db(OP))
+    }
+
+    /// The run's latency intervals ending in `[from_ms, to_ms]` (every worker, scenario and
+    /// model), by end time: merge their histograms for exact percentiles over the window.
+    pub async fn latency_intervals(
+        &self,
+        run_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<(String, IntervalCounts)>> {
+        type Row = (String, String, String, i64, i64, i64, i64, String);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT member_id, scenario, model, start_ms, end_ms, requests, failures,
+                    latency_histogram
+             FROM latency_intervals WHERE run_id = $1 AND end_ms >= $2 AND end_ms <= $3
+             ORDER BY end_ms, id",
+        )
+        .bind(run_id)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("latency_intervals"))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(member_id, scenario, model, start_ms, end_ms, requests, failures, latency)| {
+                    (
+                        member_id,
+                        IntervalCounts {
+                            scenario,
+                            model,
+                            start_ms,
+                            end_ms,
+                            requests: from_db(requests),
+                            failures: from_db(failures),
+                            latency_histogram: latency,
+                        },
+                    )
+                },
+            )
+            .collect())
+    }
+
+    // ---- server samples --------------------------------------------------------------------
+
+    /// Appends one server's sample (its metrics over an interval).
+    pub async fn record_server_sample(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        sample: &ServerSample,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO server_samples (run_id, member_id, at_ms, details) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .bind(sample.at_ms)
+        .bind(serde_json::to_string(sample).expect("plain data serialises"))
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("record_server_sample"))?;
+        Ok(())
+    }
+
+    /// Every server sample of the run, by time.
+    pub async fn server_samples(&self, run_id: &str) -> Result<Vec<(String, ServerSample)>> {
+        const OP: &str = "server_samples";
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT member_id, details FROM server_samples WHERE run_id = $1 ORDER BY at_ms, id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        rows.into_iter()
+            .map(|(member, text)| {
+                let sample = serde_json::from_str(&text)
+                    .map_err(|e| self.corrupt(OP, format!("a sample of {member}: {e}")))?;
+                Ok((member, sample))
+            })
+            .collect()
     }
 
     /// Every QPS sample of the run, by time (then insertion).

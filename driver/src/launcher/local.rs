@@ -371,6 +371,10 @@ impl Launcher for LocalLauncher {
         tritonserver::metrics_text(&s.metrics_address()).await
     }
 
+    fn server_pid(&self, member_id: &str) -> Option<u32> {
+        self.servers.get(member_id).and_then(TritonServer::pid)
+    }
+
     fn locate(&self, member_id: &str) -> Option<String> {
         self.servers
             .get(member_id)
@@ -387,9 +391,94 @@ impl Launcher for LocalLauncher {
     }
 }
 
+/// The resident memory of a process and all its descendants (a tritonserver and its python
+/// backend stubs, where a model's leak shows), from /proc; None when the process is gone.
+pub fn process_tree_rss_bytes(root: u32) -> Option<u64> {
+    let read = |pid: u32| -> Option<Process> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| -> Option<u64> {
+            let line = status.lines().find(|l| l.starts_with(name))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        };
+        Some(Process {
+            pid,
+            parent: field("PPid:")? as u32,
+            // Kernel threads and zombies have no VmRSS.
+            rss_kb: field("VmRSS:").unwrap_or(0),
+        })
+    };
+    read(root)?;
+    let table: Vec<Process> = std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter_map(read)
+        .collect();
+    tree_rss_kb(root, &table).map(|kb| kb * 1024)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Process {
+    pid: u32,
+    parent: u32,
+    rss_kb: u64,
+}
+
+/// The resident set of `root` and every process below it in `table` (None: `root` is not in it).
+fn tree_rss_kb(root: u32, table: &[Process]) -> Option<u64> {
+    let parents: BTreeMap<u32, u32> = table.iter().map(|p| (p.pid, p.parent)).collect();
+    table.iter().find(|p| p.pid == root)?;
+    let below_root = |pid: u32| {
+        let mut at = pid;
+        // Bounded: a chain is never longer than the table.
+        for _ in 0..=table.len() {
+            if at == root {
+                return true;
+            }
+            match parents.get(&at) {
+                Some(&up) if up != at => at = up,
+                _ => return false,
+            }
+        }
+        false
+    };
+    Some(
+        table
+            .iter()
+            .filter(|p| below_root(p.pid))
+            .map(|p| p.rss_kb)
+            .sum(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_tree_counts_its_descendants_only() {
+        let p = |pid, parent, rss_kb| Process {
+            pid,
+            parent,
+            rss_kb,
+        };
+        // 10 is the server; 11 and 12 its stubs, 13 a stub's child; 20 and 1 are not its own.
+        let table = [
+            p(1, 0, 5),
+            p(10, 1, 100),
+            p(11, 10, 40),
+            p(12, 10, 40),
+            p(13, 11, 2),
+            p(20, 1, 1000),
+        ];
+        assert_eq!(tree_rss_kb(10, &table), Some(182));
+        assert_eq!(tree_rss_kb(11, &table), Some(42));
+        assert_eq!(tree_rss_kb(99, &table), None);
+        // A loop in the table (pid reuse while reading) ends.
+        assert_eq!(tree_rss_kb(30, &[p(30, 31, 1), p(31, 30, 1)]), Some(2));
+        // The real /proc: this process has a resident set, a missing one is None.
+        assert!(process_tree_rss_bytes(std::process::id()).unwrap() > 0);
+        assert_eq!(process_tree_rss_bytes(u32::MAX), None);
+    }
 
     #[test]
     fn a_model_image_is_refused_with_what_to_do_instead() {

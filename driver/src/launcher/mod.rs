@@ -245,6 +245,11 @@ pub trait Launcher: Send {
     /// Where a started member runs, for people and tests: `pid 1234`, or a pod's name.
     fn locate(&self, member_id: &str) -> Option<String>;
 
+    /// A local server's process id (its memory is read from /proc); None elsewhere.
+    fn server_pid(&self, _member_id: &str) -> Option<u32> {
+        None
+    }
+
     /// Whether a started member's process runs yet (a pod may still wait for a node or its
     /// image); a process does from its start.
     fn is_running(&self, _member_id: &str) -> bool {

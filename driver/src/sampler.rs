@@ -1,0 +1,148 @@
+//! The servers over time: every server's Triton `/metrics` scraped once per series interval
+//! (`stress_common::interval::series_interval`) into the store's `server_samples`, as counter
+//! deltas per model plus gauges and the server's process memory.
+//!
+//! It runs beside the poll loop (a scrape of a hung server must not delay fail-fast). The first
+//! scrape, taken before the workers start, is only the baseline the first delta starts from;
+//! [`ServerSampler::finish`] takes the last one after the workers' final flush, so the deltas
+//! add up to what each server did during the load.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use stress_common::store::Store;
+use stress_common::triton_metrics::{self, ModelMetrics, ServerSample};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+/// The longest a scrape may take before the sample goes without that server.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A server to sample: its metrics address and, for a local process, its pid (memory).
+#[derive(Debug, Clone)]
+pub struct SampledServer {
+    pub member: String,
+    pub metrics: String,
+    pub pid: Option<u32>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Per server: the cumulative counters and time of its last scrape.
+    last: BTreeMap<String, (i64, Vec<ModelMetrics>)>,
+}
+
+pub struct ServerSampler {
+    store: Store,
+    run_id: String,
+    servers: Vec<SampledServer>,
+    state: Arc<Mutex<State>>,
+    stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl ServerSampler {
+    /// Takes the baseline scrape now, then samples every `interval` until [`Self::finish`].
+    pub async fn start(
+        store: Store,
+        run_id: String,
+        servers: Vec<SampledServer>,
+        interval: Duration,
+    ) -> Self {
+        let mut sampler = Self {
+            store,
+            run_id,
+            servers,
+            state: Arc::default(),
+            stop: CancellationToken::new(),
+            task: None,
+        };
+        sampler.sample().await;
+        let (store, run_id, servers, state, stop) = (
+            sampler.store.clone(),
+            sampler.run_id.clone(),
+            sampler.servers.clone(),
+            sampler.state.clone(),
+            sampler.stop.clone(),
+        );
+        sampler.task = Some(tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker.tick().await;
+            loop {
+                tokio::select! {
+                    _ = ticker.tick() => {}
+                    _ = stop.cancelled() => return,
+                }
+                sample(&store, &run_id, &servers, &state).await;
+            }
+        }));
+        sampler
+    }
+
+    async fn sample(&self) {
+        sample(&self.store, &self.run_id, &self.servers, &self.state).await;
+    }
+
+    /// Stops the periodic samples and takes the last one (call after the workers' final
+    /// flush, before the servers stop).
+    pub async fn finish(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        self.sample().await;
+    }
+}
+
+impl Drop for ServerSampler {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// One sample of every server, scraped concurrently; a server that does not answer is left out
+/// of this sample (its next delta covers the gap).
+async fn sample(store: &Store, run_id: &str, servers: &[SampledServer], state: &Mutex<State>) {
+    let scrapes = futures::future::join_all(servers.iter().map(|s| async move {
+        let url = format!("http://{}/metrics", s.metrics);
+        let text = stress_common::http::get(&url, SCRAPE_TIMEOUT)
+            .await
+            .ok()
+            .filter(|r| r.is_ok())
+            .map(|r| r.body);
+        (s, stress_common::now_ms(), text)
+    }))
+    .await;
+    let mut state = state.lock().await;
+    for (server, at_ms, text) in scrapes {
+        let Some(text) = text else { continue };
+        let models = triton_metrics::parse(&text);
+        // The first scrape is the baseline the deltas start from.
+        let Some((before_ms, before)) = state.last.get(&server.member) else {
+            state.last.insert(server.member.clone(), (at_ms, models));
+            continue;
+        };
+        let sample = ServerSample {
+            at_ms,
+            interval_ms: at_ms - before_ms,
+            rss_bytes: server
+                .pid
+                .and_then(crate::launcher::local::process_tree_rss_bytes)
+                .map(|b| b as f64),
+            gauges: triton_metrics::gauges(&text),
+            models: triton_metrics::delta(before, &models),
+        };
+        // Only a recorded sample moves the baseline: after a failed write the next delta
+        // covers the gap.
+        match store
+            .record_server_sample(run_id, &server.member, &sample)
+            .await
+        {
+            Ok(()) => {
+                state.last.insert(server.member.clone(), (at_ms, models));
+            }
+            Err(e) => tracing::warn!("server sample of {} not recorded: {e}", server.member),
+        }
+    }
+}
