@@ -84,6 +84,19 @@ impl Scenario {
     pub fn allowed_to_fail(self) -> bool {
         matches!(self, Scenario::PerfAnalyzer)
     }
+
+    /// Whether the server answers this scenario's requests with an error by design (their
+    /// latency is recorded, but they are no success on the server): a sequence's first request
+    /// without the START flag.
+    pub fn answered_with_errors(self) -> bool {
+        matches!(self, Scenario::SequenceNoStart)
+    }
+
+    /// Whether this scenario's requests are sent by a child process the worker kills, so that
+    /// it counts them but never sees their answers (the crashing client).
+    pub fn sent_by_a_child(self) -> bool {
+        matches!(self, Scenario::CrashingClient)
+    }
 }
 
 impl std::fmt::Display for Scenario {

@@ -12,6 +12,7 @@
 //! * [`baseline`]: finding a run's baseline across stores and comparing with it.
 //! * [`regression`]: the baseline run, the metrics compared and the findings (pure).
 //! * [`slo`]: the matrix's service-level objectives, parsed and judged on merged counts (pure).
+//! * [`reconcile`]: the servers' successes against the workers' OK answers, per model (pure).
 //! * [`sampler`]: every server's /metrics once per series interval into the store.
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store; [`junit`]: the same as JUnit XML;
@@ -27,6 +28,7 @@ pub mod launcher;
 pub mod matrix;
 pub mod plan;
 pub mod preflight;
+pub mod reconcile;
 pub mod regression;
 pub mod report;
 pub mod run;

@@ -87,6 +87,8 @@ pub struct Report {
     pub capacity: Option<CapacityReport>,
     /// The run over time: latency percentiles per interval and the servers' metrics.
     pub timeline: crate::timeline::Timeline,
+    /// Per model: the servers' successes against the workers' OK answers.
+    pub reconciliation: Vec<crate::reconcile::Reconciliation>,
     #[serde(skip)]
     tables: (L0Table, BTreeMap<String, L0Table>),
     #[serde(skip)]
@@ -352,6 +354,39 @@ pub(crate) fn sparkline(values: &[f64], width: usize) -> String {
         .collect()
 }
 
+/// Why the servers' samples do not cover the workers' counts (None: they do): a server never
+/// sampled, or samples that end before the workers' final counts (a run stopped by fail-fast
+/// takes no final sample).
+fn not_comparable(
+    servers: &[(String, String)],
+    samples: &[(String, stress_common::triton_metrics::ServerSample)],
+    worker_counts: &[(String, i64, stress_common::status::ModelCounts)],
+) -> Option<String> {
+    let unsampled: Vec<&str> = servers
+        .iter()
+        .map(|(id, _)| id.as_str())
+        .filter(|id| !samples.iter().any(|(m, _)| m == id))
+        .collect();
+    if !unsampled.is_empty() {
+        return Some(format!("no metrics sample of {}", unsampled.join(", ")));
+    }
+    let last_counts = worker_counts.iter().map(|(_, at, _)| *at).max()?;
+    let last_sample = servers
+        .iter()
+        .filter_map(|(id, _)| {
+            samples
+                .iter()
+                .filter(|(m, _)| m == id)
+                .map(|(_, s)| s.at_ms)
+                .max()
+        })
+        .min()?;
+    (last_sample < last_counts).then(|| {
+        "the servers' last sample precedes the workers' final counts (the run stopped early)"
+            .to_string()
+    })
+}
+
 impl Report {
     pub async fn from_store(store: &Store, run_id: &str) -> Result<Self, ReportError> {
         let run = store
@@ -377,9 +412,10 @@ impl Report {
         }
 
         let mut model_table = ModelTable::new();
-        for (_, _, counts) in store.model_counts(run_id).await? {
+        let model_counts = store.model_counts(run_id).await?;
+        for (_, _, counts) in &model_counts {
             model_table
-                .add(&counts)
+                .add(counts)
                 .map_err(|e| corrupt(e.to_string()))?;
         }
 
@@ -501,15 +537,28 @@ impl Report {
             .filter(|m| m.role == Role::Server)
             .map(|m| (m.member_id.clone(), m.group_name.clone()))
             .collect();
+        let server_samples = store.server_samples(run_id).await?;
         let timeline = crate::timeline::Timeline {
             interval_s,
             latency,
             servers: crate::timeline::server_series(
                 run.started_at_ms,
                 &server_ids,
-                &store.server_samples(run_id).await?,
+                &server_samples,
             ),
         };
+        let reconciliation = crate::reconcile::reconcile(
+            &model_counts
+                .iter()
+                .map(|(_, _, c)| c.clone())
+                .collect::<Vec<_>>(),
+            &server_samples,
+            not_comparable(&server_ids, &server_samples, &model_counts).as_deref(),
+            members
+                .iter()
+                .any(|m| m.role == Role::Server && m.process_name.is_empty()),
+        )
+        .map_err(|e| corrupt(format!("model counts: {e}")))?;
 
         let failure_count = store
             .failure_totals(run_id)
@@ -548,6 +597,7 @@ impl Report {
             baseline,
             capacity,
             timeline,
+            reconciliation,
             tables: (total, groups),
             model_table,
         })
@@ -626,6 +676,31 @@ impl Report {
             out.push_str(&self.model_table.render(self.load_seconds));
         }
         self.timeline.render(&mut out);
+        if !self.reconciliation.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n== Servers vs workers (successes on the servers, OK answers on the workers) =="
+            );
+            let _ = writeln!(
+                out,
+                "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8}  verdict",
+                "Model", "server ok", "worker ok", "not ok", "unseen", "gap"
+            );
+            for r in &self.reconciliation {
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8}  {:?}: {}",
+                    r.model,
+                    r.server_success,
+                    r.client_ok,
+                    r.client_not_ok,
+                    r.client_unseen,
+                    r.gap,
+                    r.verdict,
+                    r.explanation
+                );
+            }
+        }
         if !self.workers.is_empty() {
             let _ = writeln!(out, "\n== QPS per worker over time ==");
             let _ = writeln!(

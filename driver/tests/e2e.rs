@@ -731,6 +731,24 @@ fn assert_smoke_report(run_dir: &Path, run_id: &str) {
     );
     assert_eq!(report["failed_members"], Value::Array(vec![]), "{report:#}");
     assert_timeline(&report);
+    assert_reconciled(&report);
+}
+
+/// Every server-side success is explained: each model's successes on the server equal the
+/// workers' OK answers, or the gap is within the requests whose outcome they could not see.
+fn assert_reconciled(report: &Value) {
+    let rows = report["reconciliation"].as_array().expect("reconciliation");
+    assert!(
+        rows.iter()
+            .any(|r| r["model"] == "add_sub" && r["verdict"] == "reconciled"),
+        "the Load model's successes match exactly: {rows:#?}"
+    );
+    for r in rows {
+        assert!(
+            r["verdict"] == "reconciled" || r["verdict"] == "explained",
+            "{r:#}"
+        );
+    }
 }
 
 /// The run over time: Load's latency per interval adds up exactly to its row (the slowest
@@ -2187,4 +2205,70 @@ async fn capacity_phases_measure_each_model_alone_then_a_mix() {
             }
         }
     }
+}
+
+/// A client the workers do not know sends to the server during the run: the servers/workers
+/// reconciliation calls the gap a mismatch, of exactly that many requests (the check fails
+/// when the server saw traffic nobody counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_no_worker_sent_are_a_reconciliation_mismatch() {
+    const INTRUDER: u64 = 150;
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
+        for template in m.client_templates.values_mut() {
+            template.scenarios = Some([("Load".to_string(), 1)].into_iter().collect());
+        }
+    });
+    let run_id = "e2e-reconcile-intruder";
+    let runs = tmp.path().join("runs");
+    let mut driver = Driver::spawn(
+        &run_args(&matrix, &runs, run_id, "12s"),
+        tmp.path(),
+        "driver",
+    );
+    let run_dir = runs.join(run_id);
+    wait_for_load(&mut driver, &run_dir, run_id).await;
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let members = store.members(run_id).await.unwrap();
+    let server = members.iter().find(|m| m.member_id == SERVER).unwrap();
+    let http = server
+        .address
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix("http="))
+        .unwrap_or_else(|| panic!("no HTTP address: {server:?}"))
+        .to_string();
+    let body = serde_json::json!({"inputs": [
+        {"name": "INPUT0", "datatype": "INT32", "shape": [16], "data": vec![1; 16]},
+        {"name": "INPUT1", "datatype": "INT32", "shape": [16], "data": vec![2; 16]},
+    ]});
+    for i in 0..INTRUDER {
+        let r = stress_common::http::post_json(
+            &format!("http://{http}/v2/models/add_sub/infer"),
+            &body,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert!(r.is_ok(), "request {i}: {}", r.body);
+    }
+    let status = driver.wait(RUN_LIMIT, true).await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let rows = report["reconciliation"].as_array().unwrap();
+    let add_sub = rows
+        .iter()
+        .find(|r| r["model"] == "add_sub")
+        .unwrap_or_else(|| panic!("{rows:#?}"));
+    assert_eq!(add_sub["verdict"], "mismatch", "{add_sub:#}");
+    assert_eq!(add_sub["gap"], INTRUDER, "{add_sub:#}");
+    assert!(
+        read(&run_dir.join("report.txt")).contains(&format!(
+            "{INTRUDER} server-side successes no worker counted"
+        )),
+        "{add_sub:#}"
+    );
 }

@@ -1,0 +1,330 @@
+//! Client/server reconciliation: did the servers see what the workers counted? Per model, the
+//! successes the servers report (`nv_inference_request_success` deltas from the baseline
+//! scrape before the workers started to the last one after their final flush, summed over
+//! every server of the run) against the requests the workers saw answered OK.
+//!
+//! perf_analyzer's requests count as answered: it runs a fixed request count and prints it.
+//! A gap is explained only by requests whose outcome a worker could not see: ones it counted
+//! as failed or timed out (the server may still have finished them), ones the crashing client
+//! sent before it was killed, and a failed perf_analyzer run's (it prints no count). What
+//! remains is a finding, with the numbers.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use stress_common::histogram::{HistogramError, LatencyHistogram};
+use stress_common::scenario::Scenario;
+use stress_common::status::ModelCounts;
+use stress_common::triton_metrics::ServerSample;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reconciliation {
+    pub model: String,
+    /// Successes over every server of the run during the load.
+    pub server_success: u64,
+    pub server_failure: u64,
+    /// Requests the workers saw answered OK (with perf_analyzer's count of its requests).
+    pub client_ok: u64,
+    /// Requests the workers sent and saw fail (an error, a timeout, a cancellation).
+    pub client_not_ok: u64,
+    /// Requests sent by the crashing client: counted, outcome unseen.
+    pub client_unseen: u64,
+    /// server_success − client_ok.
+    pub gap: i64,
+    pub verdict: Verdict,
+    /// Why, in words, with the numbers.
+    pub explanation: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The servers' successes are the workers' OK answers, exactly.
+    Reconciled,
+    /// The gap is within the requests whose outcome the workers could not see.
+    Explained,
+    /// A gap no counted request explains: a finding.
+    Mismatch,
+    /// The samples do not cover the load (a server never sampled, the run ended before the
+    /// last sample): nothing to compare.
+    NotSampled,
+}
+
+/// What the run's servers and workers say, per model. `not_comparable`: why the samples do
+/// not cover the load (a server never sampled, no final sample); `external`: some server is
+/// external (others may send to it).
+pub fn reconcile(
+    worker_counts: &[ModelCounts],
+    samples: &[(String, ServerSample)],
+    not_comparable: Option<&str>,
+    external: bool,
+) -> Result<Vec<Reconciliation>, HistogramError> {
+    #[derive(Default)]
+    struct Sides {
+        server_success: f64,
+        server_failure: f64,
+        ok: u64,
+        not_ok: u64,
+        unseen: u64,
+        perf_analyzer_failed: bool,
+    }
+    let mut per_model: BTreeMap<String, Sides> = BTreeMap::new();
+    for (_, s) in samples {
+        for m in &s.models {
+            let e = per_model.entry(m.model.clone()).or_default();
+            e.server_success += m.success;
+            e.server_failure += m.failure;
+        }
+    }
+    for c in worker_counts {
+        let e = per_model.entry(c.model.clone()).or_default();
+        let scenario = Scenario::parse(&c.scenario);
+        if scenario == Some(Scenario::PerfAnalyzer) {
+            // perf_analyzer's own count of the requests it completed (a fixed request count:
+            // all of them measured).
+            e.ok += c.requests;
+            e.perf_analyzer_failed |= c.failures > 0;
+            continue;
+        }
+        if scenario.is_some_and(Scenario::sent_by_a_child) {
+            e.unseen += c.requests;
+            continue;
+        }
+        if scenario.is_some_and(Scenario::answered_with_errors) {
+            e.not_ok += c.requests;
+            continue;
+        }
+        let ok = LatencyHistogram::decode(&c.latency_histogram)?.count();
+        e.ok += ok;
+        e.not_ok += c.requests.saturating_sub(ok);
+    }
+    Ok(per_model
+        .into_iter()
+        // A model nobody sent to and no server served is not worth a row.
+        .filter(|(_, s)| {
+            s.server_success + s.server_failure > 0.0 || s.ok + s.not_ok + s.unseen > 0
+        })
+        .map(|(model, s)| {
+            let server_success = s.server_success.round() as u64;
+            let gap = server_success as i64 - s.ok as i64;
+            let (verdict, explanation) = judge(
+                gap,
+                s.not_ok,
+                s.unseen,
+                s.perf_analyzer_failed,
+                not_comparable,
+                external,
+            );
+            Reconciliation {
+                model,
+                server_success,
+                server_failure: s.server_failure.round() as u64,
+                client_ok: s.ok,
+                client_not_ok: s.not_ok,
+                client_unseen: s.unseen,
+                gap,
+                verdict,
+                explanation,
+            }
+        })
+        .collect())
+}
+
+/// The verdict on one model's gap (server successes − worker OKs).
+fn judge(
+    gap: i64,
+    not_ok: u64,
+    unseen: u64,
+    perf_analyzer_failed: bool,
+    not_comparable: Option<&str>,
+    external: bool,
+) -> (Verdict, String) {
+    if let Some(why) = not_comparable {
+        return (Verdict::NotSampled, format!("not compared: {why}"));
+    }
+    let unseen_total = not_ok + unseen;
+    match gap {
+        0 => (
+            Verdict::Reconciled,
+            "every server-side success is a worker's OK answer".into(),
+        ),
+        g if g < 0 => (
+            Verdict::Mismatch,
+            format!(
+                "the workers counted {} OK answers more than the servers reported successes \
+                 (double counting, or a server restarted and lost its counters)",
+                -g
+            ),
+        ),
+        g if g as u64 <= unseen_total => (
+            Verdict::Explained,
+            format!(
+                "{g} server-side successes the workers did not see answered: within the {not_ok} \
+                 requests they saw fail or time out and the {unseen} the crashing client sent"
+            ),
+        ),
+        g if perf_analyzer_failed => (
+            Verdict::Explained,
+            format!(
+                "{g} server-side successes beyond the {unseen_total} requests whose outcome the \
+                 workers could not see: perf_analyzer failed on this model, and the requests \
+                 of a failed perf_analyzer run are not counted (it prints no count)"
+            ),
+        ),
+        g if external => (
+            Verdict::Explained,
+            format!(
+                "{g} server-side successes no worker counted: an external server of the run \
+                 may serve other clients"
+            ),
+        ),
+        g => (
+            Verdict::Mismatch,
+            format!(
+                "{g} server-side successes no worker counted (beyond the {unseen_total} requests \
+                 whose outcome the workers could not see): lost counts, or another client"
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use stress_common::triton_metrics::ModelMetrics;
+
+    fn counts(scenario: &str, model: &str, requests: u64, ok: u64) -> ModelCounts {
+        let mut h = LatencyHistogram::new();
+        for _ in 0..ok {
+            h.record(Duration::from_millis(1));
+        }
+        ModelCounts {
+            scenario: scenario.into(),
+            model: model.into(),
+            requests,
+            latency_histogram: h.encode(),
+            ..Default::default()
+        }
+    }
+
+    fn served(server: &str, model: &str, success: f64) -> (String, ServerSample) {
+        (
+            server.into(),
+            ServerSample {
+                models: vec![ModelMetrics {
+                    model: model.into(),
+                    version: "1".into(),
+                    success,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        )
+    }
+
+    fn one(r: Vec<Reconciliation>, model: &str) -> Reconciliation {
+        r.into_iter().find(|r| r.model == model).unwrap()
+    }
+
+    #[test]
+    fn successes_over_every_server_and_sample_match_the_workers_ok_answers() {
+        let samples = [
+            served("s-0", "m", 60.0),
+            served("s-1", "m", 30.0),
+            served("s-0", "m", 30.0),
+        ];
+        let workers = [
+            counts("Load", "m", 70, 70),
+            counts("Infer", "m", 30, 30),
+            // Answered, timed, and an error by design: no success on the server.
+            counts("SequenceNoStart", "m", 4, 4),
+            // perf_analyzer's own count: answered.
+            counts("PerfAnalyzer", "m", 20, 0),
+        ];
+        let r = one(reconcile(&workers, &samples, None, false).unwrap(), "m");
+        assert_eq!((r.server_success, r.client_ok, r.gap), (120, 120, 0));
+        assert_eq!(r.verdict, Verdict::Reconciled);
+    }
+
+    #[test]
+    fn a_gap_within_unseen_outcomes_is_explained_and_beyond_them_is_a_finding() {
+        // 5 timed out on the client, 3 sent by the crashing client: up to 8 unseen.
+        let workers = [
+            counts("Timeout", "m", 20, 15),
+            counts("CrashingClient", "m", 3, 0),
+            counts("Load", "m", 100, 100),
+        ];
+        let within = one(
+            reconcile(&workers, &[served("s", "m", 123.0)], None, false).unwrap(),
+            "m",
+        );
+        assert_eq!(
+            (within.gap, within.client_not_ok, within.client_unseen),
+            (8, 5, 3)
+        );
+        assert_eq!(within.verdict, Verdict::Explained, "{}", within.explanation);
+        let beyond = one(
+            reconcile(&workers, &[served("s", "m", 124.0)], None, false).unwrap(),
+            "m",
+        );
+        assert_eq!(beyond.verdict, Verdict::Mismatch, "{}", beyond.explanation);
+        assert!(
+            beyond.explanation.contains("9 server-side"),
+            "{}",
+            beyond.explanation
+        );
+        let external = one(
+            reconcile(&workers, &[served("s", "m", 124.0)], None, true).unwrap(),
+            "m",
+        );
+        assert_eq!(external.verdict, Verdict::Explained);
+    }
+
+    #[test]
+    fn more_ok_answers_than_server_successes_is_always_a_finding() {
+        let workers = [counts("Load", "m", 100, 100), counts("Timeout", "m", 50, 0)];
+        let r = one(
+            reconcile(&workers, &[served("s", "m", 99.0)], None, false).unwrap(),
+            "m",
+        );
+        assert_eq!((r.gap, r.verdict), (-1, Verdict::Mismatch));
+    }
+
+    #[test]
+    fn a_failed_perf_analyzer_explains_a_gap_and_an_unsampled_server_is_said() {
+        let perf = |failures| ModelCounts {
+            failures,
+            ..counts("PerfAnalyzer", "m", 600, 0)
+        };
+        let served_more = [served("s", "m", 1000.0)];
+        let r = one(
+            reconcile(
+                &[perf(0), counts("Load", "m", 10, 10)],
+                &served_more,
+                None,
+                false,
+            )
+            .unwrap(),
+            "m",
+        );
+        assert_eq!(
+            r.verdict,
+            Verdict::Mismatch,
+            "its count is exact: {}",
+            r.explanation
+        );
+        let workers = [perf(1), counts("Load", "m", 10, 10)];
+        let r = one(reconcile(&workers, &served_more, None, false).unwrap(), "m");
+        assert_eq!(r.verdict, Verdict::Explained, "{}", r.explanation);
+        assert!(r.explanation.contains("perf_analyzer"));
+        let r = one(
+            reconcile(&workers, &[], Some("no metrics sample of s-1"), false).unwrap(),
+            "m",
+        );
+        assert_eq!(r.verdict, Verdict::NotSampled);
+        assert!(r.explanation.contains("s-1"));
+        // A model no one sent to and no server served: no row.
+        let idle = reconcile(&[counts("Load", "idle", 0, 0)], &[], None, false).unwrap();
+        assert!(idle.is_empty());
+    }
+}
