@@ -85,10 +85,10 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 7);
+    assert_eq!(store.schema_version().await.unwrap(), 8);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 7);
+    assert_eq!(again.schema_version().await.unwrap(), 8);
     again.close().await;
 
     // ---- runs
@@ -452,6 +452,21 @@ async fn story(url: &str, fresh: bool) {
         store.slo_results(&run_id).await.unwrap(),
         [verdict("a", true), verdict("b", true)]
     );
+    // Trace summaries: one per server, replaced.
+    let summary = |traces: u64| serde_json::json!({"rows": [{"model": "m", "traces": traces}]});
+    for (member, traces) in [("server-1", 1), ("server-0", 2), ("server-0", 3)] {
+        store
+            .save_trace_summary(&run_id, member, &summary(traces))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store.trace_summaries(&run_id).await.unwrap(),
+        [
+            ("server-0".to_string(), summary(3)),
+            ("server-1".to_string(), summary(1))
+        ]
+    );
     let phase = serde_json::json!({"checks": [{"concurrency": 3}], "result": null});
     store
         .save_capacity_phase(&run_id, "grpc-clients", "production", &phase)
@@ -644,7 +659,7 @@ async fn story(url: &str, fresh: bool) {
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 7);
+    assert_eq!(store.schema_version().await.unwrap(), 8);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);

@@ -3,7 +3,7 @@
 //! scrape before the workers started to the last one after their final flush, summed over
 //! every server of the run) against the requests the workers saw answered OK.
 //!
-//! perf_analyzer's requests count as answered: it runs a fixed request count and prints it.
+//! perf_analyzer's requests are counted one by one from its profile export, like the worker's.
 //! A gap is explained only by requests whose outcome a worker could not see: ones it counted
 //! as failed or timed out (the server may still have finished them), ones the crashing client
 //! sent before it was killed, and a failed perf_analyzer run's (it prints no count). What
@@ -22,7 +22,7 @@ pub struct Reconciliation {
     /// Successes over every server of the run during the load.
     pub server_success: u64,
     pub server_failure: u64,
-    /// Requests the workers saw answered OK (with perf_analyzer's count of its requests).
+    /// Requests the workers (and their perf_analyzer runs) saw answered OK.
     pub client_ok: u64,
     /// Requests the workers sent and saw fail (an error, a timeout, a cancellation).
     pub client_not_ok: u64,
@@ -78,13 +78,7 @@ pub fn reconcile(
     for c in worker_counts {
         let e = per_model.entry(c.model.clone()).or_default();
         let scenario = Scenario::parse(&c.scenario);
-        if scenario == Some(Scenario::PerfAnalyzer) {
-            // perf_analyzer's own count of the requests it completed (a fixed request count:
-            // all of them measured).
-            e.ok += c.requests;
-            e.perf_analyzer_failed |= c.failures > 0;
-            continue;
-        }
+        e.perf_analyzer_failed |= scenario == Some(Scenario::PerfAnalyzer) && c.failures > 0;
         if scenario.is_some_and(Scenario::sent_by_a_child) {
             e.unseen += c.requests;
             continue;
@@ -238,8 +232,8 @@ mod tests {
             counts("Infer", "m", 30, 30),
             // Answered, timed, and an error by design: no success on the server.
             counts("SequenceNoStart", "m", 4, 4),
-            // perf_analyzer's own count: answered.
-            counts("PerfAnalyzer", "m", 20, 0),
+            // perf_analyzer's requests, from its profile export.
+            counts("PerfAnalyzer", "m", 20, 20),
         ];
         let r = one(reconcile(&workers, &samples, None, false).unwrap(), "m");
         assert_eq!((r.server_success, r.client_ok, r.gap), (120, 120, 0));
@@ -294,7 +288,7 @@ mod tests {
     fn a_failed_perf_analyzer_explains_a_gap_and_an_unsampled_server_is_said() {
         let perf = |failures| ModelCounts {
             failures,
-            ..counts("PerfAnalyzer", "m", 600, 0)
+            ..counts("PerfAnalyzer", "m", 600, 600)
         };
         let served_more = [served("s", "m", 1000.0)];
         let r = one(

@@ -69,6 +69,16 @@ pub fn measures(report: &Report, min_requests: u64) -> Vec<Measure> {
                 + m.compute_output_duration_us;
         }
     }
+    // Each server's memory at the end of the run (a leak ends higher than last night).
+    for server in &report.timeline.servers {
+        if let Some(rss) = server.points.iter().rev().find_map(|p| p.rss_bytes) {
+            push(
+                format!("server_rss_mb {}", server.member_id),
+                rss / (1024.0 * 1024.0),
+                false,
+            );
+        }
+    }
     for (model, (n, queue, compute)) in per_model {
         if n >= min_requests as f64 {
             push(format!("queue_us_per_request {model}"), queue / n, false);

@@ -49,6 +49,9 @@ pub struct ServerSeries {
     pub points: Vec<ServerPoint>,
     /// Last minus first memory reading (bytes; None: fewer than two readings).
     pub memory_growth_bytes: Option<f64>,
+    /// A growth beyond [`memory_finding`]'s threshold, in words (None: within it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_finding: Option<String>,
     pub models: Vec<ServerModelSeries>,
 }
 
@@ -137,6 +140,9 @@ impl Timeline {
                     sparkline(&mib, 40),
                     server.memory_growth_bytes.unwrap_or(0.0) / MIB
                 );
+                if let Some(finding) = &server.memory_finding {
+                    let _ = writeln!(out, "FINDING {}: {finding}", server.member_id);
+                }
             }
             for m in &server.models {
                 let label = format!("{} {}", server.member_id, m.model);
@@ -162,6 +168,31 @@ impl Timeline {
             }
         }
     }
+}
+
+/// Growth beyond which a server's memory over a run is a finding: both this much and this
+/// share of where it started (a python stub warming up grows a few MiB; a leak keeps growing).
+const MEMORY_GROWTH_FINDING_BYTES: f64 = 64.0 * MIB;
+const MEMORY_GROWTH_FINDING_SHARE: f64 = 0.10;
+
+/// A server's memory growth from `first` to `last` (bytes) as a finding, when it is beyond
+/// both thresholds.
+pub fn memory_finding(first: f64, last: f64) -> Option<String> {
+    let growth = last - first;
+    (growth > MEMORY_GROWTH_FINDING_BYTES && growth > first * MEMORY_GROWTH_FINDING_SHARE).then(
+        || {
+            format!(
+                "memory grew {:.1} MiB ({:+.0}%) over the run, from {:.1} to {:.1} MiB: a \
+                 possible leak (findings start at {:.0} MiB and {:.0}%)",
+                growth / MIB,
+                growth / first.max(1.0) * 100.0,
+                first / MIB,
+                last / MIB,
+                MEMORY_GROWTH_FINDING_BYTES / MIB,
+                MEMORY_GROWTH_FINDING_SHARE * 100.0
+            )
+        },
+    )
 }
 
 /// The latency series of a run from its workers' interval counts: intervals are put in buckets
@@ -261,6 +292,9 @@ pub fn server_series(
                 .collect();
             let rss: Vec<f64> = points.iter().filter_map(|p| p.rss_bytes).collect();
             let memory_growth_bytes = (rss.len() >= 2).then(|| rss[rss.len() - 1] - rss[0]);
+            let memory_finding = (rss.len() >= 2)
+                .then(|| memory_finding(rss[0], rss[rss.len() - 1]))
+                .flatten();
             let mut models: BTreeMap<(String, String), Vec<ServerModelPoint>> = BTreeMap::new();
             for s in &own {
                 let seconds = s.interval_ms as f64 / 1000.0;
@@ -290,6 +324,7 @@ pub fn server_series(
                 group: group.clone(),
                 points,
                 memory_growth_bytes,
+                memory_finding,
                 models: models
                     .into_iter()
                     .map(|((model, version), points)| ServerModelSeries {
@@ -408,5 +443,24 @@ mod tests {
         assert_eq!((m[0].queue_us, m[0].compute_infer_us), (10.0, 100.0));
         assert_eq!(m[0].avg_batch, Some(2.0));
         assert!(series[1].points.is_empty() && series[1].memory_growth_bytes.is_none());
+        assert_eq!(s.memory_finding, None, "50 MB is below 64 MiB");
+    }
+
+    #[test]
+    fn memory_growth_is_a_finding_beyond_both_thresholds() {
+        assert!(
+            memory_finding(1000.0 * MIB, 1050.0 * MIB).is_none(),
+            "5%, 50 MiB"
+        );
+        assert!(
+            memory_finding(1000.0 * MIB, 1080.0 * MIB).is_none(),
+            "8%: below 10%"
+        );
+        let f = memory_finding(500.0 * MIB, 600.0 * MIB).expect("100 MiB, 20%");
+        assert!(f.contains("100.0 MiB (+20%)"), "{f}");
+        assert!(
+            memory_finding(600.0 * MIB, 500.0 * MIB).is_none(),
+            "shrinking"
+        );
     }
 }

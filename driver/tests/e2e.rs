@@ -721,6 +721,12 @@ fn assert_smoke_report(run_dir: &Path, run_id: &str) {
         assert_eq!(row["failures"], 0, "failures in {name}: {row:#}");
     }
     assert_models_add_up(&report);
+    // perf_analyzer's requests, each with its latency from its profile export.
+    let perf = rows
+        .iter()
+        .find(|r| r["scenario"] == "PerfAnalyzer")
+        .unwrap();
+    assert!(perf["p99_us"].as_u64().unwrap() > 0, "{perf:#}");
     let workers = report["workers"].as_array().unwrap();
     assert_eq!(workers.len(), 1, "{workers:?}");
     assert_eq!(workers[0]["member_id"], WORKER);
@@ -767,7 +773,8 @@ fn assert_timeline(report: &Value) {
         .find(|s| s["scenario"] == "Load" && s["model"].is_null())
         .unwrap_or_else(|| panic!("no Load series: {timeline:#}"));
     let points = load["points"].as_array().unwrap();
-    assert!(points.len() >= 8, "a 15 s run, 1 s polls: {load:#}");
+    // Load is one scenario of ten: it runs in some intervals of the 15 s only.
+    assert!(points.len() >= 3, "{load:#}");
     let row = report["scenarios"]
         .as_array()
         .unwrap()

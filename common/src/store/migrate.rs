@@ -75,6 +75,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0007_series.sql"),
         postgres: include_str!("../../migrations/postgres/0007_series.sql"),
     },
+    Migration {
+        version: 8,
+        name: "trace_summaries",
+        sqlite: include_str!("../../migrations/sqlite/0008_trace_summaries.sql"),
+        postgres: include_str!("../../migrations/postgres/0008_trace_summaries.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -42,6 +42,7 @@
 //! | `slo_results` | `run_id, position` | `details` (JSON: the rule, observed value, ok, window), `updated_at_ms` | [`Store::save_slo_results`] (replaces the run's) |
 //! | `baselines` | `name` | `run_id`, `pinned_at_ms` | [`Store::pin_baseline`] (replaces: `driver baseline set`) |
 //! | `comparisons` | `run_id` | `details` (JSON: baseline, threshold, findings), `updated_at_ms` | [`Store::save_comparison`] (replaces) |
+//! | `trace_summaries` | `run_id, member_id` | `details` (JSON: a server's trace summary) | [`Store::save_trace_summary`] (replaces) |
 //! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual` | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
 //! | `failure_totals` | `run_id, member_id` | `total`: every failure reported, kept or not | [`Store::record_failure`] |
 //! | `diagnostics` | `run_id, member_id` | `details` (JSON text), `updated_at_ms` | [`Store::save_diagnostics`] (replaces) |
@@ -1422,6 +1423,50 @@ impl Store {
                 .map_err(|e| self.corrupt("comparison", format!("not JSON: {e}")))
         })
         .transpose()
+    }
+
+    // ---- trace summaries -------------------------------------------------------------------
+
+    /// Replaces a server's trace summary (JSON).
+    pub async fn save_trace_summary(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        details: &serde_json::Value,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO trace_summaries (run_id, member_id, details, updated_at_ms)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (run_id, member_id) DO UPDATE SET
+                 details = excluded.details, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .bind(details.to_string())
+        .bind(crate::now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("save_trace_summary"))?;
+        Ok(())
+    }
+
+    /// Every server's trace summary of the run, by member.
+    pub async fn trace_summaries(&self, run_id: &str) -> Result<Vec<(String, serde_json::Value)>> {
+        const OP: &str = "trace_summaries";
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT member_id, details FROM trace_summaries WHERE run_id = $1 ORDER BY member_id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        rows.into_iter()
+            .map(|(member, text)| {
+                let v = serde_json::from_str(&text)
+                    .map_err(|e| self.corrupt(OP, format!("the summary of {member}: {e}")))?;
+                Ok((member, v))
+            })
+            .collect()
     }
 
     // ---- SLO verdicts -----------------------------------------------------------------------

@@ -1,6 +1,11 @@
 //! PerfAnalyzer: runs an external perf_analyzer against the load model, as upstream does; it is
 //! allowed to fail. The worker looks the binary up once at start-up and drops the scenario from
 //! the mix, with one log line, when there is none.
+//!
+//! perf_analyzer writes every request's send and response timestamps to a profile export
+//! (`--profile-export-file`); the worker records each one's latency in the scenario's
+//! histogram, so its row has real percentiles, merged with everything else, and the requests
+//! it sent are counted one by one (answered or not).
 
 use super::{Failure, Outcome, TestEnv};
 use crate::client::Protocol;
@@ -36,9 +41,12 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         Protocol::Grpc => "grpc",
         Protocol::Http => "http",
     };
+    let export = ProfileExport::path();
     let mut command = tokio::process::Command::new(&binary);
     command
         .args(["-m", &model, "-u", env.client.address(), "-i", protocol])
+        .arg("--profile-export-file")
+        .arg(&export.0)
         .args(["--concurrency-range", "1"])
         // A fixed request count, not windows until stable: every request it sends is in its
         // measurement, so the "Request count" it prints is what the server saw (the
@@ -82,8 +90,22 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         }
     };
     let stdout = String::from_utf8_lossy(&output.stdout);
-    env.stats
-        .requests(env.scenario, &model, request_count(&stdout));
+    match export.read() {
+        Ok(requests) => {
+            for latency in requests {
+                env.stats
+                    .request(env.scenario, &model, env.client.address(), latency);
+            }
+        }
+        Err(e) => {
+            // Counted without latencies, from its summary.
+            if output.status.success() {
+                tracing::warn!("perf_analyzer's profile export: {e}");
+            }
+            env.stats
+                .requests(env.scenario, &model, request_count(&stdout));
+        }
+    }
     if output.status.success() {
         Outcome::Passed
     } else {
@@ -101,8 +123,91 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     }
 }
 
+/// perf_analyzer's profile export file, removed when dropped.
+struct ProfileExport(PathBuf);
+
+#[derive(serde::Deserialize)]
+struct Export {
+    experiments: Vec<Experiment>,
+}
+
+#[derive(serde::Deserialize)]
+struct Experiment {
+    requests: Vec<ExportedRequest>,
+}
+
+#[derive(serde::Deserialize)]
+struct ExportedRequest {
+    /// Send time, ns since the epoch.
+    timestamp: u64,
+    /// One per response (several for a decoupled model), ns since the epoch.
+    #[serde(default)]
+    response_timestamps: Vec<u64>,
+}
+
+impl ProfileExport {
+    fn path() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(std::env::temp_dir().join(format!(
+            "triton-stress-perf-analyzer-{}-{n}.json",
+            std::process::id()
+        )))
+    }
+
+    /// Every request's latency to its last response (None: no response).
+    fn read(&self) -> Result<Vec<Option<Duration>>, String> {
+        let text =
+            std::fs::read_to_string(&self.0).map_err(|e| format!("{}: {e}", self.0.display()))?;
+        latencies(&text).map_err(|e| format!("{}: {e}", self.0.display()))
+    }
+}
+
+impl Drop for ProfileExport {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The latencies in a profile export's text.
+fn latencies(text: &str) -> Result<Vec<Option<Duration>>, serde_json::Error> {
+    let export: Export = serde_json::from_str(text)?;
+    Ok(export
+        .experiments
+        .iter()
+        .flat_map(|e| &e.requests)
+        .map(|r| {
+            let last = r.response_timestamps.iter().max()?;
+            Some(Duration::from_nanos(last.saturating_sub(r.timestamp)))
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_profile_export_gives_each_request_its_latency() {
+        // The shape perf_analyzer 2.51 writes (inputs and outputs left out).
+        let text = r#"{"experiments": [{"experiment": {"mode": "concurrency", "value": 1},
+            "requests": [
+                {"timestamp": 1000000, "request_inputs": {}, "response_timestamps": [1250000]},
+                {"timestamp": 2000000, "response_timestamps": [2100000, 2900000]},
+                {"timestamp": 3000000, "response_timestamps": []}
+            ], "window_boundaries": [1, 2]}],
+            "version": "2.51.0", "service_kind": "triton", "endpoint": ""}"#;
+        let l = super::latencies(text).unwrap();
+        use std::time::Duration;
+        assert_eq!(
+            l,
+            [
+                Some(Duration::from_micros(250)),
+                Some(Duration::from_micros(900)),
+                None
+            ]
+        );
+        assert!(super::latencies("{}").is_err());
+    }
+
     #[test]
     fn request_counts_are_summed_over_windows() {
         let out = "  Client: \n    Request count: 200\n    Throughput: 2000 infer/sec\n  Client:\n    Request count: 210\n";
