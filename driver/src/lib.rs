@@ -13,6 +13,7 @@
 //! * [`regression`]: the baseline run, the metrics compared and the findings (pure).
 //! * [`slo`]: the matrix's service-level objectives, parsed and judged on merged counts (pure).
 //! * [`reconcile`]: the servers' successes against the workers' OK answers, per model (pure).
+//! * [`trace`]: Triton trace files summarised per model and protocol (pure).
 //! * [`sampler`]: every server's /metrics once per series interval into the store.
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store; [`junit`]: the same as JUnit XML;
@@ -36,3 +37,4 @@ pub mod sampler;
 pub mod slo;
 pub mod spike;
 pub mod timeline;
+pub mod trace;

@@ -127,6 +127,16 @@ enum Command {
     Baseline(BaselineCommand),
     /// Print the matrix JSON schema.
     Schema,
+    /// Summarise Triton trace files (level TIMESTAMPS, triton mode) per model and protocol:
+    /// receive, queue, compute input / infer / output and send time.
+    TraceSummary {
+        /// Trace files of one server (with log-frequency: FILE.0, FILE.1, ...).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -168,6 +178,36 @@ async fn main() -> ExitCode {
         Command::Schema => {
             print!("{}", driver::matrix::json_schema_text());
             ExitCode::SUCCESS
+        }
+        Command::TraceSummary { files, json } => {
+            let mut texts = Vec::new();
+            for f in &files {
+                match std::fs::read_to_string(f) {
+                    Ok(t) => texts.push((f.display().to_string(), t)),
+                    Err(e) => {
+                        eprintln!("{}: {e}", f.display());
+                        return ExitCode::from(BAD_INPUT);
+                    }
+                }
+            }
+            match driver::trace::parse(&texts) {
+                Ok(traces) => {
+                    let summary = driver::trace::summarize(&traces);
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&summary).expect("plain data serialises")
+                        );
+                    } else {
+                        print!("{}", summary.render());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(BAD_INPUT)
+                }
+            }
         }
         Command::Report {
             run,

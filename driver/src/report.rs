@@ -89,6 +89,8 @@ pub struct Report {
     pub timeline: crate::timeline::Timeline,
     /// Per model: the servers' successes against the workers' OK answers.
     pub reconciliation: Vec<crate::reconcile::Reconciliation>,
+    /// Per traced server: its Triton traces per model and protocol.
+    pub traces: BTreeMap<String, crate::trace::TraceSummary>,
     #[serde(skip)]
     tables: (L0Table, BTreeMap<String, L0Table>),
     #[serde(skip)]
@@ -560,6 +562,17 @@ impl Report {
         )
         .map_err(|e| corrupt(format!("model counts: {e}")))?;
 
+        let traces = store
+            .trace_summaries(run_id)
+            .await?
+            .into_iter()
+            .map(|(member, v)| {
+                serde_json::from_value(v)
+                    .map(|t| (member.clone(), t))
+                    .map_err(|e| corrupt(format!("trace summary of {member}: {e}")))
+            })
+            .collect::<Result<_, _>>()?;
+
         let failure_count = store
             .failure_totals(run_id)
             .await?
@@ -598,6 +611,7 @@ impl Report {
             capacity,
             timeline,
             reconciliation,
+            traces,
             tables: (total, groups),
             model_table,
         })
@@ -742,6 +756,10 @@ impl Report {
                     s.metrics
                 );
             }
+        }
+        for (server, summary) in &self.traces {
+            let _ = writeln!(out, "\n== Traces of {server} (Triton, TIMESTAMPS) ==");
+            out.push_str(&summary.render());
         }
         for (server, models) in &self.server_metrics {
             let _ = writeln!(

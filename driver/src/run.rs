@@ -285,6 +285,7 @@ pub async fn run(
         launcher.stop_all(FAILURE_STOP_GRACE).await;
     }
     save_diagnostics(&store, launcher, &plan).await;
+    save_trace_summaries(&store, run_dir, &plan).await;
     store
         .finish_run(run_id, verdict.as_str(), stress_common::now_ms())
         .await?;
@@ -372,6 +373,59 @@ async fn scrape_server_metrics(
             if let Err(e) = store.save_diagnostics(run_id, s, &d.to_json()).await {
                 tracing::warn!("server metrics of {s} not recorded: {e}");
             }
+        }
+    }
+}
+
+/// Summarises each traced server's trace files in the run directory (`traces/<server>.json`,
+/// and `.0`, `.1`, ... with a log frequency; Triton writes the last at shutdown) into the
+/// store. The kube launcher's traces stay on the pod's volume: none here.
+async fn save_trace_summaries(store: &Store, run_dir: &Path, plan: &RunPlan) {
+    let dir = run_dir.join("traces");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    let names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    for server in &plan.servers {
+        let stem = format!("{}.json", server.name);
+        let mut files: Vec<&String> = names
+            .iter()
+            .filter(|n| {
+                *n == &stem
+                    || n.strip_prefix(&stem)
+                        .and_then(|rest| rest.strip_prefix('.'))
+                        .is_some_and(|i| i.parse::<u32>().is_ok())
+            })
+            .collect();
+        if files.is_empty() {
+            continue;
+        }
+        files.sort();
+        let texts: Vec<(String, String)> = files
+            .iter()
+            .filter_map(|n| {
+                let path = dir.join(n);
+                Some((
+                    path.display().to_string(),
+                    std::fs::read_to_string(&path).ok()?,
+                ))
+            })
+            .collect();
+        let details = match crate::trace::parse(&texts) {
+            Ok(traces) => serde_json::to_value(crate::trace::summarize(&traces)),
+            Err(e) => {
+                tracing::warn!("traces of {} not summarised: {e}", server.name);
+                continue;
+            }
+        }
+        .expect("plain data serialises");
+        if let Err(e) = store
+            .save_trace_summary(&plan.run_id, &server.name, &details)
+            .await
+        {
+            tracing::warn!("trace summary of {} not recorded: {e}", server.name);
         }
     }
 }

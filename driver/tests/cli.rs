@@ -172,3 +172,48 @@ fn report_of_an_unknown_run_exits_2() {
     );
     assert_eq!(text(&out.stderr), want);
 }
+
+/// Trace files a real tritonserver 2.51 wrote (TIMESTAMPS, log-frequency 50: two files): 60
+/// gRPC and 40 HTTP requests to add_sub from perf_analyzer.
+#[test]
+fn trace_summary_reads_real_triton_trace_files() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+    let files: Vec<String> = ["tr.json.0", "tr.json.1"]
+        .iter()
+        .map(|f| dir.join(f).display().to_string())
+        .collect();
+    let out = driver(&["trace-summary", &files[0], &files[1], "--json"]);
+    assert!(out.status.success(), "{}", describe("trace-summary", &out));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = summary["rows"].as_array().unwrap();
+    let traces = |protocol: &str| {
+        rows.iter()
+            .find(|r| r["model"] == "add_sub" && r["protocol"] == protocol)
+            .unwrap_or_else(|| panic!("no {protocol} row: {summary:#}"))["traces"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!((traces("grpc"), traces("http")), (60, 40), "{summary:#}");
+    for r in rows {
+        for stage in ["request", "queue", "compute_infer", "send"] {
+            assert!(
+                r["stages"][stage]["avg_us"].as_f64().unwrap() > 0.0,
+                "{r:#}"
+            );
+        }
+    }
+    // Not a trace file: exit 2, naming it.
+    let bad = dir.join("../../../Cargo.toml").display().to_string();
+    let out = driver(&["trace-summary", &bad]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        describe("trace-summary", &out)
+    );
+    assert!(
+        text(&out.stderr).contains("not a Triton trace file"),
+        "{}",
+        describe("", &out)
+    );
+}

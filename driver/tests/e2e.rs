@@ -2279,3 +2279,48 @@ async fn requests_no_worker_sent_are_a_reconciliation_mismatch() {
         "{add_sub:#}"
     );
 }
+
+/// A traced server's trace files (written by the real tritonserver in this run) are summarised
+/// into the report per model and protocol; `driver trace-summary` reads the same files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traced_server_gets_a_trace_summary_in_the_report() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
+        for template in m.server_templates.values_mut() {
+            template.trace = Some(serde_saphyr::from_str("{level: TIMESTAMPS, rate: 5}").unwrap());
+        }
+        for template in m.client_templates.values_mut() {
+            template.scenarios = Some([("Load".to_string(), 1)].into_iter().collect());
+        }
+    });
+    let run_id = "e2e-traced";
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, run_id, "8s").await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let rows = report["traces"][SERVER]["rows"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no trace summary of {SERVER}: {:#}", report["traces"]));
+    let add_sub = rows
+        .iter()
+        .find(|r| r["model"] == "add_sub" && r["protocol"] == "grpc")
+        .unwrap_or_else(|| panic!("{rows:#?}"));
+    let traces = add_sub["traces"].as_u64().unwrap();
+    assert!(traces > 10, "{add_sub:#}");
+    assert!(
+        add_sub["stages"]["compute_infer"]["avg_us"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(read(&run_dir.join("report.txt")).contains(&format!("== Traces of {SERVER}")));
+    let file = run_dir.join("traces").join(format!("{SERVER}.json"));
+    let out = driver_cli(&["trace-summary", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("add_sub (version 1) over grpc: {traces} traces")),
+        "{text}"
+    );
+}

@@ -214,6 +214,14 @@ const BAD: &[(&str, &str)] = &[
          29:26: regression.threshold: must be a fraction above 0 (0.1 = 10%), found -1",
     ),
     (
+        "bad-trace.yaml",
+        "9:39: server_templates.otel-no-url.trace.mode: mode opentelemetry needs `url`: the collector's OTLP/HTTP endpoint, e.g. http://otel-collector:4318/v1/traces\n\
+         9:54: server_templates.otel-no-url.trace.log_frequency: `log_frequency` is for mode triton (trace files)\n\
+         13:59: server_templates.otel-bad-url.trace.url: an OTLP/HTTP endpoint starts with http:// or https://, found \"collector:4318\"\n\
+         17:33: server_templates.file-with-url.trace.url: `url` is for mode opentelemetry (triton mode writes files in the run directory)\n\
+         17:65: server_templates.file-with-url.trace.resource: `resource` is for mode opentelemetry",
+    ),
+    (
         "spike-missing.yaml",
         "26:24: capacity.phases[1]: phase spike needs `capacity.spike: {target_rps, duration}`",
     ),
@@ -462,6 +470,24 @@ fn committed_matrices_say_what_they_should() {
             "level=TIMESTAMPS",
             "--trace-config",
             "rate=1000"
+        ]
+    );
+    assert!(trace.writes_files());
+    let otel: driver::matrix::TraceSettings = serde_saphyr::from_str(
+        "{level: TIMESTAMPS, rate: 10, mode: opentelemetry, url: 'http://c:4318/v1/traces', \
+         resource: {service.name: nightly}}",
+    )
+    .unwrap();
+    assert!(!otel.writes_files(), "OpenTelemetry exports spans, no file");
+    assert_eq!(
+        otel.args()[4..],
+        [
+            "--trace-config",
+            "mode=opentelemetry",
+            "--trace-config",
+            "opentelemetry,url=http://c:4318/v1/traces",
+            "--trace-config",
+            "opentelemetry,resource=service.name=nightly"
         ]
     );
 

@@ -149,7 +149,7 @@ impl Launcher for LocalLauncher {
         }
         let mut spec = ServerSpec::new(binary, repositories, self.log_path(&server.name));
         spec.extra_args = t.args.clone();
-        if let Some(trace) = &t.trace {
+        if let Some(trace) = t.trace.as_ref().filter(|t| t.writes_files()) {
             let dir = self.run_dir.join("traces");
             std::fs::create_dir_all(&dir).map_err(|e| member_err(e.to_string()))?;
             spec.extra_args.extend([
@@ -159,6 +159,9 @@ impl Launcher for LocalLauncher {
                     dir.join(format!("{}.json", server.name)).display()
                 ),
             ]);
+            spec.extra_args.extend(trace.args());
+        }
+        if let Some(trace) = t.trace.as_ref().filter(|t| !t.writes_files()) {
             spec.extra_args.extend(trace.args());
         }
         spec.env = t.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -980,10 +980,36 @@ pub struct TraceSettings {
     #[schemars(range(min = 1))]
     pub count: Option<u32>,
 
-    /// Write the trace file every this many traces. Omitted: Triton's default.
+    /// Write the trace file every this many traces. Omitted: Triton's default. Triton mode only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub log_frequency: Option<u32>,
+
+    /// Where traces go: `triton` (JSON files in the run directory, summarised in the report)
+    /// or `opentelemetry` (exported over OTLP/HTTP to `url`).
+    #[serde(default)]
+    pub mode: TraceMode,
+
+    /// OpenTelemetry mode: the collector's OTLP/HTTP endpoint, e.g.
+    /// `http://otel-collector:4318/v1/traces`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+
+    /// OpenTelemetry mode: resource attributes of the exported spans, e.g.
+    /// `{service.name: triton-nightly}`.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub resource: IndexMap<String, String>,
+}
+
+/// Triton's trace mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceMode {
+    /// Triton's own JSON trace files.
+    #[default]
+    Triton,
+    /// OpenTelemetry spans over OTLP/HTTP.
+    Opentelemetry,
 }
 
 impl TraceSettings {
@@ -1002,10 +1028,33 @@ impl TraceSettings {
         if let Some(freq) = self.log_frequency {
             args.extend([
                 "--trace-config".to_string(),
-                format!("log_frequency={freq}"),
+                format!("triton,log-frequency={freq}"),
             ]);
         }
+        if self.mode == TraceMode::Opentelemetry {
+            args.extend([
+                "--trace-config".to_string(),
+                "mode=opentelemetry".to_string(),
+            ]);
+            if let Some(url) = &self.url {
+                args.extend([
+                    "--trace-config".to_string(),
+                    format!("opentelemetry,url={url}"),
+                ]);
+            }
+            for (k, v) in &self.resource {
+                args.extend([
+                    "--trace-config".to_string(),
+                    format!("opentelemetry,resource={k}={v}"),
+                ]);
+            }
+        }
         args
+    }
+
+    /// Whether the server writes trace files (triton mode) that the launcher places.
+    pub fn writes_files(&self) -> bool {
+        self.mode == TraceMode::Triton
     }
 }
 

@@ -8,7 +8,7 @@ use stress_common::scenario::Scenario;
 use super::source::{Anchor, FieldPath};
 use super::types::{
     Artifact, ClientTemplate, Endpoint, LoadMode, MATRIX_VERSION, Matrix, ModelImage, Protocol,
-    Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume, TraceSettings,
+    Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume, TraceMode, TraceSettings,
 };
 use crate::launcher::kube::{LAUNCHER_VOLUMES, MODEL_IMAGE_VOLUME};
 
@@ -220,6 +220,42 @@ impl Checker {
         }
         if let Some(freq) = t.log_frequency {
             self.at_least_one(path.key("log_frequency"), freq.into());
+        }
+        match (t.mode, &t.url) {
+            (TraceMode::Opentelemetry, None) => self.push(
+                path.key("mode"),
+                Anchor::Value,
+                "mode opentelemetry needs `url`: the collector's OTLP/HTTP endpoint, e.g. http://otel-collector:4318/v1/traces",
+            ),
+            (TraceMode::Opentelemetry, Some(url))
+                if !(url.starts_with("http://") || url.starts_with("https://")) =>
+            {
+                self.push(
+                    path.key("url"),
+                    Anchor::Value,
+                    format!("an OTLP/HTTP endpoint starts with http:// or https://, found {url:?}"),
+                )
+            }
+            (TraceMode::Triton, Some(_)) => self.push(
+                path.key("url"),
+                Anchor::Key,
+                "`url` is for mode opentelemetry (triton mode writes files in the run directory)",
+            ),
+            _ => {}
+        }
+        if t.mode == TraceMode::Triton && !t.resource.is_empty() {
+            self.push(
+                path.key("resource"),
+                Anchor::Key,
+                "`resource` is for mode opentelemetry",
+            );
+        }
+        if t.mode == TraceMode::Opentelemetry && t.log_frequency.is_some() {
+            self.push(
+                path.key("log_frequency"),
+                Anchor::Key,
+                "`log_frequency` is for mode triton (trace files)",
+            );
         }
     }
 

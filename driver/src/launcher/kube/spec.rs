@@ -126,7 +126,10 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, String> {
         ..Default::default()
     }];
     let mut volumes = vec![memory_volume(SHM_VOLUME.0)];
-    if let Some(trace) = &t.trace {
+    if let Some(trace) = t.trace.as_ref().filter(|t| !t.writes_files()) {
+        args.extend(trace.args());
+    }
+    if let Some(trace) = t.trace.as_ref().filter(|t| t.writes_files()) {
         args.extend([
             "--trace-config".into(),
             format!("triton,file={}/{}.json", TRACES_VOLUME.1, s.name),
