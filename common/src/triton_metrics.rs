@@ -206,6 +206,48 @@ pub fn delta(before: &[ModelMetrics], after: &[ModelMetrics]) -> Vec<ModelMetric
         .collect()
 }
 
+/// A table of what each model did over an interval of `seconds` (counter deltas, see
+/// [`delta`]): successes and failures per second, queue and compute input / infer / output time
+/// per request (µs), inferences per execution (the dynamic batcher's effect) and pending
+/// requests. The live view of metrics-client and of a run's latest server samples.
+pub fn render_interval(models: &[ModelMetrics], seconds: f64) -> String {
+    let mut out = format!(
+        "{:<24} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>7}\n",
+        "Model",
+        "ok/s",
+        "fail/s",
+        "queue µs",
+        "input µs",
+        "infer µs",
+        "output µs",
+        "batch",
+        "pending"
+    );
+    for m in models {
+        let n = m.success + m.failure;
+        let per = |us: f64| if n > 0.0 { us / n } else { 0.0 };
+        let rate = |v: f64| if seconds > 0.0 { v / seconds } else { 0.0 };
+        let batch = if m.executions > 0.0 {
+            format!("{:.2}", m.inferences / m.executions)
+        } else {
+            "-".into()
+        };
+        out.push_str(&format!(
+            "{:<24} {:>9.1} {:>8.1} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>6} {:>7.0}\n",
+            m.model,
+            rate(m.success),
+            rate(m.failure),
+            per(m.queue_duration_us),
+            per(m.compute_input_duration_us),
+            per(m.compute_infer_duration_us),
+            per(m.compute_output_duration_us),
+            batch,
+            m.pending
+        ));
+    }
+    out
+}
+
 /// A table: model | success | failure | avg request / queue / compute (µs).
 pub fn render(models: &[ModelMetrics]) -> String {
     let mut out = format!(
@@ -283,5 +325,9 @@ nv_cpu_utilization 0.5
         );
         let new_model = delta(&[], &[at(7.0, 70.0, 0.0)]);
         assert_eq!(new_model[0].success, 7.0);
+        let table = render_interval(&d, 2.0);
+        let row = table.lines().nth(1).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[..4], ["m", "25.0", "0.0", "12"], "{table}");
     }
 }

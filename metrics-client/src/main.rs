@@ -1,6 +1,7 @@
 //! Live numbers while a run is going: a worker's Prometheus metrics, a whole run's QPS and counts
-//! from the status store (summed over workers; percentiles from merged histograms), and Triton's
-//! own per-model metrics (queue vs compute time).
+//! from the status store (summed over workers; percentiles from merged histograms) with each
+//! server's latest per-model sample, and Triton's own per-model metrics (with `--watch`: what
+//! each model did since the last refresh: rates, queue vs compute time per request, batch size).
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -9,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use stress_common::report::L0Table;
 use stress_common::store::Store;
+use stress_common::triton_metrics;
 
 #[derive(Debug, Parser)]
 #[command(name = "metrics-client", version, about)]
@@ -173,6 +175,24 @@ async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
     // The same denominator as the driver's report, so both show the same QPS for a run.
     let load_seconds = stress_common::qps::load_seconds(&store.qps_samples(run_id).await?);
     out.push_str(&table.render(load_seconds));
+    // Each server's latest sample (the driver samples every series interval).
+    let mut latest: BTreeMap<String, triton_metrics::ServerSample> = BTreeMap::new();
+    for (member, sample) in store.server_samples(run_id).await? {
+        latest.insert(member, sample);
+    }
+    for (member, s) in &latest {
+        out.push_str(&format!(
+            "\n{member}: the {:.1} s to its latest sample{}\n",
+            s.interval_ms as f64 / 1000.0,
+            s.rss_bytes
+                .map(|b| format!(", RSS {:.1} MiB", b / (1024.0 * 1024.0)))
+                .unwrap_or_default()
+        ));
+        out.push_str(&triton_metrics::render_interval(
+            &s.models,
+            s.interval_ms as f64 / 1000.0,
+        ));
+    }
     Ok(out)
 }
 
@@ -195,11 +215,37 @@ async fn main() -> anyhow::Result<()> {
         }),
         _ => None,
     };
+    // Triton with --watch: the previous scrape, to show what each model did since.
+    let mut previous: Option<(std::time::Instant, Vec<triton_metrics::ModelMetrics>)> = None;
     loop {
         let text = match &cli.command {
-            Command::Triton { address } => stress_common::triton_metrics::render(
-                &stress_common::triton_metrics::parse(&fetch_metrics(address).await?),
-            ),
+            Command::Triton { address } => {
+                let now = triton_metrics::parse(&fetch_metrics(address).await?);
+                let at = std::time::Instant::now();
+                let text = match &previous {
+                    Some((then, before)) => {
+                        let seconds = at.duration_since(*then).as_secs_f64();
+                        format!(
+                            "{address}: the last {seconds:.1} s\n{}",
+                            triton_metrics::render_interval(
+                                &triton_metrics::delta(before, &now),
+                                seconds
+                            )
+                        )
+                    }
+                    None => format!(
+                        "{address}: since the server started{}\n{}",
+                        if cli.watch.is_some() {
+                            " (rates from the next refresh)"
+                        } else {
+                            ""
+                        },
+                        triton_metrics::render(&now)
+                    ),
+                };
+                previous = Some((at, now));
+                text
+            }
             Command::Worker { address } => render_worker(&fetch_metrics(address).await?),
             Command::Run { run, .. } => {
                 run_view(store.as_ref().expect("opened above"), run).await?
@@ -268,6 +314,38 @@ mod tests {
             .unwrap_or_else(|| panic!("no TOTAL row:\n{view}"));
         let qps = total.split('|').nth(4).map(str::trim);
         assert_eq!(qps, Some("250.0"), "{view}");
+
+        // A server's latest sample is shown per model: rates over its interval.
+        for success in [100.0, 300.0] {
+            let sample = stress_common::triton_metrics::ServerSample {
+                at_ms: t0 + 60_000 + success as i64,
+                interval_ms: 2000,
+                rss_bytes: Some(200.0 * 1024.0 * 1024.0),
+                models: vec![stress_common::triton_metrics::ModelMetrics {
+                    model: "add_sub".into(),
+                    success,
+                    queue_duration_us: success * 7.0,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            store
+                .record_server_sample("r", "triton-0", &sample)
+                .await
+                .unwrap();
+        }
+        let view = super::run_view(&store, "r").await.unwrap();
+        assert!(
+            view.contains("triton-0: the 2.0 s to its latest sample, RSS 200.0 MiB"),
+            "{view}"
+        );
+        let row = view.lines().find(|l| l.starts_with("add_sub ")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cells[1..4],
+            ["150.0", "0.0", "7"],
+            "the latest sample's: {view}"
+        );
     }
 
     #[test]
