@@ -90,6 +90,10 @@ pub struct ServerModelPoint {
     pub avg_batch: Option<f64>,
     /// Requests pending at the scrape (a gauge).
     pub pending: f64,
+    /// Failures per second by Triton's reason (BACKEND, REJECTED, CANCELED, OTHER), those
+    /// with any.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failure_per_s_by_reason: BTreeMap<String, f64>,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -316,6 +320,12 @@ pub fn server_series(
                             compute_output_us: m.compute_output_duration_us / n,
                             avg_batch: (m.executions > 0.0).then(|| m.inferences / m.executions),
                             pending: m.pending,
+                            failure_per_s_by_reason: m
+                                .failure_by_reason
+                                .iter()
+                                .filter(|(_, n)| **n > 0.0)
+                                .map(|(reason, n)| (reason.clone(), n / seconds))
+                                .collect(),
                         });
                 }
             }
@@ -420,6 +430,9 @@ mod tests {
                 executions: success,
                 queue_duration_us: success * 10.0,
                 compute_infer_duration_us: success * 100.0,
+                failure: 4.0,
+                failure_by_reason: [("REJECTED".to_string(), 4.0), ("OTHER".to_string(), 0.0)]
+                    .into(),
                 ..Default::default()
             }],
         };
@@ -438,9 +451,16 @@ mod tests {
         assert_eq!(s.points.len(), 3);
         assert_eq!(s.memory_growth_bytes, Some(50e6));
         let m = &s.models[0].points;
-        assert_eq!(m.len(), 2, "the idle interval has no point");
+        assert_eq!(m.len(), 3, "an interval with only failures has a point");
         assert_eq!((m[0].t_s, m[0].success_per_s), (2.0, 100.0));
-        assert_eq!((m[0].queue_us, m[0].compute_infer_us), (10.0, 100.0));
+        assert_eq!(m[0].failure_per_s, 2.0);
+        assert_eq!(
+            m[0].failure_per_s_by_reason,
+            [("REJECTED".to_string(), 2.0)].into(),
+            "reasons without failures are left out"
+        );
+        // Per request: over successes and failures (204).
+        assert!((m[0].queue_us - 2000.0 / 204.0).abs() < 1e-9, "{:?}", m[0]);
         assert_eq!(m[0].avg_batch, Some(2.0));
         assert!(series[1].points.is_empty() && series[1].memory_growth_bytes.is_none());
         assert_eq!(s.memory_finding, None, "50 MB is below 64 MiB");
