@@ -57,7 +57,7 @@ table{border-collapse:collapse;margin:.4em 0 1em;font-size:13px}
 th,td{border:1px solid #d0d7de;padding:.2em .5em;text-align:left;vertical-align:top}
 th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.bad td{background:#fff0f0}tr.total td{font-weight:bold}
-.ok{color:#1a7f37;font-weight:bold}.fail{color:#cf222e;font-weight:bold}
+td.ok{color:#1a7f37;font-weight:bold}td.fail{color:#cf222e;font-weight:bold}
 .bar{display:inline-block;height:.8em;background:#cf222e;vertical-align:middle}
 figure.plot{margin:1em 0;border:1px solid #d0d7de;border-radius:6px;padding:.5em}
 figure.plot figcaption{font-weight:bold;margin-bottom:.3em}
@@ -450,7 +450,8 @@ fn tables(out: &mut String, r: &Report) {
 
     out.push_str("<h2 id=\"slo\">SLO verdicts</h2>\n");
     if r.slo.is_empty() {
-        out.push_str("<p class=\"no-data\">no data: the matrix sets no SLO rule</p>\n");
+        out.push_str("<p class=\"no-data\">no data: no SLO verdict (the matrix sets no rule, or the run ended \
+             before they were judged)</p>\n");
     } else {
         let rows: Vec<(String, String)> = r
             .slo

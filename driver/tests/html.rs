@@ -262,6 +262,8 @@ const PAGE_SUMMARY: &str = r#"JSON.stringify({
   })),
   rootCause: (document.querySelector('.root-cause .first-failure') || {}).textContent || null,
   verdict: document.getElementById('verdict').textContent,
+  verdictColors: [getComputedStyle(document.getElementById('verdict')).color,
+                  getComputedStyle(document.getElementById('verdict')).backgroundColor],
 })"#;
 
 /// What report.json says each plot must show: its id and number of points (0: "no data").
@@ -410,6 +412,9 @@ fn check_in_browser(page: &Path, report: &Value) {
     .unwrap();
     eprintln!("page summary: {summary:#}");
     assert_eq!(summary["verdict"], "FAIL", "{summary:#}");
+    // Readable: its text is not the colour of its badge.
+    let colors = &summary["verdictColors"];
+    assert_ne!(colors[0], colors[1], "the verdict is invisible: {colors}");
     let root_cause = summary["rootCause"].as_str().expect("a root cause box");
     assert!(
         root_cause.contains(&format!("CLIENT {WORKER}"))
