@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (a real CPU tritonserver and perf_analyzer in
-# .local/; Debian's prometheus for the autoscaler tests; PostgreSQL tests start their own
+# .local/; Debian's prometheus for the autoscaler tests; Debian's chromium for the HTML report's
+# browser test; PostgreSQL tests start their own
 # throwaway cluster from the server binaries of the Debian package postgresql-15, installed here
 # when missing), then checks formatting, lints and
 # runs every test of the workspace against the real servers.
@@ -16,6 +17,7 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 fi
 scripts/install-tritonserver.sh
 scripts/install-prometheus.sh
+scripts/install-chromium.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

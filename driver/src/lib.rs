@@ -17,6 +17,7 @@
 //! * [`sampler`]: every server's /metrics once per series interval into the store.
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store; [`junit`]: the same as JUnit XML;
+//!   [`html`]: the same as one self-contained HTML page with plots;
 //!   [`timeline`]: its series over time (latency per interval, the servers' metrics).
 
 pub mod autoscale;
@@ -24,6 +25,7 @@ pub mod baseline;
 pub mod capacity;
 pub mod external;
 pub mod failfast;
+pub mod html;
 pub mod junit;
 pub mod launcher;
 pub mod matrix;

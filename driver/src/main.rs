@@ -32,6 +32,19 @@ enum LauncherKind {
     Kube,
 }
 
+/// What `driver report` prints.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ReportFormat {
+    /// report.txt
+    Text,
+    /// report.json
+    Json,
+    /// junit.xml
+    Junit,
+    /// report.html
+    Html,
+}
+
 /// Kube launcher settings (ignored by the local launcher).
 #[derive(Debug, clap::Args)]
 struct KubeArgs {
@@ -55,7 +68,8 @@ struct KubeArgs {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a matrix to the end or to its first failure; writes report.txt and report.json.
+    /// Run a matrix to the end or to its first failure; writes report.txt, report.json,
+    /// junit.xml and report.html.
     Run {
         matrix: PathBuf,
         #[arg(
@@ -115,10 +129,14 @@ enum Command {
         /// Status store; default: <runs-dir>/<run>/store.sqlite.
         #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
         database_url: Option<String>,
-        /// Print report.json instead of the text report.
+        /// What to print: the text report, report.json, JUnit XML (junit.xml) or the
+        /// self-contained HTML page (report.html).
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text, conflicts_with_all = ["json", "junit"])]
+        format: ReportFormat,
+        /// Same as --format json.
         #[arg(long, conflicts_with = "junit")]
         json: bool,
-        /// Print the report as JUnit XML (junit.xml).
+        /// Same as --format junit.
         #[arg(long)]
         junit: bool,
     },
@@ -213,15 +231,24 @@ async fn main() -> ExitCode {
             run,
             runs_dir,
             database_url,
+            format,
             json,
             junit,
-        } => match report(run, &runs_dir, database_url, json, junit).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::from(BAD_INPUT)
+        } => {
+            // --json and --junit: the older spellings of --format.
+            let format = match (json, junit) {
+                (true, _) => ReportFormat::Json,
+                (_, true) => ReportFormat::Junit,
+                _ => format,
+            };
+            match report(run, &runs_dir, database_url, format).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(BAD_INPUT)
+                }
             }
-        },
+        }
         Command::Baseline(BaselineCommand::Set {
             run,
             runs_dir,
@@ -308,8 +335,9 @@ async fn main() -> ExitCode {
                 Ok(outcome) => {
                     print!("{}", outcome.report.render());
                     println!(
-                        "\nreport: {}\nrebuild it: driver report --run {} --runs-dir {}",
+                        "\nreport: {} (in a browser: {})\nrebuild it: driver report --run {} --runs-dir {}",
                         outcome.run_dir.join("report.txt").display(),
+                        outcome.run_dir.join("report.html").display(),
                         outcome.run_id,
                         options.runs_dir.display()
                     );
@@ -409,8 +437,7 @@ async fn report(
     run: Option<String>,
     runs_dir: &std::path::Path,
     database_url: Option<String>,
-    json: bool,
-    junit: bool,
+    format: ReportFormat,
 ) -> anyhow::Result<()> {
     let url = store_url_of(run.as_deref(), runs_dir, database_url)?;
     let store = Store::connect(&url).await?;
@@ -422,12 +449,11 @@ async fn report(
             .context("the store has no run")?,
     };
     let report = Report::from_store(&store, &run_id).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if junit {
-        print!("{}", driver::junit::render(&report));
-    } else {
-        print!("{}", report.render());
+    match format {
+        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        ReportFormat::Junit => print!("{}", driver::junit::render(&report)),
+        ReportFormat::Html => print!("{}", driver::html::render(&report)),
+        ReportFormat::Text => print!("{}", report.render()),
     }
     Ok(())
 }

@@ -55,7 +55,7 @@ pub struct FailedMember {
     pub diagnostics: MemberDiagnostics,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Report {
     pub run_id: String,
     pub name: String,

@@ -325,7 +325,8 @@ pub fn write_report(run_dir: &Path, report: &Report) -> Result<(), DriverError> 
         serde_json::to_string_pretty(report).expect("report serialises"),
     )
     .map_err(io)?;
-    std::fs::write(run_dir.join("junit.xml"), crate::junit::render(report)).map_err(io)
+    std::fs::write(run_dir.join("junit.xml"), crate::junit::render(report)).map_err(io)?;
+    std::fs::write(run_dir.join("report.html"), crate::html::render(report)).map_err(io)
 }
 
 /// Where an external server is, for people: its addresses.

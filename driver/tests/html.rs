@@ -1,0 +1,523 @@
+//! report.html in a real browser: Debian's headless chromium, driven through the DevTools
+//! protocol (the headless_chrome crate), opens the page of a real run that failed (the smoke
+//! matrix on add_sub, its worker SIGKILLed once load flows) and checks that
+//! - no console error, failed load or uncaught exception happens (the page's
+//!   Content-Security-Policy refuses any fetch, so an external URL would show up here);
+//! - every plot with data in report.json has as many points in the DOM, and every plot without
+//!   says "no data";
+//! - the root cause box names the killed worker, and its `<details>` section opens on a click
+//!   and shows its diagnostics;
+//! - `driver report --format html` rebuilds the same page (and `--json` still works).
+//!
+//! Needs /usr/bin/chromium (`scripts/install-chromium.sh`; `TRITON_STRESS_SKIP_BROWSER=1` skips
+//! the test, saying so) and what `scripts/install-tritonserver.sh` installs into `<repo>/.local`.
+
+use headless_chrome::protocol::cdp::types::Event;
+use headless_chrome::{Browser, LaunchOptions};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use stress_common::status::EventKind;
+use stress_common::store::Store;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// Flags without which chromium hangs on a closed network (it tries to reach Google's
+/// services), or cannot start as root in a container.
+const CHROMIUM_FLAGS: [&str; 8] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+];
+const WORKER: &str = "grpc-clients-0";
+/// From the driver's start to load flowing (server start-up on 2 loaded cores included).
+const START_LIMIT: Duration = Duration::from_secs(300);
+/// QPS samples of the worker before it is killed: the QPS plot has points to count.
+const SAMPLES: usize = 4;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("driver/ is inside the repository")
+        .to_path_buf()
+}
+
+/// Whether the browser is there; when not, fails naming the installer, or with
+/// `TRITON_STRESS_SKIP_BROWSER=1` says the test is skipped.
+fn chromium_or_skip() -> bool {
+    if Path::new(CHROMIUM).is_file() {
+        return true;
+    }
+    if std::env::var("TRITON_STRESS_SKIP_BROWSER").as_deref() == Ok("1") {
+        eprintln!(
+            "SKIPPED: {CHROMIUM} is missing and TRITON_STRESS_SKIP_BROWSER=1: report.html was not \
+             checked in a browser"
+        );
+        return false;
+    }
+    panic!(
+        "{CHROMIUM} is missing: run scripts/install-chromium.sh (Debian's chromium), or set \
+         TRITON_STRESS_SKIP_BROWSER=1 to skip the browser test"
+    );
+}
+
+/// Builds the worker beside the driver under test, where the local launcher's `binary: auto`
+/// looks first (`cargo test -p driver` builds only the driver; see tests/e2e.rs).
+fn ensure_worker() {
+    let driver = Path::new(env!("CARGO_BIN_EXE_driver"));
+    let out_dir = driver.parent().expect("the driver is in a directory");
+    let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is <target>/tmp");
+    let profile = match out_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev",
+        Some(other) => other,
+        None => panic!("unexpected driver path {}", driver.display()),
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args([
+            "build",
+            "-p",
+            "worker",
+            "--bin",
+            "worker",
+            "--profile",
+            profile,
+        ])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(repo_root());
+    let triple_dir = out_dir.parent().expect("a profile directory has a parent");
+    if triple_dir.canonicalize().ok() != target_dir.canonicalize().ok() {
+        build
+            .arg("--target")
+            .arg(triple_dir.file_name().expect("a target triple"));
+    }
+    let out = build.output().expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "building the worker failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out_dir.join("worker").is_file());
+}
+
+/// test-matrices/smoke.yaml with add_sub's Infer only (light on 2 cores), an SLO rule the run
+/// keeps, and limits for a loaded machine; written into `dir`.
+fn matrix(dir: &Path) -> PathBuf {
+    let committed = repo_root().join("test-matrices");
+    let mut m =
+        driver::matrix::load(&committed.join("smoke.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    m.source_path = None;
+    m.run.server_ready_timeout = Duration::from_secs(300);
+    m.run.fail_fast.heartbeat_timeout_polls = 10;
+    m.run.fail_fast.zero_qps_polls = 10;
+    m.run.slo = serde_saphyr::from_str("[{metric: p99, scenario: Infer, max: 10s}]").unwrap();
+    for template in m.server_templates.values_mut() {
+        for repo in &mut template.model_repositories {
+            let path = committed.join(&*repo).canonicalize().unwrap();
+            *repo = path.to_str().unwrap().to_string();
+        }
+    }
+    for template in m.client_templates.values_mut() {
+        template.scenarios = None;
+        template.models = serde_saphyr::from_str("[{name: add_sub}]").unwrap();
+    }
+    let path = dir.join("html.yaml");
+    std::fs::write(&path, serde_saphyr::to_string(&m).unwrap()).unwrap();
+    path
+}
+
+/// The driver process; stopped (SIGTERM, then SIGKILL) if the test fails while it runs.
+struct DriverProcess {
+    child: Child,
+    output: PathBuf,
+}
+
+impl DriverProcess {
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.output).unwrap_or_default()
+    }
+
+    fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("waiting on the driver")
+    }
+}
+
+impl Drop for DriverProcess {
+    fn drop(&mut self) {
+        if self.exited().is_none() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while self.exited().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The pid in an event's details: `launched (pid 456)`.
+fn pid_in(details: &str) -> Option<u32> {
+    let rest = &details[details.find("(pid ")? + 5..];
+    rest[..rest.find(|c: char| !c.is_ascii_digit())?]
+        .parse()
+        .ok()
+}
+
+/// Runs the matrix until the worker has reported `SAMPLES` QPS samples, SIGKILLs it, and waits
+/// for the driver's verdict (exit 1). Returns the run's directory and the runs directory.
+async fn failed_run(tmp: &Path, run_id: &str) -> (PathBuf, PathBuf) {
+    let matrix = matrix(tmp);
+    let runs = tmp.join("runs");
+    let output = tmp.join("driver.log");
+    let mut driver = DriverProcess {
+        child: Command::new(env!("CARGO_BIN_EXE_driver"))
+            .args(["run", matrix.to_str().unwrap(), "--runs-dir"])
+            .arg(&runs)
+            .args(["--run-id", run_id, "--duration", "120s", "--no-progress"])
+            .current_dir(repo_root())
+            .env_remove("DATABASE_URL")
+            .env_remove("TRITON_STRESS_RUNS_DIR")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&output).unwrap())
+            .stderr(std::fs::File::create(tmp.join("driver.err")).unwrap())
+            .spawn()
+            .expect("the driver starts"),
+        output,
+    };
+    let run_dir = runs.join(run_id);
+    let store_file = run_dir.join("store.sqlite");
+    let deadline = Instant::now() + START_LIMIT;
+    let mut store = None;
+    let worker_pid = loop {
+        assert!(
+            driver.exited().is_none(),
+            "the driver ended before load flowed:\n{}",
+            driver.output()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no load within {START_LIMIT:?}:\n{}",
+            driver.output()
+        );
+        if store.is_none() && store_file.is_file() {
+            store = Store::connect(&Store::sqlite_url(&store_file)).await.ok();
+        }
+        if let Some(st) = &store
+            && let Ok(events) = st.events(run_id, 0).await
+            && let Some(pid) = events
+                .iter()
+                .filter(|e| e.member_id == WORKER && e.kind == EventKind::Starting)
+                .find_map(|e| pid_in(&e.details))
+            && let Ok(samples) = st.qps_samples(run_id).await
+            && samples.iter().filter(|s| s.member_id == WORKER).count() >= SAMPLES
+        {
+            break pid;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL to the worker");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = driver.exited() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the driver did not stop:\n{}",
+            driver.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    (run_dir, runs)
+}
+
+/// What the page shows of itself, read in the browser.
+const PAGE_SUMMARY: &str = r#"JSON.stringify({
+  plots: Array.from(document.querySelectorAll('figure.plot')).map(f => ({
+    id: f.getAttribute('data-plot'),
+    points: f.querySelectorAll('circle.pt').length,
+    declared: Array.from(f.querySelectorAll('g.series'))
+      .reduce((n, g) => n + Number(g.getAttribute('data-points')), 0),
+    noData: f.querySelector('p.no-data') ? f.querySelector('p.no-data').textContent : null,
+  })),
+  rootCause: (document.querySelector('.root-cause .first-failure') || {}).textContent || null,
+  verdict: document.getElementById('verdict').textContent,
+  verdictColors: [getComputedStyle(document.getElementById('verdict')).color,
+                  getComputedStyle(document.getElementById('verdict')).backgroundColor],
+})"#;
+
+/// What report.json says each plot must show: its id and number of points (0: "no data").
+fn expected_plots(report: &Value) -> BTreeMap<String, usize> {
+    let mut plots = BTreeMap::new();
+    // QPS per group: each worker's samples on whole seconds (the run is short), its final 0
+    // left out, one point per (group, second).
+    let mut seconds: BTreeMap<String, std::collections::BTreeSet<i64>> = BTreeMap::new();
+    for w in report["workers"].as_array().unwrap() {
+        let mut series: Vec<(f64, f64)> = w["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
+            .collect();
+        if series.len() > 1 && series.last().unwrap().1 == 0.0 {
+            series.pop();
+        }
+        let group = seconds
+            .entry(w["group"].as_str().unwrap().to_string())
+            .or_default();
+        group.extend(series.iter().map(|p| p.0.floor() as i64));
+    }
+    plots.insert(
+        "qps-groups".to_string(),
+        seconds.values().map(|s| s.len()).sum(),
+    );
+    let timeline = &report["timeline"];
+    let mut latency = 0;
+    for s in timeline["latency"].as_array().unwrap() {
+        if s["model"].is_null() && !s["points"].as_array().unwrap().is_empty() {
+            let n = s["points"].as_array().unwrap().len();
+            plots.insert(
+                format!("latency-{}", s["scenario"].as_str().unwrap()),
+                3 * n,
+            );
+            latency += n;
+        }
+    }
+    if latency == 0 {
+        plots.insert("latency".into(), 0);
+    }
+    let mut memory = 0;
+    let mut server_time = 0;
+    for s in timeline["servers"].as_array().unwrap() {
+        memory += s["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| !p["rss_bytes"].is_null() || !p["cpu_memory_used_bytes"].is_null())
+            .count();
+        let n: usize = s["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| 2 * m["points"].as_array().unwrap().len())
+            .sum();
+        if n > 0 {
+            plots.insert(
+                format!("server-time-{}", s["member_id"].as_str().unwrap()),
+                n,
+            );
+            server_time += n;
+        }
+    }
+    if server_time == 0 {
+        plots.insert("server-time".into(), 0);
+    }
+    plots.insert("server-memory".into(), memory);
+    // Not a capacity run: it says so.
+    assert!(report.get("capacity").is_none());
+    plots.insert("capacity".into(), 0);
+    plots
+}
+
+/// Opens the page in chromium and checks it (see the module's doc). Blocking.
+fn check_in_browser(page: &Path, report: &Value) {
+    let profile = tempfile::tempdir().unwrap();
+    let browser = Browser::new(LaunchOptions {
+        path: Some(CHROMIUM.into()),
+        headless: true,
+        sandbox: false,
+        user_data_dir: Some(profile.path().to_path_buf()),
+        args: CHROMIUM_FLAGS.iter().map(OsStr::new).collect(),
+        idle_browser_timeout: Duration::from_secs(120),
+        ..LaunchOptions::default()
+    })
+    .expect("chromium starts under the DevTools protocol");
+    let tab = browser.new_tab().expect("a tab");
+    tab.set_default_timeout(Duration::from_secs(60));
+
+    // Console errors, failed loads (a refused fetch is logged as an error) and uncaught
+    // exceptions, from before the page loads.
+    let problems: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = problems.clone();
+    tab.add_event_listener(Arc::new(move |event: &Event| {
+        let problem = match event {
+            Event::RuntimeExceptionThrown(e) => {
+                let d = &e.params.exception_details;
+                Some(format!(
+                    "{}: {:?}",
+                    d.text,
+                    d.exception.as_ref().and_then(|x| x.description.as_ref())
+                ))
+            }
+            Event::RuntimeConsoleAPICalled(e)
+                if matches!(
+                    e.params.Type,
+                    headless_chrome::protocol::cdp::Runtime::ConsoleAPICalledEventTypeOption::Error
+                        | headless_chrome::protocol::cdp::Runtime::ConsoleAPICalledEventTypeOption::Assert
+                ) =>
+            {
+                Some(format!("console error: {:?}", e.params.args))
+            }
+            Event::LogEntryAdded(e)
+                if matches!(
+                    e.params.entry.level,
+                    headless_chrome::protocol::cdp::Log::LogEntryLevel::Error
+                ) =>
+            {
+                Some(format!("logged error: {}", e.params.entry.text))
+            }
+            _ => None,
+        };
+        if let Some(p) = problem {
+            seen.lock().unwrap().push(p);
+        }
+    }))
+    .unwrap();
+    tab.enable_runtime().unwrap();
+    tab.enable_log().unwrap();
+    let url = format!("file://{}", page.display());
+    tab.navigate_to(&url)
+        .unwrap()
+        .wait_until_navigated()
+        .unwrap();
+
+    let summary = tab.evaluate(PAGE_SUMMARY, false).unwrap();
+    let summary: Value = serde_json::from_str(
+        summary
+            .value
+            .as_ref()
+            .and_then(Value::as_str)
+            .expect("the page summary is a string"),
+    )
+    .unwrap();
+    eprintln!("page summary: {summary:#}");
+    assert_eq!(summary["verdict"], "FAIL", "{summary:#}");
+    // Readable: its text is not the colour of its badge.
+    let colors = &summary["verdictColors"];
+    assert_ne!(colors[0], colors[1], "the verdict is invisible: {colors}");
+    let root_cause = summary["rootCause"].as_str().expect("a root cause box");
+    assert!(
+        root_cause.contains(&format!("CLIENT {WORKER}"))
+            && root_cause.contains("killed by signal 9 (SIGKILL)"),
+        "{root_cause}"
+    );
+
+    let shown: BTreeMap<String, &Value> = summary["plots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap().to_string(), p))
+        .collect();
+    let expected = expected_plots(report);
+    assert!(expected["qps-groups"] >= SAMPLES - 1, "{expected:?}");
+    for (id, n) in &expected {
+        let plot = shown
+            .get(id)
+            .unwrap_or_else(|| panic!("no plot {id} on the page: {summary:#}"));
+        assert_eq!(plot["points"], *n, "plot {id}: {plot:#}");
+        assert_eq!(plot["declared"], *n, "plot {id}: {plot:#}");
+        if *n == 0 {
+            let why = plot["noData"].as_str().unwrap_or_default();
+            assert!(why.starts_with("no data: "), "plot {id}: {plot:#}");
+        } else {
+            assert!(plot["noData"].is_null(), "plot {id}: {plot:#}");
+        }
+    }
+
+    // The killed worker's section: closed, opened by a click on its summary, diagnostics shown.
+    let section = format!("member-{WORKER}");
+    let is_open = |tab: &headless_chrome::Tab| {
+        tab.evaluate(&format!("document.getElementById('{section}').open"), false)
+            .unwrap()
+            .value
+    };
+    assert_eq!(is_open(&tab), Some(Value::Bool(false)));
+    tab.find_element(&format!("#{section} > summary"))
+        .expect("the failed worker's section")
+        .click()
+        .unwrap();
+    assert_eq!(is_open(&tab), Some(Value::Bool(true)), "a click opens it");
+    for (class, contains) in [("reproduce", "worker"), ("log-tail", "")] {
+        let pre = tab
+            .find_element(&format!("#{section} pre.{class}"))
+            .unwrap_or_else(|e| panic!("no {class} in the failed worker's section: {e}"));
+        assert!(pre.is_visible().unwrap(), "{class} is not visible");
+        let text = pre.get_inner_text().unwrap();
+        assert!(
+            !text.trim().is_empty() && text.contains(contains),
+            "{class}: {text}"
+        );
+    }
+    let exit = tab
+        .find_element(&format!("#{section} dl"))
+        .unwrap()
+        .get_inner_text()
+        .unwrap();
+    assert!(exit.contains("killed by signal 9 (SIGKILL)"), "{exit}");
+
+    // Events arrive asynchronously: give a late one time to land.
+    std::thread::sleep(Duration::from_millis(500));
+    let problems = problems.lock().unwrap();
+    assert!(
+        problems.is_empty(),
+        "the page had problems in the browser:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_html_of_a_failed_run_renders_in_chromium() {
+    if !chromium_or_skip() {
+        return;
+    }
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let run_id = "html-killed-worker";
+    let (run_dir, runs) = failed_run(tmp.path(), run_id).await;
+    let page = run_dir.join("report.html");
+    let html = std::fs::read_to_string(&page).expect("the run wrote report.html");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("report.json")).unwrap())
+            .unwrap();
+
+    // `driver report` rebuilds the same page from the store; --json is still --format json.
+    let rebuild = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_driver"))
+            .args(["report", "--run", run_id, "--runs-dir"])
+            .arg(&runs)
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(rebuild(&["--format", "html"]), html);
+    let json: Value = serde_json::from_str(&rebuild(&["--json"])).unwrap();
+    assert_eq!(json, report);
+
+    let page_for_browser = page.clone();
+    tokio::task::spawn_blocking(move || check_in_browser(&page_for_browser, &report))
+        .await
+        .unwrap();
+}
