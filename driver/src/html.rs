@@ -34,10 +34,106 @@ pub fn render(report: &Report) -> String {
     header(&mut out, report);
     root_cause(&mut out, report);
     tables(&mut out, report);
+    server_side(&mut out, report);
     plots(&mut out, report);
     failures(&mut out, report);
     let _ = write!(out, "<script>{SCRIPT}</script>\n</body>\n</html>\n");
     out
+}
+
+/// What the servers say: each model's successes against the workers' OK answers, memory
+/// findings, and the trace summaries of traced servers.
+fn server_side(out: &mut String, r: &Report) {
+    if !r.reconciliation.is_empty() {
+        out.push_str("<h2 id=\"reconciliation\">Servers vs workers</h2>\n");
+        let rows: Vec<(String, String)> = r
+            .reconciliation
+            .iter()
+            .map(|x| {
+                let verdict = serde_json::to_value(x.verdict)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default();
+                let class = if verdict == "mismatch" { "fail" } else { "" };
+                (
+                    class.to_string(),
+                    [
+                        td(&x.model),
+                        num(x.server_success),
+                        num(x.client_ok),
+                        num(x.client_not_ok),
+                        num(x.client_unseen),
+                        num(x.gap),
+                        td(&verdict),
+                        td(&x.explanation),
+                    ]
+                    .concat(),
+                )
+            })
+            .collect();
+        table(
+            out,
+            "reconciliation",
+            &[
+                "Model",
+                "Server ok",
+                "Worker ok",
+                "Not ok",
+                "Unseen",
+                "Gap",
+                "Verdict",
+                "Why",
+            ],
+            &rows,
+        );
+    }
+    for s in &r.timeline.servers {
+        if let Some(f) = &s.memory_finding {
+            let _ = writeln!(
+                out,
+                "<p class=\"finding\">Finding: {}: {}</p>",
+                esc(&s.member_id),
+                esc(f)
+            );
+        }
+    }
+    for (server, summary) in &r.traces {
+        let _ = writeln!(out, "<h2>Traces of {}</h2>", esc(server));
+        for row in &summary.rows {
+            let _ = writeln!(
+                out,
+                "<h3>{} (version {}) over {}: {} traces</h3>",
+                esc(&row.model),
+                esc(&row.version),
+                esc(&row.protocol),
+                row.traces
+            );
+            let rows: Vec<(String, String)> = row
+                .stages
+                .iter()
+                .map(|(stage, t)| {
+                    (
+                        String::new(),
+                        [
+                            td(stage),
+                            num(t.count),
+                            num(format!("{:.1}", t.avg_us)),
+                            num(t.p50_us),
+                            num(t.p90_us),
+                            num(t.p99_us),
+                        ]
+                        .concat(),
+                    )
+                })
+                .collect();
+            table(
+                out,
+                "trace",
+                &["Stage", "Count", "Avg µs", "p50 µs", "p90 µs", "p99 µs"],
+                &rows,
+            );
+        }
+    }
 }
 
 /// Nothing may be fetched: only the page's own inline style and script run.
@@ -212,6 +308,50 @@ fn member_line(r: &Report, m: &FailedMember) -> String {
 
 fn root_cause(out: &mut String, r: &Report) {
     if r.verdict == "PASS" {
+        return;
+    }
+    // The analysis's root cause (a killed server before the clients that saw it die first),
+    // and the members it caused apart from the independent ones.
+    if let Some(root) = &r.analysis.root_cause
+        && let Some(first) = r
+            .failed_members
+            .iter()
+            .find(|m| m.member_id == root.member_id)
+    {
+        let _ = write!(
+            out,
+            "<section class=\"root-cause\" id=\"root-cause\"><h2>Root cause</h2>\
+             <p class=\"first-failure\">{}</p>",
+            member_line(r, first)
+        );
+        for (title, class, ids) in [
+            ("Caused by it:", "caused", &root.caused_members),
+            (
+                "Also failed (independently):",
+                "also-failed",
+                &r.analysis.independent_members,
+            ),
+        ] {
+            let members: Vec<&FailedMember> = ids
+                .iter()
+                .filter_map(|id| r.failed_members.iter().find(|m| &m.member_id == id))
+                .collect();
+            if !members.is_empty() {
+                let _ = write!(out, "<p>{}</p><ul class=\"{class}\">", esc(title));
+                for m in members {
+                    let _ = write!(out, "<li>{}</li>", member_line(r, m));
+                }
+                out.push_str("</ul>");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "<p class=\"failure-split\">Failure records: {} caused by it, {} during the \
+             driver's stop, {} independent.</p></section>",
+            r.analysis.caused_failures,
+            r.analysis.shutdown_failures,
+            r.analysis.independent_failures
+        );
         return;
     }
     let sorted = by_failure_time(&r.failed_members);
@@ -1596,6 +1736,57 @@ mod tests {
             })
             .collect();
         assert!(sections.windows(2).all(|w| w[0] < w[1]), "{sections:?}");
+    }
+
+    #[test]
+    fn the_analysis_root_cause_leads_with_what_it_caused_and_server_side_tables_escape() {
+        let mut r = Report::default();
+        r.verdict = "FAIL".into();
+        r.failed_members = vec![
+            failed("clients-0", 4_000, "connection refused"),
+            failed("triton-0", 4_500, "killed by signal 9 (SIGKILL)"),
+            failed("clients-1", 9_500, "wrong answer"),
+        ];
+        r.analysis = crate::rootcause::Analysis {
+            root_cause: Some(crate::rootcause::RootCause {
+                member_id: "triton-0".into(),
+                role: "SERVER".into(),
+                at_ms: 4_500,
+                reason: "killed".into(),
+                caused_members: vec!["clients-0".into()],
+            }),
+            independent_members: vec!["clients-1".into()],
+            caused_failures: 7,
+            shutdown_failures: 2,
+            independent_failures: 1,
+        };
+        r.reconciliation = vec![crate::reconcile::Reconciliation {
+            model: "<b>m</b>".into(),
+            server_success: 10,
+            server_failure: 0,
+            client_ok: 7,
+            client_not_ok: 0,
+            client_unseen: 0,
+            gap: 3,
+            verdict: crate::reconcile::Verdict::Mismatch,
+            explanation: "3 server-side successes no worker counted".into(),
+        }];
+        let html = render(&r);
+        let first = html.split("<p class=\"first-failure\">").nth(1).unwrap();
+        assert!(first[..first.find("</p>").unwrap()].contains("triton-0</a>"));
+        let caused = html.split("<ul class=\"caused\">").nth(1).expect(&html);
+        assert!(caused[..caused.find("</ul>").unwrap()].contains("clients-0</a>"));
+        let also = html
+            .split("<ul class=\"also-failed\">")
+            .nth(1)
+            .expect(&html);
+        assert!(also[..also.find("</ul>").unwrap()].contains("clients-1</a>"));
+        assert!(html.contains("7 caused by it, 2 during the driver's stop, 1 independent"));
+        assert!(html.contains("<td>&lt;b&gt;m&lt;/b&gt;</td>"), "{html}");
+        assert!(
+            html.contains("<tr class=\"fail\"><td>&lt;b&gt;m"),
+            "a mismatch is marked"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! * [`slo`]: the matrix's service-level objectives, parsed and judged on merged counts (pure).
 //! * [`reconcile`]: the servers' successes against the workers' OK answers, per model (pure).
 //! * [`trace`]: Triton trace files summarised per model and protocol (pure).
+//! * [`rootcause`]: the first failure and the failures it caused (pure).
 //! * [`sampler`]: every server's /metrics once per series interval into the store.
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store; [`junit`]: the same as JUnit XML;
@@ -34,6 +35,7 @@ pub mod preflight;
 pub mod reconcile;
 pub mod regression;
 pub mod report;
+pub mod rootcause;
 pub mod run;
 pub mod sampler;
 pub mod slo;

@@ -91,6 +91,9 @@ pub struct Report {
     pub reconciliation: Vec<crate::reconcile::Reconciliation>,
     /// Per traced server: its Triton traces per model and protocol.
     pub traces: BTreeMap<String, crate::trace::TraceSummary>,
+    /// The root cause and what it explains (`root_cause`, `independent_members`, and the
+    /// failure records caused by it, during the driver's stop, and independent).
+    pub analysis: crate::rootcause::Analysis,
     #[serde(skip)]
     tables: (L0Table, BTreeMap<String, L0Table>),
     #[serde(skip)]
@@ -356,6 +359,28 @@ pub(crate) fn sparkline(values: &[f64], width: usize) -> String {
         .collect()
 }
 
+/// A member's addresses as the root-cause analysis compares them: a server's gRPC and HTTP
+/// addresses (`grpc=H:P http=H:P metrics=H:P`), a client's target servers (`H:P,H:P`).
+fn member_addresses(members: &[Member], id: &str) -> std::collections::BTreeSet<String> {
+    let Some(m) = members.iter().find(|m| m.member_id == id) else {
+        return Default::default();
+    };
+    match m.role {
+        Role::Server => m
+            .address
+            .split_whitespace()
+            .filter_map(|a| a.strip_prefix("grpc=").or_else(|| a.strip_prefix("http=")))
+            .map(String::from)
+            .collect(),
+        Role::Client => m
+            .address
+            .split(',')
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+            .collect(),
+    }
+}
+
 /// Why the servers' samples do not cover the workers' counts (None: they do): a server never
 /// sampled, or samples that end before the workers' final counts (a run stopped by fail-fast
 /// takes no final sample).
@@ -490,8 +515,17 @@ impl Report {
             })
             .collect();
 
+        let events = store.events(run_id, 0).await?;
+        let stopping_at_ms = events
+            .iter()
+            .find(|e| {
+                e.member_id == crate::run::DRIVER_MEMBER
+                    && e.kind == EventKind::Running
+                    && e.details.starts_with(crate::rootcause::STOPPING)
+            })
+            .map(|e| e.at_ms);
         let mut failed_members: Vec<FailedMember> = Vec::new();
-        for e in store.events(run_id, 0).await? {
+        for e in events {
             if e.kind != EventKind::Failure
                 || failed_members.iter().any(|f| f.member_id == e.member_id)
             {
@@ -580,6 +614,22 @@ impl Report {
             .map(|(_, n)| n)
             .sum();
         let mut failures = store.failures(run_id).await?;
+        failed_members.sort_by_key(|f| f.failed_at_ms);
+        failures.sort_by_key(|(_, f)| f.at_ms);
+        let analysis = crate::rootcause::analyze(
+            &failed_members
+                .iter()
+                .map(|f| crate::rootcause::Failed {
+                    member_id: f.member_id.clone(),
+                    role: f.role.clone(),
+                    at_ms: f.failed_at_ms,
+                    reason: f.reason.clone(),
+                    addresses: member_addresses(&members, &f.member_id),
+                })
+                .collect::<Vec<_>>(),
+            &failures,
+            stopping_at_ms,
+        );
         failures.truncate(LISTED_FAILURES);
 
         Ok(Report {
@@ -612,6 +662,7 @@ impl Report {
             timeline,
             reconciliation,
             traces,
+            analysis,
             tables: (total, groups),
             model_table,
         })
@@ -628,6 +679,37 @@ impl Report {
             "Run {} ({} launcher): {}\nMatrix run name: {}; took {}; load phase {:.1} s\n",
             self.run_id, self.launcher, self.verdict, self.name, took, self.load_seconds
         );
+        if let Some(root) = &self.analysis.root_cause {
+            let _ = writeln!(
+                out,
+                "== Root cause ==\n{} {} at {}: {}",
+                root.role,
+                root.member_id,
+                format_time(root.at_ms),
+                root.reason
+            );
+            if !root.caused_members.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "caused the failure of: {}",
+                    root.caused_members.join(", ")
+                );
+            }
+            if !self.analysis.independent_members.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "also failed (independently): {}",
+                    self.analysis.independent_members.join(", ")
+                );
+            }
+            let _ = writeln!(
+                out,
+                "failure records: {} caused by it, {} during the driver's stop, {} independent\n",
+                self.analysis.caused_failures,
+                self.analysis.shutdown_failures,
+                self.analysis.independent_failures
+            );
+        }
         if !self.slo.is_empty() {
             let _ = writeln!(out, "== SLO ==");
             for o in &self.slo {

@@ -535,6 +535,17 @@ impl Driver<'_> {
     }
 
     /// A rule fired: probe a failed client's servers, blame, record, fail.
+    /// Marks when the driver began to stop the run: failures after it happened during the
+    /// stop (see [`crate::rootcause`]).
+    async fn record_stopping(&self, why: &str) {
+        self.record(
+            DRIVER_MEMBER,
+            EventKind::Running,
+            &format!("{}{why}", crate::rootcause::STOPPING),
+        )
+        .await;
+    }
+
     async fn fail(&mut self, cause: Cause) -> Verdict {
         let mut probes = Vec::new();
         if failfast::needs_probe(&cause, &self.plan.client_names()) {
@@ -555,6 +566,8 @@ impl Driver<'_> {
             self.record(&blame.member, EventKind::Failure, &blame.reason)
                 .await;
         }
+        self.record_stopping(&format!("{} failed", blame.member))
+            .await;
         Verdict::Fail {
             member: blame.member,
             reason: blame.reason,
@@ -842,6 +855,7 @@ impl Driver<'_> {
         }
         // The end: workers flush their final counts, then servers stop.
         self.progress.show("stopping workers");
+        self.record_stopping("the load phase ended").await;
         let exits: Vec<MemberExit> = self.launcher.stop_clients(CLIENT_STOP_GRACE).await;
         sampler.finish().await;
         scrape_server_metrics(self.store, self.launcher, plan, SCRAPE_BUDGET).await;

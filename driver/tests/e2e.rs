@@ -1130,6 +1130,22 @@ async fn fail_fast_on_kill(victim: Victim) {
             "{json:#}"
         );
     }
+    // Root cause first: the killed member leads; a killed server's client failures (its
+    // connection errors) are grouped under it, none counted as independent.
+    let analysis = &json["analysis"];
+    assert_eq!(analysis["root_cause"]["member_id"], member, "{analysis:#}");
+    assert!(
+        report.contains(&format!("== Root cause ==\n{role} {member} at ")),
+        "{report}"
+    );
+    if let Victim::Server = victim {
+        assert_eq!(analysis["independent_failures"], 0, "{analysis:#}");
+        assert_eq!(
+            analysis["independent_members"],
+            Value::Array(vec![]),
+            "{analysis:#}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,199 @@
+//! Root cause first: of a run's failures, which one came first and which ones it caused.
+//!
+//! When a server dies its clients fail too (connection errors, often recorded a moment before
+//! the driver notices the server's exit), and when the driver stops a failed run the workers
+//! still sending see "Server is stopping". Listing those as independent failures buries the
+//! cause. [`analyze`] (pure) orders the failed members by time, picks the root cause (a server
+//! that failed within [`SAME_INCIDENT`] of the first failure wins: its clients saw its death
+//! first), and sorts every failure record into caused by it, during the driver's stop, or
+//! independent.
+
+use serde::Serialize;
+use std::collections::BTreeSet;
+use stress_common::status::FailureRecord;
+
+/// Failures this close to a server's failure (before or after) belong to its incident: a
+/// client sees a dead server's connection errors before the driver's next poll sees its exit.
+pub const SAME_INCIDENT_MS: i64 = 5_000;
+
+/// A failed member as the analysis needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failed {
+    pub member_id: String,
+    /// `SERVER` or `CLIENT` (or `?`: a harness member such as `slo`).
+    pub role: String,
+    pub at_ms: i64,
+    pub reason: String,
+    /// A server's addresses (gRPC, HTTP); a client's target servers' addresses.
+    pub addresses: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Analysis {
+    pub root_cause: Option<RootCause>,
+    /// Failed members not explained by the root cause, by time.
+    pub independent_members: Vec<String>,
+    /// Failure records explained by the root cause (its clients' failures against it).
+    pub caused_failures: u64,
+    /// Failure records from after the driver began to stop the run.
+    pub shutdown_failures: u64,
+    /// The other failure records.
+    pub independent_failures: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RootCause {
+    pub member_id: String,
+    pub role: String,
+    pub at_ms: i64,
+    pub reason: String,
+    /// Failed members it explains: a server's clients that failed in its incident.
+    pub caused_members: Vec<String>,
+}
+
+const SERVER: &str = "SERVER";
+
+/// The details of the driver's event (member `driver`, RUNNING) that marks when it began to
+/// stop the run; failures recorded after it happened during the stop.
+pub const STOPPING: &str = "stopping the run: ";
+
+/// `failed`: every failed member; `failures`: the listed failure records (member, record);
+/// `stopping_at_ms`: when the driver began to stop the run (None: it did not stop early).
+pub fn analyze(
+    failed: &[Failed],
+    failures: &[(String, FailureRecord)],
+    stopping_at_ms: Option<i64>,
+) -> Analysis {
+    let mut by_time: Vec<&Failed> = failed.iter().collect();
+    by_time.sort_by_key(|f| (f.at_ms, f.role != SERVER));
+    let Some(first) = by_time.first() else {
+        return Analysis {
+            independent_failures: failures.len() as u64,
+            ..Default::default()
+        };
+    };
+    let root = by_time
+        .iter()
+        .find(|f| f.role == SERVER && f.at_ms - first.at_ms <= SAME_INCIDENT_MS)
+        .copied()
+        .unwrap_or(first);
+    let in_incident = |at_ms: i64| at_ms >= root.at_ms - SAME_INCIDENT_MS;
+    let talks_to_root = |addresses: &BTreeSet<String>| {
+        root.role == SERVER && !addresses.is_disjoint(&root.addresses)
+    };
+    let caused_members: Vec<String> = by_time
+        .iter()
+        .filter(|f| f.member_id != root.member_id)
+        .filter(|f| f.role != SERVER && talks_to_root(&f.addresses) && in_incident(f.at_ms))
+        .map(|f| f.member_id.clone())
+        .collect();
+    let independent_members = by_time
+        .iter()
+        .filter(|f| f.member_id != root.member_id && !caused_members.contains(&f.member_id))
+        .map(|f| f.member_id.clone())
+        .collect();
+    let mut analysis = Analysis {
+        independent_members,
+        ..Default::default()
+    };
+    for (_, record) in failures {
+        let against_root = root.role == SERVER
+            && root.addresses.contains(&record.server)
+            && in_incident(record.at_ms);
+        if against_root {
+            analysis.caused_failures += 1;
+        } else if stopping_at_ms.is_some_and(|stop| record.at_ms >= stop) {
+            analysis.shutdown_failures += 1;
+        } else {
+            analysis.independent_failures += 1;
+        }
+    }
+    analysis.root_cause = Some(RootCause {
+        member_id: root.member_id.clone(),
+        role: root.role.clone(),
+        at_ms: root.at_ms,
+        reason: root.reason.clone(),
+        caused_members,
+    });
+    analysis
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: &str, role: &str, at_ms: i64, addresses: &[&str]) -> Failed {
+        Failed {
+            member_id: id.into(),
+            role: role.into(),
+            at_ms,
+            reason: format!("{id} failed"),
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    fn record(member: &str, at_ms: i64, server: &str) -> (String, FailureRecord) {
+        (
+            member.into(),
+            FailureRecord {
+                at_ms,
+                server: server.into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_killed_server_leads_and_its_clients_failures_are_grouped_under_it() {
+        // The client saw the dead server 800 ms before the driver's poll saw it exit.
+        let failed = [
+            member("clients-0", "CLIENT", 10_000, &["s0:1"]),
+            member("triton-0", "SERVER", 10_800, &["s0:1", "s0:2"]),
+            member("clients-1", "CLIENT", 11_000, &["s1:1"]),
+        ];
+        let failures = [
+            record("clients-0", 9_990, "s0:1"),
+            record("clients-0", 10_500, "s0:1"),
+            // After the driver began to stop: the other server is shutting down.
+            record("clients-1", 12_000, "s1:1"),
+            // Long before: independent of the kill.
+            record("clients-1", 1_000, "s1:1"),
+        ];
+        let a = analyze(&failed, &failures, Some(11_500));
+        let root = a.root_cause.unwrap();
+        assert_eq!(root.member_id, "triton-0");
+        assert_eq!(root.caused_members, ["clients-0"]);
+        assert_eq!(a.independent_members, ["clients-1"]);
+        assert_eq!(
+            (
+                a.caused_failures,
+                a.shutdown_failures,
+                a.independent_failures
+            ),
+            (2, 1, 1)
+        );
+    }
+
+    #[test]
+    fn without_a_server_in_the_incident_the_first_failure_leads() {
+        let failed = [
+            member("clients-1", "CLIENT", 20_000, &["s0:1"]),
+            member("clients-0", "CLIENT", 10_000, &["s0:1"]),
+            // Failed long after: its own incident.
+            member("triton-0", "SERVER", 30_000, &["s0:1"]),
+        ];
+        let a = analyze(&failed, &[record("clients-0", 9_000, "s0:1")], None);
+        let root = a.root_cause.unwrap();
+        assert_eq!(root.member_id, "clients-0");
+        assert!(root.caused_members.is_empty(), "a client causes no member");
+        assert_eq!(a.independent_members, ["clients-1", "triton-0"]);
+        assert_eq!(a.independent_failures, 1);
+    }
+
+    #[test]
+    fn no_failed_member_no_root_cause() {
+        let a = analyze(&[], &[record("c", 1, "s")], None);
+        assert_eq!(a.root_cause, None);
+        assert_eq!(a.independent_failures, 1);
+    }
+}
