@@ -15,6 +15,7 @@
 //! * [`reconcile`]: the servers' successes against the workers' OK answers, per model (pure).
 //! * [`trace`]: Triton trace files summarised per model and protocol (pure).
 //! * [`rootcause`]: the first failure and the failures it caused (pure).
+//! * [`webhook`]: the run's summary POSTed to `report.webhook` at the end.
 //! * [`sampler`]: every server's /metrics once per series interval into the store.
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
 //! * [`report`]: the final report, rebuilt from the store; [`junit`]: the same as JUnit XML;
@@ -42,3 +43,4 @@ pub mod slo;
 pub mod spike;
 pub mod timeline;
 pub mod trace;
+pub mod webhook;

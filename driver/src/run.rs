@@ -291,6 +291,19 @@ pub async fn run(
         .await?;
     let report = Report::from_store(&store, run_id).await?;
     write_report(run_dir, &report)?;
+    if let Some(settings) = &matrix.report
+        && let Some(url) = &settings.webhook
+    {
+        let body = crate::webhook::summary(&report, run_dir);
+        match crate::webhook::deliver(url, &body, settings.webhook_timeout).await {
+            Ok(status) => tracing::info!(
+                "report summary delivered to {} (HTTP {status})",
+                crate::webhook::shown(url)
+            ),
+            // retry() logged each attempt; the run's verdict stands.
+            Err(e) => eprintln!("warning: report summary not delivered: {e}"),
+        }
+    }
     let keep = if failed && options.keep_failed.unwrap_or(plan.keep_failed) {
         let failed_members: BTreeSet<String> = store
             .events(run_id, 0)

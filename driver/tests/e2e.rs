@@ -2297,13 +2297,27 @@ async fn requests_no_worker_sent_are_a_reconciliation_mismatch() {
 }
 
 /// A traced server's trace files (written by the real tritonserver in this run) are summarised
-/// into the report per model and protocol; `driver trace-summary` reads the same files.
+/// into the report per model and protocol; `driver trace-summary` reads the same files. The
+/// run's summary reaches the matrix's `report.webhook` (a local receiver).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_traced_server_gets_a_trace_summary_in_the_report() {
     let _one_run = RUN_LOCK.lock().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
+    // The run's summary goes to a local receiver at the end (report.webhook).
+    let summaries: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+    let kept = summaries.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| async move {
+            kept.lock().unwrap().push(body);
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let webhook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
     let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
+        m.report = Some(serde_saphyr::from_str(&format!("{{webhook: '{webhook}'}}")).unwrap());
         for template in m.server_templates.values_mut() {
             template.trace = Some(serde_saphyr::from_str("{level: TIMESTAMPS, rate: 5}").unwrap());
         }
@@ -2338,5 +2352,13 @@ async fn a_traced_server_gets_a_trace_summary_in_the_report() {
     assert!(
         text.contains(&format!("add_sub (version 1) over grpc: {traces} traces")),
         "{text}"
+    );
+    let summaries = summaries.lock().unwrap();
+    assert_eq!(summaries.len(), 1, "{summaries:?}");
+    assert_eq!(summaries[0]["run_id"], run_id);
+    assert_eq!(summaries[0]["verdict"], "PASS");
+    assert!(
+        summaries[0]["requests"].as_u64().unwrap() > 0,
+        "{summaries:?}"
     );
 }

@@ -214,6 +214,11 @@ const BAD: &[(&str, &str)] = &[
          29:26: regression.threshold: must be a fraction above 0 (0.1 = 10%), found -1",
     ),
     (
+        "bad-report.yaml",
+        "24:12: report.webhook: a webhook is an http:// or https:// URL\n\
+         25:20: report.webhook_timeout: must be from 1s to 10m, found 0s",
+    ),
+    (
         "bad-trace.yaml",
         "9:39: server_templates.otel-no-url.trace.mode: mode opentelemetry needs `url`: the collector's OTLP/HTTP endpoint, e.g. http://otel-collector:4318/v1/traces\n\
          9:54: server_templates.otel-no-url.trace.log_frequency: `log_frequency` is for mode triton (trace files)\n\
@@ -715,7 +720,7 @@ fn more_rules() {
         (
             "version: 1\n",
             "version: 1\nextra: true\n",
-            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity, regression",
+            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity, regression, report",
         ),
         (
             "  duration: 10s\n",

@@ -42,8 +42,9 @@ pub use types::{
     ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, ClientGroup, ClientTemplate,
     DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, LoadMode, MATRIX_VERSION,
     MODEL_IMAGE_SOURCE, Matrix, ModelImage, ModelSpec, PrometheusSource, Protocol,
-    RegressionSettings, Resources, RunMode, RunSettings, ServerGroup, ServerTemplate, ServerVolume,
-    SloBound, SloMetric, SloRule, SpikeSettings, Toleration, TraceLevel, TraceSettings,
+    RegressionSettings, ReportSettings, Resources, RunMode, RunSettings, ServerGroup,
+    ServerTemplate, ServerVolume, SloBound, SloMetric, SloRule, SpikeSettings, Toleration,
+    TraceLevel, TraceMode, TraceSettings,
 };
 pub use validate::{CORR_IDS_PER_STREAM, MAX_LABEL_LEN, is_dns_label};
 

@@ -67,6 +67,10 @@ pub struct Matrix {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regression: Option<RegressionSettings>,
 
+    /// What happens with the report besides the files in the run directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<ReportSettings>,
+
     /// The file this matrix was loaded from, set by [`super::load`]; relative local paths
     /// (model repositories, binaries) are resolved against its directory. Not part of the YAML.
     #[serde(skip)]
@@ -378,6 +382,23 @@ impl Default for RegressionSettings {
             min_requests: defaults::min_requests(),
         }
     }
+}
+
+/// The report beyond the run directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportSettings {
+    /// POST the run's summary (JSON: verdict, root cause, totals, SLO verdicts, regressions)
+    /// to this http(s) URL at the end, so results reach a tracking page or a chat. Retried
+    /// (3 attempts, 1 s then 2 s apart) within `webhook_timeout`; a failed delivery is logged
+    /// and never changes the run's verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<String>,
+
+    /// The whole delivery's time limit, retries included (default `30s`).
+    #[serde(with = "duration", default = "defaults::webhook_timeout")]
+    #[schemars(with = "HumanDuration")]
+    pub webhook_timeout: Duration,
 }
 
 /// Capacity mode's spike: an open-loop jump from the converged load.
@@ -1242,6 +1263,9 @@ mod defaults {
     }
     pub fn check_interval() -> Duration {
         Duration::from_secs(5)
+    }
+    pub fn webhook_timeout() -> Duration {
+        Duration::from_secs(30)
     }
     pub fn recovery_timeout() -> Duration {
         Duration::from_secs(60)

@@ -861,6 +861,29 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
             ),
         );
     }
+    if let Some(r) = &m.report {
+        if let Some(url) = &r.webhook
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            c.push(
+                root.key("report").key("webhook"),
+                Anchor::Value,
+                "a webhook is an http:// or https:// URL",
+            );
+        }
+        if r.webhook_timeout < std::time::Duration::from_secs(1)
+            || r.webhook_timeout > std::time::Duration::from_secs(600)
+        {
+            c.push(
+                root.key("report").key("webhook_timeout"),
+                Anchor::Value,
+                format!(
+                    "must be from 1s to 10m, found {}",
+                    humantime::format_duration(r.webhook_timeout)
+                ),
+            );
+        }
+    }
     c.slo_rules(m, root.key("run").key("slo"), &m.run.slo, None);
     for (name, g) in &m.client_groups {
         let path = root.key("client_groups").key(name.clone()).key("slo");
