@@ -175,6 +175,40 @@ impl Progress {
     }
 }
 
+/// The progress line of a poll: elapsed against the duration, the servers up, then per client
+/// group its workers' QPS now and their tests and failures so far.
+fn progress_line(
+    elapsed: Duration,
+    duration: Duration,
+    servers_up: usize,
+    groups: &BTreeMap<String, Vec<stress_common::contract::MemberName>>,
+    qps: &[(String, f64)],
+    counts: &[(String, stress_common::status::ScenarioCounts)],
+) -> String {
+    let mut line = format!(
+        "[{:>5.0}s/{:.0}s] servers up {servers_up}",
+        elapsed.as_secs_f64(),
+        duration.as_secs_f64()
+    );
+    for (group, members) in groups {
+        let of_group = |m: &str| members.iter().any(|n| n.as_str() == m);
+        let group_qps: f64 = qps
+            .iter()
+            .filter(|(m, _)| of_group(m))
+            .map(|(_, q)| q)
+            .sum();
+        let (tests, failures) = counts
+            .iter()
+            .filter(|(m, _)| of_group(m))
+            .fold((0, 0), |(t, f), (_, c)| (t + c.tests, f + c.failures));
+        line.push_str(&format!(
+            " | {group}: {} workers, QPS {group_qps:.0}, tests {tests}, failures {failures}",
+            members.len()
+        ));
+    }
+    line
+}
+
 /// Runs a matrix with the given launcher. Everything it records stays in the store.
 pub async fn run(
     options: &RunOptions,
@@ -818,9 +852,10 @@ impl Driver<'_> {
                 }
             }
             let poll = self.observe(&rules).await;
-            let total_qps: f64 = match &poll.latest_qps {
-                Some(Ok(q)) => q.iter().map(|q| q.qps).sum(),
-                _ => 0.0,
+            // Each worker's QPS now, for the progress line (the rules take the poll).
+            let qps: Vec<(String, f64)> = match &poll.latest_qps {
+                Some(Ok(q)) => q.iter().map(|q| (q.member_id.clone(), q.qps)).collect(),
+                _ => Vec::new(),
             };
             if let Some(cause) = rules.observe(poll) {
                 return self.fail(cause).await;
@@ -842,24 +877,18 @@ impl Driver<'_> {
                     break;
                 }
             }
-            let (tests, failures) = self
+            let counts = self
                 .store
                 .scenario_counts(&plan.run_id)
                 .await
-                .map(|c| {
-                    c.iter()
-                        .fold((0, 0), |(t, f), (_, s)| (t + s.tests, f + s.failures))
-                })
-                .unwrap_or((0, 0));
-            self.progress.show(&format!(
-                "[{:>5.0}s/{:.0}s] servers {} up, workers {} up, QPS {:.0}, tests {}, failures {}",
-                started.elapsed().as_secs_f64(),
-                plan.duration.as_secs_f64(),
+                .unwrap_or_default();
+            self.progress.show(&progress_line(
+                started.elapsed(),
+                plan.duration,
                 endpoints.len(),
-                plan.clients.len(),
-                total_qps,
-                tests,
-                failures
+                &plan.client_groups(),
+                &qps,
+                &counts,
             ));
         }
 
@@ -1364,4 +1393,47 @@ pub fn prepare(options: &RunOptions) -> Result<(Matrix, String, PathBuf), Driver
     })?;
     let _ = std::fs::copy(&options.matrix, run_dir.join("matrix.yaml"));
     Ok((matrix, run_id, run_dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stress_common::contract::MemberName;
+    use stress_common::status::ScenarioCounts;
+
+    #[test]
+    fn the_progress_line_shows_each_group_s_qps_and_failures() {
+        let name = |n: &str| MemberName::new(n);
+        let groups: BTreeMap<String, Vec<MemberName>> = [
+            ("grpc".to_string(), vec![name("grpc-0"), name("grpc-1")]),
+            ("http".to_string(), vec![name("http-0")]),
+        ]
+        .into();
+        let counts = |tests, failures| ScenarioCounts {
+            tests,
+            failures,
+            ..Default::default()
+        };
+        let line = progress_line(
+            Duration::from_secs(12),
+            Duration::from_secs(60),
+            2,
+            &groups,
+            &[
+                ("grpc-0".into(), 100.0),
+                ("grpc-1".into(), 50.4),
+                ("http-0".into(), 7.0),
+            ],
+            &[
+                ("grpc-0".into(), counts(5, 1)),
+                ("grpc-1".into(), counts(3, 0)),
+                ("http-0".into(), counts(2, 2)),
+            ],
+        );
+        assert_eq!(
+            line,
+            "[   12s/60s] servers up 2 | grpc: 2 workers, QPS 150, tests 8, failures 1 \
+             | http: 1 workers, QPS 7, tests 2, failures 2"
+        );
+    }
 }
