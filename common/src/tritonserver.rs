@@ -212,7 +212,7 @@ impl TritonServer {
             std::fs::create_dir_all(dir)?;
         }
         let log = std::fs::File::create(&spec.log_file)?;
-        let mut command = tokio::process::Command::new(&spec.binary);
+        let mut command = crate::shutdown::command_dying_with_parent(&spec.binary);
         command
             .args(spec.args())
             .envs(spec.env.iter().cloned())

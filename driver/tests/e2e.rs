@@ -2362,3 +2362,61 @@ async fn a_traced_server_gets_a_trace_summary_in_the_report() {
         "{summaries:?}"
     );
 }
+
+/// No orphans: a driver killed with SIGKILL (no chance to stop anything) takes its local
+/// tritonserver and worker with it (their parent-death signal), and a driver that gets a second
+/// SIGTERM while stopping exits at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_driver_leaves_no_server_or_worker_behind() {
+    let _one_run = RUN_LOCK.lock().await;
+    let mut run = start_long_run("e2e-driver-killed").await;
+    let alive = |pid: u32| Path::new(&format!("/proc/{pid}")).exists() && !zombie(pid);
+    signal(run.driver.child.id(), nix::sys::signal::Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while (alive(run.server_pid) || alive(run.worker_pid)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !alive(run.server_pid),
+        "tritonserver {} outlived its driver",
+        run.server_pid
+    );
+    assert!(
+        !alive(run.worker_pid),
+        "worker {} outlived its driver",
+        run.worker_pid
+    );
+    run.driver.try_exit();
+
+    // Twice SIGTERM: the first stops the run cleanly, the second ends the driver at once.
+    let run = start_long_run("e2e-driver-second-signal").await;
+    let driver_pid = run.driver.child.id();
+    signal(driver_pid, nix::sys::signal::Signal::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = Instant::now();
+    signal(driver_pid, nix::sys::signal::Signal::SIGTERM);
+    let mut driver = run.driver;
+    let status = driver.wait(Duration::from_secs(10), false).await;
+    assert!(
+        second.elapsed() < Duration::from_secs(3),
+        "the driver took {:?} after the second SIGTERM",
+        second.elapsed()
+    );
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    assert!(
+        driver.output().contains("a second signal: exiting now"),
+        "{}",
+        driver.output()
+    );
+}
+
+/// Whether a process is a zombie (exited, not yet reaped by its parent).
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}

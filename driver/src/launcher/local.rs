@@ -218,14 +218,16 @@ impl Launcher for LocalLauncher {
             .map_err(|e| member_err(e.to_string()))?;
         let file = std::fs::File::create(&log).map_err(|e| member_err(e.to_string()))?;
         let stdout = file.try_clone().map_err(|e| member_err(e.to_string()))?;
-        let child = tokio::process::Command::new(&binary)
+        let mut command = stress_common::shutdown::command_dying_with_parent(&binary);
+        command
             .args(&args)
             .envs(client.template.env.iter())
             .env(STORE_URL_ENV, &assignment.store_url)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(file)
-            .kill_on_drop(true)
+            .kill_on_drop(true);
+        let child = command
             .spawn()
             .map_err(|e| member_err(format!("starting {}: {e}", binary.display())))?;
         let command = format!(
