@@ -150,6 +150,57 @@ pub struct FailureRecord {
     pub correlation_id: Option<u64>,
     pub expected: String,
     pub actual: String,
+    /// What happened on the wire before the failure (absent: the scenario sends no request
+    /// through the recorded paths, or a record from before forensics existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forensics: Option<Forensics>,
+}
+
+/// A failed test's forensics: enough to tell a client bug from a server bug after the fact.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Forensics {
+    /// Each request of the test, in order (at most [`Forensics::MAX_STEPS`]).
+    pub steps: Vec<WireStep>,
+    /// Steps left out beyond the cap.
+    #[serde(default)]
+    pub steps_left_out: u64,
+    /// The test before this one that used the same correlation id on this worker.
+    pub previous_use: Option<PreviousUse>,
+}
+
+impl Forensics {
+    /// Steps kept per failed test (a sequence is ~16 requests, rarely over 40).
+    pub const MAX_STEPS: usize = 64;
+}
+
+/// One request on the wire.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WireStep {
+    /// When it was sent and its answer (or error) received, µs since the Unix epoch.
+    pub sent_us: i64,
+    pub received_us: i64,
+    pub server: String,
+    pub model: String,
+    pub correlation_id: Option<u64>,
+    /// Sequence flags: `START`, `END`, `START|END`, or empty.
+    pub flags: String,
+    /// FNV-1a 64 of the inputs' names, datatypes, shapes and bytes, in hex.
+    pub input_digest: String,
+    /// `ok`, or the error as the client saw it.
+    pub outcome: String,
+}
+
+/// The previous test on a correlation id: what it was, when it ran, how it ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PreviousUse {
+    pub scenario: String,
+    pub model: String,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    /// `passed`, `failed`, or `skipped`.
+    pub outcome: String,
+    /// Sequence models on which it left the id's sequence open (no END sent).
+    pub left_open: Vec<String>,
 }
 
 impl fmt::Display for FailureRecord {

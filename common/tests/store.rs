@@ -7,8 +7,8 @@ use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
 use stress_common::status::{
-    EventKind, FailureRecord, IntervalCounts, LoadTarget, ModelCounts, Role, ScenarioCounts,
-    StatusSink, StreamCounts, WorkerSnapshot,
+    EventKind, FailureRecord, Forensics, IntervalCounts, LoadTarget, ModelCounts, PreviousUse,
+    Role, ScenarioCounts, StatusSink, StreamCounts, WireStep, WorkerSnapshot,
 };
 use stress_common::store::testing::{self, TestPostgres};
 use stress_common::store::{
@@ -85,10 +85,10 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 8);
+    assert_eq!(store.schema_version().await.unwrap(), 9);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 8);
+    assert_eq!(again.schema_version().await.unwrap(), 9);
     again.close().await;
 
     // ---- runs
@@ -552,6 +552,28 @@ async fn story(url: &str, fresh: bool) {
         correlation_id: Some(u64::MAX),
         expected: "OUTPUT0 = [3]".into(),
         actual: "OUTPUT0 = [4]".into(),
+        // Forensics round-trip: the steps on the wire and the id's previous use.
+        forensics: Some(Forensics {
+            steps: vec![WireStep {
+                sent_us: (t0 + 1000) * 1000,
+                received_us: (t0 + 1000) * 1000 + 250,
+                server: "127.0.0.1:8001".into(),
+                model: "simple_sequence".into(),
+                correlation_id: Some(u64::MAX),
+                flags: "START".into(),
+                input_digest: "00ff00ff00ff00ff".into(),
+                outcome: "ok".into(),
+            }],
+            steps_left_out: 3,
+            previous_use: Some(PreviousUse {
+                scenario: "SequenceNoEnd".into(),
+                model: "simple_sequence".into(),
+                started_ms: t0,
+                ended_ms: t0 + 500,
+                outcome: "passed".into(),
+                left_open: vec!["simple_sequence".into()],
+            }),
+        }),
     };
     let f2 = FailureRecord {
         at_ms: t0 + 1200,
@@ -559,6 +581,7 @@ async fn story(url: &str, fresh: bool) {
         correlation_id: None,
         expected: "200 OK".into(),
         actual: "UNAVAILABLE: \"connection refused\"".into(),
+        forensics: None,
         ..f1.clone()
     };
     assert!(
@@ -659,7 +682,7 @@ async fn story(url: &str, fresh: bool) {
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 8);
+    assert_eq!(store.schema_version().await.unwrap(), 9);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);

@@ -1252,6 +1252,88 @@ fn capacity_plots(out: &mut String, r: &Report) {
     }
 }
 
+/// The listed failures' requests on the wire, each in a collapsible section.
+fn forensics(out: &mut String, r: &Report) {
+    for (i, (member, f)) in r.failures.iter().enumerate() {
+        let Some(fx) = &f.forensics else { continue };
+        let _ = write!(
+            out,
+            "<details class=\"forensics\" id=\"forensics-{i}\"><summary>On the wire: {} {} \
+             at {} ({} steps)</summary>",
+            esc(member),
+            esc(&f.scenario),
+            esc(&format_time(f.at_ms)),
+            fx.steps.len()
+        );
+        match &fx.previous_use {
+            Some(p) => {
+                let _ = write!(
+                    out,
+                    "<p>Previous use of correlation id {}: {} on {} from {} to {}, {}{}.</p>",
+                    f.correlation_id.map_or_else(String::new, |c| c.to_string()),
+                    esc(&p.scenario),
+                    esc(&p.model),
+                    esc(&format_time(p.started_ms)),
+                    esc(&format_time(p.ended_ms)),
+                    esc(&p.outcome),
+                    if p.left_open.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", left a sequence open on {}", esc(&p.left_open.join(", ")))
+                    }
+                );
+            }
+            None if f.correlation_id.is_some() => {
+                out.push_str("<p>No previous use of its correlation id by this worker.</p>");
+            }
+            None => {}
+        }
+        let rows: Vec<(String, String)> = fx
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(k, st)| {
+                (
+                    if st.outcome == "ok" {
+                        String::new()
+                    } else {
+                        "fail".into()
+                    },
+                    [
+                        num(k + 1),
+                        td(&st.flags),
+                        td(&format_time(st.sent_us.div_euclid(1000))),
+                        num(format!(
+                            "{:.3}",
+                            (st.received_us - st.sent_us) as f64 / 1000.0
+                        )),
+                        td(&st.server),
+                        td(&st.model),
+                        num(st
+                            .correlation_id
+                            .map_or_else(String::new, |c| c.to_string())),
+                        td(&st.input_digest),
+                        td(&st.outcome),
+                    ]
+                    .concat(),
+                )
+            })
+            .collect();
+        table(
+            out,
+            "wire",
+            &[
+                "Step", "Flags", "Sent", "ms", "Server", "Model", "Id", "Inputs", "Outcome",
+            ],
+            &rows,
+        );
+        if fx.steps_left_out > 0 {
+            let _ = write!(out, "<p>{} more steps not kept.</p>", fx.steps_left_out);
+        }
+        out.push_str("</details>\n");
+    }
+}
+
 fn failures(out: &mut String, r: &Report) {
     out.push_str("<h2 id=\"failures\">Failures</h2>\n");
     if r.failures.is_empty() {
@@ -1300,6 +1382,7 @@ fn failures(out: &mut String, r: &Report) {
             ],
             &rows,
         );
+        forensics(out, r);
     }
     if r.failed_members.is_empty() {
         return;
@@ -1787,6 +1870,53 @@ mod tests {
             html.contains("<tr class=\"fail\"><td>&lt;b&gt;m"),
             "a mismatch is marked"
         );
+    }
+
+    #[test]
+    fn a_failure_s_steps_on_the_wire_are_a_collapsed_escaped_table() {
+        use stress_common::status::{FailureRecord, Forensics, WireStep};
+        let mut r = Report::default();
+        let step = |outcome: &str| WireStep {
+            sent_us: 1_000_000,
+            received_us: 1_002_500,
+            server: "s:1".into(),
+            model: "seq".into(),
+            correlation_id: Some(7),
+            flags: "START".into(),
+            input_digest: "0123456789abcdef".into(),
+            outcome: outcome.into(),
+        };
+        r.failures = vec![(
+            "c-0".into(),
+            FailureRecord {
+                correlation_id: Some(7),
+                forensics: Some(Forensics {
+                    steps: vec![step("ok"), step("<b>must specify the START flag</b>")],
+                    steps_left_out: 0,
+                    previous_use: None,
+                }),
+                ..Default::default()
+            },
+        )];
+        let html = render(&r);
+        let section = html
+            .split("<details class=\"forensics\"")
+            .nth(1)
+            .expect(&html);
+        assert!(section.contains("(2 steps)"), "{section}");
+        assert!(
+            section.contains("No previous use of its correlation id"),
+            "{section}"
+        );
+        assert!(
+            section.contains("<td class=\"num\">2.500</td>"),
+            "{section}"
+        );
+        assert!(
+            section.contains("<tr class=\"fail\"><td class=\"num\">2</td>"),
+            "the failed step is marked: {section}"
+        );
+        assert!(section.contains("&lt;b&gt;must specify"), "{section}");
     }
 
     #[test]

@@ -857,14 +857,89 @@ impl Report {
                 self.failures.len(),
                 self.failure_count
             );
-            for (member, f) in &self.failures {
+            for (i, (member, f)) in self.failures.iter().enumerate() {
                 let _ = writeln!(out, "{member}: {f}");
+                // The first few with their requests on the wire (report.json has them all).
+                if i < FORENSICS_SHOWN
+                    && let Some(forensics) = &f.forensics
+                {
+                    render_forensics(&mut out, f, forensics);
+                }
             }
         }
         for m in &self.failed_members {
             render_failed_member(&mut out, m);
         }
         out
+    }
+}
+
+/// Failures shown in report.txt with their forensics.
+const FORENSICS_SHOWN: usize = 5;
+
+/// A failed test's requests on the wire and the previous use of its correlation id, indented
+/// under its failure line.
+fn render_forensics(
+    out: &mut String,
+    f: &FailureRecord,
+    forensics: &stress_common::status::Forensics,
+) {
+    let clock = |us: i64| {
+        let t = format_time(us.div_euclid(1000));
+        // HH:MM:SS.mmm plus the µs.
+        let time = t
+            .split(' ')
+            .nth(1)
+            .unwrap_or(&t)
+            .trim_end_matches('Z')
+            .to_string();
+        format!("{time}{:03}", us.rem_euclid(1000))
+    };
+    if let Some(p) = &forensics.previous_use {
+        let _ = writeln!(
+            out,
+            "  previous use of its correlation id: {} on {} {}–{}, {}{}",
+            p.scenario,
+            if p.model.is_empty() { "?" } else { &p.model },
+            clock(p.started_ms * 1000),
+            clock(p.ended_ms * 1000),
+            p.outcome,
+            if p.left_open.is_empty() {
+                String::new()
+            } else {
+                format!(", left a sequence open on {}", p.left_open.join(", "))
+            }
+        );
+    } else if f.correlation_id.is_some() {
+        let _ = writeln!(
+            out,
+            "  previous use of its correlation id: none by this worker"
+        );
+    }
+    for (i, s) in forensics.steps.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  step {:>2} {:<9} sent {} answered {} ({:.3} ms) {} {}{} inputs {}: {}",
+            i + 1,
+            s.flags,
+            clock(s.sent_us),
+            clock(s.received_us),
+            (s.received_us - s.sent_us) as f64 / 1000.0,
+            s.server,
+            s.model,
+            s.correlation_id
+                .map(|c| format!(" id {c}"))
+                .unwrap_or_default(),
+            s.input_digest,
+            s.outcome
+        );
+    }
+    if forensics.steps_left_out > 0 {
+        let _ = writeln!(
+            out,
+            "  ... {} more steps not kept",
+            forensics.steps_left_out
+        );
     }
 }
 

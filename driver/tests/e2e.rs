@@ -2420,3 +2420,58 @@ fn zombie(pid: u32) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// A failed sequence carries its forensics: each step on the wire (times, server, correlation
+/// id, flags, input digest, what came back) and the previous use of its correlation id, in
+/// report.json and report.txt. The faulty twin sequence_faulty answers running sum + 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sequence_carries_its_steps_on_the_wire() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = repo_root().join("models-faulty").display().to_string();
+    let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
+        m.run.slo.clear();
+        for template in m.server_templates.values_mut() {
+            template.model_repositories.push(faulty.clone());
+        }
+        for template in m.client_templates.values_mut() {
+            template.scenarios = Some([("SequenceValid".to_string(), 1)].into_iter().collect());
+            template.extra_args = vec!["--sequence-models".into(), "sequence_faulty".into()];
+        }
+    });
+    let run_id = "e2e-forensics";
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, run_id, "30s").await;
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let (member, failure) = (
+        report["failures"][0][0].clone(),
+        report["failures"][0][1].clone(),
+    );
+    assert_eq!(member, WORKER, "{report:#}");
+    assert_eq!(failure["model"], "sequence_faulty", "{failure:#}");
+    let steps = failure["forensics"]["steps"].as_array().expect("forensics");
+    // The first step's answer came back (wrong): the step is on the wire, with START.
+    let first = &steps[0];
+    assert_eq!(first["flags"], "START", "{failure:#}");
+    assert_eq!(first["outcome"], "ok", "{failure:#}");
+    assert_eq!(
+        first["correlation_id"], failure["correlation_id"],
+        "{failure:#}"
+    );
+    assert_eq!(first["model"], "sequence_faulty");
+    assert_eq!(first["input_digest"].as_str().unwrap().len(), 16);
+    let sent = first["sent_us"].as_i64().unwrap();
+    let received = first["received_us"].as_i64().unwrap();
+    assert!(sent > 0 && received >= sent, "{first:#}");
+    assert!(
+        (received / 1000 - failure["at_ms"].as_i64().unwrap()).abs() < 5_000,
+        "the step is the failure's: {failure:#}"
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("  step  1 START"), "{text}");
+    assert!(
+        text.contains("previous use of its correlation id:"),
+        "{text}"
+    );
+}

@@ -19,7 +19,9 @@ use stress_common::interval::{IntervalTracker, series_interval};
 use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
 use stress_common::retry::{RetryPolicy, retry};
 use stress_common::scenario::Scenario;
-use stress_common::status::{EventKind, FailureRecord, SinkError, StatusSink, WorkerSnapshot};
+use stress_common::status::{
+    EventKind, FailureRecord, Forensics, PreviousUse, SinkError, StatusSink, WorkerSnapshot,
+};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
@@ -420,7 +422,7 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
         .map(|c| ClientContext {
             correlation_id: base + c,
             server: (index * CORR_IDS_PER_STREAM as usize + c as usize) % shared.clients.len(),
-            open_sequences: Default::default(),
+            ..Default::default()
         })
         .collect();
     let mut failures_in_a_row: u32 = 0;
@@ -453,7 +455,9 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             cancel: &stop,
             images: &shared.images,
             model: String::new(),
+            wire: Default::default(),
         };
+        let started_ms = stress_common::now_ms();
         let outcome = {
             let test = scenarios::run(&mut env);
             tokio::pin!(test);
@@ -462,6 +466,30 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
                 _ = stop.cancelled() => tokio::time::timeout(config.drain_timeout, &mut test).await.ok(),
             }
         };
+        // What the next test on this id will see as its previous use.
+        let this_use = |outcome: &str, context: &ClientContext, model: &str| PreviousUse {
+            scenario: scenario.name().to_string(),
+            model: model.to_string(),
+            started_ms,
+            ended_ms: stress_common::now_ms(),
+            outcome: outcome.to_string(),
+            left_open: {
+                let mut open: Vec<String> = context.open_sequences.iter().cloned().collect();
+                open.sort();
+                open
+            },
+        };
+        let finished = match &outcome {
+            Some(Outcome::Passed) => Some("passed"),
+            Some(Outcome::Failed(_)) => Some("failed"),
+            Some(Outcome::Skipped(_)) => Some("skipped"),
+            None => None,
+        };
+        let (steps, steps_left_out) = env.wire.take();
+        let previous_use = env.context.last_test.take();
+        if let Some(done) = finished {
+            env.context.last_test = Some(this_use(done, env.context, &env.model));
+        }
         match outcome {
             // Stopped mid-test and not finished within the drain timeout: not counted.
             None => break,
@@ -475,7 +503,12 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             }
             Some(Outcome::Failed(failure)) => {
                 failures_in_a_row = failures_in_a_row.saturating_add(1);
-                let record = failure.into_record(scenario, client.address());
+                let mut record = failure.into_record(scenario, client.address());
+                record.forensics = Some(Forensics {
+                    steps,
+                    steps_left_out,
+                    previous_use,
+                });
                 tracing::warn!("{record}");
                 shared.stats.test_failed(scenario, &record);
                 if let Err(e) = shared.sink.failure(&record).await {

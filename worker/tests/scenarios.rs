@@ -150,6 +150,7 @@ async fn assert_no_start_skips_open_sequences(label: &str, client: &Arc<dyn Trit
         correlation_id: 999_999,
         server: 0,
         open_sequences: HashSet::from(["sequence_nobatch".to_string()]),
+        last_test: None,
     };
     let images = ImageBatch::new(&settings.image_model, settings.image_batch).expect("images");
     let cancel = tokio_util::sync::CancellationToken::new();
@@ -163,6 +164,7 @@ async fn assert_no_start_skips_open_sequences(label: &str, client: &Arc<dyn Trit
         cancel: &cancel,
         images: &images,
         model: String::new(),
+        wire: Default::default(),
     };
     match worker::scenarios::run(&mut env).await {
         Outcome::Skipped(reason) => assert!(

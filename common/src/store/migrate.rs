@@ -81,6 +81,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0008_trace_summaries.sql"),
         postgres: include_str!("../../migrations/postgres/0008_trace_summaries.sql"),
     },
+    Migration {
+        version: 9,
+        name: "failure_forensics",
+        sqlite: include_str!("../../migrations/sqlite/0009_failure_forensics.sql"),
+        postgres: include_str!("../../migrations/postgres/0009_failure_forensics.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

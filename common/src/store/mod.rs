@@ -43,7 +43,7 @@
 //! | `baselines` | `name` | `run_id`, `pinned_at_ms` | [`Store::pin_baseline`] (replaces: `driver baseline set`) |
 //! | `comparisons` | `run_id` | `details` (JSON: baseline, threshold, findings), `updated_at_ms` | [`Store::save_comparison`] (replaces) |
 //! | `trace_summaries` | `run_id, member_id` | `details` (JSON: a server's trace summary) | [`Store::save_trace_summary`] (replaces) |
-//! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual` | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
+//! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual`, `forensics`? (JSON of `status::Forensics`) | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
 //! | `failure_totals` | `run_id, member_id` | `total`: every failure reported, kept or not | [`Store::record_failure`] |
 //! | `diagnostics` | `run_id, member_id` | `details` (JSON text), `updated_at_ms` | [`Store::save_diagnostics`] (replaces) |
 //! | `stress_schema_migrations` | `version` | `name`, `checksum`, `applied_at_ms` | [`Store::connect`] |
@@ -1134,8 +1134,8 @@ impl Store {
         if keep {
             sqlx::query(
                 "INSERT INTO failures (run_id, member_id, at_ms, scenario, server, model,
-                                       correlation_id, expected, actual)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                                       correlation_id, expected, actual, forensics)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             )
             .bind(run_id)
             .bind(member_id)
@@ -1146,6 +1146,12 @@ impl Store {
             .bind(failure.correlation_id.map(to_db))
             .bind(&failure.expected)
             .bind(&failure.actual)
+            .bind(
+                failure
+                    .forensics
+                    .as_ref()
+                    .map(|f| serde_json::to_string(f).expect("plain data serialises")),
+            )
             .execute(&mut *tx)
             .await
             .map_err(self.db(OP))?;
@@ -1156,6 +1162,7 @@ impl Store {
 
     /// The kept failure records of the run, in the order they were recorded.
     pub async fn failures(&self, run_id: &str) -> Result<Vec<(String, FailureRecord)>> {
+        const OP: &str = "failures";
         type Row = (
             String,
             i64,
@@ -1165,34 +1172,40 @@ impl Store {
             Option<i64>,
             String,
             String,
+            Option<String>,
         );
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT member_id, at_ms, scenario, server, model, correlation_id, expected, actual
+            "SELECT member_id, at_ms, scenario, server, model, correlation_id, expected, actual,
+                    forensics
              FROM failures WHERE run_id = $1 ORDER BY id",
         )
         .bind(run_id)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.db("failures"))?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(member_id, at_ms, scenario, server, model, correlation_id, expected, actual)| {
-                    (
-                        member_id,
-                        FailureRecord {
-                            at_ms,
-                            scenario,
-                            server,
-                            model,
-                            correlation_id: correlation_id.map(from_db),
-                            expected,
-                            actual,
-                        },
-                    )
-                },
-            )
-            .collect())
+        .map_err(self.db(OP))?;
+        rows.into_iter()
+            .map(|row| {
+                let (member_id, at_ms, scenario, server, model, corr, expected, actual, forensics) =
+                    row;
+                let forensics = forensics
+                    .map(|f| serde_json::from_str(&f))
+                    .transpose()
+                    .map_err(|e| self.corrupt(OP, format!("forensics of a failure: {e}")))?;
+                Ok((
+                    member_id,
+                    FailureRecord {
+                        at_ms,
+                        scenario,
+                        server,
+                        model,
+                        correlation_id: corr.map(from_db),
+                        expected,
+                        actual,
+                        forensics,
+                    },
+                ))
+            })
+            .collect()
     }
 
     /// (member_id, failures reported) per member, kept or not, by member id. A member reported

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use stress_common::scenario::Scenario;
-use stress_common::status::FailureRecord;
+use stress_common::status::{FailureRecord, Forensics, WireStep};
 use tokio_util::sync::CancellationToken;
 
 /// What one test found.
@@ -65,8 +65,67 @@ impl Failure {
             correlation_id: self.correlation_id,
             expected: self.expected,
             actual: self.actual,
+            forensics: None,
         }
     }
+}
+
+/// A test's requests on the wire, for its failure's forensics (bounded: the first
+/// [`Forensics::MAX_STEPS`] are kept, the rest counted).
+#[derive(Debug, Default)]
+pub struct WireLog {
+    steps: std::sync::Mutex<(Vec<WireStep>, u64)>,
+}
+
+impl WireLog {
+    fn push(&self, step: WireStep) {
+        let mut steps = self.steps.lock().unwrap_or_else(|e| e.into_inner());
+        if steps.0.len() < Forensics::MAX_STEPS {
+            steps.0.push(step);
+        } else {
+            steps.1 += 1;
+        }
+    }
+
+    /// The steps so far and how many were left out; the log is empty after.
+    pub fn take(&self) -> (Vec<WireStep>, u64) {
+        std::mem::take(&mut *self.steps.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// When a request left: the clock for its latency and the wall time for its forensics.
+#[derive(Debug, Clone, Copy)]
+pub struct Sent {
+    at: Instant,
+    wall_us: i64,
+}
+
+fn wall_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// FNV-1a 64 of a request's inputs (names, datatypes, shapes and bytes), in hex: two steps
+/// with the same digest sent the same tensors.
+pub fn input_digest(request: &InferRequest) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for t in &request.inputs {
+        eat(t.name.as_bytes());
+        eat(t.datatype.as_str().as_bytes());
+        for d in &t.shape {
+            eat(&d.to_le_bytes());
+        }
+        eat(&t.data);
+    }
+    format!("{h:016x}")
 }
 
 pub use stress_common::contract::LoadMode;
@@ -217,12 +276,14 @@ pub const MAX_IN_FLIGHT: usize = 4096;
 
 /// Per correlation id state (upstream: one of the 10 clients of a stress thread). Each context is
 /// bound to one server, so "the last sequence on this id" is well defined.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ClientContext {
     pub correlation_id: u64,
     pub server: usize,
     /// Sequence models on which this id's last sequence was left open.
     pub open_sequences: HashSet<String>,
+    /// The last test on this id (a failure's forensics name it).
+    pub last_test: Option<stress_common::status::PreviousUse>,
 }
 
 /// What a scenario gets for one test.
@@ -235,6 +296,8 @@ pub struct TestEnv<'a> {
     pub context: &'a mut ClientContext,
     pub cancel: &'a CancellationToken,
     pub images: &'a image::ImageBatch,
+    /// The test's requests on the wire (for a failure's forensics).
+    pub wire: WireLog,
     /// The model this test exercises, for the per-model counts: set by [`run`] for the
     /// scenarios with one model, by the scenario itself where it picks one.
     pub model: String,
@@ -243,15 +306,55 @@ pub struct TestEnv<'a> {
 impl TestEnv<'_> {
     /// Sends one request, counting it and its latency.
     pub async fn infer(&self, request: &InferRequest) -> Result<InferResponse, ClientError> {
-        let started = Instant::now();
+        let sent = self.sending();
         let result = self.client.infer(request).await;
+        self.answered(request, sent, &result);
+        result
+    }
+
+    /// Marks a request leaving now (see [`Self::answered`]).
+    pub fn sending(&self) -> Sent {
+        Sent {
+            at: Instant::now(),
+            wall_us: wall_us(),
+        }
+    }
+
+    /// Counts a request sent at `sent` (its latency when it was answered) and logs it on the
+    /// test's wire log.
+    pub fn answered<T>(&self, request: &InferRequest, sent: Sent, result: &Result<T, ClientError>) {
+        let outcome = match result {
+            Ok(_) => "ok".to_string(),
+            Err(e) => e.to_string(),
+        };
+        self.log_request(request, sent, result.is_ok(), outcome);
+    }
+
+    /// Counts a request sent at `sent` (with its latency when `timed`: answered as the test
+    /// expects) and logs it with its `outcome` on the test's wire log.
+    pub fn log_request(&self, request: &InferRequest, sent: Sent, timed: bool, outcome: String) {
         self.stats.request(
             self.scenario,
             &request.model,
             self.client.address(),
-            result.is_ok().then(|| started.elapsed()),
+            timed.then(|| sent.at.elapsed()),
         );
-        result
+        let flags = request.sequence.as_ref().map(|f| match (f.start, f.end) {
+            (true, true) => "START|END",
+            (true, false) => "START",
+            (false, true) => "END",
+            (false, false) => "",
+        });
+        self.wire.push(WireStep {
+            sent_us: sent.wall_us,
+            received_us: wall_us(),
+            server: self.client.address().to_string(),
+            model: request.model.clone(),
+            correlation_id: request.sequence.as_ref().map(|f| f.id),
+            flags: flags.unwrap_or_default().to_string(),
+            input_digest: input_digest(request),
+            outcome,
+        });
     }
 
     /// Server liveness and readiness and the model's readiness after a disruptive test.
@@ -355,6 +458,7 @@ pub async fn run_single(
         correlation_id,
         server: 0,
         open_sequences: HashSet::new(),
+        last_test: None,
     };
     let images = match image::ImageBatch::new(&settings.image_model, settings.image_batch) {
         Ok(i) => i,
@@ -386,6 +490,7 @@ pub async fn run_single(
         cancel: &cancel,
         images: &images,
         model: String::new(),
+        wire: WireLog::default(),
     };
     let outcome = run(&mut env).await;
     (outcome, stats)

@@ -10,7 +10,6 @@ use crate::client::{InferRequest, RequestedOutput, SequenceFlags};
 use crate::tensor::Tensor;
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
-use std::time::Instant;
 use stress_common::scenario::Scenario;
 
 /// The text Triton answers a request without START on a sequence id it does not know.
@@ -96,14 +95,10 @@ async fn check_steps(
             string_id: false,
         };
         sum = sum.wrapping_add(v);
-        let started = Instant::now();
-        let result = session.infer(&request(model, batched, v, flags, env)).await;
-        env.stats.request(
-            env.scenario,
-            model,
-            env.client.address(),
-            result.is_ok().then(|| started.elapsed()),
-        );
+        let step = request(model, batched, v, flags, env);
+        let sent = env.sending();
+        let result = session.infer(&step).await;
+        env.answered(&step, sent, &result);
         let response = result.map_err(|e| {
             fail(
                 format!("a response to step {} of {}", i + 1, values.len()),
@@ -196,20 +191,19 @@ async fn no_start(env: &TestEnv<'_>, model: &str, batched: bool) -> Result<(), F
         end: true,
         string_id: false,
     };
-    let started = Instant::now();
     let mut session = env.client.sequence_session().await.map_err(|e| {
         Failure::new(model, "a sequence stream", e.to_string()).with_correlation_id(id)
     })?;
-    let result = session
-        .infer(&request(model, batched, value, flags, env))
-        .await;
+    let step = request(model, batched, value, flags, env);
+    let sent = env.sending();
+    let result = session.infer(&step).await;
     session.close().await;
-    env.stats.request(
-        env.scenario,
-        model,
-        env.client.address(),
-        Some(started.elapsed()),
-    );
+    // The error is this scenario's answer: timed like one, logged with the error.
+    let outcome = match &result {
+        Ok(_) => "ok".to_string(),
+        Err(e) => e.to_string(),
+    };
+    env.log_request(&step, sent, true, outcome);
     match result {
         Err(e) if e.to_string().contains(START_FLAG_ERROR) => Ok(()),
         Err(e) => Err(Failure::new(

@@ -17,7 +17,6 @@ use rand::Rng;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Mutex;
-use std::time::Instant;
 
 /// Where a model's sequences come from.
 #[derive(Debug, Clone, PartialEq)]
@@ -112,14 +111,9 @@ pub async fn run(env: &mut TestEnv<'_>, planned: &PlannedModel, tolerance: f64) 
             string_id,
         });
         request.timeout = Some(env.settings.request_timeout);
-        let started = Instant::now();
+        let sent = env.sending();
         let response = session.infer(&request).await;
-        env.stats.request(
-            env.scenario,
-            &request.model,
-            env.client.address(),
-            response.is_ok().then(|| started.elapsed()),
-        );
+        env.answered(&request, sent, &response);
         result = check_step(planned, k, (pick.key, i, end), response, tolerance).map_err(|f| {
             Failure {
                 expected: format!("{} (step {} of {n})", f.expected, i + 1),
