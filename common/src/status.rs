@@ -166,6 +166,10 @@ pub struct Forensics {
     pub steps_left_out: u64,
     /// The test before this one that used the same correlation id on this worker.
     pub previous_use: Option<PreviousUse>,
+    /// The server's log lines around the failure (filled in by the driver's report from the
+    /// excerpts it saved; the worker cannot see them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_log: Vec<String>,
 }
 
 impl Forensics {

@@ -85,10 +85,10 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 9);
+    assert_eq!(store.schema_version().await.unwrap(), 10);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 9);
+    assert_eq!(again.schema_version().await.unwrap(), 10);
     again.close().await;
 
     // ---- runs
@@ -452,6 +452,28 @@ async fn story(url: &str, fresh: bool) {
         store.slo_results(&run_id).await.unwrap(),
         [verdict("a", true), verdict("b", true)]
     );
+    // Log excerpts: per server and window, replaced, read back by member and time.
+    let lines = |n: usize| (0..n).map(|i| format!("line {i}")).collect::<Vec<_>>();
+    store
+        .save_log_excerpt(&run_id, "server-0", t0 + 2000, t0 + 3000, &lines(1))
+        .await
+        .unwrap();
+    store
+        .save_log_excerpt(&run_id, "server-0", t0 + 1000, t0 + 2000, &lines(3))
+        .await
+        .unwrap();
+    store
+        .save_log_excerpt(&run_id, "server-0", t0 + 2000, t0 + 3500, &lines(2))
+        .await
+        .unwrap();
+    let excerpts = store.log_excerpts(&run_id).await.unwrap();
+    assert_eq!(
+        excerpts
+            .iter()
+            .map(|e| (e.from_ms - t0, e.to_ms - t0, e.lines.len()))
+            .collect::<Vec<_>>(),
+        [(1000, 2000, 3), (2000, 3500, 2)]
+    );
     // Trace summaries: one per server, replaced.
     let summary = |traces: u64| serde_json::json!({"rows": [{"model": "m", "traces": traces}]});
     for (member, traces) in [("server-1", 1), ("server-0", 2), ("server-0", 3)] {
@@ -573,6 +595,7 @@ async fn story(url: &str, fresh: bool) {
                 outcome: "passed".into(),
                 left_open: vec!["simple_sequence".into()],
             }),
+            server_log: Vec::new(),
         }),
     };
     let f2 = FailureRecord {
@@ -682,7 +705,7 @@ async fn story(url: &str, fresh: bool) {
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 9);
+    assert_eq!(store.schema_version().await.unwrap(), 10);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);

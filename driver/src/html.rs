@@ -1330,6 +1330,13 @@ fn forensics(out: &mut String, r: &Report) {
         if fx.steps_left_out > 0 {
             let _ = write!(out, "<p>{} more steps not kept.</p>", fx.steps_left_out);
         }
+        if !fx.server_log.is_empty() {
+            let _ = write!(
+                out,
+                "<p>The server's log around it:</p><pre class=\"log\">{}</pre>",
+                esc(&fx.server_log.join("\n"))
+            );
+        }
         out.push_str("</details>\n");
     }
 }
@@ -1894,6 +1901,7 @@ mod tests {
                     steps: vec![step("ok"), step("<b>must specify the START flag</b>")],
                     steps_left_out: 0,
                     previous_use: None,
+                    server_log: Vec::new(),
                 }),
                 ..Default::default()
             },

@@ -616,6 +616,24 @@ impl Report {
         let mut failures = store.failures(run_id).await?;
         failed_members.sort_by_key(|f| f.failed_at_ms);
         failures.sort_by_key(|(_, f)| f.at_ms);
+        // Each failure's forensics get the log lines of the server it went to, around it.
+        let excerpts = store.log_excerpts(run_id).await?;
+        for (_, f) in &mut failures {
+            let Some(forensics) = &mut f.forensics else {
+                continue;
+            };
+            if let Some(e) = excerpts.iter().find(|e| {
+                e.from_ms <= f.at_ms
+                    && f.at_ms <= e.to_ms
+                    && member_addresses(&members, &e.member_id).contains(&f.server)
+            }) {
+                forensics.server_log = e
+                    .lines
+                    .iter()
+                    .map(|l| format!("{}: {l}", e.member_id))
+                    .collect();
+            }
+        }
         let analysis = crate::rootcause::analyze(
             &failed_members
                 .iter()
@@ -940,6 +958,12 @@ fn render_forensics(
             "  ... {} more steps not kept",
             forensics.steps_left_out
         );
+    }
+    if !forensics.server_log.is_empty() {
+        let _ = writeln!(out, "  the server's log around it:");
+    }
+    for line in &forensics.server_log {
+        let _ = writeln!(out, "  > {line}");
     }
 }
 

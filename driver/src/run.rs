@@ -319,6 +319,7 @@ pub async fn run(
         launcher.stop_all(FAILURE_STOP_GRACE).await;
     }
     save_diagnostics(&store, launcher, &plan).await;
+    save_failure_logs(&store, launcher, &plan).await;
     save_trace_summaries(&store, run_dir, &plan).await;
     store
         .finish_run(run_id, verdict.as_str(), stress_common::now_ms())
@@ -421,6 +422,50 @@ async fn scrape_server_metrics(
             if let Err(e) = store.save_diagnostics(run_id, s, &d.to_json()).await {
                 tracing::warn!("server metrics of {s} not recorded: {e}");
             }
+        }
+    }
+}
+
+/// Failures whose server's log lines are saved for their forensics (the report shows the
+/// first few in detail).
+const FAILURE_LOG_EXCERPTS: usize = 5;
+/// The window of a failure's log excerpt: from a little before (the server may have logged
+/// the cause first) to a moment after.
+const FAILURE_LOG_BEFORE_MS: i64 = 3_000;
+const FAILURE_LOG_AFTER_MS: i64 = 1_000;
+
+/// Saves the log lines of the server each of the first failures went to, around its time,
+/// while the logs can still be read (before cleanup deletes pods).
+async fn save_failure_logs(store: &Store, launcher: &mut dyn Launcher, plan: &RunPlan) {
+    let Ok(failures) = store.failures(&plan.run_id).await else {
+        return;
+    };
+    let Ok(members) = store.members(&plan.run_id).await else {
+        return;
+    };
+    let mut failures: Vec<_> = failures.into_iter().map(|(_, f)| f).collect();
+    failures.sort_by_key(|f| f.at_ms);
+    for f in failures.iter().take(FAILURE_LOG_EXCERPTS) {
+        let Some(server) = members.iter().find(|m| {
+            m.role == stress_common::status::Role::Server
+                && m.address
+                    .split_whitespace()
+                    .any(|a| a.split_once('=').is_some_and(|(_, addr)| addr == f.server))
+        }) else {
+            continue;
+        };
+        let (from, to) = (
+            f.at_ms - FAILURE_LOG_BEFORE_MS,
+            f.at_ms + FAILURE_LOG_AFTER_MS,
+        );
+        let lines = launcher
+            .server_log_between(&server.member_id, from, to)
+            .await;
+        if let Err(e) = store
+            .save_log_excerpt(&plan.run_id, &server.member_id, from, to, &lines)
+            .await
+        {
+            tracing::warn!("log excerpt of {} not recorded: {e}", server.member_id);
         }
     }
 }

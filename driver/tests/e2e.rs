@@ -2422,8 +2422,8 @@ fn zombie(pid: u32) -> bool {
 }
 
 /// A failed sequence carries its forensics: each step on the wire (times, server, correlation
-/// id, flags, input digest, what came back) and the previous use of its correlation id, in
-/// report.json and report.txt. The faulty twin sequence_faulty answers running sum + 1.
+/// id, flags, input digest, what came back), the previous use of its correlation id and the
+/// server's log lines around it, in report.json and report.txt. The faulty twin sequence_faulty answers running sum + 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_sequence_carries_its_steps_on_the_wire() {
     let _one_run = RUN_LOCK.lock().await;
@@ -2434,6 +2434,8 @@ async fn a_failed_sequence_carries_its_steps_on_the_wire() {
         m.run.slo.clear();
         for template in m.server_templates.values_mut() {
             template.model_repositories.push(faulty.clone());
+            // Verbose: the server logs every request, so the failure has lines around it.
+            template.args = vec!["--log-verbose=1".into()];
         }
         for template in m.client_templates.values_mut() {
             template.scenarios = Some([("SequenceValid".to_string(), 1)].into_iter().collect());
@@ -2468,8 +2470,20 @@ async fn a_failed_sequence_carries_its_steps_on_the_wire() {
         (received / 1000 - failure["at_ms"].as_i64().unwrap()).abs() < 5_000,
         "the step is the failure's: {failure:#}"
     );
+    // The server's log lines around it, from the server it went to.
+    let log = failure["forensics"]["server_log"]
+        .as_array()
+        .expect("server log");
+    assert!(!log.is_empty(), "{failure:#}");
+    for line in log {
+        assert!(
+            line.as_str().unwrap().starts_with(&format!("{SERVER}: ")),
+            "{line}"
+        );
+    }
     let text = read(&run_dir.join("report.txt"));
     assert!(text.contains("  step  1 START"), "{text}");
+    assert!(text.contains("the server's log around it:"), "{text}");
     assert!(
         text.contains("previous use of its correlation id:"),
         "{text}"

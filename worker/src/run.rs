@@ -508,6 +508,7 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
                     steps,
                     steps_left_out,
                     previous_use,
+                    server_log: Vec::new(),
                 });
                 tracing::warn!("{record}");
                 shared.stats.test_failed(scenario, &record);

@@ -87,6 +87,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0009_failure_forensics.sql"),
         postgres: include_str!("../../migrations/postgres/0009_failure_forensics.sql"),
     },
+    Migration {
+        version: 10,
+        name: "log_excerpts",
+        sqlite: include_str!("../../migrations/sqlite/0010_log_excerpts.sql"),
+        postgres: include_str!("../../migrations/postgres/0010_log_excerpts.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -42,6 +42,7 @@
 //! | `slo_results` | `run_id, position` | `details` (JSON: the rule, observed value, ok, window), `updated_at_ms` | [`Store::save_slo_results`] (replaces the run's) |
 //! | `baselines` | `name` | `run_id`, `pinned_at_ms` | [`Store::pin_baseline`] (replaces: `driver baseline set`) |
 //! | `comparisons` | `run_id` | `details` (JSON: baseline, threshold, findings), `updated_at_ms` | [`Store::save_comparison`] (replaces) |
+//! | `log_excerpts` | `run_id, member_id, from_ms` | `to_ms`, `lines` (JSON array: a server's log lines around a failure) | [`Store::save_log_excerpt`] (replaces) |
 //! | `trace_summaries` | `run_id, member_id` | `details` (JSON: a server's trace summary) | [`Store::save_trace_summary`] (replaces) |
 //! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual`, `forensics`? (JSON of `status::Forensics`) | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
 //! | `failure_totals` | `run_id, member_id` | `total`: every failure reported, kept or not | [`Store::record_failure`] |
@@ -151,6 +152,15 @@ pub struct NewRun {
     /// How the members were launched (e.g. `local`, `kubernetes`).
     pub launcher: String,
     pub started_at_ms: i64,
+}
+
+/// A server's log lines over a time window (see [`Store::save_log_excerpt`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogExcerpt {
+    pub member_id: String,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub lines: Vec<String>,
 }
 
 /// A run as stored.
@@ -1436,6 +1446,59 @@ impl Store {
                 .map_err(|e| self.corrupt("comparison", format!("not JSON: {e}")))
         })
         .transpose()
+    }
+
+    // ---- log excerpts ----------------------------------------------------------------------
+
+    /// Saves (replaces) a server's log lines of `[from_ms, to_ms]`.
+    pub async fn save_log_excerpt(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+        lines: &[String],
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO log_excerpts (run_id, member_id, from_ms, to_ms, lines)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (run_id, member_id, from_ms) DO UPDATE SET
+                 to_ms = excluded.to_ms, lines = excluded.lines",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .bind(from_ms)
+        .bind(to_ms)
+        .bind(serde_json::to_string(lines).expect("strings serialise"))
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("save_log_excerpt"))?;
+        Ok(())
+    }
+
+    /// The run's log excerpts: (member, from_ms, to_ms, lines), by member and time.
+    pub async fn log_excerpts(&self, run_id: &str) -> Result<Vec<LogExcerpt>> {
+        const OP: &str = "log_excerpts";
+        let rows: Vec<(String, i64, i64, String)> = sqlx::query_as(
+            "SELECT member_id, from_ms, to_ms, lines FROM log_excerpts WHERE run_id = $1
+             ORDER BY member_id, from_ms",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        rows.into_iter()
+            .map(|(member_id, from_ms, to_ms, lines)| {
+                let lines = serde_json::from_str(&lines)
+                    .map_err(|e| self.corrupt(OP, format!("an excerpt of {member_id}: {e}")))?;
+                Ok(LogExcerpt {
+                    member_id,
+                    from_ms,
+                    to_ms,
+                    lines,
+                })
+            })
+            .collect()
     }
 
     // ---- trace summaries -------------------------------------------------------------------

@@ -165,6 +165,10 @@ impl Launcher for LocalLauncher {
             spec.extra_args.extend(trace.args());
         }
         spec.env = t.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        // Triton stamps its log lines with local time: UTC, so failures find their lines.
+        if !t.env.contains_key("TZ") {
+            spec.env.push(("TZ".into(), "UTC".into()));
+        }
         let started = TritonServer::start(spec)
             .await
             .map_err(|e| member_err(e.to_string()))?;
@@ -374,6 +378,29 @@ impl Launcher for LocalLauncher {
     async fn server_metrics(&mut self, member_id: &str) -> Option<String> {
         let s = self.servers.get(member_id)?;
         tritonserver::metrics_text(&s.metrics_address()).await
+    }
+
+    async fn server_log_between(
+        &mut self,
+        member_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Vec<String> {
+        /// A log bigger than this (a verbose server) is not read whole for an excerpt.
+        const MAX_LOG_BYTES: u64 = 256 * 1024 * 1024;
+        let path = self.log_path(member_id);
+        if std::fs::metadata(&path).map_or(true, |m| m.len() > MAX_LOG_BYTES) {
+            return Vec::new();
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return Vec::new();
+        };
+        let year = jiff::Timestamp::from_millisecond(from_ms)
+            .map(|t| t.to_zoned(jiff::tz::TimeZone::UTC).year())
+            .unwrap_or(1970);
+        super::logs::between(text.lines(), from_ms, to_ms, |l| {
+            Some((super::logs::triton_line_ms(l, year)?, l))
+        })
     }
 
     fn server_pid(&self, member_id: &str) -> Option<u32> {

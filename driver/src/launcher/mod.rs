@@ -4,6 +4,7 @@
 pub mod diagnostics;
 pub mod kube;
 pub mod local;
+pub mod logs;
 
 pub use diagnostics::MemberDiagnostics;
 
@@ -248,6 +249,17 @@ pub trait Launcher: Send {
     /// A local server's process id (its memory is read from /proc); None elsewhere.
     fn server_pid(&self, _member_id: &str) -> Option<u32> {
         None
+    }
+
+    /// A server's log lines timed within `[from_ms, to_ms]` (at most
+    /// [`logs::MAX_EXCERPT_LINES`]; none when its log cannot be read).
+    async fn server_log_between(
+        &mut self,
+        _member_id: &str,
+        _from_ms: i64,
+        _to_ms: i64,
+    ) -> Vec<String> {
+        Vec::new()
     }
 
     /// Whether a started member's process runs yet (a pod may still wait for a node or its

@@ -126,6 +126,41 @@ impl KubeLauncher {
             .collect()
     }
 
+    /// A member's log lines timed within `[from_ms, to_ms]`, read with the API's timestamps
+    /// from a little before `from_ms`; none when the log cannot be read (the pod is gone).
+    pub(super) async fn log_between(
+        &self,
+        member_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Vec<String> {
+        let Some(mp) = self.members.get(member_id) else {
+            return Vec::new();
+        };
+        let ago_s = (stress_common::now_ms() - from_ms).max(0) / 1000 + 2;
+        let Ok(text) = self
+            .pods
+            .logs(
+                &mp.pod,
+                &LogParams {
+                    container: Some(mp.container.into()),
+                    timestamps: true,
+                    since_seconds: Some(ago_s),
+                    ..Default::default()
+                },
+            )
+            .await
+        else {
+            return Vec::new();
+        };
+        crate::launcher::logs::between(
+            text.lines(),
+            from_ms,
+            to_ms,
+            crate::launcher::logs::kube_line,
+        )
+    }
+
     /// The last lines of a container's log (of its previous instance with `previous`); none
     /// when the log cannot be read.
     async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> Vec<String> {

@@ -397,6 +397,15 @@ impl Launcher for KubeLauncher {
         self.collect_diagnostics(member_id).await
     }
 
+    async fn server_log_between(
+        &mut self,
+        member_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Vec<String> {
+        self.log_between(member_id, from_ms, to_ms).await
+    }
+
     async fn server_live(&mut self, member_id: &str, timeout: Duration) -> Result<(), String> {
         let ep = self
             .endpoints

@@ -1,0 +1,102 @@
+//! A server's log lines around a time, for a failure's forensics. Triton's own lines start
+//! with `IMMDD HH:MM:SS.uuuuuu` (severity, month, day, the server's local time: the local
+//! launcher runs it with `TZ=UTC`); a pod's log from the Kubernetes API with `timestamps`
+//! starts with an RFC 3339 time. Pure: reading the log is the launcher's.
+
+/// Lines kept per excerpt: the last ones of the window (nearest the failure, which is 1 s
+/// before its end), not the first (a window near the start is all model loading).
+pub const MAX_EXCERPT_LINES: usize = 40;
+
+/// The time of a Triton log line (ms since the epoch, UTC), taking the year from `year`.
+pub fn triton_line_ms(line: &str, year: i16) -> Option<i64> {
+    let head = line.get(..22)?;
+    let mut chars = head.chars();
+    if !matches!(chars.next()?, 'I' | 'W' | 'E' | 'F') {
+        return None;
+    }
+    let month: i8 = head.get(1..3)?.parse().ok()?;
+    let day: i8 = head.get(3..5)?.parse().ok()?;
+    let hour: i8 = head.get(6..8)?.parse().ok()?;
+    let minute: i8 = head.get(9..11)?.parse().ok()?;
+    let second: i8 = head.get(12..14)?.parse().ok()?;
+    let micros: i32 = head.get(15..21)?.parse().ok()?;
+    let dt = jiff::civil::date(year, month, day).at(hour, minute, second, micros * 1000);
+    let ts = dt.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
+    Some(ts.as_millisecond())
+}
+
+/// A line of a pod's log read with timestamps: its time (ms) and the line without it.
+pub fn kube_line(line: &str) -> Option<(i64, &str)> {
+    let (stamp, rest) = line.split_once(' ')?;
+    let ts: jiff::Timestamp = stamp.parse().ok()?;
+    Some((ts.as_millisecond(), rest))
+}
+
+/// The lines timed within `[from_ms, to_ms]` (a line without a time belongs with the timed
+/// line before it), the last [`MAX_EXCERPT_LINES`] of them; `time` gives a line's time and
+/// text.
+pub fn between<'a>(
+    lines: impl IntoIterator<Item = &'a str>,
+    from_ms: i64,
+    to_ms: i64,
+    time: impl Fn(&'a str) -> Option<(i64, &'a str)>,
+) -> Vec<String> {
+    let mut inside = false;
+    let mut out = std::collections::VecDeque::new();
+    for line in lines {
+        let text = match time(line) {
+            Some((at, text)) => {
+                if at > to_ms {
+                    break;
+                }
+                inside = at >= from_ms;
+                text
+            }
+            None => line,
+        };
+        if inside {
+            out.push_back(text.to_string());
+            if out.len() > MAX_EXCERPT_LINES {
+                out.pop_front();
+            }
+        }
+    }
+    out.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn triton_and_kube_lines_are_timed_and_cut_to_the_window() {
+        let year = 2026;
+        let at = triton_line_ms("I1124 01:56:09.500385 6420 server.cc:325] \"x\"", year).unwrap();
+        let expected: jiff::Timestamp = "2026-11-24T01:56:09.500Z".parse().unwrap();
+        assert_eq!(at, expected.as_millisecond());
+        assert_eq!(triton_line_ms("not a log line at all, no", year), None);
+        let log = "I1124 01:56:05.000000 1 a.cc:1] before\n\
+                   E1124 01:56:09.100000 1 a.cc:2] \"Model failed\"\n\
+                   a continuation of the error\n\
+                   W1124 01:56:09.900000 1 a.cc:3] after\n\
+                   I1124 01:56:20.000000 1 a.cc:4] much later";
+        let (from, to) = (at - 1000, at + 1000);
+        let lines = between(log.lines(), from, to, |l| {
+            Some((triton_line_ms(l, year)?, l))
+        });
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].contains("Model failed") && lines[1].starts_with("a continuation"));
+        // A busy window keeps its last lines (nearest the failure).
+        let busy: Vec<String> = (0..100)
+            .map(|i| format!("I1124 01:56:09.{:06} 1 a.cc:1] line {i}", 100_000 + i))
+            .collect();
+        let kept = between(busy.iter().map(String::as_str), from, to, |l| {
+            Some((triton_line_ms(l, year)?, l))
+        });
+        assert_eq!(kept.len(), MAX_EXCERPT_LINES);
+        assert!(kept.last().unwrap().ends_with("line 99"), "{kept:?}");
+        let (t, text) = kube_line("2026-11-24T01:56:09.500385000Z I1124 hello").unwrap();
+        assert_eq!((t, text), (expected.as_millisecond(), "I1124 hello"));
+        assert_eq!(kube_line("no timestamp here"), None);
+    }
+}
