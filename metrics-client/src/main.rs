@@ -168,9 +168,41 @@ async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
         ));
     }
     out.push_str(&format!("{:<28} {:>10.1}\n\n", "overall", total));
+    // Per client group, as the driver's progress line: QPS now, tests and failures so far.
+    let members = store.members(run_id).await?;
+    let counts = store.scenario_counts(run_id).await?;
+    let mut groups: BTreeMap<&str, (usize, f64, u64, u64)> = BTreeMap::new();
+    for m in members
+        .iter()
+        .filter(|m| m.role == stress_common::status::Role::Client)
+    {
+        let g = groups.entry(m.group_name.as_str()).or_default();
+        g.0 += 1;
+        g.1 += latest
+            .iter()
+            .filter(|q| q.member_id == m.member_id)
+            .map(|q| q.qps)
+            .sum::<f64>();
+        for (_, c) in counts.iter().filter(|(id, _)| *id == m.member_id) {
+            g.2 += c.tests;
+            g.3 += c.failures;
+        }
+    }
+    if !groups.is_empty() {
+        out.push_str(&format!(
+            "{:<28} {:>8} {:>10} {:>10} {:>9}\n",
+            "client group", "workers", "QPS now", "tests", "failures"
+        ));
+        for (group, (workers, qps, tests, failures)) in &groups {
+            out.push_str(&format!(
+                "{group:<28} {workers:>8} {qps:>10.1} {tests:>10} {failures:>9}\n"
+            ));
+        }
+        out.push('\n');
+    }
     let mut table = L0Table::new();
-    for (_, counts) in store.scenario_counts(run_id).await? {
-        table.add(&counts)?;
+    for (_, c) in &counts {
+        table.add(c)?;
     }
     // The same denominator as the driver's report, so both show the same QPS for a run.
     let load_seconds = stress_common::qps::load_seconds(&store.qps_samples(run_id).await?);
@@ -287,6 +319,21 @@ mod tests {
             started_at_ms: t0,
         };
         store.create_run(&run).await.unwrap();
+        store
+            .upsert_member(&stress_common::store::Member {
+                run_id: "r".into(),
+                member_id: "w-0".into(),
+                role: stress_common::status::Role::Client,
+                group_name: "grpc".into(),
+                index: 0,
+                address: String::new(),
+                process_name: "worker".into(),
+                corr_id_base: None,
+                corr_id_block_size: None,
+                command: String::new(),
+            })
+            .await
+            .unwrap();
         // Load from 60 s (after start-up and warm-up) to 64 s, sampled every 2 s: 4 s of load.
         for (at_s, requests) in [(62, 500), (64, 1000)] {
             let snapshot = WorkerSnapshot {
@@ -314,6 +361,10 @@ mod tests {
             .unwrap_or_else(|| panic!("no TOTAL row:\n{view}"));
         let qps = total.split('|').nth(4).map(str::trim);
         assert_eq!(qps, Some("250.0"), "{view}");
+        // Per client group: its workers, QPS now, tests and failures.
+        let group = view.lines().find(|l| l.starts_with("grpc ")).expect(&view);
+        let cells: Vec<&str> = group.split_whitespace().collect();
+        assert_eq!(cells, ["grpc", "1", "250.0", "1", "0"], "{view}");
 
         // A server's latest sample is shown per model: rates over its interval.
         for success in [100.0, 300.0] {
