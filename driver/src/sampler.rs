@@ -3,7 +3,8 @@
 //! deltas per model plus gauges and the server's process memory.
 //!
 //! It runs beside the poll loop (a scrape of a hung server must not delay fail-fast). The first
-//! scrape, taken before the workers start, is only the baseline the first delta starts from;
+//! scrape, taken before the workers start, is the baseline the first delta starts from (saved
+//! with its memory and gauges only, no counts);
 //! [`ServerSampler::finish`] takes the last one after the workers' final flush, so the deltas
 //! add up to what each server did during the load.
 
@@ -118,18 +119,33 @@ async fn sample(store: &Store, run_id: &str, servers: &[SampledServer], state: &
     for (server, at_ms, text) in scrapes {
         let Some(text) = text else { continue };
         let models = triton_metrics::parse(&text);
-        // The first scrape is the baseline the deltas start from.
+        let rss_bytes = server
+            .pid
+            .and_then(crate::launcher::local::process_tree_rss_bytes)
+            .map(|b| b as f64);
+        // The first scrape is the baseline the deltas start from: recorded with its memory
+        // and gauges only (no interval, no counts), so growth counts from before the load.
         let Some((before_ms, before)) = state.last.get(&server.member) else {
+            let baseline = ServerSample {
+                at_ms,
+                interval_ms: 0,
+                rss_bytes,
+                gauges: triton_metrics::gauges(&text),
+                models: Vec::new(),
+            };
+            if let Err(e) = store
+                .record_server_sample(run_id, &server.member, &baseline)
+                .await
+            {
+                tracing::warn!("baseline sample of {} not recorded: {e}", server.member);
+            }
             state.last.insert(server.member.clone(), (at_ms, models));
             continue;
         };
         let sample = ServerSample {
             at_ms,
             interval_ms: at_ms - before_ms,
-            rss_bytes: server
-                .pid
-                .and_then(crate::launcher::local::process_tree_rss_bytes)
-                .map(|b| b as f64),
+            rss_bytes,
             gauges: triton_metrics::gauges(&text),
             models: triton_metrics::delta(before, &models),
         };

@@ -2494,3 +2494,43 @@ async fn a_failed_sequence_carries_its_steps_on_the_wire() {
         "{text}"
     );
 }
+
+/// A model that leaks memory (the faulty twin identity_leaky: right answers, 1 MiB kept per
+/// request) makes the server's memory grow over the run: a finding in the report, with the
+/// server's RSS series showing the growth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaking_model_is_a_memory_growth_finding() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = repo_root().join("models-faulty").display().to_string();
+    let matrix = edit_matrix(models_matrix(tmp.path(), "[{name: identity_leaky}]"), |m| {
+        for template in m.server_templates.values_mut() {
+            template.model_repositories.push(faulty.clone());
+        }
+    });
+    let run_id = "e2e-leak";
+    let (driver, status, run_dir) = run_matrix(tmp.path(), &matrix, run_id).await;
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "answers are right: {}",
+        driver.output()
+    );
+    let report = read_json(&run_dir.join("report.json"));
+    let server = &report["timeline"]["servers"][0];
+    assert_eq!(server["member_id"], SERVER, "{server:#}");
+    let finding = server["memory_finding"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no memory finding: {server:#}"));
+    assert!(finding.starts_with("memory grew"), "{finding}");
+    assert!(
+        server["memory_growth_bytes"].as_f64().unwrap() > 64.0 * 1024.0 * 1024.0,
+        "{server:#}"
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(
+        text.contains(&format!("FINDING {SERVER}: memory grew")),
+        "{text}"
+    );
+}
