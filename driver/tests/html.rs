@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 use stress_common::status::EventKind;
 use stress_common::store::Store;
 
+mod support;
+use support::{ensure_worker, pid_in, repo_root};
+
 const CHROMIUM: &str = "/usr/bin/chromium";
 /// Flags without which chromium hangs on a closed network (it tries to reach Google's
 /// services), or cannot start as root in a container.
@@ -43,13 +46,6 @@ const START_LIMIT: Duration = Duration::from_secs(300);
 /// QPS samples of the worker before it is killed: the QPS plot has points to count.
 const SAMPLES: usize = 4;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("driver/ is inside the repository")
-        .to_path_buf()
-}
-
 /// Whether the browser is there; when not, fails naming the installer, or with
 /// `TRITON_STRESS_SKIP_BROWSER=1` says the test is skipped.
 fn chromium_or_skip() -> bool {
@@ -67,50 +63,6 @@ fn chromium_or_skip() -> bool {
         "{CHROMIUM} is missing: run scripts/install-chromium.sh (Debian's chromium), or set \
          TRITON_STRESS_SKIP_BROWSER=1 to skip the browser test"
     );
-}
-
-/// Builds the worker beside the driver under test, where the local launcher's `binary: auto`
-/// looks first (`cargo test -p driver` builds only the driver; see tests/e2e.rs).
-fn ensure_worker() {
-    let driver = Path::new(env!("CARGO_BIN_EXE_driver"));
-    let out_dir = driver.parent().expect("the driver is in a directory");
-    let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("CARGO_TARGET_TMPDIR is <target>/tmp");
-    let profile = match out_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => "dev",
-        Some(other) => other,
-        None => panic!("unexpected driver path {}", driver.display()),
-    };
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(cargo);
-    build
-        .args([
-            "build",
-            "-p",
-            "worker",
-            "--bin",
-            "worker",
-            "--profile",
-            profile,
-        ])
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(repo_root());
-    let triple_dir = out_dir.parent().expect("a profile directory has a parent");
-    if triple_dir.canonicalize().ok() != target_dir.canonicalize().ok() {
-        build
-            .arg("--target")
-            .arg(triple_dir.file_name().expect("a target triple"));
-    }
-    let out = build.output().expect("cargo runs");
-    assert!(
-        out.status.success(),
-        "building the worker failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out_dir.join("worker").is_file());
 }
 
 /// test-matrices/smoke.yaml with add_sub's Infer only (light on 2 cores), an SLO rule the run
@@ -168,14 +120,6 @@ impl Drop for DriverProcess {
             let _ = self.child.wait();
         }
     }
-}
-
-/// The pid in an event's details: `launched (pid 456)`.
-fn pid_in(details: &str) -> Option<u32> {
-    let rest = &details[details.find("(pid ")? + 5..];
-    rest[..rest.find(|c: char| !c.is_ascii_digit())?]
-        .parse()
-        .ok()
 }
 
 /// Runs the matrix until the worker has reported `SAMPLES` QPS samples, SIGKILLs it, and waits

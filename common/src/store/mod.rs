@@ -973,21 +973,12 @@ impl Store {
 
     /// Every server sample of the run, by time.
     pub async fn server_samples(&self, run_id: &str) -> Result<Vec<(String, ServerSample)>> {
-        const OP: &str = "server_samples";
-        let rows: Vec<(String, String)> = sqlx::query_as(
+        self.member_json(
+            "server_samples",
             "SELECT member_id, details FROM server_samples WHERE run_id = $1 ORDER BY at_ms, id",
+            run_id,
         )
-        .bind(run_id)
-        .fetch_all(&self.pool)
         .await
-        .map_err(self.db(OP))?;
-        rows.into_iter()
-            .map(|(member, text)| {
-                let sample = serde_json::from_str(&text)
-                    .map_err(|e| self.corrupt(OP, format!("a sample of {member}: {e}")))?;
-                Ok((member, sample))
-            })
-            .collect()
     }
 
     /// Every QPS sample of the run, by time (then insertion).
@@ -1259,20 +1250,30 @@ impl Store {
 
     /// (member_id, diagnostics) of every member that has some, by member id.
     pub async fn diagnostics(&self, run_id: &str) -> Result<Vec<(String, serde_json::Value)>> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
+        self.member_json(
+            "diagnostics",
             "SELECT member_id, details FROM diagnostics WHERE run_id = $1 ORDER BY member_id",
+            run_id,
         )
-        .bind(run_id)
-        .fetch_all(&self.pool)
         .await
-        .map_err(self.db("diagnostics"))?;
+    }
+
+    /// Runs `sql`, which selects (member_id, a JSON text) of one run, and parses each JSON.
+    async fn member_json<T: serde::de::DeserializeOwned>(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        run_id: &str,
+    ) -> Result<Vec<(String, T)>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(sql)
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.db(op))?;
         rows.into_iter()
             .map(|(member_id, text)| {
                 let value = serde_json::from_str(&text).map_err(|e| {
-                    self.corrupt(
-                        "diagnostics",
-                        format!("diagnostics of {member_id:?} are not JSON: {e}"),
-                    )
+                    self.corrupt(op, format!("{op} of {member_id:?} are not JSON: {e}"))
                 })?;
                 Ok((member_id, value))
             })
@@ -1528,21 +1529,12 @@ impl Store {
 
     /// Every server's trace summary of the run, by member.
     pub async fn trace_summaries(&self, run_id: &str) -> Result<Vec<(String, serde_json::Value)>> {
-        const OP: &str = "trace_summaries";
-        let rows: Vec<(String, String)> = sqlx::query_as(
+        self.member_json(
+            "trace_summaries",
             "SELECT member_id, details FROM trace_summaries WHERE run_id = $1 ORDER BY member_id",
+            run_id,
         )
-        .bind(run_id)
-        .fetch_all(&self.pool)
         .await
-        .map_err(self.db(OP))?;
-        rows.into_iter()
-            .map(|(member, text)| {
-                let v = serde_json::from_str(&text)
-                    .map_err(|e| self.corrupt(OP, format!("the summary of {member}: {e}")))?;
-                Ok((member, v))
-            })
-            .collect()
     }
 
     // ---- SLO verdicts -----------------------------------------------------------------------

@@ -1,0 +1,88 @@
+//! Helpers shared by the driver's integration tests (e2e, html): where the repository is,
+//! the worker built beside the driver under test, and pids in the driver's events.
+// Each test binary uses its own subset of these.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("driver/ is inside the repository")
+        .to_path_buf()
+}
+
+/// Makes sure the `worker` beside the driver under test exists and is up to date.
+///
+/// The local launcher resolves `worker: { binary: auto }` to the `worker` in the driver
+/// executable's directory first, then to PATH. `cargo test -p driver` builds only this package's
+/// binaries, so that sibling may be missing or stale (left by an older build). Putting a fresh
+/// worker on PATH would not help: a stale sibling wins. So build the worker package with the same
+/// cargo into the same target directory, profile and target triple as the driver under test:
+/// cargo brings the sibling up to date (a no-op when it is), it lands exactly where the launcher
+/// looks, and the test matrices keep `binary: auto` like the committed ones. The nested cargo
+/// does not wait on the outer one: `cargo test` holds no lock while tests run.
+pub fn ensure_worker() -> PathBuf {
+    static WORKER_BIN: OnceLock<PathBuf> = OnceLock::new();
+    WORKER_BIN
+        .get_or_init(|| {
+            let driver = Path::new(env!("CARGO_BIN_EXE_driver"));
+            // <target>/[<triple>/]<profile dir>/driver
+            let out_dir = driver.parent().expect("the driver is in a directory");
+            let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .parent()
+                .expect("CARGO_TARGET_TMPDIR is <target>/tmp");
+            let profile = match out_dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") => "dev",
+                Some(other) => other,
+                None => panic!("unexpected driver path {}", driver.display()),
+            };
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut build = Command::new(cargo);
+            build
+                .args([
+                    "build",
+                    "-p",
+                    "worker",
+                    "--bin",
+                    "worker",
+                    "--profile",
+                    profile,
+                ])
+                .arg("--target-dir")
+                .arg(target_dir)
+                .current_dir(repo_root());
+            let triple_dir = out_dir.parent().expect("a profile directory has a parent");
+            if triple_dir.canonicalize().ok() != target_dir.canonicalize().ok() {
+                build
+                    .arg("--target")
+                    .arg(triple_dir.file_name().expect("a target triple"));
+            }
+            eprintln!("building the worker beside the driver: {build:?}");
+            let out = build.output().expect("cargo runs");
+            assert!(
+                out.status.success(),
+                "building the worker failed ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let worker = out_dir.join("worker");
+            assert!(
+                worker.is_file(),
+                "cargo built the worker, but not at {} where the local launcher looks",
+                worker.display()
+            );
+            worker
+        })
+        .clone()
+}
+
+/// The pid in an event's details: `ready (pid 123; grpc ...)`, `launched (pid 456)`.
+pub fn pid_in(details: &str) -> Option<u32> {
+    let rest = &details[details.find("(pid ")? + 5..];
+    rest[..rest.find(|c: char| !c.is_ascii_digit())?]
+        .parse()
+        .ok()
+}
