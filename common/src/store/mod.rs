@@ -1232,19 +1232,36 @@ impl Store {
         member_id: &str,
         details: &serde_json::Value,
     ) -> Result<()> {
-        sqlx::query(
+        self.save_member_json(
+            "save_diagnostics",
             "INSERT INTO diagnostics (run_id, member_id, details, updated_at_ms)
              VALUES ($1, $2, $3, $4)
              ON CONFLICT (run_id, member_id) DO UPDATE SET
                  details = excluded.details, updated_at_ms = excluded.updated_at_ms",
+            run_id,
+            member_id,
+            details,
         )
-        .bind(run_id)
-        .bind(member_id)
-        .bind(details.to_string())
-        .bind(crate::now_ms())
-        .execute(&self.pool)
         .await
-        .map_err(self.db("save_diagnostics"))?;
+    }
+
+    /// Runs `sql`, which upserts (run_id, member_id, JSON details, updated_at_ms), with now.
+    async fn save_member_json(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        run_id: &str,
+        member_id: &str,
+        details: &serde_json::Value,
+    ) -> Result<()> {
+        sqlx::query(sql)
+            .bind(run_id)
+            .bind(member_id)
+            .bind(details.to_string())
+            .bind(crate::now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(self.db(op))?;
         Ok(())
     }
 
@@ -1511,20 +1528,17 @@ impl Store {
         member_id: &str,
         details: &serde_json::Value,
     ) -> Result<()> {
-        sqlx::query(
+        self.save_member_json(
+            "save_trace_summary",
             "INSERT INTO trace_summaries (run_id, member_id, details, updated_at_ms)
              VALUES ($1, $2, $3, $4)
              ON CONFLICT (run_id, member_id) DO UPDATE SET
                  details = excluded.details, updated_at_ms = excluded.updated_at_ms",
+            run_id,
+            member_id,
+            details,
         )
-        .bind(run_id)
-        .bind(member_id)
-        .bind(details.to_string())
-        .bind(crate::now_ms())
-        .execute(&self.pool)
         .await
-        .map_err(self.db("save_trace_summary"))?;
-        Ok(())
     }
 
     /// Every server's trace summary of the run, by member.
