@@ -11,6 +11,8 @@
 //! * [`paths`]: finding executables on PATH; [`http`]: the HTTP client (GET with a time limit).
 //! * [`qps`]: the QPS of a run (its one denominator, [`qps::load_seconds`]).
 //! * [`report`]: the L0 table (Test Case | Failures | Tests | Requests | Description).
+//! * [`outbox`]: a worker's reports queued off the request path and delivered in order, so
+//!   a store outage neither stops the load nor loses what was reported.
 //! * [`retry`]: a write retried with backoff within a time budget (a worker's final event).
 //! * [`telemetry`] and [`shutdown`]: logging set-up and the one cancellation token of a process.
 
@@ -18,6 +20,7 @@ pub mod contract;
 pub mod histogram;
 pub mod http;
 pub mod interval;
+pub mod outbox;
 pub mod paths;
 pub mod qps;
 pub mod report;

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use stress_common::contract::CORR_IDS_PER_STREAM;
 use stress_common::interval::{IntervalTracker, series_interval};
+use stress_common::outbox::{Limits, Outbox};
 use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
-use stress_common::retry::{RetryPolicy, retry};
 use stress_common::scenario::Scenario;
 use stress_common::status::{
     EventKind, FailureRecord, Forensics, PreviousUse, SinkError, StatusSink, WorkerSnapshot,
@@ -171,8 +171,35 @@ impl Shared {
     }
 }
 
-/// Runs the mix until the duration ends or `cancel` fires, then reports.
+/// How long the pre-flight checks may take: the run's duration (at least 5 s: connecting
+/// and reading model metadata take a moment), at most 2 minutes.
+pub fn preflight_limit(duration: Option<Duration>) -> Duration {
+    const MOST: Duration = Duration::from_secs(120);
+    const LEAST: Duration = Duration::from_secs(5);
+    duration.map_or(MOST, |d| d.clamp(LEAST, MOST))
+}
+
+/// How long a stopping worker keeps delivering what it queued (the final counts and
+/// SUCCESS/FAILURE last) to a store that is slow or down: within the driver's 15 s stop grace.
+pub const FINAL_FLUSH: Duration = Duration::from_secs(10);
+
+/// Runs the mix until the duration ends or `cancel` fires, then reports. Every report goes
+/// through an [`Outbox`]: the streams never wait for the store, and a store outage loses
+/// nothing it can keep (see `stress_common::outbox`).
 pub async fn run(
+    config: WorkerConfig,
+    sink: Arc<dyn StatusSink>,
+    metrics: Option<Arc<Metrics>>,
+    cancel: CancellationToken,
+) -> Result<WorkerReport, WorkerError> {
+    let outbox = Arc::new(Outbox::new(sink, Limits::default()));
+    let result = run_with(config, outbox.clone(), metrics, cancel).await;
+    // The outbox logs what it could not deliver, one JSON line each.
+    outbox.finish(FINAL_FLUSH).await;
+    result
+}
+
+async fn run_with(
     mut config: WorkerConfig,
     sink: Arc<dyn StatusSink>,
     metrics: Option<Arc<Metrics>>,
@@ -187,7 +214,20 @@ pub async fn run(
     if let Err(e) = sink.heartbeat().await {
         tracing::warn!("heartbeat not recorded: {e}");
     }
-    let clients = match preflight(&mut config).await {
+    // Servers that accept connections and never answer must not hold the worker past its
+    // duration or a SIGTERM.
+    let limit = preflight_limit(config.duration);
+    let checked = tokio::select! {
+        checked = tokio::time::timeout(limit, preflight(&mut config)) => checked.unwrap_or_else(|_| {
+            Err(WorkerError::Preflight(format!(
+                "the servers did not answer the pre-flight checks within {limit:?}"
+            )))
+        }),
+        _ = cancel.cancelled() => Err(WorkerError::Preflight(
+            "stopped by a signal before the servers answered the pre-flight checks".into(),
+        )),
+    };
+    let clients = match checked {
         Ok(c) => c,
         Err(e) => {
             record_final_event(&*sink, EventKind::Failure, &format!("pre-flight: {e}")).await;
@@ -314,16 +354,12 @@ pub async fn run(
     Ok(report)
 }
 
-/// Writes an event the driver decides on (SUCCESS, FAILURE): a failed write is retried for up
-/// to 5 s, and every failed attempt and the giving up are logged (by `retry`), never dropped.
+/// Queues an event the driver decides on (SUCCESS, FAILURE): the outbox retries it until
+/// [`FINAL_FLUSH`] at the end, and logs it if it still cannot be written.
 pub async fn record_final_event(sink: &dyn StatusSink, kind: EventKind, details: &str) {
-    let what = format!("{} event", kind.as_str());
-    // On error retry() has logged it; the worker's exit code says the rest.
-    retry(&what, RetryPolicy::FINAL_WRITE, || {
-        sink.event(kind, details)
-    })
-    .await
-    .ok();
+    if let Err(e) = sink.event(kind, details).await {
+        tracing::error!("{kind} event not recorded ({e}): {details}");
+    }
 }
 
 async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: CancellationToken) {
@@ -555,8 +591,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_final_event_is_written_after_failed_attempts() {
-        let sink = FlakySink::new(None, 2);
-        record_final_event(&sink, EventKind::Success, "12 requests, no failures").await;
+        let sink = Arc::new(FlakySink::new(None, 2));
+        let outbox = Outbox::new(sink.clone(), Limits::default());
+        record_final_event(&outbox, EventKind::Success, "12 requests, no failures").await;
+        assert_eq!(outbox.finish(FINAL_FLUSH).await.records, 0);
         assert_eq!(sink.attempts(), 3);
         assert_eq!(
             sink.events(),
@@ -565,13 +603,24 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_final_event_that_cannot_be_written_holds_the_worker_5_s_at_most() {
-        let sink = FlakySink::new(None, u32::MAX);
+    async fn a_final_event_that_cannot_be_written_holds_the_worker_to_the_final_flush() {
+        let sink = Arc::new(FlakySink::new(None, u32::MAX));
+        let outbox = Outbox::new(sink.clone(), Limits::default());
         let started = Instant::now();
-        record_final_event(&sink, EventKind::Failure, "1 failed tests").await;
-        assert_eq!(sink.attempts(), RetryPolicy::FINAL_WRITE.attempts);
-        assert!(started.elapsed() <= Duration::from_secs(5));
+        record_final_event(&outbox, EventKind::Failure, "1 failed tests").await;
+        assert_eq!(outbox.finish(Duration::from_secs(1)).await.records, 1);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(sink.attempts() >= 2);
         assert!(sink.events().is_empty());
+    }
+
+    #[test]
+    fn the_pre_flight_is_bounded_by_the_run_s_duration() {
+        let s = Duration::from_secs;
+        assert_eq!(preflight_limit(None), s(120));
+        assert_eq!(preflight_limit(Some(s(30))), s(30));
+        assert_eq!(preflight_limit(Some(s(1))), s(5));
+        assert_eq!(preflight_limit(Some(s(8 * 3600))), s(120));
     }
 
     #[test]

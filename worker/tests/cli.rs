@@ -157,6 +157,62 @@ async fn an_unreachable_server_exits_2_before_anything_is_sent() {
     }
 }
 
+/// A listener that accepts connections and never answers (a hung server, a black hole behind
+/// a proxy): the worker's pre-flight ends with its duration, or at once on SIGTERM, exit 2.
+#[tokio::test]
+async fn a_server_that_never_answers_holds_the_worker_no_longer_than_its_duration_or_a_sigterm() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    for protocol in ["grpc", "http"] {
+        let status = dir.path().join(format!("status-{protocol}.jsonl"));
+        let started = std::time::Instant::now();
+        let out = worker(&[
+            "--servers",
+            &server,
+            "--protocol",
+            protocol,
+            "--duration",
+            "6s",
+            "--status-file",
+            status.to_str().unwrap(),
+        ])
+        .await;
+        assert_bad_input(
+            &out,
+            &status,
+            "did not answer the pre-flight checks within 6s",
+            protocol,
+        );
+        assert!(started.elapsed() < Duration::from_secs(30), "{protocol}");
+
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_worker"))
+            .args(["--servers", &server, "--protocol", protocol])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let signalled = std::time::Instant::now();
+        let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{protocol}: the worker ignored SIGTERM in its pre-flight"))
+            .unwrap();
+        assert_eq!(status.code(), Some(2), "{protocol}");
+        assert!(signalled.elapsed() < Duration::from_secs(15), "{protocol}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_server_model_not_loaded_exits_2_and_a_full_run_passes_every_scenario() {
     let _serial = support::SERVER_LOCK.lock().await;
