@@ -10,6 +10,7 @@
 # THROWAWAY_PG_ALSO_LISTEN=ADDR/PREFIX (e.g. 10.244.0.1/24, the test cluster's node address on its
 # bridge) also listens on ADDR and trusts clients from that subnet, so pods can reach it; the
 # URL line stays on 127.0.0.1.
+# THROWAWAY_PG_PORT=PORT starts on that port only (a server restarted where its clients expect it).
 # Only the DATABASE_URL line goes to stdout; progress and errors go to stderr.
 #
 # The binaries are taken from $PG_BINDIR, else the newest /usr/lib/postgresql/*/bin, else
@@ -114,7 +115,7 @@ EOF
 
     local attempt port=""
     for attempt in $(seq 1 20); do
-        port=$((20000 + RANDOM % 40000))
+        port=${THROWAWAY_PG_PORT:-$((20000 + RANDOM % 40000))}
         port_in_use "$port" && continue
         : >"$dir/postgres.log"
         [[ $EUID -eq 0 ]] && chown "$owner" "$dir/postgres.log"

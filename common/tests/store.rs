@@ -85,10 +85,10 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 10);
+    assert_eq!(store.schema_version().await.unwrap(), 11);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 10);
+    assert_eq!(again.schema_version().await.unwrap(), 11);
     again.close().await;
 
     // ---- runs
@@ -700,12 +700,56 @@ async fn story(url: &str, fresh: bool) {
         assert_eq!(store.latest_run_id().await.unwrap(), Some(run_id.clone()));
     }
 
+    // ---- leases: a run whose driver stopped renewing becomes ABANDONED, once
+    let leased = unique("leased");
+    store
+        .create_run(&NewRun {
+            run_id: leased.clone(),
+            started_at_ms: now_ms(),
+            ..new_run.clone()
+        })
+        .await
+        .unwrap();
+    let now = now_ms();
+    store.renew_lease(&leased, now + 60_000).await.unwrap();
+    let ids = |runs: Vec<stress_common::store::RunRow>| -> Vec<String> {
+        runs.into_iter()
+            .map(|r| r.run_id)
+            .filter(|id| *id == leased || *id == run_id)
+            .collect()
+    };
+    assert!(ids(store.abandon_expired(now).await.unwrap()).is_empty());
+    store.renew_lease(&leased, now - 1).await.unwrap();
+    assert_eq!(
+        ids(store.abandon_expired(now).await.unwrap()),
+        std::slice::from_ref(&leased)
+    );
+    let abandoned = store.run(&leased).await.unwrap().unwrap();
+    assert_eq!(
+        (abandoned.verdict.as_deref(), abandoned.finished_at_ms),
+        (Some(stress_common::store::ABANDONED), Some(now - 1))
+    );
+    let said = store.events(&leased, 0).await.unwrap();
+    assert!(
+        said.iter().any(|e| e.member_id == "driver"
+            && e.kind == EventKind::Failure
+            && e.details.starts_with("ABANDONED: ")),
+        "{said:?}"
+    );
+    // Once: a late renewal changes nothing, and it is not abandoned again.
+    store.renew_lease(&leased, now + 60_000).await.unwrap();
+    assert!(ids(store.abandon_expired(now + 120_000).await.unwrap()).is_empty());
+    assert_eq!(
+        store.run(&leased).await.unwrap().unwrap().lease_until_ms,
+        Some(now - 1)
+    );
+
     // ---- reconnect and read everything back
     let before = everything(&store, &run_id).await;
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 10);
+    assert_eq!(store.schema_version().await.unwrap(), 11);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);

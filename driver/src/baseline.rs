@@ -38,13 +38,9 @@ pub enum BaselineError {
     Report(#[from] ReportError),
 }
 
-/// Every run the stores know: the candidate, its store's URL and its matrix text.
-async fn candidates(
-    store: &Store,
-    store_url: &str,
-    runs_dir: &Path,
-) -> Vec<(Candidate, String, String)> {
-    let mut urls = vec![store_url.to_string()];
+/// The URLs of the SQLite stores of the `newest` run directories under `runs_dir` (by the
+/// store's modification time, newest first).
+pub fn run_dir_stores(runs_dir: &Path, newest: usize) -> Vec<String> {
     let mut dirs: Vec<(std::time::SystemTime, std::path::PathBuf)> = std::fs::read_dir(runs_dir)
         .into_iter()
         .flatten()
@@ -56,8 +52,20 @@ async fn candidates(
         })
         .collect();
     dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
-    for (_, file) in dirs.into_iter().take(SCANNED_RUN_DIRS) {
-        let url = Store::sqlite_url(&file);
+    dirs.into_iter()
+        .take(newest)
+        .map(|(_, file)| Store::sqlite_url(&file))
+        .collect()
+}
+
+/// Every run the stores know: the candidate, its store's URL and its matrix text.
+async fn candidates(
+    store: &Store,
+    store_url: &str,
+    runs_dir: &Path,
+) -> Vec<(Candidate, String, String)> {
+    let mut urls = vec![store_url.to_string()];
+    for url in run_dir_stores(runs_dir, SCANNED_RUN_DIRS) {
         if !urls.contains(&url) {
             urls.push(url);
         }

@@ -105,14 +105,23 @@ enum Command {
         #[command(flatten)]
         kube: KubeArgs,
     },
-    /// Delete every Kubernetes object of a run kept after a failure.
+    /// End the runs whose driver vanished (their lease ran out: ABANDONED), and delete what
+    /// Kubernetes runs left: with --run, every object of that run (kept after a failure, or
+    /// abandoned); without, those of each run found abandoned. A local run's processes die with
+    /// their driver, so only its verdict is left to set.
     Cleanup {
         /// Run id (the `triton-stress/run` label).
         #[arg(long)]
-        run: String,
+        run: Option<String>,
         /// Namespace (default: the current kubeconfig context's, or the pod's).
         #[arg(long, env = "TRITON_STRESS_NAMESPACE")]
         namespace: Option<String>,
+        /// The store to look for abandoned runs in (default: the SQLite stores of the run
+        /// directories under --runs-dir).
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: Option<String>,
+        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+        runs_dir: PathBuf,
     },
     /// Check matrices without running anything.
     Validate {
@@ -263,11 +272,13 @@ async fn main() -> ExitCode {
                 ExitCode::from(BAD_INPUT)
             }
         },
-        Command::Cleanup { run, namespace } => match cleanup(&run, namespace).await {
-            Ok(n) => {
-                println!("run {run}: {n} object(s) deleted");
-                ExitCode::SUCCESS
-            }
+        Command::Cleanup {
+            run,
+            namespace,
+            database_url,
+            runs_dir,
+        } => match cleanup(run, namespace, database_url, &runs_dir).await {
+            Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e:#}");
                 ExitCode::from(BAD_INPUT)
@@ -391,10 +402,50 @@ async fn kube_launcher(
     Ok(KubeLauncher::start(client, settings).await?)
 }
 
-async fn cleanup(run: &str, namespace: Option<String>) -> anyhow::Result<usize> {
+/// Run directories `driver cleanup` looks into for abandoned runs.
+const CLEANUP_SCANNED_RUN_DIRS: usize = 1000;
+
+async fn cleanup(
+    run: Option<String>,
+    namespace: Option<String>,
+    database_url: Option<String>,
+    runs_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    const STORE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+    let urls = match database_url {
+        Some(url) => vec![url],
+        None => driver::baseline::run_dir_stores(runs_dir, CLEANUP_SCANNED_RUN_DIRS),
+    };
+    let mut kube_runs: std::collections::BTreeSet<String> = run.into_iter().collect();
+    for url in urls {
+        let store = stress_common::store::within(STORE_LIMIT, Store::connect(&url))
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let now = stress_common::now_ms();
+        for r in stress_common::store::within(STORE_LIMIT, store.abandon_expired(now))
+            .await
+            .map_err(anyhow::Error::msg)?
+        {
+            println!(
+                "run {}: ABANDONED (its driver's lease ran out; {} launcher)",
+                r.run_id, r.launcher
+            );
+            if r.launcher == "kube" {
+                kube_runs.insert(r.run_id);
+            }
+        }
+    }
+    if kube_runs.is_empty() {
+        println!("no Kubernetes objects to delete");
+        return Ok(());
+    }
     let client = kube::connect().await?;
     let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
-    Ok(kube::delete_run(&client, &ns, run).await?)
+    for run in kube_runs {
+        let n = kube::delete_run(&client, &ns, &run).await?;
+        println!("run {run}: {n} object(s) deleted");
+    }
+    Ok(())
 }
 
 /// The store that holds `run`: --database-url, else the run's own SQLite file.

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
 use stress_common::status::{EventKind, FailureRecord, Role};
-use stress_common::store::{Member, Store, StoreError};
+use stress_common::store::{ABANDONED, Member, Store, StoreError};
 use stress_common::triton_metrics::{self, ModelMetrics};
 
 /// How many failure records the report lists (the store has the rest).
@@ -94,6 +94,10 @@ pub struct Report {
     /// The root cause and what it explains (`root_cause`, `independent_members`, and the
     /// failure records caused by it, during the driver's stop, and independent).
     pub analysis: crate::rootcause::Analysis,
+    /// Why this report lacks what the store holds (None: complete). Set when the status store
+    /// could not be read at the end of the run: the driver writes what it knows itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
     #[serde(skip)]
     tables: (L0Table, BTreeMap<String, L0Table>),
     #[serde(skip)]
@@ -654,7 +658,13 @@ impl Report {
             run_id: run.run_id,
             name: run.name,
             launcher: run.launcher,
-            verdict: run.verdict.unwrap_or_else(|| "RUNNING".into()),
+            // A run without a verdict whose lease ran out lost its driver.
+            verdict: run.verdict.unwrap_or_else(|| {
+                let lost = run
+                    .lease_until_ms
+                    .is_some_and(|until| until < stress_common::now_ms());
+                if lost { ABANDONED } else { "RUNNING" }.into()
+            }),
             started_at_ms: run.started_at_ms,
             finished_at_ms: run.finished_at_ms,
             load_seconds,
@@ -681,9 +691,33 @@ impl Report {
             reconciliation,
             traces,
             analysis,
+            incomplete: None,
             tables: (total, groups),
             model_table,
         })
+    }
+
+    /// The report of a run whose store could not be read at its end: what the driver knows
+    /// itself (the run, its verdict and why), and `why` the rest is missing. `driver report`
+    /// rebuilds the whole report once the store is back.
+    pub fn without_store(
+        run_id: &str,
+        name: &str,
+        launcher: &str,
+        verdict: &str,
+        started_at_ms: i64,
+        why: String,
+    ) -> Self {
+        Report {
+            run_id: run_id.into(),
+            name: name.into(),
+            launcher: launcher.into(),
+            verdict: verdict.into(),
+            started_at_ms,
+            finished_at_ms: Some(stress_common::now_ms()),
+            incomplete: Some(why),
+            ..Report::default()
+        }
     }
 
     pub fn render(&self) -> String {
@@ -697,6 +731,9 @@ impl Report {
             "Run {} ({} launcher): {}\nMatrix run name: {}; took {}; load phase {:.1} s\n",
             self.run_id, self.launcher, self.verdict, self.name, took, self.load_seconds
         );
+        if let Some(why) = &self.incomplete {
+            let _ = writeln!(out, "== INCOMPLETE REPORT ==\n{why}\n");
+        }
         if let Some(root) = &self.analysis.root_cause {
             let _ = writeln!(
                 out,

@@ -26,8 +26,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use stress_common::contract::{MemberName, RunId};
 use stress_common::histogram::LatencyHistogram;
+use stress_common::retry::{RetryPolicy, retry};
 use stress_common::status::{EventKind, LoadTarget};
-use stress_common::store::{Member, NewRun, Store, StoreError};
+use stress_common::store::{Member, NewRun, Store, StoreError, within as bounded};
 use stress_common::{http, tritonserver};
 use tokio_util::sync::CancellationToken;
 
@@ -118,6 +119,14 @@ pub struct RunOutcome {
 const FAILURE_STOP_GRACE: Duration = Duration::from_secs(2);
 /// Grace for workers to finish in-flight tests and flush on the success path.
 const CLIENT_STOP_GRACE: Duration = Duration::from_secs(15);
+/// A store call of the running driver answers within this, or counts as failed: a paused or
+/// unreachable store never hangs the poll loop (exits are still watched, the run ends on time).
+const STORE_CALL_LIMIT: Duration = Duration::from_secs(3);
+/// Each of the end's saves (diagnostics, log excerpts, trace summaries) ends within this.
+const END_SAVE_LIMIT: Duration = Duration::from_secs(20);
+/// How long the end of a run retries a store that is down before it writes the report from
+/// what the driver knows itself: the store outage limit of the fail-fast rules.
+const END_STORE_DEADLINE: Duration = Duration::from_secs(60);
 const SERVER_STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long the failure path may wait for the servers' /metrics in all: a hung server accepts
 /// the connection and never answers, and must not hold up the fail-fast bound (5 s) by itself.
@@ -243,15 +252,36 @@ pub async fn run(
             None
         }
     };
+    // Runs of this store whose driver vanished are over: say so before adding one.
+    match bounded(
+        STORE_CALL_LIMIT,
+        store.abandon_expired(stress_common::now_ms()),
+    )
+    .await
+    {
+        Ok(abandoned) => {
+            for r in abandoned {
+                tracing::warn!(
+                    "run {} lost its driver (lease ran out): ABANDONED; `driver cleanup --run {}` \
+                     removes what it left",
+                    r.run_id,
+                    r.run_id
+                );
+            }
+        }
+        Err(e) => tracing::warn!("abandoned runs not looked for: {e}"),
+    }
+    let started_at_ms = stress_common::now_ms();
     store
         .create_run(&NewRun {
             run_id: run_id.into(),
             name: plan.name.clone(),
             matrix_yaml: matrix_text.clone(),
             launcher: launcher.name().into(),
-            started_at_ms: stress_common::now_ms(),
+            started_at_ms,
         })
         .await?;
+    let _lease = Lease::hold(store.clone(), run_id.to_string()).await;
     for member in plan.members() {
         store.upsert_member(&member).await?;
     }
@@ -318,13 +348,53 @@ pub async fn run(
         scrape_server_metrics(&store, launcher, &plan, FAILURE_SCRAPE_BUDGET).await;
         launcher.stop_all(FAILURE_STOP_GRACE).await;
     }
-    save_diagnostics(&store, launcher, &plan).await;
-    save_failure_logs(&store, launcher, &plan).await;
-    save_trace_summaries(&store, run_dir, &plan).await;
-    store
-        .finish_run(run_id, verdict.as_str(), stress_common::now_ms())
-        .await?;
-    let report = Report::from_store(&store, run_id).await?;
+    // What the report adds from the launcher: each within its limit, and none when the store
+    // does not answer now (a store that is down must not hold the run's end; the report says
+    // what is missing).
+    if bounded(STORE_CALL_LIMIT, store.run(run_id)).await.is_ok() {
+        let limit = END_SAVE_LIMIT;
+        if tokio::time::timeout(limit, save_diagnostics(&store, launcher, &plan))
+            .await
+            .is_err()
+        {
+            tracing::warn!("diagnostics not saved: the store did not answer within {limit:?}");
+        }
+        if tokio::time::timeout(limit, save_failure_logs(&store, launcher, &plan))
+            .await
+            .is_err()
+        {
+            tracing::warn!("log excerpts not saved: the store did not answer within {limit:?}");
+        }
+        if tokio::time::timeout(limit, save_trace_summaries(&store, run_dir, &plan))
+            .await
+            .is_err()
+        {
+            tracing::warn!("trace summaries not saved: the store did not answer within {limit:?}");
+        }
+    } else {
+        tracing::warn!(
+            "the status store does not answer: diagnostics, log excerpts and trace summaries not saved"
+        );
+    }
+    let report = match finish_and_read(&store, run_id, &verdict).await {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("warning: {e}");
+            Report::without_store(
+                run_id,
+                &plan.name,
+                launcher.name(),
+                verdict.as_str(),
+                started_at_ms,
+                format!(
+                    "{e}.\nThe verdict is the driver's own ({}); the counts, latencies, failure \
+                     records and diagnostics the store holds are missing here: run `driver report \
+                     --run {run_id}` once the store is back.",
+                    verdict_line(&verdict)
+                ),
+            )
+        }
+    };
     write_report(run_dir, &report)?;
     if let Some(settings) = &matrix.report
         && let Some(url) = &settings.webhook
@@ -340,8 +410,7 @@ pub async fn run(
         }
     }
     let keep = if failed && options.keep_failed.unwrap_or(plan.keep_failed) {
-        let failed_members: BTreeSet<String> = store
-            .events(run_id, 0)
+        let failed_members: BTreeSet<String> = bounded(STORE_CALL_LIMIT, store.events(run_id, 0))
             .await
             .unwrap_or_default()
             .into_iter()
@@ -360,6 +429,75 @@ pub async fn run(
         verdict,
         report,
     })
+}
+
+/// The driver's lease on its run, renewed every [`Lease::RENEWAL`] until dropped. A driver that
+/// vanishes (SIGKILL, a drained node) stops renewing, and [`Lease::TTL`] later its run counts as
+/// ABANDONED ([`Store::abandon_expired`]: the next `driver run` or `driver cleanup` on the store).
+struct Lease(tokio::task::JoinHandle<()>);
+
+impl Lease {
+    /// Longer than a store outage the run survives (the outage limit, 60 s), so a live
+    /// driver's run is never taken for abandoned.
+    const TTL: Duration = Duration::from_secs(120);
+    const RENEWAL: Duration = Duration::from_secs(15);
+
+    async fn hold(store: Store, run_id: String) -> Lease {
+        let renew = move || {
+            let (store, run_id) = (store.clone(), run_id.clone());
+            async move {
+                let until = stress_common::now_ms() + millis(Lease::TTL);
+                if let Err(e) = bounded(STORE_CALL_LIMIT, store.renew_lease(&run_id, until)).await {
+                    tracing::warn!("lease on run {run_id} not renewed: {e}");
+                }
+            }
+        };
+        renew().await;
+        Lease(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Lease::RENEWAL).await;
+                renew().await;
+            }
+        }))
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Records the verdict and reads the report back, retrying a store that is down or does not
+/// answer until [`END_STORE_DEADLINE`].
+async fn finish_and_read(store: &Store, run_id: &str, verdict: &Verdict) -> Result<Report, String> {
+    let policy = RetryPolicy {
+        attempts: u32::MAX,
+        first_pause: Duration::from_millis(500),
+        budget: END_STORE_DEADLINE,
+    };
+    let finished_at_ms = stress_common::now_ms();
+    retry("finishing the run in the status store", policy, || async {
+        store
+            .finish_run(run_id, verdict.as_str(), finished_at_ms)
+            .await
+            .map_err(|e| e.to_string())?;
+        Report::from_store(store, run_id)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// The verdict in a sentence: PASS, or FAIL and who failed why.
+fn verdict_line(verdict: &Verdict) -> String {
+    match verdict {
+        Verdict::Pass => "PASS".into(),
+        Verdict::Fail { member, reason } => format!("FAIL: {member}: {reason}"),
+        Verdict::Aborted(why) => format!("ABORTED: {why}"),
+        Verdict::BadInput(why) => format!("FAIL (bad input): {why}"),
+    }
 }
 
 pub fn write_report(run_dir: &Path, report: &Report) -> Result<(), DriverError> {
@@ -419,7 +557,12 @@ async fn scrape_server_metrics(
                 server_metrics: Some(stress_common::triton_metrics::parse(&text)),
                 ..Default::default()
             };
-            if let Err(e) = store.save_diagnostics(run_id, s, &d.to_json()).await {
+            if let Err(e) = bounded(
+                STORE_CALL_LIMIT,
+                store.save_diagnostics(run_id, s, &d.to_json()),
+            )
+            .await
+            {
                 tracing::warn!("server metrics of {s} not recorded: {e}");
             }
         }
@@ -601,17 +744,19 @@ struct Driver<'a> {
 
 impl Driver<'_> {
     async fn record(&self, member: &str, kind: EventKind, details: &str) {
-        if let Err(e) = self
-            .store
-            .record_event(&self.plan.run_id, member, kind, details)
-            .await
+        if let Err(e) = bounded(
+            STORE_CALL_LIMIT,
+            self.store
+                .record_event(&self.plan.run_id, member, kind, details),
+        )
+        .await
         {
             tracing::warn!("event of {member} not recorded: {e}");
         }
     }
 
     async fn update_member(&self, member: Member) {
-        if let Err(e) = self.store.upsert_member(&member).await {
+        if let Err(e) = bounded(STORE_CALL_LIMIT, self.store.upsert_member(&member)).await {
             tracing::warn!("member {} not updated: {e}", member.member_id);
         }
     }
@@ -922,9 +1067,7 @@ impl Driver<'_> {
                     break;
                 }
             }
-            let counts = self
-                .store
-                .scenario_counts(&plan.run_id)
+            let counts = bounded(STORE_CALL_LIMIT, self.store.scenario_counts(&plan.run_id))
                 .await
                 .unwrap_or_default();
             self.progress.show(&progress_line(
@@ -946,7 +1089,9 @@ impl Driver<'_> {
         let exits: Vec<MemberExit> = self.launcher.stop_clients(CLIENT_STOP_GRACE).await;
         sampler.finish().await;
         scrape_server_metrics(self.store, self.launcher, plan, SCRAPE_BUDGET).await;
-        let all_events = self.store.events(&plan.run_id, 0).await.unwrap_or_default();
+        let all_events = bounded(STORE_CALL_LIMIT, self.store.events(&plan.run_id, 0))
+            .await
+            .unwrap_or_default();
         let late: Vec<_> = all_events
             .iter()
             .filter(|e| e.id > rules.last_event_id())
@@ -1006,7 +1151,7 @@ impl Driver<'_> {
         if due.is_empty() {
             return None;
         }
-        let rows = match slo_rows(self.store, &self.plan.run_id).await {
+        let rows = match bounded(STORE_CALL_LIMIT, slo_rows(self.store, &self.plan.run_id)).await {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::warn!("SLO rules not checked this poll: {e}");
@@ -1029,12 +1174,15 @@ impl Driver<'_> {
         if self.plan.slo.is_empty() {
             return Vec::new();
         }
-        let rows = slo_rows(self.store, &self.plan.run_id)
-            .await
-            .unwrap_or_else(|e| {
-                tracing::warn!("SLO rules judged without counts: {e}");
-                Vec::new()
-            });
+        // Counts that cannot be read are not a breach: the rules go unjudged (the report
+        // says the store's data is missing).
+        let rows = match bounded(END_SAVE_LIMIT, slo_rows(self.store, &self.plan.run_id)).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!("SLO rules not judged: the counts cannot be read: {e}");
+                return Vec::new();
+            }
+        };
         let groups = self.plan.client_groups();
         let window = (started_ms, stress_common::now_ms());
         let outcomes: Vec<slo::Outcome> = self
@@ -1047,10 +1195,12 @@ impl Driver<'_> {
             .iter()
             .map(|o| serde_json::to_value(o).expect("plain data serialises"))
             .collect();
-        if let Err(e) = self
-            .store
-            .save_slo_results(self.plan.run_id.as_str(), &json)
-            .await
+        if let Err(e) = bounded(
+            STORE_CALL_LIMIT,
+            self.store
+                .save_slo_results(self.plan.run_id.as_str(), &json),
+        )
+        .await
         {
             tracing::warn!("SLO verdicts not saved: {e}");
         }
@@ -1069,14 +1219,14 @@ impl Driver<'_> {
             };
         }
         let run_id = &self.plan.run_id;
-        let text = |e: StoreError| e.to_string();
-        let events = self
-            .store
-            .events(run_id, rules.last_event_id())
-            .await
-            .map_err(text);
-        let heartbeats = self.store.heartbeats(run_id).await.map_err(text);
-        let latest_qps = self.store.latest_qps(run_id).await.map_err(text);
+        let (events, heartbeats, latest_qps) = tokio::join!(
+            bounded(
+                STORE_CALL_LIMIT,
+                self.store.events(run_id, rules.last_event_id())
+            ),
+            bounded(STORE_CALL_LIMIT, self.store.heartbeats(run_id)),
+            bounded(STORE_CALL_LIMIT, self.store.latest_qps(run_id)),
+        );
         let not_running = rules
             .clients()
             .into_iter()

@@ -11,13 +11,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use stress_common::store::Store;
+use stress_common::store::{Store, within};
 use stress_common::triton_metrics::{self, ModelMetrics, ServerSample};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 /// The longest a scrape may take before the sample goes without that server.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+/// A sample's write: a store that does not answer loses this sample, not the run's end.
+const STORE_WRITE_LIMIT: Duration = Duration::from_secs(3);
 
 /// A server to sample: its metrics address and, for a local process, its pid (memory).
 #[derive(Debug, Clone)]
@@ -133,9 +135,11 @@ async fn sample(store: &Store, run_id: &str, servers: &[SampledServer], state: &
                 gauges: triton_metrics::gauges(&text),
                 models: Vec::new(),
             };
-            if let Err(e) = store
-                .record_server_sample(run_id, &server.member, &baseline)
-                .await
+            if let Err(e) = within(
+                STORE_WRITE_LIMIT,
+                store.record_server_sample(run_id, &server.member, &baseline),
+            )
+            .await
             {
                 tracing::warn!("baseline sample of {} not recorded: {e}", server.member);
             }
@@ -151,9 +155,11 @@ async fn sample(store: &Store, run_id: &str, servers: &[SampledServer], state: &
         };
         // Only a recorded sample moves the baseline: after a failed write the next delta
         // covers the gap.
-        match store
-            .record_server_sample(run_id, &server.member, &sample)
-            .await
+        match within(
+            STORE_WRITE_LIMIT,
+            store.record_server_sample(run_id, &server.member, &sample),
+        )
+        .await
         {
             Ok(()) => {
                 state.last.insert(server.member.clone(), (at_ms, models));

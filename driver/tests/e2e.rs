@@ -2311,6 +2311,37 @@ async fn a_killed_driver_leaves_no_server_or_worker_behind() {
     );
     run.driver.try_exit();
 
+    // Its run held a lease the driver no longer renews. Once the lease has run out (moved into
+    // the past here instead of waiting its 2 minutes), `driver cleanup` ends the run as
+    // ABANDONED, once, and the report says so.
+    let row = run.store.run(&run.run_id).await.unwrap().unwrap();
+    assert_eq!(row.verdict, None);
+    let until = row
+        .lease_until_ms
+        .expect("the driver holds a lease on its run");
+    assert!(until > stress_common::now_ms(), "{row:?}");
+    run.store
+        .renew_lease(&run.run_id, stress_common::now_ms() - 1)
+        .await
+        .unwrap();
+    let runs_dir = run.run_dir.parent().unwrap().to_str().unwrap().to_string();
+    let cleanup = driver_cli(&["cleanup", "--runs-dir", &runs_dir]);
+    let said = String::from_utf8_lossy(&cleanup.stdout);
+    assert!(cleanup.status.success(), "{cleanup:?}");
+    assert!(
+        said.contains(&format!("run {}: ABANDONED", run.run_id)),
+        "{said}"
+    );
+    let again = driver_cli(&["cleanup", "--runs-dir", &runs_dir]);
+    assert!(!String::from_utf8_lossy(&again.stdout).contains("ABANDONED"));
+    let report = driver_cli(&["report", "--run", &run.run_id, "--runs-dir", &runs_dir]);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains(&format!("Run {} (local launcher): ABANDONED", run.run_id)),
+        "{text}"
+    );
+    assert!(text.contains("the driver's lease ran out"), "{text}");
+
     // Twice SIGTERM: the first stops the run cleanly, the second ends the driver at once.
     let run = start_long_run("e2e-driver-second-signal").await;
     let driver_pid = run.driver.child.id();
@@ -2455,4 +2486,210 @@ async fn a_leaking_model_is_a_memory_growth_finding() {
         text.contains(&format!("FINDING {SERVER}: memory grew")),
         "{text}"
     );
+}
+
+// ---- Chaos: the store ----------------------------------------------------------------------
+
+/// What a chaos test does to the store mid-run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoreFault {
+    /// Every Postgres process SIGSTOPped, then SIGCONTed: a hung store (connections stay
+    /// open, nothing answers).
+    Paused,
+    /// Every Postgres process SIGKILLed, then the server started again on its port.
+    KilledAndRestarted,
+}
+
+/// How long the store is out: longer than the heartbeat limit (10 polls here), well under the
+/// store outage limit (60 s).
+const STORE_OUTAGE: Duration = Duration::from_secs(15);
+
+/// The run's processes still alive (workers and servers carry the run id in their arguments).
+fn run_processes(run_id: &str) -> Vec<String> {
+    processes()
+        .into_iter()
+        .filter(|p| !zombie(p.pid) && p.args.iter().any(|a| a.contains(run_id)))
+        .map(|p| format!("{} {}", p.pid, p.args.join(" ")))
+        .collect()
+}
+
+/// A 60 s smoke run on Postgres whose store goes out for 15 s while load flows: the load goes
+/// on (the worker's queued QPS samples from inside the outage arrive afterwards, with load),
+/// the run passes, the servers' successes reconcile with the workers' answers (no record was
+/// lost), and nothing of the run is left running.
+async fn a_store_outage_mid_run(fault: StoreFault) {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    let TestPostgres::Throwaway(mut pg) = pg else {
+        use std::io::Write;
+        writeln!(
+            std::io::stderr(),
+            "SKIPPED: the store chaos test needs a Postgres of its own (TEST_DATABASE_URL is shared)"
+        )
+        .ok();
+        return;
+    };
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = smoke_matrix(tmp.path());
+    let runs = tmp.path().join("runs");
+    let run_id = format!("e2e-chaos-store-{fault:?}-{}", std::process::id());
+    let url = pg.url().to_string();
+    let mut args = run_args(&matrix, &runs, &run_id, "60s");
+    args.extend(["--database-url", &url]);
+    let mut driver = Driver::spawn(&args, tmp.path(), "driver");
+
+    let deadline = Instant::now() + START_LIMIT;
+    loop {
+        assert!(driver.try_exit().is_none(), "{}", driver.output());
+        assert!(Instant::now() < deadline, "{}", driver.output());
+        driver.observe();
+        if let Ok(store) = Store::connect(&url).await
+            && store
+                .latest_qps(&run_id)
+                .await
+                .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER && s.qps > 0.0))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let outage_from = stress_common::now_ms();
+    match fault {
+        StoreFault::Paused => pg.pause(),
+        StoreFault::KilledAndRestarted => pg.kill(),
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
+    let outage_ends = Instant::now() + STORE_OUTAGE;
+    while Instant::now() < outage_ends {
+        assert!(
+            driver.try_exit().is_none(),
+            "the driver ended during the store outage\n{}",
+            driver.output()
+        );
+        driver.observe();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let outage_to = stress_common::now_ms();
+    match fault {
+        StoreFault::Paused => pg.resume(),
+        StoreFault::KilledAndRestarted => pg.restart(),
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    let status = driver.wait(RUN_LIMIT, true).await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let run_dir = runs.join(&run_id);
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    assert!(report.get("incomplete").is_none(), "{report:#}");
+    assert_reconciled(&report);
+
+    let store = Store::connect(&url).await.unwrap();
+    let during: Vec<_> = store
+        .qps_samples(&run_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| {
+            s.member_id == WORKER && s.at_ms > outage_from + 2000 && s.at_ms < outage_to - 2000
+        })
+        .collect();
+    assert!(
+        during.len() >= 5 && during.iter().all(|s| s.qps > 0.0),
+        "the worker's samples from inside the outage, delivered after it: {during:?}\n{}",
+        driver.output()
+    );
+    let intervals = store
+        .latency_intervals(&run_id, outage_from, outage_to)
+        .await
+        .unwrap();
+    assert!(
+        intervals.iter().any(|(_, i)| i.requests > 0),
+        "the latency series covers the outage: {intervals:?}"
+    );
+    assert_eq!(run_processes(&run_id), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_store_neither_stops_the_load_nor_loses_a_record() {
+    a_store_outage_mid_run(StoreFault::Paused).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_killed_and_restarted_mid_run_loses_no_record() {
+    a_store_outage_mid_run(StoreFault::KilledAndRestarted).await;
+}
+
+/// The store dies 10 s into a 30 s run and stays down: the load goes on to the end, the
+/// workers log what they could not deliver, and the driver, after retrying the store for its
+/// 60 s, still writes a report: the verdict and why, marked incomplete, naming what is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_down_at_the_end_still_gets_an_incomplete_report() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    let TestPostgres::Throwaway(mut pg) = pg else {
+        use std::io::Write;
+        writeln!(
+            std::io::stderr(),
+            "SKIPPED: the store chaos test needs a Postgres of its own (TEST_DATABASE_URL is shared)"
+        )
+        .ok();
+        return;
+    };
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = smoke_matrix(tmp.path());
+    let runs = tmp.path().join("runs");
+    let run_id = format!("e2e-chaos-store-gone-{}", std::process::id());
+    let url = pg.url().to_string();
+    let mut args = run_args(&matrix, &runs, &run_id, "30s");
+    args.extend(["--database-url", &url]);
+    let mut driver = Driver::spawn(&args, tmp.path(), "driver");
+    let deadline = Instant::now() + START_LIMIT;
+    loop {
+        assert!(driver.try_exit().is_none(), "{}", driver.output());
+        assert!(Instant::now() < deadline, "{}", driver.output());
+        driver.observe();
+        if let Ok(store) = Store::connect(&url).await
+            && store
+                .latest_qps(&run_id)
+                .await
+                .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER && s.qps > 0.0))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    pg.kill().unwrap_or_else(|e| panic!("{e}"));
+    let status = driver.wait(RUN_LIMIT, true).await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let run_dir = runs.join(&run_id);
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("== INCOMPLETE REPORT =="), "{text}");
+    assert!(
+        text.contains("The verdict is the driver's own (PASS)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("driver report --run {run_id}")),
+        "{text}"
+    );
+    let report = read_json(&run_dir.join("report.json"));
+    assert!(
+        report["incomplete"]
+            .as_str()
+            .is_some_and(|why| why.contains("finishing the run in the status store")),
+        "{report:#}"
+    );
+    let worker_log = read(&run_dir.join("logs").join(format!("{WORKER}.log")));
+    assert!(
+        worker_log.contains("undelivered: {\"record\":\"event\",\"kind\":\"SUCCESS\""),
+        "the worker logs its final event, which it could not deliver:\n{worker_log}"
+    );
+    assert_eq!(run_processes(&run_id), Vec::<String>::new());
 }

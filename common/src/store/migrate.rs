@@ -93,6 +93,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0010_log_excerpts.sql"),
         postgres: include_str!("../../migrations/postgres/0010_log_excerpts.sql"),
     },
+    Migration {
+        version: 11,
+        name: "run_leases",
+        sqlite: include_str!("../../migrations/sqlite/0011_run_leases.sql"),
+        postgres: include_str!("../../migrations/postgres/0011_run_leases.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -117,6 +117,22 @@ impl Backend {
     }
 }
 
+/// The verdict of a run whose driver vanished (its lease ran out without a verdict).
+pub const ABANDONED: &str = "ABANDONED";
+
+/// A store call that answers within `limit` or counts as failed. Every wait of a long-running
+/// process on the store goes through it: a store that is paused or behind a black hole keeps a
+/// connection open and never answers, and no socket timeout notices that.
+pub async fn within<T, E: std::fmt::Display>(
+    limit: Duration,
+    call: impl std::future::Future<Output = std::result::Result<T, E>>,
+) -> std::result::Result<T, String> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(answer) => answer.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("the status store did not answer within {limit:?}")),
+    }
+}
+
 /// Knobs of [`Store::connect_with`]; [`Store::connect`] uses the defaults.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -174,6 +190,9 @@ pub struct RunRow {
     pub finished_at_ms: Option<i64>,
     /// `None` while the run has not finished.
     pub verdict: Option<String>,
+    /// Until when the run's driver holds it (see [`Store::renew_lease`]); None: no lease
+    /// (a run from before leases).
+    pub lease_until_ms: Option<i64>,
 }
 
 /// A member of a run: one Triton server or one stress worker.
@@ -507,8 +526,74 @@ impl Store {
         Ok(())
     }
 
-    const RUN_COLUMNS: &str =
-        "run_id, name, matrix_yaml, launcher, started_at_ms, finished_at_ms, verdict";
+    /// The driver holds its run until `until_ms` (a finished run is left alone). The driver
+    /// renews it while it lives; see [`Store::abandon_expired`].
+    pub async fn renew_lease(&self, run_id: &str, until_ms: i64) -> Result<()> {
+        sqlx::query("UPDATE runs SET lease_until_ms = $2 WHERE run_id = $1 AND verdict IS NULL")
+            .bind(run_id)
+            .bind(until_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(self.db("renew_lease"))
+            .map(drop)
+    }
+
+    /// Every run without a verdict whose lease ran out before `now_ms` lost its driver: it
+    /// becomes [`ABANDONED`], finished when its lease ended, with the driver's FAILURE event
+    /// saying so. Returns those runs.
+    pub async fn abandon_expired(&self, now_ms: i64) -> Result<Vec<RunRow>> {
+        const OP: &str = "abandon_expired";
+        let sql = format!(
+            "SELECT {} FROM runs WHERE verdict IS NULL AND lease_until_ms IS NOT NULL
+             AND lease_until_ms < $1 ORDER BY started_at_ms",
+            Self::RUN_COLUMNS
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(now_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.db(OP))?;
+        let expired = rows
+            .iter()
+            .map(Self::run_row)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(self.db(OP))?;
+        let mut abandoned = Vec::new();
+        for mut run in expired {
+            let ended = run.lease_until_ms.unwrap_or(now_ms);
+            // Only if still without a verdict: its driver may have just come back.
+            let done = sqlx::query(
+                "UPDATE runs SET verdict = $2, finished_at_ms = $3
+                 WHERE run_id = $1 AND verdict IS NULL",
+            )
+            .bind(&run.run_id)
+            .bind(ABANDONED)
+            .bind(ended)
+            .execute(&self.pool)
+            .await
+            .map_err(self.db(OP))?;
+            if done.rows_affected() == 0 {
+                continue;
+            }
+            self.record_event(
+                &run.run_id,
+                "driver",
+                EventKind::Failure,
+                &format!(
+                    "{ABANDONED}: the driver's lease ran out without a verdict (it was killed or \
+                     lost its node); `driver cleanup --run {}` removes what it left",
+                    run.run_id
+                ),
+            )
+            .await?;
+            run.verdict = Some(ABANDONED.into());
+            run.finished_at_ms = Some(ended);
+            abandoned.push(run);
+        }
+        Ok(abandoned)
+    }
+
+    const RUN_COLUMNS: &str = "run_id, name, matrix_yaml, launcher, started_at_ms, finished_at_ms, verdict, lease_until_ms";
 
     fn run_row(row: &sqlx::any::AnyRow) -> std::result::Result<RunRow, sqlx::Error> {
         Ok(RunRow {
@@ -519,6 +604,7 @@ impl Store {
             started_at_ms: row.try_get(4)?,
             finished_at_ms: row.try_get(5)?,
             verdict: row.try_get(6)?,
+            lease_until_ms: row.try_get(7)?,
         })
     }
 

@@ -116,6 +116,92 @@ impl ThrowawayPostgres {
         self.dir.path()
     }
 
+    /// The server's processes: the postmaster (first line of `data/postmaster.pid`) and its
+    /// children (backends, checkpointer, ...).
+    fn processes(&self) -> Result<Vec<String>, ThrowawayError> {
+        let pid_file = self.dir.path().join("data/postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file)
+            .map_err(|e| ThrowawayError(format!("{}: {e}", pid_file.display())))?;
+        let postmaster = text.lines().next().unwrap_or_default().trim().to_string();
+        let children = Command::new("pgrep")
+            .args(["-P", &postmaster])
+            .output()
+            .map_err(|e| ThrowawayError(format!("cannot run pgrep: {e}")))?;
+        let mut pids = vec![postmaster];
+        pids.extend(
+            String::from_utf8_lossy(&children.stdout)
+                .split_whitespace()
+                .map(str::to_string),
+        );
+        Ok(pids)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`, ...) to every process of the server: the
+    /// postmaster must get it; a backend may have ended meanwhile (its connection closed).
+    pub fn signal(&self, signal: &str) -> Result<(), ThrowawayError> {
+        let pids = self.processes()?;
+        for (i, pid) in pids.iter().enumerate() {
+            let status = Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(pid)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .map_err(|e| ThrowawayError(format!("cannot run kill: {e}")))?;
+            if i == 0 && !status.success() {
+                return Err(ThrowawayError(format!(
+                    "kill -{signal} {pid} (the postmaster): {status}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A hung store: every process of the server stops (connections stay open, nothing
+    /// answers) until [`Self::resume`].
+    pub fn pause(&self) -> Result<(), ThrowawayError> {
+        self.signal("STOP")
+    }
+
+    pub fn resume(&self) -> Result<(), ThrowawayError> {
+        self.signal("CONT")
+    }
+
+    /// A crashed store: every process of the server SIGKILLed at once.
+    pub fn kill(&mut self) -> Result<(), ThrowawayError> {
+        self.signal("KILL")?;
+        self.running = false;
+        Ok(())
+    }
+
+    /// Starts the server again on its port, with its data (after [`Self::kill`] or a stop).
+    pub fn restart(&mut self) -> Result<(), ThrowawayError> {
+        let port = self
+            .url
+            .rsplit_once(':')
+            .and_then(|(_, rest)| rest.split('/').next())
+            .unwrap_or_default()
+            .to_string();
+        let mut command = Command::new("bash");
+        command
+            .env("THROWAWAY_PG_PORT", &port)
+            .arg("-c")
+            .arg(SCRIPT)
+            .arg("throwaway-postgres.sh")
+            .arg("start")
+            .arg(self.dir.path());
+        let output = command
+            .output()
+            .map_err(|e| ThrowawayError(format!("cannot run bash: {e}")))?;
+        if !output.status.success() {
+            return Err(ThrowawayError(format!(
+                "restart on port {port}: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        self.running = true;
+        Ok(())
+    }
+
     /// Stops the server now (drop does it too, ignoring errors).
     pub fn stop(mut self) -> Result<(), ThrowawayError> {
         self.stop_server()
@@ -126,6 +212,8 @@ impl ThrowawayPostgres {
             return Ok(());
         }
         self.running = false;
+        // A paused server (see `pause`) cannot stop.
+        let _ = self.signal("CONT");
         let output = run_script("stop", self.dir.path(), None)?;
         if output.status.success() {
             Ok(())

@@ -106,10 +106,23 @@ fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
     LaunchError::Setup(format!("{what}: {e}"))
 }
 
-/// A Kubernetes client from `KUBECONFIG` / `~/.kube/config`, or the in-cluster service account.
+/// Every Kubernetes API call answers within this (connect, read and write), or fails: an API
+/// server that hangs must not hang the driver. Watches ask the server to end each request
+/// sooner ([`WATCH_TIMEOUT_S`]) and resume.
+pub const API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// The server-side length of one watch request, within [`API_TIMEOUT`].
+pub const WATCH_TIMEOUT_S: u32 = 20;
+
+/// A Kubernetes client from `KUBECONFIG` / `~/.kube/config`, or the in-cluster service account,
+/// with [`API_TIMEOUT`] on every call.
 pub async fn connect() -> Result<Client, LaunchError> {
-    Client::try_default()
+    let mut config = kube::Config::infer()
         .await
+        .map_err(|e| setup_err("no Kubernetes client (in-cluster or KUBECONFIG)", e))?;
+    config.connect_timeout = Some(API_TIMEOUT);
+    config.read_timeout = Some(API_TIMEOUT);
+    config.write_timeout = Some(API_TIMEOUT);
+    Client::try_from(config)
         .map_err(|e| setup_err("no Kubernetes client (in-cluster or KUBECONFIG)", e))
 }
 

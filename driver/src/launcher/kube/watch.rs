@@ -87,7 +87,13 @@ impl PodWatch {
 /// Keeps `shared` current from one watch on the run's pods.
 async fn watch_pods(pods: Api<Pod>, selector: String, shared: Arc<Pods>) {
     use kube::runtime::WatchStreamExt;
-    let stream = watcher(pods, watcher::Config::default().labels(&selector)).default_backoff();
+    let stream = watcher(
+        pods,
+        watcher::Config::default()
+            .labels(&selector)
+            .timeout(super::WATCH_TIMEOUT_S),
+    )
+    .default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         let (pod, deleted) = match event {
