@@ -13,6 +13,38 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Carries the store URL (with its password) to a worker: never in argv or a pod's args.
+/// Bounds the driver and the worker both enforce (a matrix field and the worker flag it
+/// becomes): an extreme value is bad input, refused before anything runs, instead of an
+/// overflow, a panic or exhausted memory later.
+pub mod limits {
+    use std::time::Duration;
+
+    /// A run's longest duration: 30 days (a soak is hours; a timer past this overflows nothing).
+    pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+    /// Polls: a status write per worker per poll; faster floods the store.
+    pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(100);
+    pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3600);
+    /// Streams, or closed-loop requests in flight, of one worker.
+    pub const MAX_CONCURRENCY: u32 = 100_000;
+    /// Open-loop requests per second of one worker.
+    pub const MIN_RATE: f64 = 0.001;
+    pub const MAX_RATE: f64 = 10_000_000.0;
+
+    /// `value` within `[min, max]`, or why not, both bounds named.
+    pub fn within(value: Duration, min: Duration, max: Duration) -> Result<(), String> {
+        if (min..=max).contains(&value) {
+            return Ok(());
+        }
+        let human = |d: Duration| humantime::format_duration(d).to_string();
+        Err(format!(
+            "{} is out of bounds: from {} to {}",
+            human(value),
+            human(min),
+            human(max)
+        ))
+    }
+}
+
 pub const STORE_URL_ENV: &str = "TRITON_STRESS_STORE_URL";
 /// The run a worker reports to (also `--run-id`).
 pub const RUN_ID_ENV: &str = "TRITON_STRESS_RUN_ID";
@@ -163,12 +195,16 @@ impl LoadMode {
     /// The worker's default when neither is given.
     pub const DEFAULT: LoadMode = LoadMode::Concurrency(2);
 
-    /// Why the value cannot run, if it cannot.
+    /// Why the value cannot run, if it cannot (see [`limits`]).
     pub fn check(self) -> Result<(), String> {
+        use limits::{MAX_CONCURRENCY, MAX_RATE, MIN_RATE};
         match self {
             LoadMode::Concurrency(0) => Err("load concurrency must be at least 1".into()),
-            LoadMode::Rate(r) if !(r > 0.0 && r.is_finite()) => Err(format!(
-                "load rate {r} must be a finite number greater than 0"
+            LoadMode::Concurrency(c) if c > MAX_CONCURRENCY => Err(format!(
+                "load concurrency {c} is more than the {MAX_CONCURRENCY} a worker takes"
+            )),
+            LoadMode::Rate(r) if !(MIN_RATE..=MAX_RATE).contains(&r) => Err(format!(
+                "load rate {r:?} must be from {MIN_RATE} to {MAX_RATE} requests per second"
             )),
             _ => Ok(()),
         }
@@ -683,6 +719,26 @@ pub struct WorkerArgs {
     pub batch_sizes: Vec<BatchSizeArg>,
 }
 
+/// The worker flags the driver sets for every worker: [`WorkerArgs`]' own (long and short),
+/// and where its records go. A template's `extra_args` may not repeat them.
+pub fn reserved_worker_flags() -> Vec<String> {
+    use clap::Args;
+    let command = WorkerArgs::augment_args(clap::Command::new("worker"));
+    let mut flags: Vec<String> = command
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .map(|long| format!("--{long}"))
+        .collect();
+    flags.extend(
+        command
+            .get_arguments()
+            .filter_map(|a| a.get_short())
+            .map(|short| format!("-{short}")),
+    );
+    flags.extend(["--store-url", "--status-file"].map(String::from));
+    flags
+}
+
 impl WorkerArgs {
     /// The load mode the flags ask for (None: the worker's default).
     pub fn load(&self) -> Option<LoadMode> {
@@ -930,6 +986,32 @@ mod tests {
         assert!(LoadMode::Rate(f64::INFINITY).check().is_err());
         assert!(LoadMode::Rate(0.0).check().is_err());
         assert!(LoadMode::Rate(1e-3).check().is_ok());
+        assert!(LoadMode::Rate(1e-300).check().is_err());
+        let reserved = reserved_worker_flags();
+        for flag in [
+            "--run-id",
+            "--member-id",
+            "--servers",
+            "--duration",
+            "-m",
+            "--store-url",
+        ] {
+            assert!(reserved.iter().any(|r| r == flag), "{flag}: {reserved:?}");
+        }
+        // Every flag the driver renders is reserved.
+        let rendered = sample().to_args();
+        for flag in rendered.iter().filter(|a| a.starts_with('-')) {
+            let name = flag.split('=').next().unwrap();
+            assert!(reserved.iter().any(|r| r == name), "{name}");
+        }
+        assert!(LoadMode::Rate(f64::NAN).check().is_err());
+        assert!(LoadMode::Rate(1e300).check().is_err());
+        assert!(LoadMode::Concurrency(u32::MAX).check().is_err());
+        assert!(
+            LoadMode::Concurrency(limits::MAX_CONCURRENCY)
+                .check()
+                .is_ok()
+        );
     }
 
     #[test]

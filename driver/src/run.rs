@@ -1569,6 +1569,14 @@ async fn slo_rows(store: &Store, run_id: &RunId) -> Result<Vec<slo::Row>, StoreE
 /// Loads a matrix and prepares a run directory; errors here are bad input (exit 2).
 pub fn prepare(options: &RunOptions) -> Result<(Matrix, String, PathBuf), DriverError> {
     let matrix = matrix::load(&options.matrix)?;
+    if let Some(d) = options.duration {
+        stress_common::contract::limits::within(
+            d,
+            Duration::ZERO,
+            stress_common::contract::limits::MAX_DURATION,
+        )
+        .map_err(|e| DriverError::Config(format!("--duration {e}")))?;
+    }
     if let Some(d) = options.duration
         && d < matrix.run.poll_interval
     {

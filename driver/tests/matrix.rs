@@ -694,12 +694,12 @@ fn more_rules() {
             "  duration: 10s\n",
             "  duration: 10s\n  namespace: Stress\n  poll_interval: 0s\n",
             "inline.yaml:5:14: run.namespace: namespace \"Stress\" is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit)\n\
-             inline.yaml:6:18: run.poll_interval: must be longer than zero",
+             inline.yaml:6:18: run.poll_interval: 0s is out of bounds: from 100ms to 1h",
         ),
         (
             "    protocol: grpc\n",
             "    protocol: grpc\n    load: { rate: 0 }\n",
-            "inline.yaml:15:19: client_templates.all.load.rate: must be a positive number of requests per second, found 0",
+            "inline.yaml:15:19: client_templates.all.load.rate: load rate 0.0 must be from 0.001 to 10000000 requests per second",
         ),
         (
             "    protocol: grpc\n",

@@ -255,8 +255,22 @@ impl RunArgs {
                 self.timeout_deadline, self.timeout_delay
             ));
         }
-        if c.poll_interval.is_zero() {
-            return Err("--poll-interval must be greater than 0".into());
+        use stress_common::contract::limits;
+        limits::within(
+            c.poll_interval,
+            limits::MIN_POLL_INTERVAL,
+            limits::MAX_POLL_INTERVAL,
+        )
+        .map_err(|e| format!("--poll-interval {e}"))?;
+        // 0 runs until SIGTERM.
+        limits::within(c.duration, Duration::ZERO, limits::MAX_DURATION)
+            .map_err(|e| format!("--duration {e}"))?;
+        if c.concurrency > limits::MAX_CONCURRENCY {
+            return Err(format!(
+                "--concurrency {} is more than the {} streams a worker takes",
+                c.concurrency,
+                limits::MAX_CONCURRENCY
+            ));
         }
         if self.sequence_models.is_empty() {
             return Err("--sequence-models needs at least one model".into());

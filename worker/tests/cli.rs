@@ -106,6 +106,27 @@ async fn bad_arguments_exit_2_before_anything_is_sent() {
             &["--threads", "0"],
             "invalid value '0' for '--threads <THREADS>': 0 is not in 1..=65535",
         ),
+        // Extreme values are bad input, not a panic or an overflow later.
+        (
+            &["--load-rate", "1e-300"],
+            "load rate 1e-300 must be from 0.001 to 10000000 requests per second",
+        ),
+        (
+            &["--load-rate", "NaN"],
+            "load rate NaN must be from 0.001 to 10000000 requests per second",
+        ),
+        (
+            &["--concurrency", "200000", "--corr-id-block-size", "4000000"],
+            "--concurrency 200000 is more than the 100000 streams a worker takes",
+        ),
+        (
+            &["--duration", "99999999999999h"],
+            "--duration 11407711613years 18days 9h is out of bounds: from 0s to 30days",
+        ),
+        (
+            &["--poll-interval", "1ns"],
+            "--poll-interval 1ns is out of bounds: from 100ms to 1h",
+        ),
     ];
     for (extra, message) in cases {
         let _ = std::fs::remove_file(status);

@@ -25,6 +25,7 @@
 //! start; [`json_schema`] is the JSON schema of the format (committed as
 //! `test-matrices/schema.json`).
 
+pub mod bounds;
 mod duration;
 mod error;
 mod expand;

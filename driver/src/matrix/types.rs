@@ -87,22 +87,23 @@ pub struct RunSettings {
     #[schemars(with = "Name")]
     pub name: String,
 
-    /// How long the clients run, from the moment they are started.
+    /// How long the clients run, from the moment they are started. At most 30 days.
     #[serde(with = "duration")]
     #[schemars(with = "HumanDuration")]
     pub duration: Duration,
 
-    /// How often the driver polls the status store. At most `duration`.
+    /// How often the driver polls the status store: from 100ms to 1h, and at most `duration`.
     #[serde(with = "duration", default = "defaults::poll_interval")]
     #[schemars(with = "HumanDuration")]
     pub poll_interval: Duration,
 
-    /// Pause after every server is ready and before the clients start. May be `0s`.
+    /// Pause after every server is ready and before the clients start. May be `0s`; at most
+    /// a day.
     #[serde(with = "duration", default)]
     #[schemars(with = "HumanDuration")]
     pub warmup: Duration,
 
-    /// How long a server may take to become ready before the run fails.
+    /// How long a server may take to become ready before the run fails (at most a day).
     #[serde(with = "duration", default = "defaults::server_ready_timeout")]
     #[schemars(with = "HumanDuration")]
     pub server_ready_timeout: Duration,
@@ -438,13 +439,15 @@ pub struct PrometheusSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailFast {
-    /// Fail when a worker's heartbeat is older than this many poll intervals.
+    /// Fail when a worker's heartbeat is older than this many poll intervals (1 to 10000).
     #[serde(default = "defaults::three")]
+    #[schemars(range(min = 1, max = 10000))]
     pub heartbeat_timeout_polls: u32,
 
     /// Fail when a worker reports zero completed requests for this many consecutive polls; 0
-    /// turns the rule off.
+    /// turns the rule off. At most 10000.
     #[serde(default = "defaults::three")]
+    #[schemars(range(max = 10000))]
     pub zero_qps_polls: u32,
 }
 
@@ -522,9 +525,10 @@ pub struct ServerGroup {
     #[schemars(with = "Option<Name>")]
     pub template: Option<String>,
 
-    /// Number of servers, at least 1. With `endpoints`: omitted, or their count.
+    /// Number of servers, at least 1. With `endpoints`: omitted, or their count. A run has
+    /// at most 10000 members (servers and clients) in all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 10000))]
     pub instances: Option<u32>,
 
     /// Existing servers, one member each (`<group>-<index>` in list order), instead of
@@ -667,12 +671,13 @@ pub struct ClientTemplate {
     #[schemars(with = "Option<ScenarioWeightsSchema>")]
     pub scenarios: Option<IndexMap<String, u32>>,
 
-    /// Number of concurrent stress streams per worker, at least 1.
+    /// Number of concurrent stress streams per worker, 1 to 100000.
     #[serde(default = "defaults::concurrency")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 100000))]
     pub concurrency: u32,
 
-    /// Shape of the `Load` scenario's traffic. Omitted: the worker's default.
+    /// Shape of the `Load` scenario's traffic. Omitted: the worker's default. A concurrency
+    /// of 1 to 100000, or a rate of 0.001 to 10000000 requests per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadMode>,
 
@@ -683,7 +688,10 @@ pub struct ClientTemplate {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<ModelSpec>,
 
-    /// Extra worker arguments, appended after the ones the launcher sets.
+    /// Extra worker arguments, appended after the ones the launcher sets: at most 256, each
+    /// at most 4096 bytes, and none of the flags the driver sets itself (`--servers`,
+    /// `--run-id`, `--member-id`, `--duration`, `--model`, `--store-url`, ...: use the matrix
+    /// field that sets them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_args: Vec<String>,
 
@@ -755,8 +763,9 @@ pub struct ClientGroup {
     #[schemars(with = "Name")]
     pub template: String,
 
-    /// Number of clients, at least 1.
-    #[schemars(range(min = 1))]
+    /// Number of clients, at least 1. A run has at most 10000 members (servers and clients)
+    /// in all.
+    #[schemars(range(min = 1, max = 10000))]
     pub instances: u32,
 
     /// Name of the server group every client of this group talks to (to every server of it).
@@ -930,7 +939,8 @@ pub struct ServerVolume {
     /// Mounted read-only (default true).
     #[serde(default = "defaults::yes")]
     pub read_only: bool,
-    /// A directory on the node.
+    /// A directory on the node: not its root, and not a system directory (`/etc`, `/proc`,
+    /// `/var/lib/kubelet`, ...) unless read-only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_path: Option<String>,
     /// The name of a PersistentVolumeClaim in the run's namespace.

@@ -2,6 +2,13 @@
 //! each with the field path it is about and which end of the `key: value` pair to point at.
 
 use std::collections::HashMap;
+use std::time::Duration;
+
+use super::bounds::{
+    MAX_ARG_LEN, MAX_ARGS, MAX_BATCH_SIZE, MAX_CHECKS, MAX_CONCURRENCY, MAX_DURATION,
+    MAX_GROUP_CONCURRENCY, MAX_MEMBERS, MAX_POLL_INTERVAL, MAX_POLLS, MAX_TRACE_SETTING, MAX_WAIT,
+    MAX_WEIGHT, MIN_POLL_INTERVAL, is_protected_host_path,
+};
 
 use stress_common::scenario::Scenario;
 
@@ -444,17 +451,7 @@ impl Checker {
             }
         }
         self.at_least_one(path.key("concurrency"), t.concurrency.into());
-        match t.load {
-            Some(LoadMode::Concurrency(c)) => {
-                self.at_least_one(path.key("load").key("concurrency"), c.into())
-            }
-            Some(LoadMode::Rate(r)) if !(r > 0.0 && r.is_finite()) => self.push(
-                path.key("load").key("rate"),
-                Anchor::Value,
-                format!("must be a positive number of requests per second, found {r}"),
-            ),
-            _ => {}
-        }
+        // `load` is checked with the bounds (LoadMode::check).
         self.models(path.clone(), t);
         self.resources(path.key("resources"), &t.resources);
         self.env(path.key("env"), &t.env);
@@ -666,10 +663,282 @@ impl Checker {
     }
 }
 
+/// The bounds of [`super::bounds`], checked first: nothing later expands or allocates in
+/// proportion to a value that is out of them.
+impl Checker {
+    fn duration_within(&mut self, path: FieldPath, value: Duration, min: Duration, max: Duration) {
+        if let Err(e) = stress_common::contract::limits::within(value, min, max) {
+            self.push(path, Anchor::Value, e);
+        }
+    }
+
+    fn count_at_most(&mut self, path: FieldPath, value: u64, max: u64, what: &str) {
+        if value > max {
+            self.push(
+                path,
+                Anchor::Value,
+                format!("{value} {what} is more than the {max} allowed"),
+            );
+        }
+    }
+
+    fn args_bounded(&mut self, path: FieldPath, args: &[String]) {
+        self.count_at_most(
+            path.clone(),
+            args.len() as u64,
+            MAX_ARGS as u64,
+            "arguments",
+        );
+        for (i, a) in args.iter().enumerate().take(MAX_ARGS) {
+            if a.len() > MAX_ARG_LEN {
+                self.push(
+                    path.index(i),
+                    Anchor::Value,
+                    format!(
+                        "an argument of {} bytes is longer than the {MAX_ARG_LEN} allowed",
+                        a.len()
+                    ),
+                );
+            }
+        }
+    }
+
+    fn bounds(&mut self, m: &Matrix) {
+        let root = FieldPath::root();
+        let run = root.key("run");
+        let zero = Duration::ZERO;
+        self.duration_within(run.key("duration"), m.run.duration, zero, MAX_DURATION);
+        self.duration_within(
+            run.key("poll_interval"),
+            m.run.poll_interval,
+            MIN_POLL_INTERVAL,
+            MAX_POLL_INTERVAL,
+        );
+        self.duration_within(run.key("warmup"), m.run.warmup, zero, MAX_WAIT);
+        self.duration_within(
+            run.key("server_ready_timeout"),
+            m.run.server_ready_timeout,
+            zero,
+            MAX_WAIT,
+        );
+        let ff = run.key("fail_fast");
+        let polls = u64::from(MAX_POLLS);
+        self.count_at_most(
+            ff.key("heartbeat_timeout_polls"),
+            m.run.fail_fast.heartbeat_timeout_polls.into(),
+            polls,
+            "polls",
+        );
+        self.count_at_most(
+            ff.key("zero_qps_polls"),
+            m.run.fail_fast.zero_qps_polls.into(),
+            polls,
+            "polls",
+        );
+        for (i, rule) in m.run.slo.iter().enumerate() {
+            self.duration_within(
+                run.key("slo").index(i).key("delay"),
+                rule.delay,
+                zero,
+                MAX_DURATION,
+            );
+        }
+
+        for (name, t) in &m.server_templates {
+            let path = root.key("server_templates").key(name.clone());
+            self.args_bounded(path.key("args"), &t.args);
+            for (i, v) in t.volumes.iter().enumerate() {
+                if let Some(host) = &v.host_path
+                    && is_protected_host_path(host)
+                    && (!v.read_only || host.trim_end_matches('/').is_empty())
+                {
+                    self.push(
+                        path.key("volumes").index(i).key("host_path"),
+                        Anchor::Value,
+                        format!(
+                            "host path {host:?} is the node's own (its root or a system directory); \
+                             mount a directory made for the models, read-only where it can be"
+                        ),
+                    );
+                }
+            }
+            if let Some(trace) = &t.trace {
+                let tpath = path.key("trace");
+                let max = u64::from(MAX_TRACE_SETTING);
+                self.count_at_most(tpath.key("rate"), trace.rate.into(), max, "(one in N)");
+                if let Some(n) = trace.count {
+                    self.count_at_most(tpath.key("count"), n.into(), max, "traces");
+                }
+                if let Some(n) = trace.log_frequency {
+                    self.count_at_most(tpath.key("log_frequency"), n.into(), max, "traces");
+                }
+            }
+        }
+        for (name, t) in &m.client_templates {
+            let path = root.key("client_templates").key(name.clone());
+            self.count_at_most(
+                path.key("concurrency"),
+                t.concurrency.into(),
+                MAX_CONCURRENCY.into(),
+                "streams",
+            );
+            if let Some(load) = t.load
+                && let Err(e) = load.check()
+            {
+                let field = match load {
+                    LoadMode::Rate(_) => "rate",
+                    LoadMode::Concurrency(_) => "concurrency",
+                };
+                self.push(path.key("load").key(field), Anchor::Value, e);
+            }
+            for (scenario, weight) in t.scenarios.iter().flatten() {
+                self.count_at_most(
+                    path.key("scenarios").key(scenario.clone()),
+                    (*weight).into(),
+                    MAX_WEIGHT.into(),
+                    "(weight)",
+                );
+            }
+            for (i, model) in t.models.iter().enumerate() {
+                let mpath = path.key("models").index(i);
+                self.count_at_most(
+                    mpath.key("weight"),
+                    model.weight.into(),
+                    MAX_WEIGHT.into(),
+                    "(weight)",
+                );
+                if let Some(b) = model.batch_size {
+                    self.count_at_most(
+                        mpath.key("batch_size"),
+                        b.into(),
+                        MAX_BATCH_SIZE.into(),
+                        "(batch size)",
+                    );
+                }
+            }
+            self.args_bounded(path.key("extra_args"), &t.extra_args);
+            self.reserved_worker_flags(path.key("extra_args"), &t.extra_args);
+        }
+
+        // Members in all, summed without overflow: checked before anything expands them.
+        let mut members: u64 = 0;
+        let issues_before = self.issues.len();
+        for (name, g) in &m.server_groups {
+            let path = root.key("server_groups").key(name.clone());
+            let n = match g.instances {
+                Some(n) => u64::from(n),
+                None => g.endpoints.len() as u64,
+            };
+            let field = if g.instances.is_some() {
+                "instances"
+            } else {
+                "endpoints"
+            };
+            self.count_at_most(path.key(field), n, MAX_MEMBERS, "servers");
+            members = members.saturating_add(n);
+        }
+        for (name, g) in &m.client_groups {
+            let path = root.key("client_groups").key(name.clone());
+            let n = u64::from(g.instances);
+            self.count_at_most(path.key("instances"), n, MAX_MEMBERS, "clients");
+            members = members.saturating_add(n);
+        }
+        // One group over the limit is said there; only groups within it can add up past it.
+        if members > MAX_MEMBERS && self.issues.len() == issues_before {
+            self.push(
+                root.key("client_groups"),
+                Anchor::Key,
+                format!("{members} members (servers and clients) in all is more than the {MAX_MEMBERS} a run takes"),
+            );
+        }
+
+        if let Some(cap) = &m.capacity {
+            let path = root.key("capacity");
+            self.duration_within(path.key("target_p99"), cap.target_p99, zero, MAX_WAIT);
+            self.duration_within(
+                path.key("check_interval"),
+                cap.check_interval,
+                MIN_POLL_INTERVAL,
+                MAX_WAIT,
+            );
+            let group = u64::from(MAX_GROUP_CONCURRENCY);
+            self.count_at_most(
+                path.key("max_concurrency"),
+                cap.max_concurrency.into(),
+                group,
+                "(concurrency)",
+            );
+            if let Some(n) = cap.min_concurrency {
+                self.count_at_most(
+                    path.key("min_concurrency"),
+                    n.into(),
+                    group,
+                    "(concurrency)",
+                );
+            }
+            self.count_at_most(
+                path.key("increase_step"),
+                cap.increase_step.into(),
+                group,
+                "(concurrency)",
+            );
+            let checks = u64::from(MAX_CHECKS);
+            for (field, value) in [
+                ("settle_periods", cap.settle_periods),
+                ("stable_checks", cap.stable_checks),
+                ("max_decreases", cap.max_decreases),
+            ] {
+                self.count_at_most(path.key(field), value.into(), checks, "checks");
+            }
+            if let Some(spike) = &cap.spike {
+                // (target_rps is checked with the spike: 1 to 10,000,000.)
+                let spath = path.key("spike");
+                self.duration_within(spath.key("duration"), spike.duration, zero, MAX_WAIT);
+                self.duration_within(
+                    spath.key("recovery_timeout"),
+                    spike.recovery_timeout,
+                    zero,
+                    MAX_WAIT,
+                );
+            }
+        }
+        for (name, g) in &m.client_groups {
+            for (i, rule) in g.slo.iter().enumerate() {
+                let path = root
+                    .key("client_groups")
+                    .key(name.clone())
+                    .key("slo")
+                    .index(i);
+                self.duration_within(path.key("delay"), rule.delay, zero, MAX_DURATION);
+            }
+        }
+    }
+
+    /// A template's `extra_args` may not set what the driver itself gives every worker (the
+    /// contract's flags, where its records go): the run would not be the one recorded.
+    fn reserved_worker_flags(&mut self, path: FieldPath, args: &[String]) {
+        let reserved = stress_common::contract::reserved_worker_flags();
+        for (i, a) in args.iter().enumerate().take(MAX_ARGS) {
+            let flag = a.split('=').next().unwrap_or_default();
+            if reserved.iter().any(|r| r == flag) {
+                self.push(
+                    path.index(i),
+                    Anchor::Value,
+                    format!(
+                        "{flag} is set by the driver for every worker; use the matrix field that \
+                         sets it instead of extra_args"
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// Checks a deserialised matrix, returning every problem found.
 pub fn check(m: &Matrix) -> Vec<Issue> {
     let mut c = Checker { issues: Vec::new() };
     let root = FieldPath::root();
+    c.bounds(m);
 
     if m.version != MATRIX_VERSION {
         c.push(
@@ -689,9 +958,9 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
         c.label(run.key("namespace"), Anchor::Value, "namespace", ns);
     }
     let human = |d: std::time::Duration| humantime::format_duration(d).to_string();
+    // (The poll interval's lower bound is checked with the bounds.)
     for (field, value) in [
         ("duration", m.run.duration),
-        ("poll_interval", m.run.poll_interval),
         ("server_ready_timeout", m.run.server_ready_timeout),
     ] {
         if value.is_zero() {

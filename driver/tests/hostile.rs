@@ -1,0 +1,222 @@
+//! Hostile matrices: generated mutations of the smoke matrix (extreme numbers, durations that
+//! overflow, huge counts, reserved flags, the node's root as a volume, strings where numbers go)
+//! are either refused as bad input, naming the file, line, column and field, or give a valid run
+//! plan; never a panic, and always within 1 s (nothing is expanded before the bounds hold).
+//! Then the same through the binary: `driver validate` and `driver run` exit 2 within 1 s and
+//! launch nothing.
+
+use proptest::prelude::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use stress_common::contract::RunId;
+
+const BASE: &str = include_str!("../../test-matrices/smoke.yaml");
+
+/// Values a hostile user (or a typo) puts where a number, a duration or a string goes.
+fn hostile_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("0".to_string()),
+        Just("-1".to_string()),
+        Just("4294967295".to_string()),
+        Just("4294967296".to_string()),
+        Just("18446744073709551615".to_string()),
+        Just("10000000".to_string()),
+        Just("1e-300".to_string()),
+        Just("1e300".to_string()),
+        Just(".nan".to_string()),
+        Just(".inf".to_string()),
+        Just("99999999999999h".to_string()),
+        Just("1ns".to_string()),
+        Just("0s".to_string()),
+        Just("\"\"".to_string()),
+        Just("[]".to_string()),
+        Just("{}".to_string()),
+        Just("~".to_string()),
+        (1u64..u64::MAX).prop_map(|n| n.to_string()),
+        "[a-z0-9/._-]{0,80}",
+    ]
+}
+
+/// Where a value goes: (text of the smoke matrix, its replacement with `{}` for the value).
+const SLOTS: &[(&str, &str)] = &[
+    ("duration: 60s", "duration: {}"),
+    ("poll_interval: 1s", "poll_interval: {}"),
+    ("warmup: 2s", "warmup: {}"),
+    ("server_ready_timeout: 120s", "server_ready_timeout: {}"),
+    (
+        "    template: cpu\n    instances: 1",
+        "    template: cpu\n    instances: {}",
+    ),
+    (
+        "    template: grpc-all\n    instances: 1",
+        "    template: grpc-all\n    instances: {}",
+    ),
+    ("concurrency: 4", "concurrency: {}"),
+    ("SequenceValid: 295", "SequenceValid: {}"),
+    ("Load: 200", "Load: {}"),
+    ("concurrency: 4", "concurrency: 4\n    load: { rate: {} }"),
+    (
+        "concurrency: 4",
+        "concurrency: 4\n    load: { concurrency: {} }",
+    ),
+    ("concurrency: 4", "concurrency: 4\n    extra_args: [{}]"),
+    (
+        "concurrency: 4",
+        "concurrency: 4\n    extra_args: [--run-id, {}]",
+    ),
+    (
+        "concurrency: 4",
+        "concurrency: 4\n    extra_args: [\"--store-url={}\"]",
+    ),
+    (
+        "server_ready_timeout: 120s",
+        "server_ready_timeout: 120s\n  fail_fast: { zero_qps_polls: {} }",
+    ),
+    (
+        "server_ready_timeout: 120s",
+        "server_ready_timeout: 120s\n  fail_fast: { heartbeat_timeout_polls: {} }",
+    ),
+    (
+        "    args: [\"--log-verbose=0\"]",
+        "    args: [\"--log-verbose=0\"]\n    volumes:\n      - { name: v, mount_path: /m, host_path: {}, read_only: false }",
+    ),
+    (
+        "    args: [\"--log-verbose=0\"]",
+        "    args: [\"--log-verbose=0\"]\n    volumes:\n      - { name: {}, mount_path: /m, config_map: c }",
+    ),
+    (
+        "    args: [\"--log-verbose=0\"]",
+        "    args: [\"--log-verbose=0\"]\n    trace: { level: TIMESTAMPS, rate: {} }",
+    ),
+    ("  name: smoke", "  name: {}"),
+];
+
+fn mutate(mutations: &[(usize, String)]) -> String {
+    let mut text = BASE.to_string();
+    for (slot, value) in mutations {
+        let (from, to) = SLOTS[*slot % SLOTS.len()];
+        if text.contains(from) {
+            text = text.replacen(from, &to.replacen("{}", value, 1), 1);
+        }
+    }
+    text
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_generated_matrix_is_refused_with_its_field_or_gives_a_valid_plan(
+        mutations in proptest::collection::vec((0..SLOTS.len(), hostile_value()), 1..4)
+    ) {
+        let text = mutate(&mutations);
+        let started = Instant::now();
+        match driver::matrix::parse(&text, "hostile.yaml") {
+            Err(e) => {
+                for d in e.diagnostics() {
+                    prop_assert!(d.position.is_some(), "no line and column: {e}\n{text}");
+                    prop_assert!(!d.message.is_empty(), "{e}");
+                }
+                prop_assert!(!e.diagnostics().is_empty(), "{e}");
+            }
+            Ok(m) => {
+                let plan = driver::plan::RunPlan::new(&m, RunId::new("hostile"), None);
+                prop_assert!(!plan.members().is_empty());
+                prop_assert!(plan.members().len() <= driver::matrix::bounds::MAX_MEMBERS as usize);
+            }
+        }
+        prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}\n{text}", started.elapsed());
+    }
+}
+
+/// One hostile matrix of each kind the bounds exist for, through the binary: `driver validate`
+/// and `driver run` exit 2 within 1 s naming the field, and the run launches nothing.
+#[test]
+fn each_kind_of_hostile_matrix_exits_2_within_1_s_and_launches_nothing() {
+    let cases: &[(usize, &str, &str)] = &[
+        (0, "99999999999999h", "run.duration: "),
+        (1, "1ns", "run.poll_interval: "),
+        (4, "4294967295", "server_groups.triton.instances: "),
+        (5, "10000000", "client_groups.grpc-clients.instances: "),
+        (6, "4294967295", "client_templates.grpc-all.concurrency: "),
+        (9, "1e-300", "client_templates.grpc-all.load.rate: "),
+        (
+            12,
+            "evil",
+            "client_templates.grpc-all.extra_args[0]: --run-id is set by the driver",
+        ),
+        (
+            13,
+            "sqlite:///tmp/x",
+            "client_templates.grpc-all.extra_args[0]: --store-url is set by the driver",
+        ),
+        (16, "/", "server_templates.cpu.volumes[0].host_path: "),
+        (17, "dshm", "server_templates.cpu.volumes[0].name: "),
+        (15, "4294967295", "run.fail_fast.heartbeat_timeout_polls: "),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (slot, value, expected) in cases {
+        let text = mutate(&[(*slot, value.to_string())]);
+        let file = dir.path().join(format!("hostile-{slot}.yaml"));
+        std::fs::write(&file, &text).unwrap();
+        let runs = dir.path().join("runs");
+        for args in [
+            vec!["validate", file.to_str().unwrap()],
+            vec![
+                "run",
+                file.to_str().unwrap(),
+                "--runs-dir",
+                runs.to_str().unwrap(),
+                "--no-progress",
+            ],
+        ] {
+            let started = Instant::now();
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_driver"))
+                .args(&args)
+                .env_remove("DATABASE_URL")
+                .output()
+                .unwrap();
+            let took = started.elapsed();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?} {value}: {stderr}");
+            assert!(
+                took < Duration::from_secs(1),
+                "{args:?} {value}: took {took:?}"
+            );
+            let line = format!("{}:", file.display());
+            assert!(
+                stderr.contains(&line) && stderr.contains(expected),
+                "{args:?} {value}: want {line}LINE:COL: {expected}...\n{stderr}"
+            );
+        }
+        assert!(
+            !Path::new(&runs).exists() || std::fs::read_dir(&runs).unwrap().next().is_none(),
+            "a run directory was made for a refused matrix"
+        );
+    }
+}
+
+/// `driver run --duration` past the 30-day bound is bad input too.
+#[test]
+fn a_duration_override_out_of_bounds_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("smoke.yaml");
+    std::fs::write(&file, BASE.replace("../models", "/nonexistent-models")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_driver"))
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--duration",
+            "9999999h",
+            "--runs-dir",
+        ])
+        .arg(dir.path().join("runs"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--duration ") && stderr.contains("is out of bounds: from 0s to 30days"),
+        "{stderr}"
+    );
+}
