@@ -59,6 +59,17 @@ impl Rules {
     }
 }
 
+impl Rules {
+    /// The matrix's store outage limit (never shorter than the heartbeat limit: a store that is
+    /// back must have had time to show the heartbeats).
+    pub fn with_store_outage_limit(self, limit: Duration) -> Self {
+        Rules {
+            store_outage_limit: limit.max(self.heartbeat_limit),
+            ..self
+        }
+    }
+}
+
 /// Why the run fails: the first rule that fired.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cause {

@@ -398,6 +398,11 @@ async fn kube_launcher(
         pod_store_url,
         image_pull_policy: args.image_pull_policy,
         pending_timeout: args.pending_timeout,
+        pod_deadline_seconds: kube::pod_deadline(
+            options.duration.unwrap_or(matrix.run.duration),
+            matrix.run.warmup,
+            matrix.run.server_ready_timeout,
+        ),
     };
     Ok(KubeLauncher::start(client, settings).await?)
 }

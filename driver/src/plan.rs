@@ -68,7 +68,8 @@ impl RunPlan {
                 matrix.run.poll_interval,
                 ff.heartbeat_timeout_polls,
                 ff.zero_qps_polls,
-            ),
+            )
+            .with_store_outage_limit(ff.store_outage_limit),
             servers,
             externals,
             clients,
@@ -384,6 +385,17 @@ client_groups:
         assert_eq!(p.members()[3].process_name, "plan-g-0");
         assert_eq!(p.rules, Rules::new(Duration::from_millis(500), 4, 0));
         assert_eq!(p.duration, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_store_outage_limit_comes_from_the_matrix_and_covers_the_heartbeat_limit() {
+        let rules = Rules::new(Duration::from_secs(1), 3, 3);
+        assert_eq!(rules.store_outage_limit, Duration::from_secs(60));
+        let longer = rules.with_store_outage_limit(Duration::from_secs(300));
+        assert_eq!(longer.store_outage_limit, Duration::from_secs(300));
+        let slow = Rules::new(Duration::from_secs(10), 3, 3)
+            .with_store_outage_limit(Duration::from_secs(10));
+        assert_eq!(slow.store_outage_limit, Duration::from_secs(30));
     }
 
     #[test]

@@ -124,9 +124,7 @@ const CLIENT_STOP_GRACE: Duration = Duration::from_secs(15);
 const STORE_CALL_LIMIT: Duration = Duration::from_secs(3);
 /// Each of the end's saves (diagnostics, log excerpts, trace summaries) ends within this.
 const END_SAVE_LIMIT: Duration = Duration::from_secs(20);
-/// How long the end of a run retries a store that is down before it writes the report from
-/// what the driver knows itself: the store outage limit of the fail-fast rules.
-const END_STORE_DEADLINE: Duration = Duration::from_secs(60);
+
 const SERVER_STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long the failure path may wait for the servers' /metrics in all: a hung server accepts
 /// the connection and never answers, and must not hold up the fail-fast bound (5 s) by itself.
@@ -281,7 +279,12 @@ pub async fn run(
             started_at_ms,
         })
         .await?;
-    let _lease = Lease::hold(store.clone(), run_id.to_string()).await;
+    let _lease = Lease::hold(
+        store.clone(),
+        run_id.to_string(),
+        Lease::ttl(plan.rules.store_outage_limit),
+    )
+    .await;
     for member in plan.members() {
         store.upsert_member(&member).await?;
     }
@@ -376,7 +379,9 @@ pub async fn run(
             "the status store does not answer: diagnostics, log excerpts and trace summaries not saved"
         );
     }
-    let report = match finish_and_read(&store, run_id, &verdict).await {
+    let report = match finish_and_read(&store, run_id, &verdict, plan.rules.store_outage_limit)
+        .await
+    {
         Ok(report) => report,
         Err(e) => {
             eprintln!("warning: {e}");
@@ -432,21 +437,24 @@ pub async fn run(
 }
 
 /// The driver's lease on its run, renewed every [`Lease::RENEWAL`] until dropped. A driver that
-/// vanishes (SIGKILL, a drained node) stops renewing, and [`Lease::TTL`] later its run counts as
+/// vanishes (SIGKILL, a drained node) stops renewing, and [`Lease::ttl`] later its run counts as
 /// ABANDONED ([`Store::abandon_expired`]: the next `driver run` or `driver cleanup` on the store).
 struct Lease(tokio::task::JoinHandle<()>);
 
 impl Lease {
-    /// Longer than a store outage the run survives (the outage limit, 60 s), so a live
-    /// driver's run is never taken for abandoned.
-    const TTL: Duration = Duration::from_secs(120);
     const RENEWAL: Duration = Duration::from_secs(15);
 
-    async fn hold(store: Store, run_id: String) -> Lease {
+    /// Two minutes, and always a minute longer than a store outage the run survives, so a
+    /// live driver's run is never taken for abandoned.
+    fn ttl(store_outage_limit: Duration) -> Duration {
+        Duration::from_secs(120).max(store_outage_limit + Duration::from_secs(60))
+    }
+
+    async fn hold(store: Store, run_id: String, ttl: Duration) -> Lease {
         let renew = move || {
             let (store, run_id) = (store.clone(), run_id.clone());
             async move {
-                let until = stress_common::now_ms() + millis(Lease::TTL);
+                let until = stress_common::now_ms() + millis(ttl);
                 if let Err(e) = bounded(STORE_CALL_LIMIT, store.renew_lease(&run_id, until)).await {
                     tracing::warn!("lease on run {run_id} not renewed: {e}");
                 }
@@ -469,12 +477,17 @@ impl Drop for Lease {
 }
 
 /// Records the verdict and reads the report back, retrying a store that is down or does not
-/// answer until [`END_STORE_DEADLINE`].
-async fn finish_and_read(store: &Store, run_id: &str, verdict: &Verdict) -> Result<Report, String> {
+/// answer for `deadline` (the store outage limit of the fail-fast rules).
+async fn finish_and_read(
+    store: &Store,
+    run_id: &str,
+    verdict: &Verdict,
+    deadline: Duration,
+) -> Result<Report, String> {
     let policy = RetryPolicy {
         attempts: u32::MAX,
         first_pause: Duration::from_millis(500),
-        budget: END_STORE_DEADLINE,
+        budget: deadline,
     };
     let finished_at_ms = stress_common::now_ms();
     retry("finishing the run in the status store", policy, || async {

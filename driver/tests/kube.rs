@@ -58,7 +58,10 @@ impl TestNamespace {
         );
         let api: Api<Namespace> = Api::all(client.clone());
         let ns: Namespace = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": name, "labels": { "triton-stress/test": "true" } }
+            "metadata": { "name": name, "labels": {
+                "triton-stress/test": "true",
+                "pod-security.kubernetes.io/enforce": "restricted"
+            } }
         }))
         .unwrap();
         api.create(&PostParams::default(), &ns)
@@ -953,6 +956,12 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
         String::from_utf8(out.stdout).unwrap()
     };
     let overlay = repo_root().join("deploy/overlays/k8s-1.20");
+    // No committed password: the store's Secret is generated first, as users do.
+    let secret = Command::new(repo_root().join("deploy/make-store-secret.sh"))
+        .arg(&ns.name)
+        .output()
+        .unwrap();
+    assert!(secret.status.success(), "make-store-secret.sh: {secret:?}");
     kubectl(&["apply", "-k", overlay.to_str().unwrap()], None);
     kubectl(
         &[

@@ -36,7 +36,10 @@ fi
 
 ns="${TEST_NAMESPACE_PREFIX:-ts-test}-$(date +%s)-$(head -c4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 "$KUBECTL" create namespace "$ns" >/dev/null || die "cannot create namespace $ns"
-"$KUBECTL" label namespace "$ns" triton-stress/test=true >/dev/null || true
+# Restricted Pod Security: enforced by clusters from 1.23; on this 1.20 cluster the label is
+# documentation and the launcher checks its pods itself (driver/src/launcher/kube/restricted.rs).
+"$KUBECTL" label namespace "$ns" triton-stress/test=true \
+    pod-security.kubernetes.io/enforce=restricted >/dev/null || true
 
 delete_ns() {
     if [ "${TRITON_STRESS_KEEP_NAMESPACE:-0}" = 1 ]; then

@@ -449,6 +449,18 @@ pub struct FailFast {
     #[serde(default = "defaults::three")]
     #[schemars(range(max = 10000))]
     pub zero_qps_polls: u32,
+
+    /// How long the status store may be unreachable before the run fails for it (from 10s to
+    /// a day; default 60s). Meanwhile the load goes on, the workers queue their reports, and
+    /// the heartbeat and zero-QPS rules pause; the end of the run waits this long for the
+    /// store before it writes an incomplete report.
+    #[serde(
+        with = "duration",
+        default = "defaults::store_outage_limit",
+        skip_serializing_if = "defaults::is_store_outage_limit"
+    )]
+    #[schemars(with = "HumanDuration")]
+    pub store_outage_limit: Duration,
 }
 
 impl Default for FailFast {
@@ -456,6 +468,7 @@ impl Default for FailFast {
         FailFast {
             heartbeat_timeout_polls: 3,
             zero_qps_polls: 3,
+            store_outage_limit: defaults::store_outage_limit(),
         }
     }
 }
@@ -1273,6 +1286,12 @@ mod defaults {
     }
     pub fn check_interval() -> Duration {
         Duration::from_secs(5)
+    }
+    pub fn store_outage_limit() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub fn is_store_outage_limit(d: &Duration) -> bool {
+        *d == store_outage_limit()
     }
     pub fn webhook_timeout() -> Duration {
         Duration::from_secs(30)

@@ -735,6 +735,12 @@ impl Checker {
             polls,
             "polls",
         );
+        self.duration_within(
+            ff.key("store_outage_limit"),
+            m.run.fail_fast.store_outage_limit,
+            Duration::from_secs(10),
+            MAX_WAIT,
+        );
         for (i, rule) in m.run.slo.iter().enumerate() {
             self.duration_within(
                 run.key("slo").index(i).key("delay"),

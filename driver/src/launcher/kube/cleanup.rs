@@ -2,7 +2,7 @@
 //! nothing kept every object carrying the run label.
 
 use super::{KubeLauncher, RUN_LABEL};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, Resource, ResourceExt};
 use std::collections::BTreeSet;
@@ -60,8 +60,9 @@ impl KubeLauncher {
     }
 }
 
-/// Deletes every object of a run (pods, Secrets, ConfigMaps, Services carrying its label) and
-/// waits up to a minute until its pods are gone. `driver cleanup --run` and a passed run use it.
+/// Deletes every object of a run (its pods by the run label; its Secret and owner ConfigMap by
+/// name, so the Role needs no list or get on either) and waits up to a minute until its pods
+/// are gone. `driver cleanup --run` and a passed run use it.
 pub async fn delete_run(client: &Client, ns: &str, run_id: &str) -> Result<usize, kube::Error> {
     let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run_id}"));
     let now = DeleteParams {
@@ -69,15 +70,35 @@ pub async fn delete_run(client: &Client, ns: &str, run_id: &str) -> Result<usize
         ..Default::default()
     };
     let mut deleted = delete_labelled::<Pod>(client, ns, &lp, &now).await?;
-    deleted += delete_labelled::<Secret>(client, ns, &lp, &now).await?;
-    deleted += delete_labelled::<Service>(client, ns, &lp, &now).await?;
-    deleted += delete_labelled::<ConfigMap>(client, ns, &lp, &now).await?;
+    deleted += delete_named::<Secret>(client, ns, &super::secret_name(run_id), &now).await?;
+    deleted += delete_named::<ConfigMap>(client, ns, &super::owner_name(run_id), &now).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline && !pods.list(&lp).await?.items.is_empty() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Ok(deleted)
+}
+
+/// Deletes the object of kind `K` named `name` in `ns`: 1 if it was there, else 0.
+async fn delete_named<K>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    dp: &DeleteParams,
+) -> Result<usize, kube::Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    match api.delete(name, dp).await {
+        Ok(_) => Ok(1),
+        Err(e) if is_not_found(&e) => Ok(0),
+        Err(e) => Err(e),
+    }
 }
 
 /// Deletes every object of kind `K` in `ns` that `lp` selects; how many there were.

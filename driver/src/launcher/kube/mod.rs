@@ -17,6 +17,7 @@
 
 mod cleanup;
 mod inspect;
+pub mod restricted;
 mod setup;
 mod spec;
 mod status;
@@ -25,7 +26,7 @@ mod watch;
 pub use cleanup::delete_run;
 pub use spec::{
     LAUNCHER_VOLUMES, MODEL_IMAGE_CONTAINER, MODEL_IMAGE_VOLUME, PodContext, client_pod,
-    owner_name, pod_name, secret_name, server_pod,
+    owner_name, pod_deadline, pod_name, secret_name, server_pod,
 };
 
 use super::{
@@ -79,6 +80,8 @@ pub struct KubeSettings {
     pub image_pull_policy: String,
     /// A pod still Pending after this long has failed (unschedulable, image never pulled ...).
     pub pending_timeout: Duration,
+    /// Every pod's `activeDeadlineSeconds` ([`pod_deadline`]).
+    pub pod_deadline_seconds: Option<i64>,
 }
 
 struct MemberPod {
@@ -105,6 +108,25 @@ pub struct KubeLauncher {
 fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
     LaunchError::Setup(format!("{what}: {e}"))
 }
+
+/// Every Kubernetes API call the driver makes, as (resource, verbs): deploy/base/rbac.yaml's
+/// Role grants exactly these (a test compares them), so a new call needs both changed.
+/// - pods: created by server-side apply (create, patch), read for diagnostics (get), listed by
+///   the run label (list), watched for their state (watch), deleted at the end (delete);
+/// - pods/log: a failed member's log tail (get);
+/// - events: why a pod did not start (list, by the pod's name);
+/// - configmaps, secrets: the run's owner ConfigMap and store Secret, applied (create, patch)
+///   and deleted by name (delete): no get or list, so the driver reads no other Secret.
+pub const API_ACCESS: &[(&str, &[&str])] = &[
+    (
+        "pods",
+        &["create", "delete", "get", "list", "patch", "watch"],
+    ),
+    ("pods/log", &["get"]),
+    ("events", &["list"]),
+    ("configmaps", &["create", "delete", "patch"]),
+    ("secrets", &["create", "delete", "patch"]),
+];
 
 /// Every Kubernetes API call answers within this (connect, read and write), or fails: an API
 /// server that hangs must not hang the driver. Watches ask the server to end each request
@@ -157,6 +179,7 @@ impl KubeLauncher {
                 run_id: settings.run_id.clone(),
                 image_pull_policy: settings.image_pull_policy.clone(),
                 owner,
+                active_deadline_seconds: settings.pod_deadline_seconds,
             },
             settings,
             pods,
@@ -195,6 +218,24 @@ impl KubeLauncher {
         command: String,
     ) -> Result<(), LaunchError> {
         let name = pod.metadata.name.clone().unwrap_or_default();
+        // The restricted Pod Security Standard, checked here: Kubernetes before 1.23 has no
+        // admission that would. A host path is the matrix's own request: said, not refused
+        // (a namespace that enforces the standard refuses the pod itself).
+        for v in pod
+            .spec
+            .as_ref()
+            .map(restricted::violations)
+            .unwrap_or_default()
+        {
+            if v.starts_with("volume types:") && v.ends_with("is hostPath") {
+                tracing::warn!("pod {name} breaks the restricted Pod Security Standard: {v}");
+            } else {
+                return Err(LaunchError::Member {
+                    member: member.to_string(),
+                    reason: format!("pod {name} breaks the restricted Pod Security Standard: {v}"),
+                });
+            }
+        }
         self.pods
             .patch(
                 &name,
@@ -446,5 +487,39 @@ impl Launcher for KubeLauncher {
         self.members
             .get(member_id)
             .map(|m| format!("pod {}/{}", self.ns(), m.pod))
+    }
+}
+
+#[cfg(test)]
+mod rbac_tests {
+    /// deploy/base/rbac.yaml's Role grants exactly [`super::API_ACCESS`]: nothing the code does
+    /// not call, and everything it does.
+    #[test]
+    fn the_role_grants_exactly_what_the_code_calls() {
+        let path =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/rbac.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut granted: Vec<(String, Vec<String>)> = Vec::new();
+        for doc in text.split("\n---\n") {
+            let Ok(role) = serde_saphyr::from_str::<k8s_openapi::api::rbac::v1::Role>(doc) else {
+                continue;
+            };
+            for rule in role.rules.unwrap_or_default() {
+                assert_eq!(rule.api_groups, Some(vec![String::new()]), "{rule:?}");
+                assert!(rule.resource_names.is_none(), "{rule:?}");
+                for resource in rule.resources.unwrap_or_default() {
+                    let mut verbs = rule.verbs.clone();
+                    verbs.sort();
+                    granted.push((resource, verbs));
+                }
+            }
+        }
+        granted.sort();
+        let mut used: Vec<(String, Vec<String>)> = super::API_ACCESS
+            .iter()
+            .map(|(r, v)| (r.to_string(), v.iter().map(|v| v.to_string()).collect()))
+            .collect();
+        used.sort();
+        assert_eq!(granted, used);
     }
 }

@@ -2,6 +2,7 @@
 //! k8s-openapi object out. Nothing here talks to a cluster, so the specs are tested against
 //! YAML fixtures (`testdata/`).
 
+use super::restricted;
 use super::{
     CLIENT_CONTAINER, FIELD_MANAGER, GRPC_PORT, HTTP_PORT, METRICS_PORT, RUN_LABEL,
     SERVER_CONTAINER, WORKER_METRICS_PORT,
@@ -34,6 +35,28 @@ pub struct PodContext {
     pub image_pull_policy: String,
     /// The run's owner ConfigMap: deleting it deletes the pods.
     pub owner: OwnerReference,
+    /// Every pod ends by itself this long after it starts (`activeDeadlineSeconds`), so the
+    /// pods of a driver that vanished do not run forever; see [`pod_deadline`].
+    pub active_deadline_seconds: Option<i64>,
+}
+
+/// How long a pod of a run may live: the whole run (server start-up, warm-up, the clients'
+/// duration) plus a margin for the stop and the report. A run without a duration (0: until
+/// stopped) gets no deadline.
+pub fn pod_deadline(
+    duration: std::time::Duration,
+    warmup: std::time::Duration,
+    server_ready_timeout: std::time::Duration,
+) -> Option<i64> {
+    const MARGIN: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+    if duration.is_zero() {
+        return None;
+    }
+    let total = duration
+        .saturating_add(warmup)
+        .saturating_add(server_ready_timeout)
+        .saturating_add(MARGIN);
+    Some(i64::try_from(total.as_secs()).unwrap_or(i64::MAX))
 }
 
 pub fn owner_name(run_id: &str) -> String {
@@ -89,8 +112,11 @@ fn member_labels(
 }
 
 /// The volumes the launcher gives every server pod itself, by name and mount path in the Triton
-/// container (`dshm` always, `traces` with `trace`): a template's volumes cannot take them.
-pub const LAUNCHER_VOLUMES: [(&str, &str); 2] = [SHM_VOLUME, TRACES_VOLUME];
+/// container (`dshm` and `tmp` always, `traces` with `trace`): a template's volumes cannot take
+/// them.
+pub const LAUNCHER_VOLUMES: [(&str, &str); 3] = [SHM_VOLUME, TRACES_VOLUME, TMP_VOLUME];
+/// Every container's root filesystem is read-only; what it writes goes here.
+const TMP_VOLUME: (&str, &str) = ("tmp", "/tmp");
 const SHM_VOLUME: (&str, &str) = ("dshm", "/dev/shm");
 const TRACES_VOLUME: (&str, &str) = ("traces", "/traces");
 /// The emptyDir a `model_image` is copied into, and the init container that copies it.
@@ -229,6 +255,7 @@ fn model_copier(m: &ModelImage, r: Option<&Resources>, ctx: &PodContext) -> Cont
     });
     Container {
         name: MODEL_IMAGE_CONTAINER.into(),
+        security_context: Some(restricted::container_security_context()),
         image: Some(m.image.clone()),
         image_pull_policy: Some(ctx.image_pull_policy.clone()),
         command: Some(vec![
@@ -257,10 +284,12 @@ pub fn client_pod(
     let t = &c.template;
     let image = t.worker.image().ok_or(NOT_AN_IMAGE)?;
     let mut args = worker_args;
+    // On the pod's own address (Kubernetes expands $(POD_IP) from the env below), not every
+    // interface.
     if !t.extra_args.iter().any(|a| a.starts_with("--metrics-addr")) {
         args.extend([
             "--metrics-addr".into(),
-            format!("0.0.0.0:{WORKER_METRICS_PORT}"),
+            format!("$(POD_IP):{WORKER_METRICS_PORT}"),
         ]);
     }
     let mut env = vec![
@@ -311,11 +340,27 @@ fn pod(
     ctx: &PodContext,
     member: &str,
     labels: BTreeMap<String, String>,
-    container: Container,
-    volumes: Vec<Volume>,
+    mut container: Container,
+    mut volumes: Vec<Volume>,
     node_selector: &indexmap::IndexMap<String, String>,
     tolerations: &[Toleration],
 ) -> Pod {
+    // The restricted Pod Security Standard: non-root, no escalation, no capabilities,
+    // RuntimeDefault seccomp, a read-only root filesystem with a writable /tmp.
+    container.security_context = Some(restricted::container_security_context());
+    container
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(VolumeMount {
+            name: TMP_VOLUME.0.into(),
+            mount_path: TMP_VOLUME.1.into(),
+            ..Default::default()
+        });
+    volumes.push(Volume {
+        name: TMP_VOLUME.0.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    });
     Pod {
         metadata: ObjectMeta {
             name: Some(pod_name(&ctx.run_id, member)),
@@ -337,6 +382,8 @@ fn pod(
             tolerations: (!tolerations.is_empty())
                 .then(|| tolerations.iter().map(to_k8s_toleration).collect()),
             termination_grace_period_seconds: Some(30),
+            security_context: Some(restricted::pod_security_context()),
+            active_deadline_seconds: ctx.active_deadline_seconds,
             ..Default::default()
         }),
         ..Default::default()
@@ -506,6 +553,50 @@ client_groups:
                 controller: Some(true),
                 block_owner_deletion: None,
             },
+            active_deadline_seconds: pod_deadline(
+                std::time::Duration::from_secs(3600),
+                std::time::Duration::from_secs(10),
+                std::time::Duration::from_secs(120),
+            ),
+        }
+    }
+
+    #[test]
+    fn pods_end_by_themselves_after_the_run_and_a_margin() {
+        let s = std::time::Duration::from_secs;
+        assert_eq!(
+            pod_deadline(s(3600), s(10), s(120)),
+            Some(3600 + 10 + 120 + 900)
+        );
+        assert_eq!(pod_deadline(s(0), s(10), s(120)), None, "0: until stopped");
+        assert_eq!(
+            pod_deadline(crate::matrix::bounds::MAX_DURATION, s(86_400), s(86_400)),
+            Some(30 * 86_400 + 2 * 86_400 + 900)
+        );
+    }
+
+    /// Every pod the launcher makes for the matrices here passes the restricted Pod Security
+    /// Standard, but for the host path the test matrix asks for (said, not refused).
+    #[test]
+    fn every_generated_pod_is_restricted() {
+        let nightly =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../test-matrices/nightly-soak.yaml");
+        for m in [matrix(), crate::matrix::load(&nightly).unwrap()] {
+            let mut pods: Vec<Pod> = m
+                .servers()
+                .iter()
+                .map(|s| server_pod(s, &context()).unwrap())
+                .collect();
+            pods.extend(m.clients().iter().map(|c| {
+                client_pod(c, vec!["--servers".into(), "a:1".into()], &context()).unwrap()
+            }));
+            for pod in pods {
+                let found: Vec<String> = restricted::violations(pod.spec.as_ref().unwrap())
+                    .into_iter()
+                    .filter(|v| !v.ends_with("is hostPath"))
+                    .collect();
+                assert_eq!(found, Vec::<String>::new(), "{:?}", pod.metadata.name);
+            }
         }
     }
 
