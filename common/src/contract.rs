@@ -180,75 +180,137 @@ impl std::fmt::Display for Protocol {
 }
 
 /// Traffic shape of the `Load` scenario, as perf_analyzer offers it. In a matrix: exactly one of
-/// `{concurrency: N}` or `{rate: R}`; on the worker's command line `--load-concurrency` or
-/// `--load-rate`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// `{concurrency: N}`, `{rate: R}` (with `arrivals: poisson` for Poisson arrivals) or
+/// `{request_intervals: FILE}`; on the worker's command line `--load-concurrency`,
+/// `--load-rate` (with `--load-arrivals`) or `--request-intervals`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "LoadRepr", into = "LoadRepr")]
 pub enum LoadMode {
     /// Closed loop: this many requests in flight at all times, at least 1.
     Concurrency(u32),
     /// Open loop: this many requests per second at fixed intended times, whatever the latency.
     Rate(f64),
+    /// Open loop: Poisson arrivals (exponential gaps) at this mean rate.
+    Poisson(f64),
+    /// Open loop: the gaps of a perf_analyzer request-intervals file (microseconds, one per
+    /// line, cycled): see [`crate::schedule::RequestIntervals`].
+    Intervals(PathBuf),
 }
 
 impl LoadMode {
     /// The worker's default when neither is given.
     pub const DEFAULT: LoadMode = LoadMode::Concurrency(2);
 
-    /// Why the value cannot run, if it cannot (see [`limits`]).
-    pub fn check(self) -> Result<(), String> {
+    /// Why the value cannot run, if it cannot (see [`limits`]). A request-intervals file is
+    /// checked where it is read ([`crate::schedule::RequestIntervals::read`]).
+    pub fn check(&self) -> Result<(), String> {
         use limits::{MAX_CONCURRENCY, MAX_RATE, MIN_RATE};
-        match self {
+        match *self {
             LoadMode::Concurrency(0) => Err("load concurrency must be at least 1".into()),
             LoadMode::Concurrency(c) if c > MAX_CONCURRENCY => Err(format!(
                 "load concurrency {c} is more than the {MAX_CONCURRENCY} a worker takes"
             )),
-            LoadMode::Rate(r) if !(MIN_RATE..=MAX_RATE).contains(&r) => Err(format!(
-                "load rate {r:?} must be from {MIN_RATE} to {MAX_RATE} requests per second"
-            )),
+            LoadMode::Rate(r) | LoadMode::Poisson(r) if !(MIN_RATE..=MAX_RATE).contains(&r) => {
+                Err(format!(
+                    "load rate {r:?} must be from {MIN_RATE} to {MAX_RATE} requests per second"
+                ))
+            }
             _ => Ok(()),
+        }
+    }
+
+    /// Closed loop (a fixed concurrency) rather than a schedule.
+    pub fn is_closed_loop(&self) -> bool {
+        matches!(self, LoadMode::Concurrency(_))
+    }
+
+    /// The open-loop schedule of a rate; None for a closed loop and for request intervals
+    /// (their schedule is the file's, read by whoever sends).
+    pub fn rate_schedule(&self) -> Option<crate::schedule::Schedule> {
+        use crate::schedule::{Arrivals, Schedule};
+        match *self {
+            LoadMode::Rate(rate) => Some(Schedule::Rate {
+                rate,
+                arrivals: Arrivals::Constant,
+            }),
+            LoadMode::Poisson(rate) => Some(Schedule::Rate {
+                rate,
+                arrivals: Arrivals::Poisson,
+            }),
+            LoadMode::Concurrency(_) | LoadMode::Intervals(_) => None,
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LoadRepr {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     concurrency: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    arrivals: Option<crate::schedule::Arrivals>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    request_intervals: Option<PathBuf>,
 }
 
 impl TryFrom<LoadRepr> for LoadMode {
     type Error = String;
 
     fn try_from(r: LoadRepr) -> Result<Self, String> {
-        match (r.concurrency, r.rate) {
-            (Some(c), None) => Ok(LoadMode::Concurrency(c)),
-            (None, Some(r)) => Ok(LoadMode::Rate(r)),
-            (Some(_), Some(_)) => {
-                Err("exactly one of `concurrency` or `rate` must be set, found both".into())
+        use crate::schedule::Arrivals;
+        let given: Vec<&str> = [
+            r.concurrency.map(|_| "concurrency"),
+            r.rate.map(|_| "rate"),
+            r.request_intervals.as_ref().map(|_| "request_intervals"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let mode = match (r.concurrency, r.rate, r.request_intervals) {
+            (Some(c), None, None) => LoadMode::Concurrency(c),
+            (None, Some(r), None) => LoadMode::Rate(r),
+            (None, None, Some(path)) => LoadMode::Intervals(path),
+            _ if given.is_empty() => {
+                return Err(
+                    "exactly one of `concurrency`, `rate` or `request_intervals` must be set, found none"
+                        .into(),
+                );
             }
-            (None, None) => {
-                Err("exactly one of `concurrency` or `rate` must be set, found neither".into())
+            _ => {
+                return Err(format!(
+                    "exactly one of `concurrency`, `rate` or `request_intervals` must be set, found {}",
+                    given.join(" and ")
+                ));
             }
+        };
+        match (mode, r.arrivals) {
+            (LoadMode::Rate(rate), Some(Arrivals::Poisson)) => Ok(LoadMode::Poisson(rate)),
+            (mode, None) | (mode @ LoadMode::Rate(_), Some(Arrivals::Constant)) => Ok(mode),
+            (_, Some(_)) => Err("`arrivals` goes with `rate` only".into()),
         }
     }
 }
 
 impl From<LoadMode> for LoadRepr {
     fn from(l: LoadMode) -> Self {
+        let mut repr = LoadRepr {
+            concurrency: None,
+            rate: None,
+            arrivals: None,
+            request_intervals: None,
+        };
         match l {
-            LoadMode::Concurrency(c) => LoadRepr {
-                concurrency: Some(c),
-                rate: None,
-            },
-            LoadMode::Rate(r) => LoadRepr {
-                concurrency: None,
-                rate: Some(r),
-            },
+            LoadMode::Concurrency(c) => repr.concurrency = Some(c),
+            LoadMode::Rate(r) => repr.rate = Some(r),
+            LoadMode::Poisson(r) => {
+                repr.rate = Some(r);
+                repr.arrivals = Some(crate::schedule::Arrivals::Poisson);
+            }
+            LoadMode::Intervals(p) => repr.request_intervals = Some(p),
         }
+        repr
     }
 }
 
@@ -259,7 +321,7 @@ impl JsonSchema for LoadMode {
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
-            "description": "Traffic shape of the `Load` scenario: exactly one of `concurrency` (closed loop) or `rate` (open loop).",
+            "description": "Traffic shape of the `Load` and `Infer` scenarios: exactly one of `concurrency` (closed loop), `rate` (open loop; `arrivals: poisson` for exponential gaps) or `request_intervals` (open loop on a perf_analyzer request-intervals file).",
             "oneOf": [
                 {
                     "type": "object",
@@ -268,7 +330,7 @@ impl JsonSchema for LoadMode {
                             "description": "Closed loop: requests kept in flight, at least 1.",
                             "type": "integer",
                             "minimum": 1,
-                            "maximum": u32::MAX
+                            "maximum": limits::MAX_CONCURRENCY
                         }
                     },
                     "required": ["concurrency"],
@@ -278,12 +340,29 @@ impl JsonSchema for LoadMode {
                     "type": "object",
                     "properties": {
                         "rate": {
-                            "description": "Open loop: requests per second at fixed intended times, greater than 0.",
+                            "description": "Open loop: requests per second at their intended times.",
                             "type": "number",
-                            "exclusiveMinimum": 0
+                            "minimum": limits::MIN_RATE,
+                            "maximum": limits::MAX_RATE
+                        },
+                        "arrivals": {
+                            "description": "constant (default): every gap 1/rate; poisson: exponential gaps of that mean.",
+                            "enum": ["constant", "poisson"]
                         }
                     },
                     "required": ["rate"],
+                    "additionalProperties": false
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "request_intervals": {
+                            "description": "Open loop on perf_analyzer's --request-intervals format: one gap in microseconds per line, cycled. A relative path is relative to the matrix file.",
+                            "type": "string",
+                            "minLength": 1
+                        }
+                    },
+                    "required": ["request_intervals"],
                     "additionalProperties": false
                 }
             ]
@@ -680,6 +759,17 @@ pub struct WorkerArgs {
     /// Load scenario: requests per second at fixed intended times (open loop).
     #[arg(long, env = "WORKER_LOAD_RATE")]
     pub load_rate: Option<f64>,
+    /// With --load-rate: constant gaps, or Poisson arrivals (exponential gaps of that mean).
+    #[arg(long, env = "WORKER_LOAD_ARRIVALS", value_enum)]
+    pub load_arrivals: Option<crate::schedule::Arrivals>,
+    /// Load scenario, open loop on perf_analyzer's --request-intervals file: one gap in
+    /// microseconds per line, cycled.
+    #[arg(
+        long,
+        env = "WORKER_REQUEST_INTERVALS",
+        conflicts_with_all = ["load_rate", "load_concurrency"]
+    )]
+    pub request_intervals: Option<PathBuf>,
     /// Capacity mode: every poll interval, read this worker's load concurrency from the store
     /// (the driver's controller sets it) and apply it from the next load window, without a
     /// restart. Needs a closed-loop load mode.
@@ -742,18 +832,38 @@ pub fn reserved_worker_flags() -> Vec<String> {
 impl WorkerArgs {
     /// The load mode the flags ask for (None: the worker's default).
     pub fn load(&self) -> Option<LoadMode> {
-        match (self.load_concurrency, self.load_rate) {
-            (_, Some(r)) => Some(LoadMode::Rate(r)),
-            (Some(n), None) => Some(LoadMode::Concurrency(n)),
-            (None, None) => None,
+        use crate::schedule::Arrivals;
+        if let Some(path) = &self.request_intervals {
+            return Some(LoadMode::Intervals(path.clone()));
+        }
+        match (self.load_concurrency, self.load_rate, self.load_arrivals) {
+            (_, Some(r), Some(Arrivals::Poisson)) => Some(LoadMode::Poisson(r)),
+            (_, Some(r), _) => Some(LoadMode::Rate(r)),
+            (Some(n), None, _) => Some(LoadMode::Concurrency(n)),
+            (None, None, _) => None,
         }
     }
 
+    /// Why the load flags do not go together, if they do not (clap's `requires` does not see
+    /// a flattened group's flag).
+    pub fn load_conflict(&self) -> Option<&'static str> {
+        (self.load_arrivals.is_some() && self.load_rate.is_none())
+            .then_some("--load-arrivals shapes a --load-rate: give the rate too")
+    }
+
     pub fn set_load(&mut self, load: Option<LoadMode>) {
-        (self.load_concurrency, self.load_rate) = match load {
-            Some(LoadMode::Concurrency(n)) => (Some(n), None),
-            Some(LoadMode::Rate(r)) => (None, Some(r)),
-            None => (None, None),
+        use crate::schedule::Arrivals;
+        (
+            self.load_concurrency,
+            self.load_rate,
+            self.load_arrivals,
+            self.request_intervals,
+        ) = match load {
+            Some(LoadMode::Concurrency(n)) => (Some(n), None, None, None),
+            Some(LoadMode::Rate(r)) => (None, Some(r), None, None),
+            Some(LoadMode::Poisson(r)) => (None, Some(r), Some(Arrivals::Poisson), None),
+            Some(LoadMode::Intervals(p)) => (None, None, None, Some(p)),
+            None => (None, None, None, None),
         };
     }
 
@@ -784,6 +894,13 @@ impl WorkerArgs {
         if let Some(r) = self.load_rate {
             // `{}` of an f64 is the shortest text that parses back to the same value.
             args.extend(["--load-rate".into(), r.to_string()]);
+        }
+        if let Some(a) = self.load_arrivals {
+            let name = clap::ValueEnum::to_possible_value(&a).expect("no variant is skipped");
+            args.extend(["--load-arrivals".into(), name.get_name().to_string()]);
+        }
+        if let Some(p) = &self.request_intervals {
+            args.extend(["--request-intervals".into(), p.display().to_string()]);
         }
         if self.adaptive_load {
             args.push("--adaptive-load".into());
@@ -842,6 +959,8 @@ mod tests {
             },
             load_concurrency: None,
             load_rate: Some(1234.5678),
+            load_arrivals: None,
+            request_intervals: None,
             adaptive_load: true,
             poll_interval: Duration::from_millis(250),
             run_id: Some("smoke-20261123-101500-ab12".into()),
@@ -875,6 +994,25 @@ mod tests {
         b.adaptive_load = false;
         assert_eq!(parse(&b.to_args()).unwrap(), b);
         assert_eq!(b.load(), Some(LoadMode::Concurrency(3)));
+        for mode in [
+            LoadMode::Poisson(12.5),
+            LoadMode::Rate(3.0),
+            LoadMode::Intervals("/abs/gaps.txt".into()),
+        ] {
+            b.set_load(Some(mode.clone()));
+            let back = parse(&b.to_args()).unwrap();
+            assert_eq!(back, b);
+            assert_eq!(back.load(), Some(mode));
+        }
+        // Request intervals exclude a rate; arrivals need one.
+        let mut both = b.to_args();
+        both.extend(["--load-rate".into(), "5".into()]);
+        assert!(parse(&both).is_err());
+        b.set_load(Some(LoadMode::Concurrency(3)));
+        let mut arrivals = b.to_args();
+        arrivals.extend(["--load-arrivals".into(), "poisson".into()]);
+        assert!(parse(&arrivals).unwrap().load_conflict().is_some());
+        assert!(b.load_conflict().is_none());
     }
 
     #[test]
@@ -978,6 +1116,21 @@ mod tests {
             (r#"{"rate": 2.5}"#, Some(LoadMode::Rate(2.5))),
             (r#"{"rate": 2.5, "concurrency": 1}"#, None),
             ("{}", None),
+            (
+                r#"{"rate": 2.5, "arrivals": "poisson"}"#,
+                Some(LoadMode::Poisson(2.5)),
+            ),
+            (
+                r#"{"rate": 2.5, "arrivals": "constant"}"#,
+                Some(LoadMode::Rate(2.5)),
+            ),
+            (r#"{"concurrency": 2, "arrivals": "poisson"}"#, None),
+            (r#"{"rate": 2.5, "arrivals": "bursty"}"#, None),
+            (
+                r#"{"request_intervals": "gaps.txt"}"#,
+                Some(LoadMode::Intervals("gaps.txt".into())),
+            ),
+            (r#"{"request_intervals": "gaps.txt", "rate": 1}"#, None),
         ] {
             let got: Result<LoadMode, _> = serde_json::from_str(yaml);
             assert_eq!(got.ok(), want, "{yaml}");

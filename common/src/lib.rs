@@ -13,6 +13,7 @@
 //! * [`report`]: the L0 table (Test Case | Failures | Tests | Requests | Description).
 //! * [`outbox`]: a worker's reports queued off the request path and delivered in order, so
 //!   a store outage neither stops the load nor loses what was reported.
+//! * [`schedule`]: an open loop's send times (constant, Poisson, request-intervals files).
 //! * [`retry`]: a write retried with backoff within a time budget (a worker's final event).
 //! * [`telemetry`] and [`shutdown`]: logging set-up and the one cancellation token of a process.
 
@@ -26,6 +27,7 @@ pub mod qps;
 pub mod report;
 pub mod retry;
 pub mod scenario;
+pub mod schedule;
 pub mod shutdown;
 pub mod status;
 pub mod store;

@@ -18,6 +18,61 @@ pub struct ScenarioRow {
     pub requests: u64,
     pub skipped: u64,
     pub latency: LatencyHistogram,
+    /// Open loop: each send's lateness after its intended time (empty: closed loop).
+    pub send_lateness: LatencyHistogram,
+}
+
+/// An open loop's send lateness in report.json: how far behind its schedule the client sent.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SendLateness {
+    pub sends: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    /// The p99 is above [`FELL_BEHIND_P99`]: the client could not hold its schedule, and
+    /// latencies (counted from the intended times) include its lag.
+    pub fell_behind: bool,
+}
+
+/// A p99 send lateness above this means the client fell behind its schedule: a millisecond
+/// is more than a timer's error (the pacer keeps to tens of microseconds) and comparable
+/// with the latencies measured.
+pub const FELL_BEHIND_P99: std::time::Duration = std::time::Duration::from_millis(1);
+
+impl SendLateness {
+    /// The lateness of `h`'s sends; None when it has none (a closed loop).
+    pub fn of(h: &LatencyHistogram) -> Option<Self> {
+        (h.count() > 0).then(|| {
+            let p99_us = h.percentile_us(99.0);
+            SendLateness {
+                sends: h.count(),
+                p50_us: h.percentile_us(50.0),
+                p99_us,
+                max_us: h.max_us(),
+                fell_behind: u128::from(p99_us) > FELL_BEHIND_P99.as_micros(),
+            }
+        })
+    }
+
+    /// One line for the text reports.
+    pub fn line(&self, scenario: &str) -> String {
+        let ms = |us: u64| format!("{:.3}", us as f64 / 1000.0);
+        let verdict = if self.fell_behind {
+            format!(
+                "  FELL BEHIND: p99 lateness above {} ms; the latencies include it",
+                FELL_BEHIND_P99.as_millis()
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "{scenario}: {} sends, lateness p50 {} ms, p99 {} ms, max {} ms{verdict}",
+            self.sends,
+            ms(self.p50_us),
+            ms(self.p99_us),
+            ms(self.max_us)
+        )
+    }
 }
 
 /// A row as it appears in report.json.
@@ -34,6 +89,9 @@ pub struct RowJson {
     pub p99_us: u64,
     pub max_us: u64,
     pub description: String,
+    /// Open loop only: how late the sends left (latency counts from the intended time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_lateness: Option<SendLateness>,
 }
 
 /// `n` over `elapsed_s` seconds (0 over no time): the QPS column of both tables.
@@ -73,6 +131,11 @@ impl L0Table {
     /// Adds one worker's cumulative counts (histograms merge; percentiles are never averaged).
     pub fn add(&mut self, counts: &ScenarioCounts) -> Result<(), HistogramError> {
         let latency = LatencyHistogram::decode(&counts.latency_histogram)?;
+        let lateness = if counts.send_lateness_histogram.is_empty() {
+            None
+        } else {
+            Some(LatencyHistogram::decode(&counts.send_lateness_histogram)?)
+        };
         let row = self
             .rows
             .entry(counts.scenario.clone())
@@ -85,6 +148,9 @@ impl L0Table {
         row.requests += counts.requests;
         row.skipped += counts.skipped;
         row.latency.merge(&latency);
+        if let Some(l) = &lateness {
+            row.send_lateness.merge(l);
+        }
         Ok(())
     }
 
@@ -115,6 +181,7 @@ impl L0Table {
             total.requests += row.requests;
             total.skipped += row.skipped;
             total.latency.merge(&row.latency);
+            total.send_lateness.merge(&row.send_lateness);
         }
         total
     }
@@ -149,6 +216,7 @@ impl L0Table {
                 } else {
                     description(&r.scenario).to_string()
                 },
+                send_lateness: SendLateness::of(&r.send_lateness),
             })
             .collect()
     }
@@ -180,6 +248,20 @@ impl L0Table {
                 latency_ms(r.p99_us),
                 r.description
             );
+        }
+        let open_loop: Vec<_> = rows
+            .iter()
+            .filter(|r| r.scenario != "TOTAL")
+            .filter_map(|r| Some(r.send_lateness.as_ref()?.line(&r.scenario)))
+            .collect();
+        if !open_loop.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nOpen-loop send lateness (actual - intended send time; latencies above count from the intended time):"
+            );
+            for line in open_loop {
+                let _ = writeln!(out, "  {line}");
+            }
         }
         out
     }
@@ -384,7 +466,53 @@ mod tests {
             requests,
             skipped: 0,
             latency_histogram: h.encode(),
+            send_lateness_histogram: String::new(),
         }
+    }
+
+    #[test]
+    fn send_lateness_merges_across_workers_and_says_when_the_client_fell_behind() {
+        let lateness = |us: &[u64]| {
+            let mut h = LatencyHistogram::new();
+            for u in us {
+                h.record(std::time::Duration::from_micros(*u));
+            }
+            h.encode()
+        };
+        let mut t = L0Table::new();
+        let on_time = ScenarioCounts {
+            send_lateness_histogram: lateness(&[20; 99]),
+            ..counts("Load", 0, 1, 99)
+        };
+        t.add(&on_time).unwrap();
+        t.add(&counts("SequenceValid", 0, 1, 10)).unwrap();
+        let rows = t.to_json(1.0);
+        let load = rows.iter().find(|r| r.scenario == "Load").unwrap();
+        let l = load.send_lateness.as_ref().unwrap();
+        assert_eq!((l.sends, l.p99_us, l.fell_behind), (99, 20, false));
+        let seq = rows.iter().find(|r| r.scenario == "SequenceValid").unwrap();
+        assert!(seq.send_lateness.is_none(), "a closed loop has no lateness");
+        let text = t.render(1.0);
+        assert!(
+            text.contains("Load: 99 sends, lateness p50 0.020 ms"),
+            "{text}"
+        );
+        assert!(!text.contains("FELL BEHIND"), "{text}");
+        // A second worker 5 ms late on every send: the merged p99 is its, not an average.
+        t.add(&ScenarioCounts {
+            send_lateness_histogram: lateness(&[5000; 50]),
+            ..counts("Load", 0, 1, 50)
+        })
+        .unwrap();
+        let rows = t.to_json(1.0);
+        let l = rows[0].send_lateness.clone().unwrap();
+        assert_eq!(l.sends, 149);
+        assert!(l.fell_behind && l.p99_us >= 4990, "{l:?}");
+        assert!(t.render(1.0).contains("FELL BEHIND"));
+        // Exactly at the limit is still on time.
+        let edge =
+            SendLateness::of(&LatencyHistogram::decode(&lateness(&[1000])).unwrap()).unwrap();
+        assert!(!edge.fell_behind, "{edge:?}");
     }
 
     #[test]

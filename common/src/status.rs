@@ -56,6 +56,12 @@ pub struct ScenarioCounts {
     pub skipped: u64,
     /// Latency of every request, [`crate::histogram::LatencyHistogram::encode`]d.
     pub latency_histogram: String,
+    /// Open loop only: how late each send left after its intended time, encoded like
+    /// `latency_histogram` (empty when the scenario sent no open-loop request). The latency
+    /// counts from the intended time, so it includes this lateness: set side by side they
+    /// tell client lag from server latency.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub send_lateness_histogram: String,
 }
 
 /// One model's share of one scenario on one worker, cumulative like [`ScenarioCounts`]: the

@@ -85,10 +85,10 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 11);
+    assert_eq!(store.schema_version().await.unwrap(), 12);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 11);
+    assert_eq!(again.schema_version().await.unwrap(), 12);
     again.close().await;
 
     // ---- runs
@@ -232,6 +232,7 @@ async fn story(url: &str, fresh: bool) {
         requests: 100,
         skipped: 2,
         latency_histogram: histogram(&[1, 2, 3]),
+        send_lateness_histogram: String::new(),
     };
     let counts_b1 = ScenarioCounts {
         scenario: "infer_simple".into(),
@@ -240,6 +241,7 @@ async fn story(url: &str, fresh: bool) {
         requests: 5,
         skipped: 0,
         latency_histogram: histogram(&[7]),
+        send_lateness_histogram: histogram(&[40, 60]),
     };
     let model_a1 = ModelCounts {
         scenario: "Infer".into(),
@@ -749,7 +751,7 @@ async fn story(url: &str, fresh: bool) {
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 11);
+    assert_eq!(store.schema_version().await.unwrap(), 12);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);
@@ -793,6 +795,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                                     requests: i * 10,
                                     skipped: 0,
                                     latency_histogram: String::new(),
+                                    send_lateness_histogram: String::new(),
                                 }],
                                 models: vec![],
                                 intervals: vec![],

@@ -431,6 +431,21 @@ fn tables(out: &mut String, r: &Report) {
         &SCENARIO_HEAD,
         &scenario_rows(&r.scenarios),
     );
+    let lateness: Vec<String> = r
+        .scenarios
+        .iter()
+        .filter(|row| row.scenario != "TOTAL")
+        .filter_map(|row| Some(row.send_lateness.as_ref()?.line(&row.scenario)))
+        .collect();
+    if !lateness.is_empty() {
+        out.push_str(
+            "<p id=\"send-lateness\">Open-loop send lateness (actual − intended send time; the latencies count from the intended time):</p>\n<ul>\n",
+        );
+        for line in lateness {
+            let _ = writeln!(out, "<li>{}</li>", esc(&line));
+        }
+        out.push_str("</ul>\n");
+    }
 
     out.push_str("<h2 id=\"groups\">Client groups</h2>\n");
     if r.groups.is_empty() {

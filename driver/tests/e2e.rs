@@ -86,6 +86,8 @@ fn smoke_matrix(dir: &Path) -> PathBuf {
         .collect();
     for template in m.client_templates.values_mut() {
         template.scenarios = Some(weights.clone());
+        // Load in open loop with Poisson arrivals: its sends' lateness is in the report.
+        template.load = Some(driver::matrix::LoadMode::Poisson(100.0));
     }
     let path = dir.join("smoke.yaml");
     std::fs::write(&path, serde_saphyr::to_string(&m).unwrap()).unwrap();
@@ -660,6 +662,25 @@ fn assert_smoke_report(run_dir: &Path, run_id: &str) {
     assert_eq!(report["failed_members"], Value::Array(vec![]), "{report:#}");
     assert_timeline(&report);
     assert_reconciled(&report);
+    assert_send_lateness(&report);
+}
+
+/// The open-loop scenarios (Load and Infer, which share the load mode) measured every send's
+/// lateness; the others none.
+fn assert_send_lateness(report: &Value) {
+    for row in report["scenarios"].as_array().unwrap() {
+        let late = &row["send_lateness"];
+        if !["Load", "Infer", "TOTAL"].contains(&row["scenario"].as_str().unwrap()) {
+            assert!(late.is_null(), "only Load and Infer run open loop: {row:#}");
+            continue;
+        }
+        let sends = late["sends"].as_u64().unwrap_or_else(|| panic!("{row:#}"));
+        assert!(
+            sends > 0 && sends <= row["requests"].as_u64().unwrap(),
+            "{row:#}"
+        );
+        assert!(late["max_us"].as_u64().unwrap() >= late["p99_us"].as_u64().unwrap());
+    }
 }
 
 /// Every server-side success is explained: each model's successes on the server equal the

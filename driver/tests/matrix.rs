@@ -172,9 +172,15 @@ const BAD: &[(&str, &str)] = &[
         "19:9: client_templates.infer.models[0].wieght: unknown field `wieght`, expected one of name, weight, version, shape, input_data, batch_size",
     ),
     (
+        "bad-request-intervals.yaml",
+        "15:32: client_templates.negative.load.request_intervals: tests/fixtures/bad-matrices/gaps-negative.txt: line 4: interval -200 is negative: gaps are microseconds >= 0\n\
+         19:32: client_templates.missing.load.request_intervals: tests/fixtures/bad-matrices/no-such-gaps.txt: No such file or directory (os error 2)\n\
+         23:32: client_templates.empty.load.request_intervals: tests/fixtures/bad-matrices/gaps-empty.txt: no interval: the file needs one gap in microseconds per line",
+    ),
+    (
         "bad-capacity.yaml",
         "19:27: client_templates.open-loop.scenarios.SequenceValid: capacity mode drives the Load and Infer scenarios only, not SequenceValid\n\
-         20:5: client_templates.open-loop.load: capacity mode drives a closed-loop concurrency: remove `load: {rate: ...}`\n\
+         20:5: client_templates.open-loop.load: capacity mode drives a closed-loop concurrency: remove the open-loop `load`\n\
          27:15: capacity.target_p99: must be longer than zero\n\
          28:18: capacity.decrease_rate: must be between 0 and 1 (exclusive), found 1.5\n\
          29:14: capacity.tolerance: must be at least 0 and below 1, found -0.1\n\
@@ -704,7 +710,17 @@ fn more_rules() {
         (
             "    protocol: grpc\n",
             "    protocol: grpc\n    load: { rate: 5, concurrency: 2 }\n",
-            "inline.yaml:15:11: client_templates.all.load: exactly one of `concurrency` or `rate` must be set, found both",
+            "inline.yaml:15:11: client_templates.all.load: exactly one of `concurrency`, `rate` or `request_intervals` must be set, found concurrency and rate",
+        ),
+        (
+            "    protocol: grpc\n",
+            "    protocol: grpc\n    load: { concurrency: 2, arrivals: poisson }\n",
+            "inline.yaml:15:11: client_templates.all.load: `arrivals` goes with `rate` only",
+        ),
+        (
+            "    protocol: grpc\n",
+            "    protocol: grpc\n    load: { rate: 5, arrivals: bursty }\n",
+            "inline.yaml:15:32: client_templates.all.load.arrivals: unknown variant `bursty`, expected one of constant, poisson",
         ),
         (
             "  clients: { template: all, instances: 1, target: triton }\n",
@@ -822,4 +838,45 @@ fn models_parse_with_defaults_and_input_files_resolve_against_the_matrix() {
             Some("/abs/d.json".into())
         ]
     );
+}
+
+#[test]
+fn open_loop_schedules_parse_and_a_request_intervals_file_resolves_against_the_matrix() {
+    let with_load = |load: &str| {
+        MINIMAL.replacen(
+            "    protocol: grpc\n",
+            &format!("    protocol: grpc\n    load: {load}\n"),
+            1,
+        )
+    };
+    let m = matrix::parse(
+        &with_load("{ rate: 250, arrivals: poisson }"),
+        "inline.yaml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        m.client_templates["all"].load,
+        Some(LoadMode::Poisson(250.0))
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("gaps")).unwrap();
+    std::fs::write(dir.path().join("gaps/burst.txt"), "0\n0\n3000\n").unwrap();
+    let file = dir.path().join("m.yaml");
+    std::fs::write(&file, with_load("{ request_intervals: gaps/burst.txt }")).unwrap();
+    let loaded = matrix::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let want = dir.path().join("gaps/burst.txt");
+    assert_eq!(
+        loaded.client_templates["all"].load,
+        Some(LoadMode::Intervals(want.clone()))
+    );
+    // The worker is told the absolute path (it runs in another directory).
+    let plan = driver::plan::RunPlan::new(&loaded, stress_common::contract::RunId::new("r"), None);
+    let assignment = plan.assignment(&plan.clients[0], &Default::default(), "sqlite://x", None);
+    let args = driver::launcher::worker_args(&plan.clients[0], &assignment);
+    let at = args
+        .iter()
+        .position(|a| a == "--request-intervals")
+        .expect("flag");
+    assert_eq!(args[at + 1], want.display().to_string());
 }

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use stress_common::contract::{CorrIdBlock, LoadMode, STORE_URL_ENV, ScenarioMix, WorkerArgs};
 use stress_common::scenario::Scenario;
+use stress_common::schedule::RequestIntervals;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -278,19 +279,29 @@ impl RunArgs {
         if self.image_batch == 0 {
             return Err("--image-batch must be at least 1".into());
         }
+        if let Some(conflict) = c.load_conflict() {
+            return Err(conflict.into());
+        }
         let load_mode = c.load().unwrap_or(LoadMode::DEFAULT);
         load_mode.check()?;
-        let load_target = match (c.adaptive_load, load_mode) {
+        let load_target = match (c.adaptive_load, &load_mode) {
             (false, _) => None,
             (true, LoadMode::Concurrency(n)) => {
-                Some(std::sync::Arc::new(crate::scenarios::LiveLoad::new(n)))
+                Some(std::sync::Arc::new(crate::scenarios::LiveLoad::new(*n)))
             }
-            (true, LoadMode::Rate(_)) => {
+            (true, _) => {
                 return Err(
-                    "--adaptive-load changes a closed-loop concurrency: it cannot go with --load-rate"
+                    "--adaptive-load changes a closed-loop concurrency: it cannot go with --load-rate or --request-intervals"
                         .into(),
                 );
             }
+        };
+        let request_intervals = match &load_mode {
+            LoadMode::Intervals(path) => Some((
+                RequestIntervals::read(path).map_err(|e| format!("--request-intervals {e}"))?,
+                Default::default(),
+            )),
+            _ => None,
         };
         let worker_binary = std::env::current_exe()
             .map_err(|e| format!("cannot find the worker binary itself: {e}"))?;
@@ -314,6 +325,7 @@ impl RunArgs {
                 crash_after: self.crash_after,
                 worker_binary,
                 load_mode,
+                request_intervals,
                 load_target,
                 load_window: self.load_window,
                 image_batch: self.image_batch,
@@ -403,6 +415,8 @@ mod tests {
             },
             load_concurrency: None,
             load_rate: None,
+            load_arrivals: None,
+            request_intervals: None,
             adaptive_load: false,
             poll_interval: Duration::from_millis(500),
             run_id: Some("r-1".into()),

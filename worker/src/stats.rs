@@ -19,6 +19,8 @@ struct Counts {
     requests: u64,
     skipped: u64,
     latency: LatencyHistogram,
+    /// Open loop: how late each send left after its intended time.
+    send_lateness: LatencyHistogram,
     /// The same latencies, per server, into the worker's Prometheus metrics (when it serves them).
     exported: ServerLatencies,
     /// The scenario's counts split by model (under the scenario's lock: one lock per request).
@@ -115,6 +117,11 @@ impl Stats {
         self.total_requests.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// An open-loop send that left `late` after its intended time.
+    pub fn send_lateness(&self, s: Scenario, late: Duration) {
+        self.counts(s).send_lateness.record(late);
+    }
+
     /// Requests counted in bulk (an external process such as perf_analyzer sent them).
     pub fn requests(&self, s: Scenario, model: &str, n: u64) {
         let mut c = self.counts(s);
@@ -204,6 +211,11 @@ impl Stats {
                     requests: c.requests,
                     skipped: c.skipped,
                     latency_histogram: c.latency.encode(),
+                    send_lateness_histogram: if c.send_lateness.count() > 0 {
+                        c.send_lateness.encode()
+                    } else {
+                        String::new()
+                    },
                 }
             })
             .collect()

@@ -58,6 +58,7 @@ fn settings(options: InferOptions) -> Settings {
         crash_after: Duration::from_secs(1),
         worker_binary: env!("CARGO_BIN_EXE_worker").into(),
         load_mode: LoadMode::Concurrency(2),
+        request_intervals: None,
         load_target: None,
         load_window: Duration::from_millis(300),
         image_batch: 1,
@@ -805,7 +806,7 @@ async fn decoupled_models_stream_over_grpc_and_each_faulty_stream_is_caught() {
             2,
         ),
     ] {
-        let (outcome, stats) = run(options("decoupled_repeat", &flags), load_mode).await;
+        let (outcome, stats) = run(options("decoupled_repeat", &flags), load_mode.clone()).await;
         assert_eq!(
             outcome,
             Outcome::Passed,

@@ -48,6 +48,7 @@ fn settings() -> Settings {
         crash_after: Duration::from_millis(1500),
         worker_binary: PathBuf::from(env!("CARGO_BIN_EXE_worker")),
         load_mode: LoadMode::Concurrency(2),
+        request_intervals: None,
         load_target: None,
         load_window: Duration::from_secs(1),
         image_batch: 2,
@@ -104,6 +105,28 @@ async fn expect_pass(
         requests_of(&stats, scenario) > 0,
         "{label}: {scenario} passed without sending a request"
     );
+    if scenario == Scenario::Load && !settings.load_mode.is_closed_loop() {
+        // Every open-loop send's lateness is measured, and a request-intervals schedule's
+        // cursor moved on by as many sends (the next window goes on from there).
+        let counts = &stats.scenario_counts(&[scenario])[0];
+        let lateness =
+            stress_common::histogram::LatencyHistogram::decode(&counts.send_lateness_histogram)
+                .unwrap();
+        assert_eq!(lateness.count(), counts.requests, "{label}: {scenario}");
+        if let Some((_, cursor)) = &settings.request_intervals {
+            assert_eq!(
+                cursor.load(std::sync::atomic::Ordering::Relaxed),
+                counts.requests,
+                "{label}"
+            );
+        }
+    } else {
+        assert!(
+            stats.scenario_counts(&[scenario])[0]
+                .send_lateness_histogram
+                .is_empty()
+        );
+    }
 }
 
 async fn expect_failure(
@@ -290,9 +313,18 @@ async fn walk_every_scenario(label: &str, client: Arc<dyn TritonClient>, ids: &m
     assert_eq!(f.actual, "a response before the deadline", "{label}");
 
     // Load, closed and open loop: add_sub passes; add_sub_wrong's OUTPUT1 is a sum.
-    for mode in [LoadMode::Concurrency(2), LoadMode::Rate(100.0)] {
+    // Request intervals: 5 ms, then 15 ms (a mean of 100/s), cycled.
+    let gaps = stress_common::schedule::RequestIntervals::parse("5000\n15000\n").unwrap();
+    for mode in [
+        LoadMode::Concurrency(2),
+        LoadMode::Rate(100.0),
+        LoadMode::Poisson(100.0),
+        LoadMode::Intervals("gaps".into()),
+    ] {
         let s = Settings {
-            load_mode: mode,
+            load_mode: mode.clone(),
+            request_intervals: matches!(mode, LoadMode::Intervals(_))
+                .then(|| (gaps.clone(), Default::default())),
             ..settings()
         };
         expect_pass(label, client, &s, Scenario::Load, ids.next()).await;

@@ -99,6 +99,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0011_run_leases.sql"),
         postgres: include_str!("../../migrations/postgres/0011_run_leases.sql"),
     },
+    Migration {
+        version: 12,
+        name: "send_lateness",
+        sqlite: include_str!("../../migrations/sqlite/0012_send_lateness.sql"),
+        postgres: include_str!("../../migrations/postgres/0012_send_lateness.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

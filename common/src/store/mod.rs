@@ -33,7 +33,7 @@
 //! | `events` | `id` (autoincrement / identity) | `run_id`, `member_id`, `at_ms`, `kind` (`STARTING`/`RUNNING`/`SUCCESS`/`FAILURE`), `details` | [`Store::record_event`] |
 //! | `heartbeats` | `run_id, member_id` | `at_ms` | [`Store::heartbeat`], [`Store::record_snapshot`] |
 //! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (appends) |
-//! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
+//! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `send_lateness_histogram`? (open loop), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
 //! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms` | [`Store::record_snapshot`] (replaces) |
 //! | `latency_intervals` | `id` | `run_id`, `member_id`, `scenario`, `model`, `start_ms`, `end_ms`, `requests`, `failures`, `latency_histogram` (the interval's own) | [`Store::record_snapshot`] (appends a snapshot's `intervals`) |
 //! | `server_samples` | `id` | `run_id`, `member_id`, `at_ms`, `details` (JSON of a [`ServerSample`]: counter deltas, gauges, memory) | [`Store::record_server_sample`] (the driver, once per series interval) |
@@ -910,15 +910,17 @@ impl Store {
         for counts in &snapshot.scenarios {
             sqlx::query(
                 "INSERT INTO scenario_counts (run_id, member_id, scenario, tests, failures,
-                                              requests, skipped, latency_histogram, updated_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                                              requests, skipped, latency_histogram, updated_at_ms,
+                                              send_lateness_histogram)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
                  ON CONFLICT (run_id, member_id, scenario) DO UPDATE SET
                      tests = excluded.tests,
                      failures = excluded.failures,
                      requests = excluded.requests,
                      skipped = excluded.skipped,
                      latency_histogram = excluded.latency_histogram,
-                     updated_at_ms = excluded.updated_at_ms",
+                     updated_at_ms = excluded.updated_at_ms,
+                     send_lateness_histogram = excluded.send_lateness_histogram",
             )
             .bind(run_id)
             .bind(member_id)
@@ -929,6 +931,7 @@ impl Store {
             .bind(to_db(counts.skipped))
             .bind(&counts.latency_histogram)
             .bind(at_ms)
+            .bind(Some(&counts.send_lateness_histogram).filter(|h| !h.is_empty()))
             .execute(&mut *tx)
             .await
             .map_err(self.db(OP))?;
@@ -1115,9 +1118,10 @@ impl Store {
 
     /// The latest cumulative counts of every (member, scenario), by member then scenario.
     pub async fn scenario_counts(&self, run_id: &str) -> Result<Vec<(String, ScenarioCounts)>> {
-        type Row = (String, String, i64, i64, i64, i64, String);
+        type Row = (String, String, i64, i64, i64, i64, String, Option<String>);
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT member_id, scenario, tests, failures, requests, skipped, latency_histogram
+            "SELECT member_id, scenario, tests, failures, requests, skipped, latency_histogram,
+                    send_lateness_histogram
              FROM scenario_counts WHERE run_id = $1 ORDER BY member_id, scenario",
         )
         .bind(run_id)
@@ -1127,7 +1131,16 @@ impl Store {
         Ok(rows
             .into_iter()
             .map(
-                |(member_id, scenario, tests, failures, requests, skipped, latency_histogram)| {
+                |(
+                    member_id,
+                    scenario,
+                    tests,
+                    failures,
+                    requests,
+                    skipped,
+                    latency_histogram,
+                    send_lateness,
+                )| {
                     (
                         member_id,
                         ScenarioCounts {
@@ -1137,6 +1150,7 @@ impl Store {
                             requests: from_db(requests),
                             skipped: from_db(skipped),
                             latency_histogram,
+                            send_lateness_histogram: send_lateness.unwrap_or_default(),
                         },
                     )
                 },

@@ -122,6 +122,8 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
         corr_ids: client.corr_ids,
         load_concurrency: None,
         load_rate: None,
+        load_arrivals: None,
+        request_intervals: None,
         adaptive_load: false,
         poll_interval: a.poll_interval,
         run_id: Some(a.run_id.clone()),
@@ -165,7 +167,7 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
             })
             .collect(),
     };
-    args.set_load(t.load);
+    args.set_load(t.load.clone());
     if let Some(start) = a.capacity_start {
         args.concurrency = 1;
         args.set_load(Some(LoadMode::Concurrency(start)));

@@ -58,26 +58,40 @@ pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
         path: path.to_path_buf(),
         error,
     })?;
-    let mut matrix = parse(&text, &path.display().to_string())?;
-    matrix.source_path = Some(path.to_path_buf());
-    // Input-data files are named relative to the matrix; the worker runs in another directory.
-    if let Some(dir) = path.parent() {
-        for t in matrix.client_templates.values_mut() {
-            for m in &mut t.models {
-                if let Some(data) = &mut m.input_data
-                    && !matches!(data.as_str(), "zero" | "random")
-                    && Path::new(data.as_str()).is_relative()
-                {
-                    *data = dir.join(&*data).display().to_string();
-                }
+    parse_from(&text, &path.display().to_string(), Some(path))
+}
+
+/// Files a matrix names relative to itself (input data, request intervals), made absolute:
+/// the worker runs in another directory.
+fn resolve_relative_files(matrix: &mut Matrix, dir: &Path) {
+    for t in matrix.client_templates.values_mut() {
+        for m in &mut t.models {
+            // An empty name stays empty: validation names it.
+            if let Some(data) = &mut m.input_data
+                && !matches!(data.trim(), "" | "zero" | "random")
+                && Path::new(data.as_str()).is_relative()
+            {
+                *data = dir.join(&*data).display().to_string();
             }
         }
+        if let Some(LoadMode::Intervals(file)) = &mut t.load
+            && file.is_relative()
+            && !file.as_os_str().is_empty()
+        {
+            *file = dir.join(&*file);
+        }
     }
-    Ok(matrix)
 }
 
 /// Parses and validates a matrix from `text`; `file_name` is what diagnostics call the file.
+/// Relative files are relative to the working directory.
 pub fn parse(text: &str, file_name: &str) -> Result<Matrix, MatrixError> {
+    parse_from(text, file_name, None)
+}
+
+/// [`parse`] of the text of the file at `source` (None: not from a file), whose relative
+/// paths are then relative to its directory.
+fn parse_from(text: &str, file_name: &str, source: Option<&Path>) -> Result<Matrix, MatrixError> {
     let diag = |position: Option<Position>, path: &FieldPath, message: String| Diagnostic {
         file: file_name.to_string(),
         position,
@@ -129,7 +143,7 @@ pub fn parse(text: &str, file_name: &str) -> Result<Matrix, MatrixError> {
             e.into_inner()
         })
     });
-    let matrix = match typed {
+    let mut matrix = match typed {
         Ok(m) => m,
         Err(e) => {
             let path = error_path.unwrap_or_default();
@@ -167,6 +181,13 @@ pub fn parse(text: &str, file_name: &str) -> Result<Matrix, MatrixError> {
             )]));
         }
     };
+
+    if let Some(source) = source {
+        matrix.source_path = Some(source.to_path_buf());
+        if let Some(dir) = source.parent() {
+            resolve_relative_files(&mut matrix, dir);
+        }
+    }
 
     // Pass 3: the semantic rules, all of them.
     let mut diagnostics: Vec<Diagnostic> = validate::check(&matrix)

@@ -11,6 +11,7 @@ use super::bounds::{
 };
 
 use stress_common::scenario::Scenario;
+use stress_common::schedule::RequestIntervals;
 
 use super::source::{Anchor, FieldPath};
 use super::types::{
@@ -788,14 +789,19 @@ impl Checker {
                 MAX_CONCURRENCY.into(),
                 "streams",
             );
-            if let Some(load) = t.load
-                && let Err(e) = load.check()
-            {
+            if let Some(load) = &t.load {
                 let field = match load {
-                    LoadMode::Rate(_) => "rate",
+                    LoadMode::Rate(_) | LoadMode::Poisson(_) => "rate",
                     LoadMode::Concurrency(_) => "concurrency",
+                    LoadMode::Intervals(_) => "request_intervals",
                 };
-                self.push(path.key("load").key(field), Anchor::Value, e);
+                let checked = match load {
+                    LoadMode::Intervals(file) => RequestIntervals::read(file).map(drop),
+                    other => other.check(),
+                };
+                if let Err(e) = checked {
+                    self.push(path.key("load").key(field), Anchor::Value, e);
+                }
             }
             for (scenario, weight) in t.scenarios.iter().flatten() {
                 self.count_at_most(
@@ -1498,11 +1504,11 @@ impl Checker {
         }
         for (name, t) in &m.client_templates {
             let tpath = root.key("client_templates").key(name.clone());
-            if let Some(LoadMode::Rate(_)) = t.load {
+            if t.load.as_ref().is_some_and(|l| !l.is_closed_loop()) {
                 self.push(
                     tpath.key("load"),
                     Anchor::Key,
-                    "capacity mode drives a closed-loop concurrency: remove `load: {rate: ...}`",
+                    "capacity mode drives a closed-loop concurrency: remove the open-loop `load`",
                 );
             }
             if let Some(scenarios) = &t.scenarios {

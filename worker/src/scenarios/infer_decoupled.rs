@@ -347,10 +347,19 @@ pub async fn drive(
             Ok(())
         }
         // One stream per request, sent at its intended time; latencies count from that time.
-        LoadMode::Rate(rate) => {
-            let send = |i: u32, intended: tokio::time::Instant| {
-                let idx = i as usize % requests.len();
+        mode @ (LoadMode::Rate(_) | LoadMode::Poisson(_) | LoadMode::Intervals(_)) => {
+            let times = env.settings.send_times(&mode).ok_or_else(|| {
+                Failure::new(
+                    &planned.description.name,
+                    "the open loop's schedule",
+                    "none",
+                )
+            })?;
+            let sent = std::sync::atomic::AtomicU64::new(0);
+            let send = |i: u64, intended: tokio::time::Instant| {
+                let idx = (i % requests.len() as u64) as usize;
                 let request = &requests[idx].request;
+                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 async move {
                     let result = match env.client.decoupled_session().await {
                         Ok(mut session) => {
@@ -375,8 +384,13 @@ pub async fn drive(
                     tolerance,
                 )
             };
-            let window_over = |intended: tokio::time::Instant| intended.into_std() >= end;
-            super::open_loop(rate, window_over, env.cancel, send, done).await
+            let lateness = |late| env.stats.send_lateness(env.scenario, late);
+            let result =
+                super::open_loop(times, Some(end), || false, env.cancel, lateness, send, done)
+                    .await;
+            env.settings
+                .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
+            result
         }
     }
 }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rand::Rng;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How many distinct prepared requests a window cycles through.
 const VARIANTS: usize = 16;
@@ -152,20 +152,27 @@ pub async fn drive(
             }
             Ok(())
         }
-        LoadMode::Rate(rate) => {
-            let send = |i: u32, intended: tokio::time::Instant| {
-                let idx = i as usize % prepared.len();
+        LoadMode::Rate(_) | LoadMode::Poisson(_) | LoadMode::Intervals(_) => {
+            let times = env
+                .settings
+                .send_times(&load.mode)
+                .ok_or_else(|| Failure::new(&env.model, "the open loop's schedule", "none"))?;
+            let sent = std::sync::atomic::AtomicU64::new(0);
+            let send = |i: u64, intended: tokio::time::Instant| {
+                let idx = (i % prepared.len() as u64) as usize;
+                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 async move {
                     let r = env.client.infer_prepared(&prepared[idx], timeout).await;
-                    (intended, idx, r)
+                    // Taken here, as the answer arrives, from the intended send time.
+                    (intended.elapsed(), idx, r)
                 }
             };
-            let finish = |(intended, idx, r): (tokio::time::Instant, usize, Result<_, _>)| {
+            let finish = |(latency, idx, r): (Duration, usize, Result<_, _>)| {
                 env.stats.request(
                     env.scenario,
                     &env.model,
                     env.client.address(),
-                    Result::is_ok(&r).then(|| intended.elapsed()),
+                    Result::is_ok(&r).then_some(latency),
                 );
                 if load.overload && r.is_err() {
                     // Counted as sent and unanswered: the spike's error rate.
@@ -181,11 +188,21 @@ pub async fn drive(
                 .load_target
                 .as_deref()
                 .filter(|_| load.overload);
-            let done = |intended: tokio::time::Instant| match spike {
-                Some(live) => live.rate() != Some(rate),
-                None => intended.into_std() >= end,
+            let (until, changed) = match spike {
+                Some(live) => (None, Some((live, load.mode.rate_schedule()))),
+                None => (Some(end), None),
             };
-            super::open_loop(rate, done, env.cancel, send, finish).await
+            let changed = || {
+                changed
+                    .as_ref()
+                    .is_some_and(|(live, ours)| live.rate() != ours.as_ref().map(|s| s.mean_rate()))
+            };
+            let lateness = |late| env.stats.send_lateness(env.scenario, late);
+            let result =
+                super::open_loop(times, until, changed, env.cancel, lateness, send, finish).await;
+            env.settings
+                .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
+            result
         }
     }
 }

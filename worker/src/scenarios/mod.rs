@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use stress_common::scenario::Scenario;
+use stress_common::schedule::{RequestIntervals, Schedule, SendTimes};
 use stress_common::status::{FailureRecord, Forensics, WireStep};
 use tokio_util::sync::CancellationToken;
 
@@ -146,6 +147,10 @@ pub struct Settings {
     /// The worker binary, run in its hidden crashing-child mode.
     pub worker_binary: PathBuf,
     pub load_mode: LoadMode,
+    /// `--request-intervals`: the file's gaps, read at start-up, and how far the worker's
+    /// windows got through them (each window goes on where the last stopped, as
+    /// perf_analyzer's schedule cycles through the list once per pass).
+    pub request_intervals: Option<(RequestIntervals, Arc<AtomicU64>)>,
     /// `--adaptive-load`: the load the driver's capacity controller asks for, refreshed from the
     /// store every poll interval; read at the start of each load window.
     pub load_target: Option<Arc<LiveLoad>>,
@@ -199,7 +204,7 @@ impl LiveLoad {
 }
 
 /// The load of one load window.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WindowLoad {
     pub mode: LoadMode,
     /// A capacity spike and its recovery: requests the overloaded server does not answer
@@ -209,12 +214,35 @@ pub struct WindowLoad {
 }
 
 impl Settings {
+    /// The send times of an open-loop `mode` (None: closed loop), from the next request of
+    /// the request-intervals file on; `sent` afterwards moves that on (see
+    /// [`Self::request_intervals`]).
+    pub fn send_times(&self, mode: &LoadMode) -> Option<SendTimes> {
+        let seed = rand::random();
+        if let Some(schedule) = mode.rate_schedule() {
+            return Some(schedule.times(seed));
+        }
+        match (mode, &self.request_intervals) {
+            (LoadMode::Intervals(_), Some((list, cursor))) => Some(
+                Schedule::Intervals(list.clone()).times_from(seed, cursor.load(Ordering::Relaxed)),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Counts `n` sends of a window on the request-intervals file's cursor.
+    pub fn sent(&self, n: u64) {
+        if let Some((_, cursor)) = &self.request_intervals {
+            cursor.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     /// The load of the next window: the driver's live target under `--adaptive-load`, else
     /// the worker's own `--concurrency` / `--load-rate`.
     pub fn window_load(&self) -> WindowLoad {
         let Some(live) = &self.load_target else {
             return WindowLoad {
-                mode: self.load_mode,
+                mode: self.load_mode.clone(),
                 overload: false,
             };
         };
@@ -232,43 +260,141 @@ impl Settings {
     }
 }
 
-/// Open loop: request `i` leaves at `start + i / rate` until `done(intended)` says so (or
-/// cancellation), each sent by `send(i, intended)`; `finish` takes each result as it arrives, while waiting for the next
-/// send time, and its first error ends the window. Beyond [`MAX_IN_FLIGHT`] requests in flight
-/// the client itself is the bottleneck: it waits (latency, counted from the intended time, shows
-/// the delay).
+/// Open loop: request `i` leaves at its intended time, `start` plus the schedule's `i`th offset,
+/// until the schedule ends, `until` comes, `changed()` says so (checked at each send and every
+/// [`CHANGE_CHECK`]) or cancellation. `send(i, intended)` makes each request's future;
+/// `finish` takes each result as it arrives, and its first error ends the loop. Each send's
+/// lateness (the time it was handed to the runtime minus its intended time) goes to
+/// `lateness`, so client lag is measured, not hidden in the latency. The intended times come
+/// from a [`Pacer`] thread, which keeps them to the microsecond where the runtime's timer
+/// keeps them to the millisecond. Beyond [`MAX_IN_FLIGHT`] requests in flight the client
+/// itself is the bottleneck: it waits, and the lateness shows by how much.
 pub async fn open_loop<T, F>(
-    rate: f64,
-    done: impl Fn(tokio::time::Instant) -> bool,
+    times: impl Iterator<Item = Duration> + Send + 'static,
+    until: Option<std::time::Instant>,
+    changed: impl Fn() -> bool,
     cancel: &CancellationToken,
-    mut send: impl FnMut(u32, tokio::time::Instant) -> F,
+    lateness: impl Fn(Duration),
+    mut send: impl FnMut(u64, tokio::time::Instant) -> F,
     mut finish: impl FnMut(T) -> Result<(), Failure>,
 ) -> Result<(), Failure>
 where
     F: std::future::Future<Output = T>,
 {
     use futures::StreamExt;
-    let interval = Duration::from_secs_f64(1.0 / rate);
-    let start = tokio::time::Instant::now();
+    let mut pacer = Pacer::start(times, std::time::Instant::now(), until);
     let mut in_flight = futures::stream::FuturesUnordered::new();
-    for i in 0u32.. {
-        let intended = start + interval * i;
-        if done(intended) || cancel.is_cancelled() {
-            break;
-        }
-        loop {
-            tokio::select! {
-                biased;
-                Some(done) = in_flight.next(), if !in_flight.is_empty() => finish(done)?,
-                _ = tokio::time::sleep_until(intended), if in_flight.len() < MAX_IN_FLIGHT => break,
+    let mut check = tokio::time::interval(CHANGE_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            // Sends first: a send's lateness is the client's own; an answer waiting a moment
+            // changes nothing (its latency was taken when it arrived, in its own future).
+            biased;
+            _ = cancel.cancelled() => break,
+            tick = pacer.next(), if in_flight.len() < MAX_IN_FLIGHT => {
+                let Some((i, intended)) = tick else { break };
+                if changed() {
+                    break;
+                }
+                lateness(intended.elapsed());
+                in_flight.push(send(i, tokio::time::Instant::from_std(intended)));
             }
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => finish(done)?,
+            _ = check.tick() => if changed() { break },
         }
-        in_flight.push(send(i, intended));
     }
+    drop(pacer);
     while let Some(done) = in_flight.next().await {
         finish(done)?;
     }
     Ok(())
+}
+
+/// How often an open loop asks whether its load changed between sends.
+const CHANGE_CHECK: Duration = Duration::from_millis(100);
+
+/// Intended send times kept to the microsecond: a thread sleeps until each (with the
+/// kernel's timer slack cut from 50 µs to 1 µs) and hands it to the runtime, whose own timer
+/// rounds to a millisecond. At most [`PACER_QUEUE`] times wait to be taken: a runtime that
+/// falls behind stops the pacer, and the sends it then makes are late (and counted so).
+pub struct Pacer {
+    ticks: tokio::sync::mpsc::Receiver<(u64, std::time::Instant)>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Send times a pacer hands over ahead of the runtime taking them.
+const PACER_QUEUE: usize = 64;
+
+impl Pacer {
+    /// Starts pacing `times` (offsets from `start`), ending at `until` or the schedule's end.
+    pub fn start(
+        times: impl Iterator<Item = Duration> + Send + 'static,
+        start: std::time::Instant,
+        until: Option<std::time::Instant>,
+    ) -> Self {
+        let (tx, ticks) = tokio::sync::mpsc::channel(PACER_QUEUE);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let pace = move || {
+            precise_timer_slack();
+            for (i, offset) in (0u64..).zip(times) {
+                let Some(intended) = start.checked_add(offset) else {
+                    break;
+                };
+                if until.is_some_and(|u| intended >= u) || !sleep_until(intended, &stopped) {
+                    break;
+                }
+                if tx.blocking_send((i, intended)).is_err() {
+                    break;
+                }
+            }
+        };
+        if let Err(e) = std::thread::Builder::new().name("pacer".into()).spawn(pace) {
+            // No thread: the receiver sees a closed channel and the loop sends nothing.
+            tracing::error!("cannot start the open loop's pacer thread: {e}");
+        }
+        Self { ticks, stop }
+    }
+
+    /// The next send: its index and intended time (None: the schedule is over).
+    pub async fn next(&mut self) -> Option<(u64, std::time::Instant)> {
+        self.ticks.recv().await
+    }
+}
+
+impl Drop for Pacer {
+    fn drop(&mut self) {
+        // The thread sees either flag within one sleep slice and ends; nothing waits for it.
+        self.stop.store(true, Ordering::Relaxed);
+        self.ticks.close();
+    }
+}
+
+/// Sleeps until `deadline` in slices, so a stop is seen within [`PACER_SLICE`]; false if
+/// stopped.
+fn sleep_until(deadline: std::time::Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        std::thread::sleep((deadline - now).min(PACER_SLICE));
+    }
+}
+
+const PACER_SLICE: Duration = Duration::from_millis(20);
+
+/// Asks the kernel to wake this thread within 1 µs of its sleeps' ends (the default slack of
+/// 50 µs would be the pacer's error); best effort.
+fn precise_timer_slack() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_timerslack(1000) {
+        tracing::debug!("the pacer keeps the default timer slack: {e}");
+    }
 }
 
 /// Open loop: more requests in flight than this and the client waits.
@@ -494,4 +620,82 @@ pub async fn run_single(
     };
     let outcome = run(&mut env).await;
     (outcome, stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Runs an open loop over `gaps` (microseconds), recording what was sent and finished.
+    async fn run_loop(
+        gaps: &'static [u64],
+        changed: impl Fn() -> bool,
+        cancel: &CancellationToken,
+    ) -> (Vec<u64>, Vec<u64>, usize, Result<(), Failure>) {
+        let times = gaps.iter().scan(Duration::ZERO, |at, gap| {
+            let now = *at;
+            *at += Duration::from_micros(*gap);
+            Some(now)
+        });
+        let sent = Mutex::new(Vec::new());
+        let finished = Mutex::new(Vec::new());
+        let late = Mutex::new(0usize);
+        let result = open_loop(
+            times,
+            None,
+            changed,
+            cancel,
+            |_| *late.lock().unwrap() += 1,
+            |i, intended| {
+                sent.lock().unwrap().push(i);
+                async move {
+                    assert!(tokio::time::Instant::now() >= intended, "sent early");
+                    i
+                }
+            },
+            |i| {
+                finished.lock().unwrap().push(i);
+                if i == 99 {
+                    Err(Failure::new("m", "no 99", "99"))
+                } else {
+                    Ok(())
+                }
+            },
+        )
+        .await;
+        let mut finished = finished.into_inner().unwrap();
+        finished.sort();
+        (
+            sent.into_inner().unwrap(),
+            finished,
+            late.into_inner().unwrap(),
+            result,
+        )
+    }
+
+    #[tokio::test]
+    async fn open_loop_sends_every_scheduled_request_in_order_and_times_each() {
+        let cancel = CancellationToken::new();
+        let (sent, finished, late, result) =
+            run_loop(&[0, 0, 2000, 500, 0], || false, &cancel).await;
+        result.unwrap();
+        assert_eq!(sent, [0, 1, 2, 3, 4]);
+        assert_eq!(finished, [0, 1, 2, 3, 4]);
+        assert_eq!(late, 5, "every send's lateness is recorded");
+    }
+
+    #[tokio::test]
+    async fn open_loop_stops_on_a_change_a_cancel_and_a_failure() {
+        let cancel = CancellationToken::new();
+        let (sent, _, _, result) = run_loop(&[1000; 50], || true, &cancel).await;
+        assert!(sent.is_empty() && result.is_ok(), "{sent:?}");
+        cancel.cancel();
+        let (sent, _, _, result) = run_loop(&[1000; 50], || false, &cancel).await;
+        assert!(sent.is_empty() && result.is_ok(), "{sent:?}");
+        let fresh = CancellationToken::new();
+        let (sent, _, _, result) = run_loop(&[10; 200], || false, &fresh).await;
+        assert!(result.is_err(), "request 99's failure ends the loop");
+        assert!(sent.len() < 200, "{}", sent.len());
+    }
 }

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Open-loop accuracy: the worker's Load scenario and perf_analyzer, each sending RATE requests
+# per second on a schedule (constant gaps, or Poisson with ARRIVALS=poisson) to the same local
+# tritonserver (scripts/start-tritonserver.sh, 127.0.0.1 only, free ports) and model (add_sub,
+# gRPC), one after the other. Prints, per round, the worker's send lateness (actual - intended
+# send time, p50/p99/max) and both clients' p50/p99 latency.
+# Targets (issue 17): worker p99 send lateness <= 100 us; worker p50 latency within 0.1 ms of
+# perf_analyzer's p50 (the worker counts latency from the intended send time, so its p50 holds
+# its lateness too).
+#
+# Usage: scripts/bench-open-loop-vs-perf-analyzer.sh
+# Env: RATE (2000), ARRIVALS (constant|poisson), DURATION seconds per client run (15),
+# ROUNDS (1), WORKER (target/release/worker, built when missing), PERF_ANALYZER
+# (.local/bin/perf_analyzer), LOAD_WINDOW (worker, 5s), BENCH_KEEP=1 keeps logs and reports.
+# The server shares the machine's cores with the client (nothing is pinned; the core count
+# is printed). Exit: 0 after printing results (target met or not), 1 when something could
+# not be measured. Not run by CI.
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
+cd "$REPO_ROOT"
+
+RATE="${RATE:-2000}"
+ARRIVALS="${ARRIVALS:-constant}"
+DURATION="${DURATION:-15}"
+ROUNDS="${ROUNDS:-1}"
+LOAD_WINDOW="${LOAD_WINDOW:-5s}"
+WORKER="${WORKER:-${CARGO_TARGET_DIR:-target}/release/worker}"
+PERF_ANALYZER="${PERF_ANALYZER:-$REPO_ROOT/.local/bin/perf_analyzer}"
+MODEL=add_sub
+
+source "$SCRIPT_DIR/bench-lib.sh"
+
+for v in RATE DURATION ROUNDS; do
+    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer, got '${!v}'"
+done
+[[ "$ARRIVALS" =~ ^(constant|poisson)$ ]] || fail "ARRIVALS must be constant or poisson, got '$ARRIVALS'"
+command -v python3 >/dev/null || fail "python3 not found"
+command -v curl >/dev/null || fail "curl not found"
+[ -x "$PERF_ANALYZER" ] || fail "$PERF_ANALYZER not found: run scripts/install-tritonserver.sh"
+if [ ! -x "$WORKER" ]; then
+    log "building the worker ($WORKER missing)"
+    cargo build --release -p worker >&2 || fail "cargo build --release -p worker failed"
+    [ -x "$WORKER" ] || fail "$WORKER still missing after the build"
+fi
+
+log "starting tritonserver (grpc $GRPC_PORT, http $HTTP_PORT, metrics $METRICS_PORT)"
+"$SCRIPT_DIR/start-tritonserver.sh" --grpc-port "$GRPC_PORT" --http-port "$HTTP_PORT" \
+    --metrics-port "$METRICS_PORT" >"$TMP/server.log" 2>&1 &
+server_pid=$!
+ready=0
+for _ in $(seq 1 240); do
+    kill -0 "$server_pid" 2>/dev/null || { tail -20 "$TMP/server.log" >&2; fail "tritonserver exited"; }
+    if curl -sf "http://127.0.0.1:$HTTP_PORT/v2/models/$MODEL/ready" >/dev/null 2>&1; then
+        ready=1; break
+    fi
+    sleep 0.5
+done
+[ "$ready" -eq 1 ] || { tail -20 "$TMP/server.log" >&2; fail "model $MODEL not ready after 120 s"; }
+
+# Warm-up (not measured): connections, the model's first executions.
+"$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" -i grpc --concurrency-range 1 \
+    --measurement-mode count_windows --measurement-request-count 500 -s 100 >"$TMP/warmup.log" 2>&1 ||
+    fail "perf_analyzer warm-up failed: $(tail -3 "$TMP/warmup.log")"
+
+window_ms=$(( DURATION * 1000 / 3 ))
+for round in $(seq 1 "$ROUNDS"); do
+    log "round $round/$ROUNDS: worker, Load scenario, $RATE/s $ARRIVALS, ${DURATION}s"
+    "$WORKER" --servers "127.0.0.1:$GRPC_PORT" --protocol grpc --scenarios Load:1 \
+        --concurrency 1 --load-rate "$RATE" --load-arrivals "$ARRIVALS" \
+        --load-window "$LOAD_WINDOW" --load-model "$MODEL" --duration "${DURATION}s" \
+        --seed 1 --report-json "$TMP/worker.$round.json" >"$TMP/worker.$round.log" 2>&1 ||
+        log "worker exited non-zero (see $TMP/worker.$round.log); its report is still read"
+    log "round $round/$ROUNDS: perf_analyzer, $RATE/s $ARRIVALS, 3 x ${window_ms} ms"
+    "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" -i grpc \
+        --request-rate-range "$RATE:$RATE" --request-distribution "$ARRIVALS" \
+        --measurement-mode time_windows -p "$window_ms" -s 100 --max-trials 3 \
+        -f "$TMP/perf_analyzer.$round.csv" >"$TMP/perf_analyzer.$round.log" 2>&1 ||
+        log "perf_analyzer exited non-zero (see $TMP/perf_analyzer.$round.log)"
+done
+
+python3 - "$TMP" "$ROUNDS" "$RATE" "$ARRIVALS" <<'PY' || exit 1
+import csv, json, os, sys
+
+tmp, rounds, rate, arrivals = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+print()
+print(f"model add_sub, gRPC, open loop at {rate}/s ({arrivals}); server and clients share "
+      f"the CPUs ({os.cpu_count()} cores, nothing pinned)")
+measured = 0
+for r in range(1, rounds + 1):
+    try:
+        report = json.load(open(os.path.join(tmp, f"worker.{r}.json")))
+        row = next(x for x in report["rows"] if x["scenario"] == "Load")
+        late = row["send_lateness"]
+    except (OSError, ValueError, KeyError, StopIteration, TypeError) as e:
+        print(f"round {r}: no worker result ({e.__class__.__name__}: {e})")
+        continue
+    try:
+        pa = list(csv.DictReader(open(os.path.join(tmp, f"perf_analyzer.{r}.csv"))))[-1]
+        pa_p50, pa_p99 = float(pa["p50 latency"]), float(pa["p99 latency"])
+        pa_rate = float(pa["Inferences/Second"])
+    except (OSError, KeyError, IndexError, ValueError) as e:
+        print(f"round {r}: no perf_analyzer result ({e.__class__.__name__}: {e})")
+        continue
+    measured += 1
+    w_rate = row["qps"]
+    print(f"round {r}: worker        {w_rate:7.0f} req/s  latency p50 {row['p50_us'] / 1000:.3f} ms"
+          f"  p99 {row['p99_us'] / 1000:.3f} ms  (from the intended send time; {row['failures']} failures)")
+    print(f"round {r}: perf_analyzer {pa_rate:7.0f} req/s  latency p50 {pa_p50 / 1000:.3f} ms"
+          f"  p99 {pa_p99 / 1000:.3f} ms")
+    print(f"round {r}: worker send lateness over {late['sends']} sends: p50 {late['p50_us']} us,"
+          f" p99 {late['p99_us']} us, max {late['max_us']} us")
+    ok_late = late["p99_us"] <= 100
+    diff = (row["p50_us"] - pa_p50) / 1000
+    ok_p50 = abs(diff) <= 0.1
+    print(f"round {r}: p99 send lateness {late['p99_us']} us (target <= 100 us: "
+          f"{'PASS' if ok_late else 'MISS'}); p50 latency worker - perf_analyzer = {diff:+.3f} ms "
+          f"(target within 0.1 ms: {'PASS' if ok_p50 else 'MISS'}); rate worker/perf_analyzer = "
+          f"{w_rate / pa_rate:.3f}")
+if measured == 0:
+    print("bench: CANNOT MEASURE: no round has results from both clients", file=sys.stderr)
+    sys.exit(1)
+PY
