@@ -108,11 +108,41 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (free when asked; the server binds it right after).
+/// A free TCP port on 127.0.0.1 for a server to listen on: free when asked, never handed out
+/// twice by this process, and below the kernel's ephemeral range, so neither another server
+/// started meanwhile nor an outgoing connection (whose local port comes from that range) takes
+/// it before the server binds it (seconds later, once its models load). Falls back to a port
+/// the kernel picks when none below the range is free.
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.max(10_001));
+    let span = u32::from(high - low);
+    // A different start per process and call (no RNG needed: time and pid mix enough).
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    for attempt in 0..200u32 {
+        let port = low + ((seed.wrapping_add(attempt.wrapping_mul(7919))) % span) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
-        .port())
+        .port();
+    given.push(port);
+    Ok(port)
 }
 
 /// Whether a server answers `GET /v2/health/live` at `http_address` within `timeout`; the error
@@ -394,6 +424,17 @@ pub async fn http_status(address: &str, path: &str) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_bindable_and_below_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port().unwrap()).collect();
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        for p in &ports {
+            assert!(*p >= 10_000, "{p}");
+            std::net::TcpListener::bind(("127.0.0.1", *p)).unwrap();
+        }
+    }
 
     #[test]
     fn command_lines_quote_what_needs_it() {

@@ -348,8 +348,10 @@ pub async fn run(
     // Record what the report needs before anything is cleaned up.
     let failed = verdict != Verdict::Pass;
     if failed {
+        tracing::info!("{}: stopping every member", verdict_line(&verdict));
         scrape_server_metrics(&store, launcher, &plan, FAILURE_SCRAPE_BUDGET).await;
         launcher.stop_all(FAILURE_STOP_GRACE).await;
+        tracing::info!("every member stopped");
     }
     // What the report adds from the launcher: each within its limit, and none when the store
     // does not answer now (a store that is down must not hold the run's end; the report says
@@ -401,6 +403,7 @@ pub async fn run(
         }
     };
     write_report(run_dir, &report)?;
+    tracing::info!("report written");
     if let Some(settings) = &matrix.report
         && let Some(url) = &settings.webhook
     {
@@ -1045,16 +1048,31 @@ impl Driver<'_> {
         let mut ticker = tokio::time::interval(plan.poll);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
+            let woken_by_an_exit = tokio::select! {
+                _ = ticker.tick() => false,
+                // A member may have ended: judged now, not at the next tick.
+                _ = self.launcher.member_may_have_ended() => true,
                 _ = tokio::time::sleep_until(end) => break,
                 _ = self.cancel.cancelled() => {
                     let why = "driver interrupted (SIGTERM/SIGINT)";
                     self.record(DRIVER_MEMBER, EventKind::Failure, why).await;
                     return Verdict::Aborted(why.into());
                 }
-            }
-            let poll = self.observe(&rules).await;
+            };
+            let poll = if woken_by_an_exit {
+                // Only the exits: the per-poll rules (zero QPS, heartbeats) count ticks.
+                let exits = self.launcher.exited().await;
+                if exits.is_empty() {
+                    continue;
+                }
+                Poll {
+                    now_ms: stress_common::now_ms(),
+                    exits,
+                    ..Poll::default()
+                }
+            } else {
+                self.observe(&rules).await
+            };
             // Each worker's QPS now, for the progress line (the rules take the poll).
             let qps: Vec<(String, f64)> = match &poll.latest_qps {
                 Some(Ok(q)) => q.iter().map(|q| (q.member_id.clone(), q.qps)).collect(),

@@ -29,6 +29,9 @@ pub struct LocalLauncher {
     servers: BTreeMap<String, TritonServer>,
     clients: BTreeMap<String, Client>,
     exits: BTreeMap<String, MemberExit>,
+    /// SIGCHLD: a child of the driver (a server or a worker) ended; None until first asked
+    /// for, or when it cannot be listened to (the poll tick still sees exits).
+    child_ended: Option<tokio::signal::unix::Signal>,
 }
 
 fn exit_of(member_id: &str, status: ExitStatus) -> MemberExit {
@@ -48,6 +51,7 @@ impl LocalLauncher {
             servers: BTreeMap::new(),
             clients: BTreeMap::new(),
             exits: BTreeMap::new(),
+            child_ended: None,
         }
     }
 
@@ -111,6 +115,22 @@ fn kube_only_models(t: &ServerTemplate) -> Option<String> {
 impl Launcher for LocalLauncher {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    async fn member_may_have_ended(&mut self) {
+        if self.child_ended.is_none() {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::child()) {
+                Ok(s) => self.child_ended = Some(s),
+                Err(e) => tracing::warn!("exits are seen at each poll only (no SIGCHLD: {e})"),
+            }
+        }
+        match &mut self.child_ended {
+            Some(sigchld) => {
+                sigchld.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
     }
 
     async fn start_server(&mut self, server: &ServerMember) -> Result<(), LaunchError> {
@@ -297,13 +317,9 @@ impl Launcher for LocalLauncher {
     }
 
     async fn stop_all(&mut self, grace: Duration) {
-        // Signal everyone first, then wait on one deadline: a failed run stops within `grace`.
-        let pids = self
-            .clients
-            .values()
-            .filter_map(|c| c.child.id())
-            .chain(self.servers.values().filter_map(TritonServer::pid));
-        for pid in pids {
+        // The workers first (SIGTERM: they stop their load and flush their last records),
+        // all signalled before any is waited for, on one deadline.
+        for pid in self.clients.values().filter_map(|c| c.child.id()) {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid as i32),
                 nix::sys::signal::Signal::SIGTERM,
@@ -315,16 +331,20 @@ impl Launcher for LocalLauncher {
             let status = match tokio::time::timeout_at(deadline, c.child.wait()).await {
                 Ok(Ok(s)) => Some(s),
                 _ => {
+                    tracing::info!("{name} did not stop within {grace:?} of SIGTERM: killed");
                     let _ = c.child.kill().await;
                     c.child.wait().await.ok()
                 }
             };
             ended.extend(status.map(|s| exit_of(name, s)));
         }
+        // Then the servers, at once: the run has failed and their metrics were read, and a
+        // graceful stop unloads every model (seconds with python models) for nothing. `kill`
+        // also ends their model processes and removes their shared memory.
         for (name, s) in &mut self.servers {
-            let status = match tokio::time::timeout_at(deadline, s.wait()).await {
-                Ok(Some(st)) => Some(st),
-                _ => {
+            let status = match s.try_wait() {
+                Some(st) => Some(st),
+                None => {
                     s.kill().await;
                     s.wait().await
                 }

@@ -217,11 +217,19 @@ pub trait Launcher: Send {
     /// Members that ended since the last call.
     async fn exited(&mut self) -> Vec<MemberExit>;
 
+    /// Returns when a member may have ended, so the poll loop looks at once instead of at its
+    /// next tick (fail-fast within a fraction of the poll interval). May return spuriously;
+    /// by default never (the tick alone).
+    async fn member_may_have_ended(&mut self) {
+        std::future::pending::<()>().await
+    }
+
     /// Asks every client to stop (SIGTERM) and waits up to `grace` for each; then kills.
     async fn stop_clients(&mut self, grace: Duration) -> Vec<MemberExit>;
 
-    /// Stops every member still running at once (SIGTERM, then SIGKILL after `grace`): the
-    /// failure path.
+    /// Stops every member still running: the failure path. Clients get SIGTERM and up to
+    /// `grace` to flush their records, then SIGKILL; servers (their metrics already read) may
+    /// be ended at once rather than unload every model.
     async fn stop_all(&mut self, grace: Duration);
 
     /// Stops the servers after the clients are done: the success path.
