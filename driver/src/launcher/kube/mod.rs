@@ -396,6 +396,11 @@ impl Launcher for KubeLauncher {
             .await
     }
 
+    async fn member_may_have_ended(&mut self) {
+        // Any pod change: the poll loop asks `exited`, which reads the watch's latest pods.
+        self.watch.changed().await;
+    }
+
     async fn exited(&mut self) -> Vec<MemberExit> {
         let mut ended = Vec::new();
         for name in self.members.keys() {

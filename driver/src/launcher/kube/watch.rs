@@ -60,6 +60,12 @@ impl PodWatch {
         self.pods.seen.lock().expect("seen").get(member).cloned()
     }
 
+    /// Returns at the next change of any pod (a change between two calls is not seen: the
+    /// caller's own tick covers it).
+    pub async fn changed(&self) {
+        self.pods.changed.notified().await;
+    }
+
     /// Evaluates `check` on the latest pods until it answers `Ok`, or until `deadline`, when its
     /// last `Err` is the answer. It runs again on every pod change, and at least every `recheck`
     /// for rules that depend on time alone (a pod Pending too long changes nothing).
@@ -159,6 +165,27 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// A pod change wakes whoever waits on `changed` (the poll loop's exit check).
+    #[tokio::test]
+    async fn a_pod_change_wakes_the_waiter() {
+        let watch = fed_by_hand();
+        let pods = watch.pods.clone();
+        let waiter = tokio::spawn(async move { watch.changed().await });
+        tokio::task::yield_now().await;
+        // Until the waiter registered, a record could go unseen: repeat until it wakes.
+        let woke = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                pods.record("a".into(), seen("run-a"));
+                if waiter.is_finished() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(woke.is_ok(), "the change did not wake the waiter");
     }
 
     /// Without an answer by the deadline, the last check's is returned.
