@@ -18,6 +18,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stress_common::scenario::Scenario;
 use stress_common::status::EventKind;
@@ -109,6 +110,7 @@ struct Driver {
 }
 
 /// A process as /proc shows it.
+#[derive(Debug)]
 struct Proc {
     pid: u32,
     ppid: u32,
@@ -2713,4 +2715,158 @@ async fn a_store_down_at_the_end_still_gets_an_incomplete_report() {
         "the worker logs its final event, which it could not deliver:\n{worker_log}"
     );
     assert_eq!(run_processes(&run_id), Vec::<String>::new());
+}
+
+/// A TCP relay to `upstream` that can turn into a network black hole: from then on every byte
+/// either way, and every new connection's, vanishes (nothing is refused or reset), as when a
+/// route or a firewall drops a worker's packets to its server.
+struct BlackHoleRelay {
+    address: String,
+    holed: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BlackHoleRelay {
+    async fn start(upstream: String) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let holed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = holed.clone();
+        // Copies `from` to `to` until the hole opens; then reads and drops everything.
+        async fn pipe(
+            mut from: tokio::net::tcp::OwnedReadHalf,
+            mut to: tokio::net::tcp::OwnedWriteHalf,
+            holed: Arc<std::sync::atomic::AtomicBool>,
+        ) {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match from.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if !holed.load(Ordering::Relaxed) && to.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(pipe(client_read, server_write, flag.clone()));
+                tokio::spawn(pipe(server_read, client_write, flag.clone()));
+            }
+        });
+        Self {
+            address,
+            holed,
+            task,
+        }
+    }
+
+    fn open_the_hole(&self) {
+        self.holed.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for BlackHoleRelay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A network black hole between the worker and its server (the server itself stays live): the
+/// worker's requests get no answer, each fails at its deadline (2 s here), and the run fails
+/// naming the worker, not the server, whose liveness probe (on its own address) still
+/// answers. Exit 1 within a few seconds of the deadline; the report's root cause is the
+/// worker's timeout; every request the server answered before the hole is one the worker
+/// counted (reconciled or explained, never a mismatch); nothing is left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_black_hole_between_worker_and_server_fails_the_run_naming_the_worker() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start_external_server(tmp.path()).await;
+    let relay = BlackHoleRelay::start(server.grpc_address()).await;
+    let matrix = edit_matrix(
+        external_matrix(
+            tmp.path(),
+            driver::matrix::Endpoint::Ports(driver::matrix::EndpointPorts {
+                grpc: Some(relay.address.clone()),
+                http: Some(server.http_address()),
+                metrics: Some(server.metrics_address()),
+            }),
+        ),
+        |m| {
+            for t in m.client_templates.values_mut() {
+                t.extra_args = vec!["--request-timeout".into(), "2s".into()];
+            }
+        },
+    );
+    let run_id = "e2e-black-hole";
+    let runs = tmp.path().join("runs");
+    let run_dir = runs.join(run_id);
+    let mut driver = Driver::spawn(
+        &run_args(&matrix, &runs, run_id, "120s"),
+        tmp.path(),
+        "driver",
+    );
+    wait_for_load(&mut driver, &run_dir, run_id).await;
+    let holed_at = Instant::now();
+    relay.open_the_hole();
+    let status = driver.wait(RUN_LIMIT, false).await;
+    let took = holed_at.elapsed();
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    // The request deadline (2 s), then fail-fast.
+    assert!(
+        took <= Duration::from_secs(2) + FAIL_FAST_BOUND,
+        "the driver exited {took:?} after the black hole opened\n{}",
+        driver.output()
+    );
+    eprintln!("black hole: the driver exited 1 after {took:?}");
+    assert!(
+        driver
+            .stdout()
+            .lines()
+            .any(|l| l.starts_with(&format!("FAILED: {WORKER}: "))),
+        "the verdict does not name {WORKER}\n{}",
+        driver.output()
+    );
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "FAIL");
+    let root = &report["analysis"]["root_cause"];
+    eprintln!("black hole: root cause {root}");
+    assert_eq!(root["member_id"], WORKER, "{root:#}");
+    let reason = root["reason"].as_str().unwrap().to_lowercase();
+    assert!(
+        reason.contains("deadline") || reason.contains("timed out") || reason.contains("timeout"),
+        "the root cause is the worker's timeout: {root:#}"
+    );
+    assert!(
+        !report["failed_members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["member_id"] == SERVER),
+        "the live server is not blamed: {report:#}"
+    );
+    for r in report["reconciliation"].as_array().unwrap() {
+        assert_ne!(r["verdict"], "mismatch", "{r:#}");
+    }
+    driver.observe();
+    assert!(
+        driver.servers.is_empty(),
+        "the driver launched a tritonserver"
+    );
+    let left: Vec<Proc> = processes()
+        .into_iter()
+        .filter(|p| p.args.iter().any(|a| a == run_id))
+        .collect();
+    assert!(left.is_empty(), "left running after the driver: {left:?}");
+    drop(relay);
 }
