@@ -1389,9 +1389,11 @@ impl GroupControl {
                 rate,
                 count_unanswered: load.count_unanswered,
             };
-            if let Err(e) = store
-                .set_load_target(run_id.as_str(), member, &target)
-                .await
+            if let Err(e) = bounded(
+                STORE_CALL_LIMIT,
+                store.set_load_target(run_id.as_str(), member, &target),
+            )
+            .await
             {
                 tracing::warn!("load target of {member} not written: {e}");
             }
@@ -1419,9 +1421,11 @@ impl GroupControl {
     ) -> Option<u32> {
         let record = self.record(autoscale)?;
         let json = serde_json::to_value(&record).expect("plain data serialises");
-        if let Err(e) = store
-            .save_capacity_phase(run_id.as_str(), &self.group, &record.key, &json)
-            .await
+        if let Err(e) = bounded(
+            STORE_CALL_LIMIT,
+            store.save_capacity_phase(run_id.as_str(), &self.group, &record.key, &json),
+        )
+        .await
         {
             tracing::warn!(
                 "capacity phase {}/{} not saved: {e}",
@@ -1492,9 +1496,10 @@ impl CapacityRun {
 
     async fn check(&mut self, store: &Store, run_id: &RunId) {
         self.next_check = tokio::time::Instant::now() + self.interval;
-        let counts = match store.model_counts(run_id.as_str()).await {
+        let counts = match bounded(STORE_CALL_LIMIT, store.model_counts(run_id.as_str())).await {
             Ok(c) => c,
             Err(e) => {
+                // The next check reads again: the windows are measured from the counts.
                 tracing::warn!("capacity check skipped: {e}");
                 return;
             }
