@@ -50,13 +50,14 @@ pub enum Verdict {
 }
 
 /// What the run's servers and workers say, per model. `not_comparable`: why the samples do
-/// not cover the load (a server never sampled, no final sample); `external`: some server is
-/// external (others may send to it).
+/// not cover the load (a server never sampled, no final sample); `uncounted`: why the servers
+/// may have served requests no worker could count (an external server that others may send
+/// to; a worker killed before it reported its last requests), in words.
 pub fn reconcile(
     worker_counts: &[ModelCounts],
     samples: &[(String, ServerSample)],
     not_comparable: Option<&str>,
-    external: bool,
+    uncounted: Option<&str>,
 ) -> Result<Vec<Reconciliation>, HistogramError> {
     #[derive(Default)]
     struct Sides {
@@ -106,7 +107,7 @@ pub fn reconcile(
                 s.unseen,
                 s.perf_analyzer_failed,
                 not_comparable,
-                external,
+                uncounted,
             );
             Reconciliation {
                 model,
@@ -130,7 +131,7 @@ fn judge(
     unseen: u64,
     perf_analyzer_failed: bool,
     not_comparable: Option<&str>,
-    external: bool,
+    uncounted: Option<&str>,
 ) -> (Verdict, String) {
     if let Some(why) = not_comparable {
         return (Verdict::NotSampled, format!("not compared: {why}"));
@@ -164,11 +165,11 @@ fn judge(
                  of a failed perf_analyzer run are not counted (it prints no count)"
             ),
         ),
-        g if external => (
+        g if uncounted.is_some() => (
             Verdict::Explained,
             format!(
-                "{g} server-side successes no worker counted: an external server of the run \
-                 may serve other clients"
+                "{g} server-side successes no worker counted: {}",
+                uncounted.unwrap_or_default()
             ),
         ),
         g => (
@@ -235,7 +236,7 @@ mod tests {
             // perf_analyzer's requests, from its profile export.
             counts("PerfAnalyzer", "m", 20, 20),
         ];
-        let r = one(reconcile(&workers, &samples, None, false).unwrap(), "m");
+        let r = one(reconcile(&workers, &samples, None, None).unwrap(), "m");
         assert_eq!((r.server_success, r.client_ok, r.gap), (120, 120, 0));
         assert_eq!(r.verdict, Verdict::Reconciled);
     }
@@ -249,7 +250,7 @@ mod tests {
             counts("Load", "m", 100, 100),
         ];
         let within = one(
-            reconcile(&workers, &[served("s", "m", 123.0)], None, false).unwrap(),
+            reconcile(&workers, &[served("s", "m", 123.0)], None, None).unwrap(),
             "m",
         );
         assert_eq!(
@@ -258,7 +259,7 @@ mod tests {
         );
         assert_eq!(within.verdict, Verdict::Explained, "{}", within.explanation);
         let beyond = one(
-            reconcile(&workers, &[served("s", "m", 124.0)], None, false).unwrap(),
+            reconcile(&workers, &[served("s", "m", 124.0)], None, None).unwrap(),
             "m",
         );
         assert_eq!(beyond.verdict, Verdict::Mismatch, "{}", beyond.explanation);
@@ -268,7 +269,13 @@ mod tests {
             beyond.explanation
         );
         let external = one(
-            reconcile(&workers, &[served("s", "m", 124.0)], None, true).unwrap(),
+            reconcile(
+                &workers,
+                &[served("s", "m", 124.0)],
+                None,
+                Some("an external server of the run may serve other clients"),
+            )
+            .unwrap(),
             "m",
         );
         assert_eq!(external.verdict, Verdict::Explained);
@@ -278,7 +285,7 @@ mod tests {
     fn more_ok_answers_than_server_successes_is_always_a_finding() {
         let workers = [counts("Load", "m", 100, 100), counts("Timeout", "m", 50, 0)];
         let r = one(
-            reconcile(&workers, &[served("s", "m", 99.0)], None, false).unwrap(),
+            reconcile(&workers, &[served("s", "m", 99.0)], None, None).unwrap(),
             "m",
         );
         assert_eq!((r.gap, r.verdict), (-1, Verdict::Mismatch));
@@ -296,7 +303,7 @@ mod tests {
                 &[perf(0), counts("Load", "m", 10, 10)],
                 &served_more,
                 None,
-                false,
+                None,
             )
             .unwrap(),
             "m",
@@ -308,17 +315,17 @@ mod tests {
             r.explanation
         );
         let workers = [perf(1), counts("Load", "m", 10, 10)];
-        let r = one(reconcile(&workers, &served_more, None, false).unwrap(), "m");
+        let r = one(reconcile(&workers, &served_more, None, None).unwrap(), "m");
         assert_eq!(r.verdict, Verdict::Explained, "{}", r.explanation);
         assert!(r.explanation.contains("perf_analyzer"));
         let r = one(
-            reconcile(&workers, &[], Some("no metrics sample of s-1"), false).unwrap(),
+            reconcile(&workers, &[], Some("no metrics sample of s-1"), None).unwrap(),
             "m",
         );
         assert_eq!(r.verdict, Verdict::NotSampled);
         assert!(r.explanation.contains("s-1"));
         // A model no one sent to and no server served: no row.
-        let idle = reconcile(&[counts("Load", "idle", 0, 0)], &[], None, false).unwrap();
+        let idle = reconcile(&[counts("Load", "idle", 0, 0)], &[], None, None).unwrap();
         assert!(idle.is_empty());
     }
 }

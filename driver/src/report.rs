@@ -385,6 +385,40 @@ fn member_addresses(members: &[Member], id: &str) -> std::collections::BTreeSet<
     }
 }
 
+/// Why the servers may have served requests no worker counted (None: no reason, so such
+/// requests are a finding): an external server (others may send to it), a worker SIGKILLed
+/// (its requests since its last report went unreported).
+fn uncounted(
+    members: &[Member],
+    diagnostics: &BTreeMap<String, MemberDiagnostics>,
+) -> Option<String> {
+    let mut why = Vec::new();
+    if members
+        .iter()
+        .any(|m| m.role == Role::Server && m.process_name.is_empty())
+    {
+        why.push("an external server of the run may serve other clients".to_string());
+    }
+    let killed: Vec<&str> = members
+        .iter()
+        .filter(|m| m.role == Role::Client)
+        .filter(|m| {
+            diagnostics
+                .get(&m.member_id)
+                .and_then(|d| d.exit.as_ref())
+                .is_some_and(|e| e.signal == Some(9))
+        })
+        .map(|m| m.member_id.as_str())
+        .collect();
+    if !killed.is_empty() {
+        why.push(format!(
+            "{} was killed (SIGKILL) and could not report its requests since its last report",
+            killed.join(", ")
+        ));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
 /// Why the servers' samples do not cover the workers' counts (None: they do): a server never
 /// sampled, or samples that end before the workers' final counts (a run stopped by fail-fast
 /// takes no final sample).
@@ -492,6 +526,8 @@ impl Report {
             .into_iter()
             .map(|(member, d)| (member, MemberDiagnostics::from_json(d)))
             .collect();
+        // Before the failed members take their diagnostics.
+        let uncounted = uncounted(&members, &diagnostics);
         let server_metrics: BTreeMap<String, Vec<ModelMetrics>> = diagnostics
             .iter_mut()
             .filter_map(|(member, d)| Some((member.clone(), d.server_metrics.take()?)))
@@ -594,9 +630,7 @@ impl Report {
                 .collect::<Vec<_>>(),
             &server_samples,
             not_comparable(&server_ids, &server_samples, &model_counts).as_deref(),
-            members
-                .iter()
-                .any(|m| m.role == Role::Server && m.process_name.is_empty()),
+            uncounted.as_deref(),
         )
         .map_err(|e| corrupt(format!("model counts: {e}")))?;
 

@@ -799,6 +799,20 @@ impl Driver<'_> {
         .await;
     }
 
+    /// A failed run's first steps after the verdict: the workers stop (SIGTERM: they flush
+    /// their final counts) and the servers still up give a last sample, so the report's
+    /// reconciliation compares the same moment on both sides; the rest of the failure path
+    /// (`stop_all`) then ends the servers. Bounded: a hung server's scrape waits no longer.
+    async fn wind_down(&mut self, sampler: crate::sampler::ServerSampler) {
+        self.launcher.stop_clients(FAILURE_STOP_GRACE).await;
+        if tokio::time::timeout(FAILURE_SCRAPE_BUDGET, sampler.finish())
+            .await
+            .is_err()
+        {
+            tracing::info!("the servers' last sample not taken within {FAILURE_SCRAPE_BUDGET:?}");
+        }
+    }
+
     async fn fail(&mut self, cause: Cause) -> Verdict {
         let mut probes = Vec::new();
         if failfast::needs_probe(&cause, &self.plan.client_names()) {
@@ -1079,10 +1093,13 @@ impl Driver<'_> {
                 _ => Vec::new(),
             };
             if let Some(cause) = rules.observe(poll) {
-                return self.fail(cause).await;
+                let verdict = self.fail(cause).await;
+                self.wind_down(sampler).await;
+                return verdict;
             }
             if let Some(breach) = self.slo_live(started_ms, started.elapsed()).await {
                 self.record(SLO_MEMBER, EventKind::Failure, &breach).await;
+                self.wind_down(sampler).await;
                 return Verdict::Fail {
                     member: SLO_MEMBER.into(),
                     reason: breach,

@@ -1083,6 +1083,29 @@ async fn fail_fast_on_kill(victim: Victim) {
         report.contains(&format!("== Root cause ==\n{role} {member} at ")),
         "{report}"
     );
+    // Counts: the workers stopped and flushed before the servers' last sample, so a killed
+    // worker's run compares both sides, and what the server served beyond the workers' counts
+    // is the killed worker's unreported last requests (named), never an unexplained mismatch.
+    // A killed server's counters die with it: nothing to compare, and the report says so.
+    let rows = json["reconciliation"].as_array().expect("reconciliation");
+    assert!(!rows.is_empty(), "{json:#}");
+    for r in rows {
+        match victim {
+            Victim::Worker => {
+                assert_ne!(r["verdict"], "mismatch", "{r:#}");
+                assert_ne!(r["verdict"], "not_sampled", "{r:#}");
+                if r["gap"].as_i64().unwrap() > 0 && r["verdict"] == "explained" {
+                    let why = r["explanation"].as_str().unwrap();
+                    assert!(
+                        why.contains(&format!("{WORKER} was killed (SIGKILL)"))
+                            || why.contains("did not see answered"),
+                        "{r:#}"
+                    );
+                }
+            }
+            Victim::Server => assert_eq!(r["verdict"], "not_sampled", "{r:#}"),
+        }
+    }
     if let Victim::Server = victim {
         assert_eq!(analysis["independent_failures"], 0, "{analysis:#}");
         assert_eq!(
