@@ -188,6 +188,42 @@ pub fn attribute(cause: &Cause, probes: &[(MemberName, Result<(), String>)]) -> 
     }
 }
 
+/// What a client's process did while its heartbeats were missing: the CPU time it used over
+/// a short look (`over`). The driver reads the store itself, so a busy process whose
+/// heartbeats do not arrive is cut off from the store, and an idle one is hung.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Activity {
+    pub cpu: Duration,
+    pub over: Duration,
+}
+
+/// CPU below this over the look is idle (a stopped or deadlocked process uses none; a worker
+/// sending load uses milliseconds).
+const BUSY_CPU: Duration = Duration::from_millis(5);
+
+/// A stale heartbeat's blame with what the process was doing (None: unknown, e.g. a pod):
+/// the same member, told apart as hung or cut off from the store.
+pub fn with_activity(mut blame: Blame, cause: &Cause, activity: Option<Activity>) -> Blame {
+    let (Cause::StaleHeartbeat { .. }, Some(a)) = (cause, activity) else {
+        return blame;
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    if a.cpu >= BUSY_CPU {
+        blame.reason.push_str(&format!(
+            "; its process runs and works ({:.0} ms of CPU in {:.1} s): its reports do not reach the store, which the driver reads (a network or credentials problem between the worker and the store, not a hung worker)",
+            ms(a.cpu),
+            a.over.as_secs_f64()
+        ));
+    } else {
+        blame.reason.push_str(&format!(
+            "; its process runs but is idle ({:.0} ms of CPU in {:.1} s): the worker is hung (stopped or deadlocked)",
+            ms(a.cpu),
+            a.over.as_secs_f64()
+        ));
+    }
+    blame
+}
+
 /// Whether [`attribute`] should probe the member's target servers: only a client's own failure
 /// can be its server's.
 pub fn needs_probe(cause: &Cause, clients: &BTreeSet<String>) -> bool {
@@ -720,6 +756,66 @@ mod tests {
         // A server's own failure is not probed.
         let server = Cause::Exited(exit("triton-0", Some(1), None));
         assert!(!needs_probe(&server, &BTreeSet::from(["c-0".to_string()])));
+    }
+
+    #[test]
+    fn a_stale_heartbeat_is_told_apart_as_hung_or_cut_off_from_the_store() {
+        let stale = Cause::StaleHeartbeat {
+            member: "c-0".into(),
+            last_ms: Some(1_000),
+            now_ms: 31_000,
+            limit: Duration::from_secs(10),
+        };
+        let look = Duration::from_millis(500);
+        let busy = with_activity(
+            attribute(&stale, &[]),
+            &stale,
+            Some(Activity {
+                cpu: Duration::from_millis(40),
+                over: look,
+            }),
+        );
+        assert_eq!(busy.member, "c-0");
+        assert!(
+            busy.reason.starts_with("no heartbeat for 30.0 s"),
+            "{}",
+            busy.reason
+        );
+        assert!(
+            busy.reason.contains("do not reach the store"),
+            "{}",
+            busy.reason
+        );
+        let idle = with_activity(
+            attribute(&stale, &[]),
+            &stale,
+            Some(Activity {
+                cpu: Duration::ZERO,
+                over: look,
+            }),
+        );
+        assert!(
+            idle.reason.contains("the worker is hung"),
+            "{}",
+            idle.reason
+        );
+        // Unknown activity, or another cause: the blame as it was.
+        assert_eq!(
+            with_activity(attribute(&stale, &[]), &stale, None),
+            attribute(&stale, &[])
+        );
+        let other = Cause::ZeroQps {
+            member: "c-0".into(),
+            polls: 3,
+        };
+        let a = Some(Activity {
+            cpu: Duration::ZERO,
+            over: look,
+        });
+        assert_eq!(
+            with_activity(attribute(&other, &[]), &other, a),
+            attribute(&other, &[])
+        );
     }
 
     #[test]

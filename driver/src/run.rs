@@ -117,6 +117,8 @@ pub struct RunOutcome {
 }
 
 const FAILURE_STOP_GRACE: Duration = Duration::from_secs(2);
+/// How long the driver watches a silent worker's CPU before it says hung or cut off.
+const ACTIVITY_LOOK: Duration = Duration::from_millis(500);
 /// Grace for workers to finish in-flight tests and flush on the success path.
 const CLIENT_STOP_GRACE: Duration = Duration::from_secs(15);
 /// A store call of the running driver answers within this, or counts as failed: a paused or
@@ -828,7 +830,20 @@ impl Driver<'_> {
                 }
             }
         }
-        let blame = failfast::attribute(&cause, &probes);
+        let mut activity = None;
+        if let Cause::StaleHeartbeat { member, .. } = &cause
+            && let Some(before) = self.launcher.cpu_time(member)
+        {
+            tokio::time::sleep(ACTIVITY_LOOK).await;
+            activity = self
+                .launcher
+                .cpu_time(member)
+                .map(|after| failfast::Activity {
+                    cpu: after.saturating_sub(before),
+                    over: ACTIVITY_LOOK,
+                });
+        }
+        let blame = failfast::with_activity(failfast::attribute(&cause, &probes), &cause, activity);
         if blame.record {
             self.record(&blame.member, EventKind::Failure, &blame.reason)
                 .await;

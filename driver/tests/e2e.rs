@@ -1126,6 +1126,26 @@ async fn a_killed_worker_fails_the_run_within_5_s() {
     fail_fast_on_kill(Victim::Worker).await;
 }
 
+/// A worker that hangs (SIGSTOP: its process runs, sends nothing, reports nothing) fails the
+/// run on its stale heartbeat (3 polls here), and the driver, which reads the store itself and
+/// sees the process use no CPU, says it is hung rather than cut off from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_worker_is_named_hung_not_cut_off_from_the_store() {
+    let _one_run = RUN_LOCK.lock().await;
+    let mut run = start_long_run("e2e-hung-worker").await;
+    signal(run.worker_pid, nix::sys::signal::Signal::SIGSTOP);
+    let status = run.driver.wait(RUN_LIMIT, false).await;
+    assert_eq!(status.code(), Some(1), "{}", run.driver.output());
+    let report = read_json(&run.run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "FAIL");
+    let root = &report["analysis"]["root_cause"];
+    assert_eq!(root["member_id"], WORKER, "{root:#}");
+    let reason = root["reason"].as_str().unwrap();
+    assert!(reason.starts_with("no heartbeat for "), "{root:#}");
+    assert!(reason.contains("the worker is hung"), "{root:#}");
+    assert!(!reason.contains("do not reach the store"), "{root:#}");
+}
+
 /// A server that hangs (SIGSTOP: its ports still accept connections, nothing answers) fails the
 /// run; from the first FAILURE event to the driver's exit takes at most 5 s too, although the
 /// driver's last scrape of the hung server's /metrics cannot get an answer.

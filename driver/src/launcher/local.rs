@@ -117,6 +117,11 @@ impl Launcher for LocalLauncher {
         "local"
     }
 
+    fn cpu_time(&self, member_id: &str) -> Option<Duration> {
+        let pid = self.clients.get(member_id)?.child.id()?;
+        process_cpu_time(pid)
+    }
+
     async fn member_may_have_ended(&mut self) {
         if self.child_ended.is_none() {
             use tokio::signal::unix::{SignalKind, signal};
@@ -563,5 +568,49 @@ client_groups:
                 && reason.contains("models/"),
             "{reason}"
         );
+    }
+}
+
+/// User plus system CPU time of a process so far, from /proc/PID/stat.
+fn process_cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ...": comm may hold spaces, so count fields after its ')'; utime and
+    // stime are fields 14 and 15, the 12th and 13th after it.
+    let mut after = stat.rsplit_once(')')?.1.split_whitespace();
+    let utime: u64 = after.nth(11)?.parse().ok()?;
+    let stime: u64 = after.next()?.parse().ok()?;
+    // In clock ticks of USER_HZ, which Linux fixes at 100 for /proc on every architecture
+    // this runs on (sysconf(_SC_CLK_TCK) says the same).
+    const USER_HZ: f64 = 100.0;
+    Some(Duration::from_secs_f64((utime + stime) as f64 / USER_HZ))
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_process_uses_cpu_and_a_stopped_one_none() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let before = process_cpu_time(pid).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let after = process_cpu_time(pid).unwrap();
+        assert!(after > before, "{before:?} -> {after:?}");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGSTOP,
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let stopped = process_cpu_time(pid).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(process_cpu_time(pid).unwrap(), stopped);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(process_cpu_time(u32::MAX), None);
     }
 }

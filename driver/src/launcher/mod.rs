@@ -256,6 +256,12 @@ pub trait Launcher: Send {
     /// Where a started member runs, for people and tests: `pid 1234`, or a pod's name.
     fn locate(&self, member_id: &str) -> Option<String>;
 
+    /// The CPU time a running member's process has used so far (None: not known here, e.g.
+    /// a pod): tells a hung worker from a busy one.
+    fn cpu_time(&self, _member_id: &str) -> Option<Duration> {
+        None
+    }
+
     /// A local server's process id (its memory is read from /proc); None elsewhere.
     fn server_pid(&self, _member_id: &str) -> Option<u32> {
         None
