@@ -117,6 +117,17 @@ pub struct RunOutcome {
 }
 
 const FAILURE_STOP_GRACE: Duration = Duration::from_secs(2);
+/// How often the poll loop reads new events between its ticks, and its limit for that read.
+const EVENT_CHECK: Duration = Duration::from_millis(200);
+const EVENT_CHECK_LIMIT: Duration = Duration::from_millis(500);
+
+/// What woke the poll loop.
+enum Wake {
+    Tick,
+    Exit,
+    Events,
+}
+
 /// How long the driver watches a silent worker's CPU before it says hung or cut off.
 const ACTIVITY_LOOK: Duration = Duration::from_millis(500);
 /// Grace for workers to finish in-flight tests and flush on the success path.
@@ -1076,11 +1087,16 @@ impl Driver<'_> {
         let end = tokio::time::Instant::now() + plan.duration;
         let mut ticker = tokio::time::interval(plan.poll);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Between ticks, new events are read often (a cheap indexed read), so a worker's own
+        // FAILURE stops the run within a fraction of the poll interval.
+        let mut event_check = tokio::time::interval(EVENT_CHECK.min(plan.poll));
+        event_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let woken_by_an_exit = tokio::select! {
-                _ = ticker.tick() => false,
+            let wake = tokio::select! {
+                _ = ticker.tick() => Wake::Tick,
                 // A member may have ended: judged now, not at the next tick.
-                _ = self.launcher.member_may_have_ended() => true,
+                _ = self.launcher.member_may_have_ended() => Wake::Exit,
+                _ = event_check.tick() => Wake::Events,
                 _ = tokio::time::sleep_until(end) => break,
                 _ = self.cancel.cancelled() => {
                     let why = "driver interrupted (SIGTERM/SIGINT)";
@@ -1088,19 +1104,38 @@ impl Driver<'_> {
                     return Verdict::Aborted(why.into());
                 }
             };
-            let poll = if woken_by_an_exit {
-                // Only the exits: the per-poll rules (zero QPS, heartbeats) count ticks.
-                let exits = self.launcher.exited().await;
-                if exits.is_empty() {
-                    continue;
+            // Between ticks only what woke the loop is fed: the per-poll rules (zero QPS,
+            // heartbeats, a store outage) count ticks.
+            let poll = match wake {
+                Wake::Tick => self.observe(&rules).await,
+                Wake::Exit => {
+                    let exits = self.launcher.exited().await;
+                    if exits.is_empty() {
+                        continue;
+                    }
+                    Poll {
+                        now_ms: stress_common::now_ms(),
+                        exits,
+                        ..Poll::default()
+                    }
                 }
-                Poll {
-                    now_ms: stress_common::now_ms(),
-                    exits,
-                    ..Poll::default()
+                Wake::Events => {
+                    let events = bounded(
+                        EVENT_CHECK_LIMIT,
+                        self.store.events(&plan.run_id, rules.last_event_id()),
+                    )
+                    .await;
+                    match events {
+                        Ok(events) if !events.is_empty() => Poll {
+                            now_ms: stress_common::now_ms(),
+                            events: Some(Ok(events)),
+                            ..Poll::default()
+                        },
+                        // Nothing new, or a store that does not answer (the tick's reads
+                        // judge an outage).
+                        _ => continue,
+                    }
                 }
-            } else {
-                self.observe(&rules).await
             };
             // Each worker's QPS now, for the progress line (the rules take the poll).
             let qps: Vec<(String, f64)> = match &poll.latest_qps {
@@ -1111,6 +1146,10 @@ impl Driver<'_> {
                 let verdict = self.fail(cause).await;
                 self.wind_down(sampler).await;
                 return verdict;
+            }
+            if !matches!(wake, Wake::Tick) {
+                // The SLO, capacity and progress work is the tick's.
+                continue;
             }
             if let Some(breach) = self.slo_live(started_ms, started.elapsed()).await {
                 self.record(SLO_MEMBER, EventKind::Failure, &breach).await;

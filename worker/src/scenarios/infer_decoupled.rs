@@ -384,10 +384,19 @@ pub async fn drive(
                     tolerance,
                 )
             };
-            let lateness = |late| env.stats.send_lateness(env.scenario, late);
+            let tally = |t| match t {
+                super::Tally::Lateness(late) => env.stats.send_lateness(env.scenario, late),
+                // Sent, never answered: counted without a latency (the spike's error rate
+                // and the reconciliation see it).
+                super::Tally::Abandoned => env.stats.request(
+                    env.scenario,
+                    &planned.description.name,
+                    env.client.address(),
+                    None,
+                ),
+            };
             let result =
-                super::open_loop(times, Some(end), || false, env.cancel, lateness, send, done)
-                    .await;
+                super::open_loop(times, Some(end), || false, env.cancel, tally, send, done).await;
             env.settings
                 .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
             result

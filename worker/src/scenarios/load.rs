@@ -197,9 +197,17 @@ pub async fn drive(
                     .as_ref()
                     .is_some_and(|(live, ours)| live.rate() != ours.as_ref().map(|s| s.mean_rate()))
             };
-            let lateness = |late| env.stats.send_lateness(env.scenario, late);
+            let tally = |t| match t {
+                super::Tally::Lateness(late) => env.stats.send_lateness(env.scenario, late),
+                // Sent, never answered: counted without a latency (the spike's error rate
+                // and the reconciliation see it).
+                super::Tally::Abandoned => {
+                    env.stats
+                        .request(env.scenario, &env.model, env.client.address(), None)
+                }
+            };
             let result =
-                super::open_loop(times, until, changed, env.cancel, lateness, send, finish).await;
+                super::open_loop(times, until, changed, env.cancel, tally, send, finish).await;
             env.settings
                 .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
             result

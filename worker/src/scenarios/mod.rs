@@ -264,8 +264,11 @@ impl Settings {
 /// until the schedule ends, `until` comes, `changed()` says so (checked at each send and every
 /// [`CHANGE_CHECK`]) or cancellation. `send(i, intended)` makes each request's future;
 /// `finish` takes each result as it arrives, and its first error ends the loop. Each send's
-/// lateness (the time it was handed to the runtime minus its intended time) goes to
-/// `lateness`, so client lag is measured, not hidden in the latency. The intended times come
+/// lateness (the time it was handed to the runtime minus its intended time) goes to `tally`,
+/// so client lag is measured, not hidden in the latency. On cancellation (SIGTERM) the
+/// requests in flight get [`CANCEL_DRAIN`] to finish; those still unanswered then (a black
+/// hole, a hung server) are tallied as abandoned, so the worker stops and flushes its records
+/// in time instead of waiting for their deadlines. The intended times come
 /// from a [`Pacer`] thread, which keeps them to the microsecond where the runtime's timer
 /// keeps them to the millisecond. Beyond [`MAX_IN_FLIGHT`] requests in flight the client
 /// itself is the bottleneck: it waits, and the lateness shows by how much.
@@ -274,7 +277,7 @@ pub async fn open_loop<T, F>(
     until: Option<std::time::Instant>,
     changed: impl Fn() -> bool,
     cancel: &CancellationToken,
-    lateness: impl Fn(Duration),
+    tally: impl Fn(Tally),
     mut send: impl FnMut(u64, tokio::time::Instant) -> F,
     mut finish: impl FnMut(T) -> Result<(), Failure>,
 ) -> Result<(), Failure>
@@ -297,7 +300,7 @@ where
                 if changed() {
                     break;
                 }
-                lateness(intended.elapsed());
+                tally(Tally::Lateness(intended.elapsed()));
                 in_flight.push(send(i, tokio::time::Instant::from_std(intended)));
             }
             Some(done) = in_flight.next(), if !in_flight.is_empty() => finish(done)?,
@@ -305,11 +308,39 @@ where
         }
     }
     drop(pacer);
-    while let Some(done) = in_flight.next().await {
+    let drain_until = cancel
+        .is_cancelled()
+        .then(|| tokio::time::Instant::now() + CANCEL_DRAIN);
+    loop {
+        let done = match drain_until {
+            None => in_flight.next().await,
+            Some(at) => match tokio::time::timeout_at(at, in_flight.next()).await {
+                Ok(done) => done,
+                Err(_) => {
+                    for _ in 0..in_flight.len() {
+                        tally(Tally::Abandoned);
+                    }
+                    break;
+                }
+            },
+        };
+        let Some(done) = done else { break };
         finish(done)?;
     }
     Ok(())
 }
+
+/// What an open loop tells its caller besides each result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Tally {
+    /// A send left this long after its intended time.
+    Lateness(Duration),
+    /// A request sent and left unanswered when the worker was told to stop.
+    Abandoned,
+}
+
+/// How long a cancelled open loop waits for its requests in flight.
+pub const CANCEL_DRAIN: Duration = Duration::from_secs(1);
 
 /// How often an open loop asks whether its load changed between sends.
 const CHANGE_CHECK: Duration = Duration::from_millis(100);
@@ -646,7 +677,11 @@ mod tests {
             None,
             changed,
             cancel,
-            |_| *late.lock().unwrap() += 1,
+            |t| {
+                if let Tally::Lateness(_) = t {
+                    *late.lock().unwrap() += 1
+                }
+            },
             |i, intended| {
                 sent.lock().unwrap().push(i);
                 async move {
@@ -683,6 +718,40 @@ mod tests {
         assert_eq!(sent, [0, 1, 2, 3, 4]);
         assert_eq!(finished, [0, 1, 2, 3, 4]);
         assert_eq!(late, 5, "every send's lateness is recorded");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_open_loop_abandons_what_gets_no_answer_instead_of_waiting() {
+        let cancel = CancellationToken::new();
+        let sent = std::sync::atomic::AtomicUsize::new(0);
+        let abandoned = std::sync::atomic::AtomicUsize::new(0);
+        let stop = cancel.clone();
+        // Every request goes into a black hole; the loop is cancelled after 5 sends.
+        let run = open_loop(
+            std::iter::successors(Some(Duration::ZERO), |t| Some(*t + Duration::from_millis(1))),
+            None,
+            || false,
+            &cancel,
+            |t| {
+                if t == Tally::Abandoned {
+                    abandoned.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            |_, _| {
+                if sent.fetch_add(1, Ordering::Relaxed) == 4 {
+                    stop.cancel();
+                }
+                std::future::pending::<()>()
+            },
+            |()| Ok(()),
+        );
+        let result = tokio::time::timeout(CANCEL_DRAIN * 5, run)
+            .await
+            .expect("the loop waited for requests that never end");
+        assert!(result.is_ok());
+        let sent = sent.load(Ordering::Relaxed);
+        assert!(sent >= 5, "{sent}");
+        assert_eq!(abandoned.load(Ordering::Relaxed), sent);
     }
 
     #[tokio::test]
