@@ -316,7 +316,7 @@ async fn live(a: &Args, pg_url: &str) -> String {
                 written.fetch_add(1, Ordering::Relaxed);
                 // Every 5 s one worker reports something the driver must see (the way a
                 // FAILURE event reaches fail-fast), spread over the workers.
-                if (tick + i as u64).is_multiple_of(5 * workers) {
+                if tick.is_multiple_of(5) && (tick / 5) % workers == i as u64 {
                     let id = sink
                         .store
                         .record_event(
