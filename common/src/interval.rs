@@ -132,6 +132,41 @@ impl IntervalTracker {
 mod tests {
     use super::*;
 
+    /// The points of a worker's series (latency intervals and QPS points: the snapshots that
+    /// close an interval, and the last) over a whole run that snapshots every poll.
+    fn series_points(duration: Duration, poll: Duration) -> u32 {
+        let mut tracker = IntervalTracker::new(series_interval(Some(duration), poll), 0);
+        let polls = (duration.as_millis() / poll.as_millis()) as i64;
+        let mut points = 0;
+        for i in 1..=polls {
+            let at_ms = i * poll.as_millis() as i64;
+            if i == polls || tracker.due(at_ms) {
+                tracker.commit(tracker.close(&[], at_ms).unwrap());
+                points += 1;
+            }
+        }
+        points
+    }
+
+    #[test]
+    fn a_series_keeps_a_bounded_number_of_points_whatever_the_length() {
+        let hour = Duration::from_secs(3600);
+        for (duration, poll, at_least) in [
+            (8 * hour, Duration::from_secs(1), SERIES_POINTS),
+            (8 * hour, Duration::from_secs(7), 220),
+            (24 * hour, Duration::from_millis(500), SERIES_POINTS),
+            (Duration::from_secs(600), Duration::from_secs(1), 200),
+            // Shorter than SERIES_POINTS polls: every snapshot is a point.
+            (Duration::from_secs(60), Duration::from_secs(1), 60),
+        ] {
+            let points = series_points(duration, poll);
+            assert!(
+                (at_least..=SERIES_POINTS + 1).contains(&points),
+                "{duration:?} every {poll:?}: {points} points"
+            );
+        }
+    }
+
     fn counts(requests: u64, failures: u64, latencies_ms: &[u64]) -> ModelCounts {
         let mut h = LatencyHistogram::new();
         for ms in latencies_ms {

@@ -8,8 +8,8 @@
 //! - events (STARTING, RUNNING, SUCCESS, FAILURE) are few and always kept;
 //! - snapshots carry cumulative counts, so a queued snapshot's counts are superseded by the
 //!   next one's and dropped; its QPS point and latency intervals stay. Past
-//!   [`Limits::snapshots`] the oldest queued QPS point is dropped (its intervals move to the next
-//!   snapshot, so the latency series keeps every request);
+//!   [`Limits::snapshots`] the oldest queued QPS point is dropped (its intervals and its place
+//!   in the QPS series move to the next snapshot, so the latency series keeps every request);
 //! - failure records are kept up to [`Limits::failures`] (the first ones: they say what went
 //!   wrong first); later ones are counted, and their failures are in the counts anyway;
 //! - what was dropped is said in a RUNNING event once the store is back.
@@ -142,6 +142,8 @@ impl Queue {
             let mut moved = dropped.intervals;
             moved.append(&mut s.intervals);
             s.intervals = moved;
+            // The series keeps a point where the dropped one would have been.
+            s.series_point |= dropped.series_point;
         }
         self.dropped.samples += 1;
     }
@@ -446,6 +448,8 @@ mod tests {
             } else {
                 vec![]
             },
+            // As a worker does: the snapshots that close an interval are the series' points.
+            series_point: interval,
             ..Default::default()
         }
     }
@@ -457,10 +461,11 @@ mod tests {
                 Item::Event { kind, details } => format!("{kind} {details}"),
                 Item::Failure(f) => format!("failure {}", f.actual),
                 Item::Snapshot(s) => format!(
-                    "snapshot {} counts:{} intervals:{}",
+                    "snapshot {} counts:{} intervals:{}{}",
                     s.at_ms,
                     s.scenarios.len(),
-                    s.intervals.len()
+                    s.intervals.len(),
+                    if s.series_point { " point" } else { "" }
                 ),
                 Item::Heartbeat => "heartbeat".into(),
             })
@@ -499,7 +504,7 @@ mod tests {
                 // Superseded by snapshot 2's cumulative counts; its QPS point stays.
                 "snapshot 1 counts:0 intervals:0",
                 "failure wrong",
-                "snapshot 2 counts:1 intervals:1",
+                "snapshot 2 counts:1 intervals:1 point",
                 "SUCCESS done",
             ]
         );
@@ -550,8 +555,10 @@ mod tests {
             describe(&written),
             [
                 "snapshot 1 counts:1 intervals:0",
-                "snapshot 5 counts:0 intervals:2",
-                "snapshot 6 counts:1 intervals:1",
+                // Snapshots 2 and 4 were dropped: their intervals and their place in the
+                // QPS series moved to snapshot 5.
+                "snapshot 5 counts:0 intervals:2 point",
+                "snapshot 6 counts:1 intervals:1 point",
                 "failure f1",
                 "failure f2",
                 "RUNNING while the status store was unavailable, 3 failure record(s) beyond the \

@@ -16,25 +16,45 @@ use std::collections::BTreeMap;
 /// The interval is the gap between the first two samples of the first worker (by member id) that
 /// has two; 1 s when none has. Never less than one interval, so QPS stays finite.
 pub fn load_seconds(samples: &[QpsSample]) -> f64 {
-    let mut per_member: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
-    for s in samples {
-        per_member.entry(&s.member_id).or_default().push(s.at_ms);
+    QpsSpan::of(samples).load_seconds()
+}
+
+/// What [`load_seconds`] needs of a run's QPS samples, so a store can answer it without
+/// handing over every sample ([`crate::store::Store::qps_span`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpsSpan {
+    /// The earliest and latest sample of any worker.
+    pub first_ms: Option<i64>,
+    pub last_ms: Option<i64>,
+    /// The gap between the first two samples of the first worker (by member id) that has two.
+    pub interval_ms: Option<i64>,
+}
+
+impl QpsSpan {
+    pub fn of(samples: &[QpsSample]) -> QpsSpan {
+        let mut per_member: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+        for s in samples {
+            per_member.entry(&s.member_id).or_default().push(s.at_ms);
+        }
+        QpsSpan {
+            first_ms: samples.iter().map(|s| s.at_ms).min(),
+            last_ms: samples.iter().map(|s| s.at_ms).max(),
+            interval_ms: per_member.values_mut().find(|at| at.len() >= 2).map(|at| {
+                at.sort_unstable();
+                at[1] - at[0]
+            }),
+        }
     }
-    let interval_s = per_member
-        .values_mut()
-        .find(|at| at.len() >= 2)
-        .map(|at| {
-            at.sort_unstable();
-            (at[1] - at[0]) as f64 / 1000.0
-        })
-        .unwrap_or(1.0);
-    let first = samples.iter().map(|s| s.at_ms).min();
-    let last = samples.iter().map(|s| s.at_ms).max();
-    let span_s = match (first, last) {
-        (Some(first), Some(last)) => (last - first) as f64 / 1000.0,
-        _ => 0.0,
-    };
-    (span_s + interval_s).max(interval_s)
+
+    /// See [`load_seconds`].
+    pub fn load_seconds(&self) -> f64 {
+        let interval_s = self.interval_ms.map_or(1.0, |ms| ms as f64 / 1000.0);
+        let span_s = match (self.first_ms, self.last_ms) {
+            (Some(first), Some(last)) => (last - first) as f64 / 1000.0,
+            _ => 0.0,
+        };
+        (span_s + interval_s).max(interval_s)
+    }
 }
 
 #[cfg(test)]

@@ -110,6 +110,13 @@ pub struct WorkerSnapshot {
     /// snapshot closes an interval (see [`crate::interval`]); empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intervals: Vec<IntervalCounts>,
+    /// Whether this snapshot closes a series interval (see [`crate::interval`]; a worker's
+    /// last snapshot always does): its QPS point then joins the run's series (`qps_samples`).
+    /// Any other snapshot only replaces the member's latest QPS (what the driver polls), so the
+    /// series keeps about [`crate::interval::SERIES_POINTS`] points per worker whatever the
+    /// run's length.
+    #[serde(default)]
+    pub series_point: bool,
 }
 
 /// One (scenario, model) on one worker over one interval: the exact latency histogram of the

@@ -277,6 +277,7 @@ async fn story(url: &str, fresh: bool) {
                 scenarios: vec![counts_a1.clone(), counts_b1.clone()],
                 models: vec![model_a1.clone(), model_b1.clone()],
                 intervals: vec![],
+                series_point: true,
             },
         )
         .await
@@ -311,6 +312,7 @@ async fn story(url: &str, fresh: bool) {
         scenarios: vec![counts_a2.clone()],
         models: vec![model_a2.clone()],
         intervals: vec![interval.clone()],
+        series_point: true,
     })
     .await
     .unwrap();
@@ -321,6 +323,7 @@ async fn story(url: &str, fresh: bool) {
         scenarios: vec![],
         models: vec![],
         intervals: vec![],
+        series_point: true,
     })
     .await
     .unwrap();
@@ -799,6 +802,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                                 }],
                                 models: vec![],
                                 intervals: vec![],
+                                series_point: true,
                             },
                         )
                         .await?;
@@ -927,6 +931,111 @@ fn sqlx_url_with_db(url: &str, db: &str) -> String {
     } else {
         format!("{base}/{db}?{query}")
     }
+}
+
+/// The QPS series stays bounded whatever the run's length: two workers snapshot every poll
+/// (250 ms) over a 2-minute run, as a worker does (a snapshot is a series point when its
+/// interval tracker says one is due, and the last always is). Only ~[`SERIES_POINTS`] points
+/// per worker join `qps_samples`; the latest QPS (what the driver polls) follows every
+/// snapshot; the final total requests are exact; and what the report reads in aggregate
+/// (`qps_span`, `qps_sample_counts`, `for_each_qps_sample`) equals what the whole series says.
+async fn bounded_qps_series(url: &str) {
+    use stress_common::interval::{IntervalTracker, SERIES_POINTS, series_interval};
+    let store = Store::connect(url).await.expect("connect");
+    let run_id = unique("bounded-qps");
+    let t0 = 1_800_000_000_000_i64;
+    let duration = Duration::from_secs(120);
+    let poll = Duration::from_millis(250);
+    let polls = (duration.as_millis() / poll.as_millis()) as i64;
+    for (w, rate) in [("client-0", 7_u64), ("client-1", 3)] {
+        let mut tracker = IntervalTracker::new(series_interval(Some(duration), poll), t0);
+        let mut total = 0;
+        for i in 1..=polls {
+            let at_ms = t0 + i * poll.as_millis() as i64;
+            let last = i == polls;
+            total += rate * (i as u64 % 5);
+            let due = last || tracker.due(at_ms);
+            if due {
+                tracker.commit(tracker.close(&[], at_ms).unwrap());
+            }
+            // Through the worker's sink.
+            store
+                .sink(&run_id, w)
+                .snapshot(&WorkerSnapshot {
+                    at_ms,
+                    total_requests: total,
+                    qps: if last {
+                        0.0
+                    } else {
+                        (rate * (i as u64 % 5) * 4) as f64
+                    },
+                    series_point: due,
+                    ..WorkerSnapshot::default()
+                })
+                .await
+                .unwrap();
+            // The driver's poll sees every snapshot.
+            let latest = store.latest_qps(&run_id).await.unwrap();
+            let mine = latest.iter().find(|q| q.member_id == w).unwrap();
+            assert_eq!((mine.at_ms, mine.total_requests), (at_ms, total));
+        }
+    }
+    let samples = store.qps_samples(&run_id).await.unwrap();
+    let counts = store.qps_sample_counts(&run_id).await.unwrap();
+    for (w, n) in &counts {
+        assert!(
+            *n <= u64::from(SERIES_POINTS) + 1,
+            "{w}: {n} QPS points of {polls} snapshots"
+        );
+        assert!(*n >= u64::from(SERIES_POINTS) / 2, "{w}: {n} points");
+    }
+    assert_eq!(counts.len(), 2);
+    assert_eq!(
+        counts.iter().map(|(_, n)| *n as usize).sum::<usize>(),
+        samples.len()
+    );
+    // The last point of each worker carries its exact total; nothing the report needs is lost.
+    for (w, rate) in [("client-0", 7_u64), ("client-1", 3)] {
+        let expected: u64 = (1..=polls as u64).map(|i| rate * (i % 5)).sum();
+        let last = samples.iter().rfind(|s| s.member_id == w).unwrap();
+        assert_eq!(last.total_requests, expected, "{w}");
+        assert_eq!(last.at_ms, t0 + duration.as_millis() as i64);
+    }
+    // The load the series covers is the run's: from the start to the last snapshot.
+    let span = store.qps_span(&run_id).await.unwrap();
+    assert_eq!(span, stress_common::qps::QpsSpan::of(&samples));
+    assert_eq!(span.load_seconds(), duration.as_secs_f64());
+    let mut streamed = Vec::new();
+    store
+        .for_each_qps_sample(&run_id, |s| streamed.push(s))
+        .await
+        .unwrap();
+    assert_eq!(streamed, samples);
+    // A run without samples.
+    let empty = store.qps_span("no-such-run").await.unwrap();
+    assert_eq!(empty, stress_common::qps::QpsSpan::default());
+    assert!(
+        store
+            .qps_sample_counts("no-such-run")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_bounded_qps_series() {
+    let dir = tempfile::tempdir().unwrap();
+    bounded_qps_series(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
+}
+
+#[tokio::test]
+async fn postgres_bounded_qps_series() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    bounded_qps_series(pg.url()).await;
 }
 
 async fn create_database(admin_url: &str, db: &str) {
@@ -1122,6 +1231,7 @@ async fn child_writer() {
                     }],
                     models: vec![],
                     intervals: vec![],
+                    series_point: true,
                 },
             )
             .await

@@ -205,7 +205,7 @@ async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
         table.add(c)?;
     }
     // The same denominator as the driver's report, so both show the same QPS for a run.
-    let load_seconds = stress_common::qps::load_seconds(&store.qps_samples(run_id).await?);
+    let load_seconds = store.qps_span(run_id).await?.load_seconds();
     out.push_str(&table.render(load_seconds));
     // Each server's latest sample (the driver samples every series interval).
     let mut latest: BTreeMap<String, triton_metrics::ServerSample> = BTreeMap::new();
@@ -349,6 +349,7 @@ mod tests {
                 }],
                 models: vec![],
                 intervals: vec![],
+                series_point: true,
             };
             store.record_snapshot("r", "w-0", &snapshot).await.unwrap();
         }

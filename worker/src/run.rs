@@ -144,10 +144,13 @@ impl Shared {
     /// interval is committed only once recorded, so a failed write loses nothing from the
     /// series (the next interval covers the gap).
     async fn record(&self, mut snapshot: WorkerSnapshot, last: bool) -> Result<(), SinkError> {
-        let closing = {
+        let (due, closing) = {
             let tracker = self.intervals.lock().expect("interval tracker lock");
-            (last || tracker.due(snapshot.at_ms))
-                .then(|| tracker.close(&snapshot.models, snapshot.at_ms))
+            let due = last || tracker.due(snapshot.at_ms);
+            (
+                due,
+                due.then(|| tracker.close(&snapshot.models, snapshot.at_ms)),
+            )
         };
         let closing = match closing {
             Some(Ok(c)) => Some(c),
@@ -160,6 +163,8 @@ impl Shared {
         if let Some(c) = &closing {
             snapshot.intervals = c.intervals.clone();
         }
+        // The QPS series has the latency series' points: one per interval, and the last.
+        snapshot.series_point = due;
         self.sink.snapshot(&snapshot).await?;
         if let Some(c) = closing {
             self.intervals

@@ -254,6 +254,7 @@ impl Stats {
             scenarios: self.scenario_counts(scenarios),
             models: self.model_counts(scenarios),
             intervals: Vec::new(),
+            series_point: false,
         }
     }
 }

@@ -32,7 +32,8 @@
 //! | `members` | `run_id, member_id` | `role` (`SERVER`/`CLIENT`), `group_name`, `member_index`, `address`, `process_name`, `corr_id_base`?, `corr_id_block_size`?, `command` | [`Store::upsert_member`] |
 //! | `events` | `id` (autoincrement / identity) | `run_id`, `member_id`, `at_ms`, `kind` (`STARTING`/`RUNNING`/`SUCCESS`/`FAILURE`), `details` | [`Store::record_event`] |
 //! | `heartbeats` | `run_id, member_id` | `at_ms` | [`Store::heartbeat`], [`Store::record_snapshot`] |
-//! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (appends) |
+//! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (appends a snapshot that is a series point: one per series interval and the last, so ~[`crate::interval::SERIES_POINTS`] per worker) |
+//! | `latest_qps` | `run_id, member_id` | `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (replaces: every snapshot; the driver polls it) |
 //! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `send_lateness_histogram`? (open loop), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
 //! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms` | [`Store::record_snapshot`] (replaces) |
 //! | `latency_intervals` | `id` | `run_id`, `member_id`, `scenario`, `model`, `start_ms`, `end_ms`, `requests`, `failures`, `latency_histogram` (the interval's own) | [`Store::record_snapshot`] (appends a snapshot's `intervals`) |
@@ -872,8 +873,10 @@ impl Store {
 
     // ---- snapshots -------------------------------------------------------------------------
 
-    /// In one transaction: appends a QPS sample, replaces the member's cumulative per-scenario
-    /// counts, and sets its heartbeat (all at `snapshot.at_ms`, or now when that is 0).
+    /// In one transaction: replaces the member's latest QPS sample (and appends it to the
+    /// series when `snapshot.series_point`), replaces its cumulative per-scenario counts,
+    /// appends the latency intervals it closes, and sets its heartbeat (all at
+    /// `snapshot.at_ms`, or now when that is 0).
     pub async fn record_snapshot(
         &self,
         run_id: &str,
@@ -887,16 +890,23 @@ impl Store {
             crate::now_ms()
         };
         let mut tx = self.begin_write(OP).await?;
-        // The sample joins the series, and replaces the member's latest (what the driver polls).
-        for sql in [
+        // The sample replaces the member's latest (what the driver polls), and joins the
+        // series when it is one of its points (one per series interval, and the last).
+        const SERIES: &str =
             "INSERT INTO qps_samples (run_id, member_id, at_ms, qps, total_requests)
-             VALUES ($1, $2, $3, $4, $5)",
+             VALUES ($1, $2, $3, $4, $5)";
+        const LATEST: &str =
             "INSERT INTO latest_qps (run_id, member_id, at_ms, qps, total_requests)
              VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (run_id, member_id) DO UPDATE SET
                  at_ms = excluded.at_ms, qps = excluded.qps,
-                 total_requests = excluded.total_requests",
-        ] {
+                 total_requests = excluded.total_requests";
+        let statements: &[&'static str] = if snapshot.series_point {
+            &[SERIES, LATEST]
+        } else {
+            &[LATEST]
+        };
+        for &sql in statements {
             sqlx::query(sql)
                 .bind(run_id)
                 .bind(member_id)
@@ -1079,6 +1089,91 @@ impl Store {
             run_id,
         )
         .await
+    }
+
+    /// What [`crate::qps::load_seconds`] needs of the run's QPS samples, aggregated in the
+    /// database: the same answer as `QpsSpan::of(&store.qps_samples(run))`, in three small
+    /// queries whatever the run's length.
+    pub async fn qps_span(&self, run_id: &str) -> Result<crate::qps::QpsSpan> {
+        const OP: &str = "qps_span";
+        let (first_ms, last_ms): (Option<i64>, Option<i64>) =
+            sqlx::query_as("SELECT MIN(at_ms), MAX(at_ms) FROM qps_samples WHERE run_id = $1")
+                .bind(run_id)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(self.db(OP))?;
+        let first_with_two: Option<(String,)> = sqlx::query_as(
+            "SELECT member_id FROM qps_samples WHERE run_id = $1
+             GROUP BY member_id HAVING COUNT(*) >= 2 ORDER BY member_id LIMIT 1",
+        )
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        let interval_ms = match first_with_two {
+            Some((member_id,)) => {
+                let at: Vec<(i64,)> = sqlx::query_as(
+                    "SELECT at_ms FROM qps_samples WHERE run_id = $1 AND member_id = $2
+                     ORDER BY at_ms LIMIT 2",
+                )
+                .bind(run_id)
+                .bind(&member_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(self.db(OP))?;
+                (at.len() == 2).then(|| at[1].0 - at[0].0)
+            }
+            None => None,
+        };
+        Ok(crate::qps::QpsSpan {
+            first_ms,
+            last_ms,
+            interval_ms,
+        })
+    }
+
+    /// How many QPS samples each member of the run has in the series, by member id.
+    pub async fn qps_sample_counts(&self, run_id: &str) -> Result<Vec<(String, u64)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT member_id, COUNT(*) FROM qps_samples WHERE run_id = $1
+             GROUP BY member_id ORDER BY member_id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("qps_sample_counts"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(member, n)| (member, n.max(0) as u64))
+            .collect())
+    }
+
+    /// Hands every QPS sample of the run to `visit`, in the order of [`Store::qps_samples`],
+    /// streamed from the database: memory stays bounded by what `visit` keeps, not by the
+    /// length of the run.
+    pub async fn for_each_qps_sample(
+        &self,
+        run_id: &str,
+        mut visit: impl FnMut(QpsSample),
+    ) -> Result<()> {
+        use futures::TryStreamExt;
+        let mut rows = sqlx::query_as::<_, (String, i64, f64, i64)>(
+            "SELECT member_id, at_ms, qps, total_requests FROM qps_samples
+             WHERE run_id = $1 ORDER BY at_ms, id",
+        )
+        .bind(run_id)
+        .fetch(&self.pool);
+        while let Some((member_id, at_ms, qps, total_requests)) =
+            rows.try_next().await.map_err(self.db("qps_samples"))?
+        {
+            visit(QpsSample {
+                member_id,
+                at_ms,
+                qps,
+                total_requests: from_db(total_requests),
+            });
+        }
+        Ok(())
     }
 
     /// The most recent QPS sample of every member that has one: what the driver polls, without

@@ -728,7 +728,9 @@ mod tests {
         let stop = cancel.clone();
         // Every request goes into a black hole; the loop is cancelled after 5 sends.
         let run = open_loop(
-            std::iter::successors(Some(Duration::ZERO), |t| Some(*t + Duration::from_millis(1))),
+            std::iter::successors(Some(Duration::ZERO), |t| {
+                Some(*t + Duration::from_millis(1))
+            }),
             None,
             || false,
             &cancel,
