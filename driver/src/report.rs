@@ -327,7 +327,6 @@ fn group_of<'a>(members: &'a [Member], id: &str) -> (&'a str, Option<Role>) {
         .map_or(("?", None), |m| (m.group_name.as_str(), Some(m.role)))
 }
 
-/// Averages consecutive points down to at most `n`.
 /// One worker's QPS series built one sample at a time, in time order (the store streams
 /// them): the same statistics and the same series as [`downsample`] of the whole series, in
 /// memory bounded by [`SERIES_POINTS`]. `expected`: how many samples will come (it sets how
@@ -405,6 +404,7 @@ impl QpsSeries {
     }
 }
 
+/// Averages consecutive points down to at most `n`.
 fn downsample(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
     if points.len() <= n {
         return points.to_vec();
