@@ -34,7 +34,6 @@ const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
 pub struct GrpcClient {
     connection: H2Connection,
     client: GrpcInferenceServiceClient<H2Connection>,
-    model_infer: http::Uri,
 }
 
 fn status_error(status: tonic::Status) -> ClientError {
@@ -71,7 +70,6 @@ impl GrpcClient {
             client: GrpcInferenceServiceClient::with_origin(connection.clone(), origin)
                 .max_decoding_message_size(h2_connection::MAX_MESSAGE)
                 .max_encoding_message_size(usize::MAX),
-            model_infer: connection.uri(MODEL_INFER),
             connection,
         })
     }
@@ -181,7 +179,7 @@ impl GrpcClient {
         frame: bytes::Bytes,
         timeout: Option<Duration>,
     ) -> Result<InferResponse, ClientError> {
-        let call = self.connection.unary(self.model_infer.clone(), frame);
+        let call = self.connection.unary(MODEL_INFER, frame);
         let message = match timeout {
             Some(t) => tokio::time::timeout(t, call)
                 .await

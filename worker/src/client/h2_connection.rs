@@ -1,6 +1,6 @@
-//! The worker's one HTTP/2 connection to a server, on the h2 crate: tonic's generated client runs
-//! over it (it is a tower `Service`), and the load scenario sends pre-encoded requests on it
-//! directly (`unary`).
+//! The worker's HTTP/2 connections to a server: tonic's generated client runs over one on the h2
+//! crate (it is a tower `Service`); pre-encoded unary calls (the Load and Infer scenarios'
+//! requests) go on a second, lean one of our own (`unary`, [`super::unary_h2`]).
 //!
 //! Why not tonic's `Channel`: through hyper, a request's HEADERS and its DATA leave in two
 //! separate writes (the body is piped by a second task once flow-control capacity is granted),
@@ -14,7 +14,6 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
-use http::header::{HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http_body::Frame;
 use std::future::Future;
@@ -24,6 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tonic::Status;
+
+use super::unary_h2::UnaryConnection;
 
 /// Our receive windows: a response (an image batch's outputs, a model config) never waits for
 /// a WINDOW_UPDATE round trip.
@@ -49,6 +50,8 @@ struct Inner {
     authority: Authority,
     /// The live connection; `None` before the first connect and after it was found dead.
     current: Mutex<Option<Live>>,
+    /// The lean connection for unary calls; `None` before the first call.
+    unary: Mutex<Option<UnaryConnection>>,
     /// Held while connecting, so concurrent calls on a dead connection make one new one.
     connecting: tokio::sync::Mutex<()>,
 }
@@ -71,6 +74,7 @@ impl H2Connection {
                 address: address.into(),
                 authority,
                 current: Mutex::new(None),
+                unary: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),
             }),
         };
@@ -121,23 +125,7 @@ impl H2Connection {
             return Ok(live);
         }
         let address = &self.inner.address;
-        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(address))
-            .await
-            .map_err(|_| Status::unavailable(format!("{address}: no TCP connection within 5s")))?
-            .map_err(|e| Status::unavailable(format!("{address}: tcp connect error: {e}")))?;
-        // Requests are small and latency-bound: never hold one back for Nagle.
-        tcp.set_nodelay(true)
-            .map_err(|e| Status::unavailable(format!("{address}: {e}")))?;
-        // A peer that vanished without a reset (node lost, partition) must end the connection,
-        // so the next call reconnects instead of every call running into its deadline. TCP
-        // keepalive does it on an idle connection, the user timeout with data unacknowledged;
-        // HTTP/2 PINGs would do the same, but Triton's gRPC server answers frequent PINGs
-        // between calls with GOAWAY (too_many_pings).
-        let socket = socket2::SockRef::from(&tcp);
-        socket
-            .set_tcp_keepalive(&KEEPALIVE)
-            .and_then(|()| socket.set_tcp_user_timeout(Some(USER_TIMEOUT)))
-            .map_err(|e| Status::unavailable(format!("{address}: setting TCP keepalive: {e}")))?;
+        let tcp = tcp_connect(address).await?;
         let (sender, connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
@@ -185,62 +173,38 @@ impl H2Connection {
         }
     }
 
-    /// One unary gRPC call (`uri`: from [`Self::uri`]) with an already framed request message
-    /// (`frame`); returns the response message's bytes. HEADERS and DATA are queued together,
-    /// so they leave in one write.
-    pub async fn unary(&self, uri: http::Uri, frame: Bytes) -> Result<Bytes, Status> {
-        let request = http::Request::post(uri)
-            .header(http::header::CONTENT_TYPE, APPLICATION_GRPC)
-            .header(http::header::TE, TRAILERS)
-            .body(())
-            .expect("static headers are valid");
-        let (response, mut send) = self.open(request, false).await?;
-        send.send_data(frame, true)
-            .map_err(|e| self.stream_error(e))?;
-        let response = response.await.map_err(|e| self.stream_error(e))?;
-        let (parts, mut body) = response.into_parts();
-        if parts.status != http::StatusCode::OK {
-            return Err(Status::unknown(format!(
-                "HTTP status {} instead of a gRPC response",
-                parts.status
-            )));
-        }
-        // Trailers-only: an error answered in the headers, without a body.
-        if let Some(Err(status)) = outcome(&parts.headers) {
-            return Err(status);
-        }
-        let mut first: Option<Bytes> = None;
-        let mut more = BytesMut::new();
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk.map_err(|e| self.stream_error(e))?;
-            let _ = body.flow_control().release_capacity(chunk.len());
-            match &first {
-                None => first = Some(chunk),
-                Some(f) => {
-                    if more.is_empty() {
-                        more.put_slice(f);
-                    }
-                    more.put_slice(&chunk);
-                    if more.len() > MAX_MESSAGE + 5 {
-                        return Err(Status::out_of_range(format!(
-                            "response larger than {MAX_MESSAGE} bytes"
-                        )));
-                    }
-                }
+    /// One unary gRPC call to the method at `path` with an already framed request message
+    /// (`frame`); returns the response message's bytes. It goes on the lean connection
+    /// ([`UnaryConnection`]), a second connection to the server beside tonic's; one found closed
+    /// before the call was sent is replaced once.
+    pub async fn unary(&self, path: &str, frame: Bytes) -> Result<Bytes, Status> {
+        let mut retried = false;
+        loop {
+            let connection = self.unary_connection().await?;
+            match connection.call(path, frame.clone()).await {
+                Ok(outcome) => return outcome,
+                Err(why) if retried => return Err(Status::unavailable(why)),
+                Err(_) => retried = true,
             }
         }
-        let trailers = body.trailers().await.map_err(|e| self.stream_error(e))?;
-        trailers
-            .as_ref()
-            .and_then(outcome)
-            .unwrap_or_else(|| Err(Status::internal("response without grpc-status")))?;
-        // One DATA frame is the usual case: its bytes are the message, no copy.
-        let data = if more.is_empty() {
-            first.unwrap_or_default()
-        } else {
-            more.freeze()
+    }
+
+    async fn unary_connection(&self) -> Result<UnaryConnection, Status> {
+        let live = |inner: &Inner| {
+            let current = inner.unary.lock().unwrap_or_else(|e| e.into_inner());
+            current.as_ref().filter(|c| !c.is_closed()).cloned()
         };
-        message_of(data)
+        if let Some(connection) = live(&self.inner) {
+            return Ok(connection);
+        }
+        let _connecting = self.inner.connecting.lock().await;
+        if let Some(connection) = live(&self.inner) {
+            return Ok(connection);
+        }
+        let tcp = tcp_connect(&self.inner.address).await?;
+        let connection = UnaryConnection::start(tcp, self.inner.authority.as_str());
+        *self.inner.unary.lock().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
+        Ok(connection)
     }
 
     fn stream_error(&self, e: h2::Error) -> Status {
@@ -251,17 +215,26 @@ impl H2Connection {
     }
 }
 
-const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
-const TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
-const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-
-/// A call's outcome from its `grpc-status` (None: there is none); success is recognised without
-/// building a `Status`.
-fn outcome(headers: &http::HeaderMap) -> Option<Result<(), Status>> {
-    if headers.get(GRPC_STATUS)? == "0" {
-        return Some(Ok(()));
-    }
-    Status::from_header_map(headers).map(Err)
+/// A TCP connection to `address` set up for calls: no Nagle delay, and dead-peer detection.
+async fn tcp_connect(address: &str) -> Result<tokio::net::TcpStream, Status> {
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(address))
+        .await
+        .map_err(|_| Status::unavailable(format!("{address}: no TCP connection within 5s")))?
+        .map_err(|e| Status::unavailable(format!("{address}: tcp connect error: {e}")))?;
+    // Requests are small and latency-bound: never hold one back for Nagle.
+    tcp.set_nodelay(true)
+        .map_err(|e| Status::unavailable(format!("{address}: {e}")))?;
+    // A peer that vanished without a reset (node lost, partition) must end the connection,
+    // so the next call reconnects instead of every call running into its deadline. TCP
+    // keepalive does it on an idle connection, the user timeout with data unacknowledged;
+    // HTTP/2 PINGs would do the same, but Triton's gRPC server answers frequent PINGs
+    // between calls with GOAWAY (too_many_pings).
+    let socket = socket2::SockRef::from(&tcp);
+    socket
+        .set_tcp_keepalive(&KEEPALIVE)
+        .and_then(|()| socket.set_tcp_user_timeout(Some(USER_TIMEOUT)))
+        .map_err(|e| Status::unavailable(format!("{address}: setting TCP keepalive: {e}")))?;
+    Ok(tcp)
 }
 
 /// The gRPC length-prefixed framing of one message.
@@ -277,7 +250,7 @@ pub fn frame(message: &impl prost::Message) -> Bytes {
 }
 
 /// The message inside exactly one uncompressed gRPC frame.
-fn message_of(mut data: Bytes) -> Result<Bytes, Status> {
+pub(crate) fn message_of(mut data: Bytes) -> Result<Bytes, Status> {
     if data.len() < 5 {
         return Err(Status::internal(format!(
             "a gRPC response of {} bytes (no message frame)",
@@ -441,23 +414,5 @@ mod tests {
         compressed[0] = 1;
         let compressed = message_of(compressed.freeze()).unwrap_err();
         assert_eq!(compressed.code(), tonic::Code::Unimplemented);
-    }
-
-    #[test]
-    fn grpc_status_headers_decide_the_outcome() {
-        let mut headers = http::HeaderMap::new();
-        assert!(outcome(&headers).is_none());
-        headers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
-        assert!(matches!(outcome(&headers), Some(Ok(()))));
-        headers.insert(GRPC_STATUS, HeaderValue::from_static("5"));
-        headers.insert(
-            "grpc-message",
-            HeaderValue::from_static("Request for unknown model: %27x%27"),
-        );
-        let Some(Err(status)) = outcome(&headers) else {
-            panic!("status 5 is an error");
-        };
-        assert_eq!(status.code(), tonic::Code::NotFound);
-        assert_eq!(status.message(), "Request for unknown model: 'x'");
     }
 }

@@ -4,6 +4,7 @@
 pub mod grpc;
 pub mod h2_connection;
 pub mod http;
+pub mod unary_h2;
 
 use crate::model::{ModelConfig, ModelMetadata};
 use crate::tensor::Tensor;

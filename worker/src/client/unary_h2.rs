@@ -1,0 +1,1542 @@
+//! Unary gRPC calls on a lean HTTP/2 client connection of our own.
+//!
+//! Why not the h2 crate for these: at concurrency 1 a client's CPU per request is the fixed cost
+//! of one call, and h2's general machinery (its stream store, prioritisation, an HPACK encoder,
+//! a task hop to a connection task for every write) was about half of the worker's. A unary call
+//! needs little of it: its request headers are a constant block (no HPACK encoder state: every
+//! field is a literal "without indexing"), its body leaves with them, and the calling task writes
+//! them itself. The connection task only reads: it parses frames, decodes response headers
+//! (HPACK with its dynamic table, `loona-hpack`), and hands each stream its message.
+//!
+//! What HTTP/2 asks of a client is all here: the peer's SETTINGS (concurrent streams, initial
+//! window, frame size) are honoured and acknowledged, PINGs answered, request bodies wait for
+//! flow-control credit, GOAWAY and RST_STREAM end the calls they name. Our receive windows are the
+//! largest allowed and topped up as data is read, so the server never waits for us.
+//!
+//! The protocol state ([`State`]) is pure: bytes in, bytes out and call outcomes, unit-tested
+//! frame by frame; [`UnaryConnection`] is the socket around it.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::Notify;
+use tonic::Status;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PUSH_PROMISE: u8 = 0x5;
+const PING: u8 = 0x6;
+const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+const CONTINUATION: u8 = 0x9;
+
+const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY_FLAG: u8 = 0x20;
+
+const SETTINGS_HEADER_TABLE_SIZE: u16 = 0x1;
+const SETTINGS_ENABLE_PUSH: u16 = 0x2;
+const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
+const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
+const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
+
+const CANCEL: u32 = 0x8;
+
+/// The largest flow-control window HTTP/2 allows (2^31 − 1).
+const MAX_WINDOW: u32 = (1 << 31) - 1;
+/// Frames we accept: large responses come in few frames.
+const OUR_MAX_FRAME: usize = 1 << 20;
+/// The HPACK dynamic table we let the server use (the protocol's default).
+const OUR_HEADER_TABLE: usize = 4096;
+/// A response header block larger than this is a broken peer.
+const MAX_HEADER_BLOCK: usize = 1 << 20;
+/// Stream ids are odd and below 2^31; a connection that used them all takes no new calls.
+const LAST_STREAM_ID: u32 = MAX_WINDOW;
+
+/// One call in flight.
+struct Call {
+    /// Request bytes still waiting for flow-control credit.
+    pending: Bytes,
+    /// Our send window on this stream.
+    window: i64,
+    /// The response HEADERS came (status 200).
+    headers_seen: bool,
+    /// The response message's bytes; one DATA frame is the usual case, kept without a copy.
+    first: Option<Bytes>,
+    more: BytesMut,
+    outcome: Option<Result<Bytes, Status>>,
+    waker: Option<Waker>,
+}
+
+impl Call {
+    fn body_len(&self) -> usize {
+        if self.more.is_empty() {
+            self.first.as_ref().map_or(0, Bytes::len)
+        } else {
+            self.more.len()
+        }
+    }
+
+    fn take_body(&mut self) -> Bytes {
+        if self.more.is_empty() {
+            self.first.take().unwrap_or_default()
+        } else {
+            std::mem::take(&mut self.more).freeze()
+        }
+    }
+}
+
+/// A header block being received (HEADERS then CONTINUATION frames).
+struct PartialBlock {
+    stream: u32,
+    end_stream: bool,
+    block: BytesMut,
+}
+
+/// The protocol state of one connection: bytes to write (`out`), calls by stream id, and the
+/// peer's settings. Pure: the socket is the caller's.
+pub struct State {
+    pub out: BytesMut,
+    calls: HashMap<u32, Call>,
+    next_stream: u32,
+    /// The peer's first SETTINGS came: until then no stream opens, since its limits are unknown
+    /// (a server taking fewer streams than we opened refuses the rest).
+    settings_seen: bool,
+    /// The peer's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited when it does not say).
+    max_streams: usize,
+    /// The peer's SETTINGS_INITIAL_WINDOW_SIZE: each new stream's send window.
+    initial_window: i64,
+    /// Our send window on the connection.
+    send_window: i64,
+    /// The peer's SETTINGS_MAX_FRAME_SIZE.
+    max_frame: usize,
+    /// Bytes received since our connection window was last topped up.
+    received: u64,
+    decoder: loona_hpack::Decoder<'static>,
+    partial: Option<PartialBlock>,
+    /// The connection ended: why. No call is opened on it after that.
+    closed: Option<String>,
+    /// GOAWAY's last stream id: streams above it were never served.
+    goaway: Option<u32>,
+    /// `:method POST`, `:scheme http` and the fields after `:path` (`:authority`,
+    /// `content-type`, `te`), encoded once.
+    fixed_fields: Bytes,
+    /// Calls waiting for a stream (the peer's concurrency limit reached).
+    waiting: Vec<Waker>,
+    /// Wakers to call once the lock is released.
+    pub to_wake: Vec<Waker>,
+}
+
+fn frame_header(out: &mut BytesMut, len: usize, kind: u8, flags: u8, stream: u32) {
+    out.put_uint(len as u64, 3);
+    out.put_u8(kind);
+    out.put_u8(flags);
+    out.put_u32(stream);
+}
+
+/// An HPACK integer with an `n`-bit prefix (RFC 7541 §5.1); `first` holds the prefix's flags.
+fn hpack_int(out: &mut BytesMut, first: u8, n: u32, mut value: usize) {
+    let max = (1usize << n) - 1;
+    if value < max {
+        out.put_u8(first | value as u8);
+        return;
+    }
+    out.put_u8(first | max as u8);
+    value -= max;
+    while value >= 128 {
+        out.put_u8((value % 128) as u8 | 0x80);
+        value /= 128;
+    }
+    out.put_u8(value as u8);
+}
+
+/// A literal field without indexing, its name from the static table (RFC 7541 §6.2.2).
+fn literal_indexed_name(out: &mut BytesMut, name_index: usize, value: &[u8]) {
+    hpack_int(out, 0x00, 4, name_index);
+    hpack_int(out, 0x00, 7, value.len());
+    out.put_slice(value);
+}
+
+/// A literal field without indexing, with a literal name.
+fn literal_new_name(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.put_u8(0x00);
+    hpack_int(out, 0x00, 7, name.len());
+    out.put_slice(name);
+    hpack_int(out, 0x00, 7, value.len());
+    out.put_slice(value);
+}
+
+// Static table indices (RFC 7541 Appendix A).
+const STATIC_METHOD_POST: u8 = 3;
+const STATIC_SCHEME_HTTP: u8 = 6;
+const STATIC_PATH: usize = 4;
+const STATIC_AUTHORITY: usize = 1;
+const STATIC_CONTENT_TYPE: usize = 31;
+
+fn connection_error(what: impl std::fmt::Display) -> String {
+    format!("HTTP/2 protocol error from the server: {what}")
+}
+
+impl State {
+    /// A new connection's state, with the client preface, our SETTINGS and the connection
+    /// window's top-up queued in `out`.
+    pub fn new(authority: &str) -> Self {
+        let mut out = BytesMut::with_capacity(4096);
+        out.put_slice(PREFACE);
+        let settings: [(u16, u32); 4] = [
+            (SETTINGS_ENABLE_PUSH, 0),
+            (SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW),
+            (SETTINGS_MAX_FRAME_SIZE, OUR_MAX_FRAME as u32),
+            (SETTINGS_HEADER_TABLE_SIZE, OUR_HEADER_TABLE as u32),
+        ];
+        frame_header(&mut out, settings.len() * 6, SETTINGS, 0, 0);
+        for (id, value) in settings {
+            out.put_u16(id);
+            out.put_u32(value);
+        }
+        frame_header(&mut out, 4, WINDOW_UPDATE, 0, 0);
+        out.put_u32(MAX_WINDOW - 65_535);
+
+        let mut fixed = BytesMut::new();
+        literal_indexed_name(&mut fixed, STATIC_AUTHORITY, authority.as_bytes());
+        literal_indexed_name(&mut fixed, STATIC_CONTENT_TYPE, b"application/grpc");
+        literal_new_name(&mut fixed, b"te", b"trailers");
+        let mut decoder = loona_hpack::Decoder::new();
+        decoder.set_max_allowed_table_size(OUR_HEADER_TABLE);
+        Self {
+            out,
+            calls: HashMap::new(),
+            next_stream: 1,
+            settings_seen: false,
+            max_streams: usize::MAX,
+            initial_window: 65_535,
+            send_window: 65_535,
+            max_frame: 16_384,
+            received: 0,
+            decoder,
+            partial: None,
+            closed: None,
+            goaway: None,
+            fixed_fields: fixed.freeze(),
+            waiting: Vec::new(),
+            to_wake: Vec::new(),
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_some()
+    }
+
+    /// Whether a new call may open a stream now.
+    fn accepts_calls(&self) -> bool {
+        self.closed.is_none() && self.goaway.is_none() && self.next_stream <= LAST_STREAM_ID
+    }
+
+    /// Opens a stream for a call to `path` with a framed gRPC message and queues its frames.
+    /// `Pending` (with `cx` woken later) before the peer's SETTINGS and while its stream limit is
+    /// reached; an error (why)
+    /// when this connection takes no new calls: nothing was sent, a new connection may serve it.
+    pub fn open(
+        &mut self,
+        path: &str,
+        message: &Bytes,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<u32, String>> {
+        if !self.accepts_calls() {
+            return Poll::Ready(Err(self.closed.clone().unwrap_or_else(|| {
+                "the connection takes no new streams (GOAWAY or stream ids used up)".into()
+            })));
+        }
+        if !self.settings_seen || self.calls.len() >= self.max_streams {
+            self.waiting.push(cx.waker().clone());
+            return Poll::Pending;
+        }
+        let id = self.next_stream;
+        self.next_stream += 2;
+        let mut block = BytesMut::with_capacity(self.fixed_fields.len() + path.len() + 4);
+        block.put_u8(0x80 | STATIC_METHOD_POST);
+        block.put_u8(0x80 | STATIC_SCHEME_HTTP);
+        literal_indexed_name(&mut block, STATIC_PATH, path.as_bytes());
+        block.put_slice(&self.fixed_fields);
+        self.put_header_block(id, &block, message.is_empty());
+        self.calls.insert(
+            id,
+            Call {
+                pending: message.clone(),
+                window: self.initial_window,
+                headers_seen: false,
+                first: None,
+                more: BytesMut::new(),
+                outcome: None,
+                waker: None,
+            },
+        );
+        self.send_pending(id);
+        Poll::Ready(Ok(id))
+    }
+
+    /// HEADERS (and CONTINUATION frames past the peer's frame size).
+    fn put_header_block(&mut self, id: u32, block: &[u8], end_stream: bool) {
+        let mut chunks = block.chunks(self.max_frame).peekable();
+        let first = chunks.next().unwrap_or(&[]);
+        let flags = (if end_stream { END_STREAM } else { 0 })
+            | (if chunks.peek().is_none() {
+                END_HEADERS
+            } else {
+                0
+            });
+        frame_header(&mut self.out, first.len(), HEADERS, flags, id);
+        self.out.put_slice(first);
+        while let Some(chunk) = chunks.next() {
+            let flags = if chunks.peek().is_none() {
+                END_HEADERS
+            } else {
+                0
+            };
+            frame_header(&mut self.out, chunk.len(), CONTINUATION, flags, id);
+            self.out.put_slice(chunk);
+        }
+    }
+
+    /// Queues as much of a call's request body as the windows allow, in frames the peer accepts.
+    fn send_pending(&mut self, id: u32) {
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        while !call.pending.is_empty() {
+            let credit = call.window.min(self.send_window).min(self.max_frame as i64);
+            if credit <= 0 {
+                return;
+            }
+            let n = (credit as usize).min(call.pending.len());
+            let chunk = call.pending.split_to(n);
+            call.window -= n as i64;
+            self.send_window -= n as i64;
+            let flags = if call.pending.is_empty() {
+                END_STREAM
+            } else {
+                0
+            };
+            frame_header(&mut self.out, n, DATA, flags, id);
+            self.out.put_slice(&chunk);
+        }
+    }
+
+    /// Every call waiting for credit, after a window grew.
+    fn send_all_pending(&mut self) {
+        let ids: Vec<u32> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| !c.pending.is_empty())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.send_pending(id);
+        }
+    }
+
+    /// A call's outcome once it has one; `cx` is woken when it comes.
+    pub fn poll_call(&mut self, id: u32, cx: &mut Context<'_>) -> Poll<Result<Bytes, Status>> {
+        let Some(call) = self.calls.get_mut(&id) else {
+            return Poll::Ready(Err(Status::internal("the call was already answered")));
+        };
+        match call.outcome.take() {
+            Some(outcome) => {
+                self.calls.remove(&id);
+                self.wake_one_waiting();
+                Poll::Ready(outcome)
+            }
+            None => {
+                if !call.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    call.waker = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    /// A call given up by its caller (a deadline): the server is told with RST_STREAM(CANCEL)
+    /// unless the stream already ended.
+    pub fn cancel(&mut self, id: u32) {
+        if let Some(call) = self.calls.remove(&id) {
+            if call.outcome.is_none() && self.closed.is_none() {
+                frame_header(&mut self.out, 4, RST_STREAM, 0, id);
+                self.out.put_u32(CANCEL);
+            }
+            self.wake_one_waiting();
+        }
+    }
+
+    fn wake_one_waiting(&mut self) {
+        if let Some(waker) = self.waiting.pop() {
+            self.to_wake.push(waker);
+        }
+    }
+
+    fn finish(&mut self, id: u32, outcome: Result<Bytes, Status>) {
+        if let Some(call) = self.calls.get_mut(&id)
+            && call.outcome.is_none()
+        {
+            call.pending.clear();
+            call.outcome = Some(outcome);
+            if let Some(waker) = call.waker.take() {
+                self.to_wake.push(waker);
+            }
+        }
+    }
+
+    /// The connection ended (`why`): every call without an outcome fails, and so does every
+    /// later `open`.
+    pub fn close(&mut self, why: &str) {
+        if self.closed.is_none() {
+            self.closed = Some(why.to_string());
+        }
+        let ids: Vec<u32> = self.calls.keys().copied().collect();
+        for id in ids {
+            self.finish(id, Err(Status::unavailable(why.to_string())));
+        }
+        self.to_wake.append(&mut self.waiting);
+    }
+
+    /// Handles every complete frame at the front of `input`, leaving a partial one there. An
+    /// error is a connection error: the caller closes the connection with it.
+    pub fn receive(&mut self, input: &mut BytesMut) -> Result<(), String> {
+        while input.len() >= 9 {
+            let len = (usize::from(input[0]) << 16)
+                | (usize::from(input[1]) << 8)
+                | usize::from(input[2]);
+            if len > OUR_MAX_FRAME {
+                return Err(connection_error(format!(
+                    "a frame of {len} bytes (we allow {OUR_MAX_FRAME})"
+                )));
+            }
+            if input.len() < 9 + len {
+                input.reserve(9 + len - input.len());
+                return Ok(());
+            }
+            let mut frame = input.split_to(9 + len).freeze();
+            let kind = frame[3];
+            let flags = frame[4];
+            let stream = u32::from_be_bytes([frame[5], frame[6], frame[7], frame[8]]) & MAX_WINDOW;
+            frame.advance(9);
+            self.on_frame(kind, flags, stream, frame)?;
+        }
+        Ok(())
+    }
+
+    fn on_frame(&mut self, kind: u8, flags: u8, stream: u32, payload: Bytes) -> Result<(), String> {
+        if let Some(partial) = &mut self.partial {
+            if kind != CONTINUATION || stream != partial.stream {
+                return Err(connection_error(
+                    "a header block interrupted by another frame",
+                ));
+            }
+            partial.block.put_slice(&payload);
+            if partial.block.len() > MAX_HEADER_BLOCK {
+                return Err(connection_error("a header block over 1 MiB"));
+            }
+            if flags & END_HEADERS != 0 {
+                let partial = self.partial.take().expect("checked above");
+                self.on_header_block(partial.stream, &partial.block, partial.end_stream)?;
+            }
+            return Ok(());
+        }
+        match kind {
+            DATA => {
+                if stream == 0 {
+                    return Err(connection_error("DATA on stream 0"));
+                }
+                // Flow control counts the whole payload, padding included.
+                self.received += payload.len() as u64;
+                if self.received >= u64::from(MAX_WINDOW / 2) {
+                    frame_header(&mut self.out, 4, WINDOW_UPDATE, 0, 0);
+                    self.out.put_u32(self.received as u32);
+                    self.received = 0;
+                }
+                let data = unpad(payload, flags)?;
+                self.on_data(stream, data, flags & END_STREAM != 0);
+            }
+            HEADERS => {
+                if stream == 0 {
+                    return Err(connection_error("HEADERS on stream 0"));
+                }
+                let mut block = unpad(payload, flags)?;
+                if flags & PRIORITY_FLAG != 0 {
+                    if block.len() < 5 {
+                        return Err(connection_error(
+                            "a HEADERS frame too short for its priority",
+                        ));
+                    }
+                    block.advance(5);
+                }
+                let end_stream = flags & END_STREAM != 0;
+                if flags & END_HEADERS != 0 {
+                    self.on_header_block(stream, &block, end_stream)?;
+                } else {
+                    self.partial = Some(PartialBlock {
+                        stream,
+                        end_stream,
+                        block: BytesMut::from(&block[..]),
+                    });
+                }
+            }
+            RST_STREAM => {
+                if payload.len() != 4 {
+                    return Err(connection_error("RST_STREAM of a wrong size"));
+                }
+                let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                self.finish(
+                    stream,
+                    Err(Status::unavailable(format!(
+                        "the server reset the stream ({})",
+                        error_code_name(code)
+                    ))),
+                );
+            }
+            SETTINGS if flags & ACK == 0 => {
+                self.on_settings(&payload)?;
+                frame_header(&mut self.out, 0, SETTINGS, ACK, 0);
+                if !self.settings_seen {
+                    self.settings_seen = true;
+                    self.to_wake.append(&mut self.waiting);
+                }
+            }
+            PUSH_PROMISE => return Err(connection_error("PUSH_PROMISE although push is off")),
+            PING => {
+                if payload.len() != 8 {
+                    return Err(connection_error("PING of a wrong size"));
+                }
+                if flags & ACK == 0 {
+                    frame_header(&mut self.out, 8, PING, ACK, 0);
+                    self.out.put_slice(&payload);
+                }
+            }
+            GOAWAY => {
+                if payload.len() < 8 {
+                    return Err(connection_error("GOAWAY too short"));
+                }
+                let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                    & MAX_WINDOW;
+                let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+                let debug = String::from_utf8_lossy(&payload[8..]);
+                self.goaway = Some(last);
+                let unserved: Vec<u32> =
+                    self.calls.keys().copied().filter(|id| *id > last).collect();
+                for id in unserved {
+                    self.finish(
+                        id,
+                        Err(Status::unavailable(format!(
+                            "the server sent GOAWAY ({}{}{}) before serving the call",
+                            error_code_name(code),
+                            if debug.is_empty() { "" } else { ": " },
+                            debug
+                        ))),
+                    );
+                }
+                self.to_wake.append(&mut self.waiting);
+            }
+            WINDOW_UPDATE => {
+                if payload.len() != 4 {
+                    return Err(connection_error("WINDOW_UPDATE of a wrong size"));
+                }
+                let increment = i64::from(
+                    u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                        & MAX_WINDOW,
+                );
+                if stream == 0 {
+                    self.send_window += increment;
+                    if self.send_window > i64::from(MAX_WINDOW) {
+                        return Err(connection_error("the connection window overflowed"));
+                    }
+                    self.send_all_pending();
+                } else if let Some(call) = self.calls.get_mut(&stream) {
+                    call.window += increment;
+                    self.send_pending(stream);
+                }
+            }
+            CONTINUATION => return Err(connection_error("CONTINUATION without HEADERS")),
+            // PRIORITY and unknown frame types are ignored (RFC 9113 §4.1, §5.3.2).
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_settings(&mut self, payload: &[u8]) -> Result<(), String> {
+        if !payload.len().is_multiple_of(6) {
+            return Err(connection_error("SETTINGS of a wrong size"));
+        }
+        for setting in payload.chunks_exact(6) {
+            let id = u16::from_be_bytes([setting[0], setting[1]]);
+            let value = u32::from_be_bytes([setting[2], setting[3], setting[4], setting[5]]);
+            match id {
+                SETTINGS_MAX_CONCURRENT_STREAMS => {
+                    self.max_streams = usize::try_from(value).unwrap_or(usize::MAX);
+                    // A raised limit lets waiting calls in.
+                    self.to_wake.append(&mut self.waiting);
+                }
+                SETTINGS_INITIAL_WINDOW_SIZE => {
+                    if value > MAX_WINDOW {
+                        return Err(connection_error("an initial window over 2^31-1"));
+                    }
+                    let delta = i64::from(value) - self.initial_window;
+                    self.initial_window = i64::from(value);
+                    for call in self.calls.values_mut() {
+                        call.window += delta;
+                    }
+                    self.send_all_pending();
+                }
+                SETTINGS_MAX_FRAME_SIZE => {
+                    if !(16_384..=16_777_215).contains(&value) {
+                        return Err(connection_error(format!("a max frame size of {value}")));
+                    }
+                    self.max_frame = value as usize;
+                }
+                // Our header blocks never index, so the peer's table size does not bind us.
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn on_header_block(
+        &mut self,
+        stream: u32,
+        block: &[u8],
+        end_stream: bool,
+    ) -> Result<(), String> {
+        // Every block is decoded, even one for a call given up, to keep the HPACK table in step.
+        let mut status: Option<u16> = None;
+        let mut grpc_status: Option<Vec<u8>> = None;
+        let mut grpc_message: Option<Vec<u8>> = None;
+        self.decoder
+            .decode_with_cb(block, |name, value| match &*name {
+                b":status" => {
+                    status = std::str::from_utf8(&value)
+                        .ok()
+                        .and_then(|s| s.parse().ok());
+                }
+                b"grpc-status" => grpc_status = Some(value.into_owned()),
+                b"grpc-message" => grpc_message = Some(value.into_owned()),
+                _ => {}
+            })
+            .map_err(|e| connection_error(format!("HPACK: {e:?}")))?;
+        let Some(call) = self.calls.get_mut(&stream) else {
+            return Ok(());
+        };
+        if call.outcome.is_some() {
+            return Ok(());
+        }
+        if !call.headers_seen {
+            match status {
+                Some(200) => call.headers_seen = true,
+                other => {
+                    let status = other.map_or("none".to_string(), |s| s.to_string());
+                    self.finish(
+                        stream,
+                        Err(Status::unknown(format!(
+                            "HTTP status {status} instead of a gRPC response"
+                        ))),
+                    );
+                    self.cancel_stream_if_open(stream, end_stream);
+                    return Ok(());
+                }
+            }
+            if !end_stream {
+                return Ok(());
+            }
+            // Trailers-only: the outcome (an error) is in these headers.
+        } else if !end_stream {
+            return Ok(());
+        }
+        let outcome = match grpc_status.as_deref() {
+            Some(b"0") => {
+                let body = call.take_body();
+                super::h2_connection::message_of(body)
+            }
+            Some(code) => Err(status_of(code, grpc_message.as_deref())),
+            None => Err(Status::internal("response without grpc-status")),
+        };
+        self.finish(stream, outcome);
+        Ok(())
+    }
+
+    fn cancel_stream_if_open(&mut self, stream: u32, ended: bool) {
+        if !ended && self.closed.is_none() {
+            frame_header(&mut self.out, 4, RST_STREAM, 0, stream);
+            self.out.put_u32(CANCEL);
+        }
+    }
+
+    fn on_data(&mut self, stream: u32, data: Bytes, end_stream: bool) {
+        let Some(call) = self.calls.get_mut(&stream) else {
+            return;
+        };
+        if call.outcome.is_some() {
+            return;
+        }
+        if !call.headers_seen {
+            self.finish(
+                stream,
+                Err(Status::internal("DATA before the response headers")),
+            );
+            self.cancel_stream_if_open(stream, end_stream);
+            return;
+        }
+        if !data.is_empty() {
+            match &call.first {
+                None if call.more.is_empty() => call.first = Some(data),
+                _ => {
+                    if call.more.is_empty()
+                        && let Some(first) = call.first.take()
+                    {
+                        call.more.put_slice(&first);
+                    }
+                    call.more.put_slice(&data);
+                }
+            }
+        }
+        if call.body_len() > super::h2_connection::MAX_MESSAGE + 5 {
+            self.finish(
+                stream,
+                Err(Status::out_of_range(format!(
+                    "response larger than {} bytes",
+                    super::h2_connection::MAX_MESSAGE
+                ))),
+            );
+            self.cancel_stream_if_open(stream, end_stream);
+            return;
+        }
+        if end_stream {
+            self.finish(
+                stream,
+                Err(Status::internal("response without grpc-status")),
+            );
+        }
+    }
+}
+
+fn unpad(mut payload: Bytes, flags: u8) -> Result<Bytes, String> {
+    if flags & PADDED == 0 {
+        return Ok(payload);
+    }
+    if payload.is_empty() {
+        return Err(connection_error("a padded frame without its pad length"));
+    }
+    let pad = usize::from(payload[0]);
+    payload.advance(1);
+    if pad > payload.len() {
+        return Err(connection_error("padding longer than the frame"));
+    }
+    payload.truncate(payload.len() - pad);
+    Ok(payload)
+}
+
+fn status_of(code: &[u8], message: Option<&[u8]>) -> Status {
+    let mut headers = http::HeaderMap::new();
+    if let Ok(code) = http::HeaderValue::from_bytes(code) {
+        headers.insert("grpc-status", code);
+    }
+    if let Some(message) = message.and_then(|m| http::HeaderValue::from_bytes(m).ok()) {
+        headers.insert("grpc-message", message);
+    }
+    Status::from_header_map(&headers)
+        .unwrap_or_else(|| Status::internal("a response with an unreadable grpc-status"))
+}
+
+fn error_code_name(code: u32) -> String {
+    let name = match code {
+        0x0 => "NO_ERROR",
+        0x1 => "PROTOCOL_ERROR",
+        0x2 => "INTERNAL_ERROR",
+        0x3 => "FLOW_CONTROL_ERROR",
+        0x5 => "STREAM_CLOSED",
+        0x6 => "FRAME_SIZE_ERROR",
+        0x7 => "REFUSED_STREAM",
+        0x8 => "CANCEL",
+        0x9 => "COMPRESSION_ERROR",
+        0xb => "ENHANCE_YOUR_CALM",
+        _ => return format!("error code {code:#x}"),
+    };
+    name.into()
+}
+
+/// A lean HTTP/2 connection for unary gRPC calls. Callers write their own requests; a
+/// connection task reads responses (and writes what a caller could not: a full socket buffer,
+/// acknowledgements). Clones share the connection; it ends when the last is dropped.
+#[derive(Clone)]
+pub struct UnaryConnection {
+    shared: Arc<Shared>,
+    _stop: Arc<StopOnDrop>,
+}
+
+struct Shared {
+    address: String,
+    state: Mutex<State>,
+    write: OwnedWriteHalf,
+    /// The connection task has bytes to write that a caller could not.
+    flush: Notify,
+    stop: Notify,
+}
+
+struct StopOnDrop(Arc<Shared>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop.notify_one();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes what the socket takes now of `state.out`; the connection task is asked to write
+    /// the rest when the socket can take it.
+    fn write_out(&self, state: &mut State) {
+        while !state.out.is_empty() {
+            match self.write.try_write(&state.out) {
+                Ok(n) => state.out.advance(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.flush.notify_one();
+                    return;
+                }
+                Err(e) => {
+                    let why = format!("{}: writing: {e}", self.address);
+                    state.out.clear();
+                    state.close(&why);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Wakes what `state` collected, after its lock is released.
+    fn wake(wakers: Vec<Waker>) {
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+}
+
+impl UnaryConnection {
+    /// Starts HTTP/2 on a connected socket (`authority`: the server's host:port) and spawns the
+    /// connection task on the current runtime.
+    pub fn start(tcp: TcpStream, authority: &str) -> Self {
+        let (read, write) = tcp.into_split();
+        let shared = Arc::new(Shared {
+            address: authority.to_string(),
+            state: Mutex::new(State::new(authority)),
+            write,
+            flush: Notify::new(),
+            stop: Notify::new(),
+        });
+        {
+            let mut state = shared.lock();
+            shared.write_out(&mut state);
+        }
+        tokio::spawn(drive(shared.clone(), read));
+        Self {
+            _stop: Arc::new(StopOnDrop(shared.clone())),
+            shared,
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        let state = self.shared.lock();
+        !state.accepts_calls()
+    }
+
+    /// One unary call: `path` is the gRPC method's, `message` the framed request message. The
+    /// outer error means nothing was sent (this connection takes no new calls: why); the inner
+    /// one is the call's outcome.
+    pub async fn call(&self, path: &str, message: Bytes) -> Result<Result<Bytes, Status>, String> {
+        let id = std::future::poll_fn(|cx| {
+            let mut state = self.shared.lock();
+            let opened = state.open(path, &message, cx);
+            if opened.is_ready() {
+                self.shared.write_out(&mut state);
+            }
+            let wakers = std::mem::take(&mut state.to_wake);
+            drop(state);
+            Shared::wake(wakers);
+            opened
+        })
+        .await?;
+        Ok(PendingCall {
+            shared: &self.shared,
+            id,
+            done: false,
+        }
+        .await)
+    }
+}
+
+/// A call's response to come; dropping it before cancels the stream.
+struct PendingCall<'a> {
+    shared: &'a Shared,
+    id: u32,
+    done: bool,
+}
+
+impl Future for PendingCall<'_> {
+    type Output = Result<Bytes, Status>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.shared.lock();
+        let polled = state.poll_call(self.id, cx);
+        let wakers = std::mem::take(&mut state.to_wake);
+        drop(state);
+        Shared::wake(wakers);
+        if polled.is_ready() {
+            self.done = true;
+        }
+        polled
+    }
+}
+
+impl Drop for PendingCall<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut state = self.shared.lock();
+        state.cancel(self.id);
+        self.shared.write_out(&mut state);
+        let wakers = std::mem::take(&mut state.to_wake);
+        drop(state);
+        Shared::wake(wakers);
+    }
+}
+
+/// The connection task: reads and handles frames, writes what callers left, until the socket
+/// ends, the peer breaks the protocol, or the last handle is dropped.
+async fn drive(shared: Arc<Shared>, mut read: OwnedReadHalf) {
+    let mut input = BytesMut::with_capacity(64 << 10);
+    let why = loop {
+        let must_write = !shared.lock().out.is_empty();
+        tokio::select! {
+            biased;
+            () = shared.stop.notified() => break "the connection was closed by the worker".to_string(),
+            read = read.read_buf(&mut input) => match read {
+                Ok(0) => break format!("{}: the server closed the connection", shared.address),
+                Ok(_) => {
+                    let mut state = shared.lock();
+                    if let Err(e) = state.receive(&mut input) {
+                        let why = format!("{}: {e}", shared.address);
+                        state.close(&why);
+                        break why;
+                    }
+                    shared.write_out(&mut state);
+                    let wakers = std::mem::take(&mut state.to_wake);
+                    drop(state);
+                    Shared::wake(wakers);
+                    if input.capacity() - input.len() < 4096 {
+                        input.reserve(64 << 10);
+                    }
+                }
+                Err(e) => break format!("{}: reading: {e}", shared.address),
+            },
+            writable = shared.write.writable(), if must_write => {
+                if let Err(e) = writable {
+                    break format!("{}: writing: {e}", shared.address);
+                }
+                let mut state = shared.lock();
+                shared.write_out(&mut state);
+            }
+            () = shared.flush.notified() => {}
+        }
+    };
+    let mut state = shared.lock();
+    state.close(&why);
+    let wakers = std::mem::take(&mut state.to_wake);
+    drop(state);
+    Shared::wake(wakers);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct CountingWaker(AtomicUsize);
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn waker() -> (Arc<CountingWaker>, Waker) {
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        (counter.clone(), Waker::from(counter))
+    }
+
+    /// A frame as the server would send it.
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        frame_header(&mut out, payload.len(), kind, flags, stream);
+        out.put_slice(payload);
+        out.to_vec()
+    }
+
+    /// The frames in `out` as (kind, flags, stream, payload).
+    fn frames(mut out: BytesMut) -> Vec<(u8, u8, u32, Bytes)> {
+        let mut all = Vec::new();
+        if out.starts_with(PREFACE) {
+            out.advance(PREFACE.len());
+        }
+        while !out.is_empty() {
+            let len =
+                (usize::from(out[0]) << 16) | (usize::from(out[1]) << 8) | usize::from(out[2]);
+            let mut f = out.split_to(9 + len).freeze();
+            let (kind, flags) = (f[3], f[4]);
+            let stream = u32::from_be_bytes([f[5], f[6], f[7], f[8]]);
+            f.advance(9);
+            all.push((kind, flags, stream, f));
+        }
+        all
+    }
+
+    /// A server's side of the header compression: with indexing, so later blocks refer to
+    /// the dynamic table.
+    struct Server(loona_hpack::Encoder<'static>);
+    impl Server {
+        fn new() -> Self {
+            Self(loona_hpack::Encoder::new())
+        }
+        fn headers(&mut self, stream: u32, fields: &[(&str, &str)], end_stream: bool) -> Vec<u8> {
+            let block = self
+                .0
+                .encode(fields.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
+            let flags = END_HEADERS | if end_stream { END_STREAM } else { 0 };
+            frame(HEADERS, flags, stream, &block)
+        }
+        /// A whole successful response carrying `message` (already gRPC-framed).
+        fn ok(&mut self, stream: u32, message: &[u8]) -> Vec<u8> {
+            let mut bytes = self.headers(
+                stream,
+                &[(":status", "200"), ("content-type", "application/grpc")],
+                false,
+            );
+            bytes.extend(frame(DATA, 0, stream, message));
+            bytes.extend(self.headers(stream, &[("grpc-status", "0")], true));
+            bytes
+        }
+    }
+
+    fn grpc_frame(message: &[u8]) -> Bytes {
+        let mut out = BytesMut::new();
+        out.put_u8(0);
+        out.put_u32(message.len() as u32);
+        out.put_slice(message);
+        out.freeze()
+    }
+
+    fn feed(state: &mut State, bytes: &[u8]) -> Result<(), String> {
+        let mut input = BytesMut::from(bytes);
+        state.receive(&mut input)?;
+        assert!(input.is_empty(), "a partial frame left");
+        Ok(())
+    }
+
+    /// A connection past the server's (empty) SETTINGS, with nothing left to write.
+    fn connected() -> State {
+        let mut state = State::new("server:1");
+        feed(&mut state, &frame(SETTINGS, 0, 0, &[])).unwrap();
+        state.out.clear();
+        state
+    }
+
+    fn open(state: &mut State, message: &Bytes) -> u32 {
+        let (_, w) = waker();
+        match state.open(
+            "/inference.GRPCInferenceService/ModelInfer",
+            message,
+            &mut Context::from_waker(&w),
+        ) {
+            Poll::Ready(Ok(id)) => id,
+            other => panic!("open: {other:?}"),
+        }
+    }
+
+    fn answer(state: &mut State, id: u32) -> Bytes {
+        match poll(state, id) {
+            Poll::Ready(Ok(message)) => message,
+            other => panic!("call {id}: {other:?}"),
+        }
+    }
+
+    fn poll(state: &mut State, id: u32) -> Poll<Result<Bytes, Status>> {
+        let (_, w) = waker();
+        state.poll_call(id, &mut Context::from_waker(&w))
+    }
+
+    #[test]
+    fn a_call_leaves_as_preface_settings_headers_and_data_that_an_hpack_decoder_reads_back() {
+        let mut state = State::new("127.0.0.1:8001");
+        let message = grpc_frame(b"request");
+        // No stream opens before the server's SETTINGS (its limits are unknown until then).
+        let (woken, w) = waker();
+        let early = state.open("/p", &message, &mut Context::from_waker(&w));
+        assert!(early.is_pending());
+        let mut settings = Vec::new();
+        settings.extend_from_slice(&SETTINGS_MAX_CONCURRENT_STREAMS.to_be_bytes());
+        settings.extend_from_slice(&100u32.to_be_bytes());
+        feed(&mut state, &frame(SETTINGS, 0, 0, &settings)).unwrap();
+        for waker in std::mem::take(&mut state.to_wake) {
+            waker.wake();
+        }
+        assert_eq!(
+            woken.0.load(Ordering::SeqCst),
+            1,
+            "SETTINGS let the waiting call in"
+        );
+        let id = open(&mut state, &message);
+        assert_eq!(id, 1);
+        let out = std::mem::take(&mut state.out);
+        assert!(out.starts_with(PREFACE));
+        let frames = frames(out);
+        let kinds: Vec<(u8, u8)> = frames.iter().map(|f| (f.0, f.1)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (SETTINGS, 0),
+                (WINDOW_UPDATE, 0),
+                (SETTINGS, ACK),
+                (HEADERS, END_HEADERS),
+                (DATA, END_STREAM)
+            ]
+        );
+        let (_, flags, stream, block) = &frames[3];
+        assert_eq!((*flags, *stream), (END_HEADERS, 1));
+        let fields = loona_hpack::Decoder::new()
+            .decode(block)
+            .expect("a valid block");
+        let fields: Vec<(String, String)> = fields
+            .into_iter()
+            .map(|(n, v)| (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap()))
+            .collect();
+        let expected = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", "/inference.GRPCInferenceService/ModelInfer"),
+            (":authority", "127.0.0.1:8001"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ];
+        assert_eq!(
+            fields,
+            expected
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .to_vec()
+        );
+        assert_eq!(frames[4], (DATA, END_STREAM, 1, message));
+        // The next call takes the next odd stream id.
+        assert_eq!(open(&mut state, &grpc_frame(b"x")), 3);
+    }
+
+    #[test]
+    fn responses_in_any_split_and_with_the_dynamic_table_give_each_call_its_message() {
+        let mut state = connected();
+        let mut server = Server::new();
+        let a = open(&mut state, &grpc_frame(b"a"));
+        let b = open(&mut state, &grpc_frame(b"b"));
+        // b answers first; the second response's headers are indexed from the first's.
+        let mut bytes = server.ok(b, &grpc_frame(b"answer b"));
+        bytes.extend(server.ok(a, &grpc_frame(b"answer a")));
+        let mut input = BytesMut::new();
+        for byte in bytes {
+            input.put_u8(byte);
+            state.receive(&mut input).expect("valid frames");
+        }
+        assert!(input.is_empty());
+        assert_eq!(answer(&mut state, a), Bytes::from_static(b"answer a"));
+        assert_eq!(answer(&mut state, b), Bytes::from_static(b"answer b"));
+    }
+
+    #[test]
+    fn a_message_in_several_padded_data_frames_comes_back_whole() {
+        let mut state = connected();
+        let mut server = Server::new();
+        let id = open(&mut state, &grpc_frame(b"q"));
+        let message = grpc_frame(b"a longer answer");
+        let mut bytes = server.headers(id, &[(":status", "200")], false);
+        let mut padded = vec![3u8];
+        padded.extend_from_slice(&message[..6]);
+        padded.extend_from_slice(&[0, 0, 0]);
+        bytes.extend(frame(DATA, PADDED, id, &padded));
+        bytes.extend(frame(DATA, 0, id, &message[6..]));
+        bytes.extend(server.headers(id, &[("grpc-status", "0")], true));
+        feed(&mut state, &bytes).unwrap();
+        assert_eq!(
+            answer(&mut state, id),
+            Bytes::from_static(b"a longer answer")
+        );
+    }
+
+    #[test]
+    fn error_statuses_trailers_only_and_http_errors_fail_the_call_with_their_reason() {
+        let mut state = connected();
+        let mut server = Server::new();
+        let trailers_only = open(&mut state, &grpc_frame(b"q"));
+        let in_trailers = open(&mut state, &grpc_frame(b"q"));
+        let http_error = open(&mut state, &grpc_frame(b"q"));
+        let no_status = open(&mut state, &grpc_frame(b"q"));
+        let mut bytes = server.headers(
+            trailers_only,
+            &[
+                (":status", "200"),
+                ("grpc-status", "5"),
+                ("grpc-message", "Request for unknown model: %27x%27"),
+            ],
+            true,
+        );
+        bytes.extend(server.headers(in_trailers, &[(":status", "200")], false));
+        bytes.extend(server.headers(
+            in_trailers,
+            &[("grpc-status", "3"), ("grpc-message", "bad input")],
+            true,
+        ));
+        bytes.extend(server.headers(http_error, &[(":status", "503")], true));
+        bytes.extend(server.headers(no_status, &[(":status", "200")], false));
+        bytes.extend(frame(DATA, END_STREAM, no_status, &grpc_frame(b"r")));
+        feed(&mut state, &bytes).unwrap();
+        let Poll::Ready(Err(status)) = poll(&mut state, trailers_only) else {
+            panic!("trailers-only is an error")
+        };
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert_eq!(status.message(), "Request for unknown model: 'x'");
+        let Poll::Ready(Err(status)) = poll(&mut state, in_trailers) else {
+            panic!("status 3 is an error")
+        };
+        assert_eq!(
+            (status.code(), status.message()),
+            (tonic::Code::InvalidArgument, "bad input")
+        );
+        let Poll::Ready(Err(status)) = poll(&mut state, http_error) else {
+            panic!("HTTP 503 is an error")
+        };
+        assert_eq!(
+            status.message(),
+            "HTTP status 503 instead of a gRPC response"
+        );
+        let Poll::Ready(Err(status)) = poll(&mut state, no_status) else {
+            panic!("a response without grpc-status is an error")
+        };
+        assert_eq!(status.message(), "response without grpc-status");
+    }
+
+    #[test]
+    fn request_bodies_wait_for_flow_control_credit_and_respect_the_frame_size() {
+        let mut state = connected();
+        // The server allows 20 bytes per stream and 16384-byte frames.
+        let mut settings = Vec::new();
+        settings.extend_from_slice(&SETTINGS_INITIAL_WINDOW_SIZE.to_be_bytes());
+        settings.extend_from_slice(&20u32.to_be_bytes());
+        feed(&mut state, &frame(SETTINGS, 0, 0, &settings)).unwrap();
+        state.out.clear();
+        let message = Bytes::from(vec![7u8; 50]);
+        let id = open(&mut state, &message);
+        let sent = frames(std::mem::take(&mut state.out));
+        assert_eq!(sent.len(), 2);
+        assert_eq!((sent[1].0, sent[1].1, sent[1].3.len()), (DATA, 0, 20));
+        // Stream credit alone is not enough while the connection's window allows more: it does
+        // (65535), so 25 more bytes go, and the last 5 wait.
+        feed(
+            &mut state,
+            &frame(WINDOW_UPDATE, 0, id, &25u32.to_be_bytes()),
+        )
+        .unwrap();
+        let sent = frames(std::mem::take(&mut state.out));
+        assert_eq!((sent[0].0, sent[0].1, sent[0].3.len()), (DATA, 0, 25));
+        // A raised initial window gives every open stream the difference.
+        let mut settings = Vec::new();
+        settings.extend_from_slice(&SETTINGS_INITIAL_WINDOW_SIZE.to_be_bytes());
+        settings.extend_from_slice(&65_535u32.to_be_bytes());
+        feed(&mut state, &frame(SETTINGS, 0, 0, &settings)).unwrap();
+        let sent = frames(std::mem::take(&mut state.out));
+        assert_eq!(
+            (sent[0].0, sent[0].1, sent[0].3.len()),
+            (DATA, END_STREAM, 5)
+        );
+        assert_eq!((sent[1].0, sent[1].1), (SETTINGS, ACK));
+        // A body over the frame size leaves in frames of at most that size.
+        let big = Bytes::from(vec![1u8; 40_000]);
+        open(&mut state, &big);
+        let sizes: Vec<usize> = frames(std::mem::take(&mut state.out))
+            .iter()
+            .filter(|f| f.0 == DATA)
+            .map(|f| f.3.len())
+            .collect();
+        assert_eq!(sizes, [16_384, 16_384, 7_232]);
+        // The connection window bounds every stream: 65535 − 50 − 40000 are left for the next.
+        let id = open(&mut state, &Bytes::from(vec![2u8; 30_000]));
+        let sent: usize = frames(std::mem::take(&mut state.out))
+            .iter()
+            .filter(|f| f.0 == DATA)
+            .map(|f| f.3.len())
+            .sum();
+        assert_eq!(sent, 65_535 - 50 - 40_000);
+        feed(
+            &mut state,
+            &frame(WINDOW_UPDATE, 0, 0, &100_000u32.to_be_bytes()),
+        )
+        .unwrap();
+        let rest = frames(std::mem::take(&mut state.out));
+        assert_eq!((rest.len(), rest[0].1, rest[0].2), (1, END_STREAM, id));
+        assert_eq!(sent + rest[0].3.len(), 30_000);
+    }
+
+    #[test]
+    fn pings_settings_and_resets_are_answered_and_goaway_fails_only_unserved_calls() {
+        let mut state = connected();
+        let mut server = Server::new();
+        let served = open(&mut state, &grpc_frame(b"q"));
+        let unserved = open(&mut state, &grpc_frame(b"q"));
+        let reset = open(&mut state, &grpc_frame(b"q"));
+        state.out.clear();
+        let mut bytes = frame(PING, 0, 0, b"12345678");
+        bytes.extend(frame(RST_STREAM, 0, reset, &0x2u32.to_be_bytes()));
+        let mut goaway = served.to_be_bytes().to_vec();
+        goaway.extend_from_slice(&0u32.to_be_bytes());
+        goaway.extend_from_slice(b"shutting down");
+        bytes.extend(frame(GOAWAY, 0, 0, &goaway));
+        feed(&mut state, &bytes).unwrap();
+        let sent = frames(std::mem::take(&mut state.out));
+        assert_eq!(sent, [(PING, ACK, 0, Bytes::from_static(b"12345678"))]);
+        let Poll::Ready(Err(status)) = poll(&mut state, reset) else {
+            panic!("a reset stream fails")
+        };
+        assert_eq!(
+            status.message(),
+            "the server reset the stream (INTERNAL_ERROR)"
+        );
+        let Poll::Ready(Err(status)) = poll(&mut state, unserved) else {
+            panic!("a stream above GOAWAY's last id fails")
+        };
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(
+            status
+                .message()
+                .contains("GOAWAY (NO_ERROR: shutting down)"),
+            "{status:?}"
+        );
+        // The served call still gets its answer; no new call opens.
+        assert!(poll(&mut state, served).is_pending());
+        feed(&mut state, &server.ok(served, &grpc_frame(b"r"))).unwrap();
+        assert_eq!(answer(&mut state, served), Bytes::from_static(b"r"));
+        let (_, w) = waker();
+        let refused = state.open("/p", &grpc_frame(b"q"), &mut Context::from_waker(&w));
+        assert!(matches!(refused, Poll::Ready(Err(why)) if why.contains("GOAWAY")));
+    }
+
+    #[test]
+    fn the_peers_stream_limit_holds_calls_back_until_one_ends_and_a_given_up_call_is_reset() {
+        let mut state = connected();
+        let mut server = Server::new();
+        let mut settings = Vec::new();
+        settings.extend_from_slice(&SETTINGS_MAX_CONCURRENT_STREAMS.to_be_bytes());
+        settings.extend_from_slice(&1u32.to_be_bytes());
+        feed(&mut state, &frame(SETTINGS, 0, 0, &settings)).unwrap();
+        let first = open(&mut state, &grpc_frame(b"q"));
+        let (woken, w) = waker();
+        let waiting = state.open("/p", &grpc_frame(b"q"), &mut Context::from_waker(&w));
+        assert!(waiting.is_pending());
+        feed(&mut state, &server.ok(first, &grpc_frame(b"r"))).unwrap();
+        assert!(poll(&mut state, first).is_ready());
+        for waker in std::mem::take(&mut state.to_wake) {
+            waker.wake();
+        }
+        assert_eq!(
+            woken.0.load(Ordering::SeqCst),
+            1,
+            "the waiting call is woken"
+        );
+        let second = open(&mut state, &grpc_frame(b"q"));
+        state.out.clear();
+        state.cancel(second);
+        let sent = frames(std::mem::take(&mut state.out));
+        assert_eq!(
+            sent,
+            [(RST_STREAM, 0, second, Bytes::from_static(&[0, 0, 0, 8]))]
+        );
+        // Its late response is still decoded (HPACK state) and dropped.
+        feed(&mut state, &server.ok(second, &grpc_frame(b"late"))).unwrap();
+    }
+
+    #[test]
+    fn broken_peers_are_connection_errors_that_fail_every_call() {
+        for (bytes, why) in [
+            (
+                frame(CONTINUATION, END_HEADERS, 1, b""),
+                "CONTINUATION without HEADERS",
+            ),
+            (frame(PUSH_PROMISE, 0, 1, &[0, 0, 0, 2]), "PUSH_PROMISE"),
+            (frame(PING, 0, 0, b"short"), "PING of a wrong size"),
+            (
+                frame(HEADERS, END_HEADERS, 1, &[0xff, 0xff, 0xff, 0xff]),
+                "HPACK",
+            ),
+            (
+                frame(DATA, PADDED, 1, &[9, 1]),
+                "padding longer than the frame",
+            ),
+        ] {
+            let mut state = connected();
+            let id = open(&mut state, &grpc_frame(b"q"));
+            let mut input = BytesMut::from(&bytes[..]);
+            let e = state.receive(&mut input).expect_err(why);
+            assert!(e.contains(why), "{e} should say {why}");
+            state.close(&e);
+            assert!(matches!(poll(&mut state, id), Poll::Ready(Err(s)) if s.message() == e));
+        }
+        // A frame over our limit is refused from its header alone.
+        let mut state = connected();
+        let mut input = BytesMut::from(&[0x20, 0, 0, DATA, 0, 0, 0, 0, 1][..]);
+        assert!(
+            state
+                .receive(&mut input)
+                .unwrap_err()
+                .contains("a frame of 2097152 bytes")
+        );
+    }
+
+    /// A peer on the h2 crate's server (an independent HTTP/2 implementation) that answers each
+    /// call with its own request message; `max_streams` is its concurrency limit. Returns its
+    /// address and a handle whose drop ends the server.
+    async fn echo_server(
+        max_streams: u32,
+        mut on_connection: impl FnMut(u32) -> bool + Send + 'static,
+    ) -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let mut served = 0;
+            loop {
+                let (socket, _) = listener.accept().await.unwrap();
+                served += 1;
+                let keep = on_connection(served);
+                let mut connection = h2::server::Builder::new()
+                    .max_concurrent_streams(max_streams)
+                    .handshake::<_, Bytes>(socket)
+                    .await
+                    .unwrap();
+                if !keep {
+                    // Graceful shutdown: GOAWAY, then the calls already taken are served.
+                    connection.graceful_shutdown();
+                }
+                tokio::spawn(async move {
+                    while let Some(Ok((request, mut respond))) = connection.accept().await {
+                        tokio::spawn(async move {
+                            let mut body = request.into_body();
+                            let mut message = BytesMut::new();
+                            while let Some(Ok(chunk)) = body.data().await {
+                                let _ = body.flow_control().release_capacity(chunk.len());
+                                message.put_slice(&chunk);
+                            }
+                            let response = http::Response::builder()
+                                .header("content-type", "application/grpc")
+                                .body(())
+                                .unwrap();
+                            let Ok(mut send) = respond.send_response(response, false) else {
+                                return;
+                            };
+                            let _ = send.send_data(message.freeze(), false);
+                            let mut trailers = http::HeaderMap::new();
+                            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                            let _ = send.send_trailers(trailers);
+                        });
+                    }
+                });
+            }
+        });
+        (address, server)
+    }
+
+    #[tokio::test]
+    async fn against_an_independent_http2_server_calls_beyond_its_stream_limit_and_windows_all_come_back()
+     {
+        let (address, _server) = echo_server(2, |_| true).await;
+        let tcp = TcpStream::connect(&address).await.unwrap();
+        let connection = UnaryConnection::start(tcp, &address);
+        // 40 calls at once on a server taking 2 streams at a time, each body 3x the default
+        // 65535-byte windows: they wait for streams and for WINDOW_UPDATEs.
+        let calls = (0..40u8).map(|i| {
+            let connection = connection.clone();
+            async move {
+                let message = grpc_frame(&vec![i; 200_000]);
+                let answer = connection
+                    .call("/echo", message)
+                    .await
+                    .expect("the connection is up");
+                (i, answer)
+            }
+        });
+        for (i, answer) in futures::future::join_all(calls).await {
+            let answer = answer.unwrap_or_else(|e| panic!("call {i}: {e:?}"));
+            assert_eq!(answer.len(), 200_000);
+            assert!(
+                answer.iter().all(|b| *b == i),
+                "call {i} got another call's answer"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_going_away_or_gone_ends_the_connection_and_says_why() {
+        // The server says GOAWAY at once: the connection takes no call.
+        let (address, _server) = echo_server(100, |_| false).await;
+        let tcp = TcpStream::connect(&address).await.unwrap();
+        let connection = UnaryConnection::start(tcp, &address);
+        let refused = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            loop {
+                match connection.call("/echo", grpc_frame(b"q")).await {
+                    Err(why) => break why,
+                    // The call raced the GOAWAY and was served: try again.
+                    Ok(Ok(_)) => tokio::task::yield_now().await,
+                    Ok(Err(status)) => break status.message().to_string(),
+                }
+            }
+        })
+        .await
+        .expect("GOAWAY is seen");
+        assert!(
+            refused.contains("GOAWAY") || refused.contains("closed"),
+            "{refused}"
+        );
+        assert!(connection.is_closed());
+
+        // A listener that accepts and closes: the call fails as unavailable, naming the server.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            drop(socket);
+        });
+        let tcp = TcpStream::connect(&address).await.unwrap();
+        let connection = UnaryConnection::start(tcp, &address);
+        let outcome = connection.call("/echo", grpc_frame(b"q")).await;
+        let why = match outcome {
+            Err(why) => why,
+            Ok(Err(status)) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable);
+                status.message().to_string()
+            }
+            Ok(Ok(_)) => panic!("a closed socket answered"),
+        };
+        assert!(why.starts_with(&address), "{why}");
+    }
+}
