@@ -5,7 +5,7 @@
 
 use super::h2_connection::{self, H2Connection};
 use super::{
-    ClientError, DecoupledSession, InferRequest, InferResponse, Prepared, Protocol,
+    ClientError, DecoupledSession, InferRequest, InferResponse, Prepared, Protocol, SentCall,
     SequenceSession, StreamEnd, StreamOutcome, StreamResponse, TritonClient,
 };
 use crate::model::{ConfigTensor, ModelConfig, ModelMetadata, SequenceBatching, TensorMetadata};
@@ -179,7 +179,14 @@ impl GrpcClient {
         frame: bytes::Bytes,
         timeout: Option<Duration>,
     ) -> Result<InferResponse, ClientError> {
-        let call = self.connection.unary(MODEL_INFER, frame);
+        Self::answer(self.connection.unary(MODEL_INFER, frame), timeout).await
+    }
+
+    /// A ModelInfer call's response within its deadline, decoded.
+    async fn answer(
+        call: impl std::future::Future<Output = Result<bytes::Bytes, tonic::Status>>,
+        timeout: Option<Duration>,
+    ) -> Result<InferResponse, ClientError> {
         let message = match timeout {
             Some(t) => tokio::time::timeout(t, call)
                 .await
@@ -413,6 +420,14 @@ impl TritonClient for GrpcClient {
             Prepared::Grpc(frame) => self.infer_frame(frame.clone(), timeout).await,
             Prepared::Http { .. } => Err(ClientError::WrongProtocol),
         }
+    }
+
+    fn send_now(&self, prepared: &Prepared, timeout: Option<Duration>) -> Option<SentCall> {
+        let Prepared::Grpc(frame) = prepared else {
+            return None;
+        };
+        let call = self.connection.try_start_unary(MODEL_INFER, frame)?;
+        Some(Box::pin(Self::answer(call, timeout)))
     }
 
     async fn sequence_session(&self) -> Result<Box<dyn SequenceSession>, ClientError> {

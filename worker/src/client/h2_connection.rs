@@ -24,7 +24,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tonic::Status;
 
-use super::unary_h2::UnaryConnection;
+use super::unary_h2::{StartedCall, UnaryConnection};
 
 /// Our receive windows: a response (an image batch's outputs, a model config) never waits for
 /// a WINDOW_UPDATE round trip.
@@ -189,16 +189,24 @@ impl H2Connection {
         }
     }
 
+    /// A unary call sent now, from any thread, without waiting (see
+    /// [`UnaryConnection::try_start`]); `None` when it cannot leave at once, also before the
+    /// first [`Self::unary`] call made the connection.
+    pub fn try_start_unary(&self, path: &str, frame: &Bytes) -> Option<StartedCall> {
+        self.live_unary()?.try_start(path, frame)
+    }
+
+    fn live_unary(&self) -> Option<UnaryConnection> {
+        let current = self.inner.unary.lock().unwrap_or_else(|e| e.into_inner());
+        current.as_ref().filter(|c| !c.is_closed()).cloned()
+    }
+
     async fn unary_connection(&self) -> Result<UnaryConnection, Status> {
-        let live = |inner: &Inner| {
-            let current = inner.unary.lock().unwrap_or_else(|e| e.into_inner());
-            current.as_ref().filter(|c| !c.is_closed()).cloned()
-        };
-        if let Some(connection) = live(&self.inner) {
+        if let Some(connection) = self.live_unary() {
             return Ok(connection);
         }
         let _connecting = self.inner.connecting.lock().await;
-        if let Some(connection) = live(&self.inner) {
+        if let Some(connection) = self.live_unary() {
             return Ok(connection);
         }
         let tcp = tcp_connect(&self.inner.address).await?;

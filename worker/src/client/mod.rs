@@ -113,6 +113,10 @@ pub(crate) fn with_causes(
     message
 }
 
+/// A request already sent ([`TritonClient::send_now`]): its response to come.
+pub type SentCall =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, ClientError>> + Send>>;
+
 /// A client for one Triton server.
 #[async_trait::async_trait]
 pub trait TritonClient: Send + Sync {
@@ -144,6 +148,12 @@ pub trait TritonClient: Send + Sync {
         prepared: &Prepared,
         timeout: Option<Duration>,
     ) -> Result<InferResponse, ClientError>;
+    /// Sends a prepared request now, from any thread, without waiting: the returned future is
+    /// its response (the deadline runs from now). `None` when this client cannot (HTTP, no
+    /// connection made yet, the server's stream limit reached): use `infer_prepared`.
+    fn send_now(&self, _prepared: &Prepared, _timeout: Option<Duration>) -> Option<SentCall> {
+        None
+    }
     async fn infer(&self, request: &InferRequest) -> Result<InferResponse, ClientError> {
         let prepared = self.prepare(request)?;
         self.infer_prepared(&prepared, request.timeout).await

@@ -239,6 +239,11 @@ impl State {
         self.closed.is_some()
     }
 
+    /// Whether a call opened now would leave at once (no wait for SETTINGS or a stream).
+    fn opens_now(&self) -> bool {
+        self.accepts_calls() && self.settings_seen && self.calls.len() < self.max_streams
+    }
+
     /// Whether a new call may open a stream now.
     fn accepts_calls(&self) -> bool {
         self.closed.is_none() && self.goaway.is_none() && self.next_stream <= LAST_STREAM_ID
@@ -875,23 +880,46 @@ impl UnaryConnection {
             opened
         })
         .await?;
-        Ok(PendingCall {
-            shared: &self.shared,
+        Ok(StartedCall {
+            shared: self.shared.clone(),
             id,
             done: false,
         }
         .await)
     }
+
+    /// Sends a call now, from any thread, without waiting: `None` when it cannot leave at once
+    /// (the connection is closed or new, or the server's stream limit is reached).
+    pub fn try_start(&self, path: &str, message: &Bytes) -> Option<StartedCall> {
+        let mut state = self.shared.lock();
+        if !state.opens_now() {
+            return None;
+        }
+        let Poll::Ready(Ok(id)) =
+            state.open(path, message, &mut Context::from_waker(Waker::noop()))
+        else {
+            return None;
+        };
+        self.shared.write_out(&mut state);
+        let wakers = std::mem::take(&mut state.to_wake);
+        drop(state);
+        Shared::wake(wakers);
+        Some(StartedCall {
+            shared: self.shared.clone(),
+            id,
+            done: false,
+        })
+    }
 }
 
-/// A call's response to come; dropping it before cancels the stream.
-struct PendingCall<'a> {
-    shared: &'a Shared,
+/// A call on the wire: its response to come. Dropping it before cancels the stream.
+pub struct StartedCall {
+    shared: Arc<Shared>,
     id: u32,
     done: bool,
 }
 
-impl Future for PendingCall<'_> {
+impl Future for StartedCall {
     type Output = Result<Bytes, Status>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -907,7 +935,7 @@ impl Future for PendingCall<'_> {
     }
 }
 
-impl Drop for PendingCall<'_> {
+impl Drop for StartedCall {
     fn drop(&mut self) {
         if self.done {
             return;
@@ -1492,6 +1520,48 @@ mod tests {
                 answer.iter().all(|b| *b == i),
                 "call {i} got another call's answer"
             );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_started_from_a_plain_thread_leave_at_once_or_not_at_all_and_come_back_whole() {
+        let (address, _server) = echo_server(2, |_| true).await;
+        let tcp = TcpStream::connect(&address).await.unwrap();
+        let connection = UnaryConnection::start(tcp, &address);
+        // Before the server's SETTINGS nothing may leave at once.
+        assert!(
+            connection
+                .try_start("/echo", &grpc_frame(b"early"))
+                .is_none()
+        );
+        let first = connection.call("/echo", grpc_frame(b"first")).await;
+        assert_eq!(&first.unwrap().unwrap()[..], b"first");
+        // From a thread outside the runtime (the open loop's pacer): two streams are allowed,
+        // the third call cannot leave at once; bodies beyond the 65535-byte window follow as
+        // the server's WINDOW_UPDATEs come.
+        let on_thread = connection.clone();
+        let (started, refused) = std::thread::spawn(move || {
+            let started: Vec<_> = (1..=2u8)
+                .map(|i| {
+                    let call = on_thread.try_start("/echo", &grpc_frame(&vec![i; 200_000]));
+                    (i, call.expect("a free stream"))
+                })
+                .collect();
+            let refused = on_thread.try_start("/echo", &grpc_frame(b"third"));
+            (started, refused.is_none())
+        })
+        .join()
+        .unwrap();
+        assert!(
+            refused,
+            "a third stream left beyond the server's limit of 2"
+        );
+        for (i, call) in started {
+            let answer = tokio::time::timeout(std::time::Duration::from_secs(10), call)
+                .await
+                .unwrap_or_else(|_| panic!("call {i} never came back"))
+                .unwrap();
+            assert!(answer.len() == 200_000 && answer.iter().all(|b| *b == i));
         }
     }
 

@@ -356,7 +356,7 @@ pub async fn drive(
                 )
             })?;
             let sent = std::sync::atomic::AtomicU64::new(0);
-            let send = |i: u64, intended: tokio::time::Instant| {
+            let send = |i: u64, intended: tokio::time::Instant, _: Option<()>| {
                 let idx = (i % requests.len() as u64) as usize;
                 let request = &requests[idx].request;
                 sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -395,8 +395,13 @@ pub async fn drive(
                     None,
                 ),
             };
-            let result =
-                super::open_loop(times, Some(end), || false, env.cancel, tally, send, done).await;
+            // A stream opens from the runtime: nothing leaves from the pacer's thread.
+            let schedule = super::OpenLoop {
+                times: Box::new(times),
+                until: Some(end),
+                send_now: None,
+            };
+            let result = super::open_loop(schedule, || false, env.cancel, tally, send, done).await;
             env.settings
                 .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
             result

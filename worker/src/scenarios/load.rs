@@ -6,7 +6,9 @@
 //! with the `Infer` scenario, which sends any model's requests the same way.
 
 use super::{Failure, LoadMode, Outcome, TestEnv};
-use crate::client::{ClientError, InferRequest, InferResponse, Prepared, RequestedOutput};
+use crate::client::{
+    ClientError, InferRequest, InferResponse, Prepared, RequestedOutput, SentCall,
+};
 use crate::tensor::Tensor;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -158,14 +160,24 @@ pub async fn drive(
                 .send_times(&load.mode)
                 .ok_or_else(|| Failure::new(&env.model, "the open loop's schedule", "none"))?;
             let sent = std::sync::atomic::AtomicU64::new(0);
-            let send = |i: u64, intended: tokio::time::Instant| {
+            let send = |i: u64, intended: tokio::time::Instant, call: Option<SentCall>| {
                 let idx = (i % prepared.len() as u64) as usize;
                 sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 async move {
-                    let r = env.client.infer_prepared(&prepared[idx], timeout).await;
+                    let r = match call {
+                        Some(call) => call.await,
+                        None => env.client.infer_prepared(&prepared[idx], timeout).await,
+                    };
                     // Taken here, as the answer arrives, from the intended send time.
                     (intended.elapsed(), idx, r)
                 }
+            };
+            let send_now: super::SendNow<SentCall> = {
+                let client = env.client.clone();
+                let prepared = prepared.to_vec();
+                Box::new(move |i| {
+                    client.send_now(&prepared[(i % prepared.len() as u64) as usize], timeout)
+                })
             };
             let finish = |(latency, idx, r): (Duration, usize, Result<_, _>)| {
                 env.stats.request(
@@ -206,8 +218,12 @@ pub async fn drive(
                         .request(env.scenario, &env.model, env.client.address(), None)
                 }
             };
-            let result =
-                super::open_loop(times, until, changed, env.cancel, tally, send, finish).await;
+            let schedule = super::OpenLoop {
+                times: Box::new(times),
+                until,
+                send_now: Some(send_now),
+            };
+            let result = super::open_loop(schedule, changed, env.cancel, tally, send, finish).await;
             env.settings
                 .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
             result

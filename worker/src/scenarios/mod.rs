@@ -260,33 +260,60 @@ impl Settings {
     }
 }
 
-/// Open loop: request `i` leaves at its intended time, `start` plus the schedule's `i`th offset,
-/// until the schedule ends, `until` comes, `changed()` says so (checked at each send and every
-/// [`CHANGE_CHECK`]) or cancellation. `send(i, intended)` makes each request's future;
-/// `finish` takes each result as it arrives, and its first error ends the loop. Each send's
-/// lateness (the time it was handed to the runtime minus its intended time) goes to `tally`,
-/// so client lag is measured, not hidden in the latency. On cancellation (SIGTERM) the
-/// requests in flight get [`CANCEL_DRAIN`] to finish; those still unanswered then (a black
-/// hole, a hung server) are tallied as abandoned, so the worker stops and flushes its records
-/// in time instead of waiting for their deadlines. The intended times come
-/// from a [`Pacer`] thread, which keeps them to the microsecond where the runtime's timer
-/// keeps them to the millisecond. Beyond [`MAX_IN_FLIGHT`] requests in flight the client
-/// itself is the bottleneck: it waits, and the lateness shows by how much.
-pub async fn open_loop<T, F>(
-    times: impl Iterator<Item = Duration> + Send + 'static,
-    until: Option<std::time::Instant>,
+/// An open loop's schedule, and how a request may leave from the pacer's thread.
+pub struct OpenLoop<P> {
+    /// Send times, as offsets from the loop's start.
+    pub times: Box<dyn Iterator<Item = Duration> + Send>,
+    /// No send at or after this.
+    pub until: Option<Instant>,
+    /// Sends request `i` at once, called on the [`Pacer`]'s thread at its intended time: such
+    /// a send skips the runtime's wake-up, the larger part of an open loop's lateness. It
+    /// returns the call on the wire, or None when the request cannot leave at once (`send`
+    /// then sends it from the runtime).
+    pub send_now: Option<SendNow<P>>,
+}
+
+/// See [`OpenLoop::send_now`].
+pub type SendNow<P> = Box<dyn FnMut(u64) -> Option<P> + Send>;
+
+/// Open loop: request `i` leaves at its intended time, the loop's start plus the schedule's
+/// `i`th offset, until the schedule ends, `until` comes, `changed()` says so (checked at each
+/// send and every [`CHANGE_CHECK`]) or cancellation. Each request is sent by the pacer's
+/// thread (`send_now`) where it can be, else by `send(i, intended, None)`; `send(i, intended,
+/// Some(call))` takes a call already sent. `finish` takes each result as it arrives, and its
+/// first error ends the loop. Each send's lateness (the time it left, or was handed to the
+/// runtime, minus its intended time) goes to `tally`, so client lag is measured, not hidden in
+/// the latency. A request the pacer sent is always finished or tallied, also when the loop
+/// stops. On cancellation (SIGTERM) the requests in flight get [`CANCEL_DRAIN`] to finish;
+/// those still unanswered then (a black hole, a hung server) are tallied as abandoned, so the
+/// worker stops and flushes its records in time instead of waiting for their deadlines. The
+/// intended times come from a [`Pacer`] thread, which keeps them to the microsecond where the
+/// runtime's timer keeps them to the millisecond. Beyond [`MAX_IN_FLIGHT`] requests in flight
+/// the client itself is the bottleneck: it waits, and the lateness shows by how much.
+pub async fn open_loop<P, T, F>(
+    schedule: OpenLoop<P>,
     changed: impl Fn() -> bool,
     cancel: &CancellationToken,
     tally: impl Fn(Tally),
-    mut send: impl FnMut(u64, tokio::time::Instant) -> F,
+    mut send: impl FnMut(u64, tokio::time::Instant, Option<P>) -> F,
     mut finish: impl FnMut(T) -> Result<(), Failure>,
 ) -> Result<(), Failure>
 where
+    P: Send + 'static,
     F: std::future::Future<Output = T>,
 {
     use futures::StreamExt;
-    let mut pacer = Pacer::start(times, std::time::Instant::now(), until);
+    let mut pacer = Pacer::start(schedule, Instant::now());
     let mut in_flight = futures::stream::FuturesUnordered::new();
+    let mut launch = |tick: Tick<P>| {
+        let late = match &tick.sent {
+            Some((_, at)) => at.saturating_duration_since(tick.intended),
+            None => tick.intended.elapsed(),
+        };
+        tally(Tally::Lateness(late));
+        let intended = tokio::time::Instant::from_std(tick.intended);
+        send(tick.index, intended, tick.sent.map(|(call, _)| call))
+    };
     let mut check = tokio::time::interval(CHANGE_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -296,18 +323,25 @@ where
             biased;
             _ = cancel.cancelled() => break,
             tick = pacer.next(), if in_flight.len() < MAX_IN_FLIGHT => {
-                let Some((i, intended)) = tick else { break };
-                if changed() {
+                let Some(tick) = tick else { break };
+                let stop = changed();
+                if tick.sent.is_some() || !stop {
+                    in_flight.push(launch(tick));
+                }
+                if stop {
                     break;
                 }
-                tally(Tally::Lateness(intended.elapsed()));
-                in_flight.push(send(i, tokio::time::Instant::from_std(intended)));
             }
             Some(done) = in_flight.next(), if !in_flight.is_empty() => finish(done)?,
             _ = check.tick() => if changed() { break },
         }
     }
-    drop(pacer);
+    // What the pacer sent before it saw the stop is on the wire: it is finished like the rest.
+    for tick in pacer.stop().await {
+        if tick.sent.is_some() {
+            in_flight.push(launch(tick));
+        }
+    }
     let drain_until = cancel
         .is_cancelled()
         .then(|| tokio::time::Instant::now() + CANCEL_DRAIN);
@@ -346,37 +380,58 @@ pub const CANCEL_DRAIN: Duration = Duration::from_secs(1);
 const CHANGE_CHECK: Duration = Duration::from_millis(100);
 
 /// Intended send times kept to the microsecond: a thread sleeps until each (with the
-/// kernel's timer slack cut from 50 µs to 1 µs) and hands it to the runtime, whose own timer
-/// rounds to a millisecond. At most [`PACER_QUEUE`] times wait to be taken: a runtime that
-/// falls behind stops the pacer, and the sends it then makes are late (and counted so).
-pub struct Pacer {
-    ticks: tokio::sync::mpsc::Receiver<(u64, std::time::Instant)>,
+/// kernel's timer slack cut from 50 µs to 1 µs), sends the request there when it can
+/// ([`OpenLoop::send_now`]) and hands the tick to the runtime, whose own timer rounds to a
+/// millisecond. At most [`PACER_QUEUE`] ticks wait to be taken: a runtime that falls behind
+/// stops the pacer, and the sends it then makes are late (and counted so).
+pub struct Pacer<P> {
+    ticks: tokio::sync::mpsc::Receiver<Tick<P>>,
     stop: Arc<AtomicBool>,
+}
+
+/// One send of an open loop.
+pub struct Tick<P> {
+    pub index: u64,
+    pub intended: Instant,
+    /// The call the pacer sent, and when it began to leave.
+    pub sent: Option<(P, Instant)>,
 }
 
 /// Send times a pacer hands over ahead of the runtime taking them.
 const PACER_QUEUE: usize = 64;
 
-impl Pacer {
-    /// Starts pacing `times` (offsets from `start`), ending at `until` or the schedule's end.
-    pub fn start(
-        times: impl Iterator<Item = Duration> + Send + 'static,
-        start: std::time::Instant,
-        until: Option<std::time::Instant>,
-    ) -> Self {
+impl<P: Send + 'static> Pacer<P> {
+    /// Starts pacing `schedule` from `start`.
+    pub fn start(schedule: OpenLoop<P>, start: Instant) -> Self {
         let (tx, ticks) = tokio::sync::mpsc::channel(PACER_QUEUE);
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
+        let OpenLoop {
+            times,
+            until,
+            mut send_now,
+        } = schedule;
         let pace = move || {
             precise_timer_slack();
-            for (i, offset) in (0u64..).zip(times) {
+            for (index, offset) in (0u64..).zip(times) {
                 let Some(intended) = start.checked_add(offset) else {
                     break;
                 };
                 if until.is_some_and(|u| intended >= u) || !sleep_until(intended, &stopped) {
                     break;
                 }
-                if tx.blocking_send((i, intended)).is_err() {
+                // Lateness counts to the start of the send, as at the runtime's pickup.
+                let leaving = Instant::now();
+                let sent = send_now
+                    .as_mut()
+                    .and_then(|send| send(index))
+                    .map(|call| (call, leaving));
+                let tick = Tick {
+                    index,
+                    intended,
+                    sent,
+                };
+                if tx.blocking_send(tick).is_err() {
                     break;
                 }
             }
@@ -388,13 +443,24 @@ impl Pacer {
         Self { ticks, stop }
     }
 
-    /// The next send: its index and intended time (None: the schedule is over).
-    pub async fn next(&mut self) -> Option<(u64, std::time::Instant)> {
+    /// The next send (None: the schedule is over).
+    pub async fn next(&mut self) -> Option<Tick<P>> {
         self.ticks.recv().await
+    }
+
+    /// Stops the pacer; the ticks it still handed over (their requests may be on the wire).
+    /// Returns within one [`PACER_SLICE`].
+    pub async fn stop(mut self) -> Vec<Tick<P>> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut rest = Vec::new();
+        while let Some(tick) = self.ticks.recv().await {
+            rest.push(tick);
+        }
+        rest
     }
 }
 
-impl Drop for Pacer {
+impl<P> Drop for Pacer<P> {
     fn drop(&mut self) {
         // The thread sees either flag within one sleep slice and ends; nothing waits for it.
         self.stop.store(true, Ordering::Relaxed);
@@ -402,8 +468,9 @@ impl Drop for Pacer {
     }
 }
 
-/// Sleeps until `deadline` in slices, so a stop is seen within [`PACER_SLICE`]; false if
-/// stopped.
+/// Sleeps until `deadline` in slices, so a stop is seen within [`PACER_SLICE`], and spins
+/// its last [`PACER_SPIN`]: a sleeping thread wakes 25–50 µs late (more on a busy machine),
+/// a spinning one within a few. False if stopped.
 fn sleep_until(deadline: std::time::Instant, stop: &AtomicBool) -> bool {
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -413,9 +480,16 @@ fn sleep_until(deadline: std::time::Instant, stop: &AtomicBool) -> bool {
         if now >= deadline {
             return true;
         }
-        std::thread::sleep((deadline - now).min(PACER_SLICE));
+        match (deadline - now).checked_sub(PACER_SPIN) {
+            Some(rest) if !rest.is_zero() => std::thread::sleep(rest.min(PACER_SLICE)),
+            _ => std::hint::spin_loop(),
+        }
     }
 }
+
+/// How long before a send the pacer stops sleeping and spins: at most this much CPU per
+/// send (5% of a core at 1000 sends per second), for sends within microseconds of their time.
+const PACER_SPIN: Duration = Duration::from_micros(50);
 
 const PACER_SLICE: Duration = Duration::from_millis(20);
 
@@ -658,23 +732,44 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    /// Runs an open loop over `gaps` (microseconds), recording what was sent and finished.
-    async fn run_loop(
-        gaps: &'static [u64],
-        changed: impl Fn() -> bool,
-        cancel: &CancellationToken,
-    ) -> (Vec<u64>, Vec<u64>, usize, Result<(), Failure>) {
-        let times = gaps.iter().scan(Duration::ZERO, |at, gap| {
+    /// The send offsets of `gaps` (microseconds).
+    fn offsets(gaps: &'static [u64]) -> Box<dyn Iterator<Item = Duration> + Send> {
+        Box::new(gaps.iter().scan(Duration::ZERO, |at, gap| {
             let now = *at;
             *at += Duration::from_micros(*gap);
             Some(now)
-        });
+        }))
+    }
+
+    /// Runs an open loop over `gaps` (microseconds), recording what was sent and finished;
+    /// the pacer sends the requests `pacer_sends` picks.
+    async fn run_loop(
+        gaps: &'static [u64],
+        pacer_sends: Option<fn(u64) -> bool>,
+        changed: impl Fn() -> bool,
+        cancel: &CancellationToken,
+    ) -> LoopRun {
         let sent = Mutex::new(Vec::new());
         let finished = Mutex::new(Vec::new());
         let late = Mutex::new(0usize);
+        let on_wire = Arc::new(Mutex::new(Vec::new()));
+        let send_now = pacer_sends.map(|picks| -> SendNow<u64> {
+            let on_wire = on_wire.clone();
+            Box::new(move |i| {
+                let send = picks(i);
+                if send {
+                    on_wire.lock().unwrap().push(i);
+                }
+                send.then_some(i)
+            })
+        });
+        let schedule = OpenLoop {
+            times: offsets(gaps),
+            until: None,
+            send_now,
+        };
         let result = open_loop(
-            times,
-            None,
+            schedule,
             changed,
             cancel,
             |t| {
@@ -682,7 +777,12 @@ mod tests {
                     *late.lock().unwrap() += 1
                 }
             },
-            |i, intended| {
+            |i, intended, by_pacer: Option<u64>| {
+                assert!(by_pacer.is_none_or(|p| p == i), "{by_pacer:?} is not {i}");
+                assert_eq!(
+                    by_pacer.is_some(),
+                    pacer_sends.is_some_and(|picks| picks(i))
+                );
                 sent.lock().unwrap().push(i);
                 async move {
                     assert!(tokio::time::Instant::now() >= intended, "sent early");
@@ -701,23 +801,45 @@ mod tests {
         .await;
         let mut finished = finished.into_inner().unwrap();
         finished.sort();
+        let sent_by_pacer = on_wire.lock().unwrap().clone();
         (
             sent.into_inner().unwrap(),
             finished,
             late.into_inner().unwrap(),
             result,
+            sent_by_pacer,
         )
     }
+
+    /// What [`run_loop`] saw: sent (in order), finished (sorted), lateness tallies, the
+    /// result, and what the pacer sent.
+    type LoopRun = (Vec<u64>, Vec<u64>, usize, Result<(), Failure>, Vec<u64>);
 
     #[tokio::test]
     async fn open_loop_sends_every_scheduled_request_in_order_and_times_each() {
         let cancel = CancellationToken::new();
-        let (sent, finished, late, result) =
-            run_loop(&[0, 0, 2000, 500, 0], || false, &cancel).await;
+        for pacer_sends in [None, Some((|i| i % 2 == 0) as fn(u64) -> bool)] {
+            let (sent, finished, late, result, _) =
+                run_loop(&[0, 0, 2000, 500, 0], pacer_sends, || false, &cancel).await;
+            result.unwrap();
+            assert_eq!(sent, [0, 1, 2, 3, 4]);
+            assert_eq!(finished, [0, 1, 2, 3, 4]);
+            assert_eq!(late, 5, "every send's lateness is recorded");
+        }
+    }
+
+    #[tokio::test]
+    async fn what_the_pacer_sent_is_finished_also_when_the_loop_stops_on_a_change() {
+        let cancel = CancellationToken::new();
+        let checks = std::sync::atomic::AtomicUsize::new(0);
+        // The change comes at the third send; the pacer has sent more by then (no gaps).
+        let changed = || checks.fetch_add(1, Ordering::Relaxed) >= 2;
+        let (sent, finished, _, result, on_wire) =
+            run_loop(&[0; 300], Some(|_| true), changed, &cancel).await;
         result.unwrap();
-        assert_eq!(sent, [0, 1, 2, 3, 4]);
-        assert_eq!(finished, [0, 1, 2, 3, 4]);
-        assert_eq!(late, 5, "every send's lateness is recorded");
+        assert!(sent.len() >= 3 && sent.len() < 300, "{sent:?}");
+        assert_eq!(on_wire, sent, "every request on the wire is taken");
+        assert_eq!(finished, on_wire, "every request on the wire is finished");
     }
 
     #[tokio::test]
@@ -727,11 +849,15 @@ mod tests {
         let abandoned = std::sync::atomic::AtomicUsize::new(0);
         let stop = cancel.clone();
         // Every request goes into a black hole; the loop is cancelled after 5 sends.
-        let run = open_loop(
-            std::iter::successors(Some(Duration::ZERO), |t| {
+        let schedule = OpenLoop::<()> {
+            times: Box::new(std::iter::successors(Some(Duration::ZERO), |t| {
                 Some(*t + Duration::from_millis(1))
-            }),
-            None,
+            })),
+            until: None,
+            send_now: None,
+        };
+        let run = open_loop(
+            schedule,
             || false,
             &cancel,
             |t| {
@@ -739,7 +865,7 @@ mod tests {
                     abandoned.fetch_add(1, Ordering::Relaxed);
                 }
             },
-            |_, _| {
+            |_, _, _| {
                 if sent.fetch_add(1, Ordering::Relaxed) == 4 {
                     stop.cancel();
                 }
@@ -759,13 +885,13 @@ mod tests {
     #[tokio::test]
     async fn open_loop_stops_on_a_change_a_cancel_and_a_failure() {
         let cancel = CancellationToken::new();
-        let (sent, _, _, result) = run_loop(&[1000; 50], || true, &cancel).await;
+        let (sent, _, _, result, _) = run_loop(&[1000; 50], None, || true, &cancel).await;
         assert!(sent.is_empty() && result.is_ok(), "{sent:?}");
         cancel.cancel();
-        let (sent, _, _, result) = run_loop(&[1000; 50], || false, &cancel).await;
+        let (sent, _, _, result, _) = run_loop(&[1000; 50], None, || false, &cancel).await;
         assert!(sent.is_empty() && result.is_ok(), "{sent:?}");
         let fresh = CancellationToken::new();
-        let (sent, _, _, result) = run_loop(&[10; 200], || false, &fresh).await;
+        let (sent, _, _, result, _) = run_loop(&[10; 200], None, || false, &fresh).await;
         assert!(result.is_err(), "request 99's failure ends the loop");
         assert!(sent.len() < 200, "{}", sent.len());
     }
