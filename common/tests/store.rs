@@ -1286,3 +1286,70 @@ async fn errors_name_the_operation_and_mask_the_password() {
     .unwrap_err();
     assert!(err.to_string().contains(": connect: "), "{err}");
 }
+
+/// Event notices: on Postgres a run's event insert wakes its listener at the commit, another
+/// run's does not, and nothing else wakes it; SQLite has none (the driver polls).
+async fn event_notices(url: &str) {
+    let store = Store::connect(url).await.expect("connect");
+    let ours = unique("notices");
+    let theirs = unique("other-notices");
+    for run_id in [&ours, &theirs] {
+        store
+            .create_run(&NewRun {
+                run_id: run_id.clone(),
+                name: "notices".into(),
+                matrix_yaml: "groups: []\n".into(),
+                launcher: "local".into(),
+                started_at_ms: now_ms(),
+            })
+            .await
+            .unwrap();
+    }
+    let notices = store.event_notices(&ours).await.unwrap();
+    if url.starts_with("sqlite:") {
+        assert!(notices.is_none(), "SQLite cannot notify");
+        return;
+    }
+    let notices = notices.expect("Postgres listens");
+    let quiet = Duration::from_millis(500);
+    let heard = |limit| tokio::time::timeout(limit, notices.recorded());
+    assert!(heard(quiet).await.is_err(), "a notice before any event");
+    store
+        .record_event(&theirs, "client-0", EventKind::Failure, "not ours")
+        .await
+        .unwrap();
+    assert!(heard(quiet).await.is_err(), "woken by another run's event");
+    // From another connection (as a worker writes): the notice comes at the commit.
+    let worker = Store::connect(url).await.expect("connect");
+    for details in ["first", "second"] {
+        worker
+            .record_event(&ours, "client-1", EventKind::Failure, details)
+            .await
+            .unwrap();
+    }
+    heard(Duration::from_secs(10))
+        .await
+        .expect("no notice of the run's event");
+    let events = store.events(&ours, 0).await.unwrap();
+    assert_eq!(events.len(), 2, "both events are readable when woken");
+    // Two events wake at most twice (notices that wait for a look coalesce into one).
+    let _ = heard(quiet).await;
+    assert!(heard(quiet).await.is_err(), "more wakes than events");
+    drop(notices);
+    worker.close().await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_event_notices() {
+    let dir = tempfile::tempdir().unwrap();
+    event_notices(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
+}
+
+#[tokio::test]
+async fn postgres_event_notices() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    event_notices(pg.url()).await;
+}

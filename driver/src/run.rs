@@ -1091,11 +1091,26 @@ impl Driver<'_> {
         // FAILURE stops the run within a fraction of the poll interval.
         let mut event_check = tokio::time::interval(EVENT_CHECK.min(plan.poll));
         event_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // On Postgres an event wakes the loop at its commit (LISTEN/NOTIFY); the reads above
+        // stay, for SQLite and for notices lost to a reconnect.
+        let notices = match bounded(STORE_CALL_LIMIT, self.store.event_notices(&plan.run_id)).await
+        {
+            Ok(notices) => notices,
+            Err(e) => {
+                tracing::warn!("no event notices from the store ({e}): events are polled");
+                None
+            }
+        };
+        let event_recorded = async || match &notices {
+            Some(notices) => notices.recorded().await,
+            None => std::future::pending().await,
+        };
         loop {
             let wake = tokio::select! {
                 _ = ticker.tick() => Wake::Tick,
                 // A member may have ended: judged now, not at the next tick.
                 _ = self.launcher.member_may_have_ended() => Wake::Exit,
+                _ = event_recorded() => Wake::Events,
                 _ = event_check.tick() => Wake::Events,
                 _ = tokio::time::sleep_until(end) => break,
                 _ = self.cancel.cancelled() => {

@@ -242,6 +242,9 @@ pub struct Store {
     backend: Backend,
     /// The URL with any password masked: for messages only.
     url: Arc<str>,
+    /// Postgres: the URL as given (with its password), for the event listener's own
+    /// connection ([`Store::event_notices`]). Never printed.
+    listen_url: Option<Arc<str>>,
     failure_cap: u64,
 }
 
@@ -381,6 +384,7 @@ impl Store {
             pool,
             backend,
             url: masked.as_str().into(),
+            listen_url: (backend == Backend::Postgres).then(|| url.as_str().into()),
             failure_cap: options.failure_cap,
         };
         if file.is_some() {
@@ -783,6 +787,14 @@ impl Store {
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(self.db("record_event"))?;
+                // Delivered at the commit, when the event is visible: a listening driver
+                // reads it at once instead of at its next poll.
+                sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(EVENT_CHANNEL)
+                    .bind(run_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.db("record_event"))?;
                 tx.commit().await.map_err(self.db("record_event"))?;
                 Ok(id)
             }
@@ -809,6 +821,43 @@ impl Store {
             kind,
             details,
         })
+    }
+
+    /// Wakes its holder when `run_id` records an event, on Postgres (LISTEN on its own
+    /// connection; each event insert NOTIFYs at its commit); None on SQLite, which has no such
+    /// thing (poll [`Self::events`]). Best effort: a notice lost while the connection is down
+    /// is made up by one wake at the reconnect, and the caller still polls as a fallback.
+    pub async fn event_notices(&self, run_id: &str) -> Result<Option<EventNotices>> {
+        let Some(url) = &self.listen_url else {
+            return Ok(None);
+        };
+        let mut listener = sqlx::postgres::PgListener::connect(url)
+            .await
+            .map_err(self.db("event_notices"))?;
+        listener
+            .listen(EVENT_CHANNEL)
+            .await
+            .map_err(self.db("event_notices"))?;
+        let woken = Arc::new(tokio::sync::Notify::new());
+        let wake = woken.clone();
+        let run_id = run_id.to_string();
+        let masked = self.url.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match listener.try_recv().await {
+                    Ok(Some(notice)) if notice.payload() == run_id => wake.notify_one(),
+                    Ok(Some(_)) => {}
+                    // The connection dropped (and reconnects on the next call): what was
+                    // said meanwhile is lost, so look once.
+                    Ok(None) => wake.notify_one(),
+                    Err(e) => {
+                        tracing::debug!("event notices from {masked}: {e}; retrying in 1 s");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        Ok(Some(EventNotices { woken, task }))
     }
 
     /// The events of a run with an id above `after_id` (0 for all), ascending. Poll with the
@@ -1797,6 +1846,29 @@ impl Store {
 
 /// The class (first key) of the Postgres advisory locks that order a run's events ("ev").
 const EVENT_LOCK_CLASS: i32 = 0x6576;
+
+/// The Postgres NOTIFY channel of event inserts; the payload is the run id.
+const EVENT_CHANNEL: &str = "triton_stress_events";
+
+/// See [`Store::event_notices`]; dropping it stops listening.
+pub struct EventNotices {
+    woken: Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EventNotices {
+    /// Returns when the run has recorded an event since the last return (notices in between
+    /// are coalesced into one). Cancel-safe.
+    pub async fn recorded(&self) {
+        self.woken.notified().await
+    }
+}
+
+impl Drop for EventNotices {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
 
 #[cfg(test)]
 mod tests {
