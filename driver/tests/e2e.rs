@@ -692,7 +692,8 @@ fn assert_reconciled(report: &Value) {
     assert!(
         rows.iter()
             .any(|r| r["model"] == "add_sub" && r["verdict"] == "reconciled"),
-        "the Load model's successes match exactly: {rows:#?}"
+        "the Load model's successes match exactly: {rows:#?}\nscenarios: {:#}",
+        report["scenarios"]
     );
     for r in rows {
         assert!(

@@ -764,13 +764,14 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
                     let uid = server.metadata.uid.clone().unwrap();
                     let pids = pod_processes(&uid, "tritonserver");
                     assert!(!pids.is_empty(), "no tritonserver process of pod uid {uid}");
+                    let killed_at = Instant::now();
                     for pid in &pids {
                         let _ = nix::sys::signal::kill(
                             nix::unistd::Pid::from_raw(*pid),
                             nix::sys::signal::Signal::SIGKILL,
                         );
                     }
-                    return pids;
+                    return (pids, killed_at);
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -778,11 +779,18 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
     };
     let run =
         tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &["--duration", "120s"], None));
-    let killed = match killer.await {
-        Ok(pids) => pids,
+    let exited_at = Instant::now();
+    let (killed, killed_at) = match killer.await {
+        Ok(killed) => killed,
         Err(e) => panic!("the killer task: {e}\n{}", run.describe()),
     };
     assert!(!killed.is_empty());
+    // A measurement, not a check (no timed assertions in tests): the README quotes it.
+    eprintln!(
+        "fail-fast on the test cluster: SIGKILL of the server to the driver's exit {:.2} s \
+         (1 server x 2 workers; target 2 s)",
+        exited_at.duration_since(killed_at).as_secs_f64()
+    );
     assert_eq!(run.code(), Some(1), "{}", run.describe());
     let report = run.report();
     let m = failed_member(&report, "triton-0");
