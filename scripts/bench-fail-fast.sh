@@ -8,6 +8,9 @@
 # Usage: scripts/bench-fail-fast.sh
 # Env: SERVERS (2), WORKERS (8), ROUNDS (1), DRIVER (target/release/driver; its worker is
 # target/release/worker; both built when missing), BENCH_KEEP=1 keeps the run directories.
+# LAUNCHER=kube runs the same on the test cluster instead (scripts/k8s/ci.sh: root, the cluster
+# built once, about 10 minutes more for the images; one round; Load only, the kube test
+# bench_fail_fast_on_the_cluster).
 # Exit: 0 after printing results (target met or not), 1 when something could not be measured.
 # Not run by CI.
 set -euo pipefail
@@ -22,6 +25,17 @@ ROUNDS="${ROUNDS:-1}"
 DRIVER="${DRIVER:-${CARGO_TARGET_DIR:-target}/release/driver}"
 
 source "$SCRIPT_DIR/bench-lib.sh"
+
+if [ "${LAUNCHER:-local}" = kube ]; then
+    # On the test cluster (scripts/k8s/: built, brought up, images imported, torn down after):
+    # the ignored kube test bench_fail_fast_on_the_cluster does the same with pods.
+    for v in SERVERS WORKERS; do
+        [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer, got '${!v}'"
+    done
+    export TRITON_STRESS_K8S_IMAGES="${TRITON_STRESS_K8S_IMAGES:-docker/tritonserver docker/worker docker/driver docker/postgres docker/models}"
+    exec "$SCRIPT_DIR/k8s/ci.sh" "BENCH_SERVERS=$SERVERS BENCH_WORKERS=$WORKERS cargo test -p driver \
+--features kube-tests --test kube -- --ignored --nocapture bench_fail_fast_on_the_cluster"
+fi
 
 for v in SERVERS WORKERS ROUNDS; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer, got '${!v}'"

@@ -1034,3 +1034,127 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
         .collect();
     assert!(left.is_empty(), "run pods left: {left:?}");
 }
+
+/// Benchmark, not a test (ignored; `scripts/bench-fail-fast.sh` with `LAUNCHER=kube` runs it on
+/// the test cluster): `BENCH_SERVERS` (2) server pods and `BENCH_WORKERS` (8) worker pods of the
+/// Load scenario in open loop; once every worker reports QPS, one server pod's tritonserver is
+/// SIGKILLed from the node, and the time from the kill to the driver's exit is printed against
+/// the 2 s target with the verdict and the member the report blames first. Nothing timed is
+/// asserted; what is asserted is that the run fails and blames that server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: scripts/bench-fail-fast.sh with LAUNCHER=kube"]
+async fn bench_fail_fast_on_the_cluster() {
+    let count = |name: &str, default: usize| {
+        std::env::var(name).ok().map_or(default, |v| {
+            v.parse().unwrap_or_else(|_| panic!("{name}={v}"))
+        })
+    };
+    let (servers, workers) = (count("BENCH_SERVERS", 2), count("BENCH_WORKERS", 8));
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-failfast").await;
+    let dir = tempfile::tempdir().unwrap();
+    // Small CPU requests: the pods must all fit on the test cluster's one 2-core node.
+    let matrix = matrix_variant(dir.path(), "failfast", |m| {
+        let m = replace_once(
+            m,
+            "    instances: 1\n",
+            &format!("    instances: {servers}\n"),
+        );
+        let m = replace_once(
+            m,
+            "resources: { cpu: \"1\", memory: 2Gi }",
+            "resources: { cpu: 200m, memory: 1Gi }",
+        );
+        let at = m.find("client_templates:").unwrap();
+        format!(
+            "{}client_templates:
+  load:
+    worker: {{ image: \"triton-stress/worker:dev\" }}
+    protocol: grpc
+    scenarios: {{ Load: 1 }}
+    concurrency: 1
+    load: {{ rate: 20 }}
+    resources: {{ cpu: 50m, memory: 128Mi }}
+client_groups:
+  clients:
+    template: load
+    instances: {workers}
+    target: triton
+",
+            &m[..at]
+        )
+    });
+    let runs = tempfile::tempdir().unwrap();
+    let run_id = new_run_id();
+    let driver = env
+        .command(
+            &matrix,
+            &ns.name,
+            &run_id,
+            runs.path(),
+            &["--duration", "10m"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let store = stress_common::store::Store::connect(env.pg.url())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let reporting = store
+            .latest_qps(&run_id)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|q| q.qps > 0.0)
+            .count();
+        if reporting >= workers {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{reporting} of {workers} workers report"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
+    let list = pods.list(&ListParams::default()).await.unwrap().items;
+    let server = list
+        .iter()
+        .find(|p| p.name_any().ends_with("triton-0"))
+        .expect("the server pod triton-0");
+    let pids = pod_processes(&server.metadata.uid.clone().unwrap(), "tritonserver");
+    assert!(
+        !pids.is_empty(),
+        "no tritonserver process in {}",
+        server.name_any()
+    );
+    let killed_at = Instant::now();
+    for pid in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let output = tokio::task::block_in_place(|| driver.wait_with_output()).unwrap();
+    let elapsed = killed_at.elapsed().as_secs_f64();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = read_json(&runs.path().join(&run_id).join("report.json"));
+    let blamed = report["analysis"]["root_cause"]["member_id"].clone();
+    println!(
+        "fail-fast, kube launcher: {servers} servers x {workers} workers ({} cores): SIGKILL of \
+         triton-0's tritonserver to the driver's exit {elapsed:.2} s (target <= 2 s: {}); exit \
+         {:?}, verdict {}, blamed first {blamed}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if elapsed <= 2.0 { "PASS" } else { "MISS" },
+        output.status.code(),
+        report["verdict"],
+    );
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        blamed.as_str().is_some_and(|m| m.ends_with("triton-0")),
+        "{report:#}"
+    );
+}
