@@ -43,6 +43,16 @@ fn client() -> &'static reqwest::Client {
     })
 }
 
+/// Whether a TCP connection to `address` (`host:port`) opens within `within`. For a server
+/// on this machine or the cluster's pod network, where a live listener completes the
+/// handshake in the kernel at once however busy the process: a dead pod's address (its
+/// sandbox gone) drops packets, and a full HTTP timeout would be spent finding that out.
+pub async fn reachable(address: &str, within: Duration) -> bool {
+    tokio::time::timeout(within, tokio::net::TcpStream::connect(address))
+        .await
+        .is_ok_and(|connected| connected.is_ok())
+}
+
 /// `GET url`, status and body, all within `timeout` (connecting, the headers and the body).
 pub async fn get(url: &str, timeout: Duration) -> Result<Response, HttpError> {
     exchange(client().get(url), url, timeout).await

@@ -37,6 +37,23 @@ impl EventKind {
     }
 }
 
+/// A worker's last event (SUCCESS or FAILURE, after its final snapshot: its outbox delivers in
+/// order, so when this is in the store so are its final counts) says so with this prefix:
+/// the driver stopping a run waits for these rather than for the workers' processes or pods
+/// to be seen ending.
+pub const FINAL_EVENT_PREFIX: &str = "final: ";
+
+/// The details of a worker's last event (see [`FINAL_EVENT_PREFIX`]).
+pub fn final_event_details(details: &str) -> String {
+    format!("{FINAL_EVENT_PREFIX}{details}")
+}
+
+/// Whether an event is a worker's last (see [`FINAL_EVENT_PREFIX`]).
+pub fn is_final_event(kind: EventKind, details: &str) -> bool {
+    matches!(kind, EventKind::Success | EventKind::Failure)
+        && details.starts_with(FINAL_EVENT_PREFIX)
+}
+
 impl fmt::Display for EventKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

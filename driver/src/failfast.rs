@@ -224,6 +224,15 @@ pub fn with_activity(mut blame: Blame, cause: &Cause, activity: Option<Activity>
     blame
 }
 
+/// The members whose last event is among `events` (see
+/// [`stress_common::status::FINAL_EVENT_PREFIX`]): their final counts are in the store.
+pub fn final_reports(events: &[EventRow]) -> impl Iterator<Item = &str> {
+    events
+        .iter()
+        .filter(|e| stress_common::status::is_final_event(e.kind, &e.details))
+        .map(|e| e.member_id.as_str())
+}
+
 /// Whether [`attribute`] should probe the member's target servers: only a client's own failure
 /// can be its server's.
 pub fn needs_probe(cause: &Cause, clients: &BTreeSet<String>) -> bool {
@@ -514,6 +523,33 @@ mod tests {
             signal,
             reason: None,
         }
+    }
+
+    #[test]
+    fn only_a_workers_last_event_says_its_final_counts_are_in() {
+        use stress_common::status::final_event_details;
+        let events = [
+            event(1, "c-0", EventKind::Running, "running"),
+            // A first failure is not the end: the worker drains and reports again.
+            event(2, "c-0", EventKind::Failure, "Load on s: wrong answer"),
+            event(
+                3,
+                "c-1",
+                EventKind::Success,
+                &final_event_details("9 requests"),
+            ),
+            event(
+                4,
+                "c-0",
+                EventKind::Failure,
+                &final_event_details("1 failed tests"),
+            ),
+            // The prefix on another kind, or inside the text, is not a final event.
+            event(5, "c-2", EventKind::Running, &final_event_details("x")),
+            event(6, "c-3", EventKind::Failure, "server said: final: no"),
+        ];
+        let finals: Vec<&str> = final_reports(&events).collect();
+        assert_eq!(finals, ["c-1", "c-0"]);
     }
 
     #[test]

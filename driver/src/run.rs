@@ -121,11 +121,45 @@ const FAILURE_STOP_GRACE: Duration = Duration::from_secs(2);
 const EVENT_CHECK: Duration = Duration::from_millis(200);
 const EVENT_CHECK_LIMIT: Duration = Duration::from_millis(500);
 
+/// How often a stopping run reads whether its workers' final reports are in.
+const FINAL_REPORT_CHECK: Duration = Duration::from_millis(50);
+/// How long the launcher's own stop of the workers still goes on once their final reports are in.
+const FINAL_REPORT_GRACE: Duration = Duration::from_millis(500);
+
+/// Returns once every one of `clients` has its last event in the store, and with it its final
+/// counts ([`failfast::final_reports`]). Never returns while one cannot send it (killed, or
+/// the store is down): the caller races it with the launcher's stop.
+async fn final_reports_in(store: &Store, run_id: &str, mut clients: BTreeSet<String>) {
+    let mut after = 0;
+    loop {
+        if let Ok(events) = bounded(STORE_CALL_LIMIT, store.events(run_id, after)).await {
+            after = events.last().map_or(after, |e| e.id);
+            for member in failfast::final_reports(&events) {
+                clients.remove(member);
+            }
+            if clients.is_empty() {
+                return;
+            }
+        }
+        tokio::time::sleep(FINAL_REPORT_CHECK).await;
+    }
+}
+
 /// What woke the poll loop.
 enum Wake {
     Tick,
     Exit,
     Events,
+}
+
+impl Wake {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Wake::Tick => "poll tick",
+            Wake::Exit => "member exit",
+            Wake::Events => "new events",
+        }
+    }
 }
 
 /// How long the driver watches a silent worker's CPU before it says hung or cut off.
@@ -817,7 +851,18 @@ impl Driver<'_> {
     /// reconciliation compares the same moment on both sides; the rest of the failure path
     /// (`stop_all`) then ends the servers. Bounded: a hung server's scrape waits no longer.
     async fn wind_down(&mut self, sampler: crate::sampler::ServerSampler) {
-        self.launcher.stop_clients(FAILURE_STOP_GRACE).await;
+        let clients = self.plan.client_names();
+        let stop = self.launcher.stop_clients(FAILURE_STOP_GRACE);
+        tokio::pin!(stop);
+        tokio::select! {
+            _ = &mut stop => tracing::info!("workers stopped; the servers' last sample"),
+            _ = final_reports_in(self.store, &self.plan.run_id, clients) => {
+                // Their counts are in: their processes or pods get a moment to be seen
+                // ending, not the seconds a kubelet takes for a node's worth of pods.
+                let _ = tokio::time::timeout(FINAL_REPORT_GRACE, &mut stop).await;
+                tracing::info!("every worker's final report is in; the servers' last sample");
+            }
+        }
         if tokio::time::timeout(FAILURE_SCRAPE_BUDGET, sampler.finish())
             .await
             .is_err()
@@ -1049,6 +1094,7 @@ impl Driver<'_> {
                 member: ep.member.clone(),
                 metrics: ep.metrics.clone(),
                 pid: self.launcher.server_pid(&ep.member),
+                launched: self.plan.external(&ep.member).is_none(),
             })
             .collect();
         let sampler = crate::sampler::ServerSampler::start(
@@ -1158,7 +1204,10 @@ impl Driver<'_> {
                 _ => Vec::new(),
             };
             if let Some(cause) = rules.observe(poll) {
+                // Timestamps for fail-fast's own latency: judged, blamed, workers stopped.
+                tracing::info!("failure judged ({}): {}", wake.as_str(), cause.member());
                 let verdict = self.fail(cause).await;
+                tracing::info!("blamed: {}; stopping the workers", verdict_line(&verdict));
                 self.wind_down(sampler).await;
                 return verdict;
             }

@@ -1152,6 +1152,10 @@ client_groups:
         output.status.code(),
         report["verdict"],
     );
+    // Where the time went: the driver's log from the kill on.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    println!("{}", lines[lines.len().saturating_sub(40)..].join("\n"));
     assert_eq!(output.status.code(), Some(1), "{stdout}");
     assert!(
         blamed.as_str().is_some_and(|m| m.ends_with("triton-0")),

@@ -21,6 +21,7 @@ use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
 use stress_common::scenario::Scenario;
 use stress_common::status::{
     EventKind, FailureRecord, Forensics, PreviousUse, SinkError, StatusSink, WorkerSnapshot,
+    final_event_details,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -235,7 +236,8 @@ async fn run_with(
     let clients = match checked {
         Ok(c) => c,
         Err(e) => {
-            record_final_event(&*sink, EventKind::Failure, &format!("pre-flight: {e}")).await;
+            let details = final_event_details(&format!("pre-flight: {e}"));
+            record_final_event(&*sink, EventKind::Failure, &details).await;
             return Err(e);
         }
     };
@@ -355,7 +357,8 @@ async fn run_with(
             format!("{} failed tests", report.blocking_failures),
         )
     };
-    record_final_event(&*sink, kind, &details).await;
+    // The last thing this worker reports: the driver stopping the run waits for it.
+    record_final_event(&*sink, kind, &final_event_details(&details)).await;
     Ok(report)
 }
 

@@ -170,9 +170,9 @@ async fn an_unreachable_server_exits_2_before_anything_is_sent() {
         let records = status_records(&status);
         assert!(
             records.iter().any(|r| r["kind"] == "FAILURE"
-                && r["details"]
-                    .as_str()
-                    .is_some_and(|d| d.starts_with("pre-flight: server ") && d.contains(&server))),
+                && r["details"].as_str().is_some_and(|d| d
+                    .starts_with("final: pre-flight: server ")
+                    && d.contains(&server))),
             "{protocol}: {records:?}"
         );
     }

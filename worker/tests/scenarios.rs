@@ -567,6 +567,10 @@ async fn server_killed_mid_run(protocol: Protocol) {
     let (last_kind, last) = events.last().expect("events");
     assert_eq!(*last_kind, EventKind::Failure, "{events:?}");
     assert!(last.ends_with("failed tests"), "{last}");
+    assert!(
+        stress_common::status::is_final_event(*last_kind, last),
+        "the last event is not marked final: {last}"
+    );
     assert!(*sink.snapshots.lock().unwrap() > 0);
     eprintln!(
         "{}: {} failed tests recorded after the kill",

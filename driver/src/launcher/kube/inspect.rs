@@ -20,11 +20,18 @@ impl KubeLauncher {
             };
         };
         let (pod_name, container) = (mp.pod.clone(), mp.container);
+        // A worker the driver deleted (stopping the run) ends on that SIGTERM: its end tells
+        // nothing, and waiting for each of them would hold the run's end for seconds.
+        let stopped_by_the_driver = mp.role == "client"
+            && self.stopping.contains(member_id)
+            && !self.exits.contains_key(member_id);
         let ns = self.ns().to_string();
         // A process killed a moment ago shows as terminated only when the kubelet's next status
         // update arrives (~1 s): give it that long, so the report shows the termination.
-        self.wait_member_ended(member_id, Instant::now() + DIAGNOSTICS_SETTLE)
-            .await;
+        if !stopped_by_the_driver {
+            self.wait_member_ended(member_id, Instant::now() + DIAGNOSTICS_SETTLE)
+                .await;
+        }
         // A fresh read: the watch may lag the kubelet by a moment.
         let pod = match self.pods.get(&pod_name).await {
             Ok(p) => Some(p),

@@ -475,6 +475,10 @@ impl Launcher for KubeLauncher {
 
     async fn server_metrics(&mut self, member_id: &str) -> Option<String> {
         let ep = self.endpoints.get(member_id)?;
+        // A dead pod's address drops packets: a quick connect says so before an HTTP timeout.
+        if !stress_common::http::reachable(&ep.metrics, crate::sampler::LOCAL_CONNECT).await {
+            return None;
+        }
         tritonserver::metrics_text(&ep.metrics).await
     }
 
