@@ -1204,10 +1204,10 @@ impl Driver<'_> {
                 _ => Vec::new(),
             };
             if let Some(cause) = rules.observe(poll) {
-                // Timestamps for fail-fast's own latency: judged, blamed, workers stopped.
+                // Timestamps for fail-fast's own latency: judged, attributed, workers stopped.
                 tracing::info!("failure judged ({}): {}", wake.as_str(), cause.member());
                 let verdict = self.fail(cause).await;
-                tracing::info!("blamed: {}; stopping the workers", verdict_line(&verdict));
+                tracing::info!("failure attributed; stopping the workers");
                 self.wind_down(sampler).await;
                 return verdict;
             }

@@ -2409,9 +2409,13 @@ async fn a_killed_driver_leaves_no_server_or_worker_behind() {
     );
     assert!(text.contains("the driver's lease ran out"), "{text}");
 
-    // Twice SIGTERM: the first stops the run cleanly, the second ends the driver at once.
+    // Twice SIGTERM: the first stops the run cleanly, the second ends the driver at once. A
+    // stopped (SIGSTOP) worker holds the driver's stop for its grace, so the second signal
+    // comes while the driver is stopping however fast the rest stops (it once finished in
+    // 0.27 s, before the second signal came).
     let run = start_long_run("e2e-driver-second-signal").await;
     let driver_pid = run.driver.child.id();
+    signal(run.worker_pid, nix::sys::signal::Signal::SIGSTOP);
     signal(driver_pid, nix::sys::signal::Signal::SIGTERM);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let second = Instant::now();
@@ -2424,6 +2428,8 @@ async fn a_killed_driver_leaves_no_server_or_worker_behind() {
         second.elapsed()
     );
     assert_eq!(status.code(), Some(1), "{}", driver.output());
+    // The worker's SIGTERM (the driver's, or its parent-death signal) waits for SIGCONT.
+    signal(run.worker_pid, nix::sys::signal::Signal::SIGCONT);
     assert!(
         driver.output().contains("a second signal: exiting now"),
         "{}",
