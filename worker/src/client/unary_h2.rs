@@ -513,6 +513,9 @@ impl State {
             SETTINGS if flags & ACK == 0 => {
                 self.on_settings(&payload)?;
                 frame_header(&mut self.out, 0, SETTINGS, ACK, 0);
+                // Only now may bodies use a changed window or frame size: the peer counts from
+                // the settings we have acknowledged (chttp2 resets a stream that overflows them).
+                self.send_all_pending();
                 if !self.settings_seen {
                     self.settings_seen = true;
                     self.to_wake.append(&mut self.waiting);
@@ -600,7 +603,6 @@ impl State {
                     for call in self.calls.values_mut() {
                         call.window += delta;
                     }
-                    self.send_all_pending();
                 }
                 SETTINGS_MAX_FRAME_SIZE => {
                     if !(16_384..=16_777_215).contains(&value) {
@@ -1290,17 +1292,18 @@ mod tests {
         .unwrap();
         let sent = frames(std::mem::take(&mut state.out));
         assert_eq!((sent[0].0, sent[0].1, sent[0].3.len()), (DATA, 0, 25));
-        // A raised initial window gives every open stream the difference.
+        // A raised initial window gives every open stream the difference, used only after our
+        // ACK (the peer counts from the settings we have acknowledged).
         let mut settings = Vec::new();
         settings.extend_from_slice(&SETTINGS_INITIAL_WINDOW_SIZE.to_be_bytes());
         settings.extend_from_slice(&65_535u32.to_be_bytes());
         feed(&mut state, &frame(SETTINGS, 0, 0, &settings)).unwrap();
         let sent = frames(std::mem::take(&mut state.out));
+        assert_eq!((sent[0].0, sent[0].1), (SETTINGS, ACK));
         assert_eq!(
-            (sent[0].0, sent[0].1, sent[0].3.len()),
+            (sent[1].0, sent[1].1, sent[1].3.len()),
             (DATA, END_STREAM, 5)
         );
-        assert_eq!((sent[1].0, sent[1].1), (SETTINGS, ACK));
         // A body over the frame size leaves in frames of at most that size.
         let big = Bytes::from(vec![1u8; 40_000]);
         open(&mut state, &big);
@@ -1608,5 +1611,80 @@ mod tests {
             Ok(Ok(_)) => panic!("a closed socket answered"),
         };
         assert!(why.starts_with(&address), "{why}");
+    }
+
+    /// chttp2 (Triton's gRPC server) resizes its streams' initial window as it estimates the
+    /// bandwidth-delay product, and counts a stream's window from the initial window we have
+    /// acknowledged: DATA sent on the raised window before our SETTINGS ACK overflows it and the
+    /// stream is reset (PROTOCOL_ERROR from chttp2). The h2 crate's server is as strict
+    /// (FLOW_CONTROL_ERROR), so it stands in: it raises its initial window while a large body
+    /// waits for stream credit, and the call must still come back whole.
+    #[tokio::test]
+    async fn a_raised_initial_window_is_used_only_after_our_settings_ack() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let _server = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let mut connection = h2::server::Builder::new()
+                .initial_connection_window_size(8 << 20)
+                .handshake::<_, Bytes>(socket)
+                .await
+                .unwrap();
+            let (window_used, mut raise) = tokio::sync::mpsc::channel::<()>(1);
+            loop {
+                tokio::select! {
+                    accepted = connection.accept() => {
+                        let Some(Ok((request, mut respond))) = accepted else { return };
+                        let window_used = window_used.clone();
+                        tokio::spawn(async move {
+                            let mut body = request.into_body();
+                            let mut message = BytesMut::new();
+                            // The first 65535 bytes are held (no credit given back) until the
+                            // raised window is announced.
+                            while message.len() < 65_535 {
+                                let Some(Ok(chunk)) = body.data().await else { return };
+                                message.put_slice(&chunk);
+                            }
+                            window_used.send(()).await.unwrap();
+                            let held = message.len();
+                            let _ = body.flow_control().release_capacity(held);
+                            while let Some(chunk) = body.data().await {
+                                let chunk = match chunk {
+                                    Ok(chunk) => chunk,
+                                    Err(e) => {
+                                        respond.send_reset(h2::Reason::INTERNAL_ERROR);
+                                        panic!("the request body broke: {e}");
+                                    }
+                                };
+                                let _ = body.flow_control().release_capacity(chunk.len());
+                                message.put_slice(&chunk);
+                            }
+                            let response = http::Response::builder()
+                                .header("content-type", "application/grpc")
+                                .body(())
+                                .unwrap();
+                            let mut send = respond.send_response(response, false).unwrap();
+                            let _ = send.send_data(message.freeze(), false);
+                            let mut trailers = http::HeaderMap::new();
+                            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                            let _ = send.send_trailers(trailers);
+                        });
+                    }
+                    Some(()) = raise.recv() => connection.set_initial_window_size(1 << 20).unwrap(),
+                }
+            }
+        });
+        let tcp = TcpStream::connect(&address).await.unwrap();
+        let connection = UnaryConnection::start(tcp, &address);
+        let message = grpc_frame(&vec![7; 600_000]);
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            connection.call("/echo", message),
+        )
+        .await
+        .expect("the call comes back")
+        .expect("the connection is up")
+        .unwrap_or_else(|status| panic!("{status:?}"));
+        assert!(answer.len() == 600_000 && answer.iter().all(|b| *b == 7));
     }
 }
