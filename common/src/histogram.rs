@@ -104,7 +104,14 @@ impl LatencyHistogram {
         let decoded: Histogram<u64> = Deserializer::new()
             .deserialize(&mut bytes.as_slice())
             .map_err(|e| HistogramError::Decode(format!("{e:?}")))?;
-        let mut out = Self::new();
+        let ours = Self::new();
+        // Ours (the usual case) is used as it is: the report decodes hundreds of thousands.
+        if (decoded.low(), decoded.high(), decoded.sigfig())
+            == (ours.inner.low(), ours.inner.high(), ours.inner.sigfig())
+        {
+            return Ok(Self { inner: decoded });
+        }
+        let mut out = ours;
         out.inner
             .add(&decoded)
             .map_err(|e| HistogramError::Decode(format!("{e:?}")))?;
@@ -154,5 +161,33 @@ mod tests {
     fn empty_text_is_an_empty_histogram_and_garbage_is_an_error() {
         assert_eq!(LatencyHistogram::decode("").unwrap().count(), 0);
         assert!(LatencyHistogram::decode("not base64!").is_err());
+    }
+
+    #[test]
+    fn a_histogram_of_other_bounds_decodes_into_ours_and_merges() {
+        // Written by another tool (or an older version) with a narrower range and precision.
+        let mut other = Histogram::<u64>::new_with_bounds(1, 100_000, 2).unwrap();
+        other.record_n(50, 9).unwrap();
+        other.record(90_000).unwrap();
+        let mut bytes = Vec::new();
+        V2DeflateSerializer::new()
+            .serialize(&other, &mut bytes)
+            .unwrap();
+        let text = base64::engine::general_purpose::STANDARD.encode(bytes);
+        let decoded = LatencyHistogram::decode(&text).unwrap();
+        assert_eq!(
+            decoded.inner.high(),
+            MAX_TRACKED_US,
+            "ours, not the writer's"
+        );
+        assert_eq!(decoded.count(), 10);
+        let mut ours = LatencyHistogram::new();
+        ours.record(std::time::Duration::from_secs(10));
+        ours.merge(&decoded);
+        assert_eq!(ours.count(), 11);
+        assert_eq!(ours.percentile_us(50.0), 50);
+        assert!(ours.max_us() >= 10_000_000);
+        // Ours round-trips as it is.
+        assert_eq!(LatencyHistogram::decode(&ours.encode()).unwrap(), ours);
     }
 }

@@ -1038,6 +1038,79 @@ async fn postgres_bounded_qps_series() {
     bounded_qps_series(pg.url()).await;
 }
 
+/// The report reads latency intervals streamed, by end time, with their bucket width (the
+/// median length, zero-length ones left out) computed by the database.
+async fn streamed_latency_intervals(url: &str) {
+    let store = Store::connect(url).await.expect("connect");
+    let run_id = unique("streamed-intervals");
+    let t0 = 1_800_000_000_000_i64;
+    // (member, start, end): lengths 0, 400, 1000, 1000, 1000, 3000, 3000: the median of the
+    // positive ones is 1000 (their mean is 1567, their middle by position another).
+    let spans = [
+        ("client-1", 5_000, 8_000),
+        ("client-0", 1_000, 2_000),
+        ("client-0", 2_000, 3_000),
+        ("client-1", 2_000, 5_000),
+        ("client-0", 3_000, 4_000),
+        ("client-0", 4_000, 4_400),
+        ("client-1", 8_000, 8_000),
+    ];
+    for (i, (member, start, end)) in spans.into_iter().enumerate() {
+        store
+            .sink(&run_id, member)
+            .snapshot(&WorkerSnapshot {
+                at_ms: t0 + end,
+                intervals: vec![IntervalCounts {
+                    scenario: "s".into(),
+                    model: format!("m{i}"),
+                    start_ms: t0 + start,
+                    end_ms: t0 + end,
+                    requests: i as u64,
+                    failures: 1,
+                    latency_histogram: histogram(&[i as u64 + 1]),
+                }],
+                ..WorkerSnapshot::default()
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store.latency_interval_width(&run_id).await.unwrap(),
+        Some(1_000)
+    );
+    let whole = store
+        .latency_intervals(&run_id, i64::MIN, i64::MAX)
+        .await
+        .unwrap();
+    let mut streamed = Vec::new();
+    store
+        .for_each_latency_interval(&run_id, |member, i| streamed.push((member, i)))
+        .await
+        .unwrap();
+    assert_eq!(streamed.len(), spans.len());
+    assert_eq!(streamed, whole);
+    assert!(streamed.is_sorted_by_key(|(_, i)| i.end_ms));
+    assert_eq!(
+        store.latency_interval_width("no-such-run").await.unwrap(),
+        None
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_streamed_latency_intervals() {
+    let dir = tempfile::tempdir().unwrap();
+    streamed_latency_intervals(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
+}
+
+#[tokio::test]
+async fn postgres_streamed_latency_intervals() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    streamed_latency_intervals(pg.url()).await;
+}
+
 async fn create_database(admin_url: &str, db: &str) {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect(admin_url).await.unwrap();

@@ -672,9 +672,29 @@ impl Report {
             .map(|v| serde_json::from_value(v).map_err(|e| corrupt(format!("SLO verdict: {e}"))))
             .collect::<Result<Vec<_>, _>>()?;
 
-        let intervals = store.latency_intervals(run_id, i64::MIN, i64::MAX).await?;
-        let (interval_s, latency) = crate::timeline::latency_series(run.started_at_ms, &intervals)
-            .map_err(|e| corrupt(format!("latency intervals: {e}")))?;
+        // Streamed by end time into one open bucket per series: memory does not grow with the
+        // run's length or its workers.
+        let (interval_s, latency) = match store.latency_interval_width(run_id).await? {
+            None => (0.0, Vec::new()),
+            Some(width_ms) => {
+                let mut series =
+                    crate::timeline::LatencySeriesBuilder::new(run.started_at_ms, width_ms);
+                let mut undecodable = None;
+                store
+                    .for_each_latency_interval(run_id, |_, i| {
+                        if undecodable.is_none()
+                            && let Err(e) = series.add(&i)
+                        {
+                            undecodable = Some(e);
+                        }
+                    })
+                    .await?;
+                if let Some(e) = undecodable {
+                    return Err(corrupt(format!("latency intervals: {e}")));
+                }
+                series.finish()
+            }
+        };
         let server_ids: Vec<(String, String)> = members
             .iter()
             .filter(|m| m.role == Role::Server)

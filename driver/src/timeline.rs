@@ -210,45 +210,95 @@ pub fn latency_series(
     else {
         return Ok((0.0, Vec::new()));
     };
-    type Key = (String, Option<String>);
-    let mut buckets: BTreeMap<Key, BTreeMap<i64, (u64, LatencyHistogram)>> = BTreeMap::new();
-    for (_, i) in intervals {
-        let bucket = bucket_of(i.end_ms - started_ms, width_ms);
+    let mut by_end: Vec<&IntervalCounts> = intervals.iter().map(|(_, i)| i).collect();
+    by_end.sort_by_key(|i| i.end_ms);
+    let mut builder = LatencySeriesBuilder::new(started_ms, width_ms);
+    for i in by_end {
+        builder.add(i)?;
+    }
+    Ok(builder.finish())
+}
+
+type SeriesKey = (String, Option<String>);
+
+/// [`latency_series`] fed one interval at a time in end-time order (the store's), so a long
+/// or wide run's intervals need not be held: a bucket's histograms are merged while it is
+/// open and become points when a later bucket starts, so memory holds one bucket per series.
+pub struct LatencySeriesBuilder {
+    started_ms: i64,
+    width_ms: i64,
+    open_bucket: i64,
+    open: BTreeMap<SeriesKey, (u64, LatencyHistogram)>,
+    done: BTreeMap<SeriesKey, Vec<LatencyPoint>>,
+}
+
+impl LatencySeriesBuilder {
+    /// `width_ms`: the buckets' width, the intervals' typical length (positive).
+    pub fn new(started_ms: i64, width_ms: i64) -> Self {
+        Self {
+            started_ms,
+            width_ms: width_ms.max(1),
+            open_bucket: 0,
+            open: BTreeMap::new(),
+            done: BTreeMap::new(),
+        }
+    }
+
+    /// Adds an interval ending no earlier than the previous one's bucket (one that does is
+    /// merged into the open bucket rather than reopening a finished one).
+    pub fn add(&mut self, i: &IntervalCounts) -> Result<(), HistogramError> {
         let latency = LatencyHistogram::decode(&i.latency_histogram)?;
+        let bucket = bucket_of(i.end_ms - self.started_ms, self.width_ms);
+        if bucket > self.open_bucket {
+            self.close_bucket();
+            self.open_bucket = bucket;
+        }
         for key in [
             (i.scenario.clone(), None),
             (i.scenario.clone(), Some(i.model.clone())),
         ] {
-            let (failures, h) = buckets.entry(key).or_default().entry(bucket).or_default();
+            let (failures, h) = self.open.entry(key).or_default();
             *failures += i.failures;
             h.merge(&latency);
         }
+        Ok(())
     }
-    let ms = |us: u64| us as f64 / 1000.0;
-    // A bucket without an answered request (perf_analyzer's traffic, only counted; every
-    // request failed) has no latency to plot.
-    let series = buckets
-        .into_iter()
-        .map(|((scenario, model), points)| LatencySeries {
-            scenario,
-            model,
-            points: points
-                .into_iter()
-                .filter(|(_, (_, h))| h.count() > 0)
-                .map(|(bucket, (failures, h))| LatencyPoint {
-                    t_s: (bucket * width_ms) as f64 / 1000.0,
-                    requests: h.count(),
-                    failures,
-                    p50_ms: ms(h.percentile_us(50.0)),
-                    p90_ms: ms(h.percentile_us(90.0)),
-                    p99_ms: ms(h.percentile_us(99.0)),
-                    max_ms: ms(h.max_us()),
-                })
-                .collect(),
-        })
-        .filter(|s| !s.points.is_empty())
-        .collect();
-    Ok((width_ms as f64 / 1000.0, series))
+
+    fn close_bucket(&mut self) {
+        let ms = |us: u64| us as f64 / 1000.0;
+        let t_s = (self.open_bucket * self.width_ms) as f64 / 1000.0;
+        for (key, (failures, h)) in std::mem::take(&mut self.open) {
+            // A bucket without an answered request (perf_analyzer's traffic, only counted;
+            // every request failed) has no latency to plot.
+            if h.count() == 0 {
+                continue;
+            }
+            self.done.entry(key).or_default().push(LatencyPoint {
+                t_s,
+                requests: h.count(),
+                failures,
+                p50_ms: ms(h.percentile_us(50.0)),
+                p90_ms: ms(h.percentile_us(90.0)),
+                p99_ms: ms(h.percentile_us(99.0)),
+                max_ms: ms(h.max_us()),
+            });
+        }
+    }
+
+    /// The interval in seconds and the series, per scenario then per (scenario, model).
+    pub fn finish(mut self) -> (f64, Vec<LatencySeries>) {
+        self.close_bucket();
+        let series = self
+            .done
+            .into_iter()
+            .map(|((scenario, model), points)| LatencySeries {
+                scenario,
+                model,
+                points,
+            })
+            .collect();
+        (self.width_ms as f64 / 1000.0, series)
+    }
 }
 
 /// The median of the interval lengths (workers' intervals are all about one length; the last
@@ -413,6 +463,37 @@ mod tests {
         assert!(series.iter().all(|s| s.model.as_deref() != Some("c")));
         assert_eq!(all.points.len(), 2, "{all:?}");
         assert_eq!(latency_series(start, &[]).unwrap(), (0.0, Vec::new()));
+    }
+
+    #[test]
+    fn streamed_intervals_hold_one_bucket_and_a_late_one_joins_the_open_bucket() {
+        let start = 10_000;
+        let mut builder = LatencySeriesBuilder::new(start, 1000);
+        for k in 1..=500_i64 {
+            builder
+                .add(&interval("w0", "a", start + k * 1000, &[k as u64]).1)
+                .unwrap();
+            // Only the open bucket's histograms are held (scenario, and scenario × model).
+            assert_eq!(builder.open.len(), 2);
+        }
+        // Ends in bucket 499, after bucket 500 opened: merged into 500, no second point at 499.
+        builder
+            .add(&interval("w1", "a", start + 499_000, &[7]).1)
+            .unwrap();
+        let (width, series) = builder.finish();
+        assert_eq!(width, 1.0);
+        let all = series.iter().find(|s| s.model.is_none()).unwrap();
+        assert_eq!(all.points.len(), 500);
+        assert!(all.points.is_sorted_by(|a, b| a.t_s < b.t_s));
+        let last = all.points.last().unwrap();
+        assert_eq!((last.t_s, last.requests), (500.0, 2));
+        assert!(all.points[..499].iter().all(|p| p.requests == 1));
+        // Percentiles of each bucket are its own: bucket k recorded k ms.
+        assert!(
+            (all.points[99].p50_ms - 100.0).abs() < 0.1,
+            "{:?}",
+            all.points[99]
+        );
     }
 
     #[test]

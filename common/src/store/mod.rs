@@ -1097,6 +1097,80 @@ impl Store {
             .collect())
     }
 
+    /// The median length of the run's latency intervals (those longer than zero), the width of
+    /// the report's latency buckets; None without one. Workers' intervals are all about one
+    /// length, the last of each shorter.
+    pub async fn latency_interval_width(&self, run_id: &str) -> Result<Option<i64>> {
+        const OP: &str = "latency_interval_width";
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM latency_intervals WHERE run_id = $1 AND end_ms > start_ms",
+        )
+        .bind(run_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let width: Option<(i64,)> = sqlx::query_as(
+            "SELECT end_ms - start_ms FROM latency_intervals
+             WHERE run_id = $1 AND end_ms > start_ms ORDER BY 1 LIMIT 1 OFFSET $2",
+        )
+        .bind(run_id)
+        .bind(n / 2)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        Ok(width.map(|(w,)| w))
+    }
+
+    /// Hands every latency interval of the run to `visit` in the order of
+    /// [`Store::latency_intervals`] (by end time), streamed from the database: memory stays
+    /// bounded by what `visit` keeps.
+    pub async fn for_each_latency_interval(
+        &self,
+        run_id: &str,
+        mut visit: impl FnMut(String, IntervalCounts),
+    ) -> Result<()> {
+        use futures::TryStreamExt;
+        type Row = (String, String, String, i64, i64, i64, i64, String);
+        let mut rows = sqlx::query_as::<_, Row>(
+            "SELECT member_id, scenario, model, start_ms, end_ms, requests, failures,
+                    latency_histogram
+             FROM latency_intervals WHERE run_id = $1 ORDER BY end_ms, id",
+        )
+        .bind(run_id)
+        .fetch(&self.pool);
+        while let Some((
+            member_id,
+            scenario,
+            model,
+            start_ms,
+            end_ms,
+            requests,
+            failures,
+            latency,
+        )) = rows
+            .try_next()
+            .await
+            .map_err(self.db("latency_intervals"))?
+        {
+            visit(
+                member_id,
+                IntervalCounts {
+                    scenario,
+                    model,
+                    start_ms,
+                    end_ms,
+                    requests: from_db(requests),
+                    failures: from_db(failures),
+                    latency_histogram: latency,
+                },
+            );
+        }
+        Ok(())
+    }
+
     // ---- server samples --------------------------------------------------------------------
 
     /// Appends one server's sample (its metrics over an interval).
