@@ -171,6 +171,7 @@ impl Worker {
             requests: self.requests,
             latency_histogram: histogram.clone(),
             stream: None,
+            uncounted_runs: 0,
         }];
         let due = last || self.tracker.due(at_ms);
         let closing = due.then(|| self.tracker.close(&models, at_ms).expect("interval"));

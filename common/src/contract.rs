@@ -19,6 +19,10 @@ use std::time::Duration;
 pub mod limits {
     use std::time::Duration;
 
+    /// Requests in one run of the PerfAnalyzer scenario's perf_analyzer (`--request-count`):
+    /// a run killed at the stop sent at most this many uncounted requests.
+    pub const PERF_ANALYZER_REQUESTS: u64 = 1000;
+
     /// A run's longest duration: 30 days (a soak is hours; a timer past this overflows nothing).
     pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
     /// Polls: a status write per worker per poll; faster floods the store.

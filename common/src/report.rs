@@ -574,6 +574,7 @@ mod tests {
             requests: 100,
             latency_histogram: histogram(&[1, 1, 1, 1, 50]),
             stream: None,
+            uncounted_runs: 0,
         };
         t.add(&a).unwrap();
         t.add(&ModelCounts {

@@ -96,6 +96,15 @@ pub struct ModelCounts {
     /// Decoupled models only: what their response streams carried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamCounts>,
+    /// Runs of a child client (perf_analyzer, at most
+    /// [`crate::contract::limits::PERF_ANALYZER_REQUESTS`] requests each) killed at the
+    /// worker's stop before they printed their count: their requests are in no count here.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub uncounted_runs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What the response streams of a decoupled model's requests carried (one stream per request).

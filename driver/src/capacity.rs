@@ -902,7 +902,7 @@ mod tests {
             failures,
             requests,
             latency_histogram: h.encode(),
-            stream: None,
+            ..ModelCounts::default()
         }
     }
 

@@ -1872,6 +1872,7 @@ mod tests {
             client_ok: 7,
             client_not_ok: 0,
             client_unseen: 0,
+            uncounted_runs: 0,
             gap: 3,
             verdict: crate::reconcile::Verdict::Mismatch,
             explanation: "3 server-side successes no worker counted".into(),

@@ -6,11 +6,13 @@
 //! perf_analyzer's requests are counted one by one from its profile export, like the worker's.
 //! A gap is explained only by requests whose outcome a worker could not see: ones it counted
 //! as failed or timed out (the server may still have finished them), ones the crashing client
-//! sent before it was killed, and a failed perf_analyzer run's (it prints no count). What
+//! sent before it was killed, a failed perf_analyzer run's (it prints no count), and the runs
+//! of perf_analyzer killed at a worker's stop (at most a run's request count each). What
 //! remains is a finding, with the numbers.
 
 use serde::Serialize;
 use std::collections::BTreeMap;
+use stress_common::contract::limits::PERF_ANALYZER_REQUESTS;
 use stress_common::histogram::{HistogramError, LatencyHistogram};
 use stress_common::scenario::Scenario;
 use stress_common::status::ModelCounts;
@@ -28,6 +30,9 @@ pub struct Reconciliation {
     pub client_not_ok: u64,
     /// Requests sent by the crashing client: counted, outcome unseen.
     pub client_unseen: u64,
+    /// perf_analyzer runs killed at a worker's stop: their requests (at most
+    /// `PERF_ANALYZER_REQUESTS` each) counted nowhere.
+    pub uncounted_runs: u64,
     /// server_success − client_ok.
     pub gap: i64,
     pub verdict: Verdict,
@@ -66,6 +71,7 @@ pub fn reconcile(
         ok: u64,
         not_ok: u64,
         unseen: u64,
+        uncounted_runs: u64,
         perf_analyzer_failed: bool,
     }
     let mut per_model: BTreeMap<String, Sides> = BTreeMap::new();
@@ -80,6 +86,7 @@ pub fn reconcile(
         let e = per_model.entry(c.model.clone()).or_default();
         let scenario = Scenario::parse(&c.scenario);
         e.perf_analyzer_failed |= scenario == Some(Scenario::PerfAnalyzer) && c.failures > 0;
+        e.uncounted_runs += c.uncounted_runs;
         if scenario.is_some_and(Scenario::sent_by_a_child) {
             e.unseen += c.requests;
             continue;
@@ -105,6 +112,7 @@ pub fn reconcile(
                 gap,
                 s.not_ok,
                 s.unseen,
+                s.uncounted_runs,
                 s.perf_analyzer_failed,
                 not_comparable,
                 uncounted,
@@ -116,6 +124,7 @@ pub fn reconcile(
                 client_ok: s.ok,
                 client_not_ok: s.not_ok,
                 client_unseen: s.unseen,
+                uncounted_runs: s.uncounted_runs,
                 gap,
                 verdict,
                 explanation,
@@ -129,6 +138,7 @@ fn judge(
     gap: i64,
     not_ok: u64,
     unseen: u64,
+    uncounted_runs: u64,
     perf_analyzer_failed: bool,
     not_comparable: Option<&str>,
     uncounted: Option<&str>,
@@ -157,6 +167,19 @@ fn judge(
                  requests they saw fail or time out and the {unseen} the crashing client sent"
             ),
         ),
+        g if uncounted_runs > 0
+            && g as u64 <= unseen_total + uncounted_runs * PERF_ANALYZER_REQUESTS =>
+        {
+            (
+                Verdict::Explained,
+                format!(
+                    "{g} server-side successes no worker counted: within the {unseen_total} \
+                     requests whose outcome the workers could not see and the {uncounted_runs} \
+                     perf_analyzer run(s) killed at a worker's stop (at most \
+                     {PERF_ANALYZER_REQUESTS} requests each, counted nowhere)"
+                ),
+            )
+        }
         g if perf_analyzer_failed => (
             Verdict::Explained,
             format!(
@@ -239,6 +262,47 @@ mod tests {
         let r = one(reconcile(&workers, &samples, None, None).unwrap(), "m");
         assert_eq!((r.server_success, r.client_ok, r.gap), (120, 120, 0));
         assert_eq!(r.verdict, Verdict::Reconciled);
+    }
+
+    #[test]
+    fn perf_analyzer_runs_killed_at_the_stop_explain_up_to_a_run_each() {
+        let mut killed = counts("PerfAnalyzer", "m", 1000, 1000);
+        killed.uncounted_runs = 2;
+        let workers = [killed, counts("Load", "m", 100, 100)];
+        let bound = 1100 + 2 * PERF_ANALYZER_REQUESTS;
+        let within = one(
+            reconcile(&workers, &[served("s", "m", bound as f64)], None, None).unwrap(),
+            "m",
+        );
+        assert_eq!(within.uncounted_runs, 2);
+        assert_eq!(within.verdict, Verdict::Explained, "{}", within.explanation);
+        assert!(
+            within.explanation.contains("2 perf_analyzer run(s) killed"),
+            "{}",
+            within.explanation
+        );
+        // One request beyond two runs' worth is a finding.
+        let beyond = one(
+            reconcile(
+                &workers,
+                &[served("s", "m", (bound + 1) as f64)],
+                None,
+                None,
+            )
+            .unwrap(),
+            "m",
+        );
+        assert_eq!(beyond.verdict, Verdict::Mismatch, "{}", beyond.explanation);
+        // Without a killed run the same gap is a finding too.
+        let none = [
+            counts("PerfAnalyzer", "m", 1000, 1000),
+            counts("Load", "m", 100, 100),
+        ];
+        let unexplained = one(
+            reconcile(&none, &[served("s", "m", 1101.0)], None, None).unwrap(),
+            "m",
+        );
+        assert_eq!(unexplained.verdict, Verdict::Mismatch);
     }
 
     #[test]

@@ -535,8 +535,16 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             env.context.last_test = Some(this_use(done, env.context, &env.model));
         }
         match outcome {
-            // Stopped mid-test and not finished within the drain timeout: not counted.
-            None => break,
+            // Stopped mid-test and not finished within the drain timeout: not counted. A
+            // perf_analyzer run is killed with its test, so its requests are counted nowhere.
+            None => {
+                if scenario == Scenario::PerfAnalyzer {
+                    shared
+                        .stats
+                        .uncounted_run(scenario, &config.settings.load_model);
+                }
+                break;
+            }
             Some(Outcome::Passed) => {
                 failures_in_a_row = 0;
                 shared.stats.test_passed(scenario, &env.model);

@@ -34,6 +34,7 @@ struct ModelStats {
     requests: u64,
     latency: LatencyHistogram,
     stream: Option<StreamStats>,
+    uncounted_runs: u64,
 }
 
 #[derive(Default)]
@@ -129,6 +130,12 @@ impl Stats {
         c.model(model).requests += n;
         drop(c);
         self.total_requests.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A child client's run (perf_analyzer) killed before it printed its count: its
+    /// requests reached the server but are counted nowhere.
+    pub fn uncounted_run(&self, s: Scenario, model: &str) {
+        self.counts(s).model(model).uncounted_runs += 1;
     }
 
     /// The response stream of one request to a decoupled model, read to its end: how many
@@ -241,6 +248,7 @@ impl Stats {
                     first_response_histogram: st.first_response.encode(),
                     inter_response_histogram: st.inter_response.encode(),
                 }),
+                uncounted_runs: m.uncounted_runs,
             }));
         }
         out

@@ -385,6 +385,71 @@ async fn walk_every_scenario(label: &str, client: Arc<dyn TritonClient>, ids: &m
     assert!(f.actual.contains("no_such_model"), "{label}: {f:?}");
 }
 
+/// A perf_analyzer run still going when the worker stops gets its finishing time, then is
+/// killed: the test is skipped and the run is counted as uncounted (the reconciliation then
+/// allows its requests), here with a "perf_analyzer" that never ends.
+async fn assert_a_killed_perf_analyzer_run_is_counted_as_uncounted(
+    label: &str,
+    client: &Arc<dyn TritonClient>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let never_ends = dir.path().join("perf_analyzer");
+    std::fs::write(&never_ends, "#!/bin/sh\nexec sleep 60\n").unwrap();
+    std::fs::set_permissions(
+        &never_ends,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let settings = Settings {
+        perf_analyzer: Some(never_ends),
+        ..settings()
+    };
+    let stats = Stats::default();
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(7);
+    let mut context = ClientContext {
+        correlation_id: 1,
+        server: 0,
+        open_sequences: HashSet::new(),
+        last_test: None,
+    };
+    let images = ImageBatch::new(&settings.image_model, settings.image_batch).expect("images");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut env = TestEnv {
+        scenario: Scenario::PerfAnalyzer,
+        client,
+        settings: &settings,
+        stats: &stats,
+        rng: &mut rng,
+        context: &mut context,
+        cancel: &cancel,
+        images: &images,
+        model: String::new(),
+        wire: Default::default(),
+    };
+    let stopper = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stopper.cancel();
+    });
+    match worker::scenarios::run(&mut env).await {
+        Outcome::Skipped(reason) => {
+            assert!(reason.contains("perf_analyzer killed"), "{label}: {reason}")
+        }
+        other => panic!("{label}: a killed perf_analyzer run should be skipped, got {other:?}"),
+    }
+    let counts = stats.model_counts(&[Scenario::PerfAnalyzer]);
+    assert_eq!(counts.len(), 1, "{label}: {counts:?}");
+    assert_eq!(
+        (
+            counts[0].model.as_str(),
+            counts[0].uncounted_runs,
+            counts[0].requests
+        ),
+        (settings.load_model.as_str(), 1, 0),
+        "{label}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_every_scenario_passes_on_good_models_and_fails_on_faulty_ones() {
     let _serial = support::SERVER_LOCK.lock().await;
@@ -397,6 +462,7 @@ async fn grpc_every_scenario_passes_on_good_models_and_fails_on_faulty_ones() {
     let mut ids = Ids(1000);
     walk_every_scenario("grpc", client.clone(), &mut ids).await;
     assert_no_end_is_reclaimed("grpc", &client, ids.next()).await;
+    assert_a_killed_perf_analyzer_run_is_counted_as_uncounted("grpc", &client).await;
     support::stop_server(server).await;
 }
 

@@ -105,6 +105,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0012_send_lateness.sql"),
         postgres: include_str!("../../migrations/postgres/0012_send_lateness.sql"),
     },
+    Migration {
+        version: 13,
+        name: "uncounted_runs",
+        sqlite: include_str!("../../migrations/sqlite/0013_uncounted_runs.sql"),
+        postgres: include_str!("../../migrations/postgres/0013_uncounted_runs.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -35,7 +35,7 @@
 //! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (appends a snapshot that is a series point: one per series interval and the last, so ~[`crate::interval::SERIES_POINTS`] per worker) |
 //! | `latest_qps` | `run_id, member_id` | `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (replaces: every snapshot; the driver polls it) |
 //! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `send_lateness_histogram`? (open loop), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
-//! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms` | [`Store::record_snapshot`] (replaces) |
+//! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms`, `uncounted_runs` | [`Store::record_snapshot`] (replaces) |
 //! | `latency_intervals` | `id` | `run_id`, `member_id`, `scenario`, `model`, `start_ms`, `end_ms`, `requests`, `failures`, `latency_histogram` (the interval's own) | [`Store::record_snapshot`] (appends a snapshot's `intervals`) |
 //! | `server_samples` | `id` | `run_id`, `member_id`, `at_ms`, `details` (JSON of a [`ServerSample`]: counter deltas, gauges, memory) | [`Store::record_server_sample`] (the driver, once per series interval) |
 //! | `load_targets` | `run_id, member_id` | `concurrency`, `mix`?, `rate` (a spike's, 0: none), `count_unanswered` (0/1), `updated_at_ms` | [`Store::set_load_target`] (the capacity controller; the worker polls it) |
@@ -1002,15 +1002,17 @@ impl Store {
                 .map(|s| serde_json::to_string(s).expect("plain data serialises"));
             sqlx::query(
                 "INSERT INTO model_counts (run_id, member_id, scenario, model, tests, failures,
-                                           requests, latency_histogram, stream, updated_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                                           requests, latency_histogram, stream, updated_at_ms,
+                                           uncounted_runs)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                  ON CONFLICT (run_id, member_id, scenario, model) DO UPDATE SET
                      tests = excluded.tests,
                      failures = excluded.failures,
                      requests = excluded.requests,
                      latency_histogram = excluded.latency_histogram,
                      stream = excluded.stream,
-                     updated_at_ms = excluded.updated_at_ms",
+                     updated_at_ms = excluded.updated_at_ms,
+                     uncounted_runs = excluded.uncounted_runs",
             )
             .bind(run_id)
             .bind(member_id)
@@ -1022,6 +1024,7 @@ impl Store {
             .bind(&counts.latency_histogram)
             .bind(stream)
             .bind(at_ms)
+            .bind(to_db(counts.uncounted_runs))
             .execute(&mut *tx)
             .await
             .map_err(self.db(OP))?;
@@ -1390,10 +1393,11 @@ impl Store {
             String,
             Option<String>,
             i64,
+            i64,
         );
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT member_id, scenario, model, tests, failures, requests, latency_histogram,
-                    stream, updated_at_ms
+                    stream, updated_at_ms, uncounted_runs
              FROM model_counts WHERE run_id = $1 ORDER BY member_id, scenario, model",
         )
         .bind(run_id)
@@ -1402,8 +1406,18 @@ impl Store {
         .map_err(self.db(OP))?;
         rows.into_iter()
             .map(|row| {
-                let (member_id, scenario, model, tests, failures, requests, latency, stream, at) =
-                    row;
+                let (
+                    member_id,
+                    scenario,
+                    model,
+                    tests,
+                    failures,
+                    requests,
+                    latency,
+                    stream,
+                    at,
+                    uncounted_runs,
+                ) = row;
                 let stream = stream
                     .map(|s| serde_json::from_str(&s))
                     .transpose()
@@ -1421,6 +1435,7 @@ impl Store {
                         requests: from_db(requests),
                         latency_histogram: latency,
                         stream,
+                        uncounted_runs: from_db(uncounted_runs),
                     },
                 ))
             })
