@@ -503,6 +503,7 @@ fn not_comparable(
     servers: &[(String, String)],
     samples: &[(String, stress_common::triton_metrics::ServerSample)],
     worker_counts: &[(String, i64, stress_common::status::ModelCounts)],
+    workers_started_ms: Option<i64>,
 ) -> Option<String> {
     let unsampled: Vec<&str> = servers
         .iter()
@@ -511,6 +512,29 @@ fn not_comparable(
         .collect();
     if !unsampled.is_empty() {
         return Some(format!("no metrics sample of {}", unsampled.join(", ")));
+    }
+    // What a server's deltas cover starts at its baseline scrape (a delta sample covers from
+    // the scrape before it): one taken after the workers started misses their first requests.
+    if let Some(started) = workers_started_ms {
+        let late: Vec<&str> = servers
+            .iter()
+            .filter(|(id, _)| {
+                samples
+                    .iter()
+                    .filter(|(m, _)| m == id)
+                    .map(|(_, s)| s.at_ms - s.interval_ms)
+                    .min()
+                    .is_some_and(|from| from > started)
+            })
+            .map(|(id, _)| id.as_str())
+            .collect();
+        if !late.is_empty() {
+            return Some(format!(
+                "the first metrics scrape of {} came after the workers started (its baseline \
+                 scrape did not answer), so its counts miss their first requests",
+                late.join(", ")
+            ));
+        }
     }
     let last_counts = worker_counts.iter().map(|(_, at, _)| *at).max()?;
     let last_sample = servers
@@ -623,6 +647,16 @@ impl Report {
             .collect();
 
         let events = store.events(run_id, 0).await?;
+        // A worker's first event comes before it sends anything.
+        let workers_started_ms = events
+            .iter()
+            .filter(|e| {
+                members
+                    .iter()
+                    .any(|m| m.member_id == e.member_id && m.role == Role::Client)
+            })
+            .map(|e| e.at_ms)
+            .min();
         let stopping_at_ms = events
             .iter()
             .find(|e| {
@@ -716,7 +750,13 @@ impl Report {
                 .map(|(_, _, c)| c.clone())
                 .collect::<Vec<_>>(),
             &server_samples,
-            not_comparable(&server_ids, &server_samples, &model_counts).as_deref(),
+            not_comparable(
+                &server_ids,
+                &server_samples,
+                &model_counts,
+                workers_started_ms,
+            )
+            .as_deref(),
             uncounted.as_deref(),
         )
         .map_err(|e| corrupt(format!("model counts: {e}")))?;
@@ -1211,6 +1251,41 @@ pub fn format_time(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_first_scraped_after_the_workers_started_is_not_compared() {
+        use stress_common::status::ModelCounts;
+        use stress_common::triton_metrics::ServerSample;
+        let servers = [("s-0".to_string(), "s".to_string())];
+        let sample = |at_ms: i64, interval_ms: i64| {
+            (
+                "s-0".to_string(),
+                ServerSample {
+                    at_ms,
+                    interval_ms,
+                    ..ServerSample::default()
+                },
+            )
+        };
+        let counts = [("c-0".to_string(), 9_000, ModelCounts::default())];
+        // The baseline (interval 0) before the workers' first event at 1500: compared.
+        let on_time = [sample(1_000, 0), sample(5_000, 4_000), sample(9_500, 4_500)];
+        assert_eq!(
+            not_comparable(&servers, &on_time, &counts, Some(1_500)),
+            None
+        );
+        // Its baseline row lost, the first delta still covers from 1000: compared.
+        assert_eq!(
+            not_comparable(&servers, &on_time[1..], &counts, Some(1_500)),
+            None
+        );
+        // The baseline scrape failed and the first one that answered came at 2000.
+        let late = [sample(2_000, 0), sample(5_000, 3_000), sample(9_500, 4_500)];
+        let why = not_comparable(&servers, &late, &counts, Some(1_500)).unwrap();
+        assert!(why.contains("first metrics scrape of s-0"), "{why}");
+        // No worker event to compare with: only the other rules apply.
+        assert_eq!(not_comparable(&servers, &late, &counts, None), None);
+    }
 
     #[test]
     fn a_streamed_qps_series_equals_the_whole_series_downsampled() {

@@ -32,6 +32,10 @@ pub struct SampledServer {
     pub launched: bool,
 }
 
+/// How long the baseline scrape is retried for a server whose metrics did not answer.
+const BASELINE_PATIENCE: Duration = Duration::from_millis(1500);
+const BASELINE_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
 /// A launched server's metrics port accepts a connection within this, or it is not sampled.
 pub const LOCAL_CONNECT: Duration = Duration::from_millis(250);
 
@@ -67,6 +71,26 @@ impl ServerSampler {
             task: None,
         };
         sampler.sample().await;
+        // A server whose metrics did not answer gets more tries before the workers start:
+        // without a baseline its counts would miss the load before its first scrape (the
+        // report then calls the comparison off, see `report::not_comparable`).
+        let patience = tokio::time::Instant::now() + BASELINE_PATIENCE;
+        loop {
+            let missing: Vec<SampledServer> = {
+                let state = sampler.state.lock().await;
+                sampler
+                    .servers
+                    .iter()
+                    .filter(|s| !state.last.contains_key(&s.member))
+                    .cloned()
+                    .collect()
+            };
+            if missing.is_empty() || tokio::time::Instant::now() >= patience {
+                break;
+            }
+            tokio::time::sleep(BASELINE_RETRY_PAUSE).await;
+            sample(&sampler.store, &sampler.run_id, &missing, &sampler.state).await;
+        }
         let (store, run_id, servers, state, stop) = (
             sampler.store.clone(),
             sampler.run_id.clone(),
