@@ -1081,17 +1081,37 @@ async fn streamed_latency_intervals(url: &str) {
         store.latency_interval_width(&run_id).await.unwrap(),
         Some(1_000)
     );
-    let whole = store
-        .latency_intervals(&run_id, i64::MIN, i64::MAX)
-        .await
-        .unwrap();
     let mut streamed = Vec::new();
     store
-        .for_each_latency_interval(&run_id, |member, i| streamed.push((member, i)))
+        .for_each_latency_interval(&run_id, i64::MIN, i64::MAX, |member, i| {
+            streamed.push((member, i))
+        })
         .await
         .unwrap();
-    assert_eq!(streamed.len(), spans.len());
-    assert_eq!(streamed, whole);
+    // Every interval, whole, by end time (ties keep their insertion order).
+    let mut expected: Vec<(&str, i64, i64, String)> = spans
+        .iter()
+        .enumerate()
+        .map(|(i, (member, start, end))| (*member, t0 + start, t0 + end, format!("m{i}")))
+        .collect();
+    expected.sort_by_key(|(_, _, end, _)| *end);
+    let got: Vec<(&str, i64, i64, String)> = streamed
+        .iter()
+        .map(|(member, i)| (member.as_str(), i.start_ms, i.end_ms, i.model.clone()))
+        .collect();
+    assert_eq!(got, expected);
+    assert!(
+        streamed
+            .iter()
+            .all(|(_, i)| i.failures == 1 && i.scenario == "s")
+    );
+    // A window reads only the intervals ending in it.
+    let window = store
+        .latency_intervals(&run_id, t0 + 3_000, t0 + 5_000)
+        .await
+        .unwrap();
+    let ends: Vec<i64> = window.iter().map(|(_, i)| i.end_ms - t0).collect();
+    assert_eq!(ends, [3_000, 4_000, 4_400, 5_000]);
     assert!(streamed.is_sorted_by_key(|(_, i)| i.end_ms));
     assert_eq!(
         store.latency_interval_width("no-such-run").await.unwrap(),

@@ -715,7 +715,7 @@ impl Report {
                     crate::timeline::LatencySeriesBuilder::new(run.started_at_ms, width_ms);
                 let mut undecodable = None;
                 store
-                    .for_each_latency_interval(run_id, |_, i| {
+                    .for_each_latency_interval(run_id, i64::MIN, i64::MAX, |_, i| {
                         if undecodable.is_none()
                             && let Err(e) = series.add(&i)
                         {

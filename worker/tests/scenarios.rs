@@ -23,7 +23,9 @@ use worker::client::{
 use worker::config::WorkerConfig;
 use worker::scenarios::image::ImageBatch;
 use worker::scenarios::sequence::START_FLAG_ERROR;
-use worker::scenarios::{ClientContext, Failure, LoadMode, Outcome, Settings, TestEnv, run_single};
+use worker::scenarios::{
+    ClientContext, Failure, LoadMode, Outcome, Settings, TestEnv, run_single, run_single_until,
+};
 use worker::stats::Stats;
 use worker::tensor::Tensor;
 
@@ -404,34 +406,15 @@ async fn assert_a_killed_perf_analyzer_run_is_counted_as_uncounted(
         perf_analyzer: Some(never_ends),
         ..settings()
     };
-    let stats = Stats::default();
-    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(7);
-    let mut context = ClientContext {
-        correlation_id: 1,
-        server: 0,
-        open_sequences: HashSet::new(),
-        last_test: None,
-    };
-    let images = ImageBatch::new(&settings.image_model, settings.image_batch).expect("images");
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let mut env = TestEnv {
-        scenario: Scenario::PerfAnalyzer,
-        client,
-        settings: &settings,
-        stats: &stats,
-        rng: &mut rng,
-        context: &mut context,
-        cancel: &cancel,
-        images: &images,
-        model: String::new(),
-        wire: Default::default(),
-    };
-    let stopper = cancel.clone();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopper = stop.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
         stopper.cancel();
     });
-    match worker::scenarios::run(&mut env).await {
+    let (outcome, stats) =
+        run_single_until(Scenario::PerfAnalyzer, client, &settings, 1, 7, &stop).await;
+    match outcome {
         Outcome::Skipped(reason) => {
             assert!(reason.contains("perf_analyzer killed"), "{label}: {reason}")
         }

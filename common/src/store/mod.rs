@@ -1066,38 +1066,10 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<(String, IntervalCounts)>> {
-        type Row = (String, String, String, i64, i64, i64, i64, String);
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT member_id, scenario, model, start_ms, end_ms, requests, failures,
-                    latency_histogram
-             FROM latency_intervals WHERE run_id = $1 AND end_ms >= $2 AND end_ms <= $3
-             ORDER BY end_ms, id",
-        )
-        .bind(run_id)
-        .bind(from_ms)
-        .bind(to_ms)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.db("latency_intervals"))?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(member_id, scenario, model, start_ms, end_ms, requests, failures, latency)| {
-                    (
-                        member_id,
-                        IntervalCounts {
-                            scenario,
-                            model,
-                            start_ms,
-                            end_ms,
-                            requests: from_db(requests),
-                            failures: from_db(failures),
-                            latency_histogram: latency,
-                        },
-                    )
-                },
-            )
-            .collect())
+        let mut out = Vec::new();
+        self.for_each_latency_interval(run_id, from_ms, to_ms, |member, i| out.push((member, i)))
+            .await?;
+        Ok(out)
     }
 
     /// The median length of the run's latency intervals (those longer than zero), the width of
@@ -1127,12 +1099,13 @@ impl Store {
         Ok(width.map(|(w,)| w))
     }
 
-    /// Hands every latency interval of the run to `visit` in the order of
-    /// [`Store::latency_intervals`] (by end time), streamed from the database: memory stays
-    /// bounded by what `visit` keeps.
+    /// Hands each of [`Store::latency_intervals`] to `visit` in its order, streamed from the
+    /// database: memory stays bounded by what `visit` keeps.
     pub async fn for_each_latency_interval(
         &self,
         run_id: &str,
+        from_ms: i64,
+        to_ms: i64,
         mut visit: impl FnMut(String, IntervalCounts),
     ) -> Result<()> {
         use futures::TryStreamExt;
@@ -1140,9 +1113,12 @@ impl Store {
         let mut rows = sqlx::query_as::<_, Row>(
             "SELECT member_id, scenario, model, start_ms, end_ms, requests, failures,
                     latency_histogram
-             FROM latency_intervals WHERE run_id = $1 ORDER BY end_ms, id",
+             FROM latency_intervals WHERE run_id = $1 AND end_ms >= $2 AND end_ms <= $3
+             ORDER BY end_ms, id",
         )
         .bind(run_id)
+        .bind(from_ms)
+        .bind(to_ms)
         .fetch(&self.pool);
         while let Some((
             member_id,

@@ -1445,6 +1445,21 @@ mod tests {
         );
     }
 
+    /// Answers a call with `message` (a framed gRPC message) and grpc-status 0.
+    fn echo(mut respond: h2::server::SendResponse<Bytes>, message: Bytes) {
+        let response = http::Response::builder()
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let Ok(mut send) = respond.send_response(response, false) else {
+            return;
+        };
+        let _ = send.send_data(message, false);
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        let _ = send.send_trailers(trailers);
+    }
+
     /// A peer on the h2 crate's server (an independent HTTP/2 implementation) that answers each
     /// call with its own request message; `max_streams` is its concurrency limit. Returns its
     /// address and a handle whose drop ends the server.
@@ -1470,7 +1485,7 @@ mod tests {
                     connection.graceful_shutdown();
                 }
                 tokio::spawn(async move {
-                    while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    while let Some(Ok((request, respond))) = connection.accept().await {
                         tokio::spawn(async move {
                             let mut body = request.into_body();
                             let mut message = BytesMut::new();
@@ -1478,17 +1493,7 @@ mod tests {
                                 let _ = body.flow_control().release_capacity(chunk.len());
                                 message.put_slice(&chunk);
                             }
-                            let response = http::Response::builder()
-                                .header("content-type", "application/grpc")
-                                .body(())
-                                .unwrap();
-                            let Ok(mut send) = respond.send_response(response, false) else {
-                                return;
-                            };
-                            let _ = send.send_data(message.freeze(), false);
-                            let mut trailers = http::HeaderMap::new();
-                            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                            let _ = send.send_trailers(trailers);
+                            echo(respond, message.freeze());
                         });
                     }
                 });
@@ -1659,15 +1664,7 @@ mod tests {
                                 let _ = body.flow_control().release_capacity(chunk.len());
                                 message.put_slice(&chunk);
                             }
-                            let response = http::Response::builder()
-                                .header("content-type", "application/grpc")
-                                .body(())
-                                .unwrap();
-                            let mut send = respond.send_response(response, false).unwrap();
-                            let _ = send.send_data(message.freeze(), false);
-                            let mut trailers = http::HeaderMap::new();
-                            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                            let _ = send.send_trailers(trailers);
+                            echo(respond, message.freeze());
                         });
                     }
                     Some(()) = raise.recv() => connection.set_initial_window_size(1 << 20).unwrap(),

@@ -682,6 +682,20 @@ pub async fn run_single(
     correlation_id: u64,
     seed: u64,
 ) -> (Outcome, Stats) {
+    let never = CancellationToken::new();
+    run_single_until(scenario, client, settings, correlation_id, seed, &never).await
+}
+
+/// [`run_single`] with the worker's stop in the caller's hands: `stop` cancelled is the
+/// worker told to stop while the test runs.
+pub async fn run_single_until(
+    scenario: Scenario,
+    client: &Arc<dyn TritonClient>,
+    settings: &Settings,
+    correlation_id: u64,
+    seed: u64,
+    stop: &CancellationToken,
+) -> (Outcome, Stats) {
     use rand::SeedableRng;
     let stats = Stats::default();
     let mut rng = StdRng::seed_from_u64(seed);
@@ -710,7 +724,6 @@ pub async fn run_single(
         }
     }
     let settings = settings.as_ref();
-    let cancel = CancellationToken::new();
     let mut env = TestEnv {
         scenario,
         client,
@@ -718,7 +731,7 @@ pub async fn run_single(
         stats: &stats,
         rng: &mut rng,
         context: &mut context,
-        cancel: &cancel,
+        cancel: stop,
         images: &images,
         model: String::new(),
         wire: WireLog::default(),
