@@ -650,11 +650,7 @@ impl Report {
         // A worker's first event comes before it sends anything.
         let workers_started_ms = events
             .iter()
-            .filter(|e| {
-                members
-                    .iter()
-                    .any(|m| m.member_id == e.member_id && m.role == Role::Client)
-            })
+            .filter(|e| group_of(&members, &e.member_id).1 == Some(Role::Client))
             .map(|e| e.at_ms)
             .min();
         let stopping_at_ms = events

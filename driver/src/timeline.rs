@@ -199,31 +199,13 @@ pub fn memory_finding(first: f64, last: f64) -> Option<String> {
     )
 }
 
-/// The latency series of a run from its workers' interval counts: intervals are put in buckets
-/// of the run's interval length by their end time, and each bucket's histograms merged, per
-/// scenario (`model` None) and per (scenario, model). Returns the interval in seconds too.
-pub fn latency_series(
-    started_ms: i64,
-    intervals: &[(String, IntervalCounts)],
-) -> Result<(f64, Vec<LatencySeries>), HistogramError> {
-    let Some(width_ms) = typical_length_ms(intervals.iter().map(|(_, i)| i.end_ms - i.start_ms))
-    else {
-        return Ok((0.0, Vec::new()));
-    };
-    let mut by_end: Vec<&IntervalCounts> = intervals.iter().map(|(_, i)| i).collect();
-    by_end.sort_by_key(|i| i.end_ms);
-    let mut builder = LatencySeriesBuilder::new(started_ms, width_ms);
-    for i in by_end {
-        builder.add(i)?;
-    }
-    Ok(builder.finish())
-}
-
 type SeriesKey = (String, Option<String>);
 
-/// [`latency_series`] fed one interval at a time in end-time order (the store's), so a long
-/// or wide run's intervals need not be held: a bucket's histograms are merged while it is
-/// open and become points when a later bucket starts, so memory holds one bucket per series.
+/// The latency series of a run from its workers' interval counts, fed one at a time in end-time
+/// order (the store's): intervals go in buckets of the run's interval length by their end time,
+/// and each bucket's histograms are merged, per scenario (`model` None) and per (scenario,
+/// model). A bucket's histograms are merged while it is open and become points when a later
+/// bucket starts, so memory holds one bucket per series, not a long or wide run's intervals.
 pub struct LatencySeriesBuilder {
     started_ms: i64,
     width_ms: i64,
@@ -299,14 +281,6 @@ impl LatencySeriesBuilder {
             .collect();
         (self.width_ms as f64 / 1000.0, series)
     }
-}
-
-/// The median of the interval lengths (workers' intervals are all about one length; the last
-/// one of each is shorter).
-fn typical_length_ms(lengths: impl Iterator<Item = i64>) -> Option<i64> {
-    let mut v: Vec<i64> = lengths.filter(|l| *l > 0).collect();
-    v.sort_unstable();
-    v.get(v.len() / 2).copied()
 }
 
 /// The bucket of an interval ending `since_start_ms` after the run's start: the nearest
@@ -403,6 +377,34 @@ mod tests {
     use super::*;
     use std::time::Duration;
     use stress_common::triton_metrics::{ModelMetrics, ServerGauges};
+
+    /// The series of intervals in any order, as the report builds it from the store (which gives
+    /// the median width and the end-time order). Returns the interval in seconds too.
+    fn latency_series(
+        started_ms: i64,
+        intervals: &[(String, IntervalCounts)],
+    ) -> Result<(f64, Vec<LatencySeries>), HistogramError> {
+        let Some(width_ms) =
+            typical_length_ms(intervals.iter().map(|(_, i)| i.end_ms - i.start_ms))
+        else {
+            return Ok((0.0, Vec::new()));
+        };
+        let mut by_end: Vec<&IntervalCounts> = intervals.iter().map(|(_, i)| i).collect();
+        by_end.sort_by_key(|i| i.end_ms);
+        let mut builder = LatencySeriesBuilder::new(started_ms, width_ms);
+        for i in by_end {
+            builder.add(i)?;
+        }
+        Ok(builder.finish())
+    }
+
+    /// The median of the interval lengths (workers' intervals are all about one length; the last
+    /// one of each is shorter).
+    fn typical_length_ms(lengths: impl Iterator<Item = i64>) -> Option<i64> {
+        let mut v: Vec<i64> = lengths.filter(|l| *l > 0).collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied()
+    }
 
     fn interval(
         member: &str,
