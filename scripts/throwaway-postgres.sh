@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL cluster for tests: initdb in DIR, listen on 127.0.0.1 at a random free
-# port (unix socket in DIR too), trust authentication, fsync off (commits survive a killed
-# server, not an OS crash).
+# port below the ephemeral range (unix socket in DIR too), trust authentication, fsync off
+# (commits survive a killed server, not an OS crash).
 #
 #   scripts/throwaway-postgres.sh start DIR   # prints DATABASE_URL=postgres://postgres@127.0.0.1:PORT/postgres
 #   scripts/throwaway-postgres.sh url DIR     # prints it again
@@ -12,6 +12,7 @@
 # bridge) also listens on ADDR and trusts clients from that subnet, so pods can reach it; the
 # URL line stays on 127.0.0.1.
 # THROWAWAY_PG_PORT=PORT starts on that port only (a server restarted where its clients expect it).
+# THROWAWAY_PG_ATTEMPTS=N tries N ports (or the one port N times, 0.25 s apart); default 20.
 # Only the DATABASE_URL line goes to stdout; progress and errors go to stderr.
 #
 # The binaries are taken from $PG_BINDIR, else the newest /usr/lib/postgresql/*/bin, else
@@ -75,6 +76,15 @@ is_running() {
     [[ -f $dir/data/postmaster.pid ]] && as_owner "$bindir/pg_ctl" -D "$dir/data" status >/dev/null 2>&1
 }
 
+# The lowest port the kernel hands to outgoing connections (32768 by default): random ports are
+# picked below it, where no client socket can be holding one.
+ephemeral_low() {
+    local low
+    read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
+    ((low > 21000)) || low=32768
+    echo "$low"
+}
+
 port_in_use() {
     # A successful connect means something listens there.
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
@@ -117,24 +127,40 @@ max_connections = 200
 EOF
     fi
 
-    local attempt port=""
-    for attempt in $(seq 1 20); do
-        port=${THROWAWAY_PG_PORT:-$((20000 + RANDOM % 40000))}
-        port_in_use "$port" && continue
-        : >"$dir/postgres.log"
-        [[ $EUID -eq 0 ]] && chown "$owner" "$dir/postgres.log"
-        if as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -o "-p $port" \
-            -w -t 60 start >/dev/null 2>&1; then
-            break
+    local attempt port="" low attempts=${THROWAWAY_PG_ATTEMPTS:-20} started=""
+    low=$(ephemeral_low)
+    for attempt in $(seq 1 "$attempts"); do
+        port=${THROWAWAY_PG_PORT:-$((20000 + RANDOM % (low - 20000)))}
+        if ! port_in_use "$port"; then
+            : >"$dir/postgres.log"
+            [[ $EUID -eq 0 ]] && chown "$owner" "$dir/postgres.log"
+            if as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -o "-p $port" \
+                -w -t 60 start >/dev/null 2>&1; then
+                # Postgres starts when any one of its addresses binds: one that did not (its port
+                # is some client socket's local port) would leave the URL's 127.0.0.1 refusing
+                # connections, so that start counts as a taken port.
+                if ! grep -qi 'could not create listen socket' "$dir/postgres.log"; then
+                    started=yes
+                    break
+                fi
+                as_owner "$bindir/pg_ctl" -D "$dir/data" -m immediate -w -t 60 stop >/dev/null 2>&1 || true
+            elif ! grep -qiE 'could not (bind|create listen)|address already in use' "$dir/postgres.log"; then
+                die "postgres did not start, see $dir/postgres.log: $(tail -n 5 "$dir/postgres.log")"
+            fi
         fi
-        if grep -qiE 'could not (bind|create listen)|address already in use' "$dir/postgres.log"; then
+        if [[ -n ${THROWAWAY_PG_PORT:-} ]]; then
+            # The one port asked for: a server killed a moment ago may still be releasing it.
+            ((attempt < attempts)) || break
+            sleep 0.25
+        else
             echo "$prog: port $port taken, trying another (attempt $attempt)" >&2
-            port=""
-            continue
         fi
-        die "postgres did not start, see $dir/postgres.log: $(tail -n 5 "$dir/postgres.log")"
     done
-    [[ -n $port ]] || die "found no free port in 20 attempts"
+    if [[ -z $started ]]; then
+        [[ -n ${THROWAWAY_PG_PORT:-} ]] &&
+            die "port $port is taken on an address to listen on: $(grep -iE 'could not|in use' "$dir/postgres.log" 2>/dev/null | head -n 2 | tr '\n' ' ')"
+        die "found no free port in $attempts attempts"
+    fi
 
     local url="postgres://postgres@127.0.0.1:$port/postgres"
     echo "$url" >"$dir/database_url"

@@ -1372,6 +1372,8 @@ async fn errors_name_the_operation_and_mask_the_password() {
         text.contains("postgres://stress:***@127.0.0.1:1/stress: connect"),
         "{text}"
     );
+    // Why, not only that the pool timed out.
+    assert!(text.contains("refused"), "{text}");
 
     let dir = tempfile::tempdir().unwrap();
     let err = Store::connect(&format!(

@@ -780,6 +780,14 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
     let run =
         tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &["--duration", "120s"], None));
     let exited_at = Instant::now();
+    if !killer.is_finished() {
+        // Not the killer's timeout minutes later, with the run's output cut off behind it.
+        killer.abort();
+        panic!(
+            "the run ended before the server was killed:\n{}",
+            run.describe()
+        );
+    }
     let (killed, killed_at) = match killer.await {
         Ok(killed) => killed,
         Err(e) => panic!("the killer task: {e}\n{}", run.describe()),

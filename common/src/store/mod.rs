@@ -91,7 +91,7 @@ use crate::status::{
 };
 use crate::triton_metrics::ServerSample;
 use sqlx::any::AnyPoolOptions;
-use sqlx::{Any, AnyPool, Executor, Row, Transaction};
+use sqlx::{Any, AnyPool, Connection, Executor, Row, Transaction};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -378,7 +378,32 @@ impl Store {
                 })
             });
         }
-        let pool = pool_options.connect(&url).await.map_err(db("connect"))?;
+        let pool = match pool_options.connect(&url).await {
+            Ok(pool) => pool,
+            // sqlx retries until the acquire timeout and then keeps only "timed out"; one more
+            // direct attempt says why (connection refused, authentication, unknown database).
+            Err(sqlx::Error::PoolTimedOut) => {
+                let cause = match tokio::time::timeout(
+                    Duration::from_secs(5),
+                    sqlx::AnyConnection::connect(&url),
+                )
+                .await
+                {
+                    Ok(Err(e)) => e.to_string(),
+                    Ok(Ok(_)) => "it answered a later attempt".to_string(),
+                    Err(_) => "a further attempt got no answer within 5 s".to_string(),
+                };
+                return Err(StoreError::Other {
+                    op: "connect",
+                    url: masked,
+                    message: format!(
+                        "no connection within {:?}: {cause}",
+                        options.acquire_timeout
+                    ),
+                });
+            }
+            Err(e) => return Err(db("connect")(e)),
+        };
 
         let store = Store {
             pool,

@@ -42,15 +42,14 @@ pub struct ThrowawayPostgres {
     running: bool,
 }
 
+/// Runs the script's `action` on `dir` with `env` (its `THROWAWAY_PG_*` settings).
 fn run_script(
     action: &str,
     dir: &Path,
-    also_listen: Option<&str>,
+    env: &[(&str, &str)],
 ) -> Result<std::process::Output, ThrowawayError> {
     let mut command = Command::new("bash");
-    if let Some(cidr) = also_listen {
-        command.env("THROWAWAY_PG_ALSO_LISTEN", cidr);
-    }
+    command.envs(env.iter().copied());
     command
         .arg("-c")
         .arg(SCRIPT)
@@ -74,7 +73,11 @@ impl ThrowawayPostgres {
             .prefix("stress-pg-")
             .tempdir()
             .map_err(|e| ThrowawayError(format!("cannot create a temporary directory: {e}")))?;
-        let output = run_script("start", dir.path(), also_listen)?;
+        let env: Vec<_> = also_listen
+            .map(|cidr| ("THROWAWAY_PG_ALSO_LISTEN", cidr))
+            .into_iter()
+            .collect();
+        let output = run_script("start", dir.path(), &env)?;
         let stderr = String::from_utf8_lossy(&output.stderr);
         if !output.status.success() {
             return Err(ThrowawayError(format!(
@@ -181,17 +184,7 @@ impl ThrowawayPostgres {
             .and_then(|(_, rest)| rest.split('/').next())
             .unwrap_or_default()
             .to_string();
-        let mut command = Command::new("bash");
-        command
-            .env("THROWAWAY_PG_PORT", &port)
-            .arg("-c")
-            .arg(SCRIPT)
-            .arg("throwaway-postgres.sh")
-            .arg("start")
-            .arg(self.dir.path());
-        let output = command
-            .output()
-            .map_err(|e| ThrowawayError(format!("cannot run bash: {e}")))?;
+        let output = run_script("start", self.dir.path(), &[("THROWAWAY_PG_PORT", &port)])?;
         if !output.status.success() {
             return Err(ThrowawayError(format!(
                 "restart on port {port}: {}",
@@ -214,7 +207,7 @@ impl ThrowawayPostgres {
         self.running = false;
         // A paused server (see `pause`) cannot stop.
         let _ = self.signal("CONT");
-        let output = run_script("stop", self.dir.path(), None)?;
+        let output = run_script("stop", self.dir.path(), &[])?;
         if output.status.success() {
             Ok(())
         } else {
@@ -380,6 +373,44 @@ mod tests {
                 )
             );
         }
+    }
+
+    /// Postgres starts when any one of its listen addresses binds. A port that some client socket
+    /// holds on 127.0.0.1 (bound, not listening: invisible to a connect probe) but free on the
+    /// other address must not make a "started" server whose URL refuses connections, as it once
+    /// did in CI (the driver then timed out connecting).
+    #[test]
+    fn a_port_taken_on_one_listen_address_is_not_a_started_server() {
+        // A client connection's local port: bound on 127.0.0.1, not listening.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let held = client.local_addr().unwrap().port();
+        let dir = tempfile::Builder::new()
+            .prefix("stress-pg-")
+            .tempdir()
+            .unwrap();
+        let port = held.to_string();
+        let output = run_script(
+            "start",
+            dir.path(),
+            &[
+                ("THROWAWAY_PG_ALSO_LISTEN", "127.0.0.2/32"),
+                ("THROWAWAY_PG_PORT", &port),
+                ("THROWAWAY_PG_ATTEMPTS", "2"),
+            ],
+        )
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let started = output.status.success();
+        if started {
+            let _ = run_script("stop", dir.path(), &[]);
+        }
+        drop((client, listener));
+        assert!(!started, "started on a port taken on 127.0.0.1: {stderr}");
+        assert!(
+            stderr.contains(&format!("port {port} is taken")),
+            "{stderr}"
+        );
     }
 
     /// The name the SKIPPED line gives, also when tests run one at a time.
