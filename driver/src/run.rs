@@ -1206,6 +1206,7 @@ impl Driver<'_> {
             if let Some(cause) = rules.observe(poll) {
                 // Timestamps for fail-fast's own latency: judged, attributed, workers stopped.
                 tracing::info!("failure judged ({}): {}", wake.as_str(), cause.member());
+                self.launcher.failure_judged();
                 let verdict = self.fail(cause).await;
                 tracing::info!("failure attributed; stopping the workers");
                 self.wind_down(sampler).await;

@@ -224,6 +224,11 @@ pub trait Launcher: Send {
         std::future::pending::<()>().await
     }
 
+    /// The run was judged failed just now. A launcher whose members' ends are reported late
+    /// (a pod's, by the kubelet) counts the time it allows them for the report from here, so
+    /// that time overlaps the workers' final reports instead of following them.
+    fn failure_judged(&mut self) {}
+
     /// Asks every client to stop (SIGTERM) and waits up to `grace` for each; then kills.
     async fn stop_clients(&mut self, grace: Duration) -> Vec<MemberExit>;
 

@@ -27,10 +27,13 @@ impl KubeLauncher {
             && !self.exits.contains_key(member_id);
         let ns = self.ns().to_string();
         // A process killed a moment ago shows as terminated only when the kubelet's next status
-        // update arrives (~1 s): give it that long, so the report shows the termination.
+        // update arrives (1-3 s): give it that long from the failure's judgement, so the report
+        // shows the termination.
         if !stopped_by_the_driver {
-            self.wait_member_ended(member_id, Instant::now() + DIAGNOSTICS_SETTLE)
-                .await;
+            let until = self
+                .settle_until
+                .unwrap_or_else(|| Instant::now() + DIAGNOSTICS_SETTLE);
+            self.wait_member_ended(member_id, until).await;
         }
         // A fresh read: the watch may lag the kubelet by a moment.
         let pod = match self.pods.get(&pod_name).await {

@@ -59,7 +59,8 @@ pub const WORKER_METRICS_PORT: u16 = 9464;
 const PERF_ANALYZER_IN_IMAGE: &str = "/usr/local/bin/perf_analyzer";
 const SERVER_CONTAINER: &str = "tritonserver";
 const CLIENT_CONTAINER: &str = "worker";
-/// How long diagnostics wait for a failed member's container to show as terminated.
+/// How long diagnostics wait for a failed member's container to show as terminated, from the
+/// failure's judgement (or from the diagnostics' start when there was none).
 const DIAGNOSTICS_SETTLE: Duration = Duration::from_secs(3);
 /// How often waits on the pod watch look again without a change: a pod Pending past its
 /// timeout has failed although nothing about it changed.
@@ -103,6 +104,8 @@ pub struct KubeLauncher {
     exits: BTreeMap<String, MemberExit>,
     /// Members the driver itself is stopping: their end is not a failure.
     stopping: BTreeSet<String>,
+    /// Until when diagnostics wait for failed members' ends: set when the failure is judged.
+    settle_until: Option<Instant>,
 }
 
 fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
@@ -188,6 +191,7 @@ impl KubeLauncher {
             watch,
             exits: BTreeMap::new(),
             stopping: BTreeSet::new(),
+            settle_until: None,
         })
     }
 
@@ -273,12 +277,23 @@ impl KubeLauncher {
     /// Waits until the named member's container has ended, or `deadline`.
     async fn wait_member_ended(&self, member: &str, deadline: Instant) {
         let pending_timeout = self.settings.pending_timeout;
-        let _ = self
+        let started = Instant::now();
+        let ended = self
             .watch
             .wait_for(deadline, RECHECK, |seen| {
                 member_exit(seen, member, pending_timeout).ok_or(())
             })
             .await;
+        // The failure path's timing on a cluster is mostly this wait for the kubelet.
+        tracing::info!(
+            "diagnostics of {member}: {} after {} ms",
+            if ended.is_ok() {
+                "its end is reported"
+            } else {
+                "its end was not reported by the deadline"
+            },
+            started.elapsed().as_millis()
+        );
     }
 
     /// Waits until every named member's container has ended (or `deadline`); their exits.
@@ -318,6 +333,11 @@ impl KubeLauncher {
 impl Launcher for KubeLauncher {
     fn name(&self) -> &'static str {
         "kube"
+    }
+
+    fn failure_judged(&mut self) {
+        self.settle_until
+            .get_or_insert_with(|| Instant::now() + DIAGNOSTICS_SETTLE);
     }
 
     async fn start_server(&mut self, server: &ServerMember) -> Result<(), LaunchError> {
