@@ -21,7 +21,7 @@
 # (500ms: the driver's poll, and how often the workers report and pick up their concurrency),
 # DURATION (5m: caps the driver's run); SERVER_CPUS (0) and CLIENT_CPUS (1): taskset CPU lists
 # (empty: not pinned); ORDER ("pa driver"; "driver pa" runs the driver first), DRIVER / WORKER
-# (release binaries under CARGO_TARGET_DIR or target/, built when missing), PERF_ANALYZER
+# (release binaries under CARGO_TARGET_DIR or target/, built unless given), PERF_ANALYZER
 # (.local/bin/perf_analyzer), BENCH_KEEP=1 keeps the logs, matrix and reports.
 #
 # The two tools run one after the other, never together. Exit: 0 after printing results (targets
@@ -58,6 +58,7 @@ ORDER="${ORDER:-pa driver}"
 SERVER_CPUS="${SERVER_CPUS-0}"
 CLIENT_CPUS="${CLIENT_CPUS-1}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+BINARIES_GIVEN="${DRIVER:-}${WORKER:-}"
 DRIVER="${DRIVER:-$TARGET_DIR/release/driver}"
 WORKER="${WORKER:-$TARGET_DIR/release/worker}"
 PERF_ANALYZER="${PERF_ANALYZER:-$REPO_ROOT/.local/bin/perf_analyzer}"
@@ -83,8 +84,9 @@ server_pin=(); client_pin=()
 if [ -n "$SERVER_CPUS" ]; then server_pin=(taskset -c "$SERVER_CPUS"); fi
 if [ -n "$CLIENT_CPUS" ]; then client_pin=(taskset -c "$CLIENT_CPUS"); fi
 [ -x "$PERF_ANALYZER" ] || fail "$PERF_ANALYZER not found: run scripts/install-tritonserver.sh"
-if [ ! -x "$DRIVER" ] || [ ! -x "$WORKER" ]; then
-    log "building the driver and worker ($DRIVER or $WORKER missing)"
+# Built unless given: an existing binary may predate the working tree.
+if [ -z "$BINARIES_GIVEN" ]; then
+    log "building the driver and worker (release)"
     CARGO_TARGET_DIR="$TARGET_DIR" cargo build --release -p driver -p worker >&2 ||
         fail "cargo build --release -p driver -p worker failed"
     [ -x "$DRIVER" ] && [ -x "$WORKER" ] || fail "$DRIVER or $WORKER still missing after the build"

@@ -7,7 +7,7 @@
 #
 # Usage: scripts/bench-fail-fast.sh
 # Env: SERVERS (2), WORKERS (8), ROUNDS (1), DRIVER (target/release/driver; its worker is
-# target/release/worker; both built when missing), BENCH_KEEP=1 keeps the run directories.
+# target/release/worker; both built unless given), BENCH_KEEP=1 keeps the run directories.
 # LAUNCHER=kube runs the same on the test cluster instead (scripts/k8s/ci.sh: root, the cluster
 # built once, about 10 minutes more for the images; one round; Load only, the kube test
 # bench_fail_fast_on_the_cluster).
@@ -22,6 +22,7 @@ cd "$REPO_ROOT"
 SERVERS="${SERVERS:-2}"
 WORKERS="${WORKERS:-8}"
 ROUNDS="${ROUNDS:-1}"
+DRIVER_GIVEN="${DRIVER:-}"
 DRIVER="${DRIVER:-${CARGO_TARGET_DIR:-target}/release/driver}"
 
 source "$SCRIPT_DIR/bench-lib.sh"
@@ -41,7 +42,8 @@ for v in SERVERS WORKERS ROUNDS; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer, got '${!v}'"
 done
 command -v python3 >/dev/null || fail "python3 not found"
-if [ ! -x "$DRIVER" ] || [ ! -x "$(dirname "$DRIVER")/worker" ]; then
+# Built unless given: an existing binary may predate the working tree.
+if [ -z "$DRIVER_GIVEN" ]; then
     log "building the driver and the worker (release)"
     cargo build --release -p driver -p worker >&2 || fail "cargo build --release failed"
 fi

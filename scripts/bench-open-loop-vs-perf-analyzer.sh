@@ -10,7 +10,7 @@
 #
 # Usage: scripts/bench-open-loop-vs-perf-analyzer.sh
 # Env: RATE (2000), ARRIVALS (constant|poisson), DURATION seconds per client run (15),
-# ROUNDS (1), WORKER (target/release/worker, built when missing), PERF_ANALYZER
+# ROUNDS (1), WORKER (target/release/worker, built unless given), PERF_ANALYZER
 # (.local/bin/perf_analyzer), LOAD_WINDOW (worker, 5s), BENCH_KEEP=1 keeps logs and reports.
 # The server shares the machine's cores with the client (nothing is pinned; the core count
 # is printed). Exit: 0 after printing results (target met or not), 1 when something could
@@ -26,6 +26,7 @@ ARRIVALS="${ARRIVALS:-constant}"
 DURATION="${DURATION:-15}"
 ROUNDS="${ROUNDS:-1}"
 LOAD_WINDOW="${LOAD_WINDOW:-5s}"
+WORKER_GIVEN="${WORKER:-}"
 WORKER="${WORKER:-${CARGO_TARGET_DIR:-target}/release/worker}"
 PERF_ANALYZER="${PERF_ANALYZER:-$REPO_ROOT/.local/bin/perf_analyzer}"
 MODEL=add_sub
@@ -39,8 +40,9 @@ done
 command -v python3 >/dev/null || fail "python3 not found"
 command -v curl >/dev/null || fail "curl not found"
 [ -x "$PERF_ANALYZER" ] || fail "$PERF_ANALYZER not found: run scripts/install-tritonserver.sh"
-if [ ! -x "$WORKER" ]; then
-    log "building the worker ($WORKER missing)"
+# Built unless given: an existing binary may predate the working tree.
+if [ -z "$WORKER_GIVEN" ]; then
+    log "building the worker (release)"
     cargo build --release -p worker >&2 || fail "cargo build --release -p worker failed"
     [ -x "$WORKER" ] || fail "$WORKER still missing after the build"
 fi

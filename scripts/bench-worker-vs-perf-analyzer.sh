@@ -10,7 +10,7 @@
 # Usage: scripts/bench-worker-vs-perf-analyzer.sh
 # Env: CONCURRENCY ("1 4 16": the concurrencies to compare at), DURATION seconds per
 # client run (15), ROUNDS (1; each round runs, per concurrency, the worker, then
-# perf_analyzer), WORKER (target/release/worker, built when missing), PERF_ANALYZER
+# perf_analyzer), WORKER (target/release/worker, built unless given), PERF_ANALYZER
 # (.local/bin/perf_analyzer), LOAD_WINDOW (worker, 1s), BENCH_KEEP=1 keeps the logs and
 # reports. The worker runs with its default runtime threads (one per server).
 #
@@ -30,6 +30,7 @@ CONCURRENCY="${CONCURRENCY:-1 4 16}"
 DURATION="${DURATION:-15}"
 ROUNDS="${ROUNDS:-1}"
 LOAD_WINDOW="${LOAD_WINDOW:-1s}"
+WORKER_GIVEN="${WORKER:-}"
 WORKER="${WORKER:-${CARGO_TARGET_DIR:-target}/release/worker}"
 PERF_ANALYZER="${PERF_ANALYZER:-$REPO_ROOT/.local/bin/perf_analyzer}"
 MODEL=add_sub
@@ -47,8 +48,9 @@ done
 command -v python3 >/dev/null || fail "python3 not found"
 command -v curl >/dev/null || fail "curl not found"
 [ -x "$PERF_ANALYZER" ] || fail "$PERF_ANALYZER not found: run scripts/install-tritonserver.sh"
-if [ ! -x "$WORKER" ]; then
-    log "building the worker ($WORKER missing)"
+# Built unless given: an existing binary may predate the working tree.
+if [ -z "$WORKER_GIVEN" ]; then
+    log "building the worker (release)"
     cargo build --release -p worker >&2 || fail "cargo build --release -p worker failed"
     [ -x "$WORKER" ] || fail "$WORKER still missing after the build"
 fi

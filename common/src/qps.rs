@@ -19,6 +19,80 @@ pub fn load_seconds(samples: &[QpsSample]) -> f64 {
     QpsSpan::of(samples).load_seconds()
 }
 
+/// One member's QPS series as a report shows it, summarised by the store
+/// ([`crate::store::Store::qps_summaries`]) so that a report reads at most `points` rows per
+/// member however long the run was.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QpsSummary {
+    pub member_id: String,
+    /// Samples in the series.
+    pub samples: u64,
+    /// Of the live samples ([`QpsStats::live`]).
+    pub min: f64,
+    pub avg: f64,
+    pub max: f64,
+    /// (at_ms, QPS), in time order: the mean time and mean QPS of the member's samples in each
+    /// of `points` equal spans of the run's time (from its first sample of any member to its
+    /// last), so the points of different workers line up; a span without samples has none.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Statistics of QPS samples that add up: a store sums them per span of the series, the
+/// summary over its spans.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct QpsStats {
+    pub samples: u64,
+    pub sum: f64,
+    pub max: f64,
+    /// The least QPS above 0 (None: every sample is 0).
+    pub min_positive: Option<f64>,
+    /// Samples of 0 QPS.
+    pub zeros: u64,
+}
+
+impl QpsStats {
+    pub fn of(qps: f64) -> QpsStats {
+        QpsStats {
+            samples: 1,
+            sum: qps,
+            max: qps,
+            min_positive: (qps > 0.0).then_some(qps),
+            zeros: u64::from(qps == 0.0),
+        }
+    }
+
+    pub fn add(&mut self, other: &QpsStats) {
+        self.samples += other.samples;
+        self.sum += other.sum;
+        self.max = self.max.max(other.max);
+        self.min_positive = match (self.min_positive, other.min_positive) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.zeros += other.zeros;
+    }
+
+    /// (min, avg, max) of the live samples: every one but a final 0 after others, since a
+    /// worker's last snapshot reports 0 QPS by design (it has stopped sending).
+    pub fn live(&self, last_is_zero: bool) -> (f64, f64, f64) {
+        let final_zero = self.samples > 1 && last_is_zero;
+        let (samples, zeros) = if final_zero {
+            (self.samples - 1, self.zeros.saturating_sub(1))
+        } else {
+            (self.samples, self.zeros)
+        };
+        if samples == 0 {
+            return (0.0, 0.0, 0.0);
+        }
+        let min = if zeros > 0 {
+            0.0
+        } else {
+            self.min_positive.unwrap_or(0.0)
+        };
+        (min, self.sum / samples as f64, self.max.max(0.0))
+    }
+}
+
 /// What [`load_seconds`] needs of a run's QPS samples, so a store can answer it without
 /// handing over every sample ([`crate::store::Store::qps_span`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -84,6 +158,35 @@ mod tests {
         ];
         // From 0 s (2 s before the first sample) to 10.5 s.
         assert_eq!(load_seconds(&samples), 10.5);
+    }
+
+    fn stats_of(qps: &[f64]) -> QpsStats {
+        let mut total = QpsStats::default();
+        for q in qps {
+            total.add(&QpsStats::of(*q));
+        }
+        total
+    }
+
+    #[test]
+    fn live_statistics_leave_out_only_a_final_zero_after_others() {
+        // The final snapshot's 0 is left out.
+        let s = stats_of(&[4.0, 2.0, 6.0, 0.0]);
+        assert_eq!(s.live(true), (2.0, 4.0, 6.0));
+        // A 0 that is not the last counts, and so does a last sample that is not 0.
+        let s = stats_of(&[4.0, 0.0, 8.0]);
+        assert_eq!(s.live(false), (0.0, 4.0, 8.0));
+        // Two zeros at the end: only the last one is the final snapshot.
+        let s = stats_of(&[3.0, 0.0, 0.0]);
+        assert_eq!(s.live(true), (0.0, 1.5, 3.0));
+        // A lone 0 is a sample like any other.
+        assert_eq!(stats_of(&[0.0]).live(true), (0.0, 0.0, 0.0));
+        assert_eq!(stats_of(&[5.0]).live(false), (5.0, 5.0, 5.0));
+        assert_eq!(QpsStats::default().live(true), (0.0, 0.0, 0.0));
+        // Adding groups equals adding their samples.
+        let mut halves = stats_of(&[1.0, 0.0]);
+        halves.add(&stats_of(&[7.0, 3.0]));
+        assert_eq!(halves, stats_of(&[1.0, 0.0, 7.0, 3.0]));
     }
 
     #[test]

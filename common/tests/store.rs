@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
+use stress_common::qps::QpsSummary;
 use stress_common::status::{
     EventKind, FailureRecord, Forensics, IntervalCounts, LoadTarget, ModelCounts, PreviousUse,
     Role, ScenarioCounts, StatusSink, StreamCounts, WireStep, WorkerSnapshot,
@@ -941,7 +942,7 @@ fn sqlx_url_with_db(url: &str, db: &str) -> String {
 /// interval tracker says one is due, and the last always is). Only ~[`SERIES_POINTS`] points
 /// per worker join `qps_samples`; the latest QPS (what the driver polls) follows every
 /// snapshot; the final total requests are exact; and what the report reads in aggregate
-/// (`qps_span`, `qps_sample_counts`, `for_each_qps_sample`) equals what the whole series says.
+/// (`qps_span`, `qps_summaries`) agrees with what the whole series says.
 async fn bounded_qps_series(url: &str) {
     use stress_common::interval::{IntervalTracker, SERIES_POINTS, series_interval};
     let store = Store::connect(url).await.expect("connect");
@@ -984,17 +985,25 @@ async fn bounded_qps_series(url: &str) {
         }
     }
     let samples = store.qps_samples(&run_id).await.unwrap();
-    let counts = store.qps_sample_counts(&run_id).await.unwrap();
-    for (w, n) in &counts {
+    let span = store.qps_span(&run_id).await.unwrap();
+    let summaries = store.qps_summaries(&run_id, &span, 10_000).await.unwrap();
+    for w in &summaries {
+        let n = w.samples;
         assert!(
-            *n <= u64::from(SERIES_POINTS) + 1,
-            "{w}: {n} QPS points of {polls} snapshots"
+            n <= u64::from(SERIES_POINTS) + 1,
+            "{}: {n} QPS points of {polls} snapshots",
+            w.member_id
         );
-        assert!(*n >= u64::from(SERIES_POINTS) / 2, "{w}: {n} points");
+        assert!(
+            n >= u64::from(SERIES_POINTS) / 2,
+            "{}: {n} points",
+            w.member_id
+        );
+        assert_eq!(w.points.len() as u64, n);
     }
-    assert_eq!(counts.len(), 2);
+    assert_eq!(summaries.len(), 2);
     assert_eq!(
-        counts.iter().map(|(_, n)| *n as usize).sum::<usize>(),
+        summaries.iter().map(|w| w.samples as usize).sum::<usize>(),
         samples.len()
     );
     // The last point of each worker carries its exact total; nothing the report needs is lost.
@@ -1005,26 +1014,156 @@ async fn bounded_qps_series(url: &str) {
         assert_eq!(last.at_ms, t0 + duration.as_millis() as i64);
     }
     // The load the series covers is the run's: from the start to the last snapshot.
-    let span = store.qps_span(&run_id).await.unwrap();
     assert_eq!(span, stress_common::qps::QpsSpan::of(&samples));
     assert_eq!(span.load_seconds(), duration.as_secs_f64());
-    let mut streamed = Vec::new();
-    store
-        .for_each_qps_sample(&run_id, |s| streamed.push(s))
-        .await
-        .unwrap();
-    assert_eq!(streamed, samples);
     // A run without samples.
     let empty = store.qps_span("no-such-run").await.unwrap();
     assert_eq!(empty, stress_common::qps::QpsSpan::default());
-    assert!(
-        store
-            .qps_sample_counts("no-such-run")
-            .await
-            .unwrap()
-            .is_empty()
-    );
     store.close().await;
+}
+
+/// The definition of [`Store::qps_summaries`] over the whole series, in Rust: what the SQL must
+/// give (the statistics computed from the live samples directly, not through `QpsStats`; a
+/// member's last sample is its latest snapshot here, as every snapshot is a series point).
+fn summaries_of(samples: &[QpsSample], points: usize) -> Vec<QpsSummary> {
+    let mut members: std::collections::BTreeMap<&str, Vec<&QpsSample>> = Default::default();
+    for s in samples {
+        members.entry(&s.member_id).or_default().push(s);
+    }
+    let first = samples.iter().map(|s| s.at_ms).min().unwrap_or_default();
+    let last = samples.iter().map(|s| s.at_ms).max().unwrap_or_default();
+    members
+        .into_iter()
+        .map(|(member_id, series)| {
+            let n = series.len();
+            let mut buckets: Vec<(i64, Vec<&QpsSample>)> = Vec::new();
+            for s in &series {
+                let bucket = (s.at_ms - first) * points as i64 / (last - first + 1);
+                match buckets.last_mut() {
+                    Some((b, members)) if *b == bucket => members.push(s),
+                    _ => buckets.push((bucket, vec![s])),
+                }
+            }
+            let mean = |v: &[&QpsSample], f: fn(&QpsSample) -> f64| {
+                v.iter().map(|s| f(s)).sum::<f64>() / v.len() as f64
+            };
+            let live: Vec<f64> = series[..if n > 1 && series[n - 1].qps == 0.0 {
+                n - 1
+            } else {
+                n
+            }]
+                .iter()
+                .map(|s| s.qps)
+                .collect();
+            QpsSummary {
+                member_id: member_id.to_string(),
+                samples: n as u64,
+                min: live.iter().copied().fold(f64::INFINITY, f64::min),
+                avg: live.iter().sum::<f64>() / live.len() as f64,
+                max: live.iter().copied().fold(0.0, f64::max),
+                points: buckets
+                    .iter()
+                    .map(|(_, v)| (mean(v, |s| s.at_ms as f64), mean(v, |s| s.qps)))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// The report's QPS summaries, computed by the database, equal their definition over the whole
+/// series: the samples averaged over `points` equal spans of the run's time, and the statistics
+/// leaving out only a final 0 after other samples.
+async fn qps_summaries(url: &str) {
+    let store = Store::connect(url).await.expect("connect");
+    let run_id = unique("qps-summaries");
+    let t0 = 1_800_000_000_000_i64;
+    // client-0: 37 samples at uneven gaps, a 0 amid them, the final snapshot's 0.
+    // client-1: 4 samples, the last two at the same time (the later written is the last).
+    // client-2: a single sample of 0.
+    let mut writes: Vec<(&str, i64, f64)> = (0..37_i64)
+        .map(|i| {
+            let qps = match i {
+                36 => 0.0,
+                11 => 0.0,
+                _ => ((i * 37) % 23 + 1) as f64 * 2.5,
+            };
+            ("client-0", t0 + i * 1000 + (i * i) % 700, qps)
+        })
+        .collect();
+    writes.extend([
+        ("client-1", t0 + 500, 9.0),
+        ("client-1", t0 + 1500, 3.0),
+        ("client-1", t0 + 2500, 5.0),
+        ("client-1", t0 + 2500, 0.0),
+        ("client-2", t0 + 900, 0.0),
+    ]);
+    for (member, at_ms, qps) in &writes {
+        store
+            .sink(&run_id, *member)
+            .snapshot(&WorkerSnapshot {
+                at_ms: *at_ms,
+                qps: *qps,
+                series_point: true,
+                ..WorkerSnapshot::default()
+            })
+            .await
+            .unwrap();
+    }
+    let samples = store.qps_samples(&run_id).await.unwrap();
+    assert_eq!(samples.len(), writes.len());
+    let span = store.qps_span(&run_id).await.unwrap();
+    let summaries = |points| store.qps_summaries(&run_id, &span, points);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+    for points in [1, 4, 10, 36, 37, 600] {
+        let got = summaries(points).await.unwrap();
+        let want = summaries_of(&samples, points);
+        assert_eq!(got.len(), 3, "points {points}");
+        for (g, w) in got.iter().zip(&want) {
+            let at = format!("{} at points {points}: {g:?} vs {w:?}", w.member_id);
+            assert_eq!((&g.member_id, g.samples), (&w.member_id, w.samples), "{at}");
+            assert!(
+                close(g.min, w.min) && close(g.avg, w.avg) && close(g.max, w.max),
+                "{at}"
+            );
+            assert_eq!(g.points.len(), w.points.len(), "{at}");
+            for (gp, wp) in g.points.iter().zip(&w.points) {
+                assert!(close(gp.0, wp.0) && close(gp.1, wp.1), "{at}");
+            }
+        }
+    }
+    // The cases the definition is about, spelled out: at 600 spans of 60 ms, client-0's
+    // samples (> 700 ms apart) each have their own; at 4, client-0 has one per span.
+    let at_600 = summaries(600).await.unwrap();
+    assert_eq!((at_600[0].min, at_600[0].points.len()), (0.0, 37));
+    assert_eq!(
+        at_600[1].points.len(),
+        3,
+        "the last two at the same time share a span"
+    );
+    assert_eq!(
+        (at_600[1].min, at_600[1].avg, at_600[1].max),
+        (3.0, 17.0 / 3.0, 9.0)
+    );
+    assert_eq!((at_600[2].samples, at_600[2].avg), (1, 0.0));
+    assert_eq!(summaries(4).await.unwrap()[0].points.len(), 4);
+    let none = store.qps_span("no-such-run").await.unwrap();
+    let nothing = store.qps_summaries("no-such-run", &none, 10).await.unwrap();
+    assert!(nothing.is_empty());
+    store.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_qps_summaries() {
+    let dir = tempfile::tempdir().unwrap();
+    qps_summaries(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
+}
+
+#[tokio::test]
+async fn postgres_qps_summaries() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    qps_summaries(pg.url()).await;
 }
 
 #[tokio::test]

@@ -28,7 +28,8 @@ pub struct WorkerQps {
     pub min: f64,
     pub avg: f64,
     pub max: f64,
-    /// (seconds since the run started, QPS), downsampled.
+    /// (seconds since the run started, QPS): at most [`SERIES_POINTS`], averaged by the store
+    /// over equal spans of time when the series is longer.
     pub series: Vec<(f64, f64)>,
 }
 
@@ -327,83 +328,6 @@ fn group_of<'a>(members: &'a [Member], id: &str) -> (&'a str, Option<Role>) {
         .map_or(("?", None), |m| (m.group_name.as_str(), Some(m.role)))
 }
 
-/// One worker's QPS series built one sample at a time, in time order (the store streams
-/// them): the same statistics and the same series as [`downsample`] of the whole series, in
-/// memory bounded by [`SERIES_POINTS`]. `expected`: how many samples will come (it sets how
-/// many are averaged into one point).
-#[derive(Debug)]
-struct QpsSeries {
-    chunk: usize,
-    samples: usize,
-    /// The point being averaged: (sum of times, sum of QPS, samples).
-    point: (f64, f64, usize),
-    series: Vec<(f64, f64)>,
-    /// The latest sample's QPS: counted in the statistics once a later one comes (the final
-    /// snapshot reports 0 by design and is left out of them).
-    pending: Option<f64>,
-    live: (usize, f64, f64, f64),
-}
-
-impl QpsSeries {
-    fn new(expected: usize) -> Self {
-        Self {
-            chunk: if expected <= SERIES_POINTS {
-                1
-            } else {
-                expected.div_ceil(SERIES_POINTS)
-            },
-            samples: 0,
-            point: (0.0, 0.0, 0),
-            series: Vec::new(),
-            pending: None,
-            live: (0, 0.0, f64::INFINITY, 0.0),
-        }
-    }
-
-    fn count(&mut self, qps: f64) {
-        let (n, sum, min, max) = self.live;
-        self.live = (n + 1, sum + qps, min.min(qps), max.max(qps));
-    }
-
-    fn push(&mut self, t: f64, qps: f64) {
-        self.samples += 1;
-        if let Some(before) = self.pending.replace(qps) {
-            self.count(before);
-        }
-        self.point = (self.point.0 + t, self.point.1 + qps, self.point.2 + 1);
-        if self.point.2 == self.chunk {
-            self.close_point();
-        }
-    }
-
-    fn close_point(&mut self) {
-        let (t, q, k) = self.point;
-        if k > 0 {
-            self.series.push((t / k as f64, q / k as f64));
-        }
-        self.point = (0.0, 0.0, 0);
-    }
-
-    fn finish(mut self, group: String, member_id: String) -> WorkerQps {
-        self.close_point();
-        if let Some(last) = self.pending.take()
-            && !(self.samples > 1 && last == 0.0)
-        {
-            self.count(last);
-        }
-        let (n, sum, min, max) = self.live;
-        WorkerQps {
-            member_id,
-            group,
-            samples: self.samples,
-            min: min.min(f64::MAX),
-            avg: sum / n.max(1) as f64,
-            max,
-            series: self.series,
-        }
-    }
-}
-
 /// Averages consecutive points down to at most `n`.
 fn downsample(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
     if points.len() <= n {
@@ -585,29 +509,26 @@ impl Report {
                 .map_err(|e| corrupt(e.to_string()))?;
         }
 
-        // Aggregated and streamed from the store: memory is bounded by the report (members
-        // × SERIES_POINTS), not by the run's length.
-        let load_seconds = store.qps_span(run_id).await?.load_seconds();
-        let mut per_worker: BTreeMap<String, QpsSeries> = store
-            .qps_sample_counts(run_id)
+        // Aggregated by the store: what is read is bounded by members × SERIES_POINTS, not by
+        // the run's length.
+        let span = store.qps_span(run_id).await?;
+        let load_seconds = span.load_seconds();
+        let workers = store
+            .qps_summaries(run_id, &span, SERIES_POINTS)
             .await?
             .into_iter()
-            .map(|(member, n)| (member, QpsSeries::new(n as usize)))
-            .collect();
-        store
-            .for_each_qps_sample(run_id, |s| {
-                per_worker
-                    .entry(s.member_id)
-                    // A sample written since the counts were read.
-                    .or_insert_with(|| QpsSeries::new(1))
-                    .push((s.at_ms - run.started_at_ms) as f64 / 1000.0, s.qps);
-            })
-            .await?;
-        let workers = per_worker
-            .into_iter()
-            .filter(|(_, series)| series.samples > 0)
-            .map(|(member_id, series)| {
-                series.finish(group_of(&members, &member_id).0.to_string(), member_id)
+            .map(|w| WorkerQps {
+                group: group_of(&members, &w.member_id).0.to_string(),
+                samples: w.samples as usize,
+                min: w.min,
+                avg: w.avg,
+                max: w.max,
+                series: w
+                    .points
+                    .iter()
+                    .map(|&(at_ms, qps)| ((at_ms - run.started_at_ms as f64) / 1000.0, qps))
+                    .collect(),
+                member_id: w.member_id,
             })
             .collect();
 
@@ -1281,52 +1202,6 @@ mod tests {
         assert!(why.contains("first metrics scrape of s-0"), "{why}");
         // No worker event to compare with: only the other rules apply.
         assert_eq!(not_comparable(&servers, &late, &counts, None), None);
-    }
-
-    #[test]
-    fn a_streamed_qps_series_equals_the_whole_series_downsampled() {
-        for len in [
-            1,
-            2,
-            7,
-            SERIES_POINTS,
-            SERIES_POINTS + 1,
-            3 * SERIES_POINTS + 17,
-            28_800,
-        ] {
-            // A ramp with a dip, ending with the final snapshot's 0.
-            let points: Vec<(f64, f64)> = (0..len)
-                .map(|i| {
-                    let q = if i + 1 == len && len > 1 {
-                        0.0
-                    } else {
-                        (i % 97) as f64 * 3.5 + 1.0
-                    };
-                    (i as f64 * 1.5, q)
-                })
-                .collect();
-            let mut streamed = QpsSeries::new(len);
-            for &(t, q) in &points {
-                streamed.push(t, q);
-            }
-            let w = streamed.finish("g".into(), "w".into());
-            assert_eq!(w.samples, len);
-            assert_eq!(w.series, downsample(&points, SERIES_POINTS), "len {len}");
-            assert!(w.series.len() <= SERIES_POINTS);
-            let live: Vec<f64> = points[..if len > 1 { len - 1 } else { len }]
-                .iter()
-                .map(|p| p.1)
-                .collect();
-            assert_eq!(w.min, live.iter().cloned().fold(f64::INFINITY, f64::min));
-            assert_eq!(w.max, live.iter().cloned().fold(0.0, f64::max));
-            let avg = live.iter().sum::<f64>() / live.len() as f64;
-            assert!((w.avg - avg).abs() < 1e-9 * avg.max(1.0), "len {len}");
-        }
-        // A single sample of 0 counts (it is not a final 0 after live ones).
-        let mut one = QpsSeries::new(1);
-        one.push(1.0, 0.0);
-        let w = one.finish("g".into(), "w".into());
-        assert_eq!((w.min, w.avg, w.max), (0.0, 0.0, 0.0));
     }
 
     #[test]

@@ -85,6 +85,7 @@ pub mod testing;
 pub use error::{Result, StoreError, mask_url};
 pub use sink::StoreSink;
 
+use crate::qps::QpsSummary;
 use crate::status::{
     EventKind, FailureRecord, IntervalCounts, LoadTarget, ModelCounts, Role, ScenarioCounts,
     WorkerSnapshot,
@@ -92,6 +93,7 @@ use crate::status::{
 use crate::triton_metrics::ServerSample;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{Any, AnyPool, Connection, Executor, Row, Transaction};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -1259,48 +1261,78 @@ impl Store {
         })
     }
 
-    /// How many QPS samples each member of the run has in the series, by member id.
-    pub async fn qps_sample_counts(&self, run_id: &str) -> Result<Vec<(String, u64)>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT member_id, COUNT(*) FROM qps_samples WHERE run_id = $1
-             GROUP BY member_id ORDER BY member_id",
-        )
-        .bind(run_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.db("qps_sample_counts"))?;
-        Ok(rows
-            .into_iter()
-            .map(|(member, n)| (member, n.max(0) as u64))
-            .collect())
-    }
-
-    /// Hands every QPS sample of the run to `visit`, in the order of [`Store::qps_samples`],
-    /// streamed from the database: memory stays bounded by what `visit` keeps, not by the
-    /// length of the run.
-    pub async fn for_each_qps_sample(
+    /// Each member's QPS series summarised in the database, by member id: its statistics and
+    /// at most `points` points ([`QpsSummary`]). One scan of the run's series and a grouping
+    /// (no join, so no plan that rescans the series per member), whatever its length; what
+    /// comes back is bounded by members × `points`.
+    /// `span`: the run's [`Store::qps_span`], which the caller has read already.
+    pub async fn qps_summaries(
         &self,
         run_id: &str,
-        mut visit: impl FnMut(QpsSample),
-    ) -> Result<()> {
-        use futures::TryStreamExt;
-        let mut rows = sqlx::query_as::<_, (String, i64, f64, i64)>(
-            "SELECT member_id, at_ms, qps, total_requests FROM qps_samples
-             WHERE run_id = $1 ORDER BY at_ms, id",
+        span: &crate::qps::QpsSpan,
+        points: usize,
+    ) -> Result<Vec<QpsSummary>> {
+        use crate::qps::QpsStats;
+        const OP: &str = "qps_summaries";
+        let (Some(first_ms), Some(last_ms)) = (span.first_ms, span.last_ms) else {
+            return Ok(Vec::new());
+        };
+        // A worker's last snapshot, which the statistics leave out when it reports 0.
+        let latest: BTreeMap<String, f64> = self
+            .latest_qps(run_id)
+            .await?
+            .into_iter()
+            .map(|q| (q.member_id, q.qps))
+            .collect();
+        // member, samples, Σ at_ms, Σ qps, max, least above 0, zeros, first id. The sums of
+        // at_ms stay exact in a double (< 2^53 for any run).
+        type SpanRow = (String, i64, f64, f64, f64, Option<f64>, i64, i64);
+        let rows: Vec<SpanRow> = sqlx::query_as(
+            "SELECT member_id, COUNT(*),
+                    SUM(CAST(at_ms AS DOUBLE PRECISION)), SUM(qps), MAX(qps),
+                    MIN(CASE WHEN qps > 0 THEN qps END),
+                    SUM(CASE WHEN qps = 0 THEN 1 ELSE 0 END), MIN(id)
+             FROM qps_samples WHERE run_id = $1
+             GROUP BY member_id, (at_ms - $2) * $3 / $4",
         )
         .bind(run_id)
-        .fetch(&self.pool);
-        while let Some((member_id, at_ms, qps, total_requests)) =
-            rows.try_next().await.map_err(self.db("qps_samples"))?
-        {
-            visit(QpsSample {
-                member_id,
-                at_ms,
-                qps,
-                total_requests: from_db(total_requests),
+        .bind(first_ms)
+        .bind(points.max(1) as i64)
+        .bind(last_ms - first_ms + 1)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+
+        // Per member: its spans as (mean at_ms, first id, mean QPS) and their total.
+        type Spans = (Vec<(f64, i64, f64)>, QpsStats);
+        let mut members: BTreeMap<String, Spans> = BTreeMap::new();
+        for (member_id, n, sum_at, sum_qps, max, min_positive, zeros, first_id) in rows {
+            let n = n.max(1);
+            let (spans, total) = members.entry(member_id).or_default();
+            spans.push((sum_at / n as f64, first_id, sum_qps / n as f64));
+            total.add(&QpsStats {
+                samples: n as u64,
+                sum: sum_qps,
+                max,
+                min_positive,
+                zeros: zeros.max(0) as u64,
             });
         }
-        Ok(())
+        Ok(members
+            .into_iter()
+            .map(|(member_id, (mut spans, total))| {
+                spans.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let (min, avg, max) = total.live(latest.get(&member_id) == Some(&0.0));
+                QpsSummary {
+                    samples: total.samples,
+                    min,
+                    avg,
+                    max,
+                    points: spans.into_iter().map(|(at, _, qps)| (at, qps)).collect(),
+                    member_id,
+                }
+            })
+            .collect())
     }
 
     /// The most recent QPS sample of every member that has one: what the driver polls, without
