@@ -1284,16 +1284,16 @@ impl Store {
             .into_iter()
             .map(|q| (q.member_id, q.qps))
             .collect();
-        // member, samples, Σ at_ms, Σ qps, max, least above 0, zeros, first id. The sums of
-        // at_ms stay exact in a double (< 2^53 for any run).
-        type SpanRow = (String, i64, f64, f64, f64, Option<f64>, i64, i64);
-        let rows: Vec<SpanRow> = sqlx::query_as(
-            "SELECT member_id, COUNT(*),
+        // member, span, samples, Σ at_ms, Σ qps, max, least above 0, zeros. The sums of at_ms
+        // stay exact in a double (< 2^53 for any run).
+        type SpanRow = (String, i64, i64, f64, f64, f64, Option<f64>, i64);
+        let mut rows: Vec<SpanRow> = sqlx::query_as(
+            "SELECT member_id, (at_ms - $2) * $3 / $4 AS span, COUNT(*),
                     SUM(CAST(at_ms AS DOUBLE PRECISION)), SUM(qps), MAX(qps),
                     MIN(CASE WHEN qps > 0 THEN qps END),
-                    SUM(CASE WHEN qps = 0 THEN 1 ELSE 0 END), MIN(id)
+                    SUM(CASE WHEN qps = 0 THEN 1 ELSE 0 END)
              FROM qps_samples WHERE run_id = $1
-             GROUP BY member_id, (at_ms - $2) * $3 / $4",
+             GROUP BY member_id, span",
         )
         .bind(run_id)
         .bind(first_ms)
@@ -1303,13 +1303,16 @@ impl Store {
         .await
         .map_err(self.db(OP))?;
 
-        // Per member: its spans as (mean at_ms, first id, mean QPS) and their total.
-        type Spans = (Vec<(f64, i64, f64)>, QpsStats);
+        // Ordered here: an ORDER BY made Postgres sort the whole series to group it (1.4 s for
+        // 2.88 M rows) where it hashes without one (1.1 s).
+        rows.sort_unstable_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        // Per member: its points, in time order, and their total.
+        type Spans = (Vec<(f64, f64)>, QpsStats);
         let mut members: BTreeMap<String, Spans> = BTreeMap::new();
-        for (member_id, n, sum_at, sum_qps, max, min_positive, zeros, first_id) in rows {
+        for (member_id, _span, n, sum_at, sum_qps, max, min_positive, zeros) in rows {
             let n = n.max(1);
-            let (spans, total) = members.entry(member_id).or_default();
-            spans.push((sum_at / n as f64, first_id, sum_qps / n as f64));
+            let (points, total) = members.entry(member_id).or_default();
+            points.push((sum_at / n as f64, sum_qps / n as f64));
             total.add(&QpsStats {
                 samples: n as u64,
                 sum: sum_qps,
@@ -1320,15 +1323,14 @@ impl Store {
         }
         Ok(members
             .into_iter()
-            .map(|(member_id, (mut spans, total))| {
-                spans.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            .map(|(member_id, (points, total))| {
                 let (min, avg, max) = total.live(latest.get(&member_id) == Some(&0.0));
                 QpsSummary {
                     samples: total.samples,
                     min,
                     avg,
                     max,
-                    points: spans.into_iter().map(|(at, _, qps)| (at, qps)).collect(),
+                    points,
                     member_id,
                 }
             })
