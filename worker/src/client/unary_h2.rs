@@ -1474,32 +1474,37 @@ mod tests {
             loop {
                 let (socket, _) = listener.accept().await.unwrap();
                 served += 1;
-                let keep = on_connection(served);
-                let mut connection = h2::server::Builder::new()
-                    .max_concurrent_streams(max_streams)
-                    .handshake::<_, Bytes>(socket)
-                    .await
-                    .unwrap();
-                if !keep {
-                    // Graceful shutdown: GOAWAY, then the calls already taken are served.
-                    connection.graceful_shutdown();
-                }
-                tokio::spawn(async move {
-                    while let Some(Ok((request, respond))) = connection.accept().await {
-                        tokio::spawn(async move {
-                            let mut body = request.into_body();
-                            let mut message = BytesMut::new();
-                            while let Some(Ok(chunk)) = body.data().await {
-                                let _ = body.flow_control().release_capacity(chunk.len());
-                                message.put_slice(&chunk);
-                            }
-                            echo(respond, message.freeze());
-                        });
-                    }
-                });
+                serve_echo(socket, max_streams, on_connection(served)).await;
             }
         });
         (address, server)
+    }
+
+    /// The echo server's side of one accepted connection: the HTTP/2 handshake (its SETTINGS),
+    /// then each call answered on a task of its own; `keep` false says GOAWAY at once.
+    async fn serve_echo(socket: TcpStream, max_streams: u32, keep: bool) {
+        let mut connection = h2::server::Builder::new()
+            .max_concurrent_streams(max_streams)
+            .handshake::<_, Bytes>(socket)
+            .await
+            .unwrap();
+        if !keep {
+            // Graceful shutdown: GOAWAY, then the calls already taken are served.
+            connection.graceful_shutdown();
+        }
+        tokio::spawn(async move {
+            while let Some(Ok((request, respond))) = connection.accept().await {
+                tokio::spawn(async move {
+                    let mut body = request.into_body();
+                    let mut message = BytesMut::new();
+                    while let Some(Ok(chunk)) = body.data().await {
+                        let _ = body.flow_control().release_capacity(chunk.len());
+                        message.put_slice(&chunk);
+                    }
+                    echo(respond, message.freeze());
+                });
+            }
+        });
     }
 
     #[tokio::test]
@@ -1533,8 +1538,12 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn calls_started_from_a_plain_thread_leave_at_once_or_not_at_all_and_come_back_whole() {
-        let (address, _server) = echo_server(2, |_| true).await;
+        // The server's side is accepted here and answers only once told to, so that "before
+        // its SETTINGS" is a fact, not a race with its handshake.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
         let tcp = TcpStream::connect(&address).await.unwrap();
+        let (socket, _) = listener.accept().await.unwrap();
         let connection = UnaryConnection::start(tcp, &address);
         // Before the server's SETTINGS nothing may leave at once.
         assert!(
@@ -1542,6 +1551,7 @@ mod tests {
                 .try_start("/echo", &grpc_frame(b"early"))
                 .is_none()
         );
+        let _server = tokio::spawn(serve_echo(socket, 2, true));
         let first = connection.call("/echo", grpc_frame(b"first")).await;
         assert_eq!(&first.unwrap().unwrap()[..], b"first");
         // From a thread outside the runtime (the open loop's pacer): two streams are allowed,
