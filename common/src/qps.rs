@@ -51,16 +51,6 @@ pub struct QpsStats {
 }
 
 impl QpsStats {
-    pub fn of(qps: f64) -> QpsStats {
-        QpsStats {
-            samples: 1,
-            sum: qps,
-            max: qps,
-            min_positive: (qps > 0.0).then_some(qps),
-            zeros: u64::from(qps == 0.0),
-        }
-    }
-
     pub fn add(&mut self, other: &QpsStats) {
         self.samples += other.samples;
         self.sum += other.sum;
@@ -162,8 +152,14 @@ mod tests {
 
     fn stats_of(qps: &[f64]) -> QpsStats {
         let mut total = QpsStats::default();
-        for q in qps {
-            total.add(&QpsStats::of(*q));
+        for &q in qps {
+            total.add(&QpsStats {
+                samples: 1,
+                sum: q,
+                max: q,
+                min_positive: (q > 0.0).then_some(q),
+                zeros: u64::from(q == 0.0),
+            });
         }
         total
     }
