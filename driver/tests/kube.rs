@@ -1151,14 +1151,20 @@ client_groups:
     let stdout = String::from_utf8_lossy(&output.stdout);
     let report = read_json(&runs.path().join(&run_id).join("report.json"));
     let blamed = report["analysis"]["root_cause"]["member_id"].clone();
+    // Exiting early is only worth it if the report still says how the server ended.
+    let exit_code_reported = report["failed_members"]
+        .as_array()
+        .is_some_and(|failed| failed.iter().any(|m| m["member_id"] == "triton-0"))
+        && containers(failed_member(&report, "triton-0")).contains("137");
     println!(
         "fail-fast, kube launcher: {servers} servers x {workers} workers ({} cores): SIGKILL of \
          triton-0's tritonserver to the driver's exit {elapsed:.2} s (target <= 2 s: {}); exit \
-         {:?}, verdict {}, blamed first {blamed}",
+         {:?}, verdict {}, blamed first {blamed}, the report gives its exit code 137: {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if elapsed <= 2.0 { "PASS" } else { "MISS" },
         output.status.code(),
         report["verdict"],
+        if exit_code_reported { "yes" } else { "no" },
     );
     // Where the time went: the driver's log from the kill on.
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -330,6 +330,12 @@ nodeStatusReportFrequency: 1m
 nodeStatusUpdateFrequency: 4s
 runtimeRequestTimeout: 10m
 maxPods: 110
+# Today's kubelet defaults (1.27+) for its API clients; 1.20's 5 requests/s queued a killed pod's
+# status behind the other pods' updates for seconds (seen as "Throttling request took" at --v 3).
+kubeAPIQPS: 50
+kubeAPIBurst: 100
+eventRecordQPS: 50
+eventBurst: 100
 KCFG
 pause_imported() { [ -f "$STATE/images-imported/pause" ] || ! proc_alive "$IMPORT_PID"; }
 wait_for "pause image imported" 60 "" pause_imported
