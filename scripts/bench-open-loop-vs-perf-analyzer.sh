@@ -2,14 +2,14 @@
 # Open-loop accuracy: the worker's Load scenario and perf_analyzer, each sending RATE requests
 # per second on a schedule (constant gaps, or Poisson with ARRIVALS=poisson) to the same local
 # tritonserver (scripts/start-tritonserver.sh, 127.0.0.1 only, free ports) and model (add_sub,
-# gRPC), one after the other. Prints, per round, the worker's send lateness (actual - intended
+# over gRPC, or HTTP with PROTOCOL=http), one after the other. Prints, per round, the worker's send lateness (actual - intended
 # send time, p50/p99/max) and both clients' p50/p99 latency.
 # Targets (issue 17): worker p99 send lateness <= 100 us; worker p50 latency within 0.1 ms of
 # perf_analyzer's p50 (the worker counts latency from the intended send time, so its p50 holds
 # its lateness too).
 #
 # Usage: scripts/bench-open-loop-vs-perf-analyzer.sh
-# Env: RATE (2000), ARRIVALS (constant|poisson), DURATION seconds per client run (15),
+# Env: RATE (2000), ARRIVALS (constant|poisson), PROTOCOL (grpc|http), DURATION seconds per client run (15),
 # ROUNDS (1), WORKER (target/release/worker, built unless given), PERF_ANALYZER
 # (.local/bin/perf_analyzer), LOAD_WINDOW (worker, 5s), BENCH_KEEP=1 keeps logs and reports.
 # The server shares the machine's cores with the client (nothing is pinned; the core count
@@ -23,6 +23,7 @@ cd "$REPO_ROOT"
 
 RATE="${RATE:-2000}"
 ARRIVALS="${ARRIVALS:-constant}"
+PROTOCOL="${PROTOCOL:-grpc}"
 DURATION="${DURATION:-15}"
 ROUNDS="${ROUNDS:-1}"
 LOAD_WINDOW="${LOAD_WINDOW:-5s}"
@@ -37,6 +38,7 @@ for v in RATE DURATION ROUNDS; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer, got '${!v}'"
 done
 [[ "$ARRIVALS" =~ ^(constant|poisson)$ ]] || fail "ARRIVALS must be constant or poisson, got '$ARRIVALS'"
+[[ "$PROTOCOL" =~ ^(grpc|http)$ ]] || fail "PROTOCOL must be grpc or http, got '$PROTOCOL'"
 command -v python3 >/dev/null || fail "python3 not found"
 command -v curl >/dev/null || fail "curl not found"
 [ -x "$PERF_ANALYZER" ] || fail "$PERF_ANALYZER not found: run scripts/install-tritonserver.sh"
@@ -61,33 +63,35 @@ for _ in $(seq 1 240); do
 done
 [ "$ready" -eq 1 ] || { tail -20 "$TMP/server.log" >&2; fail "model $MODEL not ready after 120 s"; }
 
+if [ "$PROTOCOL" = grpc ]; then PORT=$GRPC_PORT; else PORT=$HTTP_PORT; fi
 # Warm-up (not measured): connections, the model's first executions.
-"$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" -i grpc --concurrency-range 1 \
+"$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$PORT" -i "$PROTOCOL" --concurrency-range 1 \
     --measurement-mode count_windows --measurement-request-count 500 -s 100 >"$TMP/warmup.log" 2>&1 ||
     fail "perf_analyzer warm-up failed: $(tail -3 "$TMP/warmup.log")"
 
 window_ms=$(( DURATION * 1000 / 3 ))
 for round in $(seq 1 "$ROUNDS"); do
-    log "round $round/$ROUNDS: worker, Load scenario, $RATE/s $ARRIVALS, ${DURATION}s"
-    "$WORKER" --servers "127.0.0.1:$GRPC_PORT" --protocol grpc --scenarios Load:1 \
+    log "round $round/$ROUNDS: worker, Load scenario, $RATE/s $ARRIVALS over $PROTOCOL, ${DURATION}s"
+    "$WORKER" --servers "127.0.0.1:$PORT" --protocol "$PROTOCOL" --scenarios Load:1 \
         --concurrency 1 --load-rate "$RATE" --load-arrivals "$ARRIVALS" \
         --load-window "$LOAD_WINDOW" --load-model "$MODEL" --duration "${DURATION}s" \
         --seed 1 --report-json "$TMP/worker.$round.json" >"$TMP/worker.$round.log" 2>&1 ||
         log "worker exited non-zero (see $TMP/worker.$round.log); its report is still read"
     log "round $round/$ROUNDS: perf_analyzer, $RATE/s $ARRIVALS, 3 x ${window_ms} ms"
-    "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" -i grpc \
+    "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$PORT" -i "$PROTOCOL" \
         --request-rate-range "$RATE:$RATE" --request-distribution "$ARRIVALS" \
         --measurement-mode time_windows -p "$window_ms" -s 100 --max-trials 3 \
         -f "$TMP/perf_analyzer.$round.csv" >"$TMP/perf_analyzer.$round.log" 2>&1 ||
         log "perf_analyzer exited non-zero (see $TMP/perf_analyzer.$round.log)"
 done
 
-python3 - "$TMP" "$ROUNDS" "$RATE" "$ARRIVALS" <<'PY' || exit 1
+python3 - "$TMP" "$ROUNDS" "$RATE" "$ARRIVALS" "$PROTOCOL" <<'PY' || exit 1
 import csv, json, os, sys
 
 tmp, rounds, rate, arrivals = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+protocol = {"grpc": "gRPC", "http": "HTTP"}[sys.argv[5]]
 print()
-print(f"model add_sub, gRPC, open loop at {rate}/s ({arrivals}); server and clients share "
+print(f"model add_sub, {protocol}, open loop at {rate}/s ({arrivals}); server and clients share "
       f"the CPUs ({os.cpu_count()} cores, nothing pinned)")
 measured = 0
 for r in range(1, rounds + 1):

@@ -461,7 +461,9 @@ async fn http_binary_and_json_every_scenario_passes_on_good_models_and_fails_on_
             .with_binary(false),
     );
     walk_every_scenario("http binary", binary.clone(), &mut Ids(1000)).await;
-    walk_every_scenario("http json", json, &mut Ids(2000)).await;
+    walk_every_scenario("http json", json.clone(), &mut Ids(2000)).await;
+    assert_sent_now_from_a_plain_thread_answers_as_infer("http binary", &binary).await;
+    assert_sent_now_from_a_plain_thread_answers_as_infer("http json", &json).await;
     assert_no_end_is_reclaimed("http", &binary, 3000).await;
     support::stop_server(server).await;
 }
@@ -685,6 +687,63 @@ fn add_sub_request(model: &str, a: &[i32], b: &[i32]) -> InferRequest {
         })
         .to_vec();
     request
+}
+
+/// An open loop's pacer sends with `send_now` from its own thread: what comes back is what
+/// `infer` gets, right from add_sub and wrong from add_sub_wrong (its OUTPUT1 is a sum), and
+/// Triton's error for a model it does not have.
+async fn assert_sent_now_from_a_plain_thread_answers_as_infer(
+    label: &str,
+    client: &Arc<dyn TritonClient>,
+) {
+    let a: Vec<i32> = (0..16).map(|i| i * 3 - 20).collect();
+    let b: Vec<i32> = (0..16).map(|i| 7 - i * i).collect();
+    for model in ["add_sub", "add_sub_wrong", "no_such_model"] {
+        let request = add_sub_request(model, &a, &b);
+        let prepared = client.prepare(&request).unwrap();
+        let sender = client.clone();
+        // The first send finds no connection of the pacer's kind and has one made.
+        let call = std::thread::spawn(move || {
+            for _ in 0..500 {
+                if let Some(call) = sender.send_now(&prepared, Some(Duration::from_secs(10))) {
+                    return call;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!("send_now never sent");
+        })
+        .join()
+        .unwrap();
+        let (sent, inferred) = (call.await, client.infer(&request).await);
+        match model {
+            "no_such_model" => {
+                let Err(ClientError::Server { code, message }) = sent else {
+                    panic!("{label}: {model}: {sent:?}");
+                };
+                assert!(message.contains("no_such_model"), "{label}: {message}");
+                let Err(ClientError::Server { code: inferred, .. }) = inferred else {
+                    panic!("{label}: {inferred:?}");
+                };
+                assert_eq!(code, inferred, "{label}");
+            }
+            _ => {
+                let (sent, inferred) = (sent.unwrap(), inferred.unwrap());
+                let outputs = |r: &worker::client::InferResponse| {
+                    ["OUTPUT0", "OUTPUT1"].map(|o| r.output(o).unwrap().to_i32().unwrap())
+                };
+                assert_eq!(outputs(&sent), outputs(&inferred), "{label}: {model}");
+                let [sum, difference] = outputs(&sent);
+                let right_sum: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+                assert_eq!(sum, right_sum, "{label}: {model}");
+                let right: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x - y).collect();
+                if model == "add_sub" {
+                    assert_eq!(difference, right, "{label}");
+                } else {
+                    assert_ne!(difference, right, "{label}");
+                }
+            }
+        }
+    }
 }
 
 /// A server with add_sub only (quick to start), on the given ports (0: free ones).

@@ -1,14 +1,18 @@
 //! KServe v2 over HTTP/REST (reqwest, one keep-alive pool per server). Tensors go either as JSON
 //! arrays or with Triton's binary tensor extension (`Inference-Header-Content-Length`: a JSON
-//! header followed by the raw tensor bytes), chosen per client.
+//! header followed by the raw tensor bytes), chosen per client. An open loop's pacer sends its
+//! requests itself on connections of [`DirectPool`] (`send_now`).
 
+use super::http1_direct::DirectPool;
 use super::{
-    ClientError, InferRequest, InferResponse, Prepared, Protocol, SequenceSession, TritonClient,
+    ClientError, InferRequest, InferResponse, Prepared, Protocol, SentCall, SequenceSession,
+    TritonClient,
 };
 use crate::model::{ModelConfig, ModelMetadata};
 use crate::tensor::{self, DataType, Tensor};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 const HEADER_LENGTH: &str = "Inference-Header-Content-Length";
@@ -18,6 +22,8 @@ pub struct HttpClient {
     address: String,
     base: String,
     http: reqwest::Client,
+    /// Connections whose requests the sending thread writes (None: made outside a runtime).
+    direct: Option<Arc<DirectPool>>,
     /// Use the binary tensor extension (default) instead of JSON arrays.
     pub binary: bool,
 }
@@ -42,10 +48,14 @@ impl HttpClient {
             .pool_max_idle_per_host(256)
             .build()
             .map_err(|e| ClientError::Transport(e.to_string()))?;
+        let direct = tokio::runtime::Handle::try_current()
+            .ok()
+            .map(|runtime| Arc::new(DirectPool::new(address, runtime)));
         Ok(Self {
             address: address.into(),
             base: format!("http://{address}"),
             http,
+            direct,
             binary: true,
         })
     }
@@ -352,16 +362,56 @@ impl TritonClient for HttpClient {
         }
         let response = builder.body(body.clone()).send().await.map_err(transport)?;
         let status = response.status();
-        let header_length = response
-            .headers()
-            .get(HEADER_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
+        let header_length = inference_header_length(response.headers());
         let body = response.bytes().await.map_err(transport)?;
-        if !status.is_success() {
-            return Err(server_error(status, &body));
+        answer(status, header_length, body)
+    }
+
+    fn send_now(&self, prepared: &Prepared, timeout: Option<Duration>) -> Option<SentCall> {
+        let Prepared::Http {
+            model_path,
+            body,
+            header_length,
+        } = prepared
+        else {
+            return None;
+        };
+        let request = hyper::Request::post(format!("/v2/models/{model_path}/infer"))
+            .header(http::header::HOST, &self.address);
+        let request = match header_length {
+            Some(n) => request
+                .header(HEADER_LENGTH, *n)
+                .header(http::header::CONTENT_TYPE, "application/octet-stream"),
+            None => request.header(http::header::CONTENT_TYPE, "application/json"),
         }
-        Self::decode(header_length, body)
+        .body(http_body_util::Full::new(body.clone()))
+        .ok()?;
+        let response = self.direct.as_ref()?.send_now(request)?;
+        let address = self.address.clone();
+        Some(Box::pin(async move {
+            let answered = async {
+                let failed = |e: hyper::Error| {
+                    ClientError::Transport(super::with_causes(
+                        format!("{address}: {e}"),
+                        std::error::Error::source(&e),
+                    ))
+                };
+                let response = response.await.map_err(failed)?;
+                let status = response.status();
+                let header_length = inference_header_length(response.headers());
+                let body = http_body_util::BodyExt::collect(response.into_body())
+                    .await
+                    .map_err(failed)?
+                    .to_bytes();
+                answer(status, header_length, body)
+            };
+            match timeout {
+                Some(t) => tokio::time::timeout(t, answered).await.map_err(|_| {
+                    ClientError::DeadlineExceeded(format!("no response within {t:?}"))
+                })?,
+                None => answered.await,
+            }
+        }))
     }
 
     async fn sequence_session(&self) -> Result<Box<dyn SequenceSession>, ClientError> {
@@ -383,8 +433,28 @@ impl SequenceSession for HttpSequenceSession {
     }
 }
 
+/// The length of the JSON part of a binary-extension response.
+fn inference_header_length(headers: &http::HeaderMap) -> Option<usize> {
+    headers
+        .get(HEADER_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
+/// An inference's answer, whichever way it was sent.
+fn answer(
+    status: http::StatusCode,
+    header_length: Option<usize>,
+    body: Bytes,
+) -> Result<InferResponse, ClientError> {
+    if !status.is_success() {
+        return Err(server_error(status, &body));
+    }
+    HttpClient::decode(header_length, body)
+}
+
 /// A non-2xx answer: Triton's `{"error": "..."}` message when it sent one, else the body.
-fn server_error(status: reqwest::StatusCode, body: &[u8]) -> ClientError {
+fn server_error(status: http::StatusCode, body: &[u8]) -> ClientError {
     let message = serde_json::from_slice::<Value>(body)
         .ok()
         .and_then(|v| v["error"].as_str().map(str::to_string))

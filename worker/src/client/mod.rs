@@ -4,6 +4,7 @@
 pub mod grpc;
 pub mod h2_connection;
 pub mod http;
+pub mod http1_direct;
 pub mod unary_h2;
 
 use crate::model::{ModelConfig, ModelMetadata};
