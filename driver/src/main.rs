@@ -489,6 +489,9 @@ async fn pin_baseline(
     Ok(found.name)
 }
 
+/// `driver report` warns of a store statement only beyond this (its target is 5 s in all).
+const REPORT_SLOW_STATEMENT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn report(
     run: Option<String>,
     runs_dir: &std::path::Path,
@@ -496,7 +499,13 @@ async fn report(
     format: ReportFormat,
 ) -> anyhow::Result<()> {
     let url = store_url_of(run.as_deref(), runs_dir, database_url)?;
-    let store = Store::connect(&url).await?;
+    // A long run's report reads its whole history: statements of seconds are expected there
+    // (until Postgres has analysed a freshly loaded table), not worth a warning per statement.
+    let options = stress_common::store::StoreOptions {
+        slow_statement: REPORT_SLOW_STATEMENT,
+        ..Default::default()
+    };
+    let store = Store::connect_with(&url, &options).await?;
     let run_id = match run {
         Some(r) => r,
         None => store

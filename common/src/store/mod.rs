@@ -92,9 +92,10 @@ use crate::status::{
 };
 use crate::triton_metrics::ServerSample;
 use sqlx::any::AnyPoolOptions;
-use sqlx::{Any, AnyPool, Connection, Executor, Row, Transaction};
+use sqlx::{Any, AnyPool, ConnectOptions, Connection, Executor, Row, Transaction};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -148,6 +149,9 @@ pub struct StoreOptions {
     /// How long getting a connection may take (default 60 s), including retrying a server that
     /// refuses connections (e.g. a Postgres that is still starting): a bad URL fails only then.
     pub acquire_timeout: Duration,
+    /// A statement slower than this is logged as a warning (default 1 s, sqlx's own). Reading
+    /// a whole finished run for its report may take longer without anything being wrong.
+    pub slow_statement: Duration,
 }
 
 impl Default for StoreOptions {
@@ -157,6 +161,7 @@ impl Default for StoreOptions {
             failure_cap: DEFAULT_FAILURE_CAP,
             busy_timeout: Duration::from_secs(30),
             acquire_timeout: Duration::from_secs(60),
+            slow_statement: Duration::from_secs(1),
         }
     }
 }
@@ -380,7 +385,10 @@ impl Store {
                 })
             });
         }
-        let pool = match pool_options.connect(&url).await {
+        let connect_options = sqlx::any::AnyConnectOptions::from_str(&url)
+            .map_err(db("connect"))?
+            .log_slow_statements(log::LevelFilter::Warn, options.slow_statement);
+        let pool = match pool_options.connect_with(connect_options).await {
             Ok(pool) => pool,
             // sqlx retries until the acquire timeout and then keeps only "timed out"; one more
             // direct attempt says why (connection refused, authentication, unknown database).
