@@ -15,7 +15,8 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-const HEADER_LENGTH: &str = "Inference-Header-Content-Length";
+const HEADER_LENGTH: http::HeaderName =
+    http::HeaderName::from_static("inference-header-content-length");
 
 #[derive(Clone)]
 pub struct HttpClient {
@@ -351,12 +352,7 @@ impl TritonClient for HttpClient {
         let mut builder = self
             .http
             .post(format!("{}/v2/models/{model_path}/infer", self.base));
-        builder = match header_length {
-            Some(n) => builder
-                .header(HEADER_LENGTH, *n)
-                .header("Content-Type", "application/octet-stream"),
-            None => builder.header("Content-Type", "application/json"),
-        };
+        builder = builder.headers(body_headers(*header_length));
         if let Some(t) = timeout {
             builder = builder.timeout(t);
         }
@@ -376,16 +372,11 @@ impl TritonClient for HttpClient {
         else {
             return None;
         };
-        let request = hyper::Request::post(format!("/v2/models/{model_path}/infer"))
-            .header(http::header::HOST, &self.address);
-        let request = match header_length {
-            Some(n) => request
-                .header(HEADER_LENGTH, *n)
-                .header(http::header::CONTENT_TYPE, "application/octet-stream"),
-            None => request.header(http::header::CONTENT_TYPE, "application/json"),
-        }
-        .body(http_body_util::Full::new(body.clone()))
-        .ok()?;
+        let mut request = hyper::Request::post(format!("/v2/models/{model_path}/infer"))
+            .header(http::header::HOST, &self.address)
+            .body(http_body_util::Full::new(body.clone()))
+            .ok()?;
+        request.headers_mut().extend(body_headers(*header_length));
         let response = self.direct.as_ref()?.send_now(request)?;
         let address = self.address.clone();
         Some(Box::pin(async move {
@@ -431,6 +422,24 @@ impl SequenceSession for HttpSequenceSession {
     async fn infer(&mut self, request: &InferRequest) -> Result<InferResponse, ClientError> {
         self.client.infer(request).await
     }
+}
+
+/// What an inference request's body is: JSON, or a JSON header of `header_length` bytes and
+/// binary tensors.
+fn body_headers(header_length: Option<usize>) -> http::HeaderMap {
+    let mut headers = http::HeaderMap::with_capacity(2);
+    let content_type = match header_length {
+        Some(n) => {
+            headers.insert(HEADER_LENGTH, n.into());
+            "application/octet-stream"
+        }
+        None => "application/json",
+    };
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    headers
 }
 
 /// The length of the JSON part of a binary-extension response.
