@@ -130,13 +130,6 @@ impl DirectPool {
         }
     }
 
-    /// Connections open now.
-    pub fn connections(&self) -> usize {
-        let mut state = lock(&self.state);
-        state.connections.retain(|c| !c.sender.is_closed());
-        state.connections.len()
-    }
-
     /// Writes `request` now, from this thread, on an idle connection; its response to come.
     /// None when no connection is idle (one more is then made for the next send).
     pub fn send_now(&self, request: Request<Body>) -> Option<ResponseFuture> {
@@ -181,13 +174,6 @@ impl DirectPool {
             }
         });
     }
-
-    /// Makes one connection now (the first sends then need not go the ordinary way).
-    pub async fn connect_one(&self) -> Result<(), ClientError> {
-        let connection = connect(&self.authority).await?;
-        lock(&self.state).connections.push(connection);
-        Ok(())
-    }
 }
 
 /// Connects, handshakes and starts the task that drives the connection; the task's first poll
@@ -215,6 +201,22 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
     use std::io::{Read, Write};
+
+    impl DirectPool {
+        /// Connections open now.
+        fn connections(&self) -> usize {
+            let mut state = lock(&self.state);
+            state.connections.retain(|c| !c.sender.is_closed());
+            state.connections.len()
+        }
+
+        /// Makes one connection now.
+        async fn connect_one(&self) -> Result<(), ClientError> {
+            let connection = connect(&self.authority).await?;
+            lock(&self.state).connections.push(connection);
+            Ok(())
+        }
+    }
 
     /// Reads one HTTP/1.1 request (head and a Content-Length body) from a blocking socket.
     fn read_request(socket: &mut std::net::TcpStream) -> Option<String> {
