@@ -34,6 +34,10 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// one attempt per interval from the pool, not one per send).
 const RETRY_AFTER_FAILED_CONNECT: Duration = Duration::from_millis(200);
 
+/// A connect unanswered this long has failed (an address that drops packets would otherwise
+/// hold the pool's one connect for the kernel's minutes of retries); reqwest's is the same.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 type Body = Full<Bytes>;
 type Conn = Connection<TokioIo<TcpStream>, Body>;
 
@@ -161,7 +165,7 @@ impl DirectPool {
         let pool = self.state.clone();
         let authority = self.authority.clone();
         self.runtime.spawn(async move {
-            let made = connect(&authority).await;
+            let made = connect(&authority, CONNECT_TIMEOUT).await;
             let mut state = lock(&pool);
             state.connecting = false;
             match made {
@@ -178,10 +182,11 @@ impl DirectPool {
 
 /// Connects, handshakes and starts the task that drives the connection; the task's first poll
 /// makes the connection ready for a request.
-async fn connect(authority: &str) -> Result<DirectConnection, ClientError> {
+async fn connect(authority: &str, within: Duration) -> Result<DirectConnection, ClientError> {
     let transport = |e: String| ClientError::Transport(format!("{authority}: {e}"));
-    let tcp = TcpStream::connect(authority)
+    let tcp = tokio::time::timeout(within, TcpStream::connect(authority))
         .await
+        .map_err(|_| transport(format!("connect: no answer within {within:?}")))?
         .map_err(|e| transport(format!("connect: {e}")))?;
     tcp.set_nodelay(true)
         .map_err(|e| transport(format!("TCP_NODELAY: {e}")))?;
@@ -212,7 +217,7 @@ mod tests {
 
         /// Makes one connection now.
         async fn connect_one(&self) -> Result<(), ClientError> {
-            let connection = connect(&self.authority).await?;
+            let connection = connect(&self.authority, CONNECT_TIMEOUT).await?;
             lock(&self.state).connections.push(connection);
             Ok(())
         }
@@ -332,5 +337,47 @@ mod tests {
         runtime.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
         assert_eq!(closed.connections(), 0);
         assert!(runtime.block_on(closed.connect_one()).is_err());
+    }
+
+    /// A server whose accept queue is full drops the SYN, as an address that drops packets
+    /// does: the connect fails after its bound instead of the kernel's minutes of retries.
+    #[test]
+    fn a_connect_that_gets_no_answer_fails_within_its_bound() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket
+            .bind(
+                &"127.0.0.1:0"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+            )
+            .unwrap();
+        socket.listen(0).unwrap();
+        let address = socket.local_addr().unwrap().as_socket().unwrap();
+        // Fill the queue (never accepted): later SYNs are dropped.
+        let mut queued = Vec::new();
+        let filled = (0..8).any(|_| {
+            let attempt =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            let answered = attempt
+                .connect_timeout(&address.into(), Duration::from_millis(300))
+                .is_ok();
+            queued.push(attempt);
+            !answered
+        });
+        assert!(filled, "the accept queue never filled");
+        let failed = runtime
+            .block_on(connect(&address.to_string(), Duration::from_millis(200)))
+            .err()
+            .expect("no connection");
+        assert!(
+            failed.to_string().contains("no answer within 200ms"),
+            "{failed}"
+        );
     }
 }
