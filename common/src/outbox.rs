@@ -17,7 +17,9 @@
 //! [`Outbox::finish`] flushes within a deadline; what is still undelivered then is written to the
 //! log, one JSON line each, so it is never silently discarded.
 
-use crate::status::{EventKind, FailureRecord, LoadTarget, SinkError, StatusSink, WorkerSnapshot};
+use crate::status::{
+    EventKind, FailureRecord, LoadTarget, SinkError, StatusSink, Stopping, WorkerSnapshot,
+};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -283,6 +285,11 @@ impl StatusSink for Outbox {
             Ok(answer) => answer,
             Err(_) => Err(SinkError(format!("no answer within {limit:?}"))),
         }
+    }
+
+    /// Read straight from the store (the caller bounds the wait).
+    async fn stopping(&self) -> Result<Option<Stopping>, SinkError> {
+        self.shared.inner.stopping().await
     }
 }
 

@@ -178,6 +178,53 @@ pub struct LoadTarget {
     pub count_unanswered: bool,
 }
 
+/// The member id of the driver's own events.
+pub const DRIVER_MEMBER: &str = "driver";
+
+/// Why the driver stops a run. Recorded before it stops the workers, as its RUNNING event
+/// (member [`DRIVER_MEMBER`]) with [`Stopping::details`]: the report dates the stop from it, and
+/// a worker told to stop reads it to choose whether its tests in flight may finish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopping {
+    /// The load phase is over: tests in flight finish, within the worker's drain timeout, so
+    /// that they are counted.
+    LoadPhaseEnded,
+    /// A member failed: the verdict is made and nothing more is worth waiting for; tests in
+    /// flight are abandoned (a perf_analyzer run among them counts as uncounted).
+    Failed { member: String },
+}
+
+impl Stopping {
+    /// What every stop's details start with.
+    pub const PREFIX: &'static str = "stopping the run: ";
+    const LOAD_PHASE_ENDED: &'static str = "the load phase ended";
+    const FAILED: &'static str = " failed";
+
+    pub fn details(&self) -> String {
+        match self {
+            Self::LoadPhaseEnded => format!("{}{}", Self::PREFIX, Self::LOAD_PHASE_ENDED),
+            Self::Failed { member } => format!("{}{member}{}", Self::PREFIX, Self::FAILED),
+        }
+    }
+
+    /// The stop that `details` records; None for any other text.
+    pub fn parse(details: &str) -> Option<Self> {
+        let why = details.strip_prefix(Self::PREFIX)?;
+        if why == Self::LOAD_PHASE_ENDED {
+            return Some(Self::LoadPhaseEnded);
+        }
+        let member = why.strip_suffix(Self::FAILED)?;
+        (!member.is_empty()).then(|| Self::Failed {
+            member: member.to_string(),
+        })
+    }
+
+    /// Whether tests in flight get the drain timeout to finish.
+    pub fn drains(&self) -> bool {
+        matches!(self, Self::LoadPhaseEnded)
+    }
+}
+
 /// One failed check, with everything needed to understand it without the logs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FailureRecord {
@@ -275,6 +322,11 @@ pub trait StatusSink: Send + Sync {
     /// The load concurrency the driver's capacity controller asks of this worker (None: none
     /// set). Only a sink backed by the run's store knows one.
     async fn load_target(&self) -> Result<Option<LoadTarget>, SinkError> {
+        Ok(None)
+    }
+    /// How the driver is stopping this run, once it has said so (None: it has not, or this
+    /// sink is not the run's store).
+    async fn stopping(&self) -> Result<Option<Stopping>, SinkError> {
         Ok(None)
     }
 }
@@ -432,5 +484,59 @@ pub mod testing {
         async fn failure(&self, _: &FailureRecord) -> Result<(), SinkError> {
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_round_trips_through_its_details() {
+        for stop in [
+            Stopping::LoadPhaseEnded,
+            Stopping::Failed {
+                member: "triton-0".into(),
+            },
+            // A member id that itself reads like a stop still round-trips.
+            Stopping::Failed {
+                member: "the load phase ended failed".into(),
+            },
+        ] {
+            assert_eq!(Stopping::parse(&stop.details()), Some(stop.clone()));
+            assert!(stop.details().starts_with(Stopping::PREFIX));
+        }
+        // The texts the report has read since the event existed.
+        assert_eq!(
+            Stopping::LoadPhaseEnded.details(),
+            "stopping the run: the load phase ended"
+        );
+        assert_eq!(
+            Stopping::parse("stopping the run: grpc-clients-1 failed"),
+            Some(Stopping::Failed {
+                member: "grpc-clients-1".into()
+            })
+        );
+    }
+
+    #[test]
+    fn other_texts_are_no_stop_and_only_the_end_drains() {
+        for other in [
+            "",
+            "launched",
+            "stopping the run: ",
+            "stopping the run:  failed",
+            "stopping the run: something else",
+            "the load phase ended",
+        ] {
+            assert_eq!(Stopping::parse(other), None, "{other:?}");
+        }
+        assert!(Stopping::LoadPhaseEnded.drains());
+        assert!(
+            !Stopping::Failed {
+                member: "triton-0".into()
+            }
+            .drains()
+        );
     }
 }

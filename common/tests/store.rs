@@ -8,8 +8,9 @@ use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
 use stress_common::qps::QpsSummary;
 use stress_common::status::{
-    EventKind, FailureRecord, Forensics, IntervalCounts, LoadTarget, ModelCounts, PreviousUse,
-    Role, ScenarioCounts, StatusSink, StreamCounts, WireStep, WorkerSnapshot,
+    DRIVER_MEMBER, EventKind, FailureRecord, Forensics, IntervalCounts, LoadTarget, ModelCounts,
+    PreviousUse, Role, ScenarioCounts, StatusSink, Stopping, StreamCounts, WireStep,
+    WorkerSnapshot,
 };
 use stress_common::store::testing::{self, TestPostgres};
 use stress_common::store::{
@@ -213,6 +214,65 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(store.events(&run_id, 0).await.unwrap().len(), 7);
     assert!(store.events(&old_run, 0).await.unwrap().is_empty());
     assert_eq!(store.first_failure(&old_run).await.unwrap(), None);
+
+    // ---- the driver's stop, as a worker reads it (through its sink)
+    assert_eq!(c0.stopping().await.unwrap(), None);
+    let failed = Stopping::Failed {
+        member: "client-1".into(),
+    };
+    // The same words from a worker, or as another kind, are no stop.
+    c1.event(EventKind::Running, &failed.details())
+        .await
+        .unwrap();
+    store
+        .record_event(
+            &run_id,
+            DRIVER_MEMBER,
+            EventKind::Failure,
+            &failed.details(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(c0.stopping().await.unwrap(), None);
+    store
+        .record_event(&run_id, DRIVER_MEMBER, EventKind::Running, "interrupted")
+        .await
+        .unwrap();
+    assert_eq!(store.stopping(&run_id).await.unwrap(), None);
+    store
+        .record_event(
+            &run_id,
+            DRIVER_MEMBER,
+            EventKind::Running,
+            &failed.details(),
+        )
+        .await
+        .unwrap();
+    // The first stop is the one: the run failed before its load phase ended.
+    store
+        .record_event(
+            &run_id,
+            DRIVER_MEMBER,
+            EventKind::Running,
+            &Stopping::LoadPhaseEnded.details(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(c0.stopping().await.unwrap(), Some(failed));
+    assert_eq!(store.stopping(&old_run).await.unwrap(), None);
+    store
+        .record_event(
+            &old_run,
+            DRIVER_MEMBER,
+            EventKind::Running,
+            &Stopping::LoadPhaseEnded.details(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.stopping(&old_run).await.unwrap(),
+        Some(Stopping::LoadPhaseEnded)
+    );
 
     // ---- heartbeats (one row per member)
     store.heartbeat(&run_id, "server-0", t0 + 1).await.unwrap();
@@ -764,7 +824,8 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(everything(&store, &old_run).await, before_old);
     assert_eq!(after.run, Some(row));
     assert_eq!(after.members.len(), 3);
-    assert_eq!(after.events.len(), 7);
+    // 7, and 5 of the stop's checks.
+    assert_eq!(after.events.len(), 12);
     assert_eq!(after.qps.len(), 3);
     assert_eq!(after.counts.len(), 2);
     assert_eq!(after.model_counts.len(), 2);

@@ -579,7 +579,8 @@ impl Report {
             .find(|e| {
                 e.member_id == crate::run::DRIVER_MEMBER
                     && e.kind == EventKind::Running
-                    && e.details.starts_with(crate::rootcause::STOPPING)
+                    && e.details
+                        .starts_with(stress_common::status::Stopping::PREFIX)
             })
             .map(|e| e.at_ms);
         let mut failed_members: Vec<FailedMember> = Vec::new();

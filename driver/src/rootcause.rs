@@ -53,10 +53,6 @@ pub struct RootCause {
 
 const SERVER: &str = "SERVER";
 
-/// The details of the driver's event (member `driver`, RUNNING) that marks when it began to
-/// stop the run; failures recorded after it happened during the stop.
-pub const STOPPING: &str = "stopping the run: ";
-
 /// `failed`: every failed member; `failures`: the listed failure records (member, record);
 /// `stopping_at_ms`: when the driver began to stop the run (None: it did not stop early).
 pub fn analyze(

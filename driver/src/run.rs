@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use stress_common::contract::{MemberName, RunId};
 use stress_common::histogram::LatencyHistogram;
 use stress_common::retry::{RetryPolicy, retry};
-use stress_common::status::{EventKind, LoadTarget};
+use stress_common::status::{EventKind, LoadTarget, Stopping};
 use stress_common::store::{Member, NewRun, Store, StoreError, within as bounded};
 use stress_common::{http, tritonserver};
 use tokio_util::sync::CancellationToken;
@@ -772,7 +772,7 @@ async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, plan: &Run
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The member id under which the driver records run-level events (e.g. an interruption).
-pub const DRIVER_MEMBER: &str = "driver";
+pub use stress_common::status::DRIVER_MEMBER;
 
 /// Failures blamed on the harness itself (the driver, the status store): no launcher member to
 /// diagnose or keep.
@@ -834,16 +834,12 @@ impl Driver<'_> {
         Verdict::Fail { member, reason }
     }
 
-    /// A rule fired: probe a failed client's servers, blame, record, fail.
-    /// Marks when the driver began to stop the run: failures after it happened during the
-    /// stop (see [`crate::rootcause`]).
-    async fn record_stopping(&self, why: &str) {
-        self.record(
-            DRIVER_MEMBER,
-            EventKind::Running,
-            &format!("{}{why}", crate::rootcause::STOPPING),
-        )
-        .await;
+    /// Marks when the driver began to stop the run, before any worker is told: failures after
+    /// it happened during the stop (see [`crate::rootcause`]), and a worker told to stop reads
+    /// it to know whether its tests in flight may finish.
+    async fn record_stopping(&self, stop: Stopping) {
+        self.record(DRIVER_MEMBER, EventKind::Running, &stop.details())
+            .await;
     }
 
     /// A failed run's first steps after the verdict: the workers stop (SIGTERM: they flush
@@ -871,6 +867,7 @@ impl Driver<'_> {
         }
     }
 
+    /// A rule fired: probe a failed client's servers, blame, record, fail.
     async fn fail(&mut self, cause: Cause) -> Verdict {
         let mut probes = Vec::new();
         if failfast::needs_probe(&cause, &self.plan.client_names()) {
@@ -904,8 +901,10 @@ impl Driver<'_> {
             self.record(&blame.member, EventKind::Failure, &blame.reason)
                 .await;
         }
-        self.record_stopping(&format!("{} failed", blame.member))
-            .await;
+        self.record_stopping(Stopping::Failed {
+            member: blame.member.clone(),
+        })
+        .await;
         Verdict::Fail {
             member: blame.member,
             reason: blame.reason,
@@ -1252,7 +1251,7 @@ impl Driver<'_> {
         }
         // The end: workers flush their final counts, then servers stop.
         self.progress.show("stopping workers");
-        self.record_stopping("the load phase ended").await;
+        self.record_stopping(Stopping::LoadPhaseEnded).await;
         let exits: Vec<MemberExit> = self.launcher.stop_clients(CLIENT_STOP_GRACE).await;
         sampler.finish().await;
         scrape_server_metrics(self.store, self.launcher, plan, SCRAPE_BUDGET).await;

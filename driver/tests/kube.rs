@@ -1238,7 +1238,25 @@ client_groups:
         report["verdict"],
         if exit_code_reported { "yes" } else { "no" },
     );
-    // Where the time went: the driver's log from the kill on.
+    // Where the time went: each worker's final report after the driver's stop (the slowest
+    // holds the exit), then the driver's log from the kill on.
+    let events = store.events(&run_id, 0).await.unwrap();
+    let stop_ms = events
+        .iter()
+        .find(|e| {
+            e.member_id == stress_common::status::DRIVER_MEMBER
+                && stress_common::status::Stopping::parse(&e.details).is_some()
+        })
+        .map(|e| e.at_ms);
+    if let Some(stop_ms) = stop_ms {
+        let mut finals: Vec<(i64, &str)> = events
+            .iter()
+            .filter(|e| stress_common::status::is_final_event(e.kind, &e.details))
+            .map(|e| (e.at_ms - stop_ms, e.member_id.as_str()))
+            .collect();
+        finals.sort();
+        println!("final reports, ms after the driver's stop: {finals:?}");
+    }
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     println!("{}", lines[lines.len().saturating_sub(40)..].join("\n"));

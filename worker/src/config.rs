@@ -96,7 +96,8 @@ pub struct RunArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464; port 0 picks one).
     #[arg(long, env = "WORKER_METRICS_ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
-    /// How long in-flight tests may take to finish after SIGTERM before they are cancelled.
+    /// How long in-flight tests may take to finish after SIGTERM before they are cancelled
+    /// (none when the driver stops the run because it failed: they are dropped at once).
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
     /// Runtime threads (default: one per server, at most the CPUs available to the process).

@@ -138,6 +138,9 @@ struct Shared {
     failure_reported: AtomicBool,
     /// The latency series: closes an interval into the snapshot that ends it.
     intervals: std::sync::Mutex<IntervalTracker>,
+    /// Fired after the stop when the driver stops the run because it failed: tests in flight
+    /// are dropped instead of given the drain timeout.
+    abandon: CancellationToken,
 }
 
 impl Shared {
@@ -270,6 +273,7 @@ async fn run_with(
             series_interval(config.duration, config.poll_interval),
             stress_common::now_ms(),
         )),
+        abandon: CancellationToken::new(),
         config,
     });
     let config = &shared.config;
@@ -297,6 +301,11 @@ async fn run_with(
             stop.cancel();
         });
     }
+    tokio::spawn(abandon_when_the_run_failed(
+        stop.clone(),
+        sink.clone(),
+        shared.abandon.clone(),
+    ));
     let mut streams = tokio::task::JoinSet::new();
     for i in 0..config.concurrency {
         streams.spawn(stream_loop(shared.clone(), i, stop.clone()));
@@ -360,6 +369,31 @@ async fn run_with(
     // The last thing this worker reports: the driver stopping the run waits for it.
     record_final_event(&*sink, kind, &final_event_details(&details)).await;
     Ok(report)
+}
+
+/// How long a stopping worker asks the store why it stops: the answer only shortens the stop.
+const STOP_REASON_LIMIT: Duration = Duration::from_secs(1);
+
+/// Once `stop` fires, asks the run's store why. When the driver stops the run because a member
+/// failed (a stop that does not [drain](stress_common::status::Stopping::drains)), fires
+/// `abandon`: tests in flight, most of them waiting on a dead server or a perf_analyzer run,
+/// then do not hold the driver's exit for the drain timeout. Any other stop, or no answer in
+/// time, keeps the drain.
+async fn abandon_when_the_run_failed(
+    stop: CancellationToken,
+    sink: Arc<dyn StatusSink>,
+    abandon: CancellationToken,
+) {
+    stop.cancelled().await;
+    match tokio::time::timeout(STOP_REASON_LIMIT, sink.stopping()).await {
+        Ok(Ok(Some(stopping))) if !stopping.drains() => {
+            tracing::info!("{}: tests in flight are abandoned", stopping.details());
+            abandon.cancel();
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!("why the run stops not read: {e}"),
+        Err(_) => tracing::debug!("why the run stops not read within {STOP_REASON_LIMIT:?}"),
+    }
 }
 
 /// Queues an event the driver decides on (SUCCESS, FAILURE): the outbox retries it until
@@ -507,7 +541,10 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             tokio::pin!(test);
             tokio::select! {
                 o = &mut test => Some(o),
-                _ = stop.cancelled() => tokio::time::timeout(config.drain_timeout, &mut test).await.ok(),
+                _ = stop.cancelled() => tokio::select! {
+                    finished = tokio::time::timeout(config.drain_timeout, &mut test) => finished.ok(),
+                    _ = shared.abandon.cancelled() => None,
+                },
             }
         };
         // What the next test on this id will see as its previous use.

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stress_common::scenario::Scenario;
-use stress_common::status::{EventKind, FailureRecord, SinkError, StatusSink, WorkerSnapshot};
+use stress_common::status::{
+    EventKind, FailureRecord, SinkError, StatusSink, Stopping, WorkerSnapshot,
+};
 use stress_common::tritonserver::TritonServer;
 use worker::client::grpc::GrpcClient;
 use worker::client::http::HttpClient;
@@ -505,12 +507,14 @@ async fn crashing_client_fails_when_the_server_is_killed() {
     assert!(f.actual.contains("Connection refused"), "{f:?}");
 }
 
-/// Captures what a run reports.
+/// Captures what a run reports, and answers what the test says about the driver's stop.
 #[derive(Default)]
 struct CapturingSink {
     events: Mutex<Vec<(EventKind, String)>>,
     failures: Mutex<Vec<FailureRecord>>,
     snapshots: Mutex<u64>,
+    last_snapshot: Mutex<Option<WorkerSnapshot>>,
+    stopping: Mutex<Option<Stopping>>,
 }
 
 #[async_trait::async_trait]
@@ -522,14 +526,130 @@ impl StatusSink for CapturingSink {
     async fn heartbeat(&self) -> Result<(), SinkError> {
         Ok(())
     }
-    async fn snapshot(&self, _: &WorkerSnapshot) -> Result<(), SinkError> {
+    async fn snapshot(&self, snapshot: &WorkerSnapshot) -> Result<(), SinkError> {
         *self.snapshots.lock().unwrap() += 1;
+        *self.last_snapshot.lock().unwrap() = Some(snapshot.clone());
         Ok(())
     }
     async fn failure(&self, failure: &FailureRecord) -> Result<(), SinkError> {
         self.failures.lock().unwrap().push(failure.clone());
         Ok(())
     }
+    async fn stopping(&self) -> Result<Option<Stopping>, SinkError> {
+        Ok(self.stopping.lock().unwrap().clone())
+    }
+}
+
+/// A whole run of PerfAnalyzer alone, whose "perf_analyzer" never ends (it touches `started`
+/// first), with a drain timeout of ten minutes; the sink answers `stopping`.
+async fn run_with_a_test_in_flight(
+    stopping: Stopping,
+) -> (
+    tokio::task::JoinHandle<Result<worker::run::WorkerReport, worker::run::WorkerError>>,
+    Arc<CapturingSink>,
+    tokio_util::sync::CancellationToken,
+    TritonServer,
+    tempfile::TempDir,
+) {
+    let server = support::start_server("stop-in-flight").await;
+    let dir = tempfile::tempdir().unwrap();
+    let never_ends = dir.path().join("perf_analyzer");
+    std::fs::write(
+        &never_ends,
+        format!(
+            "#!/bin/sh\ntouch '{}'\nexec sleep 600\n",
+            dir.path().join("started").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &never_ends,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let config = WorkerConfig {
+        servers: vec![server.grpc_address()],
+        protocol: Protocol::Grpc,
+        http_binary: true,
+        mix: vec![(Scenario::PerfAnalyzer, 1)],
+        concurrency: 1,
+        duration: None,
+        seed: 7,
+        corr_ids: stress_common::contract::CorrIdBlock {
+            base: 1,
+            size: 1 << 20,
+        },
+        settings: Settings {
+            perf_analyzer: Some(never_ends),
+            ..settings()
+        },
+        poll_interval: Duration::from_millis(500),
+        drain_timeout: Duration::from_secs(600),
+    };
+    let sink = Arc::new(CapturingSink::default());
+    *sink.stopping.lock().unwrap() = Some(stopping);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn(worker::run::run(config, sink.clone(), None, cancel.clone()));
+    let started = dir.path().join("started");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "perf_analyzer never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (run, sink, cancel, server, dir)
+}
+
+/// Stops a run of [`run_with_a_test_in_flight`] and returns its final PerfAnalyzer counts:
+/// (tests skipped, perf_analyzer runs uncounted).
+async fn stop_with_a_test_in_flight(stopping: Stopping) -> (u64, u64) {
+    let (run, sink, cancel, _server, _dir) = run_with_a_test_in_flight(stopping).await;
+    cancel.cancel();
+    let report = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the stop waited past the test's own finishing time")
+        .expect("the run does not panic")
+        .expect("the run ends cleanly");
+    assert_eq!(report.blocking_failures, 0, "{}", report.render());
+    let last = sink
+        .last_snapshot
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("a final snapshot");
+    let name = Scenario::PerfAnalyzer.name();
+    let skipped = last
+        .scenarios
+        .iter()
+        .find(|c| c.scenario == name)
+        .map_or(0, |c| c.skipped);
+    let uncounted = last
+        .models
+        .iter()
+        .find(|m| m.scenario == name)
+        .unwrap_or_else(|| panic!("no PerfAnalyzer row: {:?}", last.models))
+        .uncounted_runs;
+    (skipped, uncounted)
+}
+
+/// A worker stopped because the run failed (the driver's stop, read from the store, says so)
+/// does not wait for its tests in flight: a perf_analyzer that never ends is dropped at once,
+/// not skipped after the scenario's own finishing time (the drain timeout is ten minutes), and
+/// its run counts as uncounted. Stopped because the load phase ended, the same test gets its
+/// finishing time: killed after it, it is skipped, and uncounted too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopped_because_the_run_failed_abandons_its_tests_in_flight() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let failed = Stopping::Failed {
+        member: "triton-0".into(),
+    };
+    assert_eq!(stop_with_a_test_in_flight(failed).await, (0, 1));
+    assert_eq!(
+        stop_with_a_test_in_flight(Stopping::LoadPhaseEnded).await,
+        (1, 1)
+    );
 }
 
 /// A whole run (`worker::run::run`) whose server is SIGKILLed in the middle: the run still ends

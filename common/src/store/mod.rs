@@ -87,8 +87,8 @@ pub use sink::StoreSink;
 
 use crate::qps::QpsSummary;
 use crate::status::{
-    EventKind, FailureRecord, IntervalCounts, LoadTarget, ModelCounts, Role, ScenarioCounts,
-    WorkerSnapshot,
+    DRIVER_MEMBER, EventKind, FailureRecord, IntervalCounts, LoadTarget, ModelCounts, Role,
+    ScenarioCounts, Stopping, WorkerSnapshot,
 };
 use crate::triton_metrics::ServerSample;
 use sqlx::any::AnyPoolOptions;
@@ -910,6 +910,23 @@ impl Store {
         rows.iter()
             .map(|row| self.event_row("events", row))
             .collect()
+    }
+
+    /// How the driver is stopping `run_id`: its first stop event ([`Stopping`]), None before.
+    pub async fn stopping(&self, run_id: &str) -> Result<Option<Stopping>> {
+        let details: Option<String> = sqlx::query_scalar(
+            "SELECT details FROM events
+             WHERE run_id = $1 AND member_id = $2 AND kind = $3 AND details LIKE $4
+             ORDER BY id LIMIT 1",
+        )
+        .bind(run_id)
+        .bind(DRIVER_MEMBER)
+        .bind(EventKind::Running.as_str())
+        .bind(format!("{}%", Stopping::PREFIX))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.db("stopping"))?;
+        Ok(details.as_deref().and_then(Stopping::parse))
     }
 
     /// The run's first FAILURE event.

@@ -1,7 +1,9 @@
 //! [`StoreSink`]: a worker's [`StatusSink`] that writes straight into the store.
 
 use super::Store;
-use crate::status::{EventKind, FailureRecord, LoadTarget, SinkError, StatusSink, WorkerSnapshot};
+use crate::status::{
+    EventKind, FailureRecord, LoadTarget, SinkError, StatusSink, Stopping, WorkerSnapshot,
+};
 
 /// Writes a member's reports into the store: events to `events`, heartbeats to `heartbeats`,
 /// snapshots through [`Store::record_snapshot`], failures through [`Store::record_failure`].
@@ -54,5 +56,9 @@ impl StatusSink for StoreSink {
             .load_target(&self.run_id, &self.member_id)
             .await
             .map_err(sink_error)
+    }
+
+    async fn stopping(&self) -> Result<Option<Stopping>, SinkError> {
+        self.store.stopping(&self.run_id).await.map_err(sink_error)
     }
 }
