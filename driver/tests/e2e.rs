@@ -1752,7 +1752,8 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
     assert!(change("p50_ms Infer/paced") > 2.0);
     assert!(
         change("qps Infer") < -0.5,
-        "fewer answers at the same concurrency"
+        "fewer answers at the same concurrency: {:#}",
+        report["regressions"]
     );
     assert_eq!(
         report["failed_members"][0]["member_id"], "regression",

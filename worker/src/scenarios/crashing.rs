@@ -9,7 +9,7 @@ use rand::Rng;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader, Lines};
 
 /// The line the child prints before each request it sends.
 pub const SENT_LINE: &str = "sent";
@@ -44,36 +44,26 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
             ));
         }
     };
-    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-    let mut sent = 0u64;
-    let deadline = tokio::time::sleep(env.settings.crash_after);
-    tokio::pin!(deadline);
-    let early_exit = loop {
-        tokio::select! {
-            _ = &mut deadline => break None,
-            line = lines.next_line() => match line {
-                Ok(Some(l)) if l == SENT_LINE => sent += 1,
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => break Some(child.wait().await),
-            },
-        }
+    let lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    // kill() sends SIGKILL on Unix: the child gets no chance to close its connections cleanly.
+    let kill = async {
+        let _ = child.kill().await;
     };
-    if let Some(status) = early_exit {
+    let Counted { sent, ended_early } = count_sent(lines, env.settings.crash_after, kill).await;
+    env.stats.requests(env.scenario, &model, sent);
+    if ended_early {
+        let status = child.wait().await;
         let mut stderr = String::new();
         if let Some(mut e) = child.stderr.take() {
             use tokio::io::AsyncReadExt;
             let _ = e.read_to_string(&mut stderr).await;
         }
-        env.stats.requests(env.scenario, &model, sent);
         return Outcome::Failed(Failure::new(
             &model,
             "the child to run until it is killed",
             format!("it exited early ({status:?}): {}", stderr.trim()),
         ));
     }
-    // kill() sends SIGKILL on Unix: the child gets no chance to close its connections cleanly.
-    let _ = child.kill().await;
-    env.stats.requests(env.scenario, &model, sent);
     if sent == 0 {
         return Outcome::Failed(Failure::new(
             &model,
@@ -88,6 +78,56 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     match check_identity(env, &model, &values).await {
         Ok(()) => Outcome::Passed,
         Err(f) => Outcome::Failed(f),
+    }
+}
+
+/// What the child's stdout said.
+#[derive(Debug, PartialEq)]
+struct Counted {
+    /// The requests it announced ([`SENT_LINE`]).
+    sent: u64,
+    /// Its output ended before `crash_after`: it exited on its own (it was not killed).
+    ended_early: bool,
+}
+
+/// How long the killed child's unread lines are read: its pipe ends with it, unless it left a
+/// process of its own holding it.
+const UNREAD_LINES_LIMIT: Duration = Duration::from_secs(1);
+
+/// Counts the child's [`SENT_LINE`]s until `crash_after`, then (its output still going) kills it
+/// with `kill` and counts the lines it printed that were not read yet: each may be a request
+/// the server answers, which the reconciliation must find among those whose outcome no worker
+/// saw.
+async fn count_sent<R: AsyncBufRead + Unpin>(
+    mut lines: Lines<R>,
+    crash_after: Duration,
+    kill: impl Future<Output = ()>,
+) -> Counted {
+    let mut sent = 0u64;
+    let deadline = tokio::time::sleep(crash_after);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = &mut deadline => break,
+            line = lines.next_line() => match line {
+                Ok(Some(l)) if l == SENT_LINE => sent += 1,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return Counted { sent, ended_early: true },
+            },
+        }
+    }
+    kill.await;
+    let unread = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line == SENT_LINE {
+                sent += 1;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(UNREAD_LINES_LIMIT, unread).await;
+    Counted {
+        sent,
+        ended_early: false,
     }
 }
 
@@ -133,4 +173,51 @@ pub async fn child_main(
         r??;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// Lines the child printed as it was killed, after the deadline, are still counted.
+    #[tokio::test]
+    async fn the_lines_unread_at_the_kill_are_counted() {
+        let (mut child_out, ours) = tokio::io::duplex(1 << 16);
+        let kill = async move {
+            child_out
+                .write_all(format!("{SENT_LINE}\n").repeat(1000).as_bytes())
+                .await
+                .unwrap();
+            drop(child_out);
+        };
+        let counted = count_sent(BufReader::new(ours).lines(), Duration::ZERO, kill).await;
+        assert_eq!(
+            counted,
+            Counted {
+                sent: 1000,
+                ended_early: false
+            }
+        );
+    }
+
+    /// Output that ends before the deadline is a child that exited on its own: not killed.
+    #[tokio::test]
+    async fn output_ending_before_the_deadline_is_an_early_exit() {
+        let (mut child_out, ours) = tokio::io::duplex(1 << 16);
+        child_out
+            .write_all(format!("{SENT_LINE}\nnoise\n{SENT_LINE}\n").as_bytes())
+            .await
+            .unwrap();
+        drop(child_out);
+        let kill = async { panic!("a child that exited is not killed") };
+        let counted = count_sent(BufReader::new(ours).lines(), Duration::from_secs(60), kill).await;
+        assert_eq!(
+            counted,
+            Counted {
+                sent: 2,
+                ended_early: true
+            }
+        );
+    }
 }
