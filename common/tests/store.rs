@@ -216,6 +216,12 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(store.first_failure(&old_run).await.unwrap(), None);
 
     // ---- the driver's stop, as a worker reads it (through its sink)
+    let driver_says = async |run: &str, kind: EventKind, details: &str| {
+        store
+            .record_event(run, DRIVER_MEMBER, kind, details)
+            .await
+            .unwrap();
+    };
     assert_eq!(c0.stopping().await.unwrap(), None);
     let failed = Stopping::Failed {
         member: "client-1".into(),
@@ -224,51 +230,26 @@ async fn story(url: &str, fresh: bool) {
     c1.event(EventKind::Running, &failed.details())
         .await
         .unwrap();
-    store
-        .record_event(
-            &run_id,
-            DRIVER_MEMBER,
-            EventKind::Failure,
-            &failed.details(),
-        )
-        .await
-        .unwrap();
+    driver_says(&run_id, EventKind::Failure, &failed.details()).await;
     assert_eq!(c0.stopping().await.unwrap(), None);
-    store
-        .record_event(&run_id, DRIVER_MEMBER, EventKind::Running, "interrupted")
-        .await
-        .unwrap();
+    driver_says(&run_id, EventKind::Running, "interrupted").await;
     assert_eq!(store.stopping(&run_id).await.unwrap(), None);
-    store
-        .record_event(
-            &run_id,
-            DRIVER_MEMBER,
-            EventKind::Running,
-            &failed.details(),
-        )
-        .await
-        .unwrap();
+    driver_says(&run_id, EventKind::Running, &failed.details()).await;
     // The first stop is the one: the run failed before its load phase ended.
-    store
-        .record_event(
-            &run_id,
-            DRIVER_MEMBER,
-            EventKind::Running,
-            &Stopping::LoadPhaseEnded.details(),
-        )
+    let ended = Stopping::LoadPhaseEnded.details();
+    driver_says(&run_id, EventKind::Running, &ended).await;
+    assert_eq!(c0.stopping().await.unwrap(), Some(failed.clone()));
+    // An event says what the store's query says.
+    let said: Vec<Stopping> = store
+        .events(&run_id, 0)
         .await
-        .unwrap();
-    assert_eq!(c0.stopping().await.unwrap(), Some(failed));
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.stopping())
+        .collect();
+    assert_eq!(said, [failed, Stopping::LoadPhaseEnded]);
     assert_eq!(store.stopping(&old_run).await.unwrap(), None);
-    store
-        .record_event(
-            &old_run,
-            DRIVER_MEMBER,
-            EventKind::Running,
-            &Stopping::LoadPhaseEnded.details(),
-        )
-        .await
-        .unwrap();
+    driver_says(&old_run, EventKind::Running, &ended).await;
     assert_eq!(
         store.stopping(&old_run).await.unwrap(),
         Some(Stopping::LoadPhaseEnded)

@@ -576,12 +576,7 @@ impl Report {
             .min();
         let stopping_at_ms = events
             .iter()
-            .find(|e| {
-                e.member_id == crate::run::DRIVER_MEMBER
-                    && e.kind == EventKind::Running
-                    && e.details
-                        .starts_with(stress_common::status::Stopping::PREFIX)
-            })
+            .find(|e| e.stopping().is_some())
             .map(|e| e.at_ms);
         let mut failed_members: Vec<FailedMember> = Vec::new();
         for e in events {

@@ -1243,10 +1243,7 @@ client_groups:
     let events = store.events(&run_id, 0).await.unwrap();
     let stop_ms = events
         .iter()
-        .find(|e| {
-            e.member_id == stress_common::status::DRIVER_MEMBER
-                && stress_common::status::Stopping::parse(&e.details).is_some()
-        })
+        .find(|e| e.stopping().is_some())
         .map(|e| e.at_ms);
     if let Some(stop_ms) = stop_ms {
         let mut finals: Vec<(i64, &str)> = events

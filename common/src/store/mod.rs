@@ -233,6 +233,17 @@ pub struct EventRow {
     pub details: String,
 }
 
+impl EventRow {
+    /// The driver's stop this event records ([`Stopping`]); None for any other event. The
+    /// same rule as [`Store::stopping`]'s query.
+    pub fn stopping(&self) -> Option<Stopping> {
+        if self.member_id != DRIVER_MEMBER || self.kind != EventKind::Running {
+            return None;
+        }
+        Stopping::parse(&self.details)
+    }
+}
+
 /// One QPS sample of one member.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QpsSample {
