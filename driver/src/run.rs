@@ -1161,6 +1161,12 @@ impl Driver<'_> {
                 _ = self.cancel.cancelled() => {
                     let why = "driver interrupted (SIGTERM/SIGINT)";
                     self.record(DRIVER_MEMBER, EventKind::Failure, why).await;
+                    // Nothing of the run is worth waiting for: the workers drop their tests
+                    // in flight when the caller stops them.
+                    self.record_stopping(Stopping::Failed {
+                        member: DRIVER_MEMBER.into(),
+                    })
+                    .await;
                     return Verdict::Aborted(why.into());
                 }
             };
@@ -1217,6 +1223,10 @@ impl Driver<'_> {
             }
             if let Some(breach) = self.slo_live(started_ms, started.elapsed()).await {
                 self.record(SLO_MEMBER, EventKind::Failure, &breach).await;
+                self.record_stopping(Stopping::Failed {
+                    member: SLO_MEMBER.into(),
+                })
+                .await;
                 self.wind_down(sampler).await;
                 return Verdict::Fail {
                     member: SLO_MEMBER.into(),

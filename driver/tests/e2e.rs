@@ -21,7 +21,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stress_common::scenario::Scenario;
-use stress_common::status::EventKind;
+use stress_common::status::{EventKind, Stopping};
 use stress_common::store::testing::TestPostgres;
 use stress_common::store::{EventRow, Store};
 
@@ -1670,6 +1670,17 @@ async fn an_abort_on_fail_slo_stops_the_run_early() {
         "judged after its delay: {window} ms"
     );
     assert_eq!(report["failed_members"][0]["member_id"], "slo");
+    // The breach's stop is dated, and the workers were told the run failed (they drop their
+    // tests in flight instead of draining them).
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.stopping("e2e-slo-abort").await.unwrap(),
+        Some(Stopping::Failed {
+            member: "slo".into()
+        })
+    );
 }
 
 /// A model repository in `dir` with one model, `paced`: `fixed_capacity`'s python model on 4
@@ -2438,6 +2449,14 @@ async fn a_killed_driver_leaves_no_server_or_worker_behind() {
         driver.output().contains("a second signal: exiting now"),
         "{}",
         driver.output()
+    );
+    // The first signal's stop is dated and says the run failed: its workers were told to drop
+    // their tests in flight, not to drain them.
+    assert_eq!(
+        run.store.stopping(&run.run_id).await.unwrap(),
+        Some(Stopping::Failed {
+            member: "driver".into()
+        })
     );
 }
 
