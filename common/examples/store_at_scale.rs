@@ -13,7 +13,7 @@
 //!    `Store::record_snapshot`: heartbeat, latest QPS, cumulative scenario and model counts with
 //!    their HDR histogram, and a QPS point and latency interval when the worker's
 //!    `IntervalTracker` closes a series interval), sharing `--connections` connections, while a
-//!    simulated driver polls every second as `driver/src/run.rs`'s `observe` does (events after
+//!    simulated driver polls every second as `driver/src/run/poll.rs`'s `observe` does (events after
 //!    the last seen id, heartbeats and latest QPS, joined, on the driver's own default pool).
 //!    Every 5 s one worker records an event, and the poller notes when it sees it. Prints the
 //!    poll latency and that detection delay (p50/p99/max), the writes' latency and the

@@ -5,6 +5,7 @@
 //! ([`CorrIdBlock`]), the identifiers of a run and its members, and the environment variables
 //! that carry what must not show on a command line.
 
+use crate::limits;
 use crate::scenario::Scenario;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
@@ -13,42 +14,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Carries the store URL (with its password) to a worker: never in argv or a pod's args.
-/// Bounds the driver and the worker both enforce (a matrix field and the worker flag it
-/// becomes): an extreme value is bad input, refused before anything runs, instead of an
-/// overflow, a panic or exhausted memory later.
-pub mod limits {
-    use std::time::Duration;
-
-    /// Requests in one run of the PerfAnalyzer scenario's perf_analyzer (`--request-count`):
-    /// a run killed at the stop sent at most this many uncounted requests.
-    pub const PERF_ANALYZER_REQUESTS: u64 = 1000;
-
-    /// A run's longest duration: 30 days (a soak is hours; a timer past this overflows nothing).
-    pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
-    /// Polls: a status write per worker per poll; faster floods the store.
-    pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(100);
-    pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3600);
-    /// Streams, or closed-loop requests in flight, of one worker.
-    pub const MAX_CONCURRENCY: u32 = 100_000;
-    /// Open-loop requests per second of one worker.
-    pub const MIN_RATE: f64 = 0.001;
-    pub const MAX_RATE: f64 = 10_000_000.0;
-
-    /// `value` within `[min, max]`, or why not, both bounds named.
-    pub fn within(value: Duration, min: Duration, max: Duration) -> Result<(), String> {
-        if (min..=max).contains(&value) {
-            return Ok(());
-        }
-        let human = |d: Duration| humantime::format_duration(d).to_string();
-        Err(format!(
-            "{} is out of bounds: from {} to {}",
-            human(value),
-            human(min),
-            human(max)
-        ))
-    }
-}
-
 pub const STORE_URL_ENV: &str = "TRITON_STRESS_STORE_URL";
 /// The run a worker reports to (also `--run-id`).
 pub const RUN_ID_ENV: &str = "TRITON_STRESS_RUN_ID";

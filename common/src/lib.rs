@@ -7,6 +7,7 @@
 //! * [`store`]: the status store (sqlx; SQLite file by default, Postgres in a cluster) that implements
 //!   the sink for workers and the read side for the driver.
 //! * [`histogram`]: mergeable HDR latency histograms with a compact text encoding.
+//! * [`limits`]: the bounds both the driver and the worker enforce on what a matrix or a flag asks.
 //! * [`interval`]: the length of a run's series intervals and a worker's interval histograms.
 //! * [`paths`]: finding executables on PATH; [`http`]: the HTTP client (GET with a time limit).
 //! * [`qps`]: the QPS of a run (its one denominator, [`qps::load_seconds`]).
@@ -21,6 +22,7 @@ pub mod contract;
 pub mod histogram;
 pub mod http;
 pub mod interval;
+pub mod limits;
 pub mod outbox;
 pub mod paths;
 pub mod qps;

@@ -2,8 +2,16 @@
 //! (the L0 table divides by what it is given). The driver's report and metrics-client's run
 //! view both give it this.
 
-use crate::store::QpsSample;
 use std::collections::BTreeMap;
+
+/// One QPS sample of one member.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QpsSample {
+    pub member_id: String,
+    pub at_ms: i64,
+    pub qps: f64,
+    pub total_requests: u64,
+}
 
 /// The seconds of load that a run's QPS samples cover: from one sample interval before the
 /// earliest sample to the latest one, across all workers.

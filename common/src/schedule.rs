@@ -3,7 +3,7 @@
 //! `arrivals: poisson`: exponential gaps of the same mean, seeded), or perf_analyzer's
 //! `--request-intervals` file (one gap in microseconds per line, cycled).
 
-use crate::contract::limits::{MAX_RATE, MIN_RATE};
+use crate::limits::{MAX_RATE, MIN_RATE};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};

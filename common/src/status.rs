@@ -97,7 +97,7 @@ pub struct ModelCounts {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamCounts>,
     /// Runs of a child client (perf_analyzer, at most
-    /// [`crate::contract::limits::PERF_ANALYZER_REQUESTS`] requests each) killed at the
+    /// [`crate::limits::PERF_ANALYZER_REQUESTS`] requests each) killed at the
     /// worker's stop before they printed their count: their requests are in no count here.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub uncounted_runs: u64,

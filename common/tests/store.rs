@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
+use stress_common::qps::QpsSample;
 use stress_common::qps::QpsSummary;
 use stress_common::status::{
     DRIVER_MEMBER, EventKind, FailureRecord, Forensics, IntervalCounts, LoadTarget, ModelCounts,
@@ -13,9 +14,7 @@ use stress_common::status::{
     WorkerSnapshot,
 };
 use stress_common::store::testing::{self, TestPostgres};
-use stress_common::store::{
-    EventRow, Member, NewRun, QpsSample, RunRow, Store, StoreError, StoreOptions,
-};
+use stress_common::store::{EventRow, Member, NewRun, RunRow, Store, StoreError, StoreOptions};
 use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.

@@ -217,9 +217,9 @@ async fn main() -> ExitCode {
                     }
                 }
             }
-            match driver::trace::parse(&texts) {
+            match driver::report::trace::parse(&texts) {
                 Ok(traces) => {
-                    let summary = driver::trace::summarize(&traces);
+                    let summary = driver::report::trace::summarize(&traces);
                     if json {
                         println!(
                             "{}",
@@ -419,7 +419,7 @@ async fn cleanup(
     const STORE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
     let urls = match database_url {
         Some(url) => vec![url],
-        None => driver::baseline::run_dir_stores(runs_dir, CLEANUP_SCANNED_RUN_DIRS),
+        None => driver::report::baseline::run_dir_stores(runs_dir, CLEANUP_SCANNED_RUN_DIRS),
     };
     let mut kube_runs: std::collections::BTreeSet<String> = run.into_iter().collect();
     for url in urls {
@@ -516,8 +516,8 @@ async fn report(
     let report = Report::from_store(&store, &run_id).await?;
     match format {
         ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        ReportFormat::Junit => print!("{}", driver::junit::render(&report)),
-        ReportFormat::Html => print!("{}", driver::html::render(&report)),
+        ReportFormat::Junit => print!("{}", driver::render::junit::render(&report)),
+        ReportFormat::Html => print!("{}", driver::render::html::render(&report)),
         ReportFormat::Text => print!("{}", report.render()),
     }
     Ok(())

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use driver::autoscale::{Collector, PromAnswer, Signal, prom_query};
-use driver::capacity::{Controller, ControllerConfig, Ending, Window};
+use driver::capacity::autoscale::{Collector, PromAnswer, Signal, prom_query};
+use driver::capacity::controller::{Controller, Ending, Window};
 use driver::matrix::PrometheusSource;
+use driver::plan::capacity::ControllerConfig;
 use stress_common::tritonserver::{ServerSpec, TritonServer, find_binary, free_port};
 
 const SERVER: &str = "triton-0";

@@ -873,7 +873,7 @@ fn open_loop_schedules_parse_and_a_request_intervals_file_resolves_against_the_m
     // The worker is told the absolute path (it runs in another directory).
     let plan = driver::plan::RunPlan::new(&loaded, stress_common::contract::RunId::new("r"), None);
     let assignment = plan.assignment(&plan.clients[0], &Default::default(), "sqlite://x", None);
-    let args = driver::launcher::worker_args(&plan.clients[0], &assignment);
+    let args = driver::plan::worker_args(&plan.clients[0], &assignment);
     let at = args
         .iter()
         .position(|a| a == "--request-intervals")

@@ -257,7 +257,7 @@ impl RunArgs {
                 self.timeout_deadline, self.timeout_delay
             ));
         }
-        use stress_common::contract::limits;
+        use stress_common::limits;
         limits::within(
             c.poll_interval,
             limits::MIN_POLL_INTERVAL,

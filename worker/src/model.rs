@@ -5,116 +5,14 @@
 //! of its inputs, tested without a server; `describe` is the one call that asks the server.
 
 use crate::client::{InferRequest, InferResponse, RequestedOutput, TritonClient};
+use crate::metadata::{ConfigTensor, ModelConfig, ModelMetadata, SequenceBatching, TensorMetadata};
 use crate::tensor::{self, DataType, Tensor};
 use bytes::Bytes;
 use rand::Rng;
 use rand::rngs::StdRng;
-use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-pub mod sequence;
-pub use sequence::SequenceBatching;
-
-/// A tensor as the model metadata lists it (shape with a leading -1 when the model batches).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct TensorMetadata {
-    pub name: String,
-    pub datatype: String,
-    pub shape: Vec<i64>,
-}
-
-/// The model metadata (ModelMetadata, `GET /v2/models/NAME`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ModelMetadata {
-    pub name: String,
-    #[serde(default)]
-    pub versions: Vec<String>,
-    #[serde(default)]
-    pub platform: String,
-    #[serde(default)]
-    pub inputs: Vec<TensorMetadata>,
-    #[serde(default)]
-    pub outputs: Vec<TensorMetadata>,
-}
-
-/// An input or output of the model config.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConfigTensor {
-    pub name: String,
-    /// As the config writes it (`TYPE_FP32`).
-    pub data_type: String,
-    /// What a client sends and gets, without the batch dimension.
-    pub dims: Vec<i64>,
-    /// The shape the model itself sees; the client never does.
-    pub reshape: Option<Vec<i64>>,
-    pub optional: bool,
-    pub is_shape_tensor: bool,
-}
-
-/// What the worker reads of a model config (ModelConfig, `GET /v2/models/NAME/config`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelConfig {
-    pub name: String,
-    pub max_batch_size: i64,
-    pub inputs: Vec<ConfigTensor>,
-    pub outputs: Vec<ConfigTensor>,
-    pub decoupled: bool,
-    /// The sequence batcher, for a sequence model.
-    pub sequence_batching: Option<SequenceBatching>,
-}
-
-impl ModelConfig {
-    /// The HTTP endpoint's JSON form of the config.
-    pub fn from_json(v: &Value) -> Result<Self, String> {
-        let tensors = |key: &str| -> Result<Vec<ConfigTensor>, String> {
-            let Some(list) = v[key].as_array() else {
-                return Ok(Vec::new());
-            };
-            list.iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    let name = t["name"]
-                        .as_str()
-                        .ok_or_else(|| format!("{key}[{i}] has no name"))?;
-                    let dims = t["dims"]
-                        .as_array()
-                        .map(|d| d.iter().filter_map(json_i64).collect())
-                        .unwrap_or_default();
-                    Ok(ConfigTensor {
-                        name: name.into(),
-                        data_type: t["data_type"].as_str().unwrap_or("TYPE_INVALID").into(),
-                        dims,
-                        reshape: t["reshape"]["shape"]
-                            .as_array()
-                            .map(|d| d.iter().filter_map(json_i64).collect()),
-                        optional: t["optional"].as_bool().unwrap_or(false),
-                        is_shape_tensor: t["is_shape_tensor"].as_bool().unwrap_or(false),
-                    })
-                })
-                .collect()
-        };
-        Ok(ModelConfig {
-            name: v["name"].as_str().unwrap_or_default().into(),
-            max_batch_size: json_i64(&v["max_batch_size"]).unwrap_or(0),
-            inputs: tensors("input")?,
-            outputs: tensors("output")?,
-            decoupled: v["model_transaction_policy"]["decoupled"]
-                .as_bool()
-                .unwrap_or(false),
-            sequence_batching: match v.get("sequence_batching") {
-                Some(s) if !s.is_null() => Some(SequenceBatching::from_json(s)?),
-                _ => None,
-            },
-        })
-    }
-}
-
-/// Triton's JSON writes int64 fields as numbers, protobuf's JSON mapping as strings.
-fn json_i64(v: &Value) -> Option<i64> {
-    v.as_i64().or_else(|| v.as_str()?.parse().ok())
-}
 
 /// One input or output as a client sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -1729,5 +1627,39 @@ mod tests {
             assert_eq!(DataType::parse(d.as_str()), Some(d));
         }
         assert_eq!(DataType::parse_config("TYPE_STRING"), Some(DataType::Bytes));
+    }
+
+    #[test]
+    fn streams_of_an_input_data_file_and_inputs_triton_fills() {
+        use crate::metadata::sequence::tests::json_config;
+        let path = std::path::Path::new("in.json");
+        let f = InputDataFile::parse(
+            path,
+            r#"{"data": [[{"X": [1]}, {"X": [2]}], [{"X": [3]}]]}"#,
+        );
+        assert_eq!(f.unwrap().streams, [2, 1]);
+        let f = InputDataFile::parse(path, r#"{"data": [{"X": [1]}, {"X": [2]}]}"#);
+        assert_eq!(f.unwrap().streams, [2], "a flat list is one stream");
+
+        // A control or state input the metadata lists is not one the client sends.
+        let metadata: ModelMetadata = serde_json::from_value(json!({
+            "name": "m",
+            "inputs": [{"name": "DELTA", "datatype": "FP32", "shape": [2]},
+                       {"name": "START", "datatype": "FP32", "shape": [1]},
+                       {"name": "ACC_IN", "datatype": "INT32", "shape": [1]}],
+            "outputs": [{"name": "TOTAL", "datatype": "FP32", "shape": [2]}]
+        }))
+        .unwrap();
+        let config = ModelConfig::from_json(&json!({
+            "name": "m", "max_batch_size": 0,
+            "input": [{"name": "DELTA", "data_type": "TYPE_FP32", "dims": [2]}],
+            "output": [{"name": "TOTAL", "data_type": "TYPE_FP32", "dims": [2]}],
+            "sequence_batching": json_config()
+        }))
+        .unwrap();
+        let d = ModelDescription::new("", &metadata, &config).unwrap();
+        let names: Vec<&str> = d.inputs.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["DELTA"]);
+        assert!(d.sequence_batching.is_some_and(|s| s.string_ids()));
     }
 }

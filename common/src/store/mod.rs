@@ -85,7 +85,7 @@ pub mod testing;
 pub use error::{Result, StoreError, mask_url};
 pub use sink::StoreSink;
 
-use crate::qps::QpsSummary;
+use crate::qps::{QpsSample, QpsSummary};
 use crate::status::{
     DRIVER_MEMBER, EventKind, FailureRecord, IntervalCounts, LoadTarget, ModelCounts, Role,
     ScenarioCounts, Stopping, WorkerSnapshot,
@@ -242,15 +242,6 @@ impl EventRow {
         }
         Stopping::parse(&self.details)
     }
-}
-
-/// One QPS sample of one member.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QpsSample {
-    pub member_id: String,
-    pub at_ms: i64,
-    pub qps: f64,
-    pub total_requests: u64,
 }
 
 /// The status store. Cheap to clone (the pool is shared).

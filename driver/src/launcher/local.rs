@@ -3,10 +3,9 @@
 //! `<run dir>/logs/<member>.log`; trace files to `<run dir>/traces/`.
 
 use super::diagnostics::{MemberDiagnostics, MemberEnd};
-use super::{
-    LaunchError, Launcher, MemberExit, STORE_URL_ENV, ServerEndpoint, WorkerAssignment, worker_args,
-};
+use super::{LaunchError, Launcher, MemberExit, STORE_URL_ENV};
 use crate::matrix::{ClientMember, ServerMember, ServerTemplate};
+use crate::plan::{ServerEndpoint, WorkerAssignment, worker_args};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};

@@ -2,11 +2,11 @@
 //! [`super::validate`] before anything is expanded, allocated or launched (a count of 4294967295
 //! instances must not be expanded into members first), and written into the JSON schema's
 //! descriptions. The bounds shared with the worker's flags are
-//! [`stress_common::contract::limits`].
+//! [`stress_common::limits`].
 
 use std::time::Duration;
 
-pub use stress_common::contract::limits::{
+pub use stress_common::limits::{
     MAX_CONCURRENCY, MAX_DURATION, MAX_POLL_INTERVAL, MAX_RATE, MIN_POLL_INTERVAL, MIN_RATE,
 };
 

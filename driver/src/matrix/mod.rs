@@ -29,6 +29,7 @@ pub mod bounds;
 mod duration;
 mod error;
 mod expand;
+pub mod slo;
 mod source;
 mod types;
 mod validate;
@@ -47,6 +48,7 @@ pub use types::{
     ServerTemplate, ServerVolume, SloBound, SloMetric, SloRule, SpikeSettings, Toleration,
     TraceLevel, TraceMode, TraceSettings,
 };
+pub use types::{LAUNCHER_VOLUMES, MODEL_IMAGE_VOLUME, SHM_VOLUME, TMP_VOLUME, TRACES_VOLUME};
 pub use validate::{CORR_IDS_PER_STREAM, MAX_LABEL_LEN, is_dns_label};
 
 use source::{Anchor, FieldPath, PathSeg, SourceMap};

@@ -205,7 +205,7 @@ impl SloMetric {
     }
 }
 
-/// An SLO bound as written: a number or a duration; [`crate::slo`] reads it for its metric.
+/// An SLO bound as written: a number or a duration; [`crate::judge::slo`] reads it for its metric.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
 pub struct SloBound(pub String);
@@ -1315,3 +1315,16 @@ mod defaults {
         0.8
     }
 }
+
+// The Kubernetes launcher's own volumes in a server pod: reserved names that a template's
+// `volumes` may not take (validation) and that the launcher mounts (launcher::kube::spec).
+/// The volumes the launcher gives every server pod itself, by name and mount path in the Triton
+/// container (`dshm` and `tmp` always, `traces` with `trace`): a template's volumes cannot take
+/// them.
+pub const LAUNCHER_VOLUMES: [(&str, &str); 3] = [SHM_VOLUME, TRACES_VOLUME, TMP_VOLUME];
+/// Every container's root filesystem is read-only; what it writes goes here.
+pub const TMP_VOLUME: (&str, &str) = ("tmp", "/tmp");
+pub const SHM_VOLUME: (&str, &str) = ("dshm", "/dev/shm");
+pub const TRACES_VOLUME: (&str, &str) = ("traces", "/traces");
+/// The emptyDir a `model_image` is copied into, and the init container that copies it.
+pub const MODEL_IMAGE_VOLUME: &str = "model-image";

@@ -18,7 +18,7 @@ use super::types::{
     Artifact, ClientTemplate, Endpoint, LoadMode, MATRIX_VERSION, Matrix, ModelImage, Protocol,
     Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume, TraceMode, TraceSettings,
 };
-use crate::launcher::kube::{LAUNCHER_VOLUMES, MODEL_IMAGE_VOLUME};
+use super::types::{LAUNCHER_VOLUMES, MODEL_IMAGE_VOLUME, PrometheusSource};
 
 pub use stress_common::contract::CORR_IDS_PER_STREAM;
 
@@ -668,7 +668,7 @@ impl Checker {
 /// proportion to a value that is out of them.
 impl Checker {
     fn duration_within(&mut self, path: FieldPath, value: Duration, min: Duration, max: Duration) {
-        if let Err(e) = stress_common::contract::limits::within(value, min, max) {
+        if let Err(e) = stress_common::limits::within(value, min, max) {
             self.push(path, Anchor::Value, e);
         }
     }
@@ -1194,7 +1194,7 @@ impl Checker {
         };
         for (i, rule) in rules.iter().enumerate() {
             let rpath = path.index(i);
-            if let Err(e) = crate::slo::Rule::parse(rule, group.map(String::as_str)) {
+            if let Err(e) = crate::matrix::slo::Rule::parse(rule, group.map(String::as_str)) {
                 let anchor = if e.field == "metric" {
                     Anchor::Key
                 } else {
@@ -1418,7 +1418,7 @@ impl Checker {
             );
         }
         if let Some(p) = &cap.prometheus
-            && let Err(why) = crate::autoscale::check_prometheus(p)
+            && let Err(why) = check_prometheus(p)
         {
             self.push(
                 path.key("prometheus").key(why.field),
@@ -1529,9 +1529,57 @@ impl Checker {
     }
 }
 
+/// The matrix's Prometheus is usable: a field and what is wrong with it.
+#[derive(Debug, Clone, PartialEq)]
+struct SourceProblem {
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn check_prometheus(p: &PrometheusSource) -> Result<(), SourceProblem> {
+    if !(p.url.starts_with("http://") || p.url.starts_with("https://")) {
+        return Err(SourceProblem {
+            field: "url",
+            message: format!("must start with http:// or https://, found {:?}", p.url),
+        });
+    }
+    if p.selector.contains(['{', '}']) {
+        return Err(SourceProblem {
+            field: "selector",
+            message: format!(
+                "give the label matchers without braces (e.g. job=\"triton\"), found {:?}",
+                p.selector
+            ),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prometheus_source_needs_an_http_url_and_matchers_without_braces() {
+        let source = |url: &str, selector: &str| PrometheusSource {
+            url: url.into(),
+            selector: selector.into(),
+        };
+        assert_eq!(
+            check_prometheus(&source("http://p:9090", r#"job="t""#)),
+            Ok(())
+        );
+        assert_eq!(
+            check_prometheus(&source("p:9090", "")).unwrap_err().field,
+            "url"
+        );
+        assert_eq!(
+            check_prometheus(&source("https://p", r#"{job="t"}"#))
+                .unwrap_err()
+                .field,
+            "selector"
+        );
+    }
 
     #[test]
     fn dns_labels() {

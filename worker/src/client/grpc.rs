@@ -3,12 +3,13 @@
 //! `raw_input_contents` / `raw_output_contents`. The load scenario's requests are encoded once
 //! and sent as ready gRPC frames.
 
-use super::h2_connection::{self, H2Connection};
+use super::grpc_frame;
+use super::h2_connection::H2Connection;
 use super::{
     ClientError, DecoupledSession, InferRequest, InferResponse, Prepared, Protocol, SentCall,
     SequenceSession, StreamEnd, StreamOutcome, StreamResponse, TritonClient,
 };
-use crate::model::{ConfigTensor, ModelConfig, ModelMetadata, SequenceBatching, TensorMetadata};
+use crate::metadata::{ConfigTensor, ModelConfig, ModelMetadata, SequenceBatching, TensorMetadata};
 use crate::proto::{
     self, InferParameter, ModelInferRequest, ModelStreamInferResponse,
     grpc_inference_service_client::GrpcInferenceServiceClient,
@@ -68,7 +69,7 @@ impl GrpcClient {
         let origin = connection.uri("/");
         Ok(Self {
             client: GrpcInferenceServiceClient::with_origin(connection.clone(), origin)
-                .max_decoding_message_size(h2_connection::MAX_MESSAGE)
+                .max_decoding_message_size(grpc_frame::MAX_MESSAGE)
                 .max_encoding_message_size(usize::MAX),
             connection,
         })
@@ -406,9 +407,7 @@ impl TritonClient for GrpcClient {
     }
 
     fn prepare(&self, request: &InferRequest) -> Result<Prepared, ClientError> {
-        Ok(Prepared::Grpc(h2_connection::frame(&Self::to_proto(
-            request,
-        ))))
+        Ok(Prepared::Grpc(grpc_frame::frame(&Self::to_proto(request))))
     }
 
     async fn infer_prepared(

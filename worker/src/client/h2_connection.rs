@@ -12,7 +12,7 @@
 //! A dead connection (server killed, GOAWAY) is replaced on the next call, like a `Channel`
 //! reconnects: the first call after a server died reports why it cannot connect.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use h2::client::SendRequest;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http_body::Frame;
@@ -37,8 +37,6 @@ const KEEPALIVE: socket2::TcpKeepalive = socket2::TcpKeepalive::new()
     .with_interval(Duration::from_secs(10))
     .with_retries(3);
 const USER_TIMEOUT: Duration = Duration::from_secs(60);
-/// The largest response message accepted, as tonic's `max_decoding_message_size` elsewhere.
-pub const MAX_MESSAGE: usize = 256 << 20;
 
 #[derive(Clone)]
 pub struct H2Connection {
@@ -245,40 +243,6 @@ async fn tcp_connect(address: &str) -> Result<tokio::net::TcpStream, Status> {
     Ok(tcp)
 }
 
-/// The gRPC length-prefixed framing of one message.
-pub fn frame(message: &impl prost::Message) -> Bytes {
-    let len = message.encoded_len();
-    let mut buf = BytesMut::with_capacity(5 + len);
-    buf.put_u8(0);
-    buf.put_u32(u32::try_from(len).expect("a message under 4 GiB"));
-    message
-        .encode(&mut buf)
-        .expect("the buffer has the message's length");
-    buf.freeze()
-}
-
-/// The message inside exactly one uncompressed gRPC frame.
-pub(crate) fn message_of(mut data: Bytes) -> Result<Bytes, Status> {
-    if data.len() < 5 {
-        return Err(Status::internal(format!(
-            "a gRPC response of {} bytes (no message frame)",
-            data.len()
-        )));
-    }
-    let compressed = data.get_u8();
-    let len = data.get_u32() as usize;
-    if compressed != 0 {
-        return Err(Status::unimplemented("a compressed response message"));
-    }
-    if data.len() != len {
-        return Err(Status::internal(format!(
-            "a gRPC frame announcing {len} bytes carries {}",
-            data.len()
-        )));
-    }
-    Ok(data)
-}
-
 /// tonic's generated client over this connection: each call's request body is piped onto its
 /// HTTP/2 stream; a unary body is usually complete at once, so it leaves with its HEADERS.
 impl tonic::codegen::Service<http::Request<tonic::body::Body>> for H2Connection {
@@ -394,33 +358,5 @@ impl http_body::Body for ResponseBody {
 
     fn is_end_stream(&self) -> bool {
         matches!(self.state, BodyState::Done)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_framed_message_comes_back_whole_and_bad_frames_are_named() {
-        let message = crate::proto::ModelInferRequest {
-            model_name: "add_sub".into(),
-            ..Default::default()
-        };
-        let framed = frame(&message);
-        assert_eq!(&framed[..5], &[0, 0, 0, 0, 9]);
-        let back = message_of(framed.clone()).expect("one frame");
-        assert_eq!(
-            <crate::proto::ModelInferRequest as prost::Message>::decode(back).unwrap(),
-            message
-        );
-        let short = message_of(framed.slice(..3)).unwrap_err();
-        assert!(short.message().contains("3 bytes"), "{short:?}");
-        let cut = message_of(framed.slice(..framed.len() - 1)).unwrap_err();
-        assert_eq!(cut.message(), "a gRPC frame announcing 9 bytes carries 8");
-        let mut compressed = BytesMut::from(&framed[..]);
-        compressed[0] = 1;
-        let compressed = message_of(compressed.freeze()).unwrap_err();
-        assert_eq!(compressed.code(), tonic::Code::Unimplemented);
     }
 }

@@ -8,7 +8,7 @@ use super::{
     ClientError, InferRequest, InferResponse, Prepared, Protocol, SentCall, SequenceSession,
     TritonClient,
 };
-use crate::model::{ModelConfig, ModelMetadata};
+use crate::metadata::{ModelConfig, ModelMetadata};
 use crate::tensor::{self, DataType, Tensor};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};

@@ -2,12 +2,13 @@
 //! (tonic) or HTTP/REST.
 
 pub mod grpc;
+pub mod grpc_frame;
 pub mod h2_connection;
 pub mod http;
 pub mod http1_direct;
 pub mod unary_h2;
 
-use crate::model::{ModelConfig, ModelMetadata};
+use crate::metadata::{ModelConfig, ModelMetadata};
 use crate::tensor::Tensor;
 use std::time::Duration;
 

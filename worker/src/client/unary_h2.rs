@@ -670,7 +670,7 @@ impl State {
         let outcome = match grpc_status.as_deref() {
             Some(b"0") => {
                 let body = call.take_body();
-                super::h2_connection::message_of(body)
+                super::grpc_frame::message_of(body)
             }
             Some(code) => Err(status_of(code, grpc_message.as_deref())),
             None => Err(Status::internal("response without grpc-status")),
@@ -714,12 +714,12 @@ impl State {
                 }
             }
         }
-        if call.body_len() > super::h2_connection::MAX_MESSAGE + 5 {
+        if call.body_len() > super::grpc_frame::MAX_MESSAGE + 5 {
             self.finish(
                 stream,
                 Err(Status::out_of_range(format!(
                     "response larger than {} bytes",
-                    super::h2_connection::MAX_MESSAGE
+                    super::grpc_frame::MAX_MESSAGE
                 ))),
             );
             self.cancel_stream_if_open(stream, end_stream);

@@ -5,12 +5,13 @@
 //! response passes every check in [`model::check_response`] (and, with `--consistency`, must
 //! repeat the first response to the same input byte for byte). On a sequence model one test is
 //! one sequence instead ([`sequence`]); a decoupled model's window is driven over response
-//! streams by [`infer_decoupled`].
+//! streams by [`decoupled`].
 
+pub mod decoupled;
 pub mod sequence;
 
+use super::load;
 use super::{Failure, Outcome, TestEnv};
-use super::{infer_decoupled, load};
 use crate::client::{ClientError, InferResponse, Prepared, TritonClient};
 use crate::model::{
     self, CheckFailure, DataSource, InferOptions, InputDataFile, ModelDescription, ModelSelection,
@@ -45,7 +46,7 @@ pub struct PlannedModel {
     /// `--consistency` on a sequence model: the first response to each step of each sequence.
     first_sequence_responses: Option<sequence::FirstResponses>,
     /// A decoupled model's checks of whole response streams.
-    decoupled: Option<infer_decoupled::StreamChecks>,
+    decoupled: Option<decoupled::StreamChecks>,
 }
 
 /// Describes every selected model on every server (they must agree), checks the flags against
@@ -89,8 +90,7 @@ pub async fn prepare(
     }
     options.check_names(&descriptions)?;
     let weights = options.models.iter().map(|m| m.weight).collect();
-    let (descriptions, weights) =
-        infer_decoupled::drivable(first.protocol(), descriptions, weights)?;
+    let (descriptions, weights) = decoupled::drivable(first.protocol(), descriptions, weights)?;
     let mut files: BTreeMap<std::path::PathBuf, InputDataFile> = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(options.seed);
     let mut models = Vec::new();
@@ -129,7 +129,7 @@ pub async fn prepare(
             (options.consistency && sequence.is_some()).then(|| Mutex::new(Default::default()));
         let decoupled = description
             .decoupled
-            .then(|| infer_decoupled::StreamChecks::new(&requests, options.consistency));
+            .then(|| decoupled::StreamChecks::new(&requests, options.consistency));
         models.push(PlannedModel {
             description,
             requests,
@@ -275,7 +275,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         return sequence::run(env, planned, plan.tolerance).await;
     }
     if let Some(streams) = &planned.decoupled {
-        return match infer_decoupled::drive(env, planned, streams, plan.tolerance).await {
+        return match decoupled::drive(env, planned, streams, plan.tolerance).await {
             Ok(()) => Outcome::Passed,
             Err(f) => Outcome::Failed(f),
         };

@@ -5,7 +5,6 @@
 pub mod crashing;
 pub mod image;
 pub mod infer;
-pub mod infer_decoupled;
 pub mod load;
 pub mod perf_analyzer;
 pub mod sequence;

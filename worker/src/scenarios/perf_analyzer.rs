@@ -54,7 +54,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         // when the worker stops has its drain time to finish, or its requests go uncounted.
         .args([
             "--request-count",
-            &stress_common::contract::limits::PERF_ANALYZER_REQUESTS.to_string(),
+            &stress_common::limits::PERF_ANALYZER_REQUESTS.to_string(),
         ])
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);

@@ -25,15 +25,13 @@ mod watch;
 
 pub use cleanup::delete_run;
 pub use spec::{
-    LAUNCHER_VOLUMES, MODEL_IMAGE_CONTAINER, MODEL_IMAGE_VOLUME, PodContext, client_pod,
-    owner_name, pod_deadline, pod_name, secret_name, server_pod,
+    MODEL_IMAGE_CONTAINER, PodContext, client_pod, owner_name, pod_deadline, pod_name, secret_name,
+    server_pod,
 };
 
-use super::{
-    LaunchError, Launcher, MemberDiagnostics, MemberExit, STORE_URL_ENV, ServerEndpoint,
-    WorkerAssignment,
-};
+use super::{LaunchError, Launcher, MemberDiagnostics, MemberExit, STORE_URL_ENV};
 use crate::matrix::{ClientMember, ServerMember};
+use crate::plan::{ServerEndpoint, WorkerAssignment};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -400,7 +398,7 @@ impl Launcher for KubeLauncher {
         };
         let pod = client_pod(
             client,
-            super::worker_args(client, &assignment),
+            crate::plan::worker_args(client, &assignment),
             &self.pods_context,
         )
         .map_err(|reason| LaunchError::Member {
@@ -496,7 +494,7 @@ impl Launcher for KubeLauncher {
     async fn server_metrics(&mut self, member_id: &str) -> Option<String> {
         let ep = self.endpoints.get(member_id)?;
         // A dead pod's address drops packets: a quick connect says so before an HTTP timeout.
-        if !stress_common::http::reachable(&ep.metrics, crate::sampler::LOCAL_CONNECT).await {
+        if !stress_common::http::reachable(&ep.metrics, crate::launcher::LOCAL_CONNECT).await {
             return None;
         }
         tritonserver::metrics_text(&ep.metrics).await

@@ -8,7 +8,10 @@ use super::{
     SERVER_CONTAINER, WORKER_METRICS_PORT,
 };
 use crate::launcher::STORE_URL_ENV;
-use crate::matrix::{ClientMember, ModelImage, Resources, ServerMember, ServerVolume, Toleration};
+use crate::matrix::{
+    ClientMember, MODEL_IMAGE_VOLUME, ModelImage, Resources, SHM_VOLUME, ServerMember,
+    ServerVolume, TMP_VOLUME, TRACES_VOLUME, Toleration,
+};
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     HTTPGetAction, HostPathVolumeSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
@@ -111,16 +114,6 @@ fn member_labels(
     labels
 }
 
-/// The volumes the launcher gives every server pod itself, by name and mount path in the Triton
-/// container (`dshm` and `tmp` always, `traces` with `trace`): a template's volumes cannot take
-/// them.
-pub const LAUNCHER_VOLUMES: [(&str, &str); 3] = [SHM_VOLUME, TRACES_VOLUME, TMP_VOLUME];
-/// Every container's root filesystem is read-only; what it writes goes here.
-const TMP_VOLUME: (&str, &str) = ("tmp", "/tmp");
-const SHM_VOLUME: (&str, &str) = ("dshm", "/dev/shm");
-const TRACES_VOLUME: (&str, &str) = ("traces", "/traces");
-/// The emptyDir a `model_image` is copied into, and the init container that copies it.
-pub const MODEL_IMAGE_VOLUME: &str = "model-image";
 pub const MODEL_IMAGE_CONTAINER: &str = "model-image";
 /// Where the init container sees that emptyDir: a path no models image should hold its
 /// repository under (the mount would hide it).
@@ -274,7 +267,7 @@ fn model_copier(m: &ModelImage, r: Option<&Resources>, ctx: &PodContext) -> Cont
     }
 }
 
-/// The worker pod of a client member, running `worker_args` (see `launcher::worker_args`);
+/// The worker pod of a client member, running `worker_args` (see `plan::worker_args`);
 /// the store URL comes from the run's Secret.
 pub fn client_pod(
     c: &ClientMember,

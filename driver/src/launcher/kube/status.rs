@@ -3,8 +3,9 @@
 
 use super::watch::Seen;
 use super::{GRPC_PORT, HTTP_PORT, METRICS_PORT};
+use crate::launcher::MemberExit;
 use crate::launcher::diagnostics::ContainerStatus;
-use crate::launcher::{MemberExit, ServerEndpoint};
+use crate::plan::ServerEndpoint;
 use k8s_openapi::api::core::v1::{ContainerState, Pod};
 use kube::ResourceExt;
 use std::collections::BTreeMap;

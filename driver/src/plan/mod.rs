@@ -2,12 +2,18 @@
 //! servers' addresses are known) its worker's contract, computed once from the matrix as a
 //! pure value. `run` launches and records it; nothing here does I/O.
 
-use crate::capacity::{ControllerConfig, split};
-use crate::failfast::Rules;
-use crate::launcher::{ServerEndpoint, WorkerAssignment};
+mod assignment;
+pub mod capacity;
+pub mod fail_fast;
+pub mod preflight;
+
+pub use assignment::{ServerEndpoint, WorkerAssignment, worker_args, worker_contract};
+
 use crate::matrix::{
     CapacitySettings, ClientMember, ExternalServer, Matrix, RunMode, ServerMember,
 };
+use crate::plan::capacity::{ControllerConfig, split};
+use fail_fast::Rules;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use stress_common::contract::{MemberName, RunId};
@@ -38,7 +44,7 @@ pub struct RunPlan {
     /// Capacity mode's settings (None: a soak run).
     pub capacity: Option<CapacitySettings>,
     /// The SLO rules, run level first, then each client group's (validated: they parse).
-    pub slo: Vec<crate::slo::Rule>,
+    pub slo: Vec<crate::matrix::slo::Rule>,
     /// `<run name>-<member>` for every member: its process or pod name.
     qualified: BTreeMap<MemberName, String>,
 }
@@ -87,7 +93,7 @@ impl RunPlan {
                         group.slo.iter().map(move |r| (Some(g.as_str()), r))
                     }),
                 )
-                .filter_map(|(g, r)| crate::slo::Rule::parse(r, g).ok())
+                .filter_map(|(g, r)| crate::matrix::slo::Rule::parse(r, g).ok())
                 .collect(),
             qualified,
         }
@@ -274,7 +280,6 @@ impl RunPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launcher::worker_contract;
     use crate::matrix::{self, Protocol};
     use stress_common::contract::CorrIdBlock;
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::status::ModelCounts;
 
-use crate::matrix::{CapacityPhase, CapacitySettings, ModelSpec};
+use crate::plan::capacity::ControllerConfig;
 
 /// Fewer answered requests than this in a window and its p99 is not judged (the window is
 /// extended by the next check instead: nothing is thrown away).
@@ -19,39 +19,6 @@ pub const MIN_SAMPLES: u64 = 20;
 
 /// The scenarios whose requests capacity mode measures.
 const MEASURED: [&str; 2] = ["Load", "Infer"];
-
-/// The controller's numbers for one client group.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ControllerConfig {
-    pub target_p99_us: u64,
-    pub min: u32,
-    pub max: u32,
-    pub increase_step: u32,
-    pub decrease_rate: f64,
-    pub settle_periods: u32,
-    pub tolerance: f64,
-    pub stable_checks: u32,
-    pub max_decreases: u32,
-    pub safety_factor: f64,
-}
-
-impl ControllerConfig {
-    /// A group of `workers` workers: it never goes below one request in flight per worker.
-    pub fn new(s: &CapacitySettings, workers: u32) -> Self {
-        ControllerConfig {
-            target_p99_us: s.target_p99.as_micros() as u64,
-            min: s.min_concurrency.unwrap_or(1).max(workers),
-            max: s.max_concurrency.max(workers),
-            increase_step: s.increase_step,
-            decrease_rate: s.decrease_rate,
-            settle_periods: s.settle_periods,
-            tolerance: s.tolerance,
-            stable_checks: s.stable_checks,
-            max_decreases: s.max_decreases,
-            safety_factor: s.safety_factor,
-        }
-    }
-}
 
 /// One model's share of a window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -407,14 +374,6 @@ fn merge_windows(windows: &[&Window]) -> Window {
     }
 }
 
-/// Splits a group's total concurrency across its workers (the first ones get the remainder).
-pub fn split(total: u32, workers: usize) -> Vec<u32> {
-    let w = workers.max(1) as u32;
-    (0..w)
-        .map(|i| total / w + u32::from(i < total % w))
-        .collect()
-}
-
 /// One (member, scenario, model)'s cumulative counts as last seen.
 #[derive(Debug, Clone, Default)]
 struct Seen {
@@ -518,134 +477,6 @@ impl WindowMeter {
                 })
                 .collect(),
             latency: all,
-        }
-    }
-}
-
-/// One run of the controller for a group: a phase, or one model / one mix of a phase.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PhaseSpec {
-    /// Unique within the group: `production`, `individual/MODEL`, `exploration/N`.
-    pub key: String,
-    pub phase: CapacityPhase,
-    /// The model alone, or "mix".
-    pub model: String,
-    /// The mix the workers switch to (`--model` syntax); None: their own `--model` weights.
-    pub mix: Option<String>,
-}
-
-/// The phases a group with these models runs, in order: `individual` expands to one per model,
-/// `exploration` to one per mix. Pure.
-pub fn phases_for(settings: &CapacitySettings, models: &[ModelSpec]) -> Vec<PhaseSpec> {
-    let mut out = Vec::new();
-    for phase in &settings.phases {
-        match phase {
-            CapacityPhase::Production => out.push(PhaseSpec {
-                key: "production".into(),
-                phase: *phase,
-                model: "mix".into(),
-                mix: None,
-            }),
-            CapacityPhase::Individual => {
-                for m in models {
-                    let label = match m.version {
-                        Some(v) => format!("{}@{v}", m.name),
-                        None => m.name.clone(),
-                    };
-                    out.push(PhaseSpec {
-                        key: format!("individual/{label}"),
-                        phase: *phase,
-                        model: label.clone(),
-                        mix: Some(format!("{label}:1")),
-                    });
-                }
-            }
-            CapacityPhase::Spike => out.push(PhaseSpec {
-                key: "spike".into(),
-                phase: *phase,
-                model: "mix".into(),
-                mix: None,
-            }),
-            CapacityPhase::Exploration => {
-                for (i, mix) in settings.exploration.iter().enumerate() {
-                    let text = mix
-                        .iter()
-                        .map(|(model, weight)| format!("{model}:{weight}"))
-                        .collect::<Vec<_>>()
-                        .join(",");
-                    out.push(PhaseSpec {
-                        key: format!("exploration/{}", i + 1),
-                        phase: *phase,
-                        model: "mix".into(),
-                        mix: Some(text),
-                    });
-                }
-            }
-        }
-    }
-    out
-}
-
-/// A group's phase as the store and the report keep it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PhaseRecord {
-    pub group: String,
-    /// `production`, `individual` or `exploration`.
-    pub phase: String,
-    /// Unique within the group (see [`PhaseSpec::key`]).
-    pub key: String,
-    /// The model alone, or "mix".
-    pub model: String,
-    /// The mix the workers ran (None: their own `--model` weights).
-    pub mix: Option<String>,
-    pub target_p99_ms: f64,
-    pub result: PhaseResult,
-    pub checks: Vec<Check>,
-    /// The servers' signals and autoscaler thresholds (see [`crate::autoscale`]); absent in
-    /// records saved before they existed, or when no server could be scraped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub autoscaler: Option<crate::autoscale::Autoscaler>,
-    /// The spike phase's answer and trace (its `checks` are empty: it has no controller).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spike: Option<SpikeRecord>,
-}
-
-/// A spike phase in its [`PhaseRecord`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SpikeRecord {
-    #[serde(flatten)]
-    pub result: crate::spike::SpikeResult,
-    pub trace: Vec<crate::spike::SpikeCheck>,
-}
-
-impl PhaseRecord {
-    pub fn of(group: &str, spec: &PhaseSpec, controller: &Controller) -> Self {
-        let mut record = Self::new(group, spec, controller.target_p99_ms(), controller.result());
-        record.checks = controller.checks.clone();
-        record
-    }
-
-    pub fn of_spike(group: &str, spec: &PhaseSpec, spike: &crate::spike::Spike) -> Self {
-        let mut record = Self::new(group, spec, spike.target_p99_ms(), spike.phase_result());
-        record.spike = Some(SpikeRecord {
-            result: spike.result(),
-            trace: spike.checks.clone(),
-        });
-        record
-    }
-
-    fn new(group: &str, spec: &PhaseSpec, target_p99_ms: f64, result: PhaseResult) -> Self {
-        PhaseRecord {
-            group: group.into(),
-            phase: spec.phase.as_str().into(),
-            key: spec.key.clone(),
-            model: spec.model.clone(),
-            mix: spec.mix.clone(),
-            target_p99_ms,
-            result,
-            checks: Vec::new(),
-            autoscaler: None,
-            spike: None,
         }
     }
 }
@@ -882,14 +713,6 @@ mod tests {
         assert_eq!((r.concurrency, r.windows), (Some(4), 2));
     }
 
-    #[test]
-    fn splits_cover_the_total_and_differ_by_at_most_one() {
-        assert_eq!(split(10, 4), [3, 3, 2, 2]);
-        assert_eq!(split(4, 4), [1, 1, 1, 1]);
-        assert_eq!(split(7, 1), [7]);
-        assert_eq!(split(5, 0), [5], "no workers is treated as one");
-    }
-
     fn counts(model: &str, requests: u64, failures: u64, latencies_ms: &[u64]) -> ModelCounts {
         let mut h = LatencyHistogram::new();
         for l in latencies_ms {
@@ -963,30 +786,5 @@ mod tests {
         stress.requests = 20;
         let w = meter.window(&[at("g-0", 6000, stress)], &members, 0, 6000);
         assert_eq!(w.requests, 0, "only Load and Infer are measured");
-    }
-
-    #[test]
-    fn phases_expand_per_model_and_per_mix_in_order() {
-        let settings: CapacitySettings = serde_saphyr::from_str(
-            "target_p99: 50ms\nphases: [individual, production, exploration]\nexploration: [{a: 1, b@2: 3}, {b: 1}]\n",
-        )
-        .unwrap();
-        let models: Vec<ModelSpec> =
-            serde_saphyr::from_str("[{name: a, weight: 2}, {name: b, version: 2}]").unwrap();
-        let keys: Vec<(String, String, Option<String>)> = phases_for(&settings, &models)
-            .into_iter()
-            .map(|p| (p.key, p.model, p.mix))
-            .collect();
-        let own = |s: &str| Some(s.to_string());
-        assert_eq!(
-            keys,
-            [
-                ("individual/a".into(), "a".into(), own("a:1")),
-                ("individual/b@2".into(), "b@2".into(), own("b@2:1")),
-                ("production".into(), "mix".into(), None),
-                ("exploration/1".into(), "mix".into(), own("a:1,b@2:3")),
-                ("exploration/2".into(), "mix".into(), own("b:1")),
-            ]
-        );
     }
 }

@@ -12,8 +12,8 @@
 
 use serde::Serialize;
 use std::collections::BTreeMap;
-use stress_common::contract::limits::PERF_ANALYZER_REQUESTS;
 use stress_common::histogram::{HistogramError, LatencyHistogram};
+use stress_common::limits::PERF_ANALYZER_REQUESTS;
 use stress_common::scenario::Scenario;
 use stress_common::status::ModelCounts;
 use stress_common::triton_metrics::ServerSample;

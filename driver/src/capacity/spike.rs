@@ -2,7 +2,7 @@
 //! phase converged on ([`jump_from`]), one baseline window, then an open-loop jump to
 //! `target_rps` for `duration`, then back to the baseline load until a window is again within the
 //! p99 target without unanswered requests (recovered) or `recovery_timeout` passes. The run
-//! loop feeds it the same windows as the AIMD controller ([`crate::capacity::WindowMeter`]) and
+//! loop feeds it the same windows as the AIMD controller ([`crate::capacity::controller::WindowMeter`]) and
 //! writes the [`GroupLoad`] it returns.
 //!
 //! Its answers: what the group got answered during the spike and the exact p99 of the spike's
@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 use stress_common::histogram::LatencyHistogram;
 
-use crate::capacity::{Ending, MIN_SAMPLES, PhaseResult, Window};
+use crate::capacity::controller::{Ending, MIN_SAMPLES, PhaseResult, Window};
 use crate::matrix::CapacityPhase;
 
 /// What the group is asked to send: closed loop at `concurrency`, or open loop at `rate`

@@ -739,7 +739,8 @@ fn tables(out: &mut String, r: &Report) {
                         num(format!("{:.2}", x.p99_ms)),
                         num(format!("{:.2}", x.target_p99_ms)),
                         num(safe),
-                        td(x.ending.map_or("running", crate::capacity::Ending::as_str)),
+                        td(x.ending
+                            .map_or("running", crate::capacity::controller::Ending::as_str)),
                     ]
                     .concat(),
                 )
@@ -767,7 +768,7 @@ fn tables(out: &mut String, r: &Report) {
                 "<h3>Autoscaler, {} / {}</h3>\n<pre class=\"autoscaler\">{}</pre>",
                 esc(&a.group),
                 esc(&a.phase),
-                esc(&crate::autoscale::render(&a.autoscaler))
+                esc(&crate::capacity::autoscale::render(&a.autoscaler))
             );
         }
     }
@@ -1046,7 +1047,7 @@ fn plots(out: &mut String, r: &Report) {
         "no worker reported a QPS sample",
     ));
 
-    let whole: Vec<&crate::timeline::LatencySeries> = r
+    let whole: Vec<&crate::report::timeline::LatencySeries> = r
         .timeline
         .latency
         .iter()
@@ -1059,7 +1060,7 @@ fn plots(out: &mut String, r: &Report) {
         ));
     }
     for s in whole.iter().filter(|s| !s.points.is_empty()) {
-        let pick = |f: fn(&crate::timeline::LatencyPoint) -> f64| -> Vec<(f64, f64)> {
+        let pick = |f: fn(&crate::report::timeline::LatencyPoint) -> f64| -> Vec<(f64, f64)> {
             s.points.iter().map(|p| (p.t_s, f(p))).collect()
         };
         let id = format!("latency-{}", s.scenario);
@@ -1192,7 +1193,7 @@ fn capacity_plots(out: &mut String, r: &Report) {
         return;
     };
     for p in &c.phases {
-        let windows: Vec<(u32, &crate::capacity::Window)> = match &p.spike {
+        let windows: Vec<(u32, &crate::capacity::controller::Window)> = match &p.spike {
             Some(s) => s.trace.iter().map(|c| (0, &c.window)).collect(),
             None => p
                 .checks
@@ -1639,7 +1640,7 @@ mod tests {
     /// The plots the timeline and capacity mode feed: one point element per point, per plot.
     #[test]
     fn timeline_and_capacity_plots_count_their_points() {
-        use crate::timeline::{
+        use crate::report::timeline::{
             LatencyPoint, LatencySeries, ServerModelPoint, ServerModelSeries, ServerPoint,
             ServerSeries, Timeline,
         };
@@ -1718,15 +1719,16 @@ mod tests {
                 "next_concurrency": concurrency + 1,
             })
         };
-        let phase: crate::capacity::PhaseRecord = serde_json::from_value(serde_json::json!({
-            "group": "g", "phase": "production", "key": "production", "model": "mix",
-            "mix": null, "target_p99_ms": 5.0,
-            "result": {"ending": "converged", "concurrency": 2, "windows": 1, "max_qps": 100.0,
-                       "p99_ms": 4.0, "safe_rate_qps": 80.0, "window_start_ms": 0,
-                       "window_end_ms": 1000, "models": []},
-            "checks": [check(1, 1000), check(2, 4000), check(3, 9000), check(2, 4500)],
-        }))
-        .unwrap();
+        let phase: crate::capacity::phase::PhaseRecord =
+            serde_json::from_value(serde_json::json!({
+                "group": "g", "phase": "production", "key": "production", "model": "mix",
+                "mix": null, "target_p99_ms": 5.0,
+                "result": {"ending": "converged", "concurrency": 2, "windows": 1, "max_qps": 100.0,
+                           "p99_ms": 4.0, "safe_rate_qps": 80.0, "window_start_ms": 0,
+                           "window_end_ms": 1000, "models": []},
+                "checks": [check(1, 1000), check(2, 4000), check(3, 9000), check(2, 4500)],
+            }))
+            .unwrap();
         r.capacity = Some(crate::report::CapacityReport {
             results: Vec::new(),
             autoscaler: Vec::new(),
@@ -1852,8 +1854,8 @@ mod tests {
             failed("triton-0", 4_500, "killed by signal 9 (SIGKILL)"),
             failed("clients-1", 9_500, "wrong answer"),
         ];
-        r.analysis = crate::rootcause::Analysis {
-            root_cause: Some(crate::rootcause::RootCause {
+        r.analysis = crate::judge::rootcause::Analysis {
+            root_cause: Some(crate::judge::rootcause::RootCause {
                 member_id: "triton-0".into(),
                 role: "SERVER".into(),
                 at_ms: 4_500,
@@ -1865,7 +1867,7 @@ mod tests {
             shutdown_failures: 2,
             independent_failures: 1,
         };
-        r.reconciliation = vec![crate::reconcile::Reconciliation {
+        r.reconciliation = vec![crate::judge::reconcile::Reconciliation {
             model: "<b>m</b>".into(),
             server_success: 10,
             server_failure: 0,
@@ -1874,7 +1876,7 @@ mod tests {
             client_unseen: 0,
             uncounted_runs: 0,
             gap: 3,
-            verdict: crate::reconcile::Verdict::Mismatch,
+            verdict: crate::judge::reconcile::Verdict::Mismatch,
             explanation: "3 server-side successes no worker counted".into(),
         }];
         let html = render(&r);

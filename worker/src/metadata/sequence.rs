@@ -231,13 +231,13 @@ impl SequenceBatching {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
     /// The HTTP JSON of a batcher with every false/true encoding, a string CORRID and a state,
     /// as Triton 2.51 writes it (empty lists for the encodings a control does not use).
-    fn json_config() -> Value {
+    pub(crate) fn json_config() -> Value {
         let control = |kind: &str, i: Value, f: Value, b: Value, t: &str| {
             json!({"kind": kind, "int32_false_true": i, "fp32_false_true": f,
                    "bool_false_true": b, "data_type": t})
@@ -323,40 +323,6 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(SequenceBatching::from_proto(&p), from_json);
-    }
-
-    #[test]
-    fn streams_of_an_input_data_file_and_inputs_triton_fills() {
-        use crate::model::{InputDataFile, ModelConfig, ModelDescription, ModelMetadata};
-        let path = std::path::Path::new("in.json");
-        let f = InputDataFile::parse(
-            path,
-            r#"{"data": [[{"X": [1]}, {"X": [2]}], [{"X": [3]}]]}"#,
-        );
-        assert_eq!(f.unwrap().streams, [2, 1]);
-        let f = InputDataFile::parse(path, r#"{"data": [{"X": [1]}, {"X": [2]}]}"#);
-        assert_eq!(f.unwrap().streams, [2], "a flat list is one stream");
-
-        // A control or state input the metadata lists is not one the client sends.
-        let metadata: ModelMetadata = serde_json::from_value(json!({
-            "name": "m",
-            "inputs": [{"name": "DELTA", "datatype": "FP32", "shape": [2]},
-                       {"name": "START", "datatype": "FP32", "shape": [1]},
-                       {"name": "ACC_IN", "datatype": "INT32", "shape": [1]}],
-            "outputs": [{"name": "TOTAL", "datatype": "FP32", "shape": [2]}]
-        }))
-        .unwrap();
-        let config = ModelConfig::from_json(&json!({
-            "name": "m", "max_batch_size": 0,
-            "input": [{"name": "DELTA", "data_type": "TYPE_FP32", "dims": [2]}],
-            "output": [{"name": "TOTAL", "data_type": "TYPE_FP32", "dims": [2]}],
-            "sequence_batching": json_config()
-        }))
-        .unwrap();
-        let d = ModelDescription::new("", &metadata, &config).unwrap();
-        let names: Vec<&str> = d.inputs.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["DELTA"]);
-        assert!(d.sequence_batching.is_some_and(|s| s.string_ids()));
     }
 
     #[test]

@@ -162,7 +162,7 @@ mod tests {
         let mut r = Report::default();
         r.run_id = "r1".into();
         r.verdict = "FAIL".into();
-        r.analysis.root_cause = Some(crate::rootcause::RootCause {
+        r.analysis.root_cause = Some(crate::judge::rootcause::RootCause {
             member_id: "triton-0".into(),
             role: "SERVER".into(),
             at_ms: 1,

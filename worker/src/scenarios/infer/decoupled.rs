@@ -17,12 +17,12 @@
 //! time (nothing to demultiplex; each response must still carry its request's id); open loop
 //! opens a stream per request, so requests overlap at their intended times.
 
-use super::infer::PlannedModel;
-use super::{Failure, LoadMode, TestEnv};
+use super::PlannedModel;
 use crate::client::{
     ClientError, DecoupledSession, InferResponse, Protocol, StreamEnd, StreamOutcome,
 };
 use crate::model::{self, CheckFailure, ModelDescription, PlannedRequest};
+use crate::scenarios::{Failure, LoadMode, OpenLoop, Tally, TestEnv, open_loop};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use std::sync::Mutex;
@@ -385,10 +385,10 @@ pub async fn drive(
                 )
             };
             let tally = |t| match t {
-                super::Tally::Lateness(late) => env.stats.send_lateness(env.scenario, late),
+                Tally::Lateness(late) => env.stats.send_lateness(env.scenario, late),
                 // Sent, never answered: counted without a latency (the spike's error rate
                 // and the reconciliation see it).
-                super::Tally::Abandoned => env.stats.request(
+                Tally::Abandoned => env.stats.request(
                     env.scenario,
                     &planned.description.name,
                     env.client.address(),
@@ -396,12 +396,12 @@ pub async fn drive(
                 ),
             };
             // A stream opens from the runtime: nothing leaves from the pacer's thread.
-            let schedule = super::OpenLoop {
+            let schedule = OpenLoop {
                 times: Box::new(times),
                 until: Some(end),
                 send_now: None,
             };
-            let result = super::open_loop(schedule, || false, env.cancel, tally, send, done).await;
+            let result = open_loop(schedule, || false, env.cancel, tally, send, done).await;
             env.settings
                 .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
             result

@@ -28,16 +28,13 @@ pub struct SampledServer {
     pub metrics: String,
     pub pid: Option<u32>,
     /// Launched by this run (on this machine or the cluster), not an external server: a
-    /// quick connect tells first whether it is there at all (see [`LOCAL_CONNECT`]).
+    /// quick connect tells first whether it is there at all (see [`LOCAL_CONNECT`](crate::launcher::LOCAL_CONNECT)).
     pub launched: bool,
 }
 
 /// How long the baseline scrape is retried for a server whose metrics did not answer.
 const BASELINE_PATIENCE: Duration = Duration::from_millis(1500);
 const BASELINE_RETRY_PAUSE: Duration = Duration::from_millis(200);
-
-/// A launched server's metrics port accepts a connection within this, or it is not sampled.
-pub const LOCAL_CONNECT: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Default)]
 struct State {
@@ -138,7 +135,9 @@ impl Drop for ServerSampler {
 /// of this sample (its next delta covers the gap).
 async fn sample(store: &Store, run_id: &str, servers: &[SampledServer], state: &Mutex<State>) {
     let scrapes = futures::future::join_all(servers.iter().map(|s| async move {
-        if s.launched && !stress_common::http::reachable(&s.metrics, LOCAL_CONNECT).await {
+        if s.launched
+            && !stress_common::http::reachable(&s.metrics, crate::launcher::LOCAL_CONNECT).await
+        {
             return (s, stress_common::now_ms(), None);
         }
         let url = format!("http://{}/metrics", s.metrics);

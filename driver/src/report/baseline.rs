@@ -1,4 +1,4 @@
-//! Finding a run's baseline and comparing with it (the I/O around [`crate::regression`]).
+//! Finding a run's baseline and comparing with it (the I/O around [`crate::judge::regression`]).
 //!
 //! Runs live in the run's own store (Postgres: every run of the team; the embedded SQLite store:
 //! only this run) and in the other run directories' stores under `--runs-dir`
@@ -8,7 +8,7 @@
 use std::path::Path;
 use stress_common::store::Store;
 
-use crate::regression::{self, Candidate, Comparison};
+use crate::judge::regression::{self, Candidate, Comparison};
 use crate::report::{Report, ReportError};
 
 /// How many run directories (newest first) are searched for a baseline.
@@ -161,8 +161,8 @@ pub async fn compare(
         Report::from_store(&other, &baseline.run_id).await?
     };
     let (compared, regressions) = regression::compare(
-        &regression::measures(&before, settings.min_requests),
-        &regression::measures(&now, settings.min_requests),
+        &before.measures(settings.min_requests),
+        &now.measures(settings.min_requests),
         settings.threshold,
     );
     Ok(Comparison {

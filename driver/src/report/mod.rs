@@ -4,7 +4,12 @@
 //! over time, Triton's server-side metrics, every failure, and for every failed member its exit,
 //! log tail and the command to reproduce it.
 
-use crate::capacity::PhaseRecord;
+pub mod baseline;
+mod measures;
+pub mod timeline;
+pub mod trace;
+
+use crate::capacity::phase::PhaseRecord;
 use crate::launcher::MemberDiagnostics;
 use crate::launcher::diagnostics::PodDiagnostics;
 use serde::Serialize;
@@ -78,23 +83,23 @@ pub struct Report {
     pub failures: Vec<(String, FailureRecord)>,
     pub failed_members: Vec<FailedMember>,
     /// Each SLO rule's verdict: `rule`, `observed`, `ok`, the window (empty: no rules).
-    pub slo: Vec<crate::slo::Outcome>,
+    pub slo: Vec<crate::judge::slo::Outcome>,
     /// The comparison with the baseline run (None: no baseline, e.g. a first run).
-    pub baseline: Option<crate::regression::Comparison>,
+    pub baseline: Option<crate::judge::regression::Comparison>,
     /// Its findings: `metric`, `baseline`, `current`, `change`.
-    pub regressions: Vec<crate::regression::Finding>,
+    pub regressions: Vec<crate::judge::regression::Finding>,
     /// Capacity mode's answers (absent for a soak run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityReport>,
     /// The run over time: latency percentiles per interval and the servers' metrics.
-    pub timeline: crate::timeline::Timeline,
+    pub timeline: crate::report::timeline::Timeline,
     /// Per model: the servers' successes against the workers' OK answers.
-    pub reconciliation: Vec<crate::reconcile::Reconciliation>,
+    pub reconciliation: Vec<crate::judge::reconcile::Reconciliation>,
     /// Per traced server: its Triton traces per model and protocol.
-    pub traces: BTreeMap<String, crate::trace::TraceSummary>,
+    pub traces: BTreeMap<String, crate::report::trace::TraceSummary>,
     /// The root cause and what it explains (`root_cause`, `independent_members`, and the
     /// failure records caused by it, during the driver's stop, and independent).
-    pub analysis: crate::rootcause::Analysis,
+    pub analysis: crate::judge::rootcause::Analysis,
     /// Why this report lacks what the store holds (None: complete). Set when the status store
     /// could not be read at the end of the run: the driver writes what it knows itself.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,7 +116,7 @@ pub struct Report {
 pub struct CapacityReport {
     pub results: Vec<CapacityResult>,
     /// Per group and phase: the servers' signals at the best window, the recommended
-    /// thresholds and a KEDA snippet (see [`crate::autoscale`]).
+    /// thresholds and a KEDA snippet (see [`crate::capacity::autoscale`]).
     pub autoscaler: Vec<AutoscalerResult>,
     pub phases: Vec<PhaseRecord>,
 }
@@ -121,7 +126,7 @@ pub struct AutoscalerResult {
     pub group: String,
     pub phase: String,
     #[serde(flatten)]
-    pub autoscaler: crate::autoscale::Autoscaler,
+    pub autoscaler: crate::capacity::autoscale::Autoscaler,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -139,7 +144,7 @@ pub struct CapacityResult {
     pub safe_rate_qps: f64,
     pub target_p99_ms: f64,
     /// Why the phase ended (converged, oscillating, not_saturated, unreachable, out_of_time).
-    pub ending: Option<crate::capacity::Ending>,
+    pub ending: Option<crate::capacity::controller::Ending>,
     pub window_start_ms: Option<i64>,
     pub window_end_ms: Option<i64>,
     /// A spike row: its open-loop rate, unanswered over sent during it, and the time back to
@@ -211,7 +216,9 @@ impl CapacityReport {
             "Group", "Phase", "Model", "Concurrency", "Max QPS", "p99 ms", "target ms", "Safe QPS"
         );
         for r in &self.results {
-            let ending = r.ending.map_or("running", crate::capacity::Ending::as_str);
+            let ending = r
+                .ending
+                .map_or("running", crate::capacity::controller::Ending::as_str);
             let concurrency = r
                 .concurrency
                 .map_or_else(|| "-".to_string(), |c| c.to_string());
@@ -259,14 +266,14 @@ impl CapacityReport {
                 let _ = writeln!(out, "  {}", chunk.join("  "));
             }
             if let Some(a) = &p.autoscaler {
-                out.push_str(&crate::autoscale::render(a));
+                out.push_str(&crate::capacity::autoscale::render(a));
             }
         }
     }
 }
 
 /// A spike phase: the jump, what got through, and the recovery; then its windows.
-fn render_spike(out: &mut String, group: &str, s: &crate::capacity::SpikeRecord) {
+fn render_spike(out: &mut String, group: &str, s: &crate::capacity::phase::SpikeRecord) {
     let r = &s.result;
     let baseline = match (r.baseline_qps, r.baseline_p99_ms) {
         (Some(q), Some(p)) => format!("{q:.1} QPS, p99 {p:.2} ms"),
@@ -295,9 +302,9 @@ fn render_spike(out: &mut String, group: &str, s: &crate::capacity::SpikeRecord)
         .iter()
         .map(|c| {
             let stage = match c.stage {
-                crate::spike::SpikeStage::Baseline => "base",
-                crate::spike::SpikeStage::Spiking => "spike",
-                crate::spike::SpikeStage::Recovering => "after",
+                crate::capacity::spike::SpikeStage::Baseline => "base",
+                crate::capacity::spike::SpikeStage::Spiking => "spike",
+                crate::capacity::spike::SpikeStage::Recovering => "after",
             };
             format!(
                 "{stage} {:.0}/s p99 {:.1}",
@@ -606,7 +613,7 @@ impl Report {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let capacity = (!phases.is_empty()).then(|| CapacityReport::new(phases));
-        let baseline: Option<crate::regression::Comparison> = store
+        let baseline: Option<crate::judge::regression::Comparison> = store
             .comparison(run_id)
             .await?
             .map(serde_json::from_value)
@@ -625,7 +632,7 @@ impl Report {
             None => (0.0, Vec::new()),
             Some(width_ms) => {
                 let mut series =
-                    crate::timeline::LatencySeriesBuilder::new(run.started_at_ms, width_ms);
+                    crate::report::timeline::LatencySeriesBuilder::new(run.started_at_ms, width_ms);
                 let mut undecodable = None;
                 store
                     .for_each_latency_interval(run_id, i64::MIN, i64::MAX, |_, i| {
@@ -648,16 +655,16 @@ impl Report {
             .map(|m| (m.member_id.clone(), m.group_name.clone()))
             .collect();
         let server_samples = store.server_samples(run_id).await?;
-        let timeline = crate::timeline::Timeline {
+        let timeline = crate::report::timeline::Timeline {
             interval_s,
             latency,
-            servers: crate::timeline::server_series(
+            servers: crate::report::timeline::server_series(
                 run.started_at_ms,
                 &server_ids,
                 &server_samples,
             ),
         };
-        let reconciliation = crate::reconcile::reconcile(
+        let reconciliation = crate::judge::reconcile::reconcile(
             &model_counts
                 .iter()
                 .map(|(_, _, c)| c.clone())
@@ -712,10 +719,10 @@ impl Report {
                     .collect();
             }
         }
-        let analysis = crate::rootcause::analyze(
+        let analysis = crate::judge::rootcause::analyze(
             &failed_members
                 .iter()
-                .map(|f| crate::rootcause::Failed {
+                .map(|f| crate::judge::rootcause::Failed {
                     member_id: f.member_id.clone(),
                     role: f.role.clone(),
                     at_ms: f.failed_at_ms,

@@ -11,7 +11,7 @@
 //! messages of a field or two, not worth generated code in the driver.
 
 use crate::matrix::ExternalServer;
-use crate::preflight::IndexEntry;
+use crate::plan::preflight::IndexEntry;
 use bytes::{Bytes, BytesMut};
 use std::time::Duration;
 use stress_common::http::{self, HttpError};

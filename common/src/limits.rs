@@ -1,0 +1,34 @@
+//! Bounds the driver and the worker both enforce (a matrix field and the worker flag it
+//! becomes): an extreme value is bad input, refused before anything runs, instead of an
+//! overflow, a panic or exhausted memory later.
+
+use std::time::Duration;
+
+/// Requests in one run of the PerfAnalyzer scenario's perf_analyzer (`--request-count`):
+/// a run killed at the stop sent at most this many uncounted requests.
+pub const PERF_ANALYZER_REQUESTS: u64 = 1000;
+
+/// A run's longest duration: 30 days (a soak is hours; a timer past this overflows nothing).
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Polls: a status write per worker per poll; faster floods the store.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(100);
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3600);
+/// Streams, or closed-loop requests in flight, of one worker.
+pub const MAX_CONCURRENCY: u32 = 100_000;
+/// Open-loop requests per second of one worker.
+pub const MIN_RATE: f64 = 0.001;
+pub const MAX_RATE: f64 = 10_000_000.0;
+
+/// `value` within `[min, max]`, or why not, both bounds named.
+pub fn within(value: Duration, min: Duration, max: Duration) -> Result<(), String> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    let human = |d: Duration| humantime::format_duration(d).to_string();
+    Err(format!(
+        "{} is out of bounds: from {} to {}",
+        human(value),
+        human(min),
+        human(max)
+    ))
+}

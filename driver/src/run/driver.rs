@@ -1,0 +1,254 @@
+//! The `Driver`: one run in progress, and its steps: record events, check models and external
+//! servers before the load, stop members and fail the run on a verdict.
+
+use super::finish::external_location;
+use super::progress::Progress;
+use super::{
+    ACTIVITY_LOOK, DRIVER_MEMBER, FAILURE_SCRAPE_BUDGET, FAILURE_STOP_GRACE, FINAL_REPORT_GRACE,
+    INDEX_TIMEOUT, STORE_CALL_LIMIT, Verdict, final_reports_in,
+};
+use crate::judge::failfast::{self, Cause};
+use crate::launcher::external;
+use crate::launcher::{LaunchError, Launcher};
+use crate::matrix::Matrix;
+use crate::plan::RunPlan;
+use crate::plan::ServerEndpoint;
+use crate::plan::preflight;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use stress_common::contract::MemberName;
+use stress_common::http;
+use stress_common::status::{EventKind, Stopping};
+use stress_common::store::{Member, Store, within as bounded};
+use tokio_util::sync::CancellationToken;
+
+/// How long a suspected server gets to answer its liveness probe on the failure path.
+pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// One run in progress: launches the plan, feeds each poll's observations to the fail-fast
+/// rules and acts on their verdict. The decisions are in [`failfast`]; this only does I/O.
+pub(super) struct Driver<'a> {
+    pub(super) store: &'a Store,
+    pub(super) launcher: &'a mut dyn Launcher,
+    pub(super) matrix: &'a Matrix,
+    pub(super) plan: &'a RunPlan,
+    pub(super) store_url: &'a str,
+    pub(super) perf_analyzer: Option<&'a str>,
+    pub(super) progress: &'a mut Progress,
+    pub(super) cancel: &'a CancellationToken,
+}
+
+impl Driver<'_> {
+    pub(super) async fn record(&self, member: &str, kind: EventKind, details: &str) {
+        if let Err(e) = bounded(
+            STORE_CALL_LIMIT,
+            self.store
+                .record_event(&self.plan.run_id, member, kind, details),
+        )
+        .await
+        {
+            tracing::warn!("event of {member} not recorded: {e}");
+        }
+    }
+
+    pub(super) async fn update_member(&self, member: Member) {
+        if let Err(e) = bounded(STORE_CALL_LIMIT, self.store.upsert_member(&member)).await {
+            tracing::warn!("member {} not updated: {e}", member.member_id);
+        }
+    }
+
+    /// A launch that failed: recorded and final.
+    pub(super) async fn launch_failed(&self, e: LaunchError) -> Verdict {
+        let (member, reason) = match e {
+            LaunchError::Member { member, reason } => (member, reason),
+            LaunchError::Setup(reason) => (DRIVER_MEMBER.to_string(), reason),
+        };
+        self.record(&member, EventKind::Failure, &reason).await;
+        Verdict::Fail { member, reason }
+    }
+
+    /// Marks when the driver began to stop the run, before any worker is told: failures after
+    /// it happened during the stop (see [`crate::judge::rootcause`]), and a worker told to stop reads
+    /// it to know whether its tests in flight may finish.
+    pub(super) async fn record_stopping(&self, stop: Stopping) {
+        self.record(DRIVER_MEMBER, EventKind::Running, &stop.details())
+            .await;
+    }
+
+    /// A failed run's first steps after the verdict: the workers stop (SIGTERM: they flush
+    /// their final counts) and the servers still up give a last sample, so the report's
+    /// reconciliation compares the same moment on both sides; the rest of the failure path
+    /// (`stop_all`) then ends the servers. Bounded: a hung server's scrape waits no longer.
+    pub(super) async fn wind_down(&mut self, sampler: crate::run::sampler::ServerSampler) {
+        let clients = self.plan.client_names();
+        let stop = self.launcher.stop_clients(FAILURE_STOP_GRACE);
+        tokio::pin!(stop);
+        tokio::select! {
+            _ = &mut stop => tracing::info!("workers stopped; the servers' last sample"),
+            _ = final_reports_in(self.store, &self.plan.run_id, clients) => {
+                // Their counts are in: their processes or pods get a moment to be seen
+                // ending, not the seconds a kubelet takes for a node's worth of pods.
+                let _ = tokio::time::timeout(FINAL_REPORT_GRACE, &mut stop).await;
+                tracing::info!("every worker's final report is in; the servers' last sample");
+            }
+        }
+        if tokio::time::timeout(FAILURE_SCRAPE_BUDGET, sampler.finish())
+            .await
+            .is_err()
+        {
+            tracing::info!("the servers' last sample not taken within {FAILURE_SCRAPE_BUDGET:?}");
+        }
+    }
+
+    /// A rule fired: probe a failed client's servers, blame, record, fail.
+    pub(super) async fn fail(&mut self, cause: Cause) -> Verdict {
+        let mut probes = Vec::new();
+        if failfast::needs_probe(&cause, &self.plan.client_names()) {
+            for server in self.plan.targets_of(cause.member()) {
+                let r = match self.plan.external(server) {
+                    Some(e) => external::probe_live(e, PROBE_TIMEOUT).await,
+                    None => self.launcher.server_live(server, PROBE_TIMEOUT).await,
+                };
+                let dead = r.is_err();
+                probes.push((server.clone(), r));
+                if dead {
+                    break;
+                }
+            }
+        }
+        let mut activity = None;
+        if let Cause::StaleHeartbeat { member, .. } = &cause
+            && let Some(before) = self.launcher.cpu_time(member)
+        {
+            tokio::time::sleep(ACTIVITY_LOOK).await;
+            activity = self
+                .launcher
+                .cpu_time(member)
+                .map(|after| failfast::Activity {
+                    cpu: after.saturating_sub(before),
+                    over: ACTIVITY_LOOK,
+                });
+        }
+        let blame = failfast::with_activity(failfast::attribute(&cause, &probes), &cause, activity);
+        if blame.record {
+            self.record(&blame.member, EventKind::Failure, &blame.reason)
+                .await;
+        }
+        self.record_stopping(Stopping::Failed {
+            member: blame.member.clone(),
+        })
+        .await;
+        Verdict::Fail {
+            member: blame.member,
+            reason: blame.reason,
+        }
+    }
+
+    /// Before any load: every model a client group's `models:` names must be READY on each of
+    /// its target servers, as their repository indexes say; else the run stops as bad input
+    /// naming each model and server. A server that cannot give its index fails the run.
+    pub(super) async fn check_models(
+        &mut self,
+        endpoints: &BTreeMap<String, ServerEndpoint>,
+    ) -> Option<Verdict> {
+        let needs = preflight::needs(self.plan);
+        let servers: BTreeSet<&MemberName> = needs.iter().flat_map(|n| &n.servers).collect();
+        let mut indexes = BTreeMap::new();
+        for server in servers {
+            let Some(ep) = endpoints.get(server.as_str()) else {
+                continue;
+            };
+            let url = format!("http://{}/v2/repository/index", ep.http);
+            // `{}`: every model, loaded or not, so a model that failed to load is named with
+            // its state and reason rather than as absent.
+            let index = if ep.http.is_empty() {
+                // An external server given by its gRPC address only.
+                external::repository_index(&ep.grpc, INDEX_TIMEOUT).await
+            } else {
+                match http::post_json(&url, &serde_json::json!({}), INDEX_TIMEOUT).await {
+                    Ok(r) if r.is_ok() => preflight::parse_index(&r.body),
+                    Ok(r) => Err(format!(
+                        "repository index: HTTP {}: {}",
+                        r.status,
+                        r.body.trim()
+                    )),
+                    Err(e) => Err(format!("repository index: {e}")),
+                }
+            };
+            match index {
+                Ok(index) => {
+                    indexes.insert(server.clone(), index);
+                }
+                Err(reason) => {
+                    self.record(server, EventKind::Failure, &reason).await;
+                    return Some(Verdict::Fail {
+                        member: server.to_string(),
+                        reason,
+                    });
+                }
+            }
+        }
+        let missing = preflight::missing_models(&needs, &indexes);
+        if missing.is_empty() {
+            return None;
+        }
+        let reason = missing
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        self.record(DRIVER_MEMBER, EventKind::Failure, &reason)
+            .await;
+        Some(Verdict::BadInput(reason))
+    }
+
+    /// Before anything is launched: every external server answers at each of its addresses,
+    /// else the run stops as bad input naming each that does not (file:line, field, address,
+    /// what failed).
+    pub(super) async fn check_externals(&mut self) -> Option<Verdict> {
+        let plan = self.plan;
+        if plan.externals.is_empty() {
+            return None;
+        }
+        for e in &plan.externals {
+            let details = format!("checking {}", external_location(e));
+            self.record(&e.name, EventKind::Starting, &details).await;
+        }
+        self.progress.show(&format!(
+            "checking {} external server(s)",
+            plan.externals.len()
+        ));
+        let checks = plan.externals.iter().map(external::check_at_start);
+        let results = tokio::select! {
+            r = futures::future::join_all(checks) => r,
+            _ = self.cancel.cancelled() => return Some(Verdict::Aborted("interrupted while checking external servers".into())),
+        };
+        let mut failures = Vec::new();
+        for (e, result) in plan.externals.iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    let details = format!("live and ready ({})", external_location(e));
+                    self.record(&e.name, EventKind::Running, &details).await;
+                }
+                Err(f) => {
+                    let port = e.by_protocol.then_some(f.port);
+                    let at = self
+                        .matrix
+                        .locate_endpoint(&e.group, e.index, port)
+                        .map(|at| format!("{at}: "))
+                        .unwrap_or_default();
+                    let reason = format!(
+                        "{at}{}: existing server {} does not answer: {} ({} tries)",
+                        f.field,
+                        e.name,
+                        f.why,
+                        external::START_ATTEMPTS
+                    );
+                    self.record(&e.name, EventKind::Failure, &reason).await;
+                    failures.push(reason);
+                }
+            }
+        }
+        (!failures.is_empty()).then(|| Verdict::BadInput(failures.join("; ")))
+    }
+}

@@ -1,0 +1,265 @@
+//! The end of a run: its verdict recorded and its report read back, the report's files written,
+//! and what the store keeps of the servers and failed members: /metrics, log excerpts around
+//! each failure, trace summaries and diagnostics.
+
+use super::{DriverError, STORE_CALL_LIMIT, Verdict, is_harness};
+use crate::launcher::Launcher;
+use crate::plan::RunPlan;
+use crate::report::Report;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+use stress_common::retry::{RetryPolicy, retry};
+use stress_common::status::EventKind;
+use stress_common::store::{Store, within as bounded};
+use stress_common::tritonserver;
+
+/// Records the verdict and reads the report back, retrying a store that is down or does not
+/// answer for `deadline` (the store outage limit of the fail-fast rules).
+pub(super) async fn finish_and_read(
+    store: &Store,
+    run_id: &str,
+    verdict: &Verdict,
+    deadline: Duration,
+) -> Result<Report, String> {
+    let policy = RetryPolicy {
+        attempts: u32::MAX,
+        first_pause: Duration::from_millis(500),
+        budget: deadline,
+    };
+    let finished_at_ms = stress_common::now_ms();
+    retry("finishing the run in the status store", policy, || async {
+        store
+            .finish_run(run_id, verdict.as_str(), finished_at_ms)
+            .await
+            .map_err(|e| e.to_string())?;
+        Report::from_store(store, run_id)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// The verdict in a sentence: PASS, or FAIL and who failed why.
+pub(super) fn verdict_line(verdict: &Verdict) -> String {
+    match verdict {
+        Verdict::Pass => "PASS".into(),
+        Verdict::Fail { member, reason } => format!("FAIL: {member}: {reason}"),
+        Verdict::Aborted(why) => format!("ABORTED: {why}"),
+        Verdict::BadInput(why) => format!("FAIL (bad input): {why}"),
+    }
+}
+
+pub fn write_report(run_dir: &Path, report: &Report) -> Result<(), DriverError> {
+    let io = |error| DriverError::RunDir {
+        path: run_dir.into(),
+        error,
+    };
+    std::fs::write(run_dir.join("report.txt"), report.render()).map_err(io)?;
+    std::fs::write(
+        run_dir.join("report.json"),
+        serde_json::to_string_pretty(report).expect("report serialises"),
+    )
+    .map_err(io)?;
+    std::fs::write(
+        run_dir.join("junit.xml"),
+        crate::render::junit::render(report),
+    )
+    .map_err(io)?;
+    std::fs::write(
+        run_dir.join("report.html"),
+        crate::render::html::render(report),
+    )
+    .map_err(io)
+}
+
+/// Where an external server is, for people: its addresses.
+pub(super) fn external_location(e: &crate::matrix::ExternalServer) -> String {
+    format!(
+        "external server (not launched by the driver): {}",
+        e.address()
+    )
+}
+
+/// Scrapes Triton's /metrics of every server still up into the store, parsed per model, giving
+/// up on the servers that have not answered within `budget` (all together). An external server
+/// is scraped at its metrics address, when the matrix gives one.
+pub(super) async fn scrape_server_metrics(
+    store: &Store,
+    launcher: &mut dyn Launcher,
+    plan: &RunPlan,
+    budget: Duration,
+) {
+    let run_id = &plan.run_id;
+    let deadline = tokio::time::Instant::now() + budget;
+    for s in &plan.server_names() {
+        let external = plan.external(s);
+        let text = match external {
+            Some(e) => match &e.ports.metrics {
+                Some(address) => {
+                    tokio::time::timeout_at(deadline, tritonserver::metrics_text(address)).await
+                }
+                None => continue,
+            },
+            None => tokio::time::timeout_at(deadline, launcher.server_metrics(s)).await,
+        };
+        if let Ok(Some(text)) = text {
+            // The metrics alone: the rest of a server's diagnostics is taken only when it
+            // failed (save_diagnostics), and can take seconds (a pod's logs and events).
+            let d = crate::launcher::MemberDiagnostics {
+                launcher: launcher.name().into(),
+                command: launcher.command_line(s),
+                location: external
+                    .map(external_location)
+                    .or_else(|| launcher.locate(s)),
+                server_metrics: Some(stress_common::triton_metrics::parse(&text)),
+                ..Default::default()
+            };
+            if let Err(e) = bounded(
+                STORE_CALL_LIMIT,
+                store.save_diagnostics(run_id, s, &d.to_json()),
+            )
+            .await
+            {
+                tracing::warn!("server metrics of {s} not recorded: {e}");
+            }
+        }
+    }
+}
+
+/// Failures whose server's log lines are saved for their forensics (the report shows the
+/// first few in detail).
+pub(super) const FAILURE_LOG_EXCERPTS: usize = 5;
+/// The window of a failure's log excerpt: from a little before (the server may have logged
+/// the cause first) to a moment after.
+pub(super) const FAILURE_LOG_BEFORE_MS: i64 = 3_000;
+pub(super) const FAILURE_LOG_AFTER_MS: i64 = 1_000;
+
+/// Saves the log lines of the server each of the first failures went to, around its time,
+/// while the logs can still be read (before cleanup deletes pods).
+pub(super) async fn save_failure_logs(store: &Store, launcher: &mut dyn Launcher, plan: &RunPlan) {
+    let Ok(failures) = store.failures(&plan.run_id).await else {
+        return;
+    };
+    let Ok(members) = store.members(&plan.run_id).await else {
+        return;
+    };
+    let mut failures: Vec<_> = failures.into_iter().map(|(_, f)| f).collect();
+    failures.sort_by_key(|f| f.at_ms);
+    for f in failures.iter().take(FAILURE_LOG_EXCERPTS) {
+        let Some(server) = members.iter().find(|m| {
+            m.role == stress_common::status::Role::Server
+                && m.address
+                    .split_whitespace()
+                    .any(|a| a.split_once('=').is_some_and(|(_, addr)| addr == f.server))
+        }) else {
+            continue;
+        };
+        let (from, to) = (
+            f.at_ms - FAILURE_LOG_BEFORE_MS,
+            f.at_ms + FAILURE_LOG_AFTER_MS,
+        );
+        let lines = launcher
+            .server_log_between(&server.member_id, from, to)
+            .await;
+        if let Err(e) = store
+            .save_log_excerpt(&plan.run_id, &server.member_id, from, to, &lines)
+            .await
+        {
+            tracing::warn!("log excerpt of {} not recorded: {e}", server.member_id);
+        }
+    }
+}
+
+/// Summarises each traced server's trace files in the run directory (`traces/<server>.json`,
+/// and `.0`, `.1`, ... with a log frequency; Triton writes the last at shutdown) into the
+/// store. The kube launcher's traces stay on the pod's volume: none here.
+pub(super) async fn save_trace_summaries(store: &Store, run_dir: &Path, plan: &RunPlan) {
+    let dir = run_dir.join("traces");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    let names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    for server in &plan.servers {
+        let stem = format!("{}.json", server.name);
+        let mut files: Vec<&String> = names
+            .iter()
+            .filter(|n| {
+                *n == &stem
+                    || n.strip_prefix(&stem)
+                        .and_then(|rest| rest.strip_prefix('.'))
+                        .is_some_and(|i| i.parse::<u32>().is_ok())
+            })
+            .collect();
+        if files.is_empty() {
+            continue;
+        }
+        files.sort();
+        let texts: Vec<(String, String)> = files
+            .iter()
+            .filter_map(|n| {
+                let path = dir.join(n);
+                Some((
+                    path.display().to_string(),
+                    std::fs::read_to_string(&path).ok()?,
+                ))
+            })
+            .collect();
+        let details = match crate::report::trace::parse(&texts) {
+            Ok(traces) => serde_json::to_value(crate::report::trace::summarize(&traces)),
+            Err(e) => {
+                tracing::warn!("traces of {} not summarised: {e}", server.name);
+                continue;
+            }
+        }
+        .expect("plain data serialises");
+        if let Err(e) = store
+            .save_trace_summary(&plan.run_id, &server.name, &details)
+            .await
+        {
+            tracing::warn!("trace summary of {} not recorded: {e}", server.name);
+        }
+    }
+}
+
+/// Saves launcher diagnostics of every member with a FAILURE event (keeping the server metrics
+/// saved before). An external server has no process or pod to diagnose: only where it is.
+pub(super) async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, plan: &RunPlan) {
+    use crate::launcher::MemberDiagnostics;
+    let run_id = plan.run_id.as_str();
+    let Ok(events) = store.events(run_id, 0).await else {
+        return;
+    };
+    let mut saved_metrics: BTreeMap<String, _> = store
+        .diagnostics(run_id)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(member, d)| Some((member, MemberDiagnostics::from_json(d).server_metrics?)))
+        .collect();
+    let mut done = Vec::new();
+    for e in events.iter().filter(|e| e.kind == EventKind::Failure) {
+        if done.contains(&e.member_id) || is_harness(&e.member_id) {
+            continue;
+        }
+        done.push(e.member_id.clone());
+        let mut d = match plan.external(&e.member_id) {
+            Some(ext) => MemberDiagnostics {
+                launcher: launcher.name().into(),
+                location: Some(external_location(ext)),
+                ..Default::default()
+            },
+            None => launcher.diagnostics(&e.member_id).await,
+        };
+        d.server_metrics = saved_metrics.remove(&e.member_id);
+        if let Err(err) = store
+            .save_diagnostics(run_id, &e.member_id, &d.to_json())
+            .await
+        {
+            tracing::warn!("diagnostics of {} not recorded: {err}", e.member_id);
+        }
+    }
+}

@@ -1,0 +1,491 @@
+//! Orchestration of one run: plan → servers → workers → poll → fail fast → report.
+//!
+//! [`run`] computes the [`RunPlan`], records it, and hands it to a `Driver`, which launches the
+//! members and every poll interval feeds what it observed (member exits, the store's events,
+//! heartbeats and QPS samples) to the [`FailFast`] rules; the first cause they return fails the
+//! run, blamed by [`failfast::attribute`]. On failure everything stops at once and the logs
+//! stay; at the end of the duration workers get SIGTERM, flush their final counts, and only
+//! then do servers stop. The report is then built from the store alone.
+
+use finish::{
+    finish_and_read, save_diagnostics, save_failure_logs, save_trace_summaries,
+    scrape_server_metrics, verdict_line, write_report,
+};
+mod capacity;
+mod driver;
+mod finish;
+mod lease;
+mod poll;
+mod progress;
+pub mod sampler;
+mod slo_check;
+
+use driver::Driver;
+use lease::Lease;
+use progress::Progress;
+
+use crate::judge::failfast::{self};
+use crate::launcher::Launcher;
+use crate::matrix::{self, Matrix, MatrixError};
+use crate::plan::RunPlan;
+use crate::report::Report;
+use crate::report::baseline;
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use stress_common::contract::RunId;
+use stress_common::status::EventKind;
+use stress_common::store::{NewRun, Store, StoreError, within as bounded};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// Bad matrix or options (exit code 2).
+    #[error("{0}")]
+    Matrix(#[from] MatrixError),
+    #[error("{0}")]
+    Config(String),
+    #[error("status store: {0}")]
+    Store(#[from] StoreError),
+    #[error("report: {0}")]
+    Report(#[from] crate::report::ReportError),
+    #[error("run directory {path}: {error}")]
+    RunDir {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+impl DriverError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DriverError::Matrix(_) | DriverError::Config(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub matrix: PathBuf,
+    /// Where run directories go (`<runs_dir>/<run id>/`).
+    pub runs_dir: PathBuf,
+    pub run_id: Option<String>,
+    /// Postgres URL; default: a SQLite file in the run directory.
+    pub database_url: Option<String>,
+    pub duration: Option<Duration>,
+    /// Show a live progress line (a terminal) instead of periodic log lines.
+    pub progress: Option<bool>,
+    /// Override the matrix's `keep_failed`.
+    pub keep_failed: Option<bool>,
+    /// Compare with this run instead of the pinned or last passing run of the same name.
+    pub baseline: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    /// The first failure: which member and why.
+    Fail {
+        member: String,
+        reason: String,
+    },
+    Aborted(String),
+    /// The matrix asks for what the servers do not have (e.g. a model): bad input, found before
+    /// any load (exit code 2).
+    BadInput(String),
+}
+
+impl Verdict {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail { .. } | Verdict::BadInput(_) => "FAIL",
+            Verdict::Aborted(_) => "ABORTED",
+        }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Verdict::Pass => 0,
+            Verdict::BadInput(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+pub struct RunOutcome {
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub store_url: String,
+    pub verdict: Verdict,
+    pub report: Report,
+}
+
+const FAILURE_STOP_GRACE: Duration = Duration::from_secs(2);
+/// How often the poll loop reads new events between its ticks, and its limit for that read.
+const EVENT_CHECK: Duration = Duration::from_millis(200);
+const EVENT_CHECK_LIMIT: Duration = Duration::from_millis(500);
+
+/// How often a stopping run reads whether its workers' final reports are in.
+const FINAL_REPORT_CHECK: Duration = Duration::from_millis(50);
+/// How long the launcher's own stop of the workers still goes on once their final reports are in.
+const FINAL_REPORT_GRACE: Duration = Duration::from_millis(500);
+
+/// Returns once every one of `clients` has its last event in the store, and with it its final
+/// counts ([`failfast::final_reports`]). Never returns while one cannot send it (killed, or
+/// the store is down): the caller races it with the launcher's stop.
+async fn final_reports_in(store: &Store, run_id: &str, mut clients: BTreeSet<String>) {
+    let mut after = 0;
+    loop {
+        if let Ok(events) = bounded(STORE_CALL_LIMIT, store.events(run_id, after)).await {
+            after = events.last().map_or(after, |e| e.id);
+            for member in failfast::final_reports(&events) {
+                clients.remove(member);
+            }
+            if clients.is_empty() {
+                return;
+            }
+        }
+        tokio::time::sleep(FINAL_REPORT_CHECK).await;
+    }
+}
+
+/// What woke the poll loop.
+enum Wake {
+    Tick,
+    Exit,
+    Events,
+}
+
+impl Wake {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Wake::Tick => "poll tick",
+            Wake::Exit => "member exit",
+            Wake::Events => "new events",
+        }
+    }
+}
+
+/// How long the driver watches a silent worker's CPU before it says hung or cut off.
+const ACTIVITY_LOOK: Duration = Duration::from_millis(500);
+/// Grace for workers to finish in-flight tests and flush on the success path.
+const CLIENT_STOP_GRACE: Duration = Duration::from_secs(15);
+/// A store call of the running driver answers within this, or counts as failed: a paused or
+/// unreachable store never hangs the poll loop (exits are still watched, the run ends on time).
+const STORE_CALL_LIMIT: Duration = Duration::from_secs(3);
+/// Each of the end's saves (diagnostics, log excerpts, trace summaries) ends within this.
+const END_SAVE_LIMIT: Duration = Duration::from_secs(20);
+
+const SERVER_STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long the failure path may wait for the servers' /metrics in all: a hung server accepts
+/// the connection and never answers, and must not hold up the fail-fast bound (5 s) by itself.
+const FAILURE_SCRAPE_BUDGET: Duration = Duration::from_secs(1);
+/// The same on the success path, where nothing is in a hurry.
+const SCRAPE_BUDGET: Duration = Duration::from_secs(30);
+/// How long a ready server may take to list its models.
+const INDEX_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The member id under which the driver records run-level events (e.g. an interruption).
+pub use stress_common::status::DRIVER_MEMBER;
+
+/// Failures blamed on the harness itself (the driver, the status store): no launcher member to
+/// diagnose or keep.
+fn is_harness(member: &str) -> bool {
+    [
+        DRIVER_MEMBER,
+        failfast::STORE_MEMBER,
+        SLO_MEMBER,
+        REGRESSION_MEMBER,
+    ]
+    .contains(&member)
+}
+
+/// The member a failing regression (with `regression.fail`) is recorded against.
+pub const REGRESSION_MEMBER: &str = "regression";
+
+/// The member a breached SLO rule's failure is recorded against.
+pub const SLO_MEMBER: &str = "slo";
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub fn new_run_id(name: &str) -> String {
+    let now = crate::report::format_time(stress_common::now_ms());
+    // 2026-11-21 06:15:12.345Z -> 20261121-061512
+    let compact: String = now[..19]
+        .chars()
+        .filter(|c| c.is_ascii_digit() || *c == ' ')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect();
+    format!("{name}-{compact}-{:04x}", rand_u16())
+}
+
+fn rand_u16() -> u16 {
+    // Enough to tell apart two runs started in the same second; not security relevant.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (nanos ^ std::process::id().rotate_left(16)) as u16
+}
+
+pub fn store_url_for(run_dir: &Path, database_url: Option<&str>) -> String {
+    database_url
+        .map(str::to_string)
+        .unwrap_or_else(|| Store::sqlite_url(&run_dir.join("store.sqlite")))
+}
+
+/// Runs a matrix with the given launcher. Everything it records stays in the store.
+pub async fn run(
+    options: &RunOptions,
+    launcher: &mut dyn Launcher,
+    matrix: &Matrix,
+    run_dir: &Path,
+    run_id: &str,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, DriverError> {
+    let plan = RunPlan::new(matrix, RunId::new(run_id), options.duration);
+    let store_url = store_url_for(run_dir, options.database_url.as_deref());
+    let store = Store::connect(&store_url).await?;
+    // The matrix as written, so `driver report` shows what was run even if the file changes.
+    let matrix_text = std::fs::read_to_string(&options.matrix).unwrap_or_default();
+    // Before anything runs: an unknown --baseline is bad input.
+    let baseline = match baseline::find(
+        &store,
+        &store_url,
+        &options.runs_dir,
+        options.baseline.as_deref(),
+        &plan.name,
+        run_id,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e @ baseline::BaselineError::Unknown(..)) => {
+            return Err(DriverError::Config(e.to_string()));
+        }
+        Err(e) => {
+            tracing::warn!("no baseline: {e}");
+            None
+        }
+    };
+    // Runs of this store whose driver vanished are over: say so before adding one.
+    match bounded(
+        STORE_CALL_LIMIT,
+        store.abandon_expired(stress_common::now_ms()),
+    )
+    .await
+    {
+        Ok(abandoned) => {
+            for r in abandoned {
+                tracing::warn!(
+                    "run {} lost its driver (lease ran out): ABANDONED; `driver cleanup --run {}` \
+                     removes what it left",
+                    r.run_id,
+                    r.run_id
+                );
+            }
+        }
+        Err(e) => tracing::warn!("abandoned runs not looked for: {e}"),
+    }
+    let started_at_ms = stress_common::now_ms();
+    store
+        .create_run(&NewRun {
+            run_id: run_id.into(),
+            name: plan.name.clone(),
+            matrix_yaml: matrix_text.clone(),
+            launcher: launcher.name().into(),
+            started_at_ms,
+        })
+        .await?;
+    let _lease = Lease::hold(
+        store.clone(),
+        run_id.to_string(),
+        Lease::ttl(plan.rules.store_outage_limit),
+    )
+    .await;
+    for member in plan.members() {
+        store.upsert_member(&member).await?;
+    }
+    let mut progress = Progress {
+        tty: options
+            .progress
+            .unwrap_or_else(|| std::io::stderr().is_terminal()),
+        last_line: Instant::now() - Duration::from_secs(3600),
+    };
+    let perf_analyzer = stress_common::tritonserver::find_tool(
+        "perf_analyzer",
+        "PERF_ANALYZER",
+        matrix.source_path.as_deref().and_then(Path::parent),
+    )
+    .map(|p| p.display().to_string());
+    let mut driver = Driver {
+        store: &store,
+        launcher,
+        matrix,
+        plan: &plan,
+        store_url: &store_url,
+        perf_analyzer: perf_analyzer.as_deref(),
+        progress: &mut progress,
+        cancel: &cancel,
+    };
+    let mut verdict = driver.drive().await;
+    progress.done();
+    if let (Some(b), Verdict::Pass | Verdict::Fail { .. }) = (&baseline, &verdict) {
+        let settings = matrix.regression.clone().unwrap_or_default();
+        match baseline::compare(&store, run_id, &matrix_text, b, &settings).await {
+            Ok(c) => {
+                let json = serde_json::to_value(&c).expect("plain data serialises");
+                if let Err(e) = store.save_comparison(run_id, &json).await {
+                    tracing::warn!("comparison with {} not saved: {e}", b.run_id);
+                }
+                if let (Verdict::Pass, true, Some(first)) =
+                    (&verdict, c.fail, c.regressions.first())
+                {
+                    let reason = format!(
+                        "{} regression(s) against baseline {}, first: {}",
+                        c.regressions.len(),
+                        c.baseline_run,
+                        first.describe()
+                    );
+                    if let Err(e) = store
+                        .record_event(run_id, REGRESSION_MEMBER, EventKind::Failure, &reason)
+                        .await
+                    {
+                        tracing::warn!("regression failure not recorded: {e}");
+                    }
+                    verdict = Verdict::Fail {
+                        member: REGRESSION_MEMBER.into(),
+                        reason,
+                    };
+                }
+            }
+            Err(e) => tracing::warn!("not compared with baseline {}: {e}", b.run_id),
+        }
+    }
+
+    // Record what the report needs before anything is cleaned up.
+    let failed = verdict != Verdict::Pass;
+    if failed {
+        tracing::info!("{}: stopping every member", verdict_line(&verdict));
+        scrape_server_metrics(&store, launcher, &plan, FAILURE_SCRAPE_BUDGET).await;
+        launcher.stop_all(FAILURE_STOP_GRACE).await;
+        tracing::info!("every member stopped");
+    }
+    // What the report adds from the launcher: each within its limit, and none when the store
+    // does not answer now (a store that is down must not hold the run's end; the report says
+    // what is missing).
+    if bounded(STORE_CALL_LIMIT, store.run(run_id)).await.is_ok() {
+        let limit = END_SAVE_LIMIT;
+        if tokio::time::timeout(limit, save_diagnostics(&store, launcher, &plan))
+            .await
+            .is_err()
+        {
+            tracing::warn!("diagnostics not saved: the store did not answer within {limit:?}");
+        }
+        if tokio::time::timeout(limit, save_failure_logs(&store, launcher, &plan))
+            .await
+            .is_err()
+        {
+            tracing::warn!("log excerpts not saved: the store did not answer within {limit:?}");
+        }
+        if tokio::time::timeout(limit, save_trace_summaries(&store, run_dir, &plan))
+            .await
+            .is_err()
+        {
+            tracing::warn!("trace summaries not saved: the store did not answer within {limit:?}");
+        }
+    } else {
+        tracing::warn!(
+            "the status store does not answer: diagnostics, log excerpts and trace summaries not saved"
+        );
+    }
+    let report = match finish_and_read(&store, run_id, &verdict, plan.rules.store_outage_limit)
+        .await
+    {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("warning: {e}");
+            Report::without_store(
+                run_id,
+                &plan.name,
+                launcher.name(),
+                verdict.as_str(),
+                started_at_ms,
+                format!(
+                    "{e}.\nThe verdict is the driver's own ({}); the counts, latencies, failure \
+                     records and diagnostics the store holds are missing here: run `driver report \
+                     --run {run_id}` once the store is back.",
+                    verdict_line(&verdict)
+                ),
+            )
+        }
+    };
+    write_report(run_dir, &report)?;
+    tracing::info!("report written");
+    if let Some(settings) = &matrix.report
+        && let Some(url) = &settings.webhook
+    {
+        let body = crate::render::webhook::summary(&report, run_dir);
+        match crate::render::webhook::deliver(url, &body, settings.webhook_timeout).await {
+            Ok(status) => tracing::info!(
+                "report summary delivered to {} (HTTP {status})",
+                crate::render::webhook::shown(url)
+            ),
+            // retry() logged each attempt; the run's verdict stands.
+            Err(e) => eprintln!("warning: report summary not delivered: {e}"),
+        }
+    }
+    let keep = if failed && options.keep_failed.unwrap_or(plan.keep_failed) {
+        let failed_members: BTreeSet<String> = bounded(STORE_CALL_LIMIT, store.events(run_id, 0))
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.kind == EventKind::Failure && !is_harness(&e.member_id))
+            .map(|e| e.member_id)
+            .collect();
+        plan.kept_for_inspection(&failed_members)
+    } else {
+        BTreeSet::new()
+    };
+    launcher.cleanup(&keep).await;
+    Ok(RunOutcome {
+        run_id: run_id.into(),
+        run_dir: run_dir.into(),
+        store_url,
+        verdict,
+        report,
+    })
+}
+
+/// Loads a matrix and prepares a run directory; errors here are bad input (exit 2).
+pub fn prepare(options: &RunOptions) -> Result<(Matrix, String, PathBuf), DriverError> {
+    let matrix = matrix::load(&options.matrix)?;
+    if let Some(d) = options.duration {
+        stress_common::limits::within(d, Duration::ZERO, stress_common::limits::MAX_DURATION)
+            .map_err(|e| DriverError::Config(format!("--duration {e}")))?;
+    }
+    if let Some(d) = options.duration
+        && d < matrix.run.poll_interval
+    {
+        return Err(DriverError::Config(format!(
+            "--duration {d:?} is shorter than the poll interval {:?}",
+            matrix.run.poll_interval
+        )));
+    }
+    let run_id = options
+        .run_id
+        .clone()
+        .unwrap_or_else(|| new_run_id(&matrix.run.name));
+    let run_dir = options.runs_dir.join(&run_id);
+    std::fs::create_dir_all(run_dir.join("logs")).map_err(|error| DriverError::RunDir {
+        path: run_dir.clone(),
+        error,
+    })?;
+    let _ = std::fs::copy(&options.matrix, run_dir.join("matrix.yaml"));
+    Ok((matrix, run_id, run_dir))
+}
