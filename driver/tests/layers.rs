@@ -449,7 +449,13 @@ fn workspace() -> PathBuf {
 fn crates() -> Vec<Crate> {
     let root = workspace();
     let mut out = Vec::new();
-    for member in ["common", "worker", "driver", "metrics-client"] {
+    for member in [
+        "common",
+        "triton-proto",
+        "worker",
+        "driver",
+        "metrics-client",
+    ] {
         for root_file in ["lib.rs", "main.rs"] {
             let file = root.join(member).join("src").join(root_file);
             if file.exists() {
@@ -457,7 +463,7 @@ fn crates() -> Vec<Crate> {
             }
         }
     }
-    assert!(out.len() >= 5, "the workspace's crate roots were found");
+    assert!(out.len() >= 6, "the workspace's crate roots were found");
     out
 }
 

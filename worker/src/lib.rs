@@ -13,7 +13,6 @@ pub mod config;
 pub mod metadata;
 pub mod metrics;
 pub mod model;
-pub mod proto;
 pub mod run;
 pub mod scenarios;
 pub mod stats;

@@ -10,16 +10,16 @@ use super::{
     SequenceSession, StreamEnd, StreamOutcome, StreamResponse, TritonClient,
 };
 use crate::metadata::{ConfigTensor, ModelConfig, ModelMetadata, SequenceBatching, TensorMetadata};
-use crate::proto::{
-    self, InferParameter, ModelInferRequest, ModelStreamInferResponse,
-    grpc_inference_service_client::GrpcInferenceServiceClient,
-    infer_parameter::ParameterChoice,
-    model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
-};
 use crate::tensor::{DataType, Tensor};
 use prost::Message;
 use std::collections::HashMap;
 use std::time::Duration;
+use triton_proto::{
+    self as proto, InferParameter, ModelInferRequest, ModelStreamInferResponse,
+    grpc_inference_service_client::GrpcInferenceServiceClient,
+    infer_parameter::ParameterChoice,
+    model_infer_request::{InferInputTensor, InferRequestedOutputTensor},
+};
 
 /// Request parameter that makes Triton answer a final flag sent without a response with an empty
 /// response of its own (Triton's parameters extension); without it a stream whose model sends

@@ -48,7 +48,7 @@ mod tests {
 
     #[test]
     fn a_framed_message_comes_back_whole_and_bad_frames_are_named() {
-        let message = crate::proto::ModelInferRequest {
+        let message = triton_proto::ModelInferRequest {
             model_name: "add_sub".into(),
             ..Default::default()
         };
@@ -56,7 +56,7 @@ mod tests {
         assert_eq!(&framed[..5], &[0, 0, 0, 0, 9]);
         let back = message_of(framed.clone()).expect("one frame");
         assert_eq!(
-            <crate::proto::ModelInferRequest as prost::Message>::decode(back).unwrap(),
+            <triton_proto::ModelInferRequest as prost::Message>::decode(back).unwrap(),
             message
         );
         let short = message_of(framed.slice(..3)).unwrap_err();

@@ -4,7 +4,6 @@
 //! sends them; the one thing a client must follow is CORRID's data type: a TYPE_STRING CORRID
 //! takes string sequence ids. The strategy (direct, oldest) does not concern the client.
 
-use crate::proto;
 use serde_json::Value;
 
 /// Which sequence signal a control input carries.
@@ -148,10 +147,10 @@ impl SequenceBatching {
     }
 
     /// The gRPC ModelConfig's form.
-    pub fn from_proto(s: &proto::ModelSequenceBatching) -> Self {
-        use proto::model_sequence_batching::control::Kind;
+    pub fn from_proto(s: &triton_proto::ModelSequenceBatching) -> Self {
+        use triton_proto::model_sequence_batching::control::Kind;
         let data_type = |t: i32| {
-            proto::DataType::try_from(t)
+            triton_proto::DataType::try_from(t)
                 .map(|d| d.as_str_name().to_string())
                 .unwrap_or_else(|_| format!("data type {t}"))
         };
@@ -278,12 +277,14 @@ pub(crate) mod tests {
         assert!(from_json.filled_by_triton("START") && from_json.filled_by_triton("ACC_IN"));
         assert!(!from_json.filled_by_triton("ACC_OUT") && !from_json.filled_by_triton("DELTA"));
 
-        use proto::model_sequence_batching::{Control, ControlInput as P, State, control::Kind};
+        use triton_proto::model_sequence_batching::{
+            Control, ControlInput as P, State, control::Kind,
+        };
         let control = |kind: Kind| Control {
             kind: kind as i32,
             ..Default::default()
         };
-        let p = proto::ModelSequenceBatching {
+        let p = triton_proto::ModelSequenceBatching {
             control_input: vec![
                 P {
                     name: "START".into(),
@@ -309,7 +310,7 @@ pub(crate) mod tests {
                 P {
                     name: "CORRID".into(),
                     control: vec![Control {
-                        data_type: proto::DataType::TypeString as i32,
+                        data_type: triton_proto::DataType::TypeString as i32,
                         ..control(Kind::ControlSequenceCorrid)
                     }],
                 },
@@ -317,7 +318,7 @@ pub(crate) mod tests {
             state: vec![State {
                 input_name: "ACC_IN".into(),
                 output_name: "ACC_OUT".into(),
-                data_type: proto::DataType::TypeInt32 as i32,
+                data_type: triton_proto::DataType::TypeInt32 as i32,
                 dims: vec![1],
             }],
             ..Default::default()

@@ -1,4 +1,7 @@
-//! Compiles Triton's protos with protox (pure Rust), so no system `protoc` is needed.
+//! Compiles Triton's protos with protox (pure Rust), so no system `protoc` is needed, and keeps
+//! their descriptors beside the generated code.
+
+use prost::Message as _;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = ["proto/grpc_service.proto", "proto/model_config.proto"];
@@ -6,6 +9,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={f}");
     }
     let descriptors = protox::compile(files, ["proto"])?;
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("triton_descriptors.bin"),
+        descriptors.encode_to_vec(),
+    )?;
     tonic_prost_build::configure()
         .build_server(false)
         .build_client(true)
