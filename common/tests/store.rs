@@ -14,8 +14,14 @@ use stress_common::status::{
     WorkerSnapshot,
 };
 use stress_common::store::testing::{self, TestPostgres};
-use stress_common::store::{EventRow, Member, NewRun, RunRow, Store, StoreError, StoreOptions};
+use stress_common::contract::RunId;
+use stress_common::store::{
+    Document, EventRow, Member, NewRun, RunRow, Store, StoreError, StoreOptions,
+};
 use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
+
+/// The newest schema version (a new migration bumps it here, on purpose).
+const LATEST_SCHEMA: i64 = 14;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> String {
@@ -64,7 +70,39 @@ struct Everything {
     model_counts: Vec<(String, i64, ModelCounts)>,
     failures: Vec<(String, FailureRecord)>,
     failure_totals: Vec<(String, u64)>,
-    diagnostics: Vec<(String, serde_json::Value)>,
+    notes: Vec<(String, Note)>,
+}
+
+/// A kind of document of this test's own (the driver owns the real kinds): replaced per key.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Note {
+    text: String,
+    n: u32,
+}
+
+impl Document for Note {
+    const KIND: &'static str = "test_note";
+}
+
+fn note(text: &str, n: u32) -> Note {
+    Note {
+        text: text.into(),
+        n,
+    }
+}
+
+/// Another kind, read leniently: a stored value of another shape reads as a default.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Verdict {
+    rule: String,
+    ok: bool,
+}
+
+impl Document for Verdict {
+    const KIND: &'static str = "test_verdict";
+    fn from_stored(value: serde_json::Value) -> Result<Self, String> {
+        Ok(serde_json::from_value(value).unwrap_or_default())
+    }
 }
 
 async fn everything(store: &Store, run_id: &str) -> Everything {
@@ -79,17 +117,17 @@ async fn everything(store: &Store, run_id: &str) -> Everything {
         model_counts: store.model_counts(run_id).await.unwrap(),
         failures: store.failures(run_id).await.unwrap(),
         failure_totals: store.failure_totals(run_id).await.unwrap(),
-        diagnostics: store.diagnostics(run_id).await.unwrap(),
+        notes: store.documents(&RunId::new(run_id)).await.unwrap(),
     }
 }
 
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
-    assert_eq!(store.schema_version().await.unwrap(), 13);
+    assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA);
     // A second connect is a no-op.
     let again = Store::connect(url).await.expect("second connect");
-    assert_eq!(again.schema_version().await.unwrap(), 13);
+    assert_eq!(again.schema_version().await.unwrap(), LATEST_SCHEMA);
     again.close().await;
 
     // ---- runs
@@ -478,74 +516,49 @@ async fn story(url: &str, fresh: bool) {
             ("smoke".to_string(), "run-b".to_string())
         ]
     );
-    assert_eq!(store.comparison(&run_id).await.unwrap(), None);
-    let cmp = |n: u32| serde_json::json!({"baseline_run": "run-a", "compared": n});
-    store.save_comparison(&run_id, &cmp(1)).await.unwrap();
-    store.save_comparison(&run_id, &cmp(2)).await.unwrap();
-    assert_eq!(store.comparison(&run_id).await.unwrap(), Some(cmp(2)));
-    // SLO verdicts: replaced as a whole, read back in order.
-    assert!(store.slo_results(&run_id).await.unwrap().is_empty());
-    let verdict = |rule: &str, ok: bool| serde_json::json!({"rule": rule, "ok": ok});
-    store
-        .save_slo_results(
-            &run_id,
-            &[verdict("a", false), verdict("b", true), verdict("c", true)],
-        )
-        .await
-        .unwrap();
-    store
-        .save_slo_results(&run_id, &[verdict("a", true), verdict("b", true)])
-        .await
-        .unwrap();
+    // Documents: per kind and key, replaced; a set replaced as a whole; kinds never mix.
+    let run = RunId::new(run_id.clone());
+    assert_eq!(store.document::<Note>(&run, "").await.unwrap(), None);
+    store.save_document(&run, "", &note("first", 1)).await.unwrap();
+    store.save_document(&run, "", &note("second", 2)).await.unwrap();
     assert_eq!(
-        store.slo_results(&run_id).await.unwrap(),
-        [verdict("a", true), verdict("b", true)]
+        store.document::<Note>(&run, "").await.unwrap(),
+        Some(note("second", 2))
     );
-    // Log excerpts: per server and window, replaced, read back by member and time.
-    let lines = |n: usize| (0..n).map(|i| format!("line {i}")).collect::<Vec<_>>();
-    store
-        .save_log_excerpt(&run_id, "server-0", t0 + 2000, t0 + 3000, &lines(1))
-        .await
-        .unwrap();
-    store
-        .save_log_excerpt(&run_id, "server-0", t0 + 1000, t0 + 2000, &lines(3))
-        .await
-        .unwrap();
-    store
-        .save_log_excerpt(&run_id, "server-0", t0 + 2000, t0 + 3500, &lines(2))
-        .await
-        .unwrap();
-    let excerpts = store.log_excerpts(&run_id).await.unwrap();
+    let verdict = |rule: &str, ok: bool| Verdict {
+        rule: rule.into(),
+        ok,
+    };
+    assert!(store.documents::<Verdict>(&run).await.unwrap().is_empty());
+    let keyed = |v: &[Verdict]| -> Vec<(String, Verdict)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, v)| (format!("{i:06}"), v.clone()))
+            .collect()
+    };
+    let three = [verdict("a", false), verdict("b", true), verdict("c", true)];
+    store.replace_documents(&run, &keyed(&three)).await.unwrap();
+    let two = [verdict("a", true), verdict("b", true)];
+    store.replace_documents(&run, &keyed(&two)).await.unwrap();
+    assert_eq!(store.documents::<Verdict>(&run).await.unwrap(), keyed(&two));
     assert_eq!(
-        excerpts
-            .iter()
-            .map(|e| (e.from_ms - t0, e.to_ms - t0, e.lines.len()))
-            .collect::<Vec<_>>(),
-        [(1000, 2000, 3), (2000, 3500, 2)]
+        store.documents::<Note>(&run).await.unwrap(),
+        [(String::new(), note("second", 2))],
+        "replacing the verdicts left the notes alone"
     );
-    // Trace summaries: one per server, replaced.
-    let summary = |traces: u64| serde_json::json!({"rows": [{"model": "m", "traces": traces}]});
-    for (member, traces) in [("server-1", 1), ("server-0", 2), ("server-0", 3)] {
+    // By key: the member order of a report.
+    store.save_document(&run, "server-1", &note("b", 3)).await.unwrap();
+    let other_run = RunId::new(old_run.clone());
+    assert!(store.documents::<Note>(&other_run).await.unwrap().is_empty());
+    assert_eq!(
         store
-            .save_trace_summary(&run_id, member, &summary(traces))
+            .documents::<Note>(&run)
             .await
-            .unwrap();
-    }
-    assert_eq!(
-        store.trace_summaries(&run_id).await.unwrap(),
-        [
-            ("server-0".to_string(), summary(3)),
-            ("server-1".to_string(), summary(1))
-        ]
-    );
-    let phase = serde_json::json!({"checks": [{"concurrency": 3}], "result": null});
-    store
-        .save_capacity_phase(&run_id, "grpc-clients", "production", &phase)
-        .await
-        .unwrap();
-    assert_eq!(
-        store.capacity_phases(&run_id).await.unwrap(),
-        [("grpc-clients".into(), "production".into(), phase)]
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>(),
+        ["", "server-1"]
     );
     // Replaced per (member, scenario, model); the decoupled model's stream counts round-trip.
     assert_eq!(
@@ -698,33 +711,6 @@ async fn story(url: &str, fresh: bool) {
     );
     assert!(store.failures(&old_run).await.unwrap().is_empty());
 
-    // ---- diagnostics (replaced per member)
-    store
-        .save_diagnostics(&run_id, "client-1", &serde_json::json!({"exit_code": null}))
-        .await
-        .unwrap();
-    let diag = serde_json::json!({
-        "exit_code": 137,
-        "signal": "SIGKILL",
-        "log_tail": ["line 1", "line \"2\"", "ünïcödé"],
-        "reproduce": "stress-worker --member client-1",
-    });
-    store
-        .save_diagnostics(&run_id, "client-1", &diag)
-        .await
-        .unwrap();
-    store
-        .save_diagnostics(&run_id, "server-0", &serde_json::json!({"exit_code": 0}))
-        .await
-        .unwrap();
-    assert_eq!(
-        store.diagnostics(&run_id).await.unwrap(),
-        [
-            ("client-1".to_string(), diag.clone()),
-            ("server-0".to_string(), serde_json::json!({"exit_code": 0})),
-        ]
-    );
-
     // ---- finish
     store.finish_run(&run_id, "FAIL", t0 + 3000).await.unwrap();
     let row = store.run(&run_id).await.unwrap().unwrap();
@@ -798,7 +784,7 @@ async fn story(url: &str, fresh: bool) {
     let before_old = everything(&store, &old_run).await;
     store.close().await;
     let store = Store::connect(url).await.expect("reconnect");
-    assert_eq!(store.schema_version().await.unwrap(), 13);
+    assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA);
     let after = everything(&store, &run_id).await;
     assert_eq!(after, before);
     assert_eq!(everything(&store, &old_run).await, before_old);
@@ -810,7 +796,7 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(after.counts.len(), 2);
     assert_eq!(after.model_counts.len(), 2);
     assert_eq!(after.failures.len(), 5);
-    assert_eq!(after.diagnostics.len(), 2);
+    assert_eq!(after.notes.len(), 2);
     store.close().await;
 }
 
@@ -1630,4 +1616,282 @@ async fn postgres_event_notices() {
         return;
     };
     event_notices(pg.url()).await;
+}
+
+/// A stored document of another shape than its kind's type: corrupt for a strict kind (the
+/// error names the kind and key), read as the kind allows for a lenient one.
+async fn documents_of_another_shape(url: &str) {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct OddNote {
+        exit_code: i32,
+    }
+    impl Document for OddNote {
+        const KIND: &'static str = "test_note";
+    }
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct OddVerdict {
+        free_form: bool,
+    }
+    impl Document for OddVerdict {
+        const KIND: &'static str = "test_verdict";
+    }
+    let store = Store::connect(url).await.expect("connect");
+    let run = RunId::new(unique("odd-documents"));
+    store
+        .save_document(&run, "server-0", &OddNote { exit_code: 137 })
+        .await
+        .unwrap();
+    let e = store.documents::<Note>(&run).await.unwrap_err();
+    assert!(
+        matches!(e, StoreError::Corrupt { .. }) && e.to_string().contains("test_note \"server-0\""),
+        "{e}"
+    );
+    store
+        .save_document(&run, "", &OddVerdict { free_form: true })
+        .await
+        .unwrap();
+    assert_eq!(
+        store.document::<Verdict>(&run, "").await.unwrap(),
+        Some(Verdict::default())
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_documents_of_another_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    documents_of_another_shape(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
+}
+
+#[tokio::test]
+async fn postgres_documents_of_another_shape() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    documents_of_another_shape(pg.url()).await;
+}
+
+/// A store that an older build wrote (schema 13, a table per kind of document) keeps every
+/// document through the migration to one documents table: same JSON, keys in the old order.
+async fn documents_survive_their_migration(url: &str) {
+    let old = Store::connect_at_version(url, 13).await.expect("connect at 13");
+    assert_eq!(old.schema_version().await.unwrap(), 13);
+    let run_id = unique("legacy-documents");
+    old.close().await;
+    // What a build of schema 13 wrote, through its own tables.
+    let pool = sqlx::AnyPool::connect(url).await.expect("raw connect");
+    let t0 = 1_800_000_000_000_i64;
+    for (sql, binds) in [
+        (
+            "INSERT INTO diagnostics (run_id, member_id, details, updated_at_ms) VALUES ($1, $2, $3, $4)",
+            vec!["triton-0", r#"{"launcher":"local","log_tail":["a"]}"#],
+        ),
+        (
+            "INSERT INTO trace_summaries (run_id, member_id, details, updated_at_ms) VALUES ($1, $2, $3, $4)",
+            vec!["triton-0", r#"{"rows":[]}"#],
+        ),
+        (
+            "INSERT INTO capacity_phases (run_id, group_name, phase, details, updated_at_ms) VALUES ($1, $2, $3, $4, $5)",
+            vec!["grpc", "individual/a", r#"{"key":"individual/a"}"#],
+        ),
+        (
+            "INSERT INTO comparisons (run_id, details, updated_at_ms) VALUES ($1, $2, $3)",
+            vec![r#"{"compared":3}"#],
+        ),
+    ] {
+        let mut q = sqlx::query(sql).bind(run_id.clone());
+        for b in binds {
+            q = q.bind(b.to_string());
+        }
+        q.bind(t0).execute(&pool).await.expect(sql);
+    }
+    for (position, rule) in [(10_i64, "k"), (2, "b"), (0, "a")] {
+        sqlx::query(
+            "INSERT INTO slo_results (run_id, position, details, updated_at_ms) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(run_id.clone())
+        .bind(position)
+        .bind(format!(r#"{{"rule":"{rule}"}}"#))
+        .bind(t0)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    for (from, lines) in [(t0 + 2000, r#"["late"]"#), (t0 + 1000, r#"["early", "x"]"#)] {
+        sqlx::query(
+            "INSERT INTO log_excerpts (run_id, member_id, from_ms, to_ms, lines) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(run_id.clone())
+        .bind("triton-0")
+        .bind(from)
+        .bind(from + 500)
+        .bind(lines)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+
+    let store = Store::connect(url).await.expect("migrate to the latest");
+    assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA);
+    let run = RunId::new(run_id);
+    macro_rules! kind {
+        ($name:ident, $kind:literal) => {
+            #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+            #[serde(transparent)]
+            struct $name(serde_json::Value);
+            impl Document for $name {
+                const KIND: &'static str = $kind;
+            }
+        };
+    }
+    kind!(Diagnostics, "diagnostics");
+    kind!(Trace, "trace_summary");
+    kind!(Phase, "capacity_phase");
+    kind!(Comparison, "comparison");
+    kind!(Slo, "slo_result");
+    kind!(Excerpt, "log_excerpt");
+    let json = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap();
+    assert_eq!(
+        store.documents::<Diagnostics>(&run).await.unwrap(),
+        [("triton-0".to_string(), Diagnostics(json(r#"{"launcher":"local","log_tail":["a"]}"#)))]
+    );
+    assert_eq!(
+        store.documents::<Trace>(&run).await.unwrap(),
+        [("triton-0".to_string(), Trace(json(r#"{"rows":[]}"#)))]
+    );
+    assert_eq!(
+        store.documents::<Phase>(&run).await.unwrap(),
+        [("grpc/individual/a".to_string(), Phase(json(r#"{"key":"individual/a"}"#)))]
+    );
+    assert_eq!(
+        store.document::<Comparison>(&run, "").await.unwrap(),
+        Some(Comparison(json(r#"{"compared":3}"#)))
+    );
+    let rules: Vec<(String, serde_json::Value)> = store
+        .documents::<Slo>(&run)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, Slo(v))| (k, v["rule"].clone()))
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("000000".to_string(), json(r#""a""#)),
+            ("000002".to_string(), json(r#""b""#)),
+            ("000010".to_string(), json(r#""k""#)),
+        ],
+        "in the matrix's order, 10 after 2"
+    );
+    let excerpts: Vec<serde_json::Value> = store
+        .documents::<Excerpt>(&run)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, Excerpt(v))| v)
+        .collect();
+    assert_eq!(
+        excerpts,
+        [
+            serde_json::json!({"member_id": "triton-0", "from_ms": t0 + 1000, "to_ms": t0 + 1500, "lines": ["early", "x"]}),
+            serde_json::json!({"member_id": "triton-0", "from_ms": t0 + 2000, "to_ms": t0 + 2500, "lines": ["late"]}),
+        ],
+        "by time, each as the driver's LogExcerpt"
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_documents_survive_their_migration() {
+    let dir = tempfile::tempdir().unwrap();
+    documents_survive_their_migration(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
+}
+
+#[tokio::test]
+async fn postgres_documents_survive_their_migration() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    documents_survive_their_migration(pg.url()).await;
+}
+
+/// A store opened read-only reads what is there and refuses every write, changes no schema,
+/// and refuses a store older than this build's schema (nothing would read right).
+async fn read_only_open(url: &str) {
+    let store = Store::connect(url).await.expect("connect");
+    let run_id = unique("read-only");
+    let t0 = now_ms();
+    store
+        .create_run(&NewRun {
+            run_id: run_id.clone(),
+            name: "ro".into(),
+            matrix_yaml: "version: 1".into(),
+            launcher: "local".into(),
+            started_at_ms: t0,
+        })
+        .await
+        .unwrap();
+    let run = RunId::new(run_id.clone());
+    store.save_document(&run, "", &note("kept", 1)).await.unwrap();
+    // A lease that has run out: a writer would mark the run ABANDONED.
+    store.renew_lease(&run_id, t0 + 1000).await.unwrap();
+    store.close().await;
+
+    let ro = Store::open_read_only(url, &StoreOptions::default())
+        .await
+        .expect("open read-only");
+    assert_eq!(ro.run(&run_id).await.unwrap().unwrap().name, "ro");
+    assert_eq!(
+        ro.document::<Note>(&run, "").await.unwrap(),
+        Some(note("kept", 1))
+    );
+    let e = ro
+        .save_document(&run, "", &note("changed", 2))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("read"), "{e}");
+    ro.finish_run(&run_id, "PASS", t0 + 1).await.unwrap_err();
+    ro.abandon_expired(t0 + 10 * 86_400_000).await.unwrap_err();
+    assert_eq!(ro.run(&run_id).await.unwrap().unwrap().verdict, None);
+    assert_eq!(
+        ro.document::<Note>(&run, "").await.unwrap(),
+        Some(note("kept", 1))
+    );
+    ro.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_read_only_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("status.sqlite");
+    let url = Store::sqlite_url(&file);
+    let e = Store::open_read_only(&url, &StoreOptions::default())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    assert!(!file.exists(), "a read-only open creates nothing");
+    read_only_open(&url).await;
+    // An older store is refused, not migrated.
+    let old_file = dir.path().join("old.sqlite");
+    let old_url = Store::sqlite_url(&old_file);
+    Store::connect_at_version(&old_url, 12).await.unwrap().close().await;
+    let e = Store::open_read_only(&old_url, &StoreOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("schema version 12 and this build reads"),
+        "{e}"
+    );
+    let again = Store::connect_at_version(&old_url, 12).await.unwrap();
+    assert_eq!(again.schema_version().await.unwrap(), 12, "left as it was");
+    again.close().await;
+}
+
+#[tokio::test]
+async fn postgres_read_only_open() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    read_only_open(pg.url()).await;
 }

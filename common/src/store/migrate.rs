@@ -111,6 +111,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0013_uncounted_runs.sql"),
         postgres: include_str!("../../migrations/postgres/0013_uncounted_runs.sql"),
     },
+    Migration {
+        version: 14,
+        name: "documents",
+        sqlite: include_str!("../../migrations/sqlite/0014_documents.sql"),
+        postgres: include_str!("../../migrations/postgres/0014_documents.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).
@@ -142,10 +148,16 @@ pub(crate) async fn schema_version(pool: &AnyPool) -> std::result::Result<i64, s
     Ok(applied.iter().map(|(v, _)| *v).max().unwrap_or(0))
 }
 
-/// Whether `applied` holds every known migration; an error when one differs from this build.
-fn check_applied(applied: &[(i64, i64)], backend: Backend, url: &str) -> Result<bool> {
+/// The newest migration this build knows.
+pub(crate) fn latest_version() -> i64 {
+    MIGRATIONS.iter().map(|m| m.version).max().unwrap_or(0)
+}
+
+/// Whether `applied` holds every known migration up to `up_to`; an error when one differs from
+/// this build.
+fn check_applied(applied: &[(i64, i64)], backend: Backend, url: &str, up_to: i64) -> Result<bool> {
     let mut complete = true;
-    for migration in MIGRATIONS {
+    for migration in MIGRATIONS.iter().filter(|m| m.version <= up_to) {
         match applied.iter().find(|(v, _)| *v == migration.version) {
             Some((_, sum)) if *sum != checksum(migration.sql(backend)) => {
                 return Err(StoreError::Migration {
@@ -175,7 +187,8 @@ fn check_applied(applied: &[(i64, i64)], backend: Backend, url: &str) -> Result<
     Ok(complete)
 }
 
-pub(crate) async fn migrate(pool: &AnyPool, backend: Backend, url: &str) -> Result<()> {
+/// Applies the migrations this build knows up to version `up_to` (all: [`latest_version`]).
+pub(crate) async fn migrate(pool: &AnyPool, backend: Backend, url: &str, up_to: i64) -> Result<()> {
     let db = |error| StoreError::Database {
         op: "migrate",
         url: url.to_string(),
@@ -187,7 +200,7 @@ pub(crate) async fn migrate(pool: &AnyPool, backend: Backend, url: &str) -> Resu
         sqlx::query_as::<_, (i64, i64)>("SELECT version, checksum FROM stress_schema_migrations")
             .fetch_all(pool)
             .await
-        && check_applied(&applied, backend, url)?
+        && check_applied(&applied, backend, url, up_to)?
     {
         return Ok(());
     }
@@ -213,11 +226,11 @@ pub(crate) async fn migrate(pool: &AnyPool, backend: Backend, url: &str) -> Resu
             .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
-    if check_applied(&applied, backend, url)? {
+    if check_applied(&applied, backend, url, up_to)? {
         // Another process got here first.
         return tx.commit().await.map_err(db);
     }
-    for migration in MIGRATIONS {
+    for migration in MIGRATIONS.iter().filter(|m| m.version <= up_to) {
         if applied.iter().any(|(v, _)| *v == migration.version) {
             continue;
         }

@@ -73,6 +73,11 @@ pub fn phases_for(settings: &CapacitySettings, models: &[ModelSpec]) -> Vec<Phas
     out
 }
 
+/// A phase's record in the store, keyed `GROUP/PHASE-KEY`.
+impl stress_common::store::Document for PhaseRecord {
+    const KIND: &'static str = "capacity_phase";
+}
+
 /// A group's phase as the store and the report keep it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseRecord {

@@ -41,6 +41,11 @@ impl Finding {
     }
 }
 
+/// The run's comparison in the store (one, under the empty key).
+impl stress_common::store::Document for Comparison {
+    const KIND: &'static str = "comparison";
+}
+
 /// The comparison with a baseline run, as the store and the report keep it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {

@@ -82,6 +82,11 @@ pub struct Row {
     pub latency: LatencyHistogram,
 }
 
+/// The run's SLO verdicts in the store, keyed by the rule's position (`000000`, ...).
+impl stress_common::store::Document for Outcome {
+    const KIND: &'static str = "slo_result";
+}
+
 /// A rule's verdict (report.json `slo[]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {

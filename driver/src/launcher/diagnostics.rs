@@ -30,19 +30,17 @@ pub struct MemberDiagnostics {
     pub server_metrics: Option<Vec<ModelMetrics>>,
 }
 
-impl MemberDiagnostics {
-    /// As the store keeps it.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("diagnostics serialise to JSON")
-    }
+/// A member's diagnostics in the store, by member name.
+impl stress_common::store::Document for MemberDiagnostics {
+    const KIND: &'static str = "diagnostics";
 
-    /// What the store kept. Fields it lacks read as their defaults; a value of another shape
-    /// (a driver before these types stored free-form JSON) reads as empty, with a warning.
-    pub fn from_json(value: serde_json::Value) -> Self {
-        serde_json::from_value(value).unwrap_or_else(|e| {
+    /// Fields it lacks read as their defaults; a value of another shape (a driver before these
+    /// types stored free-form JSON) reads as empty, with a warning.
+    fn from_stored(value: serde_json::Value) -> Result<Self, String> {
+        Ok(serde_json::from_value(value).unwrap_or_else(|e| {
             tracing::warn!("member diagnostics that do not read ({e}): left out");
             Self::default()
-        })
+        }))
     }
 }
 

@@ -7,6 +7,26 @@
 /// before its end), not the first (a window near the start is all model loading).
 pub const MAX_EXCERPT_LINES: usize = 40;
 
+/// A server's log lines over a time window, saved at the end while the log can be read, for
+/// the failures in that window; in the store keyed `MEMBER/FROM_MS` (zero-padded: by time).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LogExcerpt {
+    pub member_id: String,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub lines: Vec<String>,
+}
+
+impl LogExcerpt {
+    pub fn key(&self) -> String {
+        format!("{}/{:020}", self.member_id, self.from_ms)
+    }
+}
+
+impl stress_common::store::Document for LogExcerpt {
+    const KIND: &'static str = "log_excerpt";
+}
+
 /// The time of a Triton log line (ms since the epoch, UTC), taking the year from `year`.
 pub fn triton_line_ms(line: &str, year: i16) -> Option<i64> {
     let head = line.get(..22)?;

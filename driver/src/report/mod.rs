@@ -12,6 +12,7 @@ pub mod trace;
 use crate::capacity::phase::PhaseRecord;
 use crate::launcher::MemberDiagnostics;
 use crate::launcher::diagnostics::PodDiagnostics;
+use crate::launcher::logs::LogExcerpt;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -539,11 +540,11 @@ impl Report {
             })
             .collect();
 
+        let run_key = stress_common::contract::RunId::new(run_id);
         let mut diagnostics: BTreeMap<String, MemberDiagnostics> = store
-            .diagnostics(run_id)
+            .documents::<MemberDiagnostics>(&run_key)
             .await?
             .into_iter()
-            .map(|(member, d)| (member, MemberDiagnostics::from_json(d)))
             .collect();
         // Before the failed members take their diagnostics.
         let uncounted = uncounted(&members, &diagnostics);
@@ -603,28 +604,22 @@ impl Report {
             });
         }
 
-        let phases = store
-            .capacity_phases(run_id)
+        let phases: Vec<PhaseRecord> = store
+            .documents::<PhaseRecord>(&run_key)
             .await?
             .into_iter()
-            .map(|(group, phase, v)| {
-                serde_json::from_value::<PhaseRecord>(v)
-                    .map_err(|e| corrupt(format!("capacity phase {group}/{phase}: {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|(_, p)| p)
+            .collect();
         let capacity = (!phases.is_empty()).then(|| CapacityReport::new(phases));
-        let baseline: Option<crate::judge::regression::Comparison> = store
-            .comparison(run_id)
-            .await?
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|e| corrupt(format!("baseline comparison: {e}")))?;
+        let baseline = store
+            .document::<crate::judge::regression::Comparison>(&run_key, "")
+            .await?;
         let slo = store
-            .slo_results(run_id)
+            .documents::<crate::judge::slo::Outcome>(&run_key)
             .await?
             .into_iter()
-            .map(|v| serde_json::from_value(v).map_err(|e| corrupt(format!("SLO verdict: {e}"))))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|(_, o)| o)
+            .collect();
 
         // Streamed by end time into one open bucket per series: memory does not grow with the
         // run's length or its workers.
@@ -682,15 +677,10 @@ impl Report {
         .map_err(|e| corrupt(format!("model counts: {e}")))?;
 
         let traces = store
-            .trace_summaries(run_id)
+            .documents::<crate::report::trace::TraceSummary>(&run_key)
             .await?
             .into_iter()
-            .map(|(member, v)| {
-                serde_json::from_value(v)
-                    .map(|t| (member.clone(), t))
-                    .map_err(|e| corrupt(format!("trace summary of {member}: {e}")))
-            })
-            .collect::<Result<_, _>>()?;
+            .collect();
 
         let failure_count = store
             .failure_totals(run_id)
@@ -702,7 +692,12 @@ impl Report {
         failed_members.sort_by_key(|f| f.failed_at_ms);
         failures.sort_by_key(|(_, f)| f.at_ms);
         // Each failure's forensics get the log lines of the server it went to, around it.
-        let excerpts = store.log_excerpts(run_id).await?;
+        let excerpts: Vec<LogExcerpt> = store
+            .documents::<LogExcerpt>(&run_key)
+            .await?
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
         for (_, f) in &mut failures {
             let Some(forensics) = &mut f.forensics else {
                 continue;
@@ -1352,7 +1347,7 @@ mod tests {
         };
         for (member, d) in [("triton-0", &server), ("clients-0", &client)] {
             store
-                .save_diagnostics(run_id, member, &d.to_json())
+                .save_document(&stress_common::contract::RunId::new(run_id), member, d)
                 .await
                 .unwrap();
         }

@@ -97,6 +97,11 @@ pub struct TraceRow {
     pub stages: BTreeMap<String, StageTime>,
 }
 
+/// A traced server's summary in the store, by member name.
+impl stress_common::store::Document for TraceSummary {
+    const KIND: &'static str = "trace_summary";
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TraceSummary {
     pub rows: Vec<TraceRow>,

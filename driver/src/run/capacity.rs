@@ -149,11 +149,8 @@ impl GroupControl {
         autoscale: &autoscale::Collector,
     ) -> Option<u32> {
         let record = self.record(autoscale)?;
-        let json = serde_json::to_value(&record).expect("plain data serialises");
-        if let Err(e) = bounded(
-            STORE_CALL_LIMIT,
-            store.save_capacity_phase(run_id.as_str(), &self.group, &record.key, &json),
-        )
+        let key = format!("{}/{}", self.group, record.key);
+        if let Err(e) = bounded(STORE_CALL_LIMIT, store.save_document(run_id, &key, &record))
         .await
         {
             tracing::warn!(

@@ -118,7 +118,7 @@ pub(super) async fn scrape_server_metrics(
             };
             if let Err(e) = bounded(
                 STORE_CALL_LIMIT,
-                store.save_diagnostics(run_id, s, &d.to_json()),
+                store.save_document(&stress_common::contract::RunId::new(run_id), s, &d),
             )
             .await
             {
@@ -160,11 +160,16 @@ pub(super) async fn save_failure_logs(store: &Store, launcher: &mut dyn Launcher
             f.at_ms - FAILURE_LOG_BEFORE_MS,
             f.at_ms + FAILURE_LOG_AFTER_MS,
         );
-        let lines = launcher
-            .server_log_between(&server.member_id, from, to)
-            .await;
+        let excerpt = crate::launcher::logs::LogExcerpt {
+            member_id: server.member_id.clone(),
+            from_ms: from,
+            to_ms: to,
+            lines: launcher
+                .server_log_between(&server.member_id, from, to)
+                .await,
+        };
         if let Err(e) = store
-            .save_log_excerpt(&plan.run_id, &server.member_id, from, to, &lines)
+            .save_document(&plan.run_id, &excerpt.key(), &excerpt)
             .await
         {
             tracing::warn!("log excerpt of {} not recorded: {e}", server.member_id);
@@ -208,16 +213,15 @@ pub(super) async fn save_trace_summaries(store: &Store, run_dir: &Path, plan: &R
                 ))
             })
             .collect();
-        let details = match crate::report::trace::parse(&texts) {
-            Ok(traces) => serde_json::to_value(crate::report::trace::summarize(&traces)),
+        let summary = match crate::report::trace::parse(&texts) {
+            Ok(traces) => crate::report::trace::summarize(&traces),
             Err(e) => {
                 tracing::warn!("traces of {} not summarised: {e}", server.name);
                 continue;
             }
-        }
-        .expect("plain data serialises");
+        };
         if let Err(e) = store
-            .save_trace_summary(&plan.run_id, &server.name, &details)
+            .save_document(&plan.run_id, &server.name, &summary)
             .await
         {
             tracing::warn!("trace summary of {} not recorded: {e}", server.name);
@@ -234,11 +238,11 @@ pub(super) async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher,
         return;
     };
     let mut saved_metrics: BTreeMap<String, _> = store
-        .diagnostics(run_id)
+        .documents::<MemberDiagnostics>(&plan.run_id)
         .await
         .unwrap_or_default()
         .into_iter()
-        .filter_map(|(member, d)| Some((member, MemberDiagnostics::from_json(d).server_metrics?)))
+        .filter_map(|(member, d)| Some((member, d.server_metrics?)))
         .collect();
     let mut done = Vec::new();
     for e in events.iter().filter(|e| e.kind == EventKind::Failure) {
@@ -256,7 +260,7 @@ pub(super) async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher,
         };
         d.server_metrics = saved_metrics.remove(&e.member_id);
         if let Err(err) = store
-            .save_diagnostics(run_id, &e.member_id, &d.to_json())
+            .save_document(&plan.run_id, &e.member_id, &d)
             .await
         {
             tracing::warn!("diagnostics of {} not recorded: {err}", e.member_id);

@@ -339,8 +339,7 @@ pub async fn run(
         let settings = matrix.regression.clone().unwrap_or_default();
         match baseline::compare(&store, run_id, &matrix_text, b, &settings).await {
             Ok(c) => {
-                let json = serde_json::to_value(&c).expect("plain data serialises");
-                if let Err(e) = store.save_comparison(run_id, &json).await {
+                if let Err(e) = store.save_document(&plan.run_id, "", &c).await {
                     tracing::warn!("comparison with {} not saved: {e}", b.run_id);
                 }
                 if let (Verdict::Pass, true, Some(first)) =

@@ -65,14 +65,14 @@ impl Driver<'_> {
             .iter()
             .map(|r| r.judge(&rows, group_members(&groups, r).as_deref(), window))
             .collect();
-        let json: Vec<serde_json::Value> = outcomes
+        let keyed: Vec<(String, slo::Outcome)> = outcomes
             .iter()
-            .map(|o| serde_json::to_value(o).expect("plain data serialises"))
+            .enumerate()
+            .map(|(position, o)| (format!("{position:06}"), o.clone()))
             .collect();
         if let Err(e) = bounded(
             STORE_CALL_LIMIT,
-            self.store
-                .save_slo_results(self.plan.run_id.as_str(), &json),
+            self.store.replace_documents(&self.plan.run_id, &keyed),
         )
         .await
         {

@@ -1,0 +1,118 @@
+//! Failure records (capped per member) and their totals.
+
+use super::*;
+
+impl Store {
+    // ---- failures --------------------------------------------------------------------------
+
+    /// Counts the failure and keeps its record while the member has fewer than
+    /// [`Store::failure_cap`] records; returns whether it was kept.
+    pub async fn record_failure(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        failure: &FailureRecord,
+    ) -> Result<bool> {
+        const OP: &str = "record_failure";
+        let mut tx = self.begin_write(OP).await?;
+        let total: i64 = sqlx::query_scalar(
+            "INSERT INTO failure_totals (run_id, member_id, total) VALUES ($1, $2, 1)
+             ON CONFLICT (run_id, member_id) DO UPDATE SET total = failure_totals.total + 1
+             RETURNING total",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(self.db(OP))?;
+        let keep = from_db(total) <= self.failure_cap;
+        if keep {
+            sqlx::query(
+                "INSERT INTO failures (run_id, member_id, at_ms, scenario, server, model,
+                                       correlation_id, expected, actual, forensics)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            )
+            .bind(run_id)
+            .bind(member_id)
+            .bind(failure.at_ms)
+            .bind(&failure.scenario)
+            .bind(&failure.server)
+            .bind(&failure.model)
+            .bind(failure.correlation_id.map(to_db))
+            .bind(&failure.expected)
+            .bind(&failure.actual)
+            .bind(
+                failure
+                    .forensics
+                    .as_ref()
+                    .map(|f| serde_json::to_string(f).expect("plain data serialises")),
+            )
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        }
+        tx.commit().await.map_err(self.db(OP))?;
+        Ok(keep)
+    }
+
+    /// The kept failure records of the run, in the order they were recorded.
+    pub async fn failures(&self, run_id: &str) -> Result<Vec<(String, FailureRecord)>> {
+        const OP: &str = "failures";
+        type Row = (
+            String,
+            i64,
+            String,
+            String,
+            String,
+            Option<i64>,
+            String,
+            String,
+            Option<String>,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT member_id, at_ms, scenario, server, model, correlation_id, expected, actual,
+                    forensics
+             FROM failures WHERE run_id = $1 ORDER BY id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        rows.into_iter()
+            .map(|row| {
+                let (member_id, at_ms, scenario, server, model, corr, expected, actual, forensics) =
+                    row;
+                let forensics = forensics
+                    .map(|f| serde_json::from_str(&f))
+                    .transpose()
+                    .map_err(|e| self.corrupt(OP, format!("forensics of a failure: {e}")))?;
+                Ok((
+                    member_id,
+                    FailureRecord {
+                        at_ms,
+                        scenario,
+                        server,
+                        model,
+                        correlation_id: corr.map(from_db),
+                        expected,
+                        actual,
+                        forensics,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// (member_id, failures reported) per member, kept or not, by member id. A member reported
+    /// `total - kept` more failures than [`Store::failures`] shows.
+    pub async fn failure_totals(&self, run_id: &str) -> Result<Vec<(String, u64)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT member_id, total FROM failure_totals WHERE run_id = $1 ORDER BY member_id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("failure_totals"))?;
+        Ok(rows.into_iter().map(|(m, t)| (m, from_db(t))).collect())
+    }
+}

@@ -1,0 +1,558 @@
+//! What workers and the sampler write over time: snapshots (counts, histograms, QPS points,
+//! latency intervals) and the servers' samples, and the reads that aggregate them.
+
+use super::*;
+
+impl Store {
+    // ---- snapshots -------------------------------------------------------------------------
+
+    /// In one transaction: replaces the member's latest QPS sample (and appends it to the
+    /// series when `snapshot.series_point`), replaces its cumulative per-scenario counts,
+    /// appends the latency intervals it closes, and sets its heartbeat (all at
+    /// `snapshot.at_ms`, or now when that is 0).
+    pub async fn record_snapshot(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        snapshot: &WorkerSnapshot,
+    ) -> Result<()> {
+        const OP: &str = "record_snapshot";
+        let at_ms = if snapshot.at_ms > 0 {
+            snapshot.at_ms
+        } else {
+            crate::now_ms()
+        };
+        let mut tx = self.begin_write(OP).await?;
+        // The sample replaces the member's latest (what the driver polls), and joins the
+        // series when it is one of its points (one per series interval, and the last).
+        const SERIES: &str =
+            "INSERT INTO qps_samples (run_id, member_id, at_ms, qps, total_requests)
+             VALUES ($1, $2, $3, $4, $5)";
+        const LATEST: &str =
+            "INSERT INTO latest_qps (run_id, member_id, at_ms, qps, total_requests)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (run_id, member_id) DO UPDATE SET
+                 at_ms = excluded.at_ms, qps = excluded.qps,
+                 total_requests = excluded.total_requests";
+        let statements: &[&'static str] = if snapshot.series_point {
+            &[SERIES, LATEST]
+        } else {
+            &[LATEST]
+        };
+        for &sql in statements {
+            sqlx::query(sql)
+                .bind(run_id)
+                .bind(member_id)
+                .bind(at_ms)
+                .bind(finite_or_zero(snapshot.qps))
+                .bind(to_db(snapshot.total_requests))
+                .execute(&mut *tx)
+                .await
+                .map_err(self.db(OP))?;
+        }
+        for counts in &snapshot.scenarios {
+            sqlx::query(
+                "INSERT INTO scenario_counts (run_id, member_id, scenario, tests, failures,
+                                              requests, skipped, latency_histogram, updated_at_ms,
+                                              send_lateness_histogram)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (run_id, member_id, scenario) DO UPDATE SET
+                     tests = excluded.tests,
+                     failures = excluded.failures,
+                     requests = excluded.requests,
+                     skipped = excluded.skipped,
+                     latency_histogram = excluded.latency_histogram,
+                     updated_at_ms = excluded.updated_at_ms,
+                     send_lateness_histogram = excluded.send_lateness_histogram",
+            )
+            .bind(run_id)
+            .bind(member_id)
+            .bind(&counts.scenario)
+            .bind(to_db(counts.tests))
+            .bind(to_db(counts.failures))
+            .bind(to_db(counts.requests))
+            .bind(to_db(counts.skipped))
+            .bind(&counts.latency_histogram)
+            .bind(at_ms)
+            .bind(Some(&counts.send_lateness_histogram).filter(|h| !h.is_empty()))
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        }
+        for counts in &snapshot.models {
+            let stream = counts
+                .stream
+                .as_ref()
+                .map(|s| serde_json::to_string(s).expect("plain data serialises"));
+            sqlx::query(
+                "INSERT INTO model_counts (run_id, member_id, scenario, model, tests, failures,
+                                           requests, latency_histogram, stream, updated_at_ms,
+                                           uncounted_runs)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                 ON CONFLICT (run_id, member_id, scenario, model) DO UPDATE SET
+                     tests = excluded.tests,
+                     failures = excluded.failures,
+                     requests = excluded.requests,
+                     latency_histogram = excluded.latency_histogram,
+                     stream = excluded.stream,
+                     updated_at_ms = excluded.updated_at_ms,
+                     uncounted_runs = excluded.uncounted_runs",
+            )
+            .bind(run_id)
+            .bind(member_id)
+            .bind(&counts.scenario)
+            .bind(&counts.model)
+            .bind(to_db(counts.tests))
+            .bind(to_db(counts.failures))
+            .bind(to_db(counts.requests))
+            .bind(&counts.latency_histogram)
+            .bind(stream)
+            .bind(at_ms)
+            .bind(to_db(counts.uncounted_runs))
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        }
+        for i in &snapshot.intervals {
+            sqlx::query(
+                "INSERT INTO latency_intervals (run_id, member_id, scenario, model, start_ms,
+                                                end_ms, requests, failures, latency_histogram)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(run_id)
+            .bind(member_id)
+            .bind(&i.scenario)
+            .bind(&i.model)
+            .bind(i.start_ms)
+            .bind(i.end_ms)
+            .bind(to_db(i.requests))
+            .bind(to_db(i.failures))
+            .bind(&i.latency_histogram)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        }
+        sqlx::query(Self::HEARTBEAT)
+            .bind(run_id)
+            .bind(member_id)
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        tx.commit().await.map_err(self.db(OP))
+    }
+
+    /// The run's latency intervals ending in `[from_ms, to_ms]` (every worker, scenario and
+    /// model), by end time: merge their histograms for exact percentiles over the window.
+    pub async fn latency_intervals(
+        &self,
+        run_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<(String, IntervalCounts)>> {
+        let mut out = Vec::new();
+        self.for_each_latency_interval(run_id, from_ms, to_ms, |member, i| out.push((member, i)))
+            .await?;
+        Ok(out)
+    }
+
+    /// The median length of the run's latency intervals (those longer than zero), the width of
+    /// the report's latency buckets; None without one. Workers' intervals are all about one
+    /// length, the last of each shorter.
+    pub async fn latency_interval_width(&self, run_id: &str) -> Result<Option<i64>> {
+        const OP: &str = "latency_interval_width";
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM latency_intervals WHERE run_id = $1 AND end_ms > start_ms",
+        )
+        .bind(run_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let width: Option<(i64,)> = sqlx::query_as(
+            "SELECT end_ms - start_ms FROM latency_intervals
+             WHERE run_id = $1 AND end_ms > start_ms ORDER BY 1 LIMIT 1 OFFSET $2",
+        )
+        .bind(run_id)
+        .bind(n / 2)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        Ok(width.map(|(w,)| w))
+    }
+
+    /// Hands each of [`Store::latency_intervals`] to `visit` in its order, streamed from the
+    /// database: memory stays bounded by what `visit` keeps.
+    pub async fn for_each_latency_interval(
+        &self,
+        run_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+        mut visit: impl FnMut(String, IntervalCounts),
+    ) -> Result<()> {
+        use futures::TryStreamExt;
+        type Row = (String, String, String, i64, i64, i64, i64, String);
+        let mut rows = sqlx::query_as::<_, Row>(
+            "SELECT member_id, scenario, model, start_ms, end_ms, requests, failures,
+                    latency_histogram
+             FROM latency_intervals WHERE run_id = $1 AND end_ms >= $2 AND end_ms <= $3
+             ORDER BY end_ms, id",
+        )
+        .bind(run_id)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch(&self.pool);
+        while let Some((
+            member_id,
+            scenario,
+            model,
+            start_ms,
+            end_ms,
+            requests,
+            failures,
+            latency,
+        )) = rows
+            .try_next()
+            .await
+            .map_err(self.db("latency_intervals"))?
+        {
+            visit(
+                member_id,
+                IntervalCounts {
+                    scenario,
+                    model,
+                    start_ms,
+                    end_ms,
+                    requests: from_db(requests),
+                    failures: from_db(failures),
+                    latency_histogram: latency,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    // ---- server samples --------------------------------------------------------------------
+
+    /// Appends one server's sample (its metrics over an interval).
+    pub async fn record_server_sample(
+        &self,
+        run_id: &str,
+        member_id: &str,
+        sample: &ServerSample,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO server_samples (run_id, member_id, at_ms, details) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(run_id)
+        .bind(member_id)
+        .bind(sample.at_ms)
+        .bind(serde_json::to_string(sample).expect("plain data serialises"))
+        .execute(&self.pool)
+        .await
+        .map_err(self.db("record_server_sample"))?;
+        Ok(())
+    }
+
+    /// Every server sample of the run, by time.
+    pub async fn server_samples(&self, run_id: &str) -> Result<Vec<(String, ServerSample)>> {
+        self.member_json(
+            "server_samples",
+            "SELECT member_id, details FROM server_samples WHERE run_id = $1 ORDER BY at_ms, id",
+            run_id,
+        )
+        .await
+    }
+
+    /// Every QPS sample of the run, by time (then insertion).
+    pub async fn qps_samples(&self, run_id: &str) -> Result<Vec<QpsSample>> {
+        self.fetch_qps(
+            "qps_samples",
+            "SELECT member_id, at_ms, qps, total_requests FROM qps_samples
+             WHERE run_id = $1 ORDER BY at_ms, id",
+            run_id,
+        )
+        .await
+    }
+
+    /// What [`crate::qps::load_seconds`] needs of the run's QPS samples, aggregated in the
+    /// database: the same answer as `QpsSpan::of(&store.qps_samples(run))`, in three small
+    /// queries whatever the run's length.
+    pub async fn qps_span(&self, run_id: &str) -> Result<crate::qps::QpsSpan> {
+        const OP: &str = "qps_span";
+        let (first_ms, last_ms): (Option<i64>, Option<i64>) =
+            sqlx::query_as("SELECT MIN(at_ms), MAX(at_ms) FROM qps_samples WHERE run_id = $1")
+                .bind(run_id)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(self.db(OP))?;
+        let first_with_two: Option<(String,)> = sqlx::query_as(
+            "SELECT member_id FROM qps_samples WHERE run_id = $1
+             GROUP BY member_id HAVING COUNT(*) >= 2 ORDER BY member_id LIMIT 1",
+        )
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        let interval_ms = match first_with_two {
+            Some((member_id,)) => {
+                let at: Vec<(i64,)> = sqlx::query_as(
+                    "SELECT at_ms FROM qps_samples WHERE run_id = $1 AND member_id = $2
+                     ORDER BY at_ms LIMIT 2",
+                )
+                .bind(run_id)
+                .bind(&member_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(self.db(OP))?;
+                (at.len() == 2).then(|| at[1].0 - at[0].0)
+            }
+            None => None,
+        };
+        Ok(crate::qps::QpsSpan {
+            first_ms,
+            last_ms,
+            interval_ms,
+        })
+    }
+
+    /// Each member's QPS series summarised in the database, by member id: its statistics and
+    /// at most `points` points ([`QpsSummary`]). One scan of the run's series and a grouping
+    /// (no join, so no plan that rescans the series per member), whatever its length; what
+    /// comes back is bounded by members × `points`.
+    /// `span`: the run's [`Store::qps_span`], which the caller has read already.
+    pub async fn qps_summaries(
+        &self,
+        run_id: &str,
+        span: &crate::qps::QpsSpan,
+        points: usize,
+    ) -> Result<Vec<QpsSummary>> {
+        use crate::qps::QpsStats;
+        const OP: &str = "qps_summaries";
+        let (Some(first_ms), Some(last_ms)) = (span.first_ms, span.last_ms) else {
+            return Ok(Vec::new());
+        };
+        // A worker's last snapshot, which the statistics leave out when it reports 0.
+        let latest: BTreeMap<String, f64> = self
+            .latest_qps(run_id)
+            .await?
+            .into_iter()
+            .map(|q| (q.member_id, q.qps))
+            .collect();
+        // member, span, samples, Σ at_ms, Σ qps, max, least above 0, zeros. The sums of at_ms
+        // stay exact in a double (< 2^53 for any run).
+        type SpanRow = (String, i64, i64, f64, f64, f64, Option<f64>, i64);
+        let mut rows: Vec<SpanRow> = sqlx::query_as(
+            "SELECT member_id, (at_ms - $2) * $3 / $4 AS span, COUNT(*),
+                    SUM(CAST(at_ms AS DOUBLE PRECISION)), SUM(qps), MAX(qps),
+                    MIN(CASE WHEN qps > 0 THEN qps END),
+                    SUM(CASE WHEN qps = 0 THEN 1 ELSE 0 END)
+             FROM qps_samples WHERE run_id = $1
+             GROUP BY member_id, span",
+        )
+        .bind(run_id)
+        .bind(first_ms)
+        .bind(points.max(1) as i64)
+        .bind(last_ms - first_ms + 1)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+
+        // Ordered here: an ORDER BY made Postgres sort the whole series to group it (1.4 s for
+        // 2.88 M rows) where it hashes without one (1.1 s).
+        rows.sort_unstable_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        // Per member: its points, in time order, and their total.
+        type Spans = (Vec<(f64, f64)>, QpsStats);
+        let mut members: BTreeMap<String, Spans> = BTreeMap::new();
+        for (member_id, _span, n, sum_at, sum_qps, max, min_positive, zeros) in rows {
+            let n = n.max(1);
+            let (points, total) = members.entry(member_id).or_default();
+            points.push((sum_at / n as f64, sum_qps / n as f64));
+            total.add(&QpsStats {
+                samples: n as u64,
+                sum: sum_qps,
+                max,
+                min_positive,
+                zeros: zeros.max(0) as u64,
+            });
+        }
+        Ok(members
+            .into_iter()
+            .map(|(member_id, (points, total))| {
+                let (min, avg, max) = total.live(latest.get(&member_id) == Some(&0.0));
+                QpsSummary {
+                    samples: total.samples,
+                    min,
+                    avg,
+                    max,
+                    points,
+                    member_id,
+                }
+            })
+            .collect())
+    }
+
+    /// The most recent QPS sample of every member that has one: what the driver polls, without
+    /// reading the whole series.
+    pub async fn latest_qps(&self, run_id: &str) -> Result<Vec<QpsSample>> {
+        self.fetch_qps(
+            "latest_qps",
+            "SELECT member_id, at_ms, qps, total_requests FROM latest_qps
+             WHERE run_id = $1 ORDER BY member_id",
+            run_id,
+        )
+        .await
+    }
+
+    /// Runs a query selecting (member_id, at_ms, qps, total_requests) for one run.
+    async fn fetch_qps(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        run_id: &str,
+    ) -> Result<Vec<QpsSample>> {
+        let rows: Vec<(String, i64, f64, i64)> = sqlx::query_as(sql)
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.db(op))?;
+        Ok(rows
+            .into_iter()
+            .map(|(member_id, at_ms, qps, total_requests)| QpsSample {
+                member_id,
+                at_ms,
+                qps,
+                total_requests: from_db(total_requests),
+            })
+            .collect())
+    }
+
+    /// The latest cumulative counts of every (member, scenario), by member then scenario.
+    pub async fn scenario_counts(&self, run_id: &str) -> Result<Vec<(String, ScenarioCounts)>> {
+        type Row = (String, String, i64, i64, i64, i64, String, Option<String>);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT member_id, scenario, tests, failures, requests, skipped, latency_histogram,
+                    send_lateness_histogram
+             FROM scenario_counts WHERE run_id = $1 ORDER BY member_id, scenario",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("scenario_counts"))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    member_id,
+                    scenario,
+                    tests,
+                    failures,
+                    requests,
+                    skipped,
+                    latency_histogram,
+                    send_lateness,
+                )| {
+                    (
+                        member_id,
+                        ScenarioCounts {
+                            scenario,
+                            tests: from_db(tests),
+                            failures: from_db(failures),
+                            requests: from_db(requests),
+                            skipped: from_db(skipped),
+                            latency_histogram,
+                            send_lateness_histogram: send_lateness.unwrap_or_default(),
+                        },
+                    )
+                },
+            )
+            .collect())
+    }
+
+    /// The latest cumulative counts of every (member, scenario, model), by member, scenario,
+    /// model, each with the time of the snapshot that wrote it.
+    pub async fn model_counts(&self, run_id: &str) -> Result<Vec<(String, i64, ModelCounts)>> {
+        const OP: &str = "model_counts";
+        type Row = (
+            String,
+            String,
+            String,
+            i64,
+            i64,
+            i64,
+            String,
+            Option<String>,
+            i64,
+            i64,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT member_id, scenario, model, tests, failures, requests, latency_histogram,
+                    stream, updated_at_ms, uncounted_runs
+             FROM model_counts WHERE run_id = $1 ORDER BY member_id, scenario, model",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        rows.into_iter()
+            .map(|row| {
+                let (
+                    member_id,
+                    scenario,
+                    model,
+                    tests,
+                    failures,
+                    requests,
+                    latency,
+                    stream,
+                    at,
+                    uncounted_runs,
+                ) = row;
+                let stream = stream
+                    .map(|s| serde_json::from_str(&s))
+                    .transpose()
+                    .map_err(|e| {
+                        self.corrupt(OP, format!("model_counts.stream of {member_id}: {e}"))
+                    })?;
+                Ok((
+                    member_id,
+                    at,
+                    ModelCounts {
+                        scenario,
+                        model,
+                        tests: from_db(tests),
+                        failures: from_db(failures),
+                        requests: from_db(requests),
+                        latency_histogram: latency,
+                        stream,
+                        uncounted_runs: from_db(uncounted_runs),
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Runs `sql`, which selects (member_id, a JSON text) of one run, and parses each JSON.
+    async fn member_json<T: serde::de::DeserializeOwned>(
+        &self,
+        op: &'static str,
+        sql: &'static str,
+        run_id: &str,
+    ) -> Result<Vec<(String, T)>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(sql)
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.db(op))?;
+        rows.into_iter()
+            .map(|(member_id, text)| {
+                let value = serde_json::from_str(&text).map_err(|e| {
+                    self.corrupt(op, format!("{op} of {member_id:?} are not JSON: {e}"))
+                })?;
+                Ok((member_id, value))
+            })
+            .collect()
+    }
+}
