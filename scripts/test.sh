@@ -18,6 +18,7 @@ fi
 scripts/install-tritonserver.sh
 scripts/install-prometheus.sh
 scripts/install-chromium.sh
+scripts/install-junit-schema.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use stress_common::contract::RunId;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
 use stress_common::qps::QpsSample;
@@ -14,7 +15,6 @@ use stress_common::status::{
     WorkerSnapshot,
 };
 use stress_common::store::testing::{self, TestPostgres};
-use stress_common::contract::RunId;
 use stress_common::store::{
     Document, EventRow, Member, NewRun, RunRow, Store, StoreError, StoreOptions,
 };
@@ -519,8 +519,14 @@ async fn story(url: &str, fresh: bool) {
     // Documents: per kind and key, replaced; a set replaced as a whole; kinds never mix.
     let run = RunId::new(run_id.clone());
     assert_eq!(store.document::<Note>(&run, "").await.unwrap(), None);
-    store.save_document(&run, "", &note("first", 1)).await.unwrap();
-    store.save_document(&run, "", &note("second", 2)).await.unwrap();
+    store
+        .save_document(&run, "", &note("first", 1))
+        .await
+        .unwrap();
+    store
+        .save_document(&run, "", &note("second", 2))
+        .await
+        .unwrap();
     assert_eq!(
         store.document::<Note>(&run, "").await.unwrap(),
         Some(note("second", 2))
@@ -547,9 +553,18 @@ async fn story(url: &str, fresh: bool) {
         "replacing the verdicts left the notes alone"
     );
     // By key: the member order of a report.
-    store.save_document(&run, "server-1", &note("b", 3)).await.unwrap();
+    store
+        .save_document(&run, "server-1", &note("b", 3))
+        .await
+        .unwrap();
     let other_run = RunId::new(old_run.clone());
-    assert!(store.documents::<Note>(&other_run).await.unwrap().is_empty());
+    assert!(
+        store
+            .documents::<Note>(&other_run)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         store
             .documents::<Note>(&run)
@@ -1674,7 +1689,9 @@ async fn postgres_documents_of_another_shape() {
 /// A store that an older build wrote (schema 13, a table per kind of document) keeps every
 /// document through the migration to one documents table: same JSON, keys in the old order.
 async fn documents_survive_their_migration(url: &str) {
-    let old = Store::connect_at_version(url, 13).await.expect("connect at 13");
+    let old = Store::connect_at_version(url, 13)
+        .await
+        .expect("connect at 13");
     assert_eq!(old.schema_version().await.unwrap(), 13);
     let run_id = unique("legacy-documents");
     old.close().await;
@@ -1754,7 +1771,10 @@ async fn documents_survive_their_migration(url: &str) {
     let json = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap();
     assert_eq!(
         store.documents::<Diagnostics>(&run).await.unwrap(),
-        [("triton-0".to_string(), Diagnostics(json(r#"{"launcher":"local","log_tail":["a"]}"#)))]
+        [(
+            "triton-0".to_string(),
+            Diagnostics(json(r#"{"launcher":"local","log_tail":["a"]}"#))
+        )]
     );
     assert_eq!(
         store.documents::<Trace>(&run).await.unwrap(),
@@ -1762,7 +1782,10 @@ async fn documents_survive_their_migration(url: &str) {
     );
     assert_eq!(
         store.documents::<Phase>(&run).await.unwrap(),
-        [("grpc/individual/a".to_string(), Phase(json(r#"{"key":"individual/a"}"#)))]
+        [(
+            "grpc/individual/a".to_string(),
+            Phase(json(r#"{"key":"individual/a"}"#))
+        )]
     );
     assert_eq!(
         store.document::<Comparison>(&run, "").await.unwrap(),
@@ -1833,7 +1856,10 @@ async fn read_only_open(url: &str) {
         .await
         .unwrap();
     let run = RunId::new(run_id.clone());
-    store.save_document(&run, "", &note("kept", 1)).await.unwrap();
+    store
+        .save_document(&run, "", &note("kept", 1))
+        .await
+        .unwrap();
     // A lease that has run out: a writer would mark the run ABANDONED.
     store.renew_lease(&run_id, t0 + 1000).await.unwrap();
     store.close().await;
@@ -1875,12 +1901,17 @@ async fn sqlite_read_only_open() {
     // An older store is refused, not migrated.
     let old_file = dir.path().join("old.sqlite");
     let old_url = Store::sqlite_url(&old_file);
-    Store::connect_at_version(&old_url, 12).await.unwrap().close().await;
+    Store::connect_at_version(&old_url, 12)
+        .await
+        .unwrap()
+        .close()
+        .await;
     let e = Store::open_read_only(&old_url, &StoreOptions::default())
         .await
         .unwrap_err();
     assert!(
-        e.to_string().contains("schema version 12 and this build reads"),
+        e.to_string()
+            .contains("schema version 12 and this build reads"),
         "{e}"
     );
     let again = Store::connect_at_version(&old_url, 12).await.unwrap();

@@ -421,7 +421,9 @@ async fn cleanup(
         Some(url) => vec![url],
         None => driver::report::baseline::run_dir_stores(runs_dir, CLEANUP_SCANNED_RUN_DIRS),
     };
-    let mut kube_runs: std::collections::BTreeSet<String> = run.into_iter().collect();
+    let mut kube_runs = std::collections::BTreeSet::new();
+    // The launcher of the run given by --run, once a store here knows it.
+    let mut launcher_of_run = None;
     for url in urls {
         let store = stress_common::store::within(STORE_LIMIT, Store::connect(&url))
             .await
@@ -438,6 +440,25 @@ async fn cleanup(
             if r.launcher == "kube" {
                 kube_runs.insert(r.run_id);
             }
+        }
+        if let Some(id) = &run
+            && launcher_of_run.is_none()
+            && let Some(row) = stress_common::store::within(STORE_LIMIT, store.run(id))
+                .await
+                .map_err(anyhow::Error::msg)?
+        {
+            launcher_of_run = Some(row.launcher);
+        }
+    }
+    if let Some(id) = run {
+        match launcher_of_run.as_deref() {
+            // A run no store here knows is a cluster's (its store is the cluster's Postgres).
+            Some("kube") | None => {
+                kube_runs.insert(id);
+            }
+            Some(launcher) => println!(
+                "run {id}: {launcher} launcher: its processes ended with their driver, nothing to delete"
+            ),
         }
     }
     if kube_runs.is_empty() {

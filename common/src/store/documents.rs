@@ -22,9 +22,17 @@ pub trait Document: Serialize + DeserializeOwned {
 
 impl Store {
     /// Saves (replaces) the run's document of kind `D` under `key`.
-    pub async fn save_document<D: Document>(&self, run_id: &RunId, key: &str, doc: &D) -> Result<()> {
+    pub async fn save_document<D: Document>(
+        &self,
+        run_id: &RunId,
+        key: &str,
+        doc: &D,
+    ) -> Result<()> {
         let details = serde_json::to_string(doc).map_err(|e| {
-            self.corrupt("save_document", format!("a {} does not serialise: {e}", D::KIND))
+            self.corrupt(
+                "save_document",
+                format!("a {} does not serialise: {e}", D::KIND),
+            )
         })?;
         sqlx::query(
             "INSERT INTO documents (run_id, kind, doc_key, details, updated_at_ms)
@@ -60,9 +68,8 @@ impl Store {
             .map_err(self.db(OP))?;
         let now = crate::now_ms();
         for (key, doc) in docs {
-            let details = serde_json::to_string(doc).map_err(|e| {
-                self.corrupt(OP, format!("a {} does not serialise: {e}", D::KIND))
-            })?;
+            let details = serde_json::to_string(doc)
+                .map_err(|e| self.corrupt(OP, format!("a {} does not serialise: {e}", D::KIND)))?;
             sqlx::query(
                 "INSERT INTO documents (run_id, kind, doc_key, details, updated_at_ms)
                  VALUES ($1, $2, $3, $4, $5)",

@@ -90,8 +90,8 @@ mod sink;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use error::{Result, StoreError, mask_url};
 pub use documents::Document;
+pub use error::{Result, StoreError, mask_url};
 pub use events::EventNotices;
 pub use sink::StoreSink;
 
@@ -404,7 +404,9 @@ impl Store {
                         message: format!("{} does not exist", file.display()),
                     });
                 }
-                url = url.replace("mode=rwc", "mode=ro").replace("mode=rw", "mode=ro");
+                url = url
+                    .replace("mode=rwc", "mode=ro")
+                    .replace("mode=rw", "mode=ro");
                 if !url.contains("mode=") {
                     url.push(if url.contains('?') { '&' } else { '?' });
                     url.push_str("mode=ro");
@@ -488,11 +490,14 @@ impl Store {
                 migrate::migrate(&store.pool, backend, &masked, up_to).await?;
             }
             Access::ReadOnly => {
-                let version = store.schema_version().await.map_err(|e| StoreError::Other {
-                    op: "open read-only",
-                    url: masked.clone(),
-                    message: format!("not a status store (no schema version): {e}"),
-                })?;
+                let version = store
+                    .schema_version()
+                    .await
+                    .map_err(|e| StoreError::Other {
+                        op: "open read-only",
+                        url: masked.clone(),
+                        message: format!("not a status store (no schema version): {e}"),
+                    })?;
                 let needed = migrate::latest_version();
                 if version < needed {
                     return Err(StoreError::Other {
@@ -606,7 +611,6 @@ impl Store {
             member_id: member_id.into(),
         }
     }
-
 }
 
 #[cfg(test)]

@@ -1690,6 +1690,7 @@ mod tests {
                 ],
                 memory_growth_bytes: None,
                 memory_finding: None,
+                memory_not_judged: None,
                 models: vec![ServerModelSeries {
                     model: "add_sub".into(),
                     version: "1".into(),

@@ -657,6 +657,14 @@ impl Report {
                 run.started_at_ms,
                 &server_ids,
                 &server_samples,
+                // The load phase: the workers' first sample closes their first interval.
+                span.first_ms.zip(span.last_ms).map(|(first, last)| {
+                    let since_start = |ms: i64| (ms - run.started_at_ms) as f64 / 1000.0;
+                    (
+                        since_start(first - span.interval_ms.unwrap_or(0)),
+                        since_start(last),
+                    )
+                }),
             ),
         };
         let reconciliation = crate::judge::reconcile::reconcile(

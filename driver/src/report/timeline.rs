@@ -49,9 +49,13 @@ pub struct ServerSeries {
     pub points: Vec<ServerPoint>,
     /// Last minus first memory reading (bytes; None: fewer than two readings).
     pub memory_growth_bytes: Option<f64>,
-    /// A growth beyond [`memory_finding`]'s threshold, in words (None: within it).
+    /// Memory still growing through the load's steady state, in words (None: steady, or not
+    /// judged); see `crate::judge::memory`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_finding: Option<String>,
+    /// Why the memory was not judged (too few steady-state samples), when it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_not_judged: Option<String>,
     pub models: Vec<ServerModelSeries>,
 }
 
@@ -174,31 +178,6 @@ impl Timeline {
     }
 }
 
-/// Growth beyond which a server's memory over a run is a finding: both this much and this
-/// share of where it started (a python stub warming up grows a few MiB; a leak keeps growing).
-const MEMORY_GROWTH_FINDING_BYTES: f64 = 64.0 * MIB;
-const MEMORY_GROWTH_FINDING_SHARE: f64 = 0.10;
-
-/// A server's memory growth from `first` to `last` (bytes) as a finding, when it is beyond
-/// both thresholds.
-pub fn memory_finding(first: f64, last: f64) -> Option<String> {
-    let growth = last - first;
-    (growth > MEMORY_GROWTH_FINDING_BYTES && growth > first * MEMORY_GROWTH_FINDING_SHARE).then(
-        || {
-            format!(
-                "memory grew {:.1} MiB ({:+.0}%) over the run, from {:.1} to {:.1} MiB: a \
-                 possible leak (findings start at {:.0} MiB and {:.0}%)",
-                growth / MIB,
-                growth / first.max(1.0) * 100.0,
-                first / MIB,
-                last / MIB,
-                MEMORY_GROWTH_FINDING_BYTES / MIB,
-                MEMORY_GROWTH_FINDING_SHARE * 100.0
-            )
-        },
-    )
-}
-
 type SeriesKey = (String, Option<String>);
 
 /// The latency series of a run from its workers' interval counts, fed one at a time in end-time
@@ -292,11 +271,13 @@ fn bucket_of(since_start_ms: i64, width_ms: i64) -> i64 {
 
 /// Each server's series from its samples (`members`: every server's id and group, in member
 /// order; a server without samples has an empty series). A model's point is left out for an
-/// interval in which it had no request.
+/// interval in which it had no request. `load`: the load phase, in seconds since the start
+/// (None: unknown), over whose steady state memory is judged.
 pub fn server_series(
     started_ms: i64,
     members: &[(String, String)],
     samples: &[(String, ServerSample)],
+    load: Option<(f64, f64)>,
 ) -> Vec<ServerSeries> {
     members
         .iter()
@@ -318,11 +299,17 @@ pub fn server_series(
                     gpu_utilization: s.gauges.gpu_utilization,
                 })
                 .collect();
-            let rss: Vec<f64> = points.iter().filter_map(|p| p.rss_bytes).collect();
-            let memory_growth_bytes = (rss.len() >= 2).then(|| rss[rss.len() - 1] - rss[0]);
-            let memory_finding = (rss.len() >= 2)
-                .then(|| memory_finding(rss[0], rss[rss.len() - 1]))
-                .flatten();
+            let rss: Vec<(f64, f64)> = points
+                .iter()
+                .filter_map(|p| Some((p.t_s, p.rss_bytes?)))
+                .collect();
+            let memory_growth_bytes = (rss.len() >= 2).then(|| rss[rss.len() - 1].1 - rss[0].1);
+            let memory = (!rss.is_empty()).then(|| crate::judge::memory::judge(&rss, load));
+            let memory_finding = memory.as_ref().and_then(|m| m.finding());
+            let memory_not_judged = match memory {
+                Some(crate::judge::memory::Memory::NotJudged(why)) => Some(why),
+                _ => None,
+            };
             let mut models: BTreeMap<(String, String), Vec<ServerModelPoint>> = BTreeMap::new();
             for s in &own {
                 let seconds = s.interval_ms as f64 / 1000.0;
@@ -359,6 +346,7 @@ pub fn server_series(
                 points,
                 memory_growth_bytes,
                 memory_finding,
+                memory_not_judged,
                 models: models
                     .into_iter()
                     .map(|((model, version), points)| ServerModelSeries {
@@ -528,7 +516,7 @@ mod tests {
             ("s-0".to_string(), "s".to_string()),
             ("s-1".to_string(), "s".to_string()),
         ];
-        let series = server_series(0, &members, &samples);
+        let series = server_series(0, &members, &samples, None);
         assert_eq!(series.len(), 2);
         let s = &series[0];
         assert_eq!(s.points.len(), 3);
@@ -546,24 +534,12 @@ mod tests {
         assert!((m[0].queue_us - 2000.0 / 204.0).abs() < 1e-9, "{:?}", m[0]);
         assert_eq!(m[0].avg_batch, Some(2.0));
         assert!(series[1].points.is_empty() && series[1].memory_growth_bytes.is_none());
-        assert_eq!(s.memory_finding, None, "50 MB is below 64 MiB");
-    }
-
-    #[test]
-    fn memory_growth_is_a_finding_beyond_both_thresholds() {
+        assert_eq!(s.memory_finding, None);
         assert!(
-            memory_finding(1000.0 * MIB, 1050.0 * MIB).is_none(),
-            "5%, 50 MiB"
-        );
-        assert!(
-            memory_finding(1000.0 * MIB, 1080.0 * MIB).is_none(),
-            "8%: below 10%"
-        );
-        let f = memory_finding(500.0 * MIB, 600.0 * MIB).expect("100 MiB, 20%");
-        assert!(f.contains("100.0 MiB (+20%)"), "{f}");
-        assert!(
-            memory_finding(600.0 * MIB, 500.0 * MIB).is_none(),
-            "shrinking"
+            s.memory_not_judged
+                .as_deref()
+                .is_some_and(|why| why.contains("fewer than 6")),
+            "{s:?}"
         );
     }
 }

@@ -150,8 +150,7 @@ impl GroupControl {
     ) -> Option<u32> {
         let record = self.record(autoscale)?;
         let key = format!("{}/{}", self.group, record.key);
-        if let Err(e) = bounded(STORE_CALL_LIMIT, store.save_document(run_id, &key, &record))
-        .await
+        if let Err(e) = bounded(STORE_CALL_LIMIT, store.save_document(run_id, &key, &record)).await
         {
             tracing::warn!(
                 "capacity phase {}/{} not saved: {e}",

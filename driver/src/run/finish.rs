@@ -259,10 +259,7 @@ pub(super) async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher,
             None => launcher.diagnostics(&e.member_id).await,
         };
         d.server_metrics = saved_metrics.remove(&e.member_id);
-        if let Err(err) = store
-            .save_document(&plan.run_id, &e.member_id, &d)
-            .await
-        {
+        if let Err(err) = store.save_document(&plan.run_id, &e.member_id, &d).await {
             tracing::warn!("diagnostics of {} not recorded: {err}", e.member_id);
         }
     }

@@ -1,5 +1,6 @@
-//! Helpers shared by the driver's integration tests (e2e, html): where the repository is,
-//! the worker built beside the driver under test, and pids in the driver's events.
+//! Helpers shared by the driver's integration tests (e2e, html, junit): where the repository is,
+//! the worker built beside the driver under test, pids in the driver's events, and the JUnit
+//! schema check (xmllint against Jenkins xunit's junit-10.xsd).
 // Each test binary uses its own subset of these.
 #![allow(dead_code)]
 
@@ -85,4 +86,68 @@ pub fn pid_in(details: &str) -> Option<u32> {
     rest[..rest.find(|c: char| !c.is_ascii_digit())?]
         .parse()
         .ok()
+}
+
+/// junit-10.xsd as `scripts/install-junit-schema.sh` installs it (or `TRITON_STRESS_JUNIT_XSD`).
+pub fn junit_xsd() -> PathBuf {
+    let xsd = std::env::var_os("TRITON_STRESS_JUNIT_XSD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".local/share/junit-10.xsd"));
+    assert!(
+        xsd.is_file(),
+        "{} is missing: run scripts/install-junit-schema.sh (scripts/test.sh does)",
+        xsd.display()
+    );
+    xsd
+}
+
+/// What xmllint says of `xml` against junit-10.xsd: Ok, or its complaint.
+pub fn junit_schema_check(xml: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut file = tempfile::NamedTempFile::new().expect("a temporary file");
+    file.write_all(xml.as_bytes()).expect("write the XML");
+    let out = Command::new("xmllint")
+        .arg("--noout")
+        .arg("--schema")
+        .arg(junit_xsd())
+        .arg(file.path())
+        .output()
+        .expect("xmllint runs (scripts/install-junit-schema.sh installs it)");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Asserts that `xml` validates against junit-10.xsd and returns (suite name, test case name,
+/// failure message) of every failed test case.
+pub fn assert_junit(xml: &str) -> Vec<(String, String, String)> {
+    use quick_xml::events::Event;
+    if let Err(why) = junit_schema_check(xml) {
+        panic!("junit.xml does not validate against junit-10.xsd:\n{why}\n{xml}");
+    }
+    let attr = |e: &quick_xml::events::BytesStart, key: &str| {
+        e.attributes()
+            .flatten()
+            .find(|a| a.key.as_ref() == key.as_bytes())
+            .map(|a| a.unescape_value().unwrap().into_owned())
+            .unwrap_or_default()
+    };
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let (mut suite, mut case) = (String::new(), String::new());
+    let mut failed = Vec::new();
+    loop {
+        match reader.read_event().unwrap() {
+            Event::Eof => break,
+            Event::Start(e) | Event::Empty(e) => match e.name().as_ref() {
+                b"testsuite" => suite = attr(&e, "name"),
+                b"testcase" => case = attr(&e, "name"),
+                b"failure" => failed.push((suite.clone(), case.clone(), attr(&e, "message"))),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    failed
 }

@@ -1,0 +1,231 @@
+//! Whether a server's memory is leaking, judged on the load phase's steady state: a warm-up is
+//! left out (a server grows while its models load, warm up and fill their caches, and a model may
+//! allocate once on its first request), and what is left must keep growing — a robust slope
+//! (Theil–Sen: the median of the slopes between every two samples) beyond both thresholds over
+//! the window, and growth in both its halves, so a one-time step inside the window is not a leak
+//! either. Too few samples are not judged. Pure: the report feeds it a server's samples.
+
+/// The part of the load phase left out as warm-up: its first third, at most five minutes.
+const WARMUP_SHARE: f64 = 1.0 / 3.0;
+const WARMUP_MAX_S: f64 = 300.0;
+/// Fewer samples than this in the steady state are not judged.
+pub const MIN_SAMPLES: usize = 6;
+/// Growth over the steady state that is a finding: both this much and this share of the level
+/// it started at (a python stub's allocator breathes a few MiB).
+const FINDING_BYTES: f64 = 32.0 * MIB;
+const FINDING_SHARE: f64 = 0.02;
+/// Each half of the window must grow at least this share of the whole window's rate.
+const HALF_SHARE: f64 = 0.25;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The verdict on one server's memory.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Memory {
+    /// Not enough steady-state samples to say anything (why, in words).
+    NotJudged(String),
+    /// Flat, or a growth that stopped (warm-up, a one-time allocation).
+    Steady(Trend),
+    /// Still growing at the end of the run.
+    Growing(Trend),
+}
+
+/// What the steady state shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trend {
+    /// The steady-state window (seconds since the run started) and its samples.
+    pub from_s: f64,
+    pub to_s: f64,
+    pub samples: usize,
+    /// Theil–Sen slope over the window, and over each half.
+    pub bytes_per_s: f64,
+    pub halves_bytes_per_s: (f64, f64),
+    /// The slope times the window's length, and the level the window started at.
+    pub growth_bytes: f64,
+    pub level_bytes: f64,
+}
+
+impl Memory {
+    /// The finding's words, for a server still growing.
+    pub fn finding(&self) -> Option<String> {
+        let Memory::Growing(t) = self else {
+            return None;
+        };
+        Some(format!(
+            "memory kept growing through the load's steady state: {:+.1} MiB over {:.0} s \
+             ({:.1} MiB/min, from {:.1} MiB; the first {:.0} s of load left out as warm-up, \
+             both halves grew): a possible leak (findings start at {:.0} MiB and {:.0}%)",
+            t.growth_bytes / MIB,
+            t.to_s - t.from_s,
+            t.bytes_per_s * 60.0 / MIB,
+            t.level_bytes / MIB,
+            t.from_s,
+            FINDING_BYTES / MIB,
+            FINDING_SHARE * 100.0,
+        ))
+    }
+}
+
+/// Judges `points` (seconds since the run started, resident bytes), sorted by time, over the
+/// load phase `load` (seconds since the start; None: every sample is in it).
+pub fn judge(points: &[(f64, f64)], load: Option<(f64, f64)>) -> Memory {
+    let (start, end) = load.unwrap_or_else(|| {
+        (
+            points.first().map_or(0.0, |p| p.0),
+            points.last().map_or(0.0, |p| p.0),
+        )
+    });
+    let from = start + ((end - start) * WARMUP_SHARE).min(WARMUP_MAX_S);
+    let steady: Vec<(f64, f64)> = points
+        .iter()
+        .copied()
+        .filter(|&(t, _)| t >= from && t <= end)
+        .collect();
+    if steady.len() < MIN_SAMPLES {
+        return Memory::NotJudged(format!(
+            "{} samples in the load's steady state (from {from:.0} s to {end:.0} s), fewer than \
+             {MIN_SAMPLES}",
+            steady.len()
+        ));
+    }
+    let half = steady.len() / 2;
+    let slope = theil_sen(&steady);
+    let halves = (theil_sen(&steady[..half]), theil_sen(&steady[half..]));
+    let (t0, t1) = (steady[0].0, steady[steady.len() - 1].0);
+    let level = median(steady[..half.max(1)].iter().map(|p| p.1).collect());
+    let trend = Trend {
+        from_s: t0,
+        to_s: t1,
+        samples: steady.len(),
+        bytes_per_s: slope,
+        halves_bytes_per_s: halves,
+        growth_bytes: slope * (t1 - t0),
+        level_bytes: level,
+    };
+    let growing = trend.growth_bytes > FINDING_BYTES
+        && trend.growth_bytes > level * FINDING_SHARE
+        && halves.0 >= slope * HALF_SHARE
+        && halves.1 >= slope * HALF_SHARE;
+    if growing {
+        Memory::Growing(trend)
+    } else {
+        Memory::Steady(trend)
+    }
+}
+
+/// The median of the slopes between every two points at different times (0 for fewer than two).
+fn theil_sen(points: &[(f64, f64)]) -> f64 {
+    let mut slopes = Vec::with_capacity(points.len() * points.len() / 2);
+    for (i, a) in points.iter().enumerate() {
+        for b in &points[i + 1..] {
+            if b.0 > a.0 {
+                slopes.push((b.1 - a.1) / (b.0 - a.0));
+            }
+        }
+    }
+    median(slopes)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One sample a second over `seconds`, `level(t)` bytes plus a few MiB of noise.
+    fn series(seconds: usize, level: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
+        (0..=seconds)
+            .map(|i| {
+                let t = i as f64;
+                // A deterministic wobble of ±3 MiB: an allocator breathing.
+                let noise = ((i * 7919) % 13) as f64 / 12.0 * 6.0 - 3.0;
+                (t, level(t) + noise * MIB)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_warm_up_jump_then_a_flat_line_is_steady() {
+        // The smoke run's shape: 800 MiB, +109 MiB in the first seconds of load, then flat.
+        let points = series(60, |t| if t < 3.0 { 800.0 * MIB } else { 909.0 * MIB });
+        let m = judge(&points, Some((1.0, 60.0)));
+        assert!(matches!(m, Memory::Steady(_)), "{m:?}");
+        assert_eq!(m.finding(), None);
+    }
+
+    #[test]
+    fn a_one_time_allocation_after_the_warm_up_is_not_a_leak() {
+        // 200 MiB taken once, mid-window: each half is flat.
+        let points = series(60, |t| if t < 40.0 { 500.0 * MIB } else { 700.0 * MIB });
+        let m = judge(&points, Some((0.0, 60.0)));
+        let Memory::Steady(t) = &m else {
+            panic!("{m:?}")
+        };
+        assert!(t.halves_bytes_per_s.0.abs() < 0.5 * MIB, "{t:?}");
+    }
+
+    #[test]
+    fn a_steady_leak_is_growing_and_says_how_fast() {
+        // 8 MiB/s from 500 MiB over a 15 s run: what identity_leaky does.
+        let points = series(15, |t| 500.0 * MIB + 8.0 * MIB * t);
+        let m = judge(&points, Some((0.0, 15.0)));
+        let Memory::Growing(t) = &m else {
+            panic!("{m:?}")
+        };
+        assert!((t.bytes_per_s / MIB - 8.0).abs() < 0.5, "{t:?}");
+        assert!(t.from_s >= 5.0, "the first third is warm-up: {t:?}");
+        let finding = m.finding().unwrap();
+        assert!(finding.starts_with("memory kept growing"), "{finding}");
+        assert!(finding.contains("MiB/min"), "{finding}");
+    }
+
+    #[test]
+    fn a_slow_leak_over_a_soak_is_found_and_noise_is_not() {
+        // 10 MiB an hour over 8 hours, a sample a minute.
+        let soak: Vec<(f64, f64)> = (0..=480)
+            .map(|i| {
+                let t = i as f64 * 60.0;
+                let noise = ((i * 31) % 7) as f64 - 3.0;
+                (t, 600.0 * MIB + 10.0 * MIB * t / 3600.0 + noise * MIB)
+            })
+            .collect();
+        assert!(matches!(
+            judge(&soak, Some((0.0, 8.0 * 3600.0))),
+            Memory::Growing(_)
+        ));
+        let flat = series(600, |_| 600.0 * MIB);
+        assert!(matches!(judge(&flat, None), Memory::Steady(_)));
+    }
+
+    #[test]
+    fn growth_below_either_threshold_is_steady() {
+        // 20 MiB over the window: under 32 MiB.
+        let small = series(60, |t| 400.0 * MIB + t / 40.0 * 20.0 * MIB * 1.5);
+        assert!(matches!(judge(&small, None), Memory::Steady(_)));
+        // 40 MiB on a 4 GiB server: under 2%.
+        let big = series(60, |t| 4096.0 * MIB + t / 40.0 * 40.0 * MIB * 1.5);
+        assert!(matches!(judge(&big, None), Memory::Steady(_)));
+    }
+
+    #[test]
+    fn too_few_samples_are_not_judged() {
+        let points = series(6, |t| 500.0 * MIB + 50.0 * MIB * t);
+        let m = judge(&points, Some((0.0, 6.0)));
+        let Memory::NotJudged(why) = &m else {
+            panic!("{m:?}")
+        };
+        assert!(why.contains("fewer than 6"), "{why}");
+        assert_eq!(judge(&[], None).finding(), None);
+    }
+}
