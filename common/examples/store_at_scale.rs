@@ -108,6 +108,7 @@ async fn create_run(store: &Store, run_id: &str, name: &str, workers: usize, sta
             name: name.into(),
             matrix_yaml: format!("# store_at_scale: {workers} simulated workers\n"),
             launcher: "simulated".into(),
+            fingerprint: None,
             started_at_ms,
         })
         .await

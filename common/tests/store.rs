@@ -21,7 +21,7 @@ use stress_common::store::{
 use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
 
 /// The newest schema version (a new migration bumps it here, on purpose).
-const LATEST_SCHEMA: i64 = 14;
+const LATEST_SCHEMA: i64 = 15;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> String {
@@ -141,6 +141,7 @@ async fn story(url: &str, fresh: bool) {
             matrix_yaml: "groups: []\n".into(),
             launcher: "local".into(),
             started_at_ms: t0 - 86_400_000,
+            fingerprint: None,
         })
         .await
         .unwrap();
@@ -150,6 +151,7 @@ async fn story(url: &str, fresh: bool) {
         matrix_yaml: "groups:\n  - name: seq\n    servers: 1\n    clients: 2\n".into(),
         launcher: "local".into(),
         started_at_ms: t0,
+        fingerprint: Some("mfp1-0123456789abcdef".into()),
     };
     store.create_run(&new_run).await.unwrap();
     // A restarted driver with the same run id continues the run: what is recorded stays.
@@ -164,6 +166,7 @@ async fn story(url: &str, fresh: bool) {
     let row = store.run(&run_id).await.unwrap().expect("the run");
     assert_eq!(row.name, new_run.name);
     assert_eq!(row.matrix_yaml, new_run.matrix_yaml);
+    assert_eq!(row.fingerprint, new_run.fingerprint);
     assert_eq!((row.finished_at_ms, row.verdict), (None, None));
     assert_eq!(store.run("no-such-run").await.unwrap(), None);
 
@@ -1580,6 +1583,7 @@ async fn event_notices(url: &str) {
                 matrix_yaml: "groups: []\n".into(),
                 launcher: "local".into(),
                 started_at_ms: now_ms(),
+                fingerprint: None,
             })
             .await
             .unwrap();
@@ -1852,6 +1856,7 @@ async fn read_only_open(url: &str) {
             matrix_yaml: "version: 1".into(),
             launcher: "local".into(),
             started_at_ms: t0,
+            fingerprint: None,
         })
         .await
         .unwrap();

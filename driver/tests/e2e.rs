@@ -1479,7 +1479,7 @@ async fn an_abort_on_fail_slo_stops_the_run_early() {
 /// A model repository in `dir` with one model, `paced`: `fixed_capacity`'s python model on 4
 /// instances, answering after `delay_ms`.
 fn paced_repository(dir: &Path, delay_ms: u32) -> PathBuf {
-    let repo = dir.join(format!("repo-{delay_ms}ms"));
+    let repo = dir.join("paced-repo");
     let model = repo.join("paced");
     std::fs::create_dir_all(model.join("1")).unwrap();
     let source = repo_root().join("models/fixed_capacity");
@@ -1497,54 +1497,52 @@ fn paced_repository(dir: &Path, delay_ms: u32) -> PathBuf {
     repo
 }
 
-/// Two runs of the same matrix name in one runs directory: the first has no baseline and says
-/// so; the second, against a server slowed from 2 ms to 100 ms per request, is compared with the
-/// first (its last passing run) and, with `regression.fail`, fails naming the slower latency
-/// and the lower QPS. An unknown `--baseline` is bad input before anything runs, and
-/// `driver baseline set` pins a run.
+/// Runs of the same matrix in one runs directory: the first has no baseline and says so; the
+/// second, against the same server slowed from 2 ms to 100 ms per request, is compared with the
+/// first (its last passing run) and, with `regression.fail`, fails naming the slower latency and
+/// the lower QPS. A run of another matrix under the same name (more workers, against that slow
+/// server) is compared with nothing and says why. An unknown `--baseline` is bad input before
+/// anything runs, and `driver baseline set` pins a run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
     let _one_run = RUN_LOCK.lock().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let matrix_for = |delay_ms: u32| {
-        let dir = tmp.path().join(format!("m{delay_ms}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let repo = paced_repository(&dir, delay_ms);
-        edit_matrix(models_matrix(&dir, "[{name: paced}]"), |m| {
-            for t in m.server_templates.values_mut() {
-                t.model_repositories = vec![repo.to_str().unwrap().to_string()];
-            }
-            m.regression = Some(
-                serde_saphyr::from_str("{threshold: 0.25, fail: true, min_requests: 20}").unwrap(),
-            );
-        })
-    };
+    let dir = tmp.path().join("m");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The same repository path for every run: only the server's speed changes.
+    let repo = paced_repository(&dir, 2);
+    let matrix = edit_matrix(models_matrix(&dir, "[{name: paced}]"), |m| {
+        for t in m.server_templates.values_mut() {
+            t.model_repositories = vec![repo.to_str().unwrap().to_string()];
+        }
+        m.regression = Some(
+            serde_saphyr::from_str("{threshold: 0.25, fail: true, min_requests: 20}").unwrap(),
+        );
+    });
     let runs = tmp.path().join("runs");
-    let fast = matrix_for(2);
-    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &fast, "e2e-reg-fast", "8s").await;
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-reg-fast", "8s").await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());
-    let report = read_json(&run_dir.join("report.json"));
-    assert!(report["baseline"].is_null(), "a first run: {report:#}");
+    let text = read(&run_dir.join("report.txt"));
     assert!(
-        read(&run_dir.join("report.txt"))
-            .contains("No baseline: no earlier passing or pinned run named smoke")
+        text.contains(
+            "Regressions not compared: no baseline: no earlier passing run of this matrix (smoke)"
+        ),
+        "a first run: {text}"
     );
 
     // 100 ms: at concurrency 4 the slow run answers at most 40/s, so its QPS is down by more
     // than half unless a loaded machine holds the fast run (CPU-bound, not delay-bound) below
     // 80/s. With 20 ms (200/s) a loaded CI machine once made it less than half.
-    let slow = matrix_for(100);
-    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &slow, "e2e-reg-slow", "8s").await;
+    assert_eq!(paced_repository(&dir, 100), repo);
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-reg-slow", "8s").await;
     assert_eq!(status.code(), Some(1), "{}", driver.output());
     let report = read_json(&run_dir.join("report.json"));
     let baseline = &report["baseline"];
     assert_eq!(baseline["baseline_run"], "e2e-reg-fast", "{report:#}");
-    assert_eq!(baseline["chosen_by"], "last passing run");
-    assert_eq!(
-        baseline["matrix_changed"], true,
-        "the repository path differs"
-    );
+    assert_eq!(baseline["chosen_by"], "last passing runs");
+    assert_eq!(baseline["window"], serde_json::json!(["e2e-reg-fast"]));
+    assert_eq!(baseline["matrix_changed"], false, "the same matrix file");
     let change = |metric: &str| {
         report["regressions"]
             .as_array()
@@ -1568,7 +1566,9 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
     );
     let text = read(&run_dir.join("report.txt"));
     assert!(
-        text.contains("== Regressions vs baseline e2e-reg-fast (last passing run"),
+        text.contains(
+            "== Regressions vs baseline run e2e-reg-fast (last passing runs; threshold 25%) =="
+        ),
         "{text}"
     );
     assert!(text.contains("REGRESSION p50_ms Infer:"), "{text}");
@@ -1580,8 +1580,29 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
         "{junit:?}"
     );
 
+    // Another matrix under the same name: twice the workers. Against the slow server it would
+    // be a regression of the fast run's; it is compared with nothing and passes.
+    let bigger = edit_matrix(matrix.clone(), |m| {
+        for g in m.client_groups.values_mut() {
+            g.instances = 2;
+        }
+    });
+    let (driver, status, run_dir) =
+        run_matrix_for(tmp.path(), &bigger, "e2e-reg-other-matrix", "8s").await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["regressions"], serde_json::json!([]), "{report:#}");
+    assert!(
+        report["baseline"]["note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with(
+                "no comparable baseline: the 2 earlier run(s) named smoke ran another matrix"
+            )),
+        "{report:#}"
+    );
+
     // An unknown explicit baseline: exit 2, nothing launched.
-    let mut args = run_args(&slow, &runs, "e2e-reg-unknown", "8s");
+    let mut args = run_args(&matrix, &runs, "e2e-reg-unknown", "8s");
     args.extend(["--baseline", "no-such-run"]);
     let mut driver = Driver::spawn(&args, tmp.path(), "driver-unknown");
     let status = driver.wait(START_LIMIT, true).await;

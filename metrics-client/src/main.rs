@@ -317,6 +317,7 @@ mod tests {
             matrix_yaml: String::new(),
             launcher: "local".into(),
             started_at_ms: t0,
+            fingerprint: None,
         };
         store.create_run(&run).await.unwrap();
         store

@@ -117,6 +117,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0014_documents.sql"),
         postgres: include_str!("../../migrations/postgres/0014_documents.sql"),
     },
+    Migration {
+        version: 15,
+        name: "run_fingerprints",
+        sqlite: include_str!("../../migrations/sqlite/0015_run_fingerprints.sql"),
+        postgres: include_str!("../../migrations/postgres/0015_run_fingerprints.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -31,7 +31,7 @@
 //!
 //! | table | key | columns | written by |
 //! |---|---|---|---|
-//! | `runs` | `run_id` | `name`, `matrix_yaml`, `launcher`, `started_at_ms`, `finished_at_ms`?, `verdict`? | [`Store::create_run`], [`Store::finish_run`] |
+//! | `runs` | `run_id` | `name`, `matrix_yaml`, `launcher`, `started_at_ms`, `finished_at_ms`?, `verdict`?, `lease_until_ms`?, `fingerprint`? | [`Store::create_run`], [`Store::finish_run`] |
 //! | `members` | `run_id, member_id` | `role` (`SERVER`/`CLIENT`), `group_name`, `member_index`, `address`, `process_name`, `corr_id_base`?, `corr_id_block_size`?, `command` | [`Store::upsert_member`] |
 //! | `events` | `id` (autoincrement / identity) | `run_id`, `member_id`, `at_ms`, `kind` (`STARTING`/`RUNNING`/`SUCCESS`/`FAILURE`), `details` | [`Store::record_event`] |
 //! | `heartbeats` | `run_id, member_id` | `at_ms` | [`Store::heartbeat`], [`Store::record_snapshot`] |
@@ -186,6 +186,8 @@ pub struct NewRun {
     /// How the members were launched (e.g. `local`, `kubernetes`).
     pub launcher: String,
     pub started_at_ms: i64,
+    /// The matrix's fingerprint: runs with the same one are compared (None: not known).
+    pub fingerprint: Option<String>,
 }
 
 /// A run as stored.
@@ -202,6 +204,8 @@ pub struct RunRow {
     /// Until when the run's driver holds it (see [`Store::renew_lease`]); None: no lease
     /// (a run from before leases).
     pub lease_until_ms: Option<i64>,
+    /// The matrix's fingerprint (None: a run recorded before fingerprints).
+    pub fingerprint: Option<String>,
 }
 
 /// A member of a run: one Triton server or one stress worker.

@@ -9,14 +9,15 @@ impl Store {
         sqlx::query(
             // A driver restarted with the same run id continues that run: nothing recorded
             // is replaced.
-            "INSERT INTO runs (run_id, name, matrix_yaml, launcher, started_at_ms)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING",
+            "INSERT INTO runs (run_id, name, matrix_yaml, launcher, started_at_ms, fingerprint)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_id) DO NOTHING",
         )
         .bind(&run.run_id)
         .bind(&run.name)
         .bind(&run.matrix_yaml)
         .bind(&run.launcher)
         .bind(run.started_at_ms)
+        .bind(run.fingerprint.as_deref())
         .execute(&self.pool)
         .await
         .map_err(self.db("create_run"))?;
@@ -110,7 +111,7 @@ impl Store {
         Ok(abandoned)
     }
 
-    const RUN_COLUMNS: &str = "run_id, name, matrix_yaml, launcher, started_at_ms, finished_at_ms, verdict, lease_until_ms";
+    const RUN_COLUMNS: &str = "run_id, name, matrix_yaml, launcher, started_at_ms, finished_at_ms, verdict, lease_until_ms, fingerprint";
 
     fn run_row(row: &sqlx::any::AnyRow) -> std::result::Result<RunRow, sqlx::Error> {
         Ok(RunRow {
@@ -122,6 +123,7 @@ impl Store {
             finished_at_ms: row.try_get(5)?,
             verdict: row.try_get(6)?,
             lease_until_ms: row.try_get(7)?,
+            fingerprint: row.try_get(8)?,
         })
     }
 

@@ -29,6 +29,7 @@ pub mod bounds;
 mod duration;
 mod error;
 mod expand;
+mod fingerprint;
 pub mod slo;
 mod source;
 mod types;
@@ -40,6 +41,7 @@ use serde_saphyr::{DefaultMessageFormatter, MessageFormatter};
 
 pub use error::{Diagnostic, MatrixError, Position};
 pub use expand::{ClientMember, ExternalServer, ServerMember, member_name};
+pub use fingerprint::{FINGERPRINT_VERSION, fingerprint};
 pub use types::{
     ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, ClientGroup, ClientTemplate,
     DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, LoadMode, MATRIX_VERSION,

@@ -62,8 +62,9 @@ pub struct Matrix {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacitySettings>,
 
-    /// How the run is compared with its baseline (the last passing run of the same name, a
-    /// pinned one, or `--baseline RUN`); omitted: the defaults (10%, findings only).
+    /// How the run is compared with its baseline (the last passing runs of the same matrix, a
+    /// pinned one, or `--baseline RUN`); omitted: the defaults (10%, a window of 5, findings
+    /// only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regression: Option<RegressionSettings>,
 
@@ -373,6 +374,13 @@ pub struct RegressionSettings {
     /// either run are not compared: their numbers are noise (default 100).
     #[serde(default = "defaults::min_requests")]
     pub min_requests: u64,
+
+    /// How many of the last passing runs of the same matrix the run is compared with (default
+    /// 5, from 1 to 50). With 3 or more, a change is a finding only beyond their median ± 3
+    /// scaled MADs (their own run-to-run spread) and the threshold; with fewer, beyond the
+    /// threshold of the newest.
+    #[serde(default = "defaults::regression_window")]
+    pub window: usize,
 }
 
 impl Default for RegressionSettings {
@@ -381,6 +389,7 @@ impl Default for RegressionSettings {
             threshold: defaults::regression_threshold(),
             fail: false,
             min_requests: defaults::min_requests(),
+            window: defaults::regression_window(),
         }
     }
 }
@@ -1304,6 +1313,9 @@ mod defaults {
     }
     pub fn min_requests() -> u64 {
         100
+    }
+    pub fn regression_window() -> usize {
+        5
     }
     pub fn tolerance() -> f64 {
         0.05

@@ -1130,17 +1130,24 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
     }
 
     c.capacity(m);
-    if let Some(r) = &m.regression
-        && !(r.threshold.is_finite() && r.threshold > 0.0)
-    {
-        c.push(
-            root.key("regression").key("threshold"),
-            Anchor::Value,
-            format!(
-                "must be a fraction above 0 (0.1 = 10%), found {}",
-                r.threshold
-            ),
-        );
+    if let Some(r) = &m.regression {
+        if !(r.threshold.is_finite() && r.threshold > 0.0) {
+            c.push(
+                root.key("regression").key("threshold"),
+                Anchor::Value,
+                format!(
+                    "must be a fraction above 0 (0.1 = 10%), found {}",
+                    r.threshold
+                ),
+            );
+        }
+        if !(1..=50).contains(&r.window) {
+            c.push(
+                root.key("regression").key("window"),
+                Anchor::Value,
+                format!("must be from 1 to 50 runs, found {}", r.window),
+            );
+        }
     }
     if let Some(r) = &m.report {
         if let Some(url) = &r.webhook

@@ -651,22 +651,25 @@ fn tables(out: &mut String, r: &Report) {
         None => {
             let _ = writeln!(
                 out,
-                "<p class=\"no-data\">no data: no baseline run (no earlier passing or pinned run named {})</p>",
+                "<p class=\"no-data\">no data: no baseline run (no earlier passing or pinned run of this matrix, {})</p>",
                 esc(&r.name)
             );
         }
-        Some(b) => {
+        Some(b) if b.baseline_run.is_empty() => {
             let _ = writeln!(
                 out,
-                "<p>Baseline run <b>{}</b> ({}), threshold {:.0}%{}: {} of {} compared metrics changed beyond it{}.</p>",
-                esc(&b.baseline_run),
-                esc(&b.chosen_by),
-                b.threshold * 100.0,
-                if b.matrix_changed {
-                    "; its matrix text differs"
-                } else {
-                    ""
-                },
+                "<p class=\"no-data\">not compared: {}</p>",
+                esc(&b.basis())
+            );
+        }
+        Some(b) => {
+            for change in &b.version_changes {
+                let _ = writeln!(out, "<p>Changed since: {}</p>", esc(change));
+            }
+            let _ = writeln!(
+                out,
+                "<p>Compared with {}: {} of {} compared metrics changed beyond it{}.</p>",
+                esc(&b.basis()),
                 r.regressions.len(),
                 b.compared,
                 if b.fail && !r.regressions.is_empty() {

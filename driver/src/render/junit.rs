@@ -119,12 +119,16 @@ pub fn render(report: &Report) -> String {
         junit.add_test_suite(slo);
     }
 
-    if let Some(b) = &report.baseline {
+    if let Some(b) = report
+        .baseline
+        .as_ref()
+        .filter(|b| !b.baseline_run.is_empty())
+    {
         let mut suite = TestSuite::new("regressions");
         let class = format!("regressions.{}", b.baseline_run);
         if b.regressions.is_empty() {
             suite.add_test_case(case(
-                &format!("{} metrics within {:.0}%", b.compared, b.threshold * 100.0),
+                &format!("{} metrics within the baseline's bounds", b.compared),
                 &class,
                 TestCaseStatus::success(),
             ));

@@ -1,4 +1,7 @@
-//! Finding a run's baseline and comparing with it (the I/O around [`crate::judge::regression`]).
+//! Finding a run's baselines and comparing with them (the I/O around
+//! [`crate::judge::regression`]): the candidates' fingerprints (a run recorded before them is
+//! fingerprinted from its matrix text), the baseline runs' reports rebuilt from their stores, and
+//! what changed in the servers' and workers' binaries or images.
 //!
 //! Runs live in the run's own store (Postgres: every run of the team; the embedded SQLite store:
 //! only this run) and in the other run directories' stores under `--runs-dir`
@@ -8,7 +11,7 @@
 use std::path::Path;
 use stress_common::store::Store;
 
-use crate::judge::regression::{self, Candidate, Comparison};
+use crate::judge::regression::{self, Candidate, Choice, Comparison};
 use crate::report::{Report, ReportError};
 
 /// How many run directories (newest first) are searched for a baseline.
@@ -22,8 +25,16 @@ pub struct Baseline {
     pub matrix_yaml: String,
     /// In the run's own store (else in `store_url`'s).
     pub same_store: bool,
-    /// How it was chosen (see [`regression::choose_baseline`]).
+}
+
+/// The runs a run is compared with, newest first, or why there are none.
+#[derive(Debug, Clone)]
+pub struct Baselines {
+    pub runs: Vec<Baseline>,
+    /// How they were chosen: `--baseline`, `pinned` or `last passing runs`.
     pub chosen_by: &'static str,
+    /// Why there are none (another matrix under the same name, a first run).
+    pub note: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +104,12 @@ async fn candidates(
                 .iter()
                 .find(|(name, id, _)| *name == run.name && *id == run.run_id)
                 .map(|(_, _, at)| *at);
+            // A run recorded before fingerprints: its matrix as it was written.
+            let fingerprint = run.fingerprint.or_else(|| {
+                crate::matrix::parse(&run.matrix_yaml, "matrix.yaml")
+                    .ok()
+                    .map(|m| crate::matrix::fingerprint(&m))
+            });
             out.push((
                 Candidate {
                     run_id: run.run_id,
@@ -100,6 +117,7 @@ async fn candidates(
                     verdict: run.verdict,
                     started_at_ms: run.started_at_ms,
                     pinned_at_ms,
+                    fingerprint,
                 },
                 url.clone(),
                 run.matrix_yaml,
@@ -109,69 +127,152 @@ async fn candidates(
     out
 }
 
-/// The baseline of the run `current` named `name` (before it is in the store). An explicit
-/// `--baseline` that names no run is an error (bad input); no baseline otherwise is None.
+/// The baselines of the run `current` named `name` with the matrix `fingerprint` (before it is
+/// in the store). An explicit `--baseline` that names no run is an error (bad input).
+#[allow(clippy::too_many_arguments)]
 pub async fn find(
     store: &Store,
     store_url: &str,
     runs_dir: &Path,
     explicit: Option<&str>,
     name: &str,
+    fingerprint: &str,
     current: &str,
-) -> Result<Option<Baseline>, BaselineError> {
+    window: usize,
+) -> Result<Baselines, BaselineError> {
     let found = candidates(store, store_url, runs_dir).await;
     let list: Vec<Candidate> = found.iter().map(|(c, _, _)| c.clone()).collect();
-    match regression::choose_baseline(&list, explicit, name, current) {
-        Some((c, chosen_by)) => {
-            let (_, url, yaml) = found
-                .iter()
-                .find(|(f, _, _)| f.run_id == c.run_id)
-                .expect("chosen from this list");
-            Ok(Some(Baseline {
-                run_id: c.run_id.clone(),
-                store_url: url.clone(),
-                matrix_yaml: yaml.clone(),
-                same_store: url == store_url,
-                chosen_by,
-            }))
+    let baseline = |c: &Candidate| {
+        let (_, url, yaml) = found
+            .iter()
+            .find(|(f, _, _)| f.run_id == c.run_id)
+            .expect("chosen from this list");
+        Baseline {
+            run_id: c.run_id.clone(),
+            store_url: url.clone(),
+            matrix_yaml: yaml.clone(),
+            same_store: url == store_url,
         }
-        None => match explicit {
-            Some(id) => Err(BaselineError::Unknown(
-                id.into(),
-                runs_dir.display().to_string(),
-            )),
-            None => Ok(None),
-        },
+    };
+    match regression::choose_baselines(&list, explicit, name, fingerprint, current, window) {
+        Some(Choice::One(c, chosen_by)) => Ok(Baselines {
+            runs: vec![baseline(c)],
+            chosen_by,
+            note: None,
+        }),
+        Some(Choice::Window(runs)) => Ok(Baselines {
+            runs: runs.into_iter().map(baseline).collect(),
+            chosen_by: "last passing runs",
+            note: None,
+        }),
+        Some(Choice::Nothing(note)) => Ok(Baselines {
+            runs: Vec::new(),
+            chosen_by: "",
+            note: Some(note),
+        }),
+        None => Err(BaselineError::Unknown(
+            explicit.unwrap_or_default().into(),
+            runs_dir.display().to_string(),
+        )),
     }
 }
 
-/// `current` (already in `store`, its counts final) against `baseline`.
+/// `current` (already in `store`, its counts final) against `baselines`; `failed`: the run
+/// failed, so the comparison is for information only.
 pub async fn compare(
     store: &Store,
     current: &str,
     current_matrix: &str,
-    baseline: &Baseline,
+    baselines: &Baselines,
     settings: &crate::matrix::RegressionSettings,
+    failed: bool,
 ) -> Result<Comparison, BaselineError> {
-    let now = Report::from_store(store, current).await?;
-    let before = if baseline.same_store {
-        Report::from_store(store, &baseline.run_id).await?
-    } else {
-        let other = Store::connect(&baseline.store_url).await?;
-        Report::from_store(&other, &baseline.run_id).await?
+    let Some(newest) = baselines.runs.first() else {
+        return Ok(Comparison::none(
+            baselines
+                .note
+                .clone()
+                .unwrap_or_else(|| "no baseline".into()),
+            settings.threshold,
+        ));
     };
-    let (compared, regressions) = regression::compare(
-        &before.measures(settings.min_requests),
+    let now = Report::from_store(store, current).await?;
+    let mut window = Vec::new();
+    for b in &baselines.runs {
+        let before = if b.same_store {
+            Report::from_store(store, &b.run_id).await?
+        } else {
+            let other = Store::connect(&b.store_url).await?;
+            Report::from_store(&other, &b.run_id).await?
+        };
+        window.push(before.measures(settings.min_requests));
+    }
+    let (compared, regressions) = regression::compare_window(
+        &window,
         &now.measures(settings.min_requests),
         settings.threshold,
     );
     Ok(Comparison {
-        baseline_run: baseline.run_id.clone(),
-        chosen_by: baseline.chosen_by.into(),
+        baseline_run: newest.run_id.clone(),
+        chosen_by: baselines.chosen_by.into(),
         threshold: settings.threshold,
-        matrix_changed: baseline.matrix_yaml != current_matrix,
+        matrix_changed: newest.matrix_yaml != current_matrix,
         compared,
         regressions,
-        fail: settings.fail,
+        fail: settings.fail && !failed,
+        window: baselines.runs.iter().map(|b| b.run_id.clone()).collect(),
+        note: None,
+        version_changes: version_changes(&newest.matrix_yaml, current_matrix),
+        informational: failed,
     })
+}
+
+/// What changed in the templates' tritonserver and worker binaries or images (and server
+/// versions) from `before` to `now`, in words; nothing when either does not parse.
+pub fn version_changes(before: &str, now: &str) -> Vec<String> {
+    let (Ok(before), Ok(now)) = (
+        crate::matrix::parse(before, "baseline.yaml"),
+        crate::matrix::parse(now, "matrix.yaml"),
+    ) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (name, t) in &now.server_templates {
+        let Some(b) = before.server_templates.get(name) else {
+            continue;
+        };
+        if json(&b.tritonserver) != json(&t.tritonserver) || b.version != t.version {
+            out.push(format!(
+                "server template {name}: tritonserver {}{} -> {}{}",
+                json(&b.tritonserver),
+                b.version
+                    .as_deref()
+                    .map(|v| format!(" {v}"))
+                    .unwrap_or_default(),
+                json(&t.tritonserver),
+                t.version
+                    .as_deref()
+                    .map(|v| format!(" {v}"))
+                    .unwrap_or_default(),
+            ));
+        }
+    }
+    for (name, t) in &now.client_templates {
+        let Some(b) = before.client_templates.get(name) else {
+            continue;
+        };
+        if json(&b.worker) != json(&t.worker) {
+            out.push(format!(
+                "client template {name}: worker {} -> {}",
+                json(&b.worker),
+                json(&t.worker)
+            ));
+        }
+    }
+    out
+}
+
+/// A matrix value as compact JSON, for saying what changed.
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }

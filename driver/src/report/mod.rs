@@ -857,25 +857,20 @@ impl Report {
             out.push('\n');
         }
         match &self.baseline {
+            Some(b) if b.baseline_run.is_empty() => {
+                let _ = writeln!(out, "Regressions not compared: {}\n", b.basis());
+            }
             Some(b) => {
-                let _ = writeln!(
-                    out,
-                    "== Regressions vs baseline {} ({}; threshold {:.0}%{}) ==",
-                    b.baseline_run,
-                    b.chosen_by,
-                    b.threshold * 100.0,
-                    if b.matrix_changed {
-                        "; its matrix text differs"
-                    } else {
-                        ""
-                    }
-                );
+                let _ = writeln!(out, "== Regressions vs {} ==", b.basis());
+                for change in &b.version_changes {
+                    let _ = writeln!(out, "changed since: {change}");
+                }
                 for f in &b.regressions {
                     let _ = writeln!(out, "REGRESSION {}", f.describe());
                 }
                 let _ = writeln!(
                     out,
-                    "{} of {} metrics compared beyond the threshold{}\n",
+                    "{} of {} metrics compared changed beyond the baseline{}\n",
                     b.regressions.len(),
                     b.compared,
                     if b.fail && !b.regressions.is_empty() {
@@ -888,7 +883,7 @@ impl Report {
             None if self.finished_at_ms.is_some() => {
                 let _ = writeln!(
                     out,
-                    "No baseline: no earlier passing or pinned run named {} (regressions not compared)\n",
+                    "No baseline: no earlier passing or pinned run of this matrix ({}); regressions not compared\n",
                     self.name
                 );
             }
@@ -1272,6 +1267,7 @@ mod tests {
                 matrix_yaml: String::new(),
                 launcher: "local".into(),
                 started_at_ms: 1_000,
+                fingerprint: None,
             })
             .await
             .unwrap();

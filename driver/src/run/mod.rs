@@ -253,18 +253,22 @@ pub async fn run(
     let store = Store::connect(&store_url).await?;
     // The matrix as written, so `driver report` shows what was run even if the file changes.
     let matrix_text = std::fs::read_to_string(&options.matrix).unwrap_or_default();
+    let fingerprint = matrix::fingerprint(matrix);
+    let regression = matrix.regression.clone().unwrap_or_default();
     // Before anything runs: an unknown --baseline is bad input.
-    let baseline = match baseline::find(
+    let baselines = match baseline::find(
         &store,
         &store_url,
         &options.runs_dir,
         options.baseline.as_deref(),
         &plan.name,
+        &fingerprint,
         run_id,
+        regression.window,
     )
     .await
     {
-        Ok(b) => b,
+        Ok(b) => Some(b),
         Err(e @ baseline::BaselineError::Unknown(..)) => {
             return Err(DriverError::Config(e.to_string()));
         }
@@ -300,6 +304,7 @@ pub async fn run(
             matrix_yaml: matrix_text.clone(),
             launcher: launcher.name().into(),
             started_at_ms,
+            fingerprint: Some(fingerprint),
         })
         .await?;
     let _lease = Lease::hold(
@@ -335,20 +340,20 @@ pub async fn run(
     };
     let mut verdict = driver.drive().await;
     progress.done();
-    if let (Some(b), Verdict::Pass | Verdict::Fail { .. }) = (&baseline, &verdict) {
-        let settings = matrix.regression.clone().unwrap_or_default();
-        match baseline::compare(&store, run_id, &matrix_text, b, &settings).await {
+    if let (Some(b), Verdict::Pass | Verdict::Fail { .. }) = (&baselines, &verdict) {
+        let failed = verdict != Verdict::Pass;
+        match baseline::compare(&store, run_id, &matrix_text, b, &regression, failed).await {
             Ok(c) => {
                 if let Err(e) = store.save_document(&plan.run_id, "", &c).await {
-                    tracing::warn!("comparison with {} not saved: {e}", b.run_id);
+                    tracing::warn!("comparison with {} not saved: {e}", c.basis());
                 }
                 if let (Verdict::Pass, true, Some(first)) =
                     (&verdict, c.fail, c.regressions.first())
                 {
                     let reason = format!(
-                        "{} regression(s) against baseline {}, first: {}",
+                        "{} regression(s) against {}, first: {}",
                         c.regressions.len(),
-                        c.baseline_run,
+                        c.basis(),
                         first.describe()
                     );
                     if let Err(e) = store
@@ -363,7 +368,7 @@ pub async fn run(
                     };
                 }
             }
-            Err(e) => tracing::warn!("not compared with baseline {}: {e}", b.run_id),
+            Err(e) => tracing::warn!("not compared with the baseline: {e}"),
         }
     }
 

@@ -1,0 +1,155 @@
+//! A matrix's fingerprint: which runs ran "the same matrix", so that only they are compared
+//! (regressions) and their failures counted as one history (signatures). It is a hash of what
+//! defines the system under test and its load: the server templates and groups (model
+//! repositories and images, arguments, resources, environment, placement, endpoints), the client
+//! templates and groups (protocol, concurrency, scenarios, models, load), the run's mode and the
+//! capacity settings. Left out: the run's name and timing (duration, polls, warm-up), SLO rules,
+//! report and regression settings, known issues, and the server's and worker's binary or image
+//! and version — an upgrade is compared with the runs before it, which is the point.
+//!
+//! The text carries a version ([`FINGERPRINT_VERSION`]): a change of what goes in is a new
+//! version, and the history before it is said to be another matrix, not silently mixed in.
+
+use super::Matrix;
+
+/// The fingerprint's format; bump it when what goes into it changes.
+pub const FINGERPRINT_VERSION: u32 = 1;
+
+/// `mfp<version>-<16 hex digits>`.
+pub fn fingerprint(m: &Matrix) -> String {
+    let mut v = serde_json::to_value(m).expect("a matrix serialises");
+    let take = |v: &mut serde_json::Value, key: &str| v.get_mut(key).map(serde_json::Value::take);
+    let mut canonical = serde_json::Map::new();
+    let mut server_templates = take(&mut v, "server_templates").unwrap_or_default();
+    for t in server_templates
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|o| o.values_mut())
+    {
+        if let Some(t) = t.as_object_mut() {
+            t.remove("tritonserver");
+            t.remove("version");
+        }
+    }
+    let mut client_templates = take(&mut v, "client_templates").unwrap_or_default();
+    for t in client_templates
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|o| o.values_mut())
+    {
+        if let Some(t) = t.as_object_mut() {
+            t.remove("worker");
+        }
+    }
+    let mut client_groups = take(&mut v, "client_groups").unwrap_or_default();
+    for g in client_groups
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|o| o.values_mut())
+    {
+        if let Some(g) = g.as_object_mut() {
+            g.remove("slo");
+        }
+    }
+    canonical.insert("server_templates".into(), server_templates);
+    canonical.insert(
+        "server_groups".into(),
+        take(&mut v, "server_groups").unwrap_or_default(),
+    );
+    canonical.insert("client_templates".into(), client_templates);
+    canonical.insert("client_groups".into(), client_groups);
+    canonical.insert(
+        "mode".into(),
+        v.pointer("/run/mode").cloned().unwrap_or_default(),
+    );
+    canonical.insert(
+        "capacity".into(),
+        take(&mut v, "capacity").unwrap_or_default(),
+    );
+    // serde_json's maps are ordered by key: the text is canonical.
+    let text = serde_json::Value::Object(canonical).to_string();
+    format!("mfp{FINGERPRINT_VERSION}-{:016x}", fnv1a(text.as_bytes()))
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MATRIX: &str = r#"
+version: 1
+run: { name: nightly, duration: 60s, poll_interval: 1s, slo: [{ metric: p99, max: 1s }] }
+server_templates:
+  cpu: { tritonserver: { binary: auto }, model_repositories: [../models], args: ["--log-verbose=0"] }
+server_groups:
+  triton: { template: cpu, instances: 1 }
+client_templates:
+  grpc: { worker: { binary: auto }, protocol: grpc, concurrency: 4 }
+client_groups:
+  clients: { template: grpc, instances: 1, target: triton }
+"#;
+
+    fn of(yaml: &str) -> String {
+        fingerprint(&crate::matrix::parse(yaml, "m.yaml").expect("valid"))
+    }
+
+    #[test]
+    fn what_does_not_change_the_system_or_its_load_leaves_it_alone() {
+        let base = of(MATRIX);
+        assert!(base.starts_with("mfp1-") && base.len() == 21, "{base}");
+        for same in [
+            MATRIX.replace("name: nightly, duration: 60s", "name: other, duration: 8h"),
+            MATRIX.replace("poll_interval: 1s", "poll_interval: 2s"),
+            MATRIX.replace("slo: [{ metric: p99, max: 1s }]", "slo: []"),
+            MATRIX.replace(
+                "tritonserver: { binary: auto }",
+                "tritonserver: { binary: /opt/triton-2.52/bin/tritonserver }",
+            ),
+            MATRIX.replace(
+                "worker: { binary: auto }",
+                "worker: { binary: /usr/bin/worker }",
+            ),
+            // Key order in the YAML is not meaning.
+            MATRIX.replace(
+                "protocol: grpc, concurrency: 4",
+                "concurrency: 4, protocol: grpc",
+            ),
+        ] {
+            assert_eq!(of(&same), base, "{same}");
+        }
+    }
+
+    #[test]
+    fn servers_clients_scenarios_and_models_change_it() {
+        let base = of(MATRIX);
+        for other in [
+            MATRIX.replace("template: cpu, instances: 1", "template: cpu, instances: 2"),
+            MATRIX.replace(
+                "template: grpc, instances: 1",
+                "template: grpc, instances: 8",
+            ),
+            MATRIX.replace("concurrency: 4", "concurrency: 16"),
+            MATRIX.replace("protocol: grpc", "protocol: http"),
+            MATRIX.replace("[../models]", "[../models, ../models-faulty]"),
+            MATRIX.replace("--log-verbose=0", "--log-verbose=1"),
+            MATRIX.replace(
+                "concurrency: 4 }",
+                "concurrency: 4, models: [{ name: add_sub }] }",
+            ),
+            MATRIX.replace(
+                "concurrency: 4 }",
+                "concurrency: 4, scenarios: { Load: 1 } }",
+            ),
+        ] {
+            assert_ne!(of(&other), base, "{other}");
+        }
+    }
+}
