@@ -195,6 +195,7 @@ impl Worker {
                 .map(|c| c.intervals.clone())
                 .unwrap_or_default(),
             series_point: due,
+            signatures: vec![],
         };
         if let Some(c) = closing {
             self.tracker.commit(c);

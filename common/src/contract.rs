@@ -744,6 +744,11 @@ pub struct WorkerArgs {
     /// restart. Needs a closed-loop load mode.
     #[arg(long, env = "WORKER_ADAPTIVE_LOAD")]
     pub adaptive_load: bool,
+    /// The run's driver judges the failures: record each (the first examples of each signature
+    /// in full, then counts) and keep going until stopped; the worker's own FAILURE event and
+    /// exit code then say only whether it could run, not whether tests failed.
+    #[arg(long, env = "WORKER_DRIVER_JUDGES")]
+    pub driver_judges: bool,
     /// How often to report a QPS sample, counts and a heartbeat.
     #[arg(long, env = "WORKER_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
@@ -874,6 +879,9 @@ impl WorkerArgs {
         if self.adaptive_load {
             args.push("--adaptive-load".into());
         }
+        if self.driver_judges {
+            args.push("--driver-judges".into());
+        }
         if let Some(id) = &self.run_id {
             args.extend(["--run-id".into(), id.to_string()]);
         }
@@ -931,6 +939,7 @@ mod tests {
             load_arrivals: None,
             request_intervals: None,
             adaptive_load: true,
+            driver_judges: true,
             poll_interval: Duration::from_millis(250),
             run_id: Some("smoke-20261123-101500-ab12".into()),
             member_id: Some("grpc-clients-3".into()),
@@ -961,6 +970,7 @@ mod tests {
         b.input_data = vec!["/abs/file.json".parse().unwrap()];
         b.batch_sizes.clear();
         b.adaptive_load = false;
+        b.driver_judges = false;
         assert_eq!(parse(&b.to_args()).unwrap(), b);
         assert_eq!(b.load(), Some(LoadMode::Concurrency(3)));
         for mode in [

@@ -11,6 +11,7 @@
 //! * [`interval`]: the length of a run's series intervals and a worker's interval histograms.
 //! * [`paths`]: finding executables on PATH; [`http`]: the HTTP client (GET with a time limit).
 //! * [`qps`]: the QPS of a run (its one denominator, [`qps::load_seconds`]).
+//! * [`signature`]: failure signatures (what makes two failures the same) and error kinds.
 //! * [`report`]: the L0 table (Test Case | Failures | Tests | Requests | Description).
 //! * [`outbox`]: a worker's reports queued off the request path and delivered in order, so
 //!   a store outage neither stops the load nor loses what was reported.
@@ -31,6 +32,7 @@ pub mod retry;
 pub mod scenario;
 pub mod schedule;
 pub mod shutdown;
+pub mod signature;
 pub mod status;
 pub mod store;
 pub mod telemetry;

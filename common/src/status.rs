@@ -143,6 +143,10 @@ pub struct WorkerSnapshot {
     /// run's length.
     #[serde(default)]
     pub series_point: bool,
+    /// Every failure signature seen so far with its count (cumulative, like the counts): the
+    /// failures beyond each signature's first examples are only counted here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<crate::signature::SignatureCount>,
 }
 
 /// One (scenario, model) on one worker over one interval: the exact latency histogram of the
@@ -256,6 +260,10 @@ pub struct Forensics {
     /// excerpts it saved; the worker cannot see them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub server_log: Vec<String>,
+    /// The model's `max_sequence_idle_microseconds`, for a sequence model whose config the
+    /// worker read (how long the server keeps an idle sequence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_idle_us: Option<u64>,
 }
 
 impl Forensics {
@@ -291,6 +299,13 @@ pub struct PreviousUse {
     pub outcome: String,
     /// Sequence models on which it left the id's sequence open (no END sent).
     pub left_open: Vec<String>,
+}
+
+impl FailureRecord {
+    /// What makes this failure the same as others ([`crate::signature`]).
+    pub fn signature(&self) -> crate::signature::Signature {
+        crate::signature::Signature::new(&self.scenario, &self.model, &self.expected, &self.actual)
+    }
 }
 
 impl fmt::Display for FailureRecord {

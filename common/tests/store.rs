@@ -21,7 +21,7 @@ use stress_common::store::{
 use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
 
 /// The newest schema version (a new migration bumps it here, on purpose).
-const LATEST_SCHEMA: i64 = 15;
+const LATEST_SCHEMA: i64 = 16;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> String {
@@ -363,6 +363,7 @@ async fn story(url: &str, fresh: bool) {
                 models: vec![model_a1.clone(), model_b1.clone()],
                 intervals: vec![],
                 series_point: true,
+                signatures: vec![],
             },
         )
         .await
@@ -390,6 +391,25 @@ async fn story(url: &str, fresh: bool) {
         failures: u64::MAX,
         latency_histogram: histogram(&[1, 2, 3, 500]),
     };
+    // Failures per signature: counted by the worker, replaced by each snapshot.
+    let signature = |n: u64| stress_common::signature::SignatureCount {
+        signature: stress_common::signature::Signature::new(
+            "a",
+            "m",
+            "OUTPUT0 [3]",
+            "server error (Internal): a stub died",
+        ),
+        count: n,
+        first_at_ms: t0 + 100,
+        last_at_ms: t0 + 100 * n as i64,
+    };
+    c0.snapshot(&WorkerSnapshot {
+        at_ms: t0 + 1900,
+        signatures: vec![signature(6)],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     c0.snapshot(&WorkerSnapshot {
         at_ms: t0 + 2000,
         total_requests: 210,
@@ -398,9 +418,14 @@ async fn story(url: &str, fresh: bool) {
         models: vec![model_a2.clone()],
         intervals: vec![interval.clone()],
         series_point: true,
+        signatures: vec![signature(9)],
     })
     .await
     .unwrap();
+    assert_eq!(
+        store.signature_counts(&run_id).await.unwrap(),
+        [("client-0".to_string(), signature(9))]
+    );
     c1.snapshot(&WorkerSnapshot {
         at_ms: t0 + 1500,
         total_requests: 0,
@@ -409,6 +434,7 @@ async fn story(url: &str, fresh: bool) {
         models: vec![],
         intervals: vec![],
         series_point: true,
+        signatures: vec![],
     })
     .await
     .unwrap();
@@ -676,6 +702,7 @@ async fn story(url: &str, fresh: bool) {
                 left_open: vec!["simple_sequence".into()],
             }),
             server_log: Vec::new(),
+            sequence_idle_us: Some(3_000_000),
         }),
     };
     let f2 = FailureRecord {
@@ -716,6 +743,11 @@ async fn story(url: &str, fresh: bool) {
     capped.close().await;
     let failures = store.failures(&run_id).await.unwrap();
     assert_eq!(failures.len(), 5);
+    // A poller reads what it has not seen: after an id, in order.
+    let with_ids = store.failures_after(&run_id, 0).await.unwrap();
+    let after = store.failures_after(&run_id, with_ids[1].0).await.unwrap();
+    assert_eq!(after, with_ids[2..]);
+    assert!(with_ids.windows(2).all(|w| w[0].0 < w[1].0));
     assert_eq!(failures[0], ("client-1".to_string(), f1.clone()));
     assert_eq!(failures[1], ("client-0".to_string(), f2.clone()));
     assert_eq!(failures[4].1.actual, "failure 2");
@@ -852,6 +884,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                                 models: vec![],
                                 intervals: vec![],
                                 series_point: true,
+                                signatures: vec![],
                             },
                         )
                         .await?;
@@ -1512,6 +1545,7 @@ async fn child_writer() {
                     models: vec![],
                     intervals: vec![],
                     series_point: true,
+                    signatures: vec![],
                 },
             )
             .await

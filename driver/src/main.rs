@@ -102,6 +102,10 @@ enum Command {
         /// matrix name, in the store or under --runs-dir).
         #[arg(long, env = "TRITON_STRESS_BASELINE")]
         baseline: Option<String>,
+        /// Known issues besides the matrix's `known_issues`: a YAML list of the same entries
+        /// (e.g. test-matrices/known-issues.yaml). Their matches are counted, not failing the run.
+        #[arg(long, env = "TRITON_STRESS_KNOWN_ISSUES")]
+        known_issues: Option<PathBuf>,
         #[command(flatten)]
         kube: KubeArgs,
     },
@@ -294,6 +298,7 @@ async fn main() -> ExitCode {
             no_progress,
             keep_failed,
             baseline,
+            known_issues,
             kube,
         } => {
             let options = RunOptions {
@@ -305,6 +310,7 @@ async fn main() -> ExitCode {
                 progress: no_progress.then_some(false),
                 keep_failed,
                 baseline,
+                known_issues,
             };
             let (matrix, run_id, run_dir) = match run::prepare(&options) {
                 Ok(p) => p,

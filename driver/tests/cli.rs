@@ -217,3 +217,53 @@ fn trace_summary_reads_real_triton_trace_files() {
         describe("", &out)
     );
 }
+
+/// Each malformed known-issues file with the one diagnostic it must give (after `<path>:`).
+const BAD_KNOWN_ISSUES: &[(&str, &str)] = &[
+    (
+        "known-issues-bad-regex.yaml",
+        "2:21: [0].match.message: not a regular expression: unclosed group",
+    ),
+    (
+        "known-issues-unknown-key.yaml",
+        "2:26: [0].match.severity: unknown field `severity`, expected one of scenario, model, class, error_kind, message",
+    ),
+    (
+        "known-issues-bad-date.yaml",
+        "4:10: [0].until: a date is YYYY-MM-DD, found \"31.12.2026\"",
+    ),
+    (
+        "known-issues-no-match.yaml",
+        "1:3: [0]: missing field `match`",
+    ),
+];
+
+#[test]
+fn a_bad_known_issues_file_exits_2_naming_file_line_and_field_before_anything_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    for (file, message) in BAD_KNOWN_ISSUES {
+        let path = format!("{FIXTURES}/{file}");
+        let out = driver(&[
+            "run",
+            "../test-matrices/smoke.yaml",
+            "--known-issues",
+            &path,
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--no-progress",
+        ]);
+        let what = format!("driver run --known-issues {path}");
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&what, &out));
+        assert_eq!(text(&out.stderr), format!("{path}:{message}\n"), "{what}");
+        assert!(runs_dir_is_empty(&runs), "{what} created a run directory");
+    }
+    // The shipped file is good.
+    let issues = driver::matrix::load_known_issues(Path::new("../test-matrices/known-issues.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(issues[0].id, "triton-2.51-sequence-reaper");
+    assert_eq!(
+        issues[0].matches.class,
+        Some(stress_common::signature::FailureClass::Server)
+    );
+}

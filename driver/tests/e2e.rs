@@ -2426,6 +2426,98 @@ async fn a_leaking_model_is_a_memory_growth_finding_and_a_warming_one_is_not() {
     );
 }
 
+/// A server that contradicts itself (models-faulty/sequence_forgets_start answers a sequence's
+/// START, then rejects its next step for having no START, as tritonserver 2.51's reaper race
+/// does): the driver judges the failure `server`, with the test's steps as evidence. Without a
+/// known issue the run fails and its root cause is that signature; with a known issue that
+/// matches it, the run passes, counts it and skips its JUnit case, and its history says it was
+/// seen in the run before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_bug_fails_the_run_with_its_evidence_unless_it_is_a_known_issue() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = repo_root().join("models-faulty").display().to_string();
+    let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
+        m.run.slo.clear();
+        for template in m.server_templates.values_mut() {
+            template.model_repositories.push(faulty.clone());
+        }
+        for template in m.client_templates.values_mut() {
+            template.scenarios = Some(serde_saphyr::from_str("{SequenceValid: 1}").unwrap());
+            template.load = None;
+            template.extra_args = vec!["--sequence-models".into(), "sequence_forgets_start".into()];
+        }
+    });
+
+    let (driver, status, run_dir) =
+        run_matrix_for(tmp.path(), &matrix, "e2e-server-bug", "10s").await;
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let root = &report["analysis"]["root_cause"];
+    assert_eq!(root["member_id"], WORKER, "{report:#}");
+    assert_eq!(root["signature"]["class"], "server", "{root:#}");
+    let evidence = root["signature"]["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("the server contradicted itself: step 1 (START)")
+            && evidence.contains("the model's max_sequence_idle (3000 ms)"),
+        "{evidence}"
+    );
+    let signature = &report["signatures"][0];
+    assert_eq!(signature["status"], "new", "{signature:#}");
+    assert_eq!(signature["class"], "server");
+    assert_eq!(signature["model"], "sequence_forgets_start");
+    assert!(signature["fails"].is_string());
+    assert_eq!(
+        report["signature_history"]
+            .as_str()
+            .map(|n| n.starts_with("no history")),
+        Some(true)
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("== Failure signatures ("), "{text}");
+    assert!(text.contains("FAILS THE RUN"), "{text}");
+    assert!(
+        !text.contains("== Failures (first"),
+        "grouped, not listed one by one: {text}"
+    );
+
+    let known = tmp.path().join("known.yaml");
+    std::fs::write(
+        &known,
+        "- id: forgets-start\n  match: { model: sequence_forgets_start, class: server, message: \"must specify the START flag\" }\n  reason: the twin model forgets START on purpose\n",
+    )
+    .unwrap();
+    let runs = tmp.path().join("runs");
+    let mut args = run_args(&matrix, &runs, "e2e-server-bug-known", "10s");
+    args.extend(["--known-issues", known.to_str().unwrap()]);
+    let mut driver = Driver::spawn(&args, tmp.path(), "driver-known");
+    let status = driver.wait(RUN_LIMIT, true).await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let run_dir = runs.join("e2e-server-bug-known");
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "PASS");
+    let signature = &report["signatures"][0];
+    assert_eq!(signature["status"], "known", "{signature:#}");
+    assert_eq!(signature["known_issue"], "forgets-start");
+    assert!(signature["count"].as_u64().unwrap() >= 1);
+    assert_eq!(
+        signature["history"],
+        serde_json::json!({"seen_in": 1, "of_last": 1}),
+        "the run before had it"
+    );
+    assert_eq!(report["known_issues"][0]["status"], "matched");
+    let junit = read(&run_dir.join("junit.xml"));
+    assert_eq!(assert_junit(&junit), [], "{junit}");
+    assert!(
+        junit.contains("<skipped message=\"known issue forgets-start: the twin model forgets START on purpose\""),
+        "{junit}"
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("KNOWN forgets-start"), "{text}");
+    assert!(text.contains("MATCHED forgets-start"), "{text}");
+}
+
 // ---- Chaos: the store ----------------------------------------------------------------------
 
 /// What a chaos test does to the store mid-run.

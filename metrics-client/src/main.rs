@@ -351,6 +351,7 @@ mod tests {
                 models: vec![],
                 intervals: vec![],
                 series_point: true,
+                signatures: vec![],
             };
             store.record_snapshot("r", "w-0", &snapshot).await.unwrap();
         }

@@ -148,6 +148,11 @@ pub struct WorkerConfig {
     pub settings: Settings,
     pub poll_interval: Duration,
     pub drain_timeout: Duration,
+    /// The run's driver judges the failures (`--driver-judges`).
+    pub driver_judges: bool,
+    /// The sequence models' `max_sequence_idle_microseconds`, read at start-up, for failures'
+    /// forensics.
+    pub sequence_idle_us: std::collections::BTreeMap<String, u64>,
 }
 
 /// Checks HOST:PORT (a hostname, IPv4 or [IPv6] and a port 1..=65535).
@@ -337,6 +342,8 @@ impl RunArgs {
             },
             poll_interval: c.poll_interval,
             drain_timeout: self.drain_timeout,
+            driver_judges: c.driver_judges,
+            sequence_idle_us: Default::default(),
         })
     }
 }
@@ -419,6 +426,7 @@ mod tests {
             load_arrivals: None,
             request_intervals: None,
             adaptive_load: false,
+            driver_judges: false,
             poll_interval: Duration::from_millis(500),
             run_id: Some("r-1".into()),
             member_id: Some("clients-1".into()),

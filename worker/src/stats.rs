@@ -2,12 +2,13 @@
 //! scenario has its own lock, so streams running different scenarios never contend.
 
 use crate::metrics::{Metrics, ServerLatencies};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
 use stress_common::scenario::Scenario;
+use stress_common::signature::{Signature, SignatureCount};
 use stress_common::status::{
     FailureRecord, ModelCounts, ScenarioCounts, StreamCounts, WorkerSnapshot,
 };
@@ -62,7 +63,8 @@ pub struct Stats {
     per_scenario: Vec<Mutex<Counts>>,
     total_requests: AtomicU64,
     failures: Mutex<Vec<FailureRecord>>,
-    failures_seen: AtomicU64,
+    /// Every failure signature seen, with its count.
+    signatures: Mutex<BTreeMap<Signature, SignatureCount>>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -72,7 +74,7 @@ impl Default for Stats {
             per_scenario: Scenario::ALL.iter().map(|_| Mutex::default()).collect(),
             total_requests: AtomicU64::new(0),
             failures: Mutex::default(),
-            failures_seen: AtomicU64::new(0),
+            signatures: Mutex::default(),
             metrics: None,
         }
     }
@@ -173,6 +175,10 @@ impl Stats {
     }
 
     /// Returns true for the first failure of the worker.
+    /// Counts a failed test and its signature. Returns whether its record goes out in full:
+    /// the first [`SignatureCount::EXAMPLES`] of each signature (the rest are counted in the
+    /// snapshots' `signatures`), and every one of a signature beyond the
+    /// [`SignatureCount::MAX_SIGNATURES`] counted (the store caps records per member).
     pub fn test_failed(&self, s: Scenario, failure: &FailureRecord) -> bool {
         {
             let mut c = self.counts(s);
@@ -184,11 +190,45 @@ impl Stats {
                 m.failures += 1;
             }
         }
-        let mut kept = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.len() < KEPT_FAILURES {
-            kept.push(failure.clone());
+        {
+            let mut kept = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.len() < KEPT_FAILURES {
+                kept.push(failure.clone());
+            }
         }
-        self.failures_seen.fetch_add(1, Ordering::Relaxed) == 0
+        let signature = failure.signature();
+        let mut signatures = self.signatures.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = signatures.get_mut(&signature) {
+            c.count += 1;
+            c.first_at_ms = c.first_at_ms.min(failure.at_ms);
+            c.last_at_ms = c.last_at_ms.max(failure.at_ms);
+            return c.count <= SignatureCount::EXAMPLES;
+        }
+        if signatures.len() < SignatureCount::MAX_SIGNATURES {
+            signatures.insert(
+                signature.clone(),
+                SignatureCount {
+                    signature,
+                    count: 1,
+                    first_at_ms: failure.at_ms,
+                    last_at_ms: failure.at_ms,
+                },
+            );
+        }
+        true
+    }
+
+    /// Every signature counted so far, by when it was first seen.
+    pub fn signature_counts(&self) -> Vec<SignatureCount> {
+        let mut out: Vec<SignatureCount> = self
+            .signatures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| (a.first_at_ms, &a.signature).cmp(&(b.first_at_ms, &b.signature)));
+        out
     }
 
     pub fn test_skipped(&self, s: Scenario) {
@@ -263,6 +303,7 @@ impl Stats {
             models: self.model_counts(scenarios),
             intervals: Vec::new(),
             series_point: false,
+            signatures: self.signature_counts(),
         }
     }
 }

@@ -585,6 +585,8 @@ async fn run_with_a_test_in_flight(
         },
         poll_interval: Duration::from_millis(500),
         drain_timeout: Duration::from_secs(600),
+        driver_judges: false,
+        sequence_idle_us: Default::default(),
     };
     let sink = Arc::new(CapturingSink::default());
     *sink.stopping.lock().unwrap() = Some(stopping);
@@ -686,6 +688,8 @@ async fn server_killed_mid_run(protocol: Protocol) {
         },
         poll_interval: Duration::from_millis(500),
         drain_timeout: Duration::from_secs(5),
+        driver_judges: false,
+        sequence_idle_us: Default::default(),
     };
     let sink = Arc::new(CapturingSink::default());
     let run = tokio::spawn(worker::run::run(

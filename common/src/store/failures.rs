@@ -1,6 +1,7 @@
 //! Failure records (capped per member) and their totals.
 
 use super::*;
+use crate::signature::SignatureCount;
 
 impl Store {
     // ---- failures --------------------------------------------------------------------------
@@ -55,10 +56,27 @@ impl Store {
         Ok(keep)
     }
 
-    /// The kept failure records of the run, in the order they were recorded.
+    /// Every failure record of the run (the first [`StoreOptions::failure_cap`] per member), in
+    /// the order they were recorded.
     pub async fn failures(&self, run_id: &str) -> Result<Vec<(String, FailureRecord)>> {
+        Ok(self
+            .failures_after(run_id, 0)
+            .await?
+            .into_iter()
+            .map(|(_, member, record)| (member, record))
+            .collect())
+    }
+
+    /// The run's failure records after the one with id `after_id` (0: all), with their ids, in
+    /// the order they were recorded: what a poller has not seen yet.
+    pub async fn failures_after(
+        &self,
+        run_id: &str,
+        after_id: i64,
+    ) -> Result<Vec<(i64, String, FailureRecord)>> {
         const OP: &str = "failures";
         type Row = (
+            i64,
             String,
             i64,
             String,
@@ -70,23 +88,35 @@ impl Store {
             Option<String>,
         );
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT member_id, at_ms, scenario, server, model, correlation_id, expected, actual,
-                    forensics
-             FROM failures WHERE run_id = $1 ORDER BY id",
+            "SELECT id, member_id, at_ms, scenario, server, model, correlation_id, expected,
+                    actual, forensics
+             FROM failures WHERE run_id = $1 AND id > $2 ORDER BY id",
         )
         .bind(run_id)
+        .bind(after_id)
         .fetch_all(&self.pool)
         .await
         .map_err(self.db(OP))?;
         rows.into_iter()
             .map(|row| {
-                let (member_id, at_ms, scenario, server, model, corr, expected, actual, forensics) =
-                    row;
+                let (
+                    id,
+                    member_id,
+                    at_ms,
+                    scenario,
+                    server,
+                    model,
+                    corr,
+                    expected,
+                    actual,
+                    forensics,
+                ) = row;
                 let forensics = forensics
                     .map(|f| serde_json::from_str(&f))
                     .transpose()
                     .map_err(|e| self.corrupt(OP, format!("forensics of a failure: {e}")))?;
                 Ok((
+                    id,
                     member_id,
                     FailureRecord {
                         at_ms,
@@ -97,6 +127,35 @@ impl Store {
                         expected,
                         actual,
                         forensics,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Every worker's failures per signature, as its last snapshot counted them: (member,
+    /// count), by member and signature id.
+    pub async fn signature_counts(&self, run_id: &str) -> Result<Vec<(String, SignatureCount)>> {
+        const OP: &str = "signature_counts";
+        let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT member_id, details, count, first_at_ms, last_at_ms FROM signature_counts
+             WHERE run_id = $1 ORDER BY member_id, signature_id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        rows.into_iter()
+            .map(|(member, details, count, first_at_ms, last_at_ms)| {
+                let signature = serde_json::from_str(&details)
+                    .map_err(|e| self.corrupt(OP, format!("a signature of {member}: {e}")))?;
+                Ok((
+                    member,
+                    SignatureCount {
+                        signature,
+                        count: from_db(count),
+                        first_at_ms,
+                        last_at_ms,
                     },
                 ))
             })

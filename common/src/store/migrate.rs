@@ -123,6 +123,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0015_run_fingerprints.sql"),
         postgres: include_str!("../../migrations/postgres/0015_run_fingerprints.sql"),
     },
+    Migration {
+        version: 16,
+        name: "signature_counts",
+        sqlite: include_str!("../../migrations/sqlite/0016_signature_counts.sql"),
+        postgres: include_str!("../../migrations/postgres/0016_signature_counts.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -139,6 +139,26 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(self.db(OP))?;
+        for c in &snapshot.signatures {
+            sqlx::query(
+                "INSERT INTO signature_counts (run_id, member_id, signature_id, details, count,
+                                               first_at_ms, last_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (run_id, member_id, signature_id) DO UPDATE SET
+                     count = excluded.count, first_at_ms = excluded.first_at_ms,
+                     last_at_ms = excluded.last_at_ms",
+            )
+            .bind(run_id)
+            .bind(member_id)
+            .bind(c.signature.id())
+            .bind(serde_json::to_string(&c.signature).expect("plain data serialises"))
+            .bind(to_db(c.count))
+            .bind(c.first_at_ms)
+            .bind(c.last_at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        }
         tx.commit().await.map_err(self.db(OP))
     }
 

@@ -39,6 +39,9 @@ pub enum Cause {
     },
     /// A member recorded a FAILURE event itself (rule 2).
     Reported { member: String, details: String },
+    /// A failed test the driver judged to fail the run (rule 2: not excused by a known issue,
+    /// an injected fault or its scenario), or a known issue beyond its rate.
+    FailedTest { member: String, reason: String },
     /// No heartbeat for longer than the limit (rule 3); `last_ms` None: none since launch.
     StaleHeartbeat {
         member: String,
@@ -65,6 +68,7 @@ impl Cause {
         match self {
             Cause::Exited(e) => &e.member_id,
             Cause::Reported { member, .. }
+            | Cause::FailedTest { member, .. }
             | Cause::ServerUnreachable { member, .. }
             | Cause::StaleHeartbeat { member, .. }
             | Cause::ZeroQps { member, .. } => member,
@@ -77,6 +81,7 @@ impl Cause {
         match self {
             Cause::Exited(e) => format!("{} before the end of the run", e.describe()),
             Cause::Reported { details, .. } => details.clone(),
+            Cause::FailedTest { reason, .. } => reason.clone(),
             Cause::ServerUnreachable {
                 failures, error, ..
             } => format!("external server failed {failures} liveness probes in a row: {error}"),
@@ -208,6 +213,8 @@ pub struct Poll {
     pub not_running: BTreeSet<String>,
     /// This poll's liveness probes of the external servers (empty when none was probed).
     pub server_probes: Vec<(String, Result<(), String>)>,
+    /// Failed tests judged to fail the run since the last poll (see `judge::verdicts`).
+    pub failed_tests: Vec<crate::judge::verdicts::FailedTest>,
 }
 
 #[derive(Debug, Clone)]
@@ -305,6 +312,13 @@ impl FailFast {
             Some(Err(e)) => store_error = Some(e),
             None => {}
         }
+        // 2. A failed test the driver's judgement says fails the run.
+        if let Some(t) = poll.failed_tests.into_iter().next() {
+            return Some(Cause::FailedTest {
+                member: t.member,
+                reason: t.reason,
+            });
+        }
         for member in &poll.not_running {
             if let Some(w) = self.clients.get_mut(member) {
                 w.grace_from_ms = now;
@@ -398,11 +412,13 @@ fn millis(d: Duration) -> i64 {
 }
 
 /// The verdict at the end of a run, after the clients were stopped: the first FAILURE event
-/// recorded since the last poll, else the first client that did not end cleanly. A client ends
-/// cleanly with exit 0, or, when the launcher lost its exit status (a kubelet that deleted the
-/// pod reports ContainerStatusUnknown), when it recorded SUCCESS itself after its final flush.
+/// recorded since the last poll, else the first failed test judged to fail the run since then,
+/// else the first client that did not end cleanly. A client ends cleanly with exit 0, or, when
+/// the launcher lost its exit status (a kubelet that deleted the pod reports
+/// ContainerStatusUnknown), when it recorded SUCCESS itself after its final flush.
 pub fn at_end(
     late_events: &[EventRow],
+    late_failed_tests: &[crate::judge::verdicts::FailedTest],
     exits: &[MemberExit],
     finished_cleanly: &BTreeSet<String>,
 ) -> Option<Blame> {
@@ -411,6 +427,13 @@ pub fn at_end(
             member: e.member_id.clone(),
             reason: e.details.clone(),
             record: false,
+        });
+    }
+    if let Some(t) = late_failed_tests.first() {
+        return Some(Blame {
+            member: t.member.clone(),
+            reason: t.reason.clone(),
+            record: true,
         });
     }
     exits
@@ -813,23 +836,58 @@ mod tests {
     #[test]
     fn the_end_of_a_run() {
         let clean = BTreeSet::from(["c-1".to_string()]);
-        assert_eq!(at_end(&[], &[exit("c-0", Some(0), None)], &clean), None);
+        assert_eq!(
+            at_end(&[], &[], &[exit("c-0", Some(0), None)], &clean),
+            None
+        );
         // Exit status lost, but the worker recorded SUCCESS after its final flush.
-        assert_eq!(at_end(&[], &[exit("c-1", None, None)], &clean), None);
-        let lost = at_end(&[], &[exit("c-0", None, None)], &clean).unwrap();
+        assert_eq!(at_end(&[], &[], &[exit("c-1", None, None)], &clean), None);
+        let lost = at_end(&[], &[], &[exit("c-0", None, None)], &clean).unwrap();
         assert_eq!(
             (lost.member.as_str(), lost.reason.as_str(), lost.record),
             ("c-0", "ended (status unknown) at the end of the run", true)
         );
-        let bad = at_end(&[], &[exit("c-1", Some(1), None)], &clean).unwrap();
+        let bad = at_end(&[], &[], &[exit("c-1", Some(1), None)], &clean).unwrap();
         assert_eq!(bad.reason, "exited with code 1 at the end of the run");
         // A late FAILURE event wins over exits.
         let late = [event(9, "c-0", EventKind::Failure, "final flush: mismatch")];
-        let b = at_end(&late, &[exit("c-1", Some(1), None)], &clean).unwrap();
+        let b = at_end(&late, &[], &[exit("c-1", Some(1), None)], &clean).unwrap();
         assert_eq!(
             (b.member.as_str(), b.record),
             ("c-0", false),
             "the worker recorded it itself"
+        );
+        // A failed test judged after the last poll: the driver records it.
+        let judged = [crate::judge::verdicts::FailedTest {
+            member: "c-1".into(),
+            reason: "Load on h:1 model add_sub: expected 3, got 4".into(),
+        }];
+        let t = at_end(&[], &judged, &[exit("c-1", Some(0), None)], &clean).unwrap();
+        assert_eq!(
+            (t.member.as_str(), t.reason.as_str(), t.record),
+            ("c-1", judged[0].reason.as_str(), true)
+        );
+    }
+
+    #[test]
+    fn a_failed_test_judged_to_fail_fails_the_run_as_the_driver_s_finding() {
+        let mut ff = FailFast::new(rules());
+        ff.client_launched(&MemberName::new("c-0"), 0);
+        let cause = ff
+            .observe(Poll {
+                now_ms: 100,
+                failed_tests: vec![crate::judge::verdicts::FailedTest {
+                    member: "c-0".into(),
+                    reason: "SequenceValid on h:1: expected START honoured".into(),
+                }],
+                ..Poll::default()
+            })
+            .expect("fails");
+        assert_eq!(cause.member(), "c-0");
+        assert!(!cause.recorded_by_member(), "the driver records it");
+        assert_eq!(
+            cause.reason(),
+            "SequenceValid on h:1: expected START honoured"
         );
     }
 }

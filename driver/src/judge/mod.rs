@@ -1,11 +1,15 @@
-//! Judgements, pure: the fail-fast rules and who is blamed ([`failfast`]), SLO verdicts
+//! Judgements, pure: the fail-fast rules and who is blamed ([`failfast`]), every failure's
+//! signature, class with evidence and known issue ([`verdicts`], [`classify`], [`known`]), SLO verdicts
 //! ([`slo`]), the root cause and what it explains ([`rootcause`]), the servers' successes
 //! against the workers' answers ([`reconcile`]), regressions against a baseline
 //! ([`regression`]) and a server's memory over the load's steady state ([`memory`]).
 
+pub mod classify;
 pub mod failfast;
+pub mod known;
 pub mod memory;
 pub mod reconcile;
 pub mod regression;
 pub mod rootcause;
 pub mod slo;
+pub mod verdicts;

@@ -6,7 +6,11 @@
 //! cause. [`analyze`] (pure) orders the failed members by time, picks the root cause (a server
 //! that failed within [`SAME_INCIDENT`] of the first failure wins: its clients saw its death
 //! first), and sorts every failure record into caused by it, during the driver's stop, or
-//! independent.
+//! independent. A run whose driver died (ABANDONED) leads with the driver: the members that
+//! failed after it stopped renewing its lease were stopped by its death (a local launcher's
+//! servers die with it; their clients then see "Server exiting"). The root cause carries the
+//! failing signature of its member, when it has one, with the class and evidence the driver
+//! judged ([`signature_of`]).
 
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -15,6 +19,20 @@ use stress_common::status::FailureRecord;
 /// Failures this close to a server's failure (before or after) belong to its incident: a
 /// client sees a dead server's connection errors before the driver's next poll sees its exit.
 pub const SAME_INCIDENT_MS: i64 = 5_000;
+
+/// How often a running driver renews the lease on its run, and the shortest time the lease
+/// holds (`run::lease`).
+pub const LEASE_RENEWAL_MS: i64 = 15_000;
+pub const LEASE_TTL_MIN_MS: i64 = 120_000;
+
+/// The earliest a driver whose lease ran out at `lease_until_ms` can have died: its last
+/// renewal was at least the shortest lease before that, and it renewed every 15 s.
+pub fn driver_died_by(lease_until_ms: i64) -> i64 {
+    lease_until_ms - LEASE_TTL_MIN_MS - LEASE_RENEWAL_MS
+}
+
+/// The member that records a run's driver (`stress_common::status::DRIVER_MEMBER`).
+const DRIVER: &str = stress_common::status::DRIVER_MEMBER;
 
 /// A failed member as the analysis needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,19 +65,58 @@ pub struct RootCause {
     pub role: String,
     pub at_ms: i64,
     pub reason: String,
-    /// Failed members it explains: a server's clients that failed in its incident.
+    /// Failed members it explains: a server's clients that failed in its incident, or every
+    /// member that failed after a driver's death.
     pub caused_members: Vec<String>,
+    /// The failing signature of its member, with the class and evidence the driver judged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<RootSignature>,
+}
+
+/// The root cause's failure signature, as judged.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RootSignature {
+    pub signature: String,
+    pub class: stress_common::signature::FailureClass,
+    pub evidence: String,
+    pub status: crate::judge::verdicts::Status,
+}
+
+/// The failing signature of `root`'s member: the earliest one that fails the run and was seen
+/// by it (a client's), or whose requests went to it (a server's).
+pub fn signature_of(
+    root: &RootCause,
+    signatures: &[crate::judge::verdicts::JudgedSignature],
+) -> Option<RootSignature> {
+    signatures
+        .iter()
+        .filter(|s| s.fails.is_some())
+        .filter(|s| s.members.contains(&root.member_id) || s.example_member == root.member_id)
+        .min_by_key(|s| s.first_at_ms)
+        .map(|s| RootSignature {
+            signature: s.signature.clone(),
+            class: s.class,
+            evidence: s.evidence.clone(),
+            status: s.status,
+        })
 }
 
 const SERVER: &str = "SERVER";
 
 /// `failed`: every failed member; `failures`: the listed failure records (member, record);
-/// `stopping_at_ms`: when the driver began to stop the run (None: it did not stop early).
+/// `stopping_at_ms`: when the driver began to stop the run (None: it did not stop early);
+/// `driver_died_at_ms`: a run its driver abandoned, the earliest it died ([`driver_died_by`]).
 pub fn analyze(
     failed: &[Failed],
     failures: &[(String, FailureRecord)],
     stopping_at_ms: Option<i64>,
+    driver_died_at_ms: Option<i64>,
 ) -> Analysis {
+    if let Some(died) = driver_died_at_ms
+        && let Some(driver) = failed.iter().find(|f| f.member_id == DRIVER)
+    {
+        return abandoned(driver, died, failed, failures);
+    }
     let mut by_time: Vec<&Failed> = failed.iter().collect();
     by_time.sort_by_key(|f| (f.at_ms, f.role != SERVER));
     let Some(first) = by_time.first() else {
@@ -110,8 +167,44 @@ pub fn analyze(
         at_ms: root.at_ms,
         reason: root.reason.clone(),
         caused_members,
+        signature: None,
     });
     analysis
+}
+
+/// The analysis of a run whose driver died about `died_at_ms`: the driver leads; what failed
+/// after its death is its doing, what failed before is independent.
+fn abandoned(
+    driver: &Failed,
+    died_at_ms: i64,
+    failed: &[Failed],
+    failures: &[(String, FailureRecord)],
+) -> Analysis {
+    let mut by_time: Vec<&Failed> = failed.iter().filter(|f| f.member_id != DRIVER).collect();
+    by_time.sort_by_key(|f| f.at_ms);
+    let (caused, independent): (Vec<&Failed>, Vec<&Failed>) =
+        by_time.into_iter().partition(|f| f.at_ms >= died_at_ms);
+    let caused_failures = failures
+        .iter()
+        .filter(|(_, r)| r.at_ms >= died_at_ms)
+        .count() as u64;
+    Analysis {
+        root_cause: Some(RootCause {
+            member_id: driver.member_id.clone(),
+            role: "DRIVER".into(),
+            at_ms: died_at_ms,
+            reason: format!(
+                "{} (it stopped renewing its lease at about this time)",
+                driver.reason
+            ),
+            caused_members: caused.iter().map(|f| f.member_id.clone()).collect(),
+            signature: None,
+        }),
+        independent_members: independent.iter().map(|f| f.member_id.clone()).collect(),
+        caused_failures,
+        shutdown_failures: 0,
+        independent_failures: failures.len() as u64 - caused_failures,
+    }
 }
 
 #[cfg(test)]
@@ -155,7 +248,7 @@ mod tests {
             // Long before: independent of the kill.
             record("clients-1", 1_000, "s1:1"),
         ];
-        let a = analyze(&failed, &failures, Some(11_500));
+        let a = analyze(&failed, &failures, Some(11_500), None);
         let root = a.root_cause.unwrap();
         assert_eq!(root.member_id, "triton-0");
         assert_eq!(root.caused_members, ["clients-0"]);
@@ -178,7 +271,7 @@ mod tests {
             // Failed long after: its own incident.
             member("triton-0", "SERVER", 30_000, &["s0:1"]),
         ];
-        let a = analyze(&failed, &[record("clients-0", 9_000, "s0:1")], None);
+        let a = analyze(&failed, &[record("clients-0", 9_000, "s0:1")], None, None);
         let root = a.root_cause.unwrap();
         assert_eq!(root.member_id, "clients-0");
         assert!(root.caused_members.is_empty(), "a client causes no member");
@@ -188,8 +281,39 @@ mod tests {
 
     #[test]
     fn no_failed_member_no_root_cause() {
-        let a = analyze(&[], &[record("c", 1, "s")], None);
+        let a = analyze(&[], &[record("c", 1, "s")], None, None);
         assert_eq!(a.root_cause, None);
         assert_eq!(a.independent_failures, 1);
+    }
+
+    #[test]
+    fn a_dead_driver_leads_its_abandoned_run_and_what_failed_after_is_its_doing() {
+        let lease_until = 1_000_000;
+        let died = driver_died_by(lease_until);
+        assert_eq!(died, 1_000_000 - 135_000);
+        // The driver's FAILURE is recorded when the run is found abandoned, long after the
+        // clients whose servers died with it ("Server exiting").
+        let failed = [
+            member("clients-0", "CLIENT", died + 2_000, &["s0:1"]),
+            member("early", "CLIENT", died - 60_000, &["s1:1"]),
+            member("driver", "?", lease_until + 500_000, &[]),
+        ];
+        let failures = [
+            record("clients-0", died + 2_000, "s0:1"),
+            record("early", died - 60_000, "s1:1"),
+        ];
+        let a = analyze(&failed, &failures, None, Some(died));
+        let root = a.root_cause.unwrap();
+        assert_eq!(
+            (root.member_id.as_str(), root.role.as_str()),
+            ("driver", "DRIVER")
+        );
+        assert_eq!(root.at_ms, died);
+        assert_eq!(root.caused_members, ["clients-0"]);
+        assert_eq!(a.independent_members, ["early"]);
+        assert_eq!((a.caused_failures, a.independent_failures), (1, 1));
+        // Not abandoned: the earliest failure leads as before.
+        let a = analyze(&failed, &failures, None, None);
+        assert_eq!(a.root_cause.unwrap().member_id, "early");
     }
 }

@@ -52,9 +52,8 @@ pub fn kube_line(line: &str) -> Option<(i64, &str)> {
     Some((ts.as_millisecond(), rest))
 }
 
-/// The lines timed within `[from_ms, to_ms]` (a line without a time belongs with the timed
-/// line before it), the last [`MAX_EXCERPT_LINES`] of them; `time` gives a line's time and
-/// text.
+/// The lines of a log timed within `[from_ms, to_ms]` by `time` (an untimed line belongs to the
+/// timed line before it, as a continuation), in order.
 pub fn between<'a>(
     lines: impl IntoIterator<Item = &'a str>,
     from_ms: i64,
@@ -62,7 +61,7 @@ pub fn between<'a>(
     time: impl Fn(&'a str) -> Option<(i64, &'a str)>,
 ) -> Vec<String> {
     let mut inside = false;
-    let mut out = std::collections::VecDeque::new();
+    let mut out = Vec::new();
     for line in lines {
         let text = match time(line) {
             Some((at, text)) => {
@@ -75,13 +74,49 @@ pub fn between<'a>(
             None => line,
         };
         if inside {
-            out.push_back(text.to_string());
-            if out.len() > MAX_EXCERPT_LINES {
-                out.pop_front();
-            }
+            out.push(text.to_string());
         }
     }
-    out.into()
+    out
+}
+
+/// At most [`MAX_EXCERPT_LINES`] of a window's `lines`, in order: first those that mention
+/// `focus` (a failure's correlation id, as a whole number: a verbose server's lines about that
+/// sequence, its reaper's among them), then the window's last lines (nearest the failure) to
+/// fill up.
+pub fn excerpt(lines: Vec<String>, focus: Option<u64>) -> Vec<String> {
+    let mentions = |line: &str| {
+        let Some(id) = focus else { return false };
+        let id = id.to_string();
+        line.match_indices(&id).any(|(at, _)| {
+            let before = line[..at].chars().next_back();
+            let after = line[at + id.len()..].chars().next();
+            !before.is_some_and(|c| c.is_ascii_digit())
+                && !after.is_some_and(|c| c.is_ascii_digit())
+        })
+    };
+    let mut keep = vec![false; lines.len()];
+    let mut kept = 0;
+    for (i, line) in lines.iter().enumerate().rev() {
+        if kept < MAX_EXCERPT_LINES && mentions(line) {
+            keep[i] = true;
+            kept += 1;
+        }
+    }
+    for k in keep.iter_mut().rev() {
+        if kept >= MAX_EXCERPT_LINES {
+            break;
+        }
+        if !*k {
+            *k = true;
+            kept += 1;
+        }
+    }
+    lines
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(line, k)| k.then_some(line))
+        .collect()
 }
 
 #[cfg(test)]
@@ -106,15 +141,35 @@ mod tests {
         });
         assert_eq!(lines.len(), 3, "{lines:?}");
         assert!(lines[0].contains("Model failed") && lines[1].starts_with("a continuation"));
-        // A busy window keeps its last lines (nearest the failure).
+        // A busy window keeps its last lines (nearest the failure), and first the lines about
+        // the failure's correlation id.
         let busy: Vec<String> = (0..100)
-            .map(|i| format!("I1124 01:56:09.{:06} 1 a.cc:1] line {i}", 100_000 + i))
+            .map(|i| match i {
+                7 => {
+                    "I1124 01:56:09.100007 1 s.cc:1] \"Reaper: force-ending CORRID 262146\"".into()
+                }
+                8 => "I1124 01:56:09.100008 1 s.cc:1] \"CORRID 2621460 elsewhere\"".into(),
+                _ => format!("I1124 01:56:09.{:06} 1 a.cc:1] line {i}", 100_000 + i),
+            })
             .collect();
-        let kept = between(busy.iter().map(String::as_str), from, to, |l| {
+        let window = between(busy.iter().map(String::as_str), from, to, |l| {
             Some((triton_line_ms(l, year)?, l))
         });
+        assert_eq!(window.len(), 100, "every line of the window");
+        let kept = excerpt(window.clone(), None);
         assert_eq!(kept.len(), MAX_EXCERPT_LINES);
         assert!(kept.last().unwrap().ends_with("line 99"), "{kept:?}");
+        let focused = excerpt(window, Some(262_146));
+        assert_eq!(focused.len(), MAX_EXCERPT_LINES);
+        assert!(
+            focused[0].contains("force-ending CORRID 262146"),
+            "{focused:?}"
+        );
+        assert!(
+            !focused.iter().any(|l| l.contains("2621460")),
+            "another id is no mention: {focused:?}"
+        );
+        assert!(focused.last().unwrap().ends_with("line 99"));
         let (t, text) = kube_line("2026-11-24T01:56:09.500385000Z I1124 hello").unwrap();
         assert_eq!((t, text), (expected.as_millisecond(), "I1124 hello"));
         assert_eq!(kube_line("no timestamp here"), None);

@@ -150,8 +150,8 @@ pub trait Launcher: Send {
         None
     }
 
-    /// A server's log lines timed within `[from_ms, to_ms]` (at most
-    /// [`logs::MAX_EXCERPT_LINES`]; none when its log cannot be read).
+    /// A server's log lines timed within `[from_ms, to_ms]` (none when its log cannot be read;
+    /// [`logs::excerpt`] cuts them to what a report keeps).
     async fn server_log_between(
         &mut self,
         _member_id: &str,

@@ -44,9 +44,9 @@ pub use expand::{ClientMember, ExternalServer, ServerMember, member_name};
 pub use fingerprint::{FINGERPRINT_VERSION, fingerprint};
 pub use types::{
     ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, ClientGroup, ClientTemplate,
-    DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, LoadMode, MATRIX_VERSION,
-    MODEL_IMAGE_SOURCE, Matrix, ModelImage, ModelSpec, PrometheusSource, Protocol,
-    RegressionSettings, ReportSettings, Resources, RunMode, RunSettings, ServerGroup,
+    DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, IssueMatch, KnownIssue,
+    LoadMode, MATRIX_VERSION, MODEL_IMAGE_SOURCE, Matrix, ModelImage, ModelSpec, PrometheusSource,
+    Protocol, RegressionSettings, ReportSettings, Resources, RunMode, RunSettings, ServerGroup,
     ServerTemplate, ServerVolume, SloBound, SloMetric, SloRule, SpikeSettings, Toleration,
     TraceLevel, TraceMode, TraceSettings,
 };
@@ -96,6 +96,44 @@ pub fn parse(text: &str, file_name: &str) -> Result<Matrix, MatrixError> {
 /// [`parse`] of the text of the file at `source` (None: not from a file), whose relative
 /// paths are then relative to its directory.
 fn parse_from(text: &str, file_name: &str, source: Option<&Path>) -> Result<Matrix, MatrixError> {
+    parse_yaml(text, file_name, true, |matrix: &mut Matrix| {
+        if let Some(source) = source {
+            matrix.source_path = Some(source.to_path_buf());
+            if let Some(dir) = source.parent() {
+                resolve_relative_files(matrix, dir);
+            }
+        }
+        validate::check(matrix)
+    })
+}
+
+/// Reads and validates a known-issues file (`driver run --known-issues FILE`): a YAML list of
+/// [`KnownIssue`]s, with the same strictness and `FILE:LINE:COLUMN: FIELD` diagnostics as a
+/// matrix.
+pub fn load_known_issues(path: &Path) -> Result<Vec<KnownIssue>, MatrixError> {
+    let text = std::fs::read_to_string(path).map_err(|error| MatrixError::Read {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    parse_known_issues(&text, &path.display().to_string())
+}
+
+/// [`load_known_issues`] of `text`; `file_name` is what diagnostics call the file.
+pub fn parse_known_issues(text: &str, file_name: &str) -> Result<Vec<KnownIssue>, MatrixError> {
+    parse_yaml(text, file_name, false, |issues: &mut Vec<KnownIssue>| {
+        validate::check_known_issues(FieldPath::root(), issues)
+    })
+}
+
+/// Reads a YAML document strictly into `T`: (1) positions and duplicate keys (and, for a
+/// matrix, its version), (2) the typed deserialisation, whose first error is reported alone,
+/// (3) `check`'s semantic issues, all of them, located in the text.
+fn parse_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    file_name: &str,
+    matrix_version: bool,
+    check: impl FnOnce(&mut T) -> Vec<validate::Issue>,
+) -> Result<T, MatrixError> {
     let diag = |position: Option<Position>, path: &FieldPath, message: String| Diagnostic {
         file: file_name.to_string(),
         position,
@@ -125,7 +163,8 @@ fn parse_from(text: &str, file_name: &str, source: Option<&Path>) -> Result<Matr
             ));
         }
         let version = FieldPath::root().key("version");
-        if let Some(v) = map.scalar(&version)
+        if matrix_version
+            && let Some(v) = map.scalar(&version)
             && let Ok(n) = v.parse::<u64>()
             && n != u64::from(MATRIX_VERSION)
         {
@@ -141,13 +180,13 @@ fn parse_from(text: &str, file_name: &str, source: Option<&Path>) -> Result<Matr
 
     // Pass 2: the typed, strict deserialisation.
     let mut error_path = None;
-    let typed: Result<Matrix, _> = serde_saphyr::with_deserializer_from_str(text, |de| {
+    let typed: Result<T, _> = serde_saphyr::with_deserializer_from_str(text, |de| {
         serde_path_to_error::deserialize(de).map_err(|e| {
             error_path = Some(field_path(e.path()));
             e.into_inner()
         })
     });
-    let mut matrix = match typed {
+    let mut document = match typed {
         Ok(m) => m,
         Err(e) => {
             let path = error_path.unwrap_or_default();
@@ -186,15 +225,8 @@ fn parse_from(text: &str, file_name: &str, source: Option<&Path>) -> Result<Matr
         }
     };
 
-    if let Some(source) = source {
-        matrix.source_path = Some(source.to_path_buf());
-        if let Some(dir) = source.parent() {
-            resolve_relative_files(&mut matrix, dir);
-        }
-    }
-
     // Pass 3: the semantic rules, all of them.
-    let mut diagnostics: Vec<Diagnostic> = validate::check(&matrix)
+    let mut diagnostics: Vec<Diagnostic> = check(&mut document)
         .into_iter()
         .map(|issue| {
             let mut message = issue.message;
@@ -209,7 +241,7 @@ fn parse_from(text: &str, file_name: &str, source: Option<&Path>) -> Result<Matr
         })
         .collect();
     if diagnostics.is_empty() {
-        Ok(matrix)
+        Ok(document)
     } else {
         diagnostics.sort_by_key(|d| d.position);
         Err(MatrixError::Invalid(diagnostics))

@@ -72,6 +72,13 @@ pub struct Matrix {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<ReportSettings>,
 
+    /// Failures known to happen (an upstream bug, a known limit of the setup): a failure they
+    /// match is counted and shown under "Known issues" and neither fails fast nor fails the run,
+    /// unless the entry's `until` date has passed or its rate is above `max_per_hour`. `driver
+    /// run --known-issues FILE` adds the entries of a file (a list of the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known_issues: Vec<KnownIssue>,
+
     /// The file this matrix was loaded from, set by [`super::load`]; relative local paths
     /// (model repositories, binaries) are resolved against its directory. Not part of the YAML.
     #[serde(skip)]
@@ -356,6 +363,57 @@ pub struct CapacitySettings {
     /// used for any window Prometheus cannot answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<PrometheusSource>,
+}
+
+/// A failure known to happen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KnownIssue {
+    /// A short id, unique among the run's known issues (e.g. `triton-2.51-seq-reaper`).
+    pub id: String,
+
+    /// Which failures it is: every given field must match.
+    #[serde(rename = "match")]
+    pub matches: IssueMatch,
+
+    /// Why it happens and what is done about it (the report shows it).
+    pub reason: String,
+
+    /// Where it is tracked (an upstream issue, a ticket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+
+    /// The last day (YYYY-MM-DD, UTC) it is excused: afterwards a match fails the run again
+    /// and says the entry expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+
+    /// More matches than this per hour of load fail the run (the allowance of a shorter run is
+    /// pro-rated, at least one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_hour: Option<f64>,
+}
+
+/// The failures a known issue is: each field given must match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssueMatch {
+    /// The scenario (e.g. `SequenceValid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// The model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Where the driver judged the fault lies (a `server` class leaves out a client that made
+    /// the same mistake).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<stress_common::signature::FailureClass>,
+    /// What kind of error the client saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<stress_common::signature::ErrorKind>,
+    /// A regular expression (Rust `regex` syntax) searched in the failure's text as recorded:
+    /// `expected …, got …`.
+    pub message: String,
 }
 
 /// Regressions against the baseline run.

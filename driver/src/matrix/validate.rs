@@ -946,6 +946,87 @@ impl Checker {
     }
 }
 
+/// The rules of known issues (in a matrix under `known_issues`, or a known-issues file at its
+/// root): unique non-empty ids, a reason, a regular expression that compiles, a known scenario,
+/// a date `until` that parses, a rate above zero.
+pub fn check_known_issues(root: FieldPath, issues: &[super::KnownIssue]) -> Vec<Issue> {
+    let mut c = Checker { issues: Vec::new() };
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, issue) in issues.iter().enumerate() {
+        let path = root.index(i);
+        if issue.id.trim().is_empty() {
+            c.push(path.key("id"), Anchor::Value, "an id is required");
+        } else if let Some(first) = seen.insert(issue.id.as_str(), i) {
+            c.issues.push(Issue {
+                path: path.key("id"),
+                anchor: Anchor::Value,
+                message: format!("known issue id {:?} is used twice", issue.id),
+                also: Some(root.index(first).key("id")),
+            });
+        }
+        if issue.reason.trim().is_empty() {
+            c.push(
+                path.key("reason"),
+                Anchor::Value,
+                "say why it is known (the report shows it)",
+            );
+        }
+        let matches = path.key("match");
+        if let Err(e) = regex::Regex::new(&issue.matches.message) {
+            // The regex crate's message spans lines; the first says what is wrong.
+            let why = e.to_string();
+            let why = why
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("error:"))
+                .unwrap_or_else(|| why.lines().next().unwrap_or_default());
+            c.push(
+                matches.key("message"),
+                Anchor::Value,
+                format!(
+                    "not a regular expression: {}",
+                    why.trim_start_matches("error:").trim()
+                ),
+            );
+        }
+        if let Some(scenario) = &issue.matches.scenario
+            && Scenario::parse(scenario).is_none()
+        {
+            c.push(
+                matches.key("scenario"),
+                Anchor::Value,
+                format!(
+                    "unknown scenario {scenario:?} (known: {})",
+                    Scenario::ALL
+                        .iter()
+                        .map(|s| s.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+        if let Some(until) = &issue.until
+            && until.parse::<jiff::civil::Date>().is_err()
+        {
+            c.push(
+                path.key("until"),
+                Anchor::Value,
+                format!("a date is YYYY-MM-DD, found {until:?}"),
+            );
+        }
+        if let Some(rate) = issue.max_per_hour
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            c.push(
+                path.key("max_per_hour"),
+                Anchor::Value,
+                format!("must be a number of failures above 0, found {rate}"),
+            );
+        }
+    }
+    c.issues
+}
+
 /// Checks a deserialised matrix, returning every problem found.
 pub fn check(m: &Matrix) -> Vec<Issue> {
     let mut c = Checker { issues: Vec::new() };
@@ -1129,6 +1210,10 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
         c.member_names(path, &m.run.name, name, g.instances);
     }
 
+    c.issues.extend(check_known_issues(
+        root.key("known_issues"),
+        &m.known_issues,
+    ));
     c.capacity(m);
     if let Some(r) = &m.regression {
         if !(r.threshold.is_finite() && r.threshold > 0.0) {

@@ -65,6 +65,7 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
         load_arrivals: None,
         request_intervals: None,
         adaptive_load: false,
+        driver_judges: true,
         poll_interval: a.poll_interval,
         run_id: Some(a.run_id.clone()),
         member_id: Some(a.member_id.clone()),

@@ -324,6 +324,16 @@ fn root_cause(out: &mut String, r: &Report) {
              <p class=\"first-failure\">{}</p>",
             member_line(r, first)
         );
+        if let Some(s) = &root.signature {
+            let _ = write!(
+                out,
+                "<p class=\"root-signature\">Signature <b>{}</b> ({}, class <b>{}</b>): {}</p>",
+                esc(&s.signature),
+                esc(s.status.as_str()),
+                esc(s.class.as_str()),
+                esc(&s.evidence)
+            );
+        }
         for (title, class, ids) in [
             ("Caused by it:", "caused", &root.caused_members),
             (
@@ -1360,7 +1370,92 @@ fn forensics(out: &mut String, r: &Report) {
     }
 }
 
+/// The failures grouped by signature, and the known issues.
+fn signatures(out: &mut String, r: &Report) {
+    if r.signatures.is_empty() {
+        return;
+    }
+    out.push_str("<h2 id=\"signatures\">Failure signatures</h2>\n");
+    if let Some(note) = &r.signature_history {
+        let _ = writeln!(out, "<p class=\"no-data\">{}</p>", esc(note));
+    }
+    let rows: Vec<(String, String)> = r
+        .signatures
+        .iter()
+        .map(|s| {
+            let status = match &s.known_issue {
+                Some(id) => format!("known: {id}"),
+                None => s.status.as_str().to_string(),
+            };
+            let history = s.history.map_or_else(
+                || "no history".to_string(),
+                |h| format!("{} of the last {}", h.seen_in, h.of_last),
+            );
+            (
+                if s.fails.is_some() { "bad" } else { "" }.to_string(),
+                [
+                    td(&status),
+                    td(s.class.as_str()),
+                    num(s.count.to_string()),
+                    td(&s.signature),
+                    td(&s.scenario),
+                    td(&s.model),
+                    td(s.error_kind.as_str()),
+                    td(&s.message),
+                    td(&s.evidence),
+                    td(&history),
+                ]
+                .concat(),
+            )
+        })
+        .collect();
+    table(
+        out,
+        "signatures",
+        &[
+            "Status",
+            "Class",
+            "Count",
+            "Signature",
+            "Scenario",
+            "Model",
+            "Kind",
+            "Message",
+            "Evidence",
+            "History",
+        ],
+        &rows,
+    );
+    if !r.known_issues.is_empty() {
+        out.push_str("<h3 id=\"known-issues\">Known issues</h3>\n");
+        let rows: Vec<(String, String)> = r
+            .known_issues
+            .iter()
+            .map(|k| {
+                (
+                    String::new(),
+                    [
+                        td(&k.status),
+                        td(&k.id),
+                        num(k.count.to_string()),
+                        td(&k.reason),
+                        td(k.link.as_deref().unwrap_or_default()),
+                    ]
+                    .concat(),
+                )
+            })
+            .collect();
+        table(
+            out,
+            "known-issues",
+            &["Status", "Known issue", "Matched", "Reason", "Link"],
+            &rows,
+        );
+    }
+}
+
 fn failures(out: &mut String, r: &Report) {
+    signatures(out, r);
     out.push_str("<h2 id=\"failures\">Failures</h2>\n");
     if r.failures.is_empty() {
         out.push_str("<p>No failure was recorded.</p>\n");
@@ -1865,6 +1960,7 @@ mod tests {
                 at_ms: 4_500,
                 reason: "killed".into(),
                 caused_members: vec!["clients-0".into()],
+                signature: None,
             }),
             independent_members: vec!["clients-1".into()],
             caused_failures: 7,
@@ -1924,6 +2020,7 @@ mod tests {
                     steps_left_out: 0,
                     previous_use: None,
                     server_log: Vec::new(),
+                    sequence_idle_us: None,
                 }),
                 ..Default::default()
             },

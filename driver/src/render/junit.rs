@@ -6,6 +6,11 @@
 //!   (the message counts them; the text lists the group's first recorded failures), except a
 //!   scenario allowed to fail (PerfAnalyzer, as upstream);
 //! - `models`: a test case per (scenario, model), all workers;
+//! - `signatures`: a test case per failure signature, failed when it fails the run, skipped
+//!   with its reason when a known issue (or its scenario, or an injected fault) excuses it.
+//!
+//! A scenario's or model's case fails only for failures that fail the run (a run with
+//! signatures); a run recorded before them fails it for any failure, as then.
 //! - `slo`: a test case per rule, failed when breached;
 //! - `regressions`: a test case per finding against the baseline, failed with
 //!   `regression.fail` (else passing, the change in its output), or one passing case when there
@@ -60,13 +65,28 @@ pub fn render(report: &Report) -> String {
             .find(|w| w.member_id == member)
             .map(|w| w.group.as_str())
     };
+    // Whether failures of `scenario` (on `model`, by a member of `group`) fail the run.
+    let failing = |scenario: &str, model: Option<&str>, group: Option<&str>| {
+        report.signatures.iter().any(|s| {
+            s.fails.is_some()
+                && s.scenario == scenario
+                && model.is_none_or(|m| s.model == m)
+                && group.is_none_or(|g| s.members.iter().any(|m| group_of(m) == Some(g)))
+        })
+    };
+    let judged = !report.signatures.is_empty();
     for (group, rows) in &report.groups {
         let mut suite = TestSuite::new(group.as_str());
         for r in rows.iter().filter(|r| r.scenario != "TOTAL") {
             // A scenario allowed to fail (upstream: PerfAnalyzer) does not fail the run.
             let allowed = stress_common::scenario::Scenario::parse(&r.scenario)
                 .is_some_and(|s| s.allowed_to_fail());
-            let status = if r.failures > 0 && !allowed {
+            let fails = if judged {
+                failing(&r.scenario, None, Some(group))
+            } else {
+                r.failures > 0 && !allowed
+            };
+            let status = if fails {
                 let listed: Vec<String> = report
                     .failures
                     .iter()
@@ -93,7 +113,12 @@ pub fn render(report: &Report) -> String {
 
     let mut models = TestSuite::new("models");
     for r in &report.models {
-        let status = if r.failures > 0 {
+        let fails = if judged {
+            failing(&r.scenario, Some(&r.model), None)
+        } else {
+            r.failures > 0
+        };
+        let status = if fails {
             failed(format!("{} of {} tests failed", r.failures, r.tests), None)
         } else {
             TestCaseStatus::success()
@@ -105,6 +130,40 @@ pub fn render(report: &Report) -> String {
         ));
     }
     junit.add_test_suite(models);
+
+    if judged {
+        let mut suite = TestSuite::new("signatures");
+        for s in &report.signatures {
+            let name = format!(
+                "{} {} {}",
+                s.scenario,
+                if s.model.is_empty() { "-" } else { &s.model },
+                s.signature
+            );
+            let text = format!(
+                "{} failure(s), {}; {}: {}\nexample ({}): {}",
+                s.count, s.message, s.class, s.evidence, s.example_member, s.example
+            );
+            let status = match (&s.fails, &s.known_issue) {
+                (Some(why), _) => failed(why.clone(), Some(text)),
+                (None, known) => {
+                    let mut skipped = TestCaseStatus::skipped();
+                    let reason = match known
+                        .as_ref()
+                        .and_then(|id| report.known_issues.iter().find(|k| k.id == *id))
+                    {
+                        Some(k) => format!("known issue {}: {}", k.id, k.reason),
+                        None => format!("{}: does not fail the run", s.status.as_str()),
+                    };
+                    skipped.set_message(reason);
+                    skipped.set_description(text);
+                    skipped
+                }
+            };
+            suite.add_test_case(case(&name, &format!("signatures.{}", s.class), status));
+        }
+        junit.add_test_suite(suite);
+    }
 
     if !report.slo.is_empty() {
         let mut slo = TestSuite::new("slo");

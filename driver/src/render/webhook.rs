@@ -2,6 +2,7 @@
 //! end, so results reach a tracking page or a chat without a plugin per product. [`summary`]
 //! is pure; [`deliver`] retries within the time limit and never changes the run's verdict.
 
+use crate::judge::verdicts::Status;
 use crate::report::Report;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -30,14 +31,31 @@ pub fn summary(report: &Report, run_dir: &std::path::Path) -> Value {
             "role": r.role,
             "reason": r.reason,
             "caused": r.caused_members,
+            "signature": r.signature.as_ref().map(|s| &s.signature),
+            "class": r.signature.as_ref().map(|s| s.class),
         })),
+        // New signatures are what a morning reader acts on; the rest is counted.
+        "signatures": {
+            "new": report.signatures.iter()
+                .filter(|s| s.status == Status::New)
+                .map(|s| json!({
+                    "signature": s.signature,
+                    "class": s.class,
+                    "count": s.count,
+                    "fails": s.fails.is_some(),
+                    "text": format!("{} {} [{}]: {}", s.scenario, s.model, s.error_kind, s.message),
+                }))
+                .collect::<Vec<_>>(),
+            "recurring": report.signatures.iter().filter(|s| s.status == Status::Recurring).count(),
+            "known": report.signatures.iter().filter(|s| s.status == Status::Known).count(),
+        },
         "slo": report.slo.iter().map(|o| json!({
             "rule": o.rule,
             "observed": o.observed,
             "ok": o.ok,
         })).collect::<Vec<_>>(),
         "regressions": report.regressions.len(),
-        "baseline": report.baseline.as_ref().map(|b| &b.baseline_run),
+        "baseline": report.baseline.as_ref().map(|b| &b.baseline_run).filter(|r| !r.is_empty()),
         "reports": {
             "text": run_dir.join("report.txt"),
             "json": run_dir.join("report.json"),
@@ -168,6 +186,7 @@ mod tests {
             at_ms: 1,
             reason: "killed by signal 9".into(),
             caused_members: vec!["clients-0".into()],
+            signature: None,
         });
         let s = summary(&r, std::path::Path::new("runs/r1"));
         assert_eq!(s["verdict"], "FAIL");

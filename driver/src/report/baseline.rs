@@ -276,3 +276,47 @@ pub fn version_changes(before: &str, now: &str) -> Vec<String> {
 fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
+
+/// The failure signatures of the finished runs of the matrix `fingerprint` that started before
+/// `started_at_ms` (not `current`), newest first, at most `limit`, from every store a baseline
+/// is searched in; runs recorded before signatures are left out.
+pub async fn earlier_signatures(
+    store: &Store,
+    store_url: &str,
+    runs_dir: &Path,
+    fingerprint: &str,
+    current: &str,
+    started_at_ms: i64,
+    limit: usize,
+) -> Vec<crate::judge::verdicts::RunSignatures> {
+    let mut runs: Vec<(Candidate, String, String)> = candidates(store, store_url, runs_dir)
+        .await
+        .into_iter()
+        .filter(|(c, _, _)| {
+            c.fingerprint.as_deref() == Some(fingerprint)
+                && c.run_id != current
+                && c.started_at_ms < started_at_ms
+                && c.verdict.is_some()
+        })
+        .collect();
+    runs.sort_by_key(|(c, _, _)| std::cmp::Reverse((c.started_at_ms, c.run_id.clone())));
+    let mut out = Vec::new();
+    for (c, url, _) in runs {
+        if out.len() >= limit {
+            break;
+        }
+        let run = stress_common::contract::RunId::new(c.run_id);
+        let doc = if url == store_url {
+            store.document(&run, "").await
+        } else {
+            match Store::connect(&url).await {
+                Ok(other) => other.document(&run, "").await,
+                Err(e) => Err(e),
+            }
+        };
+        if let Ok(Some(signatures)) = doc {
+            out.push(signatures);
+        }
+    }
+    out
+}

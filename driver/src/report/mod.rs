@@ -101,6 +101,16 @@ pub struct Report {
     /// The root cause and what it explains (`root_cause`, `independent_members`, and the
     /// failure records caused by it, during the driver's stop, and independent).
     pub analysis: crate::judge::rootcause::Analysis,
+    /// Every failure signature of the run, judged: class and evidence, known issue, status
+    /// and history (empty: none, or a run recorded before signatures).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<crate::judge::verdicts::JudgedSignature>,
+    /// The run's known issues: what each matched, or that it may be fixed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known_issues: Vec<crate::judge::verdicts::KnownOutcome>,
+    /// Why the signatures have no history, or why it restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature_history: Option<String>,
     /// Why this report lacks what the store holds (None: complete). Set when the status store
     /// could not be read at the end of the run: the driver writes what it knows itself.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -706,9 +716,13 @@ impl Report {
             .into_iter()
             .map(|(_, e)| e)
             .collect();
-        for (_, f) in &mut failures {
+        let mut judged = store
+            .document::<crate::judge::verdicts::RunSignatures>(&run_key, "")
+            .await?
+            .unwrap_or_default();
+        let with_server_log = |f: &mut FailureRecord| {
             let Some(forensics) = &mut f.forensics else {
-                continue;
+                return;
             };
             if let Some(e) = excerpts.iter().find(|e| {
                 e.from_ms <= f.at_ms
@@ -721,8 +735,19 @@ impl Report {
                     .map(|l| format!("{}: {l}", e.member_id))
                     .collect();
             }
+        };
+        for (_, f) in &mut failures {
+            with_server_log(f);
         }
-        let analysis = crate::judge::rootcause::analyze(
+        for s in &mut judged.signatures {
+            with_server_log(&mut s.example);
+        }
+        // A run its driver abandoned: the driver died about when it stopped renewing its lease.
+        let driver_died_at_ms = (run.verdict.as_deref() == Some(ABANDONED))
+            .then_some(run.lease_until_ms)
+            .flatten()
+            .map(crate::judge::rootcause::driver_died_by);
+        let mut analysis = crate::judge::rootcause::analyze(
             &failed_members
                 .iter()
                 .map(|f| crate::judge::rootcause::Failed {
@@ -735,7 +760,11 @@ impl Report {
                 .collect::<Vec<_>>(),
             &failures,
             stopping_at_ms,
+            driver_died_at_ms,
         );
+        if let Some(root) = &mut analysis.root_cause {
+            root.signature = crate::judge::rootcause::signature_of(root, &judged.signatures);
+        }
         failures.truncate(LISTED_FAILURES);
 
         Ok(Report {
@@ -775,6 +804,9 @@ impl Report {
             reconciliation,
             traces,
             analysis,
+            signatures: judged.signatures,
+            known_issues: judged.known_issues,
+            signature_history: judged.history_note,
             incomplete: None,
             tables: (total, groups),
             model_table,
@@ -827,6 +859,25 @@ impl Report {
                 format_time(root.at_ms),
                 root.reason
             );
+            if let Some(s) = &root.signature {
+                let _ = writeln!(
+                    out,
+                    "signature {} ({}, {}): {}",
+                    s.signature,
+                    s.status.as_str(),
+                    s.class,
+                    s.evidence
+                );
+                if let Some(example) = self
+                    .signatures
+                    .iter()
+                    .find(|j| j.signature == s.signature)
+                    .map(|j| &j.example)
+                    && let Some(forensics) = &example.forensics
+                {
+                    render_forensics(&mut out, example, forensics);
+                }
+            }
             if !root.caused_members.is_empty() {
                 let _ = writeln!(
                     out,
@@ -984,7 +1035,9 @@ impl Report {
             );
             out.push_str(&triton_metrics::render(models));
         }
-        if !self.failures.is_empty() {
+        if !self.signatures.is_empty() {
+            self.render_signatures(&mut out);
+        } else if !self.failures.is_empty() {
             let _ = writeln!(
                 out,
                 "\n== Failures (first {} of {}) ==",
@@ -1005,6 +1058,76 @@ impl Report {
             render_failed_member(&mut out, m);
         }
         out
+    }
+}
+
+impl Report {
+    /// The failures grouped by signature: per signature its status (new, recurring, known, …),
+    /// class, count, when, who, the evidence and one example with its steps on the wire; then
+    /// the known issues.
+    fn render_signatures(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\n== Failure signatures ({} signatures, {} failures) ==",
+            self.signatures.len(),
+            self.signatures.iter().map(|s| s.count).sum::<u64>()
+        );
+        if let Some(note) = &self.signature_history {
+            let _ = writeln!(out, "({note})");
+        }
+        for s in &self.signatures {
+            let status = match &s.known_issue {
+                Some(id) => format!("KNOWN {id}"),
+                None => s.status.as_str().to_uppercase(),
+            };
+            let history = s.history.map_or_else(
+                || "no history".to_string(),
+                |h| format!("seen in {} of the last {} runs", h.seen_in, h.of_last),
+            );
+            let _ = writeln!(
+                out,
+                "{status} {} x{} {} {}{} [{}]{}\n  {}\n  first {}, last {}; members {}; servers {}; {history}\n  class {}: {}",
+                s.signature,
+                s.count,
+                s.scenario,
+                if s.model.is_empty() { "" } else { "model " },
+                s.model,
+                s.error_kind,
+                if s.fails.is_some() {
+                    " FAILS THE RUN"
+                } else {
+                    ""
+                },
+                s.message,
+                format_time(s.first_at_ms),
+                format_time(s.last_at_ms),
+                s.members.join(", "),
+                s.servers.join(", "),
+                s.class,
+                s.evidence,
+            );
+            let _ = writeln!(out, "  example ({}): {}", s.example_member, s.example);
+            if let Some(forensics) = &s.example.forensics {
+                render_forensics(out, &s.example, forensics);
+            }
+        }
+        if !self.known_issues.is_empty() {
+            let _ = writeln!(out, "\n== Known issues ==");
+            for k in &self.known_issues {
+                let _ = writeln!(
+                    out,
+                    "{} {}: {} failure(s) matched; {}{}",
+                    k.status.to_uppercase(),
+                    k.id,
+                    k.count,
+                    k.reason,
+                    k.link
+                        .as_deref()
+                        .map(|l| format!(" ({l})"))
+                        .unwrap_or_default()
+                );
+            }
+        }
     }
 }
 

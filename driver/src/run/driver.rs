@@ -36,6 +36,8 @@ pub(super) struct Driver<'a> {
     pub(super) perf_analyzer: Option<&'a str>,
     pub(super) progress: &'a mut Progress,
     pub(super) cancel: &'a CancellationToken,
+    /// The judgement of every failure record the workers write.
+    pub(super) verdicts: crate::judge::verdicts::Verdicts,
 }
 
 impl Driver<'_> {

@@ -9,6 +9,7 @@ use crate::report::Report;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
+use stress_common::contract::RunId;
 use stress_common::retry::{RetryPolicy, retry};
 use stress_common::status::EventKind;
 use stress_common::store::{Store, within as bounded};
@@ -164,9 +165,12 @@ pub(super) async fn save_failure_logs(store: &Store, launcher: &mut dyn Launcher
             member_id: server.member_id.clone(),
             from_ms: from,
             to_ms: to,
-            lines: launcher
-                .server_log_between(&server.member_id, from, to)
-                .await,
+            lines: crate::launcher::logs::excerpt(
+                launcher
+                    .server_log_between(&server.member_id, from, to)
+                    .await,
+                f.correlation_id,
+            ),
         };
         if let Err(e) = store
             .save_document(&plan.run_id, &excerpt.key(), &excerpt)
@@ -174,6 +178,56 @@ pub(super) async fn save_failure_logs(store: &Store, launcher: &mut dyn Launcher
         {
             tracing::warn!("log excerpt of {} not recorded: {e}", server.member_id);
         }
+    }
+}
+
+/// Earlier runs of the same matrix whose signatures are read for the history.
+const SIGNATURE_HISTORY_RUNS: usize = 100;
+/// The last runs a signature's history counts (`seen in k of the last n`).
+pub(super) const SIGNATURE_WINDOW: usize = 7;
+
+/// Judges what the workers recorded since the driver's last read (their final flush; after a
+/// failure, what came after the verdict), and saves the run's signatures with their history over
+/// the earlier runs of the matrix (`judge::verdicts::RunSignatures`), for the report and the
+/// next runs.
+pub(super) async fn save_signatures(
+    store: &Store,
+    store_url: &str,
+    runs_dir: &Path,
+    fingerprint: &str,
+    run_id: &RunId,
+    started_at_ms: i64,
+    verdicts: &mut crate::judge::verdicts::Verdicts,
+) {
+    if let Ok(rest) = bounded(
+        STORE_CALL_LIMIT,
+        store.failures_after(run_id, verdicts.last_failure_id()),
+    )
+    .await
+    {
+        verdicts.records(rest);
+    }
+    if let Ok(counts) = bounded(STORE_CALL_LIMIT, store.signature_counts(run_id)).await {
+        verdicts.counts(counts);
+    }
+    let earlier = crate::report::baseline::earlier_signatures(
+        store,
+        store_url,
+        runs_dir,
+        fingerprint,
+        run_id,
+        started_at_ms,
+        SIGNATURE_HISTORY_RUNS,
+    )
+    .await;
+    let judged = crate::judge::verdicts::with_histories(
+        verdicts.signatures(),
+        verdicts.known(),
+        &earlier,
+        SIGNATURE_WINDOW,
+    );
+    if let Err(e) = bounded(STORE_CALL_LIMIT, store.save_document(run_id, "", &judged)).await {
+        tracing::warn!("failure signatures not saved: {e}");
     }
 }
 

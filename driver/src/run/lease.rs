@@ -3,6 +3,7 @@
 
 use super::STORE_CALL_LIMIT;
 use super::millis;
+use crate::judge::rootcause::{LEASE_RENEWAL_MS, LEASE_TTL_MIN_MS};
 use std::time::Duration;
 use stress_common::store::{Store, within as bounded};
 
@@ -12,12 +13,13 @@ use stress_common::store::{Store, within as bounded};
 pub(super) struct Lease(tokio::task::JoinHandle<()>);
 
 impl Lease {
-    const RENEWAL: Duration = Duration::from_secs(15);
+    const RENEWAL: Duration = Duration::from_millis(LEASE_RENEWAL_MS as u64);
 
     /// Two minutes, and always a minute longer than a store outage the run survives, so a
     /// live driver's run is never taken for abandoned.
     pub(super) fn ttl(store_outage_limit: Duration) -> Duration {
-        Duration::from_secs(120).max(store_outage_limit + Duration::from_secs(60))
+        Duration::from_millis(LEASE_TTL_MIN_MS as u64)
+            .max(store_outage_limit + Duration::from_secs(60))
     }
 
     pub(super) async fn hold(store: Store, run_id: String, ttl: Duration) -> Lease {

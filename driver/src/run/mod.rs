@@ -8,7 +8,7 @@
 //! then do servers stop. The report is then built from the store alone.
 
 use finish::{
-    finish_and_read, save_diagnostics, save_failure_logs, save_trace_summaries,
+    finish_and_read, save_diagnostics, save_failure_logs, save_signatures, save_trace_summaries,
     scrape_server_metrics, verdict_line, write_report,
 };
 mod capacity;
@@ -81,6 +81,8 @@ pub struct RunOptions {
     pub keep_failed: Option<bool>,
     /// Compare with this run instead of the pinned or last passing run of the same name.
     pub baseline: Option<String>,
+    /// A known-issues file, whose entries join the matrix's `known_issues`.
+    pub known_issues: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -304,7 +306,7 @@ pub async fn run(
             matrix_yaml: matrix_text.clone(),
             launcher: launcher.name().into(),
             started_at_ms,
-            fingerprint: Some(fingerprint),
+            fingerprint: Some(fingerprint.clone()),
         })
         .await?;
     let _lease = Lease::hold(
@@ -328,6 +330,11 @@ pub async fn run(
         matrix.source_path.as_deref().and_then(Path::parent),
     )
     .map(|p| p.display().to_string());
+    let known =
+        crate::judge::known::KnownIssues::new(&matrix.known_issues).map_err(DriverError::Config)?;
+    let today = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date();
     let mut driver = Driver {
         store: &store,
         launcher,
@@ -337,8 +344,10 @@ pub async fn run(
         perf_analyzer: perf_analyzer.as_deref(),
         progress: &mut progress,
         cancel: &cancel,
+        verdicts: crate::judge::verdicts::Verdicts::new(known, today),
     };
     let mut verdict = driver.drive().await;
+    let mut verdicts = driver.verdicts;
     progress.done();
     if let (Some(b), Verdict::Pass | Verdict::Fail { .. }) = (&baselines, &verdict) {
         let failed = verdict != Verdict::Pass;
@@ -380,6 +389,18 @@ pub async fn run(
         launcher.stop_all(FAILURE_STOP_GRACE).await;
         tracing::info!("every member stopped");
     }
+    // Every failure the workers recorded, judged (the verdict is made; this is the report's),
+    // with its history over the earlier runs of this matrix.
+    save_signatures(
+        &store,
+        &store_url,
+        &options.runs_dir,
+        &fingerprint,
+        &plan.run_id,
+        started_at_ms,
+        &mut verdicts,
+    )
+    .await;
     // What the report adds from the launcher: each within its limit, and none when the store
     // does not answer now (a store that is down must not hold the run's end; the report says
     // what is missing).
@@ -468,7 +489,19 @@ pub async fn run(
 
 /// Loads a matrix and prepares a run directory; errors here are bad input (exit 2).
 pub fn prepare(options: &RunOptions) -> Result<(Matrix, String, PathBuf), DriverError> {
-    let matrix = matrix::load(&options.matrix)?;
+    let mut matrix = matrix::load(&options.matrix)?;
+    if let Some(file) = &options.known_issues {
+        for issue in matrix::load_known_issues(file)? {
+            if matrix.known_issues.iter().any(|k| k.id == issue.id) {
+                return Err(DriverError::Config(format!(
+                    "{}: known issue id {:?} is also in the matrix's known_issues",
+                    file.display(),
+                    issue.id
+                )));
+            }
+            matrix.known_issues.push(issue);
+        }
+    }
     if let Some(d) = options.duration {
         stress_common::limits::within(d, Duration::ZERO, stress_common::limits::MAX_DURATION)
             .map_err(|e| DriverError::Config(format!("--duration {e}")))?;

@@ -10,8 +10,10 @@ use super::{
     SERVER_STOP_GRACE, SLO_MEMBER, STORE_CALL_LIMIT, Verdict, Wake,
 };
 use crate::capacity::autoscale;
+use crate::judge::classify::ServerEnd;
 use crate::judge::failfast::{self, FailFast, Poll};
 use crate::judge::slo;
+use crate::judge::verdicts::FailedTest;
 use crate::launcher::MemberExit;
 use crate::launcher::external;
 use crate::plan::ServerEndpoint;
@@ -193,10 +195,17 @@ impl Driver<'_> {
                         self.store.events(&plan.run_id, rules.last_event_id()),
                     )
                     .await;
+                    let failed_tests = self.new_failures(EVENT_CHECK_LIMIT).await;
                     match events {
-                        Ok(events) if !events.is_empty() => Poll {
+                        Ok(events) if !events.is_empty() || !failed_tests.is_empty() => Poll {
                             now_ms: stress_common::now_ms(),
                             events: Some(Ok(events)),
+                            failed_tests,
+                            ..Poll::default()
+                        },
+                        _ if !failed_tests.is_empty() => Poll {
+                            now_ms: stress_common::now_ms(),
+                            failed_tests,
                             ..Poll::default()
                         },
                         // Nothing new, or a store that does not answer (the tick's reads
@@ -205,6 +214,7 @@ impl Driver<'_> {
                     }
                 }
             };
+            self.note_server_ends(&poll.exits, &endpoints, poll.now_ms);
             // Each worker's QPS now, for the progress line (the rules take the poll).
             let qps: Vec<(String, f64)> = match &poll.latest_qps {
                 Some(Ok(q)) => q.iter().map(|q| (q.member_id.clone(), q.qps)).collect(),
@@ -280,9 +290,20 @@ impl Driver<'_> {
             .filter(|e| e.kind == EventKind::Success)
             .map(|e| e.member_id)
             .collect();
+        // What the workers recorded since the last poll, their final flush included.
+        let late_failed = self.new_failures(STORE_CALL_LIMIT).await;
+        let final_counts = bounded(STORE_CALL_LIMIT, self.store.signature_counts(&plan.run_id))
+            .await
+            .unwrap_or_default();
+        self.verdicts.counts(final_counts);
+        let load_hours = started.elapsed().as_secs_f64() / 3600.0;
+        let late_failed: Vec<FailedTest> = late_failed
+            .into_iter()
+            .chain(self.verdicts.over_rate(load_hours))
+            .collect();
         let mut verdict = Verdict::Pass;
         let slo = self.judge_slo(started_ms).await;
-        if let Some(blame) = failfast::at_end(&late, &exits, &finished_cleanly) {
+        if let Some(blame) = failfast::at_end(&late, &late_failed, &exits, &finished_cleanly) {
             if blame.record {
                 self.record(&blame.member, EventKind::Failure, &blame.reason)
                     .await;
@@ -328,14 +349,26 @@ impl Driver<'_> {
             };
         }
         let run_id = &self.plan.run_id;
-        let (events, heartbeats, latest_qps) = tokio::join!(
+        let (events, heartbeats, latest_qps, failures, counts) = tokio::join!(
             bounded(
                 STORE_CALL_LIMIT,
                 self.store.events(run_id, rules.last_event_id())
             ),
             bounded(STORE_CALL_LIMIT, self.store.heartbeats(run_id)),
             bounded(STORE_CALL_LIMIT, self.store.latest_qps(run_id)),
+            bounded(
+                STORE_CALL_LIMIT,
+                self.store
+                    .failures_after(run_id, self.verdicts.last_failure_id())
+            ),
+            bounded(STORE_CALL_LIMIT, self.store.signature_counts(run_id)),
         );
+        // An unreadable store is judged by the rules (events, heartbeats); what was read of the
+        // failures is judged now, the rest at the next read.
+        let mut failed_tests = self.verdicts.records(failures.unwrap_or_default());
+        self.verdicts.counts(counts.unwrap_or_default());
+        let planned_hours = self.plan.duration.as_secs_f64() / 3600.0;
+        failed_tests.extend(self.verdicts.over_rate(planned_hours));
         let not_running = rules
             .clients()
             .into_iter()
@@ -363,6 +396,41 @@ impl Driver<'_> {
             latest_qps: Some(latest_qps),
             not_running,
             server_probes,
+            failed_tests,
+        }
+    }
+
+    /// The failure records not judged yet, judged: those that fail the run.
+    async fn new_failures(&mut self, limit: std::time::Duration) -> Vec<FailedTest> {
+        let read = bounded(
+            limit,
+            self.store
+                .failures_after(&self.plan.run_id, self.verdicts.last_failure_id()),
+        )
+        .await;
+        self.verdicts.records(read.unwrap_or_default())
+    }
+
+    /// Servers that ended: the failures that could not reach them are classified by it.
+    fn note_server_ends(
+        &mut self,
+        exits: &[MemberExit],
+        endpoints: &BTreeMap<String, ServerEndpoint>,
+        now_ms: i64,
+    ) {
+        for e in exits {
+            if let Some(ep) = endpoints.get(&e.member_id) {
+                self.verdicts.server_ended(ServerEnd {
+                    member: e.member_id.clone(),
+                    addresses: [&ep.grpc, &ep.http]
+                        .into_iter()
+                        .filter(|a| !a.is_empty())
+                        .cloned()
+                        .collect(),
+                    at_ms: now_ms,
+                    reason: e.describe(),
+                });
+            }
         }
     }
 }

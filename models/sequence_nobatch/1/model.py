@@ -28,6 +28,12 @@ import triton_python_backend_utils as pb_utils
 # faulty twin (models-faulty/sequence_faulty) sets it, to "add one too many".
 DEFAULT_OUTPUT_OFFSET = 0
 
+# The config parameter `forget_start_every` (0: never): every Nth sequence started on an
+# instance has its second step rejected as if it had no START, in tritonserver's own words
+# after answering its START. Only models-faulty/sequence_forgets_start sets it: the server
+# contradicting an answer it gave (what 2.51's sequence-batcher reaper race does).
+DEFAULT_FORGET_START_EVERY = 0
+
 
 def _wrap_int32(value):
     """Python int -> the int32 value two's-complement arithmetic would give."""
@@ -43,6 +49,13 @@ class TritonPythonModel:
             .get("output_offset", {})
             .get("string_value", DEFAULT_OUTPUT_OFFSET)
         )
+        self._forget_start_every = int(
+            config.get("parameters", {})
+            .get("forget_start_every", {})
+            .get("string_value", DEFAULT_FORGET_START_EVERY)
+        )
+        self._started = 0
+        self._forgotten = set()
         idle_us = int(
             config.get("sequence_batching", {}).get(
                 "max_sequence_idle_microseconds", 3000000
@@ -92,6 +105,17 @@ class TritonPythonModel:
             cid = int(corrid[i])
             if start[i]:
                 total = 0
+                self._started += 1
+                if self._forget_start_every and self._started % self._forget_start_every == 0:
+                    self._forgotten.add(cid)
+            elif cid in self._forgotten:
+                # FAULT (only with forget_start_every): the START just answered is forgotten.
+                self._forgotten.discard(cid)
+                self._state.pop(cid, None)
+                raise ValueError(
+                    f"inference request for sequence {cid} to model '{self._name}' must "
+                    "specify the START flag on the first request of the sequence"
+                )
             else:
                 entry = self._state.get(cid)
                 if entry is None:

@@ -67,6 +67,8 @@ const CORRID_TYPES: [&str; 5] = [
 pub struct SequenceBatching {
     pub controls: Vec<ControlInput>,
     pub states: Vec<ImplicitState>,
+    /// `max_sequence_idle_microseconds` (None: not set, Triton's default of 1 s).
+    pub max_sequence_idle_us: Option<u64>,
 }
 
 impl SequenceBatching {
@@ -143,7 +145,13 @@ impl SequenceBatching {
                     .unwrap_or_default(),
             })
             .collect();
-        Ok(Self { controls, states })
+        Ok(Self {
+            controls,
+            states,
+            max_sequence_idle_us: super::json_i64(&v["max_sequence_idle_microseconds"])
+                .and_then(|us| u64::try_from(us).ok())
+                .filter(|us| *us > 0),
+        })
     }
 
     /// The gRPC ModelConfig's form.
@@ -192,7 +200,13 @@ impl SequenceBatching {
                 dims: st.dims.clone(),
             })
             .collect();
-        Self { controls, states }
+        Self {
+            controls,
+            states,
+            // 0 in the config is unset: Triton's default.
+            max_sequence_idle_us: (s.max_sequence_idle_microseconds > 0)
+                .then_some(s.max_sequence_idle_microseconds),
+        }
     }
 
     /// CORRID's data type, when the model asks for the id as an input.
@@ -243,6 +257,7 @@ pub(crate) mod tests {
         };
         json!({
             "direct": {"max_queue_delay_microseconds": 0},
+            "max_sequence_idle_microseconds": "3000000",
             "control_input": [
                 {"name": "START", "control": [control("CONTROL_SEQUENCE_START", json!([]), json!([0, 1]), json!([]), "TYPE_INVALID")]},
                 {"name": "END", "control": [control("CONTROL_SEQUENCE_END", json!([]), json!([]), json!([false, true]), "TYPE_INVALID")]},
@@ -321,9 +336,16 @@ pub(crate) mod tests {
                 data_type: triton_proto::DataType::TypeInt32 as i32,
                 dims: vec![1],
             }],
+            max_sequence_idle_microseconds: 3_000_000,
             ..Default::default()
         };
         assert_eq!(SequenceBatching::from_proto(&p), from_json);
+        assert_eq!(from_json.max_sequence_idle_us, Some(3_000_000));
+        let unset = triton_proto::ModelSequenceBatching::default();
+        assert_eq!(
+            SequenceBatching::from_proto(&unset).max_sequence_idle_us,
+            None
+        );
     }
 
     #[test]
@@ -335,6 +357,7 @@ pub(crate) mod tests {
                 values: ControlValues::DataType(t.into()),
             }],
             states: vec![],
+            max_sequence_idle_us: None,
         };
         for t in ["TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32"] {
             assert!(!with(t).string_ids(), "{t}");

@@ -1,0 +1,378 @@
+//! Where a failure's fault lies, with the evidence that decided it (pure): the driver classifies
+//! every failure record it judges — `server`, `client`, `infrastructure`, `harness` or
+//! `injected` — from the record itself (its error, its steps on the wire) and what the run saw
+//! around it (servers that ended, and how). In order:
+//!
+//! 1. inside a fault the run injected on purpose: `injected`;
+//! 2. a sequence step rejected for having no START: if the test's own steps show START sent on
+//!    that correlation id and answered OK, and the rejected step came within the model's
+//!    `max_sequence_idle` of that answer, the server contradicted an answer it gave: `server`;
+//!    a gap beyond it means the sequence really idled out (`client`: the client paused too
+//!    long); no START in the steps means the client never sent one (`client`);
+//! 3. a request that could not get through (transport, unavailable, timeout) while its server
+//!    ended: `infrastructure` when the launcher says the pod was OOMKilled, evicted or its node
+//!    lost, else `server` (it died);
+//! 4. otherwise by the error: a broken connection to a server that stayed up is the network
+//!    (`infrastructure`); a wrong answer, the server's own error, a protocol violation, a
+//!    refusal to serve or a late answer are the `server`'s; a request refused as invalid is the
+//!    `client`'s; a test that could not run is the `harness`'s.
+
+use stress_common::signature::{ErrorKind, FailureClass};
+use stress_common::status::{FailureRecord, WireStep};
+
+/// Triton's default `max_sequence_idle_microseconds` (1 s), when the model's is not known.
+const DEFAULT_SEQUENCE_IDLE_US: u64 = 1_000_000;
+
+/// The text of a sequence step rejected for missing its START (tritonserver's words).
+const NO_START: &str = "must specify the START flag";
+
+/// A server that ended during the run: which addresses were its, when, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerEnd {
+    pub member: String,
+    /// Its addresses as clients reach them (`host:port`).
+    pub addresses: Vec<String>,
+    pub at_ms: i64,
+    /// The launcher's words (`killed by signal 9`, `OOMKilled`).
+    pub reason: String,
+}
+
+impl ServerEnd {
+    /// Whether what ended it is the platform's, not the server's (its pod's memory limit, an
+    /// eviction, a lost node).
+    fn by_infrastructure(&self) -> bool {
+        let r = self.reason.to_ascii_lowercase();
+        [
+            "oomkilled",
+            "evicted",
+            "node lost",
+            "nodelost",
+            "preempt",
+            "deadlineexceeded",
+        ]
+        .iter()
+        .any(|w| r.contains(w))
+    }
+}
+
+/// What the run saw around its failures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Context {
+    pub server_ends: Vec<ServerEnd>,
+    /// Faults the run injected on purpose: (name, from ms, to ms — its recovery's end).
+    pub injected: Vec<(String, i64, i64)>,
+}
+
+/// A class and the evidence that decided it, in words.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Evidence {
+    pub class: FailureClass,
+    pub why: String,
+}
+
+fn evidence(class: FailureClass, why: impl Into<String>) -> Evidence {
+    Evidence {
+        class,
+        why: why.into(),
+    }
+}
+
+/// The class of `record`, whose client saw `kind`, in `context`.
+pub fn classify(record: &FailureRecord, kind: ErrorKind, context: &Context) -> Evidence {
+    if let Some((name, from, to)) = context
+        .injected
+        .iter()
+        .find(|(_, from, to)| (*from..=*to).contains(&record.at_ms))
+    {
+        return evidence(
+            FailureClass::Injected,
+            format!(
+                "during the injected fault {name} ({} to {} ms into the run's clock)",
+                from, to
+            ),
+        );
+    }
+    if record.actual.contains(NO_START)
+        && let Some(e) = missing_start(record)
+    {
+        return e;
+    }
+    let ended = context
+        .server_ends
+        .iter()
+        .find(|e| e.addresses.contains(&record.server) && e.at_ms <= record.at_ms + 2_000);
+    if matches!(
+        kind,
+        ErrorKind::Transport | ErrorKind::Unavailable | ErrorKind::Timeout
+    ) && let Some(end) = ended
+    {
+        let class = if end.by_infrastructure() {
+            FailureClass::Infrastructure
+        } else {
+            FailureClass::Server
+        };
+        return evidence(
+            class,
+            format!(
+                "its server {} ended ({}) at {} ms, {} ms from this failure",
+                end.member,
+                end.reason,
+                end.at_ms,
+                record.at_ms - end.at_ms
+            ),
+        );
+    }
+    match kind {
+        ErrorKind::Transport => evidence(
+            FailureClass::Infrastructure,
+            "the connection failed while its server stayed up: the network between them",
+        ),
+        ErrorKind::WrongAnswer => evidence(
+            FailureClass::Server,
+            "the server answered, and the answer failed its check",
+        ),
+        ErrorKind::ServerError => evidence(
+            FailureClass::Server,
+            "the server answered with an error of its own",
+        ),
+        ErrorKind::Protocol => evidence(
+            FailureClass::Server,
+            "the server's answer did not follow the protocol",
+        ),
+        ErrorKind::Unavailable => {
+            evidence(FailureClass::Server, "the server said it cannot serve now")
+        }
+        ErrorKind::Timeout => evidence(
+            FailureClass::Server,
+            "the server did not answer within the client's deadline",
+        ),
+        ErrorKind::Rejected => evidence(
+            FailureClass::Client,
+            "the server refused the request as invalid",
+        ),
+        ErrorKind::Harness => evidence(
+            FailureClass::Harness,
+            "the test could not run for a reason of the worker's own",
+        ),
+    }
+}
+
+/// A step rejected for having no START, judged on the test's own steps (None: no steps to judge
+/// by).
+fn missing_start(record: &FailureRecord) -> Option<Evidence> {
+    let forensics = record.forensics.as_ref()?;
+    let steps = &forensics.steps;
+    let rejected_at = steps.iter().rposition(|s| s.outcome.contains(NO_START))?;
+    let rejected = &steps[rejected_at];
+    let id = rejected.correlation_id.or(record.correlation_id);
+    let same = |s: &&WireStep| s.correlation_id == id && s.model == rejected.model;
+    let started = steps[..rejected_at]
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| same(s))
+        .rfind(|(_, s)| s.flags.split('|').any(|f| f == "START"));
+    let id_text = id.map_or_else(|| "?".to_string(), |i| i.to_string());
+    let Some((start_at, start)) = started else {
+        return Some(evidence(
+            FailureClass::Client,
+            format!(
+                "no step of this test sent START on correlation id {id_text} before step {} \
+                 was rejected for it: the client began the sequence without it",
+                rejected_at + 1
+            ),
+        ));
+    };
+    if start.outcome != "ok" {
+        return None;
+    }
+    // Every step of the sequence between START and the rejected one was answered.
+    let answered_between = steps[start_at + 1..rejected_at]
+        .iter()
+        .filter(|s| same(s))
+        .all(|s| s.outcome == "ok");
+    if !answered_between {
+        return None;
+    }
+    let last_answer_us = steps[start_at..rejected_at]
+        .iter()
+        .filter(|s| same(s))
+        .map(|s| s.received_us)
+        .max()
+        .unwrap_or(start.received_us);
+    let gap_us = (rejected.sent_us - last_answer_us).max(0) as u64;
+    let (idle_us, whose) = match forensics.sequence_idle_us {
+        Some(us) => (us, "the model's max_sequence_idle"),
+        None => (
+            DEFAULT_SEQUENCE_IDLE_US,
+            "Triton's default max_sequence_idle (the model's is not known)",
+        ),
+    };
+    let ms = |us: u64| us as f64 / 1000.0;
+    let start_wait = (start.received_us - start.sent_us).max(0) as u64;
+    if gap_us < idle_us {
+        Some(evidence(
+            FailureClass::Server,
+            format!(
+                "the server contradicted itself: step {} (START) of correlation id {id_text} was \
+                 answered OK after {:.1} ms, and step {} was rejected {:.1} ms after the last \
+                 answer for having no START, within {whose} ({:.0} ms), so the sequence cannot \
+                 have idled out",
+                start_at + 1,
+                ms(start_wait),
+                rejected_at + 1,
+                ms(gap_us),
+                ms(idle_us)
+            ),
+        ))
+    } else {
+        Some(evidence(
+            FailureClass::Client,
+            format!(
+                "the client paused {:.1} ms on correlation id {id_text} before step {}, beyond \
+                 {whose} ({:.0} ms): the server ended the idle sequence as configured",
+                ms(gap_us),
+                rejected_at + 1,
+                ms(idle_us)
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stress_common::status::Forensics;
+
+    fn step(sent_ms: i64, took_ms: i64, flags: &str, outcome: &str) -> WireStep {
+        WireStep {
+            sent_us: sent_ms * 1000,
+            received_us: (sent_ms + took_ms) * 1000,
+            server: "127.0.0.1:8001".into(),
+            model: "sequence_nobatch".into(),
+            correlation_id: Some(1_048_577),
+            flags: flags.into(),
+            input_digest: String::new(),
+            outcome: outcome.into(),
+        }
+    }
+
+    const REJECTED: &str = "server error (InvalidArgument): inference request for sequence \
+        1048577 to model 'sequence_nobatch' must specify the START flag on the first request \
+        of the sequence";
+
+    fn sequence_failure(steps: Vec<WireStep>, idle_us: Option<u64>) -> FailureRecord {
+        FailureRecord {
+            at_ms: 10_000,
+            scenario: "SequenceValid".into(),
+            server: "127.0.0.1:8001".into(),
+            model: "sequence_nobatch".into(),
+            correlation_id: Some(1_048_577),
+            expected: "step 2 of 12 answered".into(),
+            actual: REJECTED.into(),
+            forensics: Some(Forensics {
+                steps,
+                sequence_idle_us: idle_us,
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_rejected_step_right_after_an_answered_start_is_the_server_contradicting_itself() {
+        // The reaper race: START waited 3,000 ms in the backlog, step 2 rejected 0.3 ms later.
+        let record = sequence_failure(
+            vec![step(0, 3000, "START", "ok"), step(3000, 0, "", REJECTED)],
+            Some(3_000_000),
+        );
+        let e = classify(&record, ErrorKind::Rejected, &Context::default());
+        assert_eq!(e.class, FailureClass::Server, "{}", e.why);
+        assert!(e.why.contains("contradicted itself"), "{}", e.why);
+        assert!(e.why.contains("step 1 (START)"), "{}", e.why);
+        assert!(e.why.contains("answered OK after 3000.0 ms"), "{}", e.why);
+        assert!(e.why.contains("max_sequence_idle (3000 ms)"), "{}", e.why);
+    }
+
+    #[test]
+    fn a_client_that_never_sent_start_or_paused_too_long_is_the_client() {
+        let forgot = sequence_failure(vec![step(0, 1, "", REJECTED)], Some(3_000_000));
+        let e = classify(&forgot, ErrorKind::Rejected, &Context::default());
+        assert_eq!(e.class, FailureClass::Client, "{}", e.why);
+        assert!(e.why.contains("without it"), "{}", e.why);
+        let slow = sequence_failure(
+            vec![step(0, 1, "START", "ok"), step(5000, 0, "", REJECTED)],
+            Some(3_000_000),
+        );
+        let e = classify(&slow, ErrorKind::Rejected, &Context::default());
+        assert_eq!(e.class, FailureClass::Client, "{}", e.why);
+        assert!(e.why.contains("paused 4999.0 ms"), "{}", e.why);
+        // No steps to judge by: a request refused as invalid.
+        let mut bare = forgot.clone();
+        bare.forensics = None;
+        assert_eq!(
+            classify(&bare, ErrorKind::Rejected, &Context::default()).class,
+            FailureClass::Client
+        );
+    }
+
+    #[test]
+    fn a_failure_while_its_server_ended_is_the_server_s_or_the_platform_s() {
+        let mut record = sequence_failure(vec![], None);
+        record.actual = "transport error: connection refused".into();
+        let end = |reason: &str| Context {
+            server_ends: vec![ServerEnd {
+                member: "triton-0".into(),
+                addresses: vec!["127.0.0.1:8001".into()],
+                at_ms: 9_500,
+                reason: reason.into(),
+            }],
+            injected: vec![],
+        };
+        let e = classify(
+            &record,
+            ErrorKind::Transport,
+            &end("killed by signal 9 (SIGKILL)"),
+        );
+        assert_eq!(e.class, FailureClass::Server, "{}", e.why);
+        assert!(e.why.contains("triton-0 ended"), "{}", e.why);
+        let e = classify(&record, ErrorKind::Transport, &end("OOMKilled"));
+        assert_eq!(e.class, FailureClass::Infrastructure, "{}", e.why);
+        // The server stayed up: the network.
+        let e = classify(&record, ErrorKind::Transport, &Context::default());
+        assert_eq!(e.class, FailureClass::Infrastructure, "{}", e.why);
+        // Another server's end says nothing of this one.
+        let mut other = end("killed");
+        other.server_ends[0].addresses = vec!["127.0.0.1:9001".into()];
+        assert_eq!(
+            classify(&record, ErrorKind::Timeout, &other).class,
+            FailureClass::Server
+        );
+    }
+
+    #[test]
+    fn by_error_kind_and_inside_an_injected_fault() {
+        let mut record = sequence_failure(vec![], None);
+        record.actual = "OUTPUT0 [4]".into();
+        for (kind, class) in [
+            (ErrorKind::WrongAnswer, FailureClass::Server),
+            (ErrorKind::ServerError, FailureClass::Server),
+            (ErrorKind::Protocol, FailureClass::Server),
+            (ErrorKind::Timeout, FailureClass::Server),
+            (ErrorKind::Rejected, FailureClass::Client),
+            (ErrorKind::Harness, FailureClass::Harness),
+        ] {
+            assert_eq!(
+                classify(&record, kind, &Context::default()).class,
+                class,
+                "{kind}"
+            );
+        }
+        let during = Context {
+            server_ends: vec![],
+            injected: vec![("kill-triton".into(), 9_000, 12_000)],
+        };
+        assert_eq!(
+            classify(&record, ErrorKind::WrongAnswer, &during).class,
+            FailureClass::Injected
+        );
+    }
+}

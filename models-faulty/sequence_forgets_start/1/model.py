@@ -1,0 +1,1 @@
+../../../models/sequence_nobatch/1/model.py
