@@ -785,16 +785,23 @@ fn dns_labels() {
     ));
 }
 
-/// The committed schema is the generated one. `UPDATE_SCHEMA=1 cargo test -p driver schema`
-/// rewrites it.
+/// The committed schema, and the matrix reference page made from it, are the generated ones.
+/// `UPDATE_SCHEMA=1 cargo test -p driver schema` rewrites both.
 #[test]
 fn committed_schema_is_up_to_date() {
     let path = test_matrices_dir().join("schema.json");
     let generated = matrix::json_schema_text();
+    let reference = test_matrices_dir().join("../docs/matrix-reference.md");
     if std::env::var_os("UPDATE_SCHEMA").is_some() {
         std::fs::write(&path, &generated).unwrap();
+        std::fs::write(&reference, matrix::reference_markdown()).unwrap();
         return;
     }
+    assert!(
+        std::fs::read_to_string(&reference).unwrap_or_default() == matrix::reference_markdown(),
+        "{} is not the reference generated from the matrix types; regenerate it with\n\n    UPDATE_SCHEMA=1 cargo test -p driver schema\n",
+        reference.display()
+    );
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
@@ -884,4 +891,37 @@ fn open_loop_schedules_parse_and_a_request_intervals_file_resolves_against_the_m
         .position(|a| a == "--request-intervals")
         .expect("flag");
     assert_eq!(args[at + 1], want.display().to_string());
+}
+
+/// The nightly CronJob applies the shipped known issues: the file is in the matrix ConfigMap it
+/// mounts, its arguments name it, and it loads.
+#[test]
+fn the_nightly_cronjob_applies_the_shipped_known_issues() {
+    let base = test_matrices_dir().join("../deploy/base");
+    let cronjob: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(base.join("cronjob.yaml")).unwrap())
+            .unwrap();
+    let args: Vec<String> = serde_json::from_value(
+        cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+    )
+    .unwrap();
+    let at = args
+        .iter()
+        .position(|a| a == "--known-issues")
+        .expect("the CronJob passes --known-issues");
+    assert_eq!(args[at + 1], "/matrix/known-issues.yaml");
+    let kustomization: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(base.join("kustomization.yaml")).unwrap())
+            .unwrap();
+    let files = &kustomization["configMapGenerator"][0]["files"];
+    assert!(
+        files
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "known-issues.yaml"),
+        "{files}"
+    );
+    let issues = matrix::load_known_issues(&base.join("known-issues.yaml")).unwrap();
+    assert!(issues.iter().any(|k| k.id == "triton-2.51-sequence-reaper"));
 }

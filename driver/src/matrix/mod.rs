@@ -30,6 +30,7 @@ mod duration;
 mod error;
 mod expand;
 mod fingerprint;
+mod reference;
 pub mod slo;
 mod source;
 mod types;
@@ -42,6 +43,7 @@ use serde_saphyr::{DefaultMessageFormatter, MessageFormatter};
 pub use error::{Diagnostic, MatrixError, Position};
 pub use expand::{ClientMember, ExternalServer, ServerMember, member_name};
 pub use fingerprint::{FINGERPRINT_VERSION, fingerprint};
+pub use reference::reference_markdown;
 pub use types::{
     ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, ClientGroup, ClientTemplate,
     DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, IssueMatch, KnownIssue,
