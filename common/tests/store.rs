@@ -594,6 +594,31 @@ async fn story(url: &str, fresh: bool) {
             .unwrap()
             .is_empty()
     );
+    // Across runs, newest first (a list of runs reads their summaries this way). Only this
+    // story writes this kind; the filter keeps a shared TEST_DATABASE_URL's other runs out.
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Listed(u32);
+    impl Document for Listed {
+        const KIND: &'static str = "test_listed";
+    }
+    store.save_document(&run, "", &Listed(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    store
+        .save_document(&other_run, "", &Listed(2))
+        .await
+        .unwrap();
+    let ours: Vec<(String, Listed)> = store
+        .latest_documents::<Listed>(1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(r, _)| *r == run_id || *r == old_run)
+        .collect();
+    assert_eq!(
+        ours,
+        [(old_run.clone(), Listed(2)), (run_id.clone(), Listed(1))]
+    );
+    assert_eq!(store.latest_documents::<Listed>(1).await.unwrap().len(), 1);
     assert_eq!(
         store
             .documents::<Note>(&run)

@@ -153,6 +153,21 @@ enum Command {
         #[arg(long)]
         junit: bool,
     },
+    /// List finished runs, newest first: verdict, load, failure signatures (new / recurring /
+    /// known), regressions and root cause. From one store (--database-url: a cluster's
+    /// Postgres holds every night) or the run directories under --runs-dir. Reads only.
+    Runs {
+        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+        runs_dir: PathBuf,
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: Option<String>,
+        /// How many runs.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// Print the summaries as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Baselines for regression comparisons.
     #[command(subcommand)]
     Baseline(BaselineCommand),
@@ -258,6 +273,35 @@ async fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");
+                    ExitCode::from(BAD_INPUT)
+                }
+            }
+        }
+        Command::Runs {
+            runs_dir,
+            database_url,
+            limit,
+            json,
+        } => {
+            use driver::report::summary::{self, RunSource};
+            let source = match &database_url {
+                Some(url) => RunSource::Store(url),
+                None => RunSource::RunsDir(&runs_dir),
+            };
+            match summary::list(source, limit).await {
+                Ok(runs) if json => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&runs).expect("plain data serialises")
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(runs) => {
+                    print!("{}", driver::render::text::run_list(&runs));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
                     ExitCode::from(BAD_INPUT)
                 }
             }

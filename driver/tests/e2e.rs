@@ -671,6 +671,18 @@ async fn smoke_matrix_passes_on_postgres_and_the_report_rebuilds() {
         ],
         &run_dir,
     );
+    // The store lists it (read-only) with its verdict and load.
+    let out = driver_cli(&["runs", "--database-url", pg.url(), "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == run_id.as_str())
+        .unwrap_or_else(|| panic!("{run_id} not listed: {listed:#}"));
+    assert_eq!(run["verdict"], "PASS", "{run:#}");
+    assert!(run["requests"].as_u64().unwrap() > 0, "{run:#}");
 }
 
 /// Which process the fail-fast test kills.
@@ -1625,6 +1637,50 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
     );
     let out = driver_cli(&["baseline", "set", "no-such-run", "--runs-dir", runs_arg]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
+
+    // The history at a glance: the three finished runs, newest first, the slow one failed by
+    // its regressions (the refused run started nothing and has no summary).
+    let out = driver_cli(&["runs", "--runs-dir", runs_arg, "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["e2e-reg-other-matrix", "e2e-reg-slow", "e2e-reg-fast"],
+        "{listed:#}"
+    );
+    assert_eq!(listed[1]["verdict"], "FAIL");
+    assert!(
+        listed[1]["regressions"].as_u64().unwrap() >= 3,
+        "{listed:#}"
+    );
+    assert_eq!(
+        listed[1]["root_cause"]
+            .as_str()
+            .map(|r| r.starts_with("regression: ")),
+        Some(true),
+        "{listed:#}"
+    );
+    assert_eq!(listed[2]["verdict"], "PASS");
+    assert_eq!(listed[2]["regressions"], 0);
+    assert_ne!(
+        listed[0]["fingerprint"], listed[2]["fingerprint"],
+        "another matrix"
+    );
+    assert_eq!(listed[1]["fingerprint"], listed[2]["fingerprint"]);
+    let out = driver_cli(&["runs", "--runs-dir", runs_arg, "--limit", "1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text.lines().count(), 2, "a header and one run: {text}");
+    assert!(
+        text.contains("e2e-reg-other-matrix") && text.contains("PASS"),
+        "{text}"
+    );
 }
 
 /// A tritonserver the test starts itself on free loopback ports (the repository's models), for

@@ -651,3 +651,73 @@ fn the_checks_see_a_cycle_and_an_upward_import() {
     assert!(cycles(&c).is_empty(), "{:?}", cycles(&c));
     assert!(stage_problems(&c, &["matrix", "plan"]).is_empty());
 }
+
+/// ARCHITECTURE.md says what the code is: its stage table names every module of each driver
+/// stage, and its launcher interface every method of the `Launcher` trait and no other.
+#[test]
+fn the_architecture_page_matches_the_tree() {
+    let root = workspace();
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let driver = Crate::load("driver", &root.join("driver/src/lib.rs"));
+    let mut problems = Vec::new();
+    for stage in DRIVER_STAGES {
+        let Some(row) = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{stage}/` |")))
+        else {
+            problems.push(format!(
+                "no row for the stage `{stage}/` in the stage table"
+            ));
+            continue;
+        };
+        let id = driver.modules[0].children[stage];
+        let file = driver.modules[id].file;
+        for (child, &c) in &driver.modules[id].children {
+            // Inline modules (tests) live in their parent's file.
+            if driver.modules[c].file != file && !row.contains(&format!("`{child}`")) {
+                problems.push(format!(
+                    "stage `{stage}/`: module `{child}` is not in its row"
+                ));
+            }
+        }
+    }
+    let source = std::fs::read_to_string(root.join("driver/src/launcher/mod.rs")).unwrap();
+    let ast = syn::parse_file(&source).unwrap();
+    let methods: BTreeSet<String> = ast
+        .items
+        .iter()
+        .find_map(|i| match i {
+            syn::Item::Trait(t) if t.ident == "Launcher" => Some(t),
+            _ => None,
+        })
+        .expect("the Launcher trait")
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            syn::TraitItem::Fn(f) => Some(f.sig.ident.to_string()),
+            _ => None,
+        })
+        .collect();
+    let block = text
+        .split("trait Launcher {")
+        .nth(1)
+        .and_then(|rest| rest.split("\n}").next())
+        .expect("ARCHITECTURE.md shows `trait Launcher { ... }`");
+    let listed: BTreeSet<String> = block
+        .lines()
+        .filter_map(|l| l.split("fn ").nth(1))
+        .filter_map(|l| l.split('(').next())
+        .map(|name| name.trim().to_string())
+        .collect();
+    for m in methods.difference(&listed) {
+        problems.push(format!(
+            "Launcher::{m} is not in ARCHITECTURE.md's launcher interface"
+        ));
+    }
+    for m in listed.difference(&methods) {
+        problems.push(format!(
+            "ARCHITECTURE.md lists Launcher::{m}, which the trait does not have"
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -126,4 +126,22 @@ impl Store {
         D::from_stored(value)
             .map_err(|e| self.corrupt(op, format!("{} {key:?} does not read: {e}", D::KIND)))
     }
+
+    /// The newest `limit` documents of kind `D` across every run of the store, newest first:
+    /// (run id, document). A dashboard lists runs by their summaries this way.
+    pub async fn latest_documents<D: Document>(&self, limit: u32) -> Result<Vec<(String, D)>> {
+        const OP: &str = "latest_documents";
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT run_id, doc_key, details FROM documents WHERE kind = $1
+             ORDER BY updated_at_ms DESC, run_id DESC LIMIT $2",
+        )
+        .bind(D::KIND)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db(OP))?;
+        rows.into_iter()
+            .map(|(run, key, text)| Ok((run, self.decode_document::<D>(OP, &key, &text)?)))
+            .collect()
+    }
 }

@@ -484,7 +484,7 @@ pub fn keda_scaled_object(
 }
 
 /// At most three decimals, no trailing zeros.
-fn number(v: f64) -> String {
+pub(crate) fn number(v: f64) -> String {
     let s = format!("{v:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
@@ -838,66 +838,8 @@ impl Collector {
     }
 }
 
-/// report.txt's lines for one phase's autoscaler section.
-pub fn render(a: &Autoscaler) -> String {
-    let mut out = format!(
-        "  autoscaler signals at the best window (source: {}; thresholds = observed x hpa_margin {}):\n",
-        a.source,
-        number(a.hpa_margin)
-    );
-    out.push_str(&format!(
-        "    {:<24} {:>12} {:>12} {:>12} {:>9} {}\n",
-        "signal", "lowest load", "observed", "threshold", "fires at", ""
-    ));
-    for s in &a.signals {
-        let opt = |v: Option<f64>| v.map_or("-".to_string(), number);
-        out.push_str(&format!(
-            "    {:<24} {:>12} {:>12} {:>12} {:>9} {}\n",
-            s.signal.as_str(),
-            opt(s.baseline),
-            number(s.observed),
-            opt(s.threshold),
-            s.fires_at_concurrency
-                .map_or("-".to_string(), |c| format!("c={c}")),
-            if s.primary {
-                "PRIMARY (first to fire)"
-            } else if s.threshold.is_some() && !s.load_sensitive {
-                "(not load-sensitive)"
-            } else {
-                ""
-            }
-        ));
-    }
-    for s in &a.servers {
-        let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
-        out.push_str(&format!(
-            "    {} / {}: {} requests, queue {} us, compute {} us, request {} us, pending {:.2}\n",
-            s.server,
-            s.model,
-            s.requests,
-            opt(s.queue_us_per_request),
-            opt(s.compute_us_per_request),
-            opt(s.request_us_per_request),
-            s.pending_requests
-        ));
-    }
-    if let Some(why) = &a.why_not {
-        out.push_str(&format!("  no autoscaler thresholds recommended: {why}\n"));
-    }
-    for w in &a.warnings {
-        out.push_str(&format!("  WARNING: {w}\n"));
-    }
-    if let Some(keda) = &a.keda {
-        out.push_str("  KEDA ScaledObject:\n");
-        for line in keda.lines() {
-            out.push_str(&format!("    {line}\n"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn metrics(
@@ -970,7 +912,7 @@ mod tests {
     }
 
     /// A tier whose queue time grows from concurrency 3 on, request time with it, compute flat.
-    fn ramp() -> Vec<Point> {
+    pub(crate) fn ramp() -> Vec<Point> {
         let point = |concurrency: u32, i: i64, queue: f64, pending: f64| Point {
             concurrency,
             start_ms: i * 1000,
@@ -1158,41 +1100,5 @@ mod tests {
         );
         assert_eq!(err, Err("bad_data: parse error at char 3".into()));
         assert!(parse_prom_answer("<html>").is_err());
-    }
-
-    #[test]
-    fn the_report_renders_thresholds_the_primary_and_the_snippet() {
-        let r = recommend(&ramp(), Some((3000, 4000)), Some(Ending::Converged), 0.8);
-        let a = Autoscaler {
-            source: "direct".into(),
-            hpa_margin: 0.8,
-            keda: keda_scaled_object(&r, "triton", "http://p:9090", ""),
-            signals: r.signals,
-            direct: SignalValues::new(),
-            servers: vec![],
-            primary: r.primary,
-            why_not: r.why_not,
-            warnings: vec!["selector matched no series".into()],
-        };
-        let text = render(&a);
-        let row = text
-            .lines()
-            .find(|l| l.contains("request_us_per_request"))
-            .unwrap();
-        assert!(row.contains("24000") && row.contains("PRIMARY"), "{text}");
-        assert!(text.contains("(not load-sensitive)"), "{text}");
-        assert!(
-            text.contains("WARNING: selector matched no series"),
-            "{text}"
-        );
-        assert!(text.contains("kind: ScaledObject"), "{text}");
-        // Saved records round-trip (and records saved before autoscaling still parse: see
-        // `capacity::phase`).
-        let json = serde_json::to_value(&a).unwrap();
-        assert_eq!(
-            serde_json::from_value::<Autoscaler>(json.clone()).unwrap(),
-            a
-        );
-        assert_eq!(json["primary"], "request_us_per_request");
     }
 }

@@ -781,7 +781,7 @@ fn tables(out: &mut String, r: &Report) {
                 "<h3>Autoscaler, {} / {}</h3>\n<pre class=\"autoscaler\">{}</pre>",
                 esc(&a.group),
                 esc(&a.phase),
-                esc(&crate::capacity::autoscale::render(&a.autoscaler))
+                esc(&super::text::autoscaler(&a.autoscaler))
             );
         }
     }
@@ -1583,6 +1583,8 @@ fn failed_member(out: &mut String, r: &Report, m: &FailedMember) {
 }
 
 #[cfg(test)]
+// Tests build a report field by field, the way each case reads best.
+#[allow(clippy::field_reassign_with_default)]
 mod tests {
     use super::*;
     use crate::launcher::MemberDiagnostics;

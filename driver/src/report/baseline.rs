@@ -87,7 +87,8 @@ async fn candidates(
         let s = if url == store_url {
             store
         } else {
-            match Store::connect(&url).await {
+            // Another run's store: read, never migrated or written.
+            match Store::open_read_only(&url, &Default::default()).await {
                 Ok(s) => {
                     other = s;
                     &other
@@ -202,7 +203,7 @@ pub async fn compare(
         let before = if b.same_store {
             Report::from_store(store, &b.run_id).await?
         } else {
-            let other = Store::connect(&b.store_url).await?;
+            let other = Store::open_read_only(&b.store_url, &Default::default()).await?;
             Report::from_store(&other, &b.run_id).await?
         };
         window.push(before.measures(settings.min_requests));
@@ -309,7 +310,7 @@ pub async fn earlier_signatures(
         let doc = if url == store_url {
             store.document(&run, "").await
         } else {
-            match Store::connect(&url).await {
+            match Store::open_read_only(&url, &Default::default()).await {
                 Ok(other) => other.document(&run, "").await,
                 Err(e) => Err(e),
             }

@@ -6,20 +6,19 @@
 
 pub mod baseline;
 mod measures;
+pub mod summary;
 pub mod timeline;
 pub mod trace;
 
 use crate::capacity::phase::PhaseRecord;
 use crate::launcher::MemberDiagnostics;
-use crate::launcher::diagnostics::PodDiagnostics;
 use crate::launcher::logs::LogExcerpt;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
 use stress_common::status::{EventKind, FailureRecord, Role};
 use stress_common::store::{ABANDONED, Member, Store, StoreError};
-use stress_common::triton_metrics::{self, ModelMetrics};
+use stress_common::triton_metrics::ModelMetrics;
 
 /// How many failure records the report lists (the store has the rest).
 const LISTED_FAILURES: usize = 50;
@@ -66,6 +65,9 @@ pub struct FailedMember {
 pub struct Report {
     pub run_id: String,
     pub name: String,
+    /// The matrix's fingerprint (None: a run recorded before fingerprints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
     pub launcher: String,
     pub verdict: String,
     pub started_at_ms: i64,
@@ -116,9 +118,9 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
     #[serde(skip)]
-    tables: (L0Table, BTreeMap<String, L0Table>),
+    pub(crate) tables: (L0Table, BTreeMap<String, L0Table>),
     #[serde(skip)]
-    model_table: ModelTable,
+    pub(crate) model_table: ModelTable,
 }
 
 /// Capacity mode in report.json: one result row per group, phase and model ("mix" for the whole
@@ -218,115 +220,6 @@ impl CapacityReport {
             phases,
         }
     }
-
-    fn render(&self, out: &mut String) {
-        let _ = writeln!(out, "\n== Capacity ==");
-        let _ = writeln!(
-            out,
-            "{:<20} {:<12} {:<24} {:>11} {:>9} {:>8} {:>9} {:>9}  ending",
-            "Group", "Phase", "Model", "Concurrency", "Max QPS", "p99 ms", "target ms", "Safe QPS"
-        );
-        for r in &self.results {
-            let ending = r
-                .ending
-                .map_or("running", crate::capacity::controller::Ending::as_str);
-            let concurrency = r
-                .concurrency
-                .map_or_else(|| "-".to_string(), |c| c.to_string());
-            // A spike has no safe rate of its own (its row is what got through during it).
-            let safe = match r.target_rps {
-                Some(_) => "-".to_string(),
-                None => format!("{:.1}", r.safe_rate_qps),
-            };
-            let _ = writeln!(
-                out,
-                "{:<20} {:<12} {:<24} {:>11} {:>9.1} {:>8.2} {:>9.2} {:>9}  {}",
-                r.group,
-                r.phase,
-                r.model,
-                concurrency,
-                r.max_qps,
-                r.p99_ms,
-                r.target_p99_ms,
-                safe,
-                ending
-            );
-        }
-        for p in &self.phases {
-            if let Some(spike) = &p.spike {
-                render_spike(out, &p.group, spike);
-                continue;
-            }
-            let _ = writeln!(
-                out,
-                "controller {}/{}{} ({} checks): concurrency → p99 ms per check",
-                p.group,
-                p.key,
-                p.mix
-                    .as_ref()
-                    .map(|m| format!(" (mix {m})"))
-                    .unwrap_or_default(),
-                p.checks.len()
-            );
-            let steps: Vec<String> = p
-                .checks
-                .iter()
-                .map(|c| format!("{}→{:.1}", c.concurrency, c.window.p99_us as f64 / 1000.0))
-                .collect();
-            for chunk in steps.chunks(12) {
-                let _ = writeln!(out, "  {}", chunk.join("  "));
-            }
-            if let Some(a) = &p.autoscaler {
-                out.push_str(&crate::capacity::autoscale::render(a));
-            }
-        }
-    }
-}
-
-/// A spike phase: the jump, what got through, and the recovery; then its windows.
-fn render_spike(out: &mut String, group: &str, s: &crate::capacity::phase::SpikeRecord) {
-    let r = &s.result;
-    let baseline = match (r.baseline_qps, r.baseline_p99_ms) {
-        (Some(q), Some(p)) => format!("{q:.1} QPS, p99 {p:.2} ms"),
-        _ => "not measured".into(),
-    };
-    let recovery = match (r.recovered, r.time_to_recover_s) {
-        (Some(true), Some(t)) => format!("recovered within {t:.1} s"),
-        (Some(false), _) => "did not recover".into(),
-        _ => "still running".into(),
-    };
-    let _ = writeln!(
-        out,
-        "spike {group}: from concurrency {} ({baseline}) to {:.1} requests/s open loop: sent {}, answered {}, error rate {:.2}%, achieved {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {recovery}",
-        r.from_concurrency,
-        r.target_rps,
-        r.sent,
-        r.answered,
-        r.error_rate * 100.0,
-        r.achieved_qps,
-        r.p50_ms,
-        r.p99_ms,
-        r.max_ms,
-    );
-    let steps: Vec<String> = s
-        .trace
-        .iter()
-        .map(|c| {
-            let stage = match c.stage {
-                crate::capacity::spike::SpikeStage::Baseline => "base",
-                crate::capacity::spike::SpikeStage::Spiking => "spike",
-                crate::capacity::spike::SpikeStage::Recovering => "after",
-            };
-            format!(
-                "{stage} {:.0}/s p99 {:.1}",
-                c.window.qps,
-                c.window.p99_us as f64 / 1000.0
-            )
-        })
-        .collect();
-    for chunk in steps.chunks(6) {
-        let _ = writeln!(out, "  {}", chunk.join("  "));
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -344,42 +237,6 @@ fn group_of<'a>(members: &'a [Member], id: &str) -> (&'a str, Option<Role>) {
         .iter()
         .find(|m| m.member_id == id)
         .map_or(("?", None), |m| (m.group_name.as_str(), Some(m.role)))
-}
-
-/// Averages consecutive points down to at most `n`.
-fn downsample(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
-    if points.len() <= n {
-        return points.to_vec();
-    }
-    let chunk = points.len().div_ceil(n);
-    points
-        .chunks(chunk)
-        .map(|c| {
-            let k = c.len() as f64;
-            (
-                c.iter().map(|p| p.0).sum::<f64>() / k,
-                c.iter().map(|p| p.1).sum::<f64>() / k,
-            )
-        })
-        .collect()
-}
-
-pub(crate) fn sparkline(values: &[f64], width: usize) -> String {
-    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
-    let pts: Vec<f64> = downsample(&values.iter().map(|v| (0.0, *v)).collect::<Vec<_>>(), width)
-        .into_iter()
-        .map(|p| p.1)
-        .collect();
-    let max = pts.iter().cloned().fold(0.0, f64::max);
-    pts.iter()
-        .map(|v| {
-            if max <= 0.0 {
-                BARS[0]
-            } else {
-                BARS[((v / max) * 7.0).round().clamp(0.0, 7.0) as usize]
-            }
-        })
-        .collect()
 }
 
 /// A member's addresses as the root-cause analysis compares them: a server's gRPC and HTTP
@@ -770,6 +627,7 @@ impl Report {
         Ok(Report {
             run_id: run.run_id,
             name: run.name,
+            fingerprint: run.fingerprint,
             launcher: run.launcher,
             // A run without a verdict whose lease ran out lost its driver.
             verdict: run.verdict.unwrap_or_else(|| {
@@ -834,435 +692,6 @@ impl Report {
             incomplete: Some(why),
             ..Report::default()
         }
-    }
-
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let took = self
-            .finished_at_ms
-            .map(|f| format!("{:.1} s", (f - self.started_at_ms) as f64 / 1000.0))
-            .unwrap_or_else(|| "still running".into());
-        let _ = writeln!(
-            out,
-            "Run {} ({} launcher): {}\nMatrix run name: {}; took {}; load phase {:.1} s\n",
-            self.run_id, self.launcher, self.verdict, self.name, took, self.load_seconds
-        );
-        if let Some(why) = &self.incomplete {
-            let _ = writeln!(out, "== INCOMPLETE REPORT ==\n{why}\n");
-        }
-        if let Some(root) = &self.analysis.root_cause {
-            let _ = writeln!(
-                out,
-                "== Root cause ==\n{} {} at {}: {}",
-                root.role,
-                root.member_id,
-                format_time(root.at_ms),
-                root.reason
-            );
-            if let Some(s) = &root.signature {
-                let _ = writeln!(
-                    out,
-                    "signature {} ({}, {}): {}",
-                    s.signature,
-                    s.status.as_str(),
-                    s.class,
-                    s.evidence
-                );
-                if let Some(example) = self
-                    .signatures
-                    .iter()
-                    .find(|j| j.signature == s.signature)
-                    .map(|j| &j.example)
-                    && let Some(forensics) = &example.forensics
-                {
-                    render_forensics(&mut out, example, forensics);
-                }
-            }
-            if !root.caused_members.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "caused the failure of: {}",
-                    root.caused_members.join(", ")
-                );
-            }
-            if !self.analysis.independent_members.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "also failed (independently): {}",
-                    self.analysis.independent_members.join(", ")
-                );
-            }
-            let _ = writeln!(
-                out,
-                "failure records: {} caused by it, {} during the driver's stop, {} independent\n",
-                self.analysis.caused_failures,
-                self.analysis.shutdown_failures,
-                self.analysis.independent_failures
-            );
-        }
-        if !self.slo.is_empty() {
-            let _ = writeln!(out, "== SLO ==");
-            for o in &self.slo {
-                let _ = writeln!(out, "{}", o.line());
-            }
-            out.push('\n');
-        }
-        match &self.baseline {
-            Some(b) if b.baseline_run.is_empty() => {
-                let _ = writeln!(out, "Regressions not compared: {}\n", b.basis());
-            }
-            Some(b) => {
-                let _ = writeln!(out, "== Regressions vs {} ==", b.basis());
-                for change in &b.version_changes {
-                    let _ = writeln!(out, "changed since: {change}");
-                }
-                for f in &b.regressions {
-                    let _ = writeln!(out, "REGRESSION {}", f.describe());
-                }
-                let _ = writeln!(
-                    out,
-                    "{} of {} metrics compared changed beyond the baseline{}\n",
-                    b.regressions.len(),
-                    b.compared,
-                    if b.fail && !b.regressions.is_empty() {
-                        " (regression.fail: the run fails)"
-                    } else {
-                        ""
-                    }
-                );
-            }
-            None if self.finished_at_ms.is_some() => {
-                let _ = writeln!(
-                    out,
-                    "No baseline: no earlier passing or pinned run of this matrix ({}); regressions not compared\n",
-                    self.name
-                );
-            }
-            None => {}
-        }
-        if let Some(capacity) = &self.capacity {
-            capacity.render(&mut out);
-            out.push('\n');
-        }
-        let _ = writeln!(out, "== Scenarios, all workers ==");
-        out.push_str(&self.tables.0.render(self.load_seconds));
-        if self.tables.1.len() > 1 {
-            for (group, table) in &self.tables.1 {
-                let _ = writeln!(out, "\n== Scenarios, client group {group} ==");
-                out.push_str(&table.render(self.load_seconds));
-            }
-        }
-        if !self.model_table.is_empty() {
-            let _ = writeln!(out, "\n== Models, all workers ==");
-            out.push_str(&self.model_table.render(self.load_seconds));
-        }
-        self.timeline.render(&mut out);
-        if !self.reconciliation.is_empty() {
-            let _ = writeln!(
-                out,
-                "\n== Servers vs workers (successes on the servers, OK answers on the workers) =="
-            );
-            let _ = writeln!(
-                out,
-                "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8}  verdict",
-                "Model", "server ok", "worker ok", "not ok", "unseen", "gap"
-            );
-            for r in &self.reconciliation {
-                let _ = writeln!(
-                    out,
-                    "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8}  {:?}: {}",
-                    r.model,
-                    r.server_success,
-                    r.client_ok,
-                    r.client_not_ok,
-                    r.client_unseen,
-                    r.gap,
-                    r.verdict,
-                    r.explanation
-                );
-            }
-        }
-        if !self.workers.is_empty() {
-            let _ = writeln!(out, "\n== QPS per worker over time ==");
-            let _ = writeln!(
-                out,
-                "{:<24} {:<16} {:>9} {:>9} {:>9}  over time",
-                "Worker", "Group", "min", "avg", "max"
-            );
-            for w in &self.workers {
-                let values: Vec<f64> = w.series.iter().map(|p| p.1).collect();
-                let _ = writeln!(
-                    out,
-                    "{:<24} {:<16} {:>9.1} {:>9.1} {:>9.1}  {}",
-                    w.member_id,
-                    w.group,
-                    w.min,
-                    w.avg,
-                    w.max,
-                    sparkline(&values, 40)
-                );
-            }
-        }
-        // Listed when some were not launched: where they were, and whether their metrics are
-        // below (a launched server's whereabouts are in its events and failure block).
-        if self.servers.iter().any(|s| s.external) {
-            let _ = writeln!(out, "\n== Servers ==");
-            let _ = writeln!(
-                out,
-                "{:<24} {:<16} {:<9} {:<48} metrics",
-                "Server", "Group", "Launched", "Address"
-            );
-            for s in &self.servers {
-                let _ = writeln!(
-                    out,
-                    "{:<24} {:<16} {:<9} {:<48} {}",
-                    s.member_id,
-                    s.group,
-                    if s.external { "external" } else { "yes" },
-                    s.address,
-                    s.metrics
-                );
-            }
-        }
-        for (server, summary) in &self.traces {
-            let _ = writeln!(out, "\n== Traces of {server} (Triton, TIMESTAMPS) ==");
-            out.push_str(&summary.render());
-        }
-        for (server, models) in &self.server_metrics {
-            let _ = writeln!(
-                out,
-                "\n== Server-side metrics of {server} (Triton /metrics) =="
-            );
-            out.push_str(&triton_metrics::render(models));
-        }
-        if !self.signatures.is_empty() {
-            self.render_signatures(&mut out);
-        } else if !self.failures.is_empty() {
-            let _ = writeln!(
-                out,
-                "\n== Failures (first {} of {}) ==",
-                self.failures.len(),
-                self.failure_count
-            );
-            for (i, (member, f)) in self.failures.iter().enumerate() {
-                let _ = writeln!(out, "{member}: {f}");
-                // The first few with their requests on the wire (report.json has them all).
-                if i < FORENSICS_SHOWN
-                    && let Some(forensics) = &f.forensics
-                {
-                    render_forensics(&mut out, f, forensics);
-                }
-            }
-        }
-        for m in &self.failed_members {
-            render_failed_member(&mut out, m);
-        }
-        out
-    }
-}
-
-impl Report {
-    /// The failures grouped by signature: per signature its status (new, recurring, known, …),
-    /// class, count, when, who, the evidence and one example with its steps on the wire; then
-    /// the known issues.
-    fn render_signatures(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "\n== Failure signatures ({} signatures, {} failures) ==",
-            self.signatures.len(),
-            self.signatures.iter().map(|s| s.count).sum::<u64>()
-        );
-        if let Some(note) = &self.signature_history {
-            let _ = writeln!(out, "({note})");
-        }
-        for s in &self.signatures {
-            let status = match &s.known_issue {
-                Some(id) => format!("KNOWN {id}"),
-                None => s.status.as_str().to_uppercase(),
-            };
-            let history = s.history.map_or_else(
-                || "no history".to_string(),
-                |h| format!("seen in {} of the last {} runs", h.seen_in, h.of_last),
-            );
-            let _ = writeln!(
-                out,
-                "{status} {} x{} {} {}{} [{}]{}\n  {}\n  first {}, last {}; members {}; servers {}; {history}\n  class {}: {}",
-                s.signature,
-                s.count,
-                s.scenario,
-                if s.model.is_empty() { "" } else { "model " },
-                s.model,
-                s.error_kind,
-                if s.fails.is_some() {
-                    " FAILS THE RUN"
-                } else {
-                    ""
-                },
-                s.message,
-                format_time(s.first_at_ms),
-                format_time(s.last_at_ms),
-                s.members.join(", "),
-                s.servers.join(", "),
-                s.class,
-                s.evidence,
-            );
-            let _ = writeln!(out, "  example ({}): {}", s.example_member, s.example);
-            if let Some(forensics) = &s.example.forensics {
-                render_forensics(out, &s.example, forensics);
-            }
-        }
-        if !self.known_issues.is_empty() {
-            let _ = writeln!(out, "\n== Known issues ==");
-            for k in &self.known_issues {
-                let _ = writeln!(
-                    out,
-                    "{} {}: {} failure(s) matched; {}{}",
-                    k.status.to_uppercase(),
-                    k.id,
-                    k.count,
-                    k.reason,
-                    k.link
-                        .as_deref()
-                        .map(|l| format!(" ({l})"))
-                        .unwrap_or_default()
-                );
-            }
-        }
-    }
-}
-
-/// Failures shown in report.txt with their forensics.
-const FORENSICS_SHOWN: usize = 5;
-
-/// A failed test's requests on the wire and the previous use of its correlation id, indented
-/// under its failure line.
-fn render_forensics(
-    out: &mut String,
-    f: &FailureRecord,
-    forensics: &stress_common::status::Forensics,
-) {
-    let clock = |us: i64| {
-        let t = format_time(us.div_euclid(1000));
-        // HH:MM:SS.mmm plus the µs.
-        let time = t
-            .split(' ')
-            .nth(1)
-            .unwrap_or(&t)
-            .trim_end_matches('Z')
-            .to_string();
-        format!("{time}{:03}", us.rem_euclid(1000))
-    };
-    if let Some(p) = &forensics.previous_use {
-        let _ = writeln!(
-            out,
-            "  previous use of its correlation id: {} on {} {}–{}, {}{}",
-            p.scenario,
-            if p.model.is_empty() { "?" } else { &p.model },
-            clock(p.started_ms * 1000),
-            clock(p.ended_ms * 1000),
-            p.outcome,
-            if p.left_open.is_empty() {
-                String::new()
-            } else {
-                format!(", left a sequence open on {}", p.left_open.join(", "))
-            }
-        );
-    } else if f.correlation_id.is_some() {
-        let _ = writeln!(
-            out,
-            "  previous use of its correlation id: none by this worker"
-        );
-    }
-    for (i, s) in forensics.steps.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "  step {:>2} {:<9} sent {} answered {} ({:.3} ms) {} {}{} inputs {}: {}",
-            i + 1,
-            s.flags,
-            clock(s.sent_us),
-            clock(s.received_us),
-            (s.received_us - s.sent_us) as f64 / 1000.0,
-            s.server,
-            s.model,
-            s.correlation_id
-                .map(|c| format!(" id {c}"))
-                .unwrap_or_default(),
-            s.input_digest,
-            s.outcome
-        );
-    }
-    if forensics.steps_left_out > 0 {
-        let _ = writeln!(
-            out,
-            "  ... {} more steps not kept",
-            forensics.steps_left_out
-        );
-    }
-    if !forensics.server_log.is_empty() {
-        let _ = writeln!(out, "  the server's log around it:");
-    }
-    for line in &forensics.server_log {
-        let _ = writeln!(out, "  > {line}");
-    }
-}
-
-/// A failed member's block: heading and reason, how it ended, where it ran, its pod, how to
-/// start it again, its containers and events, its log tails, and the kubectl commands to dig
-/// further. No blank line inside: a block ends at the next one.
-fn render_failed_member(out: &mut String, m: &FailedMember) {
-    let _ = writeln!(
-        out,
-        "\n== FAILED {} {} (group {}) at {} ==\nreason: {}",
-        m.role,
-        m.member_id,
-        m.group,
-        format_time(m.failed_at_ms),
-        m.reason
-    );
-    let d = &m.diagnostics;
-    field(out, "exit", d.exit.as_ref().map(|e| &e.description));
-    if let Some(p) = &d.pod {
-        field(out, "namespace", Some(&p.namespace));
-        field(out, "pod", Some(&p.name));
-        field(out, "phase", p.phase.as_ref());
-        field(out, "status_reason", p.status_reason.as_ref());
-        field(out, "node", p.node.as_ref());
-        field(out, "pod_ip", p.ip.as_ref());
-        field(out, "restarts", Some(p.restarts));
-    } else {
-        field(out, "where", d.location.as_ref());
-    }
-    field(out, "log_file", d.log_file.as_ref());
-    field(out, "reproduce", d.command.as_ref());
-    let no_pod = PodDiagnostics::default();
-    let pod = d.pod.as_ref().unwrap_or(&no_pod);
-    list(out, "containers", "  - ", &pod.containers);
-    list(out, "events", "  - ", &pod.events);
-    list(out, "log tail", "  | ", &d.log_tail);
-    list(
-        out,
-        "log tail of the previous container",
-        "  | ",
-        &pod.previous_log_tail,
-    );
-    list(out, "dig further", "  $ ", &pod.kubectl);
-}
-
-/// `key: value`, when there is a value.
-fn field(out: &mut String, key: &str, value: Option<impl std::fmt::Display>) {
-    if let Some(v) = value {
-        let _ = writeln!(out, "{key}: {v}");
-    }
-}
-
-/// `title:` and one line per item, unless there are none.
-fn list(out: &mut String, title: &str, bullet: &str, items: &[impl std::fmt::Display]) {
-    if items.is_empty() {
-        return;
-    }
-    let _ = writeln!(out, "{title}:");
-    for item in items {
-        let _ = writeln!(out, "{bullet}{item}");
     }
 }
 
@@ -1332,43 +761,6 @@ mod tests {
     fn times() {
         assert_eq!(format_time(0), "1970-01-01 00:00:00.000Z");
         assert_eq!(format_time(1_795_241_712_345), "2026-11-21 06:15:12.345Z");
-    }
-
-    #[test]
-    fn sparklines_scale_to_the_largest_value() {
-        assert_eq!(sparkline(&[], 40), "");
-        assert_eq!(sparkline(&[0.0; 5], 40), "▁▁▁▁▁");
-        let ramp: Vec<f64> = (0..8).map(f64::from).collect();
-        assert_eq!(sparkline(&ramp, 40), "▁▂▃▄▅▆▇█");
-        // Bar heights round to the nearest eighth: 1 of 2 is 3.5 eighths, the fifth bar.
-        assert_eq!(sparkline(&[0.0, 1.0, 2.0], 40), "▁▅█");
-        assert_eq!(sparkline(&[1.0, 1.0, 1.0, 100.0, 1.0, 1.0], 40), "▁▁▁█▁▁");
-        // The scale runs from zero, not from the smallest value: 50 of 100 is half height.
-        assert_eq!(sparkline(&[50.0, 100.0, 0.0], 40), "▅█▁");
-    }
-
-    #[test]
-    fn sparklines_average_more_points_than_the_width() {
-        // 16 values in 8 bars: pairs averaged (0.5, 2.5, .. 14.5), then scaled.
-        let ramp: Vec<f64> = (0..16).map(f64::from).collect();
-        assert_eq!(sparkline(&ramp, 8), "▁▂▃▄▅▆▇█");
-        // A one-point spike is averaged with its neighbour, and still the top of the line.
-        let mut spiky = vec![0.0; 40];
-        spiky[10] = 80.0;
-        assert_eq!(sparkline(&spiky, 20), "▁▁▁▁▁█▁▁▁▁▁▁▁▁▁▁▁▁▁▁");
-        // 41 points in at most 40 bars: chunks of 2, 21 bars.
-        assert_eq!(sparkline(&[3.0; 41], 40), "█".repeat(21));
-    }
-
-    #[test]
-    fn downsampling_averages_consecutive_points() {
-        let points = [(0.0, 0.0), (1.0, 2.0), (2.0, 4.0), (3.0, 6.0), (4.0, 8.0)];
-        assert_eq!(downsample(&points, 5), points);
-        assert_eq!(downsample(&points, 9), points);
-        // Chunks of 3: the last one holds what is left.
-        assert_eq!(downsample(&points, 2), [(1.0, 2.0), (3.5, 7.0)]);
-        assert_eq!(downsample(&points, 1), [(2.0, 4.0)]);
-        assert_eq!(downsample(&[(0.0, 1.0); 1000], 100), [(0.0, 1.0); 100]);
     }
 
     /// Typed diagnostics go through the store as JSON and come back as the report's blocks: a
@@ -1448,7 +840,7 @@ mod tests {
             }),
             command: Some("worker --servers 10.0.0.7:8001".into()),
             log_tail: vec!["error: unexpected argument '--no-such-flag'".into()],
-            pod: Some(PodDiagnostics {
+            pod: Some(crate::launcher::diagnostics::PodDiagnostics {
                 namespace: "ns".into(),
                 name: "r1-clients-0".into(),
                 phase: Some("Failed".into()),

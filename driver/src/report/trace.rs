@@ -9,7 +9,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
 
@@ -110,7 +109,7 @@ pub struct TraceSummary {
 }
 
 /// The stages and the timestamps that bound them, as Triton's trace_summary.py reads them.
-const STAGES: [(&str, &[(&str, &str)]); 7] = [
+pub(crate) const STAGES: [(&str, &[(&str, &str)]); 7] = [
     ("request", &[("REQUEST_START", "REQUEST_END")]),
     (
         "receive",
@@ -203,52 +202,6 @@ pub fn summarize(traces: &[Trace]) -> TraceSummary {
             })
             .collect(),
         without_model,
-    }
-}
-
-impl TraceSummary {
-    /// A table per model and protocol: each stage's average and p50/p99 in µs.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        for r in &self.rows {
-            let _ = writeln!(
-                out,
-                "{} (version {}) over {}: {} traces",
-                r.model,
-                if r.version.is_empty() {
-                    "?"
-                } else {
-                    &r.version
-                },
-                r.protocol,
-                r.traces
-            );
-            let _ = writeln!(
-                out,
-                "  {:<15} {:>8} {:>10} {:>10} {:>10} {:>10}",
-                "stage", "count", "avg µs", "p50 µs", "p90 µs", "p99 µs"
-            );
-            for (stage, _) in STAGES {
-                if let Some(s) = r.stages.get(stage) {
-                    let _ = writeln!(
-                        out,
-                        "  {:<15} {:>8} {:>10.1} {:>10} {:>10} {:>10}",
-                        stage, s.count, s.avg_us, s.p50_us, s.p90_us, s.p99_us
-                    );
-                }
-            }
-        }
-        if self.without_model > 0 {
-            let _ = writeln!(
-                out,
-                "{} traces without a model (cut off, or frontend only) not counted",
-                self.without_model
-            );
-        }
-        if self.rows.is_empty() && self.without_model == 0 {
-            out.push_str("no traces\n");
-        }
-        out
     }
 }
 

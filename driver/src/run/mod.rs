@@ -389,23 +389,27 @@ pub async fn run(
         launcher.stop_all(FAILURE_STOP_GRACE).await;
         tracing::info!("every member stopped");
     }
-    // Every failure the workers recorded, judged (the verdict is made; this is the report's),
-    // with its history over the earlier runs of this matrix.
-    save_signatures(
-        &store,
-        &store_url,
-        &options.runs_dir,
-        &fingerprint,
-        &plan.run_id,
-        started_at_ms,
-        &mut verdicts,
-    )
-    .await;
     // What the report adds from the launcher: each within its limit, and none when the store
     // does not answer now (a store that is down must not hold the run's end; the report says
     // what is missing).
     if bounded(STORE_CALL_LIMIT, store.run(run_id)).await.is_ok() {
         let limit = END_SAVE_LIMIT;
+        // Every failure the workers recorded, judged (the verdict is made; this is the
+        // report's), with its history over the earlier runs of this matrix.
+        let signatures = save_signatures(
+            &store,
+            &store_url,
+            &options.runs_dir,
+            &fingerprint,
+            &plan.run_id,
+            started_at_ms,
+            &mut verdicts,
+        );
+        if tokio::time::timeout(limit, signatures).await.is_err() {
+            tracing::warn!(
+                "failure signatures not saved: the store did not answer within {limit:?}"
+            );
+        }
         if tokio::time::timeout(limit, save_diagnostics(&store, launcher, &plan))
             .await
             .is_err()
@@ -426,7 +430,7 @@ pub async fn run(
         }
     } else {
         tracing::warn!(
-            "the status store does not answer: diagnostics, log excerpts and trace summaries not saved"
+            "the status store does not answer: failure signatures, diagnostics, log excerpts and trace summaries not saved"
         );
     }
     let report = match finish_and_read(&store, run_id, &verdict, plan.rules.store_outage_limit)
@@ -452,6 +456,19 @@ pub async fn run(
     };
     write_report(run_dir, &report)?;
     tracing::info!("report written");
+    if report.incomplete.is_none()
+        && let Err(e) = bounded(
+            STORE_CALL_LIMIT,
+            store.save_document(
+                &plan.run_id,
+                "",
+                &crate::report::summary::RunSummary::of(&report),
+            ),
+        )
+        .await
+    {
+        tracing::warn!("run summary not saved: {e}");
+    }
     if let Some(settings) = &matrix.report
         && let Some(url) = &settings.webhook
     {

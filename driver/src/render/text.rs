@@ -1,0 +1,885 @@
+//! The report as text (report.txt, `driver report --format text`): the root cause first, the
+//! SLO verdicts and regressions, the L0 tables, the run over time, the servers, traces, the
+//! failure signatures with their examples, and a block per failed member. Every text rendering
+//! of the report's parts is here; `crate::report` holds the data.
+
+use std::fmt::Write as _;
+use stress_common::status::FailureRecord;
+use stress_common::triton_metrics;
+
+use crate::capacity::autoscale::{Autoscaler, number};
+use crate::report::timeline::{MIB, Timeline};
+use crate::report::trace::{STAGES, TraceSummary};
+use crate::report::{CapacityReport, FailedMember, Report, format_time};
+
+impl CapacityReport {
+    pub(crate) fn render(&self, out: &mut String) {
+        let _ = writeln!(out, "\n== Capacity ==");
+        let _ = writeln!(
+            out,
+            "{:<20} {:<12} {:<24} {:>11} {:>9} {:>8} {:>9} {:>9}  ending",
+            "Group", "Phase", "Model", "Concurrency", "Max QPS", "p99 ms", "target ms", "Safe QPS"
+        );
+        for r in &self.results {
+            let ending = r
+                .ending
+                .map_or("running", crate::capacity::controller::Ending::as_str);
+            let concurrency = r
+                .concurrency
+                .map_or_else(|| "-".to_string(), |c| c.to_string());
+            // A spike has no safe rate of its own (its row is what got through during it).
+            let safe = match r.target_rps {
+                Some(_) => "-".to_string(),
+                None => format!("{:.1}", r.safe_rate_qps),
+            };
+            let _ = writeln!(
+                out,
+                "{:<20} {:<12} {:<24} {:>11} {:>9.1} {:>8.2} {:>9.2} {:>9}  {}",
+                r.group,
+                r.phase,
+                r.model,
+                concurrency,
+                r.max_qps,
+                r.p99_ms,
+                r.target_p99_ms,
+                safe,
+                ending
+            );
+        }
+        for p in &self.phases {
+            if let Some(spike) = &p.spike {
+                render_spike(out, &p.group, spike);
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "controller {}/{}{} ({} checks): concurrency → p99 ms per check",
+                p.group,
+                p.key,
+                p.mix
+                    .as_ref()
+                    .map(|m| format!(" (mix {m})"))
+                    .unwrap_or_default(),
+                p.checks.len()
+            );
+            let steps: Vec<String> = p
+                .checks
+                .iter()
+                .map(|c| format!("{}→{:.1}", c.concurrency, c.window.p99_us as f64 / 1000.0))
+                .collect();
+            for chunk in steps.chunks(12) {
+                let _ = writeln!(out, "  {}", chunk.join("  "));
+            }
+            if let Some(a) = &p.autoscaler {
+                out.push_str(&autoscaler(a));
+            }
+        }
+    }
+}
+
+/// A spike phase: the jump, what got through, and the recovery; then its windows.
+fn render_spike(out: &mut String, group: &str, s: &crate::capacity::phase::SpikeRecord) {
+    let r = &s.result;
+    let baseline = match (r.baseline_qps, r.baseline_p99_ms) {
+        (Some(q), Some(p)) => format!("{q:.1} QPS, p99 {p:.2} ms"),
+        _ => "not measured".into(),
+    };
+    let recovery = match (r.recovered, r.time_to_recover_s) {
+        (Some(true), Some(t)) => format!("recovered within {t:.1} s"),
+        (Some(false), _) => "did not recover".into(),
+        _ => "still running".into(),
+    };
+    let _ = writeln!(
+        out,
+        "spike {group}: from concurrency {} ({baseline}) to {:.1} requests/s open loop: sent {}, answered {}, error rate {:.2}%, achieved {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {recovery}",
+        r.from_concurrency,
+        r.target_rps,
+        r.sent,
+        r.answered,
+        r.error_rate * 100.0,
+        r.achieved_qps,
+        r.p50_ms,
+        r.p99_ms,
+        r.max_ms,
+    );
+    let steps: Vec<String> = s
+        .trace
+        .iter()
+        .map(|c| {
+            let stage = match c.stage {
+                crate::capacity::spike::SpikeStage::Baseline => "base",
+                crate::capacity::spike::SpikeStage::Spiking => "spike",
+                crate::capacity::spike::SpikeStage::Recovering => "after",
+            };
+            format!(
+                "{stage} {:.0}/s p99 {:.1}",
+                c.window.qps,
+                c.window.p99_us as f64 / 1000.0
+            )
+        })
+        .collect();
+    for chunk in steps.chunks(6) {
+        let _ = writeln!(out, "  {}", chunk.join("  "));
+    }
+}
+
+/// Averages consecutive points down to at most `n`.
+fn downsample(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
+    if points.len() <= n {
+        return points.to_vec();
+    }
+    let chunk = points.len().div_ceil(n);
+    points
+        .chunks(chunk)
+        .map(|c| {
+            let k = c.len() as f64;
+            (
+                c.iter().map(|p| p.0).sum::<f64>() / k,
+                c.iter().map(|p| p.1).sum::<f64>() / k,
+            )
+        })
+        .collect()
+}
+
+pub fn sparkline(values: &[f64], width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let pts: Vec<f64> = downsample(&values.iter().map(|v| (0.0, *v)).collect::<Vec<_>>(), width)
+        .into_iter()
+        .map(|p| p.1)
+        .collect();
+    let max = pts.iter().cloned().fold(0.0, f64::max);
+    pts.iter()
+        .map(|v| {
+            if max <= 0.0 {
+                BARS[0]
+            } else {
+                BARS[((v / max) * 7.0).round().clamp(0.0, 7.0) as usize]
+            }
+        })
+        .collect()
+}
+
+impl Report {
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let took = self
+            .finished_at_ms
+            .map(|f| format!("{:.1} s", (f - self.started_at_ms) as f64 / 1000.0))
+            .unwrap_or_else(|| "still running".into());
+        let _ = writeln!(
+            out,
+            "Run {} ({} launcher): {}\nMatrix run name: {}; took {}; load phase {:.1} s\n",
+            self.run_id, self.launcher, self.verdict, self.name, took, self.load_seconds
+        );
+        if let Some(why) = &self.incomplete {
+            let _ = writeln!(out, "== INCOMPLETE REPORT ==\n{why}\n");
+        }
+        if let Some(root) = &self.analysis.root_cause {
+            let _ = writeln!(
+                out,
+                "== Root cause ==\n{} {} at {}: {}",
+                root.role,
+                root.member_id,
+                format_time(root.at_ms),
+                root.reason
+            );
+            if let Some(s) = &root.signature {
+                let _ = writeln!(
+                    out,
+                    "signature {} ({}, {}): {}",
+                    s.signature,
+                    s.status.as_str(),
+                    s.class,
+                    s.evidence
+                );
+                if let Some(example) = self
+                    .signatures
+                    .iter()
+                    .find(|j| j.signature == s.signature)
+                    .map(|j| &j.example)
+                    && let Some(forensics) = &example.forensics
+                {
+                    render_forensics(&mut out, example, forensics);
+                }
+            }
+            if !root.caused_members.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "caused the failure of: {}",
+                    root.caused_members.join(", ")
+                );
+            }
+            if !self.analysis.independent_members.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "also failed (independently): {}",
+                    self.analysis.independent_members.join(", ")
+                );
+            }
+            let _ = writeln!(
+                out,
+                "failure records: {} caused by it, {} during the driver's stop, {} independent\n",
+                self.analysis.caused_failures,
+                self.analysis.shutdown_failures,
+                self.analysis.independent_failures
+            );
+        }
+        if !self.slo.is_empty() {
+            let _ = writeln!(out, "== SLO ==");
+            for o in &self.slo {
+                let _ = writeln!(out, "{}", o.line());
+            }
+            out.push('\n');
+        }
+        match &self.baseline {
+            Some(b) if b.baseline_run.is_empty() => {
+                let _ = writeln!(out, "Regressions not compared: {}\n", b.basis());
+            }
+            Some(b) => {
+                let _ = writeln!(out, "== Regressions vs {} ==", b.basis());
+                for change in &b.version_changes {
+                    let _ = writeln!(out, "changed since: {change}");
+                }
+                for f in &b.regressions {
+                    let _ = writeln!(out, "REGRESSION {}", f.describe());
+                }
+                let _ = writeln!(
+                    out,
+                    "{} of {} metrics compared changed beyond the baseline{}\n",
+                    b.regressions.len(),
+                    b.compared,
+                    if b.fail && !b.regressions.is_empty() {
+                        " (regression.fail: the run fails)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            None if self.finished_at_ms.is_some() => {
+                let _ = writeln!(
+                    out,
+                    "No baseline: no earlier passing or pinned run of this matrix ({}); regressions not compared\n",
+                    self.name
+                );
+            }
+            None => {}
+        }
+        if let Some(capacity) = &self.capacity {
+            capacity.render(&mut out);
+            out.push('\n');
+        }
+        let _ = writeln!(out, "== Scenarios, all workers ==");
+        out.push_str(&self.tables.0.render(self.load_seconds));
+        if self.tables.1.len() > 1 {
+            for (group, table) in &self.tables.1 {
+                let _ = writeln!(out, "\n== Scenarios, client group {group} ==");
+                out.push_str(&table.render(self.load_seconds));
+            }
+        }
+        if !self.model_table.is_empty() {
+            let _ = writeln!(out, "\n== Models, all workers ==");
+            out.push_str(&self.model_table.render(self.load_seconds));
+        }
+        self.timeline.render(&mut out);
+        if !self.reconciliation.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n== Servers vs workers (successes on the servers, OK answers on the workers) =="
+            );
+            let _ = writeln!(
+                out,
+                "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8}  verdict",
+                "Model", "server ok", "worker ok", "not ok", "unseen", "gap"
+            );
+            for r in &self.reconciliation {
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:>10} {:>10} {:>9} {:>9} {:>8}  {:?}: {}",
+                    r.model,
+                    r.server_success,
+                    r.client_ok,
+                    r.client_not_ok,
+                    r.client_unseen,
+                    r.gap,
+                    r.verdict,
+                    r.explanation
+                );
+            }
+        }
+        if !self.workers.is_empty() {
+            let _ = writeln!(out, "\n== QPS per worker over time ==");
+            let _ = writeln!(
+                out,
+                "{:<24} {:<16} {:>9} {:>9} {:>9}  over time",
+                "Worker", "Group", "min", "avg", "max"
+            );
+            for w in &self.workers {
+                let values: Vec<f64> = w.series.iter().map(|p| p.1).collect();
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:<16} {:>9.1} {:>9.1} {:>9.1}  {}",
+                    w.member_id,
+                    w.group,
+                    w.min,
+                    w.avg,
+                    w.max,
+                    sparkline(&values, 40)
+                );
+            }
+        }
+        // Listed when some were not launched: where they were, and whether their metrics are
+        // below (a launched server's whereabouts are in its events and failure block).
+        if self.servers.iter().any(|s| s.external) {
+            let _ = writeln!(out, "\n== Servers ==");
+            let _ = writeln!(
+                out,
+                "{:<24} {:<16} {:<9} {:<48} metrics",
+                "Server", "Group", "Launched", "Address"
+            );
+            for s in &self.servers {
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:<16} {:<9} {:<48} {}",
+                    s.member_id,
+                    s.group,
+                    if s.external { "external" } else { "yes" },
+                    s.address,
+                    s.metrics
+                );
+            }
+        }
+        for (server, summary) in &self.traces {
+            let _ = writeln!(out, "\n== Traces of {server} (Triton, TIMESTAMPS) ==");
+            out.push_str(&summary.render());
+        }
+        for (server, models) in &self.server_metrics {
+            let _ = writeln!(
+                out,
+                "\n== Server-side metrics of {server} (Triton /metrics) =="
+            );
+            out.push_str(&triton_metrics::render(models));
+        }
+        if !self.signatures.is_empty() {
+            self.render_signatures(&mut out);
+        } else if !self.failures.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n== Failures (first {} of {}) ==",
+                self.failures.len(),
+                self.failure_count
+            );
+            for (i, (member, f)) in self.failures.iter().enumerate() {
+                let _ = writeln!(out, "{member}: {f}");
+                // The first few with their requests on the wire (report.json has them all).
+                if i < FORENSICS_SHOWN
+                    && let Some(forensics) = &f.forensics
+                {
+                    render_forensics(&mut out, f, forensics);
+                }
+            }
+        }
+        for m in &self.failed_members {
+            render_failed_member(&mut out, m);
+        }
+        out
+    }
+}
+
+impl Report {
+    /// The failures grouped by signature: per signature its status (new, recurring, known, …),
+    /// class, count, when, who, the evidence and one example with its steps on the wire; then
+    /// the known issues.
+    fn render_signatures(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\n== Failure signatures ({} signatures, {} failures) ==",
+            self.signatures.len(),
+            self.signatures.iter().map(|s| s.count).sum::<u64>()
+        );
+        if let Some(note) = &self.signature_history {
+            let _ = writeln!(out, "({note})");
+        }
+        for s in &self.signatures {
+            let status = match &s.known_issue {
+                Some(id) => format!("KNOWN {id}"),
+                None => s.status.as_str().to_uppercase(),
+            };
+            let history = s.history.map_or_else(
+                || "no history".to_string(),
+                |h| format!("seen in {} of the last {} runs", h.seen_in, h.of_last),
+            );
+            let _ = writeln!(
+                out,
+                "{status} {} x{} {} {}{} [{}]{}\n  {}\n  first {}, last {}; members {}; servers {}; {history}\n  class {}: {}",
+                s.signature,
+                s.count,
+                s.scenario,
+                if s.model.is_empty() { "" } else { "model " },
+                s.model,
+                s.error_kind,
+                if s.fails.is_some() {
+                    " FAILS THE RUN"
+                } else {
+                    ""
+                },
+                s.message,
+                format_time(s.first_at_ms),
+                format_time(s.last_at_ms),
+                s.members.join(", "),
+                s.servers.join(", "),
+                s.class,
+                s.evidence,
+            );
+            let _ = writeln!(out, "  example ({}): {}", s.example_member, s.example);
+            if let Some(forensics) = &s.example.forensics {
+                render_forensics(out, &s.example, forensics);
+            }
+        }
+        if !self.known_issues.is_empty() {
+            let _ = writeln!(out, "\n== Known issues ==");
+            for k in &self.known_issues {
+                let _ = writeln!(
+                    out,
+                    "{} {}: {} failure(s) matched; {}{}",
+                    k.status.to_uppercase(),
+                    k.id,
+                    k.count,
+                    k.reason,
+                    k.link
+                        .as_deref()
+                        .map(|l| format!(" ({l})"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+    }
+}
+
+/// Failures shown in report.txt with their forensics.
+const FORENSICS_SHOWN: usize = 5;
+
+/// A failed test's requests on the wire and the previous use of its correlation id, indented
+/// under its failure line.
+fn render_forensics(
+    out: &mut String,
+    f: &FailureRecord,
+    forensics: &stress_common::status::Forensics,
+) {
+    let clock = |us: i64| {
+        let t = format_time(us.div_euclid(1000));
+        // HH:MM:SS.mmm plus the µs.
+        let time = t
+            .split(' ')
+            .nth(1)
+            .unwrap_or(&t)
+            .trim_end_matches('Z')
+            .to_string();
+        format!("{time}{:03}", us.rem_euclid(1000))
+    };
+    if let Some(p) = &forensics.previous_use {
+        let _ = writeln!(
+            out,
+            "  previous use of its correlation id: {} on {} {}–{}, {}{}",
+            p.scenario,
+            if p.model.is_empty() { "?" } else { &p.model },
+            clock(p.started_ms * 1000),
+            clock(p.ended_ms * 1000),
+            p.outcome,
+            if p.left_open.is_empty() {
+                String::new()
+            } else {
+                format!(", left a sequence open on {}", p.left_open.join(", "))
+            }
+        );
+    } else if f.correlation_id.is_some() {
+        let _ = writeln!(
+            out,
+            "  previous use of its correlation id: none by this worker"
+        );
+    }
+    for (i, s) in forensics.steps.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  step {:>2} {:<9} sent {} answered {} ({:.3} ms) {} {}{} inputs {}: {}",
+            i + 1,
+            s.flags,
+            clock(s.sent_us),
+            clock(s.received_us),
+            (s.received_us - s.sent_us) as f64 / 1000.0,
+            s.server,
+            s.model,
+            s.correlation_id
+                .map(|c| format!(" id {c}"))
+                .unwrap_or_default(),
+            s.input_digest,
+            s.outcome
+        );
+    }
+    if forensics.steps_left_out > 0 {
+        let _ = writeln!(
+            out,
+            "  ... {} more steps not kept",
+            forensics.steps_left_out
+        );
+    }
+    if !forensics.server_log.is_empty() {
+        let _ = writeln!(out, "  the server's log around it:");
+    }
+    for line in &forensics.server_log {
+        let _ = writeln!(out, "  > {line}");
+    }
+}
+
+/// A failed member's block: heading and reason, how it ended, where it ran, its pod, how to
+/// start it again, its containers and events, its log tails, and the kubectl commands to dig
+/// further. No blank line inside: a block ends at the next one.
+fn render_failed_member(out: &mut String, m: &FailedMember) {
+    let _ = writeln!(
+        out,
+        "\n== FAILED {} {} (group {}) at {} ==\nreason: {}",
+        m.role,
+        m.member_id,
+        m.group,
+        format_time(m.failed_at_ms),
+        m.reason
+    );
+    let d = &m.diagnostics;
+    field(out, "exit", d.exit.as_ref().map(|e| &e.description));
+    if let Some(p) = &d.pod {
+        field(out, "namespace", Some(&p.namespace));
+        field(out, "pod", Some(&p.name));
+        field(out, "phase", p.phase.as_ref());
+        field(out, "status_reason", p.status_reason.as_ref());
+        field(out, "node", p.node.as_ref());
+        field(out, "pod_ip", p.ip.as_ref());
+        field(out, "restarts", Some(p.restarts));
+    } else {
+        field(out, "where", d.location.as_ref());
+    }
+    field(out, "log_file", d.log_file.as_ref());
+    field(out, "reproduce", d.command.as_ref());
+    let no_pod = crate::launcher::diagnostics::PodDiagnostics::default();
+    let pod = d.pod.as_ref().unwrap_or(&no_pod);
+    list(out, "containers", "  - ", &pod.containers);
+    list(out, "events", "  - ", &pod.events);
+    list(out, "log tail", "  | ", &d.log_tail);
+    list(
+        out,
+        "log tail of the previous container",
+        "  | ",
+        &pod.previous_log_tail,
+    );
+    list(out, "dig further", "  $ ", &pod.kubectl);
+}
+
+/// `key: value`, when there is a value.
+fn field(out: &mut String, key: &str, value: Option<impl std::fmt::Display>) {
+    if let Some(v) = value {
+        let _ = writeln!(out, "{key}: {v}");
+    }
+}
+
+/// `title:` and one line per item, unless there are none.
+fn list(out: &mut String, title: &str, bullet: &str, items: &[impl std::fmt::Display]) {
+    if items.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{title}:");
+    for item in items {
+        let _ = writeln!(out, "{bullet}{item}");
+    }
+}
+
+impl Timeline {
+    /// report.txt's "over time" section: per scenario its p99 over time, per server its memory
+    /// (and growth) and per model requests/s, queue and compute time per request over time.
+    pub fn render(&self, out: &mut String) {
+        if self.latency.is_empty() && self.servers.iter().all(|s| s.points.is_empty()) {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\n== Over time (a point per {:.0} s; first, last, max, then the trend) ==",
+            self.interval_s
+        );
+        let first_last_max = |v: &[f64]| {
+            let max = v.iter().cloned().fold(0.0, f64::max);
+            (
+                v.first().copied().unwrap_or(0.0),
+                v.last().copied().unwrap_or(0.0),
+                max,
+            )
+        };
+        for s in self.latency.iter().filter(|s| s.model.is_none()) {
+            let p99: Vec<f64> = s.points.iter().map(|p| p.p99_ms).collect();
+            let (first, last, max) = first_last_max(&p99);
+            let _ = writeln!(
+                out,
+                "{:<28} {:<10} {first:>9.2} {last:>9.2} {max:>9.2}  {}",
+                s.scenario,
+                "p99 ms",
+                sparkline(&p99, 40)
+            );
+        }
+        for server in &self.servers {
+            let rss: Vec<f64> = server.points.iter().filter_map(|p| p.rss_bytes).collect();
+            if !rss.is_empty() {
+                let mib: Vec<f64> = rss.iter().map(|b| b / MIB).collect();
+                let (first, last, max) = first_last_max(&mib);
+                let _ = writeln!(
+                    out,
+                    "{:<28} {:<10} {first:>9.1} {last:>9.1} {max:>9.1}  {}  growth {:+.1} MiB",
+                    server.member_id,
+                    "RSS MiB",
+                    sparkline(&mib, 40),
+                    server.memory_growth_bytes.unwrap_or(0.0) / MIB
+                );
+                if let Some(finding) = &server.memory_finding {
+                    let _ = writeln!(out, "FINDING {}: {finding}", server.member_id);
+                }
+            }
+            for m in &server.models {
+                let label = format!("{} {}", server.member_id, m.model);
+                let rate: Vec<f64> = m.points.iter().map(|p| p.success_per_s).collect();
+                let queue: Vec<f64> = m.points.iter().map(|p| p.queue_us).collect();
+                let compute: Vec<f64> = m
+                    .points
+                    .iter()
+                    .map(|p| p.compute_input_us + p.compute_infer_us + p.compute_output_us)
+                    .collect();
+                for (what, v) in [
+                    ("ok/s", &rate),
+                    ("queue µs", &queue),
+                    ("compute µs", &compute),
+                ] {
+                    let (first, last, max) = first_last_max(v);
+                    let _ = writeln!(
+                        out,
+                        "{label:<28} {what:<10} {first:>9.1} {last:>9.1} {max:>9.1}  {}",
+                        sparkline(v, 40)
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl TraceSummary {
+    /// A table per model and protocol: each stage's average and p50/p99 in µs.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for r in &self.rows {
+            let _ = writeln!(
+                out,
+                "{} (version {}) over {}: {} traces",
+                r.model,
+                if r.version.is_empty() {
+                    "?"
+                } else {
+                    &r.version
+                },
+                r.protocol,
+                r.traces
+            );
+            let _ = writeln!(
+                out,
+                "  {:<15} {:>8} {:>10} {:>10} {:>10} {:>10}",
+                "stage", "count", "avg µs", "p50 µs", "p90 µs", "p99 µs"
+            );
+            for (stage, _) in STAGES {
+                if let Some(s) = r.stages.get(stage) {
+                    let _ = writeln!(
+                        out,
+                        "  {:<15} {:>8} {:>10.1} {:>10} {:>10} {:>10}",
+                        stage, s.count, s.avg_us, s.p50_us, s.p90_us, s.p99_us
+                    );
+                }
+            }
+        }
+        if self.without_model > 0 {
+            let _ = writeln!(
+                out,
+                "{} traces without a model (cut off, or frontend only) not counted",
+                self.without_model
+            );
+        }
+        if self.rows.is_empty() && self.without_model == 0 {
+            out.push_str("no traces\n");
+        }
+        out
+    }
+}
+
+/// report.txt's lines for one phase's autoscaler section.
+pub fn autoscaler(a: &Autoscaler) -> String {
+    let mut out = format!(
+        "  autoscaler signals at the best window (source: {}; thresholds = observed x hpa_margin {}):\n",
+        a.source,
+        number(a.hpa_margin)
+    );
+    out.push_str(&format!(
+        "    {:<24} {:>12} {:>12} {:>12} {:>9} {}\n",
+        "signal", "lowest load", "observed", "threshold", "fires at", ""
+    ));
+    for s in &a.signals {
+        let opt = |v: Option<f64>| v.map_or("-".to_string(), number);
+        out.push_str(&format!(
+            "    {:<24} {:>12} {:>12} {:>12} {:>9} {}\n",
+            s.signal.as_str(),
+            opt(s.baseline),
+            number(s.observed),
+            opt(s.threshold),
+            s.fires_at_concurrency
+                .map_or("-".to_string(), |c| format!("c={c}")),
+            if s.primary {
+                "PRIMARY (first to fire)"
+            } else if s.threshold.is_some() && !s.load_sensitive {
+                "(not load-sensitive)"
+            } else {
+                ""
+            }
+        ));
+    }
+    for s in &a.servers {
+        let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+        out.push_str(&format!(
+            "    {} / {}: {} requests, queue {} us, compute {} us, request {} us, pending {:.2}\n",
+            s.server,
+            s.model,
+            s.requests,
+            opt(s.queue_us_per_request),
+            opt(s.compute_us_per_request),
+            opt(s.request_us_per_request),
+            s.pending_requests
+        ));
+    }
+    if let Some(why) = &a.why_not {
+        out.push_str(&format!("  no autoscaler thresholds recommended: {why}\n"));
+    }
+    for w in &a.warnings {
+        out.push_str(&format!("  WARNING: {w}\n"));
+    }
+    if let Some(keda) = &a.keda {
+        out.push_str("  KEDA ScaledObject:\n");
+        for line in keda.lines() {
+            out.push_str(&format!("    {line}\n"));
+        }
+    }
+    out
+}
+
+/// `driver runs`: a line per finished run, newest first — what a nightly's history looks like
+/// at a glance: the verdict, the load it carried, its failure signatures by status (new ones are
+/// what to look at), its regressions and, for a failed run, who failed and why.
+pub fn run_list(runs: &[crate::report::summary::RunSummary]) -> String {
+    let mut out = String::new();
+    if runs.is_empty() {
+        out.push_str("no finished run found\n");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{:<44} {:<24} {:<7} {:>9} {:>9} {:>9}  {:<17} {:>4}  root cause",
+        "Run", "Started", "Verdict", "Requests", "QPS", "p99 ms", "signatures n/r/k", "regr"
+    );
+    for r in runs {
+        let _ = writeln!(
+            out,
+            "{:<44} {:<24} {:<7} {:>9} {:>9.1} {:>9.2}  {:<17} {:>4}  {}",
+            r.run_id,
+            format_time(r.started_at_ms),
+            r.verdict,
+            r.requests,
+            r.qps,
+            r.p99_ms,
+            format!(
+                "{}/{}/{}",
+                r.signatures_new, r.signatures_recurring, r.signatures_known
+            ),
+            r.regressions,
+            r.root_cause.as_deref().unwrap_or("-")
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparklines_scale_to_the_largest_value() {
+        assert_eq!(sparkline(&[], 40), "");
+        assert_eq!(sparkline(&[0.0; 5], 40), "▁▁▁▁▁");
+        let ramp: Vec<f64> = (0..8).map(f64::from).collect();
+        assert_eq!(sparkline(&ramp, 40), "▁▂▃▄▅▆▇█");
+        // Bar heights round to the nearest eighth: 1 of 2 is 3.5 eighths, the fifth bar.
+        assert_eq!(sparkline(&[0.0, 1.0, 2.0], 40), "▁▅█");
+        assert_eq!(sparkline(&[1.0, 1.0, 1.0, 100.0, 1.0, 1.0], 40), "▁▁▁█▁▁");
+        // The scale runs from zero, not from the smallest value: 50 of 100 is half height.
+        assert_eq!(sparkline(&[50.0, 100.0, 0.0], 40), "▅█▁");
+    }
+
+    #[test]
+    fn sparklines_average_more_points_than_the_width() {
+        // 16 values in 8 bars: pairs averaged (0.5, 2.5, .. 14.5), then scaled.
+        let ramp: Vec<f64> = (0..16).map(f64::from).collect();
+        assert_eq!(sparkline(&ramp, 8), "▁▂▃▄▅▆▇█");
+        // A one-point spike is averaged with its neighbour, and still the top of the line.
+        let mut spiky = vec![0.0; 40];
+        spiky[10] = 80.0;
+        assert_eq!(sparkline(&spiky, 20), "▁▁▁▁▁█▁▁▁▁▁▁▁▁▁▁▁▁▁▁");
+        // 41 points in at most 40 bars: chunks of 2, 21 bars.
+        assert_eq!(sparkline(&[3.0; 41], 40), "█".repeat(21));
+    }
+
+    #[test]
+    fn downsampling_averages_consecutive_points() {
+        let points = [(0.0, 0.0), (1.0, 2.0), (2.0, 4.0), (3.0, 6.0), (4.0, 8.0)];
+        assert_eq!(downsample(&points, 5), points);
+        assert_eq!(downsample(&points, 9), points);
+        // Chunks of 3: the last one holds what is left.
+        assert_eq!(downsample(&points, 2), [(1.0, 2.0), (3.5, 7.0)]);
+        assert_eq!(downsample(&points, 1), [(2.0, 4.0)]);
+        assert_eq!(downsample(&[(0.0, 1.0); 1000], 100), [(0.0, 1.0); 100]);
+    }
+
+    #[test]
+    fn the_report_renders_thresholds_the_primary_and_the_snippet() {
+        use crate::capacity::autoscale::tests::ramp;
+        use crate::capacity::autoscale::{SignalValues, keda_scaled_object, recommend};
+        use crate::capacity::controller::Ending;
+        let r = recommend(&ramp(), Some((3000, 4000)), Some(Ending::Converged), 0.8);
+        let a = Autoscaler {
+            source: "direct".into(),
+            hpa_margin: 0.8,
+            keda: keda_scaled_object(&r, "triton", "http://p:9090", ""),
+            signals: r.signals,
+            direct: SignalValues::new(),
+            servers: vec![],
+            primary: r.primary,
+            why_not: r.why_not,
+            warnings: vec!["selector matched no series".into()],
+        };
+        let text = autoscaler(&a);
+        let row = text
+            .lines()
+            .find(|l| l.contains("request_us_per_request"))
+            .unwrap();
+        assert!(row.contains("24000") && row.contains("PRIMARY"), "{text}");
+        assert!(text.contains("(not load-sensitive)"), "{text}");
+        assert!(
+            text.contains("WARNING: selector matched no series"),
+            "{text}"
+        );
+        assert!(text.contains("kind: ScaledObject"), "{text}");
+        // Saved records round-trip (and records saved before autoscaling still parse: see
+        // `capacity::phase`).
+        let json = serde_json::to_value(&a).unwrap();
+        assert_eq!(
+            serde_json::from_value::<Autoscaler>(json.clone()).unwrap(),
+            a
+        );
+        assert_eq!(json["primary"], "request_us_per_request");
+    }
+}
