@@ -265,7 +265,7 @@ async fn live(a: &Args, pg_url: &str) -> String {
     .await
     .expect("connect the workers' store");
     let t0 = stress_common::now_ms();
-    let run_id = format!("live-{t0}");
+    let run_id = stress_common::contract::RunId::new(format!("live-{t0}"));
     create_run(&writers, &run_id, "store-at-scale-live", a.workers, t0).await;
     let before = sizes(pg_url).await;
     let interval = series_interval(Some(a.duration), POLL);
@@ -478,7 +478,7 @@ async fn live(a: &Args, pg_url: &str) -> String {
         println!("live: growth {table}: {:.2} MiB", mib(bytes));
     }
     writers.close().await;
-    run_id
+    run_id.to_string()
 }
 
 /// What the store keeps of a `soak_workers` × `soak_hours` run, written through the same calls.
@@ -495,7 +495,7 @@ async fn soak(a: &Args, pg_url: &str) -> String {
     let duration = Duration::from_secs(a.soak_hours * 3600);
     let interval = series_interval(Some(duration), POLL);
     let t0 = stress_common::now_ms() - duration.as_millis() as i64;
-    let run_id = format!("soak-{t0}");
+    let run_id = stress_common::contract::RunId::new(format!("soak-{t0}"));
     let before = sizes(pg_url).await;
     create_run(&store, &run_id, "store-at-scale-soak", a.soak_workers, t0).await;
     let started = Instant::now();
@@ -567,7 +567,7 @@ async fn soak(a: &Args, pg_url: &str) -> String {
         mib(total)
     );
     store.close().await;
-    run_id
+    run_id.to_string()
 }
 
 /// The soak run again with a QPS sample per worker per second, as the store kept them before

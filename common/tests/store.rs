@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use stress_common::contract::RunId;
+use stress_common::contract::{MemberName, RunId};
 use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
 use stress_common::qps::QpsSample;
@@ -24,14 +24,14 @@ use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
 const LATEST_SCHEMA: i64 = 16;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
-fn unique(prefix: &str) -> String {
+fn unique(prefix: &str) -> RunId {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    format!(
+    RunId::new(format!(
         "{prefix}-{}-{}-{}",
         std::process::id(),
         now_ms(),
         SEQ.fetch_add(1, Ordering::Relaxed)
-    )
+    ))
 }
 
 fn histogram(latencies_ms: &[u64]) -> String {
@@ -105,7 +105,7 @@ impl Document for Verdict {
     }
 }
 
-async fn everything(store: &Store, run_id: &str) -> Everything {
+async fn everything(store: &Store, run_id: &RunId) -> Everything {
     Everything {
         run: store.run(run_id).await.unwrap(),
         members: store.members(run_id).await.unwrap(),
@@ -136,7 +136,7 @@ async fn story(url: &str, fresh: bool) {
     let run_id = unique("run");
     store
         .create_run(&NewRun {
-            run_id: old_run.clone(),
+            run_id: old_run.to_string(),
             name: "yesterday".into(),
             matrix_yaml: "groups: []\n".into(),
             launcher: "local".into(),
@@ -146,7 +146,7 @@ async fn story(url: &str, fresh: bool) {
         .await
         .unwrap();
     let new_run = NewRun {
-        run_id: run_id.clone(),
+        run_id: run_id.to_string(),
         name: "nightly L0 'soak'".into(),
         matrix_yaml: "groups:\n  - name: seq\n    servers: 1\n    clients: 2\n".into(),
         launcher: "local".into(),
@@ -168,7 +168,7 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(row.matrix_yaml, new_run.matrix_yaml);
     assert_eq!(row.fingerprint, new_run.fingerprint);
     assert_eq!((row.finished_at_ms, row.verdict), (None, None));
-    assert_eq!(store.run("no-such-run").await.unwrap(), None);
+    assert_eq!(store.run(&"no-such-run".into()).await.unwrap(), None);
 
     // ---- members
     let server = member(&run_id, "server-0", Role::Server, "seq", 0);
@@ -192,9 +192,9 @@ async fn story(url: &str, fresh: bool) {
     assert!(store.members(&old_run).await.unwrap().is_empty());
 
     // ---- events, polled the way the driver does
-    let s0 = store.sink(&run_id, "server-0");
-    let c0 = store.sink(&run_id, "client-0");
-    let c1 = store.sink(&run_id, "client-1");
+    let s0 = store.sink(run_id.clone(), "server-0");
+    let c0 = store.sink(run_id.clone(), "client-0");
+    let c1 = store.sink(run_id.clone(), "client-1");
     s0.event(
         EventKind::Starting,
         "tritonserver --model-repository=/models",
@@ -215,7 +215,7 @@ async fn story(url: &str, fresh: bool) {
     assert!(store.events(&run_id, last).await.unwrap().is_empty());
 
     let id = store
-        .record_event(&run_id, "client-0", EventKind::Starting, "")
+        .record_event(&run_id, &"client-0".into(), EventKind::Starting, "")
         .await
         .unwrap();
     assert!(id > last);
@@ -256,9 +256,9 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(store.first_failure(&old_run).await.unwrap(), None);
 
     // ---- the driver's stop, as a worker reads it (through its sink)
-    let driver_says = async |run: &str, kind: EventKind, details: &str| {
+    let driver_says = async |run: &RunId, kind: EventKind, details: &str| {
         store
-            .record_event(run, DRIVER_MEMBER, kind, details)
+            .record_event(run, &DRIVER_MEMBER.into(), kind, details)
             .await
             .unwrap();
     };
@@ -296,8 +296,14 @@ async fn story(url: &str, fresh: bool) {
     );
 
     // ---- heartbeats (one row per member)
-    store.heartbeat(&run_id, "server-0", t0 + 1).await.unwrap();
-    store.heartbeat(&run_id, "server-0", t0 + 5).await.unwrap();
+    store
+        .heartbeat(&run_id, &"server-0".into(), t0 + 1)
+        .await
+        .unwrap();
+    store
+        .heartbeat(&run_id, &"server-0".into(), t0 + 5)
+        .await
+        .unwrap();
     assert_eq!(
         store.heartbeats(&run_id).await.unwrap(),
         [("server-0".to_string(), t0 + 5)]
@@ -354,7 +360,7 @@ async fn story(url: &str, fresh: bool) {
     store
         .record_snapshot(
             &run_id,
-            "client-0",
+            &"client-0".into(),
             &WorkerSnapshot {
                 at_ms: t0 + 1000,
                 total_requests: 105,
@@ -470,7 +476,7 @@ async fn story(url: &str, fresh: bool) {
         }],
     };
     store
-        .record_server_sample(&run_id, "server-0", &sample)
+        .record_server_sample(&run_id, &"server-0".into(), &sample)
         .await
         .unwrap();
     assert_eq!(
@@ -478,7 +484,13 @@ async fn story(url: &str, fresh: bool) {
         [("server-0".to_string(), sample)]
     );
     // Capacity mode: a worker's load target is replaced; a phase's record round-trips.
-    assert_eq!(store.load_target(&run_id, "client-0").await.unwrap(), None);
+    assert_eq!(
+        store
+            .load_target(&run_id, &"client-0".into())
+            .await
+            .unwrap(),
+        None
+    );
     let target = |concurrency, mix: Option<&str>| LoadTarget {
         concurrency,
         mix: mix.map(String::from),
@@ -486,19 +498,22 @@ async fn story(url: &str, fresh: bool) {
         count_unanswered: false,
     };
     store
-        .set_load_target(&run_id, "client-0", &target(4, Some("a:1,b@2:3")))
+        .set_load_target(&run_id, &"client-0".into(), &target(4, Some("a:1,b@2:3")))
         .await
         .unwrap();
     store
-        .set_load_target(&run_id, "client-0", &target(7, None))
+        .set_load_target(&run_id, &"client-0".into(), &target(7, None))
         .await
         .unwrap();
     store
-        .set_load_target(&run_id, "client-1", &target(1, Some("a:1")))
+        .set_load_target(&run_id, &"client-1".into(), &target(1, Some("a:1")))
         .await
         .unwrap();
     assert_eq!(
-        store.load_target(&run_id, "client-0").await.unwrap(),
+        store
+            .load_target(&run_id, &"client-0".into())
+            .await
+            .unwrap(),
         Some(target(7, None))
     );
     assert_eq!(
@@ -507,7 +522,10 @@ async fn story(url: &str, fresh: bool) {
         "through the sink"
     );
     assert_eq!(
-        store.load_target(&run_id, "client-1").await.unwrap(),
+        store
+            .load_target(&run_id, &"client-1".into())
+            .await
+            .unwrap(),
         Some(target(1, Some("a:1")))
     );
     // A spike's open-loop rate round-trips, and clearing it returns to closed loop.
@@ -517,20 +535,23 @@ async fn story(url: &str, fresh: bool) {
         ..target(7, None)
     };
     store
-        .set_load_target(&run_id, "client-0", &spike)
+        .set_load_target(&run_id, &"client-0".into(), &spike)
         .await
         .unwrap();
     assert_eq!(c0.load_target().await.unwrap(), Some(spike));
     store
-        .set_load_target(&run_id, "client-0", &target(7, None))
+        .set_load_target(&run_id, &"client-0".into(), &target(7, None))
         .await
         .unwrap();
     assert_eq!(c0.load_target().await.unwrap(), Some(target(7, None)));
     // Baselines: a pin per name, replaced; a run's comparison, replaced.
     assert!(store.baselines().await.unwrap().is_empty());
-    store.pin_baseline("nightly", "run-a").await.unwrap();
+    store
+        .pin_baseline("nightly", &"run-a".into())
+        .await
+        .unwrap();
     store.pin_baseline("nightly", &run_id).await.unwrap();
-    store.pin_baseline("smoke", "run-b").await.unwrap();
+    store.pin_baseline("smoke", &"run-b".into()).await.unwrap();
     let pins: Vec<(String, String)> = store
         .baselines()
         .await
@@ -541,7 +562,7 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(
         pins,
         [
-            ("nightly".to_string(), run_id.clone()),
+            ("nightly".to_string(), run_id.to_string()),
             ("smoke".to_string(), "run-b".to_string())
         ]
     );
@@ -616,7 +637,10 @@ async fn story(url: &str, fresh: bool) {
         .collect();
     assert_eq!(
         ours,
-        [(old_run.clone(), Listed(2)), (run_id.clone(), Listed(1))]
+        [
+            (old_run.to_string(), Listed(2)),
+            (run_id.to_string(), Listed(1))
+        ]
     );
     assert_eq!(store.latest_documents::<Listed>(1).await.unwrap().len(), 1);
     assert_eq!(
@@ -741,7 +765,7 @@ async fn story(url: &str, fresh: bool) {
     };
     assert!(
         store
-            .record_failure(&run_id, "client-1", &f1)
+            .record_failure(&run_id, &"client-1".into(), &f1)
             .await
             .unwrap()
     );
@@ -762,7 +786,12 @@ async fn story(url: &str, fresh: bool) {
             actual: format!("failure {i}"),
             ..f2.clone()
         };
-        kept.push(capped.record_failure(&run_id, "runaway", &f).await.unwrap());
+        kept.push(
+            capped
+                .record_failure(&run_id, &"runaway".into(), &f)
+                .await
+                .unwrap(),
+        );
     }
     assert_eq!(kept, [true, true, true, false, false]);
     capped.close().await;
@@ -792,7 +821,7 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(row.verdict.as_deref(), Some("FAIL"));
     assert_eq!(row.finished_at_ms, Some(t0 + 3000));
     let missing = store
-        .finish_run("no-such-run", "PASS", t0)
+        .finish_run(&"no-such-run".into(), "PASS", t0)
         .await
         .unwrap_err();
     assert!(matches!(missing, StoreError::NotFound { .. }), "{missing}");
@@ -807,14 +836,17 @@ async fn story(url: &str, fresh: bool) {
     );
     if fresh {
         assert_eq!(runs.len(), 2);
-        assert_eq!(store.latest_run_id().await.unwrap(), Some(run_id.clone()));
+        assert_eq!(
+            store.latest_run_id().await.unwrap(),
+            Some(run_id.to_string())
+        );
     }
 
     // ---- leases: a run whose driver stopped renewing becomes ABANDONED, once
     let leased = unique("leased");
     store
         .create_run(&NewRun {
-            run_id: leased.clone(),
+            run_id: leased.to_string(),
             started_at_ms: now_ms(),
             ..new_run.clone()
         })
@@ -886,13 +918,18 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
             tokio::spawn(async move {
                 let store = Store::connect(&url).await?;
                 store
-                    .record_event(&run_id, &format!("client-{w}"), EventKind::Starting, "")
+                    .record_event(
+                        &run_id,
+                        &format!("client-{w}").into(),
+                        EventKind::Starting,
+                        "",
+                    )
                     .await?;
                 for i in 1..=snapshots {
                     store
                         .record_snapshot(
                             &run_id,
-                            &format!("client-{w}"),
+                            &format!("client-{w}").into(),
                             &WorkerSnapshot {
                                 at_ms: now_ms(),
                                 total_requests: i * 10,
@@ -917,7 +954,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                         store
                             .record_failure(
                                 &run_id,
-                                &format!("client-{w}"),
+                                &format!("client-{w}").into(),
                                 &FailureRecord {
                                     at_ms: now_ms(),
                                     actual: format!("{i}"),
@@ -926,7 +963,12 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                             )
                             .await?;
                         store
-                            .record_event(&run_id, &format!("client-{w}"), EventKind::Running, "")
+                            .record_event(
+                                &run_id,
+                                &format!("client-{w}").into(),
+                                EventKind::Running,
+                                "",
+                            )
                             .await?;
                     }
                 }
@@ -1067,7 +1109,7 @@ async fn bounded_qps_series(url: &str) {
             }
             // Through the worker's sink.
             store
-                .sink(&run_id, w)
+                .sink(run_id.clone(), w)
                 .snapshot(&WorkerSnapshot {
                     at_ms,
                     total_requests: total,
@@ -1120,7 +1162,7 @@ async fn bounded_qps_series(url: &str) {
     assert_eq!(span, stress_common::qps::QpsSpan::of(&samples));
     assert_eq!(span.load_seconds(), duration.as_secs_f64());
     // A run without samples.
-    let empty = store.qps_span("no-such-run").await.unwrap();
+    let empty = store.qps_span(&"no-such-run".into()).await.unwrap();
     assert_eq!(empty, stress_common::qps::QpsSpan::default());
     store.close().await;
 }
@@ -1202,7 +1244,7 @@ async fn qps_summaries(url: &str) {
     ]);
     for (member, at_ms, qps) in &writes {
         store
-            .sink(&run_id, *member)
+            .sink(run_id.clone(), *member)
             .snapshot(&WorkerSnapshot {
                 at_ms: *at_ms,
                 qps: *qps,
@@ -1249,8 +1291,11 @@ async fn qps_summaries(url: &str) {
     );
     assert_eq!((at_600[2].samples, at_600[2].avg), (1, 0.0));
     assert_eq!(summaries(4).await.unwrap()[0].points.len(), 4);
-    let none = store.qps_span("no-such-run").await.unwrap();
-    let nothing = store.qps_summaries("no-such-run", &none, 10).await.unwrap();
+    let none = store.qps_span(&"no-such-run".into()).await.unwrap();
+    let nothing = store
+        .qps_summaries(&"no-such-run".into(), &none, 10)
+        .await
+        .unwrap();
     assert!(nothing.is_empty());
     store.close().await;
 }
@@ -1302,7 +1347,7 @@ async fn streamed_latency_intervals(url: &str) {
     ];
     for (i, (member, start, end)) in spans.into_iter().enumerate() {
         store
-            .sink(&run_id, member)
+            .sink(run_id.clone(), member)
             .snapshot(&WorkerSnapshot {
                 at_ms: t0 + end,
                 intervals: vec![IntervalCounts {
@@ -1356,7 +1401,10 @@ async fn streamed_latency_intervals(url: &str) {
     assert_eq!(ends, [3_000, 4_000, 4_400, 5_000]);
     assert!(streamed.is_sorted_by_key(|(_, i)| i.end_ms));
     assert_eq!(
-        store.latency_interval_width("no-such-run").await.unwrap(),
+        store
+            .latency_interval_width(&"no-such-run".into())
+            .await
+            .unwrap(),
         None
     );
     store.close().await;
@@ -1421,7 +1469,7 @@ fn sqlite_concurrent_processes() {
             std::process::Command::new(&exe)
                 .args(["--exact", "child_writer", "--ignored", "--nocapture"])
                 .env(CHILD_URL, &url)
-                .env(CHILD_RUN, &run_id)
+                .env(CHILD_RUN, run_id.as_str())
                 .env(CHILD_MEMBER, member)
                 .env(CHILD_READY_DIR, &ready)
                 .env(CHILD_WRITERS, PROCESSES.to_string())
@@ -1549,6 +1597,7 @@ async fn child_writer() {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let store = Store::connect(&url).await.unwrap();
+    let (run_id, member_id) = (RunId::new(run_id), MemberName::new(member_id));
 
     let started = std::time::Instant::now();
     let mut written = 0;
@@ -1637,7 +1686,7 @@ async fn event_notices(url: &str) {
     for run_id in [&ours, &theirs] {
         store
             .create_run(&NewRun {
-                run_id: run_id.clone(),
+                run_id: run_id.to_string(),
                 name: "notices".into(),
                 matrix_yaml: "groups: []\n".into(),
                 launcher: "local".into(),
@@ -1657,7 +1706,7 @@ async fn event_notices(url: &str) {
     let heard = |limit| tokio::time::timeout(limit, notices.recorded());
     assert!(heard(quiet).await.is_err(), "a notice before any event");
     store
-        .record_event(&theirs, "client-0", EventKind::Failure, "not ours")
+        .record_event(&theirs, &"client-0".into(), EventKind::Failure, "not ours")
         .await
         .unwrap();
     assert!(heard(quiet).await.is_err(), "woken by another run's event");
@@ -1665,7 +1714,7 @@ async fn event_notices(url: &str) {
     let worker = Store::connect(url).await.expect("connect");
     for details in ["first", "second"] {
         worker
-            .record_event(&ours, "client-1", EventKind::Failure, details)
+            .record_event(&ours, &"client-1".into(), EventKind::Failure, details)
             .await
             .unwrap();
     }
@@ -1779,7 +1828,7 @@ async fn documents_survive_their_migration(url: &str) {
             vec![r#"{"compared":3}"#],
         ),
     ] {
-        let mut q = sqlx::query(sql).bind(run_id.clone());
+        let mut q = sqlx::query(sql).bind(run_id.to_string());
         for b in binds {
             q = q.bind(b.to_string());
         }
@@ -1789,7 +1838,7 @@ async fn documents_survive_their_migration(url: &str) {
         sqlx::query(
             "INSERT INTO slo_results (run_id, position, details, updated_at_ms) VALUES ($1, $2, $3, $4)",
         )
-        .bind(run_id.clone())
+        .bind(run_id.to_string())
         .bind(position)
         .bind(format!(r#"{{"rule":"{rule}"}}"#))
         .bind(t0)
@@ -1801,7 +1850,7 @@ async fn documents_survive_their_migration(url: &str) {
         sqlx::query(
             "INSERT INTO log_excerpts (run_id, member_id, from_ms, to_ms, lines) VALUES ($1, $2, $3, $4, $5)",
         )
-        .bind(run_id.clone())
+        .bind(run_id.to_string())
         .bind("triton-0")
         .bind(from)
         .bind(from + 500)
@@ -1910,7 +1959,7 @@ async fn read_only_open(url: &str) {
     let t0 = now_ms();
     store
         .create_run(&NewRun {
-            run_id: run_id.clone(),
+            run_id: run_id.to_string(),
             name: "ro".into(),
             matrix_yaml: "version: 1".into(),
             launcher: "local".into(),

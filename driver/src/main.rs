@@ -8,6 +8,7 @@ use driver::run::{self, RunOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use stress_common::contract::RunId;
 use stress_common::store::Store;
 
 /// Exit codes: 0 pass, 1 stress failure, 2 bad input or configuration.
@@ -116,7 +117,7 @@ enum Command {
     Cleanup {
         /// Run id (the `triton-stress/run` label).
         #[arg(long)]
-        run: Option<String>,
+        run: Option<RunId>,
         /// Namespace (default: the current kubeconfig context's, or the pod's).
         #[arg(long, env = "TRITON_STRESS_NAMESPACE")]
         namespace: Option<String>,
@@ -136,7 +137,7 @@ enum Command {
     Report {
         /// Run id (default: the newest run in the store).
         #[arg(long)]
-        run: Option<String>,
+        run: Option<RunId>,
         #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
         runs_dir: PathBuf,
         /// Status store; default: <runs-dir>/<run>/store.sqlite.
@@ -189,7 +190,7 @@ enum Command {
 enum BaselineCommand {
     /// Pin RUN as the baseline of later runs of its matrix name (in the store that holds it).
     Set {
-        run: String,
+        run: RunId,
         #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
         runs_dir: PathBuf,
         /// Status store; default: <runs-dir>/<run>/store.sqlite.
@@ -461,7 +462,7 @@ async fn kube_launcher(
 const CLEANUP_SCANNED_RUN_DIRS: usize = 1000;
 
 async fn cleanup(
-    run: Option<String>,
+    run: Option<RunId>,
     namespace: Option<String>,
     database_url: Option<String>,
     runs_dir: &std::path::Path,
@@ -504,7 +505,7 @@ async fn cleanup(
         match launcher_of_run.as_deref() {
             // A run no store here knows is a cluster's (its store is the cluster's Postgres).
             Some("kube") | None => {
-                kube_runs.insert(id);
+                kube_runs.insert(id.to_string());
             }
             Some(launcher) => println!(
                 "run {id}: {launcher} launcher: its processes ended with their driver, nothing to delete"
@@ -547,7 +548,7 @@ fn store_url_of(
 
 /// Pins `run` as its name's baseline; returns the name.
 async fn pin_baseline(
-    run: &str,
+    run: &RunId,
     runs_dir: &std::path::Path,
     database_url: Option<String>,
 ) -> anyhow::Result<String> {
@@ -564,7 +565,7 @@ async fn pin_baseline(
 const REPORT_SLOW_STATEMENT: std::time::Duration = std::time::Duration::from_secs(10);
 
 async fn report(
-    run: Option<String>,
+    run: Option<RunId>,
     runs_dir: &std::path::Path,
     database_url: Option<String>,
     format: ReportFormat,
@@ -582,6 +583,7 @@ async fn report(
         None => store
             .latest_run_id()
             .await?
+            .map(RunId::new)
             .context("the store has no run")?,
     };
     let report = Report::from_store(&store, &run_id).await?;

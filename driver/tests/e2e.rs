@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stress_common::contract::RunId;
 use stress_common::scenario::Scenario;
 use stress_common::status::{EventKind, Stopping};
 use stress_common::store::testing::TestPostgres;
@@ -735,7 +736,7 @@ async fn start_long_run(run_id: &str) -> LongRun {
             store = Store::connect(&Store::sqlite_url(&store_file)).await.ok();
         }
         if let Some(st) = &store
-            && let Ok(events) = st.events(run_id, 0).await
+            && let Ok(events) = st.events(&RunId::from(run_id), 0).await
         {
             let server = member_pid(&events, SERVER, EventKind::Running);
             let worker = member_pid(&events, WORKER, EventKind::Starting);
@@ -743,7 +744,7 @@ async fn start_long_run(run_id: &str) -> LongRun {
                 .iter()
                 .any(|e| e.member_id == WORKER && e.kind == EventKind::Running);
             let load = st
-                .latest_qps(run_id)
+                .latest_qps(&RunId::from(run_id))
                 .await
                 .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER));
             if let (Some(server_pid), Some(worker_pid), true, true) =
@@ -965,7 +966,7 @@ async fn a_hung_server_fails_the_run_within_5_s_of_the_failure() {
     assert_eq!(status.code(), Some(1), "{}", run.driver.output());
     let first = run
         .store
-        .first_failure(&run.run_id)
+        .first_failure(&RunId::from(&run.run_id))
         .await
         .unwrap()
         .unwrap_or_else(|| panic!("no FAILURE event\n{}", run.driver.output()));
@@ -1062,7 +1063,7 @@ async fn a_model_the_server_lacks_stops_the_run_with_exit_2_before_any_worker_st
     let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
         .await
         .unwrap();
-    let events = store.events(run_id, 0).await.unwrap();
+    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
     assert!(
         !events.iter().any(|e| e.member_id == WORKER),
         "no worker started: {events:?}"
@@ -1263,7 +1264,7 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
     let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
         .await
         .unwrap();
-    let events = store.events(run_id, 0).await.unwrap();
+    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
     for worker in ["grpc-clients-0", "grpc-clients-1"] {
         let runs = events
             .iter()
@@ -1271,7 +1272,11 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
             .count();
         assert_eq!(runs, 1, "{worker} started once: {events:?}");
         assert!(
-            store.load_target(run_id, worker).await.unwrap().is_some(),
+            store
+                .load_target(&run_id.into(), &worker.into())
+                .await
+                .unwrap()
+                .is_some(),
             "{worker} has a load target"
         );
     }
@@ -1481,7 +1486,7 @@ async fn an_abort_on_fail_slo_stops_the_run_early() {
         .await
         .unwrap();
     assert_eq!(
-        store.stopping("e2e-slo-abort").await.unwrap(),
+        store.stopping(&"e2e-slo-abort".into()).await.unwrap(),
         Some(Stopping::Failed {
             member: "slo".into()
         })
@@ -1789,14 +1794,14 @@ async fn an_external_server_is_checked_used_reported_and_left_running() {
     let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
         .await
         .unwrap();
-    let events = store.events(run_id, 0).await.unwrap();
+    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
     let last = events.iter().rev().find(|e| e.member_id == SERVER).unwrap();
     assert_eq!(
         (last.kind, last.details.as_str()),
         (EventKind::Success, "left running (an external server)")
     );
     // The worker talked to it at its gRPC address.
-    let members = store.members(run_id).await.unwrap();
+    let members = store.members(&RunId::from(run_id)).await.unwrap();
     let worker = members.iter().find(|m| m.member_id == WORKER).unwrap();
     assert_eq!(worker.address, server.grpc_address());
 }
@@ -1846,7 +1851,7 @@ async fn an_endpoint_that_does_not_answer_is_bad_input_before_anything_starts() 
     let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
         .await
         .unwrap();
-    let events = store.events(run_id, 0).await.unwrap();
+    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
     assert!(
         !events.iter().any(|e| e.member_id == WORKER),
         "no worker started: {events:?}"
@@ -1876,7 +1881,7 @@ async fn wait_for_load(driver: &mut Driver, run_dir: &Path, run_id: &str) {
         if store_file.is_file()
             && let Ok(store) = Store::connect(&Store::sqlite_url(&store_file)).await
             && store
-                .latest_qps(run_id)
+                .latest_qps(&RunId::from(run_id))
                 .await
                 .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER && s.qps > 0.0))
         {
@@ -2131,7 +2136,7 @@ async fn requests_no_worker_sent_are_a_reconciliation_mismatch() {
     let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
         .await
         .unwrap();
-    let members = store.members(run_id).await.unwrap();
+    let members = store.members(&RunId::from(run_id)).await.unwrap();
     let server = members.iter().find(|m| m.member_id == SERVER).unwrap();
     let http = server
         .address
@@ -2266,14 +2271,19 @@ async fn a_killed_driver_leaves_no_server_or_worker_behind() {
     // Its run held a lease the driver no longer renews. Once the lease has run out (moved into
     // the past here instead of waiting its 2 minutes), `driver cleanup` ends the run as
     // ABANDONED, once, and the report says so.
-    let row = run.store.run(&run.run_id).await.unwrap().unwrap();
+    let row = run
+        .store
+        .run(&RunId::from(&run.run_id))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(row.verdict, None);
     let until = row
         .lease_until_ms
         .expect("the driver holds a lease on its run");
     assert!(until > stress_common::now_ms(), "{row:?}");
     run.store
-        .renew_lease(&run.run_id, stress_common::now_ms() - 1)
+        .renew_lease(&RunId::from(&run.run_id), stress_common::now_ms() - 1)
         .await
         .unwrap();
     let runs_dir = run.run_dir.parent().unwrap().to_str().unwrap().to_string();
@@ -2337,7 +2347,7 @@ async fn a_killed_driver_leaves_no_server_or_worker_behind() {
     // The first signal's stop is dated and says the run failed: its workers were told to drop
     // their tests in flight, not to drain them.
     assert_eq!(
-        run.store.stopping(&run.run_id).await.unwrap(),
+        run.store.stopping(&RunId::from(&run.run_id)).await.unwrap(),
         Some(Stopping::Failed {
             member: "driver".into()
         })
@@ -2634,7 +2644,7 @@ async fn a_store_outage_mid_run(fault: StoreFault) {
         driver.observe();
         if let Ok(store) = Store::connect(&url).await
             && store
-                .latest_qps(&run_id)
+                .latest_qps(&RunId::from(&run_id))
                 .await
                 .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER && s.qps > 0.0))
         {
@@ -2675,7 +2685,7 @@ async fn a_store_outage_mid_run(fault: StoreFault) {
 
     let store = Store::connect(&url).await.unwrap();
     let during: Vec<_> = store
-        .qps_samples(&run_id)
+        .qps_samples(&RunId::from(&run_id))
         .await
         .unwrap()
         .into_iter()
@@ -2689,7 +2699,7 @@ async fn a_store_outage_mid_run(fault: StoreFault) {
         driver.output()
     );
     let intervals = store
-        .latency_intervals(&run_id, outage_from, outage_to)
+        .latency_intervals(&RunId::from(&run_id), outage_from, outage_to)
         .await
         .unwrap();
     assert!(
@@ -2743,7 +2753,7 @@ async fn a_store_down_at_the_end_still_gets_an_incomplete_report() {
         driver.observe();
         if let Ok(store) = Store::connect(&url).await
             && store
-                .latest_qps(&run_id)
+                .latest_qps(&RunId::from(&run_id))
                 .await
                 .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER && s.qps > 0.0))
         {

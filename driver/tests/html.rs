@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use stress_common::contract::RunId;
 use stress_common::status::EventKind;
 use stress_common::store::Store;
 
@@ -162,12 +163,12 @@ async fn failed_run(tmp: &Path, run_id: &str) -> (PathBuf, PathBuf) {
             store = Store::connect(&Store::sqlite_url(&store_file)).await.ok();
         }
         if let Some(st) = &store
-            && let Ok(events) = st.events(run_id, 0).await
+            && let Ok(events) = st.events(&RunId::from(run_id), 0).await
             && let Some(pid) = events
                 .iter()
                 .filter(|e| e.member_id == WORKER && e.kind == EventKind::Starting)
                 .find_map(|e| pid_in(&e.details))
-            && let Ok(samples) = st.qps_samples(run_id).await
+            && let Ok(samples) = st.qps_samples(&RunId::from(run_id)).await
             && samples.iter().filter(|s| s.member_id == WORKER).count() >= SAMPLES
         {
             break pid;

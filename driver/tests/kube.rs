@@ -23,6 +23,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use stress_common::contract::RunId;
 use stress_common::scenario::Scenario;
 use stress_common::store::testing::ThrowawayPostgres;
 
@@ -940,7 +941,7 @@ async fn restarted_driver_adopts_its_pods_and_sigterm_aborts_the_run() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let events = store.events(&run_id, 0).await.unwrap();
+        let events = store.events(&RunId::from(&run_id), 0).await.unwrap();
         let launched = events
             .iter()
             .filter(|e| e.details.starts_with("launched"))
@@ -1184,7 +1185,7 @@ client_groups:
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let reporting = store
-            .latest_qps(&run_id)
+            .latest_qps(&RunId::from(&run_id))
             .await
             .unwrap()
             .iter()
@@ -1240,7 +1241,7 @@ client_groups:
     );
     // Where the time went: each worker's final report after the driver's stop (the slowest
     // holds the exit), then the driver's log from the kill on.
-    let events = store.events(&run_id, 0).await.unwrap();
+    let events = store.events(&RunId::from(&run_id), 0).await.unwrap();
     let stop_ms = events
         .iter()
         .find(|e| e.stopping().is_some())

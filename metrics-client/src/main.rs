@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+use stress_common::contract::RunId;
 use stress_common::report::L0Table;
 use stress_common::store::Store;
 use stress_common::triton_metrics;
@@ -146,7 +147,7 @@ fn quantile(q: f64, cumulative: &[(f64, f64)]) -> Option<f64> {
 
 async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
     let run = store
-        .run(run_id)
+        .run(&RunId::from(run_id))
         .await?
         .with_context(|| format!("no run {run_id}"))?;
     let mut out = format!(
@@ -155,7 +156,7 @@ async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
         run.launcher,
         run.verdict.as_deref().unwrap_or("RUNNING")
     );
-    let latest = store.latest_qps(run_id).await?;
+    let latest = store.latest_qps(&RunId::from(run_id)).await?;
     let total: f64 = latest.iter().map(|q| q.qps).sum();
     out.push_str(&format!(
         "{:<28} {:>10} {:>12}\n",
@@ -169,8 +170,8 @@ async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
     }
     out.push_str(&format!("{:<28} {:>10.1}\n\n", "overall", total));
     // Per client group, as the driver's progress line: QPS now, tests and failures so far.
-    let members = store.members(run_id).await?;
-    let counts = store.scenario_counts(run_id).await?;
+    let members = store.members(&RunId::from(run_id)).await?;
+    let counts = store.scenario_counts(&RunId::from(run_id)).await?;
     let mut groups: BTreeMap<&str, (usize, f64, u64, u64)> = BTreeMap::new();
     for m in members
         .iter()
@@ -205,11 +206,11 @@ async fn run_view(store: &Store, run_id: &str) -> anyhow::Result<String> {
         table.add(c)?;
     }
     // The same denominator as the driver's report, so both show the same QPS for a run.
-    let load_seconds = store.qps_span(run_id).await?.load_seconds();
+    let load_seconds = store.qps_span(&RunId::from(run_id)).await?.load_seconds();
     out.push_str(&table.render(load_seconds));
     // Each server's latest sample (the driver samples every series interval).
     let mut latest: BTreeMap<String, triton_metrics::ServerSample> = BTreeMap::new();
-    for (member, sample) in store.server_samples(run_id).await? {
+    for (member, sample) in store.server_samples(&RunId::from(run_id)).await? {
         latest.insert(member, sample);
     }
     for (member, s) in &latest {
@@ -353,9 +354,15 @@ mod tests {
                 series_point: true,
                 signatures: vec![],
             };
-            store.record_snapshot("r", "w-0", &snapshot).await.unwrap();
+            store
+                .record_snapshot(&"r".into(), &"w-0".into(), &snapshot)
+                .await
+                .unwrap();
         }
-        store.finish_run("r", "PASS", t0 + 100_000).await.unwrap();
+        store
+            .finish_run(&"r".into(), "PASS", t0 + 100_000)
+            .await
+            .unwrap();
 
         let view = super::run_view(&store, "r").await.unwrap();
         let total = view
@@ -384,7 +391,7 @@ mod tests {
                 ..Default::default()
             };
             store
-                .record_server_sample("r", "triton-0", &sample)
+                .record_server_sample(&"r".into(), &"triton-0".into(), &sample)
                 .await
                 .unwrap();
         }

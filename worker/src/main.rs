@@ -108,7 +108,7 @@ async fn make_sink(args: &worker::config::RunArgs) -> anyhow::Result<Arc<dyn Sta
             anyhow::bail!("--store-url needs --run-id and --member-id");
         };
         let store = stress_common::store::Store::connect(url).await?;
-        return Ok(Arc::new(store.sink(run_id, member_id)));
+        return Ok(Arc::new(store.sink(run_id.clone(), member_id.clone())));
     }
     Ok(match &args.status_file {
         Some(path) => Arc::new(JsonLinesSink::create(path).await?),

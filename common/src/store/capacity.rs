@@ -1,6 +1,7 @@
 //! Capacity mode's live channel: the load each worker is asked for.
 
 use super::*;
+use crate::contract::{MemberName, RunId};
 
 impl Store {
     // ---- capacity mode ---------------------------------------------------------------------
@@ -8,8 +9,8 @@ impl Store {
     /// Sets the load the capacity controller asks of a worker (replaces).
     pub async fn set_load_target(
         &self,
-        run_id: &str,
-        member_id: &str,
+        run_id: &RunId,
+        member_id: &MemberName,
         target: &LoadTarget,
     ) -> Result<()> {
         sqlx::query(
@@ -21,8 +22,8 @@ impl Store {
                  count_unanswered = excluded.count_unanswered,
                  updated_at_ms = excluded.updated_at_ms",
         )
-        .bind(run_id)
-        .bind(member_id)
+        .bind(run_id.as_str())
+        .bind(member_id.as_str())
         .bind(i64::from(target.concurrency))
         .bind(target.mix.clone())
         // 0 for none: a NULL float does not bind through the Any driver on Postgres.
@@ -36,13 +37,17 @@ impl Store {
     }
 
     /// The load asked of a worker, if any.
-    pub async fn load_target(&self, run_id: &str, member_id: &str) -> Result<Option<LoadTarget>> {
+    pub async fn load_target(
+        &self,
+        run_id: &RunId,
+        member_id: &MemberName,
+    ) -> Result<Option<LoadTarget>> {
         let row: Option<(i64, Option<String>, f64, i64)> = sqlx::query_as(
             "SELECT concurrency, mix, rate, count_unanswered FROM load_targets
              WHERE run_id = $1 AND member_id = $2",
         )
-        .bind(run_id)
-        .bind(member_id)
+        .bind(run_id.as_str())
+        .bind(member_id.as_str())
         .fetch_optional(&self.pool)
         .await
         .map_err(self.db("load_target"))?;

@@ -1,6 +1,7 @@
 //! The event log (ordered per run, with notices on Postgres) and the workers' heartbeats.
 
 use super::*;
+use crate::contract::{MemberName, RunId};
 
 impl Store {
     // ---- events ----------------------------------------------------------------------------
@@ -8,8 +9,8 @@ impl Store {
     /// Appends an event (at [`crate::now_ms`]) and returns its id.
     pub async fn record_event(
         &self,
-        run_id: &str,
-        member_id: &str,
+        run_id: &RunId,
+        member_id: &MemberName,
         kind: EventKind,
         details: &str,
     ) -> Result<i64> {
@@ -18,8 +19,8 @@ impl Store {
         let at_ms = crate::now_ms();
         let insert = || {
             sqlx::query_scalar::<_, i64>(INSERT)
-                .bind(run_id)
-                .bind(member_id)
+                .bind(run_id.as_str())
+                .bind(member_id.as_str())
                 .bind(at_ms)
                 .bind(kind.as_str())
                 .bind(details)
@@ -34,7 +35,7 @@ impl Store {
                 let mut tx = self.begin_write("record_event").await?;
                 sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
                     .bind(EVENT_LOCK_CLASS)
-                    .bind(run_id)
+                    .bind(run_id.as_str())
                     .execute(&mut *tx)
                     .await
                     .map_err(self.db("record_event"))?;
@@ -46,7 +47,7 @@ impl Store {
                 // reads it at once instead of at its next poll.
                 sqlx::query("SELECT pg_notify($1, $2)")
                     .bind(EVENT_CHANNEL)
-                    .bind(run_id)
+                    .bind(run_id.as_str())
                     .execute(&mut *tx)
                     .await
                     .map_err(self.db("record_event"))?;
@@ -82,7 +83,7 @@ impl Store {
     /// connection; each event insert NOTIFYs at its commit); None on SQLite, which has no such
     /// thing (poll [`Self::events`]). Best effort: a notice lost while the connection is down
     /// is made up by one wake at the reconnect, and the caller still polls as a fallback.
-    pub async fn event_notices(&self, run_id: &str) -> Result<Option<EventNotices>> {
+    pub async fn event_notices(&self, run_id: &RunId) -> Result<Option<EventNotices>> {
         let Some(url) = &self.listen_url else {
             return Ok(None);
         };
@@ -117,12 +118,12 @@ impl Store {
 
     /// The events of a run with an id above `after_id` (0 for all), ascending. Poll with the
     /// last id seen.
-    pub async fn events(&self, run_id: &str, after_id: i64) -> Result<Vec<EventRow>> {
+    pub async fn events(&self, run_id: &RunId, after_id: i64) -> Result<Vec<EventRow>> {
         let rows = sqlx::query(
             "SELECT id, member_id, at_ms, kind, details FROM events
              WHERE run_id = $1 AND id > $2 ORDER BY id",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .bind(after_id)
         .fetch_all(&self.pool)
         .await
@@ -133,13 +134,13 @@ impl Store {
     }
 
     /// How the driver is stopping `run_id`: its first stop event ([`Stopping`]), None before.
-    pub async fn stopping(&self, run_id: &str) -> Result<Option<Stopping>> {
+    pub async fn stopping(&self, run_id: &RunId) -> Result<Option<Stopping>> {
         let details: Option<String> = sqlx::query_scalar(
             "SELECT details FROM events
              WHERE run_id = $1 AND member_id = $2 AND kind = $3 AND details LIKE $4
              ORDER BY id LIMIT 1",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .bind(DRIVER_MEMBER)
         .bind(EventKind::Running.as_str())
         .bind(format!("{}%", Stopping::PREFIX))
@@ -150,12 +151,12 @@ impl Store {
     }
 
     /// The run's first FAILURE event.
-    pub async fn first_failure(&self, run_id: &str) -> Result<Option<EventRow>> {
+    pub async fn first_failure(&self, run_id: &RunId) -> Result<Option<EventRow>> {
         let row = sqlx::query(
             "SELECT id, member_id, at_ms, kind, details FROM events
              WHERE run_id = $1 AND kind = $2 ORDER BY id LIMIT 1",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .bind(EventKind::Failure.as_str())
         .fetch_optional(&self.pool)
         .await
@@ -171,10 +172,15 @@ impl Store {
                              ON CONFLICT (run_id, member_id) DO UPDATE SET at_ms = excluded.at_ms";
 
     /// Sets the member's last heartbeat.
-    pub async fn heartbeat(&self, run_id: &str, member_id: &str, at_ms: i64) -> Result<()> {
+    pub async fn heartbeat(
+        &self,
+        run_id: &RunId,
+        member_id: &MemberName,
+        at_ms: i64,
+    ) -> Result<()> {
         sqlx::query(Self::HEARTBEAT)
-            .bind(run_id)
-            .bind(member_id)
+            .bind(run_id.as_str())
+            .bind(member_id.as_str())
             .bind(at_ms)
             .execute(&self.pool)
             .await
@@ -183,11 +189,11 @@ impl Store {
     }
 
     /// (member_id, last heartbeat ms) of every member that sent one, by member id.
-    pub async fn heartbeats(&self, run_id: &str) -> Result<Vec<(String, i64)>> {
+    pub async fn heartbeats(&self, run_id: &RunId) -> Result<Vec<(String, i64)>> {
         sqlx::query_as(
             "SELECT member_id, at_ms FROM heartbeats WHERE run_id = $1 ORDER BY member_id",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("heartbeats"))

@@ -1,6 +1,7 @@
 //! Failure records (capped per member) and their totals.
 
 use super::*;
+use crate::contract::{MemberName, RunId};
 use crate::signature::SignatureCount;
 
 impl Store {
@@ -10,8 +11,8 @@ impl Store {
     /// [`Store::failure_cap`] records; returns whether it was kept.
     pub async fn record_failure(
         &self,
-        run_id: &str,
-        member_id: &str,
+        run_id: &RunId,
+        member_id: &MemberName,
         failure: &FailureRecord,
     ) -> Result<bool> {
         const OP: &str = "record_failure";
@@ -21,8 +22,8 @@ impl Store {
              ON CONFLICT (run_id, member_id) DO UPDATE SET total = failure_totals.total + 1
              RETURNING total",
         )
-        .bind(run_id)
-        .bind(member_id)
+        .bind(run_id.as_str())
+        .bind(member_id.as_str())
         .fetch_one(&mut *tx)
         .await
         .map_err(self.db(OP))?;
@@ -33,8 +34,8 @@ impl Store {
                                        correlation_id, expected, actual, forensics)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             )
-            .bind(run_id)
-            .bind(member_id)
+            .bind(run_id.as_str())
+            .bind(member_id.as_str())
             .bind(failure.at_ms)
             .bind(&failure.scenario)
             .bind(&failure.server)
@@ -58,7 +59,7 @@ impl Store {
 
     /// Every failure record of the run (the first [`StoreOptions::failure_cap`] per member), in
     /// the order they were recorded.
-    pub async fn failures(&self, run_id: &str) -> Result<Vec<(String, FailureRecord)>> {
+    pub async fn failures(&self, run_id: &RunId) -> Result<Vec<(String, FailureRecord)>> {
         Ok(self
             .failures_after(run_id, 0)
             .await?
@@ -71,7 +72,7 @@ impl Store {
     /// the order they were recorded: what a poller has not seen yet.
     pub async fn failures_after(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         after_id: i64,
     ) -> Result<Vec<(i64, String, FailureRecord)>> {
         const OP: &str = "failures";
@@ -92,7 +93,7 @@ impl Store {
                     actual, forensics
              FROM failures WHERE run_id = $1 AND id > $2 ORDER BY id",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .bind(after_id)
         .fetch_all(&self.pool)
         .await
@@ -135,13 +136,13 @@ impl Store {
 
     /// Every worker's failures per signature, as its last snapshot counted them: (member,
     /// count), by member and signature id.
-    pub async fn signature_counts(&self, run_id: &str) -> Result<Vec<(String, SignatureCount)>> {
+    pub async fn signature_counts(&self, run_id: &RunId) -> Result<Vec<(String, SignatureCount)>> {
         const OP: &str = "signature_counts";
         let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
             "SELECT member_id, details, count, first_at_ms, last_at_ms FROM signature_counts
              WHERE run_id = $1 ORDER BY member_id, signature_id",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .fetch_all(&self.pool)
         .await
         .map_err(self.db(OP))?;
@@ -164,11 +165,11 @@ impl Store {
 
     /// (member_id, failures reported) per member, kept or not, by member id. A member reported
     /// `total - kept` more failures than [`Store::failures`] shows.
-    pub async fn failure_totals(&self, run_id: &str) -> Result<Vec<(String, u64)>> {
+    pub async fn failure_totals(&self, run_id: &RunId) -> Result<Vec<(String, u64)>> {
         let rows: Vec<(String, i64)> = sqlx::query_as(
             "SELECT member_id, total FROM failure_totals WHERE run_id = $1 ORDER BY member_id",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("failure_totals"))?;

@@ -608,7 +608,11 @@ impl Store {
     }
 
     /// A [`crate::status::StatusSink`] that writes as `member_id` of `run_id`.
-    pub fn sink(&self, run_id: impl Into<String>, member_id: impl Into<String>) -> StoreSink {
+    pub fn sink(
+        &self,
+        run_id: impl Into<crate::contract::RunId>,
+        member_id: impl Into<crate::contract::MemberName>,
+    ) -> StoreSink {
         StoreSink {
             store: self.clone(),
             run_id: run_id.into(),

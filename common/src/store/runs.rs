@@ -1,6 +1,7 @@
 //! Runs, their leases and members, and the baselines pinned by name.
 
 use super::*;
+use crate::contract::{MemberName, RunId};
 
 impl Store {
     // ---- runs ------------------------------------------------------------------------------
@@ -25,10 +26,15 @@ impl Store {
     }
 
     /// Records the verdict; an error when the run does not exist.
-    pub async fn finish_run(&self, run_id: &str, verdict: &str, finished_at_ms: i64) -> Result<()> {
+    pub async fn finish_run(
+        &self,
+        run_id: &RunId,
+        verdict: &str,
+        finished_at_ms: i64,
+    ) -> Result<()> {
         let done =
             sqlx::query("UPDATE runs SET verdict = $2, finished_at_ms = $3 WHERE run_id = $1")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .bind(verdict)
                 .bind(finished_at_ms)
                 .execute(&self.pool)
@@ -46,9 +52,9 @@ impl Store {
 
     /// The driver holds its run until `until_ms` (a finished run is left alone). The driver
     /// renews it while it lives; see [`Store::abandon_expired`].
-    pub async fn renew_lease(&self, run_id: &str, until_ms: i64) -> Result<()> {
+    pub async fn renew_lease(&self, run_id: &RunId, until_ms: i64) -> Result<()> {
         sqlx::query("UPDATE runs SET lease_until_ms = $2 WHERE run_id = $1 AND verdict IS NULL")
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(until_ms)
             .execute(&self.pool)
             .await
@@ -94,8 +100,8 @@ impl Store {
                 continue;
             }
             self.record_event(
-                &run.run_id,
-                "driver",
+                &RunId::new(run.run_id.clone()),
+                &MemberName::new("driver"),
                 EventKind::Failure,
                 &format!(
                     "{ABANDONED}: the driver's lease ran out without a verdict (it was killed or \
@@ -127,10 +133,10 @@ impl Store {
         })
     }
 
-    pub async fn run(&self, run_id: &str) -> Result<Option<RunRow>> {
+    pub async fn run(&self, run_id: &RunId) -> Result<Option<RunRow>> {
         let sql = format!("SELECT {} FROM runs WHERE run_id = $1", Self::RUN_COLUMNS);
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(run_id)
+            .bind(run_id.as_str())
             .fetch_optional(&self.pool)
             .await
             .map_err(self.db("run"))?;
@@ -201,7 +207,7 @@ impl Store {
     }
 
     /// The members of a run, by group, index and id.
-    pub async fn members(&self, run_id: &str) -> Result<Vec<Member>> {
+    pub async fn members(&self, run_id: &RunId) -> Result<Vec<Member>> {
         type Columns = (
             String,
             String,
@@ -219,7 +225,7 @@ impl Store {
              FROM members WHERE run_id = $1
              ORDER BY group_name, member_index, member_id",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("members"))?;
@@ -265,14 +271,14 @@ impl Store {
     // ---- baselines and regressions -----------------------------------------------------------
 
     /// Pins `run_id` as the baseline of runs named `name` (replaces an earlier pin).
-    pub async fn pin_baseline(&self, name: &str, run_id: &str) -> Result<()> {
+    pub async fn pin_baseline(&self, name: &str, run_id: &RunId) -> Result<()> {
         sqlx::query(
             "INSERT INTO baselines (name, run_id, pinned_at_ms) VALUES ($1, $2, $3)
              ON CONFLICT (name) DO UPDATE SET
                  run_id = excluded.run_id, pinned_at_ms = excluded.pinned_at_ms",
         )
         .bind(name)
-        .bind(run_id)
+        .bind(run_id.as_str())
         .bind(crate::now_ms())
         .execute(&self.pool)
         .await

@@ -2,6 +2,7 @@
 //! latency intervals) and the servers' samples, and the reads that aggregate them.
 
 use super::*;
+use crate::contract::{MemberName, RunId};
 
 impl Store {
     // ---- snapshots -------------------------------------------------------------------------
@@ -12,8 +13,8 @@ impl Store {
     /// `snapshot.at_ms`, or now when that is 0).
     pub async fn record_snapshot(
         &self,
-        run_id: &str,
-        member_id: &str,
+        run_id: &RunId,
+        member_id: &MemberName,
         snapshot: &WorkerSnapshot,
     ) -> Result<()> {
         const OP: &str = "record_snapshot";
@@ -41,8 +42,8 @@ impl Store {
         };
         for &sql in statements {
             sqlx::query(sql)
-                .bind(run_id)
-                .bind(member_id)
+                .bind(run_id.as_str())
+                .bind(member_id.as_str())
                 .bind(at_ms)
                 .bind(finite_or_zero(snapshot.qps))
                 .bind(to_db(snapshot.total_requests))
@@ -65,8 +66,8 @@ impl Store {
                      updated_at_ms = excluded.updated_at_ms,
                      send_lateness_histogram = excluded.send_lateness_histogram",
             )
-            .bind(run_id)
-            .bind(member_id)
+            .bind(run_id.as_str())
+            .bind(member_id.as_str())
             .bind(&counts.scenario)
             .bind(to_db(counts.tests))
             .bind(to_db(counts.failures))
@@ -98,8 +99,8 @@ impl Store {
                      updated_at_ms = excluded.updated_at_ms,
                      uncounted_runs = excluded.uncounted_runs",
             )
-            .bind(run_id)
-            .bind(member_id)
+            .bind(run_id.as_str())
+            .bind(member_id.as_str())
             .bind(&counts.scenario)
             .bind(&counts.model)
             .bind(to_db(counts.tests))
@@ -119,8 +120,8 @@ impl Store {
                                                 end_ms, requests, failures, latency_histogram)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
-            .bind(run_id)
-            .bind(member_id)
+            .bind(run_id.as_str())
+            .bind(member_id.as_str())
             .bind(&i.scenario)
             .bind(&i.model)
             .bind(i.start_ms)
@@ -133,8 +134,8 @@ impl Store {
             .map_err(self.db(OP))?;
         }
         sqlx::query(Self::HEARTBEAT)
-            .bind(run_id)
-            .bind(member_id)
+            .bind(run_id.as_str())
+            .bind(member_id.as_str())
             .bind(at_ms)
             .execute(&mut *tx)
             .await
@@ -148,8 +149,8 @@ impl Store {
                      count = excluded.count, first_at_ms = excluded.first_at_ms,
                      last_at_ms = excluded.last_at_ms",
             )
-            .bind(run_id)
-            .bind(member_id)
+            .bind(run_id.as_str())
+            .bind(member_id.as_str())
             .bind(c.signature.id())
             .bind(serde_json::to_string(&c.signature).expect("plain data serialises"))
             .bind(to_db(c.count))
@@ -166,7 +167,7 @@ impl Store {
     /// model), by end time: merge their histograms for exact percentiles over the window.
     pub async fn latency_intervals(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<(String, IntervalCounts)>> {
@@ -179,12 +180,12 @@ impl Store {
     /// The median length of the run's latency intervals (those longer than zero), the width of
     /// the report's latency buckets; None without one. Workers' intervals are all about one
     /// length, the last of each shorter.
-    pub async fn latency_interval_width(&self, run_id: &str) -> Result<Option<i64>> {
+    pub async fn latency_interval_width(&self, run_id: &RunId) -> Result<Option<i64>> {
         const OP: &str = "latency_interval_width";
         let (n,): (i64,) = sqlx::query_as(
             "SELECT COUNT(*) FROM latency_intervals WHERE run_id = $1 AND end_ms > start_ms",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .fetch_one(&self.pool)
         .await
         .map_err(self.db(OP))?;
@@ -195,7 +196,7 @@ impl Store {
             "SELECT end_ms - start_ms FROM latency_intervals
              WHERE run_id = $1 AND end_ms > start_ms ORDER BY 1 LIMIT 1 OFFSET $2",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .bind(n / 2)
         .fetch_optional(&self.pool)
         .await
@@ -207,7 +208,7 @@ impl Store {
     /// database: memory stays bounded by what `visit` keeps.
     pub async fn for_each_latency_interval(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         from_ms: i64,
         to_ms: i64,
         mut visit: impl FnMut(String, IntervalCounts),
@@ -220,7 +221,7 @@ impl Store {
              FROM latency_intervals WHERE run_id = $1 AND end_ms >= $2 AND end_ms <= $3
              ORDER BY end_ms, id",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .bind(from_ms)
         .bind(to_ms)
         .fetch(&self.pool);
@@ -259,15 +260,15 @@ impl Store {
     /// Appends one server's sample (its metrics over an interval).
     pub async fn record_server_sample(
         &self,
-        run_id: &str,
-        member_id: &str,
+        run_id: &RunId,
+        member_id: &MemberName,
         sample: &ServerSample,
     ) -> Result<()> {
         sqlx::query(
             "INSERT INTO server_samples (run_id, member_id, at_ms, details) VALUES ($1, $2, $3, $4)",
         )
-        .bind(run_id)
-        .bind(member_id)
+        .bind(run_id.as_str())
+        .bind(member_id.as_str())
         .bind(sample.at_ms)
         .bind(serde_json::to_string(sample).expect("plain data serialises"))
         .execute(&self.pool)
@@ -277,7 +278,7 @@ impl Store {
     }
 
     /// Every server sample of the run, by time.
-    pub async fn server_samples(&self, run_id: &str) -> Result<Vec<(String, ServerSample)>> {
+    pub async fn server_samples(&self, run_id: &RunId) -> Result<Vec<(String, ServerSample)>> {
         self.member_json(
             "server_samples",
             "SELECT member_id, details FROM server_samples WHERE run_id = $1 ORDER BY at_ms, id",
@@ -287,7 +288,7 @@ impl Store {
     }
 
     /// Every QPS sample of the run, by time (then insertion).
-    pub async fn qps_samples(&self, run_id: &str) -> Result<Vec<QpsSample>> {
+    pub async fn qps_samples(&self, run_id: &RunId) -> Result<Vec<QpsSample>> {
         self.fetch_qps(
             "qps_samples",
             "SELECT member_id, at_ms, qps, total_requests FROM qps_samples
@@ -300,11 +301,11 @@ impl Store {
     /// What [`crate::qps::load_seconds`] needs of the run's QPS samples, aggregated in the
     /// database: the same answer as `QpsSpan::of(&store.qps_samples(run))`, in three small
     /// queries whatever the run's length.
-    pub async fn qps_span(&self, run_id: &str) -> Result<crate::qps::QpsSpan> {
+    pub async fn qps_span(&self, run_id: &RunId) -> Result<crate::qps::QpsSpan> {
         const OP: &str = "qps_span";
         let (first_ms, last_ms): (Option<i64>, Option<i64>) =
             sqlx::query_as("SELECT MIN(at_ms), MAX(at_ms) FROM qps_samples WHERE run_id = $1")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .fetch_one(&self.pool)
                 .await
                 .map_err(self.db(OP))?;
@@ -312,7 +313,7 @@ impl Store {
             "SELECT member_id FROM qps_samples WHERE run_id = $1
              GROUP BY member_id HAVING COUNT(*) >= 2 ORDER BY member_id LIMIT 1",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .fetch_optional(&self.pool)
         .await
         .map_err(self.db(OP))?;
@@ -322,7 +323,7 @@ impl Store {
                     "SELECT at_ms FROM qps_samples WHERE run_id = $1 AND member_id = $2
                      ORDER BY at_ms LIMIT 2",
                 )
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .bind(&member_id)
                 .fetch_all(&self.pool)
                 .await
@@ -345,7 +346,7 @@ impl Store {
     /// `span`: the run's [`Store::qps_span`], which the caller has read already.
     pub async fn qps_summaries(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         span: &crate::qps::QpsSpan,
         points: usize,
     ) -> Result<Vec<QpsSummary>> {
@@ -372,7 +373,7 @@ impl Store {
              FROM qps_samples WHERE run_id = $1
              GROUP BY member_id, span",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .bind(first_ms)
         .bind(points.max(1) as i64)
         .bind(last_ms - first_ms + 1)
@@ -416,7 +417,7 @@ impl Store {
 
     /// The most recent QPS sample of every member that has one: what the driver polls, without
     /// reading the whole series.
-    pub async fn latest_qps(&self, run_id: &str) -> Result<Vec<QpsSample>> {
+    pub async fn latest_qps(&self, run_id: &RunId) -> Result<Vec<QpsSample>> {
         self.fetch_qps(
             "latest_qps",
             "SELECT member_id, at_ms, qps, total_requests FROM latest_qps
@@ -431,10 +432,10 @@ impl Store {
         &self,
         op: &'static str,
         sql: &'static str,
-        run_id: &str,
+        run_id: &RunId,
     ) -> Result<Vec<QpsSample>> {
         let rows: Vec<(String, i64, f64, i64)> = sqlx::query_as(sql)
-            .bind(run_id)
+            .bind(run_id.as_str())
             .fetch_all(&self.pool)
             .await
             .map_err(self.db(op))?;
@@ -450,14 +451,14 @@ impl Store {
     }
 
     /// The latest cumulative counts of every (member, scenario), by member then scenario.
-    pub async fn scenario_counts(&self, run_id: &str) -> Result<Vec<(String, ScenarioCounts)>> {
+    pub async fn scenario_counts(&self, run_id: &RunId) -> Result<Vec<(String, ScenarioCounts)>> {
         type Row = (String, String, i64, i64, i64, i64, String, Option<String>);
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT member_id, scenario, tests, failures, requests, skipped, latency_histogram,
                     send_lateness_histogram
              FROM scenario_counts WHERE run_id = $1 ORDER BY member_id, scenario",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("scenario_counts"))?;
@@ -493,7 +494,7 @@ impl Store {
 
     /// The latest cumulative counts of every (member, scenario, model), by member, scenario,
     /// model, each with the time of the snapshot that wrote it.
-    pub async fn model_counts(&self, run_id: &str) -> Result<Vec<(String, i64, ModelCounts)>> {
+    pub async fn model_counts(&self, run_id: &RunId) -> Result<Vec<(String, i64, ModelCounts)>> {
         const OP: &str = "model_counts";
         type Row = (
             String,
@@ -512,7 +513,7 @@ impl Store {
                     stream, updated_at_ms, uncounted_runs
              FROM model_counts WHERE run_id = $1 ORDER BY member_id, scenario, model",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .fetch_all(&self.pool)
         .await
         .map_err(self.db(OP))?;
@@ -559,10 +560,10 @@ impl Store {
         &self,
         op: &'static str,
         sql: &'static str,
-        run_id: &str,
+        run_id: &RunId,
     ) -> Result<Vec<(String, T)>> {
         let rows: Vec<(String, String)> = sqlx::query_as(sql)
-            .bind(run_id)
+            .bind(run_id.as_str())
             .fetch_all(&self.pool)
             .await
             .map_err(self.db(op))?;

@@ -11,8 +11,8 @@ use crate::status::{
 #[derive(Debug, Clone)]
 pub struct StoreSink {
     pub store: Store,
-    pub run_id: String,
-    pub member_id: String,
+    pub run_id: crate::contract::RunId,
+    pub member_id: crate::contract::MemberName,
 }
 
 fn sink_error(error: super::StoreError) -> SinkError {

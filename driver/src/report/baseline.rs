@@ -9,6 +9,7 @@
 //! are kept in the store that holds the pinned run.
 
 use std::path::Path;
+use stress_common::contract::RunId;
 use stress_common::store::Store;
 
 use crate::judge::regression::{self, Candidate, Choice, Comparison};
@@ -20,7 +21,7 @@ pub const SCANNED_RUN_DIRS: usize = 200;
 /// A baseline run and the store it is in.
 #[derive(Debug, Clone)]
 pub struct Baseline {
-    pub run_id: String,
+    pub run_id: RunId,
     pub store_url: String,
     pub matrix_yaml: String,
     /// In the run's own store (else in `store_url`'s).
@@ -149,7 +150,7 @@ pub async fn find(
             .find(|(f, _, _)| f.run_id == c.run_id)
             .expect("chosen from this list");
         Baseline {
-            run_id: c.run_id.clone(),
+            run_id: c.run_id.clone().into(),
             store_url: url.clone(),
             matrix_yaml: yaml.clone(),
             same_store: url == store_url,
@@ -182,7 +183,7 @@ pub async fn find(
 /// failed, so the comparison is for information only.
 pub async fn compare(
     store: &Store,
-    current: &str,
+    current: &RunId,
     current_matrix: &str,
     baselines: &Baselines,
     settings: &crate::matrix::RegressionSettings,
@@ -214,14 +215,18 @@ pub async fn compare(
         settings.threshold,
     );
     Ok(Comparison {
-        baseline_run: newest.run_id.clone(),
+        baseline_run: newest.run_id.to_string(),
         chosen_by: baselines.chosen_by.into(),
         threshold: settings.threshold,
         matrix_changed: newest.matrix_yaml != current_matrix,
         compared,
         regressions,
         fail: settings.fail && !failed,
-        window: baselines.runs.iter().map(|b| b.run_id.clone()).collect(),
+        window: baselines
+            .runs
+            .iter()
+            .map(|b| b.run_id.to_string())
+            .collect(),
         note: None,
         version_changes: version_changes(&newest.matrix_yaml, current_matrix),
         informational: failed,

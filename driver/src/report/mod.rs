@@ -15,6 +15,7 @@ use crate::launcher::MemberDiagnostics;
 use crate::launcher::logs::LogExcerpt;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use stress_common::contract::RunId;
 use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
 use stress_common::status::{EventKind, FailureRecord, Role};
 use stress_common::store::{ABANDONED, Member, Store, StoreError};
@@ -353,7 +354,7 @@ fn not_comparable(
 }
 
 impl Report {
-    pub async fn from_store(store: &Store, run_id: &str) -> Result<Self, ReportError> {
+    pub async fn from_store(store: &Store, run_id: &RunId) -> Result<Self, ReportError> {
         let run = store
             .run(run_id)
             .await?
@@ -407,7 +408,7 @@ impl Report {
             })
             .collect();
 
-        let run_key = stress_common::contract::RunId::new(run_id);
+        let run_key = run_id.clone();
         let mut diagnostics: BTreeMap<String, MemberDiagnostics> = store
             .documents::<MemberDiagnostics>(&run_key)
             .await?
@@ -806,7 +807,12 @@ mod tests {
                 .await
                 .unwrap();
             store
-                .record_event(run_id, member, EventKind::Failure, "it broke")
+                .record_event(
+                    &run_id.into(),
+                    &member.into(),
+                    EventKind::Failure,
+                    "it broke",
+                )
                 .await
                 .unwrap();
         }
@@ -871,7 +877,9 @@ mod tests {
                 .unwrap();
         }
 
-        let report = Report::from_store(&store, run_id).await.unwrap();
+        let report = Report::from_store(&store, &RunId::from(run_id))
+            .await
+            .unwrap();
         assert_eq!(report.server_metrics["triton-0"][0].failure, 3.0);
         let text = report.render();
         assert!(

@@ -120,7 +120,7 @@ impl GroupControl {
             };
             if let Err(e) = bounded(
                 STORE_CALL_LIMIT,
-                store.set_load_target(run_id.as_str(), member, &target),
+                store.set_load_target(run_id, &member.as_str().into(), &target),
             )
             .await
             {
@@ -217,7 +217,7 @@ impl CapacityRun {
 
     pub(super) async fn check(&mut self, store: &Store, run_id: &RunId) {
         self.next_check = tokio::time::Instant::now() + self.interval;
-        let counts = match bounded(STORE_CALL_LIMIT, store.model_counts(run_id.as_str())).await {
+        let counts = match bounded(STORE_CALL_LIMIT, store.model_counts(run_id)).await {
             Ok(c) => c,
             Err(e) => {
                 // The next check reads again: the windows are measured from the counts.

@@ -45,7 +45,7 @@ impl Driver<'_> {
         if let Err(e) = bounded(
             STORE_CALL_LIMIT,
             self.store
-                .record_event(&self.plan.run_id, member, kind, details),
+                .record_event(&self.plan.run_id, &MemberName::new(member), kind, details),
         )
         .await
         {

@@ -19,7 +19,7 @@ use stress_common::tritonserver;
 /// answer for `deadline` (the store outage limit of the fail-fast rules).
 pub(super) async fn finish_and_read(
     store: &Store,
-    run_id: &str,
+    run_id: &RunId,
     verdict: &Verdict,
     deadline: Duration,
 ) -> Result<Report, String> {
@@ -287,7 +287,7 @@ pub(super) async fn save_trace_summaries(store: &Store, run_dir: &Path, plan: &R
 /// saved before). An external server has no process or pod to diagnose: only where it is.
 pub(super) async fn save_diagnostics(store: &Store, launcher: &mut dyn Launcher, plan: &RunPlan) {
     use crate::launcher::MemberDiagnostics;
-    let run_id = plan.run_id.as_str();
+    let run_id = &plan.run_id;
     let Ok(events) = store.events(run_id, 0).await else {
         return;
     };

@@ -5,6 +5,7 @@ use super::STORE_CALL_LIMIT;
 use super::millis;
 use crate::judge::rootcause::{LEASE_RENEWAL_MS, LEASE_TTL_MIN_MS};
 use std::time::Duration;
+use stress_common::contract::RunId;
 use stress_common::store::{Store, within as bounded};
 
 /// The driver's lease on its run, renewed every [`Lease::RENEWAL`] until dropped. A driver that
@@ -22,7 +23,7 @@ impl Lease {
             .max(store_outage_limit + Duration::from_secs(60))
     }
 
-    pub(super) async fn hold(store: Store, run_id: String, ttl: Duration) -> Lease {
+    pub(super) async fn hold(store: Store, run_id: RunId, ttl: Duration) -> Lease {
         let renew = move || {
             let (store, run_id) = (store.clone(), run_id.clone());
             async move {

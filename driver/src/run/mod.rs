@@ -138,7 +138,7 @@ const FINAL_REPORT_GRACE: Duration = Duration::from_millis(500);
 /// Returns once every one of `clients` has its last event in the store, and with it its final
 /// counts ([`failfast::final_reports`]). Never returns while one cannot send it (killed, or
 /// the store is down): the caller races it with the launcher's stop.
-async fn final_reports_in(store: &Store, run_id: &str, mut clients: BTreeSet<String>) {
+async fn final_reports_in(store: &Store, run_id: &RunId, mut clients: BTreeSet<String>) {
     let mut after = 0;
     loop {
         if let Ok(events) = bounded(STORE_CALL_LIMIT, store.events(run_id, after)).await {
@@ -251,6 +251,8 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> Result<RunOutcome, DriverError> {
     let plan = RunPlan::new(matrix, RunId::new(run_id), options.duration);
+    let run_id = plan.run_id.clone();
+    let run_id = &run_id;
     let store_url = store_url_for(run_dir, options.database_url.as_deref());
     let store = Store::connect(&store_url).await?;
     // The matrix as written, so `driver report` shows what was run even if the file changes.
@@ -311,7 +313,7 @@ pub async fn run(
         .await?;
     let _lease = Lease::hold(
         store.clone(),
-        run_id.to_string(),
+        run_id.clone(),
         Lease::ttl(plan.rules.store_outage_limit),
     )
     .await;
@@ -366,7 +368,12 @@ pub async fn run(
                         first.describe()
                     );
                     if let Err(e) = store
-                        .record_event(run_id, REGRESSION_MEMBER, EventKind::Failure, &reason)
+                        .record_event(
+                            run_id,
+                            &REGRESSION_MEMBER.into(),
+                            EventKind::Failure,
+                            &reason,
+                        )
                         .await
                     {
                         tracing::warn!("regression failure not recorded: {e}");

@@ -94,7 +94,7 @@ impl Driver<'_> {
             .values()
             .filter(|ep| !ep.metrics.is_empty())
             .map(|ep| crate::run::sampler::SampledServer {
-                member: ep.member.clone(),
+                member: ep.member.clone().into(),
                 metrics: ep.metrics.clone(),
                 pid: self.launcher.server_pid(&ep.member),
                 launched: self.plan.external(&ep.member).is_none(),
@@ -102,7 +102,7 @@ impl Driver<'_> {
             .collect();
         let sampler = crate::run::sampler::ServerSampler::start(
             self.store.clone(),
-            plan.run_id.to_string(),
+            plan.run_id.clone(),
             sampled,
             stress_common::interval::series_interval(Some(plan.duration), plan.poll),
         )

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use stress_common::contract::RunId;
 use stress_common::store::{Store, within};
 use stress_common::triton_metrics::{self, ModelMetrics, ServerSample};
 use tokio::sync::Mutex;
@@ -24,7 +25,7 @@ const STORE_WRITE_LIMIT: Duration = Duration::from_secs(3);
 /// A server to sample: its metrics address and, for a local process, its pid (memory).
 #[derive(Debug, Clone)]
 pub struct SampledServer {
-    pub member: String,
+    pub member: stress_common::contract::MemberName,
     pub metrics: String,
     pub pid: Option<u32>,
     /// Launched by this run (on this machine or the cluster), not an external server: a
@@ -44,7 +45,7 @@ struct State {
 
 pub struct ServerSampler {
     store: Store,
-    run_id: String,
+    run_id: RunId,
     servers: Vec<SampledServer>,
     state: Arc<Mutex<State>>,
     stop: CancellationToken,
@@ -55,7 +56,7 @@ impl ServerSampler {
     /// Takes the baseline scrape now, then samples every `interval` until [`Self::finish`].
     pub async fn start(
         store: Store,
-        run_id: String,
+        run_id: RunId,
         servers: Vec<SampledServer>,
         interval: Duration,
     ) -> Self {
@@ -78,7 +79,7 @@ impl ServerSampler {
                 sampler
                     .servers
                     .iter()
-                    .filter(|s| !state.last.contains_key(&s.member))
+                    .filter(|s| !state.last.contains_key(s.member.as_str()))
                     .cloned()
                     .collect()
             };
@@ -133,7 +134,7 @@ impl Drop for ServerSampler {
 
 /// One sample of every server, scraped concurrently; a server that does not answer is left out
 /// of this sample (its next delta covers the gap).
-async fn sample(store: &Store, run_id: &str, servers: &[SampledServer], state: &Mutex<State>) {
+async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state: &Mutex<State>) {
     let scrapes = futures::future::join_all(servers.iter().map(|s| async move {
         if s.launched
             && !stress_common::http::reachable(&s.metrics, crate::launcher::LOCAL_CONNECT).await
@@ -159,7 +160,7 @@ async fn sample(store: &Store, run_id: &str, servers: &[SampledServer], state: &
             .map(|b| b as f64);
         // The first scrape is the baseline the deltas start from: recorded with its memory
         // and gauges only (no interval, no counts), so growth counts from before the load.
-        let Some((before_ms, before)) = state.last.get(&server.member) else {
+        let Some((before_ms, before)) = state.last.get(server.member.as_str()) else {
             let baseline = ServerSample {
                 at_ms,
                 interval_ms: 0,
@@ -175,7 +176,9 @@ async fn sample(store: &Store, run_id: &str, servers: &[SampledServer], state: &
             {
                 tracing::warn!("baseline sample of {} not recorded: {e}", server.member);
             }
-            state.last.insert(server.member.clone(), (at_ms, models));
+            state
+                .last
+                .insert(server.member.to_string(), (at_ms, models));
             continue;
         };
         let sample = ServerSample {
@@ -194,7 +197,9 @@ async fn sample(store: &Store, run_id: &str, servers: &[SampledServer], state: &
         .await
         {
             Ok(()) => {
-                state.last.insert(server.member.clone(), (at_ms, models));
+                state
+                    .last
+                    .insert(server.member.to_string(), (at_ms, models));
             }
             Err(e) => tracing::warn!("server sample of {} not recorded: {e}", server.member),
         }

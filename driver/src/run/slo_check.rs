@@ -100,7 +100,7 @@ pub(super) fn group_members(
 pub(super) async fn slo_rows(store: &Store, run_id: &RunId) -> Result<Vec<slo::Row>, StoreError> {
     let decode = |text: &str| LatencyHistogram::decode(text).unwrap_or_default();
     let mut rows: Vec<slo::Row> = store
-        .scenario_counts(run_id.as_str())
+        .scenario_counts(run_id)
         .await?
         .into_iter()
         .map(|(member, c)| slo::Row {
@@ -115,7 +115,7 @@ pub(super) async fn slo_rows(store: &Store, run_id: &RunId) -> Result<Vec<slo::R
         .collect();
     rows.extend(
         store
-            .model_counts(run_id.as_str())
+            .model_counts(run_id)
             .await?
             .into_iter()
             .map(|(member, _, c)| slo::Row {
