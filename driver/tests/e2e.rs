@@ -2492,6 +2492,42 @@ async fn a_leaking_model_is_a_memory_growth_finding_and_a_warming_one_is_not() {
     );
 }
 
+/// A model whose backend process dies mid-run (models-faulty/identity_crash exits on its 50th
+/// request) while tritonserver stays up: the run fails, and the failure's signature is the
+/// server's, naming the dead stub by its instance — from tritonserver's real answer, over gRPC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_backend_stub_is_the_server_s_failure_naming_its_instance() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = repo_root().join("models-faulty").display().to_string();
+    let matrix = edit_matrix(models_matrix(tmp.path(), "[{name: identity_crash}]"), |m| {
+        for template in m.server_templates.values_mut() {
+            template.model_repositories.push(faulty.clone());
+        }
+    });
+    let (driver, status, run_dir) =
+        run_matrix_for(tmp.path(), &matrix, "e2e-dead-stub", "15s").await;
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let signature = report["signatures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["model"] == "identity_crash")
+        .unwrap_or_else(|| panic!("no identity_crash signature: {}", driver.output()));
+    assert_eq!(signature["class"], "server", "{signature:#}");
+    let evidence = signature["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("Python backend stub process identity_crash_0_0 died"),
+        "{evidence}"
+    );
+    assert_eq!(
+        report["analysis"]["root_cause"]["signature"]["class"], "server",
+        "{report:#}"
+    );
+}
+
 /// A server that contradicts itself (models-faulty/sequence_forgets_start answers a sequence's
 /// START, then rejects its next step for having no START, as tritonserver 2.51's reaper race
 /// does): the driver judges the failure `server`, with the test's steps as evidence. Without a

@@ -12,7 +12,9 @@
 //! 3. a request that could not get through (transport, unavailable, timeout) while its server
 //!    ended: `infrastructure` when the launcher says the pod was OOMKilled, evicted or its node
 //!    lost, else `server` (it died);
-//! 4. otherwise by the error: a broken connection to a server that stayed up is the network
+//! 4. an answer saying the model's Python backend stub died (`Stub process '…' is not
+//!    healthy`): `server`, naming the instance;
+//! 5. otherwise by the error: a broken connection to a server that stayed up is the network
 //!    (`infrastructure`); a wrong answer, the server's own error, a protocol violation, a
 //!    refusal to serve or a late answer are the `server`'s; a request refused as invalid is the
 //!    `client`'s; a test that could not run is the `harness`'s.
@@ -122,6 +124,16 @@ pub fn classify(record: &FailureRecord, kind: ErrorKind, context: &Context) -> E
             ),
         );
     }
+    if let Some(instance) = dead_backend_stub(&record.actual) {
+        return evidence(
+            FailureClass::Server,
+            format!(
+                "the model's Python backend stub process {instance} died: Triton answers \
+                 every request to that instance \"not healthy\" from then on (tritonserver \
+                 2.51 logs nothing of it at the default verbosity)"
+            ),
+        );
+    }
     match kind {
         ErrorKind::Transport => evidence(
             FailureClass::Infrastructure,
@@ -155,6 +167,18 @@ pub fn classify(record: &FailureRecord, kind: ErrorKind, context: &Context) -> E
             "the test could not run for a reason of the worker's own",
         ),
     }
+}
+
+/// The instance whose Python backend stub died, from Triton's answer (`Stub process
+/// 'NAME_0_0' is not healthy.`); Triton 2.51 logs nothing of it at the default verbosity, so
+/// the answer is the evidence.
+fn dead_backend_stub(actual: &str) -> Option<&str> {
+    let rest = &actual[actual.find("Stub process '")? + "Stub process '".len()..];
+    let (instance, after) = rest.split_once('\'')?;
+    after
+        .trim_start()
+        .starts_with("is not healthy")
+        .then_some(instance)
 }
 
 /// A step rejected for having no START, judged on the test's own steps (None: no steps to judge
@@ -346,6 +370,32 @@ mod tests {
             classify(&record, ErrorKind::Timeout, &other).class,
             FailureClass::Server
         );
+    }
+
+    #[test]
+    fn a_dead_backend_stub_is_the_server_s_named_by_its_instance() {
+        let mut record = sequence_failure(vec![], None);
+        // Triton 2.51's answer after a python model's process exited (os._exit in execute).
+        record.actual =
+            "server error (500): Stub process 'identity_crash_0_0' is not healthy.".into();
+        let e = classify(&record, ErrorKind::ServerError, &Context::default());
+        assert_eq!(e.class, FailureClass::Server, "{}", e.why);
+        assert!(
+            e.why
+                .contains("Python backend stub process identity_crash_0_0 died"),
+            "{}",
+            e.why
+        );
+        // Whatever the transport made of it.
+        assert_eq!(
+            classify(&record, ErrorKind::Unavailable, &Context::default()).class,
+            FailureClass::Server
+        );
+        // Healthy words are not a dead stub.
+        record.actual = "Stub process 'identity_0_0' is healthy".into();
+        let e = classify(&record, ErrorKind::ServerError, &Context::default());
+        assert!(!e.why.contains("died"), "{}", e.why);
+        assert_eq!(dead_backend_stub("no stub here"), None);
     }
 
     #[test]
