@@ -6,6 +6,9 @@
 /// Lines kept per excerpt: the last ones of the window (nearest the failure, which is 1 s
 /// before its end), not the first (a window near the start is all model loading).
 pub const MAX_EXCERPT_LINES: usize = 40;
+/// An excerpt's line is cut after this many characters: a verbose tritonserver prints a request's
+/// whole input list on one line (1–2 KB each), which buries the lines around it.
+pub const MAX_EXCERPT_LINE_CHARS: usize = 320;
 
 /// A server's log lines over a time window, saved at the end while the log can be read, for
 /// the failures in that window; in the store keyed `MEMBER/FROM_MS` (zero-padded: by time).
@@ -83,7 +86,7 @@ pub fn between<'a>(
 /// At most [`MAX_EXCERPT_LINES`] of a window's `lines`, in order: first those that mention
 /// `focus` (a failure's correlation id, as a whole number: a verbose server's lines about that
 /// sequence, its reaper's among them), then the window's last lines (nearest the failure) to
-/// fill up.
+/// fill up. Long lines are cut at [`MAX_EXCERPT_LINE_CHARS`].
 pub fn excerpt(lines: Vec<String>, focus: Option<u64>) -> Vec<String> {
     let mentions = |line: &str| {
         let Some(id) = focus else { return false };
@@ -115,13 +118,39 @@ pub fn excerpt(lines: Vec<String>, focus: Option<u64>) -> Vec<String> {
     lines
         .into_iter()
         .zip(keep)
-        .filter_map(|(line, k)| k.then_some(line))
+        .filter_map(|(line, k)| k.then(|| cut_long_line(line)))
         .collect()
+}
+
+fn cut_long_line(line: String) -> String {
+    match line.char_indices().nth(MAX_EXCERPT_LINE_CHARS) {
+        Some((at, _)) => {
+            let rest = line[at..].chars().count();
+            format!("{} … ({rest} more characters)", &line[..at])
+        }
+        None => line,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_excerpt_cuts_long_lines_and_keeps_short_ones() {
+        let long = format!(
+            "I1127 23:11:44.900589 1 infer_request.cc:803] {}",
+            "é".repeat(2000)
+        );
+        let rest = long.chars().count() - MAX_EXCERPT_LINE_CHARS;
+        let kept = excerpt(vec!["short".into(), long.clone()], None);
+        assert_eq!(kept[0], "short");
+        let tail = format!(" … ({rest} more characters)");
+        assert!(kept[1].ends_with(&tail), "{}", kept[1]);
+        let head = kept[1].strip_suffix(&tail).unwrap();
+        assert!(long.starts_with(head));
+        assert_eq!(head.chars().count(), MAX_EXCERPT_LINE_CHARS);
+    }
 
     #[test]
     fn triton_and_kube_lines_are_timed_and_cut_to_the_window() {
