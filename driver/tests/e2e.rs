@@ -886,6 +886,12 @@ async fn fail_fast_on_kill(victim: Victim) {
     // connection errors) are grouped under it, none counted as independent.
     let analysis = &json["analysis"];
     assert_eq!(analysis["root_cause"]["member_id"], member, "{analysis:#}");
+    // Whose fault: a killed server is the server's; a killed worker is ours (the harness).
+    let class = match victim {
+        Victim::Server => "server",
+        Victim::Worker => "harness",
+    };
+    assert_eq!(analysis["root_cause"]["class"], class, "{analysis:#}");
     assert!(
         report.contains(&format!("== Root cause ==\n{role} {member} at ")),
         "{report}"
@@ -951,6 +957,11 @@ async fn a_hung_worker_is_named_hung_not_cut_off_from_the_store() {
     assert!(reason.starts_with("no heartbeat for "), "{root:#}");
     assert!(reason.contains("the worker is hung"), "{root:#}");
     assert!(!reason.contains("do not reach the store"), "{root:#}");
+    assert_eq!(root["class"], "harness", "{root:#}");
+    assert!(
+        root["evidence"].as_str().unwrap().contains("hung"),
+        "{root:#}"
+    );
 }
 
 /// A server that hangs (SIGSTOP: its ports still accept connections, nothing answers) fails the
@@ -2317,6 +2328,10 @@ async fn a_killed_driver_leaves_no_server_or_worker_behind() {
         "{text}"
     );
     assert!(text.contains("the driver's lease ran out"), "{text}");
+    assert!(
+        text.contains("class harness: the run's driver died"),
+        "{text}"
+    );
 
     // Twice SIGTERM: the first stops the run cleanly, the second ends the driver at once. A
     // stopped (SIGSTOP) worker holds the driver's stop for its grace, so the second signal

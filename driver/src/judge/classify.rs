@@ -40,21 +40,79 @@ pub struct ServerEnd {
 }
 
 impl ServerEnd {
-    /// Whether what ended it is the platform's, not the server's (its pod's memory limit, an
-    /// eviction, a lost node).
+    /// Whether what ended it is the platform's, not the server's.
     fn by_infrastructure(&self) -> bool {
-        let r = self.reason.to_ascii_lowercase();
-        [
-            "oomkilled",
-            "evicted",
-            "node lost",
-            "nodelost",
-            "preempt",
-            "deadlineexceeded",
-        ]
-        .iter()
-        .any(|w| r.contains(w))
+        ended_by_platform(&self.reason)
     }
+}
+
+/// Whether a launcher's words say the platform ended a member (its pod's memory limit, an
+/// eviction, a lost node, a preemption), not the member itself.
+fn ended_by_platform(reason: &str) -> bool {
+    let r = reason.to_ascii_lowercase();
+    [
+        "oomkilled",
+        "evicted",
+        "node lost",
+        "nodelost",
+        "preempt",
+        "deadlineexceeded",
+    ]
+    .iter()
+    .any(|w| r.contains(w))
+}
+
+/// The class of a failed member's own failure when no failure signature explains it (an exit,
+/// a stale heartbeat, a liveness probe, a pre-flight refusal), from its role and the driver's
+/// words for it. None for a member that is a verdict rather than a process (`slo`).
+pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evidence> {
+    if ended_by_platform(reason) {
+        return Some(evidence(
+            FailureClass::Infrastructure,
+            "the platform ended it (its memory limit, an eviction or a lost node), not its own fault",
+        ));
+    }
+    if member_id == stress_common::status::DRIVER_MEMBER || role == "DRIVER" {
+        return Some(evidence(
+            FailureClass::Harness,
+            "the run's driver died: it stopped renewing its lease, and what it launched went with it",
+        ));
+    }
+    let r = reason.to_ascii_lowercase();
+    let why = match role {
+        "SERVER" if r.contains("liveness probe") => {
+            "the server stopped answering its liveness probes while the run used it"
+        }
+        "SERVER" => {
+            "the server ended or stopped answering during the load, and the platform reported \
+             no memory limit, eviction or lost node: a failure of the server's own"
+        }
+        "CLIENT" if r.contains("panicked") => "a worker of ours panicked",
+        "CLIENT" if r.contains("do not reach the store") || r.contains("store unavailable") => {
+            "a worker of ours lost the store: it works, but its reports do not arrive"
+        }
+        "CLIENT" if r.contains("hung") => "a worker of ours hung (its process is idle)",
+        "CLIENT" if r.contains("pre-flight") => {
+            "the worker's pre-flight check refused to test: the matrix and the server's models \
+             do not fit (the test never ran)"
+        }
+        "CLIENT" if r.contains("no heartbeat within") => "a worker of ours never reported",
+        "CLIENT" if r.contains("qps 0") => {
+            "a worker of ours sent nothing while its servers answered their probes"
+        }
+        "CLIENT" if r.contains("killed by signal") => {
+            "a worker of ours was killed from outside the run (the launcher reported no memory \
+             limit or eviction: an operator, or the kernel's OOM killer on a machine without one)"
+        }
+        "CLIENT" => "a worker of ours ended before the end of the run without a failed test",
+        _ => return None,
+    };
+    let class = if role == "SERVER" {
+        FailureClass::Server
+    } else {
+        FailureClass::Harness
+    };
+    Some(evidence(class, why))
 }
 
 /// What the run saw around its failures.
@@ -265,6 +323,64 @@ fn missing_start(record: &FailureRecord) -> Option<Evidence> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_without_a_signature_is_classed_by_what_ended_it() {
+        let class = |member: &str, role: &str, reason: &str| {
+            member_failure(member, role, reason).map(|e| e.class)
+        };
+        use FailureClass::*;
+        assert_eq!(
+            class("triton-0", "SERVER", "OOMKilled before the end of the run"),
+            Some(Infrastructure)
+        );
+        assert_eq!(
+            class("clients-0", "CLIENT", "Evicted before the end of the run"),
+            Some(Infrastructure)
+        );
+        assert_eq!(
+            class(
+                "triton-0",
+                "SERVER",
+                "killed by signal 9 (SIGKILL) before the end of the run"
+            ),
+            Some(Server)
+        );
+        assert_eq!(
+            class(
+                "ext-0",
+                "SERVER",
+                "external server failed 3 liveness probes in a row: refused"
+            ),
+            Some(Server)
+        );
+        assert_eq!(
+            class("driver", "?", "the driver stopped renewing its lease"),
+            Some(Harness)
+        );
+        let why = |reason: &str| member_failure("clients-0", "CLIENT", reason).unwrap();
+        assert_eq!(
+            why("stress stream panicked: oops").why,
+            "a worker of ours panicked"
+        );
+        assert!(why("no heartbeat for 10s; its process runs and works (40 ms of CPU in 0.5 s): its reports do not reach the store, which the driver reads").why.contains("lost the store"));
+        assert!(why("no heartbeat for 10s; its process runs but is idle (0 ms of CPU in 0.5 s): the worker is hung").why.contains("hung"));
+        assert!(
+            why("final: pre-flight: model m input I has a dynamic dimension [-1]")
+                .why
+                .contains("pre-flight")
+        );
+        assert!(
+            why("killed by signal 9 (SIGKILL) before the end of the run")
+                .why
+                .contains("from outside")
+        );
+        assert_eq!(
+            why("exited with code 3 before the end of the run").class,
+            Harness
+        );
+        assert_eq!(member_failure("slo", "?", "p99 over 5 ms"), None);
+    }
     use stress_common::status::Forensics;
 
     fn step(sent_ms: i64, took_ms: i64, flags: &str, outcome: &str) -> WireStep {

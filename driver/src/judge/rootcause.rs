@@ -71,6 +71,26 @@ pub struct RootCause {
     /// The failing signature of its member, with the class and evidence the driver judged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signature: Option<RootSignature>,
+    /// Whose fault it is, with the evidence: its signature's, or else what ended the member
+    /// ([`super::classify::member_failure`]). None: not judged (a verdict such as an SLO).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<stress_common::signature::FailureClass>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+}
+
+impl RootCause {
+    /// Judges the root cause: its member's failing signature among `signatures`, and its class
+    /// with the evidence (the signature's, else its member's own failure's).
+    pub fn judge(&mut self, signatures: &[crate::judge::verdicts::JudgedSignature]) {
+        self.signature = signature_of(self, signatures);
+        let judged = match &self.signature {
+            Some(s) => Some((s.class, s.evidence.clone())),
+            None => super::classify::member_failure(&self.member_id, &self.role, &self.reason)
+                .map(|e| (e.class, e.why)),
+        };
+        (self.class, self.evidence) = judged.unzip();
+    }
 }
 
 /// The root cause's failure signature, as judged.
@@ -168,6 +188,8 @@ pub fn analyze(
         reason: root.reason.clone(),
         caused_members,
         signature: None,
+        class: None,
+        evidence: None,
     });
     analysis
 }
@@ -199,6 +221,8 @@ fn abandoned(
             ),
             caused_members: caused.iter().map(|f| f.member_id.clone()).collect(),
             signature: None,
+            class: None,
+            evidence: None,
         }),
         independent_members: independent.iter().map(|f| f.member_id.clone()).collect(),
         caused_failures,

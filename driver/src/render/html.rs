@@ -333,6 +333,13 @@ fn root_cause(out: &mut String, r: &Report) {
                 esc(s.class.as_str()),
                 esc(&s.evidence)
             );
+        } else if let (Some(class), Some(evidence)) = (root.class, &root.evidence) {
+            let _ = write!(
+                out,
+                "<p class=\"root-signature\">Class <b>{}</b>: {}</p>",
+                esc(class.as_str()),
+                esc(evidence)
+            );
         }
         for (title, class, ids) in [
             ("Caused by it:", "caused", &root.caused_members),
@@ -1963,6 +1970,8 @@ mod tests {
                 reason: "killed".into(),
                 caused_members: vec!["clients-0".into()],
                 signature: None,
+                class: Some(stress_common::signature::FailureClass::Server),
+                evidence: Some("the server <i>ended</i>".into()),
             }),
             independent_members: vec!["clients-1".into()],
             caused_failures: 7,
@@ -1992,6 +2001,7 @@ mod tests {
             .expect(&html);
         assert!(also[..also.find("</ul>").unwrap()].contains("clients-1</a>"));
         assert!(html.contains("7 caused by it, 2 during the driver's stop, 1 independent"));
+        assert!(html.contains("Class <b>server</b>: the server &lt;i&gt;ended&lt;/i&gt;"));
         assert!(html.contains("<td>&lt;b&gt;m&lt;/b&gt;</td>"), "{html}");
         assert!(
             html.contains("<tr class=\"fail\"><td>&lt;b&gt;m"),

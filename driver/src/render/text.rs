@@ -201,6 +201,8 @@ impl Report {
                 {
                     render_forensics(&mut out, example, forensics);
                 }
+            } else if let (Some(class), Some(evidence)) = (root.class, &root.evidence) {
+                let _ = writeln!(out, "class {class}: {evidence}");
             }
             if !root.caused_members.is_empty() {
                 let _ = writeln!(

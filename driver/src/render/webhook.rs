@@ -32,7 +32,7 @@ pub fn summary(report: &Report, run_dir: &std::path::Path) -> Value {
             "reason": r.reason,
             "caused": r.caused_members,
             "signature": r.signature.as_ref().map(|s| &s.signature),
-            "class": r.signature.as_ref().map(|s| s.class),
+            "class": r.class,
         })),
         // New signatures are what a morning reader acts on; the rest is counted.
         "signatures": {
@@ -189,11 +189,14 @@ mod tests {
             reason: "killed by signal 9".into(),
             caused_members: vec!["clients-0".into()],
             signature: None,
+            class: Some(stress_common::signature::FailureClass::Server),
+            evidence: Some("the server ended".into()),
         });
         let s = summary(&r, std::path::Path::new("runs/r1"));
         assert_eq!(s["verdict"], "FAIL");
         assert_eq!(s["root_cause"]["member"], "triton-0");
         assert_eq!(s["root_cause"]["caused"][0], "clients-0");
+        assert_eq!(s["root_cause"]["class"], "server");
         assert_eq!(s["reports"]["html"], "runs/r1/report.html");
         assert!(s["requests"].is_null(), "no TOTAL row: no counts");
     }

@@ -621,7 +621,7 @@ impl Report {
             driver_died_at_ms,
         );
         if let Some(root) = &mut analysis.root_cause {
-            root.signature = crate::judge::rootcause::signature_of(root, &judged.signatures);
+            root.judge(&judged.signatures);
         }
         failures.truncate(LISTED_FAILURES);
 
