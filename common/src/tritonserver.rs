@@ -145,23 +145,68 @@ pub fn free_port() -> std::io::Result<u16> {
     Ok(port)
 }
 
+/// How a server failed a probe of one of its endpoints (`/v2/health/live`, gRPC `ServerLive`,
+/// `/metrics`, …): each variant a kind a rule or a report can tell apart by [`ProbeError::label`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    /// It answered, but not yes: an HTTP status other than 200, `live: false`, a gRPC status.
+    #[error("{endpoint} answered {answer}")]
+    Refused { endpoint: String, answer: String },
+    /// Nothing within the timeout: a hung server accepts the connection and never answers.
+    #[error("{endpoint} did not answer within {timeout:?} (hung?)")]
+    TimedOut { endpoint: String, timeout: Duration },
+    /// No connection, or it broke before an answer (refused, reset, no route).
+    #[error("{endpoint} did not answer: {cause}")]
+    Unreachable { endpoint: String, cause: String },
+    /// The address cannot be dialled at all.
+    #[error("{endpoint}: not an address: {cause}")]
+    BadAddress { endpoint: String, cause: String },
+    /// The prober knows no such server (or no address of it to probe).
+    #[error("no address to probe for {member}")]
+    NoAddress { member: String },
+}
+
+impl ProbeError {
+    /// A stable name of the kind, for metrics, events and tests.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ProbeError::Refused { .. } => "refused",
+            ProbeError::TimedOut { .. } => "timed_out",
+            ProbeError::Unreachable { .. } => "unreachable",
+            ProbeError::BadAddress { .. } => "bad_address",
+            ProbeError::NoAddress { .. } => "no_address",
+        }
+    }
+
+    /// The error of an HTTP GET of `endpoint` that got no 200 within `timeout`.
+    pub fn of_http(
+        endpoint: String,
+        result: Result<http::Response, HttpError>,
+        timeout: Duration,
+    ) -> Result<(), ProbeError> {
+        match result {
+            Ok(r) if r.is_ok() => Ok(()),
+            Ok(r) => Err(ProbeError::Refused {
+                endpoint,
+                answer: r.status.to_string(),
+            }),
+            Err(HttpError::TimedOut { .. }) => Err(ProbeError::TimedOut { endpoint, timeout }),
+            Err(HttpError::Failed { cause, .. }) => {
+                Err(ProbeError::Unreachable { endpoint, cause })
+            }
+        }
+    }
+}
+
 /// Whether a server answers `GET /v2/health/live` at `http_address` within `timeout`; the error
 /// says how it did not (a hung server accepts the connection and never answers).
-pub async fn probe_live(http_address: &str, timeout: Duration) -> Result<(), String> {
+pub async fn probe_live(http_address: &str, timeout: Duration) -> Result<(), ProbeError> {
     let url = format!("http://{http_address}/v2/health/live");
-    match http::get(&url, timeout).await {
-        Ok(r) if r.is_ok() => Ok(()),
-        Ok(r) => Err(format!(
-            "{http_address}/v2/health/live answered {}",
-            r.status
-        )),
-        Err(HttpError::TimedOut { .. }) => Err(format!(
-            "{http_address}/v2/health/live did not answer within {timeout:?} (hung?)"
-        )),
-        Err(HttpError::Failed { cause, .. }) => Err(format!(
-            "{http_address}/v2/health/live did not answer: {cause}"
-        )),
-    }
+    ProbeError::of_http(
+        format!("{http_address}/v2/health/live"),
+        http::get(&url, timeout).await,
+        timeout,
+    )
 }
 
 /// Triton's `/metrics` text at `metrics_address`, if it answers 200 within 5 s.
@@ -451,13 +496,16 @@ mod tests {
         let why = probe_live(&hung, Duration::from_millis(200))
             .await
             .unwrap_err();
+        assert_eq!(why.label(), "timed_out");
         assert_eq!(
-            why,
+            why.to_string(),
             format!("{hung}/v2/health/live did not answer within 200ms (hung?)")
         );
 
         let dead = format!("127.0.0.1:{}", free_port().unwrap());
         let why = probe_live(&dead, Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(why.label(), "unreachable");
+        let why = why.to_string();
         assert!(
             why.starts_with(&format!("{dead}/v2/health/live did not answer: "))
                 && why.contains("Connection refused"),

@@ -1855,7 +1855,7 @@ async fn an_endpoint_that_does_not_answer_is_bad_input_before_anything_starts() 
     );
     assert!(
         rest.starts_with(&format!(
-            "server_groups.triton.endpoints[0]: existing server {SERVER} does not answer: gRPC {address} ServerLive: "
+            "server_groups.triton.endpoints[0]: existing server {SERVER} does not answer: gRPC {address} ServerLive did not answer: "
         )) && rest.contains("refused"),
         "{line}"
     );

@@ -24,6 +24,7 @@ use stress_common::contract::MemberName;
 use stress_common::qps::QpsSample;
 use stress_common::status::EventKind;
 use stress_common::store::EventRow;
+use stress_common::tritonserver::ProbeError;
 
 /// Why the run fails: the first rule that fired.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,7 +36,7 @@ pub enum Cause {
     ServerUnreachable {
         member: String,
         failures: u32,
-        error: String,
+        error: ProbeError,
     },
     /// A member recorded a FAILURE event itself (rule 2).
     Reported { member: String, details: String },
@@ -131,7 +132,7 @@ pub struct Blame {
 /// A client's failure is often its server's: the first of its target servers whose liveness
 /// probe failed takes the blame, with the client's view in the reason. `probes` are the results
 /// for the failed member's targets, in order (empty for a server or when none was probed).
-pub fn attribute(cause: &Cause, probes: &[(MemberName, Result<(), String>)]) -> Blame {
+pub fn attribute(cause: &Cause, probes: &[(MemberName, Result<(), ProbeError>)]) -> Blame {
     let member = cause.member().to_string();
     let reason = cause.reason();
     if let Some((server, Err(why))) = probes.iter().find(|(_, r)| r.is_err()) {
@@ -212,7 +213,7 @@ pub struct Poll {
     /// Clients whose process or pod does not run yet (waiting for a node or an image).
     pub not_running: BTreeSet<String>,
     /// This poll's liveness probes of the external servers (empty when none was probed).
-    pub server_probes: Vec<(String, Result<(), String>)>,
+    pub server_probes: Vec<(String, Result<(), ProbeError>)>,
     /// Failed tests judged to fail the run since the last poll (see `judge::verdicts`).
     pub failed_tests: Vec<crate::judge::verdicts::FailedTest>,
 }
@@ -559,7 +560,7 @@ mod tests {
     #[test]
     fn an_external_server_fails_after_consecutive_failed_probes_only() {
         let mut ff = machine(&["c-0"]);
-        let probed = |s: i64, results: Vec<Result<(), String>>| {
+        let probed = |s: i64, results: Vec<Result<(), ProbeError>>| {
             let mut poll = healthy(T0 + s * 1000, &["c-0"], 10.0);
             poll.server_probes = results
                 .into_iter()
@@ -568,8 +569,12 @@ mod tests {
                 .collect();
             poll
         };
-        let down =
-            || Err("127.0.0.1:9/v2/health/live did not answer: Connection refused".to_string());
+        let down = || {
+            Err(ProbeError::Unreachable {
+                endpoint: "127.0.0.1:9/v2/health/live".into(),
+                cause: "Connection refused".into(),
+            })
+        };
         // Two failures, a success, two failures: never three in a row.
         assert_eq!(ff.observe(probed(1, vec![Ok(()), down()])), None);
         assert_eq!(ff.observe(probed(2, vec![Ok(()), down()])), None);
@@ -750,15 +755,24 @@ mod tests {
             (MemberName::new("triton-0"), Ok(())),
             (
                 MemberName::new("triton-1"),
-                Err("connection refused".to_string()),
+                Err(ProbeError::Unreachable {
+                    endpoint: "h:1/v2/health/live".into(),
+                    cause: "connection refused".into(),
+                }),
             ),
-            (MemberName::new("triton-2"), Err("timed out".to_string())),
+            (
+                MemberName::new("triton-2"),
+                Err(ProbeError::TimedOut {
+                    endpoint: "h:2/v2/health/live".into(),
+                    timeout: Duration::from_secs(1),
+                }),
+            ),
         ];
         assert_eq!(
             attribute(&cause, &one_dead),
             Blame {
                 member: "triton-1".into(),
-                reason: "connection refused; c-0 reported: Load: connection refused".into(),
+                reason: "h:1/v2/health/live did not answer: connection refused; c-0 reported: Load: connection refused".into(),
                 record: true
             }
         );

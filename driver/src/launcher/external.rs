@@ -13,8 +13,8 @@
 use crate::matrix::ExternalServer;
 use crate::plan::preflight::IndexEntry;
 use std::time::Duration;
-use stress_common::http::{self, HttpError};
-use stress_common::tritonserver;
+use stress_common::http;
+use stress_common::tritonserver::{self, ProbeError};
 use tonic::transport::{Channel, Endpoint};
 use triton_proto::grpc_inference_service_client::GrpcInferenceServiceClient;
 
@@ -33,7 +33,7 @@ pub struct StartFailure {
     /// Its matrix field, e.g. `server_groups.staging.endpoints[0].grpc`.
     pub field: String,
     /// What failed, with the address.
-    pub why: String,
+    pub why: ProbeError,
 }
 
 /// Checks every address of `server` at start, each up to [`START_ATTEMPTS`] times; the error
@@ -54,7 +54,7 @@ pub async fn check_at_start(server: &ExternalServer) -> Result<(), StartFailure>
 
 /// One try of every address: the first that fails.
 async fn check_once(s: &ExternalServer, timeout: Duration) -> Result<(), StartFailure> {
-    let failure = |port: &'static str, why: String| StartFailure {
+    let failure = |port: &'static str, why: ProbeError| StartFailure {
         port,
         field: s.port_field(port),
         why,
@@ -62,11 +62,7 @@ async fn check_once(s: &ExternalServer, timeout: Duration) -> Result<(), StartFa
     if let Some(grpc) = &s.ports.grpc {
         let at = |why| failure("grpc", why);
         for (method, what) in [("ServerLive", "live"), ("ServerReady", "ready")] {
-            match grpc_flag(grpc, method, timeout).await {
-                Ok(true) => {}
-                Ok(false) => return Err(at(format!("gRPC {grpc} {method}: not {what}"))),
-                Err(e) => return Err(at(format!("gRPC {grpc} {method}: {e}"))),
-            }
+            grpc_flag(grpc, method, what, timeout).await.map_err(at)?;
         }
     }
     if let Some(address) = &s.ports.http {
@@ -84,47 +80,43 @@ async fn check_once(s: &ExternalServer, timeout: Duration) -> Result<(), StartFa
     Ok(())
 }
 
-async fn http_ok(address: &str, path: &str, timeout: Duration) -> Result<(), String> {
-    match http::get(&format!("http://{address}{path}"), timeout).await {
-        Ok(r) if r.is_ok() => Ok(()),
-        Ok(r) => Err(format!("HTTP {address}{path} answered {}", r.status)),
-        Err(HttpError::TimedOut { .. }) => Err(format!(
-            "HTTP {address}{path} did not answer within {timeout:?}"
-        )),
-        Err(HttpError::Failed { cause, .. }) => {
-            Err(format!("HTTP {address}{path} did not answer: {cause}"))
-        }
-    }
+async fn http_ok(address: &str, path: &str, timeout: Duration) -> Result<(), ProbeError> {
+    ProbeError::of_http(
+        format!("HTTP {address}{path}"),
+        http::get(&format!("http://{address}{path}"), timeout).await,
+        timeout,
+    )
 }
 
 /// One liveness probe of a running external server: HTTP `/v2/health/live` when its HTTP
 /// address is known, else gRPC `ServerLive`.
-pub async fn probe_live(server: &ExternalServer, timeout: Duration) -> Result<(), String> {
+pub async fn probe_live(server: &ExternalServer, timeout: Duration) -> Result<(), ProbeError> {
     if let Some(address) = &server.ports.http {
         return tritonserver::probe_live(address, timeout).await;
     }
     let Some(grpc) = &server.ports.grpc else {
-        return Err("no address to probe".into());
+        return Err(ProbeError::NoAddress {
+            member: server.name.to_string(),
+        });
     };
-    match grpc_flag(grpc, "ServerLive", timeout).await {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(format!("{grpc} ServerLive: not live")),
-        Err(e) => Err(format!("{grpc} ServerLive: {e}")),
-    }
+    grpc_flag(grpc, "ServerLive", "live", timeout).await
 }
 
 /// The repository index over gRPC (`RepositoryIndex`, every model, loaded or not), for a
 /// server whose HTTP address is unknown.
-pub async fn repository_index(grpc: &str, timeout: Duration) -> Result<Vec<IndexEntry>, String> {
-    let reply = within(timeout, async {
-        let mut client = connect(grpc, timeout).await?;
+pub async fn repository_index(
+    grpc: &str,
+    timeout: Duration,
+) -> Result<Vec<IndexEntry>, ProbeError> {
+    let endpoint = format!("gRPC {grpc} RepositoryIndex");
+    let reply = within(&endpoint, timeout, async {
+        let mut client = connect(&endpoint, grpc, timeout).await?;
         client
             .repository_index(triton_proto::RepositoryIndexRequest::default())
             .await
-            .map_err(status_text)
+            .map_err(|s| refused(&endpoint, s))
     })
-    .await
-    .map_err(|e| format!("repository index over gRPC {grpc}: {e}"))?;
+    .await?;
     Ok(reply
         .into_inner()
         .models
@@ -138,10 +130,16 @@ pub async fn repository_index(grpc: &str, timeout: Duration) -> Result<Vec<Index
         .collect())
 }
 
-/// `ServerLive` or `ServerReady`: the server's answer, or why there is none.
-async fn grpc_flag(address: &str, method: &str, timeout: Duration) -> Result<bool, String> {
-    within(timeout, async {
-        let mut client = connect(address, timeout).await?;
+/// `ServerLive` or `ServerReady` answered yes (`what`: `live` or `ready`), or why not.
+async fn grpc_flag(
+    address: &str,
+    method: &str,
+    what: &str,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    let endpoint = format!("gRPC {address} {method}");
+    let yes = within(&endpoint, timeout, async {
+        let mut client = connect(&endpoint, address, timeout).await?;
         let reply = match method {
             "ServerLive" => client
                 .server_live(triton_proto::ServerLiveRequest {})
@@ -153,46 +151,75 @@ async fn grpc_flag(address: &str, method: &str, timeout: Duration) -> Result<boo
                 .map(|r| r.into_inner().ready),
             other => unreachable!("no flag call {other}"),
         };
-        reply.map_err(status_text)
+        reply.map_err(|s| refused(&endpoint, s))
     })
-    .await
+    .await?;
+    if yes {
+        Ok(())
+    } else {
+        Err(ProbeError::Refused {
+            endpoint,
+            answer: format!("not {what}"),
+        })
+    }
 }
 
 /// A client of Triton's gRPC service on a fresh HTTP/2 connection to `address` (`host:port`).
+/// `endpoint` names the call in its errors.
 async fn connect(
+    endpoint: &str,
     address: &str,
     timeout: Duration,
-) -> Result<GrpcInferenceServiceClient<Channel>, String> {
-    let endpoint = Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| format!("not an address: {e}"))?
+) -> Result<GrpcInferenceServiceClient<Channel>, ProbeError> {
+    let channel = Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| ProbeError::BadAddress {
+            endpoint: endpoint.into(),
+            cause: e.to_string(),
+        })?
         .connect_timeout(timeout);
-    let channel = endpoint.connect().await.map_err(|e| {
+    let channel = channel.connect().await.map_err(|e| {
         // tonic's own text is "transport error"; the cause says what happened.
-        let mut text = e.to_string();
+        let mut cause = e.to_string();
         let mut source = std::error::Error::source(&e);
-        while let Some(cause) = source {
-            text = format!("{text}: {cause}");
-            source = cause.source();
+        while let Some(next) = source {
+            // hyper's connect error repeats its own cause's words: say them once.
+            let next_text = next.to_string();
+            if !cause.ends_with(&next_text) && !cause.contains(&format!("{next_text}: ")) {
+                cause = format!("{cause}: {next_text}");
+            }
+            source = next.source();
         }
-        text
+        ProbeError::Unreachable {
+            endpoint: endpoint.into(),
+            cause,
+        }
     })?;
     Ok(GrpcInferenceServiceClient::new(channel))
 }
 
-/// A gRPC status as a reply's error: its code and message (a server that is not gRPC answers
-/// with no status at all, which tonic reports as such).
-fn status_text(s: tonic::Status) -> String {
-    format!("gRPC status {:?}: {}", s.code(), s.message())
+/// A gRPC status as a refusal: its code and message (a server that is not gRPC answers with no
+/// status at all, which tonic reports as such).
+fn refused(endpoint: &str, s: tonic::Status) -> ProbeError {
+    ProbeError::Refused {
+        endpoint: endpoint.into(),
+        answer: format!("gRPC status {:?}: {}", s.code(), s.message()),
+    }
 }
 
 /// `call` within `timeout`, or that it did not answer (a hung server accepts and never replies).
 async fn within<T>(
+    endpoint: &str,
     timeout: Duration,
-    call: impl std::future::Future<Output = Result<T, String>>,
-) -> Result<T, String> {
+    call: impl std::future::Future<Output = Result<T, ProbeError>>,
+) -> Result<T, ProbeError> {
     tokio::time::timeout(timeout, call)
         .await
-        .unwrap_or_else(|_| Err(format!("did not answer within {timeout:?} (hung?)")))
+        .unwrap_or_else(|_| {
+            Err(ProbeError::TimedOut {
+                endpoint: endpoint.into(),
+                timeout,
+            })
+        })
 }
 
 #[cfg(test)]
@@ -220,13 +247,17 @@ mod tests {
             (e.port, e.field.as_str()),
             ("grpc", "server_groups.staging.endpoints[1].grpc")
         );
+        assert_eq!(e.why.label(), "unreachable", "{e:?}");
+        let why = e.why.to_string();
         assert!(
-            e.why.starts_with(&format!("gRPC {address} ServerLive: ")) && e.why.contains("refused"),
-            "{e:?}"
+            why.starts_with(&format!("gRPC {address} ServerLive did not answer: "))
+                && why.contains("refused"),
+            "{why}"
         );
         let e = probe_live(&server, Duration::from_secs(2))
             .await
             .unwrap_err();
-        assert!(e.contains("refused"), "{e}");
+        assert_eq!(e.label(), "unreachable");
+        assert!(e.to_string().contains("refused"), "{e}");
     }
 }

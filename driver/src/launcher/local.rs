@@ -391,11 +391,17 @@ impl Launcher for LocalLauncher {
         }
     }
 
-    async fn server_live(&mut self, member_id: &str, timeout: Duration) -> Result<(), String> {
+    async fn server_live(
+        &mut self,
+        member_id: &str,
+        timeout: Duration,
+    ) -> Result<(), tritonserver::ProbeError> {
         let s = self
             .servers
             .get(member_id)
-            .ok_or_else(|| format!("no server {member_id}"))?;
+            .ok_or_else(|| tritonserver::ProbeError::NoAddress {
+                member: member_id.into(),
+            })?;
         tritonserver::probe_live(&s.http_address(), timeout).await
     }
 

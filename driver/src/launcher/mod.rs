@@ -128,7 +128,11 @@ pub trait Launcher: Send {
     async fn diagnostics(&mut self, member_id: &str) -> MemberDiagnostics;
 
     /// Whether a server answers `/v2/health/live` within `timeout`; the error says how it did not.
-    async fn server_live(&mut self, member_id: &str, timeout: Duration) -> Result<(), String>;
+    async fn server_live(
+        &mut self,
+        member_id: &str,
+        timeout: Duration,
+    ) -> Result<(), stress_common::tritonserver::ProbeError>;
 
     /// Triton's own /metrics text of a server, while it runs.
     async fn server_metrics(&mut self, member_id: &str) -> Option<String>;

@@ -165,7 +165,9 @@ impl Driver<'_> {
             // its state and reason rather than as absent.
             let index = if ep.http.is_empty() {
                 // An external server given by its gRPC address only.
-                external::repository_index(&ep.grpc, INDEX_TIMEOUT).await
+                external::repository_index(&ep.grpc, INDEX_TIMEOUT)
+                    .await
+                    .map_err(|e| e.to_string())
             } else {
                 match http::post_json(&url, &serde_json::json!({}), INDEX_TIMEOUT).await {
                     Ok(r) if r.is_ok() => preflight::parse_index(&r.body),

@@ -483,11 +483,17 @@ impl Launcher for KubeLauncher {
         self.log_between(member_id, from_ms, to_ms).await
     }
 
-    async fn server_live(&mut self, member_id: &str, timeout: Duration) -> Result<(), String> {
-        let ep = self
-            .endpoints
-            .get(member_id)
-            .ok_or_else(|| format!("no ready server {member_id}"))?;
+    async fn server_live(
+        &mut self,
+        member_id: &str,
+        timeout: Duration,
+    ) -> Result<(), tritonserver::ProbeError> {
+        let ep =
+            self.endpoints
+                .get(member_id)
+                .ok_or_else(|| tritonserver::ProbeError::NoAddress {
+                    member: member_id.into(),
+                })?;
         tritonserver::probe_live(&ep.http, timeout).await
     }
 
