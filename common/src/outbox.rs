@@ -490,6 +490,7 @@ mod tests {
         outbox
             .failure(&FailureRecord {
                 actual: "wrong".into(),
+                error_kind: None,
                 ..Default::default()
             })
             .await
@@ -538,6 +539,7 @@ mod tests {
             outbox
                 .failure(&FailureRecord {
                     actual: format!("f{n}"),
+                    error_kind: None,
                     ..Default::default()
                 })
                 .await

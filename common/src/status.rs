@@ -240,6 +240,12 @@ pub struct FailureRecord {
     pub correlation_id: Option<u64>,
     pub expected: String,
     pub actual: String,
+    /// The kind of what the client saw, as the worker typed it (a timeout, the server's error
+    /// status, a broken connection, an answer that failed its check). None: not typed (a record
+    /// from before kinds were, or a failure the worker describes only in words); its
+    /// signature then judges the kind from `actual`'s words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<crate::signature::ErrorKind>,
     /// What happened on the wire before the failure (absent: the scenario sends no request
     /// through the recorded paths, or a record from before forensics existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -304,7 +310,13 @@ pub struct PreviousUse {
 impl FailureRecord {
     /// What makes this failure the same as others ([`crate::signature`]).
     pub fn signature(&self) -> crate::signature::Signature {
-        crate::signature::Signature::new(&self.scenario, &self.model, &self.expected, &self.actual)
+        crate::signature::Signature::of_kind(
+            &self.scenario,
+            &self.model,
+            &self.expected,
+            &self.actual,
+            self.error_kind,
+        )
     }
 }
 

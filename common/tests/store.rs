@@ -729,6 +729,8 @@ async fn story(url: &str, fresh: bool) {
         correlation_id: Some(u64::MAX),
         expected: "OUTPUT0 = [3]".into(),
         actual: "OUTPUT0 = [4]".into(),
+        // The typed kind round-trips (and wins over the words).
+        error_kind: Some(stress_common::signature::ErrorKind::WrongAnswer),
         // Forensics round-trip: the steps on the wire and the id's previous use.
         forensics: Some(Forensics {
             steps: vec![WireStep {
@@ -760,6 +762,7 @@ async fn story(url: &str, fresh: bool) {
         correlation_id: None,
         expected: "200 OK".into(),
         actual: "UNAVAILABLE: \"connection refused\"".into(),
+        error_kind: Some(stress_common::signature::ErrorKind::Unavailable),
         forensics: None,
         ..f1.clone()
     };
@@ -784,6 +787,7 @@ async fn story(url: &str, fresh: bool) {
         let f = FailureRecord {
             at_ms: t0 + 1300 + i,
             actual: format!("failure {i}"),
+            error_kind: None,
             ..f2.clone()
         };
         kept.push(
@@ -958,6 +962,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                                 &FailureRecord {
                                     at_ms: now_ms(),
                                     actual: format!("{i}"),
+                                    error_kind: None,
                                     ..FailureRecord::default()
                                 },
                             )

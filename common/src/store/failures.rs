@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::contract::{MemberName, RunId};
-use crate::signature::SignatureCount;
+use crate::signature::{ErrorKind, SignatureCount};
 
 impl Store {
     // ---- failures --------------------------------------------------------------------------
@@ -31,8 +31,9 @@ impl Store {
         if keep {
             sqlx::query(
                 "INSERT INTO failures (run_id, member_id, at_ms, scenario, server, model,
-                                       correlation_id, expected, actual, forensics)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                                       correlation_id, expected, actual, forensics,
+                                       error_kind)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             )
             .bind(run_id.as_str())
             .bind(member_id.as_str())
@@ -49,6 +50,7 @@ impl Store {
                     .as_ref()
                     .map(|f| serde_json::to_string(f).expect("plain data serialises")),
             )
+            .bind(failure.error_kind.map(|k| k.as_str()))
             .execute(&mut *tx)
             .await
             .map_err(self.db(OP))?;
@@ -87,10 +89,11 @@ impl Store {
             String,
             String,
             Option<String>,
+            Option<String>,
         );
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, member_id, at_ms, scenario, server, model, correlation_id, expected,
-                    actual, forensics
+                    actual, forensics, error_kind
              FROM failures WHERE run_id = $1 AND id > $2 ORDER BY id",
         )
         .bind(run_id.as_str())
@@ -111,7 +114,15 @@ impl Store {
                     expected,
                     actual,
                     forensics,
+                    error_kind,
                 ) = row;
+                let error_kind = error_kind
+                    .map(|k| {
+                        ErrorKind::parse(&k).ok_or_else(|| {
+                            self.corrupt(OP, format!("a failure's error kind {k:?}"))
+                        })
+                    })
+                    .transpose()?;
                 let forensics = forensics
                     .map(|f| serde_json::from_str(&f))
                     .transpose()
@@ -127,6 +138,7 @@ impl Store {
                         correlation_id: corr.map(from_db),
                         expected,
                         actual,
+                        error_kind,
                         forensics,
                     },
                 ))

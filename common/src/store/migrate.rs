@@ -129,6 +129,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0016_signature_counts.sql"),
         postgres: include_str!("../../migrations/postgres/0016_signature_counts.sql"),
     },
+    Migration {
+        version: 17,
+        name: "failure_error_kind",
+        sqlite: include_str!("../../migrations/sqlite/0017_failure_error_kind.sql"),
+        postgres: include_str!("../../migrations/postgres/0017_failure_error_kind.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -409,6 +409,7 @@ mod tests {
             correlation_id: Some(1_048_577),
             expected: "step 2 of 12 answered".into(),
             actual: REJECTED.into(),
+            error_kind: None,
             forensics: Some(Forensics {
                 steps,
                 sequence_idle_us: idle_us,

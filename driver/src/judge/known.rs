@@ -101,6 +101,7 @@ mod tests {
             model: model.into(),
             expected: "step 2 answered".into(),
             actual: actual.into(),
+            error_kind: None,
             ..Default::default()
         }
     }

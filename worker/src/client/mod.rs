@@ -11,6 +11,7 @@ pub mod unary_h2;
 use crate::metadata::{ModelConfig, ModelMetadata};
 use crate::tensor::Tensor;
 use std::time::Duration;
+use stress_common::signature::ErrorKind;
 
 pub use stress_common::contract::Protocol;
 
@@ -96,6 +97,20 @@ pub enum ClientError {
     /// The caller passed a prepared request of the other protocol.
     #[error("a request prepared for another protocol")]
     WrongProtocol,
+}
+
+impl ClientError {
+    /// What kind of failure it is, typed: a failure record carries it, so its signature does
+    /// not have to read it back from the words.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ClientError::DeadlineExceeded(_) => ErrorKind::Timeout,
+            ClientError::Server { code, .. } => ErrorKind::of_status(code),
+            ClientError::Transport(_) => ErrorKind::Transport,
+            ClientError::Protocol(_) => ErrorKind::Protocol,
+            ClientError::WrongProtocol => ErrorKind::Harness,
+        }
+    }
 }
 
 /// `message: cause: cause...`, skipping causes whose text the message already has and wrappers
@@ -264,4 +279,46 @@ pub async fn connect(
             std::sync::Arc::new(http::HttpClient::new(address)?.with_binary(http_binary))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_error_has_its_kind_by_type() {
+        let server = |code: &str| ClientError::Server {
+            code: code.into(),
+            message: "transport error in the model's words".into(),
+        };
+        assert_eq!(server("InvalidArgument").kind(), ErrorKind::Rejected);
+        assert_eq!(server("Internal").kind(), ErrorKind::ServerError);
+        assert_eq!(server("503").kind(), ErrorKind::Unavailable);
+        assert_eq!(server("stream").kind(), ErrorKind::ServerError);
+        assert_eq!(
+            ClientError::DeadlineExceeded("1s".into()).kind(),
+            ErrorKind::Timeout
+        );
+        assert_eq!(
+            ClientError::Transport("reset".into()).kind(),
+            ErrorKind::Transport
+        );
+        assert_eq!(
+            ClientError::Protocol("no final".into()).kind(),
+            ErrorKind::Protocol
+        );
+        assert_eq!(ClientError::WrongProtocol.kind(), ErrorKind::Harness);
+        // Each agrees with the words a record of it carries, for records written before kinds
+        // were typed.
+        for e in [
+            server("Internal"),
+            server("InvalidArgument"),
+            ClientError::DeadlineExceeded("1s".into()),
+            ClientError::Transport("reset".into()),
+            ClientError::Protocol("x".into()),
+            ClientError::WrongProtocol,
+        ] {
+            assert_eq!(ErrorKind::of(&e.to_string()), e.kind(), "{e}");
+        }
+    }
 }

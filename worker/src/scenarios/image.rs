@@ -121,7 +121,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     request.timeout = Some(env.settings.request_timeout);
     let response = match env.infer(&request).await {
         Ok(r) => r,
-        Err(e) => return Outcome::Failed(Failure::new(&model, "a classification", e.to_string())),
+        Err(e) => return Outcome::Failed(Failure::client(&model, "a classification", &e)),
     };
     let results = match response.output("OUTPUT").and_then(|t| t.to_strings()) {
         Ok(r) => r,

@@ -210,11 +210,7 @@ impl PlannedModel {
     /// A request that got no response (transport, deadline or server error) as a failure.
     pub(crate) fn no_response(&self, e: ClientError) -> Failure {
         let d = &self.description;
-        Failure::new(
-            &d.name,
-            format!("a response from {}", d.label()),
-            e.to_string(),
-        )
+        Failure::client(&d.name, format!("a response from {}", d.label()), &e)
     }
 
     /// A failed check as a failure naming model, version, output, expected and actual.
@@ -225,7 +221,7 @@ impl PlannedModel {
             ("", asked) => asked,
             (answered, _) => answered,
         };
-        Failure::new(
+        Failure::wrong_answer(
             &d.name,
             format!("version {version} output {}: {}", f.output, f.expected),
             f.actual,

@@ -65,8 +65,7 @@ fn validate(
     variant: &Variant,
     response: Result<InferResponse, ClientError>,
 ) -> Result<(), Failure> {
-    let response =
-        response.map_err(|e| Failure::new(model, "an add/sub response", e.to_string()))?;
+    let response = response.map_err(|e| Failure::client(model, "an add/sub response", &e))?;
     for (name, want) in [("OUTPUT0", &variant.sum), ("OUTPUT1", &variant.difference)] {
         let got = response
             .output(name)
@@ -97,7 +96,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     let model = env.settings.load_model.clone();
     let variants = match variants(env) {
         Ok(v) => v,
-        Err(e) => return Outcome::Failed(Failure::new(&model, "a request", e.to_string())),
+        Err(e) => return Outcome::Failed(Failure::client(&model, "a request", &e)),
     };
     let prepared: Vec<Prepared> = variants.iter().map(|v| v.prepared.clone()).collect();
     let check = |i: usize, r: Result<InferResponse, ClientError>| validate(&model, &variants[i], r);

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use stress_common::scenario::Scenario;
 use stress_common::schedule::{RequestIntervals, Schedule, SendTimes};
+use stress_common::signature::ErrorKind;
 use stress_common::status::{FailureRecord, Forensics, WireStep};
 use tokio_util::sync::CancellationToken;
 
@@ -39,6 +40,9 @@ pub struct Failure {
     pub correlation_id: Option<u64>,
     pub expected: String,
     pub actual: String,
+    /// What kind of failure, where the worker knows it by type (None: judged from `actual`'s
+    /// words).
+    pub kind: Option<ErrorKind>,
 }
 
 impl Failure {
@@ -48,7 +52,33 @@ impl Failure {
             correlation_id: None,
             expected: expected.into(),
             actual: actual.into(),
+            kind: None,
         }
+    }
+
+    /// The request got no answer but `error`: its kind is the error's.
+    pub fn client(model: &str, expected: impl Into<String>, error: &ClientError) -> Self {
+        Self {
+            kind: Some(error.kind()),
+            ..Self::new(model, expected, error.to_string())
+        }
+    }
+
+    /// The server answered, and the answer failed its check.
+    pub fn wrong_answer(
+        model: &str,
+        expected: impl Into<String>,
+        actual: impl Into<String>,
+    ) -> Self {
+        Self {
+            kind: Some(ErrorKind::WrongAnswer),
+            ..Self::new(model, expected, actual)
+        }
+    }
+
+    pub fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.kind = Some(kind);
+        self
     }
 
     pub fn with_correlation_id(mut self, id: u64) -> Self {
@@ -65,6 +95,7 @@ impl Failure {
             correlation_id: self.correlation_id,
             expected: self.expected,
             actual: self.actual,
+            error_kind: self.kind,
             forensics: None,
         }
     }

@@ -11,6 +11,7 @@ use crate::tensor::Tensor;
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
 use stress_common::scenario::Scenario;
+use stress_common::signature::ErrorKind;
 
 /// The text Triton answers a request without START on a sequence id it does not know.
 pub const START_FLAG_ERROR: &str = "must specify the START flag";
@@ -70,7 +71,7 @@ async fn send_sequence(
         .client
         .sequence_session()
         .await
-        .map_err(|e| fail("a sequence stream".into(), e.to_string()))?;
+        .map_err(|e| fail("a sequence stream".into(), e.to_string()).with_kind(e.kind()))?;
     let result = check_steps(env, &mut *session, model, batched, values, end, &fail).await;
     session.close().await;
     result
@@ -104,6 +105,7 @@ async fn check_steps(
                 format!("a response to step {} of {}", i + 1, values.len()),
                 e.to_string(),
             )
+            .with_kind(e.kind())
         })?;
         let got = response
             .output("OUTPUT")
@@ -113,7 +115,8 @@ async fn check_steps(
             return Err(fail(
                 format!("OUTPUT = [{sum}] at step {} of {}", i + 1, values.len()),
                 format!("{got:?}"),
-            ));
+            )
+            .with_kind(ErrorKind::WrongAnswer));
         }
     }
     Ok(())
@@ -191,9 +194,11 @@ async fn no_start(env: &TestEnv<'_>, model: &str, batched: bool) -> Result<(), F
         end: true,
         string_id: false,
     };
-    let mut session = env.client.sequence_session().await.map_err(|e| {
-        Failure::new(model, "a sequence stream", e.to_string()).with_correlation_id(id)
-    })?;
+    let mut session = env
+        .client
+        .sequence_session()
+        .await
+        .map_err(|e| Failure::client(model, "a sequence stream", &e).with_correlation_id(id))?;
     let step = request(model, batched, value, flags, env);
     let sent = env.sending();
     let result = session.infer(&step).await;
@@ -206,10 +211,10 @@ async fn no_start(env: &TestEnv<'_>, model: &str, batched: bool) -> Result<(), F
     env.log_request(&step, sent, true, outcome);
     match result {
         Err(e) if e.to_string().contains(START_FLAG_ERROR) => Ok(()),
-        Err(e) => Err(Failure::new(
+        Err(e) => Err(Failure::client(
             model,
             format!("an error containing \"{START_FLAG_ERROR}\""),
-            e.to_string(),
+            &e,
         )
         .with_correlation_id(id)),
         Ok(r) => Err(Failure::new(

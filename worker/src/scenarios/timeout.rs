@@ -32,7 +32,7 @@ pub async fn check_identity(env: &TestEnv<'_>, model: &str, values: &[i32]) -> R
     let response = env
         .infer(&request)
         .await
-        .map_err(|e| Failure::new(model, "an answer after the disruption", e.to_string()))?;
+        .map_err(|e| Failure::client(model, "an answer after the disruption", &e))?;
     let got = response
         .output("OUTPUT0")
         .and_then(|t| t.to_i32())
@@ -62,7 +62,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     );
     match env.infer(&request).await {
         Err(ClientError::DeadlineExceeded(_)) => {}
-        Err(other) => return Outcome::Failed(Failure::new(&model, expected, other.to_string())),
+        Err(other) => return Outcome::Failed(Failure::client(&model, expected, &other)),
         Ok(_) => {
             return Outcome::Failed(Failure::new(
                 &model,

@@ -27,6 +27,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use stress_common::signature::ErrorKind;
 
 /// What a decoupled model's streams are checked against, built with its requests.
 #[derive(Debug)]
@@ -155,7 +156,9 @@ pub fn judge(
                 &model.name,
                 format!("version {version}: {final_response}"),
                 format!("{}, then the server ended the stream", came()),
-            ));
+            )
+            // Ending a decoupled stream before its final response breaks the protocol.
+            .with_kind(ErrorKind::Protocol));
         }
         StreamEnd::Silent(silence) => {
             return Err(Failure::new(
@@ -164,14 +167,16 @@ pub fn judge(
                     "version {version}: {final_response}, each response within --request-timeout {silence:?}"
                 ),
                 format!("{}, then nothing for {silence:?}", came()),
-            ));
+            )
+            .with_kind(ErrorKind::Timeout));
         }
         StreamEnd::Error(e) => {
             return Err(Failure::new(
                 &model.name,
                 format!("version {version}: responses until {final_response}"),
                 format!("{}, then {e}", came()),
-            ));
+            )
+            .with_kind(e.kind()));
         }
     }
     for (k, r) in data.iter().enumerate() {
@@ -190,7 +195,7 @@ fn response_failure(
     of: usize,
     f: CheckFailure,
 ) -> Failure {
-    Failure::new(
+    Failure::wrong_answer(
         &model.name,
         format!(
             "version {version} response {} of {of} output {}: {}",

@@ -95,7 +95,7 @@ pub async fn run(env: &mut TestEnv<'_>, planned: &PlannedModel, tolerance: f64) 
         Ok(s) => s,
         Err(e) => {
             return Outcome::Failed(
-                Failure::new(&d.name, "a sequence stream", e.to_string()).with_correlation_id(id),
+                Failure::client(&d.name, "a sequence stream", &e).with_correlation_id(id),
             );
         }
     };
