@@ -155,13 +155,12 @@ impl Driver<'_> {
             None => std::future::pending().await,
         };
         loop {
+            // Biased, the interrupt and the end first: a tick while the store does not answer
+            // takes seconds (each read waits for its limit), so once the end is due an overdue
+            // tick is always ready too; a fair pick let a 30 s run go on past its end, tick
+            // after tick, until the store outage rule failed it at 60 s (seen in CI).
             let wake = tokio::select! {
-                _ = ticker.tick() => Wake::Tick,
-                // A member may have ended: judged now, not at the next tick.
-                _ = self.launcher.member_may_have_ended() => Wake::Exit,
-                _ = event_recorded() => Wake::Events,
-                _ = event_check.tick() => Wake::Events,
-                _ = tokio::time::sleep_until(end) => break,
+                biased;
                 _ = self.cancel.cancelled() => {
                     let why = "driver interrupted (SIGTERM/SIGINT)";
                     self.record(DRIVER_MEMBER, EventKind::Failure, why).await;
@@ -173,6 +172,13 @@ impl Driver<'_> {
                     .await;
                     return Verdict::Aborted(why.into());
                 }
+                _ = tokio::time::sleep_until(end) => break,
+                // The tick before the wake-ups between ticks, so none of them can starve it.
+                _ = ticker.tick() => Wake::Tick,
+                // A member may have ended: judged now, not at the next tick.
+                _ = self.launcher.member_may_have_ended() => Wake::Exit,
+                _ = event_recorded() => Wake::Events,
+                _ = event_check.tick() => Wake::Events,
             };
             // Between ticks only what woke the loop is fed: the per-poll rules (zero QPS,
             // heartbeats, a store outage) count ticks.
