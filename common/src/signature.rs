@@ -333,37 +333,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_typed_kind_wins_over_the_words_of_the_answer() {
-        // A text model's wrong answer that happens to say "deadline exceeded".
-        let record = crate::status::FailureRecord {
-            scenario: "Infer".into(),
-            model: "text_vector".into(),
-            expected: "OUTPUT0 [\"ok\"]".into(),
-            actual: "OUTPUT0 [\"deadline exceeded\"]".into(),
-            error_kind: Some(ErrorKind::WrongAnswer),
-            ..Default::default()
-        };
-        assert_eq!(record.signature().error_kind, ErrorKind::WrongAnswer);
-        // Untyped (a record from before kinds were typed): judged from the words.
-        let untyped = crate::status::FailureRecord {
-            error_kind: None,
-            ..record.clone()
-        };
-        assert_eq!(untyped.signature().error_kind, ErrorKind::Timeout);
-        assert_ne!(record.signature().id(), untyped.signature().id());
-        // The record's JSON carries the kind by its stable name, and old JSON without it reads.
-        let json = serde_json::to_value(&record).unwrap();
-        assert_eq!(json["error_kind"], "wrong_answer");
-        let back: crate::status::FailureRecord = serde_json::from_value(json).unwrap();
-        assert_eq!(back, record);
-        let mut old = serde_json::to_value(&untyped).unwrap();
-        assert!(old.get("error_kind").is_none());
-        old.as_object_mut().unwrap().remove("error_kind");
-        let back: crate::status::FailureRecord = serde_json::from_value(old).unwrap();
-        assert_eq!(back.error_kind, None);
-    }
-
-    #[test]
     fn what_differs_between_occurrences_is_taken_out() {
         let a = normalize(
             "server error (InvalidArgument): inference request for sequence 1048577 to model \

@@ -21,7 +21,7 @@ use stress_common::store::{
 use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
 
 /// The newest schema version (a new migration bumps it here, on purpose).
-const LATEST_SCHEMA: i64 = 16;
+const LATEST_SCHEMA: i64 = 17;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> RunId {
