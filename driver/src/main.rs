@@ -177,7 +177,8 @@ enum Command {
     /// Summarise Triton trace files (level TIMESTAMPS, triton mode) per model and protocol:
     /// receive, queue, compute input / infer / output and send time.
     TraceSummary {
-        /// Trace files of one server (with log-frequency: FILE.0, FILE.1, ...).
+        /// Trace files of one server; a FILE written per log-frequency as FILE.0, FILE.1, ...
+        /// may be given as FILE.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Print the summary as JSON.
@@ -228,8 +229,11 @@ async fn main() -> ExitCode {
         }
         Command::TraceSummary { files, json } => {
             let mut texts = Vec::new();
-            for f in &files {
-                match std::fs::read_to_string(f) {
+            for f in files
+                .iter()
+                .flat_map(|f| driver::report::trace::files_of(f))
+            {
+                match std::fs::read_to_string(&f) {
                     Ok(t) => texts.push((f.display().to_string(), t)),
                     Err(e) => {
                         eprintln!("{}: {e}", f.display());

@@ -2222,7 +2222,13 @@ async fn a_traced_server_gets_a_trace_summary_in_the_report() {
     let report = read_json(&run_dir.join("report.json"));
     let rows = report["traces"][SERVER]["rows"]
         .as_array()
-        .unwrap_or_else(|| panic!("no trace summary of {SERVER}: {:#}", report["traces"]));
+        .unwrap_or_else(|| {
+            panic!(
+                "no trace summary of {SERVER}: {:#}\n{}",
+                report["traces"],
+                driver.output()
+            )
+        });
     let add_sub = rows
         .iter()
         .find(|r| r["model"] == "add_sub" && r["protocol"] == "grpc")
@@ -2744,8 +2750,14 @@ async fn a_store_outage_mid_run(fault: StoreFault) {
             s.member_id == WORKER && s.at_ms > outage_from + 2000 && s.at_ms < outage_to - 2000
         })
         .collect();
+    // The worker kept sending: its samples from inside the outage arrived after it, and its
+    // request count grew through it. Not every second completes a request: a second in which
+    // every stream is inside a long test (a perf_analyzer run counts its requests at its end)
+    // samples 0 (seen once in CI), so three in four seconds with answers suffice.
+    let answered = during.iter().filter(|s| s.qps > 0.0).count();
+    let grew = during.last().map(|s| s.total_requests) > during.first().map(|s| s.total_requests);
     assert!(
-        during.len() >= 5 && during.iter().all(|s| s.qps > 0.0),
+        during.len() >= 5 && answered * 4 >= during.len() * 3 && grew,
         "the worker's samples from inside the outage, delivered after it: {during:?}\n{}",
         driver.output()
     );

@@ -485,7 +485,9 @@ fn committed_matrices_say_what_they_should() {
             "--trace-config",
             "level=TIMESTAMPS",
             "--trace-config",
-            "rate=1000"
+            "rate=1000",
+            "--trace-config",
+            "triton,log-frequency=100"
         ]
     );
     assert!(trace.writes_files());

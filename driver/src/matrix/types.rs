@@ -1091,7 +1091,10 @@ pub struct TraceSettings {
     #[schemars(range(min = 1))]
     pub count: Option<u32>,
 
-    /// Write the trace file every this many traces. Omitted: Triton's default. Triton mode only.
+    /// Write the trace file every this many traces (`FILE.0`, `FILE.1`, …). Omitted:
+    /// 100. Triton's own default (0) keeps every trace in memory until the server exits: a
+    /// soak's server grows by its traces, and one killed at the end (a stop past its grace)
+    /// loses them all. Triton mode only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub log_frequency: Option<u32>,
@@ -1123,6 +1126,9 @@ pub enum TraceMode {
     Opentelemetry,
 }
 
+/// Traces per trace file when `log_frequency` is omitted (see [`TraceSettings::log_frequency`]).
+pub const DEFAULT_TRACE_LOG_FREQUENCY: u32 = 100;
+
 impl TraceSettings {
     /// The `tritonserver` arguments for these settings; the launcher adds the trace file
     /// (`--trace-config triton,file=...`) itself.
@@ -1136,7 +1142,8 @@ impl TraceSettings {
         if let Some(count) = self.count {
             args.extend(["--trace-config".to_string(), format!("count={count}")]);
         }
-        if let Some(freq) = self.log_frequency {
+        if self.mode == TraceMode::Triton {
+            let freq = self.log_frequency.unwrap_or(DEFAULT_TRACE_LOG_FREQUENCY);
             args.extend([
                 "--trace-config".to_string(),
                 format!("triton,log-frequency={freq}"),

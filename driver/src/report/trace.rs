@@ -205,9 +205,70 @@ pub fn summarize(traces: &[Trace]) -> TraceSummary {
     }
 }
 
+/// The trace files a server wrote as `path`: the file itself, or, when it wrote one per
+/// `log_frequency` traces, its numbered files `path.0`, `path.1`, … in order (None of either:
+/// `path` alone, for the reader to report missing).
+pub fn files_of(path: &std::path::Path) -> Vec<std::path::PathBuf> {
+    if path.exists() {
+        return vec![path.to_path_buf()];
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return vec![path.to_path_buf()];
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        dir
+    };
+    let mut numbered: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let file = e.file_name().into_string().ok()?;
+            let n = file.strip_prefix(name)?.strip_prefix('.')?.parse().ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    numbered.sort();
+    if numbered.is_empty() {
+        vec![path.to_path_buf()]
+    } else {
+        numbered.into_iter().map(|(_, p)| p).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_s_numbered_trace_files_stand_for_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("triton-0.json");
+        for n in [10, 2, 0, 1] {
+            std::fs::write(dir.path().join(format!("triton-0.json.{n}")), "[]").unwrap();
+        }
+        std::fs::write(dir.path().join("triton-0.json.x"), "").unwrap();
+        std::fs::write(dir.path().join("triton-1.json.3"), "[]").unwrap();
+        let names: Vec<String> = files_of(&base)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "triton-0.json.0",
+                "triton-0.json.1",
+                "triton-0.json.2",
+                "triton-0.json.10"
+            ]
+        );
+        std::fs::write(&base, "[]").unwrap();
+        assert_eq!(files_of(&base), vec![base]);
+        let missing = dir.path().join("triton-9.json");
+        assert_eq!(files_of(&missing), vec![missing]);
+    }
 
     /// Entries in Triton's shape, split across two files and out of order.
     fn files() -> Vec<(String, String)> {
