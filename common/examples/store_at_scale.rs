@@ -196,6 +196,7 @@ impl Worker {
                 .unwrap_or_default(),
             series_point: due,
             signatures: vec![],
+            outages: vec![],
         };
         if let Some(c) = closing {
             self.tracker.commit(c);

@@ -7,9 +7,10 @@
 //! cost in memory, not by its length:
 //! - events (STARTING, RUNNING, SUCCESS, FAILURE) are few and always kept;
 //! - snapshots carry cumulative counts, so a queued snapshot's counts are superseded by the
-//!   next one's and dropped; its QPS point and latency intervals stay. Past
-//!   [`Limits::snapshots`] the oldest queued QPS point is dropped (its intervals and its place
-//!   in the QPS series move to the next snapshot, so the latency series keeps every request);
+//!   next one's and dropped; its QPS point, latency intervals and outages stay. Past
+//!   [`Limits::snapshots`] the oldest queued QPS point is dropped (its intervals, its outages
+//!   and its place in the QPS series move to the next snapshot, so the latency series keeps
+//!   every request and no outage is lost);
 //! - failure records are kept up to [`Limits::failures`] (the first ones: they say what went
 //!   wrong first); later ones are counted, and their failures are in the counts anyway;
 //! - what was dropped is said in a RUNNING event once the store is back.
@@ -125,8 +126,8 @@ impl Queue {
         self.push(item);
     }
 
-    /// Drops the oldest queued snapshot but the front, moving its latency intervals to the
-    /// next queued snapshot (or the one being queued, by keeping them here until then).
+    /// Drops the oldest queued snapshot but the front, moving its latency intervals and its
+    /// outages to the next queued snapshot (ahead of that one's own, so both keep their order).
     fn drop_oldest_sample(&mut self) {
         let snapshot_at = |items: &VecDeque<(u64, Item)>, from: usize| {
             (from..items.len()).find(|&i| matches!(items[i].1, Item::Snapshot(_)))
@@ -141,9 +142,13 @@ impl Queue {
             unreachable!("found a snapshot at {oldest}");
         };
         if let Item::Snapshot(s) = &mut self.items[next - 1].1 {
+            let dropped = *dropped;
             let mut moved = dropped.intervals;
             moved.append(&mut s.intervals);
             s.intervals = moved;
+            let mut moved = dropped.outages;
+            moved.append(&mut s.outages);
+            s.outages = moved;
             // The series keeps a point where the dropped one would have been.
             s.series_point |= dropped.series_point;
         }
@@ -376,7 +381,7 @@ async fn write_loop(shared: Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{IntervalCounts, ScenarioCounts};
+    use crate::status::{IntervalCounts, Outage, ScenarioCounts};
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// A store that can be taken down and brought back; keeps what was written, in order.
@@ -468,10 +473,15 @@ mod tests {
                 Item::Event { kind, details } => format!("{kind} {details}"),
                 Item::Failure(f) => format!("failure {}", f.actual),
                 Item::Snapshot(s) => format!(
-                    "snapshot {} counts:{} intervals:{}{}",
+                    "snapshot {} counts:{} intervals:{}{}{}",
                     s.at_ms,
                     s.scenarios.len(),
                     s.intervals.len(),
+                    if s.outages.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" outages:{}", s.outages.len())
+                    },
                     if s.series_point { " point" } else { "" }
                 ),
                 Item::Heartbeat => "heartbeat".into(),
@@ -574,6 +584,67 @@ mod tests {
                  first 2 queued were not kept (their failures are in the counts) and 3 QPS \
                  sample(s) were dropped",
                 "SUCCESS done",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn outages_are_never_dropped_and_keep_their_order() {
+        let store = Arc::new(SwitchableStore::default());
+        store.down.store(true, Ordering::SeqCst);
+        let limits = Limits {
+            snapshots: 3,
+            ..fast()
+        };
+        let outbox = Outbox::new(Arc::new(store.clone()), limits);
+        let outage = |n: i64| Outage {
+            server: format!("server-{n}"),
+            last_ok_ms: n * 100,
+            first_ok_ms: Some(n * 100 + 50),
+            failed_tests: n as u64,
+            ..Default::default()
+        };
+        for at in 1..=7 {
+            // Snapshots 2, 3, 4 and 6 carry outages (3 carries two); only 4 closes an interval.
+            let mut s = snapshot(at, at as u64 * 10, at == 4);
+            s.outages = match at {
+                2 | 4 | 6 => vec![outage(at * 10)],
+                3 => vec![outage(31), outage(32)],
+                _ => vec![],
+            };
+            outbox.snapshot(&s).await.unwrap();
+        }
+        assert_eq!(outbox.backlog(), 3);
+        store.down.store(false, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(outbox.finish(Duration::from_secs(5)).await.records, 0);
+        let written = store.written();
+        let delivered: Vec<String> = written
+            .iter()
+            .flat_map(|i| match i {
+                Item::Snapshot(s) => s.outages.iter().map(|o| o.server.clone()).collect(),
+                _ => vec![],
+            })
+            .collect();
+        assert_eq!(
+            delivered,
+            [
+                "server-20",
+                "server-31",
+                "server-32",
+                "server-40",
+                "server-60"
+            ],
+            "every outage is delivered, in the order the worker saw them"
+        );
+        assert_eq!(
+            describe(&written)[..3],
+            [
+                "snapshot 1 counts:1 intervals:0",
+                // Snapshots 2 to 5 were dropped: their outages (and 4's interval and series
+                // point) moved to snapshot 6, ahead of its own.
+                "snapshot 6 counts:0 intervals:1 outages:5 point",
+                "snapshot 7 counts:1 intervals:0",
             ]
         );
     }

@@ -92,6 +92,20 @@ impl Scenario {
         matches!(self, Scenario::SequenceNoStart)
     }
 
+    /// Whether this scenario's tests drive sequences (START ... END on a correlation id): a
+    /// failed one is a sequence cut short. Only the `Sequence*` scenarios: whether an `Infer`
+    /// test drives a sequence model depends on the model, which is not knowable here.
+    pub fn uses_sequences(self) -> bool {
+        matches!(
+            self,
+            Scenario::SequenceNoEnd
+                | Scenario::SequenceValidNoEnd
+                | Scenario::SequenceValidValid
+                | Scenario::SequenceNoStart
+                | Scenario::SequenceValid
+        )
+    }
+
     /// Whether this scenario's requests are sent by a child process the worker kills, so that
     /// it counts them but never sees their answers (the crashing client).
     pub fn sent_by_a_child(self) -> bool {
@@ -116,5 +130,13 @@ mod tests {
             assert_eq!(Scenario::parse(&s.name().to_lowercase()), Some(s));
         }
         assert_eq!(Scenario::parse("SequenceBogus"), None);
+    }
+
+    #[test]
+    fn the_sequence_scenarios_are_those_named_so() {
+        for s in Scenario::ALL {
+            assert_eq!(s.uses_sequences(), s.name().starts_with("Sequence"), "{s}");
+        }
+        assert!(!Scenario::Infer.uses_sequences());
     }
 }

@@ -147,6 +147,36 @@ pub struct WorkerSnapshot {
     /// failures beyond each signature's first examples are only counted here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signatures: Vec<crate::signature::SignatureCount>,
+    /// Outages this worker saw since its previous snapshot, one per target server: a stretch
+    /// without a good answer from it that had failed tests or lasted past the stall threshold
+    /// (see [`Outage`]). Never dropped by the outbox (like `intervals`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outages: Vec<Outage>,
+}
+
+/// A stretch of time in which one worker had no good answer from one server: from its last
+/// passed test there to its next (None: none came by the worker's end). A worker records one
+/// when tests failed in between, or when the gap outlasts its stall threshold (a paused or
+/// unreachable server that makes no error, only silence). The driver matches these against the
+/// faults it injected: an outage that spans a fault's recovery point ends at the client's
+/// first good answer after it (the fault's recovery, for that client).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outage {
+    /// The server address, as in a failure record's `server`.
+    pub server: String,
+    /// The end of the last passed test on that server before the outage (the worker's start
+    /// when none had passed yet).
+    pub last_ok_ms: i64,
+    /// The first failed test's failure time, if any failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_failure_ms: Option<i64>,
+    /// The end of the first passed test after it; None: still out at the worker's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_ok_ms: Option<i64>,
+    /// Tests that failed in between.
+    pub failed_tests: u64,
+    /// Of those, tests of sequence scenarios (a sequence cut short).
+    pub failed_sequences: u64,
 }
 
 /// One (scenario, model) on one worker over one interval: the exact latency histogram of the
@@ -270,6 +300,10 @@ pub struct Forensics {
     /// worker read (how long the server keeps an idle sequence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequence_idle_us: Option<u64>,
+    /// When the failed test began, ms since the Unix epoch: a failure belongs to an injected
+    /// fault when its test began before the fault's recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_started_ms: Option<i64>,
 }
 
 impl Forensics {

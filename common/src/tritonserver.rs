@@ -47,6 +47,9 @@ pub struct ServerSpec {
     pub extra_args: Vec<String>,
     pub env: Vec<(String, String)>,
     pub log_file: PathBuf,
+    /// Append to `log_file` instead of starting it afresh (a server started again after an
+    /// injected fault keeps the log of its first life).
+    pub append_log: bool,
 }
 
 impl ServerSpec {
@@ -61,6 +64,7 @@ impl ServerSpec {
             extra_args: Vec::new(),
             env: Vec::new(),
             log_file,
+            append_log: false,
         }
     }
 
@@ -286,7 +290,14 @@ impl TritonServer {
         if let Some(dir) = spec.log_file.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let log = std::fs::File::create(&spec.log_file)?;
+        let log = if spec.append_log {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&spec.log_file)?
+        } else {
+            std::fs::File::create(&spec.log_file)?
+        };
         let mut command = crate::shutdown::command_dying_with_parent(&spec.binary);
         command
             .args(spec.args())
@@ -355,6 +366,33 @@ impl TritonServer {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The server's process group: it and its model processes.
+    pub fn process_group(&self) -> u32 {
+        self.pgid
+    }
+
+    /// Sends `signal` to the server and its model processes (SIGSTOP freezes them all,
+    /// SIGCONT thaws them).
+    pub fn signal_group(&self, signal: nix::sys::signal::Signal) -> std::io::Result<()> {
+        if self.pgid == 0 || self.group_gone {
+            return Err(std::io::Error::other("the server's process group is gone"));
+        }
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.pgid as i32), signal)
+            .map_err(std::io::Error::from)
+    }
+
+    /// SIGTERM to the server alone (a graceful stop); returns at once.
+    pub fn terminate(&self) -> std::io::Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| std::io::Error::other("the server has ended"))?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .map_err(std::io::Error::from)
     }
 
     /// SIGKILL to the server and its model processes (tests use it to make a server "crash").

@@ -21,7 +21,7 @@ use stress_common::store::{
 use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
 
 /// The newest schema version (a new migration bumps it here, on purpose).
-const LATEST_SCHEMA: i64 = 17;
+const LATEST_SCHEMA: i64 = 18;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> RunId {
@@ -370,6 +370,7 @@ async fn story(url: &str, fresh: bool) {
                 intervals: vec![],
                 series_point: true,
                 signatures: vec![],
+                outages: vec![],
             },
         )
         .await
@@ -425,6 +426,7 @@ async fn story(url: &str, fresh: bool) {
         intervals: vec![interval.clone()],
         series_point: true,
         signatures: vec![signature(9)],
+        outages: vec![],
     })
     .await
     .unwrap();
@@ -441,6 +443,7 @@ async fn story(url: &str, fresh: bool) {
         intervals: vec![],
         series_point: true,
         signatures: vec![],
+        outages: vec![],
     })
     .await
     .unwrap();
@@ -754,6 +757,7 @@ async fn story(url: &str, fresh: bool) {
             }),
             server_log: Vec::new(),
             sequence_idle_us: Some(3_000_000),
+            test_started_ms: Some(t0 + 1000),
         }),
     };
     let f2 = FailureRecord {
@@ -951,6 +955,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                                 intervals: vec![],
                                 series_point: true,
                                 signatures: vec![],
+                                outages: vec![],
                             },
                         )
                         .await?;
@@ -1625,6 +1630,7 @@ async fn child_writer() {
                     intervals: vec![],
                     series_point: true,
                     signatures: vec![],
+                    outages: vec![],
                 },
             )
             .await
@@ -1748,6 +1754,147 @@ async fn postgres_event_notices() {
         return;
     };
     event_notices(pg.url()).await;
+}
+
+/// Outages round-trip: appended by the snapshots that carry them (in the same transaction as
+/// the rest), read back per run in the order they were recorded, with their open ends (no
+/// failure, no good answer yet) as None and u64 counts bit for bit.
+async fn outages_round_trip(url: &str) {
+    use stress_common::status::Outage;
+    let store = Store::connect(url).await.expect("connect");
+    assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA);
+    let run_id = unique("outages");
+    let other_run = unique("outages-other");
+    let t0 = 1_800_000_000_000_i64;
+    let killed = Outage {
+        server: "127.0.0.1:8001".into(),
+        last_ok_ms: t0 + 1_000,
+        first_failure_ms: Some(t0 + 1_020),
+        first_ok_ms: Some(t0 + 9_500),
+        failed_tests: 42,
+        failed_sequences: 7,
+    };
+    // A pause: silence past the stall threshold, no failure.
+    let paused = Outage {
+        server: "127.0.0.1:8002".into(),
+        last_ok_ms: t0 + 20_000,
+        first_failure_ms: None,
+        first_ok_ms: Some(t0 + 35_000),
+        failed_tests: 0,
+        failed_sequences: 0,
+    };
+    // Still out at the worker's end.
+    let open = Outage {
+        server: "127.0.0.1:8001".into(),
+        last_ok_ms: t0 + 50_000,
+        first_failure_ms: Some(t0 + 50_001),
+        first_ok_ms: None,
+        failed_tests: u64::MAX,
+        failed_sequences: i64::MAX as u64 + 1,
+    };
+    let c0 = store.sink(run_id.clone(), "client-0");
+    let c1 = store.sink(run_id.clone(), "client-1");
+    // Recorded out of time order: read back in the order recorded.
+    c1.snapshot(&WorkerSnapshot {
+        at_ms: t0 + 36_000,
+        outages: vec![paused.clone()],
+        ..WorkerSnapshot::default()
+    })
+    .await
+    .unwrap();
+    c0.snapshot(&WorkerSnapshot {
+        at_ms: t0 + 10_000,
+        intervals: vec![IntervalCounts {
+            scenario: "SequenceValid".into(),
+            model: "simple_sequence".into(),
+            start_ms: t0,
+            end_ms: t0 + 10_000,
+            requests: 5,
+            failures: 42,
+            latency_histogram: histogram(&[1, 2]),
+        }],
+        series_point: true,
+        outages: vec![killed.clone(), paused.clone()],
+        ..WorkerSnapshot::default()
+    })
+    .await
+    .unwrap();
+    // A snapshot without outages adds none.
+    c0.snapshot(&WorkerSnapshot {
+        at_ms: t0 + 20_000,
+        ..WorkerSnapshot::default()
+    })
+    .await
+    .unwrap();
+    c0.snapshot(&WorkerSnapshot {
+        at_ms: t0 + 60_000,
+        series_point: true,
+        outages: vec![open.clone()],
+        ..WorkerSnapshot::default()
+    })
+    .await
+    .unwrap();
+    store
+        .sink(other_run.clone(), "client-0")
+        .snapshot(&WorkerSnapshot {
+            at_ms: t0,
+            outages: vec![killed.clone()],
+            ..WorkerSnapshot::default()
+        })
+        .await
+        .unwrap();
+    let member = |m: &str| m.to_string();
+    assert_eq!(
+        store.outages(&run_id).await.unwrap(),
+        [
+            (member("client-1"), paused.clone()),
+            (member("client-0"), killed.clone()),
+            (member("client-0"), paused),
+            (member("client-0"), open),
+        ]
+    );
+    assert_eq!(
+        store.outages(&other_run).await.unwrap(),
+        [(member("client-0"), killed)]
+    );
+    // The snapshot's intervals went in with its outages.
+    assert_eq!(
+        store
+            .latency_intervals(&run_id, i64::MIN, i64::MAX)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        store
+            .outages(&"no-such-run".into())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_outages_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = Store::sqlite_url(&dir.path().join("status.sqlite"));
+    // A store of the schema before outages gets their table by the next connect.
+    let old = Store::connect_at_version(&url, LATEST_SCHEMA - 1)
+        .await
+        .unwrap();
+    assert_eq!(old.schema_version().await.unwrap(), LATEST_SCHEMA - 1);
+    old.close().await;
+    outages_round_trip(&url).await;
+}
+
+#[tokio::test]
+async fn postgres_outages_round_trip() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    outages_round_trip(pg.url()).await;
 }
 
 /// A stored document of another shape than its kind's type: corrupt for a strict kind (the
@@ -1978,6 +2125,23 @@ async fn read_only_open(url: &str) {
         .save_document(&run, "", &note("kept", 1))
         .await
         .unwrap();
+    let outage = stress_common::status::Outage {
+        server: "127.0.0.1:8001".into(),
+        last_ok_ms: t0,
+        first_failure_ms: None,
+        first_ok_ms: None,
+        failed_tests: 0,
+        failed_sequences: 0,
+    };
+    store
+        .sink(run.clone(), "client-0")
+        .snapshot(&WorkerSnapshot {
+            at_ms: t0,
+            outages: vec![outage.clone()],
+            ..WorkerSnapshot::default()
+        })
+        .await
+        .unwrap();
     // A lease that has run out: a writer would mark the run ABANDONED.
     store.renew_lease(&run_id, t0 + 1000).await.unwrap();
     store.close().await;
@@ -1986,6 +2150,10 @@ async fn read_only_open(url: &str) {
         .await
         .expect("open read-only");
     assert_eq!(ro.run(&run_id).await.unwrap().unwrap().name, "ro");
+    assert_eq!(
+        ro.outages(&run).await.unwrap(),
+        [("client-0".to_string(), outage)]
+    );
     assert_eq!(
         ro.document::<Note>(&run, "").await.unwrap(),
         Some(note("kept", 1))

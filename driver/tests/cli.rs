@@ -267,3 +267,56 @@ fn a_bad_known_issues_file_exits_2_naming_file_line_and_field_before_anything_st
         Some(stress_common::signature::FailureClass::Server)
     );
 }
+
+/// A fault this launcher cannot inject (the local launcher has no network faults yet), or one
+/// that a shorter `--duration` leaves no room for, is bad input found before anything starts,
+/// named by file, line and field.
+#[test]
+fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let committed = std::fs::read_to_string("../test-matrices/smoke.yaml").unwrap();
+    let lines = committed.lines().count() + 2;
+    let matrix = tmp.path().join("network.yaml");
+    std::fs::write(
+        &matrix,
+        committed
+            + "faults:\n  - { name: lossy, target: triton-0, at: 10s, kind: network, duration: 5s, \
+               network: { loss: 0.05 }, expect: { recover_within: 10s } }\n",
+    )
+    .unwrap();
+    let out = driver(&[
+        "run",
+        matrix.to_str().unwrap(),
+        "--runs-dir",
+        runs.to_str().unwrap(),
+        "--no-progress",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "network.yaml:{lines}:53: faults[0].kind: fault lossy (network) cannot be injected: a network fault needs"
+        )),
+        "{stderr}"
+    );
+
+    let out = driver(&[
+        "run",
+        "../test-matrices/soak-with-faults.yaml",
+        "--runs-dir",
+        runs.to_str().unwrap(),
+        "--duration",
+        "120s",
+        "--no-progress",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.ends_with(
+            "error: ../test-matrices/soak-with-faults.yaml:59:49: faults[2].at: fault \
+             restart-triton and its recovery (2m 27s) do not fit the load phase of 2m\n"
+        ),
+        "{stderr}"
+    );
+}

@@ -14,7 +14,7 @@
 //! On 2 loaded cores: one run at a time ([`RUN_LOCK`]), generous timeouts for everything that
 //! waits on a server; the only timing assertion is the 5 s fail-fast bound.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -3005,4 +3005,94 @@ async fn a_network_black_hole_between_worker_and_server_fails_the_run_naming_the
         .collect();
     assert!(left.is_empty(), "left running after the driver: {left:?}");
     drop(relay);
+}
+
+/// Faults injected on purpose into the real tritonserver (issue 30): a pause of its process,
+/// then a SIGKILL after which the launcher starts it again on the same address. The run
+/// passes: the clients ride through, each fault's recovery is measured from the workers'
+/// outages and is within what the matrix allows, the failures it caused are `injected` (none
+/// fails the run) and no wrong answer is counted. The same run allowing the kill's recovery
+/// 1 ms fails, naming the fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_faults_are_recovered_from_and_a_slow_recovery_fails_the_run() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let with_faults = |kill_within: &str| {
+        let faults = format!(
+            "[{{name: freeze, target: triton, at: 3s, kind: pause, duration: 3s, \
+               expect: {{recover_within: 4s}}}},
+              {{name: crash, target: triton-0, at: 11s, kind: kill, \
+               expect: {{recover_within: {kill_within}}}}}]"
+        );
+        let dir = tmp.path().join(kill_within);
+        std::fs::create_dir_all(&dir).unwrap();
+        edit_matrix(smoke_matrix(&dir), |m| {
+            m.run.slo.clear();
+            m.faults = serde_saphyr::from_str(&faults).unwrap();
+        })
+    };
+
+    let matrix = with_faults("25s");
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-faults", "40s").await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let faults = report["faults"]
+        .as_array()
+        .expect("faults[] in report.json");
+    assert_eq!(faults.len(), 2, "{report:#}");
+    let (freeze, crash) = (&faults[0], &faults[1]);
+    assert_eq!(
+        (&freeze["name"], &freeze["kind"]),
+        (&json!("freeze"), &json!("pause"))
+    );
+    assert_eq!(
+        (&crash["name"], &crash["kind"]),
+        (&json!("crash"), &json!("kill"))
+    );
+    for f in faults {
+        assert_eq!(f["ok"], true, "{f:#}");
+        assert_eq!(f["target"], "triton-0");
+        assert!(f["injected_at_ms"].as_i64().is_some() && f["recovered_at_ms"].as_i64().is_some());
+    }
+    let recovery = crash["recovery_s"].as_f64().unwrap();
+    assert!(recovery > 0.0 && recovery <= 25.0, "{crash:#}");
+    assert!(
+        crash["ready_at_ms"].as_i64() <= crash["recovered_at_ms"].as_i64(),
+        "{crash:#}"
+    );
+    assert!(
+        crash["lost_requests"].as_u64().unwrap() > 0,
+        "a kill costs tests: {crash:#}"
+    );
+    for s in report["signatures"].as_array().into_iter().flatten() {
+        assert!(s["fails"].is_null(), "{s:#}");
+        assert_ne!(s["error_kind"], "wrong_answer", "{s:#}");
+    }
+    let text = read(&run_dir.join("report.txt"));
+    assert!(
+        text.contains("== Injected faults (2 faults, every one recovered in time) =="),
+        "{text}"
+    );
+    let html = read(&run_dir.join("report.html"));
+    assert!(html.contains("<h2 id=\"faults\">") && html.contains("class=\"band\""));
+    let junit = read(&run_dir.join("junit.xml"));
+    assert!(junit.contains("<testsuite name=\"faults\""), "{junit}");
+
+    let matrix = with_faults("1ms");
+    let (driver, status, run_dir) =
+        run_matrix_for(tmp.path(), &matrix, "e2e-faults-slow", "40s").await;
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let crash = &report["faults"][1];
+    assert_eq!(crash["ok"], false, "{crash:#}");
+    // Judged as soon as the 1 ms had passed (and the workers' outages were in), not at the end.
+    let output = driver.output();
+    assert!(
+        output
+            .contains("FAILED: triton-0: fault crash (kill of triton-0): not recovered within 1ms"),
+        "{output}"
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("FAIL crash kill of triton-0"), "{text}");
 }

@@ -71,8 +71,29 @@ fn every_committed_matrix_validates() {
 /// One malformed matrix per rule, with the exact diagnostics it must give.
 const BAD: &[(&str, &str)] = &[
     (
+        "bad-faults.yaml",
+        "13:27: faults[0].target: unknown target \"triton-2\": name a launched server group (triton) or one of its members (`<group>-<index>`)\n\
+         14:13: faults[1].name: fault name \"kill\" is used twice (see faults[0].name at 13:7)\n\
+         14:27: faults[1].target: \"staging\" names servers that already run (endpoints): the driver injects faults only into servers it launched\n\
+         15:41: faults[2].at: the fault at 2m 10s comes after the run's end (run.duration 2m)\n\
+         16:45: faults[3].at: the run ends (2m) before the fault's recovery can be judged (injected at 1m 40s, lasting 5s, recovery allowed 1m): inject it earlier or run longer\n\
+         17:44: faults[4].every: give `at` (once) or `every` (repeatedly), not both\n\
+         18:5: faults[5]: missing `at` (once, from the start of the load phase) or `every` (repeatedly)\n\
+         19:5: faults[6]: missing `duration`: how long the pause lasts\n\
+         20:61: faults[7].duration: a kill is an instant: it has no duration (its server's start-up is part of the recovery)\n\
+         21:93: faults[8].network.loss: must be a fraction above 0 and at most 1 (0.05 = 5%), found 1.5\n\
+         22:5: faults[9]: missing `network: {delay, jitter, loss}`: what the network does\n\
+         23:59: faults[10].network: `network` is read only with kind: network, not kill\n\
+         24:13: faults[11].name: fault name \"Bad_Name\" is not a DNS-1123 label\n\
+         24:88: faults[11].expect.recover_within: must be longer than zero",
+    ),
+    (
+        "overlapping-faults.yaml",
+        "13:39: faults[1].at: kill at 40s overlaps freeze on triton-0 (injected at 20s, its recovery allowed until 45s): faults on one member must not overlap; space them further apart or lower expect.recover_within (see faults[0].name at 12:7)",
+    ),
+    (
         "unknown-field.yaml",
-        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode, slo",
+        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode, slo, seed",
     ),
     (
         "wrong-type.yaml",
@@ -743,7 +764,7 @@ fn more_rules() {
         (
             "version: 1\n",
             "version: 1\nextra: true\n",
-            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity, regression, report, known_issues",
+            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity, regression, report, known_issues, faults",
         ),
         (
             "  duration: 10s\n",

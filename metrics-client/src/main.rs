@@ -353,6 +353,7 @@ mod tests {
                 intervals: vec![],
                 series_point: true,
                 signatures: vec![],
+                outages: vec![],
             };
             store
                 .record_snapshot(&"r".into(), &"w-0".into(), &snapshot)

@@ -7,12 +7,15 @@
 //! * [`model`]: the requests built from a model's description and the checks on every response
 //!   (the `Infer` scenario).
 //! * [`config`]: the command line and its validation.
+//! * [`outages`]: per target server, the stretches without a good answer (for the driver's
+//!   injected faults).
 
 pub mod client;
 pub mod config;
 pub mod metadata;
 pub mod metrics;
 pub mod model;
+pub mod outages;
 pub mod run;
 pub mod scenarios;
 pub mod stats;

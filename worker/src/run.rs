@@ -12,7 +12,7 @@ use rand::distr::{Distribution, weighted::WeightedIndex};
 use rand::rngs::StdRng;
 use serde::Serialize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 use stress_common::contract::CORR_IDS_PER_STREAM;
 use stress_common::interval::{IntervalTracker, series_interval};
@@ -118,7 +118,7 @@ pub async fn preflight(
             .map_err(WorkerError::Preflight)?;
         config.settings.infer_plan = Some(Arc::new(plan));
     }
-    if scenarios.iter().any(|s| s.name().starts_with("Sequence")) {
+    if scenarios.iter().any(|s| s.uses_sequences()) {
         for (model, batch) in &mut config.settings.sequence_models {
             let model_config = clients[0]
                 .model_config(model, "")
@@ -310,6 +310,16 @@ async fn run_with(
             stop.cancel();
         });
     }
+    // When the streams stop starting tests: a server silent past its stall threshold by then
+    // is still out at the worker's end (the drain that follows starts nothing).
+    let stopped_ms = Arc::new(AtomicI64::new(0));
+    {
+        let (stop, stopped_ms) = (stop.clone(), stopped_ms.clone());
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            stopped_ms.store(stress_common::now_ms(), Ordering::Relaxed);
+        });
+    }
     tokio::spawn(abandon_when_the_run_failed(
         stop.clone(),
         sink.clone(),
@@ -335,8 +345,13 @@ async fn run_with(
     stop.cancel();
     let _ = reporter.await;
 
-    // Final counts are flushed before the final event, so the driver reads complete numbers.
-    let snapshot = shared.stats.snapshot(&mix, 0.0);
+    // Final counts are flushed before the final event, so the driver reads complete numbers;
+    // with them the outages still open.
+    let stopped_ms = match stopped_ms.load(Ordering::Relaxed) {
+        0 => stress_common::now_ms(),
+        at => at,
+    };
+    let snapshot = shared.stats.last_snapshot(&mix, stopped_ms);
     if let Some(m) = &metrics {
         m.update(&snapshot);
     }
@@ -603,6 +618,9 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             Some(Outcome::Passed) => {
                 failures_in_a_row = 0;
                 shared.stats.test_passed(scenario, &env.model);
+                shared
+                    .stats
+                    .server_answered(client.address(), stress_common::now_ms());
             }
             Some(Outcome::Skipped(reason)) => {
                 tracing::debug!(%scenario, reason, "skipped");
@@ -617,7 +635,11 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
                     previous_use,
                     server_log: Vec::new(),
                     sequence_idle_us: config.sequence_idle_us.get(&record.model).copied(),
+                    test_started_ms: Some(started_ms),
                 });
+                shared
+                    .stats
+                    .server_failed(&record.server, record.at_ms, scenario.uses_sequences());
                 tracing::warn!("{record}");
                 if shared.stats.test_failed(scenario, &record)
                     && let Err(e) = shared.sink.failure(&record).await

@@ -2,6 +2,7 @@
 //! scenario has its own lock, so streams running different scenarios never contend.
 
 use crate::metrics::{Metrics, ServerLatencies};
+use crate::outages::OutageTracker;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,7 +11,7 @@ use stress_common::histogram::LatencyHistogram;
 use stress_common::scenario::Scenario;
 use stress_common::signature::{Signature, SignatureCount};
 use stress_common::status::{
-    FailureRecord, ModelCounts, ScenarioCounts, StreamCounts, WorkerSnapshot,
+    FailureRecord, ModelCounts, Outage, ScenarioCounts, StreamCounts, WorkerSnapshot,
 };
 
 #[derive(Default)]
@@ -59,12 +60,20 @@ impl Counts {
 /// How many failure records a worker keeps in memory for its report (the store keeps its own).
 const KEPT_FAILURES: usize = 100;
 
+/// A failure whose signature was last seen more than this long before (ms) starts a new burst
+/// of it, and goes out in full like the signature's first examples: each burst of a recurring
+/// failure gets a dated example, so the driver can tell a burst inside an injected fault from
+/// one outside it.
+pub const BURST_GAP_MS: i64 = 10_000;
+
 pub struct Stats {
     per_scenario: Vec<Mutex<Counts>>,
     total_requests: AtomicU64,
     failures: Mutex<Vec<FailureRecord>>,
     /// Every failure signature seen, with its count.
     signatures: Mutex<BTreeMap<Signature, SignatureCount>>,
+    /// Per target server, the stretches without a good answer.
+    outages: Mutex<OutageTracker>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -75,6 +84,7 @@ impl Default for Stats {
             total_requests: AtomicU64::new(0),
             failures: Mutex::default(),
             signatures: Mutex::default(),
+            outages: Mutex::new(OutageTracker::new(stress_common::now_ms())),
             metrics: None,
         }
     }
@@ -174,10 +184,10 @@ impl Stats {
         }
     }
 
-    /// Returns true for the first failure of the worker.
     /// Counts a failed test and its signature. Returns whether its record goes out in full:
     /// the first [`SignatureCount::EXAMPLES`] of each signature (the rest are counted in the
-    /// snapshots' `signatures`), and every one of a signature beyond the
+    /// snapshots' `signatures`), the first of each new burst of a signature (its previous one
+    /// more than [`BURST_GAP_MS`] before), and every one of a signature beyond the
     /// [`SignatureCount::MAX_SIGNATURES`] counted (the store caps records per member).
     pub fn test_failed(&self, s: Scenario, failure: &FailureRecord) -> bool {
         {
@@ -199,10 +209,11 @@ impl Stats {
         let signature = failure.signature();
         let mut signatures = self.signatures.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = signatures.get_mut(&signature) {
+            let new_burst = failure.at_ms - c.last_at_ms > BURST_GAP_MS;
             c.count += 1;
             c.first_at_ms = c.first_at_ms.min(failure.at_ms);
             c.last_at_ms = c.last_at_ms.max(failure.at_ms);
-            return c.count <= SignatureCount::EXAMPLES;
+            return c.count <= SignatureCount::EXAMPLES || new_burst;
         }
         if signatures.len() < SignatureCount::MAX_SIGNATURES {
             signatures.insert(
@@ -229,6 +240,22 @@ impl Stats {
             .collect();
         out.sort_by(|a, b| (a.first_at_ms, &a.signature).cmp(&(b.first_at_ms, &b.signature)));
         out
+    }
+
+    fn outages(&self) -> std::sync::MutexGuard<'_, OutageTracker> {
+        self.outages.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A test on `server` passed, ending at `at_ms`: ends the outage open there, if any (see
+    /// [`OutageTracker::ok`]).
+    pub fn server_answered(&self, server: &str, at_ms: i64) {
+        self.outages().ok(server, at_ms);
+    }
+
+    /// A test on `server` failed at `at_ms`; `sequence`: of a sequence scenario (see
+    /// [`OutageTracker::failed`]).
+    pub fn server_failed(&self, server: &str, at_ms: i64, sequence: bool) {
+        self.outages().failed(server, at_ms, sequence);
     }
 
     pub fn test_skipped(&self, s: Scenario) {
@@ -294,7 +321,27 @@ impl Stats {
         out
     }
 
+    /// The worker's counts now, with the outages that ended since the previous snapshot
+    /// (taken: each goes into one snapshot).
     pub fn snapshot(&self, scenarios: &[Scenario], qps: f64) -> WorkerSnapshot {
+        let outages = self.outages().take();
+        self.snapshot_with(scenarios, qps, outages)
+    }
+
+    /// The worker's last snapshot: [`Stats::snapshot`] with every outage still open too
+    /// (`first_ok_ms: None`), judged at `stopped_ms`, when the worker stopped starting tests
+    /// (see [`OutageTracker::finish`]).
+    pub fn last_snapshot(&self, scenarios: &[Scenario], stopped_ms: i64) -> WorkerSnapshot {
+        let outages = self.outages().finish(stopped_ms);
+        self.snapshot_with(scenarios, 0.0, outages)
+    }
+
+    fn snapshot_with(
+        &self,
+        scenarios: &[Scenario],
+        qps: f64,
+        outages: Vec<Outage>,
+    ) -> WorkerSnapshot {
         WorkerSnapshot {
             at_ms: stress_common::now_ms(),
             total_requests: self.total_requests(),
@@ -304,6 +351,84 @@ impl Stats {
             intervals: Vec::new(),
             series_point: false,
             signatures: self.signature_counts(),
+            outages,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(at_ms: i64) -> FailureRecord {
+        FailureRecord {
+            at_ms,
+            scenario: "SequenceValid".into(),
+            server: "127.0.0.1:8001".into(),
+            model: "simple_sequence".into(),
+            expected: "OUTPUT0 [3]".into(),
+            actual: "UNAVAILABLE: connection refused".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_first_examples_of_a_signature_and_each_new_burst_go_out_in_full() {
+        let stats = Stats::default();
+        let s = Scenario::SequenceValid;
+        let t0 = 1_800_000_000_000;
+        let examples = SignatureCount::EXAMPLES as i64;
+        // A burst: its first examples go out, the rest only count.
+        let burst: Vec<bool> = (0..examples + 3)
+            .map(|i| stats.test_failed(s, &failure(t0 + i * 1_000)))
+            .collect();
+        assert_eq!(burst.iter().filter(|full| **full).count() as i64, examples);
+        assert!(burst[..examples as usize].iter().all(|full| *full));
+        let last = t0 + (examples + 2) * 1_000;
+        // Exactly the gap later: still the same burst.
+        assert!(!stats.test_failed(s, &failure(last + BURST_GAP_MS)));
+        // After a quiet gap longer than that: a new burst, its first one in full, then counted.
+        let second = last + 2 * BURST_GAP_MS + 1;
+        assert!(stats.test_failed(s, &failure(second)));
+        assert!(!stats.test_failed(s, &failure(second + 500)));
+        let counts = stats.signature_counts();
+        assert_eq!(counts.len(), 1);
+        assert_eq!(counts[0].count as i64, examples + 6);
+        assert_eq!(
+            (counts[0].first_at_ms, counts[0].last_at_ms),
+            (t0, second + 500)
+        );
+        // A record reported out of order (earlier than the last) starts no burst.
+        assert!(!stats.test_failed(s, &failure(t0)));
+    }
+
+    #[test]
+    fn snapshots_take_the_ended_outages_once_and_the_last_flushes_the_open_ones() {
+        let stats = Stats::default();
+        let t0 = 1_800_000_000_000;
+        let (a, b) = ("10.0.0.1:8001", "10.0.0.2:8001");
+        for i in 1..=200 {
+            stats.server_answered(a, t0 + i * 10);
+            stats.server_answered(b, t0 + i * 10);
+        }
+        stats.server_failed(a, t0 + 2_005, true);
+        stats.server_answered(a, t0 + 3_000);
+        stats.server_failed(b, t0 + 2_500, false);
+        let mix = [Scenario::SequenceValid];
+        let first = stats.snapshot(&mix, 1.0);
+        assert_eq!(first.outages.len(), 1);
+        assert_eq!(
+            (
+                first.outages[0].server.as_str(),
+                first.outages[0].failed_sequences
+            ),
+            (a, 1)
+        );
+        assert!(stats.snapshot(&mix, 1.0).outages.is_empty(), "taken once");
+        let last = stats.last_snapshot(&mix, t0 + 3_100);
+        assert_eq!(last.outages.len(), 1);
+        assert_eq!(last.outages[0].server, b);
+        assert_eq!(last.outages[0].first_ok_ms, None);
+        assert_eq!(last.outages[0].first_failure_ms, Some(t0 + 2_500));
     }
 }

@@ -135,6 +135,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0017_failure_error_kind.sql"),
         postgres: include_str!("../../migrations/postgres/0017_failure_error_kind.sql"),
     },
+    Migration {
+        version: 18,
+        name: "outages",
+        sqlite: include_str!("../../migrations/sqlite/0018_outages.sql"),
+        postgres: include_str!("../../migrations/postgres/0018_outages.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

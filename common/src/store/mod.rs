@@ -40,10 +40,12 @@
 //! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `send_lateness_histogram`? (open loop), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
 //! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms`, `uncounted_runs` | [`Store::record_snapshot`] (replaces) |
 //! | `latency_intervals` | `id` | `run_id`, `member_id`, `scenario`, `model`, `start_ms`, `end_ms`, `requests`, `failures`, `latency_histogram` (the interval's own) | [`Store::record_snapshot`] (appends a snapshot's `intervals`) |
+//! | `outages` | `id` | `run_id`, `member_id`, `server`, `last_ok_ms`, `first_failure_ms`?, `first_ok_ms`? (NULL: still out at the worker's end), `failed_tests`, `failed_sequences` | [`Store::record_snapshot`] (appends a snapshot's `outages`: see [`Outage`]) |
 //! | `server_samples` | `id` | `run_id`, `member_id`, `at_ms`, `details` (JSON of a [`ServerSample`]: counter deltas, gauges, memory) | [`Store::record_server_sample`] (the driver, once per series interval) |
 //! | `load_targets` | `run_id, member_id` | `concurrency`, `mix`?, `rate` (a spike's, 0: none), `count_unanswered` (0/1), `updated_at_ms` | [`Store::set_load_target`] (the capacity controller; the worker polls it) |
 //! | `baselines` | `name` | `run_id`, `pinned_at_ms` | [`Store::pin_baseline`] (replaces: `driver baseline set`) |
-//! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual`, `forensics`? (JSON of `status::Forensics`) | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
+//! | `failures` | `id` | `run_id`, `member_id`, `at_ms`, `scenario`, `server`, `model`, `correlation_id`?, `expected`, `actual`, `error_kind`?, `forensics`? (JSON of `status::Forensics`) | [`Store::record_failure`] (the first [`StoreOptions::failure_cap`] per member) |
+//! | `signature_counts` | `run_id, member_id, signature_id` | `details` (JSON of a `signature::Signature`), `count`, `first_at_ms`, `last_at_ms` | [`Store::record_snapshot`] (replaces: cumulative) |
 //! | `failure_totals` | `run_id, member_id` | `total`: every failure reported, kept or not | [`Store::record_failure`] |
 //! | `documents` | `run_id, kind, doc_key` | `details` (JSON of a [`Document`] the writer's crate owns: the driver's diagnostics, trace summaries, capacity phases, SLO verdicts, baseline comparison, log excerpts), `updated_at_ms` | [`Store::save_document`], [`Store::replace_documents`] |
 //! | `stress_schema_migrations` | `version` | `name`, `checksum`, `applied_at_ms` | [`Store::connect`] |
@@ -54,7 +56,7 @@
 //!
 //! Indexes: `runs (started_at_ms)`, `events (run_id, id)`, `qps_samples (run_id, at_ms)`,
 //! `failures (run_id, member_id, id)`, `latency_intervals (run_id, end_ms)`,
-//! `server_samples (run_id, at_ms)`.
+//! `server_samples (run_id, at_ms)`, `outages (run_id, id)`.
 //!
 //! # Guarantees
 //!
@@ -97,7 +99,7 @@ pub use sink::StoreSink;
 
 use crate::qps::{QpsSample, QpsSummary};
 use crate::status::{
-    DRIVER_MEMBER, EventKind, FailureRecord, IntervalCounts, LoadTarget, ModelCounts, Role,
+    DRIVER_MEMBER, EventKind, FailureRecord, IntervalCounts, LoadTarget, ModelCounts, Outage, Role,
     ScenarioCounts, Stopping, WorkerSnapshot,
 };
 use crate::triton_metrics::ServerSample;

@@ -9,8 +9,8 @@ impl Store {
 
     /// In one transaction: replaces the member's latest QPS sample (and appends it to the
     /// series when `snapshot.series_point`), replaces its cumulative per-scenario counts,
-    /// appends the latency intervals it closes, and sets its heartbeat (all at
-    /// `snapshot.at_ms`, or now when that is 0).
+    /// appends the latency intervals it closes and the outages it carries, and sets its
+    /// heartbeat (all at `snapshot.at_ms`, or now when that is 0).
     pub async fn record_snapshot(
         &self,
         run_id: &RunId,
@@ -129,6 +129,24 @@ impl Store {
             .bind(to_db(i.requests))
             .bind(to_db(i.failures))
             .bind(&i.latency_histogram)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(OP))?;
+        }
+        for o in &snapshot.outages {
+            sqlx::query(
+                "INSERT INTO outages (run_id, member_id, server, last_ok_ms, first_failure_ms,
+                                      first_ok_ms, failed_tests, failed_sequences)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(run_id.as_str())
+            .bind(member_id.as_str())
+            .bind(&o.server)
+            .bind(o.last_ok_ms)
+            .bind(o.first_failure_ms)
+            .bind(o.first_ok_ms)
+            .bind(to_db(o.failed_tests))
+            .bind(to_db(o.failed_sequences))
             .execute(&mut *tx)
             .await
             .map_err(self.db(OP))?;
@@ -253,6 +271,47 @@ impl Store {
             );
         }
         Ok(())
+    }
+
+    /// Every outage the run's workers reported ([`Outage`]), as (member, outage), in the order
+    /// they were recorded (each worker's in the order it saw them end).
+    pub async fn outages(&self, run_id: &RunId) -> Result<Vec<(String, Outage)>> {
+        type Row = (String, String, i64, Option<i64>, Option<i64>, i64, i64);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT member_id, server, last_ok_ms, first_failure_ms, first_ok_ms, failed_tests,
+                    failed_sequences
+             FROM outages WHERE run_id = $1 ORDER BY id",
+        )
+        .bind(run_id.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("outages"))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    member_id,
+                    server,
+                    last_ok_ms,
+                    first_failure_ms,
+                    first_ok_ms,
+                    failed_tests,
+                    failed_sequences,
+                )| {
+                    (
+                        member_id,
+                        Outage {
+                            server,
+                            last_ok_ms,
+                            first_failure_ms,
+                            first_ok_ms,
+                            failed_tests: from_db(failed_tests),
+                            failed_sequences: from_db(failed_sequences),
+                        },
+                    )
+                },
+            )
+            .collect())
     }
 
     // ---- server samples --------------------------------------------------------------------

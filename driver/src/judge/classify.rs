@@ -119,8 +119,41 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Context {
     pub server_ends: Vec<ServerEnd>,
-    /// Faults the run injected on purpose: (name, from ms, to ms — its recovery's end).
-    pub injected: Vec<(String, i64, i64)>,
+    /// Faults the run injected on purpose.
+    pub injected: Vec<InjectedWindow>,
+}
+
+/// The time a fault the run injected owns the failures of its server's clients: from the
+/// injection to its recovery (while the run goes: to the end of the recovery it is allowed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InjectedWindow {
+    pub name: String,
+    /// The faulted server's addresses (a failure record's `server` is one of them).
+    pub addresses: Vec<String>,
+    pub from_ms: i64,
+    pub to_ms: i64,
+}
+
+impl InjectedWindow {
+    /// Whether `record` is the fault's: a failure on its server after the injection, of a test
+    /// that began before the recovery (a sequence begun before a restart fails after it).
+    pub fn owns(&self, record: &FailureRecord) -> bool {
+        let began = record
+            .forensics
+            .as_ref()
+            .and_then(|f| f.test_started_ms)
+            .unwrap_or(record.at_ms);
+        self.addresses.contains(&record.server)
+            && record.at_ms >= self.from_ms
+            && began <= self.to_ms
+    }
+}
+
+/// A time of day (UTC) to the millisecond, as evidence shows it.
+fn clock(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms)
+        .map(|t| t.strftime("%H:%M:%S%.3fZ").to_string())
+        .unwrap_or_else(|_| format!("{ms} ms"))
 }
 
 /// A class and the evidence that decided it, in words.
@@ -139,16 +172,16 @@ fn evidence(class: FailureClass, why: impl Into<String>) -> Evidence {
 
 /// The class of `record`, whose client saw `kind`, in `context`.
 pub fn classify(record: &FailureRecord, kind: ErrorKind, context: &Context) -> Evidence {
-    if let Some((name, from, to)) = context
-        .injected
-        .iter()
-        .find(|(_, from, to)| (*from..=*to).contains(&record.at_ms))
-    {
+    if let Some(w) = context.injected.iter().find(|w| w.owns(record)) {
         return evidence(
             FailureClass::Injected,
             format!(
-                "during the injected fault {name} ({} to {} ms into the run's clock)",
-                from, to
+                "the injected fault {} on {}: its test began before the clients recovered \
+                 ({} to {})",
+                w.name,
+                record.server,
+                clock(w.from_ms),
+                clock(w.to_ms)
             ),
         );
     }
@@ -533,13 +566,37 @@ mod tests {
                 "{kind}"
             );
         }
+        let window = InjectedWindow {
+            name: "kill-triton".into(),
+            addresses: vec!["127.0.0.1:8001".into()],
+            from_ms: 9_000,
+            to_ms: 12_000,
+        };
         let during = Context {
             server_ends: vec![],
-            injected: vec![("kill-triton".into(), 9_000, 12_000)],
+            injected: vec![window.clone()],
         };
-        assert_eq!(
-            classify(&record, ErrorKind::WrongAnswer, &during).class,
-            FailureClass::Injected
+        let class_of = |r: &FailureRecord| classify(r, ErrorKind::WrongAnswer, &during).class;
+        assert_eq!(class_of(&record), FailureClass::Injected);
+        // A test begun before the recovery that fails after it (a sequence cut by a restart).
+        let mut late = record.clone();
+        late.at_ms = 20_000;
+        late.forensics.as_mut().unwrap().test_started_ms = Some(11_000);
+        assert_eq!(class_of(&late), FailureClass::Injected);
+        // Begun after the recovery: a wrong answer after recovery is the server's.
+        late.forensics.as_mut().unwrap().test_started_ms = Some(12_001);
+        assert_eq!(class_of(&late), FailureClass::Server);
+        // Before the injection, or on another server: not the fault's.
+        let mut before = record.clone();
+        before.at_ms = 8_999;
+        assert_eq!(class_of(&before), FailureClass::Server);
+        let mut elsewhere = record.clone();
+        elsewhere.server = "127.0.0.1:9001".into();
+        assert_eq!(class_of(&elsewhere), FailureClass::Server);
+        assert!(
+            classify(&record, ErrorKind::WrongAnswer, &during)
+                .why
+                .contains("kill-triton"),
         );
     }
 }

@@ -224,6 +224,8 @@ struct ClientWatch {
     grace_from_ms: i64,
     last_qps_at_ms: i64,
     zeros: u32,
+    /// No zero-QPS count up to here: an injected fault's window on a server it talks to.
+    excused_until_ms: i64,
 }
 
 /// The rules' memory across polls.
@@ -259,8 +261,19 @@ impl FailFast {
                 grace_from_ms: now_ms,
                 last_qps_at_ms: 0,
                 zeros: 0,
+                excused_until_ms: 0,
             },
         );
+    }
+
+    /// An injected fault stops `member`'s answers until `until_ms` at most (the end of the
+    /// fault's allowed recovery): its QPS samples up to then are not counted as zeros (the
+    /// fault's own verdict judges the recovery).
+    pub fn excuse_zero_qps(&mut self, member: &str, until_ms: i64) {
+        if let Some(w) = self.clients.get_mut(member) {
+            w.excused_until_ms = w.excused_until_ms.max(until_ms);
+            w.zeros = 0;
+        }
     }
 
     pub fn clients(&self) -> BTreeSet<String> {
@@ -395,7 +408,11 @@ impl FailFast {
                     continue;
                 }
                 w.last_qps_at_ms = q.at_ms;
-                w.zeros = if q.qps == 0.0 { w.zeros + 1 } else { 0 };
+                w.zeros = if q.qps == 0.0 && q.at_ms > w.excused_until_ms {
+                    w.zeros + 1
+                } else {
+                    0
+                };
                 if self.rules.zero_qps_polls > 0 && w.zeros >= self.rules.zero_qps_polls {
                     return Some(Cause::ZeroQps {
                         member: q.member_id,
@@ -683,6 +700,19 @@ mod tests {
                 polls: 3
             }
         );
+    }
+
+    #[test]
+    fn an_injected_fault_excuses_zero_qps_until_its_window_ends() {
+        let mut ff = machine(&["c-0"]);
+        ff.excuse_zero_qps("c-0", T0 + 10_000);
+        for s in 1..=10 {
+            assert_eq!(ff.observe(healthy(T0 + s * 1000, &["c-0"], 0.0)), None);
+        }
+        // Past the window the rule counts again, from zero.
+        assert_eq!(ff.observe(healthy(T0 + 11_000, &["c-0"], 0.0)), None);
+        assert_eq!(ff.observe(healthy(T0 + 12_000, &["c-0"], 0.0)), None);
+        assert!(ff.observe(healthy(T0 + 13_000, &["c-0"], 0.0)).is_some());
     }
 
     #[test]

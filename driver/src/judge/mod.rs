@@ -2,10 +2,12 @@
 //! signature, class with evidence and known issue ([`verdicts`], [`classify`], [`known`]), SLO verdicts
 //! ([`slo`]), the root cause and what it explains ([`rootcause`]), the servers' successes
 //! against the workers' answers ([`reconcile`]), regressions against a baseline
-//! ([`regression`]) and a server's memory over the load's steady state ([`memory`]).
+//! ([`regression`]), a server's memory over the load's steady state ([`memory`]) and the
+//! recovery from each injected fault ([`faults`]).
 
 pub mod classify;
 pub mod failfast;
+pub mod faults;
 pub mod known;
 pub mod memory;
 pub mod reconcile;

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use stress_common::signature::{ErrorKind, FailureClass, SignatureCount};
 use stress_common::status::FailureRecord;
 
-use super::classify::{Context, Evidence, ServerEnd, classify};
+use super::classify::{Context, Evidence, InjectedWindow, ServerEnd, classify};
 use super::known::KnownIssues;
 
 /// A failed test that fails the run: whose, and why (the FAILURE event's details).
@@ -102,7 +102,14 @@ pub struct Verdicts {
     counts: BTreeMap<(String, String), SignatureCount>,
     /// Known issues already failed for their rate (each fails once).
     over_rate: BTreeSet<String>,
+    /// The records judged injected (at most [`MAX_INJECTED_KEPT`]): judged again once the
+    /// faults' recoveries are known.
+    injected: Vec<(String, FailureRecord)>,
 }
+
+/// How many injected records [`Verdicts`] keeps to judge again at the end (the workers record
+/// at most a few examples per signature and burst).
+pub const MAX_INJECTED_KEPT: usize = 10_000;
 
 impl Verdicts {
     /// `today`: the day (UTC) known issues' `until` is judged against.
@@ -115,7 +122,37 @@ impl Verdicts {
             signatures: BTreeMap::new(),
             counts: BTreeMap::new(),
             over_rate: BTreeSet::new(),
+            injected: Vec::new(),
         }
+    }
+
+    /// The faults the run injected so far, each owning its server's failures up to the end of
+    /// the recovery it is allowed (its actual recovery is known only later:
+    /// [`Verdicts::refine_injected`]).
+    pub fn injected(&mut self, windows: Vec<InjectedWindow>) {
+        self.context.injected = windows;
+    }
+
+    /// At the end, with each fault's recovery known: a record judged injected whose test began
+    /// after its fault's recovery is judged again, as any failure; returns those that fail the
+    /// run.
+    pub fn refine_injected(&mut self, windows: Vec<InjectedWindow>) -> Vec<FailedTest> {
+        self.context.injected = windows;
+        let mut failing = Vec::new();
+        for (member, record) in std::mem::take(&mut self.injected) {
+            if self.context.injected.iter().any(|w| w.owns(&record)) {
+                self.injected.push((member, record));
+                continue;
+            }
+            // Counted once already, under the fault.
+            if let Some(entry) = self.signatures.get_mut(&record.signature().id()) {
+                entry.count = entry.count.saturating_sub(1);
+            }
+            if let Some(reason) = self.judge(&member, record) {
+                failing.push(FailedTest { member, reason });
+            }
+        }
+        failing
     }
 
     pub fn known(&self) -> &KnownIssues {
@@ -151,6 +188,14 @@ impl Verdicts {
         let id = signature.id();
         let kind = signature.error_kind;
         let Evidence { class, why } = classify(&record, kind, &self.context);
+        if class == FailureClass::Injected && self.injected.len() < MAX_INJECTED_KEPT {
+            self.injected.push((member.to_string(), record.clone()));
+        }
+        let outside = if self.context.injected.is_empty() {
+            ""
+        } else {
+            " (outside every injected fault's window)"
+        };
         let known = (class != FailureClass::Injected)
             .then(|| self.known.find(&record, kind, class))
             .flatten();
@@ -171,7 +216,7 @@ impl Verdicts {
             // New or recurring: the history at the end tells which.
             None => (
                 Status::New,
-                Some(format!("{record} [{id}, {class}: {why}]")),
+                Some(format!("{record} [{id}, {class}: {why}]{outside}")),
             ),
         };
         let entry = self
@@ -465,6 +510,51 @@ mod tests {
   until: 2026-12-31
   max_per_hour: 60
 "#;
+
+    #[test]
+    fn failures_of_an_injected_fault_do_not_fail_until_they_began_after_its_recovery() {
+        let window = |to_ms| InjectedWindow {
+            name: "kill-triton".into(),
+            addresses: vec!["127.0.0.1:8001".into()],
+            from_ms: 9_000,
+            to_ms,
+        };
+        let mut v = Verdicts::new(KnownIssues::default(), day("2026-11-27"));
+        // While the run goes, the fault owns its server's failures up to its allowed recovery.
+        v.injected(vec![window(40_000)]);
+        let begun_at = |at_ms: i64, started_ms: i64| {
+            let mut r = reaper(at_ms, true);
+            r.forensics.as_mut().unwrap().test_started_ms = Some(started_ms);
+            r
+        };
+        let failing = v.records(vec![
+            (1, "clients-0".into(), begun_at(10_000, 9_500)),
+            (2, "clients-0".into(), begun_at(25_000, 24_000)),
+        ]);
+        assert!(failing.is_empty(), "{failing:?}");
+        assert_eq!(v.signatures()[0].status, Status::Injected);
+        // The clients recovered at 20 s: the test begun at 24 s is a failure of its own.
+        let failing = v.refine_injected(vec![window(20_000)]);
+        assert_eq!(failing.len(), 1, "{failing:?}");
+        assert!(
+            failing[0]
+                .reason
+                .ends_with("(outside every injected fault's window)"),
+            "{}",
+            failing[0].reason
+        );
+        let s = v.signatures();
+        assert_eq!(s[0].count, 2, "counted once each");
+        assert_eq!(s[0].status, Status::New);
+        // A failure before any fault is named without the window note.
+        let mut plain = Verdicts::new(KnownIssues::default(), day("2026-11-27"));
+        let failing = plain.records(vec![(1, "clients-0".into(), reaper(10_000, true))]);
+        assert!(
+            !failing[0].reason.contains("window"),
+            "{}",
+            failing[0].reason
+        );
+    }
 
     #[test]
     fn a_known_server_bug_is_excused_and_a_client_that_forgot_start_is_not() {

@@ -9,6 +9,7 @@ pub mod logs;
 
 pub use diagnostics::MemberDiagnostics;
 
+use crate::matrix::faults::{FaultKind, Injection};
 use crate::matrix::{ClientMember, ServerMember};
 use crate::plan::{ServerEndpoint, WorkerAssignment};
 use std::collections::BTreeSet;
@@ -163,6 +164,32 @@ pub trait Launcher: Send {
         _to_ms: i64,
     ) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Whether this launcher can inject faults of `kind` (the error says what it would need):
+    /// checked for every planned fault before anything starts.
+    fn can_inject(&self, kind: FaultKind) -> Result<(), String> {
+        Err(format!(
+            "the {} launcher does not inject {} faults",
+            self.name(),
+            kind.as_str()
+        ))
+    }
+
+    /// Injects a fault into a started server and returns at once: a killed server is started
+    /// again on the same address at once, a gracefully stopped one (`restart`) once it has
+    /// ended (seen by [`Launcher::exited`], which does not report it), a paused one stays
+    /// paused until [`Launcher::end_fault`] (or, should the driver die, its guardian resumes it).
+    async fn inject(&mut self, injection: &Injection) -> Result<(), LaunchError> {
+        Err(LaunchError::Member {
+            member: injection.member.clone(),
+            reason: format!("the {} launcher does not inject faults", self.name()),
+        })
+    }
+
+    /// Ends a lasting fault on `member` (a pause: the server runs on).
+    async fn end_fault(&mut self, _member: &str) -> Result<(), LaunchError> {
+        Ok(())
     }
 
     /// Whether a started member's process runs yet (a pod may still wait for a node or its

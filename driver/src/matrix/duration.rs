@@ -36,3 +36,22 @@ impl JsonSchema for HumanDuration {
         })
     }
 }
+
+/// The same for an optional duration (`#[serde(default, with = "duration::option")]`).
+pub mod option {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrapped(#[serde(deserialize_with = "super::deserialize")] Duration);
+        Ok(Option::<Wrapped>::deserialize(d)?.map(|w| w.0))
+    }
+}

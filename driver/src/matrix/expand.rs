@@ -93,6 +93,43 @@ pub fn member_name(group: &str, index: u32) -> MemberName {
 }
 
 impl Matrix {
+    /// The launched server members a fault's target names: a group's, or the one member; the
+    /// error says why it names none.
+    pub fn fault_target_members(&self, target: &str) -> Result<Vec<String>, String> {
+        let m = self;
+        let launched: Vec<String> = m
+            .server_groups
+            .iter()
+            .filter(|(_, g)| !g.is_external())
+            .map(|(n, _)| n.clone())
+            .collect();
+        if let Some(g) = m.server_groups.get(target) {
+            if g.is_external() {
+                return Err(format!(
+                    "{target:?} names servers that already run (endpoints): the driver injects \
+                     faults only into servers it launched"
+                ));
+            }
+            return Ok((0..g.member_count())
+                .map(|i| member_name(target, i).to_string())
+                .collect());
+        }
+        for (name, g) in m.server_groups.iter().filter(|(_, g)| !g.is_external()) {
+            if (0..g.member_count()).any(|i| member_name(name, i).as_str() == target) {
+                return Ok(vec![target.to_string()]);
+            }
+        }
+        Err(format!(
+            "unknown target {target:?}: name a launched server group ({}) or one of its members \
+             (`<group>-<index>`)",
+            if launched.is_empty() {
+                "none is defined".to_string()
+            } else {
+                launched.join(", ")
+            }
+        ))
+    }
+
     /// Every server member, group by group in file order, then by index.
     ///
     /// # Panics

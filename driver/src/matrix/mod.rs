@@ -29,6 +29,7 @@ pub mod bounds;
 mod duration;
 mod error;
 mod expand;
+pub mod faults;
 mod fingerprint;
 mod reference;
 pub mod slo;
@@ -267,6 +268,25 @@ impl Matrix {
             .and_then(|p| map.locate(&entry.key(p), Anchor::Value))
             .or_else(|| map.locate(&entry, Anchor::Value))?;
         Some(format!("{}:{position}", file.display()))
+    }
+}
+
+impl Matrix {
+    /// Where field `field` of the `index`-th fault is in the file this matrix was loaded
+    /// from, as `FILE:LINE:COLUMN: faults[I].FIELD` (without the position when it cannot be
+    /// found: a matrix not from a file, or a file that changed since).
+    pub fn locate_fault(&self, index: usize, field: &str) -> String {
+        let path = FieldPath::root().key("faults").index(index).key(field);
+        let located = self.source_path.as_deref().and_then(|file| {
+            let text = std::fs::read_to_string(file).ok()?;
+            let (map, _) = SourceMap::scan(&text).ok()?;
+            let position = map.locate(&path, Anchor::Value)?;
+            Some(format!("{}:{position}", file.display()))
+        });
+        match located {
+            Some(at) => format!("{at}: {path}"),
+            None => path.to_string(),
+        }
     }
 }
 

@@ -79,6 +79,14 @@ pub struct Matrix {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub known_issues: Vec<KnownIssue>,
 
+    /// Faults injected on purpose during the load phase (a server killed, restarted or paused):
+    /// the failures they cause are classified `injected` and neither fail fast nor fail the
+    /// run; the run fails when the clients do not recover within each fault's
+    /// `expect.recover_within`, when answers are wrong after the recovery, or on any failure
+    /// outside the faults' windows. The report shows each fault's timeline. `soak` mode only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<super::faults::Fault>,
+
     /// The file this matrix was loaded from, set by [`super::load`]; relative local paths
     /// (model repositories, binaries) are resolved against its directory. Not part of the YAML.
     #[serde(skip)]
@@ -141,6 +149,11 @@ pub struct RunSettings {
     /// run (exit 1); one with `abort_on_fail` is also checked every poll and stops the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slo: Vec<SloRule>,
+
+    /// Seeds what the run draws at random (the faults' jitter and which member of a group a
+    /// fault hits). Omitted: derived from `name`, so the same matrix draws the same each night.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
 }
 
 /// One service-level objective, e.g. `{metric: p99, scenario: Load, max: 50ms}`,

@@ -946,6 +946,200 @@ impl Checker {
     }
 }
 
+/// The rules of `faults:` (pure): names, targets, timing, kinds and their settings, and no two
+/// faults on one member at once. Whether the launcher can inject a kind is the run's check.
+fn check_faults(m: &Matrix) -> Vec<Issue> {
+    use super::faults::{FaultKind, default_seed, first_overlap, human, schedule};
+    let mut issues = Vec::new();
+    let mut push = |path: FieldPath, anchor: Anchor, message: String| {
+        issues.push(Issue {
+            path,
+            anchor,
+            message,
+            also: None,
+        })
+    };
+    let root = FieldPath::root().key("faults");
+    if m.faults.is_empty() {
+        return issues;
+    }
+    if m.run.mode != RunMode::Soak {
+        push(
+            root.clone(),
+            Anchor::Key,
+            "faults are injected in soak mode only (a capacity search under injected faults \
+             would measure the faults)"
+                .into(),
+        );
+    }
+    let load = m.run.duration;
+    let mut twice = Vec::new();
+    let mut names: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, f) in m.faults.iter().enumerate() {
+        let path = root.index(i);
+        if !is_dns_label(&f.name) {
+            push(
+                path.key("name"),
+                Anchor::Value,
+                format!("fault name {:?} is not a DNS-1123 label", f.name),
+            );
+        } else if let Some(first) = names.insert(f.name.as_str(), i) {
+            twice.push(Issue {
+                path: path.key("name"),
+                anchor: Anchor::Value,
+                message: format!("fault name {:?} is used twice", f.name),
+                also: Some(root.index(first).key("name")),
+            });
+        }
+        match m.fault_target_members(&f.target) {
+            Ok(_) => {}
+            Err(why) => push(path.key("target"), Anchor::Value, why),
+        }
+        match (f.at, f.every) {
+            (Some(_), Some(_)) => push(
+                path.key("every"),
+                Anchor::Key,
+                "give `at` (once) or `every` (repeatedly), not both".into(),
+            ),
+            (None, None) => push(
+                path.clone(),
+                Anchor::Key,
+                "missing `at` (once, from the start of the load phase) or `every` (repeatedly)"
+                    .into(),
+            ),
+            (Some(at), None) if at >= load => push(
+                path.key("at"),
+                Anchor::Value,
+                format!(
+                    "the fault at {} comes after the run's end (run.duration {})",
+                    human(at),
+                    human(load)
+                ),
+            ),
+            (Some(at), None) if at + f.window() > load => push(
+                path.key("at"),
+                Anchor::Value,
+                format!(
+                    "the run ends ({}) before the fault's recovery can be judged (injected at {}, \
+                     lasting {}, recovery allowed {}): inject it earlier or run longer",
+                    human(load),
+                    human(at),
+                    human(f.duration.unwrap_or_default()),
+                    human(f.expect.recover_within)
+                ),
+            ),
+            (None, Some(every)) if every.is_zero() => push(
+                path.key("every"),
+                Anchor::Value,
+                "must be longer than zero".into(),
+            ),
+            (None, Some(every)) if every + f.window() > load => push(
+                path.key("every"),
+                Anchor::Value,
+                format!(
+                    "no injection fits the run: the first comes at {} and its recovery may take \
+                     until {}, after the run's end ({})",
+                    human(every),
+                    human(every + f.window()),
+                    human(load)
+                ),
+            ),
+            _ => {}
+        }
+        match (f.kind.lasts(), f.duration) {
+            (true, None) => push(
+                path.clone(),
+                Anchor::Key,
+                format!("missing `duration`: how long the {} lasts", f.kind.as_str()),
+            ),
+            (true, Some(d)) if d.is_zero() => push(
+                path.key("duration"),
+                Anchor::Value,
+                "must be longer than zero".into(),
+            ),
+            (false, Some(_)) => push(
+                path.key("duration"),
+                Anchor::Key,
+                format!(
+                    "a {} is an instant: it has no duration (its server's start-up is part of \
+                     the recovery)",
+                    f.kind.as_str()
+                ),
+            ),
+            _ => {}
+        }
+        match (&f.network, f.kind) {
+            (None, FaultKind::Network) => push(
+                path.clone(),
+                Anchor::Key,
+                "missing `network: {delay, jitter, loss}`: what the network does".into(),
+            ),
+            (Some(_), kind) if kind != FaultKind::Network => push(
+                path.key("network"),
+                Anchor::Key,
+                format!(
+                    "`network` is read only with kind: network, not {}",
+                    kind.as_str()
+                ),
+            ),
+            (Some(n), _) => {
+                if n.delay.is_none() && n.jitter.is_none() && n.loss.is_none() {
+                    push(
+                        path.key("network"),
+                        Anchor::Key,
+                        "give at least one of delay, jitter and loss".into(),
+                    );
+                }
+                if let Some(loss) = n.loss
+                    && !(loss > 0.0 && loss <= 1.0)
+                {
+                    push(
+                        path.key("network").key("loss"),
+                        Anchor::Value,
+                        format!(
+                            "must be a fraction above 0 and at most 1 (0.05 = 5%), found {loss}"
+                        ),
+                    );
+                }
+            }
+            _ => {}
+        }
+        if f.expect.recover_within.is_zero() {
+            push(
+                path.key("expect").key("recover_within"),
+                Anchor::Value,
+                "must be longer than zero".into(),
+            );
+        }
+    }
+    issues.extend(twice);
+    if issues.is_empty() {
+        let seed = m.run.seed.unwrap_or_else(|| default_seed(&m.run.name));
+        let plan = schedule(&m.faults, |t| m.fault_target_members(t).ok(), load, seed);
+        if let Some((later, earlier)) = first_overlap(&plan) {
+            let f = &m.faults[later.fault_index];
+            let field = if f.at.is_some() { "at" } else { "every" };
+            issues.push(Issue {
+                path: root.index(later.fault_index).key(field),
+                anchor: Anchor::Value,
+                message: format!(
+                    "{} at {} overlaps {} on {} (injected at {}, its recovery allowed until {}): \
+                     faults on one member must not overlap; space them further apart or lower \
+                     expect.recover_within",
+                    later.name,
+                    human(later.at),
+                    earlier.name,
+                    later.member,
+                    human(earlier.at),
+                    human(earlier.window_end())
+                ),
+                also: Some(root.index(earlier.fault_index).key("name")),
+            });
+        }
+    }
+    issues
+}
+
 /// The rules of known issues (in a matrix under `known_issues`, or a known-issues file at its
 /// root): unique non-empty ids, a reason, a regular expression that compiles, a known scenario,
 /// a date `until` that parses, a rate above zero.
@@ -1215,6 +1409,7 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
         &m.known_issues,
     ));
     c.capacity(m);
+    c.issues.extend(check_faults(m));
     if let Some(r) = &m.regression {
         if !(r.threshold.is_finite() && r.threshold > 0.0) {
             c.push(

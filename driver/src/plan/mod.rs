@@ -9,6 +9,7 @@ pub mod preflight;
 
 pub use assignment::{ServerEndpoint, WorkerAssignment, worker_args, worker_contract};
 
+use crate::matrix::faults::{self, Injection};
 use crate::matrix::{
     CapacitySettings, ClientMember, ExternalServer, Matrix, RunMode, ServerMember,
 };
@@ -45,6 +46,8 @@ pub struct RunPlan {
     pub capacity: Option<CapacitySettings>,
     /// The SLO rules, run level first, then each client group's (validated: they parse).
     pub slo: Vec<crate::matrix::slo::Rule>,
+    /// The faults to inject, by time from the load phase's start (`matrix::faults::schedule`).
+    pub faults: Vec<Injection>,
     /// `<run name>-<member>` for every member: its process or pod name.
     qualified: BTreeMap<MemberName, String>,
 }
@@ -62,10 +65,20 @@ impl RunPlan {
             .map(|m| (m.clone(), matrix.qualified_name(m)))
             .collect();
         let ff = &matrix.run.fail_fast;
+        let duration = duration.unwrap_or(matrix.run.duration);
+        let faults = faults::schedule(
+            &matrix.faults,
+            |t| matrix.fault_target_members(t).ok(),
+            duration,
+            matrix
+                .run
+                .seed
+                .unwrap_or_else(|| faults::default_seed(&matrix.run.name)),
+        );
         RunPlan {
             run_id,
             name: matrix.run.name.clone(),
-            duration: duration.unwrap_or(matrix.run.duration),
+            duration,
             poll: matrix.run.poll_interval,
             warmup: matrix.run.warmup,
             server_ready_timeout: matrix.run.server_ready_timeout,
@@ -95,8 +108,30 @@ impl RunPlan {
                 )
                 .filter_map(|(g, r)| crate::matrix::slo::Rule::parse(r, g).ok())
                 .collect(),
+            faults,
             qualified,
         }
+    }
+
+    /// The faults written with `at` that do not fit this plan's load phase (a `--duration`
+    /// shorter than the matrix's): their indexes in `faults:`.
+    pub fn unplanned_faults(&self, matrix: &Matrix) -> Vec<usize> {
+        matrix
+            .faults
+            .iter()
+            .enumerate()
+            .filter(|(i, f)| f.at.is_some() && !self.faults.iter().any(|p| p.fault_index == *i))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// The clients that talk to server `member` (every client of its group's clients).
+    pub fn clients_of(&self, member: &str) -> Vec<String> {
+        self.clients
+            .iter()
+            .filter(|c| c.targets.iter().any(|t| t.as_str() == member))
+            .map(|c| c.name.to_string())
+            .collect()
     }
 
     /// The client groups, each with its members in index order.

@@ -33,6 +33,7 @@ pub fn render(report: &Report) -> String {
     );
     header(&mut out, report);
     root_cause(&mut out, report);
+    faults(&mut out, report);
     tables(&mut out, report);
     server_side(&mut out, report);
     plots(&mut out, report);
@@ -243,6 +244,66 @@ fn table(out: &mut String, class: &str, head: &[&str], rows: &[(String, String)]
         }
     }
     out.push_str("</tbody></table>\n");
+}
+
+/// The injected faults: a row each with its timeline, recovery against what is allowed, and
+/// what it cost; a failed one is marked.
+fn faults(out: &mut String, r: &Report) {
+    if r.faults.is_empty() {
+        return;
+    }
+    out.push_str("<h2 id=\"faults\">Injected faults</h2>\n");
+    let since =
+        |ms: Option<i64>| ms.map_or_else(|| "-".to_string(), |t| duration(t - r.started_at_ms));
+    let rows: Vec<(String, String)> = r
+        .faults
+        .iter()
+        .map(|f| {
+            (
+                if f.ok { "" } else { "fail" }.to_string(),
+                [
+                    td(&f.name),
+                    td(f.kind.as_str()),
+                    td(&f.target),
+                    td(&since(f.injected_at_ms)),
+                    td(&since(f.first_error_ms)),
+                    td(&since(if f.kind.lasts() {
+                        f.ended_at_ms
+                    } else {
+                        f.ready_at_ms
+                    })),
+                    td(&since(f.recovered_at_ms)),
+                    td(&f
+                        .recovery_s
+                        .map_or_else(|| "-".to_string(), |s| format!("{s:.1} s"))),
+                    td(&format!("{} s", f.recover_within_s)),
+                    num(f.lost_requests),
+                    num(f.sequences_cut),
+                    td(&f.verdict),
+                ]
+                .concat(),
+            )
+        })
+        .collect();
+    table(
+        out,
+        "faults",
+        &[
+            "fault",
+            "kind",
+            "server",
+            "injected",
+            "first client error",
+            "server back",
+            "recovered",
+            "recovery",
+            "allowed",
+            "tests lost",
+            "sequences cut",
+            "verdict",
+        ],
+        &rows,
+    );
 }
 
 fn verdict_class(verdict: &str) -> &'static str {
@@ -810,6 +871,40 @@ pub struct Chart<'a> {
     pub y_label: &'a str,
     pub series: Vec<Series>,
     pub reference: Option<(&'a str, f64)>,
+    /// Spans of time shaded behind the series (the injected faults' windows).
+    pub bands: Vec<Band>,
+}
+
+/// A span of a time plot's x axis, shaded, its label as a tooltip.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Band {
+    pub label: String,
+    pub from: f64,
+    pub to: f64,
+}
+
+/// Each injected fault's window on the time plots: from its injection to its clients'
+/// recovery (not recovered: to the end of the plot), in seconds since the run's start.
+fn fault_bands(r: &Report) -> Vec<Band> {
+    r.faults
+        .iter()
+        .filter_map(|f| {
+            let from = f.injected_at_ms?;
+            Some(Band {
+                label: format!(
+                    "fault {} ({} of {}): {}",
+                    f.name,
+                    f.kind.as_str(),
+                    f.target,
+                    f.verdict
+                ),
+                from: (from - r.started_at_ms) as f64 / 1000.0,
+                to: f
+                    .recovered_at_ms
+                    .map_or(f64::INFINITY, |t| (t - r.started_at_ms) as f64 / 1000.0),
+            })
+        })
+        .collect()
 }
 
 const PALETTE: [&str; 10] = [
@@ -945,6 +1040,20 @@ pub fn line_chart(chart: &Chart, no_data: &str) -> String {
         TOP + ph / 2.0,
         esc(chart.y_label)
     );
+    for band in &chart.bands {
+        let (from, to) = (band.from.max(x_lo), band.to.min(x_hi));
+        if from >= to {
+            continue;
+        }
+        let _ = write!(
+            out,
+            "<rect class=\"band\" x=\"{:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{ph:.1}\" \
+             fill=\"#cf222e\" fill-opacity=\"0.12\"><title>{}</title></rect>",
+            sx(from),
+            sx(to) - sx(from),
+            esc(&band.label)
+        );
+    }
     if let Some((label, y)) = chart.reference.filter(|(_, y)| y.is_finite()) {
         let _ = write!(
             out,
@@ -1063,6 +1172,7 @@ fn plots(out: &mut String, r: &Report) {
             y_label: "requests/s",
             series: group_qps(&r.workers),
             reference: None,
+            bands: fault_bands(r),
         },
         "no worker reported a QPS sample",
     ));
@@ -1106,6 +1216,7 @@ fn plots(out: &mut String, r: &Report) {
                     },
                 ],
                 reference: None,
+                bands: fault_bands(r),
             },
             "no interval of this scenario",
         ));
@@ -1156,6 +1267,7 @@ fn plots(out: &mut String, r: &Report) {
                 y_label: "µs per request",
                 series,
                 reference: None,
+                bands: fault_bands(r),
             },
             "no sample",
         ));
@@ -1184,6 +1296,7 @@ fn plots(out: &mut String, r: &Report) {
             y_label: "MiB",
             series: memory,
             reference: None,
+            bands: fault_bands(r),
         },
         "the run's timeline has no server memory readings",
     ));
@@ -1199,6 +1312,7 @@ fn empty_chart<'a>(id: &'a str, title: &'a str) -> Chart<'a> {
         y_label: "",
         series: Vec::new(),
         reference: None,
+        bands: Vec::new(),
     }
 }
 
@@ -1263,6 +1377,7 @@ fn capacity_plots(out: &mut String, r: &Report) {
                 },
                 series: vec![first],
                 reference: None,
+                bands: Vec::new(),
             },
             "no check yet",
         ));
@@ -1281,6 +1396,7 @@ fn capacity_plots(out: &mut String, r: &Report) {
                         .collect(),
                 }],
                 reference: Some(("target", p.target_p99_ms)),
+                bands: Vec::new(),
             },
             "no check yet",
         ));
@@ -1730,6 +1846,7 @@ mod tests {
                 },
             ],
             reference: Some(("target", 5.0)),
+            bands: Vec::new(),
         };
         let svg = line_chart(&chart, "unused");
         assert_eq!(svg.matches("<circle class=\"pt\"").count(), 4, "{svg}");
@@ -2033,6 +2150,7 @@ mod tests {
                     previous_use: None,
                     server_log: Vec::new(),
                     sequence_idle_us: None,
+                    test_started_ms: None,
                 }),
                 ..Default::default()
             },

@@ -11,6 +11,8 @@
 //!
 //! A scenario's or model's case fails only for failures that fail the run (a run with
 //! signatures); a run recorded before them fails it for any failure, as then.
+//! - `faults`: a test case per injected fault, failed when its clients did not recover within
+//!   its `expect.recover_within` (the time is its recovery);
 //! - `slo`: a test case per rule, failed when breached;
 //! - `regressions`: a test case per finding against the baseline, failed with
 //!   `regression.fail` (else passing, the change in its output), or one passing case when there
@@ -163,6 +165,31 @@ pub fn render(report: &Report) -> String {
             suite.add_test_case(case(&name, &format!("signatures.{}", s.class), status));
         }
         junit.add_test_suite(suite);
+    }
+
+    if !report.faults.is_empty() {
+        let mut faults = TestSuite::new("faults");
+        for f in &report.faults {
+            let status = if f.ok {
+                TestCaseStatus::success()
+            } else {
+                failed(f.verdict.clone(), None)
+            };
+            let mut c = case(&f.name, &format!("fault.{}", f.kind.as_str()), status);
+            if let Some(took) = f.recovery_s {
+                c.set_time(Duration::from_secs_f64(took.max(0.0)));
+            }
+            c.set_system_out(format!(
+                "{} of {}: {}; lost {} tests, {} sequences cut",
+                f.kind.as_str(),
+                f.target,
+                f.verdict,
+                f.lost_requests,
+                f.sequences_cut
+            ));
+            faults.add_test_case(c);
+        }
+        junit.add_test_suite(faults);
     }
 
     if !report.slo.is_empty() {

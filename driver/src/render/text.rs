@@ -361,6 +361,9 @@ impl Report {
             );
             out.push_str(&triton_metrics::render(models));
         }
+        if !self.faults.is_empty() {
+            render_faults(&mut out, &self.faults);
+        }
         if !self.signatures.is_empty() {
             self.render_signatures(&mut out);
         } else if !self.failures.is_empty() {
@@ -384,6 +387,65 @@ impl Report {
             render_failed_member(&mut out, m);
         }
         out
+    }
+}
+
+/// The injected faults' timelines: injected, first client error, server back, each client's
+/// first good answer, the recovery against what is allowed, and what was lost.
+fn render_faults(out: &mut String, faults: &[crate::judge::faults::FaultOutcome]) {
+    let failed = faults.iter().filter(|f| !f.ok).count();
+    let _ = writeln!(
+        out,
+        "\n== Injected faults ({} faults, {}) ==",
+        faults.len(),
+        if failed == 0 {
+            "every one recovered in time".to_string()
+        } else {
+            format!("{failed} FAILED")
+        }
+    );
+    let at = |ms: Option<i64>| ms.map_or_else(|| "-".to_string(), format_time);
+    for f in faults {
+        let _ = writeln!(
+            out,
+            "{} {} {} of {}: {}\n  injected {}; first client error {}; {} {}; recovered {}\n  \
+             lost {} tests ({} sequences cut)",
+            if f.ok { "OK  " } else { "FAIL" },
+            f.name,
+            f.kind.as_str(),
+            f.target,
+            f.verdict,
+            at(f.injected_at_ms),
+            at(f.first_error_ms),
+            if f.kind.lasts() {
+                "ended"
+            } else {
+                "server READY again"
+            },
+            at(if f.kind.lasts() {
+                f.ended_at_ms
+            } else {
+                f.ready_at_ms
+            }),
+            at(f.recovered_at_ms),
+            f.lost_requests,
+            f.sequences_cut
+        );
+        for c in &f.clients {
+            let _ = writeln!(
+                out,
+                "  {}: first error {}, first good answer {}{}, lost {}",
+                c.member,
+                at(c.first_error_ms),
+                at(c.first_good_ms),
+                if c.unaffected {
+                    " (no interruption seen)"
+                } else {
+                    ""
+                },
+                c.lost_requests
+            );
+        }
     }
 }
 

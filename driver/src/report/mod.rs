@@ -114,6 +114,9 @@ pub struct Report {
     /// Why the signatures have no history, or why it restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature_history: Option<String>,
+    /// Every fault the run injected, judged: its timeline, recovery and cost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<crate::judge::faults::FaultOutcome>,
     /// Why this report lacks what the store holds (None: complete). Set when the status store
     /// could not be read at the end of the run: the driver writes what it knows itself.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -624,6 +627,13 @@ impl Report {
             root.judge(&judged.signatures);
         }
         failures.truncate(LISTED_FAILURES);
+        let faults = match store
+            .document::<crate::judge::faults::FaultLog>(&run_key, "")
+            .await?
+        {
+            Some(log) => crate::judge::faults::judge(&log.faults, &store.outages(&run_key).await?),
+            None => Vec::new(),
+        };
 
         Ok(Report {
             run_id: run.run_id,
@@ -666,6 +676,7 @@ impl Report {
             signatures: judged.signatures,
             known_issues: judged.known_issues,
             signature_history: judged.history_note,
+            faults,
             incomplete: None,
             tables: (total, groups),
             model_table,

@@ -3,6 +3,7 @@
 
 use super::capacity::CapacityRun;
 use super::driver::{Driver, PROBE_TIMEOUT};
+use super::faults::FaultRunner;
 use super::finish::scrape_server_metrics;
 use super::progress::progress_line;
 use super::{
@@ -133,7 +134,9 @@ impl Driver<'_> {
         if let Some(cap) = &mut capacity {
             cap.started_ms = started_ms;
         }
-        let end = tokio::time::Instant::now() + plan.duration;
+        let load_started = tokio::time::Instant::now();
+        let end = load_started + plan.duration;
+        let mut faults = FaultRunner::new(plan, &endpoints, load_started, started_ms);
         let mut ticker = tokio::time::interval(plan.poll);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Between ticks, new events are read often (a cheap indexed read), so a worker's own
@@ -173,6 +176,8 @@ impl Driver<'_> {
                     return Verdict::Aborted(why.into());
                 }
                 _ = tokio::time::sleep_until(end) => break,
+                // An injection on time matters more than a tick (which an outage delays).
+                _ = FaultRunner::due(&faults) => Wake::Fault,
                 // The tick before the wake-ups between ticks, so none of them can starve it.
                 _ = ticker.tick() => Wake::Tick,
                 // A member may have ended: judged now, not at the next tick.
@@ -183,7 +188,18 @@ impl Driver<'_> {
             // Between ticks only what woke the loop is fed: the per-poll rules (zero QPS,
             // heartbeats, a store outage) count ticks.
             let poll = match wake {
-                Wake::Tick => self.observe(&rules).await,
+                Wake::Fault => {
+                    if let Some(runner) = &mut faults {
+                        self.fault_step(runner, &mut rules).await;
+                    }
+                    continue;
+                }
+                Wake::Tick => {
+                    if let Some(runner) = &mut faults {
+                        runner.collect_ready().await;
+                    }
+                    self.observe(&rules).await
+                }
                 Wake::Exit => {
                     let exits = self.launcher.exited().await;
                     if exits.is_empty() {
@@ -230,6 +246,10 @@ impl Driver<'_> {
                 // Timestamps for fail-fast's own latency: judged, attributed, workers stopped.
                 tracing::info!("failure judged ({}): {}", wake.as_str(), cause.member());
                 self.launcher.failure_judged();
+                if let Some(runner) = &mut faults {
+                    runner.finish(self.launcher).await;
+                    runner.save(self.store, &plan.run_id).await;
+                }
                 let verdict = self.fail(cause).await;
                 tracing::info!("failure attributed; stopping the workers");
                 self.wind_down(sampler).await;
@@ -238,6 +258,19 @@ impl Driver<'_> {
             if !matches!(wake, Wake::Tick) {
                 // The SLO, capacity and progress work is the tick's.
                 continue;
+            }
+            if let Some(runner) = &mut faults
+                && let Some((member, reason)) = self.fault_overdue(runner).await
+            {
+                self.record(&member, EventKind::Failure, &reason).await;
+                self.record_stopping(Stopping::Failed {
+                    member: member.clone(),
+                })
+                .await;
+                runner.finish(self.launcher).await;
+                runner.save(self.store, &plan.run_id).await;
+                self.wind_down(sampler).await;
+                return Verdict::Fail { member, reason };
             }
             if let Some(breach) = self.slo_live(started_ms, started.elapsed()).await {
                 self.record(SLO_MEMBER, EventKind::Failure, &breach).await;
@@ -277,6 +310,10 @@ impl Driver<'_> {
         if let Some(cap) = &mut capacity {
             cap.finish(self.store, &plan.run_id).await;
         }
+        if let Some(runner) = &mut faults {
+            runner.finish(self.launcher).await;
+            runner.save(self.store, &plan.run_id).await;
+        }
         // The end: workers flush their final counts, then servers stop.
         self.progress.show("stopping workers");
         self.record_stopping(Stopping::LoadPhaseEnded).await;
@@ -303,8 +340,15 @@ impl Driver<'_> {
             .unwrap_or_default();
         self.verdicts.counts(final_counts);
         let load_hours = started.elapsed().as_secs_f64() / 3600.0;
+        // Each fault's recovery, now that the workers' outages are all in: failures of tests
+        // begun after it are judged again, as any failure.
+        let fault_failed = match &faults {
+            Some(runner) => self.judge_faults(runner).await,
+            None => (Vec::new(), None),
+        };
         let late_failed: Vec<FailedTest> = late_failed
             .into_iter()
+            .chain(fault_failed.0)
             .chain(self.verdicts.over_rate(load_hours))
             .collect();
         let mut verdict = Verdict::Pass;
@@ -318,6 +362,12 @@ impl Driver<'_> {
                 member: blame.member,
                 reason: blame.reason,
             };
+        }
+        if verdict == Verdict::Pass
+            && let Some((member, reason)) = fault_failed.1
+        {
+            self.record(&member, EventKind::Failure, &reason).await;
+            verdict = Verdict::Fail { member, reason };
         }
         if verdict == Verdict::Pass
             && let Some(breach) = slo::first_breach(&slo)
@@ -404,6 +454,56 @@ impl Driver<'_> {
             server_probes,
             failed_tests,
         }
+    }
+
+    /// Does a fault's due step, then tells the judges what it changed: the failures the
+    /// injected faults own, and the clients whose zero QPS they excuse.
+    async fn fault_step(&mut self, runner: &mut FaultRunner, rules: &mut FailFast) {
+        for line in runner.act(self.launcher).await {
+            tracing::info!("{line}");
+            self.progress.show(&line);
+        }
+        self.verdicts.injected(runner.live_windows());
+        for (client, until) in runner.excused_clients() {
+            rules.excuse_zero_qps(&client, until);
+        }
+        runner.save(self.store, &self.plan.run_id).await;
+    }
+
+    /// A fault past its allowed recovery whose clients have not all recovered in time: its
+    /// server, and why (the run fails now). A recovered one closes its window.
+    async fn fault_overdue(&mut self, runner: &mut FaultRunner) -> Option<(String, String)> {
+        let now = stress_common::now_ms();
+        if !runner.awaiting_judgement(now) {
+            return None;
+        }
+        let outages = bounded(STORE_CALL_LIMIT, self.store.outages(&self.plan.run_id))
+            .await
+            .ok()?;
+        let overdue = runner.judge_due(&outages, now);
+        self.verdicts.injected(runner.live_windows());
+        overdue
+    }
+
+    /// The faults judged against the workers' outages: the failed tests that their recovery
+    /// leaves outside them, and the first fault that fails the run (its server, and why).
+    async fn judge_faults(
+        &mut self,
+        runner: &FaultRunner,
+    ) -> (Vec<FailedTest>, Option<(String, String)>) {
+        let outages = bounded(STORE_CALL_LIMIT, self.store.outages(&self.plan.run_id))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!("the workers' outages not read: {e}");
+                Vec::new()
+            });
+        let log = &runner.log().faults;
+        let outcomes = crate::judge::faults::judge(log, &outages);
+        let windows = crate::judge::faults::final_windows(log, &outcomes, stress_common::now_ms());
+        let failed = self.verdicts.refine_injected(windows);
+        let fault =
+            crate::judge::faults::first_failed(&outcomes).map(|o| (o.target.clone(), o.reason()));
+        (failed, fault)
     }
 
     /// The failure records not judged yet, judged: those that fail the run.

@@ -11,6 +11,7 @@ use super::{Failure, Outcome, TestEnv};
 use crate::client::Protocol;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use stress_common::signature::ErrorKind;
 
 /// An explicit path, else `perf_analyzer` on PATH.
 pub fn find(explicit: Option<&Path>) -> Option<PathBuf> {
@@ -117,15 +118,50 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     } else {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let tail: Vec<&str> = stderr.lines().chain(stdout.lines()).rev().take(5).collect();
-        Outcome::Failed(Failure::new(
-            &model,
-            "perf_analyzer to exit 0",
-            format!(
-                "{}: {}",
-                output.status,
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            ),
-        ))
+        let kind = failed_run_kind(&stderr, &stdout);
+        Outcome::Failed(
+            Failure::new(
+                &model,
+                "perf_analyzer to exit 0",
+                format!(
+                    "{}: {}",
+                    output.status,
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                ),
+            )
+            .with_kind(kind),
+        )
+    }
+}
+
+/// What kind of failure a perf_analyzer run that exited non-zero saw, from its words: it
+/// checks no answer unless given validation data, so it is a wrong answer only when it says so;
+/// a broken or refused connection, a deadline, a server that said it cannot serve, or else the
+/// server's own error.
+fn failed_run_kind(stderr: &str, stdout: &str) -> ErrorKind {
+    let text = format!("{stderr}\n{stdout}").to_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    if has(&[
+        "output doesn't match",
+        "does not match expected",
+        "validation failed",
+    ]) {
+        ErrorKind::WrongAnswer
+    } else if has(&["deadline exceeded", "timed out", "timeout"]) {
+        ErrorKind::Timeout
+    } else if has(&[
+        "failed to connect",
+        "connection refused",
+        "connection reset",
+        "socket closed",
+        "broken pipe",
+        "couldn't connect",
+    ]) {
+        ErrorKind::Transport
+    } else if has(&["unavailable", "resource_exhausted", "not ready"]) {
+        ErrorKind::Unavailable
+    } else {
+        ErrorKind::ServerError
     }
 }
 
@@ -191,6 +227,30 @@ fn latencies(text: &str) -> Result<Vec<Option<Duration>>, serde_json::Error> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_failed_run_is_typed_by_what_perf_analyzer_said() {
+        use super::{ErrorKind, failed_run_kind};
+        let kind = |stderr: &str| failed_run_kind(stderr, "Request concurrency: 1");
+        assert_eq!(
+            kind(
+                "error: failed to get model metadata: failed to connect to all addresses; \
+                 last error: UNAVAILABLE"
+            ),
+            ErrorKind::Transport
+        );
+        assert_eq!(
+            kind("Thread [0] had error: Deadline Exceeded"),
+            ErrorKind::Timeout
+        );
+        assert_eq!(kind("Server not ready"), ErrorKind::Unavailable);
+        assert_eq!(
+            kind("Output doesn't match expected output"),
+            ErrorKind::WrongAnswer
+        );
+        // Nothing said: not a wrong answer (it checked none).
+        assert_eq!(kind(""), ErrorKind::ServerError);
+    }
+
     #[test]
     fn a_profile_export_gives_each_request_its_latency() {
         // The shape perf_analyzer 2.51 writes (inputs and outputs left out).

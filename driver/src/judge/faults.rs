@@ -1,0 +1,443 @@
+//! The verdict on each fault the run injected (pure): when each client of the faulted server had
+//! a good answer again, against the recovery the matrix allows, and what the fault cost (tests
+//! failed, sequences cut). The driver logs what it did ([`FaultLog`]); the workers record
+//! their outages ([`Outage`]: stretches without a good answer from one server).
+
+use serde::{Deserialize, Serialize};
+use stress_common::status::Outage;
+
+use super::classify::InjectedWindow;
+use crate::matrix::faults::FaultKind;
+
+/// A fault as the driver injected it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InjectedFault {
+    /// The fault's name (`#N` for the Nth of a repeated fault).
+    pub name: String,
+    pub kind: FaultKind,
+    /// The server member it hit.
+    pub member: String,
+    /// The server's addresses (as the clients' failure records and outages name it).
+    pub addresses: Vec<String>,
+    /// The clients that talk to it.
+    pub clients: Vec<String>,
+    pub planned_at_ms: i64,
+    /// None: the launcher could not inject it (`error` says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injected_at_ms: Option<i64>,
+    /// When a lasting fault (pause, network) ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<i64>,
+    /// When a killed or restarted server answered READY again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at_ms: Option<i64>,
+    pub duration_ms: i64,
+    pub recover_within_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl InjectedFault {
+    /// When its recovery counts from: the injection for a kill or restart (the server's
+    /// start-up is part of the recovery), the fault's end for a pause or network fault.
+    pub fn recovery_from_ms(&self) -> Option<i64> {
+        let injected = self.injected_at_ms?;
+        Some(if self.kind.lasts() {
+            self.ended_at_ms.unwrap_or(injected + self.duration_ms)
+        } else {
+            injected
+        })
+    }
+
+    /// The end of the recovery it is allowed.
+    pub fn deadline_ms(&self) -> Option<i64> {
+        Some(self.recovery_from_ms()? + self.recover_within_ms)
+    }
+
+    /// The failures it owns while the run goes: up to the end of its allowed recovery.
+    pub fn live_window(&self) -> Option<InjectedWindow> {
+        Some(InjectedWindow {
+            name: self.name.clone(),
+            addresses: self.addresses.clone(),
+            from_ms: self.injected_at_ms?,
+            to_ms: self.deadline_ms()?,
+        })
+    }
+}
+
+/// What the driver did, in order (a store document: saved after every step, so a run that
+/// dies keeps what it injected).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultLog {
+    pub faults: Vec<InjectedFault>,
+}
+
+impl stress_common::store::Document for FaultLog {
+    const KIND: &'static str = "faults";
+}
+
+/// One client of a faulted server: what it saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientRecovery {
+    pub member: String,
+    /// Its first failed test after the injection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error_ms: Option<i64>,
+    /// Its first good answer from the server after the recovery point (None: none came).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_good_ms: Option<i64>,
+    /// Tests it lost to the fault (failed between the injection and its recovery).
+    pub lost_requests: u64,
+    pub sequences_cut: u64,
+    /// True when it saw no outage at all: its answers went on within its stall threshold.
+    pub unaffected: bool,
+}
+
+/// One fault, judged (report.json `faults[]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FaultOutcome {
+    pub name: String,
+    pub kind: FaultKind,
+    /// The server it hit.
+    pub target: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injected_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at_ms: Option<i64>,
+    /// The first failed test of any client after the injection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error_ms: Option<i64>,
+    /// When the last of its clients had a good answer again (None: not recovered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_at_ms: Option<i64>,
+    /// From the recovery point (the injection, or a lasting fault's end) to the recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_s: Option<f64>,
+    pub recover_within_s: f64,
+    /// Tests its clients lost to it (each failed test lost at least its request).
+    pub lost_requests: u64,
+    pub sequences_cut: u64,
+    pub clients: Vec<ClientRecovery>,
+    /// Recovered within `recover_within`.
+    pub ok: bool,
+    /// The verdict in words.
+    pub verdict: String,
+}
+
+fn secs(ms: i64) -> String {
+    crate::matrix::faults::human(std::time::Duration::from_millis(ms.max(0) as u64))
+}
+
+impl FaultOutcome {
+    /// Why it fails the run, in one line: `fault NAME (KIND of SERVER): VERDICT`.
+    pub fn reason(&self) -> String {
+        format!(
+            "fault {} ({} of {}): {}",
+            self.name,
+            self.kind.as_str(),
+            self.target,
+            self.verdict
+        )
+    }
+}
+
+/// Judges every fault against the workers' outages (`(client member, outage)`); `run_end_ms`
+/// closes what never ended.
+pub fn judge(faults: &[InjectedFault], outages: &[(String, Outage)]) -> Vec<FaultOutcome> {
+    faults.iter().map(|f| judge_one(f, outages)).collect()
+}
+
+fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
+    let mut outcome = FaultOutcome {
+        name: f.name.clone(),
+        kind: f.kind,
+        target: f.member.clone(),
+        injected_at_ms: f.injected_at_ms,
+        ended_at_ms: f.ended_at_ms,
+        ready_at_ms: f.ready_at_ms,
+        first_error_ms: None,
+        recovered_at_ms: None,
+        recovery_s: None,
+        recover_within_s: f.recover_within_ms as f64 / 1000.0,
+        lost_requests: 0,
+        sequences_cut: 0,
+        clients: Vec::new(),
+        ok: false,
+        verdict: String::new(),
+    };
+    let (Some(injected), Some(from)) = (f.injected_at_ms, f.recovery_from_ms()) else {
+        outcome.verdict = format!(
+            "not injected: {}",
+            f.error.as_deref().unwrap_or("the run ended first")
+        );
+        return outcome;
+    };
+    // Before the server is back, a good answer can only be one already on its way at the
+    // injection: the failures after it still belong to the fault.
+    let back = f.ready_at_ms.unwrap_or(from).max(from);
+    for client in &f.clients {
+        let mine: Vec<&Outage> = outages
+            .iter()
+            .filter(|(m, o)| m == client && f.addresses.contains(&o.server))
+            .map(|(_, o)| o)
+            .collect();
+        // The outages the fault caused: open at the recovery point, or begun by a failure
+        // after the injection (a response already on its way may arrive after a kill).
+        let caused: Vec<&&Outage> = mine
+            .iter()
+            .filter(|o| o.first_ok_ms.is_none_or(|t| t >= from))
+            .filter(|o| {
+                o.last_ok_ms <= from
+                    || (o.last_ok_ms <= back && o.first_failure_ms.is_some_and(|t| t >= injected))
+            })
+            .collect();
+        let unaffected = caused.is_empty();
+        let first_good_ms = if unaffected {
+            Some(from)
+        } else if caused.iter().any(|o| o.first_ok_ms.is_none()) {
+            None
+        } else {
+            caused.iter().filter_map(|o| o.first_ok_ms).min()
+        };
+        let until = first_good_ms.unwrap_or(i64::MAX);
+        let lost: Vec<&&Outage> = mine
+            .iter()
+            .filter(|o| o.last_ok_ms <= until && o.first_ok_ms.is_none_or(|t| t >= injected))
+            .collect();
+        outcome.clients.push(ClientRecovery {
+            member: client.clone(),
+            first_error_ms: lost
+                .iter()
+                .filter_map(|o| o.first_failure_ms)
+                .filter(|t| *t >= injected)
+                .min(),
+            first_good_ms,
+            lost_requests: lost.iter().map(|o| o.failed_tests).sum(),
+            sequences_cut: lost.iter().map(|o| o.failed_sequences).sum(),
+            unaffected,
+        });
+    }
+    outcome.first_error_ms = outcome
+        .clients
+        .iter()
+        .filter_map(|c| c.first_error_ms)
+        .min();
+    outcome.lost_requests = outcome.clients.iter().map(|c| c.lost_requests).sum();
+    outcome.sequences_cut = outcome.clients.iter().map(|c| c.sequences_cut).sum();
+    let server_back = if f.kind.lasts() {
+        Some(from)
+    } else {
+        f.ready_at_ms
+    };
+    outcome.recovered_at_ms = match server_back {
+        None => None,
+        Some(back) if outcome.clients.is_empty() => Some(back),
+        Some(_) => outcome
+            .clients
+            .iter()
+            .map(|c| c.first_good_ms)
+            .collect::<Option<Vec<i64>>>()
+            .and_then(|t| t.into_iter().max()),
+    };
+    let allowed = secs(f.recover_within_ms);
+    match outcome.recovered_at_ms {
+        Some(at) => {
+            let took = (at - from).max(0);
+            outcome.recovery_s = Some(took as f64 / 1000.0);
+            outcome.ok = took <= f.recover_within_ms;
+            let counted = if f.kind.lasts() {
+                "after the fault ended"
+            } else {
+                "after the injection"
+            };
+            outcome.verdict = if outcome.ok {
+                format!(
+                    "recovered {:.1} s {counted} (allowed {allowed})",
+                    took as f64 / 1000.0
+                )
+            } else {
+                format!(
+                    "recovered {:.1} s {counted}: more than the {allowed} allowed",
+                    took as f64 / 1000.0
+                )
+            };
+        }
+        None => {
+            let waiting: Vec<&str> = outcome
+                .clients
+                .iter()
+                .filter(|c| c.first_good_ms.is_none())
+                .map(|c| c.member.as_str())
+                .collect();
+            outcome.verdict = if server_back.is_none() {
+                format!(
+                    "not recovered within {allowed}: {} was not READY again",
+                    f.member
+                )
+            } else {
+                format!(
+                    "not recovered within {allowed}: no good answer again for {}",
+                    waiting.join(", ")
+                )
+            };
+        }
+    }
+    outcome
+}
+
+/// The failures each fault owns, once judged: from its injection to its clients' recovery
+/// (not recovered: to the run's end, the fault failing the run itself).
+pub fn final_windows(
+    faults: &[InjectedFault],
+    outcomes: &[FaultOutcome],
+    run_end_ms: i64,
+) -> Vec<InjectedWindow> {
+    faults
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(f, o)| {
+            Some(InjectedWindow {
+                name: f.name.clone(),
+                addresses: f.addresses.clone(),
+                from_ms: f.injected_at_ms?,
+                to_ms: o.recovered_at_ms.unwrap_or(run_end_ms),
+            })
+        })
+        .collect()
+}
+
+/// The first fault that fails the run, with why.
+pub fn first_failed(outcomes: &[FaultOutcome]) -> Option<&FaultOutcome> {
+    outcomes.iter().find(|o| !o.ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SERVER: &str = "127.0.0.1:8001";
+
+    fn kill(injected_at_ms: i64, ready_at_ms: Option<i64>, within_ms: i64) -> InjectedFault {
+        InjectedFault {
+            name: "kill-triton".into(),
+            kind: FaultKind::Kill,
+            member: "triton-0".into(),
+            addresses: vec![SERVER.into(), "127.0.0.1:8000".into()],
+            clients: vec!["c-0".into(), "c-1".into()],
+            planned_at_ms: injected_at_ms,
+            injected_at_ms: Some(injected_at_ms),
+            ended_at_ms: None,
+            ready_at_ms,
+            duration_ms: 0,
+            recover_within_ms: within_ms,
+            error: None,
+        }
+    }
+
+    fn outage(
+        member: &str,
+        last_ok: i64,
+        first_failure: Option<i64>,
+        first_ok: Option<i64>,
+        failed: u64,
+    ) -> (String, Outage) {
+        (
+            member.into(),
+            Outage {
+                server: SERVER.into(),
+                last_ok_ms: last_ok,
+                first_failure_ms: first_failure,
+                first_ok_ms: first_ok,
+                failed_tests: failed,
+                failed_sequences: failed / 2,
+            },
+        )
+    }
+
+    #[test]
+    fn a_kill_recovers_when_the_last_client_has_a_good_answer_again() {
+        let outages = [
+            outage("c-0", 19_990, Some(20_010), Some(27_000), 12),
+            // A response already on its way arrived after the kill; then the failures.
+            outage("c-1", 20_005, Some(20_020), Some(28_500), 8),
+            // Before the fault, and on another server: not the fault's.
+            outage("c-0", 5_000, Some(5_100), Some(5_200), 1),
+        ];
+        let mut other = outage("c-1", 19_000, Some(21_000), Some(40_000), 3);
+        other.1.server = "127.0.0.1:9001".into();
+        let mut all = outages.to_vec();
+        all.push(other);
+        let o = &judge(&[kill(20_000, Some(26_500), 30_000)], &all)[0];
+        assert!(o.ok, "{o:?}");
+        assert_eq!(o.recovered_at_ms, Some(28_500));
+        assert_eq!(o.recovery_s, Some(8.5));
+        assert_eq!(o.first_error_ms, Some(20_010));
+        assert_eq!(o.lost_requests, 20);
+        assert_eq!(o.sequences_cut, 10);
+        assert_eq!(
+            o.verdict,
+            "recovered 8.5 s after the injection (allowed 30s)"
+        );
+        // The same fault allowed 1 ms fails, naming how long it took.
+        let o = &judge(&[kill(20_000, Some(26_500), 1)], &all)[0];
+        assert!(!o.ok);
+        assert_eq!(
+            o.verdict,
+            "recovered 8.5 s after the injection: more than the 1ms allowed"
+        );
+    }
+
+    #[test]
+    fn a_client_still_out_at_the_end_or_a_server_never_ready_is_not_recovered() {
+        let outages = [
+            outage("c-0", 19_990, Some(20_010), Some(27_000), 2),
+            outage("c-1", 19_990, Some(20_010), None, 40),
+        ];
+        let o = &judge(&[kill(20_000, Some(26_000), 60_000)], &outages)[0];
+        assert!(!o.ok);
+        assert_eq!(o.recovered_at_ms, None);
+        assert!(o.verdict.ends_with("for c-1"), "{}", o.verdict);
+        let o = &judge(&[kill(20_000, None, 60_000)], &outages[..1])[0];
+        assert!(!o.ok);
+        assert_eq!(
+            o.verdict,
+            "not recovered within 1m: triton-0 was not READY again"
+        );
+    }
+
+    #[test]
+    fn a_pause_counts_from_its_end_and_a_client_that_saw_nothing_recovered_then() {
+        let mut pause = kill(20_000, None, 20_000);
+        pause.kind = FaultKind::Pause;
+        pause.duration_ms = 5_000;
+        pause.ended_at_ms = Some(25_010);
+        let outages = [outage("c-0", 19_995, None, Some(25_030), 0)];
+        let o = &judge(std::slice::from_ref(&pause), &outages)[0];
+        assert!(o.ok, "{o:?}");
+        assert_eq!(o.recovered_at_ms, Some(25_030));
+        assert_eq!(o.recovery_s, Some(0.02));
+        assert_eq!(o.lost_requests, 0);
+        assert!(o.clients[1].unaffected);
+        assert_eq!(o.clients[1].first_good_ms, Some(25_010));
+        assert_eq!(o.first_error_ms, None);
+        let w = final_windows(
+            std::slice::from_ref(&pause),
+            std::slice::from_ref(o),
+            99_000,
+        );
+        assert_eq!((w[0].from_ms, w[0].to_ms), (20_000, 25_030));
+    }
+
+    #[test]
+    fn a_fault_that_could_not_be_injected_fails_saying_why() {
+        let mut f = kill(20_000, None, 1000);
+        f.injected_at_ms = None;
+        f.error = Some("not a started server".into());
+        let o = &judge(&[f], &[])[0];
+        assert!(!o.ok);
+        assert_eq!(o.verdict, "not injected: not a started server");
+        assert_eq!(first_failed(std::slice::from_ref(o)), Some(o));
+    }
+}

@@ -1,0 +1,307 @@
+//! The faults of the run's plan, injected on time through the launcher (I/O only): the poll loop
+//! wakes at each due step, the runner acts and logs; `judge::faults` judges the log at the end.
+
+use crate::judge::classify::InjectedWindow;
+use crate::judge::faults::{FaultLog, InjectedFault};
+use crate::launcher::Launcher;
+use crate::matrix::faults::Injection;
+use crate::plan::{RunPlan, ServerEndpoint};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use stress_common::store::{Store, within as bounded};
+use tokio::task::JoinHandle;
+
+use super::STORE_CALL_LIMIT;
+
+/// How often a killed or restarted server is asked whether it is READY again.
+const READY_PROBE: Duration = Duration::from_millis(100);
+
+pub(super) struct FaultRunner {
+    plan: Vec<Injection>,
+    /// What was done, one entry per planned injection (index-aligned with `plan`).
+    log: FaultLog,
+    /// The load phase's start.
+    started: tokio::time::Instant,
+    started_ms: i64,
+    /// The next injection not yet made.
+    next: usize,
+    /// Lasting faults injected and not yet ended: (index, when they end).
+    open: Vec<(usize, tokio::time::Instant)>,
+    /// READY probes of killed and restarted servers: index -> when it was READY (None: not
+    /// within its allowed recovery).
+    ready: BTreeMap<usize, JoinHandle<Option<i64>>>,
+    /// Each server's HTTP address (for its READY probe).
+    http: BTreeMap<String, String>,
+    /// Faults judged while the run goes, once past their allowed recovery (index -> when the
+    /// clients recovered): their window closes there.
+    judged: BTreeMap<usize, i64>,
+    /// How long past a fault's allowed recovery its judgement waits for the workers' outages
+    /// (each comes with a snapshot, one status interval late at most).
+    grace_ms: i64,
+}
+
+impl FaultRunner {
+    /// None when the plan has no faults.
+    pub(super) fn new(
+        plan: &RunPlan,
+        endpoints: &BTreeMap<String, ServerEndpoint>,
+        started: tokio::time::Instant,
+        started_ms: i64,
+    ) -> Option<Self> {
+        let grace_ms = 2 * millis(plan.poll) + 1000;
+        if plan.faults.is_empty() {
+            return None;
+        }
+        let faults = plan
+            .faults
+            .iter()
+            .map(|i| InjectedFault {
+                name: i.name.clone(),
+                kind: i.kind,
+                member: i.member.clone(),
+                addresses: endpoints
+                    .get(&i.member)
+                    .map(|ep| {
+                        [&ep.grpc, &ep.http]
+                            .into_iter()
+                            .filter(|a| !a.is_empty())
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                clients: plan.clients_of(&i.member),
+                planned_at_ms: started_ms + millis(i.at),
+                injected_at_ms: None,
+                ended_at_ms: None,
+                ready_at_ms: None,
+                duration_ms: millis(i.duration),
+                recover_within_ms: millis(i.recover_within),
+                error: None,
+            })
+            .collect();
+        Some(FaultRunner {
+            plan: plan.faults.clone(),
+            log: FaultLog { faults },
+            started,
+            started_ms,
+            next: 0,
+            open: Vec::new(),
+            ready: BTreeMap::new(),
+            http: endpoints
+                .iter()
+                .map(|(m, ep)| (m.clone(), ep.http.clone()))
+                .collect(),
+            judged: BTreeMap::new(),
+            grace_ms,
+        })
+    }
+
+    /// When the runner next has something to do (None: nothing more).
+    pub(super) fn next_due(&self) -> Option<tokio::time::Instant> {
+        let inject = self.plan.get(self.next).map(|i| self.started + i.at);
+        let end = self.open.iter().map(|(_, at)| *at).min();
+        match (inject, end) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Waits until [`FaultRunner::next_due`] (forever when nothing is due).
+    pub(super) async fn due(runner: &Option<Self>) {
+        match runner.as_ref().and_then(Self::next_due) {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Does what is due now: ends the lasting faults whose time is up, then injects. Returns
+    /// what it did, for the log and the progress line.
+    pub(super) async fn act(&mut self, launcher: &mut dyn Launcher) -> Vec<String> {
+        let now = tokio::time::Instant::now();
+        let mut done = Vec::new();
+        let (due, open): (Vec<_>, Vec<_>) = self.open.drain(..).partition(|(_, at)| *at <= now);
+        self.open = open;
+        for (index, _) in due {
+            let fault = &mut self.log.faults[index];
+            let result = launcher.end_fault(&fault.member).await;
+            fault.ended_at_ms = Some(stress_common::now_ms());
+            done.push(match result {
+                Ok(()) => format!(
+                    "fault {}: {} of {} ended",
+                    fault.name,
+                    fault.kind.as_str(),
+                    fault.member
+                ),
+                Err(e) => {
+                    fault.error = Some(e.to_string());
+                    format!("fault {}: could not end: {e}", fault.name)
+                }
+            });
+        }
+        while let Some(injection) = self.plan.get(self.next) {
+            if self.started + injection.at > now {
+                break;
+            }
+            let index = self.next;
+            self.next += 1;
+            // Before the launcher acts: a client may fail the moment the signal lands.
+            let at = stress_common::now_ms();
+            let result = launcher.inject(injection).await;
+            let fault = &mut self.log.faults[index];
+            match result {
+                Ok(()) => {
+                    fault.injected_at_ms = Some(at);
+                    if injection.kind.lasts() {
+                        self.open.push((index, now + injection.duration));
+                    } else if let Some(http) = self.http.get(&injection.member) {
+                        let deadline = tokio::time::Instant::now() + injection.recover_within;
+                        self.ready
+                            .insert(index, tokio::spawn(ready_again(http.clone(), deadline)));
+                    }
+                    done.push(format!(
+                        "fault {}: {} of {} injected {:.1} s into the load",
+                        fault.name,
+                        fault.kind.as_str(),
+                        fault.member,
+                        (at - self.started_ms) as f64 / 1000.0
+                    ));
+                }
+                Err(e) => {
+                    fault.error = Some(e.to_string());
+                    done.push(format!("fault {}: not injected: {e}", fault.name));
+                }
+            }
+        }
+        done
+    }
+
+    /// Collects the READY probes that have finished.
+    pub(super) async fn collect_ready(&mut self) {
+        let finished: Vec<usize> = self
+            .ready
+            .iter()
+            .filter(|(_, h)| h.is_finished())
+            .map(|(i, _)| *i)
+            .collect();
+        for index in finished {
+            if let Some(handle) = self.ready.remove(&index) {
+                self.log.faults[index].ready_at_ms = handle.await.ok().flatten();
+            }
+        }
+    }
+
+    /// At the load phase's end: lasting faults still open are ended (the run may have been
+    /// shortened), READY probes still running are given up.
+    pub(super) async fn finish(&mut self, launcher: &mut dyn Launcher) {
+        for (index, _) in std::mem::take(&mut self.open) {
+            let fault = &mut self.log.faults[index];
+            if let Err(e) = launcher.end_fault(&fault.member).await {
+                fault.error = Some(e.to_string());
+            }
+            fault.ended_at_ms = Some(stress_common::now_ms());
+        }
+        self.collect_ready().await;
+        for (_, handle) in std::mem::take(&mut self.ready) {
+            handle.abort();
+        }
+    }
+
+    /// The failures each injected fault owns while the run goes: from its injection until its
+    /// clients recovered (not judged yet: without end, so a slow recovery fails as the fault's,
+    /// not as failures of their own).
+    pub(super) fn live_windows(&self) -> Vec<InjectedWindow> {
+        self.log
+            .faults
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| {
+                let mut w = f.live_window()?;
+                w.to_ms = self.judged.get(&i).copied().unwrap_or(i64::MAX);
+                Some(w)
+            })
+            .collect()
+    }
+
+    /// Judges the faults past their allowed recovery (and the grace for the outages to come
+    /// in) against the outages so far: the first not recovered in time fails the run now (its
+    /// server, and why); a recovered one's window closes at its recovery. The end judges every
+    /// fault again with all the outages.
+    pub(super) fn judge_due(
+        &mut self,
+        outages: &[(String, stress_common::status::Outage)],
+        now_ms: i64,
+    ) -> Option<(String, String)> {
+        for (index, fault) in self.log.faults.iter().enumerate() {
+            if self.judged.contains_key(&index)
+                || fault
+                    .deadline_ms()
+                    .is_none_or(|d| now_ms < d + self.grace_ms)
+            {
+                continue;
+            }
+            let outcome = crate::judge::faults::judge(std::slice::from_ref(fault), outages)
+                .pop()
+                .expect("one fault, one outcome");
+            match outcome.recovered_at_ms {
+                Some(at) if outcome.ok => {
+                    self.judged.insert(index, at);
+                }
+                _ => return Some((outcome.target.clone(), outcome.reason())),
+            }
+        }
+        None
+    }
+
+    /// Whether a fault is past its injection and not judged yet (its outages are worth reading).
+    pub(super) fn awaiting_judgement(&self, now_ms: i64) -> bool {
+        self.log.faults.iter().enumerate().any(|(i, f)| {
+            !self.judged.contains_key(&i)
+                && f.deadline_ms().is_some_and(|d| now_ms >= d + self.grace_ms)
+        })
+    }
+
+    /// Each client of a faulted server, with the end of the fault's allowed recovery.
+    pub(super) fn excused_clients(&self) -> Vec<(String, i64)> {
+        self.log
+            .faults
+            .iter()
+            .filter_map(|f| Some((f, f.deadline_ms()?)))
+            .flat_map(|(f, until)| f.clients.iter().map(move |c| (c.clone(), until)))
+            .collect()
+    }
+
+    pub(super) fn log(&self) -> &FaultLog {
+        &self.log
+    }
+
+    /// Saves the log (after every step: a run that dies keeps what it injected).
+    pub(super) async fn save(&self, store: &Store, run_id: &stress_common::contract::RunId) {
+        if let Err(e) = bounded(STORE_CALL_LIMIT, store.save_document(run_id, "", &self.log)).await
+        {
+            tracing::warn!("fault log not saved: {e}");
+        }
+    }
+}
+
+/// When the server at `http` answers READY again, probing every [`READY_PROBE`] until
+/// `deadline`: only after it was seen not ready (a server stopping gracefully may still answer
+/// for a moment).
+async fn ready_again(http: String, deadline: tokio::time::Instant) -> Option<i64> {
+    let mut seen_down = false;
+    loop {
+        let ready =
+            stress_common::tritonserver::http_status(&http, "/v2/health/ready").await == Some(200);
+        if ready && seen_down {
+            return Some(stress_common::now_ms());
+        }
+        seen_down |= !ready;
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(READY_PROBE).await;
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
