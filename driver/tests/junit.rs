@@ -4,6 +4,8 @@
 
 mod support;
 
+use driver::judge::faults::FaultOutcome;
+use driver::matrix::faults::FaultKind;
 use driver::report::{FailedMember, Report};
 use stress_common::report::RowJson;
 use support::{assert_junit, junit_schema_check};
@@ -44,6 +46,29 @@ fn report() -> Report {
         "grpc".into(),
         vec![row("Load", 100, 0), row("SequenceValid", 20, 2)],
     );
+    let fault = |name: &str, ok: bool, reached: bool, recovery_s: Option<f64>| FaultOutcome {
+        name: name.into(),
+        kind: FaultKind::Kill,
+        target: "triton-0".into(),
+        injected_at_ms: reached.then_some(1_800_000_020_000),
+        ended_at_ms: None,
+        ready_at_ms: None,
+        first_error_ms: None,
+        recovered_at_ms: None,
+        recovery_s,
+        recover_within_s: 30.0,
+        lost_requests: 28,
+        sequences_cut: 15,
+        clients: vec![],
+        ok,
+        reached,
+        verdict: format!("{name} <verdict> & words"),
+    };
+    r.faults = vec![
+        fault("kill-triton", true, true, Some(11.8)),
+        fault("crash", false, true, Some(0.1234)),
+        fault("later", false, false, None),
+    ];
     r
 }
 
@@ -56,7 +81,11 @@ fn junit_xml_validates_against_junit_10_and_the_check_refuses_what_it_does_not_a
             .iter()
             .map(|(suite, case, _)| (suite.as_str(), case.as_str()))
             .collect::<Vec<_>>(),
-        [("members", "triton-0"), ("grpc", "SequenceValid")]
+        [
+            ("members", "triton-0"),
+            ("grpc", "SequenceValid"),
+            ("faults", "crash")
+        ]
     );
     assert!(!xml.contains("disabled="), "{xml}");
 

@@ -122,8 +122,15 @@ pub struct FaultOutcome {
     pub clients: Vec<ClientRecovery>,
     /// Recovered within `recover_within`.
     pub ok: bool,
+    /// False for a fault the run stopped before (it failed earlier): neither ok nor failed.
+    #[serde(default = "yes")]
+    pub reached: bool,
     /// The verdict in words.
     pub verdict: String,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn secs(ms: i64) -> String {
@@ -143,8 +150,7 @@ impl FaultOutcome {
     }
 }
 
-/// Judges every fault against the workers' outages (`(client member, outage)`); `run_end_ms`
-/// closes what never ended.
+/// Judges every fault against the workers' outages (`(client member, outage)`).
 pub fn judge(faults: &[InjectedFault], outages: &[(String, Outage)]) -> Vec<FaultOutcome> {
     faults.iter().map(|f| judge_one(f, outages)).collect()
 }
@@ -165,13 +171,17 @@ fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
         sequences_cut: 0,
         clients: Vec::new(),
         ok: false,
+        reached: true,
         verdict: String::new(),
     };
     let (Some(injected), Some(from)) = (f.injected_at_ms, f.recovery_from_ms()) else {
-        outcome.verdict = format!(
-            "not injected: {}",
-            f.error.as_deref().unwrap_or("the run ended first")
-        );
+        match &f.error {
+            Some(why) => outcome.verdict = format!("not injected: {why}"),
+            None => {
+                outcome.reached = false;
+                outcome.verdict = "not reached: the run stopped before it".into();
+            }
+        }
         return outcome;
     };
     // Before the server is back, a good answer can only be one already on its way at the
@@ -310,7 +320,7 @@ pub fn final_windows(
 
 /// The first fault that fails the run, with why.
 pub fn first_failed(outcomes: &[FaultOutcome]) -> Option<&FaultOutcome> {
-    outcomes.iter().find(|o| !o.ok)
+    outcomes.iter().find(|o| o.reached && !o.ok)
 }
 
 #[cfg(test)]
@@ -439,5 +449,12 @@ mod tests {
         assert!(!o.ok);
         assert_eq!(o.verdict, "not injected: not a started server");
         assert_eq!(first_failed(std::slice::from_ref(o)), Some(o));
+        // One the run stopped before (it failed earlier) is neither.
+        let mut later = kill(90_000, None, 1000);
+        later.injected_at_ms = None;
+        let o = &judge(&[later], &[])[0];
+        assert!(!o.reached && !o.ok);
+        assert_eq!(o.verdict, "not reached: the run stopped before it");
+        assert_eq!(first_failed(std::slice::from_ref(o)), None);
     }
 }

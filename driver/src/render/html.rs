@@ -260,7 +260,7 @@ fn faults(out: &mut String, r: &Report) {
         .iter()
         .map(|f| {
             (
-                if f.ok { "" } else { "fail" }.to_string(),
+                if f.ok || !f.reached { "" } else { "fail" }.to_string(),
                 [
                     td(&f.name),
                     td(f.kind.as_str()),

@@ -172,12 +172,18 @@ pub fn render(report: &Report) -> String {
         for f in &report.faults {
             let status = if f.ok {
                 TestCaseStatus::success()
+            } else if !f.reached {
+                let mut skipped = TestCaseStatus::skipped();
+                skipped.set_message(f.verdict.clone());
+                skipped
             } else {
                 failed(f.verdict.clone(), None)
             };
             let mut c = case(&f.name, &format!("fault.{}", f.kind.as_str()), status);
             if let Some(took) = f.recovery_s {
-                c.set_time(Duration::from_secs_f64(took.max(0.0)));
+                c.set_time(Duration::from_millis(
+                    (took.max(0.0) * 1000.0).round() as u64
+                ));
             }
             c.set_system_out(format!(
                 "{} of {}: {}; lost {} tests, {} sequences cut",

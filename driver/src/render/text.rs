@@ -393,7 +393,7 @@ impl Report {
 /// The injected faults' timelines: injected, first client error, server back, each client's
 /// first good answer, the recovery against what is allowed, and what was lost.
 fn render_faults(out: &mut String, faults: &[crate::judge::faults::FaultOutcome]) {
-    let failed = faults.iter().filter(|f| !f.ok).count();
+    let failed = faults.iter().filter(|f| f.reached && !f.ok).count();
     let _ = writeln!(
         out,
         "\n== Injected faults ({} faults, {}) ==",
@@ -410,7 +410,11 @@ fn render_faults(out: &mut String, faults: &[crate::judge::faults::FaultOutcome]
             out,
             "{} {} {} of {}: {}\n  injected {}; first client error {}; {} {}; recovered {}\n  \
              lost {} tests ({} sequences cut)",
-            if f.ok { "OK  " } else { "FAIL" },
+            match (f.ok, f.reached) {
+                (true, _) => "OK  ",
+                (false, true) => "FAIL",
+                (false, false) => "SKIP",
+            },
             f.name,
             f.kind.as_str(),
             f.target,
