@@ -46,3 +46,54 @@ pub fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+/// `message: cause: cause...` from an error's chain of sources, skipping a cause whose words
+/// the text has already (hyper's connect error repeats its own cause's) and wrappers that only
+/// say "transport error" (tonic's). One line for a log or a failure record.
+pub fn with_causes(
+    mut message: String,
+    mut source: Option<&(dyn std::error::Error + 'static)>,
+) -> String {
+    while let Some(e) = source {
+        let text = e.to_string();
+        if text != "transport error" && !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = e.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn causes_are_said_once_and_bare_wrappers_not_at_all() {
+        let chain = Layer(
+            "transport error",
+            Some(Box::new(Layer(
+                "tcp connect error: Connection refused (os error 111)",
+                Some(Box::new(Layer("Connection refused (os error 111)", None))),
+            ))),
+        );
+        assert_eq!(
+            super::with_causes("127.0.0.1:8001".into(), Some(&chain)),
+            "127.0.0.1:8001: tcp connect error: Connection refused (os error 111)"
+        );
+    }
+}

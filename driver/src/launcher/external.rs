@@ -178,17 +178,8 @@ async fn connect(
         })?
         .connect_timeout(timeout);
     let channel = channel.connect().await.map_err(|e| {
-        // tonic's own text is "transport error"; the cause says what happened.
-        let mut cause = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(next) = source {
-            // hyper's connect error repeats its own cause's words: say them once.
-            let next_text = next.to_string();
-            if !cause.ends_with(&next_text) && !cause.contains(&format!("{next_text}: ")) {
-                cause = format!("{cause}: {next_text}");
-            }
-            source = next.source();
-        }
+        // tonic's own text is "transport error"; the causes say what happened.
+        let cause = stress_common::with_causes(e.to_string(), std::error::Error::source(&e));
         ProbeError::Unreachable {
             endpoint: endpoint.into(),
             cause,

@@ -113,22 +113,7 @@ impl ClientError {
     }
 }
 
-/// `message: cause: cause...`, skipping causes whose text the message already has and wrappers
-/// that only say "transport error" (tonic's; ClientError::Transport says it already).
-pub(crate) fn with_causes(
-    mut message: String,
-    mut source: Option<&(dyn std::error::Error + 'static)>,
-) -> String {
-    while let Some(e) = source {
-        let text = e.to_string();
-        if text != "transport error" && !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = e.source();
-    }
-    message
-}
+pub(crate) use stress_common::with_causes;
 
 /// A request already sent ([`TritonClient::send_now`]): its response to come.
 pub type SentCall =
