@@ -368,11 +368,6 @@ impl TritonServer {
         }
     }
 
-    /// The server's process group: it and its model processes.
-    pub fn process_group(&self) -> u32 {
-        self.pgid
-    }
-
     /// Sends `signal` to the server and its model processes (SIGSTOP freezes them all,
     /// SIGCONT thaws them).
     pub fn signal_group(&self, signal: nix::sys::signal::Signal) -> std::io::Result<()> {
