@@ -155,6 +155,7 @@ fn controller(times: &[i64]) -> Controller {
         min: 4,
         max: 4,
         increase_step: 1,
+        slow_start: false,
         decrease_rate: 0.8,
         settle_periods: 0,
         tolerance: 0.1,

@@ -1218,12 +1218,30 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
         "it increased"
     );
     assert!(checks.len() <= 40, "{} checks", checks.len());
+    // Slow start doubles from 2 (4: 100 ms, 8: ~200 ms), then bisects [4, 8].
+    let steps: Vec<&str> = checks
+        .iter()
+        .map(|c| c["search_step"].as_str().unwrap())
+        .collect();
+    assert!(
+        steps.contains(&"slow_start") && steps.contains(&"bisect"),
+        "{steps:?}: {trace:?}"
+    );
+    let judged = checks
+        .iter()
+        .filter(|c| !["settling", "too_few_samples"].contains(&c["judgement"].as_str().unwrap()))
+        .count();
+    assert!(judged <= 12, "{judged} judged checks: {trace:?}");
     assert!(
         took < Duration::from_secs(165),
         "the controller ended the run itself (took {took:?})"
     );
     let text = read(&run_dir.join("report.txt"));
     assert!(text.contains("== Capacity =="), "{text}");
+    assert!(
+        text.contains("[slow_start] 2→") && text.contains("[bisect] "),
+        "the trace names the search's parts where they begin: {text}"
+    );
     // Autoscaler thresholds from the server's /metrics at each check: the tier saturated, so
     // the signals have thresholds (observed x 0.8), one is primary, and a KEDA snippet.
     let autoscaler = &capacity["autoscaler"][0];

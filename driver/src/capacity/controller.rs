@@ -1,5 +1,6 @@
-//! Capacity mode: an AIMD controller per client group drives the group's total closed-loop
-//! concurrency toward a p99 target. Every check the driver turns the workers' cumulative
+//! Capacity mode: a controller per client group drives the group's total closed-loop
+//! concurrency toward a p99 target: slow start (doubling) until the first sign of congestion,
+//! a bisection of the bracket that found, then AIMD around the knee ([`SearchStep`]). Every check the driver turns the workers' cumulative
 //! per-model counts into the exact histogram of the window since the last check
 //! ([`WindowMeter`]), the controller judges it ([`Controller::check`]) and says the next
 //! concurrency, which the driver splits across the group's workers ([`split`]) and writes to the
@@ -69,11 +70,67 @@ pub enum Judgement {
     Over,
 }
 
+/// Which part of the search a check belongs to (not to be confused with the capacity phases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchStep {
+    /// Doubling from min_concurrency until the first window over the target or with failures.
+    SlowStart,
+    /// Halving the bracket between the highest concurrency that met the target and the lowest
+    /// that did not, until it is one `increase_step` wide.
+    Bisect,
+    /// Additive increase, multiplicative decrease around the knee (a trace written before slow
+    /// start existed was all AIMD).
+    #[default]
+    Aimd,
+}
+
+impl SearchStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SearchStep::SlowStart => "slow_start",
+            SearchStep::Bisect => "bisect",
+            SearchStep::Aimd => "aimd",
+        }
+    }
+}
+
+/// What the judged windows so far say about the knee: the highest concurrency that met the
+/// target and the lowest that did not (over it, or with failures). A newer judgement that
+/// contradicts one end (noise, or a server that changed) replaces it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Bracket {
+    good: Option<u32>,
+    bad: Option<u32>,
+}
+
+impl Bracket {
+    fn met(&mut self, concurrency: u32) {
+        self.good = Some(self.good.map_or(concurrency, |g| g.max(concurrency)));
+        if self.bad.is_some_and(|b| b <= concurrency) {
+            self.bad = None;
+        }
+    }
+
+    fn missed(&mut self, concurrency: u32) {
+        self.bad = Some(self.bad.map_or(concurrency, |b| b.min(concurrency)));
+        if self.good.is_some_and(|g| g >= concurrency) {
+            self.good = None;
+        }
+    }
+
+    /// Both ends known and at most `step` apart: the knee is between them.
+    fn narrow(&self, step: u32) -> bool {
+        matches!((self.good, self.bad), (Some(g), Some(b)) if b.saturating_sub(g) <= step)
+    }
+}
+
 /// Why a phase ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ending {
-    /// `stable_checks` judged windows in a row on target.
+    /// `stable_checks` judged windows in a row on target, or (slow start) the bracket is one
+    /// `increase_step` wide and its lower end met the target.
     Converged,
     /// `max_decreases` back-offs: the load oscillates around the capacity.
     Oscillating,
@@ -112,6 +169,9 @@ pub struct Check {
     pub window: Window,
     pub judgement: Judgement,
     pub next_concurrency: u32,
+    /// The part of the search this check was made in.
+    #[serde(default)]
+    pub search_step: SearchStep,
 }
 
 /// A phase's answer: the concurrency whose judged windows, pooled, met the target at the
@@ -143,6 +203,8 @@ pub struct Controller {
     streak: u32,
     /// Judged windows in a row over the target at min_concurrency.
     over_at_min: u32,
+    step: SearchStep,
+    bracket: Bracket,
     pub checks: Vec<Check>,
     pub ending: Option<Ending>,
 }
@@ -155,6 +217,12 @@ impl Controller {
             decreases: 0,
             streak: 0,
             over_at_min: 0,
+            step: if config.slow_start {
+                SearchStep::SlowStart
+            } else {
+                SearchStep::Aimd
+            },
+            bracket: Bracket::default(),
             checks: Vec::new(),
             ending: None,
             config,
@@ -209,16 +277,51 @@ impl Controller {
         if meets {
             self.over_at_min = 0;
         }
+        let step = self.step;
+        // Failures in a window that met the target are congestion too, as far as the search
+        // goes (the answer still pools the window: fail-fast judges the failures).
+        let congested = window.failures > 0 && meets;
         match judgement {
+            Judgement::Under | Judgement::OnTarget if congested && step != SearchStep::Aimd => {
+                self.streak = 0;
+                self.bracket.missed(before);
+                self.narrow_down(before);
+            }
+            Judgement::Under | Judgement::OnTarget if step != SearchStep::Aimd => {
+                self.bracket.met(before);
+                if judgement == Judgement::OnTarget {
+                    // On target: the knee is here. AIMD holds it until `stable_checks` windows
+                    // agree, rather than ending the search on one borderline window.
+                    self.step = SearchStep::Aimd;
+                    self.streak = 1;
+                    if self.streak >= c.stable_checks {
+                        self.ending = Some(Ending::Converged);
+                    }
+                } else if step == SearchStep::SlowStart {
+                    if before >= c.max {
+                        self.ending = Some(Ending::NotSaturated);
+                    } else {
+                        let doubled = before.saturating_mul(2).max(before + 1);
+                        self.concurrency = doubled.min(c.max);
+                    }
+                } else {
+                    self.narrow_down(before);
+                }
+            }
             Judgement::Under => {
                 self.streak = 0;
-                if before >= c.max {
+                self.bracket.met(before);
+                if c.slow_start && self.bracket.narrow(c.increase_step) {
+                    // The next step up is known to miss: this is the knee.
+                    self.ending = Some(Ending::Converged);
+                } else if before >= c.max {
                     self.ending = Some(Ending::NotSaturated);
                 } else {
                     self.concurrency = before.saturating_add(c.increase_step).min(c.max);
                 }
             }
             Judgement::OnTarget => {
+                self.bracket.met(before);
                 self.streak += 1;
                 if self.streak >= c.stable_checks {
                     self.ending = Some(Ending::Converged);
@@ -232,10 +335,20 @@ impl Controller {
                     if self.over_at_min >= c.stable_checks {
                         self.ending = Some(Ending::Unreachable);
                     }
+                } else if step != SearchStep::Aimd {
+                    self.bracket.missed(before);
+                    self.narrow_down(before);
                 } else {
-                    // Multiplicative, but always at least one step down.
+                    self.bracket.missed(before);
+                    // Multiplicative, but always at least one step down, and no lower than a
+                    // concurrency below this one that met the target.
                     let scaled = (f64::from(before) * c.decrease_rate).floor() as u32;
-                    self.concurrency = scaled.min(before - 1).max(c.min);
+                    // (slow_start: false is the plain AIMD of before.)
+                    let floor = match self.bracket.good {
+                        Some(good) if c.slow_start => good.max(c.min),
+                        _ => c.min,
+                    };
+                    self.concurrency = scaled.max(floor).min(before - 1).max(c.min);
                     self.decreases += 1;
                     if self.decreases >= c.max_decreases {
                         self.ending = Some(Ending::Oscillating);
@@ -252,8 +365,33 @@ impl Controller {
             window,
             judgement,
             next_concurrency: self.concurrency,
+            search_step: step,
         });
         self.concurrency
+    }
+
+    /// Slow start or bisection, after a judged window at `at` moved the bracket: the middle of
+    /// the bracket next; once it is one `increase_step` wide, converged if its lower end met the
+    /// target, else AIMD from min_concurrency.
+    fn narrow_down(&mut self, at: u32) {
+        let c = &self.config;
+        let low = self.bracket.good.unwrap_or(c.min).max(c.min);
+        let high = self.bracket.bad.unwrap_or(c.max.saturating_add(1));
+        if high.saturating_sub(low) <= c.increase_step {
+            if self.bracket.good.is_some() {
+                self.ending = Some(Ending::Converged);
+            } else {
+                // Nothing met the target above the floor: AIMD judges the floor itself.
+                self.step = SearchStep::Aimd;
+                self.concurrency = low;
+            }
+            return;
+        }
+        self.step = SearchStep::Bisect;
+        let middle = low + (high - low) / 2;
+        // The bracket's ends were judged already; the middle is strictly between them.
+        self.concurrency = middle.clamp(low + 1, high - 1);
+        debug_assert_ne!(self.concurrency, at);
     }
 
     /// The run ended before the phase did.
@@ -492,6 +630,7 @@ mod tests {
             min: 1,
             max: 16,
             increase_step: 2,
+            slow_start: false,
             decrease_rate: 0.5,
             settle_periods: 1,
             tolerance: 0.1,
@@ -554,6 +693,239 @@ mod tests {
             2,
             "always at least one step down"
         );
+    }
+
+    /// A server with `slots` parallel slots of 10 ms each: N in flight wait ceil(N / slots)
+    /// waves.
+    fn slotted(slots: u32, concurrency: u32) -> Window {
+        let waves = u64::from(concurrency.div_ceil(slots));
+        window(10 * waves, f64::from(concurrency) / (0.010 * waves as f64))
+    }
+
+    /// Runs a controller against `server` until it ends (at most 200 checks).
+    fn search(config: ControllerConfig, server: impl Fn(u32) -> Window) -> Controller {
+        let mut c = Controller::new(config);
+        for _ in 0..200 {
+            if c.ended() {
+                break;
+            }
+            let w = server(c.concurrency());
+            c.check(w);
+        }
+        c
+    }
+
+    fn judged(c: &Controller) -> usize {
+        c.checks
+            .iter()
+            .filter(|k| !matches!(k.judgement, Judgement::Settling | Judgement::TooFewSamples))
+            .count()
+    }
+
+    fn slow_start(target_p99_ms: u64, max: u32) -> ControllerConfig {
+        ControllerConfig {
+            target_p99_us: target_p99_ms * 1000,
+            max,
+            increase_step: 1,
+            slow_start: true,
+            settle_periods: 1,
+            ..config()
+        }
+    }
+
+    #[test]
+    fn slow_start_doubles_then_bisects_to_the_knee() {
+        // 4 slots, target 15 ms: 4 in flight answer in 10 ms, 5 wait a second wave (20 ms).
+        let c = search(slow_start(15, 64), |n| slotted(4, n));
+        let trace: Vec<(u32, SearchStep, Judgement)> = c
+            .checks
+            .iter()
+            .filter(|k| k.judgement != Judgement::Settling)
+            .map(|k| (k.concurrency, k.search_step, k.judgement))
+            .collect();
+        use Judgement::*;
+        use SearchStep::*;
+        assert_eq!(
+            trace,
+            [
+                (1, SlowStart, Under),
+                (2, SlowStart, Under),
+                (4, SlowStart, Under),
+                (8, SlowStart, Over),
+                (6, Bisect, Over),
+                (5, Bisect, Over),
+            ],
+            "{:#?}",
+            c.checks
+        );
+        let r = c.result();
+        assert_eq!(r.ending, Some(Ending::Converged), "[4, 5] is one step wide");
+        assert_eq!((r.concurrency, r.max_qps), (Some(4), 400.0));
+        assert!(
+            c.checks
+                .iter()
+                .all(|k| k.concurrency == k.next_concurrency || k.judgement != Settling),
+            "every change waits for a settling window"
+        );
+    }
+
+    #[test]
+    fn a_knee_above_one_hundred_converges_in_fourteen_judged_checks() {
+        for slots in [101, 120, 127] {
+            let c = search(slow_start(15, 512), |n| slotted(slots, n));
+            let r = c.result();
+            assert_eq!(
+                r.ending,
+                Some(Ending::Converged),
+                "{slots}: {:#?}",
+                c.checks
+            );
+            assert_eq!(r.concurrency, Some(slots));
+            assert!(judged(&c) <= 14, "{slots}: {} judged checks", judged(&c));
+        }
+        // Without slow start the same search climbs one at a time.
+        let aimd = search(
+            ControllerConfig {
+                slow_start: false,
+                ..slow_start(15, 512)
+            },
+            |n| slotted(120, n),
+        );
+        assert!(
+            !aimd.ended() && judged(&aimd) >= 100,
+            "{} judged checks and still climbing",
+            judged(&aimd)
+        );
+    }
+
+    #[test]
+    fn every_knee_is_found_in_about_twice_its_logarithm() {
+        for slots in 1..=300u32 {
+            let c = search(slow_start(15, 1024), |n| slotted(slots, n));
+            let r = c.result();
+            assert_eq!(
+                r.ending,
+                Some(Ending::Converged),
+                "{slots}: {:#?}",
+                c.checks
+            );
+            assert_eq!(r.concurrency, Some(slots), "{slots}");
+            let log = 32 - slots.leading_zeros() as usize; // ceil-ish log2(slots + 1)
+            assert!(
+                judged(&c) <= 2 * log + 2,
+                "{slots}: {} judged checks",
+                judged(&c)
+            );
+        }
+    }
+
+    #[test]
+    fn failures_end_the_doubling_like_a_window_over_the_target() {
+        // Under the target everywhere, but from 8 in flight some requests fail.
+        let c = search(slow_start(50, 64), |n| {
+            let mut w = slotted(64, n);
+            w.failures = u64::from(n >= 8);
+            w
+        });
+        let r = c.result();
+        assert_eq!(r.ending, Some(Ending::Converged), "{:#?}", c.checks);
+        let tried: Vec<u32> = c
+            .checks
+            .iter()
+            .filter(|k| k.judgement != Judgement::Settling)
+            .map(|k| k.concurrency)
+            .collect();
+        assert_eq!(tried, [1, 2, 4, 8, 6, 7]);
+        assert_eq!(
+            c.bracket,
+            Bracket {
+                good: Some(7),
+                bad: Some(8)
+            }
+        );
+    }
+
+    #[test]
+    fn slow_start_on_target_holds_and_stops_at_the_ends_of_the_range() {
+        // 2 in flight are on target (20 ms ± 10%): AIMD holds there.
+        let c = search(slow_start(20, 64), |n| slotted(1, n));
+        assert_eq!(c.result().ending, Some(Ending::Converged));
+        let last = c.checks.last().unwrap();
+        assert_eq!(
+            (last.concurrency, last.search_step),
+            (2, SearchStep::Aimd),
+            "{:#?}",
+            c.checks
+        );
+        // Never over: doubling stops at max_concurrency, which is not saturated.
+        let c = search(slow_start(500, 12), |n| slotted(64, n));
+        let tried: Vec<u32> = c
+            .checks
+            .iter()
+            .filter(|k| k.judgement != Judgement::Settling)
+            .map(|k| k.concurrency)
+            .collect();
+        assert_eq!(tried, [1, 2, 4, 8, 12]);
+        assert_eq!(c.result().ending, Some(Ending::NotSaturated));
+        // Over already at the floor: unreachable, as without slow start.
+        let c = search(slow_start(5, 12), |n| slotted(1, n));
+        assert_eq!(c.result().ending, Some(Ending::Unreachable));
+    }
+
+    #[test]
+    fn a_borderline_window_is_judged_again_before_the_search_ends_on_it() {
+        // Target 15 ms ± 10%. The bisection's window at 6 is on target (borderline): AIMD
+        // measures 6 again instead of converging on one window, finds it over, and goes below.
+        let mut c = Controller::new(ControllerConfig {
+            settle_periods: 0,
+            ..slow_start(15, 64)
+        });
+        // QPS grows with the concurrency: 25/s per request in flight.
+        let at = |c: &Controller, p99_ms| window(p99_ms, 25.0 * f64::from(c.concurrency()));
+        c.check(at(&c, 10)); // the phase's first window settles
+        for (p99_ms, next) in [(10, 2), (10, 4), (10, 8), (30, 6), (15, 6), (30, 3)] {
+            assert_eq!(c.check(at(&c, p99_ms)), next, "{:#?}", c.checks);
+        }
+        assert!(!c.ended());
+        assert_eq!(c.checks.last().unwrap().search_step, SearchStep::Aimd);
+        let r = c.result();
+        assert_eq!(
+            r.concurrency,
+            Some(4),
+            "6 pooled (15 ms and 30 ms) misses the target"
+        );
+        // A window clearly under the band at the bracket's lower end is trusted: converged.
+        let mut c = Controller::new(ControllerConfig {
+            settle_periods: 0,
+            ..slow_start(15, 64)
+        });
+        for p99_ms in [10, 10, 10, 10, 30, 10, 30] {
+            c.check(at(&c, p99_ms));
+        }
+        assert_eq!(c.ending, Some(Ending::Converged), "{:#?}", c.checks);
+        assert_eq!(
+            c.bracket,
+            Bracket {
+                good: Some(6),
+                bad: Some(7)
+            }
+        );
+    }
+
+    #[test]
+    fn a_trace_written_before_slow_start_reads_as_aimd() {
+        let mut json = serde_json::to_value(Check {
+            concurrency: 3,
+            window: window(5, 1.0),
+            judgement: Judgement::Under,
+            next_concurrency: 4,
+            search_step: SearchStep::Bisect,
+        })
+        .unwrap();
+        assert_eq!(json["search_step"], "bisect");
+        json.as_object_mut().unwrap().remove("search_step");
+        let old: Check = serde_json::from_value(json).unwrap();
+        assert_eq!(old.search_step, SearchStep::Aimd);
     }
 
     #[test]
@@ -675,6 +1047,7 @@ mod tests {
                 window,
                 judgement,
                 next_concurrency: concurrency,
+                search_step: SearchStep::Aimd,
             }
         };
         use Judgement::*;

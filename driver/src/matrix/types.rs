@@ -331,9 +331,17 @@ pub struct CapacitySettings {
     #[serde(default = "defaults::max_concurrency")]
     pub max_concurrency: u32,
 
-    /// Additive increase per check while p99 is under the target (default 1).
+    /// Additive increase per check while p99 is under the target (default 1); also the width
+    /// at which a bisection stops.
     #[serde(default = "defaults::one")]
     pub increase_step: u32,
+
+    /// Start by doubling the concurrency until the first window over the target (or with
+    /// failures), then bisect between the last concurrency that met the target and the first
+    /// that did not, then AIMD around the knee (default true). false: AIMD from
+    /// min_concurrency, `increase_step` at a time.
+    #[serde(default = "defaults::yes", skip_serializing_if = "defaults::is_true")]
+    pub slow_start: bool,
 
     /// Multiplicative decrease when p99 is over the target: concurrency × this, in (0, 1)
     /// (default 0.8).
@@ -1343,6 +1351,9 @@ mod defaults {
     }
     pub fn yes() -> bool {
         true
+    }
+    pub fn is_true(b: &bool) -> bool {
+        *b
     }
     pub fn three() -> u32 {
         3

@@ -62,10 +62,24 @@ impl CapacityReport {
                     .unwrap_or_default(),
                 p.checks.len()
             );
+            // Each part of the search (slow start, bisect, AIMD) is named where it begins.
             let steps: Vec<String> = p
                 .checks
                 .iter()
-                .map(|c| format!("{}→{:.1}", c.concurrency, c.window.p99_us as f64 / 1000.0))
+                .enumerate()
+                .map(|(i, c)| {
+                    let begins = i == 0 || p.checks[i - 1].search_step != c.search_step;
+                    format!(
+                        "{}{}→{:.1}",
+                        if begins {
+                            format!("[{}] ", c.search_step.as_str())
+                        } else {
+                            String::new()
+                        },
+                        c.concurrency,
+                        c.window.p99_us as f64 / 1000.0
+                    )
+                })
                 .collect();
             for chunk in steps.chunks(12) {
                 let _ = writeln!(out, "  {}", chunk.join("  "));
