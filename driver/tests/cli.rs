@@ -268,7 +268,7 @@ fn a_bad_known_issues_file_exits_2_naming_file_line_and_field_before_anything_st
     );
 }
 
-/// A fault this launcher cannot inject (the local launcher has no network faults yet), or one
+/// A fault this launcher cannot inject (the local launcher's proxy cannot drop packets), or one
 /// that a shorter `--duration` leaves no room for, is bad input found before anything starts,
 /// named by file, line and field.
 #[test]
@@ -296,7 +296,7 @@ fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains(&format!(
-            "network.yaml:{lines}:53: faults[0].kind: fault lossy (network) cannot be injected: a network fault needs"
+            "network.yaml:{lines}:93: faults[0].network.loss: fault lossy (network) cannot be injected: loss needs packets dropped by a packet filter"
         )),
         "{stderr}"
     );

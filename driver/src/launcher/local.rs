@@ -3,11 +3,12 @@
 //! `<run dir>/logs/<member>.log`; trace files to `<run dir>/traces/`.
 
 use super::diagnostics::{MemberDiagnostics, MemberEnd};
+use super::proxy::{FaultProxy, Shaping};
 use super::{LaunchError, Launcher, MemberExit, STORE_URL_ENV};
-use crate::matrix::faults::{FaultKind, Injection};
+use crate::matrix::faults::{Fault, FaultKind, Injection};
 use crate::matrix::{ClientMember, ServerMember, ServerTemplate};
 use crate::plan::{ServerEndpoint, WorkerAssignment, worker_args};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -39,6 +40,10 @@ pub struct LocalLauncher {
     /// server at the fault's planned end, or at once when the driver dies (a stopped process
     /// ignores its pending parent-death SIGTERM until it is resumed).
     paused: BTreeMap<String, tokio::process::Child>,
+    /// Servers a planned network fault hits: their clients reach them through a proxy.
+    proxied: BTreeSet<String>,
+    /// Those servers' proxies, gRPC and HTTP, from the moment they are ready.
+    proxies: BTreeMap<String, [FaultProxy; 2]>,
 }
 
 /// How long an injected graceful restart may take before the server is killed (Triton waits
@@ -75,6 +80,8 @@ impl LocalLauncher {
             child_ended: None,
             restarting: BTreeMap::new(),
             paused: BTreeMap::new(),
+            proxied: BTreeSet::new(),
+            proxies: BTreeMap::new(),
         }
     }
 
@@ -275,10 +282,32 @@ impl Launcher for LocalLauncher {
                     member: name.clone(),
                     reason: e.to_string(),
                 })?;
+            let (mut grpc, mut http) = (server.grpc_address(), server.http_address());
+            // The proxy stays for the whole run: clients keep the address they were given.
+            if self.proxied.contains(name) && !self.proxies.contains_key(name) {
+                let proxy = |upstream: String| async move {
+                    FaultProxy::start(&upstream)
+                        .await
+                        .map_err(|e| LaunchError::Member {
+                            member: name.clone(),
+                            reason: format!("no proxy for its network fault: {e}"),
+                        })
+                };
+                let pair = [proxy(grpc.clone()).await?, proxy(http.clone()).await?];
+                tracing::info!(
+                    "{name}: clients reach it through a proxy for its network fault ({} -> {grpc}, {} -> {http})",
+                    pair[0].address(),
+                    pair[1].address()
+                );
+                self.proxies.insert(name.clone(), pair);
+            }
+            if let Some([g, h]) = self.proxies.get(name) {
+                (grpc, http) = (g.address().to_string(), h.address().to_string());
+            }
             endpoints.push(ServerEndpoint {
                 member: name.clone(),
-                grpc: server.grpc_address(),
-                http: server.http_address(),
+                grpc,
+                http,
                 metrics: server.metrics_address(),
             });
         }
@@ -465,15 +494,23 @@ impl Launcher for LocalLauncher {
         }
     }
 
-    fn can_inject(&self, kind: FaultKind) -> Result<(), String> {
-        match kind {
-            FaultKind::Kill | FaultKind::Restart | FaultKind::Pause => Ok(()),
-            FaultKind::Network => Err(
-                "a network fault needs a TCP proxy between the server and its clients (delay, \
-                 jitter) and iptables for loss; this driver does not inject network faults yet"
+    fn can_inject(&self, fault: &Fault) -> Result<(), String> {
+        match &fault.network {
+            Some(n) if n.loss.is_some() => Err(
+                "loss needs packets dropped by a packet filter (iptables -m statistic), which \
+                 the local launcher does not use; its proxy injects delay and jitter only"
                     .into(),
             ),
+            _ => Ok(()),
         }
+    }
+
+    fn plan_faults(&mut self, injections: &[Injection]) {
+        self.proxied = injections
+            .iter()
+            .filter(|i| i.kind == FaultKind::Network)
+            .map(|i| i.member.clone())
+            .collect();
     }
 
     async fn inject(&mut self, injection: &Injection) -> Result<(), LaunchError> {
@@ -526,11 +563,29 @@ impl Launcher for LocalLauncher {
                 self.paused.insert(name.into(), guardian);
                 Ok(())
             }
-            FaultKind::Network => Err(member_err(self.can_inject(FaultKind::Network).unwrap_err())),
+            FaultKind::Network => {
+                let Some(proxies) = self.proxies.get(name) else {
+                    return Err(member_err(
+                        "no proxy between it and its clients (the fault was not planned)".into(),
+                    ));
+                };
+                let network = injection.network.clone().unwrap_or_default();
+                let shaping = Shaping {
+                    delay: network.delay.unwrap_or_default(),
+                    jitter: network.jitter.unwrap_or_default(),
+                };
+                for p in proxies {
+                    p.shape(Some(shaping));
+                }
+                Ok(())
+            }
         }
     }
 
     async fn end_fault(&mut self, member: &str) -> Result<(), LaunchError> {
+        for p in self.proxies.get(member).into_iter().flatten() {
+            p.shape(None);
+        }
         let Some(mut guardian) = self.paused.remove(member) else {
             return Ok(());
         };

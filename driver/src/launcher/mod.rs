@@ -6,10 +6,11 @@ pub mod external;
 pub mod kube;
 pub mod local;
 pub mod logs;
+pub mod proxy;
 
 pub use diagnostics::MemberDiagnostics;
 
-use crate::matrix::faults::{FaultKind, Injection};
+use crate::matrix::faults::{Fault, Injection};
 use crate::matrix::{ClientMember, ServerMember};
 use crate::plan::{ServerEndpoint, WorkerAssignment};
 use std::collections::BTreeSet;
@@ -166,15 +167,19 @@ pub trait Launcher: Send {
         Vec::new()
     }
 
-    /// Whether this launcher can inject faults of `kind` (the error says what it would need):
-    /// checked for every planned fault before anything starts.
-    fn can_inject(&self, kind: FaultKind) -> Result<(), String> {
+    /// Whether this launcher can inject `fault` (the error says what it would need): checked
+    /// for every fault of the matrix before anything starts.
+    fn can_inject(&self, fault: &Fault) -> Result<(), String> {
         Err(format!(
             "the {} launcher does not inject {} faults",
             self.name(),
-            kind.as_str()
+            fault.kind.as_str()
         ))
     }
+
+    /// The run's planned injections, told before any server starts: a launcher puts in place
+    /// what they need (for a network fault, a proxy between the server and its clients).
+    fn plan_faults(&mut self, _injections: &[Injection]) {}
 
     /// Injects a fault into a started server and returns at once: a killed server is started
     /// again on the same address at once, a gracefully stopped one (`restart`) once it has
@@ -187,7 +192,8 @@ pub trait Launcher: Send {
         })
     }
 
-    /// Ends a lasting fault on `member` (a pause: the server runs on).
+    /// Ends a lasting fault on `member` (a pause: the server runs on; a network fault: the
+    /// bytes flow as before).
     async fn end_fault(&mut self, _member: &str) -> Result<(), LaunchError> {
         Ok(())
     }

@@ -107,7 +107,7 @@ impl FaultKind {
 }
 
 /// A lossy or slow network between a server and its clients.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkFault {
     /// Added to every packet's way.

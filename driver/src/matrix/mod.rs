@@ -276,7 +276,12 @@ impl Matrix {
     /// from, as `FILE:LINE:COLUMN: faults[I].FIELD` (without the position when it cannot be
     /// found: a matrix not from a file, or a file that changed since).
     pub fn locate_fault(&self, index: usize, field: &str) -> String {
-        let path = FieldPath::root().key("faults").index(index).key(field);
+        // A dotted field is a path into the fault (`network.loss`).
+        let path = field
+            .split('.')
+            .fold(FieldPath::root().key("faults").index(index), |p, key| {
+                p.key(key)
+            });
         let located = self.source_path.as_deref().and_then(|file| {
             let text = std::fs::read_to_string(file).ok()?;
             let (map, _) = SourceMap::scan(&text).ok()?;

@@ -263,10 +263,17 @@ fn check_faults(
         ));
     }
     for (index, f) in matrix.faults.iter().enumerate() {
-        if let Err(why) = launcher.can_inject(f.kind) {
+        if let Err(why) = launcher.can_inject(f) {
             problems.push(format!(
                 "{}: fault {} ({}) cannot be injected: {why}",
-                matrix.locate_fault(index, "kind"),
+                matrix.locate_fault(
+                    index,
+                    if f.network.as_ref().is_some_and(|n| n.loss.is_some()) {
+                        "network.loss"
+                    } else {
+                        "kind"
+                    }
+                ),
                 f.name,
                 f.kind.as_str()
             ));
@@ -290,6 +297,7 @@ pub async fn run(
 ) -> Result<RunOutcome, DriverError> {
     let plan = RunPlan::new(matrix, RunId::new(run_id), options.duration);
     check_faults(matrix, &plan, launcher)?;
+    launcher.plan_faults(&plan.faults);
     let run_id = plan.run_id.clone();
     let run_id = &run_id;
     let store_url = store_url_for(run_dir, options.database_url.as_deref());
