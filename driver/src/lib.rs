@@ -12,11 +12,13 @@
 //!   servers that already run (`launcher::external`).
 //! * [`judge`]: fail-fast rules and blame, SLO verdicts, root cause, reconciliation, regressions
 //!   (pure).
-//! * [`capacity`]: capacity mode's AIMD controller, spike phase and autoscaler thresholds.
+//! * [`capacity`]: capacity mode's controller (slow start, bisection, AIMD), spike phase and
+//!   autoscaler thresholds.
 //! * [`report`]: the final report rebuilt from the store, its series over time, traces and
 //!   baselines.
-//! * [`render`]: the report as HTML, JUnit XML and the webhook's summary.
+//! * [`render`]: the report as HTML, JUnit XML and the webhook's summary; the dashboard's list.
 //! * [`run`]: orchestration: launch the plan, feed the poll's observations to the rules, act.
+//! * [`serve`]: `driver serve`, the runs of a store in a browser and as JSON (read-only).
 
 pub mod matrix;
 
@@ -33,3 +35,5 @@ pub mod report;
 pub mod render;
 
 pub mod run;
+
+pub mod serve;

@@ -154,6 +154,26 @@ enum Command {
         #[arg(long)]
         junit: bool,
     },
+    /// Serve the runs in a browser and as JSON: the list (filter by matrix and verdict), each
+    /// run's report rebuilt from its store, /api/runs, /metrics for alerting. From one store
+    /// (--database-url) or the run directories under --runs-dir. Reads only.
+    Serve {
+        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+        runs_dir: PathBuf,
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: Option<String>,
+        /// Address to listen on (loopback by default; in a cluster, behind its Service).
+        #[arg(
+            long,
+            default_value = "127.0.0.1:8080",
+            env = "TRITON_STRESS_SERVE_LISTEN"
+        )]
+        listen: std::net::SocketAddr,
+        /// Every page but /healthz then wants `Authorization: Bearer TOKEN` (from the
+        /// environment only: a token on the command line is visible to every process).
+        #[arg(skip = std::env::var("TRITON_STRESS_SERVE_TOKEN").ok().filter(|t| !t.is_empty()))]
+        token: Option<String>,
+    },
     /// List finished runs, newest first: verdict, load, failure signatures (new / recurring /
     /// known), regressions and root cause. From one store (--database-url: a cluster's
     /// Postgres holds every night) or the run directories under --runs-dir. Reads only.
@@ -278,6 +298,30 @@ async fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");
+                    ExitCode::from(BAD_INPUT)
+                }
+            }
+        }
+        Command::Serve {
+            runs_dir,
+            database_url,
+            listen,
+            token,
+        } => {
+            let source = match database_url {
+                Some(url) => driver::serve::Source::Store(url),
+                None => driver::serve::Source::RunsDir(runs_dir),
+            };
+            let cancel = stress_common::shutdown::token_on_signals();
+            let served = driver::serve::serve(source, token, listen, cancel, |at| {
+                // On stdout, so scripts and tests find the port when 0 was asked for.
+                println!("serving on http://{at}/");
+            })
+            .await;
+            match served {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot serve on {listen}: {e}");
                     ExitCode::from(BAD_INPUT)
                 }
             }

@@ -285,7 +285,7 @@ fn expected_plots(report: &Value) -> BTreeMap<String, usize> {
 }
 
 /// Opens the page in chromium and checks it (see the module's doc). Blocking.
-fn check_in_browser(page: &Path, report: &Value) {
+fn check_in_browser(url: &str, report: &Value) {
     let profile = tempfile::tempdir().unwrap();
     let browser = Browser::new(LaunchOptions {
         path: Some(CHROMIUM.into()),
@@ -340,8 +340,7 @@ fn check_in_browser(page: &Path, report: &Value) {
     .unwrap();
     tab.enable_runtime().unwrap();
     tab.enable_log().unwrap();
-    let url = format!("file://{}", page.display());
-    tab.navigate_to(&url)
+    tab.navigate_to(url)
         .unwrap()
         .wait_until_navigated()
         .unwrap();
@@ -461,8 +460,196 @@ async fn report_html_of_a_failed_run_renders_in_chromium() {
     let json: Value = serde_json::from_str(&rebuild(&["--json"])).unwrap();
     assert_eq!(json, report);
 
-    let page_for_browser = page.clone();
-    tokio::task::spawn_blocking(move || check_in_browser(&page_for_browser, &report))
+    let file_url = format!("file://{}", page.display());
+    let for_browser = report.clone();
+    tokio::task::spawn_blocking(move || check_in_browser(&file_url, &for_browser))
         .await
         .unwrap();
+
+    // `driver serve` over the same runs directory: the list shows the run with its verdict,
+    // and its page is the same report, rebuilt from the store, checked in the browser again.
+    let served = Serve::start(&runs, None);
+    let base = served.base.clone();
+    let list = get(&format!("{base}/")).await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(
+        list.body.contains(&format!("<tr data-run=\"{run_id}\">"))
+            && list.body.contains("<td class=\"FAIL\">FAIL</td>"),
+        "{}",
+        list.body
+    );
+    let api: Value =
+        serde_json::from_str(&get(&format!("{base}/api/runs?verdict=fail")).await.body).unwrap();
+    assert_eq!(api[0]["run_id"], run_id, "{api:#}");
+    let none: Value =
+        serde_json::from_str(&get(&format!("{base}/api/runs?verdict=PASS")).await.body).unwrap();
+    assert_eq!(none, serde_json::json!([]), "filtered by verdict");
+    let page_served = get(&format!("{base}/runs/{run_id}")).await;
+    assert_eq!(
+        page_served.body, html,
+        "the same page, rebuilt from the store"
+    );
+    let json: Value = serde_json::from_str(
+        &get(&format!("{base}/api/runs/{run_id}/report.json"))
+            .await
+            .body,
+    )
+    .unwrap();
+    assert_eq!(json, report);
+    let junit = get(&format!("{base}/runs/{run_id}/junit.xml")).await;
+    assert!(junit.body.starts_with("<?xml"), "{}", junit.body);
+    for missing in ["/runs/no-such-run", "/runs/..%2F..%2Fetc", "/runs/.hidden"] {
+        assert_eq!(
+            get(&format!("{base}{missing}")).await.status,
+            404,
+            "{missing}"
+        );
+    }
+    let metrics = get(&format!("{base}/metrics")).await;
+    assert!(
+        metrics
+            .body
+            .contains("triton_stress_runs{verdict=\"FAIL\"} 1"),
+        "{}",
+        metrics.body
+    );
+    promtool_accepts(&metrics.body);
+    let run_url = format!("{base}/runs/{run_id}");
+    let (list_url, expected_run) = (format!("{base}/"), run_id.to_string());
+    tokio::task::spawn_blocking(move || {
+        check_in_browser(&run_url, &report);
+        check_list_in_browser(&list_url, &expected_run);
+    })
+    .await
+    .unwrap();
+    drop(served);
+
+    // With a token every page but /healthz wants it.
+    let guarded = Serve::start(&runs, Some("s3cret"));
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let status = |path: &str, token: Option<&str>| {
+        let mut request = client.get(format!("{}{path}", guarded.base));
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(status("/", None).await, 401);
+    assert_eq!(status("/metrics", Some("wrong")).await, 401);
+    assert_eq!(status("/", Some("s3cret")).await, 200);
+    assert_eq!(
+        status(&format!("/runs/{run_id}"), Some("s3cret")).await,
+        200
+    );
+    assert_eq!(status("/healthz", None).await, 200);
+}
+
+/// `driver serve --listen 127.0.0.1:0` over a runs directory, killed when dropped.
+struct Serve {
+    child: Child,
+    base: String,
+}
+
+impl Serve {
+    fn start(runs: &Path, token: Option<&str>) -> Self {
+        use std::io::BufRead;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_driver"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--runs-dir"])
+            .arg(runs)
+            .env_remove("DATABASE_URL")
+            .env_remove("TRITON_STRESS_SERVE_TOKEN")
+            .stdout(Stdio::piped());
+        if let Some(t) = token {
+            command.env("TRITON_STRESS_SERVE_TOKEN", t);
+        }
+        let mut child = command.spawn().expect("driver serve starts");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base = line
+            .trim()
+            .strip_prefix("serving on ")
+            .unwrap_or_else(|| panic!("not the serve line: {line:?}"))
+            .trim_end_matches('/')
+            .to_string();
+        Serve { child, base }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn get(url: &str) -> stress_common::http::Response {
+    stress_common::http::get(url, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
+/// Prometheus's own checker of exposition text (Debian's prometheus package,
+/// scripts/install-prometheus.sh).
+fn promtool_accepts(text: &str) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/install-prometheus.sh)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The served list in the browser: the run's row with its verdict, its link opening the run's
+/// report.
+fn check_list_in_browser(url: &str, run_id: &str) {
+    let profile = tempfile::tempdir().unwrap();
+    let browser = Browser::new(LaunchOptions {
+        path: Some(CHROMIUM.into()),
+        headless: true,
+        sandbox: false,
+        user_data_dir: Some(profile.path().to_path_buf()),
+        args: CHROMIUM_FLAGS.iter().map(OsStr::new).collect(),
+        idle_browser_timeout: Duration::from_secs(120),
+        ..LaunchOptions::default()
+    })
+    .expect("chromium starts under the DevTools protocol");
+    let tab = browser.new_tab().expect("a tab");
+    tab.set_default_timeout(Duration::from_secs(60));
+    tab.navigate_to(url)
+        .unwrap()
+        .wait_until_navigated()
+        .unwrap();
+    let verdict = tab
+        .find_element(&format!("tr[data-run=\"{run_id}\"] td.FAIL"))
+        .expect("the run's row with its verdict")
+        .get_inner_text()
+        .unwrap();
+    assert_eq!(verdict, "FAIL");
+    tab.find_element(&format!(
+        "tr[data-run=\"{run_id}\"] a[href=\"/runs/{run_id}\"]"
+    ))
+    .expect("a link to the run")
+    .click()
+    .unwrap();
+    tab.wait_until_navigated().unwrap();
+    let title = tab.get_title().unwrap();
+    assert!(title.contains(run_id), "the run's report opened: {title}");
 }

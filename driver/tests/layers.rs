@@ -19,8 +19,8 @@ use syn::visit::Visit;
 
 /// The driver's stages, bottom up: a module of one may import from its own stage and the ones
 /// before it, never after.
-const DRIVER_STAGES: [&str; 8] = [
-    "matrix", "plan", "launcher", "judge", "capacity", "report", "render", "run",
+const DRIVER_STAGES: [&str; 9] = [
+    "matrix", "plan", "launcher", "judge", "capacity", "report", "render", "run", "serve",
 ];
 
 /// Files in the run stage stay short: the poll loop only feeds events to pure decisions and acts.

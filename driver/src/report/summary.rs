@@ -74,6 +74,25 @@ impl RunSummary {
     }
 }
 
+/// Which runs a list shows: by matrix name and by verdict (both exact; None: any).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunFilter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+}
+
+impl RunFilter {
+    pub fn matches(&self, run: &RunSummary) -> bool {
+        self.name.as_ref().is_none_or(|n| *n == run.name)
+            && self
+                .verdict
+                .as_ref()
+                .is_none_or(|v| v.eq_ignore_ascii_case(&run.verdict))
+    }
+}
+
 /// At most this many run directories are read (a runs directory is pruned long before).
 const SCANNED_RUN_DIRS: usize = 1000;
 

@@ -1,0 +1,374 @@
+//! `driver serve`: the runs of a store, or of the run directories under a runs directory, in a
+//! browser and as JSON, read-only (every store is opened with `Store::open_read_only`: no
+//! migration, no write). Pages:
+//! - `/`: finished runs, newest first, filtered by `?name=` (matrix) and `?verdict=`;
+//! - `/runs/ID`: the run's report.html, rebuilt from its store by the same renderer as
+//!   `driver report` (not a copy on disk); `/runs/ID/report.json`, `/runs/ID/junit.xml`;
+//! - `/api/runs` (the list as JSON, same filters), `/api/runs/ID/report.json`;
+//! - `/metrics`: OpenMetrics for alerting (runs by verdict, the age of each matrix's last run,
+//!   its signatures by status);
+//! - `/healthz`.
+//!
+//! With a token, every page but `/healthz` wants `Authorization: Bearer TOKEN`.
+
+use crate::render;
+use crate::report::Report;
+use crate::report::summary::{self, RunFilter, RunSource, RunSummary};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use stress_common::contract::RunId;
+use stress_common::store::Store;
+
+/// How many runs a list reads at most (the newest).
+pub const LIST_LIMIT: u32 = 200;
+
+/// Where the runs are.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// One store (a cluster's Postgres holds every night).
+    Store(String),
+    /// The run directories under this directory, each with its SQLite store.
+    RunsDir(PathBuf),
+}
+
+#[derive(Debug)]
+struct Served {
+    source: Source,
+    token: Option<String>,
+}
+
+/// The dashboard's routes over `source`.
+pub fn router(source: Source, token: Option<String>) -> Router {
+    let served = Arc::new(Served { source, token });
+    Router::new()
+        .route("/", get(index))
+        .route("/api/runs", get(api_runs))
+        .route("/runs/{id}", get(run_page))
+        .route("/runs/{id}/report.json", get(run_json))
+        .route("/api/runs/{id}/report.json", get(run_json))
+        .route("/runs/{id}/junit.xml", get(run_junit))
+        .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            served.clone(),
+            authorize,
+        ))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(served)
+}
+
+/// Serves until `cancel`; `on_listening` hears the bound address first (a port of 0 is
+/// chosen by the system).
+pub async fn serve(
+    source: Source,
+    token: Option<String>,
+    listen: std::net::SocketAddr,
+    cancel: tokio_util::sync::CancellationToken,
+    on_listening: impl FnOnce(std::net::SocketAddr),
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    on_listening(listener.local_addr()?);
+    axum::serve(listener, router(source, token))
+        .with_graceful_shutdown(async move { cancel.cancelled().await })
+        .await
+}
+
+async fn authorize(State(served): State<Arc<Served>>, request: Request, next: Next) -> Response {
+    if let Some(token) = &served.token {
+        let expected = format!("Bearer {token}");
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
+        if given != Some(expected.as_bytes()) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "a bearer token is needed\n",
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// What a page could not do: not found (a run that is not there) or the store failing (said
+/// in the log in full; the page says only that, since a store's URL may hold a password).
+enum PageError {
+    NotFound(String),
+    Store(String),
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        match self {
+            PageError::NotFound(what) => (StatusCode::NOT_FOUND, format!("{what}\n")),
+            PageError::Store(detail) => {
+                tracing::warn!("serve: {detail}");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the store could not be read (the server's log says why)\n".to_string(),
+                )
+            }
+        }
+        .into_response()
+    }
+}
+
+async fn runs(served: &Served, filter: &RunFilter) -> Result<Vec<RunSummary>, PageError> {
+    let source = match &served.source {
+        Source::Store(url) => RunSource::Store(url),
+        Source::RunsDir(dir) => RunSource::RunsDir(dir),
+    };
+    let all = summary::list(source, LIST_LIMIT)
+        .await
+        .map_err(|e| PageError::Store(e.to_string()))?;
+    Ok(all.into_iter().filter(|r| filter.matches(r)).collect())
+}
+
+fn html(body: String) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, render::dashboard::CSP),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn index(
+    State(served): State<Arc<Served>>,
+    Query(filter): Query<RunFilter>,
+) -> Result<Response, PageError> {
+    let runs = runs(&served, &filter).await?;
+    Ok(html(render::dashboard::run_list_page(&runs, &filter)))
+}
+
+async fn api_runs(
+    State(served): State<Arc<Served>>,
+    Query(filter): Query<RunFilter>,
+) -> Result<Json<Vec<RunSummary>>, PageError> {
+    Ok(Json(runs(&served, &filter).await?))
+}
+
+/// A run's id as a path may carry it: a run directory's name, nothing that walks elsewhere.
+fn valid_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+async fn report_of(served: &Served, id: &str) -> Result<Report, PageError> {
+    let not_found = || PageError::NotFound(format!("no run {id}"));
+    if !valid_run_id(id) {
+        return Err(not_found());
+    }
+    let url = match &served.source {
+        Source::Store(url) => url.clone(),
+        Source::RunsDir(dir) => {
+            let file = dir.join(id).join("store.sqlite");
+            if !file.is_file() {
+                return Err(not_found());
+            }
+            Store::sqlite_url(&file)
+        }
+    };
+    let store = Store::open_read_only(&url, &Default::default())
+        .await
+        .map_err(|e| PageError::Store(e.to_string()))?;
+    let report = Report::from_store(&store, &RunId::new(id)).await;
+    store.close().await;
+    report.map_err(|e| match e {
+        crate::report::ReportError::NoRun(_) => not_found(),
+        e => PageError::Store(format!("run {id}: {e}")),
+    })
+}
+
+async fn run_page(
+    State(served): State<Arc<Served>>,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let report = report_of(&served, &id).await?;
+    // The report's own Content-Security-Policy is in the page (it runs its inline script).
+    Ok((
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        render::html::render(&report),
+    )
+        .into_response())
+}
+
+async fn run_json(
+    State(served): State<Arc<Served>>,
+    Path(id): Path<String>,
+) -> Result<Json<Report>, PageError> {
+    Ok(Json(report_of(&served, &id).await?))
+}
+
+async fn run_junit(
+    State(served): State<Arc<Served>>,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let report = report_of(&served, &id).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/xml; charset=utf-8")],
+        render::junit::render(&report),
+    )
+        .into_response())
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    verdict: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MatrixLabels {
+    matrix: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SignatureLabels {
+    matrix: String,
+    status: String,
+}
+
+/// The metrics of `runs` (newest first) at `now_ms`, as OpenMetrics text.
+pub fn metrics_text(runs: &[RunSummary], now_ms: i64) -> String {
+    let mut registry = Registry::with_prefix("triton_stress");
+    let by_verdict = Family::<VerdictLabels, Gauge>::default();
+    let age = Family::<MatrixLabels, Gauge<f64, AtomicU64>>::default();
+    let signatures = Family::<SignatureLabels, Gauge>::default();
+    let mut last: BTreeMap<&str, &RunSummary> = BTreeMap::new();
+    for r in runs {
+        by_verdict
+            .get_or_create(&VerdictLabels {
+                verdict: r.verdict.clone(),
+            })
+            .inc();
+        // Newest first: the first seen of a matrix is its last run.
+        last.entry(r.name.as_str()).or_insert(r);
+    }
+    for (matrix, r) in last {
+        let ended = r.finished_at_ms.unwrap_or(r.started_at_ms);
+        age.get_or_create(&MatrixLabels {
+            matrix: matrix.into(),
+        })
+        .set((now_ms - ended).max(0) as f64 / 1000.0);
+        for (status, n) in [
+            ("new", r.signatures_new),
+            ("recurring", r.signatures_recurring),
+            ("known", r.signatures_known),
+        ] {
+            signatures
+                .get_or_create(&SignatureLabels {
+                    matrix: matrix.into(),
+                    status: status.into(),
+                })
+                .set(i64::from(n));
+        }
+    }
+    registry.register(
+        "runs",
+        "Finished runs listed (the newest, up to the list's limit) by verdict",
+        by_verdict,
+    );
+    registry.register(
+        "last_run_age_seconds",
+        "Seconds since the last run of each matrix ended: alert when the nightly did not run",
+        age,
+    );
+    registry.register(
+        "last_run_signatures",
+        "Failure signatures of each matrix's last run, by status",
+        signatures,
+    );
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry).expect("text encodes");
+    out
+}
+
+async fn metrics(State(served): State<Arc<Served>>) -> Result<Response, PageError> {
+    let runs = runs(&served, &RunFilter::default()).await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics_text(&runs, stress_common::now_ms()),
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_that_walk_out_of_the_runs_directory_are_refused() {
+        assert!(valid_run_id("smoke-20261128-072421-d803"));
+        for bad in ["", "..", "../etc", "a/b", ".hidden", "a b", "a%2F"] {
+            assert!(!valid_run_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn metrics_count_runs_by_verdict_and_age_each_matrix_s_last_run() {
+        let run = |id: &str, name: &str, verdict: &str, end: i64, new: u32| RunSummary {
+            run_id: id.into(),
+            name: name.into(),
+            fingerprint: None,
+            launcher: "local".into(),
+            verdict: verdict.into(),
+            started_at_ms: end - 1000,
+            finished_at_ms: Some(end),
+            load_seconds: 1.0,
+            requests: 0,
+            tests: 0,
+            failures: 0,
+            qps: 0.0,
+            p99_ms: 0.0,
+            root_cause: None,
+            signatures_new: new,
+            signatures_recurring: 0,
+            signatures_known: 0,
+            regressions: 0,
+        };
+        let runs = [
+            run("n-2", "nightly", "FAIL", 90_000, 2),
+            run("s-1", "smoke", "PASS", 50_000, 0),
+            run("n-1", "nightly", "PASS", 10_000, 0),
+        ];
+        let text = metrics_text(&runs, 100_000);
+        assert!(
+            text.contains("triton_stress_runs{verdict=\"PASS\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("triton_stress_runs{verdict=\"FAIL\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("triton_stress_last_run_age_seconds{matrix=\"nightly\"} 10.0"),
+            "the newest nightly: {text}"
+        );
+        assert!(text.contains("triton_stress_last_run_age_seconds{matrix=\"smoke\"} 50.0"));
+        assert!(
+            text.contains("triton_stress_last_run_signatures{matrix=\"nightly\",status=\"new\"} 2")
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
