@@ -505,6 +505,20 @@ async fn report_html_of_a_failed_run_renders_in_chromium() {
             "{missing}"
         );
     }
+    let name = api[0]["name"].as_str().unwrap().to_string();
+    let history = get(&format!("{base}/matrix/{name}")).await;
+    assert!(
+        history
+            .body
+            .contains(&format!("href=\"/runs/{run_id}\" title=\"{run_id}: FAIL"))
+            && history.body.contains("data-plot=\"history-qps\""),
+        "{}",
+        history.body
+    );
+    let history: Value =
+        serde_json::from_str(&get(&format!("{base}/api/matrix/{name}/history")).await.body)
+            .unwrap();
+    assert_eq!(history[0]["run_id"], run_id, "{history:#}");
     let metrics = get(&format!("{base}/metrics")).await;
     assert!(
         metrics

@@ -2,7 +2,7 @@
 //! with links to each run's report and filters by matrix name and verdict. Pure: the server
 //! reads the summaries and serves what this returns.
 
-use super::html::esc;
+use super::html::{Chart, STYLE, Series, esc, line_chart};
 use crate::report::summary::{RunFilter, RunSummary};
 use std::fmt::Write as _;
 
@@ -12,11 +12,12 @@ pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'";
 /// The verdicts a run can have, in the order the filter links show them.
 const VERDICTS: [&str; 5] = ["PASS", "FAIL", "ABANDONED", "INCOMPLETE", "RUNNING"];
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}\
-table{border-collapse:collapse;font-size:14px}th,td{padding:4px 8px;border-bottom:1px solid #ddd;\
-text-align:left;white-space:nowrap}td.num{text-align:right}.PASS{color:#1a7f37;font-weight:600}\
-.FAIL{color:#c62828;font-weight:600}.ABANDONED,.INCOMPLETE{color:#b26a00;font-weight:600}\
-nav a{margin-right:.8em}.muted{color:#777}";
+/// What the dashboard adds to the report's styles.
+const EXTRA_STYLE: &str = "td{white-space:nowrap}.PASS{color:#1a7f37;font-weight:600}\
+.FAIL{color:#cf222e;font-weight:600}.ABANDONED,.INCOMPLETE{color:#9a6700;font-weight:600}\
+nav a{margin-right:.8em}.muted{color:#57606a}\
+.strip{display:flex;flex-wrap:wrap;gap:2px;margin:.5em 0}.strip a{display:block;width:14px;height:22px;\
+border-radius:2px;background:#9a6700}.strip a.PASS{background:#1a7f37}.strip a.FAIL{background:#cf222e}";
 
 fn timestamp(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms)
@@ -63,6 +64,24 @@ pub fn percent(s: &str) -> String {
     out
 }
 
+/// The start of a page: its head (styles inline, the CSP) and its title.
+fn head(out: &mut String, title: &str) {
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\
+         <title>{} · triton-stress</title><style>{STYLE}{EXTRA_STYLE}</style></head><body>\n\
+         <h1>{}</h1>\n",
+        esc(title),
+        esc(title)
+    );
+}
+
+/// A matrix's history page.
+fn matrix_link(name: &str) -> String {
+    format!("/matrix/{}", percent(name))
+}
+
 /// The list of runs (already filtered, newest first) as a self-contained page.
 pub fn run_list_page(runs: &[RunSummary], filter: &RunFilter) -> String {
     let mut out = String::new();
@@ -70,15 +89,8 @@ pub fn run_list_page(runs: &[RunSummary], filter: &RunFilter) -> String {
         Some(n) => format!("Runs of {n}"),
         None => "Runs".into(),
     };
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\
-         <title>{} · triton-stress</title><style>{STYLE}</style></head><body>\n\
-         <h1>{}</h1>\n<nav>verdict: ",
-        esc(&title),
-        esc(&title)
-    );
+    head(&mut out, &title);
+    out.push_str("<nav>verdict: ");
     let all = RunFilter {
         verdict: None,
         ..filter.clone()
@@ -91,22 +103,28 @@ pub fn run_list_page(runs: &[RunSummary], filter: &RunFilter) -> String {
         };
         let _ = write!(out, "<a href=\"{}\">{v}</a>", esc(&list_link(&f)));
     }
-    if filter.name.is_some() {
+    if let Some(name) = &filter.name {
         let _ = write!(
             out,
-            " · <a href=\"{}\">every matrix</a>",
+            " · <a href=\"{}\">every matrix</a> · <a href=\"{}\">history of {}</a>",
             esc(&list_link(&RunFilter {
                 name: None,
                 ..filter.clone()
-            }))
+            })),
+            esc(&matrix_link(name)),
+            esc(name)
         );
     }
     out.push_str(" · <a href=\"/api/runs\">JSON</a></nav>\n");
+    runs_table(&mut out, runs);
+    out.push_str("</body></html>\n");
+    out
+}
+
+fn runs_table(out: &mut String, runs: &[RunSummary]) {
     if runs.is_empty() {
-        out.push_str(
-            "<p class=\"muted\" id=\"no-runs\">no finished run found</p>\n</body></html>\n",
-        );
-        return out;
+        out.push_str("<p class=\"muted\" id=\"no-runs\">no finished run found</p>\n");
+        return;
     }
     out.push_str(
         "<table id=\"runs\"><thead><tr><th>run</th><th>matrix</th><th>started</th><th>duration</th>\
@@ -114,10 +132,6 @@ pub fn run_list_page(runs: &[RunSummary], filter: &RunFilter) -> String {
          <th>signatures new / recurring / known</th><th>regressions</th><th>root cause</th></tr></thead><tbody>\n",
     );
     for r in runs {
-        let matrix = RunFilter {
-            name: Some(r.name.clone()),
-            verdict: None,
-        };
         let fingerprint = r
             .fingerprint
             .as_deref()
@@ -134,7 +148,7 @@ pub fn run_list_page(runs: &[RunSummary], filter: &RunFilter) -> String {
              <td>{cause}</td></tr>",
             id = esc(&r.run_id),
             link = esc(&percent(&r.run_id)),
-            matrix = esc(&list_link(&matrix)),
+            matrix = esc(&matrix_link(&r.name)),
             name = esc(&r.name),
             fingerprint = esc(&fingerprint),
             started = timestamp(r.started_at_ms),
@@ -151,7 +165,74 @@ pub fn run_list_page(runs: &[RunSummary], filter: &RunFilter) -> String {
             cause = esc(r.root_cause.as_deref().unwrap_or("")),
         );
     }
-    out.push_str("</tbody></table>\n</body></html>\n");
+    out.push_str("</tbody></table>\n");
+}
+
+/// One matrix's history (its runs, newest first): a verdict strip (oldest to newest, each a
+/// link to its run), QPS, p99 and failures per run as plots, and the runs' table.
+pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
+    let mut out = String::new();
+    head(&mut out, &format!("History of {name}"));
+    let _ = writeln!(
+        out,
+        "<nav><a href=\"/\">every run</a> · <a href=\"{}\">failed runs of {}</a> · \
+         <a href=\"/api/matrix/{}/history\">JSON</a></nav>",
+        esc(&list_link(&RunFilter {
+            name: Some(name.into()),
+            verdict: Some("FAIL".into()),
+        })),
+        esc(name),
+        esc(&percent(name))
+    );
+    let oldest_first: Vec<&RunSummary> = runs.iter().rev().collect();
+    let passed = runs.iter().filter(|r| r.verdict == "PASS").count();
+    let _ = writeln!(
+        out,
+        "<h2>Verdicts</h2><p>{passed} of {} runs passed (oldest left).</p><div class=\"strip\" id=\"verdicts\">",
+        runs.len()
+    );
+    for r in &oldest_first {
+        let _ = write!(
+            out,
+            "<a class=\"{verdict}\" href=\"/runs/{link}\" title=\"{id}: {verdict}, {started}\"></a>",
+            verdict = esc(&r.verdict),
+            link = esc(&percent(&r.run_id)),
+            id = esc(&r.run_id),
+            started = timestamp(r.started_at_ms),
+        );
+    }
+    out.push_str("</div>\n<h2>Over the runs</h2><div class=\"plots-row\">\n");
+    let at = |i: usize| i as f64 + 1.0;
+    type Measure = fn(&RunSummary) -> f64;
+    let plots: [(&str, &str, &str, Measure); 3] = [
+        ("history-qps", "QPS per run", "QPS", |r| r.qps),
+        ("history-p99", "p99 latency per run", "p99 ms", |r| r.p99_ms),
+        ("history-failures", "Failures per run", "failures", |r| {
+            r.failures as f64
+        }),
+    ];
+    for (id, title, y_label, value) in plots {
+        let chart = Chart {
+            id,
+            title,
+            x_label: "run (oldest first)",
+            y_label,
+            series: vec![Series {
+                name: y_label.into(),
+                points: oldest_first
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (at(i), value(r)))
+                    .collect(),
+            }],
+            reference: None,
+            bands: Vec::new(),
+        };
+        out.push_str(&line_chart(&chart, "no finished run of this matrix"));
+    }
+    out.push_str("</div>\n<h2>Runs</h2>\n");
+    runs_table(&mut out, runs);
+    out.push_str("</body></html>\n");
     out
 }
 
@@ -194,7 +275,7 @@ mod tests {
         );
         assert!(page.contains("nightly &lt;soak&gt;"));
         assert!(
-            page.contains("href=\"/?name=nightly%20%3Csoak%3E\""),
+            page.contains("href=\"/matrix/nightly%20%3Csoak%3E\""),
             "{page}"
         );
         assert!(page.contains("grpc-0: &lt;killed&gt; &amp; gone"));
@@ -226,5 +307,28 @@ mod tests {
             "{page}"
         );
         assert!(page.contains("every matrix"));
+        assert!(page.contains("href=\"/matrix/soak\""), "{page}");
+    }
+
+    #[test]
+    fn a_matrix_history_plots_its_runs_oldest_first() {
+        let mut older = run("soak-1", "soak", "PASS");
+        older.qps = 100.0;
+        let mut newer = run("soak-2", "soak", "FAIL");
+        newer.qps = 50.0;
+        let page = matrix_page("soak", &[newer, older]);
+        let strip = &page[page.find("id=\"verdicts\"").unwrap()..];
+        let (first, second) = (
+            strip.find("/runs/soak-1").unwrap(),
+            strip.find("/runs/soak-2").unwrap(),
+        );
+        assert!(first < second, "oldest left: {strip}");
+        assert!(page.contains("1 of 2 runs passed"));
+        for plot in ["history-qps", "history-p99", "history-failures"] {
+            assert!(page.contains(&format!("data-plot=\"{plot}\"")), "{plot}");
+        }
+        assert!(!page.contains("no data:"), "every plot has points: {page}");
+        let empty = matrix_page("none", &[]);
+        assert!(empty.contains("no data: no finished run of this matrix"));
     }
 }

@@ -140,7 +140,8 @@ fn server_side(out: &mut String, r: &Report) {
 /// Nothing may be fetched: only the page's own inline style and script run.
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'";
 
-const STYLE: &str = "
+/// The report's styles (the dashboard's pages share them).
+pub const STYLE: &str = "
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#1b1f24}
 h1{font-size:1.5em;margin:.2em 0}h2{border-bottom:1px solid #ccd;padding-bottom:.2em;margin-top:1.6em}
 h3{margin:1.2em 0 .4em}

@@ -2,6 +2,8 @@
 //! browser and as JSON, read-only (every store is opened with `Store::open_read_only`: no
 //! migration, no write). Pages:
 //! - `/`: finished runs, newest first, filtered by `?name=` (matrix) and `?verdict=`;
+//! - `/matrix/NAME`: that matrix's history (verdict strip, QPS, p99 and failures per run, its
+//!   runs), `/api/matrix/NAME/history` as JSON;
 //! - `/runs/ID`: the run's report.html, rebuilt from its store by the same renderer as
 //!   `driver report` (not a copy on disk); `/runs/ID/report.json`, `/runs/ID/junit.xml`;
 //! - `/api/runs` (the list as JSON, same filters), `/api/runs/ID/report.json`;
@@ -55,6 +57,8 @@ pub fn router(source: Source, token: Option<String>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/api/runs", get(api_runs))
+        .route("/matrix/{name}", get(matrix_page))
+        .route("/api/matrix/{name}/history", get(api_matrix_history))
         .route("/runs/{id}", get(run_page))
         .route("/runs/{id}/report.json", get(run_json))
         .route("/api/runs/{id}/report.json", get(run_json))
@@ -160,6 +164,29 @@ async fn api_runs(
     State(served): State<Arc<Served>>,
     Query(filter): Query<RunFilter>,
 ) -> Result<Json<Vec<RunSummary>>, PageError> {
+    Ok(Json(runs(&served, &filter).await?))
+}
+
+async fn matrix_page(
+    State(served): State<Arc<Served>>,
+    Path(name): Path<String>,
+) -> Result<Response, PageError> {
+    let filter = RunFilter {
+        name: Some(name.clone()),
+        verdict: None,
+    };
+    let runs = runs(&served, &filter).await?;
+    Ok(html(render::dashboard::matrix_page(&name, &runs)))
+}
+
+async fn api_matrix_history(
+    State(served): State<Arc<Served>>,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<RunSummary>>, PageError> {
+    let filter = RunFilter {
+        name: Some(name),
+        verdict: None,
+    };
     Ok(Json(runs(&served, &filter).await?))
 }
 
