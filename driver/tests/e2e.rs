@@ -1715,6 +1715,63 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
         text.contains("e2e-reg-other-matrix") && text.contains("PASS"),
         "{text}"
     );
+
+    // driver serve's diff: the slow run against the fast one before it (same matrix), and the
+    // other matrix's run against the slow one (the matrix text differs).
+    let served = support::Serve::start(&runs, None);
+    let diff: Value = serde_json::from_str(
+        &support::get(&format!("{}/api/runs/e2e-reg-slow/diff", served.base))
+            .await
+            .body,
+    )
+    .unwrap();
+    assert_eq!(diff["previous"]["run_id"], "e2e-reg-fast", "{diff:#}");
+    assert_eq!(
+        (&diff["previous"]["verdict"], &diff["run"]["verdict"]),
+        (&json!("PASS"), &json!("FAIL"))
+    );
+    assert_eq!(diff["matrix"], json!([]), "the same matrix text: {diff:#}");
+    let total = diff["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["scenario"] == "TOTAL")
+        .unwrap_or_else(|| panic!("{diff:#}"));
+    let (before, now) = (
+        total["qps"][0].as_f64().unwrap(),
+        total["qps"][1].as_f64().unwrap(),
+    );
+    assert!(now < before * 0.75, "the slow run's QPS is down: {total:#}");
+    let other: Value = serde_json::from_str(
+        &support::get(&format!(
+            "{}/api/runs/e2e-reg-other-matrix/diff",
+            served.base
+        ))
+        .await
+        .body,
+    )
+    .unwrap();
+    assert_eq!(other["previous"]["run_id"], "e2e-reg-slow", "{other:#}");
+    let changed = other["matrix"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["op"] != "same")
+        .count();
+    assert!(changed > 0, "another matrix text: {other:#}");
+    let page = support::get(&format!("{}/runs/e2e-reg-slow/diff", served.base)).await;
+    assert!(
+        page.body.contains("<span class=\"PASS\">PASS</span>")
+            && page.body.contains("id=\"matrix-same\""),
+        "{}",
+        page.body
+    );
+    let first = support::get(&format!("{}/api/runs/e2e-reg-fast/diff", served.base)).await;
+    assert_eq!(
+        first.status, 404,
+        "nothing before the first run: {}",
+        first.body
+    );
 }
 
 /// A tritonserver the test starts itself on free loopback ports (the repository's models), for

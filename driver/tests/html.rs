@@ -26,7 +26,7 @@ use stress_common::status::EventKind;
 use stress_common::store::Store;
 
 mod support;
-use support::{ensure_worker, pid_in, repo_root};
+use support::{Serve, ensure_worker, get, pid_in, repo_root};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 /// Flags without which chromium hangs on a closed network (it tries to reach Google's
@@ -556,53 +556,6 @@ async fn report_html_of_a_failed_run_renders_in_chromium() {
         200
     );
     assert_eq!(status("/healthz", None).await, 200);
-}
-
-/// `driver serve --listen 127.0.0.1:0` over a runs directory, killed when dropped.
-struct Serve {
-    child: Child,
-    base: String,
-}
-
-impl Serve {
-    fn start(runs: &Path, token: Option<&str>) -> Self {
-        use std::io::BufRead;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_driver"));
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--runs-dir"])
-            .arg(runs)
-            .env_remove("DATABASE_URL")
-            .env_remove("TRITON_STRESS_SERVE_TOKEN")
-            .stdout(Stdio::piped());
-        if let Some(t) = token {
-            command.env("TRITON_STRESS_SERVE_TOKEN", t);
-        }
-        let mut child = command.spawn().expect("driver serve starts");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let base = line
-            .trim()
-            .strip_prefix("serving on ")
-            .unwrap_or_else(|| panic!("not the serve line: {line:?}"))
-            .trim_end_matches('/')
-            .to_string();
-        Serve { child, base }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn get(url: &str) -> stress_common::http::Response {
-    stress_common::http::get(url, Duration::from_secs(60))
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
 }
 
 /// Prometheus's own checker of exposition text (Debian's prometheus package,

@@ -3,6 +3,7 @@
 //! reads the summaries and serves what this returns.
 
 use super::html::{Chart, STYLE, Series, esc, line_chart};
+use crate::report::diff::{Line, RunDiff};
 use crate::report::summary::{RunFilter, RunSummary};
 use std::fmt::Write as _;
 
@@ -129,7 +130,7 @@ fn runs_table(out: &mut String, runs: &[RunSummary]) {
     out.push_str(
         "<table id=\"runs\"><thead><tr><th>run</th><th>matrix</th><th>started</th><th>duration</th>\
          <th>launcher</th><th>verdict</th><th>QPS</th><th>p99 ms</th><th>failures</th>\
-         <th>signatures new / recurring / known</th><th>regressions</th><th>root cause</th></tr></thead><tbody>\n",
+         <th>signatures new / recurring / known</th><th>regressions</th><th>root cause</th><th></th></tr></thead><tbody>\n",
     );
     for r in runs {
         let fingerprint = r
@@ -145,7 +146,7 @@ fn runs_table(out: &mut String, runs: &[RunSummary]) {
              <td class=\"{verdict}\">{verdict}</td><td class=\"num\">{qps:.1}</td>\
              <td class=\"num\">{p99:.2}</td><td class=\"num\">{failures}</td>\
              <td class=\"num\">{new} / {recurring} / {known}</td><td class=\"num\">{regressions}</td>\
-             <td>{cause}</td></tr>",
+             <td>{cause}</td><td><a href=\"/runs/{link}/diff\">changes</a></td></tr>",
             id = esc(&r.run_id),
             link = esc(&percent(&r.run_id)),
             matrix = esc(&matrix_link(&r.name)),
@@ -233,6 +234,122 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
     out.push_str("</div>\n<h2>Runs</h2>\n");
     runs_table(&mut out, runs);
     out.push_str("</body></html>\n");
+    out
+}
+
+/// A run against the previous run of its matrix.
+pub fn diff_page(d: &RunDiff) -> String {
+    let mut out = String::new();
+    head(
+        &mut out,
+        &format!("{} against {}", d.run.run_id, d.previous.run_id),
+    );
+    let _ = writeln!(
+        out,
+        "<nav><a href=\"/runs/{}\">this run</a> · <a href=\"/runs/{}\">the previous run</a> · \
+         <a href=\"/api/runs/{}/diff\">JSON</a></nav>",
+        esc(&percent(&d.run.run_id)),
+        esc(&percent(&d.previous.run_id)),
+        esc(&percent(&d.run.run_id))
+    );
+    let _ = writeln!(
+        out,
+        "<h2>Verdict</h2><p id=\"verdict-change\"><span class=\"{b}\">{b}</span> ({before}) → \
+         <span class=\"{a}\">{a}</span> ({after})</p>",
+        b = esc(&d.previous.verdict),
+        a = esc(&d.run.verdict),
+        before = timestamp(d.previous.started_at_ms),
+        after = timestamp(d.run.started_at_ms),
+    );
+    for (id, title, list) in [
+        (
+            "signatures-new",
+            "Signatures new since the previous run",
+            &d.signatures_new,
+        ),
+        (
+            "signatures-gone",
+            "Signatures gone since the previous run",
+            &d.signatures_gone,
+        ),
+    ] {
+        let _ = writeln!(out, "<h2>{title}</h2>");
+        if list.is_empty() {
+            let _ = writeln!(out, "<p class=\"muted\" id=\"{id}\">none</p>");
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "<table id=\"{id}\"><thead><tr><th>signature</th><th>scenario</th><th>model</th>\
+             <th>failures</th><th>message</th></tr></thead><tbody>"
+        );
+        for s in list {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                esc(&s.signature),
+                esc(&s.scenario),
+                esc(&s.model),
+                s.count,
+                esc(&s.message)
+            );
+        }
+        out.push_str("</tbody></table>\n");
+    }
+    out.push_str(
+        "<h2>Per scenario</h2><table id=\"scenarios\"><thead><tr><th>scenario</th>\
+         <th>QPS before</th><th>QPS now</th><th>p99 ms before</th><th>p99 ms now</th>\
+         <th>failures before</th><th>failures now</th></tr></thead><tbody>\n",
+    );
+    let f =
+        |v: Option<f64>, digits: usize| v.map_or("—".to_string(), |v| format!("{v:.digits$}"));
+    let n = |v: Option<u64>| v.map_or("—".to_string(), |v| v.to_string());
+    for s in &d.scenarios {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td></tr>",
+            esc(&s.scenario),
+            f(s.qps.0, 1),
+            f(s.qps.1, 1),
+            f(s.p99_ms.0, 2),
+            f(s.p99_ms.1, 2),
+            n(s.failures.0),
+            n(s.failures.1)
+        );
+    }
+    out.push_str("</tbody></table>\n<h2>Matrix</h2>\n");
+    if d.matrix.is_empty() {
+        out.push_str("<p class=\"muted\" id=\"matrix-same\">the same text</p>\n");
+    } else {
+        out.push_str("<pre id=\"matrix-diff\">");
+        for line in &d.matrix {
+            let (mark, text, style) = match line {
+                Line::Same(t) => (' ', t, ""),
+                Line::Removed(t) => ('-', t, " style=\"background:#ffebe9\""),
+                Line::Added(t) => ('+', t, " style=\"background:#dafbe1\""),
+            };
+            let _ = writeln!(out, "<span{style}>{mark} {}</span>", esc(text));
+        }
+        out.push_str("</pre>\n");
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// A run without an earlier run of its matrix name.
+pub fn no_previous_page(run_id: &str, name: &str) -> String {
+    let mut out = String::new();
+    head(&mut out, &format!("{run_id}: nothing to compare with"));
+    let _ = writeln!(
+        out,
+        "<p id=\"no-previous\">No earlier run of {} is in this store. <a href=\"/runs/{}\">The run</a> · \
+         <a href=\"{}\">its matrix's history</a></p></body></html>",
+        esc(name),
+        esc(&percent(run_id)),
+        esc(&matrix_link(name))
+    );
     out
 }
 

@@ -5,6 +5,7 @@
 //! log tail and the command to reproduce it.
 
 pub mod baseline;
+pub mod diff;
 mod measures;
 pub mod summary;
 pub mod timeline;

@@ -6,6 +6,8 @@
 //!   runs), `/api/matrix/NAME/history` as JSON;
 //! - `/runs/ID`: the run's report.html, rebuilt from its store by the same renderer as
 //!   `driver report` (not a copy on disk); `/runs/ID/report.json`, `/runs/ID/junit.xml`;
+//! - `/runs/ID/diff` (and `/api/runs/ID/diff`): what changed since the previous run of the same
+//!   matrix name (verdict, signatures new and gone, QPS and p99 per scenario, the matrix text);
 //! - `/api/runs` (the list as JSON, same filters), `/api/runs/ID/report.json`;
 //! - `/metrics`: OpenMetrics for alerting (runs by verdict, the age of each matrix's last run,
 //!   its signatures by status);
@@ -15,6 +17,7 @@
 
 use crate::render;
 use crate::report::Report;
+use crate::report::diff::RunDiff;
 use crate::report::summary::{self, RunFilter, RunSource, RunSummary};
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -63,6 +66,8 @@ pub fn router(source: Source, token: Option<String>) -> Router {
         .route("/runs/{id}/report.json", get(run_json))
         .route("/api/runs/{id}/report.json", get(run_json))
         .route("/runs/{id}/junit.xml", get(run_junit))
+        .route("/runs/{id}/diff", get(diff_page))
+        .route("/api/runs/{id}/diff", get(api_diff))
         .route("/metrics", get(metrics))
         .layer(axum::middleware::from_fn_with_state(
             served.clone(),
@@ -200,6 +205,11 @@ fn valid_run_id(id: &str) -> bool {
 }
 
 async fn report_of(served: &Served, id: &str) -> Result<Report, PageError> {
+    Ok(load(served, id).await?.0)
+}
+
+/// A run's report and the matrix text it recorded.
+async fn load(served: &Served, id: &str) -> Result<(Report, String), PageError> {
     let not_found = || PageError::NotFound(format!("no run {id}"));
     if !valid_run_id(id) {
         return Err(not_found());
@@ -217,12 +227,63 @@ async fn report_of(served: &Served, id: &str) -> Result<Report, PageError> {
     let store = Store::open_read_only(&url, &Default::default())
         .await
         .map_err(|e| PageError::Store(e.to_string()))?;
-    let report = Report::from_store(&store, &RunId::new(id)).await;
+    let run_id = RunId::new(id);
+    let report = Report::from_store(&store, &run_id).await;
+    let run = store.run(&run_id).await;
     store.close().await;
-    report.map_err(|e| match e {
+    let report = report.map_err(|e| match e {
         crate::report::ReportError::NoRun(_) => not_found(),
         e => PageError::Store(format!("run {id}: {e}")),
-    })
+    })?;
+    let matrix = run
+        .map_err(|e| PageError::Store(format!("run {id}: {e}")))?
+        .map(|r| r.matrix_yaml)
+        .unwrap_or_default();
+    Ok((report, matrix))
+}
+
+/// The diff of run `id` with the previous run of its matrix name (None: it has none).
+async fn diff_of(served: &Served, id: &str) -> Result<(Report, Option<RunDiff>), PageError> {
+    let (report, matrix) = load(served, id).await?;
+    let filter = RunFilter {
+        name: Some(report.name.clone()),
+        verdict: None,
+    };
+    // Newest first: the first started before this one.
+    let previous = runs(served, &filter)
+        .await?
+        .into_iter()
+        .find(|r| r.run_id != report.run_id && r.started_at_ms < report.started_at_ms);
+    let Some(previous) = previous else {
+        return Ok((report, None));
+    };
+    let (before, before_matrix) = load(served, &previous.run_id).await?;
+    let diff = crate::report::diff::diff(&report, &matrix, &before, &before_matrix);
+    Ok((report, Some(diff)))
+}
+
+async fn diff_page(
+    State(served): State<Arc<Served>>,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let (report, diff) = diff_of(&served, &id).await?;
+    Ok(html(match diff {
+        Some(d) => render::dashboard::diff_page(&d),
+        None => render::dashboard::no_previous_page(&report.run_id, &report.name),
+    }))
+}
+
+async fn api_diff(
+    State(served): State<Arc<Served>>,
+    Path(id): Path<String>,
+) -> Result<Json<RunDiff>, PageError> {
+    match diff_of(&served, &id).await? {
+        (_, Some(d)) => Ok(Json(d)),
+        (r, None) => Err(PageError::NotFound(format!(
+            "run {id} has no earlier run of {}",
+            r.name
+        ))),
+    }
 }
 
 async fn run_page(

@@ -1,6 +1,6 @@
 //! Helpers shared by the driver's integration tests (e2e, html, junit): where the repository is,
 //! the worker built beside the driver under test, pids in the driver's events, and the JUnit
-//! schema check (xmllint against Jenkins xunit's junit-10.xsd).
+//! schema check (xmllint against Jenkins xunit's junit-10.xsd), and `driver serve` on a free port.
 // Each test binary uses its own subset of these.
 #![allow(dead_code)]
 
@@ -150,4 +150,51 @@ pub fn assert_junit(xml: &str) -> Vec<(String, String, String)> {
         }
     }
     failed
+}
+
+/// `driver serve --listen 127.0.0.1:0` over a runs directory, killed when dropped.
+pub struct Serve {
+    child: std::process::Child,
+    pub base: String,
+}
+
+impl Serve {
+    pub fn start(runs: &Path, token: Option<&str>) -> Self {
+        use std::io::BufRead;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_driver"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--runs-dir"])
+            .arg(runs)
+            .env_remove("DATABASE_URL")
+            .env_remove("TRITON_STRESS_SERVE_TOKEN")
+            .stdout(std::process::Stdio::piped());
+        if let Some(t) = token {
+            command.env("TRITON_STRESS_SERVE_TOKEN", t);
+        }
+        let mut child = command.spawn().expect("driver serve starts");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base = line
+            .trim()
+            .strip_prefix("serving on ")
+            .unwrap_or_else(|| panic!("not the serve line: {line:?}"))
+            .trim_end_matches('/')
+            .to_string();
+        Serve { child, base }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub async fn get(url: &str) -> stress_common::http::Response {
+    stress_common::http::get(url, std::time::Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
 }
