@@ -869,10 +869,19 @@ async fn story(url: &str, fresh: bool) {
             .collect()
     };
     assert!(ids(store.abandon_expired(now).await.unwrap()).is_empty());
+    assert_eq!(
+        ids(store.unfinished_runs().await.unwrap()),
+        std::slice::from_ref(&leased),
+        "running, not finished"
+    );
     store.renew_lease(&leased, now - 1).await.unwrap();
     assert_eq!(
         ids(store.abandon_expired(now).await.unwrap()),
         std::slice::from_ref(&leased)
+    );
+    assert!(
+        ids(store.unfinished_runs().await.unwrap()).is_empty(),
+        "an abandoned run is finished"
     );
     let abandoned = store.run(&leased).await.unwrap().unwrap();
     assert_eq!(

@@ -946,9 +946,33 @@ async fn a_killed_worker_fails_the_run_within_5_s() {
 async fn a_hung_worker_is_named_hung_not_cut_off_from_the_store() {
     let _one_run = RUN_LOCK.lock().await;
     let mut run = start_long_run("e2e-hung-worker").await;
+    // driver serve lists the run under way as RUNNING (its lease holds) and rebuilds its report
+    // so far from the store the driver is writing, read-only.
+    let served = support::Serve::start(run.run_dir.parent().unwrap(), None);
+    let listed: Value = serde_json::from_str(
+        &support::get(&format!("{}/api/runs", served.base))
+            .await
+            .body,
+    )
+    .unwrap();
+    assert_eq!(
+        (&listed[0]["run_id"], &listed[0]["verdict"]),
+        (&json!("e2e-hung-worker"), &json!("RUNNING")),
+        "{listed:#}"
+    );
+    let so_far = support::get(&format!("{}/runs/e2e-hung-worker", served.base)).await;
+    assert_eq!(so_far.status, 200, "{}", so_far.body);
     signal(run.worker_pid, nix::sys::signal::Signal::SIGSTOP);
     let status = run.driver.wait(RUN_LIMIT, false).await;
     assert_eq!(status.code(), Some(1), "{}", run.driver.output());
+    let listed: Value = serde_json::from_str(
+        &support::get(&format!("{}/api/runs", served.base))
+            .await
+            .body,
+    )
+    .unwrap();
+    assert_eq!(listed[0]["verdict"], "FAIL", "{listed:#}");
+    drop(served);
     let report = read_json(&run.run_dir.join("report.json"));
     assert_eq!(report["verdict"], "FAIL");
     let root = &report["analysis"]["root_cause"];

@@ -162,6 +162,24 @@ impl Store {
             .map_err(self.db("runs"))
     }
 
+    /// The runs not finished (running, or whose driver vanished before a `driver cleanup` or
+    /// another run marked them), newest first.
+    pub async fn unfinished_runs(&self) -> Result<Vec<RunRow>> {
+        let sql = format!(
+            "SELECT {} FROM runs WHERE finished_at_ms IS NULL
+             ORDER BY started_at_ms DESC, run_id DESC",
+            Self::RUN_COLUMNS
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.db("unfinished_runs"))?;
+        rows.iter()
+            .map(Self::run_row)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(self.db("unfinished_runs"))
+    }
+
     /// The newest run's id.
     pub async fn latest_run_id(&self) -> Result<Option<String>> {
         sqlx::query_scalar(

@@ -16,6 +16,7 @@ const VERDICTS: [&str; 5] = ["PASS", "FAIL", "ABANDONED", "INCOMPLETE", "RUNNING
 /// What the dashboard adds to the report's styles.
 const EXTRA_STYLE: &str = "td{white-space:nowrap}.PASS{color:#1a7f37;font-weight:600}\
 .FAIL{color:#cf222e;font-weight:600}.ABANDONED,.INCOMPLETE{color:#9a6700;font-weight:600}\
+.RUNNING{color:#0969da;font-weight:600}\
 nav a{margin-right:.8em}.muted{color:#57606a}\
 .strip{display:flex;flex-wrap:wrap;gap:2px;margin:.5em 0}.strip a{display:block;width:14px;height:22px;\
 border-radius:2px;background:#9a6700}.strip a.PASS{background:#1a7f37}.strip a.FAIL{background:#cf222e}";
@@ -133,6 +134,10 @@ fn runs_table(out: &mut String, runs: &[RunSummary]) {
          <th>signatures new / recurring / known</th><th>regressions</th><th>root cause</th><th></th></tr></thead><tbody>\n",
     );
     for r in runs {
+        if r.finished_at_ms.is_none() {
+            unfinished_row(out, r);
+            continue;
+        }
         let fingerprint = r
             .fingerprint
             .as_deref()
@@ -169,6 +174,24 @@ fn runs_table(out: &mut String, runs: &[RunSummary]) {
     out.push_str("</tbody></table>\n");
 }
 
+/// A run not finished: no figures yet (its report, rebuilt from the store, has what there is).
+fn unfinished_row(out: &mut String, r: &RunSummary) {
+    let _ = writeln!(
+        out,
+        "<tr data-run=\"{id}\"><td><a href=\"/runs/{link}\">{id}</a></td>\
+         <td><a href=\"{matrix}\">{name}</a></td><td>{started}</td><td>—</td><td>{launcher}</td>\
+         <td class=\"{verdict}\">{verdict}</td><td class=\"num\">—</td><td class=\"num\">—</td>\
+         <td class=\"num\">—</td><td class=\"num\">—</td><td class=\"num\">—</td><td></td><td></td></tr>",
+        id = esc(&r.run_id),
+        link = esc(&percent(&r.run_id)),
+        matrix = esc(&matrix_link(&r.name)),
+        name = esc(&r.name),
+        started = timestamp(r.started_at_ms),
+        launcher = esc(&r.launcher),
+        verdict = esc(&r.verdict),
+    );
+}
+
 /// One matrix's history (its runs, newest first): a verdict strip (oldest to newest, each a
 /// link to its run), QPS, p99 and failures per run as plots, and the runs' table.
 pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
@@ -186,6 +209,12 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
         esc(&percent(name))
     );
     let oldest_first: Vec<&RunSummary> = runs.iter().rev().collect();
+    // The plots have figures of finished runs only (a run under way has none yet).
+    let finished: Vec<&RunSummary> = oldest_first
+        .iter()
+        .copied()
+        .filter(|r| r.finished_at_ms.is_some())
+        .collect();
     let passed = runs.iter().filter(|r| r.verdict == "PASS").count();
     let _ = writeln!(
         out,
@@ -220,7 +249,7 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
             y_label,
             series: vec![Series {
                 name: y_label.into(),
-                points: oldest_first
+                points: finished
                     .iter()
                     .enumerate()
                     .map(|(i, r)| (at(i), value(r)))
@@ -402,6 +431,13 @@ mod tests {
         assert!(
             page.contains(">0123456789ab</span>"),
             "the fingerprint's start"
+        );
+        let mut running = run("nightly-2", "nightly", "RUNNING");
+        running.finished_at_ms = None;
+        let page = run_list_page(&[running], &RunFilter::default());
+        assert!(
+            page.contains("<td class=\"RUNNING\">RUNNING</td><td class=\"num\">—</td>"),
+            "no figures for a run under way: {page}"
         );
         let empty = run_list_page(&[], &RunFilter::default());
         assert!(empty.contains("no finished run found"));

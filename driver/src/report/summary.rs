@@ -8,7 +8,7 @@ use super::Report;
 use crate::judge::verdicts::Status;
 
 /// One run's summary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunSummary {
     pub run_id: String,
     pub name: String,
@@ -72,6 +72,52 @@ impl RunSummary {
             regressions: report.regressions.len() as u32,
         }
     }
+}
+
+/// The runs of `source` not finished, newest first, as summaries without load figures: RUNNING
+/// while their driver's lease holds, else ABANDONED (said, not recorded: the stores are opened
+/// read-only; the next run or `driver cleanup` records it).
+pub async fn unfinished(
+    source: RunSource<'_>,
+    now_ms: i64,
+) -> Result<Vec<RunSummary>, stress_common::store::StoreError> {
+    use stress_common::store::Store;
+    let urls = match source {
+        RunSource::Store(url) => vec![url.to_string()],
+        RunSource::RunsDir(dir) => super::baseline::run_dir_stores(dir, SCANNED_RUN_DIRS),
+    };
+    let single = urls.len() == 1;
+    let mut out = Vec::new();
+    for url in urls {
+        let rows = match Store::open_read_only(&url, &Default::default()).await {
+            Ok(store) => {
+                let rows = store.unfinished_runs().await;
+                store.close().await;
+                rows
+            }
+            Err(e) => Err(e),
+        };
+        match rows {
+            Ok(rows) => out.extend(rows.into_iter().map(|r| RunSummary {
+                verdict: if r.lease_until_ms.is_some_and(|until| until >= now_ms) {
+                    "RUNNING".into()
+                } else {
+                    stress_common::store::ABANDONED.into()
+                },
+                run_id: r.run_id,
+                name: r.name,
+                fingerprint: r.fingerprint,
+                launcher: r.launcher,
+                started_at_ms: r.started_at_ms,
+                finished_at_ms: None,
+                ..RunSummary::default()
+            })),
+            Err(e) if !single => tracing::warn!("skipped: {e}"),
+            Err(e) => return Err(e),
+        }
+    }
+    out.sort_by_key(|s| std::cmp::Reverse((s.started_at_ms, s.run_id.clone())));
+    Ok(out)
 }
 
 /// Which runs a list shows: by matrix name and by verdict (both exact; None: any).

@@ -1,7 +1,9 @@
 //! `driver serve`: the runs of a store, or of the run directories under a runs directory, in a
 //! browser and as JSON, read-only (every store is opened with `Store::open_read_only`: no
 //! migration, no write). Pages:
-//! - `/`: finished runs, newest first, filtered by `?name=` (matrix) and `?verdict=`;
+//! - `/`: the runs, newest first, filtered by `?name=` (matrix) and `?verdict=`: finished ones
+//!   from their summaries, unfinished ones as RUNNING (lease held) or ABANDONED (lease expired,
+//!   said without recording it);
 //! - `/matrix/NAME`: that matrix's history (verdict strip, QPS, p99 and failures per run, its
 //!   runs), `/api/matrix/NAME/history` as JSON;
 //! - `/runs/ID`: the run's report.html, rebuilt from its store by the same renderer as
@@ -140,9 +142,18 @@ async fn runs(served: &Served, filter: &RunFilter) -> Result<Vec<RunSummary>, Pa
         Source::Store(url) => RunSource::Store(url),
         Source::RunsDir(dir) => RunSource::RunsDir(dir),
     };
-    let all = summary::list(source, LIST_LIMIT)
+    let finished = summary::list(source, LIST_LIMIT)
         .await
         .map_err(|e| PageError::Store(e.to_string()))?;
+    let source = match &served.source {
+        Source::Store(url) => RunSource::Store(url),
+        Source::RunsDir(dir) => RunSource::RunsDir(dir),
+    };
+    let mut all = summary::unfinished(source, stress_common::now_ms())
+        .await
+        .map_err(|e| PageError::Store(e.to_string()))?;
+    all.extend(finished);
+    all.sort_by_key(|s| std::cmp::Reverse((s.started_at_ms, s.run_id.clone())));
     Ok(all.into_iter().filter(|r| filter.matches(r)).collect())
 }
 
@@ -249,11 +260,12 @@ async fn diff_of(served: &Served, id: &str) -> Result<(Report, Option<RunDiff>),
         name: Some(report.name.clone()),
         verdict: None,
     };
-    // Newest first: the first started before this one.
-    let previous = runs(served, &filter)
-        .await?
-        .into_iter()
-        .find(|r| r.run_id != report.run_id && r.started_at_ms < report.started_at_ms);
+    // Newest first: the first finished run started before this one.
+    let previous = runs(served, &filter).await?.into_iter().find(|r| {
+        r.run_id != report.run_id
+            && r.started_at_ms < report.started_at_ms
+            && r.finished_at_ms.is_some()
+    });
     let Some(previous) = previous else {
         return Ok((report, None));
     };
@@ -341,6 +353,7 @@ pub fn metrics_text(runs: &[RunSummary], now_ms: i64) -> String {
     let age = Family::<MatrixLabels, Gauge<f64, AtomicU64>>::default();
     let signatures = Family::<SignatureLabels, Gauge>::default();
     let mut last: BTreeMap<&str, &RunSummary> = BTreeMap::new();
+    let mut last_finished: BTreeMap<&str, &RunSummary> = BTreeMap::new();
     for r in runs {
         by_verdict
             .get_or_create(&VerdictLabels {
@@ -349,13 +362,19 @@ pub fn metrics_text(runs: &[RunSummary], now_ms: i64) -> String {
             .inc();
         // Newest first: the first seen of a matrix is its last run.
         last.entry(r.name.as_str()).or_insert(r);
+        if r.finished_at_ms.is_some() {
+            last_finished.entry(r.name.as_str()).or_insert(r);
+        }
     }
     for (matrix, r) in last {
+        // A run under way counts from its start: the nightly did run.
         let ended = r.finished_at_ms.unwrap_or(r.started_at_ms);
         age.get_or_create(&MatrixLabels {
             matrix: matrix.into(),
         })
         .set((now_ms - ended).max(0) as f64 / 1000.0);
+    }
+    for (matrix, r) in last_finished {
         for (status, n) in [
             ("new", r.signatures_new),
             ("recurring", r.signatures_recurring),
@@ -371,7 +390,7 @@ pub fn metrics_text(runs: &[RunSummary], now_ms: i64) -> String {
     }
     registry.register(
         "runs",
-        "Finished runs listed (the newest, up to the list's limit) by verdict",
+        "Runs listed (unfinished ones and the newest finished, up to the list's limit) by verdict",
         by_verdict,
     );
     registry.register(
@@ -381,7 +400,7 @@ pub fn metrics_text(runs: &[RunSummary], now_ms: i64) -> String {
     );
     registry.register(
         "last_run_signatures",
-        "Failure signatures of each matrix's last run, by status",
+        "Failure signatures of each matrix's last finished run, by status",
         signatures,
     );
     let mut out = String::new();
@@ -435,7 +454,10 @@ mod tests {
             signatures_known: 0,
             regressions: 0,
         };
+        let mut running = run("n-3", "nightly", "RUNNING", 95_000, 0);
+        running.finished_at_ms = None;
         let runs = [
+            running,
             run("n-2", "nightly", "FAIL", 90_000, 2),
             run("s-1", "smoke", "PASS", 50_000, 0),
             run("n-1", "nightly", "PASS", 10_000, 0),
@@ -450,8 +472,12 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("triton_stress_last_run_age_seconds{matrix=\"nightly\"} 10.0"),
-            "the newest nightly: {text}"
+            text.contains("triton_stress_last_run_age_seconds{matrix=\"nightly\"} 6.0"),
+            "the nightly under way, from its start: {text}"
+        );
+        assert!(
+            text.contains("triton_stress_runs{verdict=\"RUNNING\"} 1"),
+            "{text}"
         );
         assert!(text.contains("triton_stress_last_run_age_seconds{matrix=\"smoke\"} 50.0"));
         assert!(
