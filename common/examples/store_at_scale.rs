@@ -197,6 +197,8 @@ impl Worker {
             series_point: due,
             signatures: vec![],
             outages: vec![],
+            // As a worker's: a column of every series point at scale.
+            rss_bytes: Some(64 << 20),
         };
         if let Some(c) = closing {
             self.tracker.commit(c);

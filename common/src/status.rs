@@ -152,6 +152,10 @@ pub struct WorkerSnapshot {
     /// (see [`Outage`]). Never dropped by the outbox (like `intervals`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outages: Vec<Outage>,
+    /// The worker's own resident memory, bytes (None: not known here): the report judges its
+    /// slope like a server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
 }
 
 /// A stretch of time in which one worker had no good answer from one server: from its last

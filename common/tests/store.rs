@@ -21,7 +21,7 @@ use stress_common::store::{
 use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
 
 /// The newest schema version (a new migration bumps it here, on purpose).
-const LATEST_SCHEMA: i64 = 18;
+const LATEST_SCHEMA: i64 = 19;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> RunId {
@@ -371,10 +371,16 @@ async fn story(url: &str, fresh: bool) {
                 series_point: true,
                 signatures: vec![],
                 outages: vec![],
+                rss_bytes: Some(123 << 20),
             },
         )
         .await
         .unwrap();
+    assert_eq!(
+        store.worker_rss(&run_id).await.unwrap(),
+        [("client-0".to_string(), t0 + 1000, 123 << 20)],
+        "a series point keeps the worker's memory"
+    );
     let counts_a2 = ScenarioCounts {
         tests: 20,
         failures: 2,
@@ -427,6 +433,7 @@ async fn story(url: &str, fresh: bool) {
         series_point: true,
         signatures: vec![signature(9)],
         outages: vec![],
+        rss_bytes: None,
     })
     .await
     .unwrap();
@@ -444,6 +451,7 @@ async fn story(url: &str, fresh: bool) {
         series_point: true,
         signatures: vec![],
         outages: vec![],
+        rss_bytes: None,
     })
     .await
     .unwrap();
@@ -965,6 +973,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                                 series_point: true,
                                 signatures: vec![],
                                 outages: vec![],
+                                rss_bytes: None,
                             },
                         )
                         .await?;
@@ -1640,6 +1649,7 @@ async fn child_writer() {
                     series_point: true,
                     signatures: vec![],
                     outages: vec![],
+                    rss_bytes: None,
                 },
             )
             .await

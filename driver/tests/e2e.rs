@@ -413,6 +413,14 @@ fn assert_smoke_report(run_dir: &Path, run_id: &str) {
         server["memory_finding"].is_null() && server["memory_not_judged"].is_null(),
         "{server:#}"
     );
+    // The workers report their own memory at each series point; a healthy worker's is no
+    // finding (warm-up included).
+    for w in report["workers"].as_array().expect("workers") {
+        assert!(
+            w["rss"].as_array().is_some_and(|r| r.len() >= 2) && w["memory_finding"].is_null(),
+            "{w:#}"
+        );
+    }
     // smoke.yaml's SLO rules, each kept, with what was observed.
     let slo = report["slo"].as_array().expect("SLO verdicts");
     let rules: Vec<&str> = slo.iter().map(|o| o["rule"].as_str().unwrap()).collect();

@@ -354,6 +354,7 @@ mod tests {
                 series_point: true,
                 signatures: vec![],
                 outages: vec![],
+                rss_bytes: None,
             };
             store
                 .record_snapshot(&"r".into(), &"w-0".into(), &snapshot)

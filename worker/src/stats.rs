@@ -352,8 +352,24 @@ impl Stats {
             series_point: false,
             signatures: self.signature_counts(),
             outages,
+            rss_bytes: own_rss_bytes(),
         }
     }
+}
+
+/// This process's resident memory (`VmRSS` of /proc/self/status), bytes; None where there is
+/// no /proc.
+pub fn own_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 #[cfg(test)]
@@ -370,6 +386,16 @@ mod tests {
             actual: "UNAVAILABLE: connection refused".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_snapshot_carries_the_worker_s_own_memory() {
+        let rss = Stats::default()
+            .snapshot(&[], 0.0)
+            .rss_bytes
+            .expect("/proc/self/status on Linux");
+        // A test binary with its runtime holds at least a MiB, and not terabytes.
+        assert!((1 << 20..1 << 40).contains(&rss), "{rss}");
     }
 
     #[test]

@@ -141,6 +141,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0018_outages.sql"),
         postgres: include_str!("../../migrations/postgres/0018_outages.sql"),
     },
+    Migration {
+        version: 19,
+        name: "worker_rss",
+        sqlite: include_str!("../../migrations/sqlite/0019_worker_rss.sql"),
+        postgres: include_str!("../../migrations/postgres/0019_worker_rss.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

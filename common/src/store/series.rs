@@ -27,8 +27,8 @@ impl Store {
         // The sample replaces the member's latest (what the driver polls), and joins the
         // series when it is one of its points (one per series interval, and the last).
         const SERIES: &str =
-            "INSERT INTO qps_samples (run_id, member_id, at_ms, qps, total_requests)
-             VALUES ($1, $2, $3, $4, $5)";
+            "INSERT INTO qps_samples (run_id, member_id, at_ms, qps, total_requests, rss_bytes)
+             VALUES ($1, $2, $3, $4, $5, $6)";
         const LATEST: &str =
             "INSERT INTO latest_qps (run_id, member_id, at_ms, qps, total_requests)
              VALUES ($1, $2, $3, $4, $5)
@@ -41,15 +41,18 @@ impl Store {
             &[LATEST]
         };
         for &sql in statements {
-            sqlx::query(sql)
+            let query = sqlx::query(sql)
                 .bind(run_id.as_str())
                 .bind(member_id.as_str())
                 .bind(at_ms)
                 .bind(finite_or_zero(snapshot.qps))
-                .bind(to_db(snapshot.total_requests))
-                .execute(&mut *tx)
-                .await
-                .map_err(self.db(OP))?;
+                .bind(to_db(snapshot.total_requests));
+            let query = if sql == SERIES {
+                query.bind(snapshot.rss_bytes.map(to_db))
+            } else {
+                query
+            };
+            query.execute(&mut *tx).await.map_err(self.db(OP))?;
         }
         for counts in &snapshot.scenarios {
             sqlx::query(
@@ -347,6 +350,23 @@ impl Store {
     }
 
     /// Every QPS sample of the run, by time (then insertion).
+    /// Each worker's own resident memory at the points of its QPS series that carry it:
+    /// (member, at_ms, bytes), in time order.
+    pub async fn worker_rss(&self, run_id: &RunId) -> Result<Vec<(String, i64, u64)>> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT member_id, at_ms, rss_bytes FROM qps_samples
+             WHERE run_id = $1 AND rss_bytes IS NOT NULL ORDER BY at_ms, id",
+        )
+        .bind(run_id.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("worker_rss"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(m, at, rss)| (m, at, rss.max(0) as u64))
+            .collect())
+    }
+
     pub async fn qps_samples(&self, run_id: &RunId) -> Result<Vec<QpsSample>> {
         self.fetch_qps(
             "qps_samples",

@@ -98,6 +98,16 @@ fn server_side(out: &mut String, r: &Report) {
             );
         }
     }
+    for w in &r.workers {
+        if let Some(f) = &w.memory_finding {
+            let _ = writeln!(
+                out,
+                "<p class=\"finding\">Finding: worker {}: {}</p>",
+                esc(&w.member_id),
+                esc(f)
+            );
+        }
+    }
     for (server, summary) in &r.traces {
         let _ = writeln!(out, "<h2>Traces of {}</h2>", esc(server));
         for row in &summary.rows {
@@ -1734,6 +1744,9 @@ mod tests {
             avg: 0.0,
             max: 0.0,
             series: series.to_vec(),
+            rss: Vec::new(),
+            memory_growth_bytes: None,
+            memory_finding: None,
         }
     }
 

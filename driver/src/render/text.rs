@@ -342,6 +342,25 @@ impl Report {
                     sparkline(&values, 40)
                 );
             }
+            // The workers' own memory (issue 33): judged like a server's, so a leak in the
+            // load generator is not mistaken for the server's.
+            for w in self.workers.iter().filter(|w| !w.rss.is_empty()) {
+                let mib: Vec<f64> = w.rss.iter().map(|p| p.1 / MIB).collect();
+                let first = mib.first().copied().unwrap_or(0.0);
+                let last = mib.last().copied().unwrap_or(0.0);
+                let max = mib.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:<16} RSS MiB {first:.1} → {last:.1} (max {max:.1}, growth {:+.1})  {}",
+                    w.member_id,
+                    w.group,
+                    w.memory_growth_bytes.unwrap_or(0.0) / MIB,
+                    sparkline(&mib, 40)
+                );
+                if let Some(finding) = &w.memory_finding {
+                    let _ = writeln!(out, "FINDING {} (worker): {finding}", w.member_id);
+                }
+            }
         }
         // Listed when some were not launched: where they were, and whether their metrics are
         // below (a launched server's whereabouts are in its events and failure block).

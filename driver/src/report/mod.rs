@@ -38,6 +38,16 @@ pub struct WorkerQps {
     /// (seconds since the run started, QPS): at most [`SERIES_POINTS`], averaged by the store
     /// over equal spans of time when the series is longer.
     pub series: Vec<(f64, f64)>,
+    /// The worker's own resident memory: (seconds since the run started, bytes) at each
+    /// point of its series that carried it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rss: Vec<(f64, f64)>,
+    /// Its growth from first to last sample, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_growth_bytes: Option<f64>,
+    /// Still growing over the load phase's steady state (judged like a server's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_finding: Option<String>,
 }
 
 /// A server of the run, launched or external.
@@ -393,11 +403,38 @@ impl Report {
         // the run's length.
         let span = store.qps_span(run_id).await?;
         let load_seconds = span.load_seconds();
+        // The load phase, in seconds since the start: the workers' first sample closes their
+        // first interval. Memory is judged over its steady state.
+        let load = span.first_ms.zip(span.last_ms).map(|(first, last)| {
+            let since_start = |ms: i64| (ms - run.started_at_ms) as f64 / 1000.0;
+            (
+                since_start(first - span.interval_ms.unwrap_or(0)),
+                since_start(last),
+            )
+        });
+        let mut worker_rss: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for (member, at_ms, bytes) in store.worker_rss(run_id).await? {
+            worker_rss
+                .entry(member)
+                .or_default()
+                .push(((at_ms - run.started_at_ms) as f64 / 1000.0, bytes as f64));
+        }
         let workers = store
             .qps_summaries(run_id, &span, SERIES_POINTS)
             .await?
             .into_iter()
-            .map(|w| WorkerQps {
+            .map(|w| {
+                let rss = worker_rss.remove(&w.member_id).unwrap_or_default();
+                let memory_growth_bytes = (rss.len() >= 2).then(|| rss[rss.len() - 1].1 - rss[0].1);
+                let memory_finding = (!rss.is_empty())
+                    .then(|| crate::judge::memory::judge(&rss, load))
+                    .and_then(|m| m.finding());
+                (w, rss, memory_growth_bytes, memory_finding)
+            })
+            .map(|(w, rss, memory_growth_bytes, memory_finding)| WorkerQps {
+                rss,
+                memory_growth_bytes,
+                memory_finding,
                 group: group_of(&members, &w.member_id).0.to_string(),
                 samples: w.samples as usize,
                 min: w.min,
@@ -529,14 +566,7 @@ impl Report {
                 run.started_at_ms,
                 &server_ids,
                 &server_samples,
-                // The load phase: the workers' first sample closes their first interval.
-                span.first_ms.zip(span.last_ms).map(|(first, last)| {
-                    let since_start = |ms: i64| (ms - run.started_at_ms) as f64 / 1000.0;
-                    (
-                        since_start(first - span.interval_ms.unwrap_or(0)),
-                        since_start(last),
-                    )
-                }),
+                load,
             ),
         };
         let reconciliation = crate::judge::reconcile::reconcile(
