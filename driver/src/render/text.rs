@@ -155,6 +155,15 @@ fn downsample(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// A series' first, last and largest values (0 for an empty one; values are not negative).
+fn first_last_max(v: &[f64]) -> (f64, f64, f64) {
+    (
+        v.first().copied().unwrap_or(0.0),
+        v.last().copied().unwrap_or(0.0),
+        v.iter().copied().fold(0.0, f64::max),
+    )
+}
+
 pub fn sparkline(values: &[f64], width: usize) -> String {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let pts: Vec<f64> = downsample(&values.iter().map(|v| (0.0, *v)).collect::<Vec<_>>(), width)
@@ -346,9 +355,7 @@ impl Report {
             // load generator is not mistaken for the server's.
             for w in self.workers.iter().filter(|w| !w.rss.is_empty()) {
                 let mib: Vec<f64> = w.rss.iter().map(|p| p.1 / MIB).collect();
-                let first = mib.first().copied().unwrap_or(0.0);
-                let last = mib.last().copied().unwrap_or(0.0);
-                let max = mib.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let (first, last, max) = first_last_max(&mib);
                 let _ = writeln!(
                     out,
                     "{:<24} {:<16} RSS MiB {first:.1} → {last:.1} (max {max:.1}, growth {:+.1})  {}",
@@ -703,14 +710,6 @@ impl Timeline {
             "\n== Over time (a point per {:.0} s; first, last, max, then the trend) ==",
             self.interval_s
         );
-        let first_last_max = |v: &[f64]| {
-            let max = v.iter().cloned().fold(0.0, f64::max);
-            (
-                v.first().copied().unwrap_or(0.0),
-                v.last().copied().unwrap_or(0.0),
-                max,
-            )
-        };
         for s in self.latency.iter().filter(|s| s.model.is_none()) {
             let p99: Vec<f64> = s.points.iter().map(|p| p.p99_ms).collect();
             let (first, last, max) = first_last_max(&p99);

@@ -82,10 +82,7 @@ pub async fn unfinished(
     now_ms: i64,
 ) -> Result<Vec<RunSummary>, stress_common::store::StoreError> {
     use stress_common::store::Store;
-    let urls = match source {
-        RunSource::Store(url) => vec![url.to_string()],
-        RunSource::RunsDir(dir) => super::baseline::run_dir_stores(dir, SCANNED_RUN_DIRS),
-    };
+    let urls = source.store_urls();
     let single = urls.len() == 1;
     let mut out = Vec::new();
     for url in urls {
@@ -149,6 +146,18 @@ pub enum RunSource<'a> {
     RunsDir(&'a std::path::Path),
 }
 
+impl RunSource<'_> {
+    /// The stores to read: the one, or every run directory's (up to a bound: the newest stores
+    /// by modification time are not the newest runs, since pinning a baseline writes an older
+    /// run's store).
+    fn store_urls(&self) -> Vec<String> {
+        match self {
+            RunSource::Store(url) => vec![url.to_string()],
+            RunSource::RunsDir(dir) => super::baseline::run_dir_stores(dir, SCANNED_RUN_DIRS),
+        }
+    }
+}
+
 /// The newest `limit` finished runs' summaries, newest first. Every store is opened read-only;
 /// a run directory whose store cannot be read (another schema, not a store) is skipped and
 /// said in the log. A run whose end could not reach its store has no summary and is not
@@ -158,12 +167,7 @@ pub async fn list(
     limit: u32,
 ) -> Result<Vec<RunSummary>, stress_common::store::StoreError> {
     use stress_common::store::Store;
-    let urls = match source {
-        RunSource::Store(url) => vec![url.to_string()],
-        // Every run directory (up to a bound): the newest stores by modification time are not
-        // the newest runs (pinning a baseline writes an older run's store).
-        RunSource::RunsDir(dir) => super::baseline::run_dir_stores(dir, SCANNED_RUN_DIRS),
-    };
+    let urls = source.store_urls();
     let single = urls.len() == 1;
     let mut out = Vec::new();
     for url in urls {

@@ -137,19 +137,20 @@ impl IntoResponse for PageError {
     }
 }
 
+impl Source {
+    fn runs(&self) -> RunSource<'_> {
+        match self {
+            Source::Store(url) => RunSource::Store(url),
+            Source::RunsDir(dir) => RunSource::RunsDir(dir),
+        }
+    }
+}
+
 async fn runs(served: &Served, filter: &RunFilter) -> Result<Vec<RunSummary>, PageError> {
-    let source = match &served.source {
-        Source::Store(url) => RunSource::Store(url),
-        Source::RunsDir(dir) => RunSource::RunsDir(dir),
-    };
-    let finished = summary::list(source, LIST_LIMIT)
+    let finished = summary::list(served.source.runs(), LIST_LIMIT)
         .await
         .map_err(|e| PageError::Store(e.to_string()))?;
-    let source = match &served.source {
-        Source::Store(url) => RunSource::Store(url),
-        Source::RunsDir(dir) => RunSource::RunsDir(dir),
-    };
-    let mut all = summary::unfinished(source, stress_common::now_ms())
+    let mut all = summary::unfinished(served.source.runs(), stress_common::now_ms())
         .await
         .map_err(|e| PageError::Store(e.to_string()))?;
     all.extend(finished);
