@@ -1594,8 +1594,8 @@ const CHILD_MIN_WRITES: u64 = 20;
 const CHILD_URL: &str = "STORE_TEST_CHILD_URL";
 const CHILD_RUN: &str = "STORE_TEST_CHILD_RUN";
 const CHILD_MEMBER: &str = "STORE_TEST_CHILD_MEMBER";
-/// Each writer puts a file named after it here once started, and connects and writes when all
-/// `CHILD_WRITERS` files are there.
+/// Each writer puts a file named after it here once started and connects when all
+/// `CHILD_WRITERS` files are there; then puts `NAME.connected` and writes when every writer's is.
 const CHILD_READY_DIR: &str = "STORE_TEST_CHILD_READY_DIR";
 const CHILD_WRITERS: &str = "STORE_TEST_CHILD_WRITERS";
 
@@ -1625,6 +1625,17 @@ async fn child_writer() {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let store = Store::connect(&url).await.unwrap();
+    // And write together: a writer whose connection waited out the others' migrations (and,
+    // on a loaded machine, their first writes) would otherwise write after them, not with them.
+    std::fs::write(ready.join(format!("{member_id}.connected")), "").unwrap();
+    let waiting_since = std::time::Instant::now();
+    while std::fs::read_dir(&ready).unwrap().count() < 2 * writers {
+        assert!(
+            waiting_since.elapsed() < Duration::from_secs(60),
+            "{member_id}: the other writers did not connect"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let (run_id, member_id) = (RunId::new(run_id), MemberName::new(member_id));
 
     let started = std::time::Instant::now();
