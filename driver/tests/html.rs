@@ -616,7 +616,16 @@ fn check_list_in_browser(url: &str, run_id: &str) {
     .expect("a link to the run")
     .click()
     .unwrap();
-    tab.wait_until_navigated().unwrap();
-    let title = tab.get_title().unwrap();
-    assert!(title.contains(run_id), "the run's report opened: {title}");
+    // The click starts the navigation; it may not have begun when the click returns, so wait
+    // for the report's title rather than for "navigated" (which a page not yet left is).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut title = String::new();
+    while Instant::now() < deadline {
+        title = tab.get_title().unwrap_or_default();
+        if title.contains(run_id) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(title.contains(run_id), "the run's report opened: {title:?}");
 }
