@@ -715,6 +715,15 @@ mod tests {
         c
     }
 
+    /// The concurrencies of the checks that were not settling, in order.
+    fn tried(c: &Controller) -> Vec<u32> {
+        c.checks
+            .iter()
+            .filter(|k| k.judgement != Judgement::Settling)
+            .map(|k| k.concurrency)
+            .collect()
+    }
+
     fn judged(c: &Controller) -> usize {
         c.checks
             .iter()
@@ -829,12 +838,7 @@ mod tests {
         });
         let r = c.result();
         assert_eq!(r.ending, Some(Ending::Converged), "{:#?}", c.checks);
-        let tried: Vec<u32> = c
-            .checks
-            .iter()
-            .filter(|k| k.judgement != Judgement::Settling)
-            .map(|k| k.concurrency)
-            .collect();
+        let tried = tried(&c);
         assert_eq!(tried, [1, 2, 4, 8, 6, 7]);
         assert_eq!(
             c.bracket,
@@ -859,12 +863,7 @@ mod tests {
         );
         // Never over: doubling stops at max_concurrency, which is not saturated.
         let c = search(slow_start(500, 12), |n| slotted(64, n));
-        let tried: Vec<u32> = c
-            .checks
-            .iter()
-            .filter(|k| k.judgement != Judgement::Settling)
-            .map(|k| k.concurrency)
-            .collect();
+        let tried = tried(&c);
         assert_eq!(tried, [1, 2, 4, 8, 12]);
         assert_eq!(c.result().ending, Some(Ending::NotSaturated));
         // Over already at the floor: unreachable, as without slow start.
