@@ -285,7 +285,9 @@ fn expected_plots(report: &Value) -> BTreeMap<String, usize> {
 }
 
 /// Opens the page in chromium and checks it (see the module's doc). Blocking.
-fn check_in_browser(url: &str, report: &Value) {
+/// Headless chromium under the DevTools protocol, with its own profile directory (kept as long
+/// as the browser runs).
+fn chromium() -> (tempfile::TempDir, Browser) {
     let profile = tempfile::tempdir().unwrap();
     let browser = Browser::new(LaunchOptions {
         path: Some(CHROMIUM.into()),
@@ -297,6 +299,11 @@ fn check_in_browser(url: &str, report: &Value) {
         ..LaunchOptions::default()
     })
     .expect("chromium starts under the DevTools protocol");
+    (profile, browser)
+}
+
+fn check_in_browser(url: &str, report: &Value) {
+    let (_profile, browser) = chromium();
     let tab = browser.new_tab().expect("a tab");
     tab.set_default_timeout(Duration::from_secs(60));
 
@@ -587,17 +594,7 @@ fn promtool_accepts(text: &str) {
 /// The served list in the browser: the run's row with its verdict, its link opening the run's
 /// report.
 fn check_list_in_browser(url: &str, run_id: &str) {
-    let profile = tempfile::tempdir().unwrap();
-    let browser = Browser::new(LaunchOptions {
-        path: Some(CHROMIUM.into()),
-        headless: true,
-        sandbox: false,
-        user_data_dir: Some(profile.path().to_path_buf()),
-        args: CHROMIUM_FLAGS.iter().map(OsStr::new).collect(),
-        idle_browser_timeout: Duration::from_secs(120),
-        ..LaunchOptions::default()
-    })
-    .expect("chromium starts under the DevTools protocol");
+    let (_profile, browser) = chromium();
     let tab = browser.new_tab().expect("a tab");
     tab.set_default_timeout(Duration::from_secs(60));
     tab.navigate_to(url)

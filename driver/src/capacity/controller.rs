@@ -778,18 +778,25 @@ mod tests {
         );
     }
 
+    /// Searches a server of `slots` parallel slots (target 15 ms: one wave meets it, two do
+    /// not) with slow start up to `max`, and checks it converged on exactly `slots`.
+    fn finds_the_knee(slots: u32, max: u32) -> Controller {
+        let c = search(slow_start(15, max), |n| slotted(slots, n));
+        let r = c.result();
+        assert_eq!(
+            r.ending,
+            Some(Ending::Converged),
+            "{slots}: {:#?}",
+            c.checks
+        );
+        assert_eq!(r.concurrency, Some(slots), "{slots}");
+        c
+    }
+
     #[test]
     fn a_knee_above_one_hundred_converges_in_fourteen_judged_checks() {
         for slots in [101, 120, 127] {
-            let c = search(slow_start(15, 512), |n| slotted(slots, n));
-            let r = c.result();
-            assert_eq!(
-                r.ending,
-                Some(Ending::Converged),
-                "{slots}: {:#?}",
-                c.checks
-            );
-            assert_eq!(r.concurrency, Some(slots));
+            let c = finds_the_knee(slots, 512);
             assert!(judged(&c) <= 14, "{slots}: {} judged checks", judged(&c));
         }
         // Without slow start the same search climbs one at a time.
@@ -810,15 +817,7 @@ mod tests {
     #[test]
     fn every_knee_is_found_in_about_twice_its_logarithm() {
         for slots in 1..=300u32 {
-            let c = search(slow_start(15, 1024), |n| slotted(slots, n));
-            let r = c.result();
-            assert_eq!(
-                r.ending,
-                Some(Ending::Converged),
-                "{slots}: {:#?}",
-                c.checks
-            );
-            assert_eq!(r.concurrency, Some(slots), "{slots}");
+            let c = finds_the_knee(slots, 1024);
             let log = 32 - slots.leading_zeros() as usize; // ceil-ish log2(slots + 1)
             assert!(
                 judged(&c) <= 2 * log + 2,
