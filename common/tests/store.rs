@@ -1591,6 +1591,7 @@ fn sqlite_concurrent_processes() {
 /// How long each `child_writer` writes (at least `CHILD_MIN_WRITES` writes).
 const CHILD_WRITE_FOR: Duration = Duration::from_millis(1500);
 const CHILD_MIN_WRITES: u64 = 20;
+const CHILD_WRITE_EVERY: Duration = Duration::from_millis(10);
 const CHILD_URL: &str = "STORE_TEST_CHILD_URL";
 const CHILD_RUN: &str = "STORE_TEST_CHILD_RUN";
 const CHILD_MEMBER: &str = "STORE_TEST_CHILD_MEMBER";
@@ -1641,6 +1642,12 @@ async fn child_writer() {
     let started = std::time::Instant::now();
     let mut written = 0;
     while started.elapsed() < CHILD_WRITE_FOR || written < CHILD_MIN_WRITES {
+        // Paced like a worker (which writes once a second), faster: writers in a tight loop
+        // hand SQLite's lock to each other and starve a third one whose busy handler sleeps
+        // (a CI run saw one write nothing until the other two had ended).
+        if written > 0 {
+            tokio::time::sleep(CHILD_WRITE_EVERY).await;
+        }
         written += 1;
         store
             .record_snapshot(
