@@ -335,6 +335,7 @@ pub(crate) mod tests {
                 output_name: "ACC_OUT".into(),
                 data_type: triton_proto::DataType::TypeInt32 as i32,
                 dims: vec![1],
+                ..Default::default()
             }],
             max_sequence_idle_microseconds: 3_000_000,
             ..Default::default()
