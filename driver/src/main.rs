@@ -412,16 +412,33 @@ async fn main() -> ExitCode {
                     return ExitCode::from(e.exit_code());
                 }
             };
-            let mut launcher: Box<dyn Launcher> = match kind {
-                LauncherKind::Local => {
-                    let matrix_dir = matrix
-                        .source_path
-                        .as_deref()
-                        .and_then(|p| p.parent())
-                        .map(PathBuf::from)
-                        .unwrap_or_default();
-                    Box::new(LocalLauncher::new(&run_dir, &matrix_dir))
+            let matrix_dir = matrix
+                .source_path
+                .as_deref()
+                .and_then(|p| p.parent())
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            let cancel = stress_common::shutdown::token_on_signals();
+            if matrix.sweep.is_some() {
+                if !matches!(kind, LauncherKind::Local) {
+                    eprintln!(
+                        "{}: sweeps run with the local launcher for now (on Kubernetes each \
+                         variant needs its config mounted over the models image: not built yet)",
+                        options.matrix.display()
+                    );
+                    return ExitCode::from(BAD_INPUT);
                 }
+                tracing::info!(run_id, run_dir = %run_dir.display(), "starting a sweep");
+                let launcher_for = |dir: &std::path::Path| -> Box<dyn Launcher> {
+                    Box::new(LocalLauncher::new(dir, &matrix_dir))
+                };
+                let outcome =
+                    run::sweep::sweep(&options, &matrix, &run_dir, &run_id, cancel, &launcher_for)
+                        .await;
+                return finish_run_command(outcome, &options);
+            }
+            let mut launcher: Box<dyn Launcher> = match kind {
+                LauncherKind::Local => Box::new(LocalLauncher::new(&run_dir, &matrix_dir)),
                 LauncherKind::Kube => match kube_launcher(&options, &matrix, &run_id, kube).await {
                     Ok(l) => Box::new(l),
                     Err(e) => {
@@ -430,9 +447,8 @@ async fn main() -> ExitCode {
                     }
                 },
             };
-            let cancel = stress_common::shutdown::token_on_signals();
             tracing::info!(run_id, run_dir = %run_dir.display(), launcher = launcher.name(), "starting run");
-            match run::run(
+            let outcome = run::run(
                 &options,
                 launcher.as_mut(),
                 &matrix,
@@ -440,31 +456,39 @@ async fn main() -> ExitCode {
                 &run_id,
                 cancel,
             )
-            .await
-            {
-                Ok(outcome) => {
-                    print!("{}", outcome.report.render());
-                    println!(
-                        "\nreport: {} (in a browser: {})\nrebuild it: driver report --run {} --runs-dir {}",
-                        outcome.run_dir.join("report.txt").display(),
-                        outcome.run_dir.join("report.html").display(),
-                        outcome.run_id,
-                        options.runs_dir.display()
-                    );
-                    match &outcome.verdict {
-                        run::Verdict::Fail { member, reason } => {
-                            println!("FAILED: {member}: {reason}")
-                        }
-                        run::Verdict::BadInput(reason) => println!("BAD INPUT: {reason}"),
-                        _ => {}
-                    }
-                    ExitCode::from(outcome.verdict.exit_code())
+            .await;
+            finish_run_command(outcome, &options)
+        }
+    }
+}
+
+/// Prints a run's report and where it is, and says how the command exits.
+fn finish_run_command(
+    outcome: Result<run::RunOutcome, run::DriverError>,
+    options: &RunOptions,
+) -> ExitCode {
+    match outcome {
+        Ok(outcome) => {
+            print!("{}", outcome.report.render());
+            println!(
+                "\nreport: {} (in a browser: {})\nrebuild it: driver report --run {} --runs-dir {}",
+                outcome.run_dir.join("report.txt").display(),
+                outcome.run_dir.join("report.html").display(),
+                outcome.run_id,
+                options.runs_dir.display()
+            );
+            match &outcome.verdict {
+                run::Verdict::Fail { member, reason } => {
+                    println!("FAILED: {member}: {reason}")
                 }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(e.exit_code())
-                }
+                run::Verdict::BadInput(reason) => println!("BAD INPUT: {reason}"),
+                _ => {}
             }
+            ExitCode::from(outcome.verdict.exit_code())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

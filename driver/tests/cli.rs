@@ -320,3 +320,88 @@ fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
         "{stderr}"
     );
 }
+
+/// A sweep of a model the group's repositories lack, or of an entry its config does not have,
+/// is bad input found before any server starts, named by file, line and parameter.
+#[test]
+fn a_sweep_of_what_the_model_repository_lacks_exits_2_naming_the_parameter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let models = std::fs::canonicalize("../models").unwrap();
+    let committed = std::fs::read_to_string("../test-matrices/sweep.yaml")
+        .unwrap()
+        .replace("[../models]", &format!("[{}]", models.display()));
+    let sweep_at = committed.lines().position(|l| l == "sweep:").unwrap() + 1;
+    let cases = [
+        (
+            "    models.no_such_model.max_batch_size: [0, 8]\n",
+            "models.no_such_model.max_batch_size: model \"no_such_model\" has no config.pbtxt in \
+             the model repositories of server template \"cpu\"",
+        ),
+        (
+            "    models.fixed_capacity.instance_group[1].count: [1]\n",
+            "models.fixed_capacity.instance_group[1].count: variant 1 \
+             (models.fixed_capacity.instance_group[1].count=1): \
+             `instance_group[1].count`: the config's `instance_group` has 1 entry (index 1 is \
+             past the end)",
+        ),
+    ];
+    for (parameter, expected) in cases {
+        let written = format!(
+            "{}sweep:\n  server_group: triton\n  parameters:\n{parameter}",
+            committed
+                .lines()
+                .take(sweep_at - 1)
+                .collect::<Vec<_>>()
+                .join("\n")
+                + "\n"
+        );
+        let matrix = tmp.path().join("sweep.yaml");
+        std::fs::write(&matrix, written).unwrap();
+        let line = sweep_at + 3;
+        let out = driver(&[
+            "run",
+            matrix.to_str().unwrap(),
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--no-progress",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!("sweep.yaml:{line}:")) && stderr.contains(expected),
+            "{stderr}"
+        );
+        // Nothing ran: no variant's directory, no store.
+        let run_dir = std::fs::read_dir(&runs)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        assert!(!run_dir.join("variants").exists(), "{}", run_dir.display());
+        assert!(
+            !run_dir.join("store.sqlite").exists(),
+            "{}",
+            run_dir.display()
+        );
+        std::fs::remove_dir_all(&runs).unwrap();
+    }
+
+    // Sweeps run with the local launcher only, for now: said before anything starts.
+    let out = driver(&[
+        "run",
+        "../test-matrices/sweep.yaml",
+        "--launcher",
+        "kube",
+        "--runs-dir",
+        runs.to_str().unwrap(),
+        "--no-progress",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
+    assert!(
+        text(&out.stderr).contains("sweeps run with the local launcher for now"),
+        "{}",
+        describe("run", &out)
+    );
+}

@@ -1163,6 +1163,136 @@ async fn a_matrix_with_models_runs_infer_against_them_and_passes() {
 /// target is p99 <= 125 ms. The controller must find about 40/s at 2 to 4 in flight, have gone
 /// past it (5 in flight: ~150 ms) and come back, and end the run on its own, with the two
 /// workers following its targets live (each started once).
+/// test-matrices/sweep.yaml's instance counts (each instance serves 20 requests/s), each with
+/// server arguments that work and ones tritonserver refuses: capacities near 20, 40 and 80
+/// ranked 4 > 2 > 1, the refused variants listed as failed with why (the sweep goes on), the
+/// best config.pbtxt with count 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    // Only the swept model: a server with every QA model takes seconds longer to start, per
+    // variant.
+    let models = tmp.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    std::os::unix::fs::symlink(
+        repo_root().join("models").join("fixed_capacity"),
+        models.join("fixed_capacity"),
+    )
+    .unwrap();
+    let mut m = committed_matrix("sweep.yaml");
+    m.server_templates["cpu"].model_repositories = vec![models.display().to_string()];
+    let sweep = m.sweep.as_mut().expect("sweep.yaml has a sweep");
+    sweep.parameters.clear();
+    sweep.parameters.insert(
+        "models.fixed_capacity.instance_group[0].count".into(),
+        vec![json!(1), json!(2), json!(4)],
+    );
+    sweep.parameters.insert(
+        "server.args".into(),
+        vec![json!(["--log-verbose=0"]), json!(["--no-such-flag"])],
+    );
+    // One measurement each keeps the test to ~2 minutes; `confirm_best` is the same run again.
+    sweep.confirm_best = false;
+    let matrix = tmp.path().join("sweep.yaml");
+    std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
+    let run_id = "e2e-sweep";
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, run_id, "120s").await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let sweep = &report["sweep"];
+    let variants = sweep["variants"].as_array().expect("variants");
+    let count =
+        |v: &Value| v["parameters"]["models.fixed_capacity.instance_group[0].count"].clone();
+    let args = |v: &Value| v["parameters"]["server.args"][0].clone();
+    let brief: Vec<String> = variants
+        .iter()
+        .map(|v| {
+            format!(
+                "{} {} {} {} {}",
+                count(v),
+                args(v),
+                v["status"],
+                v["max_qps"],
+                v["why"]
+            )
+        })
+        .collect();
+    let order: Vec<(Value, Value)> = variants.iter().map(|v| (count(v), args(v))).collect();
+    let good = json!("--log-verbose=0");
+    assert_eq!(
+        order[..3],
+        [
+            (json!(4), good.clone()),
+            (json!(2), good.clone()),
+            (json!(1), good.clone())
+        ],
+        "{brief:#?}"
+    );
+    for (v, expected) in variants.iter().zip([80.0, 40.0, 20.0]) {
+        let qps = v["max_qps"].as_f64().unwrap_or_else(|| panic!("{v:#}"));
+        assert!(
+            (qps - expected).abs() <= 0.15 * expected,
+            "{qps} QPS, expected {expected} ± 15%: {sweep:#}"
+        );
+        assert_eq!(v["status"], "measured");
+        assert!(v["p99_ms"].as_f64().unwrap() <= 125.0 * 1.05, "{v:#}");
+        // Each variant is a capacity run of its own, in the sweep's store.
+        let own = read_json(
+            &run_dir
+                .join("variants")
+                .join(format!("v{}", v["index"]))
+                .join("report.json"),
+        );
+        assert_eq!(own["run_id"], v["run_id"]);
+        assert_eq!(own["verdict"], "PASS");
+    }
+    for refused in &variants[3..] {
+        assert_eq!(args(refused), json!("--no-such-flag"), "{brief:#?}");
+        assert_eq!(refused["status"], "failed", "{brief:#?}");
+        assert!(
+            refused["why"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("triton-0"),
+            "{brief:#?}"
+        );
+    }
+    assert_eq!(sweep["grid_size"], 6);
+    let best = &sweep["best"];
+    assert_eq!(count(best), json!(4));
+    let config = best["configs"]["fixed_capacity"].as_str().unwrap();
+    assert!(config.contains("count: 4"), "{config}");
+    let written = read(&run_dir.join("best/fixed_capacity/config.pbtxt"));
+    assert_eq!(written, config);
+    let diff = best["config_diffs"]["fixed_capacity"].as_str().unwrap();
+    let changed: Vec<&str> = diff.lines().filter(|l| !l.starts_with("  ")).collect();
+    assert_eq!(changed, ["-   count: 2", "+   count: 4"], "{diff}");
+    // The best repository serves: its config is the variant's, its model files the original's.
+    let repo = PathBuf::from(best["model_repository"].as_str().unwrap());
+    assert_eq!(read(&repo.join("fixed_capacity/config.pbtxt")), config);
+    assert!(repo.join("fixed_capacity/1/model.py").exists());
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("== Sweep of server group triton"), "{text}");
+    let html = read(&run_dir.join("report.html"));
+    assert_eq!(
+        html.matches("<rect class=\"bar").count(),
+        3,
+        "one bar per answer"
+    );
+    // `driver report` rebuilds it from the store.
+    let rebuilt = driver_cli(&[
+        "report",
+        "--run",
+        run_id,
+        "--runs-dir",
+        run_dir.parent().unwrap().to_str().unwrap(),
+    ]);
+    assert!(rebuilt.status.success(), "{rebuilt:?}");
+    assert_eq!(String::from_utf8_lossy(&rebuilt.stdout), text);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
     let _one_run = RUN_LOCK.lock().await;

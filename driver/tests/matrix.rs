@@ -71,6 +71,23 @@ fn every_committed_matrix_validates() {
 /// One malformed matrix per rule, with the exact diagnostics it must give.
 const BAD: &[(&str, &str)] = &[
     (
+        "bad-sweep.yaml",
+        "15:13: sweep.parallel: variants run one at a time for now (found 2): parallel servers on one machine share its cores and confound each other\n\
+         17:5: sweep.parameters.models.fixed_capacity.instance_group[0].cont: `instance_group[0].cont`: ModelInstanceGroup has no field `cont` (its fields: name, count, gpus, kind, profile, rate_limiter, passive, secondary_devices, host_policy)\n\
+         18:56: sweep.parameters.models.fixed_capacity.instance_group[0].count[1]: `instance_group[0].count` takes an integer, found \"2\"\n\
+         18:64: sweep.parameters.models.fixed_capacity.instance_group[0].count[3]: value 1 is listed twice\n\
+         19:5: sweep.parameters.models.fixed_capacity.instance_group.count: `instance_group.count`: `instance_group` is a list: name an entry, `instance_group[0].count`\n\
+         20:74: sweep.parameters.models.fixed_capacity.dynamic_batching.max_queue_delay_microseconds: an empty list of values\n\
+         21:62: sweep.parameters.models.fixed_capacity.instance_group[0].kind[1]: `instance_group[0].kind` takes one of KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL, found \"KIND_TPU\"\n\
+         22:19: sweep.parameters.server.args[0]: server.args takes a list of strings (the whole argument list), found \"--log-verbose=1\"\n\
+         23:34: sweep.parameters.server.env.OMP_NUM_THREADS[0]: server.env.OMP_NUM_THREADS takes a string, found 1 (quote it: \"1\")\n\
+         24:5: sweep.parameters.server.flags: unknown parameter `server.flags`: use server.args, server.tritonserver.binary, server.tritonserver.image, server.version, server.env.NAME, server.resources or models.NAME.FIELD",
+    ),
+    (
+        "sweep-grid-too-large.yaml",
+        "15:3: sweep.parameters: the grid has 9 variants (models.fixed_capacity.instance_group[0].count: 3 x models.fixed_capacity.dynamic_batching: 3), more than max_variants 8: fewer values, or a larger max_variants",
+    ),
+    (
         "bad-faults.yaml",
         "13:27: faults[0].target: unknown target \"triton-2\": name a launched server group (triton) or one of its members (`<group>-<index>`)\n\
          14:13: faults[1].name: fault name \"kill\" is used twice (see faults[0].name at 13:7)\n\
@@ -764,7 +781,7 @@ fn more_rules() {
         (
             "version: 1\n",
             "version: 1\nextra: true\n",
-            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity, regression, report, known_issues, faults",
+            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity, regression, report, known_issues, faults, sweep",
         ),
         (
             "  duration: 10s\n",

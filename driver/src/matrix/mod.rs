@@ -31,9 +31,11 @@ mod error;
 mod expand;
 pub mod faults;
 mod fingerprint;
+pub mod model_config;
 mod reference;
 pub mod slo;
 mod source;
+pub mod sweep;
 mod types;
 mod validate;
 
@@ -282,10 +284,26 @@ impl Matrix {
             .fold(FieldPath::root().key("faults").index(index), |p, key| {
                 p.key(key)
             });
+        self.locate(&path)
+    }
+
+    /// `FILE:LINE:COLUMN: sweep.parameters.PATH`: a sweep parameter (whose PATH holds dots),
+    /// located in the matrix's file, for a problem found once the run reads files.
+    pub fn locate_sweep_parameter(&self, parameter: &str) -> String {
+        self.locate(
+            &FieldPath::root()
+                .key("sweep")
+                .key("parameters")
+                .key(parameter),
+        )
+    }
+
+    /// `FILE:LINE:COLUMN: PATH` of a field's value, or the path alone when the file is gone.
+    fn locate(&self, path: &FieldPath) -> String {
         let located = self.source_path.as_deref().and_then(|file| {
             let text = std::fs::read_to_string(file).ok()?;
             let (map, _) = SourceMap::scan(&text).ok()?;
-            let position = map.locate(&path, Anchor::Value)?;
+            let position = map.locate(path, Anchor::Value)?;
             Some(format!("{}:{position}", file.display()))
         });
         match located {

@@ -87,6 +87,12 @@ pub struct Matrix {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<super::faults::Fault>,
 
+    /// Which configuration of a server group serves most at the target (capacity mode): each
+    /// combination of the parameters' values gets its own servers and a capacity search, and
+    /// the report ranks them and names the best with its config.pbtxt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<super::sweep::Sweep>,
+
     /// The file this matrix was loaded from, set by [`super::load`]; relative local paths
     /// (model repositories, binaries) are resolved against its directory. Not part of the YAML.
     #[serde(skip)]

@@ -1410,6 +1410,7 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
     ));
     c.capacity(m);
     c.issues.extend(check_faults(m));
+    c.issues.extend(check_sweep(m));
     if let Some(r) = &m.regression {
         if !(r.threshold.is_finite() && r.threshold > 0.0) {
             c.push(
@@ -1840,6 +1841,191 @@ fn check_prometheus(p: &PrometheusSource) -> Result<(), SourceProblem> {
         });
     }
     Ok(())
+}
+
+/// The rules of `sweep:` that need no file: a capacity-mode matrix, a launched server group,
+/// known PATHs, values of their fields' types, no empty list, a grid within `max_variants`.
+/// Whether each swept model's config exists and takes every value is checked before the run
+/// starts (`run::sweep`).
+fn check_sweep(m: &Matrix) -> Vec<Issue> {
+    use super::sweep::{MAX_SWEEP_VARIANTS, SweepParam};
+    let Some(sweep) = &m.sweep else {
+        return Vec::new();
+    };
+    let mut issues = Vec::new();
+    let mut push = |path: FieldPath, anchor: Anchor, message: String| {
+        issues.push(Issue {
+            path,
+            anchor,
+            message,
+            also: None,
+        })
+    };
+    let root = FieldPath::root().key("sweep");
+    if m.run.mode != RunMode::Capacity {
+        push(
+            root.clone(),
+            Anchor::Key,
+            "a sweep ranks variants by their capacity: it needs `run.mode: capacity`".into(),
+        );
+    }
+    if !m.faults.is_empty() {
+        push(
+            root.clone(),
+            Anchor::Key,
+            "a sweep measures capacity; injected faults would be measured with it".into(),
+        );
+    }
+    match m.server_groups.get(&sweep.server_group) {
+        None => push(
+            root.key("server_group"),
+            Anchor::Value,
+            format!(
+                "no server group {:?} (groups: {})",
+                sweep.server_group,
+                m.server_groups
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        Some(g) if g.is_external() => push(
+            root.key("server_group"),
+            Anchor::Value,
+            format!(
+                "server group {:?} names existing servers (`endpoints`): a sweep launches the \
+                 servers it configures",
+                sweep.server_group
+            ),
+        ),
+        Some(_) => {}
+    }
+    if sweep.parameters.is_empty() {
+        push(
+            root.key("parameters"),
+            Anchor::Key,
+            "no parameters: name at least one PATH and its values".into(),
+        );
+    }
+    for (text, values) in &sweep.parameters {
+        let path = root.key("parameters").key(text.as_str());
+        let param = match SweepParam::parse(text) {
+            Ok(SweepParam::ServerEnv(name)) if !is_env_name(&name) => {
+                push(
+                    path,
+                    Anchor::Key,
+                    format!("`{text}`: {name:?} is not an environment variable's name"),
+                );
+                continue;
+            }
+            Ok(p) => p,
+            Err(why) => {
+                push(path, Anchor::Key, why);
+                continue;
+            }
+        };
+        if values.is_empty() {
+            push(
+                path.clone(),
+                Anchor::Value,
+                "an empty list of values".into(),
+            );
+        }
+        for (i, value) in values.iter().enumerate() {
+            if let Err(why) = check_sweep_value(&param, value) {
+                push(path.index(i), Anchor::Value, why);
+            }
+        }
+        if let Some(again) = (1..values.len()).find(|&i| values[..i].contains(&values[i])) {
+            push(
+                path.index(again),
+                Anchor::Value,
+                format!("value {} is listed twice", values[again]),
+            );
+        }
+    }
+    if !(1..=MAX_SWEEP_VARIANTS).contains(&sweep.max_variants) {
+        push(
+            root.key("max_variants"),
+            Anchor::Value,
+            format!(
+                "must be from 1 to {MAX_SWEEP_VARIANTS}, found {}",
+                sweep.max_variants
+            ),
+        );
+    } else if sweep.grid_size() > u64::from(sweep.max_variants) {
+        let sizes: Vec<String> = sweep
+            .parameters
+            .iter()
+            .map(|(p, v)| format!("{p}: {}", v.len()))
+            .collect();
+        push(
+            root.key("parameters"),
+            Anchor::Key,
+            format!(
+                "the grid has {} variants ({}), more than max_variants {}: fewer values, or a \
+                 larger max_variants",
+                sweep.grid_size(),
+                sizes.join(" x "),
+                sweep.max_variants
+            ),
+        );
+    }
+    if sweep.parallel != 1 {
+        push(
+            root.key("parallel"),
+            Anchor::Value,
+            format!(
+                "variants run one at a time for now (found {}): parallel servers on one machine \
+                 share its cores and confound each other",
+                sweep.parallel
+            ),
+        );
+    }
+    if let Some(c) = &sweep.constraints
+        && c.model_instances_max == Some(0)
+    {
+        push(
+            root.key("constraints").key("model_instances_max"),
+            Anchor::Value,
+            "must be at least 1".into(),
+        );
+    }
+    issues
+}
+
+/// Whether `value` is of the type the sweep parameter takes.
+fn check_sweep_value(
+    param: &super::sweep::SweepParam,
+    value: &serde_json::Value,
+) -> Result<(), String> {
+    use super::sweep::SweepParam;
+    let string = |what: &str| match value {
+        serde_json::Value::String(s) if !s.is_empty() => Ok(()),
+        _ => Err(format!("{what} takes a non-empty string, found {value}")),
+    };
+    match param {
+        SweepParam::ServerArgs => match value.as_array() {
+            Some(items) if items.iter().all(|a| a.is_string()) => Ok(()),
+            _ => Err(format!(
+                "server.args takes a list of strings (the whole argument list), found {value}"
+            )),
+        },
+        SweepParam::ServerBinary => string("server.tritonserver.binary"),
+        SweepParam::ServerImage => string("server.tritonserver.image"),
+        SweepParam::ServerVersion => string("server.version"),
+        SweepParam::ServerEnv(name) => match value {
+            serde_json::Value::String(_) => Ok(()),
+            _ => Err(format!(
+                "server.env.{name} takes a string, found {value} (quote it: \"{value}\")"
+            )),
+        },
+        SweepParam::ServerResources => serde_json::from_value::<Resources>(value.clone())
+            .map(drop)
+            .map_err(|e| format!("server.resources: {e}")),
+        SweepParam::Model { path, .. } => path.value_of(value).map(drop),
+    }
 }
 
 #[cfg(test)]

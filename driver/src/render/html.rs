@@ -179,6 +179,7 @@ details.failed-member{border:1px solid #d0d7de;border-radius:6px;margin:.5em 0;p
 details.failed-member summary{cursor:pointer;font-weight:bold}
 pre{background:#f6f8fa;padding:.5em;overflow-x:auto;font-size:12px;white-space:pre-wrap;word-break:break-all}
 .plots-row{display:flex;flex-wrap:wrap;gap:1em}.plots-row figure{flex:1 1 360px}
+svg rect.bar{fill:#8c959f}svg rect.bar.front{fill:#1a7f37}svg text.bad{fill:#cf222e}
 ";
 
 /// Expand or collapse every failed member's section; open the one a link (`#member-...`) names.
@@ -808,6 +809,9 @@ fn tables(out: &mut String, r: &Report) {
         }
     }
 
+    if let Some(s) = &r.sweep {
+        sweep(out, s);
+    }
     if let Some(c) = &r.capacity {
         out.push_str("<h2 id=\"capacity\">Capacity</h2>\n");
         let rows: Vec<(String, String)> = c
@@ -861,6 +865,172 @@ fn tables(out: &mut String, r: &Report) {
                 esc(&a.group),
                 esc(&a.phase),
                 esc(&super::text::autoscaler(&a.autoscaler))
+            );
+        }
+    }
+}
+
+/// A sweep: a bar of capacity per variant (best first; failed and skipped variants named
+/// with why), its table, and the best variant's config change.
+fn sweep(out: &mut String, s: &crate::capacity::sweep::SweepAnswer) {
+    use crate::capacity::sweep::VariantStatus;
+    let _ = writeln!(
+        out,
+        "<h2 id=\"sweep\">Sweep of server group {}</h2>\n<p>{} of {} variants run ({}), target p99 {} ms.</p>",
+        esc(&s.server_group),
+        s.measured,
+        s.grid_size,
+        esc(&s.search),
+        s.target_p99_ms
+    );
+    let label = |v: &crate::capacity::sweep::VariantResult| {
+        let params: Vec<String> = v
+            .parameters
+            .iter()
+            .map(|(p, x)| format!("{p}={x}"))
+            .collect();
+        format!("#{} {}", v.index, params.join(", "))
+    };
+    // Bars: one row each, scaled to the best capacity.
+    let top = s
+        .variants
+        .iter()
+        .filter_map(|v| v.max_qps)
+        .fold(0.0, f64::max);
+    let (row, label_w, bar_w) = (22.0, 360.0, 320.0);
+    let height = row * s.variants.len() as f64 + 8.0;
+    let _ = write!(
+        out,
+        "<figure class=\"plot\" data-plot=\"sweep\"><figcaption>Capacity per variant (QPS within the target; green: on the Pareto front)</figcaption>\
+         <svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {w} {height}\" width=\"{w}\" height=\"{height}\" role=\"img\">",
+        w = label_w + bar_w + 80.0
+    );
+    for (i, v) in s.variants.iter().enumerate() {
+        let y = 4.0 + row * i as f64;
+        let _ = write!(
+            out,
+            "<text x=\"0\" y=\"{}\" font-size=\"12\">{}</text>",
+            y + 15.0,
+            esc(&label(v))
+        );
+        match (v.status, v.max_qps) {
+            (VariantStatus::Measured, Some(q)) if top > 0.0 => {
+                let _ = write!(
+                    out,
+                    "<rect class=\"bar{}\" x=\"{label_w}\" y=\"{}\" width=\"{:.1}\" height=\"{}\"><title>{}: {q:.1} QPS</title></rect>\
+                     <text x=\"{:.1}\" y=\"{}\" font-size=\"12\">{q:.1}</text>",
+                    if s.pareto.contains(&v.index) {
+                        " front"
+                    } else {
+                        ""
+                    },
+                    y + 3.0,
+                    bar_w * q / top,
+                    row - 6.0,
+                    esc(&label(v)),
+                    label_w + bar_w * q / top + 4.0,
+                    y + 15.0
+                );
+            }
+            _ => {
+                let what = match v.status {
+                    VariantStatus::Measured => "no answer within the target".to_string(),
+                    VariantStatus::Failed => format!("failed: {}", v.why.as_deref().unwrap_or("")),
+                    VariantStatus::Skipped => {
+                        format!("skipped: {}", v.why.as_deref().unwrap_or(""))
+                    }
+                };
+                let _ = write!(
+                    out,
+                    "<text class=\"bad\" x=\"{label_w}\" y=\"{}\" font-size=\"12\">{}</text>",
+                    y + 15.0,
+                    esc(&what)
+                );
+            }
+        }
+    }
+    out.push_str("</svg></figure>\n");
+    let dash = || "-".to_string();
+    let rows: Vec<(String, String)> = s
+        .variants
+        .iter()
+        .map(|v| {
+            (
+                if v.status == VariantStatus::Measured && v.max_qps.is_some() {
+                    ""
+                } else {
+                    "bad"
+                }
+                .to_string(),
+                [
+                    num(v.index),
+                    td(&v
+                        .parameters
+                        .iter()
+                        .map(|(p, x)| format!("{p}={x}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")),
+                    num(v.max_qps.map_or_else(dash, |q| format!("{q:.1}"))),
+                    num(v.p99_ms.map_or_else(dash, |p| format!("{p:.2}"))),
+                    num(v.concurrency.map_or_else(dash, |c| c.to_string())),
+                    num(v.model_instances.map_or_else(dash, |c| c.to_string())),
+                    num(v
+                        .server_memory_bytes
+                        .map_or_else(dash, |b| format!("{:.0}", b / 1048576.0))),
+                    td(if s.pareto.contains(&v.index) {
+                        "yes"
+                    } else {
+                        ""
+                    }),
+                    td(&match v.status {
+                        VariantStatus::Measured => v.ending.clone().unwrap_or_else(dash),
+                        _ => format!(
+                            "{}: {}",
+                            if v.status == VariantStatus::Failed {
+                                "failed"
+                            } else {
+                                "skipped"
+                            },
+                            v.why.as_deref().unwrap_or("")
+                        ),
+                    }),
+                ]
+                .concat(),
+            )
+        })
+        .collect();
+    table(
+        out,
+        "sweep",
+        &[
+            "#",
+            "Parameters",
+            "Max QPS",
+            "p99 ms",
+            "Concurrency",
+            "Instances",
+            "Memory MiB",
+            "Pareto",
+            "Ending",
+        ],
+        &rows,
+    );
+    if let Some(b) = &s.best {
+        let _ = writeln!(
+            out,
+            "<p class=\"best\">Best: variant {} at {:.1} QPS{}.</p>",
+            b.index,
+            b.max_qps,
+            b.confirmed_qps
+                .map(|q| format!(" (measured again: {q:.1} QPS)"))
+                .unwrap_or_default()
+        );
+        for (model, diff) in &b.config_diffs {
+            let _ = writeln!(
+                out,
+                "<h3>{}/config.pbtxt against the original</h3>\n<pre class=\"config-diff\">{}</pre>",
+                esc(model),
+                esc(diff)
             );
         }
     }
@@ -1807,6 +1977,54 @@ mod tests {
         assert!(!html.contains("://"), "{html}");
         assert!(!html.contains(" src="), "{html}");
         assert!(html.contains("content=\"default-src 'none';"), "{html}");
+    }
+
+    #[test]
+    fn a_sweep_draws_a_bar_per_answer_names_the_failed_and_escapes_parameters() {
+        use crate::capacity::sweep::{SweepAnswer, VariantResult, VariantStatus};
+        let variant = |index: usize, status, qps: Option<f64>, why: Option<&str>| VariantResult {
+            index,
+            parameters: indexmap::IndexMap::from([(
+                "server.env.X".to_string(),
+                serde_json::json!(format!("<v{index}>")),
+            )]),
+            status,
+            run_id: None,
+            max_qps: qps,
+            p99_ms: qps.map(|_| 100.0),
+            concurrency: qps.map(|_| 4),
+            ending: qps.map(|_| "converged".to_string()),
+            model_instances: Some(1),
+            gpus: 0,
+            server_memory_bytes: None,
+            server_cpu_utilization: None,
+            why: why.map(str::to_string),
+        };
+        let mut r = Report::default();
+        r.sweep = Some(SweepAnswer {
+            server_group: "triton".into(),
+            search: "grid".into(),
+            target_p99_ms: 125.0,
+            grid_size: 4,
+            measured: 3,
+            variants: vec![
+                variant(2, VariantStatus::Measured, Some(40.0), None),
+                variant(1, VariantStatus::Measured, Some(20.0), None),
+                variant(3, VariantStatus::Failed, None, Some("FAIL: triton-0: <exited>")),
+                variant(4, VariantStatus::Skipped, None, Some("over the limit")),
+            ],
+            pareto: vec![2],
+            best: None,
+        });
+        let html = render(&r);
+        let f = figure(&html, "sweep");
+        assert_eq!(f.matches("<rect class=\"bar").count(), 2, "{f}");
+        assert_eq!(f.matches("<rect class=\"bar front\"").count(), 1, "{f}");
+        // Scaled to the best: the second bar is half as long.
+        assert!(f.contains("width=\"320.0\"") && f.contains("width=\"160.0\""), "{f}");
+        assert!(f.contains("failed: FAIL: triton-0: &lt;exited&gt;"), "{f}");
+        assert!(f.contains("skipped: over the limit"), "{f}");
+        assert!(!html.contains("<v1>"), "parameters are escaped");
     }
 
     #[test]

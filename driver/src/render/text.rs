@@ -91,6 +91,94 @@ impl CapacityReport {
     }
 }
 
+/// A sweep: its variants by capacity, the Pareto front, and the best with its config change.
+fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
+    use crate::capacity::sweep::VariantStatus;
+    let _ = writeln!(
+        out,
+        "\n== Sweep of server group {} ({}: {} of {} variants run, target p99 {} ms) ==",
+        sweep.server_group, sweep.search, sweep.measured, sweep.grid_size, sweep.target_p99_ms
+    );
+    let _ = writeln!(
+        out,
+        "{:>4} {:>9} {:>8} {:>11} {:>9} {:>9} {:>6}  {:<14} parameters",
+        "#", "Max QPS", "p99 ms", "Concurrency", "Instances", "Mem MiB", "CPU %", "ending"
+    );
+    let dash = || "-".to_string();
+    for v in &sweep.variants {
+        let ending = match v.status {
+            VariantStatus::Measured => v.ending.clone().unwrap_or_else(dash),
+            VariantStatus::Failed => "FAILED".into(),
+            VariantStatus::Skipped => "skipped".into(),
+        };
+        let front = if sweep.pareto.contains(&v.index) {
+            "*"
+        } else {
+            " "
+        };
+        let params: Vec<String> = v
+            .parameters
+            .iter()
+            .map(|(p, x)| format!("{p}={x}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:>3}{front} {:>9} {:>8} {:>11} {:>9} {:>9} {:>6}  {:<14} {}",
+            v.index,
+            v.max_qps.map_or_else(dash, |q| format!("{q:.1}")),
+            v.p99_ms.map_or_else(dash, |p| format!("{p:.2}")),
+            v.concurrency.map_or_else(dash, |c| c.to_string()),
+            v.model_instances.map_or_else(dash, |c| c.to_string()),
+            v.server_memory_bytes
+                .map_or_else(dash, |b| format!("{:.0}", b / 1048576.0)),
+            v.server_cpu_utilization
+                .map_or_else(dash, |c| format!("{:.0}", c * 100.0)),
+            ending,
+            params.join(", ")
+        );
+        if let Some(why) = &v.why {
+            let _ = writeln!(out, "       {why}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "* on the Pareto front: no other variant serves as much at no more cost (instances) and memory"
+    );
+    match &sweep.best {
+        None => {
+            let _ = writeln!(out, "Best: none (no variant met the target)");
+        }
+        Some(b) => {
+            let params: Vec<String> = b
+                .parameters
+                .iter()
+                .map(|(p, x)| format!("{p}={x}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "Best: variant {} ({}): {:.1} QPS within the target{}",
+                b.index,
+                params.join(", "),
+                b.max_qps,
+                match (b.confirmed_qps, &b.confirm_run_id) {
+                    (Some(q), _) => format!("; measured again: {q:.1} QPS"),
+                    (None, Some(_)) => "; measured again: no answer".into(),
+                    (None, None) => String::new(),
+                }
+            );
+            if let Some(repo) = &b.model_repository {
+                let _ = writeln!(out, "  model repository: {repo}");
+            }
+            for (model, diff) in &b.config_diffs {
+                let _ = writeln!(out, "  {model}/config.pbtxt against the original:");
+                for line in diff.lines().filter(|l| !l.starts_with("  ")) {
+                    let _ = writeln!(out, "    {line}");
+                }
+            }
+        }
+    }
+}
+
 /// A spike phase: the jump, what got through, and the recovery; then its windows.
 fn render_spike(out: &mut String, group: &str, s: &crate::capacity::phase::SpikeRecord) {
     let r = &s.result;
@@ -189,6 +277,23 @@ impl Report {
             .finished_at_ms
             .map(|f| format!("{:.1} s", (f - self.started_at_ms) as f64 / 1000.0))
             .unwrap_or_else(|| "still running".into());
+        if let Some(sweep) = &self.sweep {
+            // A sweep's own run drives no load: its variants' runs do, each with its report.
+            let _ = writeln!(
+                out,
+                "Sweep {} ({} launcher): {}\nMatrix run name: {}; took {}",
+                self.run_id, self.launcher, self.verdict, self.name, took
+            );
+            render_sweep(&mut out, sweep);
+            let _ = writeln!(
+                out,
+                "\nEach variant's capacity run has its own report: variants/v<N>/report.txt; \
+                 `driver report --run {}-v<N> --database-url URL` rebuilds it from the sweep's \
+                 store (locally sqlite://<this directory>/store.sqlite).",
+                self.run_id
+            );
+            return out;
+        }
         let _ = writeln!(
             out,
             "Run {} ({} launcher): {}\nMatrix run name: {}; took {}; load phase {:.1} s\n",

@@ -106,6 +106,10 @@ pub struct Report {
     /// Capacity mode's answers (absent for a soak run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityReport>,
+    /// A sweep's answer: its variants ranked by capacity, the Pareto front and the best
+    /// (absent unless the run is a sweep; each variant's own run has its capacity report).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<crate::capacity::sweep::SweepAnswer>,
     /// The run over time: latency percentiles per interval and the servers' metrics.
     pub timeline: crate::report::timeline::Timeline,
     /// Per model: the servers' successes against the workers' OK answers.
@@ -520,6 +524,12 @@ impl Report {
             .map(|(_, p)| p)
             .collect();
         let capacity = (!phases.is_empty()).then(|| CapacityReport::new(phases));
+        let sweep = store
+            .documents::<crate::capacity::sweep::SweepAnswer>(&run_key)
+            .await?
+            .into_iter()
+            .next()
+            .map(|(_, a)| a);
         let baseline = store
             .document::<crate::judge::regression::Comparison>(&run_key, "")
             .await?;
@@ -700,6 +710,7 @@ impl Report {
                 .unwrap_or_default(),
             baseline,
             capacity,
+            sweep,
             timeline,
             reconciliation,
             traces,

@@ -20,6 +20,7 @@ mod poll;
 mod progress;
 pub mod sampler;
 mod slo_check;
+pub mod sweep;
 
 use driver::Driver;
 use lease::Lease;

@@ -1,0 +1,491 @@
+//! Sweeps, pure: the variants of a `sweep:` (its grid), what each changes in the matrix and in
+//! its models' configs, and the answer: variants ranked by capacity, the Pareto front of
+//! capacity against cost, and the best. `crate::run` runs each variant as a capacity run.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::matrix::model_config;
+use crate::matrix::sweep::{Sweep, SweepParam};
+use crate::matrix::{Matrix, ServerTemplate};
+
+/// One point of the grid: each parameter's value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Variant {
+    /// From 1, in grid order.
+    pub index: usize,
+    pub parameters: IndexMap<String, serde_json::Value>,
+}
+
+impl Variant {
+    /// `PATH=VALUE, ...`, values as JSON.
+    pub fn label(&self) -> String {
+        self.parameters
+            .iter()
+            .map(|(p, v)| format!("{p}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Every combination of the parameters' values, the first parameter varying slowest.
+pub fn grid(sweep: &Sweep) -> Vec<Variant> {
+    let mut combos: Vec<IndexMap<String, serde_json::Value>> = vec![IndexMap::new()];
+    for (path, values) in &sweep.parameters {
+        combos = combos
+            .into_iter()
+            .flat_map(|combo| {
+                values.iter().map(move |v| {
+                    let mut next = combo.clone();
+                    next.insert(path.clone(), v.clone());
+                    next
+                })
+            })
+            .collect();
+    }
+    combos
+        .into_iter()
+        .enumerate()
+        .map(|(i, parameters)| Variant {
+            index: i + 1,
+            parameters,
+        })
+        .collect()
+}
+
+/// The models whose configs the sweep changes, in parameter order.
+pub fn swept_models(sweep: &Sweep) -> Vec<String> {
+    let mut models: Vec<String> = Vec::new();
+    for path in sweep.parameters.keys() {
+        if let Ok(p) = SweepParam::parse(path)
+            && let Some(m) = p.model()
+            && !models.iter().any(|x| x == m)
+        {
+            models.push(m.to_string());
+        }
+    }
+    models
+}
+
+/// Each swept model's config.pbtxt in `variant`: its original (`originals`, by model) with the
+/// variant's values set. The error names the parameter and why (e.g. an entry past the end).
+pub fn model_configs(
+    originals: &BTreeMap<String, String>,
+    variant: &Variant,
+) -> Result<BTreeMap<String, String>, (String, String)> {
+    let mut configs = BTreeMap::new();
+    for (model, text) in originals {
+        let mut config = model_config::parse(text).map_err(|e| {
+            (
+                format!("models.{model}"),
+                format!("its config.pbtxt does not parse: {e}"),
+            )
+        })?;
+        for (path, value) in &variant.parameters {
+            let param = SweepParam::parse(path).map_err(|e| (path.clone(), e))?;
+            if let SweepParam::Model { model: m, path: p } = param
+                && &m == model
+            {
+                p.set(&mut config, value).map_err(|e| (path.clone(), e))?;
+            }
+        }
+        configs.insert(model.clone(), model_config::to_text(&config));
+    }
+    Ok(configs)
+}
+
+/// How many model instances a config asks for: the sum of its `instance_group` counts (an
+/// entry without a count is Triton's default, 1); no instance_group: 1.
+pub fn model_instances(config_text: &str) -> Option<u32> {
+    let config = model_config::parse(config_text).ok()?;
+    let groups = config.get_field_by_name("instance_group")?;
+    let groups = groups.as_list()?;
+    if groups.is_empty() {
+        return Some(1);
+    }
+    Some(
+        groups
+            .iter()
+            .filter_map(|g| g.as_message())
+            .map(|g| {
+                g.get_field_by_name("count")
+                    .and_then(|c| c.as_i32())
+                    .filter(|c| *c > 0)
+                    .map_or(1, |c| c as u32)
+            })
+            .sum(),
+    )
+}
+
+/// Sets the variant's `server.*` values on a template.
+pub fn apply_server(template: &mut ServerTemplate, variant: &Variant) -> Result<(), String> {
+    use crate::matrix::Artifact;
+    let string = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    for (path, value) in &variant.parameters {
+        match SweepParam::parse(path)? {
+            SweepParam::ServerArgs => {
+                template.args =
+                    serde_json::from_value(value.clone()).map_err(|e| format!("{path}: {e}"))?;
+            }
+            SweepParam::ServerBinary => template.tritonserver = Artifact::Binary(string(value)),
+            SweepParam::ServerImage => template.tritonserver = Artifact::Image(string(value)),
+            SweepParam::ServerVersion => template.version = Some(string(value)),
+            SweepParam::ServerEnv(name) => {
+                template.env.insert(name, string(value));
+            }
+            SweepParam::ServerResources => {
+                template.resources = Some(
+                    serde_json::from_value(value.clone()).map_err(|e| format!("{path}: {e}"))?,
+                );
+            }
+            SweepParam::Model { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+/// The matrix a variant runs: the sweep's, with the swept group's template changed (a copy
+/// when other groups use it too), its model repositories replaced by `repositories` (the
+/// variant's, when it changes model configs), its own run name and no sweep.
+pub fn variant_matrix(
+    matrix: &Matrix,
+    variant: &Variant,
+    repositories: Option<Vec<String>>,
+) -> Result<Matrix, String> {
+    let sweep = matrix.sweep.as_ref().ok_or("not a sweep")?;
+    let mut m = matrix.clone();
+    m.sweep = None;
+    let group = m
+        .server_groups
+        .get(&sweep.server_group)
+        .ok_or_else(|| format!("no server group {:?}", sweep.server_group))?;
+    let template_name = group
+        .template
+        .clone()
+        .ok_or_else(|| format!("server group {:?} has no template", sweep.server_group))?;
+    let mut template = m
+        .server_templates
+        .get(&template_name)
+        .cloned()
+        .ok_or_else(|| format!("no server template {template_name:?}"))?;
+    apply_server(&mut template, variant)?;
+    if let Some(repositories) = repositories {
+        template.model_repositories = repositories;
+    }
+    let shared = m.server_groups.iter().any(|(name, g)| {
+        name != &sweep.server_group && g.template.as_ref() == Some(&template_name)
+    });
+    if shared {
+        let copy = format!("{template_name}-v{}", variant.index);
+        m.server_templates.insert(copy.clone(), template);
+        if let Some(g) = m.server_groups.get_mut(&sweep.server_group) {
+            g.template = Some(copy);
+        }
+    } else {
+        m.server_templates.insert(template_name, template);
+    }
+    m.run.name = variant_run_name(&matrix.run.name, variant.index);
+    Ok(m)
+}
+
+/// `<name>-v<index>`, within a DNS label's 63 characters.
+pub fn variant_run_name(name: &str, index: usize) -> String {
+    let suffix = format!("-v{index}");
+    let keep = crate::matrix::MAX_LABEL_LEN.saturating_sub(suffix.len());
+    let mut base: String = name.chars().take(keep).collect();
+    while base.ends_with('-') {
+        base.pop();
+    }
+    format!("{base}{suffix}")
+}
+
+/// What became of a variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VariantStatus {
+    /// Its capacity search ran and gave an answer (see `ending` for how it ended).
+    Measured,
+    /// Its run failed (the server did not start, wrong answers, ...): `why`.
+    Failed,
+    /// Not run: it breaks a constraint (`why`), or the sweep was interrupted.
+    Skipped,
+}
+
+/// One variant in the answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariantResult {
+    pub index: usize,
+    pub parameters: IndexMap<String, serde_json::Value>,
+    pub status: VariantStatus,
+    /// Its capacity run (None: not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The most QPS measured within the target (None: none met it).
+    pub max_qps: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// The group's total concurrency of the answer.
+    pub concurrency: Option<u32>,
+    /// How the capacity search ended (converged, not_saturated, unreachable, ...).
+    pub ending: Option<String>,
+    /// The swept models' instances (the cost where there is no GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_instances: Option<u32>,
+    /// GPUs per server (`server.resources.gpus`); 0: none.
+    #[serde(default)]
+    pub gpus: u32,
+    /// The group's servers' peak resident memory during the run, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_memory_bytes: Option<f64>,
+    /// Triton's `nv_cpu_utilization` averaged over the run (0..1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_utilization: Option<f64>,
+    /// Why it failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+impl VariantResult {
+    /// What it costs: model instances, times the GPUs where it has any.
+    pub fn cost(&self) -> Option<u32> {
+        self.model_instances.map(|i| i * self.gpus.max(1))
+    }
+}
+
+/// The best variant: its second measurement and what to deploy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BestVariant {
+    pub index: usize,
+    pub parameters: IndexMap<String, serde_json::Value>,
+    pub max_qps: f64,
+    /// The confirming run's capacity (None: not confirmed, `confirm_best: false`, or it failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed_qps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_run_id: Option<String>,
+    /// Each swept model's full config.pbtxt in this variant.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub configs: BTreeMap<String, String>,
+    /// Each swept model's change from its original config (normalized text, unified lines).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config_diffs: BTreeMap<String, String>,
+    /// A model repository holding this variant's configs, ready to serve (None: only server
+    /// settings vary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_repository: Option<String>,
+}
+
+/// A sweep's answer (report.json `sweep`), saved as the sweep run's document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepAnswer {
+    pub server_group: String,
+    pub search: String,
+    pub target_p99_ms: f64,
+    /// Variants in the grid and variants measured (run, failed or not).
+    pub grid_size: usize,
+    pub measured: usize,
+    /// Every variant, best capacity first; failed and skipped last.
+    pub variants: Vec<VariantResult>,
+    /// Indexes of the variants no other beats on capacity without costing more.
+    pub pareto: Vec<usize>,
+    pub best: Option<BestVariant>,
+}
+
+impl stress_common::store::Document for SweepAnswer {
+    const KIND: &'static str = "sweep_answer";
+}
+
+/// Best capacity first (measured variants by max QPS, those without an answer after them),
+/// then failed, then skipped; ties in grid order.
+pub fn rank(variants: &mut [VariantResult]) {
+    let class = |v: &VariantResult| match (v.status, v.max_qps) {
+        (VariantStatus::Measured, Some(_)) => 0,
+        (VariantStatus::Measured, None) => 1,
+        (VariantStatus::Failed, _) => 2,
+        (VariantStatus::Skipped, _) => 3,
+    };
+    variants.sort_by(|a, b| {
+        class(a)
+            .cmp(&class(b))
+            .then(
+                b.max_qps
+                    .unwrap_or(0.0)
+                    .total_cmp(&a.max_qps.unwrap_or(0.0)),
+            )
+            .then(a.index.cmp(&b.index))
+    });
+}
+
+/// The measured variants no other one dominates: another at least as much capacity at no more
+/// cost (instances x GPUs) and no more memory, better in one of them. In rank order.
+pub fn pareto(variants: &[VariantResult]) -> Vec<usize> {
+    let answered: Vec<&VariantResult> = variants
+        .iter()
+        .filter(|v| v.status == VariantStatus::Measured && v.max_qps.is_some())
+        .collect();
+    let at_most = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => a <= b,
+        _ => true,
+    };
+    let less = |a: Option<f64>, b: Option<f64>| matches!((a, b), (Some(a), Some(b)) if a < b);
+    let cost = |v: &VariantResult| v.cost().map(f64::from);
+    answered
+        .iter()
+        .filter(|v| {
+            !answered.iter().any(|o| {
+                let (oq, vq) = (o.max_qps.unwrap_or(0.0), v.max_qps.unwrap_or(0.0));
+                o.index != v.index
+                    && oq >= vq
+                    && at_most(cost(o), cost(v))
+                    && at_most(o.server_memory_bytes, v.server_memory_bytes)
+                    && (oq > vq
+                        || less(cost(o), cost(v))
+                        || less(o.server_memory_bytes, v.server_memory_bytes))
+            })
+        })
+        .map(|v| v.index)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sweep(parameters: &[(&str, Vec<serde_json::Value>)]) -> Sweep {
+        Sweep {
+            server_group: "triton".into(),
+            model: None,
+            parameters: parameters
+                .iter()
+                .map(|(p, v)| (p.to_string(), v.clone()))
+                .collect(),
+            search: Default::default(),
+            parallel: 1,
+            max_variants: 64,
+            confirm_best: true,
+            constraints: None,
+        }
+    }
+
+    #[test]
+    fn the_grid_is_every_combination_first_parameter_slowest() {
+        let s = sweep(&[
+            (
+                "models.m.instance_group[0].count",
+                vec![json!(1), json!(2), json!(4)],
+            ),
+            ("server.args", vec![json!([]), json!(["--log-verbose=1"])]),
+        ]);
+        let g = grid(&s);
+        assert_eq!(g.len(), 6);
+        assert_eq!(s.grid_size(), 6);
+        let firsts: Vec<&serde_json::Value> = g
+            .iter()
+            .map(|v| &v.parameters["models.m.instance_group[0].count"])
+            .collect();
+        assert_eq!(
+            firsts,
+            [
+                &json!(1),
+                &json!(1),
+                &json!(2),
+                &json!(2),
+                &json!(4),
+                &json!(4)
+            ]
+        );
+        assert_eq!(
+            g.iter().map(|v| v.index).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5, 6]
+        );
+        assert_eq!(
+            g[1].label(),
+            "models.m.instance_group[0].count=1, server.args=[\"--log-verbose=1\"]"
+        );
+    }
+
+    #[test]
+    fn model_configs_change_only_their_model_and_count_instances() {
+        let originals = BTreeMap::from([
+            (
+                "m".to_string(),
+                "name: \"m\" instance_group [ { count: 2 kind: KIND_CPU } ]".to_string(),
+            ),
+            ("other".to_string(), "name: \"other\"".to_string()),
+        ]);
+        let v = Variant {
+            index: 1,
+            parameters: IndexMap::from([(
+                "models.m.instance_group[0].count".to_string(),
+                json!(4),
+            )]),
+        };
+        let configs = model_configs(&originals, &v).unwrap();
+        assert_eq!(model_instances(&configs["m"]), Some(4));
+        assert_eq!(model_instances(&originals["m"]), Some(2));
+        assert_eq!(model_instances(&configs["other"]), Some(1));
+        assert_eq!(
+            configs["other"],
+            model_config::normalized(&originals["other"]).unwrap()
+        );
+        let past_the_end = Variant {
+            index: 2,
+            parameters: IndexMap::from([(
+                "models.m.instance_group[1].count".to_string(),
+                json!(4),
+            )]),
+        };
+        let (param, why) = model_configs(&originals, &past_the_end).unwrap_err();
+        assert_eq!(param, "models.m.instance_group[1].count");
+        assert!(why.contains("past the end"), "{why}");
+    }
+
+    fn measured(index: usize, qps: Option<f64>, instances: u32, memory: f64) -> VariantResult {
+        VariantResult {
+            index,
+            parameters: IndexMap::new(),
+            status: VariantStatus::Measured,
+            run_id: None,
+            max_qps: qps,
+            p99_ms: None,
+            concurrency: None,
+            ending: None,
+            model_instances: Some(instances),
+            gpus: 0,
+            server_memory_bytes: Some(memory),
+            server_cpu_utilization: None,
+            why: None,
+        }
+    }
+
+    #[test]
+    fn variants_rank_by_capacity_and_the_front_keeps_what_no_other_beats_at_its_cost() {
+        let mut failed = measured(5, None, 1, 1.0);
+        failed.status = VariantStatus::Failed;
+        let mut v = vec![
+            failed,
+            measured(1, Some(20.0), 1, 100.0),
+            measured(2, Some(40.0), 2, 150.0),
+            measured(3, Some(80.0), 4, 200.0),
+            // As much as 3 at more cost: dominated.
+            measured(4, Some(80.0), 8, 300.0),
+            measured(6, None, 1, 1.0),
+        ];
+        rank(&mut v);
+        assert_eq!(
+            v.iter().map(|v| v.index).collect::<Vec<_>>(),
+            [3, 4, 2, 1, 6, 5]
+        );
+        assert_eq!(pareto(&v), [3, 2, 1]);
+    }
+
+    #[test]
+    fn variant_run_names_stay_dns_labels() {
+        assert_eq!(variant_run_name("sweep", 3), "sweep-v3");
+        let long = "a".repeat(70);
+        let name = variant_run_name(&long, 12);
+        assert!(crate::matrix::is_dns_label(&name), "{name}");
+        assert!(name.ends_with("-v12"));
+    }
+}

@@ -1,0 +1,186 @@
+//! `sweep:` in a capacity-mode matrix: which configuration of a server group serves most at the
+//! target p99. Each variant (a point of the parameters' grid) gets its own servers and a capacity
+//! search; `capacity::sweep` expands and ranks them, `run::sweep` runs them.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::model_config::ConfigPath;
+
+/// The most variants a sweep may measure (`max_variants` is at most this).
+pub const MAX_SWEEP_VARIANTS: u32 = 1024;
+
+/// Which configuration serves most at the target: every combination of `parameters` (a grid)
+/// gets its own servers of `server_group` and a capacity search; the report ranks them and
+/// names the best with its config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    /// The server group whose configuration varies (launched, not `endpoints`).
+    pub server_group: String,
+
+    /// The model whose capacity ranks the variants (a capacity result row of that model, e.g.
+    /// from the `individual` phase). Omitted: the first result of the group's first phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+
+    /// The values each parameter takes, by PATH: `server.args` (the whole list),
+    /// `server.tritonserver.binary`, `server.tritonserver.image`, `server.version`,
+    /// `server.env.NAME`, `server.resources`, or `models.NAME.FIELD` — a field of model
+    /// NAME's config.pbtxt in the group's model repository, any field of model_config.proto,
+    /// dotted, `[i]` for an entry of a repeated field and `[KEY]` for one of a map
+    /// (`models.m.instance_group[0].count`, `models.m.dynamic_batching.max_queue_delay_microseconds`,
+    /// `models.m.parameters[KEY].string_value`); a message field takes a mapping, and `null`
+    /// clears a top-level one.
+    #[schemars(with = "IndexMap<String, Vec<serde_json::Value>>")]
+    pub parameters: IndexMap<String, Vec<serde_json::Value>>,
+
+    /// `grid`: every combination, in order (the first parameter varies slowest).
+    #[serde(default)]
+    pub search: SweepSearch,
+
+    /// Variants measured at once. Only 1 for now: on one machine parallel servers share the
+    /// cores and confound each other.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1))]
+    pub parallel: u32,
+
+    /// The largest grid allowed.
+    #[serde(default = "default_max_variants")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_variants: u32,
+
+    /// Measure the best variant once more and report both measurements (default true).
+    #[serde(default = "yes")]
+    pub confirm_best: bool,
+
+    /// Variants that break a constraint are listed as skipped and not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraints: Option<SweepConstraints>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_max_variants() -> u32 {
+    64
+}
+
+/// How the variants are chosen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepSearch {
+    /// Every combination of the parameters' values.
+    #[default]
+    Grid,
+}
+
+/// Limits a variant must keep to be measured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SweepConstraints {
+    /// The most model instances (the sum of the swept models' `instance_group` counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub model_instances_max: Option<u32>,
+}
+
+/// A sweep parameter's PATH, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SweepParam {
+    ServerArgs,
+    ServerBinary,
+    ServerImage,
+    ServerVersion,
+    ServerEnv(String),
+    ServerResources,
+    /// A field of the named model's config.
+    Model {
+        model: String,
+        path: ConfigPath,
+    },
+}
+
+impl SweepParam {
+    /// Parses a PATH; the error lists what is accepted.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if let Some(rest) = text.strip_prefix("models.") {
+            let (model, field) = rest
+                .split_once('.')
+                .ok_or_else(|| format!("`{text}`: a model parameter is `models.NAME.FIELD`"))?;
+            if model.is_empty() {
+                return Err(format!("`{text}`: the model name is empty"));
+            }
+            return Ok(SweepParam::Model {
+                model: model.to_string(),
+                path: ConfigPath::parse(field)?,
+            });
+        }
+        Ok(match text {
+            "server.args" => SweepParam::ServerArgs,
+            "server.tritonserver.binary" => SweepParam::ServerBinary,
+            "server.tritonserver.image" => SweepParam::ServerImage,
+            "server.version" => SweepParam::ServerVersion,
+            "server.resources" => SweepParam::ServerResources,
+            _ => match text.strip_prefix("server.env.") {
+                // Whether NAME is a variable's name is validation's.
+                Some(name) if !name.is_empty() => SweepParam::ServerEnv(name.to_string()),
+                _ => {
+                    return Err(format!(
+                        "unknown parameter `{text}`: use server.args, server.tritonserver.binary, \
+                         server.tritonserver.image, server.version, server.env.NAME, \
+                         server.resources or models.NAME.FIELD"
+                    ));
+                }
+            },
+        })
+    }
+
+    /// The model this parameter changes the config of.
+    pub fn model(&self) -> Option<&str> {
+        match self {
+            SweepParam::Model { model, .. } => Some(model),
+            _ => None,
+        }
+    }
+}
+
+impl Sweep {
+    /// How many variants the grid has (saturating).
+    pub fn grid_size(&self) -> u64 {
+        self.parameters
+            .values()
+            .fold(1u64, |n, values| n.saturating_mul(values.len() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_parse_to_what_they_change() {
+        assert_eq!(SweepParam::parse("server.args"), Ok(SweepParam::ServerArgs));
+        assert_eq!(
+            SweepParam::parse("server.env.OMP_NUM_THREADS"),
+            Ok(SweepParam::ServerEnv("OMP_NUM_THREADS".into()))
+        );
+        let p = SweepParam::parse("models.fixed_capacity.instance_group[0].count").unwrap();
+        assert_eq!(p.model(), Some("fixed_capacity"));
+        for bad in [
+            "server.nope",
+            "server.env.",
+            "models.m",
+            "models.m.nope",
+            "tritonserver",
+        ] {
+            assert!(SweepParam::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! A sweep's runs (I/O only): every variant of `capacity::sweep::grid` gets its own model
+//! repository and servers and a capacity run (`run::run`) in the sweep's store, one at a time;
+//! then the answer (ranked by `capacity::sweep`) is saved as the sweep run's document and its
+//! report written. A variant that fails is listed with why, and the sweep goes on.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::lease::Lease;
+use super::{DriverError, RunOptions, RunOutcome, Verdict, finish, store_url_for};
+use crate::capacity::sweep::{
+    self as plan, BestVariant, SweepAnswer, Variant, VariantResult, VariantStatus,
+};
+use crate::launcher::Launcher;
+use crate::matrix::{self, Matrix, model_config};
+use stress_common::contract::RunId;
+use stress_common::store::{NewRun, Store};
+use tokio_util::sync::CancellationToken;
+
+/// Makes the launcher of one variant's run, given its run directory.
+pub type LauncherFor<'a> = dyn Fn(&Path) -> Box<dyn Launcher> + 'a;
+
+/// Where a swept model's config is: its directory in one of the group's repositories.
+struct SweptModel {
+    repository: usize,
+    original: String,
+}
+
+/// Runs the sweep of `matrix` (which has one); the outcome's report is the sweep's.
+pub async fn sweep(
+    options: &RunOptions,
+    matrix: &Matrix,
+    run_dir: &Path,
+    run_id: &str,
+    cancel: CancellationToken,
+    launcher_for: &LauncherFor<'_>,
+) -> Result<RunOutcome, DriverError> {
+    let sweep = matrix.sweep.as_ref().expect("a sweep matrix");
+    let group = &matrix.server_groups[&sweep.server_group];
+    let template_name = group.template.as_deref().unwrap_or_default();
+    let template = &matrix.server_templates[template_name];
+    let repositories: Vec<PathBuf> = template
+        .model_repositories
+        .iter()
+        .map(|r| matrix.resolve_local_path(r))
+        .collect();
+
+    // Before anything starts: every swept model's config, and every variant's, or bad input
+    // naming the parameter.
+    let mut swept: BTreeMap<String, SweptModel> = BTreeMap::new();
+    for model in plan::swept_models(sweep) {
+        let first_param = sweep
+            .parameters
+            .keys()
+            .find(|p| p.starts_with(&format!("models.{model}.")))
+            .cloned()
+            .unwrap_or_default();
+        let found = repositories.iter().enumerate().find_map(|(i, repo)| {
+            let text = std::fs::read_to_string(repo.join(&model).join("config.pbtxt")).ok()?;
+            Some((i, text))
+        });
+        let Some((repository, original)) = found else {
+            return Err(DriverError::Config(format!(
+                "{}: model {model:?} has no config.pbtxt in the model repositories of server \
+                 template {template_name:?} (looked in {})",
+                matrix.locate_sweep_parameter(&first_param),
+                repositories
+                    .iter()
+                    .map(|r| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        if let Err(e) = model_config::parse(&original) {
+            return Err(DriverError::Config(format!(
+                "{}: {}: {e}",
+                matrix.locate_sweep_parameter(&first_param),
+                repositories[repository]
+                    .join(&model)
+                    .join("config.pbtxt")
+                    .display()
+            )));
+        }
+        swept.insert(
+            model,
+            SweptModel {
+                repository,
+                original,
+            },
+        );
+    }
+    let originals: BTreeMap<String, String> = swept
+        .iter()
+        .map(|(m, s)| (m.clone(), s.original.clone()))
+        .collect();
+    let variants = plan::grid(sweep);
+    let mut configs = Vec::with_capacity(variants.len());
+    for v in &variants {
+        let c = plan::model_configs(&originals, v).map_err(|(param, why)| {
+            DriverError::Config(format!(
+                "{}: variant {} ({}): {why}",
+                matrix.locate_sweep_parameter(&param),
+                v.index,
+                v.label()
+            ))
+        })?;
+        configs.push(c);
+    }
+
+    let store_url = store_url_for(run_dir, options.database_url.as_deref());
+    let store = Store::connect(&store_url).await?;
+    let sweep_run = RunId::new(run_id);
+    let started_at_ms = stress_common::now_ms();
+    store
+        .create_run(&NewRun {
+            run_id: run_id.into(),
+            name: matrix.run.name.clone(),
+            matrix_yaml: std::fs::read_to_string(&options.matrix).unwrap_or_default(),
+            launcher: "local".into(),
+            started_at_ms,
+            fingerprint: Some(matrix::fingerprint(matrix)),
+        })
+        .await?;
+    let _lease = Lease::hold(
+        store.clone(),
+        sweep_run.clone(),
+        Lease::ttl(matrix.run.fail_fast.store_outage_limit),
+    )
+    .await;
+
+    let model_instances_max = sweep
+        .constraints
+        .as_ref()
+        .and_then(|c| c.model_instances_max);
+    let mut results = Vec::with_capacity(variants.len());
+    let mut repositories_of: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for (variant, configs) in variants.iter().zip(&configs) {
+        let instances = (!configs.is_empty()).then(|| {
+            configs
+                .values()
+                .filter_map(|c| plan::model_instances(c))
+                .sum()
+        });
+        let mut result = VariantResult {
+            index: variant.index,
+            parameters: variant.parameters.clone(),
+            status: VariantStatus::Skipped,
+            run_id: None,
+            max_qps: None,
+            p99_ms: None,
+            concurrency: None,
+            ending: None,
+            model_instances: instances,
+            gpus: 0,
+            server_memory_bytes: None,
+            server_cpu_utilization: None,
+            why: None,
+        };
+        if cancel.is_cancelled() {
+            result.why = Some("the sweep was interrupted before it".into());
+            results.push(result);
+            continue;
+        }
+        if let (Some(max), Some(n)) = (model_instances_max, instances)
+            && n > max
+        {
+            result.why = Some(format!(
+                "{n} model instances, over constraints.model_instances_max {max}"
+            ));
+            results.push(result);
+            continue;
+        }
+        let dir = run_dir.join("variants").join(format!("v{}", variant.index));
+        let repos = if swept.is_empty() {
+            None
+        } else {
+            match variant_repositories(&dir, &repositories, &swept, configs) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    result.status = VariantStatus::Failed;
+                    result.why = Some(format!("its model repository: {e}"));
+                    results.push(result);
+                    continue;
+                }
+            }
+        };
+        if let Some(r) = &repos {
+            repositories_of.insert(variant.index, r.clone());
+        }
+        let variant_id = format!("{run_id}-v{}", variant.index);
+        tracing::info!(variant = variant.index, of = variants.len(), parameters = %variant.label(), "sweep: measuring a variant");
+        match run_variant(
+            options,
+            matrix,
+            variant,
+            repos,
+            &dir,
+            &variant_id,
+            &store_url,
+            cancel.clone(),
+            launcher_for,
+        )
+        .await
+        {
+            Ok(outcome) => measured(&mut result, sweep, &outcome),
+            Err(e) => {
+                result.status = VariantStatus::Failed;
+                result.why = Some(e);
+            }
+        }
+        result.run_id = Some(variant_id);
+        results.push(result);
+    }
+
+    plan::rank(&mut results);
+    let pareto = plan::pareto(&results);
+    let mut best = results
+        .first()
+        .filter(|v| v.status == VariantStatus::Measured && v.max_qps.is_some())
+        .map(|v| {
+            let variant_configs = &configs[v.index - 1];
+            BestVariant {
+                index: v.index,
+                parameters: v.parameters.clone(),
+                max_qps: v.max_qps.unwrap_or_default(),
+                confirmed_qps: None,
+                confirm_run_id: None,
+                configs: variant_configs.clone(),
+                config_diffs: variant_configs
+                    .iter()
+                    .map(|(m, text)| {
+                        let before = model_config::normalized(&originals[m]).unwrap_or_default();
+                        (m.clone(), unified(&before, text))
+                    })
+                    .collect(),
+                model_repository: None,
+            }
+        });
+    if let Some(b) = &mut best {
+        // What to deploy: the best variant's repository, kept whole beside the report.
+        if let Some(repos) = repositories_of.get(&b.index) {
+            b.model_repository = repos.first().cloned();
+        }
+        for (model, text) in &b.configs {
+            let dir = run_dir.join("best").join(model);
+            if std::fs::create_dir_all(&dir).is_ok() {
+                let _ = std::fs::write(dir.join("config.pbtxt"), text);
+            }
+        }
+        if sweep.confirm_best && !cancel.is_cancelled() {
+            let variant = variants[b.index - 1].clone();
+            let dir = run_dir
+                .join("variants")
+                .join(format!("v{}-confirm", b.index));
+            let repos = repositories_of.get(&b.index).cloned();
+            let confirm_id = format!("{run_id}-v{}-confirm", b.index);
+            tracing::info!(variant = b.index, "sweep: measuring the best variant again");
+            if let Ok(outcome) = run_variant(
+                options,
+                matrix,
+                &variant,
+                repos,
+                &dir,
+                &confirm_id,
+                &store_url,
+                cancel.clone(),
+                launcher_for,
+            )
+            .await
+            {
+                let mut again = results[0].clone();
+                measured(&mut again, sweep, &outcome);
+                b.confirmed_qps = again.max_qps;
+            }
+            b.confirm_run_id = Some(confirm_id);
+        }
+    }
+    let measured_count = results
+        .iter()
+        .filter(|r| r.status != VariantStatus::Skipped)
+        .count();
+    let answer = SweepAnswer {
+        server_group: sweep.server_group.clone(),
+        search: "grid".into(),
+        target_p99_ms: matrix
+            .capacity
+            .as_ref()
+            .map_or(0.0, |c| c.target_p99.as_secs_f64() * 1000.0),
+        grid_size: variants.len(),
+        measured: measured_count,
+        variants: results,
+        pareto,
+        best,
+    };
+    store.save_document(&sweep_run, "", &answer).await?;
+    let verdict = if cancel.is_cancelled() {
+        Verdict::Aborted("interrupted".into())
+    } else if answer.best.is_some() {
+        Verdict::Pass
+    } else {
+        Verdict::Fail {
+            member: sweep.server_group.clone(),
+            reason: format!(
+                "no variant of the {} measured met the target p99 of {} ms",
+                answer.grid_size, answer.target_p99_ms
+            ),
+        }
+    };
+    let report = finish::finish_and_read(
+        &store,
+        &sweep_run,
+        &verdict,
+        matrix.run.fail_fast.store_outage_limit,
+    )
+    .await
+    .map_err(DriverError::Config)?;
+    finish::write_report(run_dir, &report)?;
+    Ok(RunOutcome {
+        run_id: run_id.into(),
+        run_dir: run_dir.into(),
+        store_url,
+        verdict,
+        report,
+    })
+}
+
+/// One variant's capacity run, in the sweep's store; the error says why it has no report.
+#[allow(clippy::too_many_arguments)]
+async fn run_variant(
+    options: &RunOptions,
+    matrix: &Matrix,
+    variant: &Variant,
+    repositories: Option<Vec<String>>,
+    dir: &Path,
+    run_id: &str,
+    store_url: &str,
+    cancel: CancellationToken,
+    launcher_for: &LauncherFor<'_>,
+) -> Result<RunOutcome, String> {
+    let variant_matrix = plan::variant_matrix(matrix, variant, repositories)?;
+    std::fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let matrix_file = dir.join("matrix.yaml");
+    let yaml = serde_saphyr::to_string(&variant_matrix).map_err(|e| e.to_string())?;
+    std::fs::write(&matrix_file, yaml).map_err(|e| format!("{}: {e}", matrix_file.display()))?;
+    let variant_options = RunOptions {
+        matrix: matrix_file,
+        run_id: Some(run_id.into()),
+        database_url: Some(store_url.into()),
+        ..options.clone()
+    };
+    let mut launcher = launcher_for(dir);
+    super::run(
+        &variant_options,
+        launcher.as_mut(),
+        &variant_matrix,
+        dir,
+        run_id,
+        cancel,
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// What a variant's run measured: the capacity of the sweep's model (or the first answer), and
+/// its servers' peak memory and mean CPU use.
+fn measured(result: &mut VariantResult, sweep: &crate::matrix::sweep::Sweep, outcome: &RunOutcome) {
+    let report = &outcome.report;
+    let answer = report.capacity.as_ref().and_then(|c| {
+        c.results
+            .iter()
+            .filter(|r| r.target_rps.is_none())
+            .find(|r| sweep.model.as_ref().is_none_or(|m| &r.model == m))
+    });
+    match (&outcome.verdict, answer) {
+        (Verdict::Pass, Some(a)) => {
+            result.status = VariantStatus::Measured;
+            result.max_qps = a.concurrency.map(|_| a.max_qps);
+            result.p99_ms = a.concurrency.map(|_| a.p99_ms);
+            result.concurrency = a.concurrency;
+            result.ending = a.ending.map(|e| e.as_str().to_string());
+        }
+        (Verdict::Pass, None) => {
+            result.status = VariantStatus::Failed;
+            result.why = Some(match &sweep.model {
+                Some(m) => format!("its capacity run has no answer for model {m:?}"),
+                None => "its capacity run has no answer".into(),
+            });
+        }
+        (verdict, _) => {
+            result.status = VariantStatus::Failed;
+            result.why = Some(finish::verdict_line(verdict));
+        }
+    }
+    let servers = report
+        .timeline
+        .servers
+        .iter()
+        .filter(|s| s.group == sweep.server_group);
+    let points: Vec<_> = servers.flat_map(|s| s.points.iter()).collect();
+    result.server_memory_bytes = points
+        .iter()
+        .filter_map(|p| p.rss_bytes.or(p.cpu_memory_used_bytes))
+        .reduce(f64::max);
+    let cpu: Vec<f64> = points.iter().filter_map(|p| p.cpu_utilization).collect();
+    result.server_cpu_utilization =
+        (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64);
+}
+
+/// The variant's model repositories under `dir`: each of the group's repositories as links to
+/// its models, but a swept model's directory holds links to its files and the variant's own
+/// config.pbtxt (the model's files are not copied).
+fn variant_repositories(
+    dir: &Path,
+    repositories: &[PathBuf],
+    swept: &BTreeMap<String, SweptModel>,
+    configs: &BTreeMap<String, String>,
+) -> std::io::Result<Vec<String>> {
+    let mut out = Vec::with_capacity(repositories.len());
+    for (i, repo) in repositories.iter().enumerate() {
+        let target = dir.join(format!("models-{i}"));
+        std::fs::create_dir_all(&target)?;
+        let target = std::fs::canonicalize(&target)?;
+        let repo = std::fs::canonicalize(repo)?;
+        for entry in std::fs::read_dir(&repo)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let model = name.to_string_lossy().to_string();
+            match swept.get(&model).filter(|s| s.repository == i) {
+                Some(_) => {
+                    let model_dir = target.join(&name);
+                    std::fs::create_dir_all(&model_dir)?;
+                    for file in std::fs::read_dir(entry.path())? {
+                        let file = file?;
+                        if file.file_name() != "config.pbtxt" {
+                            link(&file.path(), &model_dir.join(file.file_name()))?;
+                        }
+                    }
+                    std::fs::write(model_dir.join("config.pbtxt"), &configs[&model])?;
+                }
+                None => link(&entry.path(), &target.join(&name))?,
+            }
+        }
+        out.push(target.display().to_string());
+    }
+    Ok(out)
+}
+
+fn link(from: &Path, to: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::os::unix::fs::symlink(from, to)
+}
+
+/// `before` to `after` as lines marked `-`, `+` or ` `.
+fn unified(before: &str, after: &str) -> String {
+    use crate::report::diff::{Line, lines};
+    lines(before, after)
+        .into_iter()
+        .map(|l| match l {
+            Line::Same(t) => format!("  {t}\n"),
+            Line::Removed(t) => format!("- {t}\n"),
+            Line::Added(t) => format!("+ {t}\n"),
+        })
+        .collect()
+}
