@@ -85,7 +85,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "sweep-grid-too-large.yaml",
-        "15:3: sweep.parameters: the grid has 9 variants (models.fixed_capacity.instance_group[0].count: 3 x models.fixed_capacity.dynamic_batching: 3), more than max_variants 8: fewer values, or a larger max_variants",
+        "15:3: sweep.parameters: the grid has 9 variants (models.fixed_capacity.instance_group[0].count: 3 x models.fixed_capacity.dynamic_batching: 3), more than max_variants 8: fewer values, a larger max_variants, or `search: quick`",
     ),
     (
         "bad-faults.yaml",

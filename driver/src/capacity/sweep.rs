@@ -54,6 +54,141 @@ pub fn grid(sweep: &Sweep) -> Vec<Variant> {
         .collect()
 }
 
+/// A point of the grid: each parameter's value index.
+pub type Point = Vec<usize>;
+
+/// The grid's variant at `point` (indexes into each parameter's values), in [`grid`] order.
+pub fn variant_at(sweep: &Sweep, point: &[usize]) -> Variant {
+    let mut index = 0;
+    let mut parameters = IndexMap::new();
+    for ((path, values), &i) in sweep.parameters.iter().zip(point) {
+        index = index * values.len() + i;
+        parameters.insert(path.clone(), values[i].clone());
+    }
+    Variant {
+        index: index + 1,
+        parameters,
+    }
+}
+
+/// Where the quick search starts: for each parameter, the value the configuration already has
+/// (a model's config.pbtxt in `originals`, the server template's field), else its first.
+pub fn quick_start(
+    sweep: &Sweep,
+    template: &ServerTemplate,
+    originals: &BTreeMap<String, String>,
+) -> Point {
+    use crate::matrix::Artifact;
+    sweep
+        .parameters
+        .iter()
+        .map(|(path, values)| {
+            let current: Option<serde_json::Value> = match SweepParam::parse(path) {
+                Ok(SweepParam::ServerArgs) => serde_json::to_value(&template.args).ok(),
+                Ok(SweepParam::ServerBinary) => match &template.tritonserver {
+                    Artifact::Binary(b) => Some(b.as_str().into()),
+                    Artifact::Image(_) => None,
+                },
+                Ok(SweepParam::ServerImage) => template.tritonserver.image().map(Into::into),
+                Ok(SweepParam::ServerVersion) => template.version.as_deref().map(Into::into),
+                Ok(SweepParam::ServerEnv(name)) => {
+                    template.env.get(&name).map(|v| v.as_str().into())
+                }
+                Ok(SweepParam::ServerResources) => template
+                    .resources
+                    .as_ref()
+                    .and_then(|r| serde_json::to_value(r).ok()),
+                Ok(SweepParam::Model { model, path }) => {
+                    // The value that leaves the config as it is.
+                    let original = originals.get(&model);
+                    let same = original.and_then(|text| {
+                        let before = model_config::normalized(text).ok()?;
+                        values.iter().position(|v| {
+                            let mut config = model_config::parse(text).ok();
+                            config.as_mut().is_some_and(|c| {
+                                path.set(c, v).is_ok() && model_config::to_text(c) == before
+                            })
+                        })
+                    });
+                    return same.unwrap_or(0);
+                }
+                Err(_) => None,
+            };
+            current
+                .and_then(|c| values.iter().position(|v| *v == c))
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// What the quick search does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuickStep {
+    /// Measure this point.
+    Measure(Point),
+    /// No neighbour of this point beats it by more than the spread (or the budget is spent).
+    Done(Point),
+}
+
+/// The quick search's next step (pure: replayed from what is measured so far). From `start`,
+/// the current point's unmeasured neighbours (one parameter one value up or down) are measured
+/// one by one; then it moves to the best neighbour if that serves more than `1 + spread` times
+/// the current capacity, else it is done. A point without an answer (failed, skipped, none
+/// within the target) counts as 0. At most `budget` points are measured.
+pub fn quick_step(
+    lens: &[usize],
+    start: &[usize],
+    measured: &BTreeMap<Point, Option<f64>>,
+    spread: f64,
+    budget: usize,
+) -> QuickStep {
+    let capacity = |p: &Point| measured.get(p).copied().flatten().unwrap_or(0.0);
+    let mut current: Point = start.to_vec();
+    loop {
+        if !measured.contains_key(&current) {
+            return if measured.len() < budget {
+                QuickStep::Measure(current)
+            } else {
+                QuickStep::Done(best_measured(measured).unwrap_or(current))
+            };
+        }
+        let mut neighbours = Vec::new();
+        for (k, &len) in lens.iter().enumerate() {
+            for next in [current[k].checked_sub(1), Some(current[k] + 1)] {
+                if let Some(next) = next.filter(|&n| n < len) {
+                    let mut p = current.clone();
+                    p[k] = next;
+                    neighbours.push(p);
+                }
+            }
+        }
+        if let Some(unmeasured) = neighbours.iter().find(|p| !measured.contains_key(*p)) {
+            return if measured.len() < budget {
+                QuickStep::Measure(unmeasured.clone())
+            } else {
+                QuickStep::Done(best_measured(measured).unwrap_or(current))
+            };
+        }
+        let best = neighbours
+            .into_iter()
+            .max_by(|a, b| capacity(a).total_cmp(&capacity(b)));
+        match best {
+            Some(b) if capacity(&b) > capacity(&current) * (1.0 + spread) && capacity(&b) > 0.0 => {
+                current = b;
+            }
+            _ => return QuickStep::Done(current),
+        }
+    }
+}
+
+fn best_measured(measured: &BTreeMap<Point, Option<f64>>) -> Option<Point> {
+    measured
+        .iter()
+        .filter_map(|(p, q)| Some((p, (*q)?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(p, _)| p.clone())
+}
+
 /// The models whose configs the sweep changes, in parameter order.
 pub fn swept_models(sweep: &Sweep) -> Vec<String> {
     let mut models: Vec<String> = Vec::new();
@@ -402,6 +537,105 @@ mod tests {
         assert_eq!(
             g[1].label(),
             "models.m.instance_group[0].count=1, server.args=[\"--log-verbose=1\"]"
+        );
+    }
+
+    #[test]
+    fn a_point_is_its_grid_variant() {
+        let s = sweep(&[
+            (
+                "models.m.instance_group[0].count",
+                vec![json!(1), json!(2), json!(4)],
+            ),
+            ("server.args", vec![json!([]), json!(["--log-verbose=1"])]),
+        ]);
+        let g = grid(&s);
+        for a in 0..3 {
+            for b in 0..2 {
+                let v = variant_at(&s, &[a, b]);
+                assert_eq!(v, g[v.index - 1]);
+            }
+        }
+    }
+
+    #[test]
+    fn the_quick_search_starts_from_the_configuration_as_it_is() {
+        let s = sweep(&[
+            (
+                "models.m.instance_group[0].count",
+                vec![json!(1), json!(2), json!(4)],
+            ),
+            ("server.args", vec![json!([]), json!(["--log-verbose=1"])]),
+            ("server.env.OMP_NUM_THREADS", vec![json!("1"), json!("2")]),
+        ]);
+        let originals = BTreeMap::from([(
+            "m".to_string(),
+            "name: \"m\" instance_group [ { count: 2 kind: KIND_CPU } ]".to_string(),
+        )]);
+        let template: ServerTemplate = serde_json::from_value(json!({
+            "tritonserver": { "binary": "auto" },
+            "model_repositories": ["models"],
+            "args": ["--log-verbose=1"],
+        }))
+        .unwrap();
+        // count 2 is the config's; the args are the template's; the variable is unset: first.
+        assert_eq!(quick_start(&s, &template, &originals), vec![1, 1, 0]);
+    }
+
+    /// Runs the quick search to its end over a capacity surface; returns where it ended and
+    /// how many points it measured.
+    fn climb(
+        lens: &[usize],
+        start: &[usize],
+        surface: impl Fn(&[usize]) -> Option<f64>,
+    ) -> (Point, usize) {
+        let mut measured = BTreeMap::new();
+        loop {
+            match quick_step(lens, start, &measured, 0.05, 64) {
+                QuickStep::Measure(p) => {
+                    assert!(!measured.contains_key(&p), "{p:?} measured twice");
+                    let q = surface(&p);
+                    measured.insert(p, q);
+                }
+                QuickStep::Done(p) => return (p, measured.len()),
+            }
+        }
+    }
+
+    #[test]
+    fn the_quick_search_climbs_to_the_best_in_fewer_measurements_than_the_grid() {
+        // Capacity grows with instances (first parameter), and peaks at the middle delay.
+        let counts = [1.0, 2.0, 4.0, 8.0];
+        let delays = [0.6, 1.0, 0.8, 0.5, 0.3];
+        let surface = |p: &[usize]| Some(20.0 * counts[p[0]] * delays[p[1]]);
+        let (best, n) = climb(&[4, 5], &[1, 0], surface);
+        assert_eq!(best, vec![3, 1]);
+        assert!(n < 20, "{n} of 20 measured");
+        // A failed point (no answer) is never the way up: a local search stops before it when
+        // no other neighbour is better (what the grid is for).
+        let with_hole = |p: &[usize]| (p != [2, 1]).then(|| 20.0 * counts[p[0]] * delays[p[1]]);
+        let (best, _) = climb(&[4, 5], &[0, 1], with_hole);
+        assert_eq!(best, vec![1, 1], "stops short of the failed variant");
+    }
+
+    #[test]
+    fn the_quick_search_stops_where_no_neighbour_beats_the_spread() {
+        // Flat within 3%: the start is as good as any, measured with its two neighbours only.
+        let flat = |p: &[usize]| Some(100.0 + p[0] as f64);
+        let (best, n) = climb(&[5], &[2], flat);
+        assert_eq!((best, n), (vec![2], 3));
+        // The budget bounds what is measured; the best measured is the answer.
+        let rising = |p: &[usize]| Some(10.0 * (1 + p[0]) as f64);
+        let mut measured = BTreeMap::new();
+        let mut steps = 0;
+        while let QuickStep::Measure(p) = quick_step(&[10], &[0], &measured, 0.05, 3) {
+            measured.insert(p.clone(), rising(&p));
+            steps += 1;
+        }
+        assert_eq!(steps, 3);
+        assert_eq!(
+            quick_step(&[10], &[0], &measured, 0.05, 3),
+            QuickStep::Done(vec![2])
         );
     }
 

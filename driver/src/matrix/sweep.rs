@@ -36,7 +36,8 @@ pub struct Sweep {
     #[schemars(with = "IndexMap<String, Vec<serde_json::Value>>")]
     pub parameters: IndexMap<String, Vec<serde_json::Value>>,
 
-    /// `grid`: every combination, in order (the first parameter varies slowest).
+    /// `grid`: every combination, in order (the first parameter varies slowest); `quick`: a
+    /// hill climb from the configuration as it is, one parameter at a time.
     #[serde(default)]
     pub search: SweepSearch,
 
@@ -46,7 +47,7 @@ pub struct Sweep {
     #[schemars(range(min = 1, max = 1))]
     pub parallel: u32,
 
-    /// The largest grid allowed.
+    /// The largest grid allowed (`grid`), or the most variants measured (`quick`).
     #[serde(default = "default_max_variants")]
     #[schemars(range(min = 1, max = 1024))]
     pub max_variants: u32,
@@ -79,6 +80,20 @@ pub enum SweepSearch {
     /// Every combination of the parameters' values.
     #[default]
     Grid,
+    /// A hill climb: from the configuration as it is (each parameter's value that the model's
+    /// config or the server template already has, else its first), measure the neighbours (one
+    /// parameter one value up or down its list) and move to the best while it beats the current
+    /// one by more than the capacity search's own tolerance; at most `max_variants` measured.
+    Quick,
+}
+
+impl SweepSearch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepSearch::Grid => "grid",
+            SweepSearch::Quick => "quick",
+        }
+    }
 }
 
 /// Limits a variant must keep to be measured.

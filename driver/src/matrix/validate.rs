@@ -1954,7 +1954,9 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
                 sweep.max_variants
             ),
         );
-    } else if sweep.grid_size() > u64::from(sweep.max_variants) {
+    } else if sweep.search == super::sweep::SweepSearch::Grid
+        && sweep.grid_size() > u64::from(sweep.max_variants)
+    {
         let sizes: Vec<String> = sweep
             .parameters
             .iter()
@@ -1964,8 +1966,8 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
             root.key("parameters"),
             Anchor::Key,
             format!(
-                "the grid has {} variants ({}), more than max_variants {}: fewer values, or a \
-                 larger max_variants",
+                "the grid has {} variants ({}), more than max_variants {}: fewer values, a \
+                 larger max_variants, or `search: quick`",
                 sweep.grid_size(),
                 sizes.join(" x "),
                 sweep.max_variants

@@ -2010,7 +2010,12 @@ mod tests {
             variants: vec![
                 variant(2, VariantStatus::Measured, Some(40.0), None),
                 variant(1, VariantStatus::Measured, Some(20.0), None),
-                variant(3, VariantStatus::Failed, None, Some("FAIL: triton-0: <exited>")),
+                variant(
+                    3,
+                    VariantStatus::Failed,
+                    None,
+                    Some("FAIL: triton-0: <exited>"),
+                ),
                 variant(4, VariantStatus::Skipped, None, Some("over the limit")),
             ],
             pareto: vec![2],
@@ -2021,7 +2026,10 @@ mod tests {
         assert_eq!(f.matches("<rect class=\"bar").count(), 2, "{f}");
         assert_eq!(f.matches("<rect class=\"bar front\"").count(), 1, "{f}");
         // Scaled to the best: the second bar is half as long.
-        assert!(f.contains("width=\"320.0\"") && f.contains("width=\"160.0\""), "{f}");
+        assert!(
+            f.contains("width=\"320.0\"") && f.contains("width=\"160.0\""),
+            "{f}"
+        );
         assert!(f.contains("failed: FAIL: triton-0: &lt;exited&gt;"), "{f}");
         assert!(f.contains("skipped: over the limit"), "{f}");
         assert!(!html.contains("<v1>"), "parameters are escaped");

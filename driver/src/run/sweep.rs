@@ -12,6 +12,7 @@ use crate::capacity::sweep::{
     self as plan, BestVariant, SweepAnswer, Variant, VariantResult, VariantStatus,
 };
 use crate::launcher::Launcher;
+use crate::matrix::sweep::SweepSearch;
 use crate::matrix::{self, Matrix, model_config};
 use stress_common::contract::RunId;
 use stress_common::store::{NewRun, Store};
@@ -128,88 +129,52 @@ pub async fn sweep(
     )
     .await;
 
-    let model_instances_max = sweep
-        .constraints
-        .as_ref()
-        .and_then(|c| c.model_instances_max);
+    let context = VariantContext {
+        options,
+        matrix,
+        run_dir,
+        run_id,
+        store_url: &store_url,
+        repositories: &repositories,
+        swept: &swept,
+        launcher_for,
+        of: variants.len(),
+    };
     let mut results = Vec::with_capacity(variants.len());
     let mut repositories_of: BTreeMap<usize, Vec<String>> = BTreeMap::new();
-    for (variant, configs) in variants.iter().zip(&configs) {
-        let instances = (!configs.is_empty()).then(|| {
-            configs
-                .values()
-                .filter_map(|c| plan::model_instances(c))
-                .sum()
-        });
-        let mut result = VariantResult {
-            index: variant.index,
-            parameters: variant.parameters.clone(),
-            status: VariantStatus::Skipped,
-            run_id: None,
-            max_qps: None,
-            p99_ms: None,
-            concurrency: None,
-            ending: None,
-            model_instances: instances,
-            gpus: 0,
-            server_memory_bytes: None,
-            server_cpu_utilization: None,
-            why: None,
-        };
-        if cancel.is_cancelled() {
-            result.why = Some("the sweep was interrupted before it".into());
-            results.push(result);
-            continue;
-        }
-        if let (Some(max), Some(n)) = (model_instances_max, instances)
-            && n > max
-        {
-            result.why = Some(format!(
-                "{n} model instances, over constraints.model_instances_max {max}"
-            ));
-            results.push(result);
-            continue;
-        }
-        let dir = run_dir.join("variants").join(format!("v{}", variant.index));
-        let repos = if swept.is_empty() {
-            None
-        } else {
-            match variant_repositories(&dir, &repositories, &swept, configs) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    result.status = VariantStatus::Failed;
-                    result.why = Some(format!("its model repository: {e}"));
-                    results.push(result);
-                    continue;
+    match sweep.search {
+        SweepSearch::Grid => {
+            for (variant, configs) in variants.iter().zip(&configs) {
+                let (result, repos) = context.measure(variant, configs, &cancel).await;
+                if let Some(r) = repos {
+                    repositories_of.insert(variant.index, r);
                 }
-            }
-        };
-        if let Some(r) = &repos {
-            repositories_of.insert(variant.index, r.clone());
-        }
-        let variant_id = format!("{run_id}-v{}", variant.index);
-        tracing::info!(variant = variant.index, of = variants.len(), parameters = %variant.label(), "sweep: measuring a variant");
-        match run_variant(
-            options,
-            matrix,
-            variant,
-            repos,
-            &dir,
-            &variant_id,
-            &store_url,
-            cancel.clone(),
-            launcher_for,
-        )
-        .await
-        {
-            Ok(outcome) => measured(&mut result, sweep, &outcome),
-            Err(e) => {
-                result.status = VariantStatus::Failed;
-                result.why = Some(e);
+                results.push(result);
             }
         }
-        result.run_id = Some(variant_id);
-        results.push(result);
+        SweepSearch::Quick => {
+            let lens: Vec<usize> = sweep.parameters.values().map(Vec::len).collect();
+            let template = &matrix.server_templates[template_name];
+            let start = plan::quick_start(sweep, template, &originals);
+            let spread = matrix.capacity.as_ref().map_or(0.05, |c| c.tolerance);
+            let budget = sweep.max_variants as usize;
+            let mut measured: BTreeMap<plan::Point, Option<f64>> = BTreeMap::new();
+            while let plan::QuickStep::Measure(point) =
+                plan::quick_step(&lens, &start, &measured, spread, budget)
+            {
+                if cancel.is_cancelled() {
+                    break;
+                }
+                let variant = plan::variant_at(sweep, &point);
+                let configs = &configs[variant.index - 1];
+                let (result, repos) = context.measure(&variant, configs, &cancel).await;
+                if let Some(r) = repos {
+                    repositories_of.insert(variant.index, r);
+                }
+                measured.insert(point, result.max_qps);
+                results.push(result);
+            }
+        }
     }
 
     plan::rank(&mut results);
@@ -281,7 +246,7 @@ pub async fn sweep(
         .count();
     let answer = SweepAnswer {
         server_group: sweep.server_group.clone(),
-        search: "grid".into(),
+        search: sweep.search.as_str().into(),
         target_p99_ms: matrix
             .capacity
             .as_ref()
@@ -322,6 +287,109 @@ pub async fn sweep(
         verdict,
         report,
     })
+}
+
+/// What every variant's run shares.
+struct VariantContext<'a> {
+    options: &'a RunOptions,
+    matrix: &'a Matrix,
+    run_dir: &'a Path,
+    run_id: &'a str,
+    store_url: &'a str,
+    repositories: &'a [PathBuf],
+    swept: &'a BTreeMap<String, SweptModel>,
+    launcher_for: &'a LauncherFor<'a>,
+    /// The grid's size, for the log.
+    of: usize,
+}
+
+impl VariantContext<'_> {
+    /// Measures one variant (or says why not: a constraint, an interruption, a failure) and
+    /// returns its result and its model repositories (None: it changes no model config).
+    async fn measure(
+        &self,
+        variant: &Variant,
+        configs: &BTreeMap<String, String>,
+        cancel: &CancellationToken,
+    ) -> (VariantResult, Option<Vec<String>>) {
+        let sweep = self.matrix.sweep.as_ref().expect("a sweep matrix");
+        let instances = (!configs.is_empty()).then(|| {
+            configs
+                .values()
+                .filter_map(|c| plan::model_instances(c))
+                .sum()
+        });
+        let mut result = VariantResult {
+            index: variant.index,
+            parameters: variant.parameters.clone(),
+            status: VariantStatus::Skipped,
+            run_id: None,
+            max_qps: None,
+            p99_ms: None,
+            concurrency: None,
+            ending: None,
+            model_instances: instances,
+            gpus: 0,
+            server_memory_bytes: None,
+            server_cpu_utilization: None,
+            why: None,
+        };
+        if cancel.is_cancelled() {
+            result.why = Some("the sweep was interrupted before it".into());
+            return (result, None);
+        }
+        let limit = sweep
+            .constraints
+            .as_ref()
+            .and_then(|c| c.model_instances_max);
+        if let (Some(max), Some(n)) = (limit, instances)
+            && n > max
+        {
+            result.why = Some(format!(
+                "{n} model instances, over constraints.model_instances_max {max}"
+            ));
+            return (result, None);
+        }
+        let dir = self
+            .run_dir
+            .join("variants")
+            .join(format!("v{}", variant.index));
+        let repos = if self.swept.is_empty() {
+            None
+        } else {
+            match variant_repositories(&dir, self.repositories, self.swept, configs) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    result.status = VariantStatus::Failed;
+                    result.why = Some(format!("its model repository: {e}"));
+                    return (result, None);
+                }
+            }
+        };
+        let variant_id = format!("{}-v{}", self.run_id, variant.index);
+        tracing::info!(variant = variant.index, of = self.of, parameters = %variant.label(), "sweep: measuring a variant");
+        match run_variant(
+            self.options,
+            self.matrix,
+            variant,
+            repos.clone(),
+            &dir,
+            &variant_id,
+            self.store_url,
+            cancel.clone(),
+            self.launcher_for,
+        )
+        .await
+        {
+            Ok(outcome) => measured(&mut result, sweep, &outcome),
+            Err(e) => {
+                result.status = VariantStatus::Failed;
+                result.why = Some(e);
+            }
+        }
+        result.run_id = Some(variant_id);
+        (result, repos)
+    }
 }
 
 /// One variant's capacity run, in the sweep's store; the error says why it has no report.
