@@ -2249,3 +2249,114 @@ async fn postgres_read_only_open() {
     };
     read_only_open(pg.url()).await;
 }
+
+/// `delete_run` removes a run and every row recorded for it, and nothing of another run; every
+/// table of the schema that holds rows by `run_id` is one it clears.
+async fn deleting_a_run(url: &str) {
+    let store = Store::connect(url).await.expect("connect");
+    let (gone, kept) = (unique("pruned"), unique("kept"));
+    for run_id in [&gone, &kept] {
+        store
+            .create_run(&NewRun {
+                run_id: run_id.to_string(),
+                name: "prune".into(),
+                matrix_yaml: "version: 1".into(),
+                launcher: "local".into(),
+                started_at_ms: now_ms(),
+                fingerprint: None,
+            })
+            .await
+            .unwrap();
+        store
+            .upsert_member(&member(run_id.as_str(), "w-0", Role::Client, "w", 0))
+            .await
+            .unwrap();
+        let w: MemberName = "w-0".into();
+        store
+            .record_event(run_id, &w, EventKind::Running, "up")
+            .await
+            .unwrap();
+        store
+            .record_snapshot(
+                run_id,
+                &w,
+                &WorkerSnapshot {
+                    at_ms: now_ms(),
+                    total_requests: 1,
+                    qps: 1.0,
+                    scenarios: vec![ScenarioCounts {
+                        scenario: "s".into(),
+                        tests: 1,
+                        ..ScenarioCounts::default()
+                    }],
+                    series_point: true,
+                    ..WorkerSnapshot::default()
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .save_document(run_id, "k", &note("n", 1))
+            .await
+            .unwrap();
+        store.finish_run(run_id, "PASS", now_ms()).await.unwrap();
+    }
+    store.pin_baseline("prune", &gone).await.unwrap();
+
+    let rows = store.delete_run(&gone).await.unwrap();
+    assert!(rows >= 7, "{rows} rows deleted");
+    assert!(store.run(&gone).await.unwrap().is_none());
+    assert!(store.members(&gone).await.unwrap().is_empty());
+    assert!(store.events(&gone, 0).await.unwrap().is_empty());
+    assert!(store.qps_samples(&gone).await.unwrap().is_empty());
+    assert!(store.documents::<Note>(&gone).await.unwrap().is_empty());
+    assert!(
+        store.baselines().await.unwrap().is_empty(),
+        "its pin went with it"
+    );
+    // The other run is whole.
+    assert!(store.run(&kept).await.unwrap().is_some());
+    assert_eq!(store.members(&kept).await.unwrap().len(), 1);
+    assert_eq!(store.events(&kept, 0).await.unwrap().len(), 1);
+    assert_eq!(store.qps_samples(&kept).await.unwrap().len(), 1);
+    assert_eq!(store.documents::<Note>(&kept).await.unwrap().len(), 1);
+    // Deleting it again deletes nothing.
+    assert_eq!(store.delete_run(&gone).await.unwrap(), 0);
+
+    // Every table with a run_id column, as the database itself lists them.
+    let pool = sqlx::AnyPool::connect(url).await.expect("raw connect");
+    let sql = if url.starts_with("sqlite:") {
+        "SELECT m.name FROM sqlite_master m JOIN pragma_table_info(m.name) p
+         WHERE m.type = 'table' AND p.name = 'run_id'"
+    } else {
+        "SELECT CAST(table_name AS TEXT) FROM information_schema.columns
+         WHERE column_name = 'run_id' AND table_schema = current_schema()"
+    };
+    let mut tables: Vec<String> = sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap();
+    tables.sort();
+    let mut cleared: Vec<String> = stress_common::store::RUN_TABLES
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    cleared.sort();
+    assert_eq!(
+        tables, cleared,
+        "RUN_TABLES must list every table with a run_id"
+    );
+    pool.close().await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_deleting_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    deleting_a_run(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
+}
+
+#[tokio::test]
+async fn postgres_deleting_a_run() {
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    deleting_a_run(pg.url()).await;
+}

@@ -189,6 +189,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Delete the runs started longer ago than --older-than, with everything recorded for them:
+    /// from the store of --database-url, or the run directories under --runs-dir (a directory
+    /// whose store keeps no run is removed). Runs still going and pinned baselines stay.
+    Prune {
+        /// e.g. `30d`, `12h`.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        older_than: std::time::Duration,
+        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+        runs_dir: PathBuf,
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: Option<String>,
+        /// List what would go, delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Baselines for regression comparisons.
     #[command(subcommand)]
     Baseline(BaselineCommand),
@@ -326,6 +341,36 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Prune {
+            older_than,
+            runs_dir,
+            database_url,
+            dry_run,
+        } => match run::prune::prune(database_url.as_deref(), &runs_dir, older_than, dry_run).await
+        {
+            Ok(pruned) => {
+                let verb = if dry_run { "would prune" } else { "pruned" };
+                for p in &pruned {
+                    println!(
+                        "{verb} {} ({}, started {}, {}){}",
+                        p.run_id,
+                        p.name,
+                        driver::report::format_time(p.started_at_ms),
+                        p.verdict.as_deref().unwrap_or("ABANDONED"),
+                        p.removed_dir
+                            .as_ref()
+                            .map(|d| format!(", directory {}", d.display()))
+                            .unwrap_or_default()
+                    );
+                }
+                println!("{} run(s) {verb}", pruned.len());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Runs {
             runs_dir,
             database_url,

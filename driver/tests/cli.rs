@@ -405,3 +405,91 @@ fn a_sweep_of_what_the_model_repository_lacks_exits_2_naming_the_parameter() {
         describe("run", &out)
     );
 }
+
+/// `driver prune` deletes the old runs that are over, with their run directories, and keeps
+/// the recent, the pinned and the still-running ones; `--dry-run` deletes nothing.
+#[test]
+fn prune_deletes_old_runs_that_are_over_and_keeps_the_rest() {
+    use stress_common::contract::RunId;
+    use stress_common::store::{NewRun, Store};
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    let day = 86_400_000;
+    let now = stress_common::now_ms();
+    // (run id, started days ago, finished, pinned, lease held)
+    let made = [
+        ("old-finished", 40, true, false, false),
+        ("old-pinned", 40, true, true, false),
+        ("old-running", 40, false, false, true),
+        ("recent", 2, true, false, false),
+    ];
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        for (id, ago, finished, pinned, lease) in made {
+            let dir = runs.join(id);
+            std::fs::create_dir_all(&dir).unwrap();
+            let store = Store::connect(&Store::sqlite_url(&dir.join("store.sqlite")))
+                .await
+                .unwrap();
+            let run_id = RunId::new(id);
+            store
+                .create_run(&NewRun {
+                    run_id: id.into(),
+                    name: "nightly".into(),
+                    matrix_yaml: "version: 1".into(),
+                    launcher: "local".into(),
+                    started_at_ms: now - ago * day,
+                    fingerprint: None,
+                })
+                .await
+                .unwrap();
+            if finished {
+                store
+                    .finish_run(&run_id, "PASS", now - ago * day + 1000)
+                    .await
+                    .unwrap();
+            }
+            if pinned {
+                store.pin_baseline("nightly", &run_id).await.unwrap();
+            }
+            if lease {
+                store.renew_lease(&run_id, now + day).await.unwrap();
+            }
+            store.close().await;
+        }
+    });
+    let prune = |extra: &[&str]| {
+        let mut args = vec![
+            "prune",
+            "--older-than",
+            "30d",
+            "--runs-dir",
+            runs.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        driver(&args)
+    };
+    let out = prune(&["--dry-run"]);
+    assert!(out.status.success(), "{}", describe("prune", &out));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("would prune old-finished (nightly"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("1 run(s) would prune\n"), "{stdout}");
+    assert!(
+        runs.join("old-finished").exists(),
+        "a dry run deletes nothing"
+    );
+
+    let out = prune(&[]);
+    assert!(out.status.success(), "{}", describe("prune", &out));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("pruned old-finished (nightly"), "{stdout}");
+    assert!(stdout.ends_with("1 run(s) pruned\n"), "{stdout}");
+    assert!(!runs.join("old-finished").exists());
+    for kept in ["old-pinned", "old-running", "recent"] {
+        assert!(runs.join(kept).join("store.sqlite").exists(), "{kept}");
+    }
+    assert!(text(&prune(&[]).stdout).ends_with("0 run(s) pruned\n"));
+}

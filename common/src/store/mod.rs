@@ -87,6 +87,7 @@ mod events;
 mod failures;
 mod migrate;
 mod runs;
+pub use runs::RUN_TABLES;
 mod series;
 mod sink;
 #[cfg(feature = "testing")]

@@ -3,6 +3,35 @@
 use super::*;
 use crate::contract::{MemberName, RunId};
 
+/// Every table that holds a run's rows by `run_id` (the run itself last): what
+/// [`Store::delete_run`] removes. The store tests hold it to the schema, so a migration's new
+/// table is pruned too.
+pub const RUN_TABLES: &[&str] = &[
+    "members",
+    "events",
+    "heartbeats",
+    "qps_samples",
+    "latest_qps",
+    "scenario_counts",
+    "failures",
+    "failure_totals",
+    "diagnostics",
+    "model_counts",
+    "load_targets",
+    "capacity_phases",
+    "slo_results",
+    "baselines",
+    "comparisons",
+    "latency_intervals",
+    "server_samples",
+    "trace_summaries",
+    "log_excerpts",
+    "documents",
+    "signature_counts",
+    "outages",
+    "runs",
+];
+
 impl Store {
     // ---- runs ------------------------------------------------------------------------------
 
@@ -284,6 +313,25 @@ impl Store {
                 },
             )
             .collect()
+    }
+
+    /// Deletes a run and everything recorded for it ([`RUN_TABLES`], its pin as a baseline
+    /// included), in one transaction. Returns how many rows went.
+    pub async fn delete_run(&self, run_id: &RunId) -> Result<u64> {
+        let mut tx = self.begin_write("delete_run").await?;
+        let mut rows = 0;
+        for table in RUN_TABLES {
+            rows += sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE run_id = $1"
+            )))
+            .bind(run_id.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db("delete_run"))?
+            .rows_affected();
+        }
+        tx.commit().await.map_err(self.db("delete_run"))?;
+        Ok(rows)
     }
 
     // ---- baselines and regressions -----------------------------------------------------------

@@ -18,6 +18,7 @@ mod finish;
 mod lease;
 mod poll;
 mod progress;
+pub mod prune;
 pub mod sampler;
 mod slo_check;
 pub mod sweep;
