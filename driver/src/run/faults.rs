@@ -305,3 +305,45 @@ async fn ready_again(http: String, deadline: tokio::time::Instant) -> Option<i64
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
+
+/// Before anything starts: every fault fits the load phase (a `--duration` may shorten it)
+/// and the launcher can inject its kind; else bad input naming the fault's field.
+pub(super) fn check_faults(
+    matrix: &crate::matrix::Matrix,
+    plan: &RunPlan,
+    launcher: &dyn Launcher,
+) -> Result<(), super::DriverError> {
+    let mut problems = Vec::new();
+    for index in plan.unplanned_faults(matrix) {
+        let f = &matrix.faults[index];
+        problems.push(format!(
+            "{}: fault {} and its recovery ({}) do not fit the load phase of {}",
+            matrix.locate_fault(index, "at"),
+            f.name,
+            crate::matrix::faults::human(f.at.unwrap_or_default() + f.window()),
+            crate::matrix::faults::human(plan.duration)
+        ));
+    }
+    for (index, f) in matrix.faults.iter().enumerate() {
+        if let Err(why) = launcher.can_inject(f) {
+            problems.push(format!(
+                "{}: fault {} ({}) cannot be injected: {why}",
+                matrix.locate_fault(
+                    index,
+                    if f.network.as_ref().is_some_and(|n| n.loss.is_some()) {
+                        "network.loss"
+                    } else {
+                        "kind"
+                    }
+                ),
+                f.name,
+                f.kind.as_str()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(super::DriverError::Config(problems.join("\n")))
+    }
+}

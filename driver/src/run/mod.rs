@@ -246,48 +246,6 @@ pub fn store_url_for(run_dir: &Path, database_url: Option<&str>) -> String {
         .unwrap_or_else(|| Store::sqlite_url(&run_dir.join("store.sqlite")))
 }
 
-/// Before anything starts: every fault fits the load phase (a `--duration` may shorten it)
-/// and the launcher can inject its kind; else bad input naming the fault's field.
-fn check_faults(
-    matrix: &Matrix,
-    plan: &RunPlan,
-    launcher: &dyn Launcher,
-) -> Result<(), DriverError> {
-    let mut problems = Vec::new();
-    for index in plan.unplanned_faults(matrix) {
-        let f = &matrix.faults[index];
-        problems.push(format!(
-            "{}: fault {} and its recovery ({}) do not fit the load phase of {}",
-            matrix.locate_fault(index, "at"),
-            f.name,
-            crate::matrix::faults::human(f.at.unwrap_or_default() + f.window()),
-            crate::matrix::faults::human(plan.duration)
-        ));
-    }
-    for (index, f) in matrix.faults.iter().enumerate() {
-        if let Err(why) = launcher.can_inject(f) {
-            problems.push(format!(
-                "{}: fault {} ({}) cannot be injected: {why}",
-                matrix.locate_fault(
-                    index,
-                    if f.network.as_ref().is_some_and(|n| n.loss.is_some()) {
-                        "network.loss"
-                    } else {
-                        "kind"
-                    }
-                ),
-                f.name,
-                f.kind.as_str()
-            ));
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(DriverError::Config(problems.join("\n")))
-    }
-}
-
 /// Runs a matrix with the given launcher. Everything it records stays in the store.
 pub async fn run(
     options: &RunOptions,
@@ -298,7 +256,7 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> Result<RunOutcome, DriverError> {
     let plan = RunPlan::new(matrix, RunId::new(run_id), options.duration);
-    check_faults(matrix, &plan, launcher)?;
+    faults::check_faults(matrix, &plan, launcher)?;
     launcher.plan_faults(&plan.faults);
     let run_id = plan.run_id.clone();
     let run_id = &run_id;
