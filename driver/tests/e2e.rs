@@ -70,6 +70,20 @@ fn committed_matrix(name: &str) -> driver::matrix::Matrix {
     m
 }
 
+/// Serves only `models` (links to the project's, in a repository under `tmp`): a server with
+/// every QA model takes seconds longer to start, per run.
+fn serve_only(m: &mut driver::matrix::Matrix, tmp: &Path, models: &[&str]) {
+    let repo = tmp.join("models");
+    std::fs::create_dir_all(&repo).unwrap();
+    for model in models {
+        std::os::unix::fs::symlink(repo_root().join("models").join(model), repo.join(model))
+            .unwrap();
+    }
+    for template in m.server_templates.values_mut() {
+        template.model_repositories = vec![repo.display().to_string()];
+    }
+}
+
 /// The smoke matrix as [`committed_matrix`] gives it, with explicit, equal weights so that every
 /// scenario gets tests within a 15 s run (10 each, and 20 for SequenceNoStart, which the worker
 /// skips while its stream has a sequence left open), written into `dir` as YAML.
@@ -970,6 +984,22 @@ async fn a_hung_worker_is_named_hung_not_cut_off_from_the_store() {
     );
     let so_far = support::get(&format!("{}/runs/e2e-hung-worker", served.base)).await;
     assert_eq!(so_far.status, 200, "{}", so_far.body);
+    // Under way: the page reloads itself and says what the run has done so far.
+    assert!(
+        so_far
+            .body
+            .contains("<meta http-equiv=\"refresh\" content=\"5\">")
+    );
+    assert!(
+        so_far.body.contains("<p class=\"live\">Running for "),
+        "{}",
+        so_far.body
+    );
+    assert!(
+        so_far.body.contains("<table class=\"live\">"),
+        "{}",
+        so_far.body
+    );
     signal(run.worker_pid, nix::sys::signal::Signal::SIGSTOP);
     let status = run.driver.wait(RUN_LIMIT, false).await;
     assert_eq!(status.code(), Some(1), "{}", run.driver.output());
@@ -980,6 +1010,11 @@ async fn a_hung_worker_is_named_hung_not_cut_off_from_the_store() {
     )
     .unwrap();
     assert_eq!(listed[0]["verdict"], "FAIL", "{listed:#}");
+    let ended = support::get(&format!("{}/runs/e2e-hung-worker", served.base)).await;
+    assert!(
+        !ended.body.contains("http-equiv=\"refresh\""),
+        "an ended run's page stays"
+    );
     drop(served);
     let report = read_json(&run.run_dir.join("report.json"));
     assert_eq!(report["verdict"], "FAIL");
@@ -1172,17 +1207,8 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
     let _one_run = RUN_LOCK.lock().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    // Only the swept model: a server with every QA model takes seconds longer to start, per
-    // variant.
-    let models = tmp.path().join("models");
-    std::fs::create_dir(&models).unwrap();
-    std::os::unix::fs::symlink(
-        repo_root().join("models").join("fixed_capacity"),
-        models.join("fixed_capacity"),
-    )
-    .unwrap();
     let mut m = committed_matrix("sweep.yaml");
-    m.server_templates["cpu"].model_repositories = vec![models.display().to_string()];
+    serve_only(&mut m, tmp.path(), &["fixed_capacity"]);
     let sweep = m.sweep.as_mut().expect("sweep.yaml has a sweep");
     sweep.parameters.clear();
     sweep.parameters.insert(
@@ -1299,11 +1325,9 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let matrix = tmp.path().join("capacity.yaml");
-    std::fs::write(
-        &matrix,
-        serde_saphyr::to_string(&committed_matrix("capacity.yaml")).unwrap(),
-    )
-    .unwrap();
+    let mut m = committed_matrix("capacity.yaml");
+    serve_only(&mut m, tmp.path(), &["fixed_capacity"]);
+    std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
     let run_id = "e2e-capacity";
     let started = Instant::now();
     let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, run_id, "170s").await;
@@ -1484,7 +1508,8 @@ async fn capacity_spike_overloads_the_server_and_measures_its_recovery() {
     let _one_run = RUN_LOCK.lock().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let m = committed_matrix("capacity-spike.yaml");
+    let mut m = committed_matrix("capacity-spike.yaml");
+    serve_only(&mut m, tmp.path(), &["fixed_capacity"]);
     let spike = m.capacity.as_ref().and_then(|c| c.spike.as_ref()).unwrap();
     assert_eq!(
         spike.target_rps, 120.0,
@@ -2281,6 +2306,11 @@ async fn capacity_phases_measure_each_model_alone_then_a_mix() {
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let mut m = committed_matrix("capacity.yaml");
+    serve_only(
+        &mut m,
+        tmp.path(),
+        &["fixed_capacity", "fixed_capacity_wide"],
+    );
     for template in m.client_templates.values_mut() {
         template.models =
             serde_saphyr::from_str("[{name: fixed_capacity}, {name: fixed_capacity_wide}]")

@@ -137,6 +137,9 @@ impl Backend {
 /// The verdict of a run whose driver vanished (its lease ran out without a verdict).
 pub const ABANDONED: &str = "ABANDONED";
 
+/// What a run without a verdict whose driver's lease holds is shown as: under way.
+pub const RUNNING: &str = "RUNNING";
+
 /// A store call that answers within `limit` or counts as failed. Every wait of a long-running
 /// process on the store goes through it: a store that is paused or behind a black hole keeps a
 /// connection open and never answers, and no socket timeout notices that.

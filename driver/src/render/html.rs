@@ -21,17 +21,33 @@ use crate::report::{FailedMember, Report, format_time};
 
 /// The page as one string.
 pub fn render(report: &Report) -> String {
+    render_page(report, None)
+}
+
+/// The page of a run still going (`driver serve`): its report so far, reloaded by the browser
+/// every `reload_s` seconds, with what the run has done so far on top.
+pub fn render_live(report: &Report, reload_s: u32) -> String {
+    render_page(report, Some(reload_s))
+}
+
+fn render_page(report: &Report, reload_s: Option<u32>) -> String {
     let mut out = String::with_capacity(64 * 1024);
     let title = format!("{} {}: {}", report.name, report.run_id, report.verdict);
+    let reload = reload_s
+        .map(|s| format!("<meta http-equiv=\"refresh\" content=\"{s}\">\n"))
+        .unwrap_or_default();
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n{reload}\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
         esc(&title)
     );
     header(&mut out, report);
+    if let Some(s) = reload_s {
+        live(&mut out, report, s);
+    }
     root_cause(&mut out, report);
     faults(&mut out, report);
     tables(&mut out, report);
@@ -40,6 +56,46 @@ pub fn render(report: &Report) -> String {
     failures(&mut out, report);
     let _ = write!(out, "<script>{SCRIPT}</script>\n</body>\n</html>\n");
     out
+}
+
+/// A run under way: how long it has run, and per client group its workers, tests, failures
+/// and QPS so far.
+fn live(out: &mut String, r: &Report, reload_s: u32) {
+    let elapsed = stress_common::now_ms() - r.started_at_ms;
+    let _ = writeln!(
+        out,
+        "<p class=\"live\">Running for {}: the report so far (this page reloads every {reload_s} s).</p>",
+        duration(elapsed)
+    );
+    let rows: Vec<(String, String)> = r
+        .tables
+        .1
+        .iter()
+        .map(|(group, table)| {
+            let workers = r.workers.iter().filter(|w| &w.group == group);
+            let (count, qps) = workers.fold((0, 0.0), |(n, q), w| {
+                (n + 1, q + w.series.last().map_or(0.0, |p| p.1))
+            });
+            let total = table.total();
+            (
+                if total.failures > 0 { "bad" } else { "" }.to_string(),
+                [
+                    td(group),
+                    num(count),
+                    num(total.tests),
+                    num(total.failures),
+                    num(format!("{qps:.1}")),
+                ]
+                .concat(),
+            )
+        })
+        .collect();
+    table(
+        out,
+        "live",
+        &["Client group", "Workers", "Tests", "Failures", "QPS now"],
+        &rows,
+    );
 }
 
 /// What the servers say: each model's successes against the workers' OK answers, memory
@@ -2033,6 +2089,29 @@ mod tests {
         assert!(f.contains("failed: FAIL: triton-0: &lt;exited&gt;"), "{f}");
         assert!(f.contains("skipped: over the limit"), "{f}");
         assert!(!html.contains("<v1>"), "parameters are escaped");
+    }
+
+    #[test]
+    fn a_live_page_reloads_and_a_finished_one_does_not() {
+        let mut r = Report::default();
+        r.verdict = "RUNNING".into();
+        r.started_at_ms = stress_common::now_ms() - 90_000;
+        r.workers = vec![worker("w-0", "clients", &[(1.0, 10.0), (2.0, 12.5)])];
+        r.tables.1.insert("clients".into(), Default::default());
+        let live = render_live(&r, 5);
+        assert!(
+            live.contains("<meta http-equiv=\"refresh\" content=\"5\">"),
+            "{live}"
+        );
+        assert!(live.contains("<p class=\"live\">Running for 90."), "{live}");
+        assert!(
+            live.contains("<td>clients</td><td class=\"num\">1</td>"),
+            "one worker in the group: {live}"
+        );
+        assert!(live.contains("12.5"), "its QPS now: {live}");
+        let still = render(&r);
+        assert!(!still.contains("http-equiv=\"refresh\""));
+        assert!(!still.contains("class=\"live\""));
     }
 
     #[test]

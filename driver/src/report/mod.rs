@@ -686,7 +686,12 @@ impl Report {
                 let lost = run
                     .lease_until_ms
                     .is_some_and(|until| until < stress_common::now_ms());
-                if lost { ABANDONED } else { "RUNNING" }.into()
+                if lost {
+                    ABANDONED
+                } else {
+                    stress_common::store::RUNNING
+                }
+                .into()
             }),
             started_at_ms: run.started_at_ms,
             finished_at_ms: run.finished_at_ms,

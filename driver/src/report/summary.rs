@@ -97,7 +97,7 @@ pub async fn unfinished(
         match rows {
             Ok(rows) => out.extend(rows.into_iter().map(|r| RunSummary {
                 verdict: if r.lease_until_ms.is_some_and(|until| until >= now_ms) {
-                    "RUNNING".into()
+                    stress_common::store::RUNNING.into()
                 } else {
                     stress_common::store::ABANDONED.into()
                 },

@@ -299,17 +299,22 @@ async fn api_diff(
     }
 }
 
+/// How often the page of a run under way reloads itself.
+const LIVE_RELOAD_S: u32 = 5;
+
 async fn run_page(
     State(served): State<Arc<Served>>,
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
     let report = report_of(&served, &id).await?;
+    // A run under way: its report so far, which the browser reloads.
+    let page = if report.verdict == stress_common::store::RUNNING {
+        render::html::render_live(&report, LIVE_RELOAD_S)
+    } else {
+        render::html::render(&report)
+    };
     // The report's own Content-Security-Policy is in the page (it runs its inline script).
-    Ok((
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        render::html::render(&report),
-    )
-        .into_response())
+    Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response())
 }
 
 async fn run_json(
