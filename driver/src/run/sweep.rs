@@ -280,6 +280,17 @@ pub async fn sweep(
     .await
     .map_err(DriverError::Config)?;
     finish::write_report(run_dir, &report)?;
+    // Its row in `driver runs` and `driver serve`'s list, as every run's.
+    if let Err(e) = store
+        .save_document(
+            &sweep_run,
+            "",
+            &crate::report::summary::RunSummary::of(&report),
+        )
+        .await
+    {
+        tracing::warn!("sweep summary not saved: {e}");
+    }
     Ok(RunOutcome {
         run_id: run_id.into(),
         run_dir: run_dir.into(),
