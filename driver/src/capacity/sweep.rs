@@ -21,12 +21,17 @@ pub struct Variant {
 impl Variant {
     /// `PATH=VALUE, ...`, values as JSON.
     pub fn label(&self) -> String {
-        self.parameters
-            .iter()
-            .map(|(p, v)| format!("{p}={v}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        parameters_label(&self.parameters)
     }
+}
+
+/// A variant's parameters in words: `PATH=VALUE, ...`, values as JSON.
+pub fn parameters_label(parameters: &IndexMap<String, serde_json::Value>) -> String {
+    parameters
+        .iter()
+        .map(|(p, v)| format!("{p}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Every combination of the parameters' values, the first parameter varying slowest.

@@ -929,7 +929,7 @@ fn tables(out: &mut String, r: &Report) {
 /// A sweep: a bar of capacity per variant (best first; failed and skipped variants named
 /// with why), its table, and the best variant's config change.
 fn sweep(out: &mut String, s: &crate::capacity::sweep::SweepAnswer) {
-    use crate::capacity::sweep::VariantStatus;
+    use crate::capacity::sweep::{VariantStatus, parameters_label};
     let _ = writeln!(
         out,
         "<h2 id=\"sweep\">Sweep of server group {}</h2>\n<p>{} of {} variants run ({}), target p99 {} ms.</p>",
@@ -940,12 +940,7 @@ fn sweep(out: &mut String, s: &crate::capacity::sweep::SweepAnswer) {
         s.target_p99_ms
     );
     let label = |v: &crate::capacity::sweep::VariantResult| {
-        let params: Vec<String> = v
-            .parameters
-            .iter()
-            .map(|(p, x)| format!("{p}={x}"))
-            .collect();
-        format!("#{} {}", v.index, params.join(", "))
+        format!("#{} {}", v.index, parameters_label(&v.parameters))
     };
     // Bars: one row each, scaled to the best capacity.
     let top = s
@@ -1020,12 +1015,7 @@ fn sweep(out: &mut String, s: &crate::capacity::sweep::SweepAnswer) {
                 .to_string(),
                 [
                     num(v.index),
-                    td(&v
-                        .parameters
-                        .iter()
-                        .map(|(p, x)| format!("{p}={x}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")),
+                    td(&parameters_label(&v.parameters)),
                     num(v.max_qps.map_or_else(dash, |q| format!("{q:.1}"))),
                     num(v.p99_ms.map_or_else(dash, |p| format!("{p:.2}"))),
                     num(v.concurrency.map_or_else(dash, |c| c.to_string())),

@@ -93,7 +93,7 @@ impl CapacityReport {
 
 /// A sweep: its variants by capacity, the Pareto front, and the best with its config change.
 fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
-    use crate::capacity::sweep::VariantStatus;
+    use crate::capacity::sweep::{VariantStatus, parameters_label};
     let _ = writeln!(
         out,
         "\n== Sweep of server group {} ({}: {} of {} variants run, target p99 {} ms) ==",
@@ -116,11 +116,6 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
         } else {
             " "
         };
-        let params: Vec<String> = v
-            .parameters
-            .iter()
-            .map(|(p, x)| format!("{p}={x}"))
-            .collect();
         let _ = writeln!(
             out,
             "{:>3}{front} {:>9} {:>8} {:>11} {:>9} {:>9} {:>6}  {:<14} {}",
@@ -134,7 +129,7 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
             v.server_cpu_utilization
                 .map_or_else(dash, |c| format!("{:.0}", c * 100.0)),
             ending,
-            params.join(", ")
+            parameters_label(&v.parameters)
         );
         if let Some(why) = &v.why {
             let _ = writeln!(out, "       {why}");
@@ -149,16 +144,11 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
             let _ = writeln!(out, "Best: none (no variant met the target)");
         }
         Some(b) => {
-            let params: Vec<String> = b
-                .parameters
-                .iter()
-                .map(|(p, x)| format!("{p}={x}"))
-                .collect();
             let _ = writeln!(
                 out,
                 "Best: variant {} ({}): {:.1} QPS within the target{}",
                 b.index,
-                params.join(", "),
+                parameters_label(&b.parameters),
                 b.max_qps,
                 match (b.confirmed_qps, &b.confirm_run_id) {
                     (Some(q), _) => format!("; measured again: {q:.1} QPS"),
