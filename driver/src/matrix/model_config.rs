@@ -237,6 +237,24 @@ impl std::fmt::Display for ConfigPath {
     }
 }
 
+/// `text`'s parts between the dots outside `[...]` (a map key may hold dots).
+fn split_outside_brackets(text: &str) -> Vec<&str> {
+    let (mut parts, mut depth, mut from) = (Vec::new(), 0usize, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            '.' if depth == 0 => {
+                parts.push(&text[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[from..]);
+    parts
+}
+
 fn field_names(message: &MessageDescriptor) -> String {
     message
         .fields()
@@ -252,7 +270,7 @@ impl ConfigPath {
         let mut message = Some(descriptor());
         // A list or map named without a subscript, which nothing can follow.
         let mut unsubscripted: Option<String> = None;
-        for part in text.split('.') {
+        for part in split_outside_brackets(text) {
             let (name, mut brackets) = match part.find('[') {
                 Some(i) => (&part[..i], &part[i..]),
                 None => (part, ""),
@@ -651,6 +669,14 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
         .unwrap();
         assert!(written.contains("string_value: \"20\""), "{written}");
         assert!(!written.contains("\"50\""), "{written}");
+        // A key with dots in it is one key.
+        let written = set(
+            FIXED_CAPACITY,
+            "parameters[\"cuda.graphs\"].string_value",
+            json!("on"),
+        )
+        .unwrap();
+        assert!(written.contains("key: \"cuda.graphs\""), "{written}");
         let written = set(FIXED_CAPACITY, "instance_group[0].kind", json!("KIND_GPU")).unwrap();
         assert!(written.contains("KIND_GPU"), "{written}");
         let written = set(
