@@ -42,6 +42,20 @@ pub(super) async fn finish_and_read(
     .map_err(|e| e.to_string())
 }
 
+/// Saves the run's summary (its row in `driver runs` and `driver serve`), within the store
+/// call limit; a report the store could not complete has none.
+pub(super) async fn save_summary(store: &Store, run_id: &RunId, report: &Report) {
+    if report.incomplete.is_none()
+        && let Err(e) = bounded(
+            STORE_CALL_LIMIT,
+            store.save_document(run_id, "", &crate::report::summary::RunSummary::of(report)),
+        )
+        .await
+    {
+        tracing::warn!("run summary not saved: {e}");
+    }
+}
+
 /// The verdict in a sentence: PASS, or FAIL and who failed why.
 pub(super) fn verdict_line(verdict: &Verdict) -> String {
     match verdict {

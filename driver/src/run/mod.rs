@@ -470,19 +470,7 @@ pub async fn run(
     };
     write_report(run_dir, &report)?;
     tracing::info!("report written");
-    if report.incomplete.is_none()
-        && let Err(e) = bounded(
-            STORE_CALL_LIMIT,
-            store.save_document(
-                &plan.run_id,
-                "",
-                &crate::report::summary::RunSummary::of(&report),
-            ),
-        )
-        .await
-    {
-        tracing::warn!("run summary not saved: {e}");
-    }
+    finish::save_summary(&store, &plan.run_id, &report).await;
     if let Some(settings) = &matrix.report
         && let Some(url) = &settings.webhook
     {

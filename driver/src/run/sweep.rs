@@ -281,16 +281,7 @@ pub async fn sweep(
     .map_err(DriverError::Config)?;
     finish::write_report(run_dir, &report)?;
     // Its row in `driver runs` and `driver serve`'s list, as every run's.
-    if let Err(e) = store
-        .save_document(
-            &sweep_run,
-            "",
-            &crate::report::summary::RunSummary::of(&report),
-        )
-        .await
-    {
-        tracing::warn!("sweep summary not saved: {e}");
-    }
+    finish::save_summary(&store, &sweep_run, &report).await;
     Ok(RunOutcome {
         run_id: run_id.into(),
         run_dir: run_dir.into(),
