@@ -7,8 +7,9 @@
 //! delta of successful requests), pending requests per server, and Triton's CPU / GPU
 //! utilization (gauges, where the build reports them: a CPU build has no `nv_gpu_utilization`).
 //!
-//! [`recommend`] is the decision, pure: a threshold is the signal at the phase's best window
-//! × `hpa_margin`, and only for a phase that ended saturated (converged or oscillating): a tier
+//! [`recommend`] is the decision, pure: a threshold is the signal at the phase's edge window
+//! (its highest concurrency within the target: [`crate::capacity::controller::edge`]) ×
+//! `hpa_margin`, and only for a phase that ended saturated (converged or oscillating): a tier
 //! that never reached its limit has no limit to scale before. The **primary** signal is the
 //! first to fire: replaying the controller's windows from the lowest concurrency up, the one that
 //! reaches its threshold at the lowest concurrency (ties: the one that grew most from the lowest
@@ -271,7 +272,7 @@ pub fn window_signals(
     values
 }
 
-/// One server and model at the best window (from the direct scrape).
+/// One server and model at the edge window (from the direct scrape).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerModelSignals {
     pub server: String,
@@ -314,16 +315,16 @@ pub struct Point {
     pub values: SignalValues,
 }
 
-/// A signal at the best window and what it recommends.
+/// A signal at the edge window and what it recommends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SignalThreshold {
     pub signal: Signal,
-    /// At the best window, from the chosen source.
+    /// At the edge window, from the chosen source.
     pub observed: f64,
     /// At the lowest concurrency replayed.
     pub baseline: Option<f64>,
     /// observed × hpa_margin; None when no threshold is recommended (the phase did not
-    /// saturate, or the signal was zero at the best window).
+    /// saturate, or the signal was zero at the edge window).
     pub threshold: Option<f64>,
     /// The lowest concurrency whose window reached the threshold.
     pub fires_at_concurrency: Option<u32>,
@@ -341,27 +342,27 @@ pub struct Recommendation {
     pub why_not: Option<String>,
 }
 
-/// Thresholds from the phase's windows. `best` is the best window's (start, end); `points`
+/// Thresholds from the phase's windows. `edge` is the edge window's (start, end); `points`
 /// are the controller's windows with signals (in any order).
 pub fn recommend(
     points: &[Point],
-    best: Option<(i64, i64)>,
+    edge: Option<(i64, i64)>,
     ending: Option<Ending>,
     margin: f64,
 ) -> Recommendation {
-    let Some((start, end)) = best else {
+    let Some((start, end)) = edge else {
         return Recommendation {
             why_not: Some("no window met the p99 target: there is no operating point".into()),
             ..Default::default()
         };
     };
-    let Some(at_best) = points
+    let Some(at_edge) = points
         .iter()
         .find(|p| p.start_ms == start && p.end_ms == end)
     else {
         return Recommendation {
             why_not: Some(
-                "the best window has no server signals (no /metrics scrape at its start and end)"
+                "the edge window has no server signals (no /metrics scrape at its start and end)"
                     .into(),
             ),
             ..Default::default()
@@ -375,7 +376,7 @@ pub fn recommend(
         .collect();
     ramp.sort_by_key(|p| (p.concurrency, p.start_ms));
     let mut signals = Vec::new();
-    for (&signal, &observed) in &at_best.values {
+    for (&signal, &observed) in &at_edge.values {
         let baseline = ramp.iter().find_map(|p| p.values.get(&signal).copied());
         let threshold = (saturated && observed > 0.0).then_some(observed * margin);
         let load_sensitive = match (threshold, baseline) {
@@ -419,7 +420,7 @@ pub fn recommend(
         let ended = ending.map_or("still running", Ending::as_str);
         Some(format!(
             "the phase ended {ended}, not saturated (converged or oscillating): the signals at its \
-             best window are no limit to scale before"
+             edge window are no limit to scale before"
         ))
     } else if primary.is_none() {
         Some(
@@ -467,7 +468,7 @@ pub fn keda_scaled_object(
             "secondary"
         };
         out.push_str(&format!(
-            "    # {} ({role}): observed {} at the best window, threshold = observed x hpa_margin\n\
+            "    # {} ({role}): observed {} at the edge window, threshold = observed x hpa_margin\n\
              \x20   - type: prometheus\n\
              \x20     metricType: {metric_type}\n\
              \x20     metadata:\n\
@@ -501,10 +502,10 @@ pub struct Autoscaler {
     pub source: String,
     pub hpa_margin: f64,
     pub signals: Vec<SignalThreshold>,
-    /// The best window's signals from the direct scrape (beside Prometheus' when that is the
+    /// The edge window's signals from the direct scrape (beside Prometheus' when that is the
     /// source).
     pub direct: SignalValues,
-    /// Per server and model at the best window (direct scrape).
+    /// Per server and model at the edge window (direct scrape).
     pub servers: Vec<ServerModelSignals>,
     pub primary: Option<Signal>,
     pub why_not: Option<String>,
@@ -779,9 +780,8 @@ impl Collector {
                 values,
             });
         }
-        let result = controller.result();
-        let best = result.window_start_ms.zip(result.window_end_ms);
-        let r = recommend(&points, best, controller.ending, self.margin);
+        let edge = controller.edge_span();
+        let r = recommend(&points, edge, controller.ending, self.margin);
         let mut warnings = Vec::new();
         let mut source = "direct";
         if let Some(p) = &self.prometheus {
@@ -801,13 +801,13 @@ impl Collector {
                     first_error.unwrap_or_default()
                 ));
             }
-            if best.is_some_and(|b| {
+            if edge.is_some_and(|b| {
                 matches!(self.prom.get(&b.1), Some(Ok(Some(_)))) && direct_points.contains_key(&b)
             }) {
                 source = "prometheus";
             }
         }
-        let (direct, servers) = best
+        let (direct, servers) = edge
             .and_then(|b| direct_points.get(&b))
             .map(|(d, s, e)| (d.clone(), server_model_signals(s, e)))
             .unwrap_or_default();
@@ -936,7 +936,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn thresholds_are_the_best_window_times_the_margin_and_the_first_to_fire_is_primary() {
+    fn thresholds_are_the_edge_window_times_the_margin_and_the_first_to_fire_is_primary() {
         let r = recommend(&ramp(), Some((3000, 4000)), Some(Ending::Converged), 0.8);
         assert_eq!(r.why_not, None);
         let get = |s: Signal| r.signals.iter().find(|t| t.signal == s).unwrap();
@@ -958,7 +958,7 @@ pub(crate) mod tests {
             "flat with load: {compute:?}"
         );
         let cpu = get(Signal::CpuUtilization);
-        assert_eq!(cpu.threshold, None, "zero at the best window: no threshold");
+        assert_eq!(cpu.threshold, None, "zero at the edge window: no threshold");
         assert_eq!(r.primary, Some(Signal::RequestUsPerRequest));
         assert!(request.primary && !queue.primary);
         assert_eq!(r.signals.iter().filter(|s| s.primary).count(), 1, "{r:#?}");

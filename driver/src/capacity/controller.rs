@@ -401,6 +401,13 @@ impl Controller {
         }
     }
 
+    /// The span (start, end) of the edge window ([`edge`]): where the autoscaler reads the
+    /// servers' signals.
+    pub fn edge_span(&self) -> Option<(i64, i64)> {
+        let limit_us = self.config.target_p99_us as f64 * (1.0 + self.config.tolerance);
+        edge(&self.checks, limit_us).map(|(_, _, w)| (w.start_ms, w.end_ms))
+    }
+
     pub fn result(&self) -> PhaseResult {
         let safety = self.config.safety_factor;
         let limit_us = self.config.target_p99_us as f64 * (1.0 + self.config.tolerance);
@@ -440,6 +447,28 @@ impl Controller {
 /// Pooling keeps one lucky window from being the answer: a concurrency that met the target once
 /// and missed it twice is judged on all three.
 pub fn pool(checks: &[Check], limit_us: f64) -> Option<(u32, u32, Window)> {
+    let mut best: Option<(u32, u32, Window)> = None;
+    for pooled in pooled_within(checks, limit_us) {
+        if best.as_ref().is_none_or(|(_, _, b)| pooled.2.qps > b.qps) {
+            best = Some(pooled);
+        }
+    }
+    best
+}
+
+/// The highest concurrency whose pooled windows meet `limit_us` (pooled as in [`pool`]): the
+/// edge of the operating region, where the autoscaler reads the servers' signals. Past a
+/// tier's knee QPS is flat, so the highest-QPS concurrency is a coin toss among the plateau's
+/// (on a server that saturates at the lowest load, the lowest, where no signal has grown yet);
+/// the edge is not.
+pub fn edge(checks: &[Check], limit_us: f64) -> Option<(u32, u32, Window)> {
+    pooled_within(checks, limit_us).pop()
+}
+
+/// Per concurrency, ascending: its judged windows pooled, for those whose pooled p99 is within
+/// `limit_us`, with the number of windows pooled. The pooled window's span is that of its best
+/// window that met the target on its own (the first on a tie; else its last).
+fn pooled_within(checks: &[Check], limit_us: f64) -> Vec<(u32, u32, Window)> {
     let mut by_concurrency: BTreeMap<u32, Vec<&Check>> = BTreeMap::new();
     for c in checks {
         if matches!(
@@ -449,15 +478,13 @@ pub fn pool(checks: &[Check], limit_us: f64) -> Option<(u32, u32, Window)> {
             by_concurrency.entry(c.concurrency).or_default().push(c);
         }
     }
-    let mut best: Option<(u32, u32, Window)> = None;
+    let mut within = Vec::new();
     for (concurrency, checks) in by_concurrency {
         let windows: Vec<&Window> = checks.iter().map(|c| &c.window).collect();
         let mut pooled = merge_windows(&windows);
         if pooled.p99_us as f64 > limit_us {
             continue;
         }
-        // Its span is that of its best window that met the target on its own (the first on a
-        // tie; else its last): where the servers' signals are read.
         let mut at = *windows.last().expect("one per concurrency");
         let mut top = f64::NEG_INFINITY;
         for c in &checks {
@@ -467,11 +494,9 @@ pub fn pool(checks: &[Check], limit_us: f64) -> Option<(u32, u32, Window)> {
             }
         }
         (pooled.start_ms, pooled.end_ms) = (at.start_ms, at.end_ms);
-        if best.as_ref().is_none_or(|(_, _, b)| pooled.qps > b.qps) {
-            best = Some((concurrency, windows.len() as u32, pooled));
-        }
+        within.push((concurrency, windows.len() as u32, pooled));
     }
-    best
+    within
 }
 
 /// Windows as one: counts summed, histograms merged, rates weighted by window length.
@@ -1082,6 +1107,48 @@ mod tests {
         c.checks = checks.to_vec();
         let r = c.result();
         assert_eq!((r.concurrency, r.windows), (Some(4), 2));
+    }
+
+    #[test]
+    fn the_edge_is_the_highest_concurrency_within_the_target_not_the_highest_qps() {
+        let check = |concurrency, judgement, p99_ms, qps, seconds: i64| {
+            let mut window = window(p99_ms, qps);
+            (window.start_ms, window.end_ms) = ((seconds - 1) * 1000, seconds * 1000);
+            Check {
+                concurrency,
+                window,
+                judgement,
+                next_concurrency: concurrency,
+                search_step: SearchStep::Aimd,
+            }
+        };
+        use Judgement::*;
+        // A server saturated at the lowest load: QPS flat (noise picks the top), p99 growing.
+        let checks = [
+            check(2, Under, 52, 39.5, 1),
+            check(4, Under, 101, 39.2, 2),
+            check(8, Over, 201, 39.8, 3),
+            check(3, Under, 76, 39.4, 4),
+            check(5, Over, 151, 39.3, 5),
+            check(4, OnTarget, 102, 39.1, 6),
+        ];
+        let limit = 131_250.0;
+        assert_eq!(pool(&checks, limit).unwrap().0, 2, "the noise's pick");
+        let (concurrency, windows, w) = edge(&checks, limit).unwrap();
+        assert_eq!((concurrency, windows), (4, 2));
+        assert_eq!(
+            (w.start_ms, w.end_ms),
+            (1000, 2000),
+            "its best window's span"
+        );
+        assert_eq!(edge(&checks, 50_000.0), None, "nothing within 50 ms");
+        let mut c = Controller::new(ControllerConfig {
+            target_p99_us: 125_000,
+            tolerance: 0.05,
+            ..config()
+        });
+        c.checks = checks.to_vec();
+        assert_eq!(c.edge_span(), Some((1000, 2000)));
     }
 
     fn counts(model: &str, requests: u64, failures: u64, latencies_ms: &[u64]) -> ModelCounts {

@@ -380,7 +380,7 @@ pub struct CapacitySettings {
     #[serde(default = "defaults::safety_factor")]
     pub safety_factor: f64,
 
-    /// Recommended autoscaler thresholds = each server signal observed at the best window ×
+    /// Recommended autoscaler thresholds = each server signal observed at the edge window (the highest concurrency within the target) ×
     /// this, in (0, 1] (default 0.8: scale out before the tier reaches its capacity).
     #[serde(default = "defaults::hpa_margin")]
     pub hpa_margin: f64,

@@ -908,7 +908,7 @@ impl TraceSummary {
 /// report.txt's lines for one phase's autoscaler section.
 pub fn autoscaler(a: &Autoscaler) -> String {
     let mut out = format!(
-        "  autoscaler signals at the best window (source: {}; thresholds = observed x hpa_margin {}):\n",
+        "  autoscaler signals at the edge window (the highest concurrency within the target) (source: {}; thresholds = observed x hpa_margin {}):\n",
         a.source,
         number(a.hpa_margin)
     );

@@ -147,7 +147,7 @@ pub struct Report {
 #[derive(Debug, Serialize)]
 pub struct CapacityReport {
     pub results: Vec<CapacityResult>,
-    /// Per group and phase: the servers' signals at the best window, the recommended
+    /// Per group and phase: the servers' signals at the edge window, the recommended
     /// thresholds and a KEDA snippet (see [`crate::capacity::autoscale`]).
     pub autoscaler: Vec<AutoscalerResult>,
     pub phases: Vec<PhaseRecord>,
