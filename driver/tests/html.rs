@@ -522,10 +522,25 @@ async fn report_html_of_a_failed_run_renders_in_chromium() {
         "{}",
         history.body
     );
+    // Per scenario, from the summary the run wrote (an older summary has none).
+    assert!(
+        history.body.contains("data-plot=\"history-p99-scenarios\"")
+            && !history
+                .body
+                .contains("no run recorded per-scenario figures"),
+        "{}",
+        history.body
+    );
     let history: Value =
         serde_json::from_str(&get(&format!("{base}/api/matrix/{name}/history")).await.body)
             .unwrap();
     assert_eq!(history[0]["run_id"], run_id, "{history:#}");
+    assert!(
+        history[0]["scenarios"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty()),
+        "{history:#}"
+    );
     let metrics = get(&format!("{base}/metrics")).await;
     assert!(
         metrics

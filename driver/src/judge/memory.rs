@@ -46,6 +46,14 @@ pub struct Trend {
 }
 
 impl Memory {
+    /// The steady state's trend (None: not judged).
+    pub fn trend(&self) -> Option<&Trend> {
+        match self {
+            Memory::NotJudged(_) => None,
+            Memory::Steady(t) | Memory::Growing(t) => Some(t),
+        }
+    }
+
     /// The finding's words, for a server still growing.
     pub fn finding(&self) -> Option<String> {
         let Memory::Growing(t) = self else {

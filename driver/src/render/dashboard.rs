@@ -2,9 +2,10 @@
 //! with links to each run's report and filters by matrix name and verdict. Pure: the server
 //! reads the summaries and serves what this returns.
 
-use super::html::{Chart, STYLE, Series, esc, line_chart};
+use super::html::{Band, Chart, STYLE, Series, esc, line_chart};
 use crate::report::diff::{Line, RunDiff};
 use crate::report::summary::{RunFilter, RunSummary};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// The dashboard's pages fetch nothing and run no script: styles inline, nothing else.
@@ -233,37 +234,216 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
     }
     out.push_str("</div>\n<h2>Over the runs</h2><div class=\"plots-row\">\n");
     let at = |i: usize| i as f64 + 1.0;
-    type Measure = fn(&RunSummary) -> f64;
-    let plots: [(&str, &str, &str, Measure); 3] = [
-        ("history-qps", "QPS per run", "QPS", |r| r.qps),
-        ("history-p99", "p99 latency per run", "p99 ms", |r| r.p99_ms),
-        ("history-failures", "Failures per run", "failures", |r| {
-            r.failures as f64
-        }),
-    ];
-    for (id, title, y_label, value) in plots {
+    let bands: Vec<Band> = baseline_band(&finished).into_iter().collect();
+    let plot = |out: &mut String, id, title, y_label, series: Vec<Series>, no_data: &str| {
         let chart = Chart {
             id,
             title,
             x_label: "run (oldest first)",
             y_label,
-            series: vec![Series {
-                name: y_label.into(),
-                points: finished
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| (at(i), value(r)))
-                    .collect(),
-            }],
+            series,
             reference: None,
-            bands: Vec::new(),
+            bands: bands.clone(),
         };
-        out.push_str(&line_chart(&chart, "no finished run of this matrix"));
+        out.push_str(&line_chart(&chart, no_data));
+    };
+    type Measure = fn(&RunSummary) -> f64;
+    let totals: [(&str, &str, &str, Measure); 4] = [
+        ("history-qps", "QPS per run", "QPS", |r| r.qps),
+        ("history-p99", "p99 latency per run", "p99 ms", |r| r.p99_ms),
+        ("history-failures", "Failures per run", "failures", |r| {
+            r.failures as f64
+        }),
+        (
+            "history-error-rate",
+            "Failed tests per run (% of tests)",
+            "% failed",
+            |r| {
+                if r.tests == 0 {
+                    f64::NAN
+                } else {
+                    r.failures as f64 * 100.0 / r.tests as f64
+                }
+            },
+        ),
+    ];
+    for (id, title, y_label, value) in totals {
+        let series = vec![Series {
+            name: y_label.into(),
+            points: finished
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (at(i), value(r)))
+                .collect(),
+        }];
+        plot(
+            &mut out,
+            id,
+            title,
+            y_label,
+            series,
+            "no finished run of this matrix",
+        );
     }
-    out.push_str("</div>\n<h2>Runs</h2>\n");
+    // Per name (scenario, server, capacity group): a series over the runs that have it.
+    let named = |points: &dyn Fn(&RunSummary) -> Vec<(String, f64)>| -> Vec<Series> {
+        let mut by_name: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for (i, r) in finished.iter().enumerate() {
+            for (name, y) in points(r) {
+                by_name.entry(name).or_default().push((at(i), y));
+            }
+        }
+        by_name
+            .into_iter()
+            .map(|(name, points)| Series { name, points })
+            .collect()
+    };
+    plot(
+        &mut out,
+        "history-p99-scenarios",
+        "p99 latency per scenario",
+        "p99 ms",
+        named(&|r| {
+            r.scenarios
+                .iter()
+                .map(|s| (s.scenario.clone(), s.p99_ms))
+                .collect()
+        }),
+        "no run recorded per-scenario figures",
+    );
+    plot(
+        &mut out,
+        "history-memory-slope",
+        "Server memory slope after warm-up per run",
+        "MiB/min",
+        named(&|r| {
+            r.server_memory
+                .iter()
+                .map(|m| (m.server.clone(), m.slope_mib_per_min))
+                .collect()
+        }),
+        "no run judged its servers' memory (too short, or no memory readings)",
+    );
+    if finished.iter().any(|r| !r.capacity.is_empty()) {
+        plot(
+            &mut out,
+            "history-capacity",
+            "Capacity at the p99 target per run",
+            "max QPS",
+            named(&|r| {
+                r.capacity
+                    .iter()
+                    .map(|c| (format!("{} ({})", c.group, c.phase), c.max_qps))
+                    .collect()
+            }),
+            "no capacity answer",
+        );
+    }
+    out.push_str("</div>\n");
+    if let Some(band) = bands.first() {
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\">Shaded blue: {}.</p>",
+            esc(&band.label)
+        );
+    }
+    out.push_str("<h2>Failure signatures</h2>\n");
+    signature_table(&mut out, &oldest_first);
+    out.push_str("<h2>Runs</h2>\n");
     runs_table(&mut out, runs);
     out.push_str("</body></html>\n");
     out
+}
+
+/// The newest finished run's baseline window (the runs it was compared with) over the x axis
+/// of a history plot (run i at x = i + 1, oldest first); None when it was compared with none
+/// of the runs shown.
+fn baseline_band(finished: &[&RunSummary]) -> Option<Band> {
+    let newest = finished.last()?;
+    let xs: Vec<f64> = finished
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| newest.baseline_window.contains(&r.run_id))
+        .map(|(i, _)| i as f64 + 1.0)
+        .collect();
+    let from = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let to = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (!xs.is_empty()).then(|| Band {
+        label: format!(
+            "the baseline window of the newest run {}: {} of its {} baseline run(s)",
+            newest.run_id,
+            xs.len(),
+            newest.baseline_window.len()
+        ),
+        from: from - 0.5,
+        to: to + 0.5,
+        baseline: true,
+    })
+}
+
+/// Every signature the runs judged: first and last seen, in how many runs, and its status in
+/// the last run it was seen in. `runs` oldest first.
+fn signature_table(out: &mut String, runs: &[&RunSummary]) {
+    struct Seen<'a> {
+        first: &'a RunSummary,
+        last: &'a RunSummary,
+        runs: usize,
+        failures: u64,
+        sig: &'a crate::report::summary::SignatureSeen,
+    }
+    let mut seen: BTreeMap<&str, Seen> = BTreeMap::new();
+    for r in runs {
+        for sig in &r.signatures {
+            let e = seen.entry(sig.signature.as_str()).or_insert(Seen {
+                first: r,
+                last: r,
+                runs: 0,
+                failures: 0,
+                sig,
+            });
+            (e.last, e.sig) = (r, sig);
+            e.runs += 1;
+            e.failures += sig.count;
+        }
+    }
+    if seen.is_empty() {
+        out.push_str("<p class=\"muted\">No failure signature in these runs.</p>\n");
+        return;
+    }
+    let mut rows: Vec<&Seen> = seen.values().collect();
+    // What the last runs saw leads.
+    rows.sort_by_key(|s| std::cmp::Reverse((s.last.started_at_ms, s.runs)));
+    out.push_str(
+        "<table id=\"signatures\"><tr><th>signature</th><th>scenario / model</th><th>failure</th>\
+         <th>status (last seen)</th><th>first seen</th><th>last seen</th><th>runs</th>\
+         <th>failures</th></tr>\n",
+    );
+    for s in rows {
+        let run_link = |r: &RunSummary| {
+            format!(
+                "<a href=\"/runs/{}\">{}</a> <span class=\"muted\">{}</span>",
+                esc(&percent(&r.run_id)),
+                esc(&r.run_id),
+                timestamp(r.started_at_ms)
+            )
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td><code>{}</code></td><td>{} / {}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td class=\"num\">{} of {}</td><td class=\"num\">{}</td></tr>",
+            esc(&s.sig.signature),
+            esc(&s.sig.scenario),
+            esc(&s.sig.model),
+            esc(&s.sig.message),
+            s.sig.status.as_str(),
+            run_link(s.first),
+            run_link(s.last),
+            s.runs,
+            runs.len(),
+            s.failures
+        );
+    }
+    out.push_str("</table>\n");
 }
 
 /// A run against the previous run of its matrix.
@@ -406,6 +586,7 @@ mod tests {
             signatures_recurring: 2,
             signatures_known: 3,
             regressions: 0,
+            ..Default::default()
         }
     }
 
@@ -480,8 +661,99 @@ mod tests {
         for plot in ["history-qps", "history-p99", "history-failures"] {
             assert!(page.contains(&format!("data-plot=\"{plot}\"")), "{plot}");
         }
-        assert!(!page.contains("no data:"), "every plot has points: {page}");
+        assert!(
+            !page.contains("no data: no finished run"),
+            "the totals have points: {page}"
+        );
+        assert!(
+            page.contains("no data: no run recorded per-scenario figures"),
+            "summaries written before them have none: {page}"
+        );
         let empty = matrix_page("none", &[]);
         assert!(empty.contains("no data: no finished run of this matrix"));
+    }
+
+    #[test]
+    fn a_matrix_history_plots_scenarios_memory_capacity_the_baseline_band_and_signatures() {
+        use crate::judge::verdicts::Status;
+        use crate::report::summary::{
+            CapacityPoint, ScenarioPoint, ServerMemoryPoint, SignatureSeen,
+        };
+        let sig = |id: &str, status: Status, count: u64| SignatureSeen {
+            signature: id.into(),
+            scenario: "sequence".into(),
+            model: "<seq>".into(),
+            message: "expected 1, got 2".into(),
+            status,
+            count,
+        };
+        let night = |i: i64, signatures: Vec<SignatureSeen>, window: &[&str]| {
+            let mut r = run(&format!("soak-{i}"), "soak", "PASS");
+            r.started_at_ms += i * 86_400_000;
+            r.finished_at_ms = Some(r.started_at_ms + 1000);
+            r.scenarios = vec![ScenarioPoint {
+                scenario: "infer".into(),
+                qps: 10.0,
+                p99_ms: 5.0 + i as f64,
+                tests: 10,
+                failures: 0,
+            }];
+            r.server_memory = vec![ServerMemoryPoint {
+                server: "triton-0".into(),
+                slope_mib_per_min: 0.1 * i as f64,
+                growing: false,
+            }];
+            r.capacity = vec![CapacityPoint {
+                group: "grpc".into(),
+                phase: "production".into(),
+                concurrency: Some(4),
+                max_qps: 40.0,
+                p99_ms: 100.0,
+            }];
+            r.signatures = signatures;
+            r.baseline_window = window.iter().map(|s| s.to_string()).collect();
+            r
+        };
+        let runs = [
+            night(
+                4,
+                vec![sig("sig1-b", Status::New, 1)],
+                &["soak-3", "soak-2"],
+            ),
+            night(3, vec![sig("sig1-a", Status::Recurring, 2)], &[]),
+            night(2, vec![sig("sig1-a", Status::Recurring, 3)], &[]),
+            night(1, vec![sig("sig1-a", Status::New, 4)], &[]),
+        ];
+        let page = matrix_page("soak", &runs);
+        for plot in [
+            "history-p99-scenarios",
+            "history-memory-slope",
+            "history-capacity",
+            "history-error-rate",
+        ] {
+            assert!(page.contains(&format!("data-plot=\"{plot}\"")), "{plot}");
+        }
+        assert!(!page.contains("no data:"), "every plot has points: {page}");
+        // Runs 2 and 3 (x = 2, 3) are the newest run's baseline window: shaded on each plot.
+        assert_eq!(page.matches("class=\"band baseline\"").count(), 7, "{page}");
+        assert!(page.contains("the baseline window of the newest run soak-4: 2 of its 2"));
+        let table = &page[page.find("id=\"signatures\"").expect("a signature table")..];
+        let (b, a) = (table.find("sig1-b").unwrap(), table.find("sig1-a").unwrap());
+        assert!(b < a, "the latest seen first");
+        let a_row = &table[a..];
+        let a_row = &a_row[..a_row.find("</tr>").unwrap()];
+        assert!(
+            a_row.contains(">recurring<")
+                && a_row.find("soak-1").unwrap() < a_row.find("soak-3").unwrap(),
+            "status as last seen, first seen soak-1, last seen soak-3: {a_row}"
+        );
+        assert!(
+            a_row.contains(">3 of 4<") && a_row.contains(">9<"),
+            "{a_row}"
+        );
+        assert!(a_row.contains("&lt;seq&gt;"), "escaped: {a_row}");
+        let none = matrix_page("soak", &[run("x", "soak", "PASS")]);
+        assert!(none.contains("No failure signature"));
+        assert!(!none.contains("band baseline") && !none.contains("history-capacity"));
     }
 }

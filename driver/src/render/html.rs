@@ -1108,6 +1108,8 @@ pub struct Band {
     pub label: String,
     pub from: f64,
     pub to: f64,
+    /// A baseline window (blue) rather than a fault's (red).
+    pub baseline: bool,
 }
 
 /// Each injected fault's window on the time plots: from its injection to its clients'
@@ -1129,6 +1131,7 @@ fn fault_bands(r: &Report) -> Vec<Band> {
                 to: f
                     .recovered_at_ms
                     .map_or(f64::INFINITY, |t| (t - r.started_at_ms) as f64 / 1000.0),
+                baseline: false,
             })
         })
         .collect()
@@ -1274,10 +1277,12 @@ pub fn line_chart(chart: &Chart, no_data: &str) -> String {
         }
         let _ = write!(
             out,
-            "<rect class=\"band\" x=\"{:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{ph:.1}\" \
-             fill=\"#cf222e\" fill-opacity=\"0.12\"><title>{}</title></rect>",
+            "<rect class=\"band{}\" x=\"{:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{ph:.1}\" \
+             fill=\"{}\" fill-opacity=\"0.12\"><title>{}</title></rect>",
+            if band.baseline { " baseline" } else { "" },
             sx(from),
             sx(to) - sx(from),
+            if band.baseline { "#0969da" } else { "#cf222e" },
             esc(&band.label)
         );
     }
@@ -2204,6 +2209,7 @@ mod tests {
             servers: vec![ServerSeries {
                 member_id: "triton-0".into(),
                 group: "triton".into(),
+                memory_slope_bytes_per_s: None,
                 points: vec![
                     ServerPoint {
                         t_s: 1.0,

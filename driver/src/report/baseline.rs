@@ -50,9 +50,9 @@ pub enum BaselineError {
     Report(#[from] ReportError),
 }
 
-/// The URLs of the SQLite stores of the `newest` run directories under `runs_dir` (by the
-/// store's modification time, newest first).
-pub fn run_dir_stores(runs_dir: &Path, newest: usize) -> Vec<String> {
+/// The SQLite store files of the `newest` run directories under `runs_dir` (by the store's
+/// modification time, newest first).
+pub fn run_dir_store_files(runs_dir: &Path, newest: usize) -> Vec<std::path::PathBuf> {
     let mut dirs: Vec<(std::time::SystemTime, std::path::PathBuf)> = std::fs::read_dir(runs_dir)
         .into_iter()
         .flatten()
@@ -66,7 +66,15 @@ pub fn run_dir_stores(runs_dir: &Path, newest: usize) -> Vec<String> {
     dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
     dirs.into_iter()
         .take(newest)
-        .map(|(_, file)| Store::sqlite_url(&file))
+        .map(|(_, file)| file)
+        .collect()
+}
+
+/// The URLs of [`run_dir_store_files`].
+pub fn run_dir_stores(runs_dir: &Path, newest: usize) -> Vec<String> {
+    run_dir_store_files(runs_dir, newest)
+        .iter()
+        .map(|file| Store::sqlite_url(file))
         .collect()
 }
 

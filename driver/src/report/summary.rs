@@ -3,6 +3,11 @@
 //! a run from its report; `Store::latest_documents` lists them across runs.
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::SystemTime;
+use stress_common::store::{Store, StoreError};
 
 use super::Report;
 use crate::judge::verdicts::Status;
@@ -31,6 +36,60 @@ pub struct RunSummary {
     pub signatures_recurring: u32,
     pub signatures_known: u32,
     pub regressions: u32,
+    /// What a matrix's history plots besides the totals (empty in summaries written before
+    /// them). Per scenario, TOTAL left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scenarios: Vec<ScenarioPoint>,
+    /// Per server: its memory's steady-state slope.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_memory: Vec<ServerMemoryPoint>,
+    /// Capacity mode: per group and phase, the whole mix's answer (spike rows left out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity: Vec<CapacityPoint>,
+    /// The failure signatures the run judged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<SignatureSeen>,
+    /// The runs this one was compared with (its baseline window), newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline_window: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioPoint {
+    pub scenario: String,
+    pub qps: f64,
+    pub p99_ms: f64,
+    pub tests: u64,
+    pub failures: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerMemoryPoint {
+    pub server: String,
+    /// The Theil–Sen slope of its resident memory after warm-up (MiB per minute).
+    pub slope_mib_per_min: f64,
+    /// Whether the run found it still growing (a possible leak).
+    pub growing: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapacityPoint {
+    pub group: String,
+    pub phase: String,
+    /// None: nothing met the target.
+    pub concurrency: Option<u32>,
+    pub max_qps: f64,
+    pub p99_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SignatureSeen {
+    pub signature: String,
+    pub scenario: String,
+    pub model: String,
+    pub message: String,
+    pub status: Status,
+    pub count: u64,
 }
 
 impl stress_common::store::Document for RunSummary {
@@ -70,52 +129,65 @@ impl RunSummary {
             signatures_recurring: count(Status::Recurring),
             signatures_known: count(Status::Known),
             regressions: report.regressions.len() as u32,
+            scenarios: report
+                .scenarios
+                .iter()
+                .filter(|r| r.scenario != "TOTAL")
+                .map(|r| ScenarioPoint {
+                    scenario: r.scenario.clone(),
+                    qps: r.qps,
+                    p99_ms: r.p99_us as f64 / 1000.0,
+                    tests: r.tests,
+                    failures: r.failures,
+                })
+                .collect(),
+            server_memory: report
+                .timeline
+                .servers
+                .iter()
+                .filter_map(|s| {
+                    Some(ServerMemoryPoint {
+                        server: s.member_id.clone(),
+                        slope_mib_per_min: s.memory_slope_bytes_per_s? * 60.0 / MIB,
+                        growing: s.memory_finding.is_some(),
+                    })
+                })
+                .collect(),
+            capacity: report
+                .capacity
+                .iter()
+                .flat_map(|c| &c.results)
+                .filter(|r| r.model == "mix" && r.target_rps.is_none())
+                .map(|r| CapacityPoint {
+                    group: r.group.clone(),
+                    phase: r.phase.clone(),
+                    concurrency: r.concurrency,
+                    max_qps: r.max_qps,
+                    p99_ms: r.p99_ms,
+                })
+                .collect(),
+            signatures: report
+                .signatures
+                .iter()
+                .map(|s| SignatureSeen {
+                    signature: s.signature.clone(),
+                    scenario: s.scenario.clone(),
+                    model: s.model.clone(),
+                    message: s.message.clone(),
+                    status: s.status,
+                    count: s.count,
+                })
+                .collect(),
+            baseline_window: report
+                .baseline
+                .as_ref()
+                .map(|b| b.window.clone())
+                .unwrap_or_default(),
         }
     }
 }
 
-/// The runs of `source` not finished, newest first, as summaries without load figures: RUNNING
-/// while their driver's lease holds, else ABANDONED (said, not recorded: the stores are opened
-/// read-only; the next run or `driver cleanup` records it).
-pub async fn unfinished(
-    source: RunSource<'_>,
-    now_ms: i64,
-) -> Result<Vec<RunSummary>, stress_common::store::StoreError> {
-    use stress_common::store::Store;
-    let urls = source.store_urls();
-    let single = urls.len() == 1;
-    let mut out = Vec::new();
-    for url in urls {
-        let rows = match Store::open_read_only(&url, &Default::default()).await {
-            Ok(store) => {
-                let rows = store.unfinished_runs().await;
-                store.close().await;
-                rows
-            }
-            Err(e) => Err(e),
-        };
-        match rows {
-            Ok(rows) => out.extend(rows.into_iter().map(|r| RunSummary {
-                verdict: if r.lease_until_ms.is_some_and(|until| until >= now_ms) {
-                    stress_common::store::RUNNING.into()
-                } else {
-                    stress_common::store::ABANDONED.into()
-                },
-                run_id: r.run_id,
-                name: r.name,
-                fingerprint: r.fingerprint,
-                launcher: r.launcher,
-                started_at_ms: r.started_at_ms,
-                finished_at_ms: None,
-                ..RunSummary::default()
-            })),
-            Err(e) if !single => tracing::warn!("skipped: {e}"),
-            Err(e) => return Err(e),
-        }
-    }
-    out.sort_by_key(|s| std::cmp::Reverse((s.started_at_ms, s.run_id.clone())));
-    Ok(out)
-}
+const MIB: f64 = 1024.0 * 1024.0;
 
 /// Which runs a list shows: by matrix name and by verdict (both exact; None: any).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,51 +215,243 @@ const SCANNED_RUN_DIRS: usize = 1000;
 /// SQLite stores of the run directories under a runs directory (a local run has its own).
 pub enum RunSource<'a> {
     Store(&'a str),
-    RunsDir(&'a std::path::Path),
+    RunsDir(&'a Path),
 }
 
-impl RunSource<'_> {
-    /// The stores to read: the one, or every run directory's (up to a bound: the newest stores
-    /// by modification time are not the newest runs, since pinning a baseline writes an older
-    /// run's store).
-    fn store_urls(&self) -> Vec<String> {
-        match self {
-            RunSource::Store(url) => vec![url.to_string()],
-            RunSource::RunsDir(dir) => super::baseline::run_dir_stores(dir, SCANNED_RUN_DIRS),
-        }
+/// What one store holds for a list of runs: its newest finished runs' summaries, and its
+/// unfinished runs (summaries without load figures) with their driver's lease.
+#[derive(Debug, Clone, Default)]
+struct StoreRuns {
+    finished: Vec<RunSummary>,
+    unfinished: Vec<(RunSummary, Option<i64>)>,
+}
+
+/// Reads one store, read-only.
+async fn read_store(url: &str, limit: u32) -> Result<StoreRuns, StoreError> {
+    let store = Store::open_read_only(url, &Default::default()).await?;
+    let finished = store.latest_documents::<RunSummary>(limit).await;
+    let unfinished = store.unfinished_runs().await;
+    store.close().await;
+    Ok(StoreRuns {
+        finished: finished?.into_iter().map(|(_, s)| s).collect(),
+        unfinished: unfinished?
+            .into_iter()
+            .map(|r| {
+                let lease = r.lease_until_ms;
+                let summary = RunSummary {
+                    run_id: r.run_id,
+                    name: r.name,
+                    fingerprint: r.fingerprint,
+                    launcher: r.launcher,
+                    started_at_ms: r.started_at_ms,
+                    finished_at_ms: None,
+                    ..RunSummary::default()
+                };
+                (summary, lease)
+            })
+            .collect(),
+    })
+}
+
+/// A store file's size and modification time, and its write-ahead log's: SQLite writes the
+/// log first, so the pair changes with every committed write.
+type Stamp = [Option<(u64, SystemTime)>; 2];
+
+fn stamp(file: &Path) -> Stamp {
+    let meta = |f: &Path| {
+        let m = std::fs::metadata(f).ok()?;
+        Some((m.len(), m.modified().ok()?))
+    };
+    let mut wal = file.as_os_str().to_owned();
+    wal.push("-wal");
+    // An empty log is none (a reader's open may create one).
+    [
+        meta(file),
+        meta(Path::new(&wal)).filter(|(len, _)| *len > 0),
+    ]
+}
+
+/// A runs directory's stores, each read again only when its files changed: `driver serve` lists
+/// a directory of a thousand runs without opening a thousand stores for every page.
+#[derive(Debug, Default)]
+pub struct SummaryIndex {
+    stores: tokio::sync::Mutex<HashMap<PathBuf, (Stamp, u32, StoreRuns)>>,
+    reads: AtomicUsize,
+}
+
+impl SummaryIndex {
+    /// How many times a store was opened (the rest came from the index).
+    pub fn reads(&self) -> usize {
+        self.reads.load(Ordering::Relaxed)
     }
 }
 
-/// The newest `limit` finished runs' summaries, newest first. Every store is opened read-only;
-/// a run directory whose store cannot be read (another schema, not a store) is skipped and
-/// said in the log. A run whose end could not reach its store has no summary and is not
-/// listed (`driver report --run` still rebuilds what it recorded).
-pub async fn list(
+/// Every store of `source`, read (through `index` for a runs directory). A run directory whose
+/// store cannot be read (another schema, not a store) is skipped and said in the log; the one
+/// store of `RunSource::Store` must be read.
+async fn gather(
     source: RunSource<'_>,
     limit: u32,
-) -> Result<Vec<RunSummary>, stress_common::store::StoreError> {
-    use stress_common::store::Store;
-    let urls = source.store_urls();
-    let single = urls.len() == 1;
+    index: Option<&SummaryIndex>,
+) -> Result<Vec<StoreRuns>, StoreError> {
+    let dir = match source {
+        RunSource::Store(url) => return Ok(vec![read_store(url, limit).await?]),
+        RunSource::RunsDir(dir) => dir,
+    };
+    let files = super::baseline::run_dir_store_files(dir, SCANNED_RUN_DIRS);
+    let mut cached = match index {
+        Some(i) => Some(i.stores.lock().await),
+        None => None,
+    };
+    if let Some(c) = cached.as_mut() {
+        c.retain(|file, _| files.contains(file));
+    }
     let mut out = Vec::new();
-    for url in urls {
-        let store = match Store::open_read_only(&url, &Default::default()).await {
-            Ok(s) => s,
-            Err(e) if !single => {
-                tracing::warn!("skipped: {e}");
-                continue;
+    for file in files {
+        let now = stamp(&file);
+        if let Some((_, _, runs)) = cached
+            .as_ref()
+            .and_then(|c| c.get(&file))
+            .filter(|(at, l, _)| *at == now && *l == limit)
+        {
+            out.push(runs.clone());
+            continue;
+        }
+        if let Some(i) = index {
+            i.reads.fetch_add(1, Ordering::Relaxed);
+        }
+        match read_store(&Store::sqlite_url(&file), limit).await {
+            Ok(runs) => {
+                if let Some(c) = cached.as_mut() {
+                    c.insert(file, (now, limit, runs.clone()));
+                }
+                out.push(runs);
             }
-            Err(e) => return Err(e),
-        };
-        let rows = store.latest_documents::<RunSummary>(limit).await;
-        store.close().await;
-        match rows {
-            Ok(rows) => out.extend(rows.into_iter().map(|(_, s)| s)),
-            Err(e) if !single => tracing::warn!("skipped: {e}"),
-            Err(e) => return Err(e),
+            Err(e) => tracing::warn!("skipped: {e}"),
         }
     }
-    out.sort_by_key(|s| std::cmp::Reverse((s.started_at_ms, s.run_id.clone())));
+    Ok(out)
+}
+
+fn newest_first(runs: &mut [RunSummary]) {
+    runs.sort_by_key(|s| std::cmp::Reverse((s.started_at_ms, s.run_id.clone())));
+}
+
+/// The newest `limit` finished runs' summaries, newest first. Every store is opened read-only.
+/// A run whose end could not reach its store has no summary and is not listed (`driver report
+/// --run` still rebuilds what it recorded).
+pub async fn list(source: RunSource<'_>, limit: u32) -> Result<Vec<RunSummary>, StoreError> {
+    let mut out: Vec<RunSummary> = gather(source, limit, None)
+        .await?
+        .into_iter()
+        .flat_map(|s| s.finished)
+        .collect();
+    newest_first(&mut out);
     out.truncate(limit as usize);
     Ok(out)
+}
+
+/// The newest `limit` finished runs and every unfinished one, newest first. An unfinished run
+/// has no load figures and is RUNNING while its driver's lease holds, else ABANDONED (said, not
+/// recorded: the stores are opened read-only; the next run or `driver cleanup` records it).
+pub async fn list_all(
+    source: RunSource<'_>,
+    limit: u32,
+    now_ms: i64,
+    index: Option<&SummaryIndex>,
+) -> Result<Vec<RunSummary>, StoreError> {
+    let stores = gather(source, limit, index).await?;
+    let mut finished: Vec<RunSummary> = stores.iter().flat_map(|s| s.finished.clone()).collect();
+    newest_first(&mut finished);
+    finished.truncate(limit as usize);
+    for s in stores {
+        for (mut run, lease_until_ms) in s.unfinished {
+            run.verdict = if lease_until_ms.is_some_and(|until| until >= now_ms) {
+                stress_common::store::RUNNING.into()
+            } else {
+                stress_common::store::ABANDONED.into()
+            };
+            finished.push(run);
+        }
+    }
+    newest_first(&mut finished);
+    Ok(finished)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stress_common::store::NewRun;
+
+    /// A run directory under `runs` with one run in its own store (finished: with a summary).
+    async fn run_dir(runs: &Path, id: &str, started_at_ms: i64) -> Store {
+        let dir = runs.join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::connect(&Store::sqlite_url(&dir.join("store.sqlite")))
+            .await
+            .unwrap();
+        store
+            .create_run(&NewRun {
+                run_id: id.into(),
+                name: "nightly".into(),
+                matrix_yaml: "version: 1".into(),
+                launcher: "local".into(),
+                started_at_ms,
+                fingerprint: None,
+            })
+            .await
+            .unwrap();
+        store
+    }
+
+    async fn finish(store: &Store, id: &str, started_at_ms: i64) {
+        let summary = RunSummary {
+            run_id: id.into(),
+            name: "nightly".into(),
+            verdict: "PASS".into(),
+            started_at_ms,
+            finished_at_ms: Some(started_at_ms + 1000),
+            ..Default::default()
+        };
+        store.save_document(&id.into(), "", &summary).await.unwrap();
+        store
+            .finish_run(&id.into(), "PASS", started_at_ms + 1000)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_index_reads_a_store_again_only_when_it_changed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let runs = tmp.path();
+        let now = stress_common::now_ms();
+        let old = run_dir(runs, "old", now - 10_000).await;
+        finish(&old, "old", now - 10_000).await;
+        old.close().await;
+        let going = run_dir(runs, "going", now - 5_000).await;
+        let index = SummaryIndex::default();
+        let listed = |index| async move {
+            list_all(RunSource::RunsDir(runs), 10, now, Some(index))
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| format!("{}:{}", r.run_id, r.verdict))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(listed(&index).await, ["going:ABANDONED", "old:PASS"]);
+        assert_eq!(index.reads(), 2);
+        assert_eq!(listed(&index).await, ["going:ABANDONED", "old:PASS"]);
+        assert_eq!(index.reads(), 2, "nothing changed: nothing opened");
+        finish(&going, "going", now - 5_000).await;
+        assert_eq!(listed(&index).await, ["going:PASS", "old:PASS"]);
+        assert_eq!(index.reads(), 3, "only the store written since");
+        going.close().await;
+        std::fs::remove_dir_all(runs.join("old")).unwrap();
+        assert_eq!(listed(&index).await, ["going:PASS"], "a pruned run is gone");
+        assert_eq!(
+            list(RunSource::RunsDir(runs), 10).await.unwrap().len(),
+            1,
+            "without an index the same"
+        );
+    }
 }

@@ -56,6 +56,9 @@ pub struct ServerSeries {
     /// Why the memory was not judged (too few steady-state samples), when it was not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_not_judged: Option<String>,
+    /// The steady-state Theil–Sen slope of the resident memory (bytes/s; None: not judged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_slope_bytes_per_s: Option<f64>,
     pub models: Vec<ServerModelSeries>,
 }
 
@@ -230,6 +233,10 @@ pub fn server_series(
             let memory_growth_bytes = (rss.len() >= 2).then(|| rss[rss.len() - 1].1 - rss[0].1);
             let memory = (!rss.is_empty()).then(|| crate::judge::memory::judge(&rss, load));
             let memory_finding = memory.as_ref().and_then(|m| m.finding());
+            let memory_slope_bytes_per_s = memory
+                .as_ref()
+                .and_then(|m| m.trend())
+                .map(|t| t.bytes_per_s);
             let memory_not_judged = match memory {
                 Some(crate::judge::memory::Memory::NotJudged(why)) => Some(why),
                 _ => None,
@@ -271,6 +278,7 @@ pub fn server_series(
                 memory_growth_bytes,
                 memory_finding,
                 memory_not_judged,
+                memory_slope_bytes_per_s,
                 models: models
                     .into_iter()
                     .map(|((model, version), points)| ServerModelSeries {

@@ -54,11 +54,17 @@ pub enum Source {
 struct Served {
     source: Source,
     token: Option<String>,
+    /// With a runs directory: its stores' runs, each store read again only when it changed.
+    index: summary::SummaryIndex,
 }
 
 /// The dashboard's routes over `source`.
 pub fn router(source: Source, token: Option<String>) -> Router {
-    let served = Arc::new(Served { source, token });
+    let served = Arc::new(Served {
+        source,
+        token,
+        index: Default::default(),
+    });
     Router::new()
         .route("/", get(index))
         .route("/api/runs", get(api_runs))
@@ -147,14 +153,14 @@ impl Source {
 }
 
 async fn runs(served: &Served, filter: &RunFilter) -> Result<Vec<RunSummary>, PageError> {
-    let finished = summary::list(served.source.runs(), LIST_LIMIT)
-        .await
-        .map_err(|e| PageError::Store(e.to_string()))?;
-    let mut all = summary::unfinished(served.source.runs(), stress_common::now_ms())
-        .await
-        .map_err(|e| PageError::Store(e.to_string()))?;
-    all.extend(finished);
-    all.sort_by_key(|s| std::cmp::Reverse((s.started_at_ms, s.run_id.clone())));
+    let all = summary::list_all(
+        served.source.runs(),
+        LIST_LIMIT,
+        stress_common::now_ms(),
+        Some(&served.index),
+    )
+    .await
+    .map_err(|e| PageError::Store(e.to_string()))?;
     Ok(all.into_iter().filter(|r| filter.matches(r)).collect())
 }
 
@@ -459,6 +465,7 @@ mod tests {
             signatures_recurring: 0,
             signatures_known: 0,
             regressions: 0,
+            ..Default::default()
         };
         let mut running = run("n-3", "nightly", "RUNNING", 95_000, 0);
         running.finished_at_ms = None;
