@@ -1929,6 +1929,14 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
         total["qps"][1].as_f64().unwrap(),
     );
     assert!(now < before * 0.75, "the slow run's QPS is down: {total:#}");
+    let server = &diff["servers"][0];
+    assert!(
+        server["version"][0]
+            .as_str()
+            .is_some_and(|v| v.starts_with("triton 2."))
+            && server["version"][0] == server["version"][1],
+        "the same tritonserver said its version both nights: {diff:#}"
+    );
     let other: Value = serde_json::from_str(
         &support::get(&format!(
             "{}/api/runs/e2e-reg-other-matrix/diff",
@@ -2040,8 +2048,17 @@ async fn an_external_server_is_checked_used_reported_and_left_running() {
         server.grpc_address(),
         server.metrics_address()
     );
+    let mut servers = report["servers"].clone();
+    let version = servers[0].as_object_mut().and_then(|s| s.remove("version"));
+    assert!(
+        version
+            .as_ref()
+            .and_then(|v| v.as_str())
+            .is_some_and(|v| v.starts_with("triton 2.")),
+        "what the server said at GET /v2: {report:#}"
+    );
     assert_eq!(
-        report["servers"],
+        servers,
         serde_json::json!([{
             "member_id": SERVER,
             "group": "triton",

@@ -130,6 +130,25 @@ pub async fn repository_index(
         .collect())
 }
 
+/// The server's name and version over gRPC (`ServerMetadata`), for a server whose HTTP address
+/// is unknown.
+pub async fn server_metadata(
+    grpc: &str,
+    timeout: Duration,
+) -> Result<(String, String), ProbeError> {
+    let endpoint = format!("gRPC {grpc} ServerMetadata");
+    let reply = within(&endpoint, timeout, async {
+        let mut client = connect(&endpoint, grpc, timeout).await?;
+        client
+            .server_metadata(triton_proto::ServerMetadataRequest {})
+            .await
+            .map_err(|s| refused(&endpoint, s))
+    })
+    .await?
+    .into_inner();
+    Ok((reply.name, reply.version))
+}
+
 /// `ServerLive` or `ServerReady` answered yes (`what`: `live` or `ready`), or why not.
 async fn grpc_flag(
     address: &str,

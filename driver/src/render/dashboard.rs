@@ -528,7 +528,28 @@ pub fn diff_page(d: &RunDiff) -> String {
             n(s.failures.1)
         );
     }
-    out.push_str("</tbody></table>\n<h2>Matrix</h2>\n");
+    out.push_str("</tbody></table>\n<h2>Servers</h2>\n");
+    if d.servers.is_empty() {
+        out.push_str("<p class=\"muted\" id=\"servers\">no server in either run</p>\n");
+    } else {
+        out.push_str(
+            "<table id=\"servers\"><thead><tr><th>server</th><th>version before</th>\
+             <th>version now</th></tr></thead><tbody>\n",
+        );
+        for s in &d.servers {
+            let v = |v: &Option<String>| v.as_deref().map_or("—".to_string(), esc);
+            let _ = writeln!(
+                out,
+                "<tr{}><td>{}</td><td>{}</td><td>{}</td></tr>",
+                if s.changed() { " class=\"bad\"" } else { "" },
+                esc(&s.server),
+                v(&s.version.0),
+                v(&s.version.1)
+            );
+        }
+        out.push_str("</tbody></table>\n");
+    }
+    out.push_str("<h2>Matrix</h2>\n");
     if d.matrix.is_empty() {
         out.push_str("<p class=\"muted\" id=\"matrix-same\">the same text</p>\n");
     } else {
@@ -755,5 +776,46 @@ mod tests {
         let none = matrix_page("soak", &[run("x", "soak", "PASS")]);
         assert!(none.contains("No failure signature"));
         assert!(!none.contains("band baseline") && !none.contains("history-capacity"));
+    }
+
+    #[test]
+    fn a_diff_marks_a_server_whose_version_changed() {
+        use crate::report::diff::{ServerChange, Side};
+        let side = |id: &str| Side {
+            run_id: id.into(),
+            verdict: "PASS".into(),
+            started_at_ms: 0,
+        };
+        let d = RunDiff {
+            run: side("b"),
+            previous: side("a"),
+            signatures_new: vec![],
+            signatures_gone: vec![],
+            scenarios: vec![],
+            servers: vec![
+                ServerChange {
+                    server: "triton-0".into(),
+                    version: (Some("triton 2.51.0".into()), Some("triton 2.52.0".into())),
+                },
+                ServerChange {
+                    server: "triton-1".into(),
+                    version: (Some("triton 2.51.0".into()), Some("triton 2.51.0".into())),
+                },
+                ServerChange {
+                    server: "triton-2".into(),
+                    version: (None, Some("<new>".into())),
+                },
+            ],
+            matrix: vec![],
+        };
+        let page = diff_page(&d);
+        assert!(
+            page.contains(
+                "<tr class=\"bad\"><td>triton-0</td><td>triton 2.51.0</td><td>triton 2.52.0</td>"
+            ),
+            "{page}"
+        );
+        assert!(page.contains("<tr><td>triton-1</td>"), "unchanged: {page}");
+        assert!(page.contains("<td>—</td><td>&lt;new&gt;</td>"), "{page}");
     }
 }

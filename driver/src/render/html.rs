@@ -679,6 +679,7 @@ fn tables(out: &mut String, r: &Report) {
                     td(&s.member_id),
                     td(&s.group),
                     td(if s.external { "external" } else { "launched" }),
+                    td(s.version.as_deref().unwrap_or("")),
                     td(&s.address),
                     td(&s.metrics),
                 ]
@@ -696,6 +697,7 @@ fn tables(out: &mut String, r: &Report) {
                 "Server",
                 "Group",
                 "Started by",
+                "Version",
                 "Address",
                 "Triton /metrics",
             ],

@@ -464,22 +464,28 @@ impl Report {
                 }
             }
         }
-        // Listed when some were not launched: where they were, and whether their metrics are
-        // below (a launched server's whereabouts are in its events and failure block).
-        if self.servers.iter().any(|s| s.external) {
+        // Which Triton served, and where the servers not launched were and whether their
+        // metrics are below (a launched server's whereabouts are in its events and failure
+        // block).
+        if self
+            .servers
+            .iter()
+            .any(|s| s.external || s.version.is_some())
+        {
             let _ = writeln!(out, "\n== Servers ==");
             let _ = writeln!(
                 out,
-                "{:<24} {:<16} {:<9} {:<48} metrics",
-                "Server", "Group", "Launched", "Address"
+                "{:<24} {:<16} {:<9} {:<16} {:<48} metrics",
+                "Server", "Group", "Launched", "Version", "Address"
             );
             for s in &self.servers {
                 let _ = writeln!(
                     out,
-                    "{:<24} {:<16} {:<9} {:<48} {}",
+                    "{:<24} {:<16} {:<9} {:<16} {:<48} {}",
                     s.member_id,
                     s.group,
                     if s.external { "external" } else { "yes" },
+                    s.version.as_deref().unwrap_or("-"),
                     s.address,
                     s.metrics
                 );

@@ -1,5 +1,6 @@
 //! What changed between a run and the previous run of the same matrix name: the verdict, the
-//! failure signatures new and gone, QPS and p99 per scenario, and the matrix text line by line.
+//! failure signatures new and gone, QPS and p99 per scenario, the servers' Triton versions, and
+//! the matrix text line by line.
 //! Pure: `driver serve` reads the two reports and matrix texts and renders what this returns.
 
 use super::Report;
@@ -33,6 +34,19 @@ pub struct ScenarioChange {
     pub failures: (Option<u64>, Option<u64>),
 }
 
+/// What a server said it was in both runs (None: not in that run, or it did not say).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerChange {
+    pub server: String,
+    pub version: (Option<String>, Option<String>),
+}
+
+impl ServerChange {
+    pub fn changed(&self) -> bool {
+        self.version.0 != self.version.1
+    }
+}
+
 /// A line of the matrix diff.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "op", content = "line", rename_all = "snake_case")]
@@ -49,6 +63,8 @@ pub struct RunDiff {
     pub signatures_new: Vec<SignatureChange>,
     pub signatures_gone: Vec<SignatureChange>,
     pub scenarios: Vec<ScenarioChange>,
+    /// Per server (of either run): the Triton version it said, before and now.
+    pub servers: Vec<ServerChange>,
     /// The matrix as each run recorded it, line by line (empty when the texts are equal).
     pub matrix: Vec<Line>,
 }
@@ -113,12 +129,33 @@ pub fn diff(run: &Report, run_matrix: &str, previous: &Report, previous_matrix: 
             }
         })
         .collect();
+    let versions = |r: &Report| -> BTreeMap<String, Option<String>> {
+        r.servers
+            .iter()
+            .map(|s| (s.member_id.clone(), s.version.clone()))
+            .collect()
+    };
+    let (versions_now, versions_before) = (versions(run), versions(previous));
+    let servers = versions_now
+        .keys()
+        .chain(versions_before.keys())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|server| ServerChange {
+            server: server.clone(),
+            version: (
+                versions_before.get(server).cloned().flatten(),
+                versions_now.get(server).cloned().flatten(),
+            ),
+        })
+        .collect();
     RunDiff {
         run: side(run),
         previous: side(previous),
         signatures_new: only(&now, &before),
         signatures_gone: only(&before, &now),
         scenarios,
+        servers,
         matrix: if run_matrix == previous_matrix {
             Vec::new()
         } else {

@@ -61,6 +61,28 @@ pub struct ServerRow {
     pub external: bool,
     /// Whether its Triton /metrics were scraped (see `server_metrics`); when not, why.
     pub metrics: String,
+    /// What the server said it is (`GET /v2` or `ServerMetadata` before the load), e.g.
+    /// `triton 2.51.0` (None: not asked, or no answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// A server's name and version as it said before the load (a store document per server).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct ServerIdentity {
+    pub name: String,
+    pub version: String,
+}
+
+impl stress_common::store::Document for ServerIdentity {
+    const KIND: &'static str = "server_identity";
+}
+
+impl ServerIdentity {
+    /// `triton 2.51.0`.
+    pub fn label(&self) -> String {
+        format!("{} {}", self.name, self.version)
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -465,6 +487,11 @@ impl Report {
             .iter_mut()
             .filter_map(|(member, d)| Some((member.clone(), d.server_metrics.take()?)))
             .collect();
+        let identities: BTreeMap<String, ServerIdentity> = store
+            .documents::<ServerIdentity>(&run_key)
+            .await?
+            .into_iter()
+            .collect();
         let servers = members
             .iter()
             .filter(|m| m.role == Role::Server)
@@ -484,6 +511,7 @@ impl Report {
                     address: m.address.clone(),
                     external,
                     metrics: metrics.into(),
+                    version: identities.get(&m.member_id).map(ServerIdentity::label),
                 }
             })
             .collect();
