@@ -92,6 +92,83 @@ fn resolve_relative_files(matrix: &mut Matrix, dir: &Path) {
     }
 }
 
+/// What a redacted matrix text says instead of itself when its env values cannot be cut out
+/// one by one.
+pub const WITHHELD_MATRIX: &str =
+    "# (the matrix text is withheld: its env values could not be redacted one by one)\n";
+
+/// `text` with the value of every `env:` entry replaced by `<redacted>`: a matrix shown to
+/// others (`driver serve`) may carry credentials there. A text whose values cannot be cut out
+/// exactly (it does not parse; a block or multi-line scalar) is withheld whole.
+pub fn redact_env(text: &str) -> String {
+    let Ok((map, _)) = source::SourceMap::scan(text) else {
+        return WITHHELD_MATRIX.into();
+    };
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut values = map.env_values();
+    // Right to left within a line, so earlier columns stay where they are.
+    values.sort_by_key(|(at, _)| std::cmp::Reverse((at.line, at.column)));
+    for (at, scalar) in values {
+        let Some(line) = lines.get_mut(at.line as usize - 1) else {
+            return WITHHELD_MATRIX.into();
+        };
+        let chars: Vec<char> = line.chars().collect();
+        let start = at.column as usize - 1;
+        let Some(end) = scalar_end(&chars, start, &scalar) else {
+            return WITHHELD_MATRIX.into();
+        };
+        let redacted: String = chars[..start]
+            .iter()
+            .chain("<redacted>".chars().collect::<Vec<_>>().iter())
+            .chain(chars[end..].iter())
+            .collect();
+        *line = redacted;
+    }
+    let mut out = lines.join("\n");
+    if text.ends_with('\n') {
+        out.push('\n');
+    }
+    out
+}
+
+/// Where the scalar token starting at `start` of `line` ends (exclusive), when it is all on
+/// this line: a quoted one at its closing quote, a plain one after its text.
+fn scalar_end(line: &[char], start: usize, scalar: &str) -> Option<usize> {
+    match line.get(start)? {
+        '"' => {
+            let mut i = start + 1;
+            while i < line.len() {
+                match line[i] {
+                    '\\' => i += 2,
+                    '"' => return Some(i + 1),
+                    _ => i += 1,
+                }
+            }
+            None
+        }
+        '\'' => {
+            let mut i = start + 1;
+            while i < line.len() {
+                if line[i] == '\'' {
+                    if line.get(i + 1) == Some(&'\'') {
+                        i += 2;
+                        continue;
+                    }
+                    return Some(i + 1);
+                }
+                i += 1;
+            }
+            None
+        }
+        '|' | '>' => None,
+        _ => {
+            let token: Vec<char> = scalar.chars().collect();
+            let end = start + token.len();
+            (line.get(start..end)? == token.as_slice()).then_some(end)
+        }
+    }
+}
+
 /// Parses and validates a matrix from `text`; `file_name` is what diagnostics call the file.
 /// Relative files are relative to the working directory.
 pub fn parse(text: &str, file_name: &str) -> Result<Matrix, MatrixError> {
@@ -371,4 +448,55 @@ fn deserialize_message(e: &serde_saphyr::Error, text: &str) -> String {
         };
     }
     DefaultMessageFormatter.format_message(inner).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_values_are_redacted_and_nothing_else_is() {
+        let text = "\
+server_templates:
+  cpu:
+    env:
+      TOKEN: s3cret
+      QUOTED: \"a \\\"b\\\" c\"   # a comment stays
+      SINGLE: 'it''s'
+    args: [--token-file, s3cret]
+client_templates:
+  infer:
+    env: { A: x1, B: \"y 2\" }
+    name: x1
+";
+        let out = redact_env(text);
+        assert_eq!(
+            out,
+            "\
+server_templates:
+  cpu:
+    env:
+      TOKEN: <redacted>
+      QUOTED: <redacted>   # a comment stays
+      SINGLE: <redacted>
+    args: [--token-file, s3cret]
+client_templates:
+  infer:
+    env: { A: <redacted>, B: <redacted> }
+    name: x1
+"
+        );
+        assert_eq!(
+            redact_env("version: 1\n"),
+            "version: 1\n",
+            "no env: as it was"
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_cut_out_exactly_is_withheld_whole() {
+        let block = "server_templates:\n  cpu:\n    env:\n      KEY: |\n        s3cret\n";
+        assert_eq!(redact_env(block), WITHHELD_MATRIX);
+        assert_eq!(redact_env("env: [unclosed\n"), WITHHELD_MATRIX);
+    }
 }

@@ -195,6 +195,19 @@ impl SourceMap {
         None
     }
 
+    /// Every scalar value of an `env` mapping (`…env.NAME`), with where its value starts and
+    /// its text.
+    pub fn env_values(&self) -> Vec<(Position, String)> {
+        self.entries
+            .iter()
+            .filter(|(path, _)| {
+                path.0.len() >= 2
+                    && matches!(&path.0[path.0.len() - 2], PathSeg::Key(k) if k == "env")
+            })
+            .filter_map(|(_, e)| Some((e.value?, e.scalar.clone()?)))
+            .collect()
+    }
+
     /// The text of the scalar at `path`, if there is one.
     pub fn scalar(&self, path: &FieldPath) -> Option<&str> {
         self.entries.get(path)?.scalar.as_deref()

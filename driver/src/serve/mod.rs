@@ -255,7 +255,8 @@ async fn load(served: &Served, id: &str) -> Result<(Report, String), PageError> 
     })?;
     let matrix = run
         .map_err(|e| PageError::Store(format!("run {id}: {e}")))?
-        .map(|r| r.matrix_yaml)
+        // Env values may hold credentials; the pages show others the matrix.
+        .map(|r| crate::matrix::redact_env(&r.matrix_yaml))
         .unwrap_or_default();
     Ok((report, matrix))
 }
