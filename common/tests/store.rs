@@ -2220,6 +2220,12 @@ async fn sqlite_read_only_open() {
         .unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
     assert!(!file.exists(), "a read-only open creates nothing");
+    let empty = dir.path().join("empty.sqlite");
+    std::fs::write(&empty, b"").unwrap();
+    let e = Store::open_read_only(&Store::sqlite_url(&empty), &StoreOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Unwritten { .. }), "{e}");
     read_only_open(&url).await;
     // An older store is refused, not migrated.
     let old_file = dir.path().join("old.sqlite");
@@ -2247,6 +2253,14 @@ async fn postgres_read_only_open() {
     let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
         return;
     };
+    if let TestPostgres::Throwaway(_) = &pg {
+        // A database nothing has written: no store schema, said as such (not as an error of
+        // the database), so a list reads it as no runs.
+        let e = Store::open_read_only(pg.url(), &StoreOptions::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StoreError::Unwritten { .. }), "{e}");
+    }
     read_only_open(pg.url()).await;
 }
 

@@ -641,3 +641,133 @@ fn check_list_in_browser(url: &str, run_id: &str) {
     }
     assert!(title.contains(run_id), "the run's report opened: {title:?}");
 }
+
+/// deploy/'s `driver serve` reads the store as `triton_reader`, the role
+/// deploy/base/postgres-reader.sh makes when the database is created (before the driver's
+/// migrations make the tables): it lists and rebuilds a run, and it cannot write, not even the
+/// migrations a store-opening command would run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_postgres_as_the_read_only_role_of_deploy() {
+    use stress_common::store::NewRun;
+    use stress_common::store::testing::TestPostgres;
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    let TestPostgres::Throwaway(pg) = pg else {
+        use std::io::Write;
+        writeln!(
+            std::io::stderr(),
+            "SKIPPED: the reader-role test makes a role: it needs a Postgres of its own \
+             (TEST_DATABASE_URL is shared)"
+        )
+        .ok();
+        return;
+    };
+    // postgres://postgres@127.0.0.1:PORT/postgres
+    let url = pg.url().to_string();
+    let port = url.rsplit_once(':').unwrap().1.split('/').next().unwrap();
+    let path = format!(
+        "/usr/lib/postgresql/15/bin:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let made = Command::new(repo_root().join("deploy/base/postgres-reader.sh"))
+        .env("PATH", path)
+        .env("PGHOST", "127.0.0.1")
+        .env("PGPORT", port)
+        .env("POSTGRES_USER", "postgres")
+        .env("POSTGRES_DB", "postgres")
+        .env("POSTGRES_READER_PASSWORD", "reader-secret")
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "postgres-reader.sh: {made:?}");
+
+    // Before the first run, nothing to list (not an error page).
+    let reader = url.replacen("postgres@", "triton_reader:reader-secret@", 1);
+    let served = Serve::start_over_store(&reader);
+    let empty = get(&format!("{}/api/runs", served.base)).await;
+    assert_eq!(
+        (empty.status, empty.body.trim()),
+        (200, "[]"),
+        "{}",
+        empty.body
+    );
+
+    // The driver's store, migrated by its owner after the role was made.
+    let store = Store::connect(&url).await.unwrap();
+    let run_id = "deploy-reader-1";
+    let started = stress_common::now_ms() - 60_000;
+    store
+        .create_run(&NewRun {
+            run_id: run_id.into(),
+            name: "nightly".into(),
+            matrix_yaml: "version: 1\n".into(),
+            launcher: "kube".into(),
+            started_at_ms: started,
+            fingerprint: None,
+        })
+        .await
+        .unwrap();
+    let summary = driver::report::summary::RunSummary {
+        run_id: run_id.into(),
+        name: "nightly".into(),
+        launcher: "kube".into(),
+        verdict: "PASS".into(),
+        started_at_ms: started,
+        finished_at_ms: Some(started + 30_000),
+        ..Default::default()
+    };
+    store
+        .save_document(&RunId::from(run_id), "", &summary)
+        .await
+        .unwrap();
+    store
+        .finish_run(&RunId::from(run_id), "PASS", started + 30_000)
+        .await
+        .unwrap();
+    store.close().await;
+
+    let api: Value =
+        serde_json::from_str(&get(&format!("{}/api/runs", served.base)).await.body).unwrap();
+    assert_eq!(
+        (&api[0]["run_id"], &api[0]["verdict"]),
+        (&Value::from(run_id), &Value::from("PASS")),
+        "{api:#}"
+    );
+    let page = get(&format!("{}/runs/{run_id}", served.base)).await;
+    assert_eq!(page.status, 200, "rebuilt as the reader: {}", page.body);
+    let history = get(&format!("{}/matrix/nightly", served.base)).await;
+    assert_eq!(history.status, 200, "{}", history.body);
+
+    // The twin: the same role writing through the store's API is refused (its migrations
+    // are all applied: opening it writes nothing).
+    let writer = Store::connect(&reader).await.unwrap();
+    let refused = [
+        writer
+            .create_run(&NewRun {
+                run_id: "deploy-reader-2".into(),
+                name: "nightly".into(),
+                matrix_yaml: String::new(),
+                launcher: "kube".into(),
+                started_at_ms: started,
+                fingerprint: None,
+            })
+            .await
+            .err(),
+        writer
+            .finish_run(&RunId::from(run_id), "FAIL", started)
+            .await
+            .err(),
+    ];
+    for e in refused {
+        let said = e.expect("the reader wrote").to_string();
+        assert!(
+            said.contains("read-only") || said.contains("permission denied"),
+            "{said}"
+        );
+        assert!(
+            !said.contains("reader-secret"),
+            "the password is masked: {said}"
+        );
+    }
+    writer.close().await;
+}

@@ -16,7 +16,9 @@
 //! node address on its bridge) is where the throwaway Postgres also listens.
 
 use driver::launcher::MemberDiagnostics;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, Node, Pod, Secret, Service, ServiceAccount,
+};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
@@ -1114,6 +1116,79 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
         .map(|p| p.name_any())
         .collect();
     assert!(left.is_empty(), "run pods left: {left:?}");
+
+    // driver serve beside the store (serve.yaml), as its read-only role, opened through its
+    // Service: the Job's run is listed with its verdict and its report is rebuilt.
+    kubectl(
+        &[
+            "rollout",
+            "status",
+            "deployment/triton-stress-serve",
+            "--timeout=180s",
+        ],
+        None,
+    );
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    let ip = services
+        .get("triton-stress-serve")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("a ClusterIP");
+    let fetch = |path: String| {
+        let url = format!("http://{ip}:80{path}");
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                match stress_common::http::get(&url, Duration::from_secs(5)).await {
+                    Ok(r) if r.is_ok() => break r.body,
+                    other => {
+                        assert!(
+                            Instant::now() < deadline,
+                            "{url}: {:?}",
+                            other.map(|r| (r.status, r.body))
+                        );
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    }
+                }
+            }
+        }
+    };
+    let runs: Value = serde_json::from_str(&fetch("/api/runs".into()).await).unwrap();
+    let smoke = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "kube-smoke")
+        .unwrap_or_else(|| panic!("the Job's run is not listed: {runs:#}"));
+    assert_eq!(smoke["verdict"], "PASS", "{runs:#}");
+    assert_eq!(smoke["launcher"], "kube", "{runs:#}");
+    let run_id = smoke["run_id"].as_str().unwrap().to_string();
+    let page = fetch(format!("/runs/{run_id}")).await;
+    assert!(page.contains("kube-smoke"), "{page}");
+    // The role serve reads as cannot write (the password comes from the pod's environment).
+    let write = Command::new("kubectl")
+        .args([
+            "-n",
+            &ns.name,
+            "exec",
+            "deployment/triton-stress-postgres",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            "PGPASSWORD=$POSTGRES_READER_PASSWORD psql -h 127.0.0.1 -U triton_reader \
+             -d triton_stress -c 'DELETE FROM runs'",
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&write.stderr);
+    assert!(
+        !write.status.success() && said.contains("read-only transaction"),
+        "{write:?}"
+    );
 }
 
 /// Benchmark, not a test (ignored; `scripts/bench-fail-fast.sh` with `LAUNCHER=kube` runs it on

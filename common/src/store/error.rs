@@ -40,6 +40,11 @@ pub enum StoreError {
     #[error("status store {url}: migrate: {message}")]
     Migration { url: String, message: String },
 
+    /// Opened read-only, the database has no store schema: no run has written it yet (or it
+    /// is not a status store).
+    #[error("status store {url}: no run has written it yet (no store schema)")]
+    Unwritten { url: String },
+
     /// Anything else around the database (e.g. creating the directory of a SQLite file).
     #[error("status store {url}: {op}: {message}")]
     Other {

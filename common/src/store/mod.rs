@@ -500,14 +500,25 @@ impl Store {
                 migrate::migrate(&store.pool, backend, &masked, up_to).await?;
             }
             Access::ReadOnly => {
-                let version = store
-                    .schema_version()
-                    .await
-                    .map_err(|e| StoreError::Other {
-                        op: "open read-only",
-                        url: masked.clone(),
-                        message: format!("not a status store (no schema version): {e}"),
-                    })?;
+                let version = match migrate::schema_version(&store.pool).await {
+                    Ok(v) => v,
+                    // No table of versions (Postgres 42P01 undefined_table, SQLite "no such
+                    // table"): nothing has written the store; anything else (permission
+                    // denied, a broken connection) is said as it is.
+                    Err(sqlx::Error::Database(db))
+                        if db.code().as_deref() == Some("42P01")
+                            || db.message().contains("no such table") =>
+                    {
+                        return Err(StoreError::Unwritten { url: masked });
+                    }
+                    Err(e) => {
+                        return Err(StoreError::Other {
+                            op: "open read-only",
+                            url: masked.clone(),
+                            message: format!("not a status store (no schema version): {e}"),
+                        });
+                    }
+                };
                 let needed = migrate::latest_version();
                 if version < needed {
                     return Err(StoreError::Other {

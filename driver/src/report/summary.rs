@@ -226,9 +226,13 @@ struct StoreRuns {
     unfinished: Vec<(RunSummary, Option<i64>)>,
 }
 
-/// Reads one store, read-only.
+/// Reads one store, read-only. One that no run has written yet holds no run.
 async fn read_store(url: &str, limit: u32) -> Result<StoreRuns, StoreError> {
-    let store = Store::open_read_only(url, &Default::default()).await?;
+    let store = match Store::open_read_only(url, &Default::default()).await {
+        Ok(store) => store,
+        Err(StoreError::Unwritten { .. }) => return Ok(StoreRuns::default()),
+        Err(e) => return Err(e),
+    };
     let finished = store.latest_documents::<RunSummary>(limit).await;
     let unfinished = store.unfinished_runs().await;
     store.close().await;

@@ -160,12 +160,26 @@ pub struct Serve {
 
 impl Serve {
     pub fn start(runs: &Path, token: Option<&str>) -> Self {
-        use std::io::BufRead;
         let mut command = Command::new(env!("CARGO_BIN_EXE_driver"));
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--runs-dir"])
             .arg(runs)
-            .env_remove("DATABASE_URL")
+            .env_remove("DATABASE_URL");
+        Self::spawn(command, token)
+    }
+
+    /// Over one store (`DATABASE_URL`, from the environment as in deploy/).
+    pub fn start_over_store(url: &str) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_driver"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("DATABASE_URL", url);
+        Self::spawn(command, None)
+    }
+
+    fn spawn(mut command: Command, token: Option<&str>) -> Self {
+        use std::io::BufRead;
+        command
             .env_remove("TRITON_STRESS_SERVE_TOKEN")
             .stdout(std::process::Stdio::piped());
         if let Some(t) = token {

@@ -236,7 +236,7 @@ mod tests {
         }
     }
 
-    /// deploy/'s pods (the CronJob's driver, the Postgres store) pass as shipped.
+    /// deploy/'s pods (the CronJob's driver, the Postgres store, driver serve) pass as shipped.
     #[test]
     fn every_pod_template_in_deploy_is_restricted() {
         use k8s_openapi::api::apps::v1::Deployment;
@@ -280,7 +280,7 @@ mod tests {
             }
         }
         checked.sort();
-        assert_eq!(checked, ["cronjob.yaml", "postgres.yaml"]);
+        assert_eq!(checked, ["cronjob.yaml", "postgres.yaml", "serve.yaml"]);
     }
 
     #[test]
