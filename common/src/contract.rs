@@ -196,17 +196,15 @@ impl LoadMode {
 
     /// Why the value cannot run, if it cannot (see [`limits`]). A request-intervals file is
     /// checked where it is read ([`crate::schedule::RequestIntervals::read`]).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), LoadModeError> {
         use limits::{MAX_CONCURRENCY, MAX_RATE, MIN_RATE};
         match *self {
-            LoadMode::Concurrency(0) => Err("load concurrency must be at least 1".into()),
-            LoadMode::Concurrency(c) if c > MAX_CONCURRENCY => Err(format!(
-                "load concurrency {c} is more than the {MAX_CONCURRENCY} a worker takes"
-            )),
+            LoadMode::Concurrency(0) => Err(LoadModeError::ZeroConcurrency),
+            LoadMode::Concurrency(c) if c > MAX_CONCURRENCY => {
+                Err(LoadModeError::ConcurrencyTooHigh(c))
+            }
             LoadMode::Rate(r) | LoadMode::Poisson(r) if !(MIN_RATE..=MAX_RATE).contains(&r) => {
-                Err(format!(
-                    "load rate {r:?} must be from {MIN_RATE} to {MAX_RATE} requests per second"
-                ))
+                Err(LoadModeError::RateOutOfRange(r))
             }
             _ => Ok(()),
         }
@@ -233,6 +231,24 @@ impl LoadMode {
             LoadMode::Concurrency(_) | LoadMode::Intervals(_) => None,
         }
     }
+}
+
+/// A load mode beyond what a worker runs (see [`limits`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LoadModeError {
+    #[error("load concurrency must be at least 1")]
+    ZeroConcurrency,
+    #[error(
+        "load concurrency {0} is more than the {max} a worker takes",
+        max = limits::MAX_CONCURRENCY
+    )]
+    ConcurrencyTooHigh(u32),
+    #[error(
+        "load rate {0:?} must be from {min} to {max} requests per second",
+        min = limits::MIN_RATE,
+        max = limits::MAX_RATE
+    )]
+    RateOutOfRange(f64),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -396,23 +412,22 @@ impl CorrIdBlock {
     }
 
     /// Why `streams` streams cannot run in this block, if they cannot.
-    pub fn check(&self, streams: u64) -> Result<(), String> {
+    pub fn check(&self, streams: u64) -> Result<(), CorrIdError> {
         if self.base == 0 {
-            return Err("correlation ids start at 1 (Triton treats id 0 as no sequence)".into());
+            return Err(CorrIdError::ZeroBase);
         }
         if self.base.checked_add(self.size).is_none() {
-            return Err(format!(
-                "correlation-id block {} + {} overflows 64 bits",
-                self.base, self.size
-            ));
+            return Err(CorrIdError::Overflow {
+                base: self.base,
+                size: self.size,
+            });
         }
         match Self::needed(streams) {
             Some(n) if self.size >= n => Ok(()),
-            _ => Err(format!(
-                "block of {} correlation ids is smaller than the {} that {streams} streams need ({CORR_IDS_PER_STREAM} each)",
-                self.size,
-                streams.saturating_mul(CORR_IDS_PER_STREAM)
-            )),
+            _ => Err(CorrIdError::TooSmall {
+                size: self.size,
+                streams,
+            }),
         }
     }
 
@@ -428,6 +443,20 @@ impl CorrIdBlock {
     pub fn range(&self) -> std::ops::Range<u64> {
         self.base..self.base + self.size
     }
+}
+
+/// Why a correlation-id block cannot serve a worker's streams.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CorrIdError {
+    #[error("correlation ids start at 1 (Triton treats id 0 as no sequence)")]
+    ZeroBase,
+    #[error("correlation-id block {base} + {size} overflows 64 bits")]
+    Overflow { base: u64, size: u64 },
+    #[error(
+        "block of {size} correlation ids is smaller than the {needed} that {streams} streams need ({CORR_IDS_PER_STREAM} each)",
+        needed = streams.saturating_mul(CORR_IDS_PER_STREAM)
+    )]
+    TooSmall { size: u64, streams: u64 },
 }
 
 /// Hands out consecutive, non-overlapping correlation-id blocks, the first at 1.
@@ -470,31 +499,50 @@ impl ScenarioMix {
     }
 
     /// Checks one weight as written (`3`; not `0`, `-1`, `1.5` or `x`).
-    pub fn parse_weight(scenario: &str, weight: &str) -> Result<u32, String> {
+    pub fn parse_weight(scenario: &str, weight: &str) -> Result<u32, ScenarioMixError> {
         let v: f64 = weight
             .parse()
-            .map_err(|_| format!("scenario {scenario}: weight {weight:?} is not a number"))?;
+            .map_err(|_| ScenarioMixError::WeightNotANumber {
+                scenario: scenario.into(),
+                weight: weight.into(),
+            })?;
         if v <= 0.0 || v.is_nan() || v.fract() != 0.0 || v > u32::MAX as f64 {
-            return Err(format!(
-                "scenario {scenario}: weight {weight} must be a whole number greater than 0"
-            ));
+            return Err(ScenarioMixError::WeightNotPositiveWhole {
+                scenario: scenario.into(),
+                weight: weight.into(),
+            });
         }
         Ok(v as u32)
     }
 
     /// Looks a name up case-insensitively; the error lists the known names.
-    pub fn scenario(name: &str) -> Result<Scenario, String> {
-        Scenario::parse(name).ok_or_else(|| {
-            let known: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
-            format!("unknown scenario {name:?} (known: {})", known.join(", "))
-        })
+    pub fn scenario(name: &str) -> Result<Scenario, ScenarioMixError> {
+        Scenario::parse(name).ok_or_else(|| ScenarioMixError::UnknownScenario(name.into()))
     }
 }
 
-impl std::str::FromStr for ScenarioMix {
-    type Err = String;
+/// What is wrong with a scenario mix (`NAME[:WEIGHT],...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScenarioMixError {
+    #[error(
+        "unknown scenario {0:?} (known: {known})",
+        known = Scenario::ALL.map(|s| s.name()).join(", ")
+    )]
+    UnknownScenario(String),
+    #[error("scenario {scenario}: weight {weight:?} is not a number")]
+    WeightNotANumber { scenario: String, weight: String },
+    #[error("scenario {scenario}: weight {weight} must be a whole number greater than 0")]
+    WeightNotPositiveWhole { scenario: String, weight: String },
+    #[error("scenario {0} is listed twice")]
+    Duplicate(String),
+    #[error("the scenario mix is empty")]
+    Empty,
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl std::str::FromStr for ScenarioMix {
+    type Err = ScenarioMixError;
+
+    fn from_str(s: &str) -> Result<Self, ScenarioMixError> {
         let mut mix: Vec<(Scenario, u32)> = Vec::new();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (name, weight) = match item.split_once(':') {
@@ -507,12 +555,12 @@ impl std::str::FromStr for ScenarioMix {
                 Some(w) => Self::parse_weight(name, w)?,
             };
             if mix.iter().any(|(s, _)| *s == scenario) {
-                return Err(format!("scenario {name} is listed twice"));
+                return Err(ScenarioMixError::Duplicate(name.into()));
             }
             mix.push((scenario, weight));
         }
         if mix.is_empty() {
-            return Err("the scenario mix is empty".into());
+            return Err(ScenarioMixError::Empty);
         }
         Ok(ScenarioMix(mix))
     }
@@ -1067,10 +1115,10 @@ mod tests {
         );
         assert_eq!(m.to_string(), "SequenceValid:3,Timeout:60");
         assert_eq!(m.to_string().parse::<ScenarioMix>().unwrap(), m);
-        let err = "Bogus:1".parse::<ScenarioMix>().unwrap_err();
+        let err = "Bogus:1".parse::<ScenarioMix>().unwrap_err().to_string();
         assert!(err.contains("unknown scenario \"Bogus\""), "{err}");
         for bad in ["Timeout:0", "Timeout:-1", "Timeout:x", "Timeout:1.5"] {
-            let err = bad.parse::<ScenarioMix>().unwrap_err();
+            let err = bad.parse::<ScenarioMix>().unwrap_err().to_string();
             assert!(err.contains("Timeout"), "{bad}: {err}");
         }
         assert!("Timeout,timeout:2".parse::<ScenarioMix>().is_err());
@@ -1096,7 +1144,12 @@ mod tests {
             }
         );
         assert!(a.check(10).is_ok());
-        assert!(a.check(11).unwrap_err().contains("smaller than the 110"));
+        assert!(
+            a.check(11)
+                .unwrap_err()
+                .to_string()
+                .contains("smaller than the 110")
+        );
         assert!(CorrIdBlock { base: 0, size: 10 }.check(1).is_err());
         assert!(
             CorrIdBlock {

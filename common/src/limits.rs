@@ -19,16 +19,24 @@ pub const MAX_CONCURRENCY: u32 = 100_000;
 pub const MIN_RATE: f64 = 0.001;
 pub const MAX_RATE: f64 = 10_000_000.0;
 
+/// A duration outside its bounds, all three shown in words (`1h 30m`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{} is out of bounds: from {} to {}",
+    humantime::format_duration(*.value),
+    humantime::format_duration(*.min),
+    humantime::format_duration(*.max)
+)]
+pub struct OutOfBounds {
+    pub value: Duration,
+    pub min: Duration,
+    pub max: Duration,
+}
+
 /// `value` within `[min, max]`, or why not, both bounds named.
-pub fn within(value: Duration, min: Duration, max: Duration) -> Result<(), String> {
+pub fn within(value: Duration, min: Duration, max: Duration) -> Result<(), OutOfBounds> {
     if (min..=max).contains(&value) {
         return Ok(());
     }
-    let human = |d: Duration| humantime::format_duration(d).to_string();
-    Err(format!(
-        "{} is out of bounds: from {} to {}",
-        human(value),
-        human(min),
-        human(max)
-    ))
+    Err(OutOfBounds { value, min, max })
 }

@@ -7,7 +7,7 @@ use crate::limits::{MAX_RATE, MIN_RATE};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +48,27 @@ pub const MAX_INTERVAL_US: u64 = 3_600_000_000;
 pub struct IntervalsError {
     pub line: usize,
     pub message: String,
+}
+
+/// Why a request-intervals file cannot be used; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum IntervalsFileError {
+    /// Missing, unreadable, or not UTF-8.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{}: {size} bytes, more than the {MAX_REQUEST_INTERVALS_BYTES} a request-intervals file may have",
+        path.display()
+    )]
+    TooLarge { path: PathBuf, size: u64 },
+    #[error("{}: {source}", path.display())]
+    Invalid {
+        path: PathBuf,
+        source: IntervalsError,
+    },
 }
 
 /// A request-intervals file's gaps, in order (cycled by [`SendTimes`]).
@@ -120,18 +141,23 @@ impl RequestIntervals {
     }
 
     /// Reads and parses a file; errors name the file.
-    pub fn read(path: &Path) -> Result<Self, String> {
-        let shown = path.display();
-        let size = std::fs::metadata(path)
-            .map_err(|e| format!("{shown}: {e}"))?
-            .len();
+    pub fn read(path: &Path) -> Result<Self, IntervalsFileError> {
+        let io = |source| IntervalsFileError::Io {
+            path: path.into(),
+            source,
+        };
+        let size = std::fs::metadata(path).map_err(io)?.len();
         if size > MAX_REQUEST_INTERVALS_BYTES {
-            return Err(format!(
-                "{shown}: {size} bytes, more than the {MAX_REQUEST_INTERVALS_BYTES} a request-intervals file may have"
-            ));
+            return Err(IntervalsFileError::TooLarge {
+                path: path.into(),
+                size,
+            });
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
-        Self::parse(&text).map_err(|e| format!("{shown}: {e}"))
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        Self::parse(&text).map_err(|source| IntervalsFileError::Invalid {
+            path: path.into(),
+            source,
+        })
     }
 
     pub fn gaps(&self) -> &[Duration] {
@@ -328,9 +354,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gaps.txt");
         std::fs::write(&path, "10\nx\n").unwrap();
-        let e = RequestIntervals::read(&path).unwrap_err();
+        let e = RequestIntervals::read(&path).unwrap_err().to_string();
         assert!(e.contains("gaps.txt: line 2:"), "{e}");
-        let missing = RequestIntervals::read(&dir.path().join("none")).unwrap_err();
+        let missing = RequestIntervals::read(&dir.path().join("none"))
+            .unwrap_err()
+            .to_string();
         assert!(missing.contains("none"), "{missing}");
     }
 }

@@ -8,9 +8,12 @@ use crate::scenarios::Settings;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
-use stress_common::contract::{CorrIdBlock, LoadMode, STORE_URL_ENV, ScenarioMix, WorkerArgs};
+use stress_common::contract::{
+    CorrIdBlock, CorrIdError, LoadMode, LoadModeError, STORE_URL_ENV, ScenarioMix, WorkerArgs,
+};
+use stress_common::limits::{self, OutOfBounds};
 use stress_common::scenario::Scenario;
-use stress_common::schedule::RequestIntervals;
+use stress_common::schedule::{IntervalsFileError, RequestIntervals};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -155,16 +158,34 @@ pub struct WorkerConfig {
     pub sequence_idle_us: std::collections::BTreeMap<String, u64>,
 }
 
+/// A server address that is not HOST:PORT.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error("server address {address:?} is not HOST:PORT")]
+    NotHostPort { address: String },
+    #[error("server address {address:?}: port {port:?} is not a number in 1..65535")]
+    BadPort { address: String, port: String },
+    #[error("server address {address:?}: port 0 is not allowed")]
+    PortZero { address: String },
+    #[error("server address {address:?}: host {host:?} is not valid")]
+    BadHost { address: String, host: String },
+}
+
 /// Checks HOST:PORT (a hostname, IPv4 or [IPv6] and a port 1..=65535).
-pub fn validate_address(address: &str) -> Result<(), String> {
+pub fn validate_address(address: &str) -> Result<(), AddressError> {
     let (host, port) = address
         .rsplit_once(':')
-        .ok_or_else(|| format!("server address {address:?} is not HOST:PORT"))?;
-    let port: u16 = port.parse().map_err(|_| {
-        format!("server address {address:?}: port {port:?} is not a number in 1..65535")
+        .ok_or_else(|| AddressError::NotHostPort {
+            address: address.into(),
+        })?;
+    let port: u16 = port.parse().map_err(|_| AddressError::BadPort {
+        address: address.into(),
+        port: port.into(),
     })?;
     if port == 0 {
-        return Err(format!("server address {address:?}: port 0 is not allowed"));
+        return Err(AddressError::PortZero {
+            address: address.into(),
+        });
     }
     let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
         v6.parse::<std::net::Ipv6Addr>().is_ok()
@@ -175,11 +196,58 @@ pub fn validate_address(address: &str) -> Result<(), String> {
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
     };
     if !host_ok {
-        return Err(format!(
-            "server address {address:?}: host {host:?} is not valid"
-        ));
+        return Err(AddressError::BadHost {
+            address: address.into(),
+            host: host.into(),
+        });
     }
     Ok(())
+}
+
+/// Flags that cannot run together or at all: bad input, reported before any request (exit
+/// code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("no servers given: use --servers HOST:PORT[,HOST:PORT...]")]
+    NoServers,
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    #[error("--model names models for the Infer scenario, but --scenarios does not list Infer")]
+    ModelsWithoutInfer,
+    #[error("--tolerance {0} must be a finite number >= 0")]
+    Tolerance(f64),
+    #[error("--concurrency must be at least 1")]
+    ZeroConcurrency,
+    #[error("--corr-id-base/--corr-id-block-size: {0}")]
+    CorrIds(#[source] CorrIdError),
+    #[error("--timeout-deadline {deadline:?} must be shorter than --timeout-delay {delay:?}")]
+    TimeoutDeadline { deadline: Duration, delay: Duration },
+    #[error("--poll-interval {0}")]
+    PollInterval(#[source] OutOfBounds),
+    #[error("--duration {0}")]
+    RunDuration(#[source] OutOfBounds),
+    #[error(
+        "--concurrency {0} is more than the {max} streams a worker takes",
+        max = limits::MAX_CONCURRENCY
+    )]
+    TooManyStreams(u32),
+    #[error("--sequence-models needs at least one model")]
+    NoSequenceModels,
+    #[error("--image-batch must be at least 1")]
+    ZeroImageBatch,
+    /// Load flags that do not go together, as the contract words it.
+    #[error("{0}")]
+    LoadConflict(&'static str),
+    #[error(transparent)]
+    Load(#[from] LoadModeError),
+    #[error(
+        "--adaptive-load changes a closed-loop concurrency: it cannot go with --load-rate or --request-intervals"
+    )]
+    AdaptiveOpenLoop,
+    #[error("--request-intervals {0}")]
+    RequestIntervals(#[source] IntervalsFileError),
+    #[error("cannot find the worker binary itself: {0}")]
+    WorkerBinary(#[source] std::io::Error),
 }
 
 /// The scenarios to run: `--scenarios` as given; without it, only Infer when models are given,
@@ -187,14 +255,11 @@ pub fn validate_address(address: &str) -> Result<(), String> {
 pub fn default_mix(
     scenarios: Option<ScenarioMix>,
     models_given: bool,
-) -> Result<Vec<(Scenario, u32)>, String> {
+) -> Result<Vec<(Scenario, u32)>, ConfigError> {
     match scenarios {
         Some(mix) => {
             if models_given && !mix.0.iter().any(|(s, _)| *s == Scenario::Infer) {
-                return Err(
-                    "--model names models for the Infer scenario, but --scenarios does not list Infer"
-                        .into(),
-                );
+                return Err(ConfigError::ModelsWithoutInfer);
             }
             Ok(mix.0)
         }
@@ -204,10 +269,10 @@ pub fn default_mix(
 }
 
 impl RunArgs {
-    pub fn into_config(self) -> Result<WorkerConfig, String> {
+    pub fn into_config(self) -> Result<WorkerConfig, ConfigError> {
         let c = self.contract;
         if c.servers.is_empty() {
-            return Err("no servers given: use --servers HOST:PORT[,HOST:PORT...]".into());
+            return Err(ConfigError::NoServers);
         }
         for s in &c.servers {
             validate_address(s)?;
@@ -215,10 +280,7 @@ impl RunArgs {
         let m = self.models;
         let mix = default_mix(c.scenarios.clone(), !c.models.is_empty())?;
         if !(m.tolerance >= 0.0 && m.tolerance.is_finite()) {
-            return Err(format!(
-                "--tolerance {} must be a finite number >= 0",
-                m.tolerance
-            ));
+            return Err(ConfigError::Tolerance(m.tolerance));
         }
         let seed = self.seed.unwrap_or_else(rand::random);
         let infer = InferOptions {
@@ -251,42 +313,37 @@ impl RunArgs {
             seed,
         };
         if c.concurrency == 0 {
-            return Err("--concurrency must be at least 1".into());
+            return Err(ConfigError::ZeroConcurrency);
         }
         c.corr_ids
             .check(c.concurrency.into())
-            .map_err(|e| format!("--corr-id-base/--corr-id-block-size: {e}"))?;
+            .map_err(ConfigError::CorrIds)?;
         if self.timeout_deadline >= self.timeout_delay {
-            return Err(format!(
-                "--timeout-deadline {:?} must be shorter than --timeout-delay {:?}",
-                self.timeout_deadline, self.timeout_delay
-            ));
+            return Err(ConfigError::TimeoutDeadline {
+                deadline: self.timeout_deadline,
+                delay: self.timeout_delay,
+            });
         }
-        use stress_common::limits;
         limits::within(
             c.poll_interval,
             limits::MIN_POLL_INTERVAL,
             limits::MAX_POLL_INTERVAL,
         )
-        .map_err(|e| format!("--poll-interval {e}"))?;
+        .map_err(ConfigError::PollInterval)?;
         // 0 runs until SIGTERM.
         limits::within(c.duration, Duration::ZERO, limits::MAX_DURATION)
-            .map_err(|e| format!("--duration {e}"))?;
+            .map_err(ConfigError::RunDuration)?;
         if c.concurrency > limits::MAX_CONCURRENCY {
-            return Err(format!(
-                "--concurrency {} is more than the {} streams a worker takes",
-                c.concurrency,
-                limits::MAX_CONCURRENCY
-            ));
+            return Err(ConfigError::TooManyStreams(c.concurrency));
         }
         if self.sequence_models.is_empty() {
-            return Err("--sequence-models needs at least one model".into());
+            return Err(ConfigError::NoSequenceModels);
         }
         if self.image_batch == 0 {
-            return Err("--image-batch must be at least 1".into());
+            return Err(ConfigError::ZeroImageBatch);
         }
         if let Some(conflict) = c.load_conflict() {
-            return Err(conflict.into());
+            return Err(ConfigError::LoadConflict(conflict));
         }
         let load_mode = c.load().unwrap_or(LoadMode::DEFAULT);
         load_mode.check()?;
@@ -295,22 +352,16 @@ impl RunArgs {
             (true, LoadMode::Concurrency(n)) => {
                 Some(std::sync::Arc::new(crate::scenarios::LiveLoad::new(*n)))
             }
-            (true, _) => {
-                return Err(
-                    "--adaptive-load changes a closed-loop concurrency: it cannot go with --load-rate or --request-intervals"
-                        .into(),
-                );
-            }
+            (true, _) => return Err(ConfigError::AdaptiveOpenLoop),
         };
         let request_intervals = match &load_mode {
             LoadMode::Intervals(path) => Some((
-                RequestIntervals::read(path).map_err(|e| format!("--request-intervals {e}"))?,
+                RequestIntervals::read(path).map_err(ConfigError::RequestIntervals)?,
                 Default::default(),
             )),
             _ => None,
         };
-        let worker_binary = std::env::current_exe()
-            .map_err(|e| format!("cannot find the worker binary itself: {e}"))?;
+        let worker_binary = std::env::current_exe().map_err(ConfigError::WorkerBinary)?;
         Ok(WorkerConfig {
             servers: c.servers,
             protocol: c.protocol,
@@ -385,7 +436,9 @@ mod tests {
             "listed without models: drives the load model"
         );
         assert_eq!(default_mix(Some(listed.clone()), true).unwrap(), listed.0);
-        let err = default_mix(Some("Load".parse().unwrap()), true).unwrap_err();
+        let err = default_mix(Some("Load".parse().unwrap()), true)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("does not list Infer"), "{err}");
         // --model alone, parsed: only Infer, and the models reach the settings.
         let cli =

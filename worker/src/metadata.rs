@@ -8,7 +8,7 @@ use serde_json::Value;
 
 pub mod sequence;
 
-pub use sequence::SequenceBatching;
+pub use sequence::{SequenceBatching, SequenceBatchingError};
 
 /// A tensor as the model metadata lists it (shape with a leading -1 when the model batches).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -46,6 +46,16 @@ pub struct ConfigTensor {
     pub is_shape_tensor: bool,
 }
 
+/// A model config (its HTTP JSON form) the worker cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelConfigError {
+    /// `key` is `input` or `output`.
+    #[error("{key}[{index}] has no name")]
+    UnnamedTensor { key: &'static str, index: usize },
+    #[error(transparent)]
+    SequenceBatching(#[from] SequenceBatchingError),
+}
+
 /// What the worker reads of a model config (ModelConfig, `GET /v2/models/NAME/config`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -60,8 +70,8 @@ pub struct ModelConfig {
 
 impl ModelConfig {
     /// The HTTP endpoint's JSON form of the config.
-    pub fn from_json(v: &Value) -> Result<Self, String> {
-        let tensors = |key: &str| -> Result<Vec<ConfigTensor>, String> {
+    pub fn from_json(v: &Value) -> Result<Self, ModelConfigError> {
+        let tensors = |key: &'static str| -> Result<Vec<ConfigTensor>, ModelConfigError> {
             let Some(list) = v[key].as_array() else {
                 return Ok(Vec::new());
             };
@@ -70,7 +80,7 @@ impl ModelConfig {
                 .map(|(i, t)| {
                     let name = t["name"]
                         .as_str()
-                        .ok_or_else(|| format!("{key}[{i}] has no name"))?;
+                        .ok_or(ModelConfigError::UnnamedTensor { key, index: i })?;
                     let dims = t["dims"]
                         .as_array()
                         .map(|d| d.iter().filter_map(json_i64).collect())

@@ -4,7 +4,7 @@
 //! the checks every response of the `Infer` scenario passes. Everything here is a pure function
 //! of its inputs, tested without a server; `describe` is the one call that asks the server.
 
-use crate::client::{InferRequest, InferResponse, RequestedOutput, TritonClient};
+use crate::client::{ClientError, InferRequest, InferResponse, RequestedOutput, TritonClient};
 use crate::metadata::{ConfigTensor, ModelConfig, ModelMetadata, SequenceBatching, TensorMetadata};
 use crate::tensor::{self, DataType, Tensor};
 use bytes::Bytes;
@@ -39,6 +39,88 @@ pub struct ModelDescription {
     pub sequence_batching: Option<SequenceBatching>,
 }
 
+/// What the server describes of a model that the worker cannot drive.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptionError {
+    /// `kind` is `input` or `output`.
+    #[error("{kind} {tensor}: unknown datatype {datatype}")]
+    UnknownDatatype {
+        kind: &'static str,
+        tensor: String,
+        datatype: String,
+    },
+    #[error("{kind} {tensor}: the model batches but its shape {shape:?} has no batch dimension")]
+    NoBatchDimension {
+        kind: &'static str,
+        tensor: String,
+        shape: Vec<i64>,
+    },
+    #[error("{kind} {tensor} is a shape tensor, which the worker does not drive yet")]
+    ShapeTensor { kind: &'static str, tensor: String },
+}
+
+/// Why a selected model cannot be driven as the flags ask: the server cannot describe it, or a
+/// flag does not fit it. Bad input, found before any load.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("server {server}: model {model}: not loaded or not ready")]
+    NotReady { server: String, model: String },
+    /// The server did not answer a `query` about the model (readiness, metadata, config).
+    #[error("server {server}: model {model}: {query}: {source}")]
+    Unanswered {
+        server: String,
+        model: String,
+        query: &'static str,
+        source: ClientError,
+    },
+    #[error("server {server}: model {model}: {source}")]
+    Undrivable {
+        server: String,
+        model: String,
+        source: DescriptionError,
+    },
+    /// `flag` (`--shape M/IN`, `--input-data M=...`, `--batch-size M=N`) names a model that
+    /// was not selected.
+    #[error("{flag}: model {model} is not among the --model selection")]
+    NotSelected { flag: String, model: String },
+    /// `inputs`: the model's inputs, listed.
+    #[error("--shape {input}: model {model} has no input {input} (inputs: {inputs})")]
+    NoSuchInput {
+        input: String,
+        model: String,
+        inputs: String,
+    },
+    #[error(
+        "--shape {input}: model {model} input {input} has dims {dims:?} (without the batch dimension); {shape:?} does not fit them"
+    )]
+    ShapeDoesNotFit {
+        model: String,
+        input: String,
+        dims: Vec<i64>,
+        shape: Vec<i64>,
+    },
+    #[error(
+        "model {model} input {input} has a dynamic dimension {dims:?}: give its shape with --shape {model}/{input}:D1,D2,... or in the input data as {{\"content\": ..., \"shape\": ...}}"
+    )]
+    DynamicDimension {
+        model: String,
+        input: String,
+        dims: Vec<i64>,
+    },
+    #[error("--batch-size must be at least 1")]
+    ZeroBatchSize,
+    #[error("--batch-size {batch}: model {model} does not batch (max_batch_size 0)")]
+    NotBatching { batch: i64, model: String },
+    #[error("--batch-size {batch} is above model {model}'s max_batch_size {max_batch_size}")]
+    BatchTooLarge {
+        batch: i64,
+        model: String,
+        max_batch_size: i64,
+    },
+    #[error(transparent)]
+    InputData(#[from] InputDataError),
+}
+
 impl ModelDescription {
     /// Merges metadata (names, datatypes, client-facing shapes) and config (batching, optional
     /// inputs, scheduling). The config's `dims` are what a client sends; its `reshape` is what the
@@ -47,19 +129,24 @@ impl ModelDescription {
         version: &str,
         metadata: &ModelMetadata,
         config: &ModelConfig,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, DescriptionError> {
         let batching = config.max_batch_size > 0;
-        let spec = |t: &TensorMetadata, kind: &str, config_list: &[ConfigTensor]| {
-            let datatype = DataType::parse(&t.datatype)
-                .ok_or_else(|| format!("{kind} {}: unknown datatype {}", t.name, t.datatype))?;
+        let spec = |t: &TensorMetadata, kind: &'static str, config_list: &[ConfigTensor]| {
+            let datatype =
+                DataType::parse(&t.datatype).ok_or_else(|| DescriptionError::UnknownDatatype {
+                    kind,
+                    tensor: t.name.clone(),
+                    datatype: t.datatype.clone(),
+                })?;
             let dims = if batching {
                 match t.shape.split_first() {
                     Some((_, rest)) => rest.to_vec(),
                     None => {
-                        return Err(format!(
-                            "{kind} {}: the model batches but its shape {:?} has no batch dimension",
-                            t.name, t.shape
-                        ));
+                        return Err(DescriptionError::NoBatchDimension {
+                            kind,
+                            tensor: t.name.clone(),
+                            shape: t.shape.clone(),
+                        });
                     }
                 }
             } else {
@@ -67,10 +154,10 @@ impl ModelDescription {
             };
             let c = config_list.iter().find(|c| c.name == t.name);
             if c.is_some_and(|c| c.is_shape_tensor) {
-                return Err(format!(
-                    "{kind} {} is a shape tensor, which the worker does not drive yet",
-                    t.name
-                ));
+                return Err(DescriptionError::ShapeTensor {
+                    kind,
+                    tensor: t.name.clone(),
+                });
             }
             Ok(TensorSpec {
                 name: t.name.clone(),
@@ -133,26 +220,42 @@ impl ModelDescription {
 pub async fn describe(
     client: &dyn TritonClient,
     selection: &ModelSelection,
-) -> Result<ModelDescription, String> {
-    let at = || format!("server {}: model {}", client.address(), selection.label());
+) -> Result<ModelDescription, ModelError> {
+    let server = || client.address().to_string();
+    let unanswered = |query, source| ModelError::Unanswered {
+        server: server(),
+        model: selection.label(),
+        query,
+        source,
+    };
     match client
         .model_version_ready(&selection.name, &selection.version)
         .await
     {
         Ok(true) => {}
-        Ok(false) => return Err(format!("{}: not loaded or not ready", at())),
-        Err(e) => return Err(format!("{}: readiness: {e}", at())),
+        Ok(false) => {
+            return Err(ModelError::NotReady {
+                server: server(),
+                model: selection.label(),
+            });
+        }
+        Err(e) => return Err(unanswered("readiness", e)),
     }
     let metadata = client
         .model_metadata(&selection.name, &selection.version)
         .await
-        .map_err(|e| format!("{}: metadata: {e}", at()))?;
+        .map_err(|e| unanswered("metadata", e))?;
     let config = client
         .model_config(&selection.name, &selection.version)
         .await
-        .map_err(|e| format!("{}: config: {e}", at()))?;
-    ModelDescription::new(&selection.version, &metadata, &config)
-        .map_err(|e| format!("{}: {e}", at()))
+        .map_err(|e| unanswered("config", e))?;
+    ModelDescription::new(&selection.version, &metadata, &config).map_err(|source| {
+        ModelError::Undrivable {
+            server: server(),
+            model: selection.label(),
+            source,
+        }
+    })
 }
 
 pub use stress_common::contract::{DataSource, InputDataArg, ModelSelection, ShapeOverride};
@@ -214,16 +317,17 @@ impl InferOptions {
     }
 
     /// Flags that name a model or input the selection does not have (checked before any load).
-    pub fn check_names(&self, models: &[ModelDescription]) -> Result<(), String> {
+    pub fn check_names(&self, models: &[ModelDescription]) -> Result<(), ModelError> {
+        let not_selected = |flag: String, model: &str| ModelError::NotSelected {
+            flag,
+            model: model.into(),
+        };
         for shape in &self.shapes {
             let targets: Vec<&ModelDescription> = match &shape.model {
                 Some(m) => {
                     let found: Vec<_> = models.iter().filter(|d| &d.name == m).collect();
                     if found.is_empty() {
-                        return Err(format!(
-                            "--shape {m}/{}: model {m} is not among the --model selection",
-                            shape.input
-                        ));
+                        return Err(not_selected(format!("--shape {m}/{}", shape.input), m));
                     }
                     found
                 }
@@ -231,29 +335,23 @@ impl InferOptions {
             };
             if !targets.iter().any(|d| d.input(&shape.input).is_some()) {
                 let d = targets[0];
-                return Err(format!(
-                    "--shape {}: model {} has no input {} (inputs: {})",
-                    shape.input,
-                    d.name,
-                    shape.input,
-                    ModelDescription::names(&d.inputs)
-                ));
+                return Err(ModelError::NoSuchInput {
+                    input: shape.input.clone(),
+                    model: d.name.clone(),
+                    inputs: ModelDescription::names(&d.inputs),
+                });
             }
         }
         for data in &self.input_data {
             if let Some(m) = &data.model
                 && !models.iter().any(|d| &d.name == m)
             {
-                return Err(format!(
-                    "--input-data {m}=...: model {m} is not among the --model selection"
-                ));
+                return Err(not_selected(format!("--input-data {m}=..."), m));
             }
         }
         for (m, b) in &self.model_batch_sizes {
             if !models.iter().any(|d| &d.name == m) {
-                return Err(format!(
-                    "--batch-size {m}={b}: model {m} is not among the --model selection"
-                ));
+                return Err(not_selected(format!("--batch-size {m}={b}"), m));
             }
         }
         Ok(())
@@ -287,7 +385,7 @@ pub fn input_shape(
     model: &ModelDescription,
     input: &TensorSpec,
     shapes: &[ShapeOverride],
-) -> Result<Vec<i64>, String> {
+) -> Result<Vec<i64>, ModelError> {
     let chosen = shapes
         .iter()
         .find(|s| s.model.as_deref() == Some(&model.name) && s.input == input.name)
@@ -304,17 +402,21 @@ pub fn input_shape(
                     .zip(&input.dims)
                     .all(|(o, d)| *d < 0 || o == d);
             if !fits {
-                return Err(format!(
-                    "--shape {}: model {} input {} has dims {:?} (without the batch dimension); {:?} does not fit them",
-                    s.input, model.name, input.name, input.dims, s.dims
-                ));
+                // `s.input` is `input.name`: that is how it was chosen.
+                return Err(ModelError::ShapeDoesNotFit {
+                    model: model.name.clone(),
+                    input: input.name.clone(),
+                    dims: input.dims.clone(),
+                    shape: s.dims.clone(),
+                });
             }
             Ok(s.dims.clone())
         }
-        None if input.dims.iter().any(|d| *d < 0) => Err(format!(
-            "model {} input {} has a dynamic dimension {:?}: give its shape with --shape {}/{}:D1,D2,... or in the input data as {{\"content\": ..., \"shape\": ...}}",
-            model.name, input.name, input.dims, model.name, input.name
-        )),
+        None if input.dims.iter().any(|d| *d < 0) => Err(ModelError::DynamicDimension {
+            model: model.name.clone(),
+            input: input.name.clone(),
+            dims: input.dims.clone(),
+        }),
         None => Ok(input.dims.clone()),
     }
 }
@@ -324,22 +426,23 @@ fn element_count(shape: &[i64]) -> usize {
 }
 
 /// The batch a model's requests carry: `--batch-size` within `max_batch_size`.
-pub fn batch_for(model: &ModelDescription, batch_size: u32) -> Result<i64, String> {
+pub fn batch_for(model: &ModelDescription, batch_size: u32) -> Result<i64, ModelError> {
     let b = i64::from(batch_size);
     if b < 1 {
-        return Err("--batch-size must be at least 1".into());
+        return Err(ModelError::ZeroBatchSize);
     }
     if model.max_batch_size == 0 && b > 1 {
-        return Err(format!(
-            "--batch-size {b}: model {} does not batch (max_batch_size 0)",
-            model.name
-        ));
+        return Err(ModelError::NotBatching {
+            batch: b,
+            model: model.name.clone(),
+        });
     }
     if model.max_batch_size > 0 && b > model.max_batch_size {
-        return Err(format!(
-            "--batch-size {b} is above model {}'s max_batch_size {}",
-            model.name, model.max_batch_size
-        ));
+        return Err(ModelError::BatchTooLarge {
+            batch: b,
+            model: model.name.clone(),
+            max_batch_size: model.max_batch_size,
+        });
     }
     Ok(b)
 }
@@ -418,7 +521,7 @@ pub fn plan_requests(
     options: &InferOptions,
     data: Option<&InputDataFile>,
     rng: &mut StdRng,
-) -> Result<Vec<PlannedRequest>, String> {
+) -> Result<Vec<PlannedRequest>, ModelError> {
     let batch = batch_for(model, options.batch_size_for(&model.name))?;
     let outputs = requested_outputs(model);
     let new_request = |inputs: Vec<Tensor>| {
@@ -434,7 +537,7 @@ pub fn plan_requests(
             .iter()
             .filter(|i| !i.optional)
             .map(|i| Ok((i, input_shape(model, i, &options.shapes)?)))
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, ModelError>>()?;
         let variants = if zero { 1 } else { RANDOM_VARIANTS };
         return Ok((0..variants)
             .map(|_| {
@@ -458,18 +561,21 @@ pub fn plan_requests(
             })
             .collect());
     };
-    let entries = file.entries(model, &options.shapes)?;
+    let entries = file
+        .entries(model, &options.shapes)
+        .map_err(InputDataError::Entry)?;
     if entries.is_empty() {
-        return Err(format!("{}: \"data\" has no entries", file.path.display()));
+        return Err(InputDataError::NoEntries {
+            path: file.path.clone(),
+        }
+        .into());
     }
     // Request k takes entries k, k+1, ..., k+b-1 (wrapping) as its batch elements: n distinct
     // requests, every entry in every position.
     let n = entries.len();
     (0..n)
         .map(|k| {
-            let members: Vec<&Entry> = (0..batch as usize)
-                .map(|i| &entries[(k + i) % n])
-                .collect();
+            let members: Vec<&Entry> = (0..batch as usize).map(|i| &entries[(k + i) % n]).collect();
             let first = members[0];
             let mut inputs = Vec::new();
             // In the model's order, as random requests have them.
@@ -480,17 +586,25 @@ pub fn plan_requests(
                 };
                 let mut data = Vec::new();
                 for m in &members {
-                    let v = m.inputs.get(name).ok_or_else(|| {
-                        format!(
-                            "{}: data[{}] has no {name} but data[{}] has it; entries batched together must give the same inputs",
-                            file.path.display(), m.index, first.index
-                        )
-                    })?;
+                    let Some(v) = m.inputs.get(name) else {
+                        return Err(InputDataError::BatchedInputMissing {
+                            path: file.path.clone(),
+                            index: m.index,
+                            first: first.index,
+                            input: name.clone(),
+                        }
+                        .into());
+                    };
                     if v.shape != value.shape {
-                        return Err(format!(
-                            "{}: data[{}].{name} has shape {:?} but data[{}].{name} {:?}; entries batched together must agree",
-                            file.path.display(), m.index, v.shape, first.index, value.shape
-                        ));
+                        return Err(InputDataError::BatchedShapesDiffer {
+                            path: file.path.clone(),
+                            input: name.clone(),
+                            index: m.index,
+                            shape: v.shape.clone(),
+                            first: first.index,
+                            first_shape: value.shape.clone(),
+                        }
+                        .into());
                     }
                     data.extend_from_slice(&v.data);
                 }
@@ -506,12 +620,15 @@ pub fn plan_requests(
                 for (name, value) in validation {
                     let mut data = Vec::new();
                     for m in &members {
-                        let v = m.validation.as_ref().and_then(|v| v.get(name)).ok_or_else(|| {
-                            format!(
-                                "{}: validation_data[{}] has no {name} but validation_data[{}] has it",
-                                file.path.display(), m.index, first.index
-                            )
-                        })?;
+                        let Some(v) = m.validation.as_ref().and_then(|v| v.get(name)) else {
+                            return Err(InputDataError::BatchedOutputMissing {
+                                path: file.path.clone(),
+                                index: m.index,
+                                first: first.index,
+                                output: name.clone(),
+                            }
+                            .into());
+                        };
                         data.extend_from_slice(&v.data);
                     }
                     expected.insert(
@@ -530,6 +647,82 @@ pub fn plan_requests(
             })
         })
         .collect()
+}
+
+/// What is wrong with a perf_analyzer input-data file (`--input-data`); each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum InputDataError {
+    #[error("--input-data {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not JSON: {source}", path.display())]
+    NotJson {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: expected an object with \"data\"", path.display())]
+    NotAnObject { path: PathBuf },
+    #[error(
+        "{}: unknown key {key:?} (perf_analyzer's format has \"data\" and \"validation_data\")",
+        path.display()
+    )]
+    UnknownKey { path: PathBuf, key: String },
+    #[error("{}: \"{key}\" is not a list", path.display())]
+    NotAList { path: PathBuf, key: &'static str },
+    #[error("{}: no \"data\"", path.display())]
+    NoData { path: PathBuf },
+    #[error(
+        "{}: \"validation_data\" has {validation} entries but \"data\" has {data}; they pair by index",
+        path.display()
+    )]
+    UnpairedValidation {
+        path: PathBuf,
+        validation: usize,
+        data: usize,
+    },
+    #[error("{}: \"data\" has no entries", path.display())]
+    NoEntries { path: PathBuf },
+    /// Entries batched into one request must give the same inputs ...
+    #[error(
+        "{}: data[{index}] has no {input} but data[{first}] has it; entries batched together must give the same inputs",
+        path.display()
+    )]
+    BatchedInputMissing {
+        path: PathBuf,
+        index: usize,
+        first: usize,
+        input: String,
+    },
+    /// ... of the same shapes ...
+    #[error(
+        "{}: data[{index}].{input} has shape {shape:?} but data[{first}].{input} {first_shape:?}; entries batched together must agree",
+        path.display()
+    )]
+    BatchedShapesDiffer {
+        path: PathBuf,
+        input: String,
+        index: usize,
+        shape: Vec<i64>,
+        first: usize,
+        first_shape: Vec<i64>,
+    },
+    /// ... and validate the same outputs.
+    #[error(
+        "{}: validation_data[{index}] has no {output} but validation_data[{first}] has it",
+        path.display()
+    )]
+    BatchedOutputMissing {
+        path: PathBuf,
+        index: usize,
+        first: usize,
+        output: String,
+    },
+    /// An entry that does not fit the model, as the entry checks word it (naming the file and
+    /// the field).
+    #[error("{0}")]
+    Entry(String),
 }
 
 /// A perf_analyzer `--input-data` file, parsed as JSON and not yet matched to a model.
@@ -560,33 +753,39 @@ struct TensorValue {
 }
 
 impl InputDataFile {
-    pub fn read(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("--input-data {}: {e}", path.display()))?;
+    pub fn read(path: &Path) -> Result<Self, InputDataError> {
+        let text = std::fs::read_to_string(path).map_err(|source| InputDataError::Read {
+            path: path.into(),
+            source,
+        })?;
         Self::parse(path, &text)
     }
 
-    pub fn parse(path: &Path, text: &str) -> Result<Self, String> {
-        let at = path.display();
-        let v: Value = serde_json::from_str(text).map_err(|e| format!("{at}: not JSON: {e}"))?;
+    pub fn parse(path: &Path, text: &str) -> Result<Self, InputDataError> {
+        let v: Value = serde_json::from_str(text).map_err(|source| InputDataError::NotJson {
+            path: path.into(),
+            source,
+        })?;
         let object = v
             .as_object()
-            .ok_or_else(|| format!("{at}: expected an object with \"data\""))?;
+            .ok_or_else(|| InputDataError::NotAnObject { path: path.into() })?;
         for key in object.keys() {
             if key != "data" && key != "validation_data" {
-                return Err(format!(
-                    "{at}: unknown key {key:?} (perf_analyzer's format has \"data\" and \"validation_data\")"
-                ));
+                return Err(InputDataError::UnknownKey {
+                    path: path.into(),
+                    key: key.clone(),
+                });
             }
         }
         // Several streams ([[...], [...]]) are for sequences; other models take them in order.
-        let flatten = |key: &str| -> Result<Option<Vec<Value>>, String> {
+        let flatten = |key: &'static str| -> Result<Option<Vec<Value>>, InputDataError> {
             let Some(list) = v.get(key) else {
                 return Ok(None);
             };
-            let list = list
-                .as_array()
-                .ok_or_else(|| format!("{at}: \"{key}\" is not a list"))?;
+            let list = list.as_array().ok_or_else(|| InputDataError::NotAList {
+                path: path.into(),
+                key,
+            })?;
             if list.iter().all(Value::is_array) && !list.is_empty() {
                 Ok(Some(
                     list.iter()
@@ -597,7 +796,7 @@ impl InputDataFile {
                 Ok(Some(list.clone()))
             }
         };
-        let data = flatten("data")?.ok_or_else(|| format!("{at}: no \"data\""))?;
+        let data = flatten("data")?.ok_or_else(|| InputDataError::NoData { path: path.into() })?;
         let streams = match v["data"].as_array() {
             Some(list) if !list.is_empty() && list.iter().all(Value::is_array) => list
                 .iter()
@@ -609,11 +808,11 @@ impl InputDataFile {
         if let Some(val) = &validation
             && val.len() != data.len()
         {
-            return Err(format!(
-                "{at}: \"validation_data\" has {} entries but \"data\" has {}; they pair by index",
-                val.len(),
-                data.len()
-            ));
+            return Err(InputDataError::UnpairedValidation {
+                path: path.into(),
+                validation: val.len(),
+                data: data.len(),
+            });
         }
         Ok(Self {
             path: path.into(),
@@ -840,8 +1039,16 @@ fn shape_of(field: &str, v: &Value) -> Result<Vec<i64>, String> {
         .ok_or_else(|| format!("{field}.shape: {v} is not a list of whole numbers >= 0"))
 }
 
+/// A character outside standard base64, and its index in the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("character {character:?} at {index} is not base64")]
+pub struct Base64Error {
+    pub character: char,
+    pub index: usize,
+}
+
 /// Standard base64 (with or without padding), as perf_analyzer's `b64` values are written.
-pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
+pub fn base64_decode(text: &str) -> Result<Vec<u8>, Base64Error> {
     let mut out = Vec::with_capacity(text.len() * 3 / 4);
     let mut acc = 0u32;
     let mut bits = 0;
@@ -852,7 +1059,12 @@ pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
             b'0'..=b'9' => c - b'0' + 52,
             b'+' => 62,
             b'/' => 63,
-            _ => return Err(format!("character {:?} at {i} is not base64", c as char)),
+            _ => {
+                return Err(Base64Error {
+                    character: c as char,
+                    index: i,
+                });
+            }
         };
         acc = (acc << 6) | u32::from(v);
         bits += 6;
@@ -1326,14 +1538,18 @@ mod tests {
     fn batch_size_and_dynamic_dims_are_checked() {
         let mut o = options();
         o.batch_size = 5;
-        let e = plan_requests(&model(), &o, None, &mut rng()).unwrap_err();
+        let e = plan_requests(&model(), &o, None, &mut rng())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("above model m's max_batch_size 4"), "{e}");
         let unbatched = ModelDescription {
             max_batch_size: 0,
             ..model()
         };
         o.batch_size = 2;
-        let e = plan_requests(&unbatched, &o, None, &mut rng()).unwrap_err();
+        let e = plan_requests(&unbatched, &o, None, &mut rng())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("does not batch"), "{e}");
         // A model's own batch size wins over the general one (the last one given).
         o.model_batch_sizes = vec![("m".into(), 3), ("m".into(), 1), ("other".into(), 4)];
@@ -1344,7 +1560,9 @@ mod tests {
         let r = plan_requests(&unbatched, &o, None, &mut rng()).unwrap();
         assert_eq!(r[0].request.inputs[0].shape, [2], "no batch dimension");
         o.shapes.clear();
-        let e = plan_requests(&model(), &o, None, &mut rng()).unwrap_err();
+        let e = plan_requests(&model(), &o, None, &mut rng())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("model m input S has a dynamic dimension"), "{e}");
         o.shapes = vec!["other/S:3".parse().unwrap(), "m/S:5".parse().unwrap()];
         let r = plan_requests(&model(), &o, None, &mut rng()).unwrap();
@@ -1354,7 +1572,9 @@ mod tests {
             "the model's own override"
         );
         o.shapes = vec!["X:3".parse().unwrap(), "S:1".parse().unwrap()];
-        let e = plan_requests(&model(), &o, None, &mut rng()).unwrap_err();
+        let e = plan_requests(&model(), &o, None, &mut rng())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--shape X") && e.contains("does not fit"), "{e}");
     }
 
@@ -1362,13 +1582,13 @@ mod tests {
     fn flags_naming_unknown_models_or_inputs_are_refused() {
         let mut o = options();
         o.shapes = vec!["NOPE:3".parse().unwrap()];
-        let e = o.check_names(&[model()]).unwrap_err();
+        let e = o.check_names(&[model()]).unwrap_err().to_string();
         assert!(
             e.contains("model m has no input NOPE (inputs: X, S, OPT)"),
             "{e}"
         );
         o.shapes = vec!["other/S:3".parse().unwrap()];
-        let e = o.check_names(&[model()]).unwrap_err();
+        let e = o.check_names(&[model()]).unwrap_err().to_string();
         assert!(e.contains("model other is not among"), "{e}");
         o.shapes = vec![];
         o.input_data = vec!["other=zero".parse().unwrap()];
@@ -1377,14 +1597,14 @@ mod tests {
         o.model_batch_sizes = vec![("m".into(), 2)];
         assert!(o.check_names(&[model()]).is_ok());
         o.model_batch_sizes = vec![("other".into(), 2)];
-        let e = o.check_names(&[model()]).unwrap_err();
+        let e = o.check_names(&[model()]).unwrap_err().to_string();
         assert!(
             e.contains("--batch-size other=2: model other is not among"),
             "{e}"
         );
     }
 
-    fn file(text: &str) -> Result<Vec<PlannedRequest>, String> {
+    fn file(text: &str) -> Result<Vec<PlannedRequest>, ModelError> {
         let mut o = options();
         o.batch_size = 2;
         let f = InputDataFile::parse(Path::new("in.json"), text)?;
@@ -1404,7 +1624,7 @@ mod tests {
                ]}"#,
         );
         // Entry 0 and entry 1 batch together in request 0, and they disagree on S's shape.
-        let e = r.unwrap_err();
+        let e = r.unwrap_err().to_string();
         assert!(
             e.contains("data[1].S has shape [2] but data[0].S [3]"),
             "{e}"
@@ -1483,7 +1703,7 @@ mod tests {
             ),
         ];
         for (text, want) in cases {
-            let e = file(text).unwrap_err();
+            let e = file(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}\n  gave: {e}\n  want: {want}");
         }
     }

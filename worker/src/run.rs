@@ -115,7 +115,7 @@ pub async fn preflight(
     if scenarios.contains(&Scenario::Infer) {
         let plan = scenarios::infer::prepare(&clients, &config.settings.infer)
             .await
-            .map_err(WorkerError::Preflight)?;
+            .map_err(|e| WorkerError::Preflight(e.to_string()))?;
         config.settings.infer_plan = Some(Arc::new(plan));
     }
     if scenarios.iter().any(|s| s.uses_sequences()) {
@@ -507,8 +507,10 @@ async fn follow_load_target(
     let mut applied = live.mix.lock().unwrap_or_else(|e| e.into_inner());
     if *applied != target.mix {
         let result = match plan {
-            Some(plan) => plan.set_mix(target.mix.as_deref()),
-            None => Err("no Infer plan (no --model)".into()),
+            Some(plan) => plan
+                .set_mix(target.mix.as_deref())
+                .map_err(|e| e.to_string()),
+            None => Err("no Infer plan (no --model)".to_string()),
         };
         match result {
             Ok(()) => {

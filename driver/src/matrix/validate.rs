@@ -669,7 +669,7 @@ impl Checker {
 impl Checker {
     fn duration_within(&mut self, path: FieldPath, value: Duration, min: Duration, max: Duration) {
         if let Err(e) = stress_common::limits::within(value, min, max) {
-            self.push(path, Anchor::Value, e);
+            self.push(path, Anchor::Value, e.to_string());
         }
     }
 
@@ -796,8 +796,10 @@ impl Checker {
                     LoadMode::Intervals(_) => "request_intervals",
                 };
                 let checked = match load {
-                    LoadMode::Intervals(file) => RequestIntervals::read(file).map(drop),
-                    other => other.check(),
+                    LoadMode::Intervals(file) => RequestIntervals::read(file)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                    other => other.check().map_err(|e| e.to_string()),
                 };
                 if let Err(e) = checked {
                     self.push(path.key("load").key(field), Anchor::Value, e);

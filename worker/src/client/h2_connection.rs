@@ -181,7 +181,7 @@ impl H2Connection {
             let connection = self.unary_connection().await?;
             match connection.call(path, frame.clone()).await {
                 Ok(outcome) => return outcome,
-                Err(why) if retried => return Err(Status::unavailable(why)),
+                Err(why) if retried => return Err(Status::unavailable(why.to_string())),
                 Err(_) => retried = true,
             }
         }

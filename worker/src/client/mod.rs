@@ -72,12 +72,23 @@ pub struct InferResponse {
 }
 
 impl InferResponse {
-    pub fn output(&self, name: &str) -> Result<&Tensor, String> {
-        self.outputs.iter().find(|t| t.name == name).ok_or_else(|| {
-            let names: Vec<&str> = self.outputs.iter().map(|t| t.name.as_str()).collect();
-            format!("response has no output {name} (outputs: {names:?})")
-        })
+    pub fn output(&self, name: &str) -> Result<&Tensor, MissingOutput> {
+        self.outputs
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| MissingOutput {
+                name: name.into(),
+                outputs: self.outputs.iter().map(|t| t.name.clone()).collect(),
+            })
     }
+}
+
+/// A response without an output asked for, and the outputs it has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("response has no output {name} (outputs: {outputs:?})")]
+pub struct MissingOutput {
+    pub name: String,
+    pub outputs: Vec<String>,
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]

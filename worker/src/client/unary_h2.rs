@@ -185,8 +185,23 @@ const STATIC_PATH: usize = 4;
 const STATIC_AUTHORITY: usize = 1;
 const STATIC_CONTENT_TYPE: usize = 31;
 
-fn connection_error(what: impl std::fmt::Display) -> String {
-    format!("HTTP/2 protocol error from the server: {what}")
+/// The server broke HTTP/2 (a connection error): the connection closes with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("HTTP/2 protocol error from the server: {0}")]
+pub struct ProtocolViolation(String);
+
+fn connection_error(what: impl std::fmt::Display) -> ProtocolViolation {
+    ProtocolViolation(what.to_string())
+}
+
+/// Why a connection takes no new call: nothing was sent, so a new connection may serve it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallRefused {
+    /// The connection ended, for this reason.
+    #[error("{0}")]
+    Closed(String),
+    #[error("the connection takes no new streams (GOAWAY or stream ids used up)")]
+    NoNewStreams,
 }
 
 impl State {
@@ -258,11 +273,12 @@ impl State {
         path: &str,
         message: &Bytes,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<u32, String>> {
+    ) -> Poll<Result<u32, CallRefused>> {
         if !self.accepts_calls() {
-            return Poll::Ready(Err(self.closed.clone().unwrap_or_else(|| {
-                "the connection takes no new streams (GOAWAY or stream ids used up)".into()
-            })));
+            return Poll::Ready(Err(self
+                .closed
+                .clone()
+                .map_or(CallRefused::NoNewStreams, CallRefused::Closed)));
         }
         if !self.settings_seen || self.calls.len() >= self.max_streams {
             self.waiting.push(cx.waker().clone());
@@ -417,7 +433,7 @@ impl State {
 
     /// Handles every complete frame at the front of `input`, leaving a partial one there. An
     /// error is a connection error: the caller closes the connection with it.
-    pub fn receive(&mut self, input: &mut BytesMut) -> Result<(), String> {
+    pub fn receive(&mut self, input: &mut BytesMut) -> Result<(), ProtocolViolation> {
         while input.len() >= 9 {
             let len = (usize::from(input[0]) << 16)
                 | (usize::from(input[1]) << 8)
@@ -441,7 +457,13 @@ impl State {
         Ok(())
     }
 
-    fn on_frame(&mut self, kind: u8, flags: u8, stream: u32, payload: Bytes) -> Result<(), String> {
+    fn on_frame(
+        &mut self,
+        kind: u8,
+        flags: u8,
+        stream: u32,
+        payload: Bytes,
+    ) -> Result<(), ProtocolViolation> {
         if let Some(partial) = &mut self.partial {
             if kind != CONTINUATION || stream != partial.stream {
                 return Err(connection_error(
@@ -581,7 +603,7 @@ impl State {
         Ok(())
     }
 
-    fn on_settings(&mut self, payload: &[u8]) -> Result<(), String> {
+    fn on_settings(&mut self, payload: &[u8]) -> Result<(), ProtocolViolation> {
         if !payload.len().is_multiple_of(6) {
             return Err(connection_error("SETTINGS of a wrong size"));
         }
@@ -622,7 +644,7 @@ impl State {
         stream: u32,
         block: &[u8],
         end_stream: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolViolation> {
         // Every block is decoded, even one for a call given up, to keep the HPACK table in step.
         let mut status: Option<u16> = None;
         let mut grpc_status: Option<Vec<u8>> = None;
@@ -734,7 +756,7 @@ impl State {
     }
 }
 
-fn unpad(mut payload: Bytes, flags: u8) -> Result<Bytes, String> {
+fn unpad(mut payload: Bytes, flags: u8) -> Result<Bytes, ProtocolViolation> {
     if flags & PADDED == 0 {
         return Ok(payload);
     }
@@ -869,7 +891,11 @@ impl UnaryConnection {
     /// One unary call: `path` is the gRPC method's, `message` the framed request message. The
     /// outer error means nothing was sent (this connection takes no new calls: why); the inner
     /// one is the call's outcome.
-    pub async fn call(&self, path: &str, message: Bytes) -> Result<Result<Bytes, Status>, String> {
+    pub async fn call(
+        &self,
+        path: &str,
+        message: Bytes,
+    ) -> Result<Result<Bytes, Status>, CallRefused> {
         let id = std::future::poll_fn(|cx| {
             let mut state = self.shared.lock();
             let opened = state.open(path, &message, cx);
@@ -1075,7 +1101,7 @@ mod tests {
         out.freeze()
     }
 
-    fn feed(state: &mut State, bytes: &[u8]) -> Result<(), String> {
+    fn feed(state: &mut State, bytes: &[u8]) -> Result<(), ProtocolViolation> {
         let mut input = BytesMut::from(bytes);
         state.receive(&mut input)?;
         assert!(input.is_empty(), "a partial frame left");
@@ -1371,7 +1397,7 @@ mod tests {
         assert_eq!(answer(&mut state, served), Bytes::from_static(b"r"));
         let (_, w) = waker();
         let refused = state.open("/p", &grpc_frame(b"q"), &mut Context::from_waker(&w));
-        assert!(matches!(refused, Poll::Ready(Err(why)) if why.contains("GOAWAY")));
+        assert!(matches!(refused, Poll::Ready(Err(why)) if why.to_string().contains("GOAWAY")));
     }
 
     #[test]
@@ -1429,7 +1455,7 @@ mod tests {
             let mut state = connected();
             let id = open(&mut state, &grpc_frame(b"q"));
             let mut input = BytesMut::from(&bytes[..]);
-            let e = state.receive(&mut input).expect_err(why);
+            let e = state.receive(&mut input).expect_err(why).to_string();
             assert!(e.contains(why), "{e} should say {why}");
             state.close(&e);
             assert!(matches!(poll(&mut state, id), Poll::Ready(Err(s)) if s.message() == e));
@@ -1441,6 +1467,7 @@ mod tests {
             state
                 .receive(&mut input)
                 .unwrap_err()
+                .to_string()
                 .contains("a frame of 2097152 bytes")
         );
     }
@@ -1592,7 +1619,7 @@ mod tests {
         let refused = tokio::time::timeout(std::time::Duration::from_secs(5), async {
             loop {
                 match connection.call("/echo", grpc_frame(b"q")).await {
-                    Err(why) => break why,
+                    Err(why) => break why.to_string(),
                     // The call raced the GOAWAY and was served: try again.
                     Ok(Ok(_)) => tokio::task::yield_now().await,
                     Ok(Err(status)) => break status.message().to_string(),
@@ -1618,7 +1645,7 @@ mod tests {
         let connection = UnaryConnection::start(tcp, &address);
         let outcome = connection.call("/echo", grpc_frame(b"q")).await;
         let why = match outcome {
-            Err(why) => why,
+            Err(why) => why.to_string(),
             Ok(Err(status)) => {
                 assert_eq!(status.code(), tonic::Code::Unavailable);
                 status.message().to_string()

@@ -62,6 +62,21 @@ const CORRID_TYPES: [&str; 5] = [
     "TYPE_STRING",
 ];
 
+/// A sequence batcher the worker cannot read or drive.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SequenceBatchingError {
+    #[error("sequence_batching.control_input[{index}] has no name")]
+    UnnamedControlInput { index: usize },
+    #[error("sequence_batching control input {input}: unknown kind {kind}")]
+    UnknownControlKind { input: String, kind: String },
+    /// Triton would refuse the model's requests: bad input naming the model.
+    #[error(
+        "model {model}: CORRID control data_type {data_type} is not one of {types}",
+        types = CORRID_TYPES.join(", ")
+    )]
+    UnsupportedCorrIdType { model: String, data_type: String },
+}
+
 /// The sequence batcher as a client needs it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SequenceBatching {
@@ -73,7 +88,7 @@ pub struct SequenceBatching {
 
 impl SequenceBatching {
     /// The HTTP endpoint's JSON form (`"sequence_batching": {...}`).
-    pub fn from_json(v: &Value) -> Result<Self, String> {
+    pub fn from_json(v: &Value) -> Result<Self, SequenceBatchingError> {
         let mut controls = Vec::new();
         for (i, input) in v["control_input"]
             .as_array()
@@ -84,7 +99,7 @@ impl SequenceBatching {
         {
             let name = input["name"]
                 .as_str()
-                .ok_or_else(|| format!("sequence_batching.control_input[{i}] has no name"))?;
+                .ok_or(SequenceBatchingError::UnnamedControlInput { index: i })?;
             for control in input["control"]
                 .as_array()
                 .map(Vec::as_slice)
@@ -92,7 +107,10 @@ impl SequenceBatching {
             {
                 let kind_text = control["kind"].as_str().unwrap_or("CONTROL_SEQUENCE_START");
                 let kind = ControlKind::parse(kind_text).ok_or_else(|| {
-                    format!("sequence_batching control input {name}: unknown kind {kind_text}")
+                    SequenceBatchingError::UnknownControlKind {
+                        input: name.into(),
+                        kind: kind_text.into(),
+                    }
                 })?;
                 let list = |key: &str| control[key].as_array().filter(|l| !l.is_empty());
                 let values = if kind == ControlKind::CorrId {
@@ -232,12 +250,14 @@ impl SequenceBatching {
     }
 
     /// A CORRID data type Triton would refuse, as bad input naming the model.
-    pub fn check(&self, model: &str) -> Result<(), String> {
+    pub fn check(&self, model: &str) -> Result<(), SequenceBatchingError> {
         match self.corrid_type() {
-            Some(t) if !CORRID_TYPES.contains(&t) => Err(format!(
-                "model {model}: CORRID control data_type {t} is not one of {}",
-                CORRID_TYPES.join(", ")
-            )),
+            Some(t) if !CORRID_TYPES.contains(&t) => {
+                Err(SequenceBatchingError::UnsupportedCorrIdType {
+                    model: model.into(),
+                    data_type: t.into(),
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -369,7 +389,7 @@ pub(crate) mod tests {
             !SequenceBatching::default().string_ids(),
             "no CORRID: numbers"
         );
-        let e = with("TYPE_FP32").check("m").unwrap_err();
+        let e = with("TYPE_FP32").check("m").unwrap_err().to_string();
         assert!(
             e.contains("model m: CORRID control data_type TYPE_FP32"),
             "{e}"

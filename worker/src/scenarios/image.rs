@@ -30,13 +30,32 @@ pub struct ImageBatch {
     pub expected: Vec<String>,
 }
 
+/// Why a PNG does not decode into RGB.
+#[derive(Debug, thiserror::Error)]
+pub enum PngError {
+    #[error("{0}")]
+    Decode(#[from] png::DecodingError),
+    #[error("image too large")]
+    TooLarge,
+    #[error("unsupported PNG colour type {0:?}")]
+    UnsupportedColourType(png::ColorType),
+}
+
+/// A committed image that does not decode: no batch can be built.
+#[derive(Debug, thiserror::Error)]
+#[error("{name}: {source}")]
+pub struct ImageError {
+    pub name: &'static str,
+    pub source: PngError,
+}
+
 /// Decodes an 8-bit RGB or RGBA PNG into (width, height, RGB bytes).
-pub fn decode_png(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
+pub fn decode_png(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), PngError> {
     let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
     decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
-    let mut reader = decoder.read_info().map_err(|e| e.to_string())?;
-    let mut buf = vec![0; reader.output_buffer_size().ok_or("image too large")?];
-    let info = reader.next_frame(&mut buf).map_err(|e| e.to_string())?;
+    let mut reader = decoder.read_info()?;
+    let mut buf = vec![0; reader.output_buffer_size().ok_or(PngError::TooLarge)?];
+    let info = reader.next_frame(&mut buf)?;
     let (w, h) = (info.width as usize, info.height as usize);
     let rgb = match info.color_type {
         png::ColorType::Rgb => buf[..w * h * 3].to_vec(),
@@ -45,7 +64,7 @@ pub fn decode_png(bytes: &[u8]) -> Result<(usize, usize, Vec<u8>), String> {
             .flat_map(|p| [p[0], p[1], p[2]])
             .collect(),
         png::ColorType::Grayscale => buf[..w * h].iter().flat_map(|&g| [g, g, g]).collect(),
-        other => return Err(format!("unsupported PNG colour type {other:?}")),
+        other => return Err(PngError::UnsupportedColourType(other)),
     };
     Ok((w, h, rgb))
 }
@@ -76,14 +95,15 @@ pub fn preprocess(w: usize, h: usize, rgb: &[u8]) -> Vec<f32> {
 
 impl ImageBatch {
     /// A batch of `batch` entries cycling through the committed images.
-    pub fn new(model: &str, batch: usize) -> Result<Self, String> {
+    pub fn new(model: &str, batch: usize) -> Result<Self, ImageError> {
         let decoded: Vec<(Vec<f32>, &str)> = IMAGES
             .iter()
             .map(|(name, bytes, label)| {
-                let (w, h, rgb) = decode_png(bytes).map_err(|e| format!("{name}: {e}"))?;
+                let (w, h, rgb) =
+                    decode_png(bytes).map_err(|source| ImageError { name, source })?;
                 Ok((preprocess(w, h, &rgb), *label))
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, ImageError>>()?;
         let mut data = Vec::with_capacity(batch * 3 * SIDE * SIDE);
         let mut expected = Vec::with_capacity(batch);
         for i in 0..batch {
@@ -123,7 +143,11 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         Ok(r) => r,
         Err(e) => return Outcome::Failed(Failure::client(&model, "a classification", &e)),
     };
-    let results = match response.output("OUTPUT").and_then(|t| t.to_strings()) {
+    let results = match response
+        .output("OUTPUT")
+        .map_err(|e| e.to_string())
+        .and_then(|t| t.to_strings())
+    {
         Ok(r) => r,
         Err(e) => return Outcome::Failed(Failure::new(&model, "classification strings", e)),
     };

@@ -13,12 +13,14 @@ pub mod sequence;
 use super::load;
 use super::{Failure, Outcome, TestEnv};
 use crate::client::{ClientError, InferResponse, Prepared, TritonClient};
+use crate::metadata::SequenceBatchingError;
 use crate::model::{
-    self, CheckFailure, DataSource, InferOptions, InputDataFile, ModelDescription, ModelSelection,
-    PlannedRequest,
+    self, CheckFailure, DataSource, InferOptions, InputDataFile, ModelDescription, ModelError,
+    ModelSelection, PlannedRequest,
 };
 use rand::SeedableRng;
-use rand::distr::{Distribution, weighted::WeightedIndex};
+use rand::distr::Distribution;
+use rand::distr::weighted::{self, WeightedIndex};
 use rand::rngs::StdRng;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -49,48 +51,86 @@ pub struct PlannedModel {
     decoupled: Option<decoupled::StreamChecks>,
 }
 
+/// Why the Infer scenario cannot drive the selected models: bad input, found before any load.
+#[derive(Debug, thiserror::Error)]
+pub enum InferPlanError {
+    #[error("no server to describe the models")]
+    NoServer,
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(
+        "model {model}: server {server} describes it differently from server {reference}: {theirs:?} / {ours:?}"
+    )]
+    ServersDisagree {
+        model: String,
+        server: String,
+        reference: String,
+        theirs: Box<ModelDescription>,
+        ours: Box<ModelDescription>,
+    },
+    #[error("model {0}: a decoupled sequence model is not driven by Infer yet")]
+    DecoupledSequence(String),
+    #[error(transparent)]
+    SequenceBatching(#[from] SequenceBatchingError),
+    #[error(
+        "--batch-size {batch}: model {model} is a sequence model, and Triton's sequence batcher takes requests of batch 1"
+    )]
+    SequenceBatchSize { batch: u32, model: String },
+    /// Only decoupled models were selected, and this protocol has no streams for them.
+    #[error("{0}")]
+    DecoupledNeedsGrpc(String),
+    #[error("model {model}: encoding a request: {source}")]
+    Encoding { model: String, source: ClientError },
+    #[error("{}: {source}", file.display())]
+    EmptyStream {
+        file: std::path::PathBuf,
+        source: sequence::EmptyStream,
+    },
+    #[error("--model weights: {0}")]
+    Weights(#[source] weighted::Error),
+}
+
 /// Describes every selected model on every server (they must agree), checks the flags against
 /// the descriptions and builds the requests. Any problem is bad input, found before any load.
 pub async fn prepare(
     clients: &[Arc<dyn TritonClient>],
     options: &InferOptions,
-) -> Result<InferPlan, String> {
-    let first = clients.first().ok_or("no server to describe the models")?;
+) -> Result<InferPlan, InferPlanError> {
+    let first = clients.first().ok_or(InferPlanError::NoServer)?;
     let mut descriptions = Vec::new();
     for selection in &options.models {
         let description = model::describe(first.as_ref(), selection).await?;
         for other in &clients[1..] {
             let d = model::describe(other.as_ref(), selection).await?;
             if d != description {
-                return Err(format!(
-                    "model {}: server {} describes it differently from server {}: {d:?} / {description:?}",
-                    selection.label(),
-                    other.address(),
-                    first.address()
-                ));
+                return Err(InferPlanError::ServersDisagree {
+                    model: selection.label(),
+                    server: other.address().into(),
+                    reference: first.address().into(),
+                    theirs: Box::new(d),
+                    ours: Box::new(description),
+                });
             }
         }
         if description.decoupled && description.sequence_batching.is_some() {
-            return Err(format!(
-                "model {}: a decoupled sequence model is not driven by Infer yet",
-                selection.label()
-            ));
+            return Err(InferPlanError::DecoupledSequence(selection.label()));
         }
         if let Some(batcher) = &description.sequence_batching {
             batcher.check(&selection.label())?;
             let batch = options.batch_size_for(&selection.name);
             if batch != 1 {
-                return Err(format!(
-                    "--batch-size {batch}: model {} is a sequence model, and Triton's sequence batcher takes requests of batch 1",
-                    selection.label()
-                ));
+                return Err(InferPlanError::SequenceBatchSize {
+                    batch,
+                    model: selection.label(),
+                });
             }
         }
         descriptions.push(description);
     }
     options.check_names(&descriptions)?;
     let weights = options.models.iter().map(|m| m.weight).collect();
-    let (descriptions, weights) = decoupled::drivable(first.protocol(), descriptions, weights)?;
+    let (descriptions, weights) = decoupled::drivable(first.protocol(), descriptions, weights)
+        .map_err(InferPlanError::DecoupledNeedsGrpc)?;
     let mut files: BTreeMap<std::path::PathBuf, InputDataFile> = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(options.seed);
     let mut models = Vec::new();
@@ -98,7 +138,8 @@ pub async fn prepare(
         let file = match options.source_for(&description.name) {
             DataSource::File(path) => {
                 if !files.contains_key(&path) {
-                    files.insert(path.clone(), InputDataFile::read(&path)?);
+                    let file = InputDataFile::read(&path).map_err(ModelError::from)?;
+                    files.insert(path.clone(), file);
                 }
                 Some(&files[&path])
             }
@@ -109,18 +150,19 @@ pub async fn prepare(
             .iter()
             .map(|r| first.prepare(&r.request))
             .collect::<Result<Vec<_>, ClientError>>()
-            .map_err(|e| format!("model {}: encoding a request: {e}", description.label()))?;
+            .map_err(|source| InferPlanError::Encoding {
+                model: description.label(),
+                source,
+            })?;
         let first_responses = options
             .consistency
             .then(|| requests.iter().map(|_| Mutex::new(None)).collect());
         let sequence = match description.sequence_batching {
             Some(_) => Some(
                 sequence::SequenceSource::new(file.map(|f| f.streams.as_slice()), requests.len())
-                    .map_err(|e| {
-                    let at = file
-                        .map(|f| f.path.display().to_string())
-                        .unwrap_or_default();
-                    format!("{at}: {e}")
+                    .map_err(|source| InferPlanError::EmptyStream {
+                    file: file.map(|f| f.path.clone()).unwrap_or_default(),
+                    source,
                 })?,
             ),
             None => None,
@@ -140,13 +182,27 @@ pub async fn prepare(
             decoupled,
         });
     }
-    let picker = WeightedIndex::new(&weights).map_err(|e| format!("--model weights: {e}"))?;
+    let picker = WeightedIndex::new(&weights).map_err(InferPlanError::Weights)?;
     Ok(InferPlan {
         models,
         picker: std::sync::RwLock::new(picker),
         weights,
         tolerance: options.tolerance,
     })
+}
+
+/// A model mix (capacity mode's, per phase) that cannot apply to the planned models.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelMixError {
+    /// A selection that does not parse (`--model` syntax), as its parser says.
+    #[error("{0}")]
+    Selection(String),
+    #[error("mix {mix}: model {model} is not planned")]
+    NotPlanned { mix: String, model: String },
+    #[error("mix {0}: no weight left")]
+    NoWeight(String),
+    #[error("mix: {0}")]
+    Weights(#[source] weighted::Error),
 }
 
 /// The weight of each model under `mix` (`--model` syntax, `NAME[@VERSION]:WEIGHT,...`): a
@@ -156,17 +212,21 @@ pub fn mix_weights(
     models: &[&ModelDescription],
     default: &[u32],
     mix: Option<&str>,
-) -> Result<Vec<u32>, String> {
+) -> Result<Vec<u32>, ModelMixError> {
     let Some(mix) = mix else {
         return Ok(default.to_vec());
     };
     let selections = mix
         .split(',')
         .map(str::parse::<ModelSelection>)
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ModelMixError::Selection)?;
     for s in &selections {
         if !models.iter().any(|d| selects(s, d)) {
-            return Err(format!("mix {mix}: model {} is not planned", s.label()));
+            return Err(ModelMixError::NotPlanned {
+                mix: mix.into(),
+                model: s.label(),
+            });
         }
     }
     let weights: Vec<u32> = models
@@ -180,7 +240,7 @@ pub fn mix_weights(
         })
         .collect();
     if weights.iter().all(|w| *w == 0) {
-        return Err(format!("mix {mix}: no weight left"));
+        return Err(ModelMixError::NoWeight(mix.into()));
     }
     Ok(weights)
 }
@@ -192,15 +252,15 @@ fn selects(s: &ModelSelection, d: &ModelDescription) -> bool {
 
 impl InferPlan {
     /// The weight of each planned model under `mix` (see [`mix_weights`]).
-    pub fn weights_for(&self, mix: Option<&str>) -> Result<Vec<u32>, String> {
+    pub fn weights_for(&self, mix: Option<&str>) -> Result<Vec<u32>, ModelMixError> {
         let described: Vec<&ModelDescription> =
             self.models.iter().map(|m| &m.description).collect();
         mix_weights(&described, &self.weights, mix)
     }
 
     /// Capacity mode: picks the models by `mix` from the next test on.
-    pub fn set_mix(&self, mix: Option<&str>) -> Result<(), String> {
-        let picker = WeightedIndex::new(self.weights_for(mix)?).map_err(|e| format!("mix: {e}"))?;
+    pub fn set_mix(&self, mix: Option<&str>) -> Result<(), ModelMixError> {
+        let picker = WeightedIndex::new(self.weights_for(mix)?).map_err(ModelMixError::Weights)?;
         *self.picker.write().unwrap_or_else(|e| e.into_inner()) = picker;
         Ok(())
     }
@@ -323,7 +383,9 @@ mod tests {
             mix_weights(&models, &default, Some("b@2:5,a:1")).unwrap(),
             [1, 0, 5]
         );
-        let e = mix_weights(&models, &default, Some("c:1")).unwrap_err();
+        let e = mix_weights(&models, &default, Some("c:1"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("model c is not planned"), "{e}");
         assert!(mix_weights(&models, &default, Some("a:x")).is_err());
     }

@@ -69,7 +69,7 @@ fn validate(
     for (name, want) in [("OUTPUT0", &variant.sum), ("OUTPUT1", &variant.difference)] {
         let got = response
             .output(name)
-            .map_err(|e| Failure::new(model, name, e))?;
+            .map_err(|e| Failure::new(model, name, e.to_string()))?;
         if got.data != *want {
             let show = |b: &Bytes| {
                 Tensor {

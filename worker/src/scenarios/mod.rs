@@ -739,7 +739,11 @@ pub async fn run_single_until(
         Ok(i) => i,
         Err(e) => {
             return (
-                Outcome::Failed(Failure::new(&settings.image_model, "committed images", e)),
+                Outcome::Failed(Failure::new(
+                    &settings.image_model,
+                    "committed images",
+                    e.to_string(),
+                )),
                 stats,
             );
         }
@@ -749,7 +753,10 @@ pub async fn run_single_until(
         match infer::prepare(std::slice::from_ref(client), &settings.infer).await {
             Ok(plan) => settings.to_mut().infer_plan = Some(Arc::new(plan)),
             Err(e) => {
-                return (Outcome::Failed(Failure::new("", "an Infer plan", e)), stats);
+                return (
+                    Outcome::Failed(Failure::new("", "an Infer plan", e.to_string())),
+                    stats,
+                );
             }
         }
     }

@@ -109,6 +109,7 @@ async fn check_steps(
         })?;
         let got = response
             .output("OUTPUT")
+            .map_err(|e| e.to_string())
             .and_then(|t| t.to_i32())
             .map_err(|e| fail(format!("OUTPUT = {sum}"), e))?;
         if got.as_slice() != [sum] {
@@ -222,7 +223,9 @@ async fn no_start(env: &TestEnv<'_>, model: &str, batched: bool) -> Result<(), F
             format!("an error containing \"{START_FLAG_ERROR}\""),
             format!(
                 "a successful response {:?}",
-                r.output("OUTPUT").and_then(|t| t.to_i32())
+                r.output("OUTPUT")
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| t.to_i32())
             ),
         )
         .with_correlation_id(id)),

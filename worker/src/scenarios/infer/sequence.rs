@@ -27,6 +27,13 @@ pub enum SequenceSource {
     Cycle(usize),
 }
 
+/// A stream of an input-data file without entries: a sequence needs at least one step.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("\"data\"[{stream}] is an empty stream; a sequence needs at least one step")]
+pub struct EmptyStream {
+    pub stream: usize,
+}
+
 /// One sequence: which planned request each step sends, and a key that identifies the steps
 /// (the same key and step index always send the same request after the same history).
 #[derive(Debug, Clone, PartialEq)]
@@ -37,7 +44,7 @@ pub struct Pick {
 
 impl SequenceSource {
     /// The streams of a file (their lengths, in order), or random requests.
-    pub fn new(streams: Option<&[usize]>, requests: usize) -> Result<Self, String> {
+    pub fn new(streams: Option<&[usize]>, requests: usize) -> Result<Self, EmptyStream> {
         match streams {
             None => Ok(Self::Cycle(requests)),
             Some(lengths) => {
@@ -45,9 +52,7 @@ impl SequenceSource {
                 let mut ranges = Vec::new();
                 for (s, &len) in lengths.iter().enumerate() {
                     if len == 0 {
-                        return Err(format!(
-                            "\"data\"[{s}] is an empty stream; a sequence needs at least one step"
-                        ));
+                        return Err(EmptyStream { stream: s });
                     }
                     ranges.push(start..start + len);
                     start += len;
@@ -186,7 +191,11 @@ mod tests {
         }
         assert_eq!(seen.len(), 3, "every stream is drawn");
         let e = SequenceSource::new(Some(&[2, 0]), 2).unwrap_err();
-        assert!(e.contains("\"data\"[1] is an empty stream"), "{e}");
+        assert_eq!(e, EmptyStream { stream: 1 });
+        assert!(
+            e.to_string().contains("\"data\"[1] is an empty stream"),
+            "{e}"
+        );
     }
 
     #[test]
