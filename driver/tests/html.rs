@@ -771,3 +771,125 @@ async fn serve_reads_postgres_as_the_read_only_role_of_deploy() {
     }
     writer.close().await;
 }
+
+/// A store that cannot be reached: the page says so (not as an error of the page: 503 with
+/// Retry-After) and reloads itself; the server's log has why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_store_is_said_and_the_page_retries() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let served = Serve::start_over_store(&format!(
+        "postgres://nobody:hunter2@127.0.0.1:{port}/nothing"
+    ));
+    let started = Instant::now();
+    let page = get(&format!("{}/", served.base)).await;
+    assert_eq!(page.status, 503, "{}", page.body);
+    assert!(
+        page.body.contains("id=\"store-unavailable\"")
+            && page.body.contains("http-equiv=\"refresh\""),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("hunter2"), "no password on the page");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "answered while the store is down"
+    );
+}
+
+/// Benchmark, not a test (ignored; `cargo test -p driver --test html -- --ignored
+/// bench_api_runs --nocapture`): `/api/runs` over 1,000 finished runs, from a runs directory
+/// (one SQLite store each) and from one Postgres store. Prints the first answer (a runs
+/// directory's index is cold) and the median of the next ten; asserts only that every run is
+/// there to list. Recorded in docs/benchmarks.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: prints /api/runs times over 1,000 runs"]
+async fn bench_api_runs_with_1000_runs() {
+    use stress_common::store::NewRun;
+    use stress_common::store::testing::TestPostgres;
+    const RUNS: usize = 1000;
+    async fn record(store: &Store, i: usize) {
+        let run_id = format!("bench-{i:04}");
+        let started = 1_764_000_000_000 + i as i64 * 86_400_000;
+        store
+            .create_run(&NewRun {
+                run_id: run_id.clone(),
+                name: "nightly".into(),
+                matrix_yaml: "version: 1\n".into(),
+                launcher: "local".into(),
+                started_at_ms: started,
+                fingerprint: None,
+            })
+            .await
+            .unwrap();
+        let summary = driver::report::summary::RunSummary {
+            run_id: run_id.clone(),
+            name: "nightly".into(),
+            launcher: "local".into(),
+            verdict: "PASS".into(),
+            started_at_ms: started,
+            finished_at_ms: Some(started + 3_600_000),
+            ..Default::default()
+        };
+        let id = RunId::from(run_id.as_str());
+        store.save_document(&id, "", &summary).await.unwrap();
+        store
+            .finish_run(&id, "PASS", started + 3_600_000)
+            .await
+            .unwrap();
+    }
+    async fn time(base: &str, label: &str) {
+        let url = format!("{base}/api/runs");
+        let t = Instant::now();
+        let first = get(&url).await;
+        let cold = t.elapsed();
+        let listed: Value = serde_json::from_str(&first.body).unwrap();
+        assert_eq!(listed.as_array().map(Vec::len), Some(200), "the newest 200");
+        let mut warm = Vec::new();
+        for _ in 0..10 {
+            let t = Instant::now();
+            assert_eq!(get(&url).await.status, 200);
+            warm.push(t.elapsed());
+        }
+        warm.sort();
+        println!(
+            "BENCH /api/runs over {RUNS} runs, {label}: first {:.1} ms, then median {:.1} ms \
+             (min {:.1}, max {:.1})",
+            cold.as_secs_f64() * 1e3,
+            warm[5].as_secs_f64() * 1e3,
+            warm[0].as_secs_f64() * 1e3,
+            warm[9].as_secs_f64() * 1e3
+        );
+    }
+
+    let tmp = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    for i in 0..RUNS {
+        let dir = tmp.path().join(format!("bench-{i:04}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::connect(&Store::sqlite_url(&dir.join("store.sqlite")))
+            .await
+            .unwrap();
+        record(&store, i).await;
+        store.close().await;
+    }
+    println!(
+        "made {RUNS} run directories in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
+    let served = Serve::start(tmp.path(), None);
+    time(&served.base, "runs directory").await;
+    drop(served);
+
+    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
+        return;
+    };
+    let store = Store::connect(pg.url()).await.unwrap();
+    for i in 0..RUNS {
+        record(&store, i).await;
+    }
+    store.close().await;
+    let served = Serve::start_over_store(pg.url());
+    time(&served.base, "Postgres").await;
+}

@@ -170,6 +170,18 @@ pub struct StoreOptions {
     pub slow_statement: Duration,
 }
 
+impl StoreOptions {
+    /// For reading other runs' stores (lists, pages, baseline scans): a store that gives no
+    /// connection within 5 s is given up on, rather than holding the page or the scan for the
+    /// default minute (a file that is not a database fails every connection it is retried on).
+    pub fn reading() -> Self {
+        Self {
+            acquire_timeout: Duration::from_secs(5),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {

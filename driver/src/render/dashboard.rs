@@ -12,11 +12,18 @@ use std::fmt::Write as _;
 pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'";
 
 /// The verdicts a run can have, in the order the filter links show them.
-const VERDICTS: [&str; 5] = ["PASS", "FAIL", "ABANDONED", "INCOMPLETE", "RUNNING"];
+const VERDICTS: [&str; 6] = [
+    "PASS",
+    "FAIL",
+    "ABANDONED",
+    "INCOMPLETE",
+    "RUNNING",
+    crate::report::summary::UNREADABLE,
+];
 
 /// What the dashboard adds to the report's styles.
 const EXTRA_STYLE: &str = "td{white-space:nowrap}.PASS{color:#1a7f37;font-weight:600}\
-.FAIL{color:#cf222e;font-weight:600}.ABANDONED,.INCOMPLETE{color:#9a6700;font-weight:600}\
+.FAIL{color:#cf222e;font-weight:600}.ABANDONED,.INCOMPLETE,.UNREADABLE{color:#9a6700;font-weight:600}\
 .RUNNING{color:#0969da;font-weight:600}\
 nav a{margin-right:.8em}.muted{color:#57606a}\
 .strip{display:flex;flex-wrap:wrap;gap:2px;margin:.5em 0}.strip a{display:block;width:14px;height:22px;\
@@ -137,6 +144,19 @@ fn runs_table(out: &mut String, runs: &[RunSummary]) {
     for r in runs {
         if r.finished_at_ms.is_none() {
             unfinished_row(out, r);
+            continue;
+        }
+        if r.verdict == crate::report::summary::UNREADABLE {
+            let _ = writeln!(
+                out,
+                "<tr data-run=\"{id}\"><td>{id}</td><td></td><td>{at}</td><td>—</td><td></td>\
+                 <td class=\"{verdict}\">{verdict}</td><td colspan=\"6\"></td><td>{why}</td>\
+                 <td></td></tr>",
+                id = esc(&r.run_id),
+                at = timestamp(r.started_at_ms),
+                verdict = esc(&r.verdict),
+                why = esc(r.root_cause.as_deref().unwrap_or("")),
+            );
             continue;
         }
         let fingerprint = r
@@ -643,6 +663,15 @@ mod tests {
         );
         let empty = run_list_page(&[], &RunFilter::default());
         assert!(empty.contains("no finished run found"));
+        let mut bad = run("old-run", "", crate::report::summary::UNREADABLE);
+        bad.root_cause = Some("schema version 3 <old>".into());
+        let page = run_list_page(&[bad], &RunFilter::default());
+        assert!(
+            page.contains("<td class=\"UNREADABLE\">UNREADABLE</td>")
+                && page.contains("schema version 3 &lt;old&gt;")
+                && !page.contains("href=\"/runs/old-run\""),
+            "why, and no link to a report that cannot be built: {page}"
+        );
     }
 
     #[test]

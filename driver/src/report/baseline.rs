@@ -97,7 +97,8 @@ async fn candidates(
             store
         } else {
             // Another run's store: read, never migrated or written.
-            match Store::open_read_only(&url, &Default::default()).await {
+            match Store::open_read_only(&url, &stress_common::store::StoreOptions::reading()).await
+            {
                 Ok(s) => {
                     other = s;
                     &other
@@ -212,7 +213,9 @@ pub async fn compare(
         let before = if b.same_store {
             Report::from_store(store, &b.run_id).await?
         } else {
-            let other = Store::open_read_only(&b.store_url, &Default::default()).await?;
+            let other =
+                Store::open_read_only(&b.store_url, &stress_common::store::StoreOptions::reading())
+                    .await?;
             Report::from_store(&other, &b.run_id).await?
         };
         window.push(before.measures(settings.min_requests));
@@ -323,7 +326,8 @@ pub async fn earlier_signatures(
         let doc = if url == store_url {
             store.document(&run, "").await
         } else {
-            match Store::open_read_only(&url, &Default::default()).await {
+            match Store::open_read_only(&url, &stress_common::store::StoreOptions::reading()).await
+            {
                 Ok(other) => other.document(&run, "").await,
                 Err(e) => Err(e),
             }

@@ -228,11 +228,12 @@ struct StoreRuns {
 
 /// Reads one store, read-only. One that no run has written yet holds no run.
 async fn read_store(url: &str, limit: u32) -> Result<StoreRuns, StoreError> {
-    let store = match Store::open_read_only(url, &Default::default()).await {
-        Ok(store) => store,
-        Err(StoreError::Unwritten { .. }) => return Ok(StoreRuns::default()),
-        Err(e) => return Err(e),
-    };
+    let store =
+        match Store::open_read_only(url, &stress_common::store::StoreOptions::reading()).await {
+            Ok(store) => store,
+            Err(StoreError::Unwritten { .. }) => return Ok(StoreRuns::default()),
+            Err(e) => return Err(e),
+        };
     let finished = store.latest_documents::<RunSummary>(limit).await;
     let unfinished = store.unfinished_runs().await;
     store.close().await;
@@ -291,8 +292,8 @@ impl SummaryIndex {
 }
 
 /// Every store of `source`, read (through `index` for a runs directory). A run directory whose
-/// store cannot be read (another schema, not a store) is skipped and said in the log; the one
-/// store of `RunSource::Store` must be read.
+/// store cannot be read (another schema, not a store) is a row of its own saying why
+/// ([`UNREADABLE`]); the one store of `RunSource::Store` must be read.
 async fn gather(
     source: RunSource<'_>,
     limit: u32,
@@ -331,10 +332,47 @@ async fn gather(
                 }
                 out.push(runs);
             }
-            Err(e) => tracing::warn!("skipped: {e}"),
+            Err(e) => {
+                tracing::warn!("listed as unreadable: {e}");
+                let runs = StoreRuns {
+                    finished: vec![unreadable(&file, &e)],
+                    unfinished: Vec::new(),
+                };
+                // Unreadable until its file changes: not tried again for every page.
+                if let Some(c) = cached.as_mut() {
+                    c.insert(file, (now, limit, runs.clone()));
+                }
+                out.push(runs);
+            }
         }
     }
     Ok(out)
+}
+
+/// The verdict of a run directory whose store cannot be read: listed with why, so that one bad
+/// directory neither hides itself nor the others.
+pub const UNREADABLE: &str = "UNREADABLE";
+
+/// A run directory's row when its store cannot be read (another schema, not a store): its
+/// directory's name, when the store was last written, and why (in `root_cause`).
+fn unreadable(file: &Path, e: &StoreError) -> RunSummary {
+    let dir = file.parent().unwrap_or(file);
+    let at_ms = std::fs::metadata(file)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as i64);
+    RunSummary {
+        run_id: dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        verdict: UNREADABLE.into(),
+        started_at_ms: at_ms,
+        finished_at_ms: Some(at_ms),
+        root_cause: Some(e.to_string()),
+        ..RunSummary::default()
+    }
 }
 
 fn newest_first(runs: &mut [RunSummary]) {
@@ -456,6 +494,37 @@ mod tests {
             list(RunSource::RunsDir(runs), 10).await.unwrap().len(),
             1,
             "without an index the same"
+        );
+
+        // A directory whose store is not one: a row saying why, the rest still listed.
+        std::fs::create_dir_all(runs.join("bad")).unwrap();
+        std::fs::write(runs.join("bad/store.sqlite"), "not a database, just text").unwrap();
+        let all = list_all(RunSource::RunsDir(runs), 10, now, Some(&index))
+            .await
+            .unwrap();
+        let bad = all
+            .iter()
+            .find(|r| r.run_id == "bad")
+            .expect("a row for it");
+        assert_eq!(bad.verdict, UNREADABLE);
+        assert!(
+            bad.root_cause
+                .as_deref()
+                .is_some_and(|w| w.contains("store.sqlite")),
+            "{bad:?}"
+        );
+        assert!(
+            all.iter()
+                .any(|r| r.run_id == "going" && r.verdict == "PASS")
+        );
+        let reads = index.reads();
+        list_all(RunSource::RunsDir(runs), 10, now, Some(&index))
+            .await
+            .unwrap();
+        assert_eq!(
+            index.reads(),
+            reads,
+            "an unreadable store unchanged is not tried again"
         );
     }
 }

@@ -120,6 +120,9 @@ async fn authorize(State(served): State<Arc<Served>>, request: Request, next: Ne
     next.run(request).await
 }
 
+/// Seconds after which a page the store could not answer is tried again.
+const STORE_RETRY_S: &str = "10";
+
 /// What a page could not do: not found (a run that is not there) or the store failing (said
 /// in the log in full; the page says only that, since a store's URL may hold a password).
 enum PageError {
@@ -133,10 +136,25 @@ impl IntoResponse for PageError {
             PageError::NotFound(what) => (StatusCode::NOT_FOUND, format!("{what}\n")),
             PageError::Store(detail) => {
                 tracing::warn!("serve: {detail}");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the store could not be read (the server's log says why)\n".to_string(),
+                // Unavailable, not broken: a store restarting or unreachable comes back, and
+                // the page (and a client honouring Retry-After) tries again.
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [
+                        (header::RETRY_AFTER, STORE_RETRY_S),
+                        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                        (header::CONTENT_SECURITY_POLICY, render::dashboard::CSP),
+                    ],
+                    format!(
+                        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+                         <meta http-equiv=\"refresh\" content=\"{STORE_RETRY_S}\">\
+                         <title>store unavailable</title></head><body>\
+                         <p id=\"store-unavailable\">The store could not be read (the server's \
+                         log says why). This page tries again every {STORE_RETRY_S} s.</p>\
+                         </body></html>\n"
+                    ),
                 )
+                    .into_response();
             }
         }
         .into_response()
@@ -242,7 +260,7 @@ async fn load(served: &Served, id: &str) -> Result<(Report, String), PageError> 
             Store::sqlite_url(&file)
         }
     };
-    let store = Store::open_read_only(&url, &Default::default())
+    let store = Store::open_read_only(&url, &stress_common::store::StoreOptions::reading())
         .await
         .map_err(|e| PageError::Store(e.to_string()))?;
     let run_id = RunId::new(id);
