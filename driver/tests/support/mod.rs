@@ -153,6 +153,14 @@ pub fn assert_junit(xml: &str) -> Vec<(String, String, String)> {
 }
 
 /// `driver serve --listen 127.0.0.1:0` over a runs directory, killed when dropped.
+/// The driver that serves: the one under test, or `TRITON_STRESS_BENCH_DRIVER` (a release
+/// build, for the serve benchmark).
+fn serve_binary() -> PathBuf {
+    std::env::var_os("TRITON_STRESS_BENCH_DRIVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_driver")))
+}
+
 pub struct Serve {
     child: std::process::Child,
     pub base: String,
@@ -160,7 +168,7 @@ pub struct Serve {
 
 impl Serve {
     pub fn start(runs: &Path, token: Option<&str>) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_driver"));
+        let mut command = Command::new(serve_binary());
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--runs-dir"])
             .arg(runs)
@@ -170,7 +178,7 @@ impl Serve {
 
     /// Over one store (`DATABASE_URL`, from the environment as in deploy/).
     pub fn start_over_store(url: &str) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_driver"));
+        let mut command = Command::new(serve_binary());
         command
             .args(["serve", "--listen", "127.0.0.1:0"])
             .env("DATABASE_URL", url);
