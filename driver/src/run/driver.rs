@@ -193,7 +193,6 @@ impl Driver<'_> {
                 }
             }
         }
-        self.record_identities(endpoints).await;
         let missing = preflight::missing_models(&needs, &indexes);
         if missing.is_empty() {
             return None;
@@ -211,16 +210,16 @@ impl Driver<'_> {
     /// Asks every server what it is (`GET /v2`, or `ServerMetadata` over gRPC for a server
     /// known by its gRPC address only) and keeps the answers in the store: the report and a
     /// run's diff name the Triton version that served. No answer only leaves it unnamed.
-    async fn record_identities(&mut self, endpoints: &BTreeMap<String, ServerEndpoint>) {
+    pub(super) async fn record_identities(&mut self, endpoints: &BTreeMap<String, ServerEndpoint>) {
         let asks = endpoints.iter().map(|(name, ep)| async move {
             let answer = if ep.http.is_empty() {
                 external::server_metadata(&ep.grpc, INDEX_TIMEOUT)
                     .await
+                    .map(|(name, version)| ServerIdentity { name, version })
                     .map_err(|e| e.to_string())
             } else {
                 match http::get(&format!("http://{}/v2", ep.http), INDEX_TIMEOUT).await {
                     Ok(r) if r.is_ok() => serde_json::from_str::<ServerIdentity>(&r.body)
-                        .map(|i| (i.name, i.version))
                         .map_err(|e| format!("GET /v2: {e}")),
                     Ok(r) => Err(format!("GET /v2: HTTP {}", r.status)),
                     Err(e) => Err(format!("GET /v2: {e}")),
@@ -230,11 +229,7 @@ impl Driver<'_> {
         });
         for (name, answer) in futures::future::join_all(asks).await {
             match answer {
-                Ok((name_said, version)) => {
-                    let identity = ServerIdentity {
-                        name: name_said,
-                        version,
-                    };
+                Ok(identity) => {
                     let saved = bounded(
                         STORE_CALL_LIMIT,
                         self.store.save_document(&self.plan.run_id, name, &identity),

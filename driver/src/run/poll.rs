@@ -75,6 +75,7 @@ impl Driver<'_> {
             self.record(&s.name, EventKind::Running, &details).await;
         }
         endpoints.extend(plan.external_endpoints());
+        self.record_identities(&endpoints).await;
         if let Some(verdict) = self.check_models(&endpoints).await {
             return verdict;
         }

@@ -133,12 +133,14 @@ enum PageError {
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         match self {
-            PageError::NotFound(what) => (StatusCode::NOT_FOUND, format!("{what}\n")),
+            PageError::NotFound(what) => {
+                (StatusCode::NOT_FOUND, format!("{what}\n")).into_response()
+            }
             PageError::Store(detail) => {
                 tracing::warn!("serve: {detail}");
                 // Unavailable, not broken: a store restarting or unreachable comes back, and
                 // the page (and a client honouring Retry-After) tries again.
-                return (
+                (
                     StatusCode::SERVICE_UNAVAILABLE,
                     [
                         (header::RETRY_AFTER, STORE_RETRY_S),
@@ -154,10 +156,9 @@ impl IntoResponse for PageError {
                          </body></html>\n"
                     ),
                 )
-                    .into_response();
+                    .into_response()
             }
         }
-        .into_response()
     }
 }
 
