@@ -554,6 +554,10 @@ async fn kube_launcher(
             "--launcher kube needs a Postgres store that pods can reach: --database-url \
              postgres://... (and --pod-database-url when pods reach it at another address)",
         )?;
+    let refused = run::uninjectable(matrix, kube::can_inject);
+    if !refused.is_empty() {
+        anyhow::bail!("{}", refused.join("\n"));
+    }
     let client = kube::connect().await?;
     let namespace = args
         .namespace

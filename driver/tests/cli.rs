@@ -314,9 +314,37 @@ fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
     let stderr = text(&out.stderr);
     assert!(
         stderr.ends_with(
-            "error: ../test-matrices/soak-with-faults.yaml:59:49: faults[2].at: fault \
+            "error: ../test-matrices/soak-with-faults.yaml:63:49: faults[3].at: fault \
              restart-triton and its recovery (2m 27s) do not fit the load phase of 2m\n"
         ),
+        "{stderr}"
+    );
+
+    // The kube launcher injects kill and restart only: a pause is refused before the driver
+    // talks to any cluster (nothing is applied, so nothing is left behind).
+    let out = driver(&[
+        "run",
+        "../test-matrices/soak-with-faults.yaml",
+        "--launcher",
+        "kube",
+        "--database-url",
+        "postgres://nobody@127.0.0.1:9/none",
+        "--runs-dir",
+        runs.to_str().unwrap(),
+        "--no-progress",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "soak-with-faults.yaml:59:60: faults[1].kind: fault slow-network (network) cannot be \
+             injected: the kube launcher injects kill and restart"
+        ) && stderr.contains(
+            "soak-with-faults.yaml:61:59: faults[2].kind: fault freeze-triton (pause) cannot be \
+             injected"
+        ) && !stderr.contains("faults[0]")
+            && !stderr.contains("faults[3]")
+            && !stderr.contains("Kubernetes client"),
         "{stderr}"
     );
 }

@@ -309,7 +309,7 @@ async fn running_pods(
     }
 }
 
-/// Names of the run's objects still in the namespace (pods, ConfigMaps, Secrets).
+/// Names of the run's objects still in the namespace (pods, ConfigMaps, Secrets, Services).
 async fn run_objects(client: &Client, ns: &str, run_id: &str) -> Vec<String> {
     let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run_id}"));
     let mut names = Vec::new();
@@ -341,6 +341,16 @@ async fn run_objects(client: &Client, ns: &str, run_id: &str) -> Vec<String> {
             .items
             .iter()
             .map(|s| format!("secret/{}", s.name_any())),
+    );
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    names.extend(
+        services
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|s| format!("service/{}", s.name_any())),
     );
     names.sort();
     names
@@ -564,6 +574,8 @@ async fn worker_exiting_non_zero_fails_the_run_keeps_its_pod_and_cleanup_removes
         format!("pod/{}-http-clients-0", run.run_id),
         format!("pod/{}-triton-0", run.run_id),
         format!("secret/triton-stress-{}-store", run.run_id),
+        // The kept server's Service: its address is the one the failed worker used.
+        format!("service/ts-{}-triton-0", run.run_id),
     ];
     assert_eq!(kept, want, "kept after the failure");
 
@@ -910,6 +922,90 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
         .cloned()
         .unwrap_or_default();
     assert!(total["requests"].as_u64().unwrap_or(0) > 0, "{report:#}");
+}
+
+/// An injected `kill` of the server (issue 30) through the kube launcher: its pod is deleted
+/// at once and created again under the same name; the clients address the server's Service,
+/// so they ride through to the new pod. The run passes with the fault recovered from in time,
+/// the report shows its timeline, and nothing of the run (Services included) is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_kill_deletes_the_server_pod_and_its_successor_serves_the_clients() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-fault").await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = matrix_variant(dir.path(), "kill", |m| {
+        let m = replace_once(m, "  duration: 45s\n", "  duration: 70s\n");
+        format!(
+            "{m}faults:\n  - {{ name: kill-triton, target: triton-0, at: 15s, kind: kill, \
+             expect: {{ recover_within: 50s }} }}\n"
+        )
+    });
+    // Every uid the server pod had while the run went on.
+    let uids = {
+        let pods = pods.clone();
+        tokio::spawn(async move {
+            let mut uids: Vec<String> = Vec::new();
+            let lp = ListParams::default().labels("triton-stress/member=triton-0");
+            loop {
+                for p in pods.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+                    let uid = p.metadata.uid.unwrap_or_default();
+                    if !uids.contains(&uid) {
+                        uids.push(uid);
+                    }
+                }
+                if uids.len() >= 2 {
+                    return uids;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let run = tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &[], None));
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let report = run.report();
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    let faults = report["faults"]
+        .as_array()
+        .expect("faults[] in report.json");
+    assert_eq!(faults.len(), 1, "{report:#}");
+    let kill = &faults[0];
+    assert_eq!(
+        (&kill["name"], &kill["kind"], &kill["target"], &kill["ok"]),
+        (
+            &Value::from("kill-triton"),
+            &Value::from("kill"),
+            &Value::from("triton-0"),
+            &Value::from(true)
+        ),
+        "{kill:#}"
+    );
+    let recovery = kill["recovery_s"].as_f64().expect("a recovery time");
+    assert!(recovery > 0.0 && recovery <= 50.0, "{kill:#}");
+    assert!(kill["lost_requests"].as_u64().is_some(), "{kill:#}");
+    assert!(
+        kill["ready_at_ms"].as_i64() <= kill["recovered_at_ms"].as_i64(),
+        "{kill:#}"
+    );
+    assert!(
+        report["failed_members"]
+            .as_array()
+            .is_none_or(|f| f.is_empty()),
+        "{report:#}"
+    );
+    let text = run.report_txt();
+    assert!(text.contains("kill-triton"), "{text}");
+    // The pod the clients used after the fault was a new one, not the first restarted.
+    uids.abort();
+    let seen = match tokio::time::timeout(Duration::from_secs(1), uids).await {
+        Ok(Ok(uids)) => uids.len(),
+        _ => 1,
+    };
+    assert!(seen >= 2, "the server pod was never created again\n{text}");
+    assert_eq!(
+        run_objects(&env.client, &ns.name, &run.run_id).await,
+        Vec::<String>::new()
+    );
 }
 
 /// A driver that dies (SIGKILL) mid-run leaves its pods running; a driver restarted with the

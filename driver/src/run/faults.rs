@@ -324,9 +324,24 @@ pub(super) fn check_faults(
             crate::matrix::faults::human(plan.duration)
         ));
     }
+    problems.extend(uninjectable(matrix, |f| launcher.can_inject(f)));
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(super::DriverError::Config(problems.join("\n")))
+    }
+}
+
+/// The faults of `matrix` that a launcher cannot inject (`can_inject` says why), each named
+/// by its field: checked before anything starts, also before a launcher exists.
+pub fn uninjectable(
+    matrix: &crate::matrix::Matrix,
+    can_inject: impl Fn(&crate::matrix::faults::Fault) -> Result<(), String>,
+) -> Vec<String> {
+    let mut refused = Vec::new();
     for (index, f) in matrix.faults.iter().enumerate() {
-        if let Err(why) = launcher.can_inject(f) {
-            problems.push(format!(
+        if let Err(why) = can_inject(f) {
+            refused.push(format!(
                 "{}: fault {} ({}) cannot be injected: {why}",
                 matrix.locate_fault(
                     index,
@@ -341,9 +356,5 @@ pub(super) fn check_faults(
             ));
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(super::DriverError::Config(problems.join("\n")))
-    }
+    refused
 }

@@ -1,9 +1,9 @@
-//! Removing what a run left: its pods (all, or all but the ones kept for inspection), and with
-//! nothing kept every object carrying the run label.
+//! Removing what a run left: its pods and their servers' Services (all, or all but the ones
+//! kept for inspection), and with nothing kept every object carrying the run label.
 
 use super::{KubeLauncher, RUN_LABEL};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, Resource, ResourceExt};
 use std::collections::BTreeSet;
@@ -50,6 +50,13 @@ impl KubeLauncher {
             .cloned()
             .collect();
         self.delete_pods(doomed.iter(), Duration::ZERO).await;
+        let now = DeleteParams::default();
+        for server in doomed.iter().filter(|m| self.service_ips.contains_key(*m)) {
+            let name = super::service_name(&self.settings.run_id, server);
+            if let Err(e) = delete_named::<Service>(&self.client, self.ns(), &name, &now).await {
+                tracing::warn!("deleting Service {name}: {e}");
+            }
+        }
         if keep.is_empty() {
             if let Err(e) = delete_run(&self.client, self.ns(), &self.settings.run_id).await {
                 tracing::warn!("cleaning up run {}: {e}", self.settings.run_id);
@@ -81,6 +88,7 @@ pub async fn delete_run(client: &Client, ns: &str, run_id: &str) -> Result<usize
         ..Default::default()
     };
     let mut deleted = delete_labelled::<Pod>(client, ns, &lp, &now).await?;
+    deleted += delete_labelled::<Service>(client, ns, &lp, &now).await?;
     deleted += delete_named::<Secret>(client, ns, &super::secret_name(run_id), &now).await?;
     deleted += delete_named::<ConfigMap>(client, ns, &super::owner_name(run_id), &now).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);

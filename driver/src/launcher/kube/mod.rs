@@ -26,15 +26,16 @@ mod watch;
 pub use cleanup::delete_run;
 pub use spec::{
     MODEL_IMAGE_CONTAINER, PodContext, client_pod, owner_name, pod_deadline, pod_name, secret_name,
-    server_pod,
+    server_pod, server_service, service_name,
 };
 
 use super::{LaunchError, Launcher, MemberDiagnostics, MemberExit, STORE_URL_ENV};
+use crate::matrix::faults::{Fault, FaultKind, Injection};
 use crate::matrix::{ClientMember, ServerMember};
 use crate::plan::{ServerEndpoint, WorkerAssignment};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use spec::container_command;
 use status::{member_exit, pod_exit, servers_readiness};
 use std::collections::{BTreeMap, BTreeSet};
@@ -65,6 +66,11 @@ const DIAGNOSTICS_SETTLE: Duration = Duration::from_secs(3);
 const RECHECK: Duration = Duration::from_secs(1);
 /// How many log lines of each container a failed pod's diagnostics keep.
 const LOG_TAIL_LINES: i64 = 50;
+/// A `restart` fault's pod deletion: Triton gets SIGTERM and this long to stop gracefully
+/// (the server pods' own termination grace).
+const RESTART_GRACE: Duration = Duration::from_secs(30);
+/// A pod deleted for a fault that is still there this long after its grace has failed.
+const RECREATE_LIMIT: Duration = Duration::from_secs(60);
 
 /// What the kube launcher needs beyond the matrix.
 #[derive(Debug, Clone)]
@@ -88,12 +94,31 @@ struct MemberPod {
     role: &'static str,
     container: &'static str,
     command: String,
+    /// The pod as applied: a server's is applied again after a fault deleted it.
+    spec: Pod,
+}
+
+/// A server pod deleted for an injected fault and not yet seen again: its end is the fault's,
+/// not a failure.
+#[derive(Debug, Clone)]
+struct Recreation {
+    /// The deleted pod's uid: while the API still has it, it is ending.
+    old_uid: Option<String>,
+    /// The new pod's uid once applied: done when the watch sees it.
+    new_uid: Option<String>,
+    /// The old pod must be gone by then.
+    give_up_at: Instant,
 }
 
 pub struct KubeLauncher {
     client: Client,
     settings: KubeSettings,
     pods: Api<Pod>,
+    services: Api<Service>,
+    /// Each server's Service address (its ClusterIP), which its clients use.
+    service_ips: BTreeMap<String, String>,
+    /// Server pods deleted for a fault, until their new pod is seen.
+    recreating: BTreeMap<String, Recreation>,
     /// What every pod of the run shares (run id, pull policy, owner).
     pods_context: PodContext,
     members: BTreeMap<String, MemberPod>,
@@ -106,6 +131,20 @@ pub struct KubeLauncher {
     settle_until: Option<Instant>,
 }
 
+/// Whether the kube launcher injects `fault` (known before connecting to a cluster, so a run
+/// it refuses leaves nothing behind).
+pub fn can_inject(fault: &Fault) -> Result<(), String> {
+    match fault.kind {
+        FaultKind::Kill | FaultKind::Restart => Ok(()),
+        FaultKind::Pause | FaultKind::Network => Err(format!(
+            "the kube launcher injects kill and restart (a server pod deleted and created \
+             again); a {} needs a way into the pod that it does not take (no pods/exec, no \
+             privileged pods)",
+            fault.kind.as_str()
+        )),
+    }
+}
+
 fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
     LaunchError::Setup(format!("{what}: {e}"))
 }
@@ -114,6 +153,9 @@ fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
 /// Role grants exactly these (a test compares them), so a new call needs both changed.
 /// - pods: created by server-side apply (create, patch), read for diagnostics (get), listed by
 ///   the run label (list), watched for their state (watch), deleted at the end (delete);
+/// - services: a ClusterIP Service per server, which its clients address, so a server pod
+///   deleted and created again for an injected fault keeps its address: applied (create,
+///   patch), deleted by the run label (list, delete);
 /// - pods/log: a failed member's log tail (get);
 /// - events: why a pod did not start (list, by the pod's name);
 /// - configmaps, secrets: the run's owner ConfigMap and store Secret, applied (create, patch)
@@ -124,6 +166,7 @@ pub const API_ACCESS: &[(&str, &[&str])] = &[
         &["create", "delete", "get", "list", "patch", "watch"],
     ),
     ("pods/log", &["get"]),
+    ("services", &["create", "delete", "list", "patch"]),
     ("events", &["list"]),
     ("configmaps", &["create", "delete", "patch"]),
     ("secrets", &["create", "delete", "patch"]),
@@ -174,6 +217,7 @@ impl KubeLauncher {
             );
         }
         let watch = PodWatch::spawn(pods.clone(), selector);
+        let services = Api::namespaced(client.clone(), ns);
         Ok(Self {
             client,
             pods_context: PodContext {
@@ -182,6 +226,9 @@ impl KubeLauncher {
                 owner,
                 active_deadline_seconds: settings.pod_deadline_seconds,
             },
+            services,
+            service_ips: BTreeMap::new(),
+            recreating: BTreeMap::new(),
             settings,
             pods,
             members: BTreeMap::new(),
@@ -256,9 +303,139 @@ impl KubeLauncher {
                 role,
                 container,
                 command,
+                spec: pod,
             },
         );
         Ok(())
+    }
+
+    /// Applies a server's Service and remembers its address.
+    async fn apply_service(&mut self, server: &ServerMember) -> Result<(), LaunchError> {
+        let service = server_service(server, &self.pods_context);
+        let name = service.metadata.name.clone().unwrap_or_default();
+        let member_err = |reason: String| LaunchError::Member {
+            member: server.name.to_string(),
+            reason,
+        };
+        let applied = self
+            .services
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&service),
+            )
+            .await
+            .map_err(|e| member_err(format!("creating Service {}/{name}: {e}", self.ns())))?;
+        let ip = applied
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .filter(|ip| !ip.is_empty() && ip != "None")
+            .ok_or_else(|| member_err(format!("Service {}/{name} got no cluster IP", self.ns())))?;
+        self.service_ips.insert(server.name.to_string(), ip);
+        Ok(())
+    }
+
+    /// Waits until each ready server answers through its Service (kube-proxy routes to a Ready
+    /// pod only at its next sync), so no client starts against an address that refuses it.
+    async fn wait_services(
+        &self,
+        ready: &[ServerEndpoint],
+        deadline: Instant,
+    ) -> Result<(), LaunchError> {
+        for ep in ready {
+            loop {
+                let probe = tritonserver::probe_live(&ep.http, Duration::from_secs(1)).await;
+                match probe {
+                    Ok(()) => break,
+                    Err(e) if Instant::now() >= deadline => {
+                        return Err(LaunchError::Member {
+                            member: ep.member.clone(),
+                            reason: format!(
+                                "its pod is Ready but its Service {} ({}) does not answer: {e}",
+                                service_name(&self.settings.run_id, &ep.member),
+                                ep.http
+                            ),
+                        });
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves each server pod deleted for a fault along: once the old pod is gone from the API,
+    /// the same pod is applied again; once the watch sees the new pod, its state is the
+    /// member's again. An old pod that outlives its grace is the member's failure.
+    async fn advance_recreations(&mut self) -> Vec<MemberExit> {
+        let mut failed = Vec::new();
+        let members: Vec<String> = self.recreating.keys().cloned().collect();
+        for member in members {
+            let (Some(r), Some(mp)) = (self.recreating.get(&member), self.members.get(&member))
+            else {
+                continue;
+            };
+            if let Some(new_uid) = &r.new_uid {
+                let seen_new = self
+                    .seen(&member)
+                    .is_some_and(|s| s.pod.metadata.uid.as_ref() == Some(new_uid));
+                if seen_new {
+                    self.recreating.remove(&member);
+                }
+                continue;
+            }
+            let old_is_there = match self.pods.get_opt(&mp.pod).await {
+                Ok(found) => found.is_some_and(|p| p.metadata.uid == r.old_uid),
+                Err(e) => {
+                    tracing::warn!("reading pod {} after its fault: {e}", mp.pod);
+                    continue;
+                }
+            };
+            if old_is_there {
+                if Instant::now() >= r.give_up_at {
+                    self.recreating.remove(&member);
+                    failed.push(MemberExit {
+                        member_id: member.clone(),
+                        code: None,
+                        signal: None,
+                        reason: Some(format!(
+                            "pod {} deleted for an injected fault did not end within its grace",
+                            mp.pod
+                        )),
+                    });
+                }
+                continue;
+            }
+            let applied = self
+                .pods
+                .patch(
+                    &mp.pod,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&mp.spec),
+                )
+                .await;
+            match applied {
+                Ok(pod) => {
+                    tracing::info!("{member}: pod {} created again after its fault", mp.pod);
+                    if let Some(r) = self.recreating.get_mut(&member) {
+                        r.new_uid = pod.metadata.uid;
+                    }
+                }
+                Err(e) => {
+                    self.recreating.remove(&member);
+                    failed.push(MemberExit {
+                        member_id: member.clone(),
+                        code: None,
+                        signal: None,
+                        reason: Some(format!(
+                            "creating pod {} again after its fault: {e}",
+                            mp.pod
+                        )),
+                    });
+                }
+            }
+        }
+        failed
     }
 
     /// How the member's pod ended or failed, as the watch last saw it (None: it is fine).
@@ -345,7 +522,8 @@ impl Launcher for KubeLauncher {
         })?;
         let command = container_command(&pod);
         self.apply_pod(&server.name, pod, "server", SERVER_CONTAINER, command)
-            .await
+            .await?;
+        self.apply_service(server).await
     }
 
     async fn wait_servers_ready(
@@ -368,14 +546,31 @@ impl Launcher for KubeLauncher {
             })
             .await
             .unwrap_or_else(|not_yet| not_yet);
-        for ep in &readiness.ready {
+        // Clients and the driver address a server's Service, not its pod.
+        let ready: Vec<ServerEndpoint> = readiness
+            .ready
+            .iter()
+            .map(|ep| match self.service_ips.get(&ep.member) {
+                Some(ip) => ServerEndpoint {
+                    member: ep.member.clone(),
+                    grpc: format!("{ip}:{GRPC_PORT}"),
+                    http: format!("{ip}:{HTTP_PORT}"),
+                    metrics: format!("{ip}:{METRICS_PORT}"),
+                },
+                None => ep.clone(),
+            })
+            .collect();
+        for ep in &ready {
             self.endpoints.insert(ep.member.clone(), ep.clone());
         }
         if let Some((member, reason)) = readiness.failed {
             return Err(LaunchError::Member { member, reason });
         }
         match readiness.waiting {
-            None => Ok(readiness.ready),
+            None => {
+                self.wait_services(&ready, deadline).await?;
+                Ok(ready)
+            }
             Some(first_waiting) => Err(LaunchError::Member {
                 reason: format!(
                     "not ready after {timeout:?}: {}",
@@ -420,9 +615,12 @@ impl Launcher for KubeLauncher {
     }
 
     async fn exited(&mut self) -> Vec<MemberExit> {
-        let mut ended = Vec::new();
+        let mut ended = self.advance_recreations().await;
         for name in self.members.keys() {
-            if self.exits.contains_key(name) || self.stopping.contains(name) {
+            if self.exits.contains_key(name)
+                || self.stopping.contains(name)
+                || self.recreating.contains_key(name)
+            {
                 continue;
             }
             ended.extend(self.ended(name));
@@ -458,9 +656,11 @@ impl Launcher for KubeLauncher {
         // then deletes what is not kept for inspection.
         let all: Vec<String> = self.members.keys().cloned().collect();
         self.stopping.extend(all);
+        self.recreating.clear();
     }
 
     async fn stop_servers(&mut self, grace: Duration) {
+        self.recreating.clear();
         let servers = self.server_members();
         self.stopping.extend(servers.iter().cloned());
         self.delete_pods(servers.iter(), grace).await;
@@ -508,6 +708,55 @@ impl Launcher for KubeLauncher {
 
     fn command_line(&self, member_id: &str) -> Option<String> {
         self.members.get(member_id).map(|m| m.command.clone())
+    }
+
+    fn can_inject(&self, fault: &Fault) -> Result<(), String> {
+        can_inject(fault)
+    }
+
+    /// A server pod deleted (kill: at once, as a force delete; restart: SIGTERM and the pod's
+    /// grace) and applied again once the API has let it go: its Service keeps its clients'
+    /// address. Until the watch sees the new pod, the member's end is the fault's.
+    async fn inject(&mut self, injection: &Injection) -> Result<(), LaunchError> {
+        let member = injection.member.as_str();
+        let member_err = |reason: String| LaunchError::Member {
+            member: member.into(),
+            reason,
+        };
+        let grace = match injection.kind {
+            FaultKind::Kill => Duration::ZERO,
+            FaultKind::Restart => RESTART_GRACE,
+            kind => {
+                return Err(member_err(format!(
+                    "the kube launcher does not inject {} faults",
+                    kind.as_str()
+                )));
+            }
+        };
+        let Some(mp) = self.members.get(member).filter(|m| m.role == "server") else {
+            return Err(member_err("not a started server".into()));
+        };
+        let pod = mp.pod.clone();
+        let old_uid = self.seen(member).and_then(|s| s.pod.metadata.uid);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(grace.as_secs() as u32),
+            ..Default::default()
+        };
+        self.pods
+            .delete(&pod, &dp)
+            .await
+            .map_err(|e| member_err(format!("deleting pod {}/{pod}: {e}", self.ns())))?;
+        self.recreating.insert(
+            member.into(),
+            Recreation {
+                old_uid,
+                new_uid: None,
+                give_up_at: Instant::now() + grace + RECREATE_LIMIT,
+            },
+        );
+        // The pod's deletion wakes the poll loop (`member_may_have_ended`), whose `exited`
+        // applies the pod again as soon as the API has let the old one go.
+        Ok(())
     }
 
     fn is_running(&self, member_id: &str) -> bool {

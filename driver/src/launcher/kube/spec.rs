@@ -15,8 +15,8 @@ use crate::matrix::{
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     HTTPGetAction, HostPathVolumeSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
-    Pod, PodSpec, Probe, ResourceRequirements, SecretKeySelector, Toleration as K8sToleration,
-    Volume, VolumeMount,
+    Pod, PodSpec, Probe, ResourceRequirements, SecretKeySelector, Service, ServicePort,
+    ServiceSpec, Toleration as K8sToleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -383,6 +383,59 @@ fn pod(
     }
 }
 
+/// A server's Service name: a DNS-1035 label (a letter first, 63 characters at most), which a
+/// pod name (the run id first) need not be.
+pub fn service_name(run_id: &str, member: &str) -> String {
+    let name = format!("ts-{}", pod_name(run_id, member));
+    if name.len() <= 63 {
+        return name;
+    }
+    let hash = crate::matrix::faults::default_seed(&name);
+    format!("ts-{hash:016x}")
+}
+
+/// The ClusterIP Service in front of a server member's pod: clients address it, not the pod,
+/// so a pod deleted and created again for an injected fault keeps its clients' address. Only a
+/// Ready pod is behind it (Triton's readiness probe), so a client reaches no half-started server.
+pub fn server_service(s: &ServerMember, ctx: &PodContext) -> Service {
+    let selector = BTreeMap::from([
+        (RUN_LABEL.to_string(), ctx.run_id.clone()),
+        (MEMBER_LABEL.to_string(), s.name.to_string()),
+    ]);
+    let port = |name: &str, port: u16| ServicePort {
+        name: Some(name.into()),
+        port: i32::from(port),
+        target_port: Some(IntOrString::Int(i32::from(port))),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    };
+    Service {
+        metadata: ObjectMeta {
+            name: Some(service_name(&ctx.run_id, &s.name)),
+            labels: Some(member_labels(
+                &ctx.run_id,
+                "server",
+                &s.group,
+                s.index,
+                &s.name,
+            )),
+            owner_references: Some(vec![ctx.owner.clone()]),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector),
+            ports: Some(vec![
+                port("http", HTTP_PORT),
+                port("grpc", GRPC_PORT),
+                port("metrics", METRICS_PORT),
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The container's command line as a shell line (what runs inside the pod).
 pub fn container_command(pod: &Pod) -> String {
     let Some(c) = pod.spec.as_ref().and_then(|s| s.containers.first()) else {
@@ -595,11 +648,11 @@ client_groups:
 
     /// Compares the pod as YAML with `testdata/<name>`; `UPDATE_FIXTURES=1` rewrites the file
     /// instead (then read the diff: the fixture is the reviewed spec).
-    fn assert_fixture(name: &str, pod: &Pod) {
+    fn assert_fixture(name: &str, pod: &impl serde::Serialize) {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("src/launcher/kube/testdata")
             .join(name);
-        let yaml = serde_saphyr::to_string(pod).expect("a pod serialises to YAML");
+        let yaml = serde_saphyr::to_string(pod).expect("an object serialises to YAML");
         if std::env::var_os("UPDATE_FIXTURES").is_some() {
             std::fs::write(&path, &yaml).unwrap();
             return;
@@ -610,6 +663,41 @@ client_groups:
             yaml == expected,
             "the pod differs from {} (UPDATE_FIXTURES=1 rewrites it):\n{yaml}",
             path.display()
+        );
+    }
+
+    /// A server's Service selects exactly its member's pod (the pod's own labels), on Triton's
+    /// three ports, owned by the run; its name is a DNS-1035 label even for a long run id.
+    #[test]
+    fn server_service_selects_its_member_pod() {
+        let m = matrix();
+        let server = &m.servers()[0];
+        let service = server_service(server, &context());
+        assert_fixture("server-service.yaml", &service);
+        let pod = server_pod(server, &context()).unwrap();
+        let pod_labels = pod.metadata.labels.unwrap();
+        let selector = service.spec.unwrap().selector.unwrap();
+        assert!(!selector.is_empty());
+        for (k, v) in &selector {
+            assert_eq!(pod_labels.get(k), Some(v), "{k}");
+        }
+        let other = server_pod(&m.servers()[1], &context()).unwrap();
+        let other_labels = other.metadata.labels.unwrap();
+        assert!(selector.iter().any(|(k, v)| other_labels.get(k) != Some(v)));
+        let dns_1035 = |n: &str| {
+            n.len() <= 63
+                && n.starts_with(|c: char| c.is_ascii_lowercase())
+                && n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !n.ends_with('-')
+        };
+        for run_id in ["20261128-173000-abcd", &"a".repeat(63)] {
+            let name = service_name(run_id, "triton-12");
+            assert!(dns_1035(&name), "{name}");
+        }
+        assert_ne!(
+            service_name(&"a".repeat(63), "triton-1"),
+            service_name(&"a".repeat(63), "triton-2")
         );
     }
 
