@@ -3341,6 +3341,17 @@ async fn injected_faults_are_recovered_from_and_a_slow_recovery_fails_the_run() 
     }
     let recovery = crash["recovery_s"].as_f64().unwrap();
     assert!(recovery > 0.0 && recovery <= 25.0, "{crash:#}");
+    // The server started again after the kill is a new process, whose memory is still read:
+    // the last sample (at the end of the load) has it.
+    let points = report["timeline"]["servers"][0]["points"]
+        .as_array()
+        .expect("the server's samples");
+    assert!(
+        points
+            .last()
+            .is_some_and(|p| p["rss_bytes"].as_f64().is_some_and(|b| b > 0.0)),
+        "no memory read of the restarted server: {points:#?}"
+    );
     assert!(
         crash["ready_at_ms"].as_i64() <= crash["recovered_at_ms"].as_i64(),
         "{crash:#}"

@@ -323,6 +323,19 @@ pub fn first_failed(outcomes: &[FaultOutcome]) -> Option<&FaultOutcome> {
     outcomes.iter().find(|o| o.reached && !o.ok)
 }
 
+/// Each member's last start by an injected fault (`kill` or `restart`): when (ms) it was
+/// injected. Its memory is judged from there on: a new process warms up again.
+pub fn restarts(log: &[InjectedFault]) -> std::collections::BTreeMap<String, i64> {
+    let mut last = std::collections::BTreeMap::new();
+    for f in log {
+        if let (FaultKind::Kill | FaultKind::Restart, Some(at)) = (f.kind, f.injected_at_ms) {
+            let t = last.entry(f.member.clone()).or_insert(at);
+            *t = (*t).max(at);
+        }
+    }
+    last
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -597,6 +597,9 @@ impl Report {
             .map(|m| (m.member_id.clone(), m.group_name.clone()))
             .collect();
         let server_samples = store.server_samples(run_id).await?;
+        let fault_log = store
+            .document::<crate::judge::faults::FaultLog>(&run_key, "")
+            .await?;
         let timeline = crate::report::timeline::Timeline {
             interval_s,
             latency,
@@ -605,6 +608,10 @@ impl Report {
                 &server_ids,
                 &server_samples,
                 load,
+                &fault_log
+                    .as_ref()
+                    .map(|log| crate::judge::faults::restarts(&log.faults))
+                    .unwrap_or_default(),
             ),
         };
         let reconciliation = crate::judge::reconcile::reconcile(
@@ -696,10 +703,7 @@ impl Report {
             root.judge(&judged.signatures);
         }
         failures.truncate(LISTED_FAILURES);
-        let faults = match store
-            .document::<crate::judge::faults::FaultLog>(&run_key, "")
-            .await?
-        {
+        let faults = match &fault_log {
             Some(log) => crate::judge::faults::judge(&log.faults, &store.outages(&run_key).await?),
             None => Vec::new(),
         };

@@ -199,12 +199,15 @@ fn bucket_of(since_start_ms: i64, width_ms: i64) -> i64 {
 /// Each server's series from its samples (`members`: every server's id and group, in member
 /// order; a server without samples has an empty series). A model's point is left out for an
 /// interval in which it had no request. `load`: the load phase, in seconds since the start
-/// (None: unknown), over whose steady state memory is judged.
+/// (None: unknown), over whose steady state memory is judged; for a server an injected fault
+/// started again (`restarted_ms`: member → when), only the part of it after its last start
+/// (a new process warms up again).
 pub fn server_series(
     started_ms: i64,
     members: &[(String, String)],
     samples: &[(String, ServerSample)],
     load: Option<(f64, f64)>,
+    restarted_ms: &BTreeMap<String, i64>,
 ) -> Vec<ServerSeries> {
     members
         .iter()
@@ -231,6 +234,14 @@ pub fn server_series(
                 .filter_map(|p| Some((p.t_s, p.rss_bytes?)))
                 .collect();
             let memory_growth_bytes = (rss.len() >= 2).then(|| rss[rss.len() - 1].1 - rss[0].1);
+            let load = match (restarted_ms.get(member_id), rss.last()) {
+                (Some(at_ms), Some((last_s, _))) => {
+                    let started_again = (at_ms - started_ms) as f64 / 1000.0;
+                    let (from, to) = load.unwrap_or((started_again, *last_s));
+                    Some((from.max(started_again), to))
+                }
+                _ => load,
+            };
             let memory = (!rss.is_empty()).then(|| crate::judge::memory::judge(&rss, load));
             let memory_finding = memory.as_ref().and_then(|m| m.finding());
             let memory_slope_bytes_per_s = memory
@@ -448,7 +459,7 @@ mod tests {
             ("s-0".to_string(), "s".to_string()),
             ("s-1".to_string(), "s".to_string()),
         ];
-        let series = server_series(0, &members, &samples, None);
+        let series = server_series(0, &members, &samples, None, &BTreeMap::new());
         assert_eq!(series.len(), 2);
         let s = &series[0];
         assert_eq!(s.points.len(), 3);
@@ -473,5 +484,51 @@ mod tests {
                 .is_some_and(|why| why.contains("fewer than 6")),
             "{s:?}"
         );
+    }
+
+    /// A server killed and started again by an injected fault is a new process: its memory is
+    /// judged after its last start (leaving out the new process's warm-up), not across the
+    /// fault. Here the first process is flat at 400 MiB; the one started at 150 s leaks 1 MiB/s.
+    /// Across the fault the drop hides the leak; judged after the start it is found.
+    #[test]
+    fn memory_of_a_restarted_server_is_judged_after_its_last_start() {
+        const MIB: f64 = 1024.0 * 1024.0;
+        let samples: Vec<(String, ServerSample)> = (0..=60)
+            .map(|i| {
+                let t_s = f64::from(i) * 5.0;
+                let rss = if t_s <= 150.0 {
+                    400.0 * MIB
+                } else {
+                    (100.0 + (t_s - 150.0)) * MIB
+                };
+                let sample = ServerSample {
+                    at_ms: i64::from(i) * 5000,
+                    interval_ms: 5000,
+                    rss_bytes: Some(rss),
+                    ..Default::default()
+                };
+                ("s-0".to_string(), sample)
+            })
+            .collect();
+        let members = [("s-0".to_string(), "s".to_string())];
+        let load = Some((0.0, 300.0));
+        let across = &server_series(0, &members, &samples, load, &BTreeMap::new())[0];
+        assert_eq!(across.memory_finding, None, "{across:?}");
+        let restarted = BTreeMap::from([("s-0".to_string(), 152_000)]);
+        let after = &server_series(0, &members, &samples, load, &restarted)[0];
+        assert!(
+            after
+                .memory_finding
+                .as_deref()
+                .is_some_and(|f| f.contains("kept growing")),
+            "{after:?}"
+        );
+        let slope = after.memory_slope_bytes_per_s.unwrap();
+        assert!((slope / MIB - 1.0).abs() < 0.01, "{slope}");
+        // No samples after the start: not judged, rather than judged on the old process.
+        let early: Vec<(String, ServerSample)> = samples[..20].to_vec();
+        let restarted = BTreeMap::from([("s-0".to_string(), 95_000)]);
+        let s = &server_series(0, &members, &early, None, &restarted)[0];
+        assert!(s.memory_not_judged.is_some(), "{s:?}");
     }
 }

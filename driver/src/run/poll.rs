@@ -198,6 +198,12 @@ impl Driver<'_> {
                 Wake::Tick => {
                     if let Some(runner) = &mut faults {
                         runner.collect_ready().await;
+                        // A server started again after a kill or restart is a new process.
+                        for member in sampler.members() {
+                            sampler
+                                .track_pid(member, self.launcher.server_pid(member))
+                                .await;
+                        }
                     }
                     self.observe(&rules).await
                 }

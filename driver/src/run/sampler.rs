@@ -41,6 +41,9 @@ const BASELINE_RETRY_PAUSE: Duration = Duration::from_millis(200);
 struct State {
     /// Per server: the cumulative counters and time of its last scrape.
     last: BTreeMap<String, (i64, Vec<ModelMetrics>)>,
+    /// Per local server: the pid whose memory is read (a server started again after an
+    /// injected fault has a new one).
+    pids: BTreeMap<String, u32>,
 }
 
 pub struct ServerSampler {
@@ -60,11 +63,18 @@ impl ServerSampler {
         servers: Vec<SampledServer>,
         interval: Duration,
     ) -> Self {
+        let pids = servers
+            .iter()
+            .filter_map(|s| Some((s.member.to_string(), s.pid?)))
+            .collect();
         let mut sampler = Self {
             store,
             run_id,
             servers,
-            state: Arc::default(),
+            state: Arc::new(Mutex::new(State {
+                pids,
+                ..State::default()
+            })),
             stop: CancellationToken::new(),
             task: None,
         };
@@ -111,6 +121,21 @@ impl ServerSampler {
         sampler
     }
 
+    /// The sampled servers' member names.
+    pub fn members(&self) -> impl Iterator<Item = &str> {
+        self.servers.iter().map(|s| s.member.as_str())
+    }
+
+    /// The pid whose memory is read for `member` from now on (None: none is read): a server
+    /// started again after an injected fault is a new process.
+    pub async fn track_pid(&self, member: &str, pid: Option<u32>) {
+        let mut state = self.state.lock().await;
+        match pid {
+            Some(pid) => state.pids.insert(member.to_string(), pid),
+            None => state.pids.remove(member),
+        };
+    }
+
     async fn sample(&self) {
         sample(&self.store, &self.run_id, &self.servers, &self.state).await;
     }
@@ -154,9 +179,10 @@ async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state:
     for (server, at_ms, text) in scrapes {
         let Some(text) = text else { continue };
         let models = triton_metrics::parse(&text);
-        let rss_bytes = server
-            .pid
-            .and_then(crate::launcher::local::process_tree_rss_bytes)
+        let rss_bytes = state
+            .pids
+            .get(server.member.as_str())
+            .and_then(|pid| crate::launcher::local::process_tree_rss_bytes(*pid))
             .map(|b| b as f64);
         // The first scrape is the baseline the deltas start from: recorded with its memory
         // and gauges only (no interval, no counts), so growth counts from before the load.
