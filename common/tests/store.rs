@@ -817,6 +817,11 @@ async fn story(url: &str, fresh: bool) {
     let with_ids = store.failures_after(&run_id, 0).await.unwrap();
     let after = store.failures_after(&run_id, with_ids[1].0).await.unwrap();
     assert_eq!(after, with_ids[2..]);
+    // A page: at most `limit` after an id, the next page after its last.
+    let page = store.failures_page(&run_id, 0, 2).await.unwrap();
+    assert_eq!(page, with_ids[..2]);
+    let next = store.failures_page(&run_id, page[1].0, 2).await.unwrap();
+    assert_eq!(next, with_ids[2..4]);
     assert!(with_ids.windows(2).all(|w| w[0].0 < w[1].0));
     assert_eq!(failures[0], ("client-1".to_string(), f1.clone()));
     assert_eq!(failures[1], ("client-0".to_string(), f2.clone()));

@@ -492,10 +492,28 @@ async fn report_html_of_a_failed_run_renders_in_chromium() {
         serde_json::from_str(&get(&format!("{base}/api/runs?verdict=PASS")).await.body).unwrap();
     assert_eq!(none, serde_json::json!([]), "filtered by verdict");
     let page_served = get(&format!("{base}/runs/{run_id}")).await;
+    // The same page, rebuilt from the store, with the links to the run's other documents.
+    let nav_start = page_served
+        .body
+        .find("<nav id=\"run-links\">")
+        .expect("the run's links");
+    let nav_end = nav_start + page_served.body[nav_start..].find("</nav>\n").unwrap() + 7;
     assert_eq!(
-        page_served.body, html,
+        format!(
+            "{}{}",
+            &page_served.body[..nav_start],
+            &page_served.body[nav_end..]
+        ),
+        html,
         "the same page, rebuilt from the store"
     );
+    for link in ["report.json", "junit.xml", "diff", "failures"] {
+        let href = format!("href=\"/runs/{run_id}/{link}\"");
+        assert!(
+            page_served.body[nav_start..nav_end].contains(&href),
+            "{href}"
+        );
+    }
     let json: Value = serde_json::from_str(
         &get(&format!("{base}/api/runs/{run_id}/report.json"))
             .await
@@ -796,6 +814,119 @@ async fn an_unreachable_store_is_said_and_the_page_retries() {
         started.elapsed() < Duration::from_secs(60),
         "answered while the store is down"
     );
+}
+
+/// A run's report lists its first 50 failures; `driver serve` pages through every record the
+/// store kept (`/runs/ID/failures`, `/api/runs/ID/failures?after=&limit=`), linked from the
+/// run's page: each record once, in the order recorded, the last page saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_failure_record_is_paged_beyond_the_reports_first_fifty() {
+    use stress_common::status::FailureRecord;
+    use stress_common::store::NewRun;
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("paged");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let run_id = RunId::from("paged");
+    store
+        .create_run(&NewRun {
+            run_id: "paged".into(),
+            name: "nightly".into(),
+            matrix_yaml: "version: 1\n".into(),
+            launcher: "local".into(),
+            started_at_ms: 1_764_000_000_000,
+            fingerprint: None,
+        })
+        .await
+        .unwrap();
+    for i in 0..130i64 {
+        let record = FailureRecord {
+            at_ms: 1_764_000_000_000 + i,
+            scenario: "Load".into(),
+            model: "simple".into(),
+            expected: "OUTPUT0 = INPUT0 + INPUT1".into(),
+            actual: format!("<wrong answer {i}>"),
+            ..Default::default()
+        };
+        let member = if i % 2 == 0 { "client-0" } else { "client-1" };
+        assert!(
+            store
+                .record_failure(&run_id, &member.into(), &record)
+                .await
+                .unwrap()
+        );
+    }
+    store
+        .finish_run(&run_id, "FAIL", 1_764_000_100_000)
+        .await
+        .unwrap();
+    store.close().await;
+
+    let served = Serve::start(tmp.path(), None);
+    let base = &served.base;
+    let page = get(&format!("{base}/runs/paged")).await;
+    assert!(
+        page.body
+            .contains("<a href=\"/runs/paged/failures\">every failure record</a>"),
+        "{}",
+        page.body
+    );
+    let mut after = 0;
+    let mut seen: Vec<(i64, String)> = Vec::new();
+    let mut pages = 0;
+    loop {
+        let body = get(&format!(
+            "{base}/api/runs/paged/failures?after={after}&limit=50"
+        ))
+        .await
+        .body;
+        let page: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        pages += 1;
+        for f in page["failures"].as_array().unwrap() {
+            seen.push((
+                f["id"].as_i64().unwrap(),
+                f["record"]["actual"].as_str().unwrap().to_string(),
+            ));
+        }
+        match page["next_after"].as_i64() {
+            Some(next) => after = next,
+            None => break,
+        }
+        assert!(pages < 10, "{page:#}");
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen.len(), 130);
+    assert!(
+        seen.windows(2).all(|w| w[0].0 < w[1].0),
+        "in the order recorded"
+    );
+    let wanted: Vec<String> = (0..130).map(|i| format!("<wrong answer {i}>")).collect();
+    assert_eq!(
+        seen.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>(),
+        wanted
+    );
+    // The HTML page: escaped, and a link to the next page until the last.
+    let first = get(&format!("{base}/runs/paged/failures?limit=50")).await;
+    assert_eq!(first.status, 200);
+    assert!(
+        first.body.contains("&lt;wrong answer 0&gt;")
+            && !first.body.contains("<wrong answer")
+            && first.body.contains(&format!(
+                "id=\"next-page\" href=\"/runs/paged/failures?after={}&amp;limit=50\"",
+                seen[49].0
+            )),
+        "{}",
+        first.body
+    );
+    let last = get(&format!(
+        "{base}/runs/paged/failures?after={}",
+        seen[129].0 - 1
+    ))
+    .await;
+    assert!(last.body.contains("id=\"last-page\""), "{}", last.body);
+    assert_eq!(get(&format!("{base}/runs/nope/failures")).await.status, 404);
 }
 
 /// Benchmark, not a test (ignored; `cargo test -p driver --test html -- --ignored

@@ -77,6 +77,17 @@ impl Store {
         run_id: &RunId,
         after_id: i64,
     ) -> Result<Vec<(i64, String, FailureRecord)>> {
+        self.failures_page(run_id, after_id, i64::MAX).await
+    }
+
+    /// At most `limit` of the run's failure records after the one with id `after_id`, with
+    /// their ids, in the order they were recorded: one page of a long list.
+    pub async fn failures_page(
+        &self,
+        run_id: &RunId,
+        after_id: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String, FailureRecord)>> {
         const OP: &str = "failures";
         type Row = (
             i64,
@@ -94,10 +105,11 @@ impl Store {
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, member_id, at_ms, scenario, server, model, correlation_id, expected,
                     actual, forensics, error_kind
-             FROM failures WHERE run_id = $1 AND id > $2 ORDER BY id",
+             FROM failures WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
         )
         .bind(run_id.as_str())
         .bind(after_id)
+        .bind(limit.max(0))
         .fetch_all(&self.pool)
         .await
         .map_err(self.db(OP))?;

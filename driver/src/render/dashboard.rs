@@ -2,7 +2,7 @@
 //! with links to each run's report and filters by matrix name and verdict. Pure: the server
 //! reads the summaries and serves what this returns.
 
-use super::html::{Band, Chart, STYLE, Series, esc, line_chart};
+use super::html::{Band, Chart, STYLE, Series, esc, line_chart, percent};
 use crate::report::diff::{Line, RunDiff};
 use crate::report::summary::{RunFilter, RunSummary};
 use std::collections::BTreeMap;
@@ -59,19 +59,6 @@ fn list_link(filter: &RunFilter) -> String {
     } else {
         format!("/?{}", query.join("&"))
     }
-}
-
-/// Percent-encodes everything but unreserved characters (RFC 3986).
-pub fn percent(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
 }
 
 /// The start of a page: its head (styles inline, the CSP) and its title.
@@ -589,6 +576,90 @@ pub fn diff_page(d: &RunDiff) -> String {
 }
 
 /// A run without an earlier run of its matrix name.
+/// One page of a run's failure records, in the order they were recorded, with a link to the
+/// next page (a run's report lists only its first failures).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FailurePage {
+    pub run_id: String,
+    /// The records after this id (0: from the first).
+    pub after: i64,
+    /// At most this many records on a page.
+    pub limit: i64,
+    pub failures: Vec<ListedFailure>,
+    /// The `after` of the next page (None: this is the last).
+    pub next_after: Option<i64>,
+    /// Failures the workers counted; a worker keeps the records of its first ones only.
+    pub counted: u64,
+}
+
+/// A failure record with its id in the store and the member that recorded it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ListedFailure {
+    pub id: i64,
+    pub member_id: String,
+    pub record: stress_common::status::FailureRecord,
+}
+
+/// A run's failure records, one page.
+pub fn failures_page(page: &FailurePage) -> String {
+    let mut out = String::new();
+    head(&mut out, &format!("{}: failures", page.run_id));
+    let run = esc(&percent(&page.run_id));
+    let _ = writeln!(
+        out,
+        "<nav><a href=\"/runs/{run}\">the run</a> · <a href=\"/runs/{run}/failures\">first \
+         page</a> · <a href=\"/api/runs/{run}/failures?after={}\">JSON</a></nav>",
+        page.after
+    );
+    let _ = writeln!(
+        out,
+        "<p id=\"failure-count\">{} failures counted; the workers keep the records of their \
+         first ones. This page: {} records after id {}.</p>",
+        page.counted,
+        page.failures.len(),
+        page.after
+    );
+    if !page.failures.is_empty() {
+        out.push_str(
+            "<table id=\"failures\"><thead><tr><th>id</th><th>time</th><th>member</th>\
+             <th>scenario</th><th>server</th><th>model</th><th>kind</th><th>expected</th>\
+             <th>actual</th></tr></thead><tbody>\n",
+        );
+        for f in &page.failures {
+            let r = &f.record;
+            let kind = r.error_kind.map(|k| format!("{k:?}")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                f.id,
+                timestamp(r.at_ms),
+                esc(&f.member_id),
+                esc(&r.scenario),
+                esc(&r.server),
+                esc(&r.model),
+                esc(&kind),
+                esc(&r.expected),
+                esc(&r.actual)
+            );
+        }
+        out.push_str("</tbody></table>\n");
+    }
+    match page.next_after {
+        Some(next) => {
+            let _ = writeln!(
+                out,
+                "<p><a id=\"next-page\" href=\"/runs/{run}/failures?after={next}&amp;limit={}\">next \
+                 page</a></p>",
+                page.limit
+            );
+        }
+        None => out.push_str("<p class=\"muted\" id=\"last-page\">the last page</p>\n"),
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
 pub fn no_previous_page(run_id: &str, name: &str) -> String {
     let mut out = String::new();
     head(&mut out, &format!("{run_id}: nothing to compare with"));

@@ -24,10 +24,36 @@ pub fn render(report: &Report) -> String {
     render_page(report, None)
 }
 
-/// The page of a run still going (`driver serve`): its report so far, reloaded by the browser
-/// every `reload_s` seconds, with what the run has done so far on top.
-pub fn render_live(report: &Report, reload_s: u32) -> String {
-    render_page(report, Some(reload_s))
+/// Percent-encodes everything but unreserved characters (RFC 3986).
+pub fn percent(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// A run's page as `driver serve` shows it (`reload_s`: a run still going, whose page the
+/// browser reloads, with what it has done so far on top): the report with
+/// links to the same run's other documents on top (JSON, JUnit, its diff, every failure
+/// record, its matrix's history), which a report file on disk has no server for.
+pub fn render_served(report: &Report, reload_s: Option<u32>) -> String {
+    let page = render_page(report, reload_s);
+    let run = esc(&percent(&report.run_id));
+    let nav = format!(
+        "<nav id=\"run-links\"><a href=\"/\">all runs</a> · <a href=\"/matrix/{}\">{} history</a> · \
+         <a href=\"/runs/{run}/diff\">diff with the previous run</a> · \
+         <a href=\"/runs/{run}/failures\">every failure record</a> · \
+         <a href=\"/runs/{run}/report.json\">report.json</a> · \
+         <a href=\"/runs/{run}/junit.xml\">junit.xml</a></nav>\n",
+        esc(&percent(&report.name)),
+        esc(&report.name)
+    );
+    page.replacen("<body>\n", &format!("<body>\n{nav}"), 1)
 }
 
 fn render_page(report: &Report, reload_s: Option<u32>) -> String {
@@ -2095,7 +2121,7 @@ mod tests {
         r.started_at_ms = stress_common::now_ms() - 90_000;
         r.workers = vec![worker("w-0", "clients", &[(1.0, 10.0), (2.0, 12.5)])];
         r.tables.1.insert("clients".into(), Default::default());
-        let live = render_live(&r, 5);
+        let live = render_served(&r, Some(5));
         assert!(
             live.contains("<meta http-equiv=\"refresh\" content=\"5\">"),
             "{live}"

@@ -18,6 +18,7 @@
 //! With a token, every page but `/healthz` wants `Authorization: Bearer TOKEN`.
 
 use crate::render;
+use crate::render::dashboard::{FailurePage, ListedFailure};
 use crate::report::Report;
 use crate::report::diff::RunDiff;
 use crate::report::summary::{self, RunFilter, RunSource, RunSummary};
@@ -75,6 +76,8 @@ pub fn router(source: Source, token: Option<String>) -> Router {
         .route("/api/runs/{id}/report.json", get(run_json))
         .route("/runs/{id}/junit.xml", get(run_junit))
         .route("/runs/{id}/diff", get(diff_page))
+        .route("/runs/{id}/failures", get(failures_html))
+        .route("/api/runs/{id}/failures", get(failures_json))
         .route("/api/runs/{id}/diff", get(api_diff))
         .route("/metrics", get(metrics))
         .layer(axum::middleware::from_fn_with_state(
@@ -245,8 +248,8 @@ async fn report_of(served: &Served, id: &str) -> Result<Report, PageError> {
     Ok(load(served, id).await?.0)
 }
 
-/// A run's report and the matrix text it recorded.
-async fn load(served: &Served, id: &str) -> Result<(Report, String), PageError> {
+/// The store that holds run `id`, opened read-only.
+async fn store_of(served: &Served, id: &str) -> Result<Store, PageError> {
     let not_found = || PageError::NotFound(format!("no run {id}"));
     if !valid_run_id(id) {
         return Err(not_found());
@@ -261,9 +264,15 @@ async fn load(served: &Served, id: &str) -> Result<(Report, String), PageError> 
             Store::sqlite_url(&file)
         }
     };
-    let store = Store::open_read_only(&url, &stress_common::store::StoreOptions::reading())
+    Store::open_read_only(&url, &stress_common::store::StoreOptions::reading())
         .await
-        .map_err(|e| PageError::Store(e.to_string()))?;
+        .map_err(|e| PageError::Store(e.to_string()))
+}
+
+/// A run's report and the matrix text it recorded.
+async fn load(served: &Served, id: &str) -> Result<(Report, String), PageError> {
+    let not_found = || PageError::NotFound(format!("no run {id}"));
+    let store = store_of(served, id).await?;
     let run_id = RunId::new(id);
     let report = Report::from_store(&store, &run_id).await;
     let run = store.run(&run_id).await;
@@ -325,6 +334,86 @@ async fn api_diff(
     }
 }
 
+/// Failure records on one page, and the most a script may ask for at once.
+const FAILURES_PER_PAGE: i64 = 200;
+const MAX_FAILURES_PER_PAGE: i64 = 5000;
+
+#[derive(Debug, serde::Deserialize)]
+struct FailureQuery {
+    after: Option<i64>,
+    limit: Option<i64>,
+}
+
+/// One page of run `id`'s failure records: those after `query.after`, at most its limit.
+async fn failure_page(
+    served: &Served,
+    id: &str,
+    query: &FailureQuery,
+) -> Result<FailurePage, PageError> {
+    let store = store_of(served, id).await?;
+    let run_id = RunId::new(id);
+    let after = query.after.unwrap_or(0).max(0);
+    let limit = query
+        .limit
+        .unwrap_or(FAILURES_PER_PAGE)
+        .clamp(1, MAX_FAILURES_PER_PAGE);
+    let page = async {
+        if store.run(&run_id).await?.is_none() {
+            return Ok(None);
+        }
+        // One more than the page: whether there is a next one.
+        let mut rows = store.failures_page(&run_id, after, limit + 1).await?;
+        let more = rows.len() as i64 > limit;
+        rows.truncate(limit as usize);
+        let counted = store
+            .failure_totals(&run_id)
+            .await?
+            .iter()
+            .map(|(_, n)| n)
+            .sum();
+        Ok::<_, stress_common::store::StoreError>(Some((rows, more, counted)))
+    }
+    .await;
+    store.close().await;
+    let Some((rows, more, counted)) =
+        page.map_err(|e| PageError::Store(format!("run {id}: {e}")))?
+    else {
+        return Err(PageError::NotFound(format!("no run {id}")));
+    };
+    Ok(FailurePage {
+        run_id: id.to_string(),
+        after,
+        limit,
+        next_after: more.then(|| rows.last().map(|(id, _, _)| *id)).flatten(),
+        failures: rows
+            .into_iter()
+            .map(|(id, member_id, record)| ListedFailure {
+                id,
+                member_id,
+                record,
+            })
+            .collect(),
+        counted,
+    })
+}
+
+async fn failures_html(
+    State(served): State<Arc<Served>>,
+    Path(id): Path<String>,
+    Query(query): Query<FailureQuery>,
+) -> Result<Response, PageError> {
+    let page = failure_page(&served, &id, &query).await?;
+    Ok(html(render::dashboard::failures_page(&page)))
+}
+
+async fn failures_json(
+    State(served): State<Arc<Served>>,
+    Path(id): Path<String>,
+    Query(query): Query<FailureQuery>,
+) -> Result<Json<FailurePage>, PageError> {
+    Ok(Json(failure_page(&served, &id, &query).await?))
+}
+
 /// How often the page of a run under way reloads itself.
 const LIVE_RELOAD_S: u32 = 5;
 
@@ -334,11 +423,8 @@ async fn run_page(
 ) -> Result<Response, PageError> {
     let report = report_of(&served, &id).await?;
     // A run under way: its report so far, which the browser reloads.
-    let page = if report.verdict == stress_common::store::RUNNING {
-        render::html::render_live(&report, LIVE_RELOAD_S)
-    } else {
-        render::html::render(&report)
-    };
+    let running = report.verdict == stress_common::store::RUNNING;
+    let page = render::html::render_served(&report, running.then_some(LIVE_RELOAD_S));
     // The report's own Content-Security-Policy is in the page (it runs its inline script).
     Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response())
 }
