@@ -42,6 +42,18 @@ pub struct Issue {
     pub also: Option<FieldPath>,
 }
 
+impl Issue {
+    /// An issue about one place.
+    pub fn at(path: FieldPath, anchor: Anchor, message: String) -> Self {
+        Self {
+            path,
+            anchor,
+            message,
+            also: None,
+        }
+    }
+}
+
 /// Whether `s` is a DNS-1123 label: 1 to 63 lowercase letters, digits and '-', starting and
 /// ending with a letter or digit.
 pub fn is_dns_label(s: &str) -> bool {
@@ -148,12 +160,7 @@ struct Checker {
 
 impl Checker {
     fn push(&mut self, path: FieldPath, anchor: Anchor, message: impl Into<String>) {
-        self.issues.push(Issue {
-            path,
-            anchor,
-            message: message.into(),
-            also: None,
-        });
+        self.issues.push(Issue::at(path, anchor, message.into()));
     }
 
     fn label(&mut self, path: FieldPath, anchor: Anchor, what: &str, name: &str) {
@@ -954,12 +961,7 @@ fn check_faults(m: &Matrix) -> Vec<Issue> {
     use super::faults::{FaultKind, default_seed, first_overlap, human, schedule};
     let mut issues = Vec::new();
     let mut push = |path: FieldPath, anchor: Anchor, message: String| {
-        issues.push(Issue {
-            path,
-            anchor,
-            message,
-            also: None,
-        })
+        issues.push(Issue::at(path, anchor, message))
     };
     let root = FieldPath::root().key("faults");
     if m.faults.is_empty() {
@@ -1856,12 +1858,7 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
     };
     let mut issues = Vec::new();
     let mut push = |path: FieldPath, anchor: Anchor, message: String| {
-        issues.push(Issue {
-            path,
-            anchor,
-            message,
-            also: None,
-        })
+        issues.push(Issue::at(path, anchor, message))
     };
     let root = FieldPath::root().key("sweep");
     if m.run.mode != RunMode::Capacity {
