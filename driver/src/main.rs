@@ -207,6 +207,23 @@ enum Command {
     /// Baselines for regression comparisons.
     #[command(subcommand)]
     Baseline(BaselineCommand),
+    /// Print the matrix's planned faults as one Chaos Mesh Workflow (YAML), for a cluster that
+    /// has Chaos Mesh: planned as `driver run` plans them (same seed, same load phase), applied
+    /// by nothing here. Checked against chaos-mesh's CRD schemas only, never run against a Chaos
+    /// Mesh controller by this project (docs/faults.md).
+    ChaosMesh {
+        matrix: PathBuf,
+        /// The run id the objects select pods by (the `triton-stress/run` label); at most 42
+        /// characters, so the Workflow's name is a label value.
+        #[arg(long, env = "TRITON_STRESS_RUN_ID")]
+        run_id: String,
+        /// The namespace of the run's pods, and of the Workflow.
+        #[arg(long, env = "TRITON_STRESS_NAMESPACE")]
+        namespace: String,
+        /// Override the matrix's run duration, as `driver run --duration` does.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        duration: Option<Duration>,
+    },
     /// Print the matrix JSON schema.
     Schema,
     /// Summarise Triton trace files (level TIMESTAMPS, triton mode) per model and protocol:
@@ -258,6 +275,12 @@ async fn main() -> ExitCode {
             }
             ExitCode::from(if bad { BAD_INPUT } else { 0 })
         }
+        Command::ChaosMesh {
+            matrix,
+            run_id,
+            namespace,
+            duration,
+        } => chaos_mesh(&matrix, &run_id, &namespace, duration),
         Command::Schema => {
             print!("{}", driver::matrix::json_schema_text());
             ExitCode::SUCCESS
@@ -505,6 +528,54 @@ async fn main() -> ExitCode {
             finish_run_command(outcome, &options)
         }
     }
+}
+
+/// `driver chaos-mesh`: the Workflow on stdout, or bad input (exit 2) on stderr.
+fn chaos_mesh(
+    matrix: &std::path::Path,
+    run_id: &str,
+    namespace: &str,
+    duration: Option<Duration>,
+) -> ExitCode {
+    use driver::launcher::kube::chaos_mesh;
+    let injections = match run::planned_faults(matrix, run_id, duration) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    if let Err(e) = chaos_mesh::check_names(run_id, namespace) {
+        eprintln!("error: {e}");
+        return ExitCode::from(BAD_INPUT);
+    }
+    if injections.is_empty() {
+        eprintln!(
+            "{}: no fault to render (no `faults:`, or none fits the load phase)",
+            matrix.display()
+        );
+        return ExitCode::from(BAD_INPUT);
+    }
+    println!(
+        "# Chaos Mesh Workflow: the faults of {} for run {run_id},\n\
+         # planned as `driver run` plans them (same seed, same load phase).\n\
+         # Rendered only: checked against the CRD schemas of {}, never run against a\n\
+         # Chaos Mesh controller by this project (docs/faults.md). Each fault comes at its time\n\
+         # from the Workflow's creation: create it when the load phase starts.",
+        matrix.display(),
+        chaos_mesh::CHECKED_AGAINST
+    );
+    for line in chaos_mesh::describe(&injections) {
+        println!("#   {line}");
+    }
+    for object in chaos_mesh::render(&injections, run_id, namespace) {
+        println!("---");
+        print!(
+            "{}",
+            serde_saphyr::to_string(&object).expect("a JSON value serialises to YAML")
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 /// Prints a run's report and where it is, and says how the command exits.

@@ -155,6 +155,100 @@ fn a_duration_shorter_than_the_poll_interval_exits_2() {
     assert!(runs_dir_is_empty(&runs), "a run directory was created");
 }
 
+/// `driver chaos-mesh` prints the planned faults of a matrix as one Chaos Mesh Workflow (YAML)
+/// and says it was rendered only; a broken matrix is bad input with `driver validate`'s
+/// diagnostic, as is a `--duration` the faults do not fit or a run id too long for the name.
+#[test]
+fn chaos_mesh_prints_the_faults_as_a_workflow_and_refuses_bad_input() {
+    let soak = "../test-matrices/soak-with-faults.yaml";
+    let args = |matrix: &'static str, run_id: &'static str| {
+        vec![
+            "chaos-mesh",
+            matrix,
+            "--run-id",
+            run_id,
+            "--namespace",
+            "stress",
+        ]
+    };
+    let out = driver(&args(soak, "nightly-1"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        describe("chaos-mesh", &out)
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("never run against a\n# Chaos Mesh controller"),
+        "{stdout}"
+    );
+    let workflow: serde_json::Value = serde_saphyr::from_str(&stdout).expect("YAML");
+    assert_eq!(workflow["kind"], "Workflow", "{stdout}");
+    assert_eq!(workflow["apiVersion"], "chaos-mesh.org/v1alpha1");
+    assert_eq!(
+        workflow["metadata"]["name"],
+        "triton-stress-nightly-1-faults"
+    );
+    assert_eq!(workflow["metadata"]["namespace"], "stress");
+    // The matrix's kill, network delay, pause and restart of its one server, in that order.
+    let serial = workflow["spec"]["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "member-triton-0")
+        .expect("the server's branch");
+    assert_eq!(
+        serial["children"],
+        serde_json::json!([
+            "wait-triton-0-1",
+            "kill-triton-0-1",
+            "wait-triton-0-2",
+            "delay-triton-0-2",
+            "wait-triton-0-3",
+            "pause-triton-0-3",
+            "wait-triton-0-4",
+            "restart-triton-0-4"
+        ])
+    );
+
+    for (file, message) in BAD {
+        let path = format!("{FIXTURES}/{file}");
+        let mut a = args("", "nightly-1");
+        a[1] = &path;
+        let out = driver(&a);
+        let what = format!("driver chaos-mesh {path}");
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&what, &out));
+        assert_eq!(text(&out.stderr), format!("{path}:{message}\n"), "{what}");
+        assert_eq!(text(&out.stdout), "", "{what}");
+    }
+
+    let mut short = args(soak, "nightly-1");
+    short.extend(["--duration", "120s"]);
+    let out = driver(&short);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        describe("--duration", &out)
+    );
+    assert_eq!(
+        text(&out.stderr),
+        "../test-matrices/soak-with-faults.yaml:63:49: faults[3].at: fault restart-triton and \
+         its recovery (2m 27s) do not fit the load phase of 2m\n"
+    );
+
+    let out = driver(&args(soak, "a-run-id-far-too-long-to-make-a-workflow-name"));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        describe("a long run id", &out)
+    );
+    assert!(text(&out.stderr).contains("at most 42"));
+    assert_eq!(text(&out.stdout), "");
+}
+
 #[test]
 fn report_of_an_unknown_run_exits_2() {
     let tmp = tempfile::tempdir().unwrap();

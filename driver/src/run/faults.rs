@@ -313,23 +313,9 @@ pub(super) fn check_faults(
     plan: &RunPlan,
     launcher: &dyn Launcher,
 ) -> Result<(), super::DriverError> {
-    let mut problems = Vec::new();
-    for index in plan.unplanned_faults(matrix) {
-        let f = &matrix.faults[index];
-        problems.push(format!(
-            "{}: fault {} and its recovery ({}) do not fit the load phase of {}",
-            matrix.locate_fault(index, "at"),
-            f.name,
-            crate::matrix::faults::human(f.at.unwrap_or_default() + f.window()),
-            crate::matrix::faults::human(plan.duration)
-        ));
-    }
+    let mut problems = unfit(matrix, plan);
     problems.extend(uninjectable(matrix, |f| launcher.can_inject(f)));
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(super::DriverError::Config(problems.join("\n")))
-    }
+    as_result(problems)
 }
 
 /// The faults of `matrix` that a launcher cannot inject (`can_inject` says why), each named
@@ -357,4 +343,38 @@ pub fn uninjectable(
         }
     }
     refused
+}
+
+/// Every fault written with `at` fits the run's load phase (a `--duration` may shorten it); else
+/// bad input naming the fault's field.
+pub(super) fn check_fit(
+    matrix: &crate::matrix::Matrix,
+    plan: &RunPlan,
+) -> Result<(), super::DriverError> {
+    as_result(unfit(matrix, plan))
+}
+
+/// What [`check_fit`] refuses, one line each.
+fn unfit(matrix: &crate::matrix::Matrix, plan: &RunPlan) -> Vec<String> {
+    plan.unplanned_faults(matrix)
+        .into_iter()
+        .map(|index| {
+            let f = &matrix.faults[index];
+            format!(
+                "{}: fault {} and its recovery ({}) do not fit the load phase of {}",
+                matrix.locate_fault(index, "at"),
+                f.name,
+                crate::matrix::faults::human(f.at.unwrap_or_default() + f.window()),
+                crate::matrix::faults::human(plan.duration)
+            )
+        })
+        .collect()
+}
+
+fn as_result(problems: Vec<String>) -> Result<(), super::DriverError> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(super::DriverError::Config(problems.join("\n")))
+    }
 }

@@ -522,18 +522,7 @@ pub fn prepare(options: &RunOptions) -> Result<(Matrix, String, PathBuf), Driver
             matrix.known_issues.push(issue);
         }
     }
-    if let Some(d) = options.duration {
-        stress_common::limits::within(d, Duration::ZERO, stress_common::limits::MAX_DURATION)
-            .map_err(|e| DriverError::Config(format!("--duration {e}")))?;
-    }
-    if let Some(d) = options.duration
-        && d < matrix.run.poll_interval
-    {
-        return Err(DriverError::Config(format!(
-            "--duration {d:?} is shorter than the poll interval {:?}",
-            matrix.run.poll_interval
-        )));
-    }
+    check_duration(&matrix, options.duration)?;
     let run_id = options
         .run_id
         .clone()
@@ -545,4 +534,41 @@ pub fn prepare(options: &RunOptions) -> Result<(Matrix, String, PathBuf), Driver
     })?;
     let _ = std::fs::copy(&options.matrix, run_dir.join("matrix.yaml"));
     Ok((matrix, run_id, run_dir))
+}
+
+/// A `--duration` that overrides `matrix`'s: within the limits and no shorter than a poll.
+fn check_duration(matrix: &Matrix, duration: Option<Duration>) -> Result<(), DriverError> {
+    let Some(d) = duration else { return Ok(()) };
+    stress_common::limits::within(d, Duration::ZERO, stress_common::limits::MAX_DURATION)
+        .map_err(|e| DriverError::Config(format!("--duration {e}")))?;
+    if d < matrix.run.poll_interval {
+        return Err(DriverError::Config(format!(
+            "--duration {d:?} is shorter than the poll interval {:?}",
+            matrix.run.poll_interval
+        )));
+    }
+    Ok(())
+}
+
+/// The faults a run of the matrix at `matrix_path` would inject, planned as `driver run` plans
+/// them, without starting or writing anything (`driver chaos-mesh`): the matrix loaded and
+/// validated, `--duration` checked, the run's plan, and every fault written with `at` fitting its
+/// load phase. Errors are bad input (exit 2), with the same diagnostics as a run's.
+pub fn planned_faults(
+    matrix_path: &Path,
+    run_id: &str,
+    duration: Option<Duration>,
+) -> Result<Vec<crate::matrix::faults::Injection>, DriverError> {
+    let matrix = matrix::load(matrix_path)?;
+    if matrix.sweep.is_some() {
+        return Err(DriverError::Config(format!(
+            "{}: a sweep runs each variant as a run of its own: plan the faults of one variant's \
+             matrix",
+            matrix_path.display()
+        )));
+    }
+    check_duration(&matrix, duration)?;
+    let plan = RunPlan::new(&matrix, RunId::new(run_id), duration);
+    faults::check_fit(&matrix, &plan)?;
+    Ok(plan.faults)
 }

@@ -15,6 +15,7 @@
 //! (the pod watch), `status` (what a pod's status means, pure), `inspect` (logs, events,
 //! diagnostics), `cleanup` (deleting).
 
+pub mod chaos_mesh;
 mod cleanup;
 mod inspect;
 pub mod restricted;

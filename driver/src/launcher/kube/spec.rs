@@ -24,7 +24,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 use stress_common::tritonserver::shell_quote;
 
-const ROLE_LABEL: &str = "triton-stress/role";
+/// The label that says whether a pod is a server or a client ([`SERVER_ROLE`], [`CLIENT_ROLE`]).
+pub(crate) const ROLE_LABEL: &str = "triton-stress/role";
+pub(crate) const SERVER_ROLE: &str = "server";
+pub(crate) const CLIENT_ROLE: &str = "client";
 const GROUP_LABEL: &str = "triton-stress/group";
 const INDEX_LABEL: &str = "triton-stress/index";
 /// The label that names a pod's member; the watch keys its pods by it.
@@ -225,7 +228,7 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, String> {
     let mut pod = pod(
         ctx,
         &s.name,
-        member_labels(&ctx.run_id, "server", &s.group, s.index, &s.name),
+        member_labels(&ctx.run_id, SERVER_ROLE, &s.group, s.index, &s.name),
         container,
         volumes,
         &t.node_selector,
@@ -321,7 +324,7 @@ pub fn client_pod(
     Ok(pod(
         ctx,
         &c.name,
-        member_labels(&ctx.run_id, "client", &c.group, c.index, &c.name),
+        member_labels(&ctx.run_id, CLIENT_ROLE, &c.group, c.index, &c.name),
         container,
         Vec::new(),
         &t.node_selector,
