@@ -181,7 +181,11 @@ pub fn classify(record: &FailureRecord, kind: ErrorKind, context: &Context) -> E
                 w.name,
                 record.server,
                 clock(w.from_ms),
-                clock(w.to_ms)
+                if w.to_ms == i64::MAX {
+                    "their recovery".to_string()
+                } else {
+                    clock(w.to_ms)
+                }
             ),
         );
     }

@@ -204,12 +204,19 @@ fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
             })
             .collect();
         let unaffected = caused.is_empty();
+        // The end of its last outage the fault caused, and not before the server is back: a
+        // server stopping gracefully (`restart`) still answers some tests between failures,
+        // and a good answer from the old process is not a recovery.
         let first_good_ms = if unaffected {
             Some(from)
         } else if caused.iter().any(|o| o.first_ok_ms.is_none()) {
             None
         } else {
-            caused.iter().filter_map(|o| o.first_ok_ms).min()
+            caused
+                .iter()
+                .filter_map(|o| o.first_ok_ms)
+                .max()
+                .map(|t| t.max(back))
         };
         let until = first_good_ms.unwrap_or(i64::MAX);
         let lost: Vec<&&Outage> = mine
@@ -410,6 +417,32 @@ mod tests {
             o.verdict,
             "recovered 8.5 s after the injection: more than the 1ms allowed"
         );
+    }
+
+    /// A server stopping gracefully answers some tests between its failures: the client's
+    /// recovery is the end of the last outage the fault caused (begun before the server was
+    /// READY again), not the first good answer of the old process.
+    #[test]
+    fn a_restart_recovers_after_the_new_server_answers_not_when_the_old_one_still_did() {
+        let mut restart = kill(20_000, Some(34_000), 35_000);
+        restart.kind = FaultKind::Restart;
+        restart.clients = vec!["c-0".into()];
+        let outages = [
+            // Refused at once, then one good answer from a model not yet unloaded ...
+            outage("c-0", 19_990, Some(20_005), Some(20_020), 2),
+            // ... then "Server is stopping" until the new server answers.
+            outage("c-0", 20_020, Some(20_400), Some(34_300), 9),
+            // After the recovery: not the fault's.
+            outage("c-0", 40_000, Some(40_100), Some(40_200), 1),
+        ];
+        let o = &judge(&[restart.clone()], &outages)[0];
+        assert!(o.ok, "{o:?}");
+        assert_eq!(o.recovered_at_ms, Some(34_300));
+        assert_eq!(o.lost_requests, 11);
+        // A client whose outages all ended while the old server still answered recovers when
+        // the new one is READY, not before.
+        let o = &judge(&[restart], &outages[..1])[0];
+        assert_eq!(o.recovered_at_ms, Some(34_000), "{o:?}");
     }
 
     #[test]
