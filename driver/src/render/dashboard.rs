@@ -8,8 +8,17 @@ use crate::report::summary::{RunFilter, RunSummary};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// The dashboard's pages fetch nothing and run no script: styles inline, nothing else.
-pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'";
+/// The dashboard's pages fetch nothing and run no script: their one inline style element,
+/// by its hash, and nothing else.
+pub fn csp() -> &'static str {
+    static CSP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "default-src 'none'; style-src {}",
+            super::html::inline_hash(&format!("{STYLE}{EXTRA_STYLE}"))
+        )
+    });
+    &CSP
+}
 
 /// The verdicts a run can have, in the order the filter links show them.
 const VERDICTS: [&str; 6] = [
@@ -24,7 +33,7 @@ const VERDICTS: [&str; 6] = [
 /// What the dashboard adds to the report's styles.
 const EXTRA_STYLE: &str = "td{white-space:nowrap}.PASS{color:#1a7f37;font-weight:600}\
 .FAIL{color:#cf222e;font-weight:600}.ABANDONED,.INCOMPLETE,.UNREADABLE{color:#9a6700;font-weight:600}\
-.RUNNING{color:#0969da;font-weight:600}\
+.RUNNING{color:#0969da;font-weight:600}.removed{background:#ffebe9}.added{background:#dafbe1}\
 nav a{margin-right:.8em}.muted{color:#57606a}\
 .strip{display:flex;flex-wrap:wrap;gap:2px;margin:.5em 0}.strip a{display:block;width:14px;height:22px;\
 border-radius:2px;background:#9a6700}.strip a.PASS{background:#1a7f37}.strip a.FAIL{background:#cf222e}";
@@ -66,11 +75,12 @@ fn head(out: &mut String, title: &str) {
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\
          <title>{} · triton-stress</title><style>{STYLE}{EXTRA_STYLE}</style></head><body>\n\
          <h1>{}</h1>\n",
         esc(title),
-        esc(title)
+        esc(title),
+        csp = csp()
     );
 }
 
@@ -564,8 +574,8 @@ pub fn diff_page(d: &RunDiff) -> String {
         for line in &d.matrix {
             let (mark, text, style) = match line {
                 Line::Same(t) => (' ', t, ""),
-                Line::Removed(t) => ('-', t, " style=\"background:#ffebe9\""),
-                Line::Added(t) => ('+', t, " style=\"background:#dafbe1\""),
+                Line::Removed(t) => ('-', t, " class=\"removed\""),
+                Line::Added(t) => ('+', t, " class=\"added\""),
             };
             let _ = writeln!(out, "<span{style}>{mark} {}</span>", esc(text));
         }

@@ -65,10 +65,11 @@ fn render_page(report: &Report, reload_s: Option<u32>) -> String {
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n{reload}\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\n{reload}\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
-        esc(&title)
+        esc(&title),
+        csp = csp()
     );
     header(&mut out, report);
     if let Some(s) = reload_s {
@@ -229,8 +230,30 @@ fn server_side(out: &mut String, r: &Report) {
     }
 }
 
-/// Nothing may be fetched: only the page's own inline style and script run.
-const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'";
+/// The CSP `source` that allows exactly one inline `<style>` or `<script>` element, by the
+/// SHA-256 of its text: no `'unsafe-inline'`, so nothing injected into a page could style or
+/// run (and no `style=` attribute is allowed, so the pages use none).
+pub fn inline_hash(text: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    format!(
+        "'sha256-{}'",
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    )
+}
+
+/// Nothing may be fetched: only the page's own inline style and script run, by their hashes.
+fn csp() -> &'static str {
+    static CSP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "default-src 'none'; style-src {}; script-src {}",
+            inline_hash(STYLE),
+            inline_hash(SCRIPT)
+        )
+    });
+    &CSP
+}
 
 /// The report's styles (the dashboard's pages share them).
 pub const STYLE: &str = "
@@ -249,6 +272,7 @@ th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.bad td{background:#fff0f0}tr.total td{font-weight:bold}
 td.ok{color:#1a7f37;font-weight:bold}td.fail{color:#cf222e;font-weight:bold}
 .bar{display:inline-block;height:.8em;background:#cf222e;vertical-align:middle}
+svg.regbar{vertical-align:middle}svg.regbar rect{fill:#cf222e}
 figure.plot{margin:1em 0;border:1px solid #d0d7de;border-radius:6px;padding:.5em}
 figure.plot figcaption{font-weight:bold;margin-bottom:.3em}
 figure.plot svg{width:100%;max-width:760px;height:auto;display:block}
@@ -876,7 +900,8 @@ fn tables(out: &mut String, r: &Report) {
                                 num(format!("{:.3}", f.current)),
                                 num(format!("{:+.1}%", f.change * 100.0)),
                                 format!(
-                                    "<td><span class=\"bar\" style=\"width:{width}px\"></span></td>"
+                                    "<td><svg class=\"regbar\" width=\"{width}\" height=\"10\" aria-hidden=\"true\">\
+                                     <rect width=\"{width}\" height=\"10\"/></svg></td>"
                                 ),
                             ]
                             .concat(),
@@ -1373,7 +1398,8 @@ pub fn line_chart(chart: &Chart, no_data: &str) -> String {
     for (i, s) in series.iter().enumerate() {
         let _ = write!(
             out,
-            "<li><span class=\"swatch\" style=\"background:{}\"></span>{} ({} points)</li>",
+            "<li><svg class=\"swatch\" width=\"12\" height=\"12\" aria-hidden=\"true\">\
+             <rect width=\"12\" height=\"12\" fill=\"{}\"/></svg>{} ({} points)</li>",
             PALETTE[i % PALETTE.len()],
             esc(&s.name),
             s.points.len()
@@ -2112,6 +2138,26 @@ mod tests {
         assert!(f.contains("failed: FAIL: triton-0: &lt;exited&gt;"), "{f}");
         assert!(f.contains("skipped: over the limit"), "{f}");
         assert!(!html.contains("<v1>"), "parameters are escaped");
+    }
+
+    /// The page's CSP allows its one style and one script element by their hashes, nothing
+    /// inline beyond them: no `'unsafe-inline'`, and no `style=` attribute (which a hash cannot
+    /// allow) in the page.
+    #[test]
+    fn the_csp_allows_the_pages_own_style_and_script_by_hash_only() {
+        let page = render_served(&Report::default(), Some(5));
+        assert!(!csp().contains("unsafe-inline"), "{}", csp());
+        assert!(page.contains(&format!("content=\"{}\"", csp())));
+        assert!(page.contains(&format!("<style>{STYLE}</style>")));
+        assert!(page.contains(&format!("<script>{SCRIPT}</script>")));
+        assert!(csp().contains(&inline_hash(STYLE)) && csp().contains(&inline_hash(SCRIPT)));
+        assert_ne!(inline_hash(STYLE), inline_hash(&format!("{STYLE} ")));
+        assert!(!page.contains(" style="), "{page}");
+        // The RFC 4648 base64 of SHA-256, as browsers compare it.
+        assert_eq!(
+            inline_hash("abc"),
+            "'sha256-ungWv48Bz+pBQUDeXa4iI7ADYaOWF3qctBD/YfIAFa0='"
+        );
     }
 
     #[test]

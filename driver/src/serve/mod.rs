@@ -148,7 +148,7 @@ impl IntoResponse for PageError {
                     [
                         (header::RETRY_AFTER, STORE_RETRY_S),
                         (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-                        (header::CONTENT_SECURITY_POLICY, render::dashboard::CSP),
+                        (header::CONTENT_SECURITY_POLICY, render::dashboard::csp()),
                     ],
                     format!(
                         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -190,7 +190,7 @@ fn html(body: String) -> Response {
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CONTENT_SECURITY_POLICY, render::dashboard::CSP),
+            (header::CONTENT_SECURITY_POLICY, render::dashboard::csp()),
         ],
         body,
     )
