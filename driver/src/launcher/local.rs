@@ -388,12 +388,7 @@ impl Launcher for LocalLauncher {
         }
         for name in again {
             if let Err(e) = self.start_again(&name).await {
-                ended.push(MemberExit {
-                    member_id: name,
-                    code: None,
-                    signal: None,
-                    reason: Some(e.to_string()),
-                });
+                ended.push(MemberExit::because(name, e.to_string()));
             }
         }
         for (name, c) in &mut self.clients {

@@ -32,6 +32,16 @@ pub struct MemberExit {
 }
 
 impl MemberExit {
+    /// An end known only by the launcher's words (no exit code or signal seen).
+    pub fn because(member_id: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            member_id: member_id.into(),
+            code: None,
+            signal: None,
+            reason: Some(reason.into()),
+        }
+    }
+
     pub fn success(&self) -> bool {
         self.code == Some(0)
     }

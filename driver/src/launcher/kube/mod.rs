@@ -395,15 +395,13 @@ impl KubeLauncher {
             if old_is_there {
                 if Instant::now() >= r.give_up_at {
                     self.recreating.remove(&member);
-                    failed.push(MemberExit {
-                        member_id: member.clone(),
-                        code: None,
-                        signal: None,
-                        reason: Some(format!(
+                    failed.push(MemberExit::because(
+                        &member,
+                        format!(
                             "pod {} deleted for an injected fault did not end within its grace",
                             mp.pod
-                        )),
-                    });
+                        ),
+                    ));
                 }
                 continue;
             }
@@ -424,15 +422,10 @@ impl KubeLauncher {
                 }
                 Err(e) => {
                     self.recreating.remove(&member);
-                    failed.push(MemberExit {
-                        member_id: member.clone(),
-                        code: None,
-                        signal: None,
-                        reason: Some(format!(
-                            "creating pod {} again after its fault: {e}",
-                            mp.pod
-                        )),
-                    });
+                    failed.push(MemberExit::because(
+                        &member,
+                        format!("creating pod {} again after its fault: {e}", mp.pod),
+                    ));
                 }
             }
         }
@@ -493,14 +486,7 @@ impl KubeLauncher {
         members
             .iter()
             .zip(ended)
-            .map(|(m, e)| {
-                e.unwrap_or_else(|| MemberExit {
-                    member_id: m.clone(),
-                    code: None,
-                    signal: None,
-                    reason: Some("did not stop in time".into()),
-                })
-            })
+            .map(|(m, e)| e.unwrap_or_else(|| MemberExit::because(m, "did not stop in time")))
             .collect()
     }
 }
