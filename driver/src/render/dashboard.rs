@@ -4,6 +4,7 @@
 
 use super::html::{Band, Chart, STYLE, Series, esc, line_chart, percent};
 use crate::report::diff::{Line, RunDiff};
+use crate::report::failures::FailurePage;
 use crate::report::summary::{RunFilter, RunSummary};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -586,30 +587,6 @@ pub fn diff_page(d: &RunDiff) -> String {
 }
 
 /// A run without an earlier run of its matrix name.
-/// One page of a run's failure records, in the order they were recorded, with a link to the
-/// next page (a run's report lists only its first failures).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct FailurePage {
-    pub run_id: String,
-    /// The records after this id (0: from the first).
-    pub after: i64,
-    /// At most this many records on a page.
-    pub limit: i64,
-    pub failures: Vec<ListedFailure>,
-    /// The `after` of the next page (None: this is the last).
-    pub next_after: Option<i64>,
-    /// Failures the workers counted; a worker keeps the records of its first ones only.
-    pub counted: u64,
-}
-
-/// A failure record with its id in the store and the member that recorded it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ListedFailure {
-    pub id: i64,
-    pub member_id: String,
-    pub record: stress_common::status::FailureRecord,
-}
-
 /// A run's failure records, one page.
 pub fn failures_page(page: &FailurePage) -> String {
     let mut out = String::new();

@@ -21,7 +21,7 @@ use crate::report::{FailedMember, Report, format_time};
 
 /// The page as one string.
 pub fn render(report: &Report) -> String {
-    render_page(report, None)
+    render_page(report, None, false)
 }
 
 /// Percent-encodes everything but unreserved characters (RFC 3986).
@@ -38,25 +38,29 @@ pub fn percent(s: &str) -> String {
 }
 
 /// A run's page as `driver serve` shows it (`reload_s`: a run still going, whose page the
-/// browser reloads, with what it has done so far on top): the report with
-/// links to the same run's other documents on top (JSON, JUnit, its diff, every failure
-/// record, its matrix's history), which a report file on disk has no server for.
+/// browser reloads, with what it has done so far on top): the report with links to the same
+/// run's other documents on top (JSON, JUnit, its diff, every failure record, its matrix's
+/// history), which a report file on disk has no server for.
 pub fn render_served(report: &Report, reload_s: Option<u32>) -> String {
-    let page = render_page(report, reload_s);
+    render_page(report, reload_s, true)
+}
+
+/// The served run's links to its other documents.
+fn run_links(out: &mut String, report: &Report) {
     let run = esc(&percent(&report.run_id));
-    let nav = format!(
+    let _ = writeln!(
+        out,
         "<nav id=\"run-links\"><a href=\"/\">all runs</a> · <a href=\"/matrix/{}\">{} history</a> · \
          <a href=\"/runs/{run}/diff\">diff with the previous run</a> · \
          <a href=\"/runs/{run}/failures\">every failure record</a> · \
          <a href=\"/runs/{run}/report.json\">report.json</a> · \
-         <a href=\"/runs/{run}/junit.xml\">junit.xml</a></nav>\n",
+         <a href=\"/runs/{run}/junit.xml\">junit.xml</a></nav>",
         esc(&percent(&report.name)),
         esc(&report.name)
     );
-    page.replacen("<body>\n", &format!("<body>\n{nav}"), 1)
 }
 
-fn render_page(report: &Report, reload_s: Option<u32>) -> String {
+fn render_page(report: &Report, reload_s: Option<u32>, served: bool) -> String {
     let mut out = String::with_capacity(64 * 1024);
     let title = format!("{} {}: {}", report.name, report.run_id, report.verdict);
     let reload = reload_s
@@ -71,6 +75,9 @@ fn render_page(report: &Report, reload_s: Option<u32>) -> String {
         esc(&title),
         csp = csp()
     );
+    if served {
+        run_links(&mut out, report);
+    }
     header(&mut out, report);
     if let Some(s) = reload_s {
         live(&mut out, report, s);

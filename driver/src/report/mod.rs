@@ -6,6 +6,7 @@
 
 pub mod baseline;
 pub mod diff;
+pub mod failures;
 mod measures;
 pub mod summary;
 pub mod timeline;

@@ -18,9 +18,9 @@
 //! With a token, every page but `/healthz` wants `Authorization: Bearer TOKEN`.
 
 use crate::render;
-use crate::render::dashboard::{FailurePage, ListedFailure};
 use crate::report::Report;
 use crate::report::diff::RunDiff;
+use crate::report::failures::{FailurePage, ListedFailure};
 use crate::report::summary::{self, RunFilter, RunSource, RunSummary};
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
