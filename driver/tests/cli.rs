@@ -362,9 +362,9 @@ fn a_bad_known_issues_file_exits_2_naming_file_line_and_field_before_anything_st
     );
 }
 
-/// A fault this launcher cannot inject (the local launcher's proxy cannot drop packets), or one
-/// that a shorter `--duration` leaves no room for, is bad input found before anything starts,
-/// named by file, line and field.
+/// A fault this launcher cannot inject (packet loss where no iptables runs), or one that a
+/// shorter `--duration` leaves no room for, is bad input found before anything starts, named by
+/// file, line and field.
 #[test]
 fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
@@ -379,18 +379,28 @@ fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
                network: { loss: 0.05 }, expect: { recover_within: 10s } }\n",
     )
     .unwrap();
-    let out = driver(&[
-        "run",
-        matrix.to_str().unwrap(),
-        "--runs-dir",
-        runs.to_str().unwrap(),
-        "--no-progress",
-    ]);
+    // A PATH without iptables: this machine as one without a packet filter.
+    let no_tools = tmp.path().join("empty-path");
+    std::fs::create_dir(&no_tools).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_driver"))
+        .args([
+            "run",
+            matrix.to_str().unwrap(),
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--no-progress",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("DATABASE_URL")
+        .env_remove("TRITON_STRESS_LAUNCHER")
+        .env("PATH", &no_tools)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains(&format!(
-            "network.yaml:{lines}:93: faults[0].network.loss: fault lossy (network) cannot be injected: loss needs packets dropped by a packet filter"
+            "network.yaml:{lines}:93: faults[0].network.loss: fault lossy (network) cannot be injected: dropping packets takes iptables"
         )),
         "{stderr}"
     );

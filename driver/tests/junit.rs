@@ -59,6 +59,7 @@ fn report() -> Report {
         recover_within_s: 30.0,
         lost_requests: 28,
         sequences_cut: 15,
+        dropped_packets: None,
         clients: vec![],
         ok,
         reached,

@@ -132,17 +132,26 @@ pub struct InjectedWindow {
     pub addresses: Vec<String>,
     pub from_ms: i64,
     pub to_ms: i64,
+    /// When the server was back: READY again after a kill or restart, the end of a pause or
+    /// network fault (i64::MAX: not yet, or not known).
+    pub back_ms: i64,
 }
 
 impl InjectedWindow {
-    /// Whether `record` is the fault's: a failure on its server after the injection, of a test
-    /// that began before the recovery (a sequence begun before a restart fails after it).
-    pub fn owns(&self, record: &FailureRecord) -> bool {
+    /// Whether `record` (its client saw `kind`) is the fault's: a failure on its server after
+    /// the injection, of a test that began before the recovery (a sequence begun before a
+    /// restart fails after it) — except a wrong answer to a test begun once the server was
+    /// back: a fault cuts tests short, it does not make a served answer wrong, so that one is
+    /// the server's even before every client has recovered.
+    pub fn owns(&self, record: &FailureRecord, kind: ErrorKind) -> bool {
         let began = record
             .forensics
             .as_ref()
             .and_then(|f| f.test_started_ms)
             .unwrap_or(record.at_ms);
+        if kind == ErrorKind::WrongAnswer && began >= self.back_ms {
+            return false;
+        }
         self.addresses.contains(&record.server)
             && record.at_ms >= self.from_ms
             && began <= self.to_ms
@@ -172,7 +181,7 @@ fn evidence(class: FailureClass, why: impl Into<String>) -> Evidence {
 
 /// The class of `record`, whose client saw `kind`, in `context`.
 pub fn classify(record: &FailureRecord, kind: ErrorKind, context: &Context) -> Evidence {
-    if let Some(w) = context.injected.iter().find(|w| w.owns(record)) {
+    if let Some(w) = context.injected.iter().find(|w| w.owns(record, kind)) {
         return evidence(
             FailureClass::Injected,
             format!(
@@ -575,6 +584,7 @@ mod tests {
             addresses: vec!["127.0.0.1:8001".into()],
             from_ms: 9_000,
             to_ms: 12_000,
+            back_ms: 10_500,
         };
         let during = Context {
             server_ends: vec![],
@@ -585,11 +595,27 @@ mod tests {
         // A test begun before the recovery that fails after it (a sequence cut by a restart).
         let mut late = record.clone();
         late.at_ms = 20_000;
-        late.forensics.as_mut().unwrap().test_started_ms = Some(11_000);
+        late.forensics.as_mut().unwrap().test_started_ms = Some(10_000);
         assert_eq!(class_of(&late), FailureClass::Injected);
+        late.forensics.as_mut().unwrap().test_started_ms = Some(11_000);
+        assert_eq!(
+            classify(&late, ErrorKind::Unavailable, &during).class,
+            FailureClass::Injected
+        );
         // Begun after the recovery: a wrong answer after recovery is the server's.
         late.forensics.as_mut().unwrap().test_started_ms = Some(12_001);
         assert_eq!(class_of(&late), FailureClass::Server);
+        // Begun once the server was READY again, before every client had recovered: a wrong
+        // answer is the server's, a request that could not get through still the fault's.
+        late.at_ms = 10_900;
+        late.forensics.as_mut().unwrap().test_started_ms = Some(10_600);
+        assert_eq!(class_of(&late), FailureClass::Server);
+        assert_eq!(
+            classify(&late, ErrorKind::Unavailable, &during).class,
+            FailureClass::Injected
+        );
+        late.forensics.as_mut().unwrap().test_started_ms = Some(10_400);
+        assert_eq!(class_of(&late), FailureClass::Injected);
         // Before the injection, or on another server: not the fault's.
         let mut before = record.clone();
         before.at_ms = 8_999;

@@ -31,6 +31,9 @@ pub struct InjectedFault {
     /// When a killed or restarted server answered READY again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_at_ms: Option<i64>,
+    /// Packets a network fault's loss dropped, as the packet filter counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_packets: Option<u64>,
     pub duration_ms: i64,
     pub recover_within_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,6 +57,16 @@ impl InjectedFault {
         Some(self.recovery_from_ms()? + self.recover_within_ms)
     }
 
+    /// When its server was back: READY again after a kill or restart, the end of a lasting
+    /// fault (None: not yet).
+    pub fn back_ms(&self) -> Option<i64> {
+        if self.kind.lasts() {
+            self.ended_at_ms
+        } else {
+            self.ready_at_ms
+        }
+    }
+
     /// The failures it owns while the run goes: up to the end of its allowed recovery.
     pub fn live_window(&self) -> Option<InjectedWindow> {
         Some(InjectedWindow {
@@ -61,6 +74,7 @@ impl InjectedFault {
             addresses: self.addresses.clone(),
             from_ms: self.injected_at_ms?,
             to_ms: self.deadline_ms()?,
+            back_ms: self.back_ms().unwrap_or(i64::MAX),
         })
     }
 }
@@ -119,6 +133,9 @@ pub struct FaultOutcome {
     /// Tests its clients lost to it (each failed test lost at least its request).
     pub lost_requests: u64,
     pub sequences_cut: u64,
+    /// Packets a network fault's loss dropped (the packet filter's count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_packets: Option<u64>,
     pub clients: Vec<ClientRecovery>,
     /// Recovered within `recover_within`.
     pub ok: bool,
@@ -169,6 +186,7 @@ fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
         recover_within_s: f.recover_within_ms as f64 / 1000.0,
         lost_requests: 0,
         sequences_cut: 0,
+        dropped_packets: f.dropped_packets,
         clients: Vec::new(),
         ok: false,
         reached: true,
@@ -320,6 +338,7 @@ pub fn final_windows(
                 addresses: f.addresses.clone(),
                 from_ms: f.injected_at_ms?,
                 to_ms: o.recovered_at_ms.unwrap_or(run_end_ms),
+                back_ms: f.back_ms().unwrap_or(i64::MAX),
             })
         })
         .collect()
@@ -360,6 +379,7 @@ mod tests {
             injected_at_ms: Some(injected_at_ms),
             ended_at_ms: None,
             ready_at_ms,
+            dropped_packets: None,
             duration_ms: 0,
             recover_within_ms: within_ms,
             error: None,

@@ -140,7 +140,8 @@ impl Verdicts {
         self.context.injected = windows;
         let mut failing = Vec::new();
         for (member, record) in std::mem::take(&mut self.injected) {
-            if self.context.injected.iter().any(|w| w.owns(&record)) {
+            let kind = record.signature().error_kind;
+            if self.context.injected.iter().any(|w| w.owns(&record, kind)) {
                 self.injected.push((member, record));
                 continue;
             }
@@ -230,7 +231,7 @@ impl Verdicts {
                 error_kind: kind,
                 message: signature.message.clone(),
                 class,
-                evidence: why,
+                evidence: why.clone(),
                 count: 0,
                 first_at_ms: record.at_ms,
                 last_at_ms: record.at_ms,
@@ -252,11 +253,16 @@ impl Verdicts {
         if !entry.servers.contains(&record.server) {
             entry.servers.push(record.server.clone());
         }
-        // A later example that fails makes the signature fail (an earlier one was excused).
+        // A later example that fails makes the signature fail (an earlier one was excused): it
+        // becomes the signature's example, with its evidence, so the report's class, evidence
+        // and example agree.
         if entry.fails.is_none() && fails.is_some() {
             entry.fails = fails.clone();
             entry.status = status;
             entry.class = class;
+            entry.evidence = why;
+            entry.example_member = member.to_string();
+            entry.example = record;
             entry.known_issue = known.map(|k| k.issue.id.clone());
         }
         fails
@@ -518,6 +524,7 @@ mod tests {
             addresses: vec!["127.0.0.1:8001".into()],
             from_ms: 9_000,
             to_ms,
+            back_ms: i64::MAX,
         };
         let mut v = Verdicts::new(KnownIssues::default(), day("2026-11-27"));
         // While the run goes, the fault owns its server's failures up to its allowed recovery.
@@ -546,6 +553,13 @@ mod tests {
         let s = v.signatures();
         assert_eq!(s[0].count, 2, "counted once each");
         assert_eq!(s[0].status, Status::New);
+        // Its example and evidence are the failing record's, not the excused one's.
+        assert_eq!(s[0].example.at_ms, 25_000);
+        assert!(
+            !s[0].evidence.contains("injected fault"),
+            "{}",
+            s[0].evidence
+        );
         // A failure before any fault is named without the window note.
         let mut plain = Verdicts::new(KnownIssues::default(), day("2026-11-27"));
         let failing = plain.records(vec![(1, "clients-0".into(), reaper(10_000, true))]);

@@ -3,8 +3,9 @@
 //! `<run dir>/logs/<member>.log`; trace files to `<run dir>/traces/`.
 
 use super::diagnostics::{MemberDiagnostics, MemberEnd};
+use super::packet_filter::{LossRules, PacketLoss};
 use super::proxy::{FaultProxy, Shaping};
-use super::{LaunchError, Launcher, MemberExit, STORE_URL_ENV};
+use super::{FaultEnded, LaunchError, Launcher, MemberExit, STORE_URL_ENV};
 use crate::matrix::faults::{Fault, FaultKind, Injection};
 use crate::matrix::{ClientMember, ServerMember, ServerTemplate};
 use crate::plan::{ServerEndpoint, WorkerAssignment, worker_args};
@@ -44,6 +45,8 @@ pub struct LocalLauncher {
     proxied: BTreeSet<String>,
     /// Those servers' proxies, gRPC and HTTP, from the moment they are ready.
     proxies: BTreeMap<String, [FaultProxy; 2]>,
+    /// Servers whose clients' packets a network fault drops, each with its rules' guardian.
+    lossy: BTreeMap<String, PacketLoss>,
 }
 
 /// How long an injected graceful restart may take before the server is killed (Triton waits
@@ -82,6 +85,7 @@ impl LocalLauncher {
             paused: BTreeMap::new(),
             proxied: BTreeSet::new(),
             proxies: BTreeMap::new(),
+            lossy: BTreeMap::new(),
         }
     }
 
@@ -155,6 +159,13 @@ impl LocalLauncher {
             }
             let _ = guardian.start_kill();
             let _ = guardian.try_wait();
+        }
+    }
+
+    /// Ends every packet loss still in place (the run ends; the rules must not outlive it).
+    async fn end_losses(&mut self) {
+        for (_, loss) in std::mem::take(&mut self.lossy) {
+            loss.end().await;
         }
     }
 
@@ -434,6 +445,7 @@ impl Launcher for LocalLauncher {
 
     async fn stop_all(&mut self, grace: Duration) {
         self.resume_all();
+        self.end_losses().await;
         // The workers first (SIGTERM: they stop their load and flush their last records),
         // all signalled before any is waited for, on one deadline.
         for pid in self.clients.values().filter_map(|c| c.child.id()) {
@@ -476,6 +488,7 @@ impl Launcher for LocalLauncher {
     /// Stops the servers (after the clients), in parallel.
     async fn stop_servers(&mut self, grace: Duration) {
         self.resume_all();
+        self.end_losses().await;
         let stops = self
             .servers
             .iter_mut()
@@ -491,11 +504,10 @@ impl Launcher for LocalLauncher {
 
     fn can_inject(&self, fault: &Fault) -> Result<(), String> {
         match &fault.network {
-            Some(n) if n.loss.is_some() => Err(
-                "loss needs packets dropped by a packet filter (iptables -m statistic), which \
-                 the local launcher does not use; its proxy injects delay and jitter only"
-                    .into(),
-            ),
+            Some(n) if n.loss.is_some() => match super::packet_filter::unavailable() {
+                Some(missing) => Err(missing),
+                None => Ok(()),
+            },
             _ => Ok(()),
         }
     }
@@ -569,20 +581,42 @@ impl Launcher for LocalLauncher {
                     delay: network.delay.unwrap_or_default(),
                     jitter: network.jitter.unwrap_or_default(),
                 };
-                for p in proxies {
-                    p.shape(Some(shaping));
+                if let Some(loss) = network.loss {
+                    let ports = proxies
+                        .iter()
+                        .filter_map(|p| p.address().rsplit_once(':')?.1.parse().ok())
+                        .collect();
+                    let run = self
+                        .run_dir
+                        .file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy();
+                    let rules = LossRules::new(ports, loss, &format!("triton-stress {run} {name}"));
+                    let lossy = PacketLoss::start(rules, injection.duration)
+                        .await
+                        .map_err(member_err)?;
+                    self.lossy.insert(name.into(), lossy);
+                }
+                if shaping != Shaping::default() {
+                    for p in proxies {
+                        p.shape(Some(shaping));
+                    }
                 }
                 Ok(())
             }
         }
     }
 
-    async fn end_fault(&mut self, member: &str) -> Result<(), LaunchError> {
+    async fn end_fault(&mut self, member: &str) -> Result<FaultEnded, LaunchError> {
         for p in self.proxies.get(member).into_iter().flatten() {
             p.shape(None);
         }
+        let mut ended = FaultEnded::default();
+        if let Some(loss) = self.lossy.remove(member) {
+            ended.dropped_packets = loss.end().await;
+        }
         let Some(mut guardian) = self.paused.remove(member) else {
-            return Ok(());
+            return Ok(ended);
         };
         let resumed = match self.servers.get(member) {
             Some(s) => s.signal_group(nix::sys::signal::Signal::SIGCONT),
@@ -590,7 +624,7 @@ impl Launcher for LocalLauncher {
         };
         let _ = guardian.start_kill();
         let _ = guardian.wait().await;
-        resumed.map_err(|e| LaunchError::Member {
+        resumed.map(|()| ended).map_err(|e| LaunchError::Member {
             member: member.into(),
             reason: format!("SIGCONT: {e}"),
         })

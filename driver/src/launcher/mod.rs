@@ -6,6 +6,7 @@ pub mod external;
 pub mod kube;
 pub mod local;
 pub mod logs;
+pub mod packet_filter;
 pub mod proxy;
 
 pub use diagnostics::MemberDiagnostics;
@@ -82,6 +83,13 @@ pub enum LaunchError {
     Member { member: String, reason: String },
     #[error("{0}")]
     Setup(String),
+}
+
+/// What ending a lasting fault showed the launcher alone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FaultEnded {
+    /// Packets a network fault's loss dropped (the packet filter's count).
+    pub dropped_packets: Option<u64>,
 }
 
 #[async_trait::async_trait]
@@ -203,9 +211,9 @@ pub trait Launcher: Send {
     }
 
     /// Ends a lasting fault on `member` (a pause: the server runs on; a network fault: the
-    /// bytes flow as before).
-    async fn end_fault(&mut self, _member: &str) -> Result<(), LaunchError> {
-        Ok(())
+    /// bytes flow as before); says what the fault did that only the launcher saw.
+    async fn end_fault(&mut self, _member: &str) -> Result<FaultEnded, LaunchError> {
+        Ok(FaultEnded::default())
     }
 
     /// Whether a started member's process runs yet (a pod may still wait for a node or its

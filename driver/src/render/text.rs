@@ -550,7 +550,7 @@ fn render_faults(out: &mut String, faults: &[crate::judge::faults::FaultOutcome]
         let _ = writeln!(
             out,
             "{} {} {} of {}: {}\n  injected {}; first client error {}; {} {}; recovered {}\n  \
-             lost {} tests ({} sequences cut)",
+             lost {} tests ({} sequences cut){}",
             match (f.ok, f.reached) {
                 (true, _) => "OK  ",
                 (false, true) => "FAIL",
@@ -574,7 +574,10 @@ fn render_faults(out: &mut String, faults: &[crate::judge::faults::FaultOutcome]
             }),
             at(f.recovered_at_ms),
             f.lost_requests,
-            f.sequences_cut
+            f.sequences_cut,
+            f.dropped_packets
+                .map(|n| format!("; {n} packets dropped by its loss"))
+                .unwrap_or_default()
         );
         for c in &f.clients {
             let _ = writeln!(

@@ -73,6 +73,7 @@ impl FaultRunner {
                 planned_at_ms: started_ms + millis(i.at),
                 injected_at_ms: None,
                 ended_at_ms: None,
+                dropped_packets: None,
                 ready_at_ms: None,
                 duration_ms: millis(i.duration),
                 recover_within_ms: millis(i.recover_within),
@@ -126,12 +127,19 @@ impl FaultRunner {
             let result = launcher.end_fault(&fault.member).await;
             fault.ended_at_ms = Some(stress_common::now_ms());
             done.push(match result {
-                Ok(()) => format!(
-                    "fault {}: {} of {} ended",
-                    fault.name,
-                    fault.kind.as_str(),
-                    fault.member
-                ),
+                Ok(ended) => {
+                    fault.dropped_packets = ended.dropped_packets;
+                    format!(
+                        "fault {}: {} of {} ended{}",
+                        fault.name,
+                        fault.kind.as_str(),
+                        fault.member,
+                        ended
+                            .dropped_packets
+                            .map(|n| format!(" ({n} packets dropped)"))
+                            .unwrap_or_default()
+                    )
+                }
                 Err(e) => {
                     fault.error = Some(e.to_string());
                     format!("fault {}: could not end: {e}", fault.name)
@@ -195,8 +203,9 @@ impl FaultRunner {
     pub(super) async fn finish(&mut self, launcher: &mut dyn Launcher) {
         for (index, _) in std::mem::take(&mut self.open) {
             let fault = &mut self.log.faults[index];
-            if let Err(e) = launcher.end_fault(&fault.member).await {
-                fault.error = Some(e.to_string());
+            match launcher.end_fault(&fault.member).await {
+                Ok(ended) => fault.dropped_packets = ended.dropped_packets,
+                Err(e) => fault.error = Some(e.to_string()),
             }
             fault.ended_at_ms = Some(stress_common::now_ms());
         }

@@ -198,6 +198,8 @@ impl Driver<'_> {
                 Wake::Tick => {
                     if let Some(runner) = &mut faults {
                         runner.collect_ready().await;
+                        // A server READY again: its wrong answers are its own from then on.
+                        self.verdicts.injected(runner.live_windows());
                         // A server started again after a kill or restart is a new process.
                         for member in sampler.members() {
                             sampler
