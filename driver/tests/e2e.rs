@@ -3402,7 +3402,7 @@ async fn a_wrong_answer_after_the_recovery_fails_the_run() {
     let _one_run = RUN_LOCK.lock().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    // A copy: the twin writes its first server's pid into its model directory.
+    // A repository of the twin alone (the server starts in seconds).
     let repo = tmp.path().join("repo");
     let twin = repo.join("add_sub_wrong_after_restart");
     std::fs::create_dir_all(twin.join("1")).unwrap();
@@ -3453,6 +3453,9 @@ async fn a_wrong_answer_after_the_recovery_fails_the_run() {
         .expect("the wrong answers' signature");
     assert_eq!(wrong["class"], "server", "{wrong:#}");
     assert!(wrong["fails"].is_string(), "{wrong:#}");
+    // Right in its first life: no wrong answer before the kill.
+    let injected = crash["injected_at_ms"].as_i64().unwrap();
+    assert!(wrong["first_at_ms"].as_i64() > Some(injected), "{wrong:#}");
 }
 
 /// A network fault (issue 30): the local launcher puts a TCP proxy between the server and its

@@ -1,19 +1,36 @@
 """FAULTY add_sub: right in its first server process, OUTPUT1 = INPUT0 + INPUT1 in any later
-one (a server that comes back from a kill or restart serving wrong answers).
+one started by the same parent (a server that comes back from a kill or restart serving wrong
+answers).
 
-The first server to load it writes its pid to `first_server_pid` in the model's directory; a
-server with another pid is a later one. A read-only model directory leaves it always right.
+The first server to load it, per model directory and per the process that started the server
+(the driver), writes its pid to a marker file in the temporary directory; a server with another
+pid is a later one. A new driver run, or a new container, starts from a first life again.
 """
 
+import hashlib
 import os
+import tempfile
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
+def _parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # pid (comm) state ppid ...: comm may hold spaces, so split after its ')'.
+            return f.read().rsplit(")", 1)[1].split()[1]
+    except (OSError, IndexError):
+        return "unknown"
+
+
 def _first_life(model_dir):
-    marker = os.path.join(model_dir, "first_server_pid")
     server = str(os.getppid())
+    key = hashlib.sha256(model_dir.encode()).hexdigest()[:16]
+    marker = os.path.join(
+        tempfile.gettempdir(),
+        f"add_sub_wrong_after_restart-{key}-{_parent_of(server)}",
+    )
     try:
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         with os.fdopen(fd, "w") as f:
