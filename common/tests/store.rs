@@ -441,6 +441,23 @@ async fn story(url: &str, fresh: bool) {
         store.signature_counts(&run_id).await.unwrap(),
         [("client-0".to_string(), signature(9))]
     );
+    // A snapshot older than the stored one (a write a paused store commits late) takes
+    // nothing back: the counts, the latest sample and the heartbeat read below are t0 + 2000's.
+    c0.snapshot(&WorkerSnapshot {
+        at_ms: t0 + 1200,
+        total_requests: 100,
+        qps: 1.0,
+        scenarios: vec![counts_a1.clone()],
+        models: vec![model_a1.clone()],
+        signatures: vec![signature(7)],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        store.signature_counts(&run_id).await.unwrap(),
+        [("client-0".to_string(), signature(9))]
+    );
     c1.snapshot(&WorkerSnapshot {
         at_ms: t0 + 1500,
         total_requests: 0,

@@ -7,6 +7,10 @@ ctx=${1:?usage: prepare.sh CONTEXT_DIR}
 REPO_ROOT=${REPO_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 target="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 
-(cd "$REPO_ROOT" && cargo build --release -p driver -p worker)
-cp "$target/release/driver" "$ctx/driver"
+# TRITON_STRESS_IMAGE_PROFILE: the binaries' cargo profile (default release; CI builds its test
+# images from the dev profile, see .ci/run).
+profile="${TRITON_STRESS_IMAGE_PROFILE:-release}"
+case "$profile" in dev) profile_dir=debug ;; *) profile_dir=$profile ;; esac
+(cd "$REPO_ROOT" && cargo build --profile "$profile" -p driver -p worker)
+cp "$target/$profile_dir/driver" "$ctx/driver"
 cp -rL "$REPO_ROOT/test-matrices" "$ctx/matrices"

@@ -11,8 +11,12 @@ REPO_ROOT=${REPO_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 LOCAL="${TRITON_STRESS_LOCAL:-$REPO_ROOT/.local}"
 target="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 
-(cd "$REPO_ROOT" && cargo build --release -p driver -p worker)
-cp "$target/release/worker" "$ctx/worker"
+# TRITON_STRESS_IMAGE_PROFILE: the binaries' cargo profile (default release; CI builds its test
+# images from the dev profile, see .ci/run).
+profile="${TRITON_STRESS_IMAGE_PROFILE:-release}"
+case "$profile" in dev) profile_dir=debug ;; *) profile_dir=$profile ;; esac
+(cd "$REPO_ROOT" && cargo build --profile "$profile" -p driver -p worker)
+cp "$target/$profile_dir/worker" "$ctx/worker"
 
 "$REPO_ROOT/scripts/install-tritonserver.sh"
 sites=("$LOCAL"/venv/lib/python3*/site-packages); site=${sites[0]}

@@ -169,7 +169,8 @@ impl Store {
 
     pub(super) const HEARTBEAT: &str =
         "INSERT INTO heartbeats (run_id, member_id, at_ms) VALUES ($1, $2, $3)
-                             ON CONFLICT (run_id, member_id) DO UPDATE SET at_ms = excluded.at_ms";
+                             ON CONFLICT (run_id, member_id) DO UPDATE SET at_ms = excluded.at_ms
+                             WHERE heartbeats.at_ms <= excluded.at_ms";
 
     /// Sets the member's last heartbeat.
     pub async fn heartbeat(

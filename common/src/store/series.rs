@@ -10,7 +10,9 @@ impl Store {
     /// In one transaction: replaces the member's latest QPS sample (and appends it to the
     /// series when `snapshot.series_point`), replaces its cumulative per-scenario counts,
     /// appends the latency intervals it closes and the outages it carries, and sets its
-    /// heartbeat (all at `snapshot.at_ms`, or now when that is 0).
+    /// heartbeat (all at `snapshot.at_ms`, or now when that is 0). What it replaces is never
+    /// taken back in time: a snapshot older than the one stored leaves it (a write delayed past
+    /// a newer one, as one a paused store commits on resuming after its client gave up on it).
     pub async fn record_snapshot(
         &self,
         run_id: &RunId,
@@ -34,7 +36,8 @@ impl Store {
              VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (run_id, member_id) DO UPDATE SET
                  at_ms = excluded.at_ms, qps = excluded.qps,
-                 total_requests = excluded.total_requests";
+                 total_requests = excluded.total_requests
+             WHERE latest_qps.at_ms <= excluded.at_ms";
         let statements: &[&'static str] = if snapshot.series_point {
             &[SERIES, LATEST]
         } else {
@@ -67,7 +70,8 @@ impl Store {
                      skipped = excluded.skipped,
                      latency_histogram = excluded.latency_histogram,
                      updated_at_ms = excluded.updated_at_ms,
-                     send_lateness_histogram = excluded.send_lateness_histogram",
+                     send_lateness_histogram = excluded.send_lateness_histogram
+                 WHERE scenario_counts.updated_at_ms <= excluded.updated_at_ms",
             )
             .bind(run_id.as_str())
             .bind(member_id.as_str())
@@ -100,7 +104,8 @@ impl Store {
                      latency_histogram = excluded.latency_histogram,
                      stream = excluded.stream,
                      updated_at_ms = excluded.updated_at_ms,
-                     uncounted_runs = excluded.uncounted_runs",
+                     uncounted_runs = excluded.uncounted_runs
+                 WHERE model_counts.updated_at_ms <= excluded.updated_at_ms",
             )
             .bind(run_id.as_str())
             .bind(member_id.as_str())
@@ -168,7 +173,8 @@ impl Store {
                  VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (run_id, member_id, signature_id) DO UPDATE SET
                      count = excluded.count, first_at_ms = excluded.first_at_ms,
-                     last_at_ms = excluded.last_at_ms",
+                     last_at_ms = excluded.last_at_ms
+                 WHERE signature_counts.count <= excluded.count",
             )
             .bind(run_id.as_str())
             .bind(member_id.as_str())

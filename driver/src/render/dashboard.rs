@@ -252,7 +252,8 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
     }
     out.push_str("</div>\n<h2>Over the runs</h2><div class=\"plots-row\">\n");
     let at = |i: usize| i as f64 + 1.0;
-    let bands: Vec<Band> = baseline_band(&finished).into_iter().collect();
+    let mut bands: Vec<Band> = baseline_band(&finished).into_iter().collect();
+    bands.extend(fault_bands(&finished));
     let plot = |out: &mut String, id, title, y_label, series: Vec<Series>, no_data: &str| {
         let chart = Chart {
             id,
@@ -357,14 +358,37 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
             "no capacity answer",
         );
     }
+    if finished.iter().any(|r| r.sweep.is_some()) {
+        plot(
+            &mut out,
+            "history-sweep",
+            "Sweep: the best variant's capacity per run",
+            "max QPS",
+            named(&|r| {
+                r.sweep
+                    .iter()
+                    .filter_map(|s| Some((s.server_group.clone(), s.best_qps?)))
+                    .collect()
+            }),
+            "no sweep found a variant that met its target",
+        );
+    }
     out.push_str("</div>\n");
-    if let Some(band) = bands.first() {
+    if let Some(band) = bands.iter().find(|b| b.baseline) {
         let _ = writeln!(
             out,
             "<p class=\"muted\">Shaded blue: {}.</p>",
             esc(&band.label)
         );
     }
+    if bands.iter().any(|b| !b.baseline) {
+        out.push_str(
+            "<p class=\"muted\">Shaded red: runs that injected faults on purpose (hover for \
+             each fault and its verdict); their failures inside a fault's window did not \
+             count against them.</p>\n",
+        );
+    }
+    sweep_table(&mut out, &finished);
     out.push_str("<h2>Failure signatures</h2>\n");
     signature_table(&mut out, &oldest_first);
     out.push_str("<h2>Runs</h2>\n");
@@ -397,6 +421,75 @@ fn baseline_band(finished: &[&RunSummary]) -> Option<Band> {
         to: to + 0.5,
         baseline: true,
     })
+}
+
+/// Each finished run that injected faults, shaded over its x (run i at x = i + 1, oldest
+/// first), its faults and their verdicts in the band's title.
+fn fault_bands(finished: &[&RunSummary]) -> Vec<Band> {
+    finished
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.faults.is_empty())
+        .map(|(i, r)| {
+            let faults: Vec<String> = r
+                .faults
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{} ({} of {}): {}",
+                        f.name,
+                        f.kind,
+                        f.target,
+                        match (f.ok, f.recovery_s) {
+                            (true, Some(s)) => format!("recovered in {s:.1} s"),
+                            (true, None) => "recovered".to_string(),
+                            (false, _) => "FAILED".to_string(),
+                        }
+                    )
+                })
+                .collect();
+            let x = i as f64 + 1.0;
+            Band {
+                label: format!("{}: {}", r.run_id, faults.join("; ")),
+                from: x - 0.4,
+                to: x + 0.4,
+                baseline: false,
+            }
+        })
+        .collect()
+}
+
+/// The runs that swept configurations: each one's best variant, newest first.
+fn sweep_table(out: &mut String, finished: &[&RunSummary]) {
+    let swept: Vec<&&RunSummary> = finished
+        .iter()
+        .rev()
+        .filter(|r| r.sweep.is_some())
+        .collect();
+    if swept.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h2>Sweep answers</h2>\n<table id=\"sweeps\"><tr><th>run</th><th>server group</th>\
+         <th>best variant</th><th>max QPS</th><th>variants measured</th></tr>\n",
+    );
+    for r in swept {
+        let Some(s) = &r.sweep else { continue };
+        let _ = writeln!(
+            out,
+            "<tr><td><a href=\"/runs/{}\">{}</a></td><td>{}</td><td>{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{} of {}</td></tr>",
+            esc(&percent(&r.run_id)),
+            esc(&r.run_id),
+            esc(&s.server_group),
+            esc(s.best.as_deref().unwrap_or("none met the target")),
+            s.best_qps
+                .map_or_else(|| "—".to_string(), |q| format!("{q:.1}")),
+            s.measured,
+            s.grid_size
+        );
+    }
+    out.push_str("</table>\n");
 }
 
 /// Every signature the runs judged: first and last seen, in how many runs, and its status in
@@ -863,6 +956,64 @@ mod tests {
         let none = matrix_page("soak", &[run("x", "soak", "PASS")]);
         assert!(none.contains("No failure signature"));
         assert!(!none.contains("band baseline") && !none.contains("history-capacity"));
+        assert!(!none.contains("class=\"band\"") && !none.contains("Shaded red"));
+        assert!(!none.contains("history-sweep") && !none.contains("Sweep answers"));
+    }
+
+    #[test]
+    fn a_matrix_history_shades_runs_with_faults_and_plots_sweep_answers() {
+        use crate::report::summary::{FaultPoint, SweepPoint};
+        let mut plain = run("soak-1", "soak", "PASS");
+        plain.started_at_ms -= 86_400_000;
+        let mut faulted = run("soak-2", "soak", "FAIL");
+        faulted.faults = vec![
+            FaultPoint {
+                name: "crash".into(),
+                kind: "kill".into(),
+                target: "triton-0".into(),
+                ok: true,
+                recovery_s: Some(3.3),
+            },
+            FaultPoint {
+                name: "<slow>".into(),
+                kind: "network".into(),
+                target: "triton-0".into(),
+                ok: false,
+                recovery_s: None,
+            },
+        ];
+        faulted.sweep = Some(SweepPoint {
+            server_group: "triton".into(),
+            best: Some("models.add_sub.instance_group[0].count=2".into()),
+            best_qps: Some(812.5),
+            measured: 3,
+            grid_size: 4,
+        });
+        let page = matrix_page("soak", &[faulted, plain]);
+        // One red band per plot drawn, over the second run (x = 2) only.
+        let drawn = page.matches("<svg viewBox").count();
+        assert!(drawn >= 5, "{page}");
+        assert_eq!(
+            page.matches("<rect class=\"band\"").count(),
+            drawn,
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                "<title>soak-2: crash (kill of triton-0): recovered in 3.3 s; &lt;slow&gt; \
+                 (network of triton-0): FAILED</title>"
+            ),
+            "{page}"
+        );
+        assert!(page.contains("Shaded red: runs that injected faults"));
+        assert!(page.contains("data-plot=\"history-sweep\""), "{page}");
+        let table = &page[page.find("id=\"sweeps\"").expect("the sweep table")..];
+        assert!(
+            table.contains("models.add_sub.instance_group[0].count=2")
+                && table.contains(">812.5<")
+                && table.contains(">3 of 4<"),
+            "{table}"
+        );
     }
 
     #[test]

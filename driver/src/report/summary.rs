@@ -52,6 +52,37 @@ pub struct RunSummary {
     /// The runs this one was compared with (its baseline window), newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub baseline_window: Vec<String>,
+    /// The faults it injected on purpose, each with its verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultPoint>,
+    /// A sweep's answer: its best variant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepPoint>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultPoint {
+    pub name: String,
+    pub kind: String,
+    pub target: String,
+    /// Recovered in time (false also for one the run never reached).
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    pub server_group: String,
+    /// The best variant's parameters, `PATH=VALUE` joined by `, ` (None: no variant met the
+    /// target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<String>,
+    /// Its capacity: the confirming run's when it was confirmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_qps: Option<f64>,
+    pub measured: usize,
+    pub grid_size: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -183,6 +214,36 @@ impl RunSummary {
                 .as_ref()
                 .map(|b| b.window.clone())
                 .unwrap_or_default(),
+            faults: report
+                .faults
+                .iter()
+                .map(|f| FaultPoint {
+                    name: f.name.clone(),
+                    kind: f.kind.as_str().into(),
+                    target: f.target.clone(),
+                    ok: f.ok,
+                    recovery_s: f.recovery_s,
+                })
+                .collect(),
+            sweep: report.sweep.as_ref().map(|s| SweepPoint {
+                server_group: s.server_group.clone(),
+                best: s.best.as_ref().map(|b| {
+                    b.parameters
+                        .iter()
+                        .map(|(path, value)| match value {
+                            serde_json::Value::String(text) => format!("{path}={text}"),
+                            other => format!("{path}={other}"),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }),
+                best_qps: s
+                    .best
+                    .as_ref()
+                    .map(|b| b.confirmed_qps.unwrap_or(b.max_qps)),
+                measured: s.measured,
+                grid_size: s.grid_size,
+            }),
         }
     }
 }
