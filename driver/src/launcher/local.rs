@@ -594,7 +594,7 @@ impl Launcher for LocalLauncher {
                     let rules = LossRules::new(ports, loss, &format!("triton-stress {run} {name}"));
                     let lossy = PacketLoss::start(rules, injection.duration)
                         .await
-                        .map_err(member_err)?;
+                        .map_err(|e| member_err(e.to_string()))?;
                     self.lossy.insert(name.into(), lossy);
                 }
                 if shaping != Shaping::default() {

@@ -137,20 +137,31 @@ pub fn unavailable() -> Option<String> {
     }
 }
 
-async fn iptables(args: &[String]) -> Result<String, String> {
+/// Why packet loss could not be put in place.
+#[derive(Debug, thiserror::Error)]
+pub enum LossError {
+    #[error("iptables {command}: {why}")]
+    Iptables { command: String, why: String },
+    #[error("the packet filter rules' guardian did not start: {0}")]
+    Guardian(String),
+}
+
+async fn iptables(args: &[String]) -> Result<String, LossError> {
+    let failed = |why: String| LossError::Iptables {
+        command: args.join(" "),
+        why,
+    };
     let out = Command::new("iptables")
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
         .await
-        .map_err(|e| format!("iptables: {e}"))?;
+        .map_err(|e| failed(e.to_string()))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(format!(
-            "iptables {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
+        Err(failed(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
         ))
     }
 }
@@ -166,7 +177,7 @@ impl PacketLoss {
     /// latest, then inserts them (none stays when one fails). The guardian is armed (its trap
     /// set) before the first rule exists: a SIGTERM any time after finds rules to delete, never
     /// a shell that dies of it with the rules left in place.
-    pub async fn start(rules: LossRules, lasting: Duration) -> Result<Self, String> {
+    pub async fn start(rules: LossRules, lasting: Duration) -> Result<Self, LossError> {
         let ticks = (lasting + GUARD_SLACK).as_millis() / 100;
         // `sh -c SCRIPT TICKS DELETE`: short sleeps, so the trap runs within 0.1 s.
         let script = "trap 'eval \"$1\"; exit 0' TERM; echo armed; i=0; \
@@ -177,7 +188,7 @@ impl PacketLoss {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .map_err(|e| format!("no guardian for the packet filter rules: {e}"))?;
+            .map_err(|e| LossError::Guardian(e.to_string()))?;
         let mut armed = String::new();
         let mut stdout = tokio::io::BufReader::new(guardian.stdout.take().expect("piped"));
         let read = tokio::io::AsyncBufReadExt::read_line(&mut stdout, &mut armed);
@@ -186,7 +197,10 @@ impl PacketLoss {
             Ok(Ok(_))
         ) || armed.trim() != "armed"
         {
-            return Err("the packet filter rules' guardian did not start".into());
+            return Err(LossError::Guardian(format!(
+                "it said {:?} instead of \"armed\" within 5 s",
+                armed.trim()
+            )));
         }
         let loss = PacketLoss { rules, guardian };
         for args in loss.rules.commands("-I") {
