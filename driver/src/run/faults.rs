@@ -336,16 +336,16 @@ pub fn uninjectable(
     let mut refused = Vec::new();
     for (index, f) in matrix.faults.iter().enumerate() {
         if let Err(why) = can_inject(f) {
+            // Named by its loss when the same fault without it could be injected.
+            let mut lossless = f.clone();
+            let had_loss = lossless
+                .network
+                .as_mut()
+                .is_some_and(|n| n.loss.take().is_some());
+            let loss_alone = had_loss && can_inject(&lossless).is_ok();
             refused.push(format!(
                 "{}: fault {} ({}) cannot be injected: {why}",
-                matrix.locate_fault(
-                    index,
-                    if f.network.as_ref().is_some_and(|n| n.loss.is_some()) {
-                        "network.loss"
-                    } else {
-                        "kind"
-                    }
-                ),
+                matrix.locate_fault(index, if loss_alone { "network.loss" } else { "kind" }),
                 f.name,
                 f.kind.as_str()
             ));
