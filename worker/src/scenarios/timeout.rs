@@ -61,14 +61,22 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         "a deadline exceeded after {:?} (model delay {:?})",
         env.settings.timeout_deadline, env.settings.timeout_delay
     );
+    let sent = std::time::Instant::now();
     match env.infer(&request).await {
         Err(ClientError::DeadlineExceeded(_)) => {}
         Err(other) => return Outcome::Failed(Failure::client(&model, expected, &other)),
+        // An answer seen only after the deadline: the server kept the delay, and this worker
+        // was too busy to fire its own deadline first (a timeout polls the call before its
+        // timer). As a client with that deadline would, it had given up: no server fault.
+        Ok(_) if answered_after_the_deadline(sent.elapsed(), env.settings.timeout_deadline) => {}
         Ok(_) => {
             return Outcome::Failed(Failure::new(
                 &model,
                 expected,
-                "a response before the deadline",
+                format!(
+                    "a response {} ms after the request, before the deadline",
+                    sent.elapsed().as_millis()
+                ),
             ));
         }
     }
@@ -78,5 +86,41 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     match check_identity(env, &model, &values).await {
         Ok(()) => Outcome::Passed,
         Err(f) => Outcome::Failed(f),
+    }
+}
+
+/// Whether an answer that took `elapsed` came after the request's `deadline` (so only a late
+/// timer of the client let it through), rather than before it (the server skipped its delay).
+fn answered_after_the_deadline(
+    elapsed: std::time::Duration,
+    deadline: std::time::Duration,
+) -> bool {
+    elapsed >= deadline
+}
+
+#[cfg(test)]
+mod tests {
+    use super::answered_after_the_deadline;
+    use std::time::Duration;
+
+    #[test]
+    fn only_an_answer_before_the_deadline_is_the_server_s_fault() {
+        let deadline = Duration::from_millis(100);
+        assert!(!answered_after_the_deadline(
+            Duration::from_millis(3),
+            deadline
+        ));
+        assert!(!answered_after_the_deadline(
+            Duration::from_millis(99),
+            deadline
+        ));
+        assert!(answered_after_the_deadline(
+            Duration::from_millis(100),
+            deadline
+        ));
+        assert!(answered_after_the_deadline(
+            Duration::from_millis(340),
+            deadline
+        ));
     }
 }
