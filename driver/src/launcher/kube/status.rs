@@ -23,6 +23,13 @@ const FATAL_WAITING: &[&str] = &[
     "CrashLoopBackOff",
 ];
 
+/// Whether a waiting container's message is the kubelet's own slowness, which it retries
+/// (a secret or config map cache not synced in time, seen on a loaded node): the member has
+/// not failed; the pending timeout still bounds it.
+fn kubelet_retries(message: &str) -> bool {
+    message.contains("failed to sync") && message.contains("timed out waiting for the condition")
+}
+
 /// Whether a pod's state means its member has ended or failed, and why: a container that
 /// terminated or restarted, a waiting reason that does not heal, a Failed or Succeeded pod, a
 /// pod deleted, or one Pending longer than `pending_timeout`.
@@ -86,6 +93,7 @@ pub fn pod_exit(
         }
         if let Some(w) = c.state.as_ref().and_then(|s| s.waiting.as_ref())
             && let Some(reason) = w.reason.as_deref().filter(|r| FATAL_WAITING.contains(r))
+            && !kubelet_retries(w.message.as_deref().unwrap_or(""))
         {
             return exit(
                 None,
@@ -303,6 +311,14 @@ pub fn pod_summary(pod: &Pod) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_cache_the_kubelet_did_not_sync_in_time_is_not_a_failure() {
+        assert!(super::kubelet_retries(
+            "failed to sync secret cache: timed out waiting for the condition"
+        ));
+        assert!(!super::kubelet_retries("secret \"store\" not found"));
+    }
+
     use super::*;
 
     fn pod(name: &str, status: serde_json::Value) -> Seen {
