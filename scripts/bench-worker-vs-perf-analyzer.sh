@@ -70,30 +70,14 @@ for _ in $(seq 1 240); do
 done
 [ "$ready" -eq 1 ] || { tail -20 "$TMP/server.log" >&2; fail "model $MODEL not ready after 120 s"; }
 
-# Successful inferences of the model, as counted by the server.
-server_count() {
-    curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" |
-        awk -v m="model=\"$MODEL\"" '/^nv_inference_request_success\{/ && index($0, m) { s += $NF } END { printf "%d\n", s }'
-}
-
-# run_client NAME TAG CMD...: runs CMD under a getrusage wrapper, appends one result line
+# run_client NAME TAG CMD...: runs CMD measured, appends one result line
 # "NAME TAG wall_s user_s sys_s rc server_requests" to $TMP/results (TAG: c<conc>.<round>).
 run_client() {
     local name="$1" tag="$2"; shift 2
     local before after
-    before="$(server_count)" || fail "cannot read the server's metrics"
-    python3 -c '
-import resource, subprocess, sys, time
-out, cmd = sys.argv[1], sys.argv[2:]
-t = time.monotonic()
-with open(out + ".log", "w") as log:
-    rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
-wall = time.monotonic() - t
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-with open(out, "w") as f:
-    print(f"{wall:.3f} {r.ru_utime:.3f} {r.ru_stime:.3f} {rc}", file=f)
-' "$TMP/$name.$tag" "$@"
-    after="$(server_count)" || fail "cannot read the server's metrics"
+    before="$(server_count "$MODEL")" || fail "cannot read the server's metrics"
+    measured "$TMP/$name.$tag" "$@"
+    after="$(server_count "$MODEL")" || fail "cannot read the server's metrics"
     echo "$name $tag $(cat "$TMP/$name.$tag") $((after - before))" >>"$TMP/results"
 }
 

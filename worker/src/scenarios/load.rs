@@ -159,7 +159,9 @@ pub async fn drive(
                 .send_times(&load.mode)
                 .ok_or_else(|| Failure::new(&env.model, "the open loop's schedule", "none"))?;
             let sent = std::sync::atomic::AtomicU64::new(0);
-            let send = |i: u64, intended: tokio::time::Instant, call: Option<SentCall>| {
+            let send = |i: u64,
+                        intended: tokio::time::Instant,
+                        call: Option<super::PacerCall<SentCall>>| {
                 let idx = (i % prepared.len() as u64) as usize;
                 sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 async move {

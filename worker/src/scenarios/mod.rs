@@ -6,7 +6,9 @@ pub mod crashing;
 pub mod image;
 pub mod infer;
 pub mod load;
+mod pacer;
 pub mod perf_analyzer;
+pub use pacer::{Pacer, PacerCall, Tick};
 pub mod sequence;
 pub mod timeout;
 
@@ -297,9 +299,10 @@ pub struct OpenLoop<P> {
     /// No send at or after this.
     pub until: Option<Instant>,
     /// Sends request `i` at once, called on the [`Pacer`]'s thread at its intended time: such
-    /// a send skips the runtime's wake-up, the larger part of an open loop's lateness. It
-    /// returns the call on the wire, or None when the request cannot leave at once (`send`
-    /// then sends it from the runtime).
+    /// a send skips the runtime's wake-up, the larger part of an open loop's lateness and of
+    /// its CPU. It returns the call on the wire (the pacer polls it once, so that its answer
+    /// wakes the loop), or None when the request cannot leave at once (`send` then sends it
+    /// from the runtime).
     pub send_now: Option<SendNow<P>>,
 }
 
@@ -325,11 +328,12 @@ pub async fn open_loop<P, T, F>(
     changed: impl Fn() -> bool,
     cancel: &CancellationToken,
     tally: impl Fn(Tally),
-    mut send: impl FnMut(u64, tokio::time::Instant, Option<P>) -> F,
+    mut send: impl FnMut(u64, tokio::time::Instant, Option<PacerCall<P>>) -> F,
     mut finish: impl FnMut(T) -> Result<(), Failure>,
 ) -> Result<(), Failure>
 where
-    P: Send + 'static,
+    P: std::future::Future + Unpin + Send + 'static,
+    P::Output: Send + 'static,
     F: std::future::Future<Output = T>,
 {
     use futures::StreamExt;
@@ -408,129 +412,6 @@ pub const CANCEL_DRAIN: Duration = Duration::from_secs(1);
 
 /// How often an open loop asks whether its load changed between sends.
 const CHANGE_CHECK: Duration = Duration::from_millis(100);
-
-/// Intended send times kept to the microsecond: a thread sleeps until each (with the
-/// kernel's timer slack cut from 50 µs to 1 µs), sends the request there when it can
-/// ([`OpenLoop::send_now`]) and hands the tick to the runtime, whose own timer rounds to a
-/// millisecond. At most [`PACER_QUEUE`] ticks wait to be taken: a runtime that falls behind
-/// stops the pacer, and the sends it then makes are late (and counted so).
-pub struct Pacer<P> {
-    ticks: tokio::sync::mpsc::Receiver<Tick<P>>,
-    stop: Arc<AtomicBool>,
-}
-
-/// One send of an open loop.
-pub struct Tick<P> {
-    pub index: u64,
-    pub intended: Instant,
-    /// The call the pacer sent, and when it began to leave.
-    pub sent: Option<(P, Instant)>,
-}
-
-/// Send times a pacer hands over ahead of the runtime taking them.
-const PACER_QUEUE: usize = 64;
-
-impl<P: Send + 'static> Pacer<P> {
-    /// Starts pacing `schedule` from `start`.
-    pub fn start(schedule: OpenLoop<P>, start: Instant) -> Self {
-        let (tx, ticks) = tokio::sync::mpsc::channel(PACER_QUEUE);
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        let OpenLoop {
-            times,
-            until,
-            mut send_now,
-        } = schedule;
-        let pace = move || {
-            precise_timer_slack();
-            for (index, offset) in (0u64..).zip(times) {
-                let Some(intended) = start.checked_add(offset) else {
-                    break;
-                };
-                if until.is_some_and(|u| intended >= u) || !sleep_until(intended, &stopped) {
-                    break;
-                }
-                // Lateness counts to the start of the send, as at the runtime's pickup.
-                let leaving = Instant::now();
-                let sent = send_now
-                    .as_mut()
-                    .and_then(|send| send(index))
-                    .map(|call| (call, leaving));
-                let tick = Tick {
-                    index,
-                    intended,
-                    sent,
-                };
-                if tx.blocking_send(tick).is_err() {
-                    break;
-                }
-            }
-        };
-        if let Err(e) = std::thread::Builder::new().name("pacer".into()).spawn(pace) {
-            // No thread: the receiver sees a closed channel and the loop sends nothing.
-            tracing::error!("cannot start the open loop's pacer thread: {e}");
-        }
-        Self { ticks, stop }
-    }
-
-    /// The next send (None: the schedule is over).
-    pub async fn next(&mut self) -> Option<Tick<P>> {
-        self.ticks.recv().await
-    }
-
-    /// Stops the pacer; the ticks it still handed over (their requests may be on the wire).
-    /// Returns within one [`PACER_SLICE`].
-    pub async fn stop(mut self) -> Vec<Tick<P>> {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut rest = Vec::new();
-        while let Some(tick) = self.ticks.recv().await {
-            rest.push(tick);
-        }
-        rest
-    }
-}
-
-impl<P> Drop for Pacer<P> {
-    fn drop(&mut self) {
-        // The thread sees either flag within one sleep slice and ends; nothing waits for it.
-        self.stop.store(true, Ordering::Relaxed);
-        self.ticks.close();
-    }
-}
-
-/// Sleeps until `deadline` in slices, so a stop is seen within [`PACER_SLICE`], and spins
-/// its last [`PACER_SPIN`]: a sleeping thread wakes 25–50 µs late (more on a busy machine),
-/// a spinning one within a few. False if stopped.
-fn sleep_until(deadline: std::time::Instant, stop: &AtomicBool) -> bool {
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return false;
-        }
-        let now = std::time::Instant::now();
-        if now >= deadline {
-            return true;
-        }
-        match (deadline - now).checked_sub(PACER_SPIN) {
-            Some(rest) if !rest.is_zero() => std::thread::sleep(rest.min(PACER_SLICE)),
-            _ => std::hint::spin_loop(),
-        }
-    }
-}
-
-/// How long before a send the pacer stops sleeping and spins: at most this much CPU per
-/// send (5% of a core at 1000 sends per second), for sends within microseconds of their time.
-const PACER_SPIN: Duration = Duration::from_micros(50);
-
-const PACER_SLICE: Duration = Duration::from_millis(20);
-
-/// Asks the kernel to wake this thread within 1 µs of its sleeps' ends (the default slack of
-/// 50 µs would be the pacer's error); best effort.
-fn precise_timer_slack() {
-    #[cfg(target_os = "linux")]
-    if let Err(e) = nix::sys::prctl::set_timerslack(1000) {
-        tracing::debug!("the pacer keeps the default timer slack: {e}");
-    }
-}
 
 /// Open loop: more requests in flight than this and the client waits.
 pub const MAX_IN_FLIGHT: usize = 4096;
@@ -803,14 +684,14 @@ mod tests {
         let finished = Mutex::new(Vec::new());
         let late = Mutex::new(0usize);
         let on_wire = Arc::new(Mutex::new(Vec::new()));
-        let send_now = pacer_sends.map(|picks| -> SendNow<u64> {
+        let send_now = pacer_sends.map(|picks| -> SendNow<std::future::Ready<u64>> {
             let on_wire = on_wire.clone();
             Box::new(move |i| {
                 let send = picks(i);
                 if send {
                     on_wire.lock().unwrap().push(i);
                 }
-                send.then_some(i)
+                send.then(|| std::future::ready(i))
             })
         });
         let schedule = OpenLoop {
@@ -827,14 +708,16 @@ mod tests {
                     *late.lock().unwrap() += 1
                 }
             },
-            |i, intended, by_pacer: Option<u64>| {
-                assert!(by_pacer.is_none_or(|p| p == i), "{by_pacer:?} is not {i}");
+            |i, intended, by_pacer: Option<PacerCall<std::future::Ready<u64>>>| {
                 assert_eq!(
                     by_pacer.is_some(),
                     pacer_sends.is_some_and(|picks| picks(i))
                 );
                 sent.lock().unwrap().push(i);
                 async move {
+                    if let Some(call) = by_pacer {
+                        assert_eq!(call.await, i, "the pacer's call is request {i}'s");
+                    }
                     assert!(tokio::time::Instant::now() >= intended, "sent early");
                     i
                 }
@@ -899,7 +782,7 @@ mod tests {
         let abandoned = std::sync::atomic::AtomicUsize::new(0);
         let stop = cancel.clone();
         // Every request goes into a black hole; the loop is cancelled after 5 sends.
-        let schedule = OpenLoop::<()> {
+        let schedule = OpenLoop::<std::future::Pending<()>> {
             times: Box::new(std::iter::successors(Some(Duration::ZERO), |t| {
                 Some(*t + Duration::from_millis(1))
             })),

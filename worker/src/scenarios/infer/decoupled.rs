@@ -361,22 +361,25 @@ pub async fn drive(
                 )
             })?;
             let sent = std::sync::atomic::AtomicU64::new(0);
-            let send = |i: u64, intended: tokio::time::Instant, _: Option<()>| {
-                let idx = (i % requests.len() as u64) as usize;
-                let request = &requests[idx].request;
-                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                async move {
-                    let result = match env.client.decoupled_session().await {
-                        Ok(mut session) => {
-                            let outcome = session.infer(request, silence).await;
-                            session.close().await;
-                            Ok(outcome)
-                        }
-                        Err(e) => Err(open_failure(e)),
-                    };
-                    (intended, idx, result)
-                }
-            };
+            let send =
+                |i: u64,
+                 intended: tokio::time::Instant,
+                 _: Option<crate::scenarios::PacerCall<std::future::Pending<()>>>| {
+                    let idx = (i % requests.len() as u64) as usize;
+                    let request = &requests[idx].request;
+                    sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    async move {
+                        let result = match env.client.decoupled_session().await {
+                            Ok(mut session) => {
+                                let outcome = session.infer(request, silence).await;
+                                session.close().await;
+                                Ok(outcome)
+                            }
+                            Err(e) => Err(open_failure(e)),
+                        };
+                        (intended, idx, result)
+                    }
+                };
             let done = |(intended, idx, r): (tokio::time::Instant, usize, Result<_, Failure>)| {
                 let outcome = r?;
                 finish(

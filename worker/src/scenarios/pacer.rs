@@ -1,0 +1,515 @@
+//! The open loop's clock: a thread that keeps intended send times to the microsecond, sends
+//! each request there when the client can ([`super::OpenLoop::send_now`]) and hands the tick
+//! to the runtime, whose own timer rounds to a millisecond.
+//!
+//! What an open loop costs per request is mostly wake-ups, so the pacer avoids them: it spins
+//! only as long before a send as its own sleeps end late ([`WakeLateness`]), and a request it
+//! sent does not wake the runtime. It polls the call once itself, so the call's answer wakes
+//! the loop's task, which then takes every tick waiting; only a tick the runtime must act on
+//! (a request the pacer could not send, an answer already there) or a full queue wakes it at
+//! once.
+
+use futures::task::AtomicWaker;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+/// Paces an [`super::OpenLoop`]. At most [`PACER_QUEUE`] ticks wait to be taken: a runtime
+/// that falls behind stops the pacer, and the sends it then makes are late (and counted so).
+pub struct Pacer<P: Future> {
+    queue: Arc<TickQueue<P>>,
+}
+
+/// One send of an open loop.
+pub struct Tick<P: Future> {
+    pub index: u64,
+    pub intended: Instant,
+    /// The call the pacer sent, and when it began to leave.
+    pub sent: Option<(PacerCall<P>, Instant)>,
+}
+
+/// A call the pacer sent and polled once: still on the wire, or already answered. Either way
+/// a future of its answer.
+pub enum PacerCall<P: Future> {
+    OnTheWire(P),
+    Answered(Option<P::Output>),
+}
+
+impl<P> Future for PacerCall<P>
+where
+    P: Future + Unpin,
+    P::Output: Unpin,
+{
+    type Output = P::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<P::Output> {
+        match self.get_mut() {
+            PacerCall::OnTheWire(call) => Pin::new(call).poll(cx),
+            PacerCall::Answered(answer) => {
+                Poll::Ready(answer.take().expect("polled after its answer"))
+            }
+        }
+    }
+}
+
+/// Send times a pacer hands over ahead of the runtime taking them.
+const PACER_QUEUE: usize = 64;
+
+/// Ticks waiting before the pacer wakes the runtime although no answer did: a server that
+/// answers nothing still has its calls taken (and their deadlines watched) within this many
+/// sends.
+const WAKE_AT: usize = 8;
+
+/// How long the pacer sleeps at a time, so a stop is seen within it.
+pub const PACER_SLICE: Duration = Duration::from_millis(20);
+
+/// The ticks between the pacer's thread and the loop's task.
+struct TickQueue<P: Future> {
+    ticks: Mutex<Waiting<P>>,
+    /// The pacer waits here while the queue is full.
+    room: Condvar,
+    signal: Arc<Signal>,
+    stop: AtomicBool,
+}
+
+struct Waiting<P: Future> {
+    ticks: VecDeque<Tick<P>>,
+    /// The pacer is done: nothing more comes.
+    closed: bool,
+}
+
+/// Wakes the loop's task; counts wakes by the calls the pacer polled (their answers).
+#[derive(Default)]
+struct Signal {
+    task: AtomicWaker,
+    answers: AtomicU64,
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.answers.fetch_add(1, Ordering::AcqRel);
+        self.task.wake();
+    }
+}
+
+impl<P: Future> TickQueue<P> {
+    fn lock(&self) -> MutexGuard<'_, Waiting<P>> {
+        // A panic while holding it leaves plain data behind.
+        self.ticks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a tick, waiting while the queue is full; wakes the task when `urgent`, when an
+    /// answer came since `answers_before` (its task may have looked before this tick was
+    /// there) or when [`WAKE_AT`] ticks wait. False if stopped.
+    fn push(&self, tick: Tick<P>, urgent: bool, answers_before: u64) -> bool {
+        let mut waiting = self.lock();
+        while waiting.ticks.len() >= PACER_QUEUE {
+            if self.stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            self.signal.task.wake();
+            waiting = self
+                .room
+                .wait_timeout(waiting, PACER_SLICE)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        waiting.ticks.push_back(tick);
+        let queued = waiting.ticks.len();
+        drop(waiting);
+        if urgent
+            || queued >= WAKE_AT
+            || self.signal.answers.load(Ordering::Acquire) != answers_before
+        {
+            self.signal.task.wake();
+        }
+        true
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.signal.task.wake();
+    }
+
+    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Tick<P>>> {
+        // Registered before looking, so a tick queued after the look wakes this task.
+        self.signal.task.register(cx.waker());
+        let mut waiting = self.lock();
+        match waiting.ticks.pop_front() {
+            Some(tick) => {
+                drop(waiting);
+                self.room.notify_one();
+                Poll::Ready(Some(tick))
+            }
+            None if waiting.closed => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl<P> Pacer<P>
+where
+    P: Future + Unpin + Send + 'static,
+    P::Output: Send + 'static,
+{
+    /// Starts pacing `schedule` from `start`.
+    pub fn start(schedule: super::OpenLoop<P>, start: Instant) -> Self {
+        let queue = Arc::new(TickQueue {
+            ticks: Mutex::new(Waiting {
+                ticks: VecDeque::new(),
+                closed: false,
+            }),
+            room: Condvar::new(),
+            signal: Arc::new(Signal::default()),
+            stop: AtomicBool::new(false),
+        });
+        let super::OpenLoop {
+            times,
+            until,
+            mut send_now,
+        } = schedule;
+        // The calls it polls may start timers (their deadlines) on the runtime.
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let pacing = queue.clone();
+        let pace = move || {
+            let _runtime = runtime.as_ref().map(|r| r.enter());
+            precise_timer_slack();
+            let waker = Waker::from(pacing.signal.clone());
+            let mut cx = Context::from_waker(&waker);
+            let mut wakes = WakeLateness::new();
+            for (index, offset) in (0u64..).zip(times) {
+                let Some(intended) = start.checked_add(offset) else {
+                    break;
+                };
+                if until.is_some_and(|u| intended >= u)
+                    || !sleep_until(intended, &pacing.stop, &mut wakes)
+                {
+                    break;
+                }
+                // Lateness counts to the start of the send, as at the runtime's pickup.
+                let leaving = Instant::now();
+                let answers_before = pacing.signal.answers.load(Ordering::Acquire);
+                let sent = send_now
+                    .as_mut()
+                    .and_then(|send| send(index))
+                    .map(|mut call| match Pin::new(&mut call).poll(&mut cx) {
+                        Poll::Pending => PacerCall::OnTheWire(call),
+                        Poll::Ready(answer) => PacerCall::Answered(Some(answer)),
+                    });
+                // The runtime sends what the pacer could not, and times an answer at once.
+                let urgent = !matches!(sent, Some(PacerCall::OnTheWire(_)));
+                let tick = Tick {
+                    index,
+                    intended,
+                    sent: sent.map(|call| (call, leaving)),
+                };
+                if !pacing.push(tick, urgent, answers_before) {
+                    break;
+                }
+            }
+            pacing.close();
+        };
+        if let Err(e) = std::thread::Builder::new().name("pacer".into()).spawn(pace) {
+            // No thread: the loop sees a closed queue and sends nothing.
+            tracing::error!("cannot start the open loop's pacer thread: {e}");
+            queue.close();
+        }
+        Self { queue }
+    }
+}
+
+impl<P: Future> Pacer<P> {
+    /// The next send (None: the schedule is over).
+    pub async fn next(&mut self) -> Option<Tick<P>> {
+        std::future::poll_fn(|cx| self.queue.poll_next(cx)).await
+    }
+
+    /// Stops the pacer; the ticks it still handed over (their requests may be on the wire).
+    /// Returns within one [`PACER_SLICE`].
+    pub async fn stop(mut self) -> Vec<Tick<P>> {
+        self.queue.stop.store(true, Ordering::Relaxed);
+        self.queue.room.notify_all();
+        let mut rest = Vec::new();
+        while let Some(tick) = self.next().await {
+            rest.push(tick);
+        }
+        rest
+    }
+}
+
+impl<P: Future> Drop for Pacer<P> {
+    fn drop(&mut self) {
+        // The thread sees the flag within one sleep slice and ends; nothing waits for it.
+        self.queue.stop.store(true, Ordering::Relaxed);
+        self.queue.room.notify_all();
+    }
+}
+
+/// Sleeps until `deadline` in slices, so a stop is seen within [`PACER_SLICE`], and spins
+/// its last [`WakeLateness::spin`]: a sleeping thread wakes late (a few µs on a quiet machine
+/// with the timer slack cut, tens on a busy one), a spinning one within a few. Each sleep's
+/// own lateness feeds `wakes`. False if stopped.
+fn sleep_until(deadline: Instant, stop: &AtomicBool, wakes: &mut WakeLateness) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        match (deadline - now).checked_sub(wakes.spin()) {
+            Some(rest) if !rest.is_zero() => {
+                let rest = rest.min(PACER_SLICE);
+                std::thread::sleep(rest);
+                wakes.observe(now.elapsed().saturating_sub(rest));
+            }
+            _ => std::hint::spin_loop(),
+        }
+    }
+}
+
+/// How late this thread's sleeps end, learnt as they happen (a running estimate of a high
+/// quantile), so the pacer spins only about that long before a send rather than a fixed worst
+/// case: the spin was most of the pacer's CPU per request.
+#[derive(Debug, Clone, PartialEq)]
+struct WakeLateness {
+    /// The estimated [`WakeLateness::QUANTILE`] of the sleeps' lateness, in nanoseconds.
+    estimate_ns: f64,
+}
+
+impl WakeLateness {
+    /// The quantile the spin covers: one sleep in twenty may end past it (by a little: the
+    /// margin covers most of that), the rest leave on time.
+    const QUANTILE: f64 = 0.95;
+    /// How far one sleep within the estimate moves it down (one beyond it moves it up by
+    /// `QUANTILE / (1 - QUANTILE)` times as much): from the start to a few µs in ~0.5 s at
+    /// 1000 sends per second.
+    const STEP_NS: f64 = 100.0;
+    /// Spun beyond the estimate.
+    const MARGIN: Duration = Duration::from_micros(4);
+    /// Spun at least (a thread never wakes early, but the clock reads cost a little).
+    const MIN_SPIN: Duration = Duration::from_micros(5);
+    /// Spun at most, however late the sleeps end on a busy machine: at most this much CPU
+    /// per send (5% of a core at 1000 sends per second). Sleeps later than this make late
+    /// sends, and the lateness shows it.
+    const MAX_SPIN: Duration = Duration::from_micros(50);
+
+    fn new() -> Self {
+        Self {
+            estimate_ns: Self::MAX_SPIN.as_nanos() as f64,
+        }
+    }
+
+    fn observe(&mut self, late: Duration) {
+        let late_ns = late.as_nanos() as f64;
+        let step = if late_ns > self.estimate_ns {
+            Self::STEP_NS * Self::QUANTILE / (1.0 - Self::QUANTILE)
+        } else {
+            -Self::STEP_NS
+        };
+        self.estimate_ns = (self.estimate_ns + step).clamp(0.0, Self::MAX_SPIN.as_nanos() as f64);
+    }
+
+    /// How long before a send to stop sleeping and spin.
+    fn spin(&self) -> Duration {
+        (Duration::from_nanos(self.estimate_ns as u64) + Self::MARGIN)
+            .clamp(Self::MIN_SPIN, Self::MAX_SPIN)
+    }
+}
+
+/// Asks the kernel to wake this thread within 1 µs of its sleeps' ends (the default slack of
+/// 50 µs would be the pacer's error); best effort.
+fn precise_timer_slack() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_timerslack(1000) {
+        tracing::debug!("the pacer keeps the default timer slack: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    /// Lateness draws: `fast` of every 100 sleeps end `low` late, the others (first) `high`.
+    fn feed(wakes: &mut WakeLateness, n: usize, fast: usize, low: u64, high: u64) {
+        for i in 0..n {
+            let late = if i % 100 >= 100 - fast { low } else { high };
+            wakes.observe(Duration::from_micros(late));
+        }
+    }
+
+    #[test]
+    fn the_pacer_spins_about_as_long_as_its_sleeps_end_late() {
+        // Quiet machine: sleeps end 3 µs late, one in a hundred 30 µs. The spin settles just
+        // above the usual lateness (the estimate is the 95th percentile), far below the old
+        // fixed 50 µs.
+        let mut wakes = WakeLateness::new();
+        feed(&mut wakes, 5_000, 99, 3, 30);
+        let spin = wakes.spin();
+        assert!(
+            spin >= Duration::from_micros(5) && spin <= Duration::from_micros(12),
+            "{spin:?}"
+        );
+        // Busier: one sleep in ten ends 40 µs late, so the spin covers that.
+        feed(&mut wakes, 5_000, 90, 3, 40);
+        let spin = wakes.spin();
+        assert!(spin >= Duration::from_micros(35), "{spin:?}");
+        // Back to quiet: the spin comes down again.
+        feed(&mut wakes, 5_000, 100, 3, 3);
+        assert!(
+            wakes.spin() <= Duration::from_micros(10),
+            "{:?}",
+            wakes.spin()
+        );
+    }
+
+    #[test]
+    fn the_pacer_spin_is_bounded_however_late_the_sleeps_end() {
+        let mut wakes = WakeLateness::new();
+        feed(&mut wakes, 1_000, 0, 0, 5_000);
+        assert_eq!(wakes.spin(), WakeLateness::MAX_SPIN);
+        let mut wakes = WakeLateness::new();
+        feed(&mut wakes, 1_000, 100, 0, 0);
+        assert_eq!(wakes.spin(), WakeLateness::MIN_SPIN);
+    }
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Wakes {
+        fn count(&self) -> usize {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    /// A schedule of `sends` at once, then one an hour later (the pacer sleeps there).
+    fn schedule<P: Future>(
+        sends: usize,
+        send_now: Option<super::super::SendNow<P>>,
+    ) -> super::super::OpenLoop<P> {
+        let times = std::iter::repeat_n(Duration::ZERO, sends)
+            .chain(std::iter::once(Duration::from_secs(3600)));
+        super::super::OpenLoop {
+            times: Box::new(times),
+            until: None,
+            send_now,
+        }
+    }
+
+    /// Polls the pacer's next tick with `waker`.
+    fn poll_next<P: Future>(pacer: &Pacer<P>, waker: &Arc<Wakes>) -> Poll<Option<Tick<P>>> {
+        pacer
+            .queue
+            .poll_next(&mut Context::from_waker(&Waker::from(waker.clone())))
+    }
+
+    /// Waits until the pacer's queue holds `n` ticks.
+    fn wait_for_ticks<P: Future>(pacer: &Pacer<P>, n: usize) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while pacer.queue.lock().ticks.len() < n {
+            assert!(Instant::now() < until, "the pacer did not queue {n} ticks");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_request_the_pacer_sent_wakes_the_loop_with_its_answer_not_before() {
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let on_wire = answers.clone();
+        let send_now: super::super::SendNow<tokio::sync::oneshot::Receiver<u64>> =
+            Box::new(move |_| {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                on_wire.lock().unwrap().push(tx);
+                Some(rx)
+            });
+        // The first send waits a little, so the loop's task looks (and waits) first.
+        let mut plan = schedule(3, Some(send_now));
+        plan.times = Box::new(
+            [10, 0, 0, 3_600_000]
+                .into_iter()
+                .scan(Duration::ZERO, |at, gap| {
+                    *at += Duration::from_millis(gap);
+                    Some(*at)
+                }),
+        );
+        let pacer = Pacer::start(plan, Instant::now());
+        let task = Arc::new(Wakes::default());
+        assert!(poll_next(&pacer, &task).is_pending());
+        wait_for_ticks(&pacer, 3);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(task.count(), 0, "three sent requests, no answer: no wake");
+        // The second request's answer wakes the task, which takes every tick.
+        let second = answers.lock().unwrap().remove(1);
+        second.send(7).unwrap();
+        assert_eq!(task.count(), 1);
+        let mut ticks = Vec::new();
+        while let Poll::Ready(Some(tick)) = poll_next(&pacer, &task) {
+            ticks.push(tick);
+        }
+        assert_eq!(ticks.iter().map(|t| t.index).collect::<Vec<_>>(), [0, 1, 2]);
+        let (call, _) = ticks.remove(1).sent.expect("sent by the pacer");
+        let answer = Pin::new(&mut Box::pin(call))
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()));
+        assert!(matches!(answer, Poll::Ready(Ok(7))), "{answer:?}");
+    }
+
+    #[test]
+    fn the_loop_is_woken_at_once_for_what_only_the_runtime_can_do() {
+        // A request the pacer could not send: the runtime sends it, now.
+        let pacer = Pacer::start(schedule::<std::future::Ready<u64>>(1, None), Instant::now());
+        let task = Arc::new(Wakes::default());
+        let _ = poll_next(&pacer, &task);
+        wait_for_ticks(&pacer, 1);
+        assert_eq!(task.count(), 1);
+        // An answer already there when the pacer polled it: timed now, not later.
+        let answered: super::super::SendNow<std::future::Ready<u64>> =
+            Box::new(|i| Some(std::future::ready(i)));
+        let pacer = Pacer::start(schedule(1, Some(answered)), Instant::now());
+        let task = Arc::new(Wakes::default());
+        let _ = poll_next(&pacer, &task);
+        wait_for_ticks(&pacer, 1);
+        assert_eq!(task.count(), 1);
+    }
+
+    #[test]
+    fn unanswered_requests_still_reach_the_loop_every_few_sends() {
+        let send_now: super::super::SendNow<std::future::Pending<u64>> =
+            Box::new(|_| Some(std::future::pending()));
+        let pacer = Pacer::start(schedule(WAKE_AT, Some(send_now)), Instant::now());
+        let task = Arc::new(Wakes::default());
+        let _ = poll_next(&pacer, &task);
+        wait_for_ticks(&pacer, WAKE_AT);
+        assert!(task.count() >= 1, "{WAKE_AT} ticks waiting wake the loop");
+    }
+
+    #[test]
+    fn a_full_queue_stops_the_pacer_until_the_loop_takes_ticks() {
+        let send_now: super::super::SendNow<std::future::Pending<u64>> =
+            Box::new(|_| Some(std::future::pending()));
+        let pacer = Pacer::start(schedule(PACER_QUEUE + 10, Some(send_now)), Instant::now());
+        wait_for_ticks(&pacer, PACER_QUEUE);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(pacer.queue.lock().ticks.len(), PACER_QUEUE);
+        let task = Arc::new(Wakes::default());
+        for _ in 0..10 {
+            assert!(poll_next(&pacer, &task).is_ready());
+        }
+        wait_for_ticks(&pacer, PACER_QUEUE);
+    }
+}
