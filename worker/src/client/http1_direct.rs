@@ -1,5 +1,5 @@
-//! HTTP/1.1 requests written by the thread that queues them (the open loop's pacer), not by a
-//! runtime task.
+//! HTTP/1.1 requests written by the thread or task that queues them (the open loop's pacer, a
+//! closed-loop sender), not by the connection's own task.
 //!
 //! hyper's client connection (`hyper::client::conn::http1`) does all of the protocol. What is
 //! ours is who polls it: a task on the runtime drives each connection as usual (responses,
