@@ -375,9 +375,15 @@ impl TritonClient for HttpClient {
     ) -> Result<InferResponse, ClientError> {
         // On an idle keep-alive connection of our own, written from this task at once: no
         // pool lookup, URL parse or task hop per request (most of reqwest's cost here).
-        if let Some(call) = self.send_now(prepared, timeout) {
-            return call.await;
+        let started = tokio::time::Instant::now();
+        if let Some(response) = self.send_direct(prepared)
+            && let Some(answer) = within(timeout, direct_answer(&self.address, response)).await?
+        {
+            return Ok(answer);
         }
+        // No idle connection, or the server had ended it (see `direct_answer`): the request
+        // goes the ordinary way, in the time left.
+        let timeout = timeout.map(|t| t.saturating_sub(started.elapsed()));
         let Prepared::Http {
             model_path,
             body,
@@ -401,44 +407,17 @@ impl TritonClient for HttpClient {
     }
 
     fn send_now(&self, prepared: &Prepared, timeout: Option<Duration>) -> Option<SentCall> {
-        let Prepared::Http {
-            model_path,
-            body,
-            header_length,
-        } = prepared
-        else {
-            return None;
-        };
-        let mut request = hyper::Request::post(format!("/v2/models/{model_path}/infer"))
-            .header(http::header::HOST, &self.address)
-            .body(http_body_util::Full::new(body.clone()))
-            .ok()?;
-        request.headers_mut().extend(body_headers(*header_length));
-        let response = self.direct.as_ref()?.send_now(request)?;
+        let response = self.send_direct(prepared)?;
         let address = self.address.clone();
         Some(Box::pin(async move {
             let answered = async {
-                let failed = |e: hyper::Error| {
-                    ClientError::Transport(super::with_causes(
-                        format!("{address}: {e}"),
-                        std::error::Error::source(&e),
+                direct_answer(&address, response).await?.ok_or_else(|| {
+                    ClientError::Transport(format!(
+                        "{address}: the connection closed before an answer began"
                     ))
-                };
-                let response = response.await.map_err(failed)?;
-                let status = response.status();
-                let header_length = inference_header_length(response.headers());
-                let body = http_body_util::BodyExt::collect(response.into_body())
-                    .await
-                    .map_err(failed)?
-                    .to_bytes();
-                answer(status, header_length, body)
+                })
             };
-            match timeout {
-                Some(t) => tokio::time::timeout(t, answered).await.map_err(|_| {
-                    ClientError::DeadlineExceeded(format!("no response within {t:?}"))
-                })?,
-                None => answered.await,
-            }
+            within(timeout, answered).await
         }))
     }
 
@@ -488,6 +467,68 @@ fn inference_header_length(headers: &http::HeaderMap) -> Option<usize> {
 }
 
 /// An inference's answer, whichever way it was sent.
+impl HttpClient {
+    /// Writes `prepared` now on an idle connection of the direct pool; None when none is idle.
+    fn send_direct(&self, prepared: &Prepared) -> Option<super::http1_direct::ResponseFuture> {
+        let Prepared::Http {
+            model_path,
+            body,
+            header_length,
+        } = prepared
+        else {
+            return None;
+        };
+        let mut request = hyper::Request::post(format!("/v2/models/{model_path}/infer"))
+            .header(http::header::HOST, &self.address)
+            .body(http_body_util::Full::new(body.clone()))
+            .ok()?;
+        request.headers_mut().extend(body_headers(*header_length));
+        self.direct.as_ref()?.send_now(request)
+    }
+}
+
+/// The answer to a request of the direct pool; None when its connection closed before any
+/// answer began: hyper cancelled the request before writing it, or the server had already
+/// ended the idle keep-alive connection when the request reached it (the race every HTTP/1.1
+/// client meets; browsers send such a request again). A server that dies with the request
+/// fails the second attempt too (no connection), so nothing is hidden.
+async fn direct_answer(
+    address: &str,
+    response: super::http1_direct::ResponseFuture,
+) -> Result<Option<InferResponse>, ClientError> {
+    let failed = |e: hyper::Error| {
+        ClientError::Transport(super::with_causes(
+            format!("{address}: {e}"),
+            std::error::Error::source(&e),
+        ))
+    };
+    let response = match response.await {
+        Ok(response) => response,
+        Err(e) if e.is_canceled() || e.is_incomplete_message() => return Ok(None),
+        Err(e) => return Err(failed(e)),
+    };
+    let status = response.status();
+    let header_length = inference_header_length(response.headers());
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map_err(failed)?
+        .to_bytes();
+    answer(status, header_length, body).map(Some)
+}
+
+/// `answered`, or DeadlineExceeded after `timeout`.
+async fn within<T>(
+    timeout: Option<Duration>,
+    answered: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    match timeout {
+        Some(t) => tokio::time::timeout(t, answered)
+            .await
+            .map_err(|_| ClientError::DeadlineExceeded(format!("no response within {t:?}")))?,
+        None => answered.await,
+    }
+}
+
 fn answer(
     status: http::StatusCode,
     header_length: Option<usize>,
@@ -514,6 +555,71 @@ fn server_error(status: http::StatusCode, body: &[u8]) -> ClientError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server that answers every request with one INT32 output, on any connection, and
+    /// closes a connection that stays idle for 100 ms (as servers end idle keep-alive
+    /// connections). Returns its address.
+    fn closing_idle_server() -> String {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                std::thread::spawn(move || {
+                    stream
+                        .set_read_timeout(Some(Duration::from_millis(100)))
+                        .unwrap();
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut writer = stream;
+                    loop {
+                        let mut length = 0;
+                        let mut line = String::new();
+                        // An idle connection (no request within 100 ms) is closed.
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        while line.trim_end() != "" {
+                            if let Some(v) =
+                                line.to_ascii_lowercase().strip_prefix("content-length:")
+                            {
+                                length = v.trim().parse().unwrap();
+                            }
+                            line.clear();
+                            reader.read_line(&mut line).unwrap();
+                        }
+                        let mut body = vec![0; length];
+                        reader.read_exact(&mut body).unwrap();
+                        let answer = br#"{"model_name":"m","outputs":[{"name":"A","datatype":"INT32","shape":[1],"data":[7]}]}"#;
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                            answer.len()
+                        );
+                        writer.write_all(head.as_bytes()).unwrap();
+                        writer.write_all(answer).unwrap();
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_on_a_connection_the_server_closed_goes_out_again() {
+        let address = closing_idle_server();
+        let client = HttpClient::new(&address).unwrap();
+        let request = InferRequest::new("m", vec![Tensor::from_i32("X", vec![1], &[1])]);
+        let prepared = client.prepare(&request).unwrap();
+        let timeout = Some(Duration::from_secs(5));
+        // The first request has the pool make a connection; it goes the ordinary way.
+        client.infer_prepared(&prepared, timeout).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        // The server closes the pool's idle connection; the runtime has not seen it yet (this
+        // thread blocks), so the next request goes out on it and meets its end.
+        std::thread::sleep(Duration::from_millis(300));
+        let answer = client.infer_prepared(&prepared, timeout).await.unwrap();
+        assert_eq!(answer.output("A").unwrap().to_i32().unwrap(), vec![7]);
+    }
 
     #[test]
     fn binary_response_is_split_by_header_length() {
