@@ -227,7 +227,8 @@ pub fn model_configs(
             if let SweepParam::Model { model: m, path: p } = param
                 && &m == model
             {
-                p.set(&mut config, value).map_err(|e| (path.clone(), e))?;
+                p.set(&mut config, value)
+                    .map_err(|e| (path.clone(), e.to_string()))?;
             }
         }
         configs.insert(model.clone(), model_config::to_text(&config));

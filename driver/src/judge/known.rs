@@ -33,6 +33,15 @@ impl Known {
     }
 }
 
+/// A known issue that does not compile (the file checks let it through): which one, which field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KnownIssueError {
+    #[error("known issue {id}: match.message: {error}")]
+    Message { id: String, error: String },
+    #[error("known issue {id}: until: {error}")]
+    Until { id: String, error: String },
+}
+
 /// A run's known issues.
 #[derive(Debug, Clone, Default)]
 pub struct KnownIssues {
@@ -42,25 +51,31 @@ pub struct KnownIssues {
 impl KnownIssues {
     /// Compiles validated entries (the matrix and known-issues file checks ran first; an entry
     /// that still does not compile is an error naming it).
-    pub fn new(issues: &[KnownIssue]) -> Result<Self, String> {
+    pub fn new(issues: &[KnownIssue]) -> Result<Self, KnownIssueError> {
         let entries = issues
             .iter()
             .map(|issue| {
-                let message = Regex::new(&issue.matches.message)
-                    .map_err(|e| format!("known issue {}: match.message: {e}", issue.id))?;
+                let message =
+                    Regex::new(&issue.matches.message).map_err(|e| KnownIssueError::Message {
+                        id: issue.id.clone(),
+                        error: e.to_string(),
+                    })?;
                 let until = issue
                     .until
                     .as_deref()
                     .map(str::parse::<jiff::civil::Date>)
                     .transpose()
-                    .map_err(|e| format!("known issue {}: until: {e}", issue.id))?;
+                    .map_err(|e| KnownIssueError::Until {
+                        id: issue.id.clone(),
+                        error: e.to_string(),
+                    })?;
                 Ok(Known {
                     issue: issue.clone(),
                     message,
                     until,
                 })
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, KnownIssueError>>()?;
         Ok(KnownIssues { entries })
     }
 
@@ -113,6 +128,25 @@ mod tests {
   until: 2026-12-31
   max_per_hour: 10
 "#;
+
+    #[test]
+    fn an_entry_that_does_not_compile_is_named_with_its_field() {
+        let mut entries = crate::matrix::parse_known_issues(REAPER, "known.yaml").unwrap();
+        entries[0].matches.message = "(unclosed".into();
+        let err = KnownIssues::new(&entries).unwrap_err();
+        assert!(
+            matches!(&err, KnownIssueError::Message { id, .. } if id == "triton-2.51-seq-reaper"),
+            "{err:?}"
+        );
+        entries[0].matches.message = "START".into();
+        entries[0].until = Some("2026-13-40".into());
+        let err = KnownIssues::new(&entries).unwrap_err();
+        assert!(matches!(err, KnownIssueError::Until { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .starts_with("known issue triton-2.51-seq-reaper: until: ")
+        );
+    }
 
     #[test]
     fn every_given_field_must_match() {

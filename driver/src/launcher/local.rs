@@ -502,10 +502,13 @@ impl Launcher for LocalLauncher {
         }
     }
 
-    fn can_inject(&self, fault: &Fault) -> Result<(), String> {
+    fn can_inject(&self, fault: &Fault) -> Result<(), super::Uninjectable> {
         match &fault.network {
             Some(n) if n.loss.is_some() => match super::packet_filter::unavailable() {
-                Some(missing) => Err(missing),
+                Some(missing) => Err(super::Uninjectable::Setting {
+                    field: "network.loss",
+                    why: missing,
+                }),
                 None => Ok(()),
             },
             _ => Ok(()),

@@ -77,6 +77,29 @@ pub fn signal_name(signal: i32) -> &'static str {
     }
 }
 
+/// Why a launcher cannot inject a fault, and which of the fault's fields is the reason: a
+/// matrix that asks for it is bad input naming that field, before anything starts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Uninjectable {
+    /// The launcher does not inject faults of this kind (the field `kind`).
+    #[error("{0}")]
+    Kind(String),
+    /// The launcher injects the kind, but this machine lacks what one of the fault's settings
+    /// needs (`field`, e.g. `network.loss`: iptables run as root).
+    #[error("{why}")]
+    Setting { field: &'static str, why: String },
+}
+
+impl Uninjectable {
+    /// The fault's field that a refusal names.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Uninjectable::Kind(_) => "kind",
+            Uninjectable::Setting { field, .. } => field,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     #[error("{member}: {reason}")]
@@ -185,14 +208,15 @@ pub trait Launcher: Send {
         Vec::new()
     }
 
-    /// Whether this launcher can inject `fault` (the error says what it would need): checked
-    /// for every fault of the matrix before anything starts.
-    fn can_inject(&self, fault: &Fault) -> Result<(), String> {
-        Err(format!(
+    /// Whether this launcher can inject `fault` (the error says what it would need, and for
+    /// which of the fault's fields): checked for every fault of the matrix before anything
+    /// starts.
+    fn can_inject(&self, fault: &Fault) -> Result<(), Uninjectable> {
+        Err(Uninjectable::Kind(format!(
             "the {} launcher does not inject {} faults",
             self.name(),
             fault.kind.as_str()
-        ))
+        )))
     }
 
     /// The run's planned injections, told before any server starts: a launcher puts in place

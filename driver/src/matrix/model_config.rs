@@ -26,10 +26,25 @@ pub fn descriptor() -> MessageDescriptor {
     .expect("model_config.proto defines inference.ModelConfig")
 }
 
+/// Why a model config, a path into one or a value for it is refused; each says what is wrong
+/// in words a matrix's author can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The text is not `inference.ModelConfig` in protobuf text format.
+    #[error("{0}")]
+    Text(String),
+    /// A path names no field of `inference.ModelConfig`, or subscripts one wrongly.
+    #[error("{0}")]
+    Path(String),
+    /// A value does not fit the field at its path, or the config has no such entry.
+    #[error("{0}")]
+    Value(String),
+}
+
 /// Parses a `config.pbtxt`'s text.
-pub fn parse(text: &str) -> Result<DynamicMessage, String> {
+pub fn parse(text: &str) -> Result<DynamicMessage, ConfigError> {
     DynamicMessage::parse_text_format(descriptor(), &with_list_colons(text))
-        .map_err(|e| e.to_string())
+        .map_err(|e| ConfigError::Text(e.to_string()))
 }
 
 /// `text` with a `:` between a field name and a `[` that directly follows it.
@@ -199,7 +214,7 @@ fn sort_entries(message: &mut DynamicMessage) {
 
 /// A `config.pbtxt`'s text normalized (parsed and written again): two configs that mean the
 /// same have the same normalized text, whatever their comments, spacing or field order.
-pub fn normalized(text: &str) -> Result<String, String> {
+pub fn normalized(text: &str) -> Result<String, ConfigError> {
     parse(text).map(|c| to_text(&c))
 }
 
@@ -265,7 +280,11 @@ fn field_names(message: &MessageDescriptor) -> String {
 
 impl ConfigPath {
     /// Parses and resolves `text`; the error says which part is wrong and what would be right.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        Self::resolve(text).map_err(ConfigError::Path)
+    }
+
+    fn resolve(text: &str) -> Result<Self, String> {
         let mut steps = Vec::new();
         let mut message = Some(descriptor());
         // A list or map named without a subscript, which nothing can follow.
@@ -360,7 +379,11 @@ impl ConfigPath {
 
     /// The config value `value` (a matrix value: YAML read as JSON) makes at this path, or why it
     /// is of the wrong type for the field.
-    pub fn value_of(&self, value: &serde_json::Value) -> Result<Option<Value>, String> {
+    pub fn value_of(&self, value: &serde_json::Value) -> Result<Option<Value>, ConfigError> {
+        self.converted(value).map_err(ConfigError::Value)
+    }
+
+    fn converted(&self, value: &serde_json::Value) -> Result<Option<Value>, String> {
         let (field, whole_list) = self.leaf();
         if value.is_null() {
             return if self.steps.len() == 1 {
@@ -411,9 +434,9 @@ impl ConfigPath {
         &self,
         config: &mut DynamicMessage,
         value: &serde_json::Value,
-    ) -> Result<(), String> {
+    ) -> Result<(), ConfigError> {
         let converted = self.value_of(value)?;
-        set_in(config, &self.steps, converted, self)
+        set_in(config, &self.steps, converted, self).map_err(ConfigError::Value)
     }
 }
 
@@ -618,7 +641,7 @@ parameters: { key: "execute_delay_ms" value: { string_value: "50" } }
 instance_group [ { count: 2 kind: KIND_CPU } ]
 "#;
 
-    fn set(text: &str, path: &str, value: serde_json::Value) -> Result<String, String> {
+    fn set(text: &str, path: &str, value: serde_json::Value) -> Result<String, ConfigError> {
         let mut config = parse(text)?;
         ConfigPath::parse(path)?.set(&mut config, &value)?;
         Ok(to_text(&config))
@@ -752,10 +775,23 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
                 "has 1 entry (index 3 is past the end)",
             ),
         ];
-        for (path, value, expected) in cases {
+        for (i, (path, value, expected)) in cases.into_iter().enumerate() {
             let err = set(FIXED_CAPACITY, path, value.clone()).unwrap_err();
-            assert!(err.contains(expected), "{path} = {value}: {err}");
+            assert!(
+                err.to_string().contains(expected),
+                "{path} = {value}: {err}"
+            );
+            // The first six are paths no config has; the rest values that do not fit.
+            match err {
+                ConfigError::Path(_) => assert!(i < 6, "{path} = {value}: {err:?}"),
+                ConfigError::Value(_) => assert!(i >= 6, "{path} = {value}: {err:?}"),
+                ConfigError::Text(_) => panic!("{path} = {value}: {err:?}"),
+            }
         }
+        assert!(matches!(
+            parse("max_batch_size: ["),
+            Err(ConfigError::Text(_))
+        ));
     }
 
     #[test]

@@ -134,7 +134,7 @@ impl SweepParam {
             }
             return Ok(SweepParam::Model {
                 model: model.to_string(),
-                path: ConfigPath::parse(field)?,
+                path: ConfigPath::parse(field).map_err(|e| e.to_string())?,
             });
         }
         Ok(match text {

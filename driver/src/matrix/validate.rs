@@ -2025,7 +2025,7 @@ fn check_sweep_value(
         SweepParam::ServerResources => serde_json::from_value::<Resources>(value.clone())
             .map(drop)
             .map_err(|e| format!("server.resources: {e}")),
-        SweepParam::Model { path, .. } => path.value_of(value).map(drop),
+        SweepParam::Model { path, .. } => path.value_of(value).map(drop).map_err(|e| e.to_string()),
     }
 }
 

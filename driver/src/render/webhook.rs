@@ -74,8 +74,14 @@ pub fn shown(url: &str) -> String {
 }
 
 /// POSTs `body` to `url`: 3 attempts, 1 s then 2 s apart, all within `limit`; an answer
-/// other than 2xx is a failed attempt. Returns the HTTP status of the delivery.
-pub async fn deliver(url: &str, body: &Value, limit: Duration) -> Result<u16, String> {
+/// other than 2xx is a failed attempt. Returns the HTTP status of the delivery; the error
+/// says how many attempts were made and why the last failed (the URL's path, its secret,
+/// left out).
+pub async fn deliver(
+    url: &str,
+    body: &Value,
+    limit: Duration,
+) -> Result<u16, stress_common::retry::RetryError> {
     let policy = RetryPolicy {
         attempts: 3,
         first_pause: Duration::from_secs(1),
@@ -93,7 +99,6 @@ pub async fn deliver(url: &str, body: &Value, limit: Duration) -> Result<u16, St
         }
     })
     .await
-    .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -157,6 +162,8 @@ mod tests {
             .await
             .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(6), "{e}");
+        assert_eq!(e.attempts, 3, "{e}");
+        let e = e.to_string();
         assert!(e.contains("3 attempt(s)"), "{e}");
         assert!(!e.contains("SECRET"), "the URL's path stays out: {e}");
         // One that always refuses: every attempt made, then the last status.
@@ -164,7 +171,7 @@ mod tests {
         let e = deliver(&url, &json!({}), Duration::from_secs(10))
             .await
             .unwrap_err();
-        assert!(e.contains("answered HTTP 500"), "{e}");
+        assert_eq!(e.last, "answered HTTP 500", "{e}");
         assert_eq!(bodies.lock().unwrap().len(), 3);
     }
 

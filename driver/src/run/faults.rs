@@ -3,7 +3,7 @@
 
 use crate::judge::classify::InjectedWindow;
 use crate::judge::faults::{FaultLog, InjectedFault};
-use crate::launcher::Launcher;
+use crate::launcher::{Launcher, Uninjectable};
 use crate::matrix::faults::Injection;
 use crate::plan::{RunPlan, ServerEndpoint};
 use std::collections::BTreeMap;
@@ -328,24 +328,18 @@ pub(super) fn check_faults(
 }
 
 /// The faults of `matrix` that a launcher cannot inject (`can_inject` says why), each named
-/// by its field: checked before anything starts, also before a launcher exists.
+/// by the field that is the reason (its kind, or a setting this machine cannot give it):
+/// checked before anything starts, also before a launcher exists.
 pub fn uninjectable(
     matrix: &crate::matrix::Matrix,
-    can_inject: impl Fn(&crate::matrix::faults::Fault) -> Result<(), String>,
+    can_inject: impl Fn(&crate::matrix::faults::Fault) -> Result<(), Uninjectable>,
 ) -> Vec<String> {
     let mut refused = Vec::new();
     for (index, f) in matrix.faults.iter().enumerate() {
         if let Err(why) = can_inject(f) {
-            // Named by its loss when the same fault without it could be injected.
-            let mut lossless = f.clone();
-            let had_loss = lossless
-                .network
-                .as_mut()
-                .is_some_and(|n| n.loss.take().is_some());
-            let loss_alone = had_loss && can_inject(&lossless).is_ok();
             refused.push(format!(
                 "{}: fault {} ({}) cannot be injected: {why}",
-                matrix.locate_fault(index, if loss_alone { "network.loss" } else { "kind" }),
+                matrix.locate_fault(index, why.field()),
                 f.name,
                 f.kind.as_str()
             ));

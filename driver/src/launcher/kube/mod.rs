@@ -134,15 +134,15 @@ pub struct KubeLauncher {
 
 /// Whether the kube launcher injects `fault` (known before connecting to a cluster, so a run
 /// it refuses leaves nothing behind).
-pub fn can_inject(fault: &Fault) -> Result<(), String> {
+pub fn can_inject(fault: &Fault) -> Result<(), super::Uninjectable> {
     match fault.kind {
         FaultKind::Kill | FaultKind::Restart => Ok(()),
-        FaultKind::Pause | FaultKind::Network => Err(format!(
+        FaultKind::Pause | FaultKind::Network => Err(super::Uninjectable::Kind(format!(
             "the kube launcher injects kill and restart (a server pod deleted and created \
              again); a {} needs a way into the pod that it does not take (no pods/exec, no \
              privileged pods)",
             fault.kind.as_str()
-        )),
+        ))),
     }
 }
 
@@ -697,7 +697,7 @@ impl Launcher for KubeLauncher {
         self.members.get(member_id).map(|m| m.command.clone())
     }
 
-    fn can_inject(&self, fault: &Fault) -> Result<(), String> {
+    fn can_inject(&self, fault: &Fault) -> Result<(), super::Uninjectable> {
         can_inject(fault)
     }
 
