@@ -466,7 +466,6 @@ fn inference_header_length(headers: &http::HeaderMap) -> Option<usize> {
         .and_then(|v| v.parse::<usize>().ok())
 }
 
-/// An inference's answer, whichever way it was sent.
 impl HttpClient {
     /// Writes `prepared` now on an idle connection of the direct pool; None when none is idle.
     fn send_direct(&self, prepared: &Prepared) -> Option<super::http1_direct::ResponseFuture> {
@@ -529,6 +528,7 @@ async fn within<T>(
     }
 }
 
+/// An inference's answer, whichever way it was sent.
 fn answer(
     status: http::StatusCode,
     header_length: Option<usize>,

@@ -65,7 +65,7 @@ const PACER_QUEUE: usize = 64;
 const WAKE_AT: usize = 8;
 
 /// How long the pacer sleeps at a time, so a stop is seen within it.
-pub const PACER_SLICE: Duration = Duration::from_millis(20);
+const PACER_SLICE: Duration = Duration::from_millis(20);
 
 /// The ticks between the pacer's thread and the loop's task.
 struct TickQueue<P: Future> {
