@@ -1,13 +1,17 @@
 //! The pages of `driver serve` that are not a run's report: the list of runs, newest first,
-//! with links to each run's report and filters by matrix name and verdict. Pure: the server
-//! reads the summaries and serves what this returns.
+//! with links to each run's report and filters by matrix name and verdict; a matrix's history;
+//! a run against the previous one; a run's failure records. Pure: the server reads the
+//! summaries and serves what this returns.
+//!
+//! Every page is a maud template: whatever a run wrote (names, messages, matrix text) is
+//! escaped where it is inserted; only the page's own style goes in raw.
 
-use super::html::{Band, Chart, STYLE, Series, esc, line_chart, percent};
+use super::html::{Band, Chart, STYLE, Series, line_chart, percent};
 use crate::report::diff::{Line, RunDiff};
 use crate::report::failures::FailurePage;
-use crate::report::summary::{RunFilter, RunSummary};
+use crate::report::summary::{RunFilter, RunSummary, SignatureSeen};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 /// The dashboard's pages fetch nothing and run no script: their one inline style element,
 /// by its hash, and nothing else.
@@ -39,20 +43,18 @@ nav a{margin-right:.8em}.muted{color:#57606a}\
 .strip{display:flex;flex-wrap:wrap;gap:2px;margin:.5em 0}.strip a{display:block;width:14px;height:22px;\
 border-radius:2px;background:#9a6700}.strip a.PASS{background:#1a7f37}.strip a.FAIL{background:#cf222e}";
 
+/// How often a list with a run under way reloads itself (its figures so far move).
+const LIVE_RELOAD_S: u32 = 5;
+
 fn timestamp(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms)
         .map(|t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_else(|_| ms.to_string())
 }
 
-fn duration(run: &RunSummary) -> String {
-    match run.finished_at_ms {
-        Some(end) => {
-            let s = (end - run.started_at_ms).max(0) / 1000;
-            format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-        }
-        None => "—".into(),
-    }
+fn clock(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
 /// A link to the list with `filter` (query parameters escaped).
@@ -71,162 +73,193 @@ fn list_link(filter: &RunFilter) -> String {
     }
 }
 
-/// The start of a page: its head (styles inline, the CSP) and its title.
-fn head(out: &mut String, title: &str) {
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\
-         <title>{} · triton-stress</title><style>{STYLE}{EXTRA_STYLE}</style></head><body>\n\
-         <h1>{}</h1>\n",
-        esc(title),
-        esc(title),
-        csp = csp()
-    );
-}
-
 /// A matrix's history page.
 fn matrix_link(name: &str) -> String {
     format!("/matrix/{}", percent(name))
 }
 
-/// The list of runs (already filtered, newest first) as a self-contained page.
+fn run_link(run_id: &str) -> String {
+    format!("/runs/{}", percent(run_id))
+}
+
+/// A whole page: its head (styles inline, the CSP, a reload when `reload_s` is set), its title
+/// as the heading, then `body`.
+fn page(title: &str, reload_s: Option<u32>, body: Markup) -> String {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy" content=(csp());
+                @if let Some(s) = reload_s {
+                    meta http-equiv="refresh" content=(s);
+                }
+                title { (title) " · triton-stress" }
+                // The page's own constants: the CSP allows exactly this text by its hash.
+                style { (PreEscaped(STYLE)) (PreEscaped(EXTRA_STYLE)) }
+            }
+            body {
+                h1 { (title) }
+                (body)
+            }
+        }
+    }
+    .into_string()
+}
+
+/// A history plot (the report's line chart over the runs).
+fn chart(chart: &Chart, no_data: &str) -> Markup {
+    PreEscaped(line_chart(chart, no_data))
+}
+
+/// The list of runs (already filtered, newest first) as a self-contained page. It reloads
+/// itself while one of them is under way.
 pub fn run_list_page(runs: &[RunSummary], filter: &RunFilter) -> String {
-    let mut out = String::new();
     let title = match &filter.name {
         Some(n) => format!("Runs of {n}"),
         None => "Runs".into(),
     };
-    head(&mut out, &title);
-    out.push_str("<nav>verdict: ");
-    let all = RunFilter {
-        verdict: None,
-        ..filter.clone()
-    };
-    let _ = write!(out, "<a href=\"{}\">all</a>", esc(&list_link(&all)));
-    for v in VERDICTS {
-        let f = RunFilter {
-            verdict: Some(v.into()),
+    let with_verdict = |verdict: Option<&str>| {
+        list_link(&RunFilter {
+            verdict: verdict.map(Into::into),
             ..filter.clone()
-        };
-        let _ = write!(out, "<a href=\"{}\">{v}</a>", esc(&list_link(&f)));
-    }
-    if let Some(name) = &filter.name {
-        let _ = write!(
-            out,
-            " · <a href=\"{}\">every matrix</a> · <a href=\"{}\">history of {}</a>",
-            esc(&list_link(&RunFilter {
-                name: None,
-                ..filter.clone()
-            })),
-            esc(&matrix_link(name)),
-            esc(name)
-        );
-    }
-    out.push_str(" · <a href=\"/api/runs\">JSON</a></nav>\n");
-    runs_table(&mut out, runs);
-    out.push_str("</body></html>\n");
-    out
+        })
+    };
+    let under_way = runs
+        .iter()
+        .any(|r| r.verdict == stress_common::store::RUNNING);
+    let body = html! {
+        nav {
+            "verdict: "
+            a href=(with_verdict(None)) { "all" }
+            @for v in VERDICTS {
+                a href=(with_verdict(Some(v))) { (v) }
+            }
+            @if let Some(name) = &filter.name {
+                " · "
+                a href=(list_link(&RunFilter { name: None, ..filter.clone() })) { "every matrix" }
+                " · "
+                a href=(matrix_link(name)) { "history of " (name) }
+            }
+            " · "
+            a href="/api/runs" { "JSON" }
+        }
+        (runs_table(runs))
+    };
+    page(&title, under_way.then_some(LIVE_RELOAD_S), body)
 }
 
-fn runs_table(out: &mut String, runs: &[RunSummary]) {
+fn runs_table(runs: &[RunSummary]) -> Markup {
     if runs.is_empty() {
-        out.push_str("<p class=\"muted\" id=\"no-runs\">no finished run found</p>\n");
-        return;
+        return html! { p.muted #no-runs { "no finished run found" } };
     }
-    out.push_str(
-        "<table id=\"runs\"><thead><tr><th>run</th><th>matrix</th><th>started</th><th>duration</th>\
-         <th>launcher</th><th>verdict</th><th>QPS</th><th>p99 ms</th><th>failures</th>\
-         <th>signatures new / recurring / known</th><th>regressions</th><th>root cause</th><th></th></tr></thead><tbody>\n",
-    );
-    for r in runs {
-        if r.finished_at_ms.is_none() {
-            unfinished_row(out, r);
-            continue;
+    html! {
+        table #runs {
+            thead { tr {
+                th { "run" } th { "matrix" } th { "started" } th { "duration" }
+                th { "launcher" } th { "verdict" } th { "QPS" } th { "p99 ms" } th { "failures" }
+                th { "signatures new / recurring / known" } th { "regressions" }
+                th { "root cause" } th {}
+            } }
+            tbody {
+                @for r in runs {
+                    @if r.finished_at_ms.is_none() {
+                        (unfinished_row(r))
+                    } @else if r.verdict == crate::report::summary::UNREADABLE {
+                        (unreadable_row(r))
+                    } @else {
+                        (finished_row(r))
+                    }
+                }
+            }
         }
-        if r.verdict == crate::report::summary::UNREADABLE {
-            let _ = writeln!(
-                out,
-                "<tr data-run=\"{id}\"><td>{id}</td><td></td><td>{at}</td><td>—</td><td></td>\
-                 <td class=\"{verdict}\">{verdict}</td><td colspan=\"6\"></td><td>{why}</td>\
-                 <td></td></tr>",
-                id = esc(&r.run_id),
-                at = timestamp(r.started_at_ms),
-                verdict = esc(&r.verdict),
-                why = esc(r.root_cause.as_deref().unwrap_or("")),
-            );
-            continue;
-        }
-        let fingerprint = r
-            .fingerprint
-            .as_deref()
-            .map(|f| f.chars().take(12).collect::<String>())
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "<tr data-run=\"{id}\"><td><a href=\"/runs/{link}\">{id}</a></td>\
-             <td><a href=\"{matrix}\">{name}</a> <span class=\"muted\" title=\"matrix fingerprint\">{fingerprint}</span></td>\
-             <td>{started}</td><td>{duration}</td><td>{launcher}</td>\
-             <td class=\"{verdict}\">{verdict}</td><td class=\"num\">{qps:.1}</td>\
-             <td class=\"num\">{p99:.2}</td><td class=\"num\">{failures}</td>\
-             <td class=\"num\">{new} / {recurring} / {known}</td><td class=\"num\">{regressions}</td>\
-             <td>{cause}</td><td><a href=\"/runs/{link}/diff\">changes</a></td></tr>",
-            id = esc(&r.run_id),
-            link = esc(&percent(&r.run_id)),
-            matrix = esc(&matrix_link(&r.name)),
-            name = esc(&r.name),
-            fingerprint = esc(&fingerprint),
-            started = timestamp(r.started_at_ms),
-            duration = duration(r),
-            launcher = esc(&r.launcher),
-            verdict = esc(&r.verdict),
-            qps = r.qps,
-            p99 = r.p99_ms,
-            failures = r.failures,
-            new = r.signatures_new,
-            recurring = r.signatures_recurring,
-            known = r.signatures_known,
-            regressions = r.regressions,
-            cause = esc(r.root_cause.as_deref().unwrap_or("")),
-        );
     }
-    out.push_str("</tbody></table>\n");
 }
 
-/// A run not finished: no figures yet (its report, rebuilt from the store, has what there is).
-fn unfinished_row(out: &mut String, r: &RunSummary) {
-    let _ = writeln!(
-        out,
-        "<tr data-run=\"{id}\"><td><a href=\"/runs/{link}\">{id}</a></td>\
-         <td><a href=\"{matrix}\">{name}</a></td><td>{started}</td><td>—</td><td>{launcher}</td>\
-         <td class=\"{verdict}\">{verdict}</td><td class=\"num\">—</td><td class=\"num\">—</td>\
-         <td class=\"num\">—</td><td class=\"num\">—</td><td class=\"num\">—</td><td></td><td></td></tr>",
-        id = esc(&r.run_id),
-        link = esc(&percent(&r.run_id)),
-        matrix = esc(&matrix_link(&r.name)),
-        name = esc(&r.name),
-        started = timestamp(r.started_at_ms),
-        launcher = esc(&r.launcher),
-        verdict = esc(&r.verdict),
-    );
+fn finished_row(r: &RunSummary) -> Markup {
+    let fingerprint: String = r
+        .fingerprint
+        .as_deref()
+        .map(|f| f.chars().take(12).collect())
+        .unwrap_or_default();
+    let duration = r
+        .finished_at_ms
+        .map_or_else(|| "—".to_string(), |end| clock(end - r.started_at_ms));
+    html! {
+        tr data-run=(r.run_id) {
+            td { a href=(run_link(&r.run_id)) { (r.run_id) } }
+            td {
+                a href=(matrix_link(&r.name)) { (r.name) }
+                " "
+                span.muted title="matrix fingerprint" { (fingerprint) }
+            }
+            td { (timestamp(r.started_at_ms)) }
+            td { (duration) }
+            td { (r.launcher) }
+            td class=(r.verdict) { (r.verdict) }
+            td.num { (format!("{:.1}", r.qps)) }
+            td.num { (format!("{:.2}", r.p99_ms)) }
+            td.num { (r.failures) }
+            td.num { (r.signatures_new) " / " (r.signatures_recurring) " / " (r.signatures_known) }
+            td.num { (r.regressions) }
+            td { (r.root_cause.as_deref().unwrap_or("")) }
+            td { a href={ (run_link(&r.run_id)) "/diff" } { "changes" } }
+        }
+    }
+}
+
+/// A run whose store could not be read: why, and no link to a report that cannot be built.
+fn unreadable_row(r: &RunSummary) -> Markup {
+    html! {
+        tr data-run=(r.run_id) {
+            td { (r.run_id) }
+            td {}
+            td { (timestamp(r.started_at_ms)) }
+            td { "—" }
+            td {}
+            td class=(r.verdict) { (r.verdict) }
+            td colspan="6" {}
+            td { (r.root_cause.as_deref().unwrap_or("")) }
+            td {}
+        }
+    }
+}
+
+/// A run not finished: its figures so far, as of its workers' last write (none before their
+/// first), and how long it had run then.
+fn unfinished_row(r: &RunSummary) -> Markup {
+    let none = html! { td.num { "—" } };
+    html! {
+        tr data-run=(r.run_id) {
+            td { a href=(run_link(&r.run_id)) { (r.run_id) } }
+            td { a href=(matrix_link(&r.name)) { (r.name) } }
+            td { (timestamp(r.started_at_ms)) }
+            @match r.live_at_ms {
+                Some(at) => {
+                    td title={ "as of " (timestamp(at)) } { (clock(at - r.started_at_ms)) " so far" }
+                    td { (r.launcher) }
+                    td class=(r.verdict) { (r.verdict) }
+                    td.num { (format!("{:.1}", r.qps)) }
+                    td.num { (format!("{:.2}", r.p99_ms)) }
+                    td.num { (r.failures) }
+                }
+                None => {
+                    td { "—" }
+                    td { (r.launcher) }
+                    td class=(r.verdict) { (r.verdict) }
+                    (none) (none) (none)
+                }
+            }
+            (none) (none)
+            td {}
+            td {}
+        }
+    }
 }
 
 /// One matrix's history (its runs, newest first): a verdict strip (oldest to newest, each a
 /// link to its run), QPS, p99 and failures per run as plots, and the runs' table.
 pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
-    let mut out = String::new();
-    head(&mut out, &format!("History of {name}"));
-    let _ = writeln!(
-        out,
-        "<nav><a href=\"/\">every run</a> · <a href=\"{}\">failed runs of {}</a> · \
-         <a href=\"/api/matrix/{}/history\">JSON</a></nav>",
-        esc(&list_link(&RunFilter {
-            name: Some(name.into()),
-            verdict: Some("FAIL".into()),
-        })),
-        esc(name),
-        esc(&percent(name))
-    );
     let oldest_first: Vec<&RunSummary> = runs.iter().rev().collect();
     // The plots have figures of finished runs only (a run under way has none yet).
     let finished: Vec<&RunSummary> = oldest_first
@@ -235,36 +268,65 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
         .filter(|r| r.finished_at_ms.is_some())
         .collect();
     let passed = runs.iter().filter(|r| r.verdict == "PASS").count();
-    let _ = writeln!(
-        out,
-        "<h2>Verdicts</h2><p>{passed} of {} runs passed (oldest left).</p><div class=\"strip\" id=\"verdicts\">",
-        runs.len()
-    );
-    for r in &oldest_first {
-        let _ = write!(
-            out,
-            "<a class=\"{verdict}\" href=\"/runs/{link}\" title=\"{id}: {verdict}, {started}\"></a>",
-            verdict = esc(&r.verdict),
-            link = esc(&percent(&r.run_id)),
-            id = esc(&r.run_id),
-            started = timestamp(r.started_at_ms),
-        );
-    }
-    out.push_str("</div>\n<h2>Over the runs</h2><div class=\"plots-row\">\n");
-    let at = |i: usize| i as f64 + 1.0;
     let mut bands: Vec<Band> = baseline_band(&finished).into_iter().collect();
     bands.extend(fault_bands(&finished));
-    let plot = |out: &mut String, id, title, y_label, series: Vec<Series>, no_data: &str| {
-        let chart = Chart {
-            id,
-            title,
-            x_label: "run (oldest first)",
-            y_label,
-            series,
-            reference: None,
-            bands: bands.clone(),
-        };
-        out.push_str(&line_chart(&chart, no_data));
+    let failed_runs = list_link(&RunFilter {
+        name: Some(name.into()),
+        verdict: Some("FAIL".into()),
+    });
+    let body = html! {
+        nav {
+            a href="/" { "every run" }
+            " · "
+            a href=(failed_runs) { "failed runs of " (name) }
+            " · "
+            a href={ "/api/matrix/" (percent(name)) "/history" } { "JSON" }
+        }
+        h2 { "Verdicts" }
+        p { (passed) " of " (runs.len()) " runs passed (oldest left)." }
+        div.strip #verdicts {
+            @for r in &oldest_first {
+                a class=(r.verdict) href=(run_link(&r.run_id))
+                    title={ (r.run_id) ": " (r.verdict) ", " (timestamp(r.started_at_ms)) } {}
+            }
+        }
+        h2 { "Over the runs" }
+        div.plots-row { (history_plots(&finished, &bands)) }
+        @if let Some(band) = bands.iter().find(|b| b.baseline) {
+            p.muted { "Shaded blue: " (band.label) "." }
+        }
+        @if bands.iter().any(|b| !b.baseline) {
+            p.muted {
+                "Shaded red: runs that injected faults on purpose (hover for each fault and \
+                 its verdict); their failures inside a fault's window did not count against them."
+            }
+        }
+        (sweep_table(&finished))
+        h2 { "Failure signatures" }
+        (signature_table(&oldest_first))
+        h2 { "Runs" }
+        (runs_table(runs))
+    };
+    page(&format!("History of {name}"), None, body)
+}
+
+/// The history's plots over the finished runs (oldest first, run i at x = i + 1), each with
+/// the bands (baseline window, runs with faults).
+fn history_plots(finished: &[&RunSummary], bands: &[Band]) -> Markup {
+    let at = |i: usize| i as f64 + 1.0;
+    let plot = |id, title, y_label, series: Vec<Series>, no_data: &str| {
+        chart(
+            &Chart {
+                id,
+                title,
+                x_label: "run (oldest first)",
+                y_label,
+                series,
+                reference: None,
+                bands: bands.to_vec(),
+            },
+            no_data,
+        )
     };
     type Measure = fn(&RunSummary) -> f64;
     let totals: [(&str, &str, &str, Measure); 4] = [
@@ -286,24 +348,16 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
             },
         ),
     ];
-    for (id, title, y_label, value) in totals {
-        let series = vec![Series {
+    let total = |y_label: &str, value: Measure| {
+        vec![Series {
             name: y_label.into(),
             points: finished
                 .iter()
                 .enumerate()
                 .map(|(i, r)| (at(i), value(r)))
                 .collect(),
-        }];
-        plot(
-            &mut out,
-            id,
-            title,
-            y_label,
-            series,
-            "no finished run of this matrix",
-        );
-    }
+        }]
+    };
     // Per name (scenario, server, capacity group): a series over the runs that have it.
     let named = |points: &dyn Fn(&RunSummary) -> Vec<(String, f64)>| -> Vec<Series> {
         let mut by_name: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
@@ -317,86 +371,56 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
             .map(|(name, points)| Series { name, points })
             .collect()
     };
-    plot(
-        &mut out,
-        "history-p99-scenarios",
-        "p99 latency per scenario",
-        "p99 ms",
-        named(&|r| {
-            r.scenarios
-                .iter()
-                .map(|s| (s.scenario.clone(), s.p99_ms))
-                .collect()
-        }),
-        "no run recorded per-scenario figures",
-    );
-    plot(
-        &mut out,
-        "history-memory-slope",
-        "Server memory slope after warm-up per run",
-        "MiB/min",
-        named(&|r| {
-            r.server_memory
-                .iter()
-                .map(|m| (m.server.clone(), m.slope_mib_per_min))
-                .collect()
-        }),
-        "no run judged its servers' memory (too short, or no memory readings)",
-    );
-    if finished.iter().any(|r| !r.capacity.is_empty()) {
-        plot(
-            &mut out,
-            "history-capacity",
-            "Capacity at the p99 target per run",
-            "max QPS",
+    html! {
+        @for (id, title, y_label, value) in totals {
+            (plot(id, title, y_label, total(y_label, value), "no finished run of this matrix"))
+        }
+        (plot(
+            "history-p99-scenarios",
+            "p99 latency per scenario",
+            "p99 ms",
+            named(&|r| r.scenarios.iter().map(|s| (s.scenario.clone(), s.p99_ms)).collect()),
+            "no run recorded per-scenario figures",
+        ))
+        (plot(
+            "history-memory-slope",
+            "Server memory slope after warm-up per run",
+            "MiB/min",
             named(&|r| {
-                r.capacity
-                    .iter()
-                    .map(|c| (format!("{} ({})", c.group, c.phase), c.max_qps))
-                    .collect()
+                r.server_memory.iter().map(|m| (m.server.clone(), m.slope_mib_per_min)).collect()
             }),
-            "no capacity answer",
-        );
+            "no run judged its servers' memory (too short, or no memory readings)",
+        ))
+        @if finished.iter().any(|r| !r.capacity.is_empty()) {
+            (plot(
+                "history-capacity",
+                "Capacity at the p99 target per run",
+                "max QPS",
+                named(&|r| {
+                    r.capacity
+                        .iter()
+                        .map(|c| (format!("{} ({})", c.group, c.phase), c.max_qps))
+                        .collect()
+                }),
+                "no capacity answer",
+            ))
+        }
+        @if finished.iter().any(|r| r.sweep.is_some()) {
+            (plot(
+                "history-sweep",
+                "Sweep: the best variant's capacity per run",
+                "max QPS",
+                named(&|r| {
+                    r.sweep
+                        .iter()
+                        .filter_map(|s| Some((s.server_group.clone(), s.best_qps?)))
+                        .collect()
+                }),
+                "no sweep found a variant that met its target",
+            ))
+        }
     }
-    if finished.iter().any(|r| r.sweep.is_some()) {
-        plot(
-            &mut out,
-            "history-sweep",
-            "Sweep: the best variant's capacity per run",
-            "max QPS",
-            named(&|r| {
-                r.sweep
-                    .iter()
-                    .filter_map(|s| Some((s.server_group.clone(), s.best_qps?)))
-                    .collect()
-            }),
-            "no sweep found a variant that met its target",
-        );
-    }
-    out.push_str("</div>\n");
-    if let Some(band) = bands.iter().find(|b| b.baseline) {
-        let _ = writeln!(
-            out,
-            "<p class=\"muted\">Shaded blue: {}.</p>",
-            esc(&band.label)
-        );
-    }
-    if bands.iter().any(|b| !b.baseline) {
-        out.push_str(
-            "<p class=\"muted\">Shaded red: runs that injected faults on purpose (hover for \
-             each fault and its verdict); their failures inside a fault's window did not \
-             count against them.</p>\n",
-        );
-    }
-    sweep_table(&mut out, &finished);
-    out.push_str("<h2>Failure signatures</h2>\n");
-    signature_table(&mut out, &oldest_first);
-    out.push_str("<h2>Runs</h2>\n");
-    runs_table(&mut out, runs);
-    out.push_str("</body></html>\n");
-    out
 }
-
 /// The newest finished run's baseline window (the runs it was compared with) over the x axis
 /// of a history plot (run i at x = i + 1, oldest first); None when it was compared with none
 /// of the runs shown.
@@ -460,47 +484,44 @@ fn fault_bands(finished: &[&RunSummary]) -> Vec<Band> {
 }
 
 /// The runs that swept configurations: each one's best variant, newest first.
-fn sweep_table(out: &mut String, finished: &[&RunSummary]) {
-    let swept: Vec<&&RunSummary> = finished
+fn sweep_table(finished: &[&RunSummary]) -> Markup {
+    let swept: Vec<(&RunSummary, &crate::report::summary::SweepPoint)> = finished
         .iter()
         .rev()
-        .filter(|r| r.sweep.is_some())
+        .filter_map(|r| Some((*r, r.sweep.as_ref()?)))
         .collect();
     if swept.is_empty() {
-        return;
+        return html! {};
     }
-    out.push_str(
-        "<h2>Sweep answers</h2>\n<table id=\"sweeps\"><tr><th>run</th><th>server group</th>\
-         <th>best variant</th><th>max QPS</th><th>variants measured</th></tr>\n",
-    );
-    for r in swept {
-        let Some(s) = &r.sweep else { continue };
-        let _ = writeln!(
-            out,
-            "<tr><td><a href=\"/runs/{}\">{}</a></td><td>{}</td><td>{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{} of {}</td></tr>",
-            esc(&percent(&r.run_id)),
-            esc(&r.run_id),
-            esc(&s.server_group),
-            esc(s.best.as_deref().unwrap_or("none met the target")),
-            s.best_qps
-                .map_or_else(|| "—".to_string(), |q| format!("{q:.1}")),
-            s.measured,
-            s.grid_size
-        );
+    html! {
+        h2 { "Sweep answers" }
+        table #sweeps {
+            tr {
+                th { "run" } th { "server group" } th { "best variant" } th { "max QPS" }
+                th { "variants measured" }
+            }
+            @for (r, s) in swept {
+                tr {
+                    td { a href=(run_link(&r.run_id)) { (r.run_id) } }
+                    td { (s.server_group) }
+                    td { (s.best.as_deref().unwrap_or("none met the target")) }
+                    td.num { (s.best_qps.map_or_else(|| "—".to_string(), |q| format!("{q:.1}"))) }
+                    td.num { (s.measured) " of " (s.grid_size) }
+                }
+            }
+        }
     }
-    out.push_str("</table>\n");
 }
 
 /// Every signature the runs judged: first and last seen, in how many runs, and its status in
 /// the last run it was seen in. `runs` oldest first.
-fn signature_table(out: &mut String, runs: &[&RunSummary]) {
+fn signature_table(runs: &[&RunSummary]) -> Markup {
     struct Seen<'a> {
         first: &'a RunSummary,
         last: &'a RunSummary,
         runs: usize,
         failures: u64,
-        sig: &'a crate::report::summary::SignatureSeen,
+        sig: &'a SignatureSeen,
     }
     let mut seen: BTreeMap<&str, Seen> = BTreeMap::new();
     for r in runs {
@@ -518,240 +539,215 @@ fn signature_table(out: &mut String, runs: &[&RunSummary]) {
         }
     }
     if seen.is_empty() {
-        out.push_str("<p class=\"muted\">No failure signature in these runs.</p>\n");
-        return;
+        return html! { p.muted { "No failure signature in these runs." } };
     }
     let mut rows: Vec<&Seen> = seen.values().collect();
     // What the last runs saw leads.
     rows.sort_by_key(|s| std::cmp::Reverse((s.last.started_at_ms, s.runs)));
-    out.push_str(
-        "<table id=\"signatures\"><tr><th>signature</th><th>scenario / model</th><th>failure</th>\
-         <th>status (last seen)</th><th>first seen</th><th>last seen</th><th>runs</th>\
-         <th>failures</th></tr>\n",
-    );
-    for s in rows {
-        let run_link = |r: &RunSummary| {
-            format!(
-                "<a href=\"/runs/{}\">{}</a> <span class=\"muted\">{}</span>",
-                esc(&percent(&r.run_id)),
-                esc(&r.run_id),
-                timestamp(r.started_at_ms)
-            )
-        };
-        let _ = writeln!(
-            out,
-            "<tr><td><code>{}</code></td><td>{} / {}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td class=\"num\">{} of {}</td><td class=\"num\">{}</td></tr>",
-            esc(&s.sig.signature),
-            esc(&s.sig.scenario),
-            esc(&s.sig.model),
-            esc(&s.sig.message),
-            s.sig.status.as_str(),
-            run_link(s.first),
-            run_link(s.last),
-            s.runs,
-            runs.len(),
-            s.failures
-        );
+    let seen_in = |r: &RunSummary| {
+        html! {
+            a href=(run_link(&r.run_id)) { (r.run_id) }
+            " "
+            span.muted { (timestamp(r.started_at_ms)) }
+        }
+    };
+    html! {
+        table #signatures {
+            tr {
+                th { "signature" } th { "scenario / model" } th { "failure" }
+                th { "status (last seen)" } th { "first seen" } th { "last seen" } th { "runs" }
+                th { "failures" }
+            }
+            @for s in rows {
+                tr {
+                    td { code { (s.sig.signature) } }
+                    td { (s.sig.scenario) " / " (s.sig.model) }
+                    td { (s.sig.message) }
+                    td { (s.sig.status.as_str()) }
+                    td { (seen_in(s.first)) }
+                    td { (seen_in(s.last)) }
+                    td.num { (s.runs) " of " (runs.len()) }
+                    td.num { (s.failures) }
+                }
+            }
+        }
     }
-    out.push_str("</table>\n");
 }
 
 /// A run against the previous run of its matrix.
 pub fn diff_page(d: &RunDiff) -> String {
-    let mut out = String::new();
-    head(
-        &mut out,
+    let optional = |v: Option<String>| v.unwrap_or_else(|| "—".to_string());
+    let f = |v: Option<f64>, digits: usize| optional(v.map(|v| format!("{v:.digits$}")));
+    let n = |v: Option<u64>| optional(v.map(|v| v.to_string()));
+    let body = html! {
+        nav {
+            a href=(run_link(&d.run.run_id)) { "this run" }
+            " · "
+            a href=(run_link(&d.previous.run_id)) { "the previous run" }
+            " · "
+            a href={ "/api/runs/" (percent(&d.run.run_id)) "/diff" } { "JSON" }
+        }
+        h2 { "Verdict" }
+        p #verdict-change {
+            span class=(d.previous.verdict) { (d.previous.verdict) }
+            " (" (timestamp(d.previous.started_at_ms)) ") → "
+            span class=(d.run.verdict) { (d.run.verdict) }
+            " (" (timestamp(d.run.started_at_ms)) ")"
+        }
+        @for (id, title, list) in [
+            ("signatures-new", "Signatures new since the previous run", &d.signatures_new),
+            ("signatures-gone", "Signatures gone since the previous run", &d.signatures_gone),
+        ] {
+            h2 { (title) }
+            @if list.is_empty() {
+                p.muted id=(id) { "none" }
+            } @else {
+                table id=(id) {
+                    thead { tr {
+                        th { "signature" } th { "scenario" } th { "model" } th { "failures" }
+                        th { "message" }
+                    } }
+                    tbody {
+                        @for s in list {
+                            tr {
+                                td { (s.signature) } td { (s.scenario) } td { (s.model) }
+                                td.num { (s.count) } td { (s.message) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Per scenario" }
+        table #scenarios {
+            thead { tr {
+                th { "scenario" } th { "QPS before" } th { "QPS now" } th { "p99 ms before" }
+                th { "p99 ms now" } th { "failures before" } th { "failures now" }
+            } }
+            tbody {
+                @for s in &d.scenarios {
+                    tr {
+                        td { (s.scenario) }
+                        td.num { (f(s.qps.0, 1)) } td.num { (f(s.qps.1, 1)) }
+                        td.num { (f(s.p99_ms.0, 2)) } td.num { (f(s.p99_ms.1, 2)) }
+                        td.num { (n(s.failures.0)) } td.num { (n(s.failures.1)) }
+                    }
+                }
+            }
+        }
+        h2 { "Servers" }
+        @if d.servers.is_empty() {
+            p.muted #servers { "no server in either run" }
+        } @else {
+            table #servers {
+                thead { tr { th { "server" } th { "version before" } th { "version now" } } }
+                tbody {
+                    @for s in &d.servers {
+                        tr class=[s.changed().then_some("bad")] {
+                            td { (s.server) }
+                            td { (optional(s.version.0.clone())) }
+                            td { (optional(s.version.1.clone())) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Matrix" }
+        @if d.matrix.is_empty() {
+            p.muted #matrix-same { "the same text" }
+        } @else {
+            pre #matrix-diff {
+                @for line in &d.matrix {
+                    @match line {
+                        Line::Same(t) => { span { "  " (t) } "\n" }
+                        Line::Removed(t) => { span.removed { "- " (t) } "\n" }
+                        Line::Added(t) => { span.added { "+ " (t) } "\n" }
+                    }
+                }
+            }
+        }
+    };
+    page(
         &format!("{} against {}", d.run.run_id, d.previous.run_id),
-    );
-    let _ = writeln!(
-        out,
-        "<nav><a href=\"/runs/{}\">this run</a> · <a href=\"/runs/{}\">the previous run</a> · \
-         <a href=\"/api/runs/{}/diff\">JSON</a></nav>",
-        esc(&percent(&d.run.run_id)),
-        esc(&percent(&d.previous.run_id)),
-        esc(&percent(&d.run.run_id))
-    );
-    let _ = writeln!(
-        out,
-        "<h2>Verdict</h2><p id=\"verdict-change\"><span class=\"{b}\">{b}</span> ({before}) → \
-         <span class=\"{a}\">{a}</span> ({after})</p>",
-        b = esc(&d.previous.verdict),
-        a = esc(&d.run.verdict),
-        before = timestamp(d.previous.started_at_ms),
-        after = timestamp(d.run.started_at_ms),
-    );
-    for (id, title, list) in [
-        (
-            "signatures-new",
-            "Signatures new since the previous run",
-            &d.signatures_new,
-        ),
-        (
-            "signatures-gone",
-            "Signatures gone since the previous run",
-            &d.signatures_gone,
-        ),
-    ] {
-        let _ = writeln!(out, "<h2>{title}</h2>");
-        if list.is_empty() {
-            let _ = writeln!(out, "<p class=\"muted\" id=\"{id}\">none</p>");
-            continue;
+        None,
+        body,
+    )
+}
+
+/// A run's failure records, one page.
+pub fn failures_page(page_of: &FailurePage) -> String {
+    let p = page_of;
+    let run = percent(&p.run_id);
+    let body = html! {
+        nav {
+            a href={ "/runs/" (run) } { "the run" }
+            " · "
+            a href={ "/runs/" (run) "/failures" } { "first page" }
+            " · "
+            a href={ "/api/runs/" (run) "/failures?after=" (p.after) } { "JSON" }
         }
-        let _ = writeln!(
-            out,
-            "<table id=\"{id}\"><thead><tr><th>signature</th><th>scenario</th><th>model</th>\
-             <th>failures</th><th>message</th></tr></thead><tbody>"
-        );
-        for s in list {
-            let _ = writeln!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-                esc(&s.signature),
-                esc(&s.scenario),
-                esc(&s.model),
-                s.count,
-                esc(&s.message)
-            );
+        p #failure-count {
+            (p.counted) " failures counted; the workers keep the records of their first ones. \
+             This page: " (p.failures.len()) " records after id " (p.after) "."
         }
-        out.push_str("</tbody></table>\n");
-    }
-    out.push_str(
-        "<h2>Per scenario</h2><table id=\"scenarios\"><thead><tr><th>scenario</th>\
-         <th>QPS before</th><th>QPS now</th><th>p99 ms before</th><th>p99 ms now</th>\
-         <th>failures before</th><th>failures now</th></tr></thead><tbody>\n",
-    );
-    let f =
-        |v: Option<f64>, digits: usize| v.map_or("—".to_string(), |v| format!("{v:.digits$}"));
-    let n = |v: Option<u64>| v.map_or("—".to_string(), |v| v.to_string());
-    for s in &d.scenarios {
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td></tr>",
-            esc(&s.scenario),
-            f(s.qps.0, 1),
-            f(s.qps.1, 1),
-            f(s.p99_ms.0, 2),
-            f(s.p99_ms.1, 2),
-            n(s.failures.0),
-            n(s.failures.1)
-        );
-    }
-    out.push_str("</tbody></table>\n<h2>Servers</h2>\n");
-    if d.servers.is_empty() {
-        out.push_str("<p class=\"muted\" id=\"servers\">no server in either run</p>\n");
-    } else {
-        out.push_str(
-            "<table id=\"servers\"><thead><tr><th>server</th><th>version before</th>\
-             <th>version now</th></tr></thead><tbody>\n",
-        );
-        for s in &d.servers {
-            let v = |v: &Option<String>| v.as_deref().map_or("—".to_string(), esc);
-            let _ = writeln!(
-                out,
-                "<tr{}><td>{}</td><td>{}</td><td>{}</td></tr>",
-                if s.changed() { " class=\"bad\"" } else { "" },
-                esc(&s.server),
-                v(&s.version.0),
-                v(&s.version.1)
-            );
+        @if !p.failures.is_empty() {
+            table #failures {
+                thead { tr {
+                    th { "id" } th { "time" } th { "member" } th { "scenario" } th { "server" }
+                    th { "model" } th { "kind" } th { "expected" } th { "actual" }
+                } }
+                tbody {
+                    @for f in &p.failures {
+                        @let r = &f.record;
+                        tr {
+                            td.num { (f.id) }
+                            td { (timestamp(r.at_ms)) }
+                            td { (f.member_id) }
+                            td { (r.scenario) }
+                            td { (r.server) }
+                            td { (r.model) }
+                            td { (r.error_kind.map(|k| format!("{k:?}")).unwrap_or_default()) }
+                            td { (r.expected) }
+                            td { (r.actual) }
+                        }
+                    }
+                }
+            }
         }
-        out.push_str("</tbody></table>\n");
-    }
-    out.push_str("<h2>Matrix</h2>\n");
-    if d.matrix.is_empty() {
-        out.push_str("<p class=\"muted\" id=\"matrix-same\">the same text</p>\n");
-    } else {
-        out.push_str("<pre id=\"matrix-diff\">");
-        for line in &d.matrix {
-            let (mark, text, style) = match line {
-                Line::Same(t) => (' ', t, ""),
-                Line::Removed(t) => ('-', t, " class=\"removed\""),
-                Line::Added(t) => ('+', t, " class=\"added\""),
-            };
-            let _ = writeln!(out, "<span{style}>{mark} {}</span>", esc(text));
+        @match p.next_after {
+            Some(next) => p {
+                a #next-page href={ "/runs/" (run) "/failures?after=" (next) "&limit=" (p.limit) } {
+                    "next page"
+                }
+            },
+            None => p.muted #last-page { "the last page" },
         }
-        out.push_str("</pre>\n");
-    }
-    out.push_str("</body></html>\n");
-    out
+    };
+    page(&format!("{}: failures", p.run_id), None, body)
 }
 
 /// A run without an earlier run of its matrix name.
-/// A run's failure records, one page.
-pub fn failures_page(page: &FailurePage) -> String {
-    let mut out = String::new();
-    head(&mut out, &format!("{}: failures", page.run_id));
-    let run = esc(&percent(&page.run_id));
-    let _ = writeln!(
-        out,
-        "<nav><a href=\"/runs/{run}\">the run</a> · <a href=\"/runs/{run}/failures\">first \
-         page</a> · <a href=\"/api/runs/{run}/failures?after={}\">JSON</a></nav>",
-        page.after
-    );
-    let _ = writeln!(
-        out,
-        "<p id=\"failure-count\">{} failures counted; the workers keep the records of their \
-         first ones. This page: {} records after id {}.</p>",
-        page.counted,
-        page.failures.len(),
-        page.after
-    );
-    if !page.failures.is_empty() {
-        out.push_str(
-            "<table id=\"failures\"><thead><tr><th>id</th><th>time</th><th>member</th>\
-             <th>scenario</th><th>server</th><th>model</th><th>kind</th><th>expected</th>\
-             <th>actual</th></tr></thead><tbody>\n",
-        );
-        for f in &page.failures {
-            let r = &f.record;
-            let kind = r.error_kind.map(|k| format!("{k:?}")).unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                f.id,
-                timestamp(r.at_ms),
-                esc(&f.member_id),
-                esc(&r.scenario),
-                esc(&r.server),
-                esc(&r.model),
-                esc(&kind),
-                esc(&r.expected),
-                esc(&r.actual)
-            );
+pub fn no_previous_page(run_id: &str, name: &str) -> String {
+    let body = html! {
+        p #no-previous {
+            "No earlier run of " (name) " is in this store. "
+            a href=(run_link(run_id)) { "The run" }
+            " · "
+            a href=(matrix_link(name)) { "its matrix's history" }
         }
-        out.push_str("</tbody></table>\n");
-    }
-    match page.next_after {
-        Some(next) => {
-            let _ = writeln!(
-                out,
-                "<p><a id=\"next-page\" href=\"/runs/{run}/failures?after={next}&amp;limit={}\">next \
-                 page</a></p>",
-                page.limit
-            );
-        }
-        None => out.push_str("<p class=\"muted\" id=\"last-page\">the last page</p>\n"),
-    }
-    out.push_str("</body></html>\n");
-    out
+    };
+    page(&format!("{run_id}: nothing to compare with"), None, body)
 }
 
-pub fn no_previous_page(run_id: &str, name: &str) -> String {
-    let mut out = String::new();
-    head(&mut out, &format!("{run_id}: nothing to compare with"));
-    let _ = writeln!(
-        out,
-        "<p id=\"no-previous\">No earlier run of {} is in this store. <a href=\"/runs/{}\">The run</a> · \
-         <a href=\"{}\">its matrix's history</a></p></body></html>",
-        esc(name),
-        esc(&percent(run_id)),
-        esc(&matrix_link(name))
-    );
-    out
+/// What a page says while its store cannot be read: so, and that it tries again.
+pub fn store_unavailable_page(retry_s: u32) -> String {
+    let body = html! {
+        p #store-unavailable {
+            "The store could not be read (the server's log says why). This page tries again \
+             every " (retry_s) " s."
+        }
+    };
+    page("store unavailable", Some(retry_s), body)
 }
 
 #[cfg(test)]
@@ -805,12 +801,26 @@ mod tests {
             page.contains(">0123456789ab</span>"),
             "the fingerprint's start"
         );
+        assert!(
+            !page.contains("http-equiv=\"refresh\""),
+            "nothing under way"
+        );
         let mut running = run("nightly-2", "nightly", "RUNNING");
         running.finished_at_ms = None;
-        let page = run_list_page(&[running], &RunFilter::default());
+        let page = run_list_page(&[running.clone()], &RunFilter::default());
         assert!(
             page.contains("<td class=\"RUNNING\">RUNNING</td><td class=\"num\">—</td>"),
-            "no figures for a run under way: {page}"
+            "no figures before its workers wrote any: {page}"
+        );
+        assert!(page.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
+        running.live_at_ms = Some(running.started_at_ms + 65_000);
+        let page = run_list_page(&[running], &RunFilter::default());
+        assert!(
+            page.contains(
+                "0:01:05 so far</td><td>local</td><td class=\"RUNNING\">RUNNING</td>\
+                 <td class=\"num\">12.3</td><td class=\"num\">5.68</td><td class=\"num\">1</td>"
+            ),
+            "its figures so far: {page}"
         );
         let empty = run_list_page(&[], &RunFilter::default());
         assert!(empty.contains("no finished run found"));
@@ -823,6 +833,109 @@ mod tests {
                 && !page.contains("href=\"/runs/old-run\""),
             "why, and no link to a report that cannot be built: {page}"
         );
+    }
+
+    /// What a hostile server or matrix could put in any string a page shows.
+    const HOSTILE: &str = "<img src=x onerror=alert(1)>\"'&<script>alert(2)</script>";
+
+    /// No element from `HOSTILE` in `page`, and its text shown (escaped) `times` or more.
+    fn shown_as_text(page: &str, times: usize) {
+        assert!(
+            !page.contains("<img") && !page.contains("<script"),
+            "{page}"
+        );
+        let text =
+            "&lt;img src=x onerror=alert(1)&gt;&quot;'&amp;&lt;script&gt;alert(2)&lt;/script&gt;";
+        assert!(page.matches(text).count() >= times, "{page}");
+    }
+
+    #[test]
+    fn every_page_shows_what_runs_wrote_as_text() {
+        use crate::report::diff::{ScenarioChange, ServerChange, Side, SignatureChange};
+        use crate::report::failures::ListedFailure;
+        let h = || HOSTILE.to_string();
+        let mut hostile = run(HOSTILE, HOSTILE, "FAIL");
+        hostile.launcher = h();
+        hostile.fingerprint = None;
+        hostile.root_cause = Some(h());
+        hostile.signatures = vec![SignatureSeen {
+            signature: h(),
+            scenario: h(),
+            model: h(),
+            message: h(),
+            status: crate::judge::verdicts::Status::New,
+            count: 1,
+        }];
+        hostile.sweep = Some(crate::report::summary::SweepPoint {
+            server_group: h(),
+            best: Some(h()),
+            best_qps: Some(1.0),
+            measured: 1,
+            grid_size: 2,
+        });
+        let filter = RunFilter {
+            name: Some(h()),
+            verdict: None,
+        };
+        // Run id, matrix name, launcher, root cause (and the filter's name in the list).
+        shown_as_text(&run_list_page(&[hostile.clone()], &filter), 6);
+        let mut going = hostile.clone();
+        going.finished_at_ms = None;
+        shown_as_text(&run_list_page(&[going], &RunFilter::default()), 2);
+        // Besides the table: the title, the signature's four strings, the sweep's two.
+        shown_as_text(&matrix_page(HOSTILE, &[hostile]), 12);
+        let side = Side {
+            run_id: h(),
+            verdict: h(),
+            started_at_ms: 0,
+        };
+        let change = SignatureChange {
+            signature: h(),
+            scenario: h(),
+            model: h(),
+            message: h(),
+            count: 1,
+        };
+        let d = RunDiff {
+            run: side.clone(),
+            previous: side,
+            signatures_new: vec![change.clone()],
+            signatures_gone: vec![change],
+            scenarios: vec![ScenarioChange {
+                scenario: h(),
+                qps: (None, None),
+                p99_ms: (None, None),
+                failures: (None, None),
+            }],
+            servers: vec![ServerChange {
+                server: h(),
+                version: (Some(h()), None),
+            }],
+            matrix: vec![Line::Same(h()), Line::Removed(h()), Line::Added(h())],
+        };
+        shown_as_text(&diff_page(&d), 16);
+        let record = stress_common::status::FailureRecord {
+            scenario: h(),
+            server: h(),
+            model: h(),
+            expected: h(),
+            actual: h(),
+            ..Default::default()
+        };
+        let failures = FailurePage {
+            run_id: h(),
+            after: 0,
+            limit: 10,
+            failures: vec![ListedFailure {
+                id: 1,
+                member_id: h(),
+                record,
+            }],
+            next_after: Some(1),
+            counted: 1,
+        };
+        shown_as_text(&failures_page(&failures), 7);
+        shown_as_text(&no_previous_page(HOSTILE, HOSTILE), 2);
     }
 
     #[test]

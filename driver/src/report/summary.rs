@@ -58,6 +58,11 @@ pub struct RunSummary {
     /// A sweep's answer: its best variant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<SweepPoint>,
+    /// A run under way: when its workers last wrote what its figures (requests, tests,
+    /// failures, QPS, p99) count so far. None for a finished run, and for one whose workers
+    /// have written nothing yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_at_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -244,6 +249,7 @@ impl RunSummary {
                 measured: s.measured,
                 grid_size: s.grid_size,
             }),
+            live_at_ms: None,
         }
     }
 }
@@ -295,28 +301,64 @@ async fn read_store(url: &str, limit: u32) -> Result<StoreRuns, StoreError> {
             Err(StoreError::Unwritten { .. }) => return Ok(StoreRuns::default()),
             Err(e) => return Err(e),
         };
-    let finished = store.latest_documents::<RunSummary>(limit).await;
-    let unfinished = store.unfinished_runs().await;
+    let read = async {
+        let finished = store.latest_documents::<RunSummary>(limit).await?;
+        let mut unfinished = Vec::new();
+        for r in store.unfinished_runs().await? {
+            let mut summary = RunSummary {
+                run_id: r.run_id,
+                name: r.name,
+                fingerprint: r.fingerprint,
+                launcher: r.launcher,
+                started_at_ms: r.started_at_ms,
+                finished_at_ms: None,
+                ..RunSummary::default()
+            };
+            live_figures(&store, &mut summary).await?;
+            unfinished.push((summary, r.lease_until_ms));
+        }
+        Ok(StoreRuns {
+            finished: finished.into_iter().map(|(_, s)| s).collect(),
+            unfinished,
+        })
+    };
+    let runs = read.await;
     store.close().await;
-    Ok(StoreRuns {
-        finished: finished?.into_iter().map(|(_, s)| s).collect(),
-        unfinished: unfinished?
-            .into_iter()
-            .map(|r| {
-                let lease = r.lease_until_ms;
-                let summary = RunSummary {
-                    run_id: r.run_id,
-                    name: r.name,
-                    fingerprint: r.fingerprint,
-                    launcher: r.launcher,
-                    started_at_ms: r.started_at_ms,
-                    finished_at_ms: None,
-                    ..RunSummary::default()
-                };
-                (summary, lease)
-            })
-            .collect(),
-    })
+    runs
+}
+
+/// How far back from a run's newest worker sample the samples still count toward its QPS now
+/// (a worker writes one every second or so; one that stopped writing is not serving).
+const LIVE_QPS_WINDOW_MS: i64 = 10_000;
+
+/// A run under way, so far: the requests, tests and failures its workers have counted, the QPS
+/// of those that wrote lately, and the p99 of every latency recorded (histograms merged, never
+/// percentiles averaged). Reads the workers' latest rows only, not the series.
+async fn live_figures(store: &Store, summary: &mut RunSummary) -> Result<(), StoreError> {
+    let run_id = summary.run_id.as_str().into();
+    let latest = store.latest_qps(&run_id).await?;
+    let Some(newest) = latest.iter().map(|s| s.at_ms).max() else {
+        return Ok(());
+    };
+    summary.live_at_ms = Some(newest);
+    summary.requests = latest.iter().map(|s| s.total_requests).sum();
+    summary.qps = latest
+        .iter()
+        .filter(|s| s.at_ms >= newest - LIVE_QPS_WINDOW_MS)
+        .map(|s| s.qps)
+        .sum();
+    let mut latency = stress_common::histogram::LatencyHistogram::new();
+    for (_, counts) in store.scenario_counts(&run_id).await? {
+        summary.tests += counts.tests;
+        summary.failures += counts.failures;
+        // A histogram that does not decode leaves the p99 short of it, not the row unlisted.
+        if let Ok(h) = stress_common::histogram::LatencyHistogram::decode(&counts.latency_histogram)
+        {
+            latency.merge(&h);
+        }
+    }
+    summary.p99_ms = latency.percentile_us(99.0) as f64 / 1000.0;
+    Ok(())
 }
 
 /// A store file's size and modification time, and its write-ahead log's: SQLite writes the
@@ -521,6 +563,69 @@ mod tests {
             .finish_run(&id.into(), "PASS", started_at_ms + 1000)
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_run_under_way_lists_its_figures_so_far() {
+        use stress_common::histogram::LatencyHistogram;
+        use stress_common::status::{ScenarioCounts, WorkerSnapshot};
+        let tmp = tempfile::tempdir().unwrap();
+        let now = stress_common::now_ms();
+        let store = run_dir(tmp.path(), "going", now - 60_000).await;
+        store
+            .renew_lease(&"going".into(), now + 30_000)
+            .await
+            .unwrap();
+        let listed = || async {
+            let runs = list_all(RunSource::RunsDir(tmp.path()), 10, now, None)
+                .await
+                .unwrap();
+            assert_eq!(runs.len(), 1);
+            runs.into_iter().next().unwrap()
+        };
+        let quiet = listed().await;
+        assert_eq!(quiet.verdict, "RUNNING");
+        assert_eq!(quiet.live_at_ms, None, "no worker wrote yet: no figures");
+        // Two workers: one fast (1 ms latencies), one slow (100 ms), and a third that stopped
+        // writing a minute ago, whose counts stay but whose QPS is not now's.
+        let snapshot = |at_ms, qps, requests, latency_ms: u64, failures| {
+            let mut h = LatencyHistogram::new();
+            for _ in 0..requests {
+                h.record(std::time::Duration::from_millis(latency_ms));
+            }
+            WorkerSnapshot {
+                at_ms,
+                qps,
+                total_requests: requests,
+                scenarios: vec![ScenarioCounts {
+                    scenario: "infer".into(),
+                    tests: requests,
+                    failures,
+                    requests,
+                    latency_histogram: h.encode(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }
+        };
+        for (member, snap) in [
+            ("w-0", snapshot(now - 1_000, 90.0, 980, 1, 0)),
+            ("w-1", snapshot(now - 2_000, 10.0, 10, 100, 3)),
+            ("w-2", snapshot(now - 60_000, 50.0, 500, 1, 0)),
+        ] {
+            store
+                .record_snapshot(&"going".into(), &member.into(), &snap)
+                .await
+                .unwrap();
+        }
+        let live = listed().await;
+        assert_eq!(live.live_at_ms, Some(now - 1_000));
+        assert_eq!((live.requests, live.tests, live.failures), (1490, 1490, 3));
+        assert_eq!(live.qps, 100.0, "the stopped worker's QPS is not now's");
+        // 10 of 1,490 latencies are 100 ms: the 99th percentile is among the fast ones. An
+        // average of the workers' p99s would say ~34 ms.
+        assert!(live.p99_ms < 2.0, "p99 {}", live.p99_ms);
+        store.close().await;
     }
 
     #[tokio::test]

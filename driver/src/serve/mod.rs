@@ -124,7 +124,7 @@ async fn authorize(State(served): State<Arc<Served>>, request: Request, next: Ne
 }
 
 /// Seconds after which a page the store could not answer is tried again.
-const STORE_RETRY_S: &str = "10";
+const STORE_RETRY_S: u32 = 10;
 
 /// What a page could not do: not found (a run that is not there) or the store failing (said
 /// in the log in full; the page says only that, since a store's URL may hold a password).
@@ -146,18 +146,17 @@ impl IntoResponse for PageError {
                 (
                     StatusCode::SERVICE_UNAVAILABLE,
                     [
-                        (header::RETRY_AFTER, STORE_RETRY_S),
-                        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-                        (header::CONTENT_SECURITY_POLICY, render::dashboard::csp()),
+                        (header::RETRY_AFTER, HeaderValue::from(STORE_RETRY_S)),
+                        (
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("text/html; charset=utf-8"),
+                        ),
+                        (
+                            header::CONTENT_SECURITY_POLICY,
+                            HeaderValue::from_static(render::dashboard::csp()),
+                        ),
                     ],
-                    format!(
-                        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-                         <meta http-equiv=\"refresh\" content=\"{STORE_RETRY_S}\">\
-                         <title>store unavailable</title></head><body>\
-                         <p id=\"store-unavailable\">The store could not be read (the server's \
-                         log says why). This page tries again every {STORE_RETRY_S} s.</p>\
-                         </body></html>\n"
-                    ),
+                    render::dashboard::store_unavailable_page(STORE_RETRY_S),
                 )
                     .into_response()
             }
