@@ -199,6 +199,7 @@ impl Worker {
             outages: vec![],
             // As a worker's: a column of every series point at scale.
             rss_bytes: Some(64 << 20),
+            deferred_clients: 0,
         };
         if let Some(c) = closing {
             self.tracker.commit(c);

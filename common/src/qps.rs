@@ -11,6 +11,10 @@ pub struct QpsSample {
     pub at_ms: i64,
     pub qps: f64,
     pub total_requests: u64,
+    /// The member's clients inside a test that counts its requests only when it ends (see
+    /// [`crate::status::WorkerSnapshot::deferred_clients`]); the latest sample only, 0 in the
+    /// series.
+    pub deferred_clients: u32,
 }
 
 /// The seconds of load that a run's QPS samples cover: from one sample interval before the
@@ -139,6 +143,7 @@ mod tests {
             at_ms,
             qps: 0.0,
             total_requests: 0,
+            deferred_clients: 0,
         }
     }
 

@@ -103,8 +103,8 @@ pub struct ModelCounts {
     pub uncounted_runs: u64,
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
+fn is_zero<N: Default + PartialEq>(n: &N) -> bool {
+    *n == N::default()
 }
 
 /// What the response streams of a decoupled model's requests carried (one stream per request).
@@ -156,6 +156,11 @@ pub struct WorkerSnapshot {
     /// slope like a server's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_bytes: Option<u64>,
+    /// Clients inside a test that counts its requests only when it ends (a perf_analyzer run,
+    /// which takes seconds): QPS 0 while one is, is not a stall. The test's own time limit
+    /// bounds it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred_clients: u32,
 }
 
 /// A stretch of time in which one worker had no good answer from one server: from its last

@@ -21,7 +21,7 @@ use stress_common::store::{
 use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
 
 /// The newest schema version (a new migration bumps it here, on purpose).
-const LATEST_SCHEMA: i64 = 19;
+const LATEST_SCHEMA: i64 = 20;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> RunId {
@@ -372,6 +372,7 @@ async fn story(url: &str, fresh: bool) {
                 signatures: vec![],
                 outages: vec![],
                 rss_bytes: Some(123 << 20),
+                deferred_clients: 0,
             },
         )
         .await
@@ -434,6 +435,7 @@ async fn story(url: &str, fresh: bool) {
         signatures: vec![signature(9)],
         outages: vec![],
         rss_bytes: None,
+        deferred_clients: 0,
     })
     .await
     .unwrap();
@@ -469,6 +471,8 @@ async fn story(url: &str, fresh: bool) {
         signatures: vec![],
         outages: vec![],
         rss_bytes: None,
+        // Inside a perf_analyzer run: its QPS 0 is not a stall (the latest sample says so).
+        deferred_clients: 2,
     })
     .await
     .unwrap();
@@ -711,19 +715,22 @@ async fn story(url: &str, fresh: bool) {
                 member_id: "client-0".into(),
                 at_ms: t0 + 1000,
                 qps: 105.0,
-                total_requests: 105
+                total_requests: 105,
+                deferred_clients: 0
             },
             QpsSample {
                 member_id: "client-1".into(),
                 at_ms: t0 + 1500,
                 qps: 0.0,
-                total_requests: 0
+                total_requests: 0,
+                deferred_clients: 0
             },
             QpsSample {
                 member_id: "client-0".into(),
                 at_ms: t0 + 2000,
                 qps: 105.5,
-                total_requests: 210
+                total_requests: 210,
+                deferred_clients: 0
             },
         ]
     );
@@ -732,9 +739,17 @@ async fn story(url: &str, fresh: bool) {
     assert_eq!(
         latest
             .iter()
-            .map(|q| (q.member_id.as_str(), q.at_ms, q.total_requests))
+            .map(|q| (
+                q.member_id.as_str(),
+                q.at_ms,
+                q.total_requests,
+                q.deferred_clients
+            ))
             .collect::<Vec<_>>(),
-        [("client-0", t0 + 2000, 210), ("client-1", t0 + 1500, 0)]
+        [
+            ("client-0", t0 + 2000, 210, 0),
+            ("client-1", t0 + 1500, 0, 2)
+        ]
     );
     // A snapshot refreshes the heartbeat.
     let beats = store.heartbeats(&run_id).await.unwrap();
@@ -996,6 +1011,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                                 signatures: vec![],
                                 outages: vec![],
                                 rss_bytes: None,
+                                deferred_clients: 0,
                             },
                         )
                         .await?;
@@ -1690,6 +1706,7 @@ async fn child_writer() {
                     signatures: vec![],
                     outages: vec![],
                     rss_bytes: None,
+                    deferred_clients: 0,
                 },
             )
             .await

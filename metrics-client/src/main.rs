@@ -355,6 +355,7 @@ mod tests {
                 signatures: vec![],
                 outages: vec![],
                 rss_bytes: None,
+                deferred_clients: 0,
             };
             store
                 .record_snapshot(&"r".into(), &"w-0".into(), &snapshot)

@@ -4,7 +4,7 @@
 use crate::metrics::{Metrics, ServerLatencies};
 use crate::outages::OutageTracker;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
@@ -74,6 +74,8 @@ pub struct Stats {
     signatures: Mutex<BTreeMap<Signature, SignatureCount>>,
     /// Per target server, the stretches without a good answer.
     outages: Mutex<OutageTracker>,
+    /// Tests under way that count their requests only when they end.
+    deferred: AtomicU32,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -85,6 +87,7 @@ impl Default for Stats {
             failures: Mutex::default(),
             signatures: Mutex::default(),
             outages: Mutex::new(OutageTracker::new(stress_common::now_ms())),
+            deferred: AtomicU32::new(0),
             metrics: None,
         }
     }
@@ -353,7 +356,25 @@ impl Stats {
             signatures: self.signature_counts(),
             outages,
             rss_bytes: own_rss_bytes(),
+            deferred_clients: self.deferred.load(Ordering::Relaxed),
         }
+    }
+
+    /// Marks a test under way that counts its requests only when it ends (a perf_analyzer
+    /// run), until the guard drops: the snapshots say so, and the driver does not take the
+    /// QPS 0 of a worker whose clients are all inside one for a stall.
+    pub fn deferred_test(&self) -> DeferredTest<'_> {
+        self.deferred.fetch_add(1, Ordering::Relaxed);
+        DeferredTest(&self.deferred)
+    }
+}
+
+/// A test under way that counts its requests when it ends; see [`Stats::deferred_test`].
+pub struct DeferredTest<'a>(&'a AtomicU32);
+
+impl Drop for DeferredTest<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -396,6 +417,20 @@ mod tests {
             .expect("/proc/self/status on Linux");
         // A test binary with its runtime holds at least a MiB, and not terabytes.
         assert!((1 << 20..1 << 40).contains(&rss), "{rss}");
+    }
+
+    #[test]
+    fn snapshots_count_the_tests_under_way_that_count_their_requests_at_their_end() {
+        let stats = Stats::default();
+        let deferred = |s: &Stats| s.snapshot(&[], 0.0).deferred_clients;
+        assert_eq!(deferred(&stats), 0);
+        let first = stats.deferred_test();
+        let second = stats.deferred_test();
+        assert_eq!(deferred(&stats), 2);
+        drop(first);
+        assert_eq!(deferred(&stats), 1);
+        drop(second);
+        assert_eq!(deferred(&stats), 0);
     }
 
     #[test]

@@ -147,6 +147,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0019_worker_rss.sql"),
         postgres: include_str!("../../migrations/postgres/0019_worker_rss.sql"),
     },
+    Migration {
+        version: 20,
+        name: "deferred_clients",
+        sqlite: include_str!("../../migrations/sqlite/0020_deferred_clients.sql"),
+        postgres: include_str!("../../migrations/postgres/0020_deferred_clients.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -36,7 +36,7 @@
 //! | `events` | `id` (autoincrement / identity) | `run_id`, `member_id`, `at_ms`, `kind` (`STARTING`/`RUNNING`/`SUCCESS`/`FAILURE`), `details` | [`Store::record_event`] |
 //! | `heartbeats` | `run_id, member_id` | `at_ms` | [`Store::heartbeat`], [`Store::record_snapshot`] |
 //! | `qps_samples` | `id` | `run_id`, `member_id`, `at_ms`, `qps`, `total_requests`, `rss_bytes`? (the worker's own memory) | [`Store::record_snapshot`] (appends a snapshot that is a series point: one per series interval and the last, so ~[`crate::interval::SERIES_POINTS`] per worker) |
-//! | `latest_qps` | `run_id, member_id` | `at_ms`, `qps`, `total_requests` | [`Store::record_snapshot`] (replaces: every snapshot; the driver polls it) |
+//! | `latest_qps` | `run_id, member_id` | `at_ms`, `qps`, `total_requests`, `deferred_clients` | [`Store::record_snapshot`] (replaces: every snapshot; the driver polls it) |
 //! | `scenario_counts` | `run_id, member_id, scenario` | `tests`, `failures`, `requests`, `skipped`, `latency_histogram` (text), `send_lateness_histogram`? (open loop), `updated_at_ms` | [`Store::record_snapshot`] (replaces: the counts are cumulative) |
 //! | `model_counts` | `run_id, member_id, scenario, model` | `tests`, `failures`, `requests`, `latency_histogram`, `stream`? (JSON of a decoupled model's `StreamCounts`), `updated_at_ms`, `uncounted_runs` | [`Store::record_snapshot`] (replaces) |
 //! | `latency_intervals` | `id` | `run_id`, `member_id`, `scenario`, `model`, `start_ms`, `end_ms`, `requests`, `failures`, `latency_histogram` (the interval's own) | [`Store::record_snapshot`] (appends a snapshot's `intervals`) |

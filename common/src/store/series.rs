@@ -32,11 +32,13 @@ impl Store {
             "INSERT INTO qps_samples (run_id, member_id, at_ms, qps, total_requests, rss_bytes)
              VALUES ($1, $2, $3, $4, $5, $6)";
         const LATEST: &str =
-            "INSERT INTO latest_qps (run_id, member_id, at_ms, qps, total_requests)
-             VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO latest_qps (run_id, member_id, at_ms, qps, total_requests,
+                                     deferred_clients)
+             VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (run_id, member_id) DO UPDATE SET
                  at_ms = excluded.at_ms, qps = excluded.qps,
-                 total_requests = excluded.total_requests
+                 total_requests = excluded.total_requests,
+                 deferred_clients = excluded.deferred_clients
              WHERE latest_qps.at_ms <= excluded.at_ms";
         let statements: &[&'static str] = if snapshot.series_point {
             &[SERIES, LATEST]
@@ -53,7 +55,7 @@ impl Store {
             let query = if sql == SERIES {
                 query.bind(snapshot.rss_bytes.map(to_db))
             } else {
-                query
+                query.bind(i64::from(snapshot.deferred_clients))
             };
             query.execute(&mut *tx).await.map_err(self.db(OP))?;
         }
@@ -503,13 +505,26 @@ impl Store {
     /// The most recent QPS sample of every member that has one: what the driver polls, without
     /// reading the whole series.
     pub async fn latest_qps(&self, run_id: &RunId) -> Result<Vec<QpsSample>> {
-        self.fetch_qps(
-            "latest_qps",
-            "SELECT member_id, at_ms, qps, total_requests FROM latest_qps
+        let rows: Vec<(String, i64, f64, i64, i64)> = sqlx::query_as(
+            "SELECT member_id, at_ms, qps, total_requests, deferred_clients FROM latest_qps
              WHERE run_id = $1 ORDER BY member_id",
-            run_id,
         )
+        .bind(run_id.as_str())
+        .fetch_all(&self.pool)
         .await
+        .map_err(self.db("latest_qps"))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(member_id, at_ms, qps, total_requests, deferred)| QpsSample {
+                    member_id,
+                    at_ms,
+                    qps,
+                    total_requests: from_db(total_requests),
+                    deferred_clients: u32::try_from(deferred).unwrap_or(0),
+                },
+            )
+            .collect())
     }
 
     /// Runs a query selecting (member_id, at_ms, qps, total_requests) for one run.
@@ -531,6 +546,7 @@ impl Store {
                 at_ms,
                 qps,
                 total_requests: from_db(total_requests),
+                deferred_clients: 0,
             })
             .collect())
     }

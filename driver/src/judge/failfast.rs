@@ -408,10 +408,14 @@ impl FailFast {
                     continue;
                 }
                 w.last_qps_at_ms = q.at_ms;
-                w.zeros = if q.qps == 0.0 && q.at_ms > w.excused_until_ms {
-                    w.zeros + 1
-                } else {
+                w.zeros = if q.qps != 0.0 || q.at_ms <= w.excused_until_ms {
                     0
+                } else if q.deferred_clients > 0 {
+                    // A client inside a test that counts its requests when it ends (seconds,
+                    // bounded by the test's own limit): QPS 0 says nothing either way.
+                    w.zeros
+                } else {
+                    w.zeros + 1
                 };
                 if self.rules.zero_qps_polls > 0 && w.zeros >= self.rules.zero_qps_polls {
                     return Some(Cause::ZeroQps {
@@ -497,6 +501,7 @@ mod tests {
                     at_ms: now,
                     qps,
                     total_requests: 1,
+                    deferred_clients: 0,
                 })
                 .collect())),
             ..Poll::default()
@@ -693,6 +698,33 @@ mod tests {
         assert_eq!(ff.observe(healthy(T0 + 4000, &["c-0"], 0.0)), None);
         assert_eq!(ff.observe(healthy(T0 + 5000, &["c-0"], 0.0)), None);
         let cause = ff.observe(healthy(T0 + 6000, &["c-0"], 0.0)).unwrap();
+        assert_eq!(
+            cause,
+            Cause::ZeroQps {
+                member: "c-0".into(),
+                polls: 3
+            }
+        );
+    }
+
+    #[test]
+    fn zero_qps_inside_a_test_that_counts_at_its_end_is_not_a_stall() {
+        let mut ff = machine(&["c-0"]);
+        let inside = |now, deferred| {
+            let mut poll = healthy(now, &["c-0"], 0.0);
+            if let Some(Ok(q)) = poll.latest_qps.as_mut() {
+                q[0].deferred_clients = deferred;
+            }
+            poll
+        };
+        assert_eq!(ff.observe(healthy(T0 + 1000, &["c-0"], 0.0)), None);
+        assert_eq!(ff.observe(healthy(T0 + 2000, &["c-0"], 0.0)), None);
+        // A perf_analyzer run of several seconds: its zeros neither count nor clear the two.
+        for s in 3..=9 {
+            assert_eq!(ff.observe(inside(T0 + s * 1000, 1)), None, "at {s} s");
+        }
+        // Out of it, still nothing counted: the third zero in a row fires.
+        let cause = ff.observe(healthy(T0 + 10_000, &["c-0"], 0.0)).unwrap();
         assert_eq!(
             cause,
             Cause::ZeroQps {

@@ -42,6 +42,8 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         Protocol::Grpc => "grpc",
         Protocol::Http => "http",
     };
+    // Its requests are counted when it ends, seconds from now.
+    let _deferred = env.stats.deferred_test();
     let export = ProfileExport::path();
     let mut command = tokio::process::Command::new(&binary);
     command
@@ -51,7 +53,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         .args(["--concurrency-range", "1"])
         // A fixed request count, not windows until stable: every request it sends is in its
         // measurement, so the "Request count" it prints is what the server saw (the
-        // driver reconciles the two), and it ends in about half a second: a run still going
+        // driver reconciles the two), and it ends in a second or a few: a run still going
         // when the worker stops has its drain time to finish, or its requests go uncounted.
         .args([
             "--request-count",
