@@ -1204,6 +1204,51 @@ async fn a_matrix_with_models_runs_infer_against_them_and_passes() {
     assert!(text.contains("== Models, all workers =="), "{text}");
 }
 
+/// A worker whose one client runs perf_analyzer over HTTP and nothing else, against a model
+/// that answers after 4 ms: each run of 1,000 requests takes over 4 s and counts them when it
+/// ends, so the worker samples QPS 0 between the ends. With the zero-QPS rule at 2 polls, that
+/// is no stall (the worker says a test counting at its end is under way), and the run passes
+/// with the requests counted. (It failed as "QPS 0 for 2 consecutive polls" before.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_inside_perf_analyzer_runs_is_not_a_zero_qps_stall() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = paced_repository(tmp.path(), 4);
+    let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
+        m.run.slo.clear();
+        m.run.fail_fast.zero_qps_polls = 2;
+        for template in m.server_templates.values_mut() {
+            template.model_repositories = vec![repo.display().to_string()];
+        }
+        for template in m.client_templates.values_mut() {
+            template
+                .env
+                .insert("WORKER_LOAD_MODEL".into(), "paced".into());
+            template.protocol = stress_common::contract::Protocol::Http;
+            template.scenarios = Some([("PerfAnalyzer".to_string(), 1)].into_iter().collect());
+            template.concurrency = 1;
+        }
+    });
+    let run_id = "e2e-perf-analyzer-only";
+    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, run_id, "12s").await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let samples = store.qps_samples(&RunId::from(run_id)).await.unwrap();
+    let zeros = samples.iter().filter(|s| s.qps == 0.0).count();
+    let answered = samples.iter().filter(|s| s.qps > 0.0).count();
+    // The case the rule must ride through: zeros between the runs' ends, and requests counted.
+    assert!(
+        zeros >= 2 && answered >= 1 && samples.last().is_some_and(|s| s.total_requests >= 1000),
+        "{samples:?}\n{}",
+        driver.output()
+    );
+}
+
 /// Capacity mode against a server whose capacity the test knows: `fixed_capacity` executes 2
 /// requests at once for 50 ms each (40/s at most; N in flight wait ceil(N/2) x 50 ms), and the
 /// target is p99 <= 125 ms. The controller must find about 40/s at 2 to 4 in flight, have gone

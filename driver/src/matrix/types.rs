@@ -539,7 +539,8 @@ pub struct FailFast {
     pub heartbeat_timeout_polls: u32,
 
     /// Fail when a worker reports zero completed requests for this many consecutive polls; 0
-    /// turns the rule off. At most 10000.
+    /// turns the rule off. A poll while one of its clients is inside a perf_analyzer run (which
+    /// counts its requests when it ends) neither counts nor clears. At most 10000.
     #[serde(default = "defaults::three")]
     #[schemars(range(max = 10000))]
     pub zero_qps_polls: u32,
