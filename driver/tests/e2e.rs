@@ -3370,6 +3370,14 @@ async fn injected_faults_are_recovered_from_and_a_slow_recovery_fails_the_run() 
         edit_matrix(smoke_matrix(&dir), |m| {
             m.run.slo.clear();
             m.faults = serde_saphyr::from_str(&faults).unwrap();
+            // Traces written every 50: the killed process leaves its files, and the one
+            // started after it writes its own (its trace ids start again).
+            for template in m.server_templates.values_mut() {
+                template.trace = Some(
+                    serde_saphyr::from_str("{level: TIMESTAMPS, rate: 2, log_frequency: 50}")
+                        .unwrap(),
+                );
+            }
         })
     };
 
@@ -3429,6 +3437,33 @@ async fn injected_faults_are_recovered_from_and_a_slow_recovery_fails_the_run() 
     assert!(html.contains("<h2 id=\"faults\">") && html.contains("class=\"band\""));
     let junit = read(&run_dir.join("junit.xml"));
     assert!(junit.contains("<testsuite name=\"faults\""), "{junit}");
+    // The traces of both processes of triton-0, each read on its own, all in the summary.
+    let traces_dir = run_dir.join("traces");
+    let names: Vec<String> = std::fs::read_dir(&traces_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let processes = driver::launcher::local::trace_files_by_start(&names, SERVER);
+    assert!(processes.len() >= 2, "a trace file per process: {names:?}");
+    let traced: usize = processes
+        .iter()
+        .map(|files| {
+            let texts: Vec<(String, String)> = files
+                .iter()
+                .map(|f| (f.clone(), read(&traces_dir.join(f))))
+                .collect();
+            driver::report::trace::parse(&texts).unwrap().len()
+        })
+        .sum();
+    let summary = &report["traces"][SERVER];
+    let summarized: u64 = summary["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| r["traces"].as_u64().unwrap())
+        .sum::<u64>()
+        + summary["without_model"].as_u64().unwrap_or(0);
+    assert_eq!(summarized, traced as u64, "{summary:#}");
 
     let matrix = with_faults("1ms");
     let (driver, status, run_dir) =

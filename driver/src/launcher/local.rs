@@ -47,6 +47,77 @@ pub struct LocalLauncher {
     proxies: BTreeMap<String, [FaultProxy; 2]>,
     /// Servers whose clients' packets a network fault drops, each with its rules' guardian.
     lossy: BTreeMap<String, PacketLoss>,
+    /// How many times each server was started (an injected fault starts it again): each
+    /// process writes its own trace file, since a new one's trace ids start again.
+    starts: BTreeMap<String, u32>,
+}
+
+const TRACE_CONFIG: &str = "--trace-config";
+const TRACE_FILE: &str = "triton,file=";
+
+/// The trace file of a server's `start`th process (1: the first) in `dir`: `<server>.json`,
+/// then `<server>@2.json`, ... (Triton adds `.0`, `.1`, ... with a log frequency).
+pub fn trace_file(dir: &Path, server: &str, start: u32) -> PathBuf {
+    if start <= 1 {
+        dir.join(format!("{server}.json"))
+    } else {
+        dir.join(format!("{server}@{start}.json"))
+    }
+}
+
+/// The trace files among `names` (of the traces directory) that `server`'s processes wrote:
+/// one list per process in the order they started, each its file then its numbered files in
+/// order. Trace ids are unique within a process only.
+pub fn trace_files_by_start(names: &[String], server: &str) -> Vec<Vec<String>> {
+    let mut by_start: BTreeMap<u32, Vec<(Option<u32>, &String)>> = BTreeMap::new();
+    for name in names {
+        let Some(rest) = name.strip_prefix(server) else {
+            continue;
+        };
+        let (start, rest) = match rest.strip_prefix('@') {
+            Some(after) => {
+                let digits =
+                    after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                let Ok(start) = after[..digits].parse::<u32>() else {
+                    continue;
+                };
+                (start, &after[digits..])
+            }
+            None => (1, rest),
+        };
+        let Some(rest) = rest.strip_prefix(".json") else {
+            continue;
+        };
+        let part = match rest.strip_prefix('.') {
+            None if rest.is_empty() => None,
+            Some(n) => match n.parse::<u32>() {
+                Ok(n) => Some(n),
+                Err(_) => continue,
+            },
+            None => continue,
+        };
+        by_start.entry(start).or_default().push((part, name));
+    }
+    by_start
+        .into_values()
+        .map(|mut files| {
+            files.sort();
+            files.into_iter().map(|(_, name)| name.clone()).collect()
+        })
+        .collect()
+}
+
+fn trace_file_arg(file: &Path) -> String {
+    format!("{TRACE_FILE}{}", file.display())
+}
+
+/// Points a server's `--trace-config triton,file=...` (if it traces to a file) at `file`.
+fn retrace(args: &mut [String], file: &Path) {
+    for i in 1..args.len() {
+        if args[i - 1] == TRACE_CONFIG && args[i].starts_with(TRACE_FILE) {
+            args[i] = trace_file_arg(file);
+        }
+    }
 }
 
 /// How long an injected graceful restart may take before the server is killed (Triton waits
@@ -86,6 +157,7 @@ impl LocalLauncher {
             proxied: BTreeSet::new(),
             proxies: BTreeMap::new(),
             lossy: BTreeMap::new(),
+            starts: BTreeMap::new(),
         }
     }
 
@@ -135,6 +207,11 @@ impl LocalLauncher {
         };
         let mut spec = old.spec.clone();
         spec.append_log = true;
+        let start = self.starts.get(name).copied().unwrap_or(1) + 1;
+        retrace(
+            &mut spec.extra_args,
+            &trace_file(&self.run_dir.join("traces"), name, start),
+        );
         drop(old);
         let started = TritonServer::start(spec)
             .await
@@ -147,6 +224,7 @@ impl LocalLauncher {
             started.pid().unwrap_or_default()
         );
         self.servers.insert(name.into(), started);
+        self.starts.insert(name.into(), start);
         Ok(())
     }
 
@@ -257,11 +335,8 @@ impl Launcher for LocalLauncher {
             let dir = self.run_dir.join("traces");
             std::fs::create_dir_all(&dir).map_err(|e| member_err(e.to_string()))?;
             spec.extra_args.extend([
-                "--trace-config".into(),
-                format!(
-                    "triton,file={}",
-                    dir.join(format!("{}.json", server.name)).display()
-                ),
+                TRACE_CONFIG.into(),
+                trace_file_arg(&trace_file(&dir, &server.name, 1)),
             ]);
             spec.extra_args.extend(trace.args());
         }
@@ -277,6 +352,7 @@ impl Launcher for LocalLauncher {
             .await
             .map_err(|e| member_err(e.to_string()))?;
         self.servers.insert(server.name.to_string(), started);
+        self.starts.insert(server.name.to_string(), 1);
         Ok(())
     }
 
@@ -773,6 +849,47 @@ fn tree_rss_kb(root: u32, table: &[Process]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_start_of_a_server_traces_to_its_own_files_found_again_per_process() {
+        let dir = Path::new("/run/traces");
+        let mut args: Vec<String> = vec![
+            "--log-verbose=0".into(),
+            TRACE_CONFIG.into(),
+            trace_file_arg(&trace_file(dir, "triton-0", 1)),
+            TRACE_CONFIG.into(),
+            "level=TIMESTAMPS".into(),
+        ];
+        assert_eq!(args[2], "triton,file=/run/traces/triton-0.json");
+        retrace(&mut args, &trace_file(dir, "triton-0", 2));
+        assert_eq!(args[2], "triton,file=/run/traces/triton-0@2.json");
+        assert_eq!(args[4], "level=TIMESTAMPS", "other trace settings stay");
+        let names: Vec<String> = [
+            "triton-0@2.json",
+            "triton-0.json.10",
+            "triton-0.json.2",
+            "triton-0@10.json",
+            "triton-0.json",
+            "triton-10.json",
+            "triton-0.json.x",
+            "triton-0@x.json",
+            "triton-0@2.json.1",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            trace_files_by_start(&names, "triton-0"),
+            [
+                vec!["triton-0.json", "triton-0.json.2", "triton-0.json.10"],
+                vec!["triton-0@2.json", "triton-0@2.json.1"],
+                vec!["triton-0@10.json"],
+            ]
+        );
+        assert_eq!(
+            trace_files_by_start(&names, "triton-1"),
+            Vec::<Vec<String>>::new()
+        );
+    }
 
     #[test]
     fn a_process_tree_counts_its_descendants_only() {

@@ -246,8 +246,10 @@ pub(super) async fn save_signatures(
 }
 
 /// Summarises each traced server's trace files in the run directory (`traces/<server>.json`,
-/// and `.0`, `.1`, ... with a log frequency; Triton writes the last at shutdown) into the
-/// store. The kube launcher's traces stay on the pod's volume: none here.
+/// and `.0`, `.1`, ... with a log frequency; Triton writes the last at shutdown; a server
+/// started again by an injected fault writes `<server>@2.json`, ...) into the store: each
+/// process's files parsed on their own (trace ids start again in a new process), the traces of
+/// all summarised together. The kube launcher's traces stay on the pod's volume: none here.
 pub(super) async fn save_trace_summaries(store: &Store, run_dir: &Path, plan: &RunPlan) {
     let dir = run_dir.join("traces");
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -257,37 +259,34 @@ pub(super) async fn save_trace_summaries(store: &Store, run_dir: &Path, plan: &R
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .collect();
     for server in &plan.servers {
-        let stem = format!("{}.json", server.name);
-        let mut files: Vec<&String> = names
-            .iter()
-            .filter(|n| {
-                *n == &stem
-                    || n.strip_prefix(&stem)
-                        .and_then(|rest| rest.strip_prefix('.'))
-                        .is_some_and(|i| i.parse::<u32>().is_ok())
-            })
-            .collect();
-        if files.is_empty() {
+        let processes = crate::launcher::local::trace_files_by_start(&names, &server.name);
+        if processes.is_empty() {
             continue;
         }
-        files.sort();
-        let texts: Vec<(String, String)> = files
-            .iter()
-            .filter_map(|n| {
-                let path = dir.join(n);
-                Some((
-                    path.display().to_string(),
-                    std::fs::read_to_string(&path).ok()?,
-                ))
-            })
-            .collect();
-        let summary = match crate::report::trace::parse(&texts) {
-            Ok(traces) => crate::report::trace::summarize(&traces),
-            Err(e) => {
-                tracing::warn!("traces of {} not summarised: {e}", server.name);
-                continue;
+        let (mut traces, mut parsed) = (Vec::new(), false);
+        for files in processes {
+            let texts: Vec<(String, String)> = files
+                .iter()
+                .filter_map(|n| {
+                    let path = dir.join(n);
+                    Some((
+                        path.display().to_string(),
+                        std::fs::read_to_string(&path).ok()?,
+                    ))
+                })
+                .collect();
+            match crate::report::trace::parse(&texts) {
+                Ok(of_process) => {
+                    traces.extend(of_process);
+                    parsed = true;
+                }
+                Err(e) => tracing::warn!("traces of {} not summarised: {e}", server.name),
             }
-        };
+        }
+        if !parsed {
+            continue;
+        }
+        let summary = crate::report::trace::summarize(&traces);
         if let Err(e) = store
             .save_document(&plan.run_id, &server.name, &summary)
             .await
