@@ -11,11 +11,14 @@
 //!
 //! Nothing is loaded from anywhere: inline CSS, inline SVG, a few lines of inline script, and a
 //! Content-Security-Policy that forbids any fetch, so the page opens the same on an air-gapped
-//! cluster and as a CI artifact. Every string that comes from the report (model names, log
-//! tails, failure messages) is escaped.
+//! cluster and as a CI artifact. The page is built with maud's `html!`, which escapes every
+//! value it inserts (model names, log tails, failure messages, in text and in attributes);
+//! only this module's own style and script go in unescaped ([`PreEscaped`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::report::{FailedMember, Report, format_time};
 
@@ -46,62 +49,67 @@ pub fn render_served(report: &Report, reload_s: Option<u32>) -> String {
 }
 
 /// The served run's links to its other documents.
-fn run_links(out: &mut String, report: &Report) {
-    let run = esc(&percent(&report.run_id));
-    let _ = writeln!(
-        out,
-        "<nav id=\"run-links\"><a href=\"/\">all runs</a> · <a href=\"/matrix/{}\">{} history</a> · \
-         <a href=\"/runs/{run}/diff\">diff with the previous run</a> · \
-         <a href=\"/runs/{run}/failures\">every failure record</a> · \
-         <a href=\"/runs/{run}/report.json\">report.json</a> · \
-         <a href=\"/runs/{run}/junit.xml\">junit.xml</a></nav>",
-        esc(&percent(&report.name)),
-        esc(&report.name)
-    );
+fn run_links(report: &Report) -> Markup {
+    let run = percent(&report.run_id);
+    html! {
+        nav #run-links {
+            a href="/" { "all runs" } " · "
+            a href=(format!("/matrix/{}", percent(&report.name))) { (report.name) " history" } " · "
+            a href=(format!("/runs/{run}/diff")) { "diff with the previous run" } " · "
+            a href=(format!("/runs/{run}/failures")) { "every failure record" } " · "
+            a href=(format!("/runs/{run}/report.json")) { "report.json" } " · "
+            a href=(format!("/runs/{run}/junit.xml")) { "junit.xml" }
+        }
+        // The nav's own line: the served page is report.html once `<nav ...>...</nav>\n` is
+        // taken out (driver/tests/html.rs compares them so).
+        "\n"
+    }
 }
 
 fn render_page(report: &Report, reload_s: Option<u32>, served: bool) -> String {
-    let mut out = String::with_capacity(64 * 1024);
     let title = format!("{} {}: {}", report.name, report.run_id, report.verdict);
-    let reload = reload_s
-        .map(|s| format!("<meta http-equiv=\"refresh\" content=\"{s}\">\n"))
-        .unwrap_or_default();
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\n{reload}\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
-        esc(&title),
-        csp = csp()
-    );
-    if served {
-        run_links(&mut out, report);
-    }
-    header(&mut out, report);
-    if let Some(s) = reload_s {
-        live(&mut out, report, s);
-    }
-    root_cause(&mut out, report);
-    faults(&mut out, report);
-    tables(&mut out, report);
-    server_side(&mut out, report);
-    plots(&mut out, report);
-    failures(&mut out, report);
-    let _ = write!(out, "<script>{SCRIPT}</script>\n</body>\n</html>\n");
-    out
+    let page = html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy" content=(csp());
+                @if let Some(s) = reload_s {
+                    meta http-equiv="refresh" content=(s);
+                }
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) }
+                // Byte for byte the text csp() hashes.
+                style { (PreEscaped(STYLE)) }
+            }
+            "\n"
+            body {
+                @if served {
+                    (run_links(report))
+                }
+                (header(report))
+                @if let Some(s) = reload_s {
+                    (live(report, s))
+                }
+                (root_cause(report))
+                (faults(report))
+                (tables(report))
+                (server_side(report))
+                (plots(report))
+                (failures(report))
+                script { (PreEscaped(SCRIPT)) }
+            }
+        }
+        "\n"
+    };
+    page.into_string()
 }
 
 /// A run under way: how long it has run, and per client group its workers, tests, failures
 /// and QPS so far.
-fn live(out: &mut String, r: &Report, reload_s: u32) {
+fn live(r: &Report, reload_s: u32) -> Markup {
     let elapsed = stress_common::now_ms() - r.started_at_ms;
-    let _ = writeln!(
-        out,
-        "<p class=\"live\">Running for {}: the report so far (this page reloads every {reload_s} s).</p>",
-        duration(elapsed)
-    );
-    let rows: Vec<(String, String)> = r
+    let rows: Vec<Row> = r
         .tables
         .1
         .iter()
@@ -112,129 +120,115 @@ fn live(out: &mut String, r: &Report, reload_s: u32) {
             });
             let total = table.total();
             (
-                if total.failures > 0 { "bad" } else { "" }.to_string(),
-                [
-                    td(group),
-                    num(count),
-                    num(total.tests),
-                    num(total.failures),
-                    num(format!("{qps:.1}")),
-                ]
-                .concat(),
+                if total.failures > 0 { "bad" } else { "" },
+                html! {
+                    (td(group))
+                    (num(count))
+                    (num(total.tests))
+                    (num(total.failures))
+                    (num(format!("{qps:.1}")))
+                },
             )
         })
         .collect();
-    table(
-        out,
-        "live",
-        &["Client group", "Workers", "Tests", "Failures", "QPS now"],
-        &rows,
-    );
+    html! {
+        p.live {
+            "Running for " (duration(elapsed))
+            ": the report so far (this page reloads every " (reload_s) " s)."
+        }
+        (table("live", &["Client group", "Workers", "Tests", "Failures", "QPS now"], &rows))
+    }
 }
 
 /// What the servers say: each model's successes against the workers' OK answers, memory
 /// findings, and the trace summaries of traced servers.
-fn server_side(out: &mut String, r: &Report) {
-    if !r.reconciliation.is_empty() {
-        out.push_str("<h2 id=\"reconciliation\">Servers vs workers</h2>\n");
-        let rows: Vec<(String, String)> = r
-            .reconciliation
-            .iter()
-            .map(|x| {
-                let verdict = serde_json::to_value(x.verdict)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default();
-                let class = if verdict == "mismatch" { "fail" } else { "" };
-                (
-                    class.to_string(),
-                    [
-                        td(&x.model),
-                        num(x.server_success),
-                        num(x.client_ok),
-                        num(x.client_not_ok),
-                        num(x.client_unseen),
-                        num(x.gap),
-                        td(&verdict),
-                        td(&x.explanation),
-                    ]
-                    .concat(),
-                )
-            })
-            .collect();
-        table(
-            out,
+fn server_side(r: &Report) -> Markup {
+    html! {
+        @if !r.reconciliation.is_empty() {
+            (reconciliation(r))
+        }
+        @for s in &r.timeline.servers {
+            @if let Some(f) = &s.memory_finding {
+                p.finding { "Finding: " (s.member_id) ": " (f) }
+            }
+        }
+        @for w in &r.workers {
+            @if let Some(f) = &w.memory_finding {
+                p.finding { "Finding: worker " (w.member_id) ": " (f) }
+            }
+        }
+        @for (server, summary) in &r.traces {
+            h2 { "Traces of " (server) }
+            @for row in &summary.rows {
+                h3 {
+                    (row.model) " (version " (row.version) ") over " (row.protocol) ": "
+                    (row.traces) " traces"
+                }
+                (trace_stages(row))
+            }
+        }
+    }
+}
+
+/// Each model's successes on the servers against its workers' answers.
+fn reconciliation(r: &Report) -> Markup {
+    let rows: Vec<Row> = r
+        .reconciliation
+        .iter()
+        .map(|x| {
+            let verdict = serde_json::to_value(x.verdict)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            (
+                if verdict == "mismatch" { "fail" } else { "" },
+                html! {
+                    (td(&x.model))
+                    (num(x.server_success))
+                    (num(x.client_ok))
+                    (num(x.client_not_ok))
+                    (num(x.client_unseen))
+                    (num(x.gap))
+                    (td(&verdict))
+                    (td(&x.explanation))
+                },
+            )
+        })
+        .collect();
+    html! {
+        h2 #reconciliation { "Servers vs workers" }
+        (table(
             "reconciliation",
-            &[
-                "Model",
-                "Server ok",
-                "Worker ok",
-                "Not ok",
-                "Unseen",
-                "Gap",
-                "Verdict",
-                "Why",
-            ],
+            &["Model", "Server ok", "Worker ok", "Not ok", "Unseen", "Gap", "Verdict", "Why"],
             &rows,
-        );
+        ))
     }
-    for s in &r.timeline.servers {
-        if let Some(f) = &s.memory_finding {
-            let _ = writeln!(
-                out,
-                "<p class=\"finding\">Finding: {}: {}</p>",
-                esc(&s.member_id),
-                esc(f)
-            );
-        }
-    }
-    for w in &r.workers {
-        if let Some(f) = &w.memory_finding {
-            let _ = writeln!(
-                out,
-                "<p class=\"finding\">Finding: worker {}: {}</p>",
-                esc(&w.member_id),
-                esc(f)
-            );
-        }
-    }
-    for (server, summary) in &r.traces {
-        let _ = writeln!(out, "<h2>Traces of {}</h2>", esc(server));
-        for row in &summary.rows {
-            let _ = writeln!(
-                out,
-                "<h3>{} (version {}) over {}: {} traces</h3>",
-                esc(&row.model),
-                esc(&row.version),
-                esc(&row.protocol),
-                row.traces
-            );
-            let rows: Vec<(String, String)> = row
-                .stages
-                .iter()
-                .map(|(stage, t)| {
-                    (
-                        String::new(),
-                        [
-                            td(stage),
-                            num(t.count),
-                            num(format!("{:.1}", t.avg_us)),
-                            num(t.p50_us),
-                            num(t.p90_us),
-                            num(t.p99_us),
-                        ]
-                        .concat(),
-                    )
-                })
-                .collect();
-            table(
-                out,
-                "trace",
-                &["Stage", "Count", "Avg µs", "p50 µs", "p90 µs", "p99 µs"],
-                &rows,
-            );
-        }
-    }
+}
+
+/// One traced model's time per stage.
+fn trace_stages(row: &crate::report::trace::TraceRow) -> Markup {
+    let rows: Vec<Row> = row
+        .stages
+        .iter()
+        .map(|(stage, t)| {
+            (
+                "",
+                html! {
+                    (td(stage))
+                    (num(t.count))
+                    (num(format!("{:.1}", t.avg_us)))
+                    (num(t.p50_us))
+                    (num(t.p90_us))
+                    (num(t.p99_us))
+                },
+            )
+        })
+        .collect();
+    table(
+        "trace",
+        &["Stage", "Count", "Avg µs", "p50 µs", "p90 µs", "p99 µs"],
+        &rows,
+    )
 }
 
 /// The CSP `source` that allows exactly one inline `<style>` or `<script>` element, by the
@@ -310,7 +304,8 @@ function openNamed(){
 window.addEventListener('hashchange',openNamed);openNamed();
 ";
 
-/// Escapes text for HTML content and attribute values.
+/// Escapes text for HTML content and attribute values (for pages still built by hand; this
+/// one's values are escaped by maud).
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -347,88 +342,90 @@ fn ms(us: u64) -> String {
     }
 }
 
-fn td(s: &str) -> String {
-    format!("<td>{}</td>", esc(s))
+/// A table row: its class ("" for none) and its cells.
+type Row = (&'static str, Markup);
+
+fn td(s: &str) -> Markup {
+    html! { td { (s) } }
 }
 
-fn num(v: impl std::fmt::Display) -> String {
-    format!("<td class=\"num\">{}</td>", esc(&v.to_string()))
+fn num(v: impl std::fmt::Display) -> Markup {
+    html! { td.num { (maud::display(v)) } }
 }
 
-fn table(out: &mut String, class: &str, head: &[&str], rows: &[(String, String)]) {
-    let _ = write!(out, "<table class=\"{class}\"><thead><tr>");
-    for h in head {
-        let _ = write!(out, "<th>{}</th>", esc(h));
-    }
-    out.push_str("</tr></thead><tbody>\n");
-    for (row_class, cells) in rows {
-        if row_class.is_empty() {
-            let _ = writeln!(out, "<tr>{cells}</tr>");
-        } else {
-            let _ = writeln!(out, "<tr class=\"{row_class}\">{cells}</tr>");
+fn table(class: &str, head: &[&str], rows: &[Row]) -> Markup {
+    html! {
+        table class=(class) {
+            thead { tr { @for h in head { th { (h) } } } }
+            tbody {
+                @for (row_class, cells) in rows {
+                    tr class=[(!row_class.is_empty()).then_some(row_class)] { (cells) }
+                }
+            }
         }
     }
-    out.push_str("</tbody></table>\n");
 }
 
 /// The injected faults: a row each with its timeline, recovery against what is allowed, and
 /// what it cost; a failed one is marked.
-fn faults(out: &mut String, r: &Report) {
+fn faults(r: &Report) -> Markup {
     if r.faults.is_empty() {
-        return;
+        return html! {};
     }
-    out.push_str("<h2 id=\"faults\">Injected faults</h2>\n");
     let since =
         |ms: Option<i64>| ms.map_or_else(|| "-".to_string(), |t| duration(t - r.started_at_ms));
-    let rows: Vec<(String, String)> = r
+    let rows: Vec<Row> = r
         .faults
         .iter()
         .map(|f| {
+            let server_back = if f.kind.lasts() {
+                f.ended_at_ms
+            } else {
+                f.ready_at_ms
+            };
+            let recovery = f
+                .recovery_s
+                .map_or_else(|| "-".to_string(), |s| format!("{s:.1} s"));
             (
-                if f.ok || !f.reached { "" } else { "fail" }.to_string(),
-                [
-                    td(&f.name),
-                    td(f.kind.as_str()),
-                    td(&f.target),
-                    td(&since(f.injected_at_ms)),
-                    td(&since(f.first_error_ms)),
-                    td(&since(if f.kind.lasts() {
-                        f.ended_at_ms
-                    } else {
-                        f.ready_at_ms
-                    })),
-                    td(&since(f.recovered_at_ms)),
-                    td(&f
-                        .recovery_s
-                        .map_or_else(|| "-".to_string(), |s| format!("{s:.1} s"))),
-                    td(&format!("{} s", f.recover_within_s)),
-                    num(f.lost_requests),
-                    num(f.sequences_cut),
-                    td(&f.verdict),
-                ]
-                .concat(),
+                if f.ok || !f.reached { "" } else { "fail" },
+                html! {
+                    (td(&f.name))
+                    (td(f.kind.as_str()))
+                    (td(&f.target))
+                    (td(&since(f.injected_at_ms)))
+                    (td(&since(f.first_error_ms)))
+                    (td(&since(server_back)))
+                    (td(&since(f.recovered_at_ms)))
+                    (td(&recovery))
+                    (td(&format!("{} s", f.recover_within_s)))
+                    (num(f.lost_requests))
+                    (num(f.sequences_cut))
+                    (td(&f.verdict))
+                },
             )
         })
         .collect();
-    table(
-        out,
-        "faults",
-        &[
-            "fault",
-            "kind",
-            "server",
-            "injected",
-            "first client error",
-            "server back",
-            "recovered",
-            "recovery",
-            "allowed",
-            "tests lost",
-            "sequences cut",
-            "verdict",
-        ],
-        &rows,
-    );
+    html! {
+        h2 #faults { "Injected faults" }
+        (table(
+            "faults",
+            &[
+                "fault",
+                "kind",
+                "server",
+                "injected",
+                "first client error",
+                "server back",
+                "recovered",
+                "recovery",
+                "allowed",
+                "tests lost",
+                "sequences cut",
+                "verdict",
+            ],
+            &rows,
+        ))
+    }
 }
 
 fn verdict_class(verdict: &str) -> &'static str {
@@ -439,14 +436,7 @@ fn verdict_class(verdict: &str) -> &'static str {
     }
 }
 
-fn header(out: &mut String, r: &Report) {
-    let _ = write!(
-        out,
-        "<header><h1>{} <span class=\"verdict {}\" id=\"verdict\">{}</span></h1>\n<dl class=\"meta\">",
-        esc(&r.name),
-        verdict_class(&r.verdict),
-        esc(&r.verdict)
-    );
+fn header(r: &Report) -> Markup {
     let took = r.finished_at_ms.map_or_else(
         || "still running".to_string(),
         |f| duration(f - r.started_at_ms),
@@ -454,7 +444,7 @@ fn header(out: &mut String, r: &Report) {
     let finished = r
         .finished_at_ms
         .map_or_else(|| "-".to_string(), format_time);
-    for (k, v) in [
+    let meta = [
         ("Run id", r.run_id.clone()),
         ("Launcher", r.launcher.clone()),
         ("Started", format_time(r.started_at_ms)),
@@ -462,10 +452,15 @@ fn header(out: &mut String, r: &Report) {
         ("Duration", took),
         ("Load phase", format!("{:.1} s", r.load_seconds)),
         ("Failures", r.failure_count.to_string()),
-    ] {
-        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&v));
+    ];
+    html! {
+        header {
+            h1 { (r.name) " " span.verdict.(verdict_class(&r.verdict)) #verdict { (r.verdict) } }
+            dl.meta {
+                @for (k, v) in meta { dt { (k) } dd { (v) } }
+            }
+        }
     }
-    out.push_str("</dl></header>\n");
 }
 
 /// Failed members, the earliest first (ties keep the store's order).
@@ -479,111 +474,102 @@ fn member_anchor(m: &FailedMember) -> String {
     format!("member-{}", m.member_id)
 }
 
-fn member_line(r: &Report, m: &FailedMember) -> String {
-    format!(
-        "<a href=\"#{}\">{} {}</a> (group {}) at {} (+{}): {}",
-        esc(&member_anchor(m)),
-        esc(&m.role),
-        esc(&m.member_id),
-        esc(&m.group),
-        esc(&format_time(m.failed_at_ms)),
-        esc(&duration(m.failed_at_ms - r.started_at_ms)),
-        esc(&m.reason)
-    )
+/// A failed member in a line, linking to its diagnostics.
+fn member_line(r: &Report, m: &FailedMember) -> Markup {
+    html! {
+        a href=(format!("#{}", member_anchor(m))) { (m.role) " " (m.member_id) }
+        " (group " (m.group) ") at " (format_time(m.failed_at_ms))
+        " (+" (duration(m.failed_at_ms - r.started_at_ms)) "): " (m.reason)
+    }
 }
 
-fn root_cause(out: &mut String, r: &Report) {
+fn root_cause(r: &Report) -> Markup {
     if r.verdict == "PASS" {
-        return;
+        return html! {};
     }
-    // The analysis's root cause (a killed server before the clients that saw it die first),
-    // and the members it caused apart from the independent ones.
     if let Some(root) = &r.analysis.root_cause
         && let Some(first) = r
             .failed_members
             .iter()
             .find(|m| m.member_id == root.member_id)
     {
-        let _ = write!(
-            out,
-            "<section class=\"root-cause\" id=\"root-cause\"><h2>Root cause</h2>\
-             <p class=\"first-failure\">{}</p>",
-            member_line(r, first)
-        );
-        if let Some(s) = &root.signature {
-            let _ = write!(
-                out,
-                "<p class=\"root-signature\">Signature <b>{}</b> ({}, class <b>{}</b>): {}</p>",
-                esc(&s.signature),
-                esc(s.status.as_str()),
-                esc(s.class.as_str()),
-                esc(&s.evidence)
-            );
-        } else if let (Some(class), Some(evidence)) = (root.class, &root.evidence) {
-            let _ = write!(
-                out,
-                "<p class=\"root-signature\">Class <b>{}</b>: {}</p>",
-                esc(class.as_str()),
-                esc(evidence)
-            );
-        }
-        for (title, class, ids) in [
-            ("Caused by it:", "caused", &root.caused_members),
-            (
-                "Also failed (independently):",
-                "also-failed",
-                &r.analysis.independent_members,
-            ),
-        ] {
-            let members: Vec<&FailedMember> = ids
-                .iter()
-                .filter_map(|id| r.failed_members.iter().find(|m| &m.member_id == id))
-                .collect();
-            if !members.is_empty() {
-                let _ = write!(out, "<p>{}</p><ul class=\"{class}\">", esc(title));
-                for m in members {
-                    let _ = write!(out, "<li>{}</li>", member_line(r, m));
-                }
-                out.push_str("</ul>");
-            }
-        }
-        let _ = writeln!(
-            out,
-            "<p class=\"failure-split\">Failure records: {} caused by it, {} during the \
-             driver's stop, {} independent.</p></section>",
-            r.analysis.caused_failures,
-            r.analysis.shutdown_failures,
-            r.analysis.independent_failures
-        );
-        return;
+        return analysed_root_cause(r, root, first);
     }
     let sorted = by_failure_time(&r.failed_members);
     let Some((first, rest)) = sorted.split_first() else {
-        if r.verdict == "FAIL" {
-            out.push_str(
-                "<section class=\"root-cause\" id=\"root-cause\"><h2>Root cause</h2>\
-                 <p>No member failed: see the SLO verdicts, regressions and failures below.</p></section>\n",
-            );
-        }
-        return;
+        return html! {
+            @if r.verdict == "FAIL" {
+                section.root-cause #root-cause {
+                    h2 { "Root cause" }
+                    p { "No member failed: see the SLO verdicts, regressions and failures below." }
+                }
+            }
+        };
     };
-    let _ = write!(
-        out,
-        "<section class=\"root-cause\" id=\"root-cause\"><h2>Root cause</h2>\
-         <p class=\"first-failure\">{}</p>",
-        member_line(r, first)
-    );
-    if !rest.is_empty() {
-        out.push_str("<p>Also failed:</p><ul class=\"also-failed\">");
-        for m in rest {
-            let _ = write!(out, "<li>{}</li>", member_line(r, m));
+    html! {
+        section.root-cause #root-cause {
+            h2 { "Root cause" }
+            p.first-failure { (member_line(r, first)) }
+            @if !rest.is_empty() {
+                p { "Also failed:" }
+                ul.also-failed {
+                    @for m in rest { li { (member_line(r, m)) } }
+                }
+            }
         }
-        out.push_str("</ul>");
     }
-    out.push_str("</section>\n");
 }
 
-fn scenario_rows(rows: &[stress_common::report::RowJson]) -> Vec<(String, String)> {
+/// The analysis's root cause (a killed server before the clients that saw it die first),
+/// and the members it caused apart from the independent ones.
+fn analysed_root_cause(
+    r: &Report,
+    root: &crate::judge::rootcause::RootCause,
+    first: &FailedMember,
+) -> Markup {
+    let members = |ids: &[String]| -> Vec<&FailedMember> {
+        ids.iter()
+            .filter_map(|id| r.failed_members.iter().find(|m| &m.member_id == id))
+            .collect()
+    };
+    let lists = [
+        ("Caused by it:", "caused", members(&root.caused_members)),
+        (
+            "Also failed (independently):",
+            "also-failed",
+            members(&r.analysis.independent_members),
+        ),
+    ];
+    html! {
+        section.root-cause #root-cause {
+            h2 { "Root cause" }
+            p.first-failure { (member_line(r, first)) }
+            @if let Some(s) = &root.signature {
+                p.root-signature {
+                    "Signature " b { (s.signature) } " (" (s.status.as_str())
+                    ", class " b { (s.class.as_str()) } "): " (s.evidence)
+                }
+            } @else if let (Some(class), Some(evidence)) = (root.class, &root.evidence) {
+                p.root-signature { "Class " b { (class.as_str()) } ": " (evidence) }
+            }
+            @for (title, class, listed) in &lists {
+                @if !listed.is_empty() {
+                    p { (title) }
+                    ul class=(class) {
+                        @for m in listed { li { (member_line(r, m)) } }
+                    }
+                }
+            }
+            p.failure-split {
+                "Failure records: " (r.analysis.caused_failures) " caused by it, "
+                (r.analysis.shutdown_failures) " during the driver's stop, "
+                (r.analysis.independent_failures) " independent."
+            }
+        }
+    }
+}
+
+fn scenario_rows(rows: &[stress_common::report::RowJson]) -> Vec<Row> {
     rows.iter()
         .map(|row| {
             let class = if row.scenario == "TOTAL" {
@@ -593,21 +579,20 @@ fn scenario_rows(rows: &[stress_common::report::RowJson]) -> Vec<(String, String
             } else {
                 ""
             };
-            let cells = [
-                td(&row.scenario),
-                num(row.failures),
-                num(row.tests),
-                num(row.requests),
-                num(row.skipped),
-                num(format!("{:.1}", row.qps)),
-                num(ms(row.p50_us)),
-                num(ms(row.p90_us)),
-                num(ms(row.p99_us)),
-                num(ms(row.max_us)),
-                td(&row.description),
-            ]
-            .concat();
-            (class.to_string(), cells)
+            let cells = html! {
+                (td(&row.scenario))
+                (num(row.failures))
+                (num(row.tests))
+                (num(row.requests))
+                (num(row.skipped))
+                (num(format!("{:.1}", row.qps)))
+                (num(ms(row.p50_us)))
+                (num(ms(row.p90_us)))
+                (num(ms(row.p99_us)))
+                (num(ms(row.max_us)))
+                (td(&row.description))
+            };
+            (class, cells)
         })
         .collect()
 }
@@ -626,340 +611,334 @@ const SCENARIO_HEAD: [&str; 11] = [
     "Description",
 ];
 
-fn tables(out: &mut String, r: &Report) {
-    out.push_str("<h2 id=\"scenarios\">Scenarios, all workers</h2>\n");
-    table(
-        out,
-        "scenarios",
-        &SCENARIO_HEAD,
-        &scenario_rows(&r.scenarios),
-    );
+fn tables(r: &Report) -> Markup {
+    html! {
+        h2 #scenarios { "Scenarios, all workers" }
+        (table("scenarios", &SCENARIO_HEAD, &scenario_rows(&r.scenarios)))
+        (send_lateness(r))
+        (groups(r))
+        (models(r))
+        (servers(r))
+        (slo(r))
+        h2 #regressions { "Regressions vs baseline" }
+        (regressions(r))
+        @if let Some(s) = &r.sweep {
+            (sweep(s))
+        }
+        @if let Some(c) = &r.capacity {
+            (capacity(c))
+        }
+    }
+}
+
+/// Open loop: how late requests left against their intended send time.
+fn send_lateness(r: &Report) -> Markup {
     let lateness: Vec<String> = r
         .scenarios
         .iter()
         .filter(|row| row.scenario != "TOTAL")
         .filter_map(|row| Some(row.send_lateness.as_ref()?.line(&row.scenario)))
         .collect();
-    if !lateness.is_empty() {
-        out.push_str(
-            "<p id=\"send-lateness\">Open-loop send lateness (actual − intended send time; the latencies count from the intended time):</p>\n<ul>\n",
-        );
-        for line in lateness {
-            let _ = writeln!(out, "<li>{}</li>", esc(&line));
+    html! {
+        @if !lateness.is_empty() {
+            p #send-lateness {
+                "Open-loop send lateness (actual − intended send time; the latencies count from \
+                 the intended time):"
+            }
+            ul {
+                @for line in &lateness { li { (line) } }
+            }
         }
-        out.push_str("</ul>\n");
     }
+}
 
-    out.push_str("<h2 id=\"groups\">Client groups</h2>\n");
-    if r.groups.is_empty() {
-        out.push_str("<p class=\"no-data\">no data: no worker reported counts</p>\n");
+fn groups(r: &Report) -> Markup {
+    html! {
+        h2 #groups { "Client groups" }
+        @if r.groups.is_empty() {
+            p.no-data { "no data: no worker reported counts" }
+        }
+        @if let [(group, _)] = r.groups.iter().collect::<Vec<_>>()[..] {
+            p { "One client group, " (group) ": its rows are the table above." }
+        }
+        @for (group, rows) in r.groups.iter().filter(|_| r.groups.len() > 1) {
+            h3 { "Client group " (group) }
+            (table("group", &SCENARIO_HEAD, &scenario_rows(rows)))
+        }
     }
-    if let [(group, _)] = r.groups.iter().collect::<Vec<_>>()[..] {
-        let _ = writeln!(
-            out,
-            "<p>One client group, {}: its rows are the table above.</p>",
-            esc(group)
-        );
-    }
-    for (group, rows) in r.groups.iter().filter(|_| r.groups.len() > 1) {
-        let _ = writeln!(out, "<h3>Client group {}</h3>", esc(group));
-        table(out, "group", &SCENARIO_HEAD, &scenario_rows(rows));
-    }
+}
 
-    out.push_str("<h2 id=\"models\">Models, all workers</h2>\n");
+fn models(r: &Report) -> Markup {
     if r.models.is_empty() {
-        out.push_str("<p class=\"no-data\">no data: no per-model counts</p>\n");
-    } else {
-        let streams = r.models.iter().any(|m| m.stream.is_some());
-        let mut head = vec![
-            "Model", "Scenario", "Failures", "Tests", "Requests", "QPS", "p50 ms", "p90 ms",
-            "p99 ms", "max ms",
-        ];
-        if streams {
-            head.extend([
-                "Streams",
-                "Responses",
-                "Responses/request",
-                "First response p50 ms",
-                "First response p99 ms",
-                "Between responses p50 ms",
-                "Between responses p99 ms",
-            ]);
-        }
-        let rows: Vec<(String, String)> = r
-            .models
-            .iter()
-            .map(|m| {
-                let mut cells = [
-                    td(&m.model),
-                    td(&m.scenario),
-                    num(m.failures),
-                    num(m.tests),
-                    num(m.requests),
-                    num(format!("{:.1}", m.qps)),
-                    num(ms(m.p50_us)),
-                    num(ms(m.p90_us)),
-                    num(ms(m.p99_us)),
-                    num(ms(m.max_us)),
-                ]
-                .concat();
-                if streams {
-                    cells.push_str(&match &m.stream {
-                        Some(s) => [
-                            num(s.streams),
-                            num(s.responses),
-                            num(format!("{:.2}", s.responses_per_request)),
-                            num(ms(s.first_response_p50_us)),
-                            num(ms(s.first_response_p99_us)),
-                            num(ms(s.inter_response_p50_us)),
-                            num(ms(s.inter_response_p99_us)),
-                        ]
-                        .concat(),
-                        None => "<td></td>".repeat(7),
-                    });
-                }
-                let class = if m.failures > 0 { "bad" } else { "" };
-                (class.to_string(), cells)
-            })
-            .collect();
-        table(out, "models", &head, &rows);
+        return html! {
+            h2 #models { "Models, all workers" }
+            p.no-data { "no data: no per-model counts" }
+        };
     }
+    let streams = r.models.iter().any(|m| m.stream.is_some());
+    let mut head = vec![
+        "Model", "Scenario", "Failures", "Tests", "Requests", "QPS", "p50 ms", "p90 ms", "p99 ms",
+        "max ms",
+    ];
+    if streams {
+        head.extend([
+            "Streams",
+            "Responses",
+            "Responses/request",
+            "First response p50 ms",
+            "First response p99 ms",
+            "Between responses p50 ms",
+            "Between responses p99 ms",
+        ]);
+    }
+    let rows: Vec<Row> = r
+        .models
+        .iter()
+        .map(|m| {
+            let cells = html! {
+                (td(&m.model))
+                (td(&m.scenario))
+                (num(m.failures))
+                (num(m.tests))
+                (num(m.requests))
+                (num(format!("{:.1}", m.qps)))
+                (num(ms(m.p50_us)))
+                (num(ms(m.p90_us)))
+                (num(ms(m.p99_us)))
+                (num(ms(m.max_us)))
+                @if streams {
+                    @if let Some(s) = &m.stream {
+                        (num(s.streams))
+                        (num(s.responses))
+                        (num(format!("{:.2}", s.responses_per_request)))
+                        (num(ms(s.first_response_p50_us)))
+                        (num(ms(s.first_response_p99_us)))
+                        (num(ms(s.inter_response_p50_us)))
+                        (num(ms(s.inter_response_p99_us)))
+                    } @else {
+                        @for _ in 0..7 { td {} }
+                    }
+                }
+            };
+            (if m.failures > 0 { "bad" } else { "" }, cells)
+        })
+        .collect();
+    html! {
+        h2 #models { "Models, all workers" }
+        (table("models", &head, &rows))
+    }
+}
 
-    out.push_str("<h2 id=\"servers\">Servers</h2>\n");
-    let rows: Vec<(String, String)> = r
+/// The servers, and what each one's /metrics said per model at the end.
+fn servers(r: &Report) -> Markup {
+    let rows: Vec<Row> = r
         .servers
         .iter()
         .map(|s| {
             (
-                String::new(),
-                [
-                    td(&s.member_id),
-                    td(&s.group),
-                    td(if s.external { "external" } else { "launched" }),
-                    td(s.version.as_deref().unwrap_or("")),
-                    td(&s.address),
-                    td(&s.metrics),
-                ]
-                .concat(),
+                "",
+                html! {
+                    (td(&s.member_id))
+                    (td(&s.group))
+                    (td(if s.external { "external" } else { "launched" }))
+                    (td(s.version.as_deref().unwrap_or("")))
+                    (td(&s.address))
+                    (td(&s.metrics))
+                },
             )
         })
         .collect();
-    if rows.is_empty() {
-        out.push_str("<p class=\"no-data\">no data: the run recorded no server</p>\n");
-    } else {
-        table(
-            out,
-            "servers",
-            &[
-                "Server",
-                "Group",
-                "Started by",
-                "Version",
-                "Address",
-                "Triton /metrics",
-            ],
-            &rows,
-        );
+    html! {
+        h2 #servers { "Servers" }
+        @if rows.is_empty() {
+            p.no-data { "no data: the run recorded no server" }
+        } @else {
+            (table(
+                "servers",
+                &["Server", "Group", "Started by", "Version", "Address", "Triton /metrics"],
+                &rows,
+            ))
+        }
+        @for (server, models) in &r.server_metrics {
+            h3 { "Server-side metrics of " (server) " (Triton /metrics at the end)" }
+            (server_metrics(models))
+        }
     }
-    for (server, models) in &r.server_metrics {
-        let _ = writeln!(
-            out,
-            "<h3>Server-side metrics of {} (Triton /metrics at the end)</h3>",
-            esc(server)
-        );
-        let rows: Vec<(String, String)> = models
-            .iter()
-            .map(|m| {
-                let class = if m.failure > 0.0 { "bad" } else { "" };
-                (
-                    class.to_string(),
-                    [
-                        td(&m.model),
-                        td(&m.version),
-                        num(m.success),
-                        num(m.failure),
-                        num(m.inferences),
-                        num(m.executions),
-                        num(m.pending),
-                        num(format!("{:.1}", m.avg_request_us())),
-                        num(format!("{:.1}", m.avg_queue_us())),
-                        num(format!("{:.1}", m.avg_compute_us())),
-                    ]
-                    .concat(),
-                )
-            })
-            .collect();
-        table(
-            out,
-            "server-metrics",
-            &[
-                "Model",
-                "Version",
-                "Success",
-                "Failure",
-                "Inferences",
-                "Executions",
-                "Pending",
-                "Request µs",
-                "Queue µs",
-                "Compute µs",
-            ],
-            &rows,
-        );
-    }
+}
 
-    out.push_str("<h2 id=\"slo\">SLO verdicts</h2>\n");
-    if r.slo.is_empty() {
-        out.push_str("<p class=\"no-data\">no data: no SLO verdict (the matrix sets no rule, or the run ended \
-             before they were judged)</p>\n");
-    } else {
-        let rows: Vec<(String, String)> = r
-            .slo
-            .iter()
-            .map(|o| {
-                let verdict = if o.ok {
-                    "<td class=\"ok\">ok</td>".to_string()
-                } else {
-                    "<td class=\"fail\">FAIL</td>".to_string()
-                };
-                let observed = o.observed.map_or_else(
-                    || "nothing measured".into(),
-                    |v| format!("{v:.4} {}", o.unit),
-                );
-                (
-                    if o.ok { "" } else { "bad" }.to_string(),
-                    [
-                        verdict,
-                        td(&o.rule),
-                        td(o.group.as_deref().unwrap_or("all")),
-                        td(&o.metric),
-                        num(observed.trim_end()),
-                        num(format!(
-                            "{:.1}",
-                            (o.window_end_ms - o.window_start_ms) as f64 / 1000.0
-                        )),
-                    ]
-                    .concat(),
-                )
-            })
-            .collect();
-        table(
-            out,
-            "slo",
-            &["Verdict", "Rule", "Group", "Metric", "Observed", "Window s"],
-            &rows,
-        );
-    }
+fn server_metrics(models: &[stress_common::triton_metrics::ModelMetrics]) -> Markup {
+    let rows: Vec<Row> = models
+        .iter()
+        .map(|m| {
+            (
+                if m.failure > 0.0 { "bad" } else { "" },
+                html! {
+                    (td(&m.model))
+                    (td(&m.version))
+                    (num(m.success))
+                    (num(m.failure))
+                    (num(m.inferences))
+                    (num(m.executions))
+                    (num(m.pending))
+                    (num(format!("{:.1}", m.avg_request_us())))
+                    (num(format!("{:.1}", m.avg_queue_us())))
+                    (num(format!("{:.1}", m.avg_compute_us())))
+                },
+            )
+        })
+        .collect();
+    table(
+        "server-metrics",
+        &[
+            "Model",
+            "Version",
+            "Success",
+            "Failure",
+            "Inferences",
+            "Executions",
+            "Pending",
+            "Request µs",
+            "Queue µs",
+            "Compute µs",
+        ],
+        &rows,
+    )
+}
 
-    out.push_str("<h2 id=\"regressions\">Regressions vs baseline</h2>\n");
-    match &r.baseline {
-        None => {
-            let _ = writeln!(
-                out,
-                "<p class=\"no-data\">no data: no baseline run (no earlier passing or pinned run of this matrix, {})</p>",
-                esc(&r.name)
+fn slo(r: &Report) -> Markup {
+    let rows: Vec<Row> = r
+        .slo
+        .iter()
+        .map(|o| {
+            let observed = o.observed.map_or_else(
+                || "nothing measured".into(),
+                |v| format!("{v:.4} {}", o.unit),
             );
+            let window_s = (o.window_end_ms - o.window_start_ms) as f64 / 1000.0;
+            (
+                if o.ok { "" } else { "bad" },
+                html! {
+                    @if o.ok { td.ok { "ok" } } @else { td.fail { "FAIL" } }
+                    (td(&o.rule))
+                    (td(o.group.as_deref().unwrap_or("all")))
+                    (td(&o.metric))
+                    (num(observed.trim_end()))
+                    (num(format!("{window_s:.1}")))
+                },
+            )
+        })
+        .collect();
+    html! {
+        h2 #slo { "SLO verdicts" }
+        @if rows.is_empty() {
+            p.no-data {
+                "no data: no SLO verdict (the matrix sets no rule, or the run ended before they \
+                 were judged)"
+            }
+        } @else {
+            (table("slo", &["Verdict", "Rule", "Group", "Metric", "Observed", "Window s"], &rows))
+        }
+    }
+}
+
+/// The comparison with the baseline run, or why there is none.
+fn regressions(r: &Report) -> Markup {
+    let b = match &r.baseline {
+        None => {
+            return html! {
+                p.no-data {
+                    "no data: no baseline run (no earlier passing or pinned run of this matrix, "
+                    (r.name) ")"
+                }
+            };
         }
         Some(b) if b.baseline_run.is_empty() => {
-            let _ = writeln!(
-                out,
-                "<p class=\"no-data\">not compared: {}</p>",
-                esc(&b.basis())
-            );
+            return html! { p.no-data { "not compared: " (b.basis()) } };
         }
-        Some(b) => {
-            for change in &b.version_changes {
-                let _ = writeln!(out, "<p>Changed since: {}</p>", esc(change));
-            }
-            let _ = writeln!(
-                out,
-                "<p>Compared with {}: {} of {} compared metrics changed beyond it{}.</p>",
-                esc(&b.basis()),
-                r.regressions.len(),
-                b.compared,
-                if b.fail && !r.regressions.is_empty() {
-                    " (regression.fail: the run fails)"
-                } else {
-                    ""
-                }
-            );
-            if !r.regressions.is_empty() {
-                // Bars relative to the largest change, so the worst stands out.
-                let largest = r
-                    .regressions
-                    .iter()
-                    .map(|f| f.change.abs())
-                    .fold(0.0, f64::max);
-                let rows: Vec<(String, String)> = r
-                    .regressions
-                    .iter()
-                    .map(|f| {
-                        let width = if largest > 0.0 {
-                            (f.change.abs() / largest * 200.0).round()
-                        } else {
-                            0.0
-                        };
-                        (
-                            "bad".to_string(),
-                            [
-                                td(&f.metric),
-                                num(format!("{:.3}", f.baseline)),
-                                num(format!("{:.3}", f.current)),
-                                num(format!("{:+.1}%", f.change * 100.0)),
-                                format!(
-                                    "<td><svg class=\"regbar\" width=\"{width}\" height=\"10\" aria-hidden=\"true\">\
-                                     <rect width=\"{width}\" height=\"10\"/></svg></td>"
-                                ),
-                            ]
-                            .concat(),
-                        )
-                    })
-                    .collect();
-                table(
-                    out,
-                    "regressions",
-                    &["Metric", "Baseline", "Current", "Change", ""],
-                    &rows,
-                );
-            }
+        Some(b) => b,
+    };
+    // Bars relative to the largest change, so the worst stands out.
+    let largest = r
+        .regressions
+        .iter()
+        .map(|f| f.change.abs())
+        .fold(0.0, f64::max);
+    let rows: Vec<Row> = r
+        .regressions
+        .iter()
+        .map(|f| {
+            let width = if largest > 0.0 {
+                (f.change.abs() / largest * 200.0).round()
+            } else {
+                0.0
+            };
+            (
+                "bad",
+                html! {
+                    (td(&f.metric))
+                    (num(format!("{:.3}", f.baseline)))
+                    (num(format!("{:.3}", f.current)))
+                    (num(format!("{:+.1}%", f.change * 100.0)))
+                    td {
+                        svg.regbar width=(width) height="10" aria-hidden="true" {
+                            rect width=(width) height="10" {}
+                        }
+                    }
+                },
+            )
+        })
+        .collect();
+    html! {
+        @for change in &b.version_changes {
+            p { "Changed since: " (change) }
+        }
+        p {
+            "Compared with " (b.basis()) ": " (r.regressions.len()) " of " (b.compared)
+            " compared metrics changed beyond it"
+            @if b.fail && !r.regressions.is_empty() { " (regression.fail: the run fails)" }
+            "."
+        }
+        @if !rows.is_empty() {
+            (table("regressions", &["Metric", "Baseline", "Current", "Change", ""], &rows))
         }
     }
+}
 
-    if let Some(s) = &r.sweep {
-        sweep(out, s);
-    }
-    if let Some(c) = &r.capacity {
-        out.push_str("<h2 id=\"capacity\">Capacity</h2>\n");
-        let rows: Vec<(String, String)> = c
-            .results
-            .iter()
-            .map(|x| {
-                let safe = match x.target_rps {
-                    Some(_) => "-".to_string(),
-                    None => format!("{:.1}", x.safe_rate_qps),
-                };
-                (
-                    if x.concurrency.is_none() { "bad" } else { "" }.to_string(),
-                    [
-                        td(&x.group),
-                        td(&x.phase),
-                        td(&x.model),
-                        num(x
-                            .concurrency
-                            .map_or_else(|| "-".to_string(), |c| c.to_string())),
-                        num(format!("{:.1}", x.max_qps)),
-                        num(format!("{:.2}", x.p99_ms)),
-                        num(format!("{:.2}", x.target_p99_ms)),
-                        num(safe),
-                        td(x.ending
-                            .map_or("running", crate::capacity::controller::Ending::as_str)),
-                    ]
-                    .concat(),
-                )
-            })
-            .collect();
-        table(
-            out,
+/// Capacity mode's answers per group and phase, and the autoscaler's verdicts.
+fn capacity(c: &crate::report::CapacityReport) -> Markup {
+    let rows: Vec<Row> = c
+        .results
+        .iter()
+        .map(|x| {
+            let safe = match x.target_rps {
+                Some(_) => "-".to_string(),
+                None => format!("{:.1}", x.safe_rate_qps),
+            };
+            let concurrency = x
+                .concurrency
+                .map_or_else(|| "-".to_string(), |c| c.to_string());
+            let ending = x
+                .ending
+                .map_or("running", crate::capacity::controller::Ending::as_str);
+            (
+                if x.concurrency.is_none() { "bad" } else { "" },
+                html! {
+                    (td(&x.group))
+                    (td(&x.phase))
+                    (td(&x.model))
+                    (num(concurrency))
+                    (num(format!("{:.1}", x.max_qps)))
+                    (num(format!("{:.2}", x.p99_ms)))
+                    (num(format!("{:.2}", x.target_p99_ms)))
+                    (num(safe))
+                    (td(ending))
+                },
+            )
+        })
+        .collect();
+    html! {
+        h2 #capacity { "Capacity" }
+        (table(
             "capacity",
             &[
                 "Group",
@@ -973,140 +952,156 @@ fn tables(out: &mut String, r: &Report) {
                 "Ending",
             ],
             &rows,
-        );
-        for a in &c.autoscaler {
-            let _ = writeln!(
-                out,
-                "<h3>Autoscaler, {} / {}</h3>\n<pre class=\"autoscaler\">{}</pre>",
-                esc(&a.group),
-                esc(&a.phase),
-                esc(&super::text::autoscaler(&a.autoscaler))
-            );
+        ))
+        @for a in &c.autoscaler {
+            h3 { "Autoscaler, " (a.group) " / " (a.phase) }
+            pre.autoscaler { (super::text::autoscaler(&a.autoscaler)) }
         }
     }
 }
 
 /// A sweep: a bar of capacity per variant (best first; failed and skipped variants named
 /// with why), its table, and the best variant's config change.
-fn sweep(out: &mut String, s: &crate::capacity::sweep::SweepAnswer) {
-    use crate::capacity::sweep::{VariantStatus, parameters_label};
-    let _ = writeln!(
-        out,
-        "<h2 id=\"sweep\">Sweep of server group {}</h2>\n<p>{} of {} variants run ({}), target p99 {} ms.</p>",
-        esc(&s.server_group),
-        s.measured,
-        s.grid_size,
-        esc(&s.search),
-        s.target_p99_ms
-    );
-    let label = |v: &crate::capacity::sweep::VariantResult| {
-        format!("#{} {}", v.index, parameters_label(&v.parameters))
-    };
-    // Bars: one row each, scaled to the best capacity.
+fn sweep(s: &crate::capacity::sweep::SweepAnswer) -> Markup {
+    html! {
+        h2 #sweep { "Sweep of server group " (s.server_group) }
+        p {
+            (s.measured) " of " (s.grid_size) " variants run (" (s.search) "), target p99 "
+            (s.target_p99_ms) " ms."
+        }
+        (sweep_bars(s))
+        (sweep_table(s))
+        @if let Some(b) = &s.best {
+            p.best {
+                "Best: variant " (b.index) " at " (format!("{:.1}", b.max_qps)) " QPS"
+                @if let Some(q) = b.confirmed_qps {
+                    " (measured again: " (format!("{q:.1}")) " QPS)"
+                }
+                "."
+            }
+            @for (model, diff) in &b.config_diffs {
+                h3 { (model) "/config.pbtxt against the original" }
+                pre.config-diff { (diff) }
+            }
+        }
+    }
+}
+
+fn variant_label(v: &crate::capacity::sweep::VariantResult) -> String {
+    format!(
+        "#{} {}",
+        v.index,
+        crate::capacity::sweep::parameters_label(&v.parameters)
+    )
+}
+
+// The sweep's bar chart: a row per variant, its label on the left.
+const SWEEP_ROW: f64 = 22.0;
+const SWEEP_LABEL_W: f64 = 360.0;
+const SWEEP_BAR_W: f64 = 320.0;
+
+/// One bar per variant, scaled to the best capacity.
+fn sweep_bars(s: &crate::capacity::sweep::SweepAnswer) -> Markup {
     let top = s
         .variants
         .iter()
         .filter_map(|v| v.max_qps)
         .fold(0.0, f64::max);
-    let (row, label_w, bar_w) = (22.0, 360.0, 320.0);
-    let height = row * s.variants.len() as f64 + 8.0;
-    let _ = write!(
-        out,
-        "<figure class=\"plot\" data-plot=\"sweep\"><figcaption>Capacity per variant (QPS within the target; green: on the Pareto front)</figcaption>\
-         <svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {w} {height}\" width=\"{w}\" height=\"{height}\" role=\"img\">",
-        w = label_w + bar_w + 80.0
-    );
-    for (i, v) in s.variants.iter().enumerate() {
-        let y = 4.0 + row * i as f64;
-        let _ = write!(
-            out,
-            "<text x=\"0\" y=\"{}\" font-size=\"12\">{}</text>",
-            y + 15.0,
-            esc(&label(v))
-        );
-        match (v.status, v.max_qps) {
-            (VariantStatus::Measured, Some(q)) if top > 0.0 => {
-                let _ = write!(
-                    out,
-                    "<rect class=\"bar{}\" x=\"{label_w}\" y=\"{}\" width=\"{:.1}\" height=\"{}\"><title>{}: {q:.1} QPS</title></rect>\
-                     <text x=\"{:.1}\" y=\"{}\" font-size=\"12\">{q:.1}</text>",
-                    if s.pareto.contains(&v.index) {
-                        " front"
-                    } else {
-                        ""
-                    },
-                    y + 3.0,
-                    bar_w * q / top,
-                    row - 6.0,
-                    esc(&label(v)),
-                    label_w + bar_w * q / top + 4.0,
-                    y + 15.0
-                );
+    let height = SWEEP_ROW * s.variants.len() as f64 + 8.0;
+    let width = SWEEP_LABEL_W + SWEEP_BAR_W + 80.0;
+    html! {
+        figure.plot data-plot="sweep" {
+            figcaption {
+                "Capacity per variant (QPS within the target; green: on the Pareto front)"
             }
-            _ => {
-                let what = match v.status {
-                    VariantStatus::Measured => "no answer within the target".to_string(),
-                    VariantStatus::Failed => format!("failed: {}", v.why.as_deref().unwrap_or("")),
-                    VariantStatus::Skipped => {
-                        format!("skipped: {}", v.why.as_deref().unwrap_or(""))
-                    }
-                };
-                let _ = write!(
-                    out,
-                    "<text class=\"bad\" x=\"{label_w}\" y=\"{}\" font-size=\"12\">{}</text>",
-                    y + 15.0,
-                    esc(&what)
-                );
+            svg xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {width} {height}"))
+                width=(width) height=(height) role="img"
+            {
+                @for (i, v) in s.variants.iter().enumerate() {
+                    (variant_bar(s, v, 4.0 + SWEEP_ROW * i as f64, top))
+                }
             }
         }
     }
-    out.push_str("</svg></figure>\n");
+}
+
+/// A variant's label at `y` and its bar, or why it has none.
+fn variant_bar(
+    s: &crate::capacity::sweep::SweepAnswer,
+    v: &crate::capacity::sweep::VariantResult,
+    y: f64,
+    top: f64,
+) -> Markup {
+    use crate::capacity::sweep::VariantStatus;
+    let label = variant_label(v);
+    let bar = match (v.status, v.max_qps) {
+        (VariantStatus::Measured, Some(q)) if top > 0.0 => {
+            let length = SWEEP_BAR_W * q / top;
+            html! {
+                rect.bar.front[s.pareto.contains(&v.index)] x=(SWEEP_LABEL_W) y=(y + 3.0)
+                    width=(one_decimal(length)) height=(SWEEP_ROW - 6.0)
+                {
+                    title { (label) ": " (format!("{q:.1}")) " QPS" }
+                }
+                text x=(one_decimal(SWEEP_LABEL_W + length + 4.0)) y=(y + 15.0) font-size="12" {
+                    (format!("{q:.1}"))
+                }
+            }
+        }
+        _ => {
+            let why = v.why.as_deref().unwrap_or("");
+            let what = match v.status {
+                VariantStatus::Measured => "no answer within the target".to_string(),
+                VariantStatus::Failed => format!("failed: {why}"),
+                VariantStatus::Skipped => format!("skipped: {why}"),
+            };
+            html! {
+                text.bad x=(SWEEP_LABEL_W) y=(y + 15.0) font-size="12" { (what) }
+            }
+        }
+    };
+    html! {
+        text x="0" y=(y + 15.0) font-size="12" { (label) }
+        (bar)
+    }
+}
+
+fn sweep_table(s: &crate::capacity::sweep::SweepAnswer) -> Markup {
+    use crate::capacity::sweep::{VariantStatus, parameters_label};
     let dash = || "-".to_string();
-    let rows: Vec<(String, String)> = s
+    let rows: Vec<Row> = s
         .variants
         .iter()
         .map(|v| {
+            let ending = match v.status {
+                VariantStatus::Measured => v.ending.clone().unwrap_or_else(dash),
+                VariantStatus::Failed => format!("failed: {}", v.why.as_deref().unwrap_or("")),
+                VariantStatus::Skipped => format!("skipped: {}", v.why.as_deref().unwrap_or("")),
+            };
+            let memory_mib = v
+                .server_memory_bytes
+                .map_or_else(dash, |b| format!("{:.0}", b / 1048576.0));
             (
                 if v.status == VariantStatus::Measured && v.max_qps.is_some() {
                     ""
                 } else {
                     "bad"
-                }
-                .to_string(),
-                [
-                    num(v.index),
-                    td(&parameters_label(&v.parameters)),
-                    num(v.max_qps.map_or_else(dash, |q| format!("{q:.1}"))),
-                    num(v.p99_ms.map_or_else(dash, |p| format!("{p:.2}"))),
-                    num(v.concurrency.map_or_else(dash, |c| c.to_string())),
-                    num(v.model_instances.map_or_else(dash, |c| c.to_string())),
-                    num(v
-                        .server_memory_bytes
-                        .map_or_else(dash, |b| format!("{:.0}", b / 1048576.0))),
-                    td(if s.pareto.contains(&v.index) {
-                        "yes"
-                    } else {
-                        ""
-                    }),
-                    td(&match v.status {
-                        VariantStatus::Measured => v.ending.clone().unwrap_or_else(dash),
-                        _ => format!(
-                            "{}: {}",
-                            if v.status == VariantStatus::Failed {
-                                "failed"
-                            } else {
-                                "skipped"
-                            },
-                            v.why.as_deref().unwrap_or("")
-                        ),
-                    }),
-                ]
-                .concat(),
+                },
+                html! {
+                    (num(v.index))
+                    (td(&parameters_label(&v.parameters)))
+                    (num(v.max_qps.map_or_else(dash, |q| format!("{q:.1}"))))
+                    (num(v.p99_ms.map_or_else(dash, |p| format!("{p:.2}"))))
+                    (num(v.concurrency.map_or_else(dash, |c| c.to_string())))
+                    (num(v.model_instances.map_or_else(dash, |c| c.to_string())))
+                    (num(memory_mib))
+                    (td(if s.pareto.contains(&v.index) { "yes" } else { "" }))
+                    (td(&ending))
+                },
             )
         })
         .collect();
     table(
-        out,
         "sweep",
         &[
             "#",
@@ -1120,26 +1115,7 @@ fn sweep(out: &mut String, s: &crate::capacity::sweep::SweepAnswer) {
             "Ending",
         ],
         &rows,
-    );
-    if let Some(b) = &s.best {
-        let _ = writeln!(
-            out,
-            "<p class=\"best\">Best: variant {} at {:.1} QPS{}.</p>",
-            b.index,
-            b.max_qps,
-            b.confirmed_qps
-                .map(|q| format!(" (measured again: {q:.1} QPS)"))
-                .unwrap_or_default()
-        );
-        for (model, diff) in &b.config_diffs {
-            let _ = writeln!(
-                out,
-                "<h3>{}/config.pbtxt against the original</h3>\n<pre class=\"config-diff\">{}</pre>",
-                esc(model),
-                esc(diff)
-            );
-        }
-    }
+    )
 }
 
 /// One named line of a chart.
@@ -1225,15 +1201,79 @@ fn tick_label(v: f64, step: f64) -> String {
     if s == "-0" { "0".into() } else { s }
 }
 
+/// An SVG coordinate as the charts write them: one decimal.
+fn one_decimal(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+// A line chart's SVG: its size, and the margins around the plot area for ticks and labels.
+const CHART_W: f64 = 760.0;
+const CHART_H: f64 = 300.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 20.0;
+const TOP: f64 = 14.0;
+const BOTTOM: f64 = 46.0;
+/// The plot area's width and height.
+const PW: f64 = CHART_W - LEFT - RIGHT;
+const PH: f64 = CHART_H - TOP - BOTTOM;
+
+/// A chart's axes: their ticks, whose first and last values are the plot area's edges.
+struct Frame {
+    x_ticks: Vec<f64>,
+    y_ticks: Vec<f64>,
+}
+
+impl Frame {
+    /// Both axes start at 0 (time since the start, check numbers, counts) unless data is
+    /// below, and cover the points and the reference line.
+    fn new(points: &[(f64, f64)], reference: Option<f64>) -> Frame {
+        let x_min = points.iter().map(|p| p.0).fold(0.0, f64::min);
+        let x_max = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+        let mut y_min = points.iter().map(|p| p.1).fold(0.0, f64::min);
+        let mut y_max = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+        if let Some(y) = reference {
+            y_min = y_min.min(y);
+            y_max = y_max.max(y);
+        }
+        Frame {
+            x_ticks: ticks(x_min, x_max),
+            y_ticks: ticks(y_min, y_max),
+        }
+    }
+
+    fn x_range(&self) -> (f64, f64) {
+        (self.x_ticks[0], self.x_ticks[self.x_ticks.len() - 1])
+    }
+
+    fn y_range(&self) -> (f64, f64) {
+        (self.y_ticks[0], self.y_ticks[self.y_ticks.len() - 1])
+    }
+
+    fn x_step(&self) -> f64 {
+        self.x_ticks.get(1).map_or(1.0, |t| t - self.x_ticks[0])
+    }
+
+    fn y_step(&self) -> f64 {
+        self.y_ticks.get(1).map_or(1.0, |t| t - self.y_ticks[0])
+    }
+
+    /// An x value's SVG coordinate.
+    fn sx(&self, x: f64) -> f64 {
+        let (lo, hi) = self.x_range();
+        LEFT + (x - lo) / (hi - lo) * PW
+    }
+
+    /// A y value's SVG coordinate (SVG's y grows downwards).
+    fn sy(&self, y: f64) -> f64 {
+        let (lo, hi) = self.y_range();
+        TOP + PH - (y - lo) / (hi - lo) * PH
+    }
+}
+
 /// The chart as a `<figure class="plot" data-plot=ID>`: an inline SVG with axes, ticks, labels and
 /// one `<g class="series" data-points=N>` per series whose every point is a `<circle class="pt">`
 /// (with its values as a tooltip); the legend below. Without any point, a "no data: WHY" line.
-pub fn line_chart(chart: &Chart, no_data: &str) -> String {
-    let mut out = format!(
-        "<figure class=\"plot\" data-plot=\"{}\"><figcaption>{}</figcaption>",
-        esc(chart.id),
-        esc(chart.title)
-    );
+pub fn line_chart(chart: &Chart, no_data: &str) -> Markup {
     // Only finite points are drawn (and counted).
     let series: Vec<Series> = chart
         .series
@@ -1249,171 +1289,157 @@ pub fn line_chart(chart: &Chart, no_data: &str) -> String {
         })
         .collect();
     let all: Vec<(f64, f64)> = series.iter().flat_map(|s| s.points.clone()).collect();
-    if all.is_empty() {
-        let _ = writeln!(
-            out,
-            "<p class=\"no-data\">no data: {}</p></figure>",
-            esc(no_data)
-        );
-        return out;
-    }
-    const W: f64 = 760.0;
-    const H: f64 = 300.0;
-    const LEFT: f64 = 70.0;
-    const RIGHT: f64 = 20.0;
-    const TOP: f64 = 14.0;
-    const BOTTOM: f64 = 46.0;
-    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
-
-    // Both axes start at 0 (time since the start, check numbers, counts) unless data is below.
-    let x_min = all.iter().map(|p| p.0).fold(0.0, f64::min);
-    let x_max = all.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
-    let mut y_min = all.iter().map(|p| p.1).fold(0.0, f64::min);
-    let mut y_max = all.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
-    if let Some((_, y)) = chart.reference.filter(|(_, y)| y.is_finite()) {
-        y_min = y_min.min(y);
-        y_max = y_max.max(y);
-    }
-    let x_ticks = ticks(x_min, x_max);
-    let y_ticks = ticks(y_min, y_max);
-    let (x_lo, x_hi) = (x_ticks[0], x_ticks[x_ticks.len() - 1]);
-    let (y_lo, y_hi) = (y_ticks[0], y_ticks[y_ticks.len() - 1]);
-    let sx = |x: f64| LEFT + (x - x_lo) / (x_hi - x_lo) * pw;
-    let sy = |y: f64| TOP + ph - (y - y_lo) / (y_hi - y_lo) * ph;
-
-    let _ = write!(
-        out,
-        "<svg viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\">",
-        esc(chart.title)
-    );
-    // Grid and tick labels.
-    out.push_str("<g class=\"grid\">");
-    let x_step = x_ticks.get(1).map_or(1.0, |t| t - x_ticks[0]);
-    let y_step = y_ticks.get(1).map_or(1.0, |t| t - y_ticks[0]);
-    for &t in &y_ticks {
-        let y = sy(t);
-        let _ = write!(
-            out,
-            "<line x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/>\
-             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            LEFT + pw,
-            LEFT - 6.0,
-            y + 4.0,
-            tick_label(t, y_step)
-        );
-    }
-    for &t in &x_ticks {
-        let x = sx(t);
-        let _ = write!(
-            out,
-            "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{TOP}\" y2=\"{:.1}\"/>\
-             <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            TOP + ph,
-            TOP + ph + 16.0,
-            tick_label(t, x_step)
-        );
-    }
-    out.push_str("</g>");
-    let _ = write!(
-        out,
-        "<g class=\"axis\"><line x1=\"{LEFT}\" x2=\"{LEFT}\" y1=\"{TOP}\" y2=\"{:.1}\"/>\
-         <line x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/></g>\
-         <text class=\"x-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\
-         <text class=\"y-label\" transform=\"translate(14 {:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
-        TOP + ph,
-        LEFT + pw,
-        TOP + ph,
-        TOP + ph,
-        LEFT + pw / 2.0,
-        H - 8.0,
-        esc(chart.x_label),
-        TOP + ph / 2.0,
-        esc(chart.y_label)
-    );
-    for band in &chart.bands {
-        let (from, to) = (band.from.max(x_lo), band.to.min(x_hi));
-        if from >= to {
-            continue;
+    html! {
+        figure.plot data-plot=(chart.id) {
+            figcaption { (chart.title) }
+            @if all.is_empty() {
+                p.no-data { "no data: " (no_data) }
+            } @else {
+                (chart_svg(chart, &series, &Frame::new(&all, finite_reference(chart).map(|r| r.1))))
+                (legend(&series))
+            }
         }
-        let _ = write!(
-            out,
-            "<rect class=\"band{}\" x=\"{:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{ph:.1}\" \
-             fill=\"{}\" fill-opacity=\"0.12\"><title>{}</title></rect>",
-            if band.baseline { " baseline" } else { "" },
-            sx(from),
-            sx(to) - sx(from),
-            if band.baseline { "#0969da" } else { "#cf222e" },
-            esc(&band.label)
-        );
+        "\n"
     }
-    if let Some((label, y)) = chart.reference.filter(|(_, y)| y.is_finite()) {
-        let _ = write!(
-            out,
-            "<g class=\"reference\"><line x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" \
-             stroke=\"#cf222e\" stroke-dasharray=\"6 4\"/><text x=\"{:.1}\" y=\"{:.1}\" \
-             text-anchor=\"end\">{} {}</text></g>",
-            LEFT + pw,
-            sy(y),
-            sy(y),
-            LEFT + pw - 4.0,
-            sy(y) - 4.0,
-            esc(label),
-            tick_label(y, y_step / 10.0)
-        );
-    }
-    for (i, s) in series.iter().enumerate() {
-        let color = PALETTE[i % PALETTE.len()];
-        let _ = write!(
-            out,
-            "<g class=\"series\" data-series=\"{}\" data-points=\"{}\">",
-            esc(&s.name),
-            s.points.len()
-        );
-        let path: Vec<String> = s
-            .points
-            .iter()
-            .enumerate()
-            .map(|(j, (x, y))| {
-                format!(
-                    "{}{:.1} {:.1}",
-                    if j == 0 { 'M' } else { 'L' },
-                    sx(*x),
-                    sy(*y)
-                )
-            })
-            .collect();
-        let _ = write!(
-            out,
-            "<path d=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\"/>",
-            path.join(" ")
-        );
-        for (x, y) in &s.points {
-            let _ = write!(
-                out,
-                "<circle class=\"pt\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{color}\">\
-                 <title>{}: {}, {}</title></circle>",
-                sx(*x),
-                sy(*y),
-                esc(&s.name),
-                tick_label(*x, x_step / 100.0),
-                tick_label(*y, y_step / 100.0)
-            );
+}
+
+fn finite_reference<'a>(chart: &Chart<'a>) -> Option<(&'a str, f64)> {
+    chart.reference.filter(|(_, y)| y.is_finite())
+}
+
+fn chart_svg(chart: &Chart, series: &[Series], frame: &Frame) -> Markup {
+    html! {
+        svg viewBox=(format!("0 0 {CHART_W} {CHART_H}")) role="img" aria-label=(chart.title) {
+            (grid(frame))
+            (axes(chart))
+            @for band in &chart.bands {
+                (shaded_band(band, frame))
+            }
+            @if let Some((label, y)) = finite_reference(chart) {
+                g.reference {
+                    line x1=(LEFT) x2=(one_decimal(LEFT + PW)) y1=(one_decimal(frame.sy(y)))
+                        y2=(one_decimal(frame.sy(y))) stroke="#cf222e" stroke-dasharray="6 4" {}
+                    text x=(one_decimal(LEFT + PW - 4.0)) y=(one_decimal(frame.sy(y) - 4.0))
+                        text-anchor="end"
+                    {
+                        (label) " " (tick_label(y, frame.y_step() / 10.0))
+                    }
+                }
+            }
+            @for (i, s) in series.iter().enumerate() {
+                (series_lines(s, PALETTE[i % PALETTE.len()], frame))
+            }
         }
-        out.push_str("</g>");
     }
-    out.push_str("</svg><ul class=\"legend\">");
-    for (i, s) in series.iter().enumerate() {
-        let _ = write!(
-            out,
-            "<li><svg class=\"swatch\" width=\"12\" height=\"12\" aria-hidden=\"true\">\
-             <rect width=\"12\" height=\"12\" fill=\"{}\"/></svg>{} ({} points)</li>",
-            PALETTE[i % PALETTE.len()],
-            esc(&s.name),
-            s.points.len()
-        );
+}
+
+/// Grid lines and tick labels.
+fn grid(frame: &Frame) -> Markup {
+    let (x_step, y_step) = (frame.x_step(), frame.y_step());
+    html! {
+        g.grid {
+            @for &t in &frame.y_ticks {
+                @let y = frame.sy(t);
+                line x1=(LEFT) x2=(one_decimal(LEFT + PW)) y1=(one_decimal(y)) y2=(one_decimal(y)) {}
+                text x=(one_decimal(LEFT - 6.0)) y=(one_decimal(y + 4.0)) text-anchor="end" {
+                    (tick_label(t, y_step))
+                }
+            }
+            @for &t in &frame.x_ticks {
+                @let x = frame.sx(t);
+                line x1=(one_decimal(x)) x2=(one_decimal(x)) y1=(TOP) y2=(one_decimal(TOP + PH)) {}
+                text x=(one_decimal(x)) y=(one_decimal(TOP + PH + 16.0)) text-anchor="middle" {
+                    (tick_label(t, x_step))
+                }
+            }
+        }
     }
-    out.push_str("</ul></figure>\n");
-    out
+}
+
+/// The axis lines and their labels.
+fn axes(chart: &Chart) -> Markup {
+    let bottom = one_decimal(TOP + PH);
+    html! {
+        g.axis {
+            line x1=(LEFT) x2=(LEFT) y1=(TOP) y2=(bottom) {}
+            line x1=(LEFT) x2=(one_decimal(LEFT + PW)) y1=(bottom) y2=(bottom) {}
+        }
+        text.x-label x=(one_decimal(LEFT + PW / 2.0)) y=(one_decimal(CHART_H - 8.0))
+            text-anchor="middle"
+        {
+            (chart.x_label)
+        }
+        text.y-label transform=(format!("translate(14 {}) rotate(-90)", one_decimal(TOP + PH / 2.0)))
+            text-anchor="middle"
+        {
+            (chart.y_label)
+        }
+    }
+}
+
+/// A band shaded over the part of the x axis the plot shows, if any.
+fn shaded_band(band: &Band, frame: &Frame) -> Markup {
+    let (x_lo, x_hi) = frame.x_range();
+    let (from, to) = (band.from.max(x_lo), band.to.min(x_hi));
+    if from >= to {
+        return html! {};
+    }
+    html! {
+        rect.band.baseline[band.baseline] x=(one_decimal(frame.sx(from))) y=(TOP)
+            width=(one_decimal(frame.sx(to) - frame.sx(from))) height=(one_decimal(PH))
+            fill=(if band.baseline { "#0969da" } else { "#cf222e" }) fill-opacity="0.12"
+        {
+            title { (band.label) }
+        }
+    }
+}
+
+/// A series' line and one circle per point, its values as the tooltip.
+fn series_lines(s: &Series, color: &str, frame: &Frame) -> Markup {
+    let path: Vec<String> = s
+        .points
+        .iter()
+        .enumerate()
+        .map(|(j, (x, y))| {
+            format!(
+                "{}{:.1} {:.1}",
+                if j == 0 { 'M' } else { 'L' },
+                frame.sx(*x),
+                frame.sy(*y)
+            )
+        })
+        .collect();
+    let (x_step, y_step) = (frame.x_step(), frame.y_step());
+    html! {
+        g.series data-series=(s.name) data-points=(s.points.len()) {
+            path d=(path.join(" ")) fill="none" stroke=(color) stroke-width="1.5" {}
+            @for &(x, y) in &s.points {
+                circle.pt cx=(one_decimal(frame.sx(x))) cy=(one_decimal(frame.sy(y))) r="2.5"
+                    fill=(color)
+                {
+                    title {
+                        (s.name) ": " (tick_label(x, x_step / 100.0)) ", "
+                        (tick_label(y, y_step / 100.0))
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn legend(series: &[Series]) -> Markup {
+    html! {
+        ul.legend {
+            @for (i, s) in series.iter().enumerate() {
+                li {
+                    svg.swatch width="12" height="12" aria-hidden="true" {
+                        rect width="12" height="12" fill=(PALETTE[i % PALETTE.len()]) {}
+                    }
+                    (s.name) " (" (s.points.len()) " points)"
+                }
+            }
+        }
+    }
 }
 
 /// QPS per client group: each worker's samples averaged per bucket (whole seconds since the
@@ -1455,118 +1481,136 @@ pub fn group_qps(workers: &[crate::report::WorkerQps]) -> Vec<Series> {
         .collect()
 }
 
-fn plots(out: &mut String, r: &Report) {
-    out.push_str("<h2 id=\"plots\">Over time</h2>\n");
-    out.push_str(&line_chart(
-        &Chart {
-            id: "qps-groups",
-            title: "QPS per client group",
-            x_label: "seconds since the start",
-            y_label: "requests/s",
-            series: group_qps(&r.workers),
-            reference: None,
-            bands: fault_bands(r),
-        },
-        "no worker reported a QPS sample",
-    ));
-
+fn plots(r: &Report) -> Markup {
     let whole: Vec<&crate::report::timeline::LatencySeries> = r
         .timeline
         .latency
         .iter()
         .filter(|s| s.model.is_none())
         .collect();
-    if whole.iter().all(|s| s.points.is_empty()) {
-        out.push_str(&line_chart(
-            &empty_chart("latency", "Latency percentiles per scenario"),
-            "the run's timeline has no latency intervals",
-        ));
-    }
-    for s in whole.iter().filter(|s| !s.points.is_empty()) {
-        let pick = |f: fn(&crate::report::timeline::LatencyPoint) -> f64| -> Vec<(f64, f64)> {
-            s.points.iter().map(|p| (p.t_s, f(p))).collect()
-        };
-        let id = format!("latency-{}", s.scenario);
-        let title = format!("Latency percentiles of {}", s.scenario);
-        out.push_str(&line_chart(
-            &Chart {
-                id: &id,
-                title: &title,
-                x_label: "seconds since the start",
-                y_label: "ms",
-                series: vec![
-                    Series {
-                        name: "p50".into(),
-                        points: pick(|p| p.p50_ms),
-                    },
-                    Series {
-                        name: "p90".into(),
-                        points: pick(|p| p.p90_ms),
-                    },
-                    Series {
-                        name: "p99".into(),
-                        points: pick(|p| p.p99_ms),
-                    },
-                ],
-                reference: None,
-                bands: fault_bands(r),
-            },
-            "no interval of this scenario",
-        ));
-    }
-
-    let servers = &r.timeline.servers;
-    let with_models: Vec<_> = servers
+    let with_models: Vec<&crate::report::timeline::ServerSeries> = r
+        .timeline
+        .servers
         .iter()
         .filter(|s| s.models.iter().any(|m| !m.points.is_empty()))
         .collect();
-    if with_models.is_empty() {
-        out.push_str(&line_chart(
-            &empty_chart("server-time", "Server queue vs compute time per request"),
-            "the run's timeline has no per-model server samples",
-        ));
-    }
-    for s in with_models {
-        let mut series = Vec::new();
-        for m in s.models.iter().filter(|m| !m.points.is_empty()) {
-            series.push(Series {
-                name: format!("{} queue", m.model),
-                points: m.points.iter().map(|p| (p.t_s, p.queue_us)).collect(),
-            });
-            series.push(Series {
-                name: format!("{} compute", m.model),
-                points: m
-                    .points
-                    .iter()
-                    .map(|p| {
-                        (
-                            p.t_s,
-                            p.compute_input_us + p.compute_infer_us + p.compute_output_us,
-                        )
-                    })
-                    .collect(),
-            });
-        }
-        let id = format!("server-time-{}", s.member_id);
-        let title = format!(
-            "Queue vs compute time per request on {} (per model)",
-            s.member_id
-        );
-        out.push_str(&line_chart(
+    html! {
+        h2 #plots { "Over time" }
+        (line_chart(
             &Chart {
-                id: &id,
-                title: &title,
+                id: "qps-groups",
+                title: "QPS per client group",
                 x_label: "seconds since the start",
-                y_label: "µs per request",
-                series,
+                y_label: "requests/s",
+                series: group_qps(&r.workers),
                 reference: None,
                 bands: fault_bands(r),
             },
-            "no sample",
-        ));
+            "no worker reported a QPS sample",
+        ))
+        @if whole.iter().all(|s| s.points.is_empty()) {
+            (line_chart(
+                &empty_chart("latency", "Latency percentiles per scenario"),
+                "the run's timeline has no latency intervals",
+            ))
+        }
+        @for s in whole.iter().filter(|s| !s.points.is_empty()) {
+            (latency_plot(r, s))
+        }
+        @if with_models.is_empty() {
+            (line_chart(
+                &empty_chart("server-time", "Server queue vs compute time per request"),
+                "the run's timeline has no per-model server samples",
+            ))
+        }
+        @for s in with_models {
+            (server_time_plot(r, s))
+        }
+        (memory_plot(r))
+        (capacity_plots(r))
     }
+}
 
-    let memory: Vec<Series> = servers
+/// A scenario's p50, p90 and p99 over time.
+fn latency_plot(r: &Report, s: &crate::report::timeline::LatencySeries) -> Markup {
+    let pick = |f: fn(&crate::report::timeline::LatencyPoint) -> f64| -> Vec<(f64, f64)> {
+        s.points.iter().map(|p| (p.t_s, f(p))).collect()
+    };
+    let id = format!("latency-{}", s.scenario);
+    let title = format!("Latency percentiles of {}", s.scenario);
+    line_chart(
+        &Chart {
+            id: &id,
+            title: &title,
+            x_label: "seconds since the start",
+            y_label: "ms",
+            series: vec![
+                Series {
+                    name: "p50".into(),
+                    points: pick(|p| p.p50_ms),
+                },
+                Series {
+                    name: "p90".into(),
+                    points: pick(|p| p.p90_ms),
+                },
+                Series {
+                    name: "p99".into(),
+                    points: pick(|p| p.p99_ms),
+                },
+            ],
+            reference: None,
+            bands: fault_bands(r),
+        },
+        "no interval of this scenario",
+    )
+}
+
+/// A server's queue and compute time per request, per model, over time.
+fn server_time_plot(r: &Report, s: &crate::report::timeline::ServerSeries) -> Markup {
+    let mut series = Vec::new();
+    for m in s.models.iter().filter(|m| !m.points.is_empty()) {
+        series.push(Series {
+            name: format!("{} queue", m.model),
+            points: m.points.iter().map(|p| (p.t_s, p.queue_us)).collect(),
+        });
+        series.push(Series {
+            name: format!("{} compute", m.model),
+            points: m
+                .points
+                .iter()
+                .map(|p| {
+                    (
+                        p.t_s,
+                        p.compute_input_us + p.compute_infer_us + p.compute_output_us,
+                    )
+                })
+                .collect(),
+        });
+    }
+    let id = format!("server-time-{}", s.member_id);
+    let title = format!(
+        "Queue vs compute time per request on {} (per model)",
+        s.member_id
+    );
+    line_chart(
+        &Chart {
+            id: &id,
+            title: &title,
+            x_label: "seconds since the start",
+            y_label: "µs per request",
+            series,
+            reference: None,
+            bands: fault_bands(r),
+        },
+        "no sample",
+    )
+}
+
+/// Every server's memory over time.
+fn memory_plot(r: &Report) -> Markup {
+    let memory: Vec<Series> = r
+        .timeline
+        .servers
         .iter()
         .map(|s| Series {
             name: s.member_id.clone(),
@@ -1581,7 +1625,7 @@ fn plots(out: &mut String, r: &Report) {
         })
         .filter(|s| !s.points.is_empty())
         .collect();
-    out.push_str(&line_chart(
+    line_chart(
         &Chart {
             id: "server-memory",
             title: "Server memory (resident set, else Triton's CPU memory gauge)",
@@ -1592,9 +1636,7 @@ fn plots(out: &mut String, r: &Report) {
             bands: fault_bands(r),
         },
         "the run's timeline has no server memory readings",
-    ));
-
-    capacity_plots(out, r);
+    )
 }
 
 fn empty_chart<'a>(id: &'a str, title: &'a str) -> Chart<'a> {
@@ -1611,191 +1653,180 @@ fn empty_chart<'a>(id: &'a str, title: &'a str) -> Chart<'a> {
 
 /// Per phase: the controller's concurrency per check, and p99 per check against the target
 /// (a spike phase: achieved QPS per window instead of concurrency).
-fn capacity_plots(out: &mut String, r: &Report) {
+fn capacity_plots(r: &Report) -> Markup {
     let Some(c) = &r.capacity else {
-        out.push_str(&line_chart(
+        return line_chart(
             &empty_chart("capacity", "Capacity controller"),
             "not a capacity-mode run",
-        ));
-        return;
+        );
     };
-    for p in &c.phases {
-        let windows: Vec<(u32, &crate::capacity::controller::Window)> = match &p.spike {
-            Some(s) => s.trace.iter().map(|c| (0, &c.window)).collect(),
-            None => p
-                .checks
-                .iter()
-                .map(|c| (c.concurrency, &c.window))
-                .collect(),
-        };
-        let at = |i: usize| i as f64 + 1.0;
-        let (first_id, first_title, first) = match &p.spike {
-            Some(_) => (
-                format!("capacity-qps-{}-{}", p.group, p.key),
-                format!("Spike {}/{}: achieved QPS per window", p.group, p.key),
-                Series {
-                    name: "QPS".into(),
-                    points: windows
-                        .iter()
-                        .enumerate()
-                        .map(|(i, (_, w))| (at(i), w.qps))
-                        .collect(),
-                },
-            ),
-            None => (
-                format!("capacity-concurrency-{}-{}", p.group, p.key),
-                format!("Controller {}/{}: concurrency per check", p.group, p.key),
-                Series {
-                    name: "concurrency".into(),
-                    points: windows
-                        .iter()
-                        .enumerate()
-                        .map(|(i, (c, _))| (at(i), f64::from(*c)))
-                        .collect(),
-                },
-            ),
-        };
-        let p99_id = format!("capacity-p99-{}-{}", p.group, p.key);
-        let p99_title = format!("{}/{}: p99 per check against the target", p.group, p.key);
-        out.push_str("<div class=\"plots-row\">");
-        out.push_str(&line_chart(
-            &Chart {
-                id: &first_id,
-                title: &first_title,
-                x_label: "check",
-                y_label: if p.spike.is_some() {
-                    "requests/s"
-                } else {
-                    "concurrency"
-                },
-                series: vec![first],
-                reference: None,
-                bands: Vec::new(),
+    html! {
+        @for p in &c.phases {
+            (phase_plots(p))
+        }
+    }
+}
+
+fn phase_plots(p: &crate::capacity::phase::PhaseRecord) -> Markup {
+    let windows: Vec<(u32, &crate::capacity::controller::Window)> = match &p.spike {
+        Some(s) => s.trace.iter().map(|c| (0, &c.window)).collect(),
+        None => p
+            .checks
+            .iter()
+            .map(|c| (c.concurrency, &c.window))
+            .collect(),
+    };
+    let at = |i: usize| i as f64 + 1.0;
+    let (first_id, first_title, first) = match &p.spike {
+        Some(_) => (
+            format!("capacity-qps-{}-{}", p.group, p.key),
+            format!("Spike {}/{}: achieved QPS per window", p.group, p.key),
+            Series {
+                name: "QPS".into(),
+                points: windows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, w))| (at(i), w.qps))
+                    .collect(),
             },
-            "no check yet",
-        ));
-        out.push_str(&line_chart(
-            &Chart {
-                id: &p99_id,
-                title: &p99_title,
-                x_label: "check",
-                y_label: "p99 ms",
-                series: vec![Series {
-                    name: "p99".into(),
-                    points: windows
-                        .iter()
-                        .enumerate()
-                        .map(|(i, (_, w))| (at(i), w.p99_us as f64 / 1000.0))
-                        .collect(),
-                }],
-                reference: Some(("target", p.target_p99_ms)),
-                bands: Vec::new(),
+        ),
+        None => (
+            format!("capacity-concurrency-{}-{}", p.group, p.key),
+            format!("Controller {}/{}: concurrency per check", p.group, p.key),
+            Series {
+                name: "concurrency".into(),
+                points: windows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (c, _))| (at(i), f64::from(*c)))
+                    .collect(),
             },
-            "no check yet",
-        ));
-        out.push_str("</div>\n");
+        ),
+    };
+    let p99_id = format!("capacity-p99-{}-{}", p.group, p.key);
+    let p99_title = format!("{}/{}: p99 per check against the target", p.group, p.key);
+    html! {
+        div.plots-row {
+            (line_chart(
+                &Chart {
+                    id: &first_id,
+                    title: &first_title,
+                    x_label: "check",
+                    y_label: if p.spike.is_some() { "requests/s" } else { "concurrency" },
+                    series: vec![first],
+                    reference: None,
+                    bands: Vec::new(),
+                },
+                "no check yet",
+            ))
+            (line_chart(
+                &Chart {
+                    id: &p99_id,
+                    title: &p99_title,
+                    x_label: "check",
+                    y_label: "p99 ms",
+                    series: vec![Series {
+                        name: "p99".into(),
+                        points: windows
+                            .iter()
+                            .enumerate()
+                            .map(|(i, (_, w))| (at(i), w.p99_us as f64 / 1000.0))
+                            .collect(),
+                    }],
+                    reference: Some(("target", p.target_p99_ms)),
+                    bands: Vec::new(),
+                },
+                "no check yet",
+            ))
+        }
     }
 }
 
 /// The listed failures' requests on the wire, each in a collapsible section.
-fn forensics(out: &mut String, r: &Report) {
-    for (i, (member, f)) in r.failures.iter().enumerate() {
-        let Some(fx) = &f.forensics else { continue };
-        let _ = write!(
-            out,
-            "<details class=\"forensics\" id=\"forensics-{i}\"><summary>On the wire: {} {} \
-             at {} ({} steps)</summary>",
-            esc(member),
-            esc(&f.scenario),
-            esc(&format_time(f.at_ms)),
-            fx.steps.len()
-        );
-        match &fx.previous_use {
-            Some(p) => {
-                let _ = write!(
-                    out,
-                    "<p>Previous use of correlation id {}: {} on {} from {} to {}, {}{}.</p>",
-                    f.correlation_id.map_or_else(String::new, |c| c.to_string()),
-                    esc(&p.scenario),
-                    esc(&p.model),
-                    esc(&format_time(p.started_ms)),
-                    esc(&format_time(p.ended_ms)),
-                    esc(&p.outcome),
-                    if p.left_open.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", left a sequence open on {}", esc(&p.left_open.join(", ")))
+fn forensics(r: &Report) -> Markup {
+    html! {
+        @for (i, (member, f)) in r.failures.iter().enumerate() {
+            @if let Some(fx) = &f.forensics {
+                (wire(i, member, f, fx))
+            }
+        }
+    }
+}
+
+/// One failure's steps on the wire, and the previous use of its correlation id.
+fn wire(
+    i: usize,
+    member: &str,
+    f: &stress_common::status::FailureRecord,
+    fx: &stress_common::status::Forensics,
+) -> Markup {
+    let rows: Vec<Row> = fx
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(k, st)| {
+            let correlation_id = st
+                .correlation_id
+                .map_or_else(String::new, |c| c.to_string());
+            (
+                if st.outcome == "ok" { "" } else { "fail" },
+                html! {
+                    (num(k + 1))
+                    (td(&st.flags))
+                    (td(&format_time(st.sent_us.div_euclid(1000))))
+                    (num(format!("{:.3}", (st.received_us - st.sent_us) as f64 / 1000.0)))
+                    (td(&st.server))
+                    (td(&st.model))
+                    (num(correlation_id))
+                    (td(&st.input_digest))
+                    (td(&st.outcome))
+                },
+            )
+        })
+        .collect();
+    html! {
+        details.forensics id=(format!("forensics-{i}")) {
+            summary {
+                "On the wire: " (member) " " (f.scenario) " at " (format_time(f.at_ms))
+                " (" (fx.steps.len()) " steps)"
+            }
+            @if let Some(prev) = &fx.previous_use {
+                p {
+                    "Previous use of correlation id "
+                    (f.correlation_id.map_or_else(String::new, |c| c.to_string()))
+                    ": " (prev.scenario) " on " (prev.model) " from " (format_time(prev.started_ms))
+                    " to " (format_time(prev.ended_ms)) ", " (prev.outcome)
+                    @if !prev.left_open.is_empty() {
+                        ", left a sequence open on " (prev.left_open.join(", "))
                     }
-                );
+                    "."
+                }
+            } @else if f.correlation_id.is_some() {
+                p { "No previous use of its correlation id by this worker." }
             }
-            None if f.correlation_id.is_some() => {
-                out.push_str("<p>No previous use of its correlation id by this worker.</p>");
+            (table(
+                "wire",
+                &["Step", "Flags", "Sent", "ms", "Server", "Model", "Id", "Inputs", "Outcome"],
+                &rows,
+            ))
+            @if fx.steps_left_out > 0 {
+                p { (fx.steps_left_out) " more steps not kept." }
             }
-            None => {}
+            @if !fx.server_log.is_empty() {
+                p { "The server's log around it:" }
+                pre.log { (fx.server_log.join("\n")) }
+            }
         }
-        let rows: Vec<(String, String)> = fx
-            .steps
-            .iter()
-            .enumerate()
-            .map(|(k, st)| {
-                (
-                    if st.outcome == "ok" {
-                        String::new()
-                    } else {
-                        "fail".into()
-                    },
-                    [
-                        num(k + 1),
-                        td(&st.flags),
-                        td(&format_time(st.sent_us.div_euclid(1000))),
-                        num(format!(
-                            "{:.3}",
-                            (st.received_us - st.sent_us) as f64 / 1000.0
-                        )),
-                        td(&st.server),
-                        td(&st.model),
-                        num(st
-                            .correlation_id
-                            .map_or_else(String::new, |c| c.to_string())),
-                        td(&st.input_digest),
-                        td(&st.outcome),
-                    ]
-                    .concat(),
-                )
-            })
-            .collect();
-        table(
-            out,
-            "wire",
-            &[
-                "Step", "Flags", "Sent", "ms", "Server", "Model", "Id", "Inputs", "Outcome",
-            ],
-            &rows,
-        );
-        if fx.steps_left_out > 0 {
-            let _ = write!(out, "<p>{} more steps not kept.</p>", fx.steps_left_out);
-        }
-        if !fx.server_log.is_empty() {
-            let _ = write!(
-                out,
-                "<p>The server's log around it:</p><pre class=\"log\">{}</pre>",
-                esc(&fx.server_log.join("\n"))
-            );
-        }
-        out.push_str("</details>\n");
+        "\n"
     }
 }
 
 /// The failures grouped by signature, and the known issues.
-fn signatures(out: &mut String, r: &Report) {
+fn signatures(r: &Report) -> Markup {
     if r.signatures.is_empty() {
-        return;
+        return html! {};
     }
-    out.push_str("<h2 id=\"signatures\">Failure signatures</h2>\n");
-    if let Some(note) = &r.signature_history {
-        let _ = writeln!(out, "<p class=\"no-data\">{}</p>", esc(note));
-    }
-    let rows: Vec<(String, String)> = r
+    let rows: Vec<Row> = r
         .signatures
         .iter()
         .map(|s| {
@@ -1808,194 +1839,206 @@ fn signatures(out: &mut String, r: &Report) {
                 |h| format!("{} of the last {}", h.seen_in, h.of_last),
             );
             (
-                if s.fails.is_some() { "bad" } else { "" }.to_string(),
-                [
-                    td(&status),
-                    td(s.class.as_str()),
-                    num(s.count.to_string()),
-                    td(&s.signature),
-                    td(&s.scenario),
-                    td(&s.model),
-                    td(s.error_kind.as_str()),
-                    td(&s.message),
-                    td(&s.evidence),
-                    td(&history),
-                ]
-                .concat(),
+                if s.fails.is_some() { "bad" } else { "" },
+                html! {
+                    (td(&status))
+                    (td(s.class.as_str()))
+                    (num(s.count))
+                    (td(&s.signature))
+                    (td(&s.scenario))
+                    (td(&s.model))
+                    (td(s.error_kind.as_str()))
+                    (td(&s.message))
+                    (td(&s.evidence))
+                    (td(&history))
+                },
+            )
+        })
+        .collect();
+    html! {
+        h2 #signatures { "Failure signatures" }
+        @if let Some(note) = &r.signature_history {
+            p.no-data { (note) }
+        }
+        (table(
+            "signatures",
+            &[
+                "Status",
+                "Class",
+                "Count",
+                "Signature",
+                "Scenario",
+                "Model",
+                "Kind",
+                "Message",
+                "Evidence",
+                "History",
+            ],
+            &rows,
+        ))
+        @if !r.known_issues.is_empty() {
+            (known_issues(r))
+        }
+    }
+}
+
+fn known_issues(r: &Report) -> Markup {
+    let rows: Vec<Row> = r
+        .known_issues
+        .iter()
+        .map(|k| {
+            (
+                "",
+                html! {
+                    (td(&k.status))
+                    (td(&k.id))
+                    (num(k.count))
+                    (td(&k.reason))
+                    (td(k.link.as_deref().unwrap_or_default()))
+                },
+            )
+        })
+        .collect();
+    html! {
+        h3 #known-issues { "Known issues" }
+        (table(
+            "known-issues",
+            &["Status", "Known issue", "Matched", "Reason", "Link"],
+            &rows,
+        ))
+    }
+}
+
+fn failures(r: &Report) -> Markup {
+    html! {
+        (signatures(r))
+        h2 #failures { "Failures" }
+        @if r.failures.is_empty() {
+            p { "No failure was recorded." }
+        } @else {
+            p { "The first " (r.failures.len()) " of " (r.failure_count) " recorded failures:" }
+            (failures_table(r))
+            (forensics(r))
+        }
+        @if !r.failed_members.is_empty() {
+            h2 #failed-members { "Failed members" }
+            p {
+                button type="button" data-details="open" { "Open all" }
+                " "
+                button type="button" data-details="close" { "Close all" }
+            }
+            @for m in by_failure_time(&r.failed_members) {
+                (failed_member(r, m))
+            }
+        }
+    }
+}
+
+fn failures_table(r: &Report) -> Markup {
+    let rows: Vec<Row> = r
+        .failures
+        .iter()
+        .map(|(member, f)| {
+            let correlation_id = f
+                .correlation_id
+                .map_or_else(String::new, |id| id.to_string());
+            (
+                "",
+                html! {
+                    (td(&format_time(f.at_ms)))
+                    (td(member))
+                    (td(&f.scenario))
+                    (td(&f.server))
+                    (td(&f.model))
+                    (num(correlation_id))
+                    (td(&f.expected))
+                    (td(&f.actual))
+                },
             )
         })
         .collect();
     table(
-        out,
-        "signatures",
+        "failures",
         &[
-            "Status",
-            "Class",
-            "Count",
-            "Signature",
+            "Time",
+            "Member",
             "Scenario",
+            "Server",
             "Model",
-            "Kind",
-            "Message",
-            "Evidence",
-            "History",
+            "Correlation id",
+            "Expected",
+            "Actual",
         ],
         &rows,
-    );
-    if !r.known_issues.is_empty() {
-        out.push_str("<h3 id=\"known-issues\">Known issues</h3>\n");
-        let rows: Vec<(String, String)> = r
-            .known_issues
-            .iter()
-            .map(|k| {
-                (
-                    String::new(),
-                    [
-                        td(&k.status),
-                        td(&k.id),
-                        num(k.count.to_string()),
-                        td(&k.reason),
-                        td(k.link.as_deref().unwrap_or_default()),
-                    ]
-                    .concat(),
-                )
-            })
-            .collect();
-        table(
-            out,
-            "known-issues",
-            &["Status", "Known issue", "Matched", "Reason", "Link"],
-            &rows,
-        );
-    }
+    )
 }
 
-fn failures(out: &mut String, r: &Report) {
-    signatures(out, r);
-    out.push_str("<h2 id=\"failures\">Failures</h2>\n");
-    if r.failures.is_empty() {
-        out.push_str("<p>No failure was recorded.</p>\n");
-    } else {
-        let _ = writeln!(
-            out,
-            "<p>The first {} of {} recorded failures:</p>",
-            r.failures.len(),
-            r.failure_count
-        );
-        let rows: Vec<(String, String)> = r
-            .failures
-            .iter()
-            .map(|(member, f)| {
-                (
-                    String::new(),
-                    [
-                        td(&format_time(f.at_ms)),
-                        td(member),
-                        td(&f.scenario),
-                        td(&f.server),
-                        td(&f.model),
-                        num(f
-                            .correlation_id
-                            .map_or_else(String::new, |id| id.to_string())),
-                        td(&f.expected),
-                        td(&f.actual),
-                    ]
-                    .concat(),
-                )
-            })
-            .collect();
-        table(
-            out,
-            "failures",
-            &[
-                "Time",
-                "Member",
-                "Scenario",
-                "Server",
-                "Model",
-                "Correlation id",
-                "Expected",
-                "Actual",
-            ],
-            &rows,
-        );
-        forensics(out, r);
-    }
-    if r.failed_members.is_empty() {
-        return;
-    }
-    out.push_str(
-        "<h2 id=\"failed-members\">Failed members</h2>\n<p><button type=\"button\" \
-         data-details=\"open\">Open all</button> <button type=\"button\" \
-         data-details=\"close\">Close all</button></p>\n",
-    );
-    for m in by_failure_time(&r.failed_members) {
-        failed_member(out, r, m);
-    }
-}
-
-fn failed_member(out: &mut String, r: &Report, m: &FailedMember) {
-    let _ = write!(
-        out,
-        "<details class=\"failed-member\" id=\"{}\"><summary>{} {} (group {}) failed at {} (+{}): {}</summary>\n<div class=\"diagnostics\"><dl class=\"meta\">",
-        esc(&member_anchor(m)),
-        esc(&m.role),
-        esc(&m.member_id),
-        esc(&m.group),
-        esc(&format_time(m.failed_at_ms)),
-        esc(&duration(m.failed_at_ms - r.started_at_ms)),
-        esc(&m.reason)
-    );
+/// A failed member's diagnostics, collapsed: what is known of it, then its logs and how to
+/// dig further.
+fn failed_member(r: &Report, m: &FailedMember) -> Markup {
     let d = &m.diagnostics;
-    let mut field = |k: &str, v: Option<String>| {
-        if let Some(v) = v {
-            let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&v));
-        }
-    };
-    field("reason", Some(m.reason.clone()));
-    field("exit", d.exit.as_ref().map(|e| e.description.clone()));
+    let mut fields: Vec<(&str, Option<String>)> = vec![
+        ("reason", Some(m.reason.clone())),
+        ("exit", d.exit.as_ref().map(|e| e.description.clone())),
+    ];
     if let Some(p) = &d.pod {
-        field("pod", Some(format!("{}/{}", p.namespace, p.name)));
-        field("phase", p.phase.clone());
-        field("status reason", p.status_reason.clone());
-        field("summary", p.summary.clone());
-        field("node", p.node.clone());
-        field("pod IP", p.ip.clone());
-        field("restarts", Some(p.restarts.to_string()));
+        fields.extend([
+            ("pod", Some(format!("{}/{}", p.namespace, p.name))),
+            ("phase", p.phase.clone()),
+            ("status reason", p.status_reason.clone()),
+            ("summary", p.summary.clone()),
+            ("node", p.node.clone()),
+            ("pod IP", p.ip.clone()),
+            ("restarts", Some(p.restarts.to_string())),
+        ]);
     } else {
-        field("where", d.location.clone());
+        fields.push(("where", d.location.clone()));
     }
-    field("log file", d.log_file.clone());
-    out.push_str("</dl>\n");
-    let mut block = |title: &str, class: &str, lines: &[String]| {
-        if !lines.is_empty() {
-            let _ = writeln!(
-                out,
-                "<h4>{}</h4><pre class=\"{class}\">{}</pre>",
-                esc(title),
-                esc(&lines.join("\n"))
-            );
-        }
-    };
+    fields.push(("log file", d.log_file.clone()));
+
+    // (title, class, lines)
+    let mut blocks: Vec<(&str, &str, Vec<String>)> = Vec::new();
     if let Some(c) = &d.command {
-        block("Reproduce", "reproduce", std::slice::from_ref(c));
+        blocks.push(("Reproduce", "reproduce", vec![c.clone()]));
     }
     if let Some(p) = &d.pod {
-        let containers: Vec<String> = p.containers.iter().map(ToString::to_string).collect();
-        let events: Vec<String> = p.events.iter().map(ToString::to_string).collect();
-        block("Containers", "containers", &containers);
-        block("Events", "events", &events);
+        let containers = p.containers.iter().map(ToString::to_string).collect();
+        let events = p.events.iter().map(ToString::to_string).collect();
+        blocks.push(("Containers", "containers", containers));
+        blocks.push(("Events", "events", events));
     }
-    block("Log tail", "log-tail", &d.log_tail);
+    blocks.push(("Log tail", "log-tail", d.log_tail.clone()));
     if let Some(p) = &d.pod {
-        block(
+        blocks.push((
             "Log tail of the previous container",
             "log-tail",
-            &p.previous_log_tail,
-        );
-        block("Dig further", "kubectl", &p.kubectl);
+            p.previous_log_tail.clone(),
+        ));
+        blocks.push(("Dig further", "kubectl", p.kubectl.clone()));
     }
-    out.push_str("</div></details>\n");
+    html! {
+        details.failed-member id=(member_anchor(m)) {
+            summary {
+                (m.role) " " (m.member_id) " (group " (m.group) ") failed at "
+                (format_time(m.failed_at_ms)) " (+" (duration(m.failed_at_ms - r.started_at_ms))
+                "): " (m.reason)
+            }
+            div.diagnostics {
+                dl.meta {
+                    @for (k, v) in &fields {
+                        @if let Some(v) = v { dt { (k) } dd { (v) } }
+                    }
+                }
+                @for (title, class, lines) in &blocks {
+                    @if !lines.is_empty() {
+                        h4 { (title) }
+                        pre class=(class) { (lines.join("\n")) }
+                    }
+                }
+            }
+        }
+        "\n"
+    }
 }
 
 #[cfg(test)]
@@ -2078,6 +2121,77 @@ mod tests {
         // The page's own script is the only one.
         assert_eq!(html.matches("<script>").count(), 1, "{html}");
         assert_eq!(esc("a'b"), "a&#39;b");
+    }
+
+    /// maud escapes every value it inserts, in text and in attributes: markup in a failure
+    /// message, a model name, a server log line, a member id or a group name stays text (any of
+    /// them inserted unescaped would put an `<img` on the page).
+    #[test]
+    fn markup_in_report_values_is_text_in_content_and_attributes() {
+        use stress_common::status::{FailureRecord, Forensics};
+        let img = "<img src=x onerror=alert(1)>";
+        let escaped = "&lt;img src=x onerror=alert(1)&gt;";
+        // Closes an attribute's quotes, then the tag.
+        let breakout = format!("\"{img}");
+        let mut r = Report::default();
+        r.verdict = "FAIL".into();
+        r.name = format!("matrix{breakout}");
+        r.run_id = format!("run{breakout}");
+        r.models = vec![stress_common::report::ModelRowJson {
+            model: img.into(),
+            scenario: "Infer".into(),
+            failures: 1,
+            tests: 1,
+            requests: 1,
+            qps: 1.0,
+            p50_us: 1,
+            p90_us: 1,
+            p99_us: 1,
+            max_us: 1,
+            stream: None,
+        }];
+        r.failures = vec![(
+            "c-0".into(),
+            FailureRecord {
+                model: img.into(),
+                actual: format!("expected \"1\", got {img}"),
+                forensics: Some(Forensics {
+                    server_log: vec![format!("E0101 {img}")],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )];
+        r.failed_members = vec![failed(&format!("c-0{breakout}"), 5, img)];
+        r.workers = vec![worker("w-0", &breakout, &[(1.0, 2.0)])];
+        let page = render_served(&r, None);
+        assert!(!page.contains("<img"), "{page}");
+        // The model, in the models and the failures tables.
+        assert_eq!(
+            page.matches(&format!("<td>{escaped}</td>")).count(),
+            2,
+            "{page}"
+        );
+        assert!(
+            page.contains(&format!("<td>expected &quot;1&quot;, got {escaped}</td>")),
+            "the failure message: {page}"
+        );
+        assert!(
+            page.contains(&format!("<pre class=\"log\">E0101 {escaped}</pre>")),
+            "the server's log: {page}"
+        );
+        assert!(
+            page.contains(&format!("data-series=\"&quot;{escaped}\"")),
+            "the group, in an attribute: {page}"
+        );
+        assert!(
+            page.contains(&format!("id=\"member-c-0&quot;{escaped}\"")),
+            "the member, in its section's id: {page}"
+        );
+        assert!(
+            page.contains(&format!(">matrix&quot;{escaped} history</a>")),
+            "the matrix's name, in the served page's links: {page}"
+        );
     }
 
     #[test]
@@ -2210,7 +2324,7 @@ mod tests {
         ] {
             let f = figure(&html, id);
             assert!(
-                f.contains(&format!("<p class=\"no-data\">no data: {}</p>", esc(why))),
+                f.contains(&format!("<p class=\"no-data\">no data: {why}</p>")),
                 "{f}"
             );
             assert!(!f.contains("<svg"), "{f}");
@@ -2243,7 +2357,7 @@ mod tests {
             reference: Some(("target", 5.0)),
             bands: Vec::new(),
         };
-        let svg = line_chart(&chart, "unused");
+        let svg = line_chart(&chart, "unused").into_string();
         assert_eq!(svg.matches("<circle class=\"pt\"").count(), 4, "{svg}");
         assert!(svg.contains("data-series=\"a\" data-points=\"3\""), "{svg}");
         assert!(svg.contains("data-series=\"b\" data-points=\"1\""), "{svg}");
