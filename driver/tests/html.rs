@@ -929,6 +929,130 @@ async fn every_failure_record_is_paged_beyond_the_reports_first_fifty() {
     assert_eq!(get(&format!("{base}/runs/nope/failures")).await.status, 404);
 }
 
+/// A server whose error message carries markup, in a run whose matrix name, member names and
+/// FAILURE event carry it too: every served page (the list, the matrix history, the run's
+/// report, its failure records) shows it as text in the browser; no element from it reaches
+/// the DOM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markup_from_a_server_is_text_in_every_served_page_in_chromium() {
+    use stress_common::status::FailureRecord;
+    use stress_common::store::NewRun;
+    if !chromium_or_skip() {
+        return;
+    }
+    const HOSTILE: &str = "<img src=x onerror=\"document.title='pwned'\"><script>alert(1)</script>";
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("hostile");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let run_id = RunId::from("hostile");
+    let started = 1_764_000_000_000;
+    store
+        .create_run(&NewRun {
+            run_id: "hostile".into(),
+            name: format!("nightly {HOSTILE}"),
+            matrix_yaml: format!("version: 1\n# {HOSTILE}\n"),
+            launcher: "local".into(),
+            started_at_ms: started,
+            fingerprint: None,
+        })
+        .await
+        .unwrap();
+    let record = FailureRecord {
+        at_ms: started + 1000,
+        scenario: "Load".into(),
+        server: "127.0.0.1:8001".into(),
+        model: "add_sub".into(),
+        expected: "OUTPUT0 = INPUT0 + INPUT1".into(),
+        actual: format!("server said: {HOSTILE}"),
+        ..Default::default()
+    };
+    let member = "client-0".into();
+    store
+        .record_failure(&run_id, &member, &record)
+        .await
+        .unwrap();
+    store
+        .record_event(
+            &run_id,
+            &member,
+            EventKind::Failure,
+            &format!("Load failed: {HOSTILE}"),
+        )
+        .await
+        .unwrap();
+    // The row the list shows, as a run's end writes it.
+    let summary = driver::report::summary::RunSummary {
+        run_id: "hostile".into(),
+        name: format!("nightly {HOSTILE}"),
+        launcher: "local".into(),
+        verdict: "FAIL".into(),
+        started_at_ms: started,
+        finished_at_ms: Some(started + 60_000),
+        failures: 1,
+        root_cause: Some(format!("client-0: Load failed: {HOSTILE}")),
+        ..Default::default()
+    };
+    store.save_document(&run_id, "", &summary).await.unwrap();
+    store
+        .finish_run(&run_id, "FAIL", started + 60_000)
+        .await
+        .unwrap();
+    store.close().await;
+
+    let served = Serve::start(tmp.path(), None);
+    let base = served.base.clone();
+    let name = format!("nightly {HOSTILE}");
+    let matrix = format!(
+        "{base}/matrix/{}",
+        name.bytes()
+            .map(|b| if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            })
+            .collect::<String>()
+    );
+    let pages = [
+        format!("{base}/"),
+        matrix,
+        format!("{base}/runs/hostile"),
+        format!("{base}/runs/hostile/failures"),
+    ];
+    for url in &pages {
+        assert_eq!(get(url).await.status, 200, "{url}");
+    }
+    tokio::task::spawn_blocking(move || {
+        let (_profile, browser) = chromium();
+        let tab = browser.new_tab().expect("a tab");
+        tab.set_default_timeout(Duration::from_secs(60));
+        for url in pages {
+            tab.navigate_to(&url).unwrap().wait_until_navigated().unwrap();
+            let seen = tab
+                .evaluate(
+                    "JSON.stringify({imgs: document.querySelectorAll('img').length, \
+                     scripts: Array.from(document.scripts).filter(s => s.textContent.includes('alert(1)')).length, \
+                     title: document.title, \
+                     shown: document.body.innerText.includes('<img src=x onerror=')})",
+                    false,
+                )
+                .unwrap()
+                .value
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap();
+            let seen: Value = serde_json::from_str(&seen).unwrap();
+            assert_eq!(seen["imgs"], 0, "{url}: {seen}");
+            assert_eq!(seen["scripts"], 0, "{url}: {seen}");
+            assert_ne!(seen["title"], "pwned", "{url}: {seen}");
+            assert_eq!(seen["shown"], true, "shown as text on {url}: {seen}");
+        }
+    })
+    .await
+    .unwrap();
+}
+
 /// Benchmark, not a test (ignored; `cargo test -p driver --test html -- --ignored
 /// bench_api_runs --nocapture`): `/api/runs` over 1,000 finished runs, from a runs directory
 /// (one SQLite store each) and from one Postgres store. Prints the first answer (a runs

@@ -107,11 +107,6 @@ fn page(title: &str, reload_s: Option<u32>, body: Markup) -> String {
     .into_string()
 }
 
-/// A history plot (the report's line chart over the runs).
-fn chart(chart: &Chart, no_data: &str) -> Markup {
-    PreEscaped(line_chart(chart, no_data))
-}
-
 /// The list of runs (already filtered, newest first) as a self-contained page. It reloads
 /// itself while one of them is under way.
 pub fn run_list_page(runs: &[RunSummary], filter: &RunFilter) -> String {
@@ -315,7 +310,7 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
 fn history_plots(finished: &[&RunSummary], bands: &[Band]) -> Markup {
     let at = |i: usize| i as f64 + 1.0;
     let plot = |id, title, y_label, series: Vec<Series>, no_data: &str| {
-        chart(
+        line_chart(
             &Chart {
                 id,
                 title,

@@ -304,23 +304,6 @@ function openNamed(){
 window.addEventListener('hashchange',openNamed);openNamed();
 ";
 
-/// Escapes text for HTML content and attribute values (for pages still built by hand; this
-/// one's values are escaped by maud).
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// A duration for people: `12.3 s`, `4 min 05 s`, `2 h 03 min`.
 fn duration(ms: i64) -> String {
     let s = ms as f64 / 1000.0;
@@ -2120,7 +2103,6 @@ mod tests {
         );
         // The page's own script is the only one.
         assert_eq!(html.matches("<script>").count(), 1, "{html}");
-        assert_eq!(esc("a'b"), "a&#39;b");
     }
 
     /// maud escapes every value it inserts, in text and in attributes: markup in a failure
