@@ -1929,6 +1929,19 @@ async fn outages_round_trip(url: &str) {
             (member("client-0"), open),
         ]
     );
+    // Read on from an id: only what came after it, with the ids to read on from.
+    let all = store.outages_after(&run_id, 0).await.unwrap();
+    assert_eq!(all.len(), 4);
+    assert!(all.windows(2).all(|w| w[0].0 < w[1].0), "{all:?}");
+    let after_second = store.outages_after(&run_id, all[1].0).await.unwrap();
+    assert_eq!(after_second, all[2..].to_vec());
+    assert!(
+        store
+            .outages_after(&run_id, all[3].0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         store.outages(&other_run).await.unwrap(),
         [(member("client-0"), killed)]

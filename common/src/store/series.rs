@@ -287,13 +287,29 @@ impl Store {
     /// Every outage the run's workers reported ([`Outage`]), as (member, outage), in the order
     /// they were recorded (each worker's in the order it saw them end).
     pub async fn outages(&self, run_id: &RunId) -> Result<Vec<(String, Outage)>> {
-        type Row = (String, String, i64, Option<i64>, Option<i64>, i64, i64);
+        Ok(self
+            .outages_after(run_id, 0)
+            .await?
+            .into_iter()
+            .map(|(_, member, outage)| (member, outage))
+            .collect())
+    }
+
+    /// The outages recorded after the one with id `after_id` (0: from the first), each with its
+    /// id, in the order recorded: a reader that keeps what it read asks only for what is new.
+    pub async fn outages_after(
+        &self,
+        run_id: &RunId,
+        after_id: i64,
+    ) -> Result<Vec<(i64, String, Outage)>> {
+        type Row = (i64, String, String, i64, Option<i64>, Option<i64>, i64, i64);
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT member_id, server, last_ok_ms, first_failure_ms, first_ok_ms, failed_tests,
-                    failed_sequences
-             FROM outages WHERE run_id = $1 ORDER BY id",
+            "SELECT id, member_id, server, last_ok_ms, first_failure_ms, first_ok_ms,
+                    failed_tests, failed_sequences
+             FROM outages WHERE run_id = $1 AND id > $2 ORDER BY id",
         )
         .bind(run_id.as_str())
+        .bind(after_id)
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("outages"))?;
@@ -301,6 +317,7 @@ impl Store {
             .into_iter()
             .map(
                 |(
+                    id,
                     member_id,
                     server,
                     last_ok_ms,
@@ -310,6 +327,7 @@ impl Store {
                     failed_sequences,
                 )| {
                     (
+                        id,
                         member_id,
                         Outage {
                             server,

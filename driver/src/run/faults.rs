@@ -38,6 +38,10 @@ pub(super) struct FaultRunner {
     /// How long past a fault's allowed recovery its judgement waits for the workers' outages
     /// (each comes with a snapshot, one status interval late at most).
     grace_ms: i64,
+    /// The workers' outages read so far, in the order recorded, and the last one's id: each
+    /// read asks the store only for the ones after it.
+    outages: Vec<(String, stress_common::status::Outage)>,
+    outages_read_to: i64,
 }
 
 impl FaultRunner {
@@ -94,7 +98,27 @@ impl FaultRunner {
                 .collect(),
             judged: BTreeMap::new(),
             grace_ms,
+            outages: Vec::new(),
+            outages_read_to: 0,
         })
+    }
+
+    /// The id of the last outage read (0: none yet): read on from there.
+    pub(super) fn outages_read_to(&self) -> i64 {
+        self.outages_read_to
+    }
+
+    /// Takes the outages recorded after [`Self::outages_read_to`], in the order recorded.
+    pub(super) fn read_outages(&mut self, new: Vec<(i64, String, stress_common::status::Outage)>) {
+        for (id, member, outage) in new {
+            self.outages_read_to = self.outages_read_to.max(id);
+            self.outages.push((member, outage));
+        }
+    }
+
+    /// Every outage read so far.
+    pub(super) fn outages(&self) -> &[(String, stress_common::status::Outage)] {
+        &self.outages
     }
 
     /// When the runner next has something to do (None: nothing more).
@@ -232,14 +256,11 @@ impl FaultRunner {
     }
 
     /// Judges the faults past their allowed recovery (and the grace for the outages to come
-    /// in) against the outages so far: the first not recovered in time fails the run now (its
-    /// server, and why); a recovered one's window closes at its recovery. The end judges every
-    /// fault again with all the outages.
-    pub(super) fn judge_due(
-        &mut self,
-        outages: &[(String, stress_common::status::Outage)],
-        now_ms: i64,
-    ) -> Option<(String, String)> {
+    /// in) against the outages read so far: the first not recovered in time fails the run now
+    /// (its server, and why); a recovered one's window closes at its recovery. The end judges
+    /// every fault again with all the outages.
+    pub(super) fn judge_due(&mut self, now_ms: i64) -> Option<(String, String)> {
+        let outages = &self.outages;
         for (index, fault) in self.log.faults.iter().enumerate() {
             if self.judged.contains_key(&index)
                 || fault

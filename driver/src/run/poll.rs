@@ -351,7 +351,7 @@ impl Driver<'_> {
         let load_hours = started.elapsed().as_secs_f64() / 3600.0;
         // Each fault's recovery, now that the workers' outages are all in: failures of tests
         // begun after it are judged again, as any failure.
-        let fault_failed = match &faults {
+        let fault_failed = match &mut faults {
             Some(runner) => self.judge_faults(runner).await,
             None => (Vec::new(), None),
         };
@@ -486,10 +486,15 @@ impl Driver<'_> {
         if !runner.awaiting_judgement(now) {
             return None;
         }
-        let outages = bounded(STORE_CALL_LIMIT, self.store.outages(&self.plan.run_id))
-            .await
-            .ok()?;
-        let overdue = runner.judge_due(&outages, now);
+        let new = bounded(
+            STORE_CALL_LIMIT,
+            self.store
+                .outages_after(&self.plan.run_id, runner.outages_read_to()),
+        )
+        .await
+        .ok()?;
+        runner.read_outages(new);
+        let overdue = runner.judge_due(now);
         self.verdicts.injected(runner.live_windows());
         overdue
     }
@@ -498,16 +503,20 @@ impl Driver<'_> {
     /// leaves outside them, and the first fault that fails the run (its server, and why).
     async fn judge_faults(
         &mut self,
-        runner: &FaultRunner,
+        runner: &mut FaultRunner,
     ) -> (Vec<FailedTest>, Option<(String, String)>) {
-        let outages = bounded(STORE_CALL_LIMIT, self.store.outages(&self.plan.run_id))
-            .await
-            .unwrap_or_else(|e| {
-                tracing::warn!("the workers' outages not read: {e}");
-                Vec::new()
-            });
+        match bounded(
+            STORE_CALL_LIMIT,
+            self.store
+                .outages_after(&self.plan.run_id, runner.outages_read_to()),
+        )
+        .await
+        {
+            Ok(new) => runner.read_outages(new),
+            Err(e) => tracing::warn!("the workers' last outages not read: {e}"),
+        }
         let log = &runner.log().faults;
-        let outcomes = crate::judge::faults::judge(log, &outages);
+        let outcomes = crate::judge::faults::judge(log, runner.outages());
         let windows = crate::judge::faults::final_windows(log, &outcomes, stress_common::now_ms());
         let failed = self.verdicts.refine_injected(windows);
         let fault =
