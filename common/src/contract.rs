@@ -20,6 +20,31 @@ pub const RUN_ID_ENV: &str = "TRITON_STRESS_RUN_ID";
 /// The member name a worker reports as (also `--member-id`).
 pub const MEMBER_ID_ENV: &str = "TRITON_STRESS_MEMBER_ID";
 
+/// An identifier (a run id, a member name) given as the empty string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0} must not be empty")]
+pub struct EmptyIdentifier(pub &'static str);
+
+/// A worker flag's value that does not parse: the flag, the value given, and what is wrong
+/// with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag} {value}: {problem}")]
+pub struct FlagError {
+    pub flag: &'static str,
+    pub value: String,
+    pub problem: String,
+}
+
+impl FlagError {
+    fn new(flag: &'static str, value: &str, problem: impl Into<String>) -> Self {
+        Self {
+            flag,
+            value: value.to_string(),
+            problem: problem.into(),
+        }
+    }
+}
+
 macro_rules! identifier {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
@@ -63,10 +88,10 @@ macro_rules! identifier {
         }
 
         impl std::str::FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
+            type Err = EmptyIdentifier;
+            fn from_str(s: &str) -> Result<Self, EmptyIdentifier> {
                 if s.is_empty() {
-                    Err(concat!(stringify!($name), " must not be empty").into())
+                    Err(EmptyIdentifier(stringify!($name)))
                 } else {
                     Ok(Self(s.to_string()))
                 }
@@ -599,16 +624,17 @@ impl ModelSelection {
 }
 
 impl std::str::FromStr for ModelSelection {
-    type Err = String;
+    type Err = FlagError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, FlagError> {
+        let error = |problem: String| FlagError::new("--model", s, problem);
         let (model, weight) = match s.rsplit_once(':') {
             Some((m, w)) => {
                 let weight: u32 = w.trim().parse().map_err(|_| {
-                    format!("--model {s}: weight {w:?} is not a whole number greater than 0")
+                    error(format!("weight {w:?} is not a whole number greater than 0"))
                 })?;
                 if weight == 0 {
-                    return Err(format!("--model {s}: weight must be greater than 0"));
+                    return Err(error("weight must be greater than 0".into()));
                 }
                 (m, weight)
             }
@@ -617,14 +643,14 @@ impl std::str::FromStr for ModelSelection {
         let (name, version) = match model.split_once('@') {
             Some((n, v)) => {
                 if v.is_empty() || !v.chars().all(|c| c.is_ascii_digit()) {
-                    return Err(format!("--model {s}: version {v:?} is not a number"));
+                    return Err(error(format!("version {v:?} is not a number")));
                 }
                 (n, v)
             }
             None => (model, ""),
         };
         if name.is_empty() {
-            return Err(format!("--model {s:?}: no model name"));
+            return Err(error("no model name".into()));
         }
         Ok(ModelSelection {
             name: name.into(),
@@ -644,26 +670,24 @@ pub struct ShapeOverride {
 }
 
 impl std::str::FromStr for ShapeOverride {
-    type Err = String;
+    type Err = FlagError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (target, dims) = s
-            .rsplit_once(':')
-            .ok_or_else(|| format!("--shape {s}: expected [MODEL/]INPUT:D1,D2,..."))?;
+    fn from_str(s: &str) -> Result<Self, FlagError> {
+        let error = |problem: String| FlagError::new("--shape", s, problem);
+        let expected = || error("expected [MODEL/]INPUT:D1,D2,...".into());
+        let (target, dims) = s.rsplit_once(':').ok_or_else(expected)?;
         let (model, input) = match target.split_once('/') {
             Some((m, i)) => (Some(m.to_string()), i),
             None => (None, target),
         };
         if input.is_empty() || model.as_deref() == Some("") {
-            return Err(format!("--shape {s}: expected [MODEL/]INPUT:D1,D2,..."));
+            return Err(expected());
         }
         let dims = dims
             .split(',')
             .map(|d| match d.trim().parse::<i64>() {
                 Ok(v) if v >= 0 => Ok(v),
-                _ => Err(format!(
-                    "--shape {s}: dimension {d:?} is not a whole number >= 0"
-                )),
+                _ => Err(error(format!("dimension {d:?} is not a whole number >= 0"))),
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ShapeOverride {
@@ -692,9 +716,9 @@ pub struct BatchSizeArg {
 }
 
 impl std::str::FromStr for BatchSizeArg {
-    type Err = String;
+    type Err = FlagError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, FlagError> {
         let (model, n) = match s.split_once('=') {
             Some((m, n)) if !m.is_empty() => (Some(m.to_string()), n),
             _ => (None, s),
@@ -703,7 +727,7 @@ impl std::str::FromStr for BatchSizeArg {
             .parse::<u32>()
             .ok()
             .filter(|&b| b >= 1)
-            .ok_or_else(|| format!("--batch-size {s}: expected a whole number >= 1"))?;
+            .ok_or_else(|| FlagError::new("--batch-size", s, "expected a whole number >= 1"))?;
         Ok(BatchSizeArg { model, size })
     }
 }
@@ -725,9 +749,9 @@ pub struct InputDataArg {
 }
 
 impl std::str::FromStr for InputDataArg {
-    type Err = String;
+    type Err = FlagError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, FlagError> {
         let (model, what) = match s.split_once('=') {
             Some((m, f)) if !m.is_empty() => (Some(m.to_string()), f),
             _ => (None, s),
@@ -735,7 +759,7 @@ impl std::str::FromStr for InputDataArg {
         let source = match what {
             "random" => DataSource::Random,
             "zero" => DataSource::Zero,
-            "" => return Err(format!("--input-data {s}: no file")),
+            "" => return Err(FlagError::new("--input-data", s, "no file")),
             f => DataSource::File(f.into()),
         };
         Ok(InputDataArg { model, source })
@@ -983,6 +1007,43 @@ impl WorkerArgs {
 mod tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn a_flag_value_that_does_not_parse_names_the_flag_the_value_and_what_is_wrong() {
+        let problem = |e: FlagError| (e.flag, e.value, e.problem);
+        assert_eq!(
+            problem("add_sub:0".parse::<ModelSelection>().unwrap_err()),
+            (
+                "--model",
+                "add_sub:0".into(),
+                "weight must be greater than 0".into()
+            )
+        );
+        assert_eq!(
+            problem("m@x".parse::<ModelSelection>().unwrap_err()),
+            (
+                "--model",
+                "m@x".into(),
+                "version \"x\" is not a number".into()
+            )
+        );
+        assert_eq!(
+            problem("m/IN:2,-1".parse::<ShapeOverride>().unwrap_err()).2,
+            "dimension \"-1\" is not a whole number >= 0"
+        );
+        assert_eq!(
+            "0".parse::<BatchSizeArg>().unwrap_err().to_string(),
+            "--batch-size 0: expected a whole number >= 1"
+        );
+        assert_eq!(
+            "m=".parse::<InputDataArg>().unwrap_err().to_string(),
+            "--input-data m=: no file"
+        );
+        assert_eq!(
+            "".parse::<RunId>().unwrap_err().to_string(),
+            "RunId must not be empty"
+        );
+    }
 
     #[derive(Debug, Parser)]
     struct Cli {

@@ -100,7 +100,7 @@ struct Verdict {
 
 impl Document for Verdict {
     const KIND: &'static str = "test_verdict";
-    fn from_stored(value: serde_json::Value) -> Result<Self, String> {
+    fn from_stored(value: serde_json::Value) -> Result<Self, serde_json::Error> {
         Ok(serde_json::from_value(value).unwrap_or_default())
     }
 }

@@ -15,8 +15,8 @@ pub trait Document: Serialize + DeserializeOwned {
 
     /// The document a stored JSON value holds. By default strict: a value of another shape is
     /// corrupt. A kind that older drivers stored in other shapes may read them leniently.
-    fn from_stored(value: serde_json::Value) -> std::result::Result<Self, String> {
-        serde_json::from_value(value).map_err(|e| e.to_string())
+    fn from_stored(value: serde_json::Value) -> std::result::Result<Self, serde_json::Error> {
+        serde_json::from_value(value)
     }
 }
 

@@ -223,7 +223,7 @@ pub fn model_configs(
             )
         })?;
         for (path, value) in &variant.parameters {
-            let param = SweepParam::parse(path).map_err(|e| (path.clone(), e))?;
+            let param = SweepParam::parse(path).map_err(|e| (path.clone(), e.to_string()))?;
             if let SweepParam::Model { model: m, path: p } = param
                 && &m == model
             {
@@ -259,15 +259,41 @@ pub fn model_instances(config_text: &str) -> Option<u32> {
     )
 }
 
+/// Why a variant's matrix could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum VariantError {
+    #[error(transparent)]
+    Param(#[from] crate::matrix::sweep::SweepParamError),
+    /// A value the parameter's field cannot take.
+    #[error("{path}: {source}")]
+    Value {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("not a sweep")]
+    NotASweep,
+    #[error("no server group {0:?}")]
+    NoServerGroup(String),
+    #[error("server group {0:?} has no template")]
+    NoTemplate(String),
+    #[error("no server template {0:?}")]
+    NoServerTemplate(String),
+}
+
 /// Sets the variant's `server.*` values on a template.
-pub fn apply_server(template: &mut ServerTemplate, variant: &Variant) -> Result<(), String> {
+pub fn apply_server(template: &mut ServerTemplate, variant: &Variant) -> Result<(), VariantError> {
     use crate::matrix::Artifact;
     let string = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
     for (path, value) in &variant.parameters {
         match SweepParam::parse(path)? {
             SweepParam::ServerArgs => {
-                template.args =
-                    serde_json::from_value(value.clone()).map_err(|e| format!("{path}: {e}"))?;
+                template.args = serde_json::from_value(value.clone()).map_err(|source| {
+                    VariantError::Value {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
             }
             SweepParam::ServerBinary => template.tritonserver = Artifact::Binary(string(value)),
             SweepParam::ServerImage => template.tritonserver = Artifact::Image(string(value)),
@@ -276,9 +302,13 @@ pub fn apply_server(template: &mut ServerTemplate, variant: &Variant) -> Result<
                 template.env.insert(name, string(value));
             }
             SweepParam::ServerResources => {
-                template.resources = Some(
-                    serde_json::from_value(value.clone()).map_err(|e| format!("{path}: {e}"))?,
-                );
+                template.resources =
+                    Some(serde_json::from_value(value.clone()).map_err(|source| {
+                        VariantError::Value {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?);
             }
             SweepParam::Model { .. } => {}
         }
@@ -293,23 +323,23 @@ pub fn variant_matrix(
     matrix: &Matrix,
     variant: &Variant,
     repositories: Option<Vec<String>>,
-) -> Result<Matrix, String> {
-    let sweep = matrix.sweep.as_ref().ok_or("not a sweep")?;
+) -> Result<Matrix, VariantError> {
+    let sweep = matrix.sweep.as_ref().ok_or(VariantError::NotASweep)?;
     let mut m = matrix.clone();
     m.sweep = None;
     let group = m
         .server_groups
         .get(&sweep.server_group)
-        .ok_or_else(|| format!("no server group {:?}", sweep.server_group))?;
+        .ok_or_else(|| VariantError::NoServerGroup(sweep.server_group.clone()))?;
     let template_name = group
         .template
         .clone()
-        .ok_or_else(|| format!("server group {:?} has no template", sweep.server_group))?;
+        .ok_or_else(|| VariantError::NoTemplate(sweep.server_group.clone()))?;
     let mut template = m
         .server_templates
         .get(&template_name)
         .cloned()
-        .ok_or_else(|| format!("no server template {template_name:?}"))?;
+        .ok_or_else(|| VariantError::NoServerTemplate(template_name.clone()))?;
     apply_server(&mut template, variant)?;
     if let Some(repositories) = repositories {
         template.model_repositories = repositories;

@@ -36,7 +36,7 @@ impl stress_common::store::Document for MemberDiagnostics {
 
     /// Fields it lacks read as their defaults; a value of another shape (a driver before these
     /// types stored free-form JSON) reads as empty, with a warning.
-    fn from_stored(value: serde_json::Value) -> Result<Self, String> {
+    fn from_stored(value: serde_json::Value) -> Result<Self, serde_json::Error> {
         Ok(serde_json::from_value(value).unwrap_or_else(|e| {
             tracing::warn!("member diagnostics that do not read ({e}): left out");
             Self::default()

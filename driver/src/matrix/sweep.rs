@@ -122,19 +122,37 @@ pub enum SweepParam {
     },
 }
 
+/// A sweep PATH that names no parameter.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SweepParamError {
+    #[error("`{0}`: a model parameter is `models.NAME.FIELD`")]
+    NoModelField(String),
+    #[error("`{0}`: the model name is empty")]
+    EmptyModelName(String),
+    /// A model config FIELD that model_config.proto does not have (or a bad index).
+    #[error("{0}")]
+    Field(#[source] super::model_config::ConfigError),
+    #[error(
+        "unknown parameter `{0}`: use server.args, server.tritonserver.binary, \
+         server.tritonserver.image, server.version, server.env.NAME, server.resources or \
+         models.NAME.FIELD"
+    )]
+    Unknown(String),
+}
+
 impl SweepParam {
     /// Parses a PATH; the error lists what is accepted.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, SweepParamError> {
         if let Some(rest) = text.strip_prefix("models.") {
             let (model, field) = rest
                 .split_once('.')
-                .ok_or_else(|| format!("`{text}`: a model parameter is `models.NAME.FIELD`"))?;
+                .ok_or_else(|| SweepParamError::NoModelField(text.to_string()))?;
             if model.is_empty() {
-                return Err(format!("`{text}`: the model name is empty"));
+                return Err(SweepParamError::EmptyModelName(text.to_string()));
             }
             return Ok(SweepParam::Model {
                 model: model.to_string(),
-                path: ConfigPath::parse(field).map_err(|e| e.to_string())?,
+                path: ConfigPath::parse(field).map_err(SweepParamError::Field)?,
             });
         }
         Ok(match text {
@@ -146,13 +164,7 @@ impl SweepParam {
             _ => match text.strip_prefix("server.env.") {
                 // Whether NAME is a variable's name is validation's.
                 Some(name) if !name.is_empty() => SweepParam::ServerEnv(name.to_string()),
-                _ => {
-                    return Err(format!(
-                        "unknown parameter `{text}`: use server.args, server.tritonserver.binary, \
-                         server.tritonserver.image, server.version, server.env.NAME, \
-                         server.resources or models.NAME.FIELD"
-                    ));
-                }
+                _ => return Err(SweepParamError::Unknown(text.to_string())),
             },
         })
     }
@@ -188,14 +200,22 @@ mod tests {
         );
         let p = SweepParam::parse("models.fixed_capacity.instance_group[0].count").unwrap();
         assert_eq!(p.model(), Some("fixed_capacity"));
-        for bad in [
-            "server.nope",
-            "server.env.",
-            "models.m",
-            "models.m.nope",
-            "tritonserver",
+        let kind = |text| match SweepParam::parse(text) {
+            Err(SweepParamError::Unknown(_)) => "unknown",
+            Err(SweepParamError::NoModelField(_)) => "no field",
+            Err(SweepParamError::EmptyModelName(_)) => "no model",
+            Err(SweepParamError::Field(_)) => "field",
+            Ok(_) => "ok",
+        };
+        for (bad, why) in [
+            ("server.nope", "unknown"),
+            ("server.env.", "unknown"),
+            ("tritonserver", "unknown"),
+            ("models.m", "no field"),
+            ("models..count", "no model"),
+            ("models.m.nope", "field"),
         ] {
-            assert!(SweepParam::parse(bad).is_err(), "{bad}");
+            assert_eq!(kind(bad), why, "{bad}");
         }
     }
 }

@@ -108,13 +108,20 @@ fn same_dir(a: &str, b: &str) -> bool {
     a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 
+/// An address that is not `HOST:PORT` with a port a server can listen on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error(
+        "{0:?} is not HOST:PORT (a host name or IP address and a port, without a scheme, e.g. \"triton.staging:8001\")"
+    )]
+    NotHostPort(String),
+    #[error("port {port} of {address:?} is out of range (1 to 65535)")]
+    PortOutOfRange { address: String, port: String },
+}
+
 /// Whether `address` is `HOST:PORT` (see [`Checker::address`]); the error says what is wrong.
-pub fn check_address(address: &str) -> Result<(), String> {
-    let form = || {
-        format!(
-            "{address:?} is not HOST:PORT (a host name or IP address and a port, without a scheme, e.g. \"triton.staging:8001\")"
-        )
-    };
+pub fn check_address(address: &str) -> Result<(), AddressError> {
+    let form = || AddressError::NotHostPort(address.to_string());
     let (host, port) = address.rsplit_once(':').ok_or_else(form)?;
     let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
         Some(v6) => {
@@ -137,9 +144,10 @@ pub fn check_address(address: &str) -> Result<(), String> {
     }
     match port.parse::<u32>() {
         Ok(p) if (1..=65535).contains(&p) => Ok(()),
-        _ => Err(format!(
-            "port {port} of {address:?} is out of range (1 to 65535)"
-        )),
+        _ => Err(AddressError::PortOutOfRange {
+            address: address.to_string(),
+            port: port.to_string(),
+        }),
     }
 }
 
@@ -649,7 +657,7 @@ impl Checker {
     /// 1..=65535; no scheme, no path.
     fn address(&mut self, path: FieldPath, address: &str) {
         if let Err(why) = check_address(address) {
-            self.push(path, Anchor::Value, why);
+            self.push(path, Anchor::Value, why.to_string());
         }
     }
 
@@ -1920,7 +1928,7 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
             }
             Ok(p) => p,
             Err(why) => {
-                push(path, Anchor::Key, why);
+                push(path, Anchor::Key, why.to_string());
                 continue;
             }
         };
@@ -2089,22 +2097,19 @@ mod tests {
             "a b:80",
         ] {
             let e = check_address(bad).unwrap_err();
-            assert!(e.contains("is not HOST:PORT"), "{bad}: {e}");
+            assert_eq!(e, AddressError::NotHostPort(bad.to_string()));
+            assert!(e.to_string().contains("is not HOST:PORT"), "{bad}: {e}");
         }
         assert_eq!(
-            check_address("triton:0").unwrap_err(),
+            check_address("triton:0").unwrap_err().to_string(),
             "port 0 of \"triton:0\" is out of range (1 to 65535)"
         );
-        assert!(
-            check_address("triton:65536")
-                .unwrap_err()
-                .contains("out of range")
-        );
-        assert!(
-            check_address("triton:99999999999")
-                .unwrap_err()
-                .contains("out of range")
-        );
+        for big in ["triton:65536", "triton:99999999999"] {
+            assert!(matches!(
+                check_address(big),
+                Err(AddressError::PortOutOfRange { .. })
+            ));
+        }
     }
 
     /// A matrix with the given server groups (indented by two), a gRPC client group `g` on

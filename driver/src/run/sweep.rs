@@ -407,7 +407,8 @@ async fn run_variant(
     cancel: CancellationToken,
     launcher_for: &LauncherFor<'_>,
 ) -> Result<RunOutcome, String> {
-    let variant_matrix = plan::variant_matrix(matrix, variant, repositories)?;
+    let variant_matrix =
+        plan::variant_matrix(matrix, variant, repositories).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
     let matrix_file = dir.join("matrix.yaml");
     let yaml = serde_saphyr::to_string(&variant_matrix).map_err(|e| e.to_string())?;

@@ -195,8 +195,8 @@ pub async fn prepare(
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ModelMixError {
     /// A selection that does not parse (`--model` syntax), as its parser says.
-    #[error("{0}")]
-    Selection(String),
+    #[error(transparent)]
+    Selection(#[from] stress_common::contract::FlagError),
     #[error("mix {mix}: model {model} is not planned")]
     NotPlanned { mix: String, model: String },
     #[error("mix {0}: no weight left")]
