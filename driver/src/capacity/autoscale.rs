@@ -523,30 +523,46 @@ pub enum PromAnswer {
     NotANumber,
 }
 
+/// An answer of Prometheus' query API that says no number.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PromAnswerError {
+    #[error("not JSON ({0})")]
+    NotJson(String),
+    /// Prometheus refused the query: its error type and message.
+    #[error("{kind}: {message}")]
+    Refused { kind: String, message: String },
+    #[error("no result")]
+    NoResult,
+    #[error("unexpected result type {0:?}")]
+    ResultType(Option<String>),
+    #[error("no sample value")]
+    NoSampleValue,
+}
+
 /// Reads `/api/v1/query`'s JSON: the first sample of a vector or a scalar.
-pub fn parse_prom_answer(body: &str) -> Result<PromAnswer, String> {
-    let v: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("not JSON ({e})"))?;
+pub fn parse_prom_answer(body: &str) -> Result<PromAnswer, PromAnswerError> {
+    let v: serde_json::Value =
+        serde_json::from_str(body).map_err(|e| PromAnswerError::NotJson(e.to_string()))?;
     if v["status"] != "success" {
-        return Err(format!(
-            "{}: {}",
-            v["errorType"].as_str().unwrap_or("error"),
-            v["error"].as_str().unwrap_or("no message")
-        ));
+        return Err(PromAnswerError::Refused {
+            kind: v["errorType"].as_str().unwrap_or("error").to_string(),
+            message: v["error"].as_str().unwrap_or("no message").to_string(),
+        });
     }
     let data = &v["data"];
     let sample = match data["resultType"].as_str() {
         Some("vector") => match data["result"].as_array() {
             Some(r) if r.is_empty() => return Ok(PromAnswer::NoSeries),
             Some(r) => &r[0]["value"],
-            None => return Err("no result".into()),
+            None => return Err(PromAnswerError::NoResult),
         },
         Some("scalar") => &data["result"],
-        other => return Err(format!("unexpected result type {other:?}")),
+        other => return Err(PromAnswerError::ResultType(other.map(String::from))),
     };
     let value: f64 = sample[1]
         .as_str()
         .and_then(|s| s.parse().ok())
-        .ok_or("no sample value")?;
+        .ok_or(PromAnswerError::NoSampleValue)?;
     Ok(if value.is_finite() {
         PromAnswer::Value(value)
     } else {
@@ -1098,7 +1114,20 @@ pub(crate) mod tests {
         let err = parse_prom_answer(
             r#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#,
         );
-        assert_eq!(err, Err("bad_data: parse error at char 3".into()));
-        assert!(parse_prom_answer("<html>").is_err());
+        assert_eq!(
+            err,
+            Err(PromAnswerError::Refused {
+                kind: "bad_data".into(),
+                message: "parse error at char 3".into()
+            })
+        );
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "bad_data: parse error at char 3"
+        );
+        assert!(matches!(
+            parse_prom_answer("<html>"),
+            Err(PromAnswerError::NotJson(_))
+        ));
     }
 }

@@ -92,23 +92,30 @@ pub fn member_name(group: &str, index: u32) -> MemberName {
     MemberName::new(format!("{group}-{index}"))
 }
 
+/// A fault target that names no server the driver launched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FaultTargetError {
+    #[error(
+        "{0:?} names servers that already run (endpoints): the driver injects faults only into \
+         servers it launched"
+    )]
+    External(String),
+    /// `launched`: the launched server groups, listed (or "none is defined").
+    #[error(
+        "unknown target {target:?}: name a launched server group ({launched}) or one of its \
+         members (`<group>-<index>`)"
+    )]
+    Unknown { target: String, launched: String },
+}
+
 impl Matrix {
     /// The launched server members a fault's target names: a group's, or the one member; the
     /// error says why it names none.
-    pub fn fault_target_members(&self, target: &str) -> Result<Vec<String>, String> {
+    pub fn fault_target_members(&self, target: &str) -> Result<Vec<String>, FaultTargetError> {
         let m = self;
-        let launched: Vec<String> = m
-            .server_groups
-            .iter()
-            .filter(|(_, g)| !g.is_external())
-            .map(|(n, _)| n.clone())
-            .collect();
         if let Some(g) = m.server_groups.get(target) {
             if g.is_external() {
-                return Err(format!(
-                    "{target:?} names servers that already run (endpoints): the driver injects \
-                     faults only into servers it launched"
-                ));
+                return Err(FaultTargetError::External(target.to_string()));
             }
             return Ok((0..g.member_count())
                 .map(|i| member_name(target, i).to_string())
@@ -119,15 +126,20 @@ impl Matrix {
                 return Ok(vec![target.to_string()]);
             }
         }
-        Err(format!(
-            "unknown target {target:?}: name a launched server group ({}) or one of its members \
-             (`<group>-<index>`)",
-            if launched.is_empty() {
+        let launched: Vec<String> = m
+            .server_groups
+            .iter()
+            .filter(|(_, g)| !g.is_external())
+            .map(|(n, _)| n.clone())
+            .collect();
+        Err(FaultTargetError::Unknown {
+            target: target.to_string(),
+            launched: if launched.is_empty() {
                 "none is defined".to_string()
             } else {
                 launched.join(", ")
-            }
-        ))
+            },
+        })
     }
 
     /// Every server member, group by group in file order, then by index.

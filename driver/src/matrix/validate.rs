@@ -1005,7 +1005,7 @@ fn check_faults(m: &Matrix) -> Vec<Issue> {
         }
         match m.fault_target_members(&f.target) {
             Ok(_) => {}
-            Err(why) => push(path.key("target"), Anchor::Value, why),
+            Err(why) => push(path.key("target"), Anchor::Value, why.to_string()),
         }
         match (f.at, f.every) {
             (Some(_), Some(_)) => push(

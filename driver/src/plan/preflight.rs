@@ -22,9 +22,14 @@ pub struct IndexEntry {
     pub reason: String,
 }
 
+/// A repository index that is not one.
+#[derive(Debug, thiserror::Error)]
+#[error("unreadable repository index: {0}")]
+pub struct UnreadableIndex(#[from] serde_json::Error);
+
 /// Parses the index a server answered.
-pub fn parse_index(body: &str) -> Result<Vec<IndexEntry>, String> {
-    serde_json::from_str(body).map_err(|e| format!("unreadable repository index: {e}"))
+pub fn parse_index(body: &str) -> Result<Vec<IndexEntry>, UnreadableIndex> {
+    Ok(serde_json::from_str(body)?)
 }
 
 /// A model a client group needs: its name and, when the matrix pins one, its version.

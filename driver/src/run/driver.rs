@@ -171,7 +171,9 @@ impl Driver<'_> {
                     .map_err(|e| e.to_string())
             } else {
                 match http::post_json(&url, &serde_json::json!({}), INDEX_TIMEOUT).await {
-                    Ok(r) if r.is_ok() => preflight::parse_index(&r.body),
+                    Ok(r) if r.is_ok() => {
+                        preflight::parse_index(&r.body).map_err(|e| e.to_string())
+                    }
                     Ok(r) => Err(format!(
                         "repository index: HTTP {}: {}",
                         r.status,

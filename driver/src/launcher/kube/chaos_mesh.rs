@@ -52,22 +52,38 @@ pub fn workflow_name(run_id: &str) -> String {
     format!("triton-stress-{run_id}-faults")
 }
 
+/// A run id or namespace that makes no valid Chaos Mesh object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error(
+        "run id {run_id:?}: the Workflow's name {name:?} must be lowercase letters, digits and \
+         '-', at most {MAX_WORKFLOW_NAME} characters (a run id of at most {longest_run_id})"
+    )]
+    Workflow {
+        run_id: String,
+        name: String,
+        longest_run_id: usize,
+    },
+    #[error(
+        "namespace {0:?} is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 \
+         characters)"
+    )]
+    Namespace(String),
+}
+
 /// Whether `run_id` and `namespace` make valid objects: a Workflow name that is a DNS-1123 label
 /// (its nodes carry it as a label value) and a namespace that is one. The error says why not.
-pub fn check_names(run_id: &str, namespace: &str) -> Result<(), String> {
+pub fn check_names(run_id: &str, namespace: &str) -> Result<(), NameError> {
     let name = workflow_name(run_id);
     if !crate::matrix::is_dns_label(&name) {
-        return Err(format!(
-            "run id {run_id:?}: the Workflow's name {name:?} must be lowercase letters, digits \
-             and '-', at most {MAX_WORKFLOW_NAME} characters (a run id of at most {})",
-            MAX_WORKFLOW_NAME - workflow_name("").len()
-        ));
+        return Err(NameError::Workflow {
+            run_id: run_id.to_string(),
+            name,
+            longest_run_id: MAX_WORKFLOW_NAME - workflow_name("").len(),
+        });
     }
     if !crate::matrix::is_dns_label(namespace) {
-        return Err(format!(
-            "namespace {namespace:?} is not a DNS-1123 label (lowercase letters, digits and '-', \
-             at most 63 characters)"
-        ));
+        return Err(NameError::Namespace(namespace.to_string()));
     }
     Ok(())
 }
@@ -557,10 +573,16 @@ mod tests {
         assert_eq!(check_names("soak-20261121-061512-0a1b", "stress"), Ok(()));
         let long = "a".repeat(43);
         let err = check_names(&long, "stress").unwrap_err();
-        assert!(err.contains("at most 42"), "{err}");
+        assert!(err.to_string().contains("at most 42"), "{err}");
         assert!(check_names(&"a".repeat(42), "stress").is_ok());
-        assert!(check_names("Run_1", "stress").is_err());
-        assert!(check_names("r1", "Stress").is_err());
+        assert!(matches!(
+            check_names("Run_1", "stress"),
+            Err(NameError::Workflow { .. })
+        ));
+        assert_eq!(
+            check_names("r1", "Stress"),
+            Err(NameError::Namespace("Stress".into()))
+        );
     }
 
     #[test]
