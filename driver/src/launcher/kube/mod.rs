@@ -503,9 +503,9 @@ impl Launcher for KubeLauncher {
     }
 
     async fn start_server(&mut self, server: &ServerMember) -> Result<(), LaunchError> {
-        let pod = server_pod(server, &self.pods_context).map_err(|reason| LaunchError::Member {
+        let pod = server_pod(server, &self.pods_context).map_err(|e| LaunchError::Member {
             member: server.name.to_string(),
-            reason,
+            reason: e.to_string(),
         })?;
         let command = container_command(&pod);
         self.apply_pod(&server.name, pod, "server", SERVER_CONTAINER, command)
@@ -583,9 +583,9 @@ impl Launcher for KubeLauncher {
             crate::plan::worker_args(client, &assignment),
             &self.pods_context,
         )
-        .map_err(|reason| LaunchError::Member {
+        .map_err(|e| LaunchError::Member {
             member: client.name.to_string(),
-            reason,
+            reason: e.to_string(),
         })?;
         let command = format!(
             "{STORE_URL_ENV}=<from Secret {}> {}",

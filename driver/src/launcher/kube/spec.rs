@@ -122,13 +122,17 @@ pub const MODEL_IMAGE_CONTAINER: &str = "model-image";
 /// repository under (the mount would hide it).
 const MODEL_IMAGE_COPY_TARGET: &str = "/triton-stress-model-copy";
 
-const NOT_AN_IMAGE: &str =
-    "the kube launcher runs images; this template names a binary (use --launcher local)";
+/// A template the kube launcher cannot make a pod of.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodError {
+    #[error("the kube launcher runs images; this template names a binary (use --launcher local)")]
+    NotAnImage,
+}
 
 /// The Triton pod of a server member.
-pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, String> {
+pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
     let t = &s.template;
-    let image = t.tritonserver.image().ok_or(NOT_AN_IMAGE)?;
+    let image = t.tritonserver.image().ok_or(PodError::NotAnImage)?;
     let mut args: Vec<String> = t
         .model_repositories
         .iter()
@@ -276,9 +280,9 @@ pub fn client_pod(
     c: &ClientMember,
     worker_args: Vec<String>,
     ctx: &PodContext,
-) -> Result<Pod, String> {
+) -> Result<Pod, PodError> {
     let t = &c.template;
-    let image = t.worker.image().ok_or(NOT_AN_IMAGE)?;
+    let image = t.worker.image().ok_or(PodError::NotAnImage)?;
     let mut args = worker_args;
     // On the pod's own address (Kubernetes expands $(POD_IP) from the env below), not every
     // interface.
@@ -823,10 +827,8 @@ client_groups:
             .into_iter()
             .find(|s| s.name == "small-0")
             .unwrap();
-        assert!(
-            server_pod(&server, &context())
-                .unwrap_err()
-                .contains("--launcher local")
-        );
+        let refused = server_pod(&server, &context()).unwrap_err();
+        assert_eq!(refused, PodError::NotAnImage);
+        assert!(refused.to_string().contains("--launcher local"));
     }
 }
