@@ -6,7 +6,7 @@
 
 use crate::client::{ClientError, InferRequest, InferResponse, RequestedOutput, TritonClient};
 use crate::metadata::{ConfigTensor, ModelConfig, ModelMetadata, SequenceBatching, TensorMetadata};
-use crate::tensor::{self, DataType, Tensor};
+use crate::tensor::{self, DataType, Tensor, TensorError};
 use bytes::Bytes;
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -561,9 +561,7 @@ pub fn plan_requests(
             })
             .collect());
     };
-    let entries = file
-        .entries(model, &options.shapes)
-        .map_err(InputDataError::Entry)?;
+    let entries = file.entries(model, &options.shapes)?;
     if entries.is_empty() {
         return Err(InputDataError::NoEntries {
             path: file.path.clone(),
@@ -719,10 +717,189 @@ pub enum InputDataError {
         first: usize,
         output: String,
     },
-    /// An entry that does not fit the model, as the entry checks word it (naming the file and
-    /// the field).
-    #[error("{0}")]
-    Entry(String),
+    /// `data[index]` or `validation_data[index]` is not an object of tensor values.
+    #[error("{}: {section}[{index}] is not an object", path.display())]
+    EntryNotAnObject {
+        path: PathBuf,
+        section: Section,
+        index: usize,
+    },
+    /// An entry names an input (in `data`) or output (in `validation_data`) the model lacks;
+    /// `known`: the model's inputs or outputs, listed.
+    #[error(
+        "{field}: model {model} has no {kind} {name} ({kind}s: {known})",
+        kind = field.kind(),
+        name = field.name
+    )]
+    NoSuchTensor {
+        field: Box<InputField>,
+        model: String,
+        known: String,
+    },
+    #[error(
+        "{}: data[{index}] has no value for model {model}'s required input {input}",
+        path.display()
+    )]
+    MissingInput {
+        path: PathBuf,
+        index: usize,
+        model: String,
+        input: String,
+    },
+    /// An input value without its own shape takes the model's, and that has an unfilled `-1`
+    /// or a `--shape` that does not fit it.
+    #[error("{field}: {source}")]
+    InputShape {
+        field: Box<InputField>,
+        source: Box<ModelError>,
+    },
+    /// An output's validation value without its own shape, and the output's dims have a `-1`.
+    #[error(
+        "{field}: model {model} output {output} has a dynamic dimension {dims:?}: give its validation data as {{\"content\": [...], \"shape\": [...]}}",
+        output = field.name
+    )]
+    DynamicOutput {
+        field: Box<InputField>,
+        model: String,
+        dims: Vec<i64>,
+    },
+    /// A value that is neither a list, `{"content", "shape"}` nor `{"b64"}`.
+    #[error(
+        "{field}: expected a list, {{\"content\": [...], \"shape\": [...]}} or {{\"b64\": \"...\"}}"
+    )]
+    NotAValue { field: Box<InputField> },
+    #[error("{field}.b64: not a string")]
+    B64NotAString { field: Box<InputField> },
+    #[error("{field}.b64: {source}")]
+    NotBase64 {
+        field: Box<InputField>,
+        source: Base64Error,
+    },
+    #[error("{field}.content: not a list")]
+    ContentNotAList { field: Box<InputField> },
+    /// `value`: the `"shape"` given.
+    #[error("{field}.shape: {value} is not a list of whole numbers >= 0")]
+    NotAShape {
+        field: Box<InputField>,
+        value: Value,
+    },
+    /// The value's shape (without the batch dimension) against the tensor's dims (`-1`: any).
+    #[error(
+        "{field}: shape {shape:?} does not fit model {model} {kind} {name} dims {dims:?} (without the batch dimension)",
+        kind = field.kind(),
+        name = field.name
+    )]
+    ShapeDoesNotFit {
+        field: Box<InputField>,
+        shape: Vec<i64>,
+        model: String,
+        dims: Vec<i64>,
+    },
+    /// Raw (`b64`) data of a fixed-size datatype: `len` bytes where the shape needs `needed`.
+    #[error("{field}.b64: {len} bytes, but shape {shape:?} of {datatype} needs {needed}")]
+    RawSize {
+        field: Box<InputField>,
+        len: usize,
+        shape: Vec<i64>,
+        datatype: DataType,
+        needed: usize,
+    },
+    /// Raw (`b64`) data of a BYTES tensor that is not length-prefixed elements.
+    #[error("{field}.b64: malformed BYTES: {source}")]
+    MalformedBytes {
+        field: Box<InputField>,
+        source: TensorError,
+    },
+    /// Raw (`b64`) BYTES data with `count` elements where the shape needs `needed`.
+    #[error("{field}.b64: {count} BYTES elements, but shape {shape:?} needs {needed}")]
+    BytesCount {
+        field: Box<InputField>,
+        count: usize,
+        shape: Vec<i64>,
+        needed: usize,
+    },
+    /// A list (nested lists flattened) with `count` values where the shape needs `needed`.
+    #[error("{field}: {count} values, but shape {shape:?} needs {needed}")]
+    ValueCount {
+        field: Box<InputField>,
+        count: usize,
+        shape: Vec<i64>,
+        needed: usize,
+    },
+    /// `element`: the index in the flattened list.
+    #[error("{field}[{element}]: {value} is not a string (the tensor is BYTES)")]
+    NotAString {
+        field: Box<InputField>,
+        element: usize,
+        value: Value,
+    },
+    /// perf_analyzer wants a floating-point tensor's values written as floats.
+    #[error(
+        "{field}[{element}]: {value} is not a float (write 1.0, not 1, as perf_analyzer requires)"
+    )]
+    NotAFloat {
+        field: Box<InputField>,
+        element: usize,
+        value: Value,
+    },
+    /// Out of the datatype's range, or of another JSON type.
+    #[error("{field}[{element}]: {value} is not a {datatype} value")]
+    NotOfDatatype {
+        field: Box<InputField>,
+        element: usize,
+        value: Value,
+        datatype: DataType,
+    },
+}
+
+/// A list of an input-data file: `data` (inputs' values) or `validation_data` (outputs').
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    Data,
+    ValidationData,
+}
+
+impl std::fmt::Display for Section {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Section::Data => "data",
+            Section::ValidationData => "validation_data",
+        })
+    }
+}
+
+/// One value of an input-data file: `PATH: data[INDEX].NAME` (an input's) or
+/// `PATH: validation_data[INDEX].NAME` (an output's), as errors name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputField {
+    pub path: PathBuf,
+    pub section: Section,
+    pub index: usize,
+    /// The input's or output's name.
+    pub name: String,
+}
+
+impl InputField {
+    /// "input" or "output".
+    pub fn kind(&self) -> &'static str {
+        match self.section {
+            Section::Data => "input",
+            Section::ValidationData => "output",
+        }
+    }
+}
+
+impl std::fmt::Display for InputField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}[{}].{}",
+            self.path.display(),
+            self.section,
+            self.index,
+            self.name
+        )
+    }
 }
 
 /// A perf_analyzer `--input-data` file, parsed as JSON and not yet matched to a model.
@@ -827,56 +1004,66 @@ impl InputDataFile {
         &self,
         model: &ModelDescription,
         shapes: &[ShapeOverride],
-    ) -> Result<Vec<Entry>, String> {
-        let at = self.path.display();
+    ) -> Result<Vec<Entry>, InputDataError> {
+        let field = |section, index, name: &str| InputField {
+            path: self.path.clone(),
+            section,
+            index,
+            name: name.into(),
+        };
+        let not_an_object = |section, index| InputDataError::EntryNotAnObject {
+            path: self.path.clone(),
+            section,
+            index,
+        };
         let mut entries = Vec::new();
         for (index, entry) in self.data.iter().enumerate() {
             let object = entry
                 .as_object()
-                .ok_or_else(|| format!("{at}: data[{index}] is not an object"))?;
+                .ok_or_else(|| not_an_object(Section::Data, index))?;
             let mut inputs = BTreeMap::new();
             for (name, value) in object {
-                let field = format!("{at}: data[{index}].{name}");
-                let spec = model.input(name).ok_or_else(|| {
-                    format!(
-                        "{field}: model {} has no input {name} (inputs: {})",
-                        model.name,
-                        ModelDescription::names(&model.inputs)
-                    )
-                })?;
+                let field = field(Section::Data, index, name);
+                let Some(spec) = model.input(name) else {
+                    return Err(InputDataError::NoSuchTensor {
+                        field: Box::new(field),
+                        model: model.name.clone(),
+                        known: ModelDescription::names(&model.inputs),
+                    });
+                };
                 inputs.insert(
                     name.clone(),
-                    tensor_value(&field, model, spec, true, value, shapes)?,
+                    tensor_value(&field, model, spec, value, shapes)?,
                 );
             }
             for spec in &model.inputs {
                 if !spec.optional && !inputs.contains_key(&spec.name) {
-                    return Err(format!(
-                        "{at}: data[{index}] has no value for model {}'s required input {}",
-                        model.name, spec.name
-                    ));
+                    return Err(InputDataError::MissingInput {
+                        path: self.path.clone(),
+                        index,
+                        model: model.name.clone(),
+                        input: spec.name.clone(),
+                    });
                 }
             }
             let validation = match &self.validation {
                 None => None,
                 Some(list) => {
-                    let object = list[index].as_object().ok_or_else(|| {
-                        format!("{at}: validation_data[{index}] is not an object")
-                    })?;
+                    let object = list[index]
+                        .as_object()
+                        .ok_or_else(|| not_an_object(Section::ValidationData, index))?;
                     let mut outputs = BTreeMap::new();
                     for (name, value) in object {
-                        let field = format!("{at}: validation_data[{index}].{name}");
-                        let spec = model.output(name).ok_or_else(|| {
-                            format!(
-                                "{field}: model {} has no output {name} (outputs: {})",
-                                model.name,
-                                ModelDescription::names(&model.outputs)
-                            )
-                        })?;
-                        outputs.insert(
-                            name.clone(),
-                            tensor_value(&field, model, spec, false, value, &[])?,
-                        );
+                        let field = field(Section::ValidationData, index, name);
+                        let Some(spec) = model.output(name) else {
+                            return Err(InputDataError::NoSuchTensor {
+                                field: Box::new(field),
+                                model: model.name.clone(),
+                                known: ModelDescription::names(&model.outputs),
+                            });
+                        };
+                        outputs
+                            .insert(name.clone(), tensor_value(&field, model, spec, value, &[])?);
                     }
                     Some(outputs)
                 }
@@ -893,34 +1080,42 @@ impl InputDataFile {
 
 /// One value of the file: a flat list (the shape is the model's, `-1`s from `--shape`),
 /// `{"content": [...], "shape": [...]}`, or `{"b64": "..."}` (raw bytes, shape as for a list).
+/// `field` says where it is, and whether `spec` is an input (`data`) or an output
+/// (`validation_data`).
 fn tensor_value(
-    field: &str,
+    field: &InputField,
     model: &ModelDescription,
     spec: &TensorSpec,
-    is_input: bool,
     value: &Value,
     shapes: &[ShapeOverride],
-) -> Result<TensorValue, String> {
-    let kind = if is_input { "input" } else { "output" };
-    let model_shape = || {
-        if is_input {
-            input_shape(model, spec, shapes).map_err(|e| format!("{field}: {e}"))
-        } else if spec.dims.iter().any(|d| *d < 0) {
-            Err(format!(
-                "{field}: model {} output {} has a dynamic dimension {:?}: give its validation data as {{\"content\": [...], \"shape\": [...]}}",
-                model.name, spec.name, spec.dims
-            ))
-        } else {
-            Ok(spec.dims.clone())
+) -> Result<TensorValue, InputDataError> {
+    let at = || Box::new(field.clone());
+    let model_shape = || match field.section {
+        Section::Data => {
+            input_shape(model, spec, shapes).map_err(|source| InputDataError::InputShape {
+                field: at(),
+                source: Box::new(source),
+            })
         }
+        Section::ValidationData if spec.dims.iter().any(|d| *d < 0) => {
+            Err(InputDataError::DynamicOutput {
+                field: at(),
+                model: model.name.clone(),
+                dims: spec.dims.clone(),
+            })
+        }
+        Section::ValidationData => Ok(spec.dims.clone()),
     };
     let (content, shape, explicit_shape) = match value {
         Value::Array(list) => (Content::List(list), model_shape()?, false),
         Value::Object(o) if o.contains_key("b64") => {
             let text = o["b64"]
                 .as_str()
-                .ok_or_else(|| format!("{field}.b64: not a string"))?;
-            let raw = base64_decode(text).map_err(|e| format!("{field}.b64: {e}"))?;
+                .ok_or_else(|| InputDataError::B64NotAString { field: at() })?;
+            let raw = base64_decode(text).map_err(|source| InputDataError::NotBase64 {
+                field: at(),
+                source,
+            })?;
             let shape = match o.get("shape") {
                 Some(s) => shape_of(field, s)?,
                 None => model_shape()?,
@@ -930,26 +1125,24 @@ fn tensor_value(
         Value::Object(o) if o.contains_key("content") => {
             let list = o["content"]
                 .as_array()
-                .ok_or_else(|| format!("{field}.content: not a list"))?;
+                .ok_or_else(|| InputDataError::ContentNotAList { field: at() })?;
             let shape = match o.get("shape") {
                 Some(s) => shape_of(field, s)?,
                 None => model_shape()?,
             };
             (Content::List(list), shape, o.contains_key("shape"))
         }
-        _ => {
-            return Err(format!(
-                "{field}: expected a list, {{\"content\": [...], \"shape\": [...]}} or {{\"b64\": \"...\"}}"
-            ));
-        }
+        _ => return Err(InputDataError::NotAValue { field: at() }),
     };
     let fits = shape.len() == spec.dims.len()
         && shape.iter().zip(&spec.dims).all(|(s, d)| *d < 0 || s == d);
     if !fits {
-        return Err(format!(
-            "{field}: shape {shape:?} does not fit model {} {kind} {} dims {:?} (without the batch dimension)",
-            model.name, spec.name, spec.dims
-        ));
+        return Err(InputDataError::ShapeDoesNotFit {
+            field: at(),
+            shape,
+            model: model.name.clone(),
+            dims: spec.dims.clone(),
+        });
     }
     let count = element_count(&shape);
     let data = match content {
@@ -957,21 +1150,28 @@ fn tensor_value(
             if let Some(size) = spec.datatype.size()
                 && raw.len() != count * size
             {
-                return Err(format!(
-                    "{field}.b64: {} bytes, but shape {shape:?} of {} needs {}",
-                    raw.len(),
-                    spec.datatype,
-                    count * size
-                ));
+                return Err(InputDataError::RawSize {
+                    field: at(),
+                    len: raw.len(),
+                    shape,
+                    datatype: spec.datatype,
+                    needed: count * size,
+                });
             }
             if spec.datatype == DataType::Bytes {
                 let n = tensor::split_bytes(&raw)
-                    .map_err(|e| format!("{field}.b64: malformed BYTES: {e}"))?
+                    .map_err(|source| InputDataError::MalformedBytes {
+                        field: at(),
+                        source,
+                    })?
                     .len();
                 if n != count {
-                    return Err(format!(
-                        "{field}.b64: {n} BYTES elements, but shape {shape:?} needs {count}"
-                    ));
+                    return Err(InputDataError::BytesCount {
+                        field: at(),
+                        count: n,
+                        shape,
+                        needed: count,
+                    });
                 }
             }
             raw
@@ -981,27 +1181,38 @@ fn tensor_value(
             let mut flat = Vec::new();
             flatten_json(list, &mut flat);
             if flat.len() != count {
-                return Err(format!(
-                    "{field}: {} values, but shape {shape:?} needs {count}",
-                    flat.len()
-                ));
+                return Err(InputDataError::ValueCount {
+                    field: at(),
+                    count: flat.len(),
+                    shape,
+                    needed: count,
+                });
             }
             let mut out = Vec::new();
             for (i, v) in flat.iter().enumerate() {
                 if spec.datatype == DataType::Bytes {
-                    let s = v.as_str().ok_or_else(|| {
-                        format!("{field}[{i}]: {v} is not a string (the tensor is BYTES)")
+                    let s = v.as_str().ok_or_else(|| InputDataError::NotAString {
+                        field: at(),
+                        element: i,
+                        value: (*v).clone(),
                     })?;
                     tensor::push_bytes_element(&mut out, s.as_bytes());
                 } else {
                     // perf_analyzer wants floats written as floats for FP types (1.0, not 1).
                     if spec.datatype.is_float() && !v.is_f64() {
-                        return Err(format!(
-                            "{field}[{i}]: {v} is not a float (write 1.0, not 1, as perf_analyzer requires)"
-                        ));
+                        return Err(InputDataError::NotAFloat {
+                            field: at(),
+                            element: i,
+                            value: (*v).clone(),
+                        });
                     }
                     tensor::encode_json_scalar(spec.datatype, v, &mut out).ok_or_else(|| {
-                        format!("{field}[{i}]: {v} is not a {} value", spec.datatype)
+                        InputDataError::NotOfDatatype {
+                            field: at(),
+                            element: i,
+                            value: (*v).clone(),
+                            datatype: spec.datatype,
+                        }
                     })?;
                 }
             }
@@ -1029,14 +1240,18 @@ fn flatten_json<'a>(list: &'a [Value], out: &mut Vec<&'a Value>) {
     }
 }
 
-fn shape_of(field: &str, v: &Value) -> Result<Vec<i64>, String> {
+/// A `"shape"` given with a value: whole numbers >= 0.
+fn shape_of(field: &InputField, v: &Value) -> Result<Vec<i64>, InputDataError> {
     v.as_array()
         .and_then(|a| {
             a.iter()
                 .map(|d| d.as_i64().filter(|d| *d >= 0))
                 .collect::<Option<Vec<_>>>()
         })
-        .ok_or_else(|| format!("{field}.shape: {v} is not a list of whole numbers >= 0"))
+        .ok_or_else(|| InputDataError::NotAShape {
+            field: Box::new(field.clone()),
+            value: v.clone(),
+        })
 }
 
 /// A character outside standard base64, and its index in the text.
@@ -1706,6 +1921,176 @@ mod tests {
             let e = file(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}\n  gave: {e}\n  want: {want}");
         }
+    }
+
+    /// Every way an entry can fail to fit the model: the kind of error, and its message (which
+    /// names the file and the field).
+    #[test]
+    fn input_data_entry_errors_are_typed() {
+        type Case = (
+            String,
+            &'static str,
+            fn(&InputDataError) -> bool,
+            &'static str,
+        );
+        use InputDataError::*;
+        const OK: &str = r#""X": [1.0, 2.0], "S": ["a","b","c"]"#;
+        let cases: Vec<Case> = vec![
+            (
+                r#"{"data": [1]}"#.into(), "S:3",
+                |e| matches!(e, EntryNotAnObject { section: Section::Data, index: 0, .. }),
+                "in.json: data[0] is not an object",
+            ),
+            (
+                format!(r#"{{"data": [{{{OK}}}], "validation_data": [1]}}"#), "S:3",
+                |e| matches!(e, EntryNotAnObject { section: Section::ValidationData, index: 0, .. }),
+                "in.json: validation_data[0] is not an object",
+            ),
+            (
+                format!(r#"{{"data": [{{{OK}, "Z": [1]}}]}}"#), "S:3",
+                |e| matches!(e, NoSuchTensor { field, known, .. } if field.name == "Z" && known == "X, S, OPT"),
+                "in.json: data[0].Z: model m has no input Z (inputs: X, S, OPT)",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0]}]}"#.into(), "S:3",
+                |e| matches!(e, MissingInput { index: 0, input, .. } if input == "S"),
+                "in.json: data[0] has no value for model m's required input S",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": ["a"]}]}"#.into(), "",
+                |e| matches!(e, InputShape { field, source } if field.name == "S" && matches!(**source, ModelError::DynamicDimension { .. })),
+                "in.json: data[0].S: model m input S has a dynamic dimension [-1]: give its shape with --shape m/S:D1,D2,... or in the input data as {\"content\": ..., \"shape\": ...}",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": ["a"]}]}"#.into(), "S:3,4",
+                |e| matches!(e, InputShape { source, .. } if matches!(**source, ModelError::ShapeDoesNotFit { .. })),
+                "in.json: data[0].S: --shape S: model m input S has dims [-1] (without the batch dimension); [3, 4] does not fit them",
+            ),
+            (
+                format!(r#"{{"data": [{{{OK}}}], "validation_data": [{{"T": ["x"]}}]}}"#), "S:3",
+                |e| matches!(e, DynamicOutput { field, dims, .. } if field.section == Section::ValidationData && field.name == "T" && dims == &[-1]),
+                "in.json: validation_data[0].T: model m output T has a dynamic dimension [-1]: give its validation data as {\"content\": [...], \"shape\": [...]}",
+            ),
+            (
+                format!(r#"{{"data": [{{{OK}}}], "validation_data": [{{"W": ["x"]}}]}}"#), "S:3",
+                |e| matches!(e, NoSuchTensor { field, .. } if field.kind() == "output" && field.name == "W"),
+                "in.json: validation_data[0].W: model m has no output W (outputs: Y, T)",
+            ),
+            (
+                format!(r#"{{"data": [{{{OK}}}], "validation_data": [{{"Y": {{"content": [1.0], "shape": [1]}}}}]}}"#), "S:3",
+                |e| matches!(e, ShapeDoesNotFit { field, shape, dims, .. } if field.kind() == "output" && shape == &[1] && dims == &[2]),
+                "in.json: validation_data[0].Y: shape [1] does not fit model m output Y dims [2] (without the batch dimension)",
+            ),
+            (
+                r#"{"data": [{"X": {"b64": 1}, "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, B64NotAString { .. }),
+                "in.json: data[0].X.b64: not a string",
+            ),
+            (
+                r#"{"data": [{"X": {"b64": "A*AA"}, "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, NotBase64 { source: Base64Error { character: '*', index: 1 }, .. }),
+                "in.json: data[0].X.b64: character '*' at 1 is not base64",
+            ),
+            (
+                r#"{"data": [{"X": {"content": 1}, "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, ContentNotAList { .. }),
+                "in.json: data[0].X.content: not a list",
+            ),
+            (
+                r#"{"data": [{"X": 1, "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, NotAValue { field } if field.name == "X"),
+                "in.json: data[0].X: expected a list, {\"content\": [...], \"shape\": [...]} or {\"b64\": \"...\"}",
+            ),
+            (
+                r#"{"data": [{"X": {"content": [1.0, 2.0], "shape": [-1]}, "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, NotAShape { value, .. } if value == &json!([-1])),
+                "in.json: data[0].X.shape: [-1] is not a list of whole numbers >= 0",
+            ),
+            (
+                r#"{"data": [{"X": {"content": [1.0, 2.0], "shape": "x"}, "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, NotAShape { value, .. } if value == &json!("x")),
+                "in.json: data[0].X.shape: \"x\" is not a list of whole numbers >= 0",
+            ),
+            (
+                r#"{"data": [{"X": {"b64": "AAAA", "shape": [-2]}, "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, NotAShape { value, .. } if value == &json!([-2])),
+                "in.json: data[0].X.shape: [-2] is not a list of whole numbers >= 0",
+            ),
+            (
+                r#"{"data": [{"X": {"content": [1.0, 2.0], "shape": [1, 2]}, "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, ShapeDoesNotFit { field, shape, .. } if field.kind() == "input" && shape == &[1, 2]),
+                "in.json: data[0].X: shape [1, 2] does not fit model m input X dims [2] (without the batch dimension)",
+            ),
+            (
+                r#"{"data": [{"X": {"b64": "AAAA"}, "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, RawSize { len: 3, needed: 8, datatype: DataType::Fp32, .. }),
+                "in.json: data[0].X.b64: 3 bytes, but shape [2] of FP32 needs 8",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": {"b64": "AQAAAGQBAAAA"}}]}"#.into(), "S:3",
+                |e| matches!(e, MalformedBytes { source: TensorError::TruncatedElement { element: 1, .. }, .. }),
+                "in.json: data[0].S.b64: malformed BYTES: element 1: length 1 but only 0 bytes left",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": {"b64": "AQAAAGQBAA"}}]}"#.into(), "S:3",
+                |e| matches!(e, MalformedBytes { source: TensorError::TruncatedLength { element: 1, left: 2 }, .. }),
+                "in.json: data[0].S.b64: malformed BYTES: element 1: 2 bytes left, too few for a 4-byte length",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": {"b64": "AQAAAGQBAAAAZQ=="}}]}"#.into(), "S:3",
+                |e| matches!(e, BytesCount { count: 2, needed: 3, .. }),
+                "in.json: data[0].S.b64: 2 BYTES elements, but shape [3] needs 3",
+            ),
+            (
+                r#"{"data": [{"X": [1.0], "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, ValueCount { count: 1, needed: 2, .. }),
+                "in.json: data[0].X: 1 values, but shape [2] needs 2",
+            ),
+            (
+                r#"{"data": [{"X": [1.0, 2.0], "S": [1, 2, 3]}]}"#.into(), "S:3",
+                |e| matches!(e, NotAString { element: 0, value, .. } if value == &json!(1)),
+                "in.json: data[0].S[0]: 1 is not a string (the tensor is BYTES)",
+            ),
+            (
+                r#"{"data": [{"X": [1, 2.0], "S": ["a","b","c"]}]}"#.into(), "S:3",
+                |e| matches!(e, NotAFloat { field, element: 0, .. } if field.name == "X"),
+                "in.json: data[0].X[0]: 1 is not a float (write 1.0, not 1, as perf_analyzer requires)",
+            ),
+            (
+                format!(r#"{{"data": [{{{OK}, "OPT": [1.5]}}]}}"#), "S:3",
+                |e| matches!(e, NotOfDatatype { datatype: DataType::Int32, value, .. } if value == &json!(1.5)),
+                "in.json: data[0].OPT[0]: 1.5 is not a INT32 value",
+            ),
+            (
+                format!(r#"{{"data": [{{{OK}, "OPT": ["a"]}}]}}"#), "S:3",
+                |e| matches!(e, NotOfDatatype { value, .. } if value == &json!("a")),
+                "in.json: data[0].OPT[0]: \"a\" is not a INT32 value",
+            ),
+        ];
+        for (text, shape, kind, want) in cases {
+            let shapes: Vec<ShapeOverride> = if shape.is_empty() {
+                vec![]
+            } else {
+                vec![shape.parse().unwrap()]
+            };
+            let f = InputDataFile::parse(Path::new("in.json"), &text).unwrap();
+            let e = f.entries(&model(), &shapes).unwrap_err();
+            assert!(kind(&e), "{text}\n  gave: {e:?}");
+            assert_eq!(e.to_string(), want, "{text}");
+        }
+        // Through plan_requests, the entry's error is the model error's.
+        let e = file(r#"{"data": [{"X": [1.0, 2.0], "S": ["a"]}]}"#).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                ModelError::InputData(ValueCount {
+                    count: 1,
+                    needed: 3,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
     }
 
     #[test]

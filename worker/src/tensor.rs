@@ -264,27 +264,58 @@ pub fn encode_json_scalar(
     Some(())
 }
 
+/// What is wrong with a tensor's raw data, or with the datatype it was read as.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TensorError {
+    /// BYTES data ends inside an element's 4-byte length.
+    #[error("element {element}: {left} bytes left, too few for a 4-byte length")]
+    TruncatedLength { element: usize, left: usize },
+    /// BYTES data ends inside an element: its length says more than is left.
+    #[error("element {element}: length {length} but only {left} bytes left")]
+    TruncatedElement {
+        element: usize,
+        length: usize,
+        left: usize,
+    },
+    /// Read as INT32, but another datatype or not a whole number of 4-byte values.
+    #[error("output {output} is {datatype} with {len} bytes, expected INT32")]
+    NotInt32 {
+        output: String,
+        datatype: DataType,
+        len: usize,
+    },
+    /// Read as BYTES, but another datatype.
+    #[error("output {output} is {datatype}, expected BYTES")]
+    NotBytes { output: String, datatype: DataType },
+    /// A BYTES output whose raw data is malformed (`source`: how).
+    #[error("output {output}: malformed BYTES: {source}")]
+    MalformedBytes {
+        output: String,
+        source: Box<TensorError>,
+    },
+}
+
 /// The elements of a BYTES tensor's raw data (4-byte little-endian length, then the bytes), or
-/// why the data is malformed.
-pub fn split_bytes(data: &[u8]) -> Result<Vec<&[u8]>, String> {
+/// why the data is malformed ([`TensorError::TruncatedLength`],
+/// [`TensorError::TruncatedElement`]).
+pub fn split_bytes(data: &[u8]) -> Result<Vec<&[u8]>, TensorError> {
     let mut out = Vec::new();
     let mut rest = data;
     while !rest.is_empty() {
         if rest.len() < 4 {
-            return Err(format!(
-                "element {}: {} bytes left, too few for a 4-byte length",
-                out.len(),
-                rest.len()
-            ));
+            return Err(TensorError::TruncatedLength {
+                element: out.len(),
+                left: rest.len(),
+            });
         }
         let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         rest = &rest[4..];
         if rest.len() < len {
-            return Err(format!(
-                "element {}: length {len} but only {} bytes left",
-                out.len(),
-                rest.len()
-            ));
+            return Err(TensorError::TruncatedElement {
+                element: out.len(),
+                length: len,
+                left: rest.len(),
+            });
         }
         out.push(&rest[..len]);
         rest = &rest[len..];
@@ -333,14 +364,13 @@ impl Tensor {
         }
     }
 
-    pub fn to_i32(&self) -> Result<Vec<i32>, String> {
+    pub fn to_i32(&self) -> Result<Vec<i32>, TensorError> {
         if self.datatype != DataType::Int32 || !self.data.len().is_multiple_of(4) {
-            return Err(format!(
-                "output {} is {} with {} bytes, expected INT32",
-                self.name,
-                self.datatype.as_str(),
-                self.data.len()
-            ));
+            return Err(TensorError::NotInt32 {
+                output: self.name.clone(),
+                datatype: self.datatype,
+                len: self.data.len(),
+            });
         }
         Ok(self
             .data
@@ -350,13 +380,12 @@ impl Tensor {
     }
 
     /// BYTES elements (4-byte little-endian length, then the bytes), lossily as UTF-8.
-    pub fn to_strings(&self) -> Result<Vec<String>, String> {
+    pub fn to_strings(&self) -> Result<Vec<String>, TensorError> {
         if self.datatype != DataType::Bytes {
-            return Err(format!(
-                "output {} is {}, expected BYTES",
-                self.name,
-                self.datatype.as_str()
-            ));
+            return Err(TensorError::NotBytes {
+                output: self.name.clone(),
+                datatype: self.datatype,
+            });
         }
         split_bytes(&self.data)
             .map(|elements| {
@@ -365,7 +394,10 @@ impl Tensor {
                     .map(|e| String::from_utf8_lossy(e).into_owned())
                     .collect()
             })
-            .map_err(|e| format!("output {}: malformed BYTES: {e}", self.name))
+            .map_err(|e| TensorError::MalformedBytes {
+                output: self.name.clone(),
+                source: Box::new(e),
+            })
     }
 
     /// Encodes strings in the BYTES raw layout (used when HTTP JSON returns BYTES as strings).
@@ -399,5 +431,81 @@ mod tests {
             ..s
         };
         assert!(truncated.to_strings().is_err());
+    }
+
+    #[test]
+    fn tensor_errors_say_what_is_wrong() {
+        // 6 bytes: a length of 9, then 2 bytes of it.
+        let short_element = [9, 0, 0, 0, b'a', b'b'];
+        let e = split_bytes(&short_element).unwrap_err();
+        assert_eq!(
+            e,
+            TensorError::TruncatedElement {
+                element: 0,
+                length: 9,
+                left: 2
+            }
+        );
+        assert_eq!(e.to_string(), "element 0: length 9 but only 2 bytes left");
+        // One whole element, then 3 bytes: too few for the next length.
+        let short_length = [1, 0, 0, 0, b'a', 1, 0, 0];
+        let e = split_bytes(&short_length).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TensorError::TruncatedLength {
+                    element: 1,
+                    left: 3
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "element 1: 3 bytes left, too few for a 4-byte length"
+        );
+
+        let ints = Tensor::from_i32("X", vec![1], &[7]);
+        let e = ints.to_strings().unwrap_err();
+        assert!(
+            matches!(&e, TensorError::NotBytes { output, datatype: DataType::Int32 } if output == "X"),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), "output X is INT32, expected BYTES");
+
+        let strings = Tensor::from_strings("L", vec![1], &["abc".into()]);
+        let e = strings.to_i32().unwrap_err();
+        assert!(
+            matches!(&e, TensorError::NotInt32 { output, datatype: DataType::Bytes, len: 7 } if output == "L"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "output L is BYTES with 7 bytes, expected INT32"
+        );
+
+        let truncated = Tensor {
+            data: strings.data.slice(..5),
+            ..strings
+        };
+        let e = truncated.to_strings().unwrap_err();
+        match &e {
+            TensorError::MalformedBytes { output, source } => {
+                assert_eq!(output, "L");
+                assert!(matches!(
+                    **source,
+                    TensorError::TruncatedElement {
+                        element: 0,
+                        length: 3,
+                        left: 1
+                    }
+                ));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            e.to_string(),
+            "output L: malformed BYTES: element 0: length 3 but only 1 bytes left"
+        );
     }
 }

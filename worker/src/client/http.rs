@@ -249,7 +249,10 @@ fn model_path(model: &str, version: &str) -> String {
 
 fn tensor_to_json(t: &Tensor) -> Result<Value, ClientError> {
     let Some(size) = t.datatype.size() else {
-        return Ok(json!(t.to_strings().map_err(ClientError::Protocol)?));
+        return Ok(json!(
+            t.to_strings()
+                .map_err(|e| ClientError::Protocol(e.to_string()))?
+        ));
     };
     if !t.data.len().is_multiple_of(size) {
         return Err(ClientError::Protocol(format!(

@@ -146,7 +146,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     let results = match response
         .output("OUTPUT")
         .map_err(|e| e.to_string())
-        .and_then(|t| t.to_strings())
+        .and_then(|t| t.to_strings().map_err(|e| e.to_string()))
     {
         Ok(r) => r,
         Err(e) => return Outcome::Failed(Failure::new(&model, "classification strings", e)),

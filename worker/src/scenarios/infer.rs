@@ -77,8 +77,8 @@ pub enum InferPlanError {
     )]
     SequenceBatchSize { batch: u32, model: String },
     /// Only decoupled models were selected, and this protocol has no streams for them.
-    #[error("{0}")]
-    DecoupledNeedsGrpc(String),
+    #[error(transparent)]
+    DecoupledNeedsGrpc(#[from] decoupled::DecoupledNeedsGrpc),
     #[error("model {model}: encoding a request: {source}")]
     Encoding { model: String, source: ClientError },
     #[error("{}: {source}", file.display())]
@@ -129,8 +129,7 @@ pub async fn prepare(
     }
     options.check_names(&descriptions)?;
     let weights = options.models.iter().map(|m| m.weight).collect();
-    let (descriptions, weights) = decoupled::drivable(first.protocol(), descriptions, weights)
-        .map_err(InferPlanError::DecoupledNeedsGrpc)?;
+    let (descriptions, weights) = decoupled::drivable(first.protocol(), descriptions, weights)?;
     let mut files: BTreeMap<std::path::PathBuf, InputDataFile> = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(options.seed);
     let mut models = Vec::new();

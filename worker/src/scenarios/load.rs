@@ -80,7 +80,7 @@ fn validate(
                 }
                 .to_i32()
                 .map(|v| format!("{v:?}"))
-                .unwrap_or_else(|e| e)
+                .unwrap_or_else(|e| e.to_string())
             };
             return Err(Failure::new(
                 model,

@@ -200,11 +200,33 @@ impl ProfileExport {
     }
 
     /// Every request's latency to its last response (None: no response).
-    fn read(&self) -> Result<Vec<Option<Duration>>, String> {
-        let text =
-            std::fs::read_to_string(&self.0).map_err(|e| format!("{}: {e}", self.0.display()))?;
-        latencies(&text).map_err(|e| format!("{}: {e}", self.0.display()))
+    fn read(&self) -> Result<Vec<Option<Duration>>, ProfileExportError> {
+        let text = std::fs::read_to_string(&self.0).map_err(|source| ProfileExportError::Read {
+            path: self.0.clone(),
+            source,
+        })?;
+        latencies(&text).map_err(|source| ProfileExportError::NotAnExport {
+            path: self.0.clone(),
+            source,
+        })
     }
+}
+
+/// Why perf_analyzer's profile export gave no latencies; each names the file.
+#[derive(Debug, thiserror::Error)]
+enum ProfileExportError {
+    /// Not written (perf_analyzer failed early) or unreadable.
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Not JSON, or not the shape perf_analyzer writes.
+    #[error("{}: {source}", path.display())]
+    NotAnExport {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
 }
 
 impl Drop for ProfileExport {
@@ -274,6 +296,35 @@ mod tests {
             ]
         );
         assert!(super::latencies("{}").is_err());
+    }
+
+    #[test]
+    fn a_profile_export_that_gives_no_latencies_says_why() {
+        use super::{ProfileExport, ProfileExportError};
+        let export = ProfileExport::path();
+        let path = export.0.clone();
+        // perf_analyzer wrote nothing.
+        let e = export.read().unwrap_err();
+        assert!(
+            matches!(&e, ProfileExportError::Read { path: p, source }
+                if *p == path && source.kind() == std::io::ErrorKind::NotFound),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().starts_with(&format!("{}: ", path.display())),
+            "{e}"
+        );
+        // It wrote something else.
+        std::fs::write(&path, "{}").unwrap();
+        let e = export.read().unwrap_err();
+        assert!(
+            matches!(&e, ProfileExportError::NotAnExport { path: p, .. } if *p == path),
+            "{e:?}"
+        );
+        let json = super::latencies("{}").unwrap_err();
+        assert_eq!(e.to_string(), format!("{}: {json}", path.display()));
+        drop(export);
+        assert!(!path.exists());
     }
 
     #[test]

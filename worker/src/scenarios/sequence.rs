@@ -110,7 +110,7 @@ async fn check_steps(
         let got = response
             .output("OUTPUT")
             .map_err(|e| e.to_string())
-            .and_then(|t| t.to_i32())
+            .and_then(|t| t.to_i32().map_err(|e| e.to_string()))
             .map_err(|e| fail(format!("OUTPUT = {sum}"), e))?;
         if got.as_slice() != [sum] {
             return Err(fail(
@@ -225,7 +225,7 @@ async fn no_start(env: &TestEnv<'_>, model: &str, batched: bool) -> Result<(), F
                 "a successful response {:?}",
                 r.output("OUTPUT")
                     .map_err(|e| e.to_string())
-                    .and_then(|t| t.to_i32())
+                    .and_then(|t| t.to_i32().map_err(|e| e.to_string()))
             ),
         )
         .with_correlation_id(id)),

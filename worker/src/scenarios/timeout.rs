@@ -36,7 +36,7 @@ pub async fn check_identity(env: &TestEnv<'_>, model: &str, values: &[i32]) -> R
     let got = response
         .output("OUTPUT0")
         .map_err(|e| e.to_string())
-        .and_then(|t| t.to_i32())
+        .and_then(|t| t.to_i32().map_err(|e| e.to_string()))
         .map_err(|e| Failure::new(model, "OUTPUT0", e))?;
     if got != values {
         return Err(Failure::new(

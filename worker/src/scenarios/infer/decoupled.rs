@@ -53,13 +53,24 @@ impl StreamChecks {
     }
 }
 
+/// Over HTTP, every selected model is decoupled: Infer has none it can drive. `models`: their
+/// labels (`NAME version V`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "model {}: decoupled (model_transaction_policy {{ decoupled: true }}), which Infer drives only over gRPC (ModelStreamInfer), and no other model was selected: use --protocol grpc",
+    models.join(", ")
+)]
+pub struct DecoupledNeedsGrpc {
+    pub models: Vec<String>,
+}
+
 /// The models Infer can drive over `protocol`, with their weights: over HTTP, decoupled models
 /// are left out (with one warning); none left is bad input.
 pub fn drivable(
     protocol: Protocol,
     models: Vec<ModelDescription>,
     weights: Vec<u32>,
-) -> Result<(Vec<ModelDescription>, Vec<u32>), String> {
+) -> Result<(Vec<ModelDescription>, Vec<u32>), DecoupledNeedsGrpc> {
     if protocol == Protocol::Grpc {
         return Ok((models, weights));
     }
@@ -71,12 +82,10 @@ pub fn drivable(
         return Ok(kept.into_iter().unzip());
     }
     let labels: Vec<String> = left_out.iter().map(|(d, _)| d.label()).collect();
-    let labels = labels.join(", ");
     if kept.is_empty() {
-        return Err(format!(
-            "model {labels}: decoupled (model_transaction_policy {{ decoupled: true }}), which Infer drives only over gRPC (ModelStreamInfer), and no other model was selected: use --protocol grpc"
-        ));
+        return Err(DecoupledNeedsGrpc { models: labels });
     }
+    let labels = labels.join(", ");
     tracing::warn!(
         "model {labels} left out of Infer: decoupled models need gRPC streaming (ModelStreamInfer), and this worker speaks {}",
         protocol.as_str()
@@ -673,7 +682,25 @@ mod tests {
         let (kept, _) = drivable(Protocol::Grpc, vec![model(), plain], vec![3, 5]).unwrap();
         assert_eq!(kept.len(), 2);
         let err = drivable(Protocol::Http, vec![model()], vec![1]).unwrap_err();
+        assert_eq!(err.models, ["rep version 1"]);
+        let err = err.to_string();
         assert!(err.starts_with("model rep version 1: decoupled"), "{err}");
         assert!(err.contains("use --protocol grpc"), "{err}");
+        let other = ModelDescription {
+            name: "other".into(),
+            ..model()
+        };
+        let err = drivable(Protocol::Http, vec![model(), other], vec![1, 2]).unwrap_err();
+        assert_eq!(
+            err,
+            DecoupledNeedsGrpc {
+                models: vec!["rep version 1".into(), "other version 1".into()]
+            }
+        );
+        assert!(
+            err.to_string()
+                .starts_with("model rep version 1, other version 1: decoupled"),
+            "{err}"
+        );
     }
 }
