@@ -140,16 +140,28 @@ pub const ABANDONED: &str = "ABANDONED";
 /// What a run without a verdict whose driver's lease holds is shown as: under way.
 pub const RUNNING: &str = "RUNNING";
 
+/// Why a store call made through [`within`] has no answer: it failed, or it did not answer in
+/// time.
+#[derive(Debug, thiserror::Error)]
+pub enum WithinError<E = StoreError> {
+    /// The call answered with its error.
+    #[error(transparent)]
+    Failed(E),
+    /// The call did not answer within the limit.
+    #[error("the status store did not answer within {0:?}")]
+    NoAnswer(Duration),
+}
+
 /// A store call that answers within `limit` or counts as failed. Every wait of a long-running
 /// process on the store goes through it: a store that is paused or behind a black hole keeps a
 /// connection open and never answers, and no socket timeout notices that.
-pub async fn within<T, E: std::fmt::Display>(
+pub async fn within<T, E>(
     limit: Duration,
     call: impl std::future::Future<Output = std::result::Result<T, E>>,
-) -> std::result::Result<T, String> {
+) -> std::result::Result<T, WithinError<E>> {
     match tokio::time::timeout(limit, call).await {
-        Ok(answer) => answer.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("the status store did not answer within {limit:?}")),
+        Ok(answer) => answer.map_err(WithinError::Failed),
+        Err(_) => Err(WithinError::NoAnswer(limit)),
     }
 }
 
@@ -694,5 +706,43 @@ mod tests {
         }
         assert_eq!(finite_or_zero(f64::NAN), 0.0);
         assert_eq!(finite_or_zero(1.5), 1.5);
+    }
+
+    #[tokio::test]
+    async fn a_call_within_a_limit_fails_or_goes_unanswered() {
+        let limit = Duration::from_millis(20);
+        let failed = within(
+            limit,
+            std::future::ready(Err::<(), _>(StoreError::UnsupportedUrl {
+                url: "mysql://h/db".into(),
+            })),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(
+            &failed,
+            WithinError::Failed(StoreError::UnsupportedUrl { url }) if url == "mysql://h/db"
+        ));
+        assert_eq!(
+            failed.to_string(),
+            StoreError::UnsupportedUrl {
+                url: "mysql://h/db".into()
+            }
+            .to_string()
+        );
+        let hung = within(limit, std::future::pending::<Result<()>>())
+            .await
+            .unwrap_err();
+        assert!(matches!(hung, WithinError::NoAnswer(l) if l == limit));
+        assert_eq!(
+            hung.to_string(),
+            "the status store did not answer within 20ms"
+        );
+        assert_eq!(
+            within(limit, std::future::ready(Ok::<_, StoreError>(7)))
+                .await
+                .unwrap(),
+            7
+        );
     }
 }

@@ -581,24 +581,41 @@ fn percent_encode(s: &str) -> String {
         .collect()
 }
 
+/// Why Prometheus gave no number for a query.
+#[derive(Debug, thiserror::Error)]
+pub enum PromQueryError {
+    /// The request got no answer (refused, timed out, ...).
+    #[error(transparent)]
+    Http(#[from] stress_common::http::HttpError),
+    /// An answer that says no number: its HTTP status and why (a bad query is answered with
+    /// 400 and a JSON error).
+    #[error("HTTP {status}: {source}")]
+    Answer {
+        status: u16,
+        #[source]
+        source: PromAnswerError,
+    },
+}
+
 /// An instant query at `time_ms`.
 pub async fn prom_query(
     url: &str,
     query: &str,
     time_ms: i64,
     timeout: Duration,
-) -> Result<PromAnswer, String> {
+) -> Result<PromAnswer, PromQueryError> {
     let url = format!(
         "{}/api/v1/query?query={}&time={:.3}",
         url.trim_end_matches('/'),
         percent_encode(query),
         time_ms as f64 / 1000.0
     );
-    let r = stress_common::http::get(&url, timeout)
-        .await
-        .map_err(|e| e.to_string())?;
+    let r = stress_common::http::get(&url, timeout).await?;
     // Prometheus answers a bad query with 400 and a JSON error: parse it for the message.
-    parse_prom_answer(&r.body).map_err(|e| format!("HTTP {}: {e}", r.status))
+    parse_prom_answer(&r.body).map_err(|source| PromQueryError::Answer {
+        status: r.status,
+        source,
+    })
 }
 
 /// Every signal of the window ending at `end_ms` from Prometheus: Err when it did not answer,
@@ -607,7 +624,7 @@ pub async fn prom_signals(
     source: &PrometheusSource,
     start_ms: i64,
     end_ms: i64,
-) -> Result<Option<SignalValues>, String> {
+) -> Result<Option<SignalValues>, PromQueryError> {
     let range = format!("{}ms", (end_ms - start_ms).max(1));
     let selector = source.selector.trim();
     let matched = if selector.is_empty() {
@@ -618,13 +635,13 @@ pub async fn prom_signals(
     let queries = std::iter::once(matched)
         .chain(Signal::ALL.iter().map(|s| s.promql(selector, &range)))
         .map(|q| async move { prom_query(&source.url, &q, end_ms, SCRAPE_TIMEOUT).await });
-    let answers = futures::future::join_all(queries).await;
-    if answers[0].clone()? == PromAnswer::NoSeries {
+    let mut answers = futures::future::join_all(queries).await.into_iter();
+    if answers.next().expect("the series count's answer")? == PromAnswer::NoSeries {
         return Ok(None);
     }
     let mut values = SignalValues::new();
-    for (signal, answer) in Signal::ALL.iter().zip(&answers[1..]) {
-        if let PromAnswer::Value(v) = answer.clone()? {
+    for (signal, answer) in Signal::ALL.iter().zip(answers) {
+        if let PromAnswer::Value(v) = answer? {
             values.insert(*signal, v);
         }
     }
@@ -650,7 +667,7 @@ pub struct Collector {
     /// check time → server → scrape.
     scrapes: BTreeMap<i64, BTreeMap<String, Scrape>>,
     /// window end → Prometheus' signals (None: matched no series; Err: did not answer).
-    prom: BTreeMap<i64, Result<Option<SignalValues>, String>>,
+    prom: BTreeMap<i64, Result<Option<SignalValues>, PromQueryError>>,
 }
 
 impl Collector {
@@ -782,7 +799,7 @@ impl Collector {
                 }
                 Some(Err(e)) => {
                     unanswered += 1;
-                    first_error.get_or_insert_with(|| e.clone());
+                    first_error.get_or_insert(e);
                     direct.clone()
                 }
                 None => direct.clone(),
@@ -814,7 +831,7 @@ impl Collector {
                     "Prometheus at {} did not answer for {unanswered} window(s) (first: {}): the \
                      direct scrape's numbers are used for those",
                     p.url,
-                    first_error.unwrap_or_default()
+                    first_error.map(ToString::to_string).unwrap_or_default()
                 ));
             }
             if edge.is_some_and(|b| {
@@ -1129,5 +1146,62 @@ pub(crate) mod tests {
             parse_prom_answer("<html>"),
             Err(PromAnswerError::NotJson(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_query_prometheus_refuses_or_nobody_answers_says_which() {
+        use axum::http::StatusCode;
+        let app = axum::Router::new().route(
+            "/api/v1/query",
+            axum::routing::get(|| async {
+                (
+                    StatusCode::BAD_REQUEST,
+                    r#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#,
+                )
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let timeout = Duration::from_secs(5);
+        let err = prom_query(&format!("http://{address}/"), "up{", 0, timeout)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                PromQueryError::Answer {
+                    status: 400,
+                    source: PromAnswerError::Refused { kind, .. },
+                } if kind == "bad_data"
+            ),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "HTTP 400: bad_data: parse error at char 3");
+        let source = PrometheusSource {
+            url: format!("http://{address}"),
+            selector: String::new(),
+        };
+        assert!(matches!(
+            prom_signals(&source, 0, 1000).await,
+            Err(PromQueryError::Answer { status: 400, .. })
+        ));
+
+        // A port nobody listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let err = prom_query(&format!("http://127.0.0.1:{port}"), "up", 0, timeout)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                PromQueryError::Http(stress_common::http::HttpError::Failed { .. })
+            ),
+            "{err:?}"
+        );
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::matrix::model_config;
-use crate::matrix::sweep::{Sweep, SweepParam};
+use crate::matrix::sweep::{Sweep, SweepParam, SweepParamError};
 use crate::matrix::{Matrix, ServerTemplate};
 
 /// One point of the grid: each parameter's value.
@@ -208,27 +208,73 @@ pub fn swept_models(sweep: &Sweep) -> Vec<String> {
     models
 }
 
+/// Why a variant's model configs cannot be made: what is wrong, about the sweep parameter that
+/// [`ModelConfigsError::param`] names.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelConfigsError {
+    /// A swept model's original config.pbtxt does not parse (boxed to keep the error small).
+    #[error("its config.pbtxt does not parse: {source}")]
+    Unparsed {
+        model: String,
+        #[source]
+        source: Box<model_config::ConfigError>,
+    },
+    /// A parameter's PATH names no parameter.
+    #[error("{source}")]
+    Param {
+        path: String,
+        #[source]
+        source: SweepParamError,
+    },
+    /// A value the model's config cannot take at the parameter's field (e.g. an entry past the
+    /// end of a list).
+    #[error("{source}")]
+    Value {
+        path: String,
+        #[source]
+        source: model_config::ConfigValueError,
+    },
+}
+
+impl ModelConfigsError {
+    /// The sweep parameter the error is about: its PATH, or `models.MODEL` for a config that
+    /// does not parse.
+    pub fn param(&self) -> String {
+        match self {
+            ModelConfigsError::Unparsed { model, .. } => format!("models.{model}"),
+            ModelConfigsError::Param { path, .. } | ModelConfigsError::Value { path, .. } => {
+                path.clone()
+            }
+        }
+    }
+}
+
 /// Each swept model's config.pbtxt in `variant`: its original (`originals`, by model) with the
 /// variant's values set. The error names the parameter and why (e.g. an entry past the end).
 pub fn model_configs(
     originals: &BTreeMap<String, String>,
     variant: &Variant,
-) -> Result<BTreeMap<String, String>, (String, String)> {
+) -> Result<BTreeMap<String, String>, ModelConfigsError> {
     let mut configs = BTreeMap::new();
     for (model, text) in originals {
-        let mut config = model_config::parse(text).map_err(|e| {
-            (
-                format!("models.{model}"),
-                format!("its config.pbtxt does not parse: {e}"),
-            )
-        })?;
+        let mut config =
+            model_config::parse(text).map_err(|source| ModelConfigsError::Unparsed {
+                model: model.clone(),
+                source: Box::new(source),
+            })?;
         for (path, value) in &variant.parameters {
-            let param = SweepParam::parse(path).map_err(|e| (path.clone(), e.to_string()))?;
+            let param = SweepParam::parse(path).map_err(|source| ModelConfigsError::Param {
+                path: path.clone(),
+                source,
+            })?;
             if let SweepParam::Model { model: m, path: p } = param
                 && &m == model
             {
                 p.set(&mut config, value)
-                    .map_err(|e| (path.clone(), e.to_string()))?;
+                    .map_err(|source| ModelConfigsError::Value {
+                        path: path.clone(),
+                        source,
+                    })?;
             }
         }
         configs.insert(model.clone(), model_config::to_text(&config));
@@ -706,9 +752,59 @@ mod tests {
                 json!(4),
             )]),
         };
-        let (param, why) = model_configs(&originals, &past_the_end).unwrap_err();
-        assert_eq!(param, "models.m.instance_group[1].count");
-        assert!(why.contains("past the end"), "{why}");
+        let err = model_configs(&originals, &past_the_end).unwrap_err();
+        assert_eq!(err.param(), "models.m.instance_group[1].count");
+        assert!(
+            matches!(
+                &err,
+                ModelConfigsError::Value {
+                    source: model_config::ConfigValueError::PastTheEnd {
+                        len: 1,
+                        index: 1,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "`instance_group[1].count`: the config's `instance_group` has 1 entry (index 1 is \
+             past the end)"
+        );
+        let unknown = Variant {
+            index: 3,
+            parameters: IndexMap::from([("models.m".to_string(), json!(4))]),
+        };
+        let err = model_configs(&originals, &unknown).unwrap_err();
+        assert_eq!(err.param(), "models.m");
+        assert!(
+            matches!(
+                &err,
+                ModelConfigsError::Param {
+                    source: SweepParamError::NoModelField(_),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let unparsed = BTreeMap::from([("m".to_string(), "max_batch_size: [".to_string())]);
+        let err = model_configs(&unparsed, &v).unwrap_err();
+        assert_eq!(err.param(), "models.m");
+        assert!(
+            matches!(
+                &err,
+                ModelConfigsError::Unparsed { source, .. }
+                    if matches!(**source, model_config::ConfigError::Text(_))
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("its config.pbtxt does not parse: "),
+            "{err}"
+        );
     }
 
     fn measured(index: usize, qps: Option<f64>, instances: u32, memory: f64) -> VariantResult {

@@ -23,7 +23,7 @@ use std::time::Duration;
 use stress_common::contract::MemberName;
 use stress_common::qps::QpsSample;
 use stress_common::status::EventKind;
-use stress_common::store::EventRow;
+use stress_common::store::{EventRow, WithinError};
 use stress_common::tritonserver::ProbeError;
 
 /// Why the run fails: the first rule that fired.
@@ -207,9 +207,9 @@ pub struct Poll {
     /// Members that ended since the last poll.
     pub exits: Vec<MemberExit>,
     /// Events after the last one seen.
-    pub events: Option<Result<Vec<EventRow>, String>>,
-    pub heartbeats: Option<Result<Vec<(String, i64)>, String>>,
-    pub latest_qps: Option<Result<Vec<QpsSample>, String>>,
+    pub events: Option<Result<Vec<EventRow>, WithinError>>,
+    pub heartbeats: Option<Result<Vec<(String, i64)>, WithinError>>,
+    pub latest_qps: Option<Result<Vec<QpsSample>, WithinError>>,
     /// Clients whose process or pod does not run yet (waiting for a node or an image).
     pub not_running: BTreeSet<String>,
     /// This poll's liveness probes of the external servers (empty when none was probed).
@@ -309,7 +309,7 @@ impl FailFast {
                 }
             }
         }
-        let mut store_error: Option<String> = None;
+        let mut store_error: Option<WithinError> = None;
         // 2. A FAILURE event.
         match poll.events {
             Some(Ok(events)) => {
@@ -361,7 +361,7 @@ impl FailFast {
                 return Some(Cause::StoreUnavailable {
                     since_ms: since,
                     now_ms: now,
-                    error,
+                    error: error.to_string(),
                 });
             }
             return None;
@@ -760,11 +760,12 @@ mod tests {
     fn a_store_outage_pauses_the_rules_then_fails_past_its_limit() {
         let mut ff = machine(&["c-0"]);
         assert_eq!(ff.observe(healthy(T0, &["c-0"], 10.0)), None);
+        let unanswered = || WithinError::NoAnswer(Duration::from_secs(5));
         let down = |now: i64| Poll {
             now_ms: now,
-            events: Some(Err("connection refused".into())),
-            heartbeats: Some(Err("connection refused".into())),
-            latest_qps: Some(Err("connection refused".into())),
+            events: Some(Err(unanswered())),
+            heartbeats: Some(Err(unanswered())),
+            latest_qps: Some(Err(unanswered())),
             ..Poll::default()
         };
         // 30 s down: no heartbeat blame.
@@ -789,7 +790,7 @@ mod tests {
         assert_eq!(cause.member(), STORE_MEMBER);
         assert_eq!(
             cause.reason(),
-            "status store unreadable for 60.0 s: connection refused"
+            "status store unreadable for 60.0 s: the status store did not answer within 5s"
         );
         assert!(!needs_probe(&cause, &ff.clients()));
     }

@@ -143,6 +143,19 @@ fn exit_of(member_id: &str, status: ExitStatus) -> MemberExit {
     }
 }
 
+/// Why the local launcher has no worker binary to run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerBinaryError {
+    /// The template's `binary` (resolved against the matrix's directory) is no file.
+    #[error("worker binary {} does not exist", .0.display())]
+    Missing(PathBuf),
+    /// `binary: auto`, and no `worker` is beside the driver or on PATH.
+    #[error(
+        "no worker binary beside the driver or on PATH (build it: cargo build --release -p worker)"
+    )]
+    NotFound,
+}
+
 impl LocalLauncher {
     pub fn new(run_dir: &Path, matrix_dir: &Path) -> Self {
         Self {
@@ -175,13 +188,13 @@ impl LocalLauncher {
     }
 
     /// `binary: auto` for the worker: the `worker` built beside this driver, else PATH.
-    fn worker_binary(&self, configured: &str) -> Result<PathBuf, String> {
+    fn worker_binary(&self, configured: &str) -> Result<PathBuf, WorkerBinaryError> {
         if configured != crate::matrix::ARTIFACT_AUTO {
             let p = self.resolve(configured);
             return if p.is_file() {
                 Ok(p)
             } else {
-                Err(format!("worker binary {} does not exist", p.display()))
+                Err(WorkerBinaryError::Missing(p))
             };
         }
         if let Some(sibling) = std::env::current_exe()
@@ -191,9 +204,7 @@ impl LocalLauncher {
         {
             return Ok(sibling);
         }
-        stress_common::paths::find_on_path("worker").ok_or_else(|| {
-            "no worker binary beside the driver or on PATH (build it: cargo build --release -p worker)".into()
-        })
+        stress_common::paths::find_on_path("worker").ok_or(WorkerBinaryError::NotFound)
     }
 
     /// Starts a server again on its address after an injected fault ended it, appending to its
@@ -411,7 +422,9 @@ impl Launcher for LocalLauncher {
             reason,
         };
         let binary = match client.template.worker.binary() {
-            Some(b) => self.worker_binary(b).map_err(member_err)?,
+            Some(b) => self
+                .worker_binary(b)
+                .map_err(|e| member_err(e.to_string()))?,
             None => {
                 return Err(member_err(
                     "the local launcher runs binaries; this template names an image (use --launcher kube)".into(),
@@ -849,6 +862,31 @@ fn tree_rss_kb(root: u32, table: &[Process]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configured_worker_binary_must_be_a_file() {
+        let dir = std::env::temp_dir().join(format!("worker-binary-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("worker"), "").unwrap();
+        let launcher = LocalLauncher::new(&dir, &dir);
+        assert_eq!(launcher.worker_binary("worker"), Ok(dir.join("worker")));
+        let err = launcher.worker_binary("bin/worker").unwrap_err();
+        assert_eq!(err, WorkerBinaryError::Missing(dir.join("bin/worker")));
+        assert_eq!(
+            err.to_string(),
+            format!("worker binary {}/bin/worker does not exist", dir.display())
+        );
+        assert_eq!(
+            launcher.worker_binary("/no/such/worker"),
+            Err(WorkerBinaryError::Missing("/no/such/worker".into()))
+        );
+        assert!(
+            WorkerBinaryError::NotFound
+                .to_string()
+                .starts_with("no worker binary beside the driver or on PATH")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn each_start_of_a_server_traces_to_its_own_files_found_again_per_process() {

@@ -6,7 +6,7 @@
 //! original do not survive, and diffs compare [`normalized`] text on both sides.
 
 use prost::Message as _;
-use prost_reflect::text_format::FormatOptions;
+use prost_reflect::text_format::{FormatOptions, ParseError};
 use prost_reflect::{
     DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, Value,
 };
@@ -28,23 +28,166 @@ pub fn descriptor() -> MessageDescriptor {
 
 /// Why a model config, a path into one or a value for it is refused; each says what is wrong
 /// in words a matrix's author can act on.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The text is not `inference.ModelConfig` in protobuf text format.
-    #[error("{0}")]
-    Text(String),
+    #[error(transparent)]
+    Text(#[from] ParseError),
     /// A path names no field of `inference.ModelConfig`, or subscripts one wrongly.
-    #[error("{0}")]
-    Path(String),
+    #[error(transparent)]
+    Path(#[from] ConfigPathError),
     /// A value does not fit the field at its path, or the config has no such entry.
-    #[error("{0}")]
-    Value(String),
+    #[error(transparent)]
+    Value(#[from] ConfigValueError),
+}
+
+/// A path that names no field of `inference.ModelConfig`, or subscripts one wrongly. `path` is
+/// the whole path as written, `field` the part of it that is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigPathError {
+    /// A field below a list (or map) named without a subscript.
+    #[error("`{path}`: `{list}` is a list: name an entry, `{list}[0].{field}`")]
+    BelowAList {
+        path: String,
+        list: String,
+        field: String,
+    },
+    /// A field below a field that is not a message.
+    #[error("`{path}`: `{field}` follows a field that is not a message")]
+    BelowAScalar { path: String, field: String },
+    #[error("`{path}`: an empty field name")]
+    EmptyName { path: String },
+    /// `message` has no field `field`; `fields` are the ones it has.
+    #[error("`{path}`: {message} has no field `{field}` (its fields: {})", .fields.join(", "))]
+    NoSuchField {
+        path: String,
+        message: String,
+        field: String,
+        fields: Vec<String>,
+    },
+    #[error("`{path}`: `[` without `]`")]
+    UnclosedSubscript { path: String },
+    #[error("`{path}`: `{field}` takes one subscript")]
+    TwoSubscripts { path: String, field: String },
+    /// A list's subscript that is not an index.
+    #[error("`{path}`: `{field}` is a list: its subscript is an index from 0, not `{subscript}`")]
+    NotAnIndex {
+        path: String,
+        field: String,
+        subscript: String,
+    },
+    /// A map's subscript without a key.
+    #[error("`{path}`: `{field}` is a map: name a key, `{field}[KEY]`")]
+    NoKey { path: String, field: String },
+    /// A subscript of a field that is neither a list nor a map.
+    #[error("`{path}`: `{field}` is neither a list nor a map: it takes no subscript")]
+    NotSubscriptable { path: String, field: String },
+    /// Text after a field's subscript that is no further subscript.
+    #[error("`{path}`: `{rest}` after `{field}`")]
+    AfterSubscript {
+        path: String,
+        field: String,
+        rest: String,
+    },
+    /// A path that ends at a whole map (a sweep sets its entries).
+    #[error("`{path}`: `{field}` is a map: name an entry, `{field}[KEY]`")]
+    WholeMap { path: String, field: String },
+}
+
+/// A value that does not fit the field at its path (`path`, as written), or a config that has
+/// no entry there.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigValueError {
+    /// null below a top-level field (only a top-level field is cleared).
+    #[error("`{path}`: null clears top-level fields only")]
+    NullBelowTopLevel { path: String },
+    /// A value for a whole list that is no list.
+    #[error("`{path}` is a list: its value is a list (or name an entry, `{field}[0]`)")]
+    NotAList { path: String, field: String },
+    /// A list entry past the end of the config's list, which has `len` entries.
+    #[error(
+        "`{path}`: the config's `{field}` has {len} entr{} (index {index} is past the end)",
+        if *.len == 1 { "y" } else { "ies" }
+    )]
+    PastTheEnd {
+        path: String,
+        field: String,
+        len: usize,
+        index: usize,
+    },
+    #[error("`{path}` takes true or false, found {value}")]
+    NotABool {
+        path: String,
+        value: serde_json::Value,
+    },
+    #[error("`{path}` takes a number, found {value}")]
+    NotANumber {
+        path: String,
+        value: serde_json::Value,
+    },
+    /// Not a string (a number or a bool is told to quote it).
+    #[error("`{path}` takes a string, found {value}{}", quote_hint(.value))]
+    NotAString {
+        path: String,
+        value: serde_json::Value,
+    },
+    /// Not a mapping (nor text) for a field of message type `message`.
+    #[error("`{path}` takes a mapping (a {message} message), found {value}")]
+    NotAMapping {
+        path: String,
+        message: String,
+        value: serde_json::Value,
+    },
+    #[error("`{path}` takes an integer, found {value}")]
+    NotAnInteger {
+        path: String,
+        value: serde_json::Value,
+    },
+    #[error("`{path}` takes an integer from {min} to {max}, found {found}")]
+    IntegerOutOfRange {
+        path: String,
+        min: i128,
+        max: i128,
+        found: i128,
+    },
+    /// None of the enum's value names (`names`), nor its number.
+    #[error("`{path}` takes one of {}, found {value}", .names.join(", "))]
+    NotAnEnumValue {
+        path: String,
+        names: Vec<String>,
+        value: serde_json::Value,
+    },
+    /// A mapping that is not the field's message in protobuf's JSON form.
+    #[error("`{path}`: {source}")]
+    Message {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A string that is not the field's message in text format.
+    #[error("`{path}`: {source}")]
+    MessageText {
+        path: String,
+        #[source]
+        source: ParseError,
+    },
+}
+
+/// How to write a scalar as the string a field takes: ` (quote it: "5")`.
+fn quote_hint(value: &serde_json::Value) -> String {
+    if value.is_object() || value.is_array() {
+        String::new()
+    } else {
+        format!(" (quote it: \"{value}\")")
+    }
 }
 
 /// Parses a `config.pbtxt`'s text.
 pub fn parse(text: &str) -> Result<DynamicMessage, ConfigError> {
-    DynamicMessage::parse_text_format(descriptor(), &with_list_colons(text))
-        .map_err(|e| ConfigError::Text(e.to_string()))
+    Ok(DynamicMessage::parse_text_format(
+        descriptor(),
+        &with_list_colons(text),
+    )?)
 }
 
 /// `text` with a `:` between a field name and a `[` that directly follows it.
@@ -270,21 +413,14 @@ fn split_outside_brackets(text: &str) -> Vec<&str> {
     parts
 }
 
-fn field_names(message: &MessageDescriptor) -> String {
-    message
-        .fields()
-        .map(|f| f.name().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+fn field_names(message: &MessageDescriptor) -> Vec<String> {
+    message.fields().map(|f| f.name().to_string()).collect()
 }
 
 impl ConfigPath {
     /// Parses and resolves `text`; the error says which part is wrong and what would be right.
-    pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        Self::resolve(text).map_err(ConfigError::Path)
-    }
-
-    fn resolve(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ConfigPathError> {
+        let path = || text.to_string();
         let mut steps = Vec::new();
         let mut message = Some(descriptor());
         // A list or map named without a subscript, which nothing can follow.
@@ -296,22 +432,29 @@ impl ConfigPath {
             };
             let Some(within) = message.take() else {
                 return Err(match &unsubscripted {
-                    Some(list) => {
-                        format!("`{text}`: `{list}` is a list: name an entry, `{list}[0].{name}`")
-                    }
-                    None => format!("`{text}`: `{name}` follows a field that is not a message"),
+                    Some(list) => ConfigPathError::BelowAList {
+                        path: path(),
+                        list: list.clone(),
+                        field: name.to_string(),
+                    },
+                    None => ConfigPathError::BelowAScalar {
+                        path: path(),
+                        field: name.to_string(),
+                    },
                 });
             };
             if name.is_empty() {
-                return Err(format!("`{text}`: an empty field name"));
+                return Err(ConfigPathError::EmptyName { path: path() });
             }
-            let field = within.get_field_by_name(name).ok_or_else(|| {
-                format!(
-                    "`{text}`: {} has no field `{name}` (its fields: {})",
-                    within.name(),
-                    field_names(&within)
-                )
-            })?;
+            let field =
+                within
+                    .get_field_by_name(name)
+                    .ok_or_else(|| ConfigPathError::NoSuchField {
+                        path: path(),
+                        message: within.name().to_string(),
+                        field: name.to_string(),
+                        fields: field_names(&within),
+                    })?;
             let mut element_kind = if field.is_map() {
                 None
             } else {
@@ -322,34 +465,48 @@ impl ConfigPath {
             while let Some(rest) = brackets.strip_prefix('[') {
                 let (inside, after) = rest
                     .split_once(']')
-                    .ok_or_else(|| format!("`{text}`: `[` without `]`"))?;
+                    .ok_or_else(|| ConfigPathError::UnclosedSubscript { path: path() })?;
                 if subscripted {
-                    return Err(format!("`{text}`: `{name}` takes one subscript"));
+                    return Err(ConfigPathError::TwoSubscripts {
+                        path: path(),
+                        field: name.to_string(),
+                    });
                 }
                 subscripted = true;
                 if field.is_list() {
-                    let index = inside.parse::<usize>().map_err(|_| {
-                        format!("`{text}`: `{name}` is a list: its subscript is an index from 0, not `{inside}`")
-                    })?;
+                    let index =
+                        inside
+                            .parse::<usize>()
+                            .map_err(|_| ConfigPathError::NotAnIndex {
+                                path: path(),
+                                field: name.to_string(),
+                                subscript: inside.to_string(),
+                            })?;
                     steps.push(Step::Index(index));
                 } else if field.is_map() {
                     let key = inside.trim_matches('"');
                     if key.is_empty() {
-                        return Err(format!(
-                            "`{text}`: `{name}` is a map: name a key, `{name}[KEY]`"
-                        ));
+                        return Err(ConfigPathError::NoKey {
+                            path: path(),
+                            field: name.to_string(),
+                        });
                     }
                     steps.push(Step::Key(key.to_string()));
                     element_kind = Some(map_value(&field).kind());
                 } else {
-                    return Err(format!(
-                        "`{text}`: `{name}` is neither a list nor a map: it takes no subscript"
-                    ));
+                    return Err(ConfigPathError::NotSubscriptable {
+                        path: path(),
+                        field: name.to_string(),
+                    });
                 }
                 brackets = after;
             }
             if !brackets.is_empty() {
-                return Err(format!("`{text}`: `{brackets}` after `{name}`"));
+                return Err(ConfigPathError::AfterSubscript {
+                    path: path(),
+                    field: name.to_string(),
+                    rest: brackets.to_string(),
+                });
             }
             if (field.is_map() || field.is_list()) && !subscripted {
                 // A whole list is set at once (a whole map is not a value a sweep sets, its
@@ -361,36 +518,32 @@ impl ConfigPath {
                 message = Some(m);
             }
         }
-        let path = ConfigPath {
-            text: text.to_string(),
-            steps,
-        };
-        if let Some(Step::Field(f)) = path.steps.last()
+        if let Some(Step::Field(f)) = steps.last()
             && f.is_map()
         {
-            return Err(format!(
-                "`{text}`: `{}` is a map: name an entry, `{}[KEY]`",
-                f.name(),
-                f.name()
-            ));
+            return Err(ConfigPathError::WholeMap {
+                path: path(),
+                field: f.name().to_string(),
+            });
         }
-        Ok(path)
+        Ok(ConfigPath {
+            text: text.to_string(),
+            steps,
+        })
     }
 
     /// The config value `value` (a matrix value: YAML read as JSON) makes at this path, or why it
     /// is of the wrong type for the field.
-    pub fn value_of(&self, value: &serde_json::Value) -> Result<Option<Value>, ConfigError> {
-        self.converted(value).map_err(ConfigError::Value)
-    }
-
-    fn converted(&self, value: &serde_json::Value) -> Result<Option<Value>, String> {
+    pub fn value_of(&self, value: &serde_json::Value) -> Result<Option<Value>, ConfigValueError> {
         let (field, whole_list) = self.leaf();
         if value.is_null() {
             return if self.steps.len() == 1 {
                 // Clearing a top-level field (e.g. dynamic_batching) is a variant too.
                 Ok(None)
             } else {
-                Err(format!("`{self}`: null clears top-level fields only"))
+                Err(ConfigValueError::NullBelowTopLevel {
+                    path: self.to_string(),
+                })
             };
         }
         let kind = if matches!(self.steps.last(), Some(Step::Key(_))) {
@@ -399,13 +552,11 @@ impl ConfigPath {
             field.kind()
         };
         if whole_list {
-            let items = value.as_array().ok_or_else(|| {
-                format!(
-                    "`{self}` is a list: its value is a list (or name an entry, `{}[0]`)",
-                    field.name()
-                )
+            let items = value.as_array().ok_or_else(|| ConfigValueError::NotAList {
+                path: self.to_string(),
+                field: field.name().to_string(),
             })?;
-            let converted: Result<Vec<Value>, String> =
+            let converted: Result<Vec<Value>, ConfigValueError> =
                 items.iter().map(|v| convert(&kind, v, self)).collect();
             return Ok(Some(Value::List(converted?)));
         }
@@ -434,9 +585,9 @@ impl ConfigPath {
         &self,
         config: &mut DynamicMessage,
         value: &serde_json::Value,
-    ) -> Result<(), ConfigError> {
+    ) -> Result<(), ConfigValueError> {
         let converted = self.value_of(value)?;
-        set_in(config, &self.steps, converted, self).map_err(ConfigError::Value)
+        set_in(config, &self.steps, converted, self)
     }
 }
 
@@ -445,7 +596,7 @@ fn set_in(
     steps: &[Step],
     value: Option<Value>,
     path: &ConfigPath,
-) -> Result<(), String> {
+) -> Result<(), ConfigValueError> {
     let Some(Step::Field(field)) = steps.first() else {
         unreachable!("a path's steps start with a field and a subscript is followed by one");
     };
@@ -457,19 +608,22 @@ fn set_in(
                 .as_list_mut()
                 .expect("an index follows a repeated field");
             let len = list.len();
-            let entry = list.get_mut(*i).ok_or_else(|| {
-                format!(
-                    "`{path}`: the config's `{}` has {len} entr{} (index {i} is past the end)",
-                    field.name(),
-                    if len == 1 { "y" } else { "ies" }
-                )
-            })?;
+            let entry = list
+                .get_mut(*i)
+                .ok_or_else(|| ConfigValueError::PastTheEnd {
+                    path: path.to_string(),
+                    field: field.name().to_string(),
+                    len,
+                    index: *i,
+                })?;
             match (rest.is_empty(), value) {
                 (true, Some(v)) => {
                     *entry = v;
                     Ok(())
                 }
-                (true, None) => Err(format!("`{path}`: null clears top-level fields only")),
+                (true, None) => Err(ConfigValueError::NullBelowTopLevel {
+                    path: path.to_string(),
+                }),
                 (false, v) => set_in(
                     entry
                         .as_message_mut()
@@ -493,7 +647,9 @@ fn set_in(
                     map.insert(key, v);
                     Ok(())
                 }
-                (true, None) => Err(format!("`{path}`: null clears top-level fields only")),
+                (true, None) => Err(ConfigValueError::NullBelowTopLevel {
+                    path: path.to_string(),
+                }),
                 (false, v) => {
                     let Kind::Message(entry_type) = value_field.kind() else {
                         unreachable!("a field follows a map of messages");
@@ -534,21 +690,19 @@ fn set_in(
 }
 
 /// A matrix value as a config value of `kind`.
-fn convert(kind: &Kind, value: &serde_json::Value, path: &ConfigPath) -> Result<Value, String> {
+fn convert(
+    kind: &Kind,
+    value: &serde_json::Value,
+    path: &ConfigPath,
+) -> Result<Value, ConfigValueError> {
     use serde_json::Value as J;
-    let wrong = |expected: &str| {
-        let hint = if expected == "a string" && !value.is_object() && !value.is_array() {
-            format!(" (quote it: \"{value}\")")
-        } else {
-            String::new()
-        };
-        Err(format!("`{path}` takes {expected}, found {value}{hint}"))
-    };
+    let path = || path.to_string();
+    let found = || value.clone();
     let wide = matches!(
         kind,
         Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 | Kind::Uint64 | Kind::Fixed64
     );
-    let int = |min: i128, max: i128| -> Result<i128, String> {
+    let int = |min: i128, max: i128| -> Result<i128, ConfigValueError> {
         let n = match value {
             J::Number(n) => n.as_i64().map(i128::from).or(n.as_u64().map(i128::from)),
             // Protobuf's JSON writes 64-bit integers as strings.
@@ -557,16 +711,31 @@ fn convert(kind: &Kind, value: &serde_json::Value, path: &ConfigPath) -> Result<
         };
         match n {
             Some(n) if (min..=max).contains(&n) => Ok(n),
-            Some(n) => Err(format!(
-                "`{path}` takes an integer from {min} to {max}, found {n}"
-            )),
-            None => Err(format!("`{path}` takes an integer, found {value}")),
+            Some(n) => Err(ConfigValueError::IntegerOutOfRange {
+                path: path(),
+                min,
+                max,
+                found: n,
+            }),
+            None => Err(ConfigValueError::NotAnInteger {
+                path: path(),
+                value: found(),
+            }),
         }
+    };
+    let not_a_string = || ConfigValueError::NotAString {
+        path: path(),
+        value: found(),
     };
     Ok(match kind {
         Kind::Bool => match value {
             J::Bool(b) => Value::Bool(*b),
-            _ => return wrong("true or false"),
+            _ => {
+                return Err(ConfigValueError::NotABool {
+                    path: path(),
+                    value: found(),
+                });
+            }
         },
         Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
             Value::I32(int(i32::MIN.into(), i32::MAX.into())? as i32)
@@ -579,18 +748,23 @@ fn convert(kind: &Kind, value: &serde_json::Value, path: &ConfigPath) -> Result<
         Kind::Float | Kind::Double => match value.as_f64() {
             Some(f) if matches!(kind, Kind::Float) => Value::F32(f as f32),
             Some(f) => Value::F64(f),
-            None => return wrong("a number"),
+            None => {
+                return Err(ConfigValueError::NotANumber {
+                    path: path(),
+                    value: found(),
+                });
+            }
         },
         Kind::String => match value {
             J::String(s) => Value::String(s.clone()),
-            _ => return wrong("a string"),
+            _ => return Err(not_a_string()),
         },
         Kind::Bytes => match value {
             J::String(s) => Value::Bytes(s.clone().into_bytes().into()),
-            _ => return wrong("a string"),
+            _ => return Err(not_a_string()),
         },
         Kind::Enum(e) => {
-            let found = match value {
+            let number = match value {
                 J::String(s) => e.get_value_by_name(s),
                 J::Number(n) => n
                     .as_i64()
@@ -598,29 +772,43 @@ fn convert(kind: &Kind, value: &serde_json::Value, path: &ConfigPath) -> Result<
                     .and_then(|n| e.get_value(n)),
                 _ => None,
             };
-            match found {
+            match number {
                 Some(v) => Value::EnumNumber(v.number()),
                 None => {
-                    let names: Vec<String> = e.values().map(|v| v.name().to_string()).collect();
-                    return Err(format!(
-                        "`{path}` takes one of {}, found {value}",
-                        names.join(", ")
-                    ));
+                    return Err(ConfigValueError::NotAnEnumValue {
+                        path: path(),
+                        names: e.values().map(|v| v.name().to_string()).collect(),
+                        value: found(),
+                    });
                 }
             }
         }
         Kind::Message(m) => match value {
             // A message as a mapping, in protobuf's JSON form (field names as in the .proto).
             J::Object(_) => Value::Message(
-                DynamicMessage::deserialize(m.clone(), value.clone())
-                    .map_err(|e| format!("`{path}`: {e}"))?,
+                DynamicMessage::deserialize(m.clone(), value.clone()).map_err(|source| {
+                    ConfigValueError::Message {
+                        path: path(),
+                        source,
+                    }
+                })?,
             ),
             // Or in text format, as config.pbtxt writes it.
-            J::String(s) => Value::Message(
-                DynamicMessage::parse_text_format(m.clone(), s)
-                    .map_err(|e| format!("`{path}`: {e}"))?,
-            ),
-            _ => return wrong(&format!("a mapping (a {} message)", m.name())),
+            J::String(s) => {
+                Value::Message(DynamicMessage::parse_text_format(m.clone(), s).map_err(
+                    |source| ConfigValueError::MessageText {
+                        path: path(),
+                        source,
+                    },
+                )?)
+            }
+            _ => {
+                return Err(ConfigValueError::NotAMapping {
+                    path: path(),
+                    message: m.name().to_string(),
+                    value: found(),
+                });
+            }
         },
     })
 }
@@ -737,61 +925,196 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
         assert!(!cleared.contains("dynamic_batching"), "{cleared}");
     }
 
+    /// An error's variant, by name.
+    fn kind(err: &ConfigError) -> &'static str {
+        use ConfigPathError as P;
+        use ConfigValueError as V;
+        match err {
+            ConfigError::Text(_) => "Text",
+            ConfigError::Path(p) => match p {
+                P::BelowAList { .. } => "BelowAList",
+                P::BelowAScalar { .. } => "BelowAScalar",
+                P::EmptyName { .. } => "EmptyName",
+                P::NoSuchField { .. } => "NoSuchField",
+                P::UnclosedSubscript { .. } => "UnclosedSubscript",
+                P::TwoSubscripts { .. } => "TwoSubscripts",
+                P::NotAnIndex { .. } => "NotAnIndex",
+                P::NoKey { .. } => "NoKey",
+                P::NotSubscriptable { .. } => "NotSubscriptable",
+                P::AfterSubscript { .. } => "AfterSubscript",
+                P::WholeMap { .. } => "WholeMap",
+            },
+            ConfigError::Value(v) => match v {
+                V::NullBelowTopLevel { .. } => "NullBelowTopLevel",
+                V::NotAList { .. } => "NotAList",
+                V::PastTheEnd { .. } => "PastTheEnd",
+                V::NotABool { .. } => "NotABool",
+                V::NotANumber { .. } => "NotANumber",
+                V::NotAString { .. } => "NotAString",
+                V::NotAMapping { .. } => "NotAMapping",
+                V::NotAnInteger { .. } => "NotAnInteger",
+                V::IntegerOutOfRange { .. } => "IntegerOutOfRange",
+                V::NotAnEnumValue { .. } => "NotAnEnumValue",
+                V::Message { .. } => "Message",
+                V::MessageText { .. } => "MessageText",
+            },
+        }
+    }
+
     #[test]
     fn bad_paths_and_values_say_what_is_wrong() {
-        let cases = [
+        let paths = [
             (
                 "max_batch",
-                json!(1),
+                "NoSuchField",
                 "ModelConfig has no field `max_batch`",
             ),
             (
                 "instance_group.count",
-                json!(1),
-                "`instance_group` is a list",
+                "BelowAList",
+                "`instance_group` is a list: name an entry, `instance_group[0].count`",
             ),
-            ("instance_group[x].count", json!(1), "index from 0"),
-            ("max_batch_size[0]", json!(1), "neither a list nor a map"),
-            ("max_batch_size.x", json!(1), "not a message"),
-            ("parameters", json!(1), "is a map"),
-            ("max_batch_size", json!("8"), "takes an integer"),
-            ("max_batch_size", json!(1.5), "takes an integer"),
+            ("instance_group[x].count", "NotAnIndex", "index from 0"),
+            (
+                "max_batch_size[0]",
+                "NotSubscriptable",
+                "neither a list nor a map",
+            ),
+            ("max_batch_size.x", "BelowAScalar", "not a message"),
+            (
+                "parameters",
+                "WholeMap",
+                "`parameters`: `parameters` is a map: name an entry, `parameters[KEY]`",
+            ),
+            (
+                "dynamic_batching..x",
+                "EmptyName",
+                "`dynamic_batching..x`: an empty field name",
+            ),
+            ("instance_group[0", "UnclosedSubscript", "`[` without `]`"),
+            (
+                "instance_group[0][1].count",
+                "TwoSubscripts",
+                "`instance_group` takes one subscript",
+            ),
+            (
+                "parameters[].string_value",
+                "NoKey",
+                "`parameters` is a map: name a key, `parameters[KEY]`",
+            ),
+            (
+                "instance_group[0]x.count",
+                "AfterSubscript",
+                "`x` after `instance_group`",
+            ),
+        ];
+        for (path, want, expected) in paths {
+            let err = set(FIXED_CAPACITY, path, json!(1)).unwrap_err();
+            assert_eq!(kind(&err), want, "{path}: {err:?}");
+            assert!(err.to_string().contains(expected), "{path}: {err}");
+            // A path is refused before any config is read.
+            assert_eq!(
+                ConfigPath::parse(path).unwrap_err().to_string(),
+                err.to_string()
+            );
+        }
+        let values = [
+            (
+                "max_batch_size",
+                json!("8"),
+                "NotAnInteger",
+                "takes an integer",
+            ),
+            (
+                "max_batch_size",
+                json!(1.5),
+                "NotAnInteger",
+                "takes an integer",
+            ),
             (
                 "max_batch_size",
                 json!(3_000_000_000u64),
+                "IntegerOutOfRange",
                 "from -2147483648 to 2147483647",
             ),
             (
                 "instance_group[0].kind",
                 json!("KIND_TPU"),
+                "NotAnEnumValue",
                 "one of KIND_AUTO",
             ),
-            ("name", json!(5), "quote it"),
-            ("dynamic_batching", json!(5), "a mapping"),
-            ("instance_group[0].count", json!(null), "top-level"),
+            (
+                "name",
+                json!(5),
+                "NotAString",
+                "`name` takes a string, found 5 (quote it: \"5\")",
+            ),
+            (
+                "response_cache.enable",
+                json!(5),
+                "NotABool",
+                "true or false",
+            ),
+            (
+                "sequence_batching.direct.minimum_slot_utilization",
+                json!("x"),
+                "NotANumber",
+                "takes a number",
+            ),
+            ("dynamic_batching", json!(5), "NotAMapping", "a mapping"),
+            (
+                "dynamic_batching",
+                json!({"bogus": 1}),
+                "Message",
+                "`dynamic_batching`: ",
+            ),
+            (
+                "dynamic_batching",
+                json!("bogus: 1"),
+                "MessageText",
+                "`dynamic_batching`: ",
+            ),
+            (
+                "dynamic_batching.preferred_batch_size",
+                json!(4),
+                "NotAList",
+                "its value is a list (or name an entry, `preferred_batch_size[0]`)",
+            ),
+            (
+                "instance_group[0].count",
+                json!(null),
+                "NullBelowTopLevel",
+                "top-level",
+            ),
+            (
+                "parameters[k].string_value",
+                json!(null),
+                "NullBelowTopLevel",
+                "top-level",
+            ),
             (
                 "instance_group[3].count",
                 json!(1),
+                "PastTheEnd",
                 "has 1 entry (index 3 is past the end)",
             ),
+            (
+                "model_warmup[0].name",
+                json!("x"),
+                "PastTheEnd",
+                "has 0 entries (index 0 is past the end)",
+            ),
         ];
-        for (i, (path, value, expected)) in cases.into_iter().enumerate() {
+        for (path, value, want, expected) in values {
             let err = set(FIXED_CAPACITY, path, value.clone()).unwrap_err();
+            assert_eq!(kind(&err), want, "{path} = {value}: {err:?}");
             assert!(
                 err.to_string().contains(expected),
                 "{path} = {value}: {err}"
             );
-            // The first six are paths no config has; the rest values that do not fit.
-            match err {
-                ConfigError::Path(_) => assert!(i < 6, "{path} = {value}: {err:?}"),
-                ConfigError::Value(_) => assert!(i >= 6, "{path} = {value}: {err:?}"),
-                ConfigError::Text(_) => panic!("{path} = {value}: {err:?}"),
-            }
         }
-        assert!(matches!(
-            parse("max_batch_size: ["),
-            Err(ConfigError::Text(_))
-        ));
+        let err = parse("max_batch_size: [").unwrap_err();
+        assert_eq!(kind(&err), "Text", "{err:?}");
     }
 
     #[test]

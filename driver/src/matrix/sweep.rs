@@ -131,7 +131,7 @@ pub enum SweepParamError {
     EmptyModelName(String),
     /// A model config FIELD that model_config.proto does not have (or a bad index).
     #[error("{0}")]
-    Field(#[source] super::model_config::ConfigError),
+    Field(#[source] super::model_config::ConfigPathError),
     #[error(
         "unknown parameter `{0}`: use server.args, server.tritonserver.binary, \
          server.tritonserver.image, server.version, server.env.NAME, server.resources or \

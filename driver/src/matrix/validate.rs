@@ -1941,7 +1941,7 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
         }
         for (i, value) in values.iter().enumerate() {
             if let Err(why) = check_sweep_value(&param, value) {
-                push(path.index(i), Anchor::Value, why);
+                push(path.index(i), Anchor::Value, why.to_string());
             }
         }
         if let Some(again) = (1..values.len()).find(|&i| values[..i].contains(&values[i])) {
@@ -2004,42 +2004,128 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
     issues
 }
 
+/// A sweep value of the wrong type for its parameter.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepValueError {
+    /// `server.args` takes the whole argument list.
+    #[error("server.args takes a list of strings (the whole argument list), found {0}")]
+    ServerArgs(serde_json::Value),
+    /// A parameter that takes a non-empty string (`param`: its PATH).
+    #[error("{param} takes a non-empty string, found {value}")]
+    NotANonEmptyString {
+        param: &'static str,
+        value: serde_json::Value,
+    },
+    /// `server.env.NAME` takes a string.
+    #[error("server.env.{name} takes a string, found {value} (quote it: \"{value}\")")]
+    EnvNotAString {
+        name: String,
+        value: serde_json::Value,
+    },
+    /// `server.resources` takes what a template's `resources` does.
+    #[error("server.resources: {0}")]
+    Resources(#[source] serde_json::Error),
+    /// A value the model config's field cannot take.
+    #[error(transparent)]
+    Model(#[from] super::model_config::ConfigValueError),
+}
+
 /// Whether `value` is of the type the sweep parameter takes.
 fn check_sweep_value(
     param: &super::sweep::SweepParam,
     value: &serde_json::Value,
-) -> Result<(), String> {
+) -> Result<(), SweepValueError> {
     use super::sweep::SweepParam;
-    let string = |what: &str| match value {
+    let string = |param: &'static str| match value {
         serde_json::Value::String(s) if !s.is_empty() => Ok(()),
-        _ => Err(format!("{what} takes a non-empty string, found {value}")),
+        _ => Err(SweepValueError::NotANonEmptyString {
+            param,
+            value: value.clone(),
+        }),
     };
     match param {
         SweepParam::ServerArgs => match value.as_array() {
             Some(items) if items.iter().all(|a| a.is_string()) => Ok(()),
-            _ => Err(format!(
-                "server.args takes a list of strings (the whole argument list), found {value}"
-            )),
+            _ => Err(SweepValueError::ServerArgs(value.clone())),
         },
         SweepParam::ServerBinary => string("server.tritonserver.binary"),
         SweepParam::ServerImage => string("server.tritonserver.image"),
         SweepParam::ServerVersion => string("server.version"),
         SweepParam::ServerEnv(name) => match value {
             serde_json::Value::String(_) => Ok(()),
-            _ => Err(format!(
-                "server.env.{name} takes a string, found {value} (quote it: \"{value}\")"
-            )),
+            _ => Err(SweepValueError::EnvNotAString {
+                name: name.clone(),
+                value: value.clone(),
+            }),
         },
         SweepParam::ServerResources => serde_json::from_value::<Resources>(value.clone())
             .map(drop)
-            .map_err(|e| format!("server.resources: {e}")),
-        SweepParam::Model { path, .. } => path.value_of(value).map(drop).map_err(|e| e.to_string()),
+            .map_err(SweepValueError::Resources),
+        SweepParam::Model { path, .. } => path.value_of(value).map(drop).map_err(Into::into),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_value_of_the_wrong_type_says_which() {
+        use super::super::model_config::ConfigValueError;
+        use super::super::sweep::SweepParam;
+        use serde_json::json;
+        let check = |path: &str, value: serde_json::Value| {
+            check_sweep_value(&SweepParam::parse(path).unwrap(), &value)
+        };
+        assert!(check("server.args", json!(["--log-verbose=1"])).is_ok());
+        assert!(check("server.env.FOO", json!("1")).is_ok());
+        assert!(check("models.m.max_batch_size", json!(8)).is_ok());
+        let err = check("server.args", json!("x")).unwrap_err();
+        assert!(matches!(&err, SweepValueError::ServerArgs(v) if v == "x"));
+        assert_eq!(
+            err.to_string(),
+            "server.args takes a list of strings (the whole argument list), found \"x\""
+        );
+        let err = check("server.tritonserver.image", json!("")).unwrap_err();
+        assert!(matches!(
+            err,
+            SweepValueError::NotANonEmptyString {
+                param: "server.tritonserver.image",
+                ..
+            }
+        ));
+        assert!(matches!(
+            check("server.version", json!(5)),
+            Err(SweepValueError::NotANonEmptyString {
+                param: "server.version",
+                ..
+            })
+        ));
+        let err = check("server.env.FOO", json!(5)).unwrap_err();
+        assert!(matches!(&err, SweepValueError::EnvNotAString { name, .. } if name == "FOO"));
+        assert_eq!(
+            err.to_string(),
+            "server.env.FOO takes a string, found 5 (quote it: \"5\")"
+        );
+        let err = check("server.resources", json!({"bogus": 1})).unwrap_err();
+        assert!(matches!(err, SweepValueError::Resources(_)), "{err:?}");
+        assert!(
+            err.to_string()
+                .starts_with("server.resources: unknown field `bogus`")
+        );
+        let err = check("models.m.max_batch_size", json!("8")).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SweepValueError::Model(ConfigValueError::NotAnInteger { .. })
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "`max_batch_size` takes an integer, found \"8\""
+        );
+    }
 
     #[test]
     fn a_prometheus_source_needs_an_http_url_and_matchers_without_braces() {

@@ -10,19 +10,31 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 use stress_common::contract::RunId;
-use stress_common::retry::{RetryPolicy, retry};
+use stress_common::retry::{RetryError, RetryPolicy, retry};
 use stress_common::status::EventKind;
 use stress_common::store::{Store, within as bounded};
 use stress_common::tritonserver;
 
+/// Why one attempt at recording the verdict and reading the report back failed.
+#[derive(Debug, thiserror::Error)]
+enum FinishAttemptError {
+    /// The verdict was not recorded.
+    #[error(transparent)]
+    Finish(#[from] stress_common::store::StoreError),
+    /// The report was not read back.
+    #[error(transparent)]
+    Report(#[from] crate::report::ReportError),
+}
+
 /// Records the verdict and reads the report back, retrying a store that is down or does not
-/// answer for `deadline` (the store outage limit of the fail-fast rules).
+/// answer for `deadline` (the store outage limit of the fail-fast rules); the error is the last
+/// attempt's, with how many were made.
 pub(super) async fn finish_and_read(
     store: &Store,
     run_id: &RunId,
     verdict: &Verdict,
     deadline: Duration,
-) -> Result<Report, String> {
+) -> Result<Report, RetryError> {
     let policy = RetryPolicy {
         attempts: u32::MAX,
         first_pause: Duration::from_millis(500),
@@ -32,14 +44,10 @@ pub(super) async fn finish_and_read(
     retry("finishing the run in the status store", policy, || async {
         store
             .finish_run(run_id, verdict.as_str(), finished_at_ms)
-            .await
-            .map_err(|e| e.to_string())?;
-        Report::from_store(store, run_id)
-            .await
-            .map_err(|e| e.to_string())
+            .await?;
+        Ok::<_, FinishAttemptError>(Report::from_store(store, run_id).await?)
     })
     .await
-    .map_err(|e| e.to_string())
 }
 
 /// Saves the run's summary (its row in `driver runs` and `driver serve`), within the store

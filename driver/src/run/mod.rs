@@ -58,12 +58,16 @@ pub enum DriverError {
         path: PathBuf,
         error: std::io::Error,
     },
+    /// A sweep's verdict not recorded, or its report not read back, within the store outage
+    /// limit.
+    #[error(transparent)]
+    Finish(#[from] stress_common::retry::RetryError),
 }
 
 impl DriverError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            DriverError::Matrix(_) | DriverError::Config(_) => 2,
+            DriverError::Matrix(_) | DriverError::Config(_) | DriverError::Finish(_) => 2,
             _ => 1,
         }
     }

@@ -97,10 +97,10 @@ pub async fn sweep(
     let variants = plan::grid(sweep);
     let mut configs = Vec::with_capacity(variants.len());
     for v in &variants {
-        let c = plan::model_configs(&originals, v).map_err(|(param, why)| {
+        let c = plan::model_configs(&originals, v).map_err(|why| {
             DriverError::Config(format!(
                 "{}: variant {} ({}): {why}",
-                matrix.locate_sweep_parameter(&param),
+                matrix.locate_sweep_parameter(&why.param()),
                 v.index,
                 v.label()
             ))
@@ -277,8 +277,7 @@ pub async fn sweep(
         &verdict,
         matrix.run.fail_fast.store_outage_limit,
     )
-    .await
-    .map_err(DriverError::Config)?;
+    .await?;
     finish::write_report(run_dir, &report)?;
     // Its row in `driver runs` and `driver serve`'s list, as every run's.
     finish::save_summary(&store, &sweep_run, &report).await;
@@ -386,12 +385,40 @@ impl VariantContext<'_> {
             Ok(outcome) => measured(&mut result, sweep, &outcome),
             Err(e) => {
                 result.status = VariantStatus::Failed;
-                result.why = Some(e);
+                result.why = Some(e.to_string());
             }
         }
         result.run_id = Some(variant_id);
         (result, repos)
     }
+}
+
+/// Why a variant's capacity run has no report.
+#[derive(Debug, thiserror::Error)]
+enum VariantRunError {
+    /// Its matrix could not be made.
+    #[error(transparent)]
+    Matrix(#[from] plan::VariantError),
+    /// Its run directory (`dir`'s `logs`) could not be made.
+    #[error("{}: {source}", .dir.display())]
+    RunDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Its matrix does not serialise to YAML.
+    #[error(transparent)]
+    Yaml(#[from] serde_saphyr::ser::Error),
+    /// Its matrix file could not be written.
+    #[error("{}: {source}", .file.display())]
+    MatrixFile {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The run itself failed.
+    #[error(transparent)]
+    Run(#[from] DriverError),
 }
 
 /// One variant's capacity run, in the sweep's store; the error says why it has no report.
@@ -406,13 +433,18 @@ async fn run_variant(
     store_url: &str,
     cancel: CancellationToken,
     launcher_for: &LauncherFor<'_>,
-) -> Result<RunOutcome, String> {
-    let variant_matrix =
-        plan::variant_matrix(matrix, variant, repositories).map_err(|e| e.to_string())?;
-    std::fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
+) -> Result<RunOutcome, VariantRunError> {
+    let variant_matrix = plan::variant_matrix(matrix, variant, repositories)?;
+    std::fs::create_dir_all(dir.join("logs")).map_err(|source| VariantRunError::RunDir {
+        dir: dir.into(),
+        source,
+    })?;
     let matrix_file = dir.join("matrix.yaml");
-    let yaml = serde_saphyr::to_string(&variant_matrix).map_err(|e| e.to_string())?;
-    std::fs::write(&matrix_file, yaml).map_err(|e| format!("{}: {e}", matrix_file.display()))?;
+    let yaml = serde_saphyr::to_string(&variant_matrix)?;
+    std::fs::write(&matrix_file, yaml).map_err(|source| VariantRunError::MatrixFile {
+        file: matrix_file.clone(),
+        source,
+    })?;
     let variant_options = RunOptions {
         matrix: matrix_file,
         run_id: Some(run_id.into()),
@@ -429,7 +461,7 @@ async fn run_variant(
         cancel,
     )
     .await
-    .map_err(|e| e.to_string())
+    .map_err(VariantRunError::Run)
 }
 
 /// What a variant's run measured: the capacity of the sweep's model (or the first answer), and
