@@ -59,7 +59,7 @@ pub enum DriverError {
         error: std::io::Error,
     },
     /// A sweep's verdict not recorded, or its report not read back, within the store outage
-    /// limit.
+    /// limit: the store's failure, not bad input (exit code 1, as [`DriverError::Store`]).
     #[error(transparent)]
     Finish(#[from] stress_common::retry::RetryError),
 }
@@ -67,7 +67,7 @@ pub enum DriverError {
 impl DriverError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            DriverError::Matrix(_) | DriverError::Config(_) | DriverError::Finish(_) => 2,
+            DriverError::Matrix(_) | DriverError::Config(_) => 2,
             _ => 1,
         }
     }
