@@ -55,6 +55,20 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A stable name of the kind of failure, for logs and metrics labels (never changes with the
+    /// message's wording).
+    pub fn label(&self) -> &'static str {
+        match self {
+            StoreError::UnsupportedUrl { .. } => "unsupported_url",
+            StoreError::Database { .. } => "database",
+            StoreError::Corrupt { .. } => "corrupt",
+            StoreError::NotFound { .. } => "not_found",
+            StoreError::Migration { .. } => "migration",
+            StoreError::Unwritten { .. } => "unwritten",
+            StoreError::Other { .. } => "other",
+        }
+    }
+
     /// The underlying sqlx error, where there is one.
     pub fn sqlx_error(&self) -> Option<&sqlx::Error> {
         match self {

@@ -65,6 +65,19 @@ pub enum DriverError {
 }
 
 impl DriverError {
+    /// A stable name of the kind of failure, for logs and metrics labels: `bad_matrix` and
+    /// `bad_input` (exit code 2), `store.KIND`, `report`, `run_dir`, `store_outage` (exit 1).
+    pub fn label(&self) -> String {
+        match self {
+            DriverError::Matrix(_) => "bad_matrix".into(),
+            DriverError::Config(_) => "bad_input".into(),
+            DriverError::Store(e) => format!("store.{}", e.label()),
+            DriverError::Report(_) => "report".into(),
+            DriverError::RunDir { .. } => "run_dir".into(),
+            DriverError::Finish(_) => "store_outage".into(),
+        }
+    }
+
     pub fn exit_code(&self) -> u8 {
         match self {
             DriverError::Matrix(_) | DriverError::Config(_) => 2,
@@ -575,4 +588,36 @@ pub fn planned_faults(
     let plan = RunPlan::new(&matrix, RunId::new(run_id), duration);
     faults::check_fit(&matrix, &plan)?;
     Ok(plan.faults)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stress_common::store::StoreError;
+
+    #[test]
+    fn each_error_kind_has_its_label_and_exit_code() {
+        let store = DriverError::Store(StoreError::Unwritten {
+            url: "sqlite://x".into(),
+        });
+        let outage = DriverError::Finish(stress_common::retry::RetryError {
+            what: "finish_run".into(),
+            attempts: 3,
+            elapsed: Duration::from_secs(60),
+            last: "the status store did not answer within 5s".into(),
+        });
+        let bad = DriverError::Config("sweep.parameters: no such field".into());
+        let cases = [
+            (&store, "store.unwritten", 1),
+            (&outage, "store_outage", 1),
+            (&bad, "bad_input", 2),
+        ];
+        for (error, label, code) in cases {
+            assert_eq!(
+                (error.label().as_str(), error.exit_code()),
+                (label, code),
+                "{error}"
+            );
+        }
+    }
 }
