@@ -596,9 +596,16 @@ impl GrpcDecoupledSession {
                 ));
             };
             if response.id != id {
+                // What the stray response held, to tell a server's race (an empty final
+                // response whose request was already released) from a response of another
+                // request.
                 return StreamEnd::Error(ClientError::Protocol(format!(
-                    "a response with id {:?} on a stream waiting for request {id:?}",
-                    response.id
+                    "a response with id {:?} (model {:?}, {} output(s), final: {}) on a stream \
+                     waiting for request {id:?}",
+                    response.id,
+                    response.model_name,
+                    response.outputs.len(),
+                    is_final_response(&response),
                 )));
             }
             let is_final = is_final_response(&response);
