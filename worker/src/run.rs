@@ -631,6 +631,10 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             Some(Outcome::Failed(failure)) => {
                 failures_in_a_row = failures_in_a_row.saturating_add(1);
                 let mut record = failure.into_record(scenario, client.address());
+                // The previous use of the slot's correlation id says something only about a
+                // test that used it (a sequence); elsewhere it would blame an unrelated test.
+                let previous_use = previous_use
+                    .filter(|_| scenario.uses_sequences() || record.correlation_id.is_some());
                 record.forensics = Some(Forensics {
                     steps,
                     steps_left_out,
