@@ -13,6 +13,7 @@ use finish::{
 };
 mod capacity;
 mod driver;
+mod error;
 mod faults;
 mod finish;
 mod lease;
@@ -24,12 +25,13 @@ mod slo_check;
 pub mod sweep;
 
 use driver::Driver;
+pub use error::DriverError;
 use lease::Lease;
 use progress::Progress;
 
 use crate::judge::failfast::{self};
 use crate::launcher::Launcher;
-use crate::matrix::{self, Matrix, MatrixError};
+use crate::matrix::{self, Matrix};
 use crate::plan::RunPlan;
 use crate::report::Report;
 use crate::report::baseline;
@@ -39,52 +41,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use stress_common::contract::RunId;
 use stress_common::status::EventKind;
-use stress_common::store::{NewRun, Store, StoreError, within as bounded};
+use stress_common::store::{NewRun, Store, within as bounded};
 use tokio_util::sync::CancellationToken;
-
-#[derive(Debug, thiserror::Error)]
-pub enum DriverError {
-    /// Bad matrix or options (exit code 2).
-    #[error("{0}")]
-    Matrix(#[from] MatrixError),
-    #[error("{0}")]
-    Config(String),
-    #[error("status store: {0}")]
-    Store(#[from] StoreError),
-    #[error("report: {0}")]
-    Report(#[from] crate::report::ReportError),
-    #[error("run directory {path}: {error}")]
-    RunDir {
-        path: PathBuf,
-        error: std::io::Error,
-    },
-    /// A sweep's verdict not recorded, or its report not read back, within the store outage
-    /// limit: the store's failure, not bad input (exit code 1, as [`DriverError::Store`]).
-    #[error(transparent)]
-    Finish(#[from] stress_common::retry::RetryError),
-}
-
-impl DriverError {
-    /// A stable name of the kind of failure, for logs and metrics labels: `bad_matrix` and
-    /// `bad_input` (exit code 2), `store.KIND`, `report`, `run_dir`, `store_outage` (exit 1).
-    pub fn label(&self) -> String {
-        match self {
-            DriverError::Matrix(_) => "bad_matrix".into(),
-            DriverError::Config(_) => "bad_input".into(),
-            DriverError::Store(e) => format!("store.{}", e.label()),
-            DriverError::Report(_) => "report".into(),
-            DriverError::RunDir { .. } => "run_dir".into(),
-            DriverError::Finish(_) => "store_outage".into(),
-        }
-    }
-
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            DriverError::Matrix(_) | DriverError::Config(_) => 2,
-            _ => 1,
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -588,36 +546,4 @@ pub fn planned_faults(
     let plan = RunPlan::new(&matrix, RunId::new(run_id), duration);
     faults::check_fit(&matrix, &plan)?;
     Ok(plan.faults)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use stress_common::store::StoreError;
-
-    #[test]
-    fn each_error_kind_has_its_label_and_exit_code() {
-        let store = DriverError::Store(StoreError::Unwritten {
-            url: "sqlite://x".into(),
-        });
-        let outage = DriverError::Finish(stress_common::retry::RetryError {
-            what: "finish_run".into(),
-            attempts: 3,
-            elapsed: Duration::from_secs(60),
-            last: "the status store did not answer within 5s".into(),
-        });
-        let bad = DriverError::Config("sweep.parameters: no such field".into());
-        let cases = [
-            (&store, "store.unwritten", 1),
-            (&outage, "store_outage", 1),
-            (&bad, "bad_input", 2),
-        ];
-        for (error, label, code) in cases {
-            assert_eq!(
-                (error.label().as_str(), error.exit_code()),
-                (label, code),
-                "{error}"
-            );
-        }
-    }
 }
