@@ -4,6 +4,7 @@ use driver::launcher::Launcher;
 use driver::launcher::kube::{self, KubeLauncher, KubeSettings};
 use driver::launcher::local::LocalLauncher;
 use driver::report::Report;
+use driver::run::sweep::{LaunchFor, LaunchFuture};
 use driver::run::{self, RunOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -488,21 +489,64 @@ async fn main() -> ExitCode {
                 .unwrap_or_default();
             let cancel = stress_common::shutdown::token_on_signals();
             if matrix.sweep.is_some() {
-                if !matches!(kind, LauncherKind::Local) {
-                    eprintln!(
-                        "{}: sweeps run with the local launcher for now (on Kubernetes each \
-                         variant needs its config mounted over the models image: not built yet)",
-                        options.matrix.display()
-                    );
-                    return ExitCode::from(BAD_INPUT);
-                }
                 tracing::info!(run_id, run_dir = %run_dir.display(), "starting a sweep");
-                let launcher_for = |dir: &std::path::Path| -> Box<dyn Launcher> {
-                    Box::new(LocalLauncher::new(dir, &matrix_dir))
+                let outcome = match kind {
+                    LauncherKind::Local => {
+                        let launcher_for = |l: LaunchFor<'_>| -> LaunchFuture {
+                            let launcher: Box<dyn Launcher> =
+                                Box::new(LocalLauncher::new(l.dir, &matrix_dir));
+                            Box::pin(std::future::ready(Ok(launcher)))
+                        };
+                        run::sweep::sweep(
+                            &options,
+                            &matrix,
+                            &run_dir,
+                            &run_id,
+                            cancel,
+                            &launcher_for,
+                        )
+                        .await
+                    }
+                    LauncherKind::Kube => {
+                        if let Some(refused) = binary_sweep_on_pods(&matrix) {
+                            eprintln!("{refused}");
+                            return ExitCode::from(BAD_INPUT);
+                        }
+                        // One cluster connection; each run of the sweep (its own, then each
+                        // variant's) gets a KubeLauncher of its own run id.
+                        let cluster = match KubeCluster::connect(&options, &matrix, kube).await {
+                            Ok(c) => c,
+                            Err(e) => {
+                                eprintln!("error: {e:#}");
+                                return ExitCode::from(BAD_INPUT);
+                            }
+                        };
+                        let duration = options.duration;
+                        let launcher_for = |l: LaunchFor<'_>| -> LaunchFuture {
+                            let client = cluster.client.clone();
+                            let settings = cluster.settings(
+                                l.run_id,
+                                std::fs::read_to_string(l.matrix_file).unwrap_or_default(),
+                                l.matrix,
+                                duration,
+                            );
+                            Box::pin(async move {
+                                let launcher: Box<dyn Launcher> =
+                                    Box::new(KubeLauncher::start(client, settings).await?);
+                                Ok(launcher)
+                            })
+                        };
+                        run::sweep::sweep(
+                            &options,
+                            &matrix,
+                            &run_dir,
+                            &run_id,
+                            cancel,
+                            &launcher_for,
+                        )
+                        .await
+                    }
                 };
-                let outcome =
-                    run::sweep::sweep(&options, &matrix, &run_dir, &run_id, cancel, &launcher_for)
-                        .await;
                 return finish_run_command(outcome, &options);
             }
             let mut launcher: Box<dyn Launcher> = match kind {
@@ -609,45 +653,105 @@ fn finish_run_command(
     }
 }
 
-/// The kube launcher for a run: the cluster from KUBECONFIG or in-cluster, the store as pods see
-/// it (a Postgres URL: pods cannot reach the embedded SQLite file).
+/// A sweep of `server.tritonserver.binary` where servers are pods (images): bad input naming
+/// the parameter, said before anything starts.
+fn binary_sweep_on_pods(matrix: &driver::matrix::Matrix) -> Option<String> {
+    const BINARY: &str = "server.tritonserver.binary";
+    let param = matrix
+        .sweep
+        .as_ref()?
+        .parameters
+        .keys()
+        .find(|p| *p == BINARY)?;
+    Some(format!(
+        "{}: {BINARY}: the kube launcher runs images (sweep server.tritonserver.image instead)",
+        matrix.locate_sweep_parameter(param)
+    ))
+}
+
+/// The cluster a kube run uses and what every run there shares: the cluster from KUBECONFIG
+/// or in-cluster, the store as pods see it (a Postgres URL: pods cannot reach the embedded
+/// SQLite file).
+struct KubeCluster {
+    client: ::kube::Client,
+    namespace: String,
+    pod_store_url: String,
+    image_pull_policy: String,
+    pending_timeout: Duration,
+}
+
+impl KubeCluster {
+    async fn connect(
+        options: &RunOptions,
+        matrix: &driver::matrix::Matrix,
+        args: KubeArgs,
+    ) -> anyhow::Result<Self> {
+        let pod_store_url = args
+            .pod_database_url
+            .or_else(|| options.database_url.clone())
+            .filter(|u| u.starts_with("postgres"))
+            .context(
+                "--launcher kube needs a Postgres store that pods can reach: --database-url \
+                 postgres://... (and --pod-database-url when pods reach it at another address)",
+            )?;
+        let refused = run::uninjectable(matrix, kube::can_inject);
+        if !refused.is_empty() {
+            anyhow::bail!("{}", refused.join("\n"));
+        }
+        let client = kube::connect().await?;
+        let namespace = args
+            .namespace
+            .or_else(|| matrix.run.namespace.clone())
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        Ok(Self {
+            client,
+            namespace,
+            pod_store_url,
+            image_pull_policy: args.image_pull_policy,
+            pending_timeout: args.pending_timeout,
+        })
+    }
+
+    /// The settings of one run of `matrix` (a sweep variant's carries its model configs).
+    fn settings(
+        &self,
+        run_id: &str,
+        matrix_yaml: String,
+        matrix: &driver::matrix::Matrix,
+        duration: Option<Duration>,
+    ) -> KubeSettings {
+        KubeSettings {
+            namespace: self.namespace.clone(),
+            run_id: run_id.into(),
+            matrix_yaml,
+            pod_store_url: self.pod_store_url.clone(),
+            image_pull_policy: self.image_pull_policy.clone(),
+            pending_timeout: self.pending_timeout,
+            pod_deadline_seconds: kube::pod_deadline(
+                duration.unwrap_or(matrix.run.duration),
+                matrix.run.warmup,
+                matrix.run.server_ready_timeout,
+            ),
+            model_configs: kube::model_config_data(matrix),
+        }
+    }
+}
+
+/// The kube launcher for a run.
 async fn kube_launcher(
     options: &RunOptions,
     matrix: &driver::matrix::Matrix,
     run_id: &str,
     args: KubeArgs,
 ) -> anyhow::Result<KubeLauncher> {
-    let pod_store_url = args
-        .pod_database_url
-        .or_else(|| options.database_url.clone())
-        .filter(|u| u.starts_with("postgres"))
-        .context(
-            "--launcher kube needs a Postgres store that pods can reach: --database-url \
-             postgres://... (and --pod-database-url when pods reach it at another address)",
-        )?;
-    let refused = run::uninjectable(matrix, kube::can_inject);
-    if !refused.is_empty() {
-        anyhow::bail!("{}", refused.join("\n"));
-    }
-    let client = kube::connect().await?;
-    let namespace = args
-        .namespace
-        .or_else(|| matrix.run.namespace.clone())
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let settings = KubeSettings {
-        namespace,
-        run_id: run_id.into(),
-        matrix_yaml: std::fs::read_to_string(&options.matrix).unwrap_or_default(),
-        pod_store_url,
-        image_pull_policy: args.image_pull_policy,
-        pending_timeout: args.pending_timeout,
-        pod_deadline_seconds: kube::pod_deadline(
-            options.duration.unwrap_or(matrix.run.duration),
-            matrix.run.warmup,
-            matrix.run.server_ready_timeout,
-        ),
-    };
-    Ok(KubeLauncher::start(client, settings).await?)
+    let cluster = KubeCluster::connect(options, matrix, args).await?;
+    let settings = cluster.settings(
+        run_id,
+        std::fs::read_to_string(&options.matrix).unwrap_or_default(),
+        matrix,
+        options.duration,
+    );
+    Ok(KubeLauncher::start(cluster.client, settings).await?)
 }
 
 /// Run directories `driver cleanup` looks into for abandoned runs.

@@ -522,22 +522,58 @@ fn a_sweep_of_what_the_model_repository_lacks_exits_2_naming_the_parameter() {
         std::fs::remove_dir_all(&runs).unwrap();
     }
 
-    // Sweeps run with the local launcher only, for now: said before anything starts.
-    let out = driver(&[
-        "run",
-        "../test-matrices/sweep.yaml",
-        "--launcher",
-        "kube",
-        "--runs-dir",
-        runs.to_str().unwrap(),
-        "--no-progress",
-    ]);
-    assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
-    assert!(
-        text(&out.stderr).contains("sweeps run with the local launcher for now"),
-        "{}",
-        describe("run", &out)
-    );
+    // On Kubernetes, before anything starts: a swept binary is refused naming the parameter
+    // (servers are images there), and the store must be one that pods reach.
+    let binary = std::fs::read_to_string("../test-matrices/sweep.yaml")
+        .unwrap()
+        .replace(
+            "    server.args:",
+            "    server.tritonserver.binary: [auto]\n    server.args:",
+        )
+        .replace(
+            "../models",
+            &format!("{}/../models", env!("CARGO_MANIFEST_DIR")),
+        );
+    let binary_matrix = tmp.path().join("binary-sweep.yaml");
+    std::fs::write(&binary_matrix, &binary).unwrap();
+    let binary_line = binary
+        .lines()
+        .position(|l| l.contains("server.tritonserver.binary"))
+        .unwrap()
+        + 1;
+    for (matrix, expected) in [
+        (
+            binary_matrix.to_str().unwrap().to_string(),
+            format!("binary-sweep.yaml:{binary_line}:"),
+        ),
+        (
+            "../test-matrices/sweep.yaml".to_string(),
+            "--launcher kube needs a Postgres store".to_string(),
+        ),
+    ] {
+        let out = driver(&[
+            "run",
+            &matrix,
+            "--launcher",
+            "kube",
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--no-progress",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&expected),
+            "{expected}: {}",
+            describe("run", &out)
+        );
+        if matrix.contains("binary") {
+            assert!(
+                stderr.contains("server.tritonserver.binary: the kube launcher runs images"),
+                "{stderr}"
+            );
+        }
+    }
 }
 
 /// `driver prune` deletes the old runs that are over, with their run directories, and keeps

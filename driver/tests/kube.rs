@@ -750,6 +750,111 @@ async fn model_image_serves_the_qa_models_on_a_tritonserver_image_without_them()
     );
 }
 
+/// A capacity sweep on pods: `fixed_capacity` (50 ms per request per instance, about 20
+/// requests/s each) with 1 and 2 instances, its models copied from the models image to
+/// `/qa-models`, a path this machine does not have, so the original config.pbtxt can only come
+/// from the reader pod. Only that model is loaded, to keep each variant's start short.
+const SWEEP_MATRIX: &str = r#"
+version: 1
+run:
+  name: kube-sweep
+  mode: capacity
+  duration: 2m
+  poll_interval: 1s
+  warmup: 2s
+  server_ready_timeout: 180s
+server_templates:
+  cpu:
+    tritonserver: { image: "triton-stress/tritonserver:dev" }
+    model_image: { image: "triton-stress/models:dev", path: /qa-models }
+    model_repositories: [/qa-models]
+    args: ["--log-verbose=0", "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
+           "--model-control-mode=explicit", "--load-model=fixed_capacity"]
+    resources: { cpu: "1", memory: 2Gi }
+server_groups:
+  triton: { template: cpu, instances: 1 }
+client_templates:
+  grpc-infer:
+    worker: { image: "triton-stress/worker:dev" }
+    protocol: grpc
+    models: [{ name: fixed_capacity }]
+    resources: { cpu: 250m, memory: 512Mi }
+client_groups:
+  grpc-clients: { template: grpc-infer, instances: 1, target: triton }
+capacity:
+  target_p99: 125ms
+  phases: [production]
+  min_concurrency: 2
+  max_concurrency: 16
+  increase_step: 1
+  decrease_rate: 0.8
+  check_interval: 3s
+  settle_periods: 1
+  tolerance: 0.05
+  safety_factor: 0.7
+sweep:
+  server_group: triton
+  parameters:
+    models.fixed_capacity.instance_group[0].count: [1, 2]
+  confirm_best: false
+"#;
+
+/// A sweep on Kubernetes: the original config.pbtxt is read in a pod like the server's (the
+/// models image's copy), each variant's config is mounted from its run's owner ConfigMap over
+/// the copy's, and the 2-instance variant serves more than the 1-instance one. Nothing of the
+/// sweep's runs is left.
+#[tokio::test]
+async fn sweep_on_pods_mounts_each_variants_config_and_ranks_them() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-sweep").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = dir.path().join("sweep.yaml");
+    std::fs::write(&matrix, SWEEP_MATRIX).unwrap();
+    let started = Instant::now();
+    let run = env.run(&matrix, &ns.name, &[], None);
+    eprintln!("the sweep took {:.0} s", started.elapsed().as_secs_f64());
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let report = run.report();
+    assert_eq!(report["launcher"], "kube", "{report:#}");
+    let sweep = &report["sweep"];
+    let variants = sweep["variants"].as_array().expect("variants");
+    assert_eq!(variants.len(), 2, "{sweep:#}");
+    let count =
+        |v: &Value| v["parameters"]["models.fixed_capacity.instance_group[0].count"].clone();
+    let qps_of = |n: i64| {
+        let v = variants
+            .iter()
+            .find(|v| count(v) == serde_json::json!(n))
+            .unwrap_or_else(|| panic!("no variant of count {n}: {sweep:#}"));
+        assert_eq!(v["status"], "measured", "{sweep:#}");
+        v["max_qps"].as_f64().unwrap_or_else(|| panic!("{v:#}"))
+    };
+    let (one, two) = (qps_of(1), qps_of(2));
+    eprintln!("max QPS: 1 instance {one:.1}, 2 instances {two:.1}");
+    assert!(two > one, "{sweep:#}");
+    let best = &sweep["best"];
+    assert_eq!(count(best), serde_json::json!(2), "{sweep:#}");
+    let config = best["configs"]["fixed_capacity"].as_str().unwrap();
+    assert!(config.contains("count: 2"), "{config}");
+    // The original came from the image's copy: its fields the matrix does not have.
+    let diff = best["config_diffs"]["fixed_capacity"].as_str().unwrap();
+    assert!(
+        diff.contains("execute_delay_ms") && diff.contains("KIND_CPU"),
+        "{diff}"
+    );
+    for id in std::iter::once(run.run_id.clone()).chain(
+        variants
+            .iter()
+            .map(|v| v["run_id"].as_str().unwrap().to_string()),
+    ) {
+        assert_eq!(
+            run_objects(&env.client, &ns.name, &id).await,
+            Vec::<String>::new(),
+            "run {id}"
+        );
+    }
+}
+
 /// A model image without the source directory: the copy fails, the run fails at once, and the
 /// report names the init container, its exit and its log (cp's complaint).
 #[tokio::test]

@@ -208,7 +208,7 @@ const BAD: &[(&str, &str)] = &[
          13:56: server_templates.clashes.model_image.source: source \"models\" must be an absolute path other than /\n\
          17:61: server_templates.not-served.model_image.path: path \"/qa/\" is also volumes[1]'s mount_path\n\
          17:61: server_templates.not-served.model_image.path: path \"/qa/\" is not among model_repositories (/models), so Triton would not serve the copied models (add it there)\n\
-         19:17: server_templates.not-served.volumes[0].name: volume name \"dshm\" is the kube launcher's own (reserved: dshm, traces, tmp, model-image)",
+         19:17: server_templates.not-served.volumes[0].name: volume name \"dshm\" is the kube launcher's own (reserved: dshm, traces, tmp, model-image, model-configs)",
     ),
     (
         "model-unknown-key.yaml",

@@ -285,6 +285,35 @@ impl Launcher for LocalLauncher {
         "local"
     }
 
+    async fn read_model_configs(
+        &mut self,
+        template: &crate::matrix::ServerTemplate,
+        models: &[String],
+    ) -> Result<super::ModelConfigs, super::ReadConfigsError> {
+        let repositories: Vec<PathBuf> = template
+            .model_repositories
+            .iter()
+            .map(|r| self.resolve(r))
+            .collect();
+        let found = models
+            .iter()
+            .filter_map(|model| {
+                repositories.iter().enumerate().find_map(|(i, repo)| {
+                    let text =
+                        std::fs::read_to_string(repo.join(model).join("config.pbtxt")).ok()?;
+                    Some((model.clone(), (i, text)))
+                })
+            })
+            .collect();
+        Ok(super::ModelConfigs {
+            found,
+            looked_in: repositories
+                .iter()
+                .map(|r| r.display().to_string())
+                .collect(),
+        })
+    }
+
     fn cpu_time(&self, member_id: &str) -> Option<Duration> {
         let pid = self.clients.get(member_id)?.child.id()?;
         process_cpu_time(pid)
@@ -857,6 +886,54 @@ fn tree_rss_kb(root: u32, table: &[Process]) -> Option<u64> {
             .map(|p| p.rss_kb)
             .sum(),
     )
+}
+
+/// A sweep variant's model repositories under `dir`: each of the group's repositories as links to
+/// its models, but a swept model's (`swept`: model → index of its repository) directory holds links to its files and the variant's own
+/// config.pbtxt (the model's files are not copied).
+pub fn variant_repositories(
+    dir: &std::path::Path,
+    repositories: &[std::path::PathBuf],
+    swept: &std::collections::BTreeMap<String, usize>,
+    configs: &std::collections::BTreeMap<String, String>,
+) -> std::io::Result<Vec<String>> {
+    let mut out = Vec::with_capacity(repositories.len());
+    for (i, repo) in repositories.iter().enumerate() {
+        let target = dir.join(format!("models-{i}"));
+        std::fs::create_dir_all(&target)?;
+        let target = std::fs::canonicalize(&target)?;
+        let repo = std::fs::canonicalize(repo)?;
+        for entry in std::fs::read_dir(&repo)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let model = name.to_string_lossy().to_string();
+            match swept.get(&model).filter(|r| **r == i) {
+                Some(_) => {
+                    let model_dir = target.join(&name);
+                    std::fs::create_dir_all(&model_dir)?;
+                    for file in std::fs::read_dir(entry.path())? {
+                        let file = file?;
+                        if file.file_name() != "config.pbtxt" {
+                            link(&file.path(), &model_dir.join(file.file_name()))?;
+                        }
+                    }
+                    std::fs::write(model_dir.join("config.pbtxt"), &configs[&model])?;
+                }
+                None => link(&entry.path(), &target.join(&name))?,
+            }
+        }
+        out.push(target.display().to_string());
+    }
+    Ok(out)
+}
+
+fn link(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::remove_file(to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::os::unix::fs::symlink(from, to)
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@ pub mod proxy;
 pub use diagnostics::MemberDiagnostics;
 
 use crate::matrix::faults::{Fault, Injection};
-use crate::matrix::{ClientMember, ServerMember};
+use crate::matrix::{ClientMember, ServerMember, ServerTemplate};
 use crate::plan::{ServerEndpoint, WorkerAssignment};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 pub use stress_common::contract::STORE_URL_ENV;
 
@@ -107,6 +107,55 @@ pub enum LaunchError {
     #[error("{0}")]
     Setup(String),
 }
+
+/// Swept models' original config.pbtxt files as a server template's servers see them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelConfigs {
+    /// Each model found: the index of the first of the template's `model_repositories` that
+    /// holds `<model>/config.pbtxt`, and the file's text. A model in none is absent.
+    pub found: BTreeMap<String, (usize, String)>,
+    /// The repositories looked in, in order, as the launcher names them (local: the paths
+    /// resolved against the matrix's directory; kube: paths in the pod).
+    pub looked_in: Vec<String>,
+}
+
+/// Why a launcher could not read model configs (a model that is missing is no error: it is
+/// absent from [`ModelConfigs::found`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadConfigsError {
+    #[error("the {0} launcher does not read model configs")]
+    Unsupported(&'static str),
+    #[error("{0}")]
+    Launch(#[from] LaunchError),
+    /// The kube launcher's reader pod did not end well (its exit and log tail).
+    #[error("model config reader pod {pod}: {why}")]
+    Reader { pod: String, why: String },
+    /// The reader pod's log is not what its script prints.
+    #[error("model config reader pod {pod}: {error}")]
+    ReaderLog {
+        pod: String,
+        error: kube::ReaderLogError,
+    },
+}
+
+/// What a sweep asks a launcher for: the sweep's own run (which reads the swept models'
+/// originals) or a variant's.
+pub struct LaunchFor<'a> {
+    /// The run's directory.
+    pub dir: &'a std::path::Path,
+    pub run_id: &'a str,
+    /// The run's matrix (a sweep variant's carries its mounted configs).
+    pub matrix: &'a crate::matrix::Matrix,
+    /// The run's matrix file, as written.
+    pub matrix_file: &'a std::path::Path,
+}
+
+/// A launcher being made (a kube launcher applies its run's objects first).
+pub type LaunchFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Box<dyn Launcher>, LaunchError>>>>;
+
+/// Makes the launcher of one run of a sweep.
+pub type LauncherFor<'a> = dyn Fn(LaunchFor<'_>) -> LaunchFuture + 'a;
 
 /// What ending a lasting fault showed the launcher alone.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -238,6 +287,17 @@ pub trait Launcher: Send {
     /// bytes flow as before); says what the fault did that only the launcher saw.
     async fn end_fault(&mut self, _member: &str) -> Result<FaultEnded, LaunchError> {
         Ok(FaultEnded::default())
+    }
+
+    /// Reads each of `models`' config.pbtxt from the template's `model_repositories` as its
+    /// servers would see them (the first repository that has it), before any server starts:
+    /// a sweep's originals. Local: the files; kube: a short-lived pod built like the server's.
+    async fn read_model_configs(
+        &mut self,
+        _template: &ServerTemplate,
+        _models: &[String],
+    ) -> Result<ModelConfigs, ReadConfigsError> {
+        Err(ReadConfigsError::Unsupported(self.name()))
     }
 
     /// Whether a started member's process runs yet (a pod may still wait for a node or its

@@ -50,12 +50,15 @@ pub use reference::reference_markdown;
 pub use types::{
     ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, ClientGroup, ClientTemplate,
     DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, IssueMatch, KnownIssue,
-    LoadMode, MATRIX_VERSION, MODEL_IMAGE_SOURCE, Matrix, ModelImage, ModelSpec, PrometheusSource,
-    Protocol, RegressionSettings, ReportSettings, Resources, RunMode, RunSettings, ServerGroup,
-    ServerTemplate, ServerVolume, SloBound, SloMetric, SloRule, SpikeSettings, Toleration,
-    TraceLevel, TraceMode, TraceSettings,
+    LoadMode, MATRIX_VERSION, MODEL_IMAGE_SOURCE, Matrix, ModelImage, ModelSpec, MountedConfig,
+    PrometheusSource, Protocol, RegressionSettings, ReportSettings, Resources, RunMode,
+    RunSettings, ServerGroup, ServerTemplate, ServerVolume, SloBound, SloMetric, SloRule,
+    SpikeSettings, Toleration, TraceLevel, TraceMode, TraceSettings,
 };
-pub use types::{LAUNCHER_VOLUMES, MODEL_IMAGE_VOLUME, SHM_VOLUME, TMP_VOLUME, TRACES_VOLUME};
+pub use types::{
+    LAUNCHER_VOLUMES, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME, SHM_VOLUME, TMP_VOLUME,
+    TRACES_VOLUME,
+};
 pub use validate::{CORR_IDS_PER_STREAM, MAX_LABEL_LEN, is_dns_label};
 
 use source::{Anchor, FieldPath, PathSeg, SourceMap};

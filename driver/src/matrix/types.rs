@@ -620,6 +620,22 @@ pub struct ServerTemplate {
     /// Taints the pod tolerates (kube launcher only), e.g. `nvidia.com/gpu` on GPU nodes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+
+    /// A sweep variant's model configs on Kubernetes, each mounted over the server's own
+    /// config.pbtxt (set by the sweep, never written in a matrix: not in the schema).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub mounted_configs: Vec<MountedConfig>,
+}
+
+/// A model's config.pbtxt text that the kube launcher mounts (from the run's owner ConfigMap)
+/// over `<repository>/<model>/config.pbtxt` in the Triton container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountedConfig {
+    pub model: String,
+    /// The model repository (a path in the pod) that holds the model.
+    pub repository: String,
+    pub text: String,
 }
 
 /// A group of identical Triton servers: either servers the driver launches (`template` and
@@ -1436,3 +1452,5 @@ pub const SHM_VOLUME: (&str, &str) = ("dshm", "/dev/shm");
 pub const TRACES_VOLUME: (&str, &str) = ("traces", "/traces");
 /// The emptyDir a `model_image` is copied into, and the init container that copies it.
 pub const MODEL_IMAGE_VOLUME: &str = "model-image";
+/// The owner ConfigMap's model configs, mounted file by file (a sweep variant's configs).
+pub const MODEL_CONFIGS_VOLUME: &str = "model-configs";

@@ -18,7 +18,7 @@ use super::types::{
     Artifact, ClientTemplate, Endpoint, LoadMode, MATRIX_VERSION, Matrix, ModelImage, Protocol,
     Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume, TraceMode, TraceSettings,
 };
-use super::types::{LAUNCHER_VOLUMES, MODEL_IMAGE_VOLUME, PrometheusSource};
+use super::types::{LAUNCHER_VOLUMES, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME, PrometheusSource};
 
 pub use stress_common::contract::CORR_IDS_PER_STREAM;
 
@@ -379,7 +379,7 @@ impl Checker {
             let reserved = LAUNCHER_VOLUMES
                 .iter()
                 .map(|(name, _)| *name)
-                .chain([MODEL_IMAGE_VOLUME]);
+                .chain([MODEL_IMAGE_VOLUME, MODEL_CONFIGS_VOLUME]);
             if reserved.clone().any(|r| r == v.name) {
                 self.push(
                     vpath.key("name"),

@@ -208,6 +208,18 @@ pub fn lines(before: &str, after: &str) -> Vec<Line> {
     out
 }
 
+/// `before` to `after` as lines marked `-`, `+` or ` `.
+pub fn unified(before: &str, after: &str) -> String {
+    lines(before, after)
+        .into_iter()
+        .map(|l| match l {
+            Line::Same(t) => format!("  {t}\n"),
+            Line::Removed(t) => format!("- {t}\n"),
+            Line::Added(t) => format!("+ {t}\n"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,12 @@ pub enum DriverError {
     Store(#[from] StoreError),
     #[error("report: {0}")]
     Report(#[from] crate::report::ReportError),
+    /// The sweep's launcher could not be made (a kube run's objects not applied).
+    #[error("launcher: {0}")]
+    Launch(crate::launcher::LaunchError),
+    /// The sweep's launcher could not read the swept models' configs.
+    #[error("reading the swept models' configs: {0}")]
+    ReadConfigs(crate::launcher::ReadConfigsError),
     #[error("run directory {path}: {error}")]
     RunDir {
         path: PathBuf,
@@ -30,13 +36,15 @@ pub enum DriverError {
 
 impl DriverError {
     /// A stable name of the kind of failure, for logs and metrics labels: `bad_matrix` and
-    /// `bad_input` (exit code 2), `store.KIND`, `report`, `run_dir`, `store_outage` (exit 1).
+    /// `bad_input` (exit code 2), `store.KIND`, `report`, `launch`, `read_configs`, `run_dir`, `store_outage` (exit 1).
     pub fn label(&self) -> String {
         match self {
             DriverError::Matrix(_) => "bad_matrix".into(),
             DriverError::Config(_) => "bad_input".into(),
             DriverError::Store(e) => format!("store.{}", e.label()),
             DriverError::Report(_) => "report".into(),
+            DriverError::Launch(_) => "launch".into(),
+            DriverError::ReadConfigs(_) => "read_configs".into(),
             DriverError::RunDir { .. } => "run_dir".into(),
             DriverError::Finish(_) => "store_outage".into(),
         }

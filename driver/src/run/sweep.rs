@@ -3,7 +3,7 @@
 //! then the answer (ranked by `capacity::sweep`) is saved as the sweep run's document and its
 //! report written. A variant that fails is listed with why, and the sweep goes on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::lease::Lease;
@@ -11,15 +11,13 @@ use super::{DriverError, RunOptions, RunOutcome, Verdict, finish, store_url_for}
 use crate::capacity::sweep::{
     self as plan, BestVariant, SweepAnswer, Variant, VariantResult, VariantStatus,
 };
-use crate::launcher::Launcher;
 use crate::matrix::sweep::SweepSearch;
-use crate::matrix::{self, Matrix, model_config};
+use crate::matrix::{self, Matrix, MountedConfig, model_config};
 use stress_common::contract::RunId;
 use stress_common::store::{NewRun, Store};
 use tokio_util::sync::CancellationToken;
 
-/// Makes the launcher of one variant's run, given its run directory.
-pub type LauncherFor<'a> = dyn Fn(&Path) -> Box<dyn Launcher> + 'a;
+pub use crate::launcher::{LaunchFor, LaunchFuture, LauncherFor};
 
 /// Where a swept model's config is: its directory in one of the group's repositories.
 struct SweptModel {
@@ -40,27 +38,45 @@ pub async fn sweep(
     let group = &matrix.server_groups[&sweep.server_group];
     let template_name = group.template.as_deref().unwrap_or_default();
     let template = &matrix.server_templates[template_name];
-    let repositories: Vec<PathBuf> = template
-        .model_repositories
-        .iter()
-        .map(|r| matrix.resolve_local_path(r))
-        .collect();
+
+    // The sweep's own launcher reads the originals where the servers will see them (local:
+    // the files; kube: a pod like the servers'); then its run's objects go.
+    let mut reader = launcher_for(LaunchFor {
+        dir: run_dir,
+        run_id,
+        matrix,
+        matrix_file: &options.matrix,
+    })
+    .await
+    .map_err(DriverError::Launch)?;
+    let launcher_name = reader.name();
+    // Local variants get a repository of links; elsewhere their configs are mounted.
+    let mounted = launcher_name != "local";
+    let swept_models = plan::swept_models(sweep);
+    let read = if swept_models.is_empty() {
+        Ok(Default::default())
+    } else {
+        reader.read_model_configs(template, &swept_models).await
+    };
+    reader.cleanup(&BTreeSet::new()).await;
+    drop(reader);
+    let crate::launcher::ModelConfigs {
+        mut found,
+        looked_in,
+    } = read.map_err(DriverError::ReadConfigs)?;
+    let repositories: Vec<PathBuf> = looked_in.iter().map(PathBuf::from).collect();
 
     // Before anything starts: every swept model's config, and every variant's, or bad input
     // naming the parameter.
     let mut swept: BTreeMap<String, SweptModel> = BTreeMap::new();
-    for model in plan::swept_models(sweep) {
+    for model in swept_models {
         let first_param = sweep
             .parameters
             .keys()
             .find(|p| p.starts_with(&format!("models.{model}.")))
             .cloned()
             .unwrap_or_default();
-        let found = repositories.iter().enumerate().find_map(|(i, repo)| {
-            let text = std::fs::read_to_string(repo.join(&model).join("config.pbtxt")).ok()?;
-            Some((i, text))
-        });
-        let Some((repository, original)) = found else {
+        let Some((repository, original)) = found.remove(&model) else {
             return Err(DriverError::Config(format!(
                 "{}: model {model:?} has no config.pbtxt in the model repositories of server \
                  template {template_name:?} (looked in {})",
@@ -117,7 +133,7 @@ pub async fn sweep(
             run_id: run_id.into(),
             name: matrix.run.name.clone(),
             matrix_yaml: std::fs::read_to_string(&options.matrix).unwrap_or_default(),
-            launcher: "local".into(),
+            launcher: launcher_name.into(),
             started_at_ms,
             fingerprint: Some(matrix::fingerprint(matrix)),
         })
@@ -136,6 +152,7 @@ pub async fn sweep(
         run_id,
         store_url: &store_url,
         repositories: &repositories,
+        mounted,
         swept: &swept,
         launcher_for,
         of: variants.len(),
@@ -195,7 +212,7 @@ pub async fn sweep(
                     .iter()
                     .map(|(m, text)| {
                         let before = model_config::normalized(&originals[m]).unwrap_or_default();
-                        (m.clone(), unified(&before, text))
+                        (m.clone(), crate::report::diff::unified(&before, text))
                     })
                     .collect(),
                 model_repository: None,
@@ -218,6 +235,7 @@ pub async fn sweep(
                 .join("variants")
                 .join(format!("v{}-confirm", b.index));
             let repos = repositories_of.get(&b.index).cloned();
+            let mounted_configs = context.mounted_configs(&b.configs);
             let confirm_id = format!("{run_id}-v{}-confirm", b.index);
             tracing::info!(variant = b.index, "sweep: measuring the best variant again");
             if let Ok(outcome) = run_variant(
@@ -225,6 +243,7 @@ pub async fn sweep(
                 matrix,
                 &variant,
                 repos,
+                mounted_configs,
                 &dir,
                 &confirm_id,
                 &store_url,
@@ -298,6 +317,9 @@ struct VariantContext<'a> {
     run_id: &'a str,
     store_url: &'a str,
     repositories: &'a [PathBuf],
+    /// Whether a variant's configs are mounted over the servers' own (kube) rather than put
+    /// in a repository of links (local).
+    mounted: bool,
     swept: &'a BTreeMap<String, SweptModel>,
     launcher_for: &'a LauncherFor<'a>,
     /// The grid's size, for the log.
@@ -305,6 +327,24 @@ struct VariantContext<'a> {
 }
 
 impl VariantContext<'_> {
+    /// A variant's configs as the launcher mounts them (none locally: its repository has them).
+    fn mounted_configs(&self, configs: &BTreeMap<String, String>) -> Vec<MountedConfig> {
+        if !self.mounted {
+            return Vec::new();
+        }
+        configs
+            .iter()
+            .filter_map(|(model, text)| {
+                let s = self.swept.get(model)?;
+                Some(MountedConfig {
+                    model: model.clone(),
+                    repository: self.repositories[s.repository].display().to_string(),
+                    text: text.clone(),
+                })
+            })
+            .collect()
+    }
+
     /// Measures one variant (or says why not: a constraint, an interruption, a failure) and
     /// returns its result and its model repositories (None: it changes no model config).
     async fn measure(
@@ -355,10 +395,19 @@ impl VariantContext<'_> {
             .run_dir
             .join("variants")
             .join(format!("v{}", variant.index));
-        let repos = if self.swept.is_empty() {
+        let repos = if self.swept.is_empty() || self.mounted {
             None
         } else {
-            match variant_repositories(&dir, self.repositories, self.swept, configs) {
+            match crate::launcher::local::variant_repositories(
+                &dir,
+                self.repositories,
+                &self
+                    .swept
+                    .iter()
+                    .map(|(model, s)| (model.clone(), s.repository))
+                    .collect(),
+                configs,
+            ) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     result.status = VariantStatus::Failed;
@@ -374,6 +423,7 @@ impl VariantContext<'_> {
             self.matrix,
             variant,
             repos.clone(),
+            self.mounted_configs(configs),
             &dir,
             &variant_id,
             self.store_url,
@@ -416,6 +466,9 @@ enum VariantRunError {
         #[source]
         source: std::io::Error,
     },
+    /// Its launcher could not be made (a kube run's objects not applied).
+    #[error("launcher: {0}")]
+    Launch(#[source] crate::launcher::LaunchError),
     /// The run itself failed.
     #[error(transparent)]
     Run(#[from] DriverError),
@@ -428,13 +481,25 @@ async fn run_variant(
     matrix: &Matrix,
     variant: &Variant,
     repositories: Option<Vec<String>>,
+    mounted_configs: Vec<MountedConfig>,
     dir: &Path,
     run_id: &str,
     store_url: &str,
     cancel: CancellationToken,
     launcher_for: &LauncherFor<'_>,
 ) -> Result<RunOutcome, VariantRunError> {
-    let variant_matrix = plan::variant_matrix(matrix, variant, repositories)?;
+    let mut variant_matrix = plan::variant_matrix(matrix, variant, repositories)?;
+    if !mounted_configs.is_empty() {
+        let sweep = matrix.sweep.as_ref().expect("a sweep matrix");
+        // The swept group's template (the variant's own copy when others share it).
+        if let Some(t) = variant_matrix.server_groups[&sweep.server_group]
+            .template
+            .clone()
+            .and_then(|name| variant_matrix.server_templates.get_mut(&name))
+        {
+            t.mounted_configs = mounted_configs;
+        }
+    }
     std::fs::create_dir_all(dir.join("logs")).map_err(|source| VariantRunError::RunDir {
         dir: dir.into(),
         source,
@@ -446,12 +511,19 @@ async fn run_variant(
         source,
     })?;
     let variant_options = RunOptions {
-        matrix: matrix_file,
+        matrix: matrix_file.clone(),
         run_id: Some(run_id.into()),
         database_url: Some(store_url.into()),
         ..options.clone()
     };
-    let mut launcher = launcher_for(dir);
+    let mut launcher = launcher_for(LaunchFor {
+        dir,
+        run_id,
+        matrix: &variant_matrix,
+        matrix_file: &matrix_file,
+    })
+    .await
+    .map_err(VariantRunError::Launch)?;
     super::run(
         &variant_options,
         launcher.as_mut(),
@@ -507,65 +579,4 @@ fn measured(result: &mut VariantResult, sweep: &crate::matrix::sweep::Sweep, out
     let cpu: Vec<f64> = points.iter().filter_map(|p| p.cpu_utilization).collect();
     result.server_cpu_utilization =
         (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64);
-}
-
-/// The variant's model repositories under `dir`: each of the group's repositories as links to
-/// its models, but a swept model's directory holds links to its files and the variant's own
-/// config.pbtxt (the model's files are not copied).
-fn variant_repositories(
-    dir: &Path,
-    repositories: &[PathBuf],
-    swept: &BTreeMap<String, SweptModel>,
-    configs: &BTreeMap<String, String>,
-) -> std::io::Result<Vec<String>> {
-    let mut out = Vec::with_capacity(repositories.len());
-    for (i, repo) in repositories.iter().enumerate() {
-        let target = dir.join(format!("models-{i}"));
-        std::fs::create_dir_all(&target)?;
-        let target = std::fs::canonicalize(&target)?;
-        let repo = std::fs::canonicalize(repo)?;
-        for entry in std::fs::read_dir(&repo)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let model = name.to_string_lossy().to_string();
-            match swept.get(&model).filter(|s| s.repository == i) {
-                Some(_) => {
-                    let model_dir = target.join(&name);
-                    std::fs::create_dir_all(&model_dir)?;
-                    for file in std::fs::read_dir(entry.path())? {
-                        let file = file?;
-                        if file.file_name() != "config.pbtxt" {
-                            link(&file.path(), &model_dir.join(file.file_name()))?;
-                        }
-                    }
-                    std::fs::write(model_dir.join("config.pbtxt"), &configs[&model])?;
-                }
-                None => link(&entry.path(), &target.join(&name))?,
-            }
-        }
-        out.push(target.display().to_string());
-    }
-    Ok(out)
-}
-
-fn link(from: &Path, to: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(to) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    std::os::unix::fs::symlink(from, to)
-}
-
-/// `before` to `after` as lines marked `-`, `+` or ` `.
-fn unified(before: &str, after: &str) -> String {
-    use crate::report::diff::{Line, lines};
-    lines(before, after)
-        .into_iter()
-        .map(|l| match l {
-            Line::Same(t) => format!("  {t}\n"),
-            Line::Removed(t) => format!("- {t}\n"),
-            Line::Added(t) => format!("+ {t}\n"),
-        })
-        .collect()
 }

@@ -17,6 +17,7 @@
 
 pub mod chaos_mesh;
 mod cleanup;
+mod config_reader;
 mod inspect;
 pub mod restricted;
 mod setup;
@@ -25,14 +26,19 @@ mod status;
 mod watch;
 
 pub use cleanup::delete_run;
+pub use config_reader::{CONFIG_READER, ReaderLogError, reader_pod};
+pub use setup::owner_config_map;
 pub use spec::{
-    MODEL_IMAGE_CONTAINER, PodContext, client_pod, owner_name, pod_deadline, pod_name, secret_name,
-    server_pod, server_service, service_name,
+    MODEL_IMAGE_CONTAINER, PodContext, client_pod, model_config_key, owner_name, pod_deadline,
+    pod_name, secret_name, server_pod, server_service, service_name,
 };
 
-use super::{LaunchError, Launcher, MemberDiagnostics, MemberExit, STORE_URL_ENV};
+use super::{
+    LaunchError, Launcher, MemberDiagnostics, MemberExit, ModelConfigs, ReadConfigsError,
+    STORE_URL_ENV,
+};
 use crate::matrix::faults::{Fault, FaultKind, Injection};
-use crate::matrix::{ClientMember, ServerMember};
+use crate::matrix::{ClientMember, Matrix, ServerMember, ServerTemplate};
 use crate::plan::{ServerEndpoint, WorkerAssignment};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Client;
@@ -88,7 +94,24 @@ pub struct KubeSettings {
     pub pending_timeout: Duration,
     /// Every pod's `activeDeadlineSeconds` ([`pod_deadline`]).
     pub pod_deadline_seconds: Option<i64>,
+    /// A sweep variant's config.pbtxt texts by owner ConfigMap key ([`model_config_data`]),
+    /// which its server pods mount.
+    pub model_configs: BTreeMap<String, String>,
 }
+
+/// The owner ConfigMap's model config entries of `matrix`: every template's mounted configs
+/// (a sweep variant's), by [`model_config_key`].
+pub fn model_config_data(matrix: &Matrix) -> BTreeMap<String, String> {
+    matrix
+        .server_templates
+        .values()
+        .flat_map(|t| &t.mounted_configs)
+        .map(|c| (model_config_key(&c.model), c.text.clone()))
+        .collect()
+}
+
+/// How long the config reader may take beyond its pending timeout (it only prints files).
+const READER_RUN_LIMIT: Duration = Duration::from_secs(120);
 
 struct MemberPod {
     pod: String,
@@ -157,7 +180,7 @@ fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
 /// - services: a ClusterIP Service per server, which its clients address, so a server pod
 ///   deleted and created again for an injected fault keeps its address: applied (create,
 ///   patch), deleted by the run label (list, delete);
-/// - pods/log: a failed member's log tail (get);
+/// - pods/log: a failed member's log tail, and the config reader's output (get);
 /// - events: why a pod did not start (list, by the pod's name);
 /// - configmaps, secrets: the run's owner ConfigMap and store Secret, applied (create, patch)
 ///   and deleted by name (delete): no get or list, so the driver reads no other Secret.
@@ -247,6 +270,13 @@ impl KubeLauncher {
 
     fn seen(&self, member: &str) -> Option<Seen> {
         self.watch.get(member)
+    }
+
+    /// Whether the member's pod was last seen in `phase`.
+    fn phase_is(&self, member: &str, phase: &str) -> bool {
+        self.seen(member).is_some_and(|s| {
+            s.pod.status.as_ref().and_then(|st| st.phase.as_deref()) == Some(phase)
+        })
     }
 
     /// The started servers' member names.
@@ -495,6 +525,87 @@ impl KubeLauncher {
 impl Launcher for KubeLauncher {
     fn name(&self) -> &'static str {
         "kube"
+    }
+
+    /// A reader pod built like the template's server pods prints each model's config.pbtxt
+    /// (see `config_reader`); its log, read once it has ended, is the answer. The pod is
+    /// deleted after (and with the run in any case).
+    async fn read_model_configs(
+        &mut self,
+        template: &ServerTemplate,
+        models: &[String],
+    ) -> Result<ModelConfigs, ReadConfigsError> {
+        let pod = reader_pod(template, CONFIG_READER, models, &self.pods_context).map_err(|e| {
+            LaunchError::Member {
+                member: CONFIG_READER.into(),
+                reason: e.to_string(),
+            }
+        })?;
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let command = container_command(&pod);
+        self.apply_pod(CONFIG_READER, pod, CONFIG_READER, SERVER_CONTAINER, command)
+            .await?;
+        let pending_timeout = self.settings.pending_timeout;
+        let ended = self
+            .watch
+            .wait_for(
+                Instant::now() + pending_timeout + READER_RUN_LIMIT,
+                RECHECK,
+                |seen| member_exit(seen, CONFIG_READER, pending_timeout).ok_or(()),
+            )
+            .await;
+        let answer = match ended {
+            Err(()) => Err(ReadConfigsError::Reader {
+                pod: name.clone(),
+                why: format!(
+                    "did not end within {}s",
+                    (pending_timeout + READER_RUN_LIMIT).as_secs()
+                ),
+            }),
+            // Succeeded also when the kubelet's container status is gone by now.
+            Ok(exit) if !exit.success() && !self.phase_is(CONFIG_READER, "Succeeded") => {
+                let d = self.collect_diagnostics(CONFIG_READER).await;
+                Err(ReadConfigsError::Reader {
+                    pod: name.clone(),
+                    why: format!(
+                        "{}; its log ends: {}",
+                        exit.describe(),
+                        d.log_tail.join("\n")
+                    ),
+                })
+            }
+            Ok(_) => match self
+                .pods
+                .logs(
+                    &name,
+                    &kube::api::LogParams {
+                        container: Some(SERVER_CONTAINER.into()),
+                        ..Default::default()
+                    },
+                )
+                .await
+            {
+                Err(e) => Err(ReadConfigsError::Reader {
+                    pod: name.clone(),
+                    why: format!("reading its log: {e}"),
+                }),
+                Ok(log) => {
+                    config_reader::parse_log(&log, models, template.model_repositories.len())
+                        .map(|found| ModelConfigs {
+                            found,
+                            looked_in: template.model_repositories.clone(),
+                        })
+                        .map_err(|error| ReadConfigsError::ReaderLog {
+                            pod: name.clone(),
+                            error,
+                        })
+                }
+            },
+        };
+        self.delete_pods([CONFIG_READER.to_string()].iter(), Duration::ZERO)
+            .await;
+        self.members.remove(CONFIG_READER);
+        answer
     }
 
     fn failure_judged(&mut self) {

@@ -1,5 +1,5 @@
-//! What a run sets up in its namespace before any pod: the owner ConfigMap (the matrix and the
-//! run id; every other object of the run is its dependent) and the Secret holding the store URL.
+//! What a run sets up in its namespace before any pod: the owner ConfigMap (the matrix, the
+//! run id and a sweep variant's model configs; every other object of the run is its dependent) and the Secret holding the store URL.
 
 use super::spec::{owner_name, run_labels, secret_name, with_component};
 use super::{FIELD_MANAGER, KubeSettings, setup_err};
@@ -19,10 +19,14 @@ pub fn owner_config_map(settings: &KubeSettings) -> ConfigMap {
             labels: Some(with_component(run_labels(run_id), "run")),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([
-            ("run-id".to_string(), run_id.clone()),
-            ("matrix.yaml".to_string(), settings.matrix_yaml.clone()),
-        ])),
+        data: Some({
+            // A sweep variant's model configs travel here: its server pods mount each key
+            // (spec's subPath mounts), and the ConfigMap goes with the run.
+            let mut data = settings.model_configs.clone();
+            data.insert("run-id".to_string(), run_id.clone());
+            data.insert("matrix.yaml".to_string(), settings.matrix_yaml.clone());
+            data
+        }),
         ..Default::default()
     }
 }
@@ -80,4 +84,52 @@ pub async fn apply_run_objects(
         .await
         .map_err(|e| setup_err(&format!("applying Secret {ns}/{}", secret_name(run_id)), e))?;
     Ok(owner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launcher::kube::spec::tests::{context, matrix};
+    use crate::matrix::MountedConfig;
+
+    /// A sweep variant's configs are keys `model-config.<model>` of the run's owner ConfigMap
+    /// (what its server pods mount), beside the run id and the matrix.
+    #[test]
+    fn the_owner_config_map_holds_a_variant_s_configs() {
+        let mut m = matrix();
+        m.server_templates.get_mut("gpu").unwrap().mounted_configs = vec![
+            MountedConfig {
+                model: "fixed_capacity".into(),
+                repository: "/models".into(),
+                text: "name: \"fixed_capacity\"\n".into(),
+            },
+            MountedConfig {
+                model: "simple".into(),
+                repository: "/mnt/extra-models/".into(),
+                text: "name: \"simple\"\n".into(),
+            },
+        ];
+        // The owner ConfigMap holds each under that key, beside the run id and the matrix.
+        let settings = super::super::KubeSettings {
+            namespace: "ns".into(),
+            run_id: context().run_id,
+            matrix_yaml: "version: 1".into(),
+            pod_store_url: "postgres://x".into(),
+            image_pull_policy: "IfNotPresent".into(),
+            pending_timeout: std::time::Duration::from_secs(60),
+            pod_deadline_seconds: None,
+            model_configs: super::super::model_config_data(&m),
+        };
+        let data = owner_config_map(&settings).data.unwrap();
+        assert_eq!(
+            data.keys().map(String::as_str).collect::<Vec<_>>(),
+            [
+                "matrix.yaml",
+                "model-config.fixed_capacity",
+                "model-config.simple",
+                "run-id"
+            ]
+        );
+        assert_eq!(data["model-config.simple"], "name: \"simple\"\n");
+    }
 }

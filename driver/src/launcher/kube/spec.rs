@@ -9,14 +9,15 @@ use super::{
 };
 use crate::launcher::STORE_URL_ENV;
 use crate::matrix::{
-    ClientMember, MODEL_IMAGE_VOLUME, ModelImage, Resources, SHM_VOLUME, ServerMember,
-    ServerVolume, TMP_VOLUME, TRACES_VOLUME, Toleration,
+    ClientMember, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME, ModelImage, Resources, SHM_VOLUME,
+    ServerMember, ServerVolume, TMP_VOLUME, TRACES_VOLUME, Toleration,
 };
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HTTPGetAction, HostPathVolumeSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
-    Pod, PodSpec, Probe, ResourceRequirements, SecretKeySelector, Service, ServicePort,
-    ServiceSpec, Toleration as K8sToleration, Volume, VolumeMount,
+    HTTPGetAction, HostPathVolumeSource, KeyToPath, ObjectFieldSelector,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, ResourceRequirements,
+    SecretKeySelector, Service, ServicePort, ServiceSpec, Toleration as K8sToleration, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -197,6 +198,39 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
         });
         volumes.push(to_k8s_volume(v));
     }
+    if !t.mounted_configs.is_empty() {
+        // A sweep variant's configs, from the run's owner ConfigMap: each file mounted alone
+        // (subPath) over the model's own, so the rest of the repository stays as it is.
+        let mut items = Vec::with_capacity(t.mounted_configs.len());
+        for c in &t.mounted_configs {
+            let key = model_config_key(&c.model);
+            mounts.push(VolumeMount {
+                name: MODEL_CONFIGS_VOLUME.into(),
+                mount_path: format!(
+                    "{}/{}/config.pbtxt",
+                    c.repository.trim_end_matches('/'),
+                    c.model
+                ),
+                sub_path: Some(key.clone()),
+                read_only: Some(true),
+                ..Default::default()
+            });
+            items.push(KeyToPath {
+                key: key.clone(),
+                path: key,
+                ..Default::default()
+            });
+        }
+        volumes.push(Volume {
+            name: MODEL_CONFIGS_VOLUME.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: owner_name(&ctx.run_id),
+                items: Some(items),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
     let port = |name: &str, p: u16| ContainerPort {
         name: Some(name.into()),
         container_port: p.into(),
@@ -249,10 +283,6 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
 /// coreutils or busybox works. It gets the server's CPU and memory (not its GPUs): a pod is
 /// Guaranteed only when every container, init containers included, has requests = limits.
 fn model_copier(m: &ModelImage, r: Option<&Resources>, ctx: &PodContext) -> Container {
-    let cpu_and_memory = r.map(|r| Resources {
-        gpus: 0,
-        ..r.clone()
-    });
     Container {
         name: MODEL_IMAGE_CONTAINER.into(),
         security_context: Some(restricted::container_security_context()),
@@ -264,7 +294,7 @@ fn model_copier(m: &ModelImage, r: Option<&Resources>, ctx: &PodContext) -> Cont
             format!("{}/.", m.source.trim_end_matches('/')),
             format!("{MODEL_IMAGE_COPY_TARGET}/"),
         ]),
-        resources: resources(cpu_and_memory.as_ref()),
+        resources: resources_without_gpus(r),
         volume_mounts: Some(vec![VolumeMount {
             name: MODEL_IMAGE_VOLUME.into(),
             mount_path: MODEL_IMAGE_COPY_TARGET.into(),
@@ -492,6 +522,22 @@ fn field_env(name: &str, field: &str) -> EnvVar {
     }
 }
 
+/// The owner ConfigMap's key of a sweep variant's config.pbtxt for `model`.
+pub fn model_config_key(model: &str) -> String {
+    format!("model-config.{model}")
+}
+
+/// A server's CPU and memory without its GPUs (for a container beside Triton that needs none).
+pub(crate) fn resources_without_gpus(r: Option<&Resources>) -> Option<ResourceRequirements> {
+    resources(
+        r.map(|r| Resources {
+            gpus: 0,
+            ..r.clone()
+        })
+        .as_ref(),
+    )
+}
+
 /// Requests = limits (Guaranteed QoS, so a soak's numbers do not depend on its neighbours).
 fn resources(r: Option<&Resources>) -> Option<ResourceRequirements> {
     let r = r?;
@@ -544,7 +590,7 @@ fn to_k8s_toleration(t: &Toleration) -> K8sToleration {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::matrix::Matrix;
     use std::path::PathBuf;
@@ -590,11 +636,11 @@ client_groups:
   clients: { template: grpc-all, instances: 1, target: triton }
 "#;
 
-    fn matrix() -> Matrix {
+    pub(crate) fn matrix() -> Matrix {
         crate::matrix::parse(MATRIX, "specs.yaml").expect("the test matrix is valid")
     }
 
-    fn context() -> PodContext {
+    pub(crate) fn context() -> PodContext {
         PodContext {
             run_id: "specs-20260101-000000-abcd".into(),
             image_pull_policy: "IfNotPresent".into(),
@@ -655,7 +701,7 @@ client_groups:
 
     /// Compares the pod as YAML with `testdata/<name>`; `UPDATE_FIXTURES=1` rewrites the file
     /// instead (then read the diff: the fixture is the reviewed spec).
-    fn assert_fixture(name: &str, pod: &impl serde::Serialize) {
+    pub(crate) fn assert_fixture(name: &str, pod: &impl serde::Serialize) {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("src/launcher/kube/testdata")
             .join(name);
@@ -809,6 +855,91 @@ client_groups:
         assert_fixture(
             "worker.yaml",
             &client_pod(client, args, &context()).unwrap(),
+        );
+    }
+
+    /// A sweep variant's server (its template's mounted configs): each config.pbtxt comes
+    /// from the run's owner ConfigMap, mounted alone (subPath) and read-only over the model's
+    /// own in its repository, under the key the owner ConfigMap holds it by.
+    #[test]
+    fn a_sweep_variant_s_configs_are_mounted_over_the_models_own() {
+        use crate::matrix::MountedConfig;
+        let mut m = matrix();
+        m.server_templates.get_mut("gpu").unwrap().mounted_configs = vec![
+            MountedConfig {
+                model: "fixed_capacity".into(),
+                repository: "/models".into(),
+                text: "name: \"fixed_capacity\"\n".into(),
+            },
+            MountedConfig {
+                model: "simple".into(),
+                repository: "/mnt/extra-models/".into(),
+                text: "name: \"simple\"\n".into(),
+            },
+        ];
+        let server = &m.servers()[0];
+        let pod = server_pod(server, &context()).unwrap();
+        assert_fixture("server-variant.yaml", &pod);
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(
+            restricted::violations(spec)
+                .into_iter()
+                .filter(|v| !v.ends_with("is hostPath"))
+                .count(),
+            0
+        );
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == MODEL_CONFIGS_VOLUME)
+            .unwrap();
+        let source = volume.config_map.as_ref().unwrap();
+        assert_eq!(source.name, owner_name(&context().run_id));
+        let keys: Vec<&str> = source
+            .items
+            .iter()
+            .flatten()
+            .map(|i| i.key.as_str())
+            .collect();
+        assert_eq!(keys, ["model-config.fixed_capacity", "model-config.simple"]);
+        let mounts: Vec<(&str, Option<&str>, Option<bool>)> = spec.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|v| v.name == MODEL_CONFIGS_VOLUME)
+            .map(|v| (v.mount_path.as_str(), v.sub_path.as_deref(), v.read_only))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                (
+                    "/models/fixed_capacity/config.pbtxt",
+                    Some("model-config.fixed_capacity"),
+                    Some(true)
+                ),
+                (
+                    "/mnt/extra-models/simple/config.pbtxt",
+                    Some("model-config.simple"),
+                    Some(true)
+                ),
+            ]
+        );
+        // Another template's servers mount nothing.
+        let small = m
+            .servers()
+            .into_iter()
+            .find(|s| s.name == "small-0")
+            .unwrap();
+        let small = server_pod(&small, &context()).unwrap();
+        assert!(
+            !small
+                .spec
+                .unwrap()
+                .volumes
+                .iter()
+                .flatten()
+                .any(|v| v.name == MODEL_CONFIGS_VOLUME)
         );
     }
 
