@@ -89,26 +89,13 @@ pub async fn apply_run_objects(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launcher::kube::spec::tests::{context, matrix};
-    use crate::matrix::MountedConfig;
+    use crate::launcher::kube::spec::tests::{context, variant_matrix};
 
     /// A sweep variant's configs are keys `model-config.<model>` of the run's owner ConfigMap
     /// (what its server pods mount), beside the run id and the matrix.
     #[test]
     fn the_owner_config_map_holds_a_variant_s_configs() {
-        let mut m = matrix();
-        m.server_templates.get_mut("gpu").unwrap().mounted_configs = vec![
-            MountedConfig {
-                model: "fixed_capacity".into(),
-                repository: "/models".into(),
-                text: "name: \"fixed_capacity\"\n".into(),
-            },
-            MountedConfig {
-                model: "simple".into(),
-                repository: "/mnt/extra-models/".into(),
-                text: "name: \"simple\"\n".into(),
-            },
-        ];
+        let m = variant_matrix();
         // The owner ConfigMap holds each under that key, beside the run id and the matrix.
         let settings = super::super::KubeSettings {
             namespace: "ns".into(),

@@ -640,6 +640,26 @@ client_groups:
         crate::matrix::parse(MATRIX, "specs.yaml").expect("the test matrix is valid")
     }
 
+    /// [`matrix`] as a sweep variant's: two models' configs mounted, one of them in a second
+    /// repository.
+    pub(crate) fn variant_matrix() -> Matrix {
+        use crate::matrix::MountedConfig;
+        let mut m = matrix();
+        m.server_templates.get_mut("gpu").unwrap().mounted_configs = vec![
+            MountedConfig {
+                model: "fixed_capacity".into(),
+                repository: "/models".into(),
+                text: "name: \"fixed_capacity\"\n".into(),
+            },
+            MountedConfig {
+                model: "simple".into(),
+                repository: "/mnt/extra-models/".into(),
+                text: "name: \"simple\"\n".into(),
+            },
+        ];
+        m
+    }
+
     pub(crate) fn context() -> PodContext {
         PodContext {
             run_id: "specs-20260101-000000-abcd".into(),
@@ -863,20 +883,7 @@ client_groups:
     /// own in its repository, under the key the owner ConfigMap holds it by.
     #[test]
     fn a_sweep_variant_s_configs_are_mounted_over_the_models_own() {
-        use crate::matrix::MountedConfig;
-        let mut m = matrix();
-        m.server_templates.get_mut("gpu").unwrap().mounted_configs = vec![
-            MountedConfig {
-                model: "fixed_capacity".into(),
-                repository: "/models".into(),
-                text: "name: \"fixed_capacity\"\n".into(),
-            },
-            MountedConfig {
-                model: "simple".into(),
-                repository: "/mnt/extra-models/".into(),
-                text: "name: \"simple\"\n".into(),
-            },
-        ];
+        let m = variant_matrix();
         let server = &m.servers()[0];
         let pod = server_pod(server, &context()).unwrap();
         assert_fixture("server-variant.yaml", &pod);
