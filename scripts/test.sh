@@ -16,6 +16,8 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
 fi
 scripts/install-tritonserver.sh
+# A second Triton release beside 2.51 (tritonserver 2.44.0) for the version sweep's test.
+PYTRITON_VERSION=0.5.5 TRITON_STRESS_LOCAL="$PWD/.local/pytriton-0.5.5" scripts/install-tritonserver.sh
 scripts/install-prometheus.sh
 scripts/install-chromium.sh
 scripts/install-junit-schema.sh

@@ -1375,6 +1375,80 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
     assert_eq!(String::from_utf8_lossy(&rebuilt.stdout), text);
 }
 
+/// The second tritonserver release scripts/test.sh installs beside 2.51 (nvidia-pytriton 0.5.5
+/// bundles 2.44.0), for the version sweep.
+const SECOND_RELEASE: &str = ".local/pytriton-0.5.5/bin/tritonserver";
+
+/// A version sweep: the same load on two real Triton releases, one after the other. Each
+/// variant's servers really are the release its parameter names (each states its version, and
+/// the report shows it beside the parameters), and both serve `fixed_capacity` at its capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_sweep_measures_each_release_and_names_it() {
+    let second = repo_root().join(SECOND_RELEASE);
+    if !second.exists() {
+        let how = "PYTRITON_VERSION=0.5.5 TRITON_STRESS_LOCAL=.local/pytriton-0.5.5 \
+                   scripts/install-tritonserver.sh (scripts/test.sh does)";
+        if std::env::var_os("TRITON_STRESS_SKIP_SECOND_RELEASE").is_some() {
+            eprintln!(
+                "SKIPPED: no second tritonserver release at {} and \
+                 TRITON_STRESS_SKIP_SECOND_RELEASE is set; install it with {how}",
+                second.display()
+            );
+            return;
+        }
+        panic!(
+            "no second tritonserver release at {}: install it with {how}, or set \
+             TRITON_STRESS_SKIP_SECOND_RELEASE=1 to skip this test",
+            second.display()
+        );
+    }
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut m = committed_matrix("sweep.yaml");
+    serve_only(&mut m, tmp.path(), &["fixed_capacity"]);
+    let sweep = m.sweep.as_mut().expect("sweep.yaml has a sweep");
+    sweep.parameters.clear();
+    sweep.parameters.insert(
+        "server.tritonserver.binary".into(),
+        vec![json!("auto"), json!(second.display().to_string())],
+    );
+    sweep.confirm_best = false;
+    let matrix = tmp.path().join("sweep.yaml");
+    std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
+    let (driver, status, run_dir) =
+        run_matrix_for(tmp.path(), &matrix, "e2e-version-sweep", "90s").await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let sweep = &report["sweep"];
+    let variants = sweep["variants"].as_array().expect("variants");
+    assert_eq!(variants.len(), 2, "{sweep:#}");
+    let binary = |v: &Value| v["parameters"]["server.tritonserver.binary"].clone();
+    let mut releases = BTreeMap::new();
+    for v in variants {
+        assert_eq!(v["status"], "measured", "{sweep:#}");
+        // fixed_capacity's two instances serve 40 requests/s whichever Triton runs them.
+        let qps = v["max_qps"].as_f64().unwrap_or_else(|| panic!("{v:#}"));
+        assert!((qps - 40.0).abs() <= 0.15 * 40.0, "{qps} QPS: {sweep:#}");
+        releases.insert(
+            binary(v).as_str().unwrap().to_string(),
+            v["server_versions"].clone(),
+        );
+    }
+    assert_eq!(releases["auto"], json!(["triton 2.51.0"]), "{sweep:#}");
+    assert_eq!(
+        releases[&second.display().to_string()],
+        json!(["triton 2.44.0"]),
+        "{sweep:#}"
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(
+        text.contains("server.tritonserver.binary=\"auto\" (triton 2.51.0)")
+            && text.contains("(triton 2.44.0)"),
+        "{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
     let _one_run = RUN_LOCK.lock().await;

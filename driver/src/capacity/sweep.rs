@@ -4,7 +4,7 @@
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::matrix::model_config;
 use crate::matrix::sweep::{Sweep, SweepParam, SweepParamError};
@@ -457,6 +457,10 @@ pub struct VariantResult {
     /// Triton's `nv_cpu_utilization` averaged over the run (0..1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_cpu_utilization: Option<f64>,
+    /// What the group's servers said they are (`triton 2.51.0`), each once: the release a
+    /// version sweep (`server.tritonserver.binary` or `.image`) really measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_versions: Vec<String>,
     /// Why it failed or was skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
@@ -506,6 +510,26 @@ pub struct SweepAnswer {
     /// Indexes of the variants no other beats on capacity without costing more.
     pub pareto: Vec<usize>,
     pub best: Option<BestVariant>,
+}
+
+impl SweepAnswer {
+    /// A variant's parameters in words, with the release its servers stated when the variants'
+    /// releases differ (a version sweep: a binary's path or an image tag alone does not say
+    /// which Triton answered).
+    pub fn variant_label(&self, v: &VariantResult) -> String {
+        let label = parameters_label(&v.parameters);
+        let releases: BTreeSet<&Vec<String>> = self
+            .variants
+            .iter()
+            .filter(|v| !v.server_versions.is_empty())
+            .map(|v| &v.server_versions)
+            .collect();
+        if releases.len() > 1 && !v.server_versions.is_empty() {
+            format!("{label} ({})", v.server_versions.join(", "))
+        } else {
+            label
+        }
+    }
 }
 
 impl stress_common::store::Document for SweepAnswer {
@@ -821,6 +845,7 @@ mod tests {
             gpus: 0,
             server_memory_bytes: Some(memory),
             server_cpu_utilization: None,
+            server_versions: Vec::new(),
             why: None,
         }
     }
@@ -844,6 +869,44 @@ mod tests {
             [3, 4, 2, 1, 6, 5]
         );
         assert_eq!(pareto(&v), [3, 2, 1]);
+    }
+
+    #[test]
+    fn a_variants_label_names_its_release_only_where_the_releases_differ() {
+        let on = |index: usize, binary: &str, release: &str| {
+            let mut v = measured(index, Some(20.0), 1, 1.0);
+            v.parameters
+                .insert("server.tritonserver.binary".into(), binary.into());
+            v.server_versions = vec![release.to_string()];
+            v
+        };
+        let answer = |variants: Vec<VariantResult>| SweepAnswer {
+            server_group: "triton".into(),
+            search: "grid".into(),
+            target_p99_ms: 10.0,
+            grid_size: variants.len(),
+            measured: variants.len(),
+            variants,
+            pareto: Vec::new(),
+            best: None,
+        };
+        let versions = answer(vec![
+            on(1, "auto", "triton 2.51.0"),
+            on(2, "old/tritonserver", "triton 2.44.0"),
+        ]);
+        assert_eq!(
+            versions.variant_label(&versions.variants[1]),
+            "server.tritonserver.binary=\"old/tritonserver\" (triton 2.44.0)"
+        );
+        // One release throughout (any other sweep): the parameters alone.
+        let same = answer(vec![
+            on(1, "auto", "triton 2.51.0"),
+            on(2, "copy/tritonserver", "triton 2.51.0"),
+        ]);
+        assert_eq!(
+            same.variant_label(&same.variants[0]),
+            "server.tritonserver.binary=\"auto\""
+        );
     }
 
     #[test]

@@ -970,12 +970,11 @@ fn sweep(s: &crate::capacity::sweep::SweepAnswer) -> Markup {
     }
 }
 
-fn variant_label(v: &crate::capacity::sweep::VariantResult) -> String {
-    format!(
-        "#{} {}",
-        v.index,
-        crate::capacity::sweep::parameters_label(&v.parameters)
-    )
+fn variant_label(
+    s: &crate::capacity::sweep::SweepAnswer,
+    v: &crate::capacity::sweep::VariantResult,
+) -> String {
+    format!("#{} {}", v.index, s.variant_label(v))
 }
 
 // The sweep's bar chart: a row per variant, its label on the left.
@@ -1016,7 +1015,7 @@ fn variant_bar(
     top: f64,
 ) -> Markup {
     use crate::capacity::sweep::VariantStatus;
-    let label = variant_label(v);
+    let label = variant_label(s, v);
     let bar = match (v.status, v.max_qps) {
         (VariantStatus::Measured, Some(q)) if top > 0.0 => {
             let length = SWEEP_BAR_W * q / top;
@@ -1050,7 +1049,7 @@ fn variant_bar(
 }
 
 fn sweep_table(s: &crate::capacity::sweep::SweepAnswer) -> Markup {
-    use crate::capacity::sweep::{VariantStatus, parameters_label};
+    use crate::capacity::sweep::VariantStatus;
     let dash = || "-".to_string();
     let rows: Vec<Row> = s
         .variants
@@ -1072,7 +1071,7 @@ fn sweep_table(s: &crate::capacity::sweep::SweepAnswer) -> Markup {
                 },
                 html! {
                     (num(v.index))
-                    (td(&parameters_label(&v.parameters)))
+                    (td(&s.variant_label(v)))
                     (num(v.max_qps.map_or_else(dash, |q| format!("{q:.1}"))))
                     (num(v.p99_ms.map_or_else(dash, |p| format!("{p:.2}"))))
                     (num(v.concurrency.map_or_else(dash, |c| c.to_string())))
@@ -2206,6 +2205,7 @@ mod tests {
             gpus: 0,
             server_memory_bytes: None,
             server_cpu_utilization: None,
+            server_versions: Vec::new(),
             why: why.map(str::to_string),
         };
         let mut r = Report::default();

@@ -129,7 +129,7 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
             v.server_cpu_utilization
                 .map_or_else(dash, |c| format!("{:.0}", c * 100.0)),
             ending,
-            parameters_label(&v.parameters)
+            sweep.variant_label(v)
         );
         if let Some(why) = &v.why {
             let _ = writeln!(out, "       {why}");
@@ -148,7 +148,14 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
                 out,
                 "Best: variant {} ({}): {:.1} QPS within the target{}",
                 b.index,
-                parameters_label(&b.parameters),
+                sweep
+                    .variants
+                    .iter()
+                    .find(|v| v.index == b.index)
+                    .map_or_else(
+                        || parameters_label(&b.parameters),
+                        |v| sweep.variant_label(v)
+                    ),
                 b.max_qps,
                 match (b.confirmed_qps, &b.confirm_run_id) {
                     (Some(q), _) => format!("; measured again: {q:.1} QPS"),

@@ -373,6 +373,7 @@ impl VariantContext<'_> {
             gpus: 0,
             server_memory_bytes: None,
             server_cpu_utilization: None,
+            server_versions: Vec::new(),
             why: None,
         };
         if cancel.is_cancelled() {
@@ -566,6 +567,14 @@ fn measured(result: &mut VariantResult, sweep: &crate::matrix::sweep::Sweep, out
             result.why = Some(finish::verdict_line(verdict));
         }
     }
+    result.server_versions = report
+        .servers
+        .iter()
+        .filter(|s| s.group == sweep.server_group)
+        .filter_map(|s| s.version.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let servers = report
         .timeline
         .servers
