@@ -21,6 +21,10 @@ const BAD: &[(&str, &str)] = &[
         "zero-instances.yaml",
         "13:16: server_groups.triton.instances: must be at least 1, found 0",
     ),
+    (
+        "sweep-parallel-zero.yaml",
+        "14:13: sweep.parallel: must be at least 1 (the variants measured at once)",
+    ),
 ];
 
 /// The driver, run from the package directory (so the paths in messages are the relative ones

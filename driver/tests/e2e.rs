@@ -1255,9 +1255,11 @@ async fn a_client_inside_perf_analyzer_runs_is_not_a_zero_qps_stall() {
 /// past it (5 in flight: ~150 ms) and come back, and end the run on its own, with the two
 /// workers following its targets live (each started once).
 /// test-matrices/sweep.yaml's instance counts (each instance serves 20 requests/s), each with
-/// server arguments that work and ones tritonserver refuses: capacities near 20, 40 and 80
-/// ranked 4 > 2 > 1, the refused variants listed as failed with why (the sweep goes on), the
-/// best config.pbtxt with count 4.
+/// server arguments that work and ones tritonserver refuses, two variants at a time
+/// (`parallel: 2`; the model sleeps, so parallel servers on two cores do not confound its
+/// capacity): capacities near 20, 40 and 80 ranked 4 > 2 > 1, measured in windows that
+/// overlapped, the refused variants listed as failed with why (the sweep goes on), the best
+/// config.pbtxt with count 4.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
     let _one_run = RUN_LOCK.lock().await;
@@ -1277,6 +1279,7 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
     );
     // One measurement each keeps the test to ~2 minutes; `confirm_best` is the same run again.
     sweep.confirm_best = false;
+    sweep.parallel = 2;
     let matrix = tmp.path().join("sweep.yaml");
     std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
     let run_id = "e2e-sweep";
@@ -1312,6 +1315,8 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
         ],
         "{brief:#?}"
     );
+    // Each answered variant's capacity search, from its first window's start to its last's end.
+    let mut searches: Vec<(i64, i64)> = Vec::new();
     for (v, expected) in variants.iter().zip([80.0, 40.0, 20.0]) {
         let qps = v["max_qps"].as_f64().unwrap_or_else(|| panic!("{v:#}"));
         assert!(
@@ -1329,7 +1334,29 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
         );
         assert_eq!(own["run_id"], v["run_id"]);
         assert_eq!(own["verdict"], "PASS");
+        let windows: Vec<&Value> = own["capacity"]["phases"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|p| p["checks"].as_array().into_iter().flatten())
+            .map(|c| &c["window"])
+            .collect();
+        let start = windows.iter().filter_map(|w| w["start_ms"].as_i64()).min();
+        let end = windows.iter().filter_map(|w| w["end_ms"].as_i64()).max();
+        searches.push((start.unwrap(), end.unwrap()));
     }
+    // Two at a time: some two variants' searches were measured at the same time (by 10 s at
+    // least); one at a time, none would overlap.
+    let overlap = |a: (i64, i64), b: (i64, i64)| a.1.min(b.1) - a.0.max(b.0);
+    let most = (0..searches.len())
+        .flat_map(|i| (i + 1..searches.len()).map(move |j| (i, j)))
+        .map(|(i, j)| overlap(searches[i], searches[j]))
+        .max()
+        .unwrap();
+    assert!(
+        most >= 10_000,
+        "searches {searches:?}: overlapped {most} ms at most"
+    );
     for refused in &variants[3..] {
         assert_eq!(args(refused), json!("--no-such-flag"), "{brief:#?}");
         assert_eq!(refused["status"], "failed", "{brief:#?}");

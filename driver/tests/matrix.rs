@@ -72,7 +72,7 @@ fn every_committed_matrix_validates() {
 const BAD: &[(&str, &str)] = &[
     (
         "bad-sweep.yaml",
-        "15:13: sweep.parallel: variants run one at a time for now (found 2): parallel servers on one machine share its cores and confound each other\n\
+        "15:13: sweep.parallel: must be at least 1 (the variants measured at once)\n\
          17:5: sweep.parameters.models.fixed_capacity.instance_group[0].cont: `instance_group[0].cont`: ModelInstanceGroup has no field `cont` (its fields: name, count, gpus, kind, profile, rate_limiter, passive, secondary_devices, host_policy)\n\
          18:56: sweep.parameters.models.fixed_capacity.instance_group[0].count[1]: `instance_group[0].count` takes an integer, found \"2\"\n\
          18:64: sweep.parameters.models.fixed_capacity.instance_group[0].count[3]: value 1 is listed twice\n\

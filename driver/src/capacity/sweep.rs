@@ -147,16 +147,35 @@ pub fn quick_step(
     spread: f64,
     budget: usize,
 ) -> QuickStep {
+    match quick_wave(lens, start, measured, spread, budget) {
+        QuickWave::Measure(wave) => QuickStep::Measure(wave[0].clone()),
+        QuickWave::Done(p) => QuickStep::Done(p),
+    }
+}
+
+/// What the quick search measures before its next decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuickWave {
+    /// These points (never empty), in the order [`quick_step`] measures them one by one: the
+    /// current point if it is not measured yet, then its unmeasured neighbours, within the
+    /// budget. None of them depends on another's result, so they may be measured at once.
+    Measure(Vec<Point>),
+    /// Where the search ended (see [`quick_step`]).
+    Done(Point),
+}
+
+/// The quick search's current wave (pure, replayed as [`quick_step`]): every point it would
+/// measure before it next decides whether to move. `quick_step` is its first point.
+pub fn quick_wave(
+    lens: &[usize],
+    start: &[usize],
+    measured: &BTreeMap<Point, Option<f64>>,
+    spread: f64,
+    budget: usize,
+) -> QuickWave {
     let capacity = |p: &Point| measured.get(p).copied().flatten().unwrap_or(0.0);
     let mut current: Point = start.to_vec();
     loop {
-        if !measured.contains_key(&current) {
-            return if measured.len() < budget {
-                QuickStep::Measure(current)
-            } else {
-                QuickStep::Done(best_measured(measured).unwrap_or(current))
-            };
-        }
         let mut neighbours = Vec::new();
         for (k, &len) in lens.iter().enumerate() {
             for next in [current[k].checked_sub(1), Some(current[k] + 1)] {
@@ -167,12 +186,17 @@ pub fn quick_step(
                 }
             }
         }
-        if let Some(unmeasured) = neighbours.iter().find(|p| !measured.contains_key(*p)) {
-            return if measured.len() < budget {
-                QuickStep::Measure(unmeasured.clone())
-            } else {
-                QuickStep::Done(best_measured(measured).unwrap_or(current))
-            };
+        let wave: Vec<Point> = std::iter::once(&current)
+            .chain(&neighbours)
+            .filter(|p| !measured.contains_key(*p))
+            .cloned()
+            .collect();
+        if !wave.is_empty() {
+            let room = budget.saturating_sub(measured.len());
+            if room == 0 {
+                return QuickWave::Done(best_measured(measured).unwrap_or(current));
+            }
+            return QuickWave::Measure(wave.into_iter().take(room).collect());
         }
         let best = neighbours
             .into_iter()
@@ -181,7 +205,7 @@ pub fn quick_step(
             Some(b) if capacity(&b) > capacity(&current) * (1.0 + spread) && capacity(&b) > 0.0 => {
                 current = b;
             }
-            _ => return QuickStep::Done(current),
+            _ => return QuickWave::Done(current),
         }
     }
 }

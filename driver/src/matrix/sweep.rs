@@ -41,10 +41,12 @@ pub struct Sweep {
     #[serde(default)]
     pub search: SweepSearch,
 
-    /// Variants measured at once. Only 1 for now: on one machine parallel servers share the
-    /// cores and confound each other.
+    /// Variants measured at once (default 1), each with its own servers, workers and launcher
+    /// (on Kubernetes, its own pods); the best variant's second measurement runs alone. On one
+    /// small machine keep 1: parallel servers and workers share its cores and confound each
+    /// other's capacity (a model bound by sleeping, like `fixed_capacity`, is not).
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 1))]
+    #[schemars(range(min = 1))]
     pub parallel: u32,
 
     /// The largest grid allowed (`grid`), or the most variants measured (`quick`).

@@ -1981,15 +1981,11 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
             ),
         );
     }
-    if sweep.parallel != 1 {
+    if sweep.parallel == 0 {
         push(
             root.key("parallel"),
             Anchor::Value,
-            format!(
-                "variants run one at a time for now (found {}): parallel servers on one machine \
-                 share its cores and confound each other",
-                sweep.parallel
-            ),
+            "must be at least 1 (the variants measured at once)".into(),
         );
     }
     if let Some(c) = &sweep.constraints

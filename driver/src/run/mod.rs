@@ -23,6 +23,7 @@ pub mod prune;
 pub mod sampler;
 mod slo_check;
 pub mod sweep;
+mod sweep_variants;
 
 use driver::Driver;
 pub use error::DriverError;

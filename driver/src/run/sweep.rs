@@ -1,29 +1,25 @@
 //! A sweep's runs (I/O only): every variant of `capacity::sweep::grid` gets its own model
-//! repository and servers and a capacity run (`run::run`) in the sweep's store, one at a time;
-//! then the answer (ranked by `capacity::sweep`) is saved as the sweep run's document and its
+//! repository and servers and a capacity run (`run::run`) in the sweep's store, up to
+//! `parallel` at once (`sweep_variants`); the best is measured again alone; then the answer (ranked by `capacity::sweep`) is saved as the sweep run's document and its
 //! report written. A variant that fails is listed with why, and the sweep goes on.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::lease::Lease;
-use super::{DriverError, RunOptions, RunOutcome, Verdict, finish, store_url_for};
-use crate::capacity::sweep::{
-    self as plan, BestVariant, SweepAnswer, Variant, VariantResult, VariantStatus,
+use super::sweep_variants::{
+    Measured, SweptModel, VariantContext, measure_all, measured, run_variant,
 };
+use super::{DriverError, RunOptions, RunOutcome, Verdict, finish, store_url_for};
+use crate::capacity::sweep::{self as plan, BestVariant, SweepAnswer, VariantStatus};
+use crate::capacity::sweep_schedule::{Schedule, Search};
 use crate::matrix::sweep::SweepSearch;
-use crate::matrix::{self, Matrix, MountedConfig, model_config};
+use crate::matrix::{self, Matrix, model_config};
 use stress_common::contract::RunId;
 use stress_common::store::{NewRun, Store};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::launcher::{LaunchFor, LaunchFuture, LauncherFor};
-
-/// Where a swept model's config is: its directory in one of the group's repositories.
-struct SweptModel {
-    repository: usize,
-    original: String,
-}
 
 /// Runs the sweep of `matrix` (which has one); the outcome's report is the sweep's.
 pub async fn sweep(
@@ -145,8 +141,17 @@ pub async fn sweep(
     )
     .await;
 
+    // Parallel variants' progress goes to the log (their lines would overwrite each other).
+    let variant_options = RunOptions {
+        progress: if sweep.parallel > 1 {
+            Some(false)
+        } else {
+            options.progress
+        },
+        ..options.clone()
+    };
     let context = VariantContext {
-        options,
+        options: &variant_options,
         matrix,
         run_dir,
         run_id,
@@ -157,42 +162,23 @@ pub async fn sweep(
         launcher_for,
         of: variants.len(),
     };
-    let mut results = Vec::with_capacity(variants.len());
-    let mut repositories_of: BTreeMap<usize, Vec<String>> = BTreeMap::new();
-    match sweep.search {
-        SweepSearch::Grid => {
-            for (variant, configs) in variants.iter().zip(&configs) {
-                let (result, repos) = context.measure(variant, configs, &cancel).await;
-                if let Some(r) = repos {
-                    repositories_of.insert(variant.index, r);
-                }
-                results.push(result);
-            }
-        }
-        SweepSearch::Quick => {
-            let lens: Vec<usize> = sweep.parameters.values().map(Vec::len).collect();
-            let template = &matrix.server_templates[template_name];
-            let start = plan::quick_start(sweep, template, &originals);
-            let spread = matrix.capacity.as_ref().map_or(0.05, |c| c.tolerance);
-            let budget = sweep.max_variants as usize;
-            let mut measured: BTreeMap<plan::Point, Option<f64>> = BTreeMap::new();
-            while let plan::QuickStep::Measure(point) =
-                plan::quick_step(&lens, &start, &measured, spread, budget)
-            {
-                if cancel.is_cancelled() {
-                    break;
-                }
-                let variant = plan::variant_at(sweep, &point);
-                let configs = &configs[variant.index - 1];
-                let (result, repos) = context.measure(&variant, configs, &cancel).await;
-                if let Some(r) = repos {
-                    repositories_of.insert(variant.index, r);
-                }
-                measured.insert(point, result.max_qps);
-                results.push(result);
-            }
-        }
-    }
+    let search = match sweep.search {
+        SweepSearch::Grid => Search::Grid,
+        SweepSearch::Quick => Search::Quick {
+            start: plan::quick_start(sweep, template, &originals),
+            spread: matrix.capacity.as_ref().map_or(0.05, |c| c.tolerance),
+            budget: sweep.max_variants as usize,
+        },
+    };
+    let schedule = Schedule {
+        lens: sweep.parameters.values().map(Vec::len).collect(),
+        search,
+        parallel: sweep.parallel.max(1) as usize,
+    };
+    let Measured {
+        mut results,
+        repositories_of,
+    } = measure_all(&context, &schedule, &configs, &cancel).await;
 
     plan::rank(&mut results);
     let pareto = plan::pareto(&results);
@@ -307,285 +293,4 @@ pub async fn sweep(
         verdict,
         report,
     })
-}
-
-/// What every variant's run shares.
-struct VariantContext<'a> {
-    options: &'a RunOptions,
-    matrix: &'a Matrix,
-    run_dir: &'a Path,
-    run_id: &'a str,
-    store_url: &'a str,
-    repositories: &'a [PathBuf],
-    /// Whether a variant's configs are mounted over the servers' own (kube) rather than put
-    /// in a repository of links (local).
-    mounted: bool,
-    swept: &'a BTreeMap<String, SweptModel>,
-    launcher_for: &'a LauncherFor<'a>,
-    /// The grid's size, for the log.
-    of: usize,
-}
-
-impl VariantContext<'_> {
-    /// A variant's configs as the launcher mounts them (none locally: its repository has them).
-    fn mounted_configs(&self, configs: &BTreeMap<String, String>) -> Vec<MountedConfig> {
-        if !self.mounted {
-            return Vec::new();
-        }
-        configs
-            .iter()
-            .filter_map(|(model, text)| {
-                let s = self.swept.get(model)?;
-                Some(MountedConfig {
-                    model: model.clone(),
-                    repository: self.repositories[s.repository].display().to_string(),
-                    text: text.clone(),
-                })
-            })
-            .collect()
-    }
-
-    /// Measures one variant (or says why not: a constraint, an interruption, a failure) and
-    /// returns its result and its model repositories (None: it changes no model config).
-    async fn measure(
-        &self,
-        variant: &Variant,
-        configs: &BTreeMap<String, String>,
-        cancel: &CancellationToken,
-    ) -> (VariantResult, Option<Vec<String>>) {
-        let sweep = self.matrix.sweep.as_ref().expect("a sweep matrix");
-        let instances = (!configs.is_empty()).then(|| {
-            configs
-                .values()
-                .filter_map(|c| plan::model_instances(c))
-                .sum()
-        });
-        let mut result = VariantResult {
-            index: variant.index,
-            parameters: variant.parameters.clone(),
-            status: VariantStatus::Skipped,
-            run_id: None,
-            max_qps: None,
-            p99_ms: None,
-            concurrency: None,
-            ending: None,
-            model_instances: instances,
-            gpus: 0,
-            server_memory_bytes: None,
-            server_cpu_utilization: None,
-            server_versions: Vec::new(),
-            why: None,
-        };
-        if cancel.is_cancelled() {
-            result.why = Some("the sweep was interrupted before it".into());
-            return (result, None);
-        }
-        let limit = sweep
-            .constraints
-            .as_ref()
-            .and_then(|c| c.model_instances_max);
-        if let (Some(max), Some(n)) = (limit, instances)
-            && n > max
-        {
-            result.why = Some(format!(
-                "{n} model instances, over constraints.model_instances_max {max}"
-            ));
-            return (result, None);
-        }
-        let dir = self
-            .run_dir
-            .join("variants")
-            .join(format!("v{}", variant.index));
-        let repos = if self.swept.is_empty() || self.mounted {
-            None
-        } else {
-            match crate::launcher::local::variant_repositories(
-                &dir,
-                self.repositories,
-                &self
-                    .swept
-                    .iter()
-                    .map(|(model, s)| (model.clone(), s.repository))
-                    .collect(),
-                configs,
-            ) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    result.status = VariantStatus::Failed;
-                    result.why = Some(format!("its model repository: {e}"));
-                    return (result, None);
-                }
-            }
-        };
-        let variant_id = format!("{}-v{}", self.run_id, variant.index);
-        tracing::info!(variant = variant.index, of = self.of, parameters = %variant.label(), "sweep: measuring a variant");
-        match run_variant(
-            self.options,
-            self.matrix,
-            variant,
-            repos.clone(),
-            self.mounted_configs(configs),
-            &dir,
-            &variant_id,
-            self.store_url,
-            cancel.clone(),
-            self.launcher_for,
-        )
-        .await
-        {
-            Ok(outcome) => measured(&mut result, sweep, &outcome),
-            Err(e) => {
-                result.status = VariantStatus::Failed;
-                result.why = Some(e.to_string());
-            }
-        }
-        result.run_id = Some(variant_id);
-        (result, repos)
-    }
-}
-
-/// Why a variant's capacity run has no report.
-#[derive(Debug, thiserror::Error)]
-enum VariantRunError {
-    /// Its matrix could not be made.
-    #[error(transparent)]
-    Matrix(#[from] plan::VariantError),
-    /// Its run directory (`dir`'s `logs`) could not be made.
-    #[error("{}: {source}", .dir.display())]
-    RunDir {
-        dir: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// Its matrix does not serialise to YAML.
-    #[error(transparent)]
-    Yaml(#[from] serde_saphyr::ser::Error),
-    /// Its matrix file could not be written.
-    #[error("{}: {source}", .file.display())]
-    MatrixFile {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// Its launcher could not be made (a kube run's objects not applied).
-    #[error("launcher: {0}")]
-    Launch(#[source] crate::launcher::LaunchError),
-    /// The run itself failed.
-    #[error(transparent)]
-    Run(#[from] DriverError),
-}
-
-/// One variant's capacity run, in the sweep's store; the error says why it has no report.
-#[allow(clippy::too_many_arguments)]
-async fn run_variant(
-    options: &RunOptions,
-    matrix: &Matrix,
-    variant: &Variant,
-    repositories: Option<Vec<String>>,
-    mounted_configs: Vec<MountedConfig>,
-    dir: &Path,
-    run_id: &str,
-    store_url: &str,
-    cancel: CancellationToken,
-    launcher_for: &LauncherFor<'_>,
-) -> Result<RunOutcome, VariantRunError> {
-    let mut variant_matrix = plan::variant_matrix(matrix, variant, repositories)?;
-    if !mounted_configs.is_empty() {
-        let sweep = matrix.sweep.as_ref().expect("a sweep matrix");
-        // The swept group's template (the variant's own copy when others share it).
-        if let Some(t) = variant_matrix.server_groups[&sweep.server_group]
-            .template
-            .clone()
-            .and_then(|name| variant_matrix.server_templates.get_mut(&name))
-        {
-            t.mounted_configs = mounted_configs;
-        }
-    }
-    std::fs::create_dir_all(dir.join("logs")).map_err(|source| VariantRunError::RunDir {
-        dir: dir.into(),
-        source,
-    })?;
-    let matrix_file = dir.join("matrix.yaml");
-    let yaml = serde_saphyr::to_string(&variant_matrix)?;
-    std::fs::write(&matrix_file, yaml).map_err(|source| VariantRunError::MatrixFile {
-        file: matrix_file.clone(),
-        source,
-    })?;
-    let variant_options = RunOptions {
-        matrix: matrix_file.clone(),
-        run_id: Some(run_id.into()),
-        database_url: Some(store_url.into()),
-        ..options.clone()
-    };
-    let mut launcher = launcher_for(LaunchFor {
-        dir,
-        run_id,
-        matrix: &variant_matrix,
-        matrix_file: &matrix_file,
-    })
-    .await
-    .map_err(VariantRunError::Launch)?;
-    super::run(
-        &variant_options,
-        launcher.as_mut(),
-        &variant_matrix,
-        dir,
-        run_id,
-        cancel,
-    )
-    .await
-    .map_err(VariantRunError::Run)
-}
-
-/// What a variant's run measured: the capacity of the sweep's model (or the first answer), and
-/// its servers' peak memory and mean CPU use.
-fn measured(result: &mut VariantResult, sweep: &crate::matrix::sweep::Sweep, outcome: &RunOutcome) {
-    let report = &outcome.report;
-    let answer = report.capacity.as_ref().and_then(|c| {
-        c.results
-            .iter()
-            .filter(|r| r.target_rps.is_none())
-            .find(|r| sweep.model.as_ref().is_none_or(|m| &r.model == m))
-    });
-    match (&outcome.verdict, answer) {
-        (Verdict::Pass, Some(a)) => {
-            result.status = VariantStatus::Measured;
-            result.max_qps = a.concurrency.map(|_| a.max_qps);
-            result.p99_ms = a.concurrency.map(|_| a.p99_ms);
-            result.concurrency = a.concurrency;
-            result.ending = a.ending.map(|e| e.as_str().to_string());
-        }
-        (Verdict::Pass, None) => {
-            result.status = VariantStatus::Failed;
-            result.why = Some(match &sweep.model {
-                Some(m) => format!("its capacity run has no answer for model {m:?}"),
-                None => "its capacity run has no answer".into(),
-            });
-        }
-        (verdict, _) => {
-            result.status = VariantStatus::Failed;
-            result.why = Some(finish::verdict_line(verdict));
-        }
-    }
-    result.server_versions = report
-        .servers
-        .iter()
-        .filter(|s| s.group == sweep.server_group)
-        .filter_map(|s| s.version.clone())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let servers = report
-        .timeline
-        .servers
-        .iter()
-        .filter(|s| s.group == sweep.server_group);
-    let points: Vec<_> = servers.flat_map(|s| s.points.iter()).collect();
-    result.server_memory_bytes = points
-        .iter()
-        .filter_map(|p| p.rss_bytes.or(p.cpu_memory_used_bytes))
-        .reduce(f64::max);
-    let cpu: Vec<f64> = points.iter().filter_map(|p| p.cpu_utilization).collect();
-    result.server_cpu_utilization =
-        (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64);
 }
