@@ -81,7 +81,8 @@ const BAD: &[(&str, &str)] = &[
          21:62: sweep.parameters.models.fixed_capacity.instance_group[0].kind[1]: `instance_group[0].kind` takes one of KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL, found \"KIND_TPU\"\n\
          22:19: sweep.parameters.server.args[0]: server.args takes a list of strings (the whole argument list), found \"--log-verbose=1\"\n\
          23:34: sweep.parameters.server.env.OMP_NUM_THREADS[0]: server.env.OMP_NUM_THREADS takes a string, found 1 (quote it: \"1\")\n\
-         24:5: sweep.parameters.server.flags: unknown parameter `server.flags`: use server.args, server.tritonserver.binary, server.tritonserver.image, server.version, server.env.NAME, server.resources or models.NAME.FIELD",
+         24:5: sweep.parameters.server.flags: unknown parameter `server.flags`: use server.args, server.tritonserver.binary, server.tritonserver.image, server.version, server.env.NAME, server.resources or models.NAME.FIELD\n\
+         25:30: sweep.constraints.gpu_memory: \"8 gigs\" is not a size: write a number and a unit, e.g. 8GiB, 512MiB, 8Gi or 8GB",
     ),
     (
         "sweep-grid-too-large.yaml",

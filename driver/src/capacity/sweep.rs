@@ -451,6 +451,9 @@ pub enum VariantStatus {
     Failed,
     /// Not run: it breaks a constraint (`why`), or the sweep was interrupted.
     Skipped,
+    /// Measured, but what it measured breaks a constraint, or cannot show that it keeps it
+    /// (`why`: `constraints.gpu_memory`); never the best.
+    Excluded,
 }
 
 /// One variant in the answer.
@@ -478,6 +481,10 @@ pub struct VariantResult {
     /// The group's servers' peak resident memory during the run, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_memory_bytes: Option<f64>,
+    /// The most GPU memory one of the group's servers used during the run (Triton's
+    /// `nv_gpu_memory_used_bytes`, summed over its GPUs), bytes; None: none exported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_bytes: Option<f64>,
     /// Triton's `nv_cpu_utilization` averaged over the run (0..1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_cpu_utilization: Option<f64>,
@@ -560,14 +567,75 @@ impl stress_common::store::Document for SweepAnswer {
     const KIND: &'static str = "sweep_answer";
 }
 
+/// What a variant's run says of `constraints.gpu_memory`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GpuMemoryCheck {
+    /// Its servers' peak is within the limit.
+    Within,
+    /// Its servers' peak (bytes) is over the limit (bytes).
+    Over { peak: f64, limit: u64 },
+    /// Its servers exported no GPU memory metric (CPU only, or no GPU metrics): the constraint
+    /// cannot be checked, so it does not pass.
+    NotMeasured,
+}
+
+impl GpuMemoryCheck {
+    /// The words a variant that does not keep the constraint is listed with (None: it does).
+    pub fn why(&self) -> Option<String> {
+        match self {
+            GpuMemoryCheck::Within => None,
+            GpuMemoryCheck::Over { peak, limit } => Some(format!(
+                "over constraints.gpu_memory {}: its servers used {} of GPU memory at their peak",
+                gib(*limit as f64),
+                gib(*peak)
+            )),
+            GpuMemoryCheck::NotMeasured => Some(
+                "gpu_memory not measured: the servers exported no nv_gpu_memory_used_bytes".into(),
+            ),
+        }
+    }
+}
+
+/// Bytes in GiB, two decimals.
+fn gib(bytes: f64) -> String {
+    format!("{:.2} GiB", bytes / f64::from(1u32 << 30))
+}
+
+/// Whether the peak GPU memory a variant's servers used (`peak`, bytes; None: not exported)
+/// keeps to `limit` bytes.
+pub fn check_gpu_memory(limit: u64, peak: Option<f64>) -> GpuMemoryCheck {
+    match peak {
+        None => GpuMemoryCheck::NotMeasured,
+        Some(peak) if peak > limit as f64 => GpuMemoryCheck::Over { peak, limit },
+        Some(_) => GpuMemoryCheck::Within,
+    }
+}
+
+/// Judges a measured variant against the constraints only its run can tell
+/// (`gpu_memory_limit`, bytes): one that breaks them, or whose run cannot show it keeps them,
+/// becomes [`VariantStatus::Excluded`] with why (its measurements stay). Others are left as
+/// they are.
+pub fn judge_measured_constraints(result: &mut VariantResult, gpu_memory_limit: Option<u64>) {
+    if result.status != VariantStatus::Measured {
+        return;
+    }
+    if let Some(why) =
+        gpu_memory_limit.and_then(|l| check_gpu_memory(l, result.gpu_memory_bytes).why())
+    {
+        result.status = VariantStatus::Excluded;
+        result.why = Some(why);
+    }
+}
+
 /// Best capacity first (measured variants by max QPS, those without an answer after them),
-/// then failed, then skipped; ties in grid order.
+/// then those excluded by a constraint, then failed, then skipped; ties in grid order.
 pub fn rank(variants: &mut [VariantResult]) {
     let class = |v: &VariantResult| match (v.status, v.max_qps) {
         (VariantStatus::Measured, Some(_)) => 0,
         (VariantStatus::Measured, None) => 1,
-        (VariantStatus::Failed, _) => 2,
-        (VariantStatus::Skipped, _) => 3,
+        (VariantStatus::Excluded, _) => 2,
+        (VariantStatus::Failed, _) => 3,
+        (VariantStatus::Skipped, _) => 4,
     };
     variants.sort_by(|a, b| {
         class(a)
@@ -868,10 +936,77 @@ mod tests {
             model_instances: Some(instances),
             gpus: 0,
             server_memory_bytes: Some(memory),
+            gpu_memory_bytes: None,
             server_cpu_utilization: None,
             server_versions: Vec::new(),
             why: None,
         }
+    }
+
+    #[test]
+    fn gpu_memory_over_the_limit_or_not_measured_excludes_a_variant_from_the_best() {
+        const GIB: u64 = 1 << 30;
+        assert_eq!(
+            check_gpu_memory(8 * GIB, Some(7.5 * GIB as f64)),
+            GpuMemoryCheck::Within
+        );
+        assert_eq!(
+            check_gpu_memory(8 * GIB, Some(8.0 * GIB as f64)),
+            GpuMemoryCheck::Within,
+            "at the limit is within it"
+        );
+        assert_eq!(
+            check_gpu_memory(8 * GIB, Some(9.25 * GIB as f64)),
+            GpuMemoryCheck::Over {
+                peak: 9.25 * GIB as f64,
+                limit: 8 * GIB
+            }
+        );
+        assert_eq!(check_gpu_memory(8 * GIB, None), GpuMemoryCheck::NotMeasured);
+
+        let with_gpu = |index, qps, gpu: Option<f64>| {
+            let mut v = measured(index, Some(qps), 1, 1.0);
+            v.gpu_memory_bytes = gpu;
+            v
+        };
+        // The fastest uses too much; the next keeps to it; the third exported nothing.
+        let mut v = vec![
+            with_gpu(1, 80.0, Some(9.25 * GIB as f64)),
+            with_gpu(2, 40.0, Some(6.0 * GIB as f64)),
+            with_gpu(3, 60.0, None),
+        ];
+        for r in &mut v {
+            judge_measured_constraints(r, Some(8 * GIB));
+        }
+        assert_eq!(v[0].status, VariantStatus::Excluded);
+        assert_eq!(
+            v[0].why.as_deref(),
+            Some(
+                "over constraints.gpu_memory 8.00 GiB: its servers used 9.25 GiB of GPU memory \
+                 at their peak"
+            )
+        );
+        assert_eq!(v[1].status, VariantStatus::Measured);
+        assert_eq!(v[1].why, None);
+        assert_eq!(v[2].status, VariantStatus::Excluded);
+        assert_eq!(
+            v[2].why.as_deref(),
+            Some("gpu_memory not measured: the servers exported no nv_gpu_memory_used_bytes")
+        );
+        // Their measurements stay; they rank after every variant that keeps the constraints,
+        // and are not on the front.
+        assert_eq!(v[0].max_qps, Some(80.0));
+        rank(&mut v);
+        assert_eq!(v.iter().map(|v| v.index).collect::<Vec<_>>(), [2, 1, 3]);
+        assert_eq!(pareto(&v), [2]);
+        // Without the constraint nothing is judged; a failed variant stays failed.
+        let mut free = with_gpu(4, 80.0, None);
+        judge_measured_constraints(&mut free, None);
+        assert_eq!(free.status, VariantStatus::Measured);
+        let mut failed = with_gpu(5, 80.0, None);
+        failed.status = VariantStatus::Failed;
+        judge_measured_constraints(&mut failed, Some(GIB));
+        assert_eq!(failed.status, VariantStatus::Failed);
     }
 
     #[test]

@@ -58,7 +58,9 @@ pub struct Sweep {
     #[serde(default = "yes")]
     pub confirm_best: bool,
 
-    /// Variants that break a constraint are listed as skipped and not measured.
+    /// Limits a variant must keep: one over `model_instances_max` is listed as skipped and not
+    /// measured; one over `gpu_memory` (known only once measured) is listed as excluded. Neither
+    /// is ever the best.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraints: Option<SweepConstraints>,
 }
@@ -98,14 +100,80 @@ impl SweepSearch {
     }
 }
 
-/// Limits a variant must keep to be measured.
+/// Limits a variant must keep.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SweepConstraints {
-    /// The most model instances (the sum of the swept models' `instance_group` counts).
+    /// The most model instances (the sum of the swept models' `instance_group` counts): a
+    /// variant over it is skipped, not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub model_instances_max: Option<u32>,
+
+    /// The most GPU memory any one of a variant's servers may use (Triton's
+    /// `nv_gpu_memory_used_bytes`, summed over the server's GPUs, at its peak during the
+    /// variant's run), a size such as `8GiB`, `512MiB`, `8Gi` or `8GB` (binary units `KiB`..`TiB`
+    /// or `Ki`..`Ti`, decimal `kB`..`TB` or `k`..`T`, or bytes). A variant over it, or whose
+    /// servers exported no GPU memory metric (a constraint that cannot be checked does not
+    /// pass), is measured but excluded: never the best.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        pattern(r"^[0-9]+(\.[0-9]+)?\s*(B|[kKMGT]B?|[KMGT]iB?)?$"),
+        example = "8GiB"
+    )]
+    pub gpu_memory: Option<String>,
+}
+
+impl SweepConstraints {
+    /// `gpu_memory` in bytes (None: not set, or not a size; validation refuses that).
+    pub fn gpu_memory_bytes(&self) -> Option<u64> {
+        parse_size(self.gpu_memory.as_deref()?).ok()
+    }
+}
+
+/// A size that is not one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SizeError {
+    #[error("{0:?} is not a size: write a number and a unit, e.g. 8GiB, 512MiB, 8Gi or 8GB")]
+    NotASize(String),
+    #[error("{0:?} is more bytes than a 64-bit count holds")]
+    TooLarge(String),
+}
+
+/// Bytes in a size: a number (decimals allowed) and a unit: `B` or none (bytes), binary
+/// `KiB`/`Ki` .. `TiB`/`Ti` (powers of 1024), decimal `kB`/`k` .. `TB`/`T` (powers of 1000).
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
+    let bad = || SizeError::NotASize(text.to_string());
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let is_number = !number.is_empty()
+        && !number.starts_with('.')
+        && !number.ends_with('.')
+        && number.matches('.').count() <= 1;
+    if !is_number {
+        return Err(bad());
+    }
+    let number: f64 = number.parse().map_err(|_| bad())?;
+    let factor: f64 = match unit.trim_start() {
+        "" | "B" => 1.0,
+        "k" | "K" | "kB" | "KB" => 1e3,
+        "M" | "MB" => 1e6,
+        "G" | "GB" => 1e9,
+        "T" | "TB" => 1e12,
+        "Ki" | "KiB" => 1024.0,
+        "Mi" | "MiB" => 1024.0 * 1024.0,
+        "Gi" | "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "Ti" | "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(bad()),
+    };
+    let bytes = (number * factor).round();
+    if bytes >= u64::MAX as f64 {
+        return Err(SizeError::TooLarge(text.to_string()));
+    }
+    Ok(bytes as u64)
 }
 
 /// A sweep parameter's PATH, resolved.
@@ -192,6 +260,31 @@ impl Sweep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_in_binary_and_decimal_units() {
+        assert_eq!(parse_size("8GiB"), Ok(8 << 30));
+        assert_eq!(parse_size("8Gi"), Ok(8 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("8GB"), Ok(8_000_000_000));
+        assert_eq!(parse_size("8 G"), Ok(8_000_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("100B"), Ok(100));
+        for bad in [
+            "", "GiB", "8 gigs", "8XB", "-1GiB", "1.2.3GiB", ".5GiB", "8GiBs",
+        ] {
+            assert_eq!(
+                parse_size(bad),
+                Err(SizeError::NotASize(bad.to_string())),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            parse_size("99999999TiB"),
+            Err(SizeError::TooLarge(_))
+        ));
+    }
 
     #[test]
     fn paths_parse_to_what_they_change() {

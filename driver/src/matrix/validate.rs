@@ -1997,6 +1997,25 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
             "must be at least 1".into(),
         );
     }
+    if let Some(text) = sweep
+        .constraints
+        .as_ref()
+        .and_then(|c| c.gpu_memory.as_deref())
+    {
+        match super::sweep::parse_size(text) {
+            Err(e) => push(
+                root.key("constraints").key("gpu_memory"),
+                Anchor::Value,
+                e.to_string(),
+            ),
+            Ok(0) => push(
+                root.key("constraints").key("gpu_memory"),
+                Anchor::Value,
+                "must be more than 0 bytes".into(),
+            ),
+            Ok(_) => {}
+        }
+    }
     issues
 }
 

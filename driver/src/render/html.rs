@@ -984,9 +984,11 @@ const SWEEP_BAR_W: f64 = 320.0;
 
 /// One bar per variant, scaled to the best capacity.
 fn sweep_bars(s: &crate::capacity::sweep::SweepAnswer) -> Markup {
+    // Scaled to the bars drawn (an excluded variant has a capacity but no bar).
     let top = s
         .variants
         .iter()
+        .filter(|v| v.status == crate::capacity::sweep::VariantStatus::Measured)
         .filter_map(|v| v.max_qps)
         .fold(0.0, f64::max);
     let height = SWEEP_ROW * s.variants.len() as f64 + 8.0;
@@ -1036,6 +1038,7 @@ fn variant_bar(
                 VariantStatus::Measured => "no answer within the target".to_string(),
                 VariantStatus::Failed => format!("failed: {why}"),
                 VariantStatus::Skipped => format!("skipped: {why}"),
+                VariantStatus::Excluded => format!("excluded: {why}"),
             };
             html! {
                 text.bad x=(SWEEP_LABEL_W) y=(y + 15.0) font-size="12" { (what) }
@@ -1059,6 +1062,9 @@ fn sweep_table(s: &crate::capacity::sweep::SweepAnswer) -> Markup {
                 VariantStatus::Measured => v.ending.clone().unwrap_or_else(dash),
                 VariantStatus::Failed => format!("failed: {}", v.why.as_deref().unwrap_or("")),
                 VariantStatus::Skipped => format!("skipped: {}", v.why.as_deref().unwrap_or("")),
+                VariantStatus::Excluded => {
+                    format!("excluded: {}", v.why.as_deref().unwrap_or(""))
+                }
             };
             let memory_mib = v
                 .server_memory_bytes
@@ -2204,6 +2210,7 @@ mod tests {
             model_instances: Some(1),
             gpus: 0,
             server_memory_bytes: None,
+            gpu_memory_bytes: None,
             server_cpu_utilization: None,
             server_versions: Vec::new(),
             why: why.map(str::to_string),
@@ -2225,6 +2232,15 @@ mod tests {
                     Some("FAIL: triton-0: <exited>"),
                 ),
                 variant(4, VariantStatus::Skipped, None, Some("over the limit")),
+                // Measured, but never a bar: a constraint it cannot be shown to keep.
+                variant(
+                    5,
+                    VariantStatus::Excluded,
+                    Some(80.0),
+                    Some(
+                        "gpu_memory not measured: the servers exported no nv_gpu_memory_used_bytes",
+                    ),
+                ),
             ],
             pareto: vec![2],
             best: None,
@@ -2240,6 +2256,10 @@ mod tests {
         );
         assert!(f.contains("failed: FAIL: triton-0: &lt;exited&gt;"), "{f}");
         assert!(f.contains("skipped: over the limit"), "{f}");
+        assert!(
+            f.contains("excluded: gpu_memory not measured: the servers exported no nv_gpu_memory_used_bytes"),
+            "{f}"
+        );
         assert!(!html.contains("<v1>"), "parameters are escaped");
     }
 

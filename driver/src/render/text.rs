@@ -110,6 +110,7 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
             VariantStatus::Measured => v.ending.clone().unwrap_or_else(dash),
             VariantStatus::Failed => "FAILED".into(),
             VariantStatus::Skipped => "skipped".into(),
+            VariantStatus::Excluded => "EXCLUDED".into(),
         };
         let front = if sweep.pareto.contains(&v.index) {
             "*"
@@ -140,6 +141,16 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
         "* on the Pareto front: no other variant serves as much at no more cost (instances) and memory"
     );
     match &sweep.best {
+        None if sweep
+            .variants
+            .iter()
+            .any(|v| v.status == VariantStatus::Excluded) =>
+        {
+            let _ = writeln!(
+                out,
+                "Best: none (no variant met the target and the constraints)"
+            );
+        }
         None => {
             let _ = writeln!(out, "Best: none (no variant met the target)");
         }
@@ -1017,6 +1028,49 @@ pub fn run_list(runs: &[crate::report::summary::RunSummary]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_lists_an_excluded_variant_with_why_and_names_no_best() {
+        use crate::capacity::sweep::{SweepAnswer, VariantResult, VariantStatus};
+        let why = "gpu_memory not measured: the servers exported no nv_gpu_memory_used_bytes";
+        let answer = SweepAnswer {
+            server_group: "triton".into(),
+            search: "grid".into(),
+            target_p99_ms: 125.0,
+            grid_size: 1,
+            measured: 1,
+            variants: vec![VariantResult {
+                index: 1,
+                parameters: Default::default(),
+                status: VariantStatus::Excluded,
+                run_id: None,
+                max_qps: Some(80.0),
+                p99_ms: Some(100.0),
+                concurrency: Some(4),
+                ending: Some("converged".into()),
+                model_instances: Some(4),
+                gpus: 0,
+                server_memory_bytes: None,
+                gpu_memory_bytes: None,
+                server_cpu_utilization: None,
+                why: Some(why.into()),
+            }],
+            pareto: vec![],
+            best: None,
+        };
+        let mut out = String::new();
+        render_sweep(&mut out, &answer);
+        let row = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("1 "))
+            .unwrap();
+        assert!(row.contains("80.0") && row.contains("EXCLUDED"), "{out}");
+        assert!(out.contains(&format!("\n       {why}\n")), "{out}");
+        assert!(
+            out.contains("Best: none (no variant met the target and the constraints)"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn sparklines_scale_to_the_largest_value() {

@@ -268,11 +268,17 @@ pub async fn sweep(
     } else if answer.best.is_some() {
         Verdict::Pass
     } else {
+        let excluded = answer
+            .variants
+            .iter()
+            .any(|v| v.status == VariantStatus::Excluded);
         Verdict::Fail {
             member: sweep.server_group.clone(),
             reason: format!(
-                "no variant of the {} measured met the target p99 of {} ms",
-                answer.grid_size, answer.target_p99_ms
+                "no variant of the {} measured met the target p99 of {} ms{}",
+                answer.grid_size,
+                answer.target_p99_ms,
+                if excluded { " and the constraints" } else { "" }
             ),
         }
     };

@@ -87,7 +87,11 @@ pub(super) async fn measure_all(
                 if let Some(r) = repos {
                     repositories_of.insert(result.index, r);
                 }
-                measured.insert(point, result.max_qps);
+                // A variant excluded by a constraint is no way up for the quick search.
+                let answer = result
+                    .max_qps
+                    .filter(|_| result.status == VariantStatus::Measured);
+                measured.insert(point, answer);
                 done.push((order, result));
             }
             Next::Done => break,
@@ -163,6 +167,7 @@ impl VariantContext<'_> {
             model_instances: instances,
             gpus: 0,
             server_memory_bytes: None,
+            gpu_memory_bytes: None,
             server_cpu_utilization: None,
             server_versions: Vec::new(),
             why: None,
@@ -380,7 +385,18 @@ pub(super) fn measured(
         .iter()
         .filter_map(|p| p.rss_bytes.or(p.cpu_memory_used_bytes))
         .reduce(f64::max);
+    result.gpu_memory_bytes = points
+        .iter()
+        .filter_map(|p| p.gpu_memory_used_bytes)
+        .reduce(f64::max);
     let cpu: Vec<f64> = points.iter().filter_map(|p| p.cpu_utilization).collect();
     result.server_cpu_utilization =
         (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64);
+    plan::judge_measured_constraints(
+        result,
+        sweep
+            .constraints
+            .as_ref()
+            .and_then(|c| c.gpu_memory_bytes()),
+    );
 }
