@@ -1053,6 +1053,7 @@ mod tests {
                 server_memory_bytes: None,
                 gpu_memory_bytes: None,
                 server_cpu_utilization: None,
+                server_versions: Vec::new(),
                 why: Some(why.into()),
             }],
             pareto: vec![],
