@@ -1029,21 +1029,23 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
     assert!(total["requests"].as_u64().unwrap_or(0) > 0, "{report:#}");
 }
 
-/// An injected `kill` of the server (issue 30) through the kube launcher: its pod is deleted
-/// at once and created again under the same name; the clients address the server's Service,
-/// so they ride through to the new pod. The run passes with the fault recovered from in time,
-/// the report shows its timeline, and nothing of the run (Services included) is left.
+/// An injected `kill` and, later, a `restart` of the server (issue 30) through the kube
+/// launcher: its pod is deleted (at once; then with Triton's SIGTERM and a grace period) and
+/// created again under the same name each time; the clients address the server's Service, so
+/// they ride through to each new pod. The run passes with both faults recovered from in time,
+/// the report shows their timelines, and nothing of the run (Services included) is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn injected_kill_deletes_the_server_pod_and_its_successor_serves_the_clients() {
+async fn injected_kill_and_restart_replace_the_server_pod_and_its_successors_serve_the_clients() {
     let env = Env::new().await;
     let ns = TestNamespace::create(&env.client, "ts-kube-fault").await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
     let dir = tempfile::tempdir().unwrap();
     let matrix = matrix_variant(dir.path(), "kill", |m| {
-        let m = replace_once(m, "  duration: 45s\n", "  duration: 70s\n");
+        let m = replace_once(m, "  duration: 45s\n", "  duration: 105s\n");
         format!(
             "{m}faults:\n  - {{ name: kill-triton, target: triton-0, at: 15s, kind: kill, \
-             expect: {{ recover_within: 50s }} }}\n"
+             expect: {{ recover_within: 40s }} }}\n  - {{ name: restart-triton, target: \
+             triton-0, at: 60s, kind: restart, expect: {{ recover_within: 40s }} }}\n"
         )
     });
     // Every uid the server pod had while the run went on.
@@ -1059,7 +1061,7 @@ async fn injected_kill_deletes_the_server_pod_and_its_successor_serves_the_clien
                         uids.push(uid);
                     }
                 }
-                if uids.len() >= 2 {
+                if uids.len() >= 3 {
                     return uids;
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1073,25 +1075,34 @@ async fn injected_kill_deletes_the_server_pod_and_its_successor_serves_the_clien
     let faults = report["faults"]
         .as_array()
         .expect("faults[] in report.json");
-    assert_eq!(faults.len(), 1, "{report:#}");
-    let kill = &faults[0];
-    assert_eq!(
-        (&kill["name"], &kill["kind"], &kill["target"], &kill["ok"]),
-        (
-            &Value::from("kill-triton"),
-            &Value::from("kill"),
-            &Value::from("triton-0"),
-            &Value::from(true)
-        ),
-        "{kill:#}"
-    );
-    let recovery = kill["recovery_s"].as_f64().expect("a recovery time");
-    assert!(recovery > 0.0 && recovery <= 50.0, "{kill:#}");
-    assert!(kill["lost_requests"].as_u64().is_some(), "{kill:#}");
-    assert!(
-        kill["ready_at_ms"].as_i64() <= kill["recovered_at_ms"].as_i64(),
-        "{kill:#}"
-    );
+    assert_eq!(faults.len(), 2, "{report:#}");
+    for (fault, (name, kind)) in faults
+        .iter()
+        .zip([("kill-triton", "kill"), ("restart-triton", "restart")])
+    {
+        assert_eq!(
+            (
+                &fault["name"],
+                &fault["kind"],
+                &fault["target"],
+                &fault["ok"]
+            ),
+            (
+                &Value::from(name),
+                &Value::from(kind),
+                &Value::from("triton-0"),
+                &Value::from(true)
+            ),
+            "{fault:#}"
+        );
+        let recovery = fault["recovery_s"].as_f64().expect("a recovery time");
+        assert!(recovery > 0.0 && recovery <= 40.0, "{fault:#}");
+        assert!(fault["lost_requests"].as_u64().is_some(), "{fault:#}");
+        assert!(
+            fault["ready_at_ms"].as_i64() <= fault["recovered_at_ms"].as_i64(),
+            "{fault:#}"
+        );
+    }
     assert!(
         report["failed_members"]
             .as_array()
@@ -1099,14 +1110,20 @@ async fn injected_kill_deletes_the_server_pod_and_its_successor_serves_the_clien
         "{report:#}"
     );
     let text = run.report_txt();
-    assert!(text.contains("kill-triton"), "{text}");
-    // The pod the clients used after the fault was a new one, not the first restarted.
+    assert!(
+        text.contains("kill-triton") && text.contains("restart-triton"),
+        "{text}"
+    );
+    // The pods the clients used after each fault were new ones, not the first restarted.
     uids.abort();
     let seen = match tokio::time::timeout(Duration::from_secs(1), uids).await {
         Ok(Ok(uids)) => uids.len(),
         _ => 1,
     };
-    assert!(seen >= 2, "the server pod was never created again\n{text}");
+    assert!(
+        seen >= 3,
+        "the server pod was not created again after each fault\n{text}"
+    );
     assert_eq!(
         run_objects(&env.client, &ns.name, &run.run_id).await,
         Vec::<String>::new()

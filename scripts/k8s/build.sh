@@ -16,6 +16,18 @@ if k8s_binaries_present; then
     log "kubernetes $K8S_VERSION_RESOLVED already built: $K8S_BIN"
     exit 0
 fi
+# One build at a time: a second call (e.g. ci.sh while a build started by hand still runs)
+# waits for the first and then finds its binaries, instead of building into the same tree.
+mkdir -p "$K8S_CACHE_ROOT"
+exec 9>"$K8S_CACHE_ROOT/build.lock"
+if ! flock -n 9; then
+    log "another build of kubernetes is running: waiting for it"
+    flock 9
+fi
+if k8s_binaries_present; then
+    log "kubernetes $K8S_VERSION_RESOLVED already built: $K8S_BIN"
+    exit 0
+fi
 
 apt_ensure golang-go golang-github-modern-go-reflect2-dev dpkg-dev build-essential rsync jq git
 
