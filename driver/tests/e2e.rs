@@ -1441,6 +1441,8 @@ async fn a_version_sweep_measures_each_release_and_names_it() {
         vec![json!("auto"), json!(second.display().to_string())],
     );
     sweep.confirm_best = false;
+    // Side by side: fixed_capacity's capacity is its sleeps', not the shared cores'.
+    sweep.parallel = 2;
     let matrix = tmp.path().join("sweep.yaml");
     std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
     let (driver, status, run_dir) =
