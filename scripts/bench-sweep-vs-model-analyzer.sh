@@ -5,14 +5,17 @@
 # concurrencies of CONCURRENCY, a constraint p99 <= TARGET_MS, objective throughput) and the
 # driver's sweep (test-matrices/sweep.yaml with only the instance-count parameter: a tritonserver
 # per variant, a capacity search at p99 <= TARGET_MS by two gRPC workers, the best measured
-# again). Both use the project's tritonserver 2.51 and the same model and search space:
-# `fixed_capacity` (50 ms per request per instance) with COUNTS instances. Prints each tool's
+# again). Both use the project's tritonserver 2.51 and the same model and search space: by
+# default `fixed_capacity` (50 ms per request per instance) with 1, 2 and 4 instances; MODEL_DIR,
+# PARAM and VALUES sweep another model's field. Prints each tool's
 # capacity per variant, the best it picks and its wall time to the answer, and whether the
 # driver met the design target: the same best (or one measured within 10% of it) in less wall
 # time. The two tools run one after the other, never together.
 #
 # Usage: scripts/bench-sweep-vs-model-analyzer.sh
-# Env: COUNTS ("1 2 4"), CONCURRENCY (model analyzer's list, "1 2 4 8 16": the driver's search
+# Env: MODEL_DIR (models/fixed_capacity: a model directory, its name the model's), PARAM
+# (instance_group[0].count, or max_batch_size), VALUES ("1 2 4"),
+# CONCURRENCY (model analyzer's list, "1 2 4 8 16": the driver's search
 # is bounded by the matrix's max_concurrency 16 too), TARGET_MS (125), ORDER ("ma driver"),
 # DRIVER / WORKER (release binaries; built unless given), BENCH_KEEP=1 keeps the logs and
 # results. Exit: 0 after printing results (targets met or not), 1 when something could not be
@@ -24,7 +27,10 @@ REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 cd "$REPO_ROOT"
 . scripts/bench-lib.sh
 
-COUNTS="${COUNTS:-1 2 4}"
+MODEL_DIR="${MODEL_DIR:-models/fixed_capacity}"
+MODEL="$(basename "$MODEL_DIR")"
+PARAM="${PARAM:-instance_group[0].count}"
+VALUES="${VALUES:-1 2 4}"
 CONCURRENCY="${CONCURRENCY:-1 2 4 8 16}"
 TARGET_MS="${TARGET_MS:-125}"
 ORDER="${ORDER:-ma driver}"
@@ -46,9 +52,17 @@ if [ -z "${DRIVER:-}" ] || [ -z "${WORKER:-}" ]; then
     WORKER="${WORKER:-$TARGET/worker}"
 fi
 
-# The model repository both tools start from: fixed_capacity as the project ships it.
+# The model repository both tools start from: the model as given.
 mkdir -p "$TMP/models"
-cp -rL models/fixed_capacity "$TMP/models/"
+cp -rL "$MODEL_DIR" "$TMP/models/"
+# Model analyzer's model_config_parameters for PARAM.
+case "$PARAM" in
+    "instance_group[0].count") MA_PARAMS="      instance_group:
+        - kind: KIND_CPU
+          count: [$(echo "$VALUES" | tr ' ' ',')]" ;;
+    max_batch_size) MA_PARAMS="      max_batch_size: [$(echo "$VALUES" | tr ' ' ',')]" ;;
+    *) fail "PARAM $PARAM: this script sweeps instance_group[0].count or max_batch_size" ;;
+esac
 
 list() { echo "$1" | tr ' ' ',' ; }
 
@@ -78,14 +92,12 @@ objectives: [perf_throughput]
 constraints:
   perf_latency_p99: { max: $TARGET_MS }
 profile_models:
-  fixed_capacity:
+  $MODEL:
     cpu_only: true
     model_config_parameters:
-      instance_group:
-        - kind: KIND_CPU
-          count: [$(list "$COUNTS")]
+$MA_PARAMS
 EOF
-    log "model-analyzer profile: instance counts [$COUNTS] x concurrency [$CONCURRENCY], p99 <= $TARGET_MS ms"
+    log "model-analyzer profile: $MODEL $PARAM [$VALUES] x concurrency [$CONCURRENCY], p99 <= $TARGET_MS ms"
     measured "$TMP/ma.time" "$MA_VENV/bin/model-analyzer" profile -f "$TMP/ma.yaml"
     read -r MA_WALL _ _ MA_RC < "$TMP/ma.time"
     [ "$MA_RC" = 0 ] || fail "model-analyzer exited $MA_RC: $(tail -n 30 "$TMP/ma.time.log")"
@@ -94,17 +106,18 @@ EOF
 }
 
 run_driver() {
-    python3 - "$TMP/sweep.yaml" "$TMP/models" "$COUNTS" "$TARGET_MS" <<'EOF'
+    python3 - "$TMP/sweep.yaml" "$TMP/models" "$MODEL" "$PARAM" "$VALUES" "$TARGET_MS" <<'EOF'
 import re, sys
-out, models, counts, target = sys.argv[1:]
+out, models, model, param, values, target = sys.argv[1:]
 text = open("test-matrices/sweep.yaml").read()
 text = text.replace("model_repositories: [../models]", f"model_repositories: [{models}]")
-text = re.sub(r"  parameters:\n(    .*\n)+", "  parameters:\n    models.fixed_capacity.instance_group[0].count: [%s]\n"
-              % ", ".join(counts.split()), text)
+text = text.replace("models: [{ name: fixed_capacity }]", f"models: [{{ name: {model} }}]")
+text = re.sub(r"  parameters:\n(    .*\n)+", "  parameters:\n    models.%s.%s: [%s]\n"
+              % (model, param, ", ".join(values.split())), text)
 text = text.replace("target_p99: 125ms", f"target_p99: {target}ms")
 open(out, "w").write(text)
 EOF
-    log "driver sweep: instance counts [$COUNTS], p99 <= $TARGET_MS ms"
+    log "driver sweep: $MODEL $PARAM [$VALUES], p99 <= $TARGET_MS ms"
     measured "$TMP/driver.time" "$DRIVER" run "$TMP/sweep.yaml" --runs-dir "$TMP/runs" \
         --run-id bench-sweep --no-progress
     read -r DRIVER_WALL _ _ DRIVER_RC < "$TMP/driver.time"
@@ -120,16 +133,18 @@ for tool in $ORDER; do
     esac
 done
 
-python3 - "$MA_CSV" "$TMP/runs/bench-sweep/report.json" "$TMP/ma-output-models" "$MA_WALL" "$DRIVER_WALL" "$TARGET_MS" <<'EOF'
+python3 - "$MA_CSV" "$TMP/runs/bench-sweep/report.json" "$TMP/ma-output-models" "$MA_WALL" "$DRIVER_WALL" "$TARGET_MS" "$MODEL" "$PARAM" <<'EOF'
 import csv, glob, json, os, re, sys
-ma_csv, report, ma_models, ma_wall, driver_wall, target = sys.argv[1:]
+ma_csv, report, ma_models, ma_wall, driver_wall, target, model, param = sys.argv[1:]
 ma_wall, driver_wall, target = float(ma_wall), float(driver_wall), float(target)
 
 # Model analyzer: per variant (its config directory), the most throughput at p99 within the
 # target, from its own measurements; its pick is the variant with the most.
+# The swept field's value in one of model analyzer's variant configs.
+field = {"instance_group[0].count": "count", "max_batch_size": "max_batch_size"}[param]
 def instances(config_dir):
     text = open(os.path.join(ma_models, config_dir, "config.pbtxt")).read()
-    m = re.search(r"count:\s*(\d+)", text)
+    m = re.search(field + r":\s*(\d+)", text)
     return int(m.group(1)) if m else None
 rows = list(csv.DictReader(open(ma_csv)))
 if not rows:
@@ -155,13 +170,13 @@ ma_best = max((v for v in ma.values() if v["qps"] is not None), key=lambda v: v[
 sweep = json.load(open(report))["sweep"]
 ours = {}
 for v in sweep["variants"]:
-    count = v["parameters"]["models.fixed_capacity.instance_group[0].count"]
+    count = v["parameters"][f"models.{model}.{param}"]
     ours[count] = v
 best = sweep.get("best")
-our_count = best and best["parameters"]["models.fixed_capacity.instance_group[0].count"]
+our_count = best and best["parameters"][f"models.{model}.{param}"]
 
-print(f"\nfixed_capacity, p99 <= {target:g} ms, on this machine")
-print(f"{'instances':>9}  {'model analyzer QPS (conc)':>26}  {'driver QPS (conc)':>18}")
+print(f"\n{model}, p99 <= {target:g} ms, on this machine; {param} =")
+print(f"{'value':>9}  {'model analyzer QPS (conc)':>26}  {'driver QPS (conc)':>18}")
 for count in sorted(set(ours) | {v["count"] for v in ma.values()}):
     m = next((v for v in ma.values() if v["count"] == count), None)
     o = ours.get(count)
@@ -170,12 +185,12 @@ for count in sorted(set(ours) | {v["count"] for v in ma.values()}):
     print(f"{count:>9}  {ma_s:>26}  {o_s:>18}")
 print("\nmodel analyzer's curves (concurrency: QPS, p99 ms):")
 for variant, v in sorted(ma.items(), key=lambda kv: kv[1]["count"] or 0):
-    print(f"  {v['count']} instance(s): " + ", ".join(f"{c}: {q:.1f}, {p:.0f}" for c, q, p in sorted(v["curve"])))
+    print(f"  {param} {v['count']}: " + ", ".join(f"{c}: {q:.1f}, {p:.0f}" for c, q, p in sorted(v["curve"])))
 ma_pick = ma_best and ma_best["count"]
-print(f"\nbest: model analyzer {ma_pick} instance(s) ({ma_best['qps']:.1f} QPS)" if ma_best else "\nbest: model analyzer none")
+print(f"\nbest: model analyzer {param} {ma_pick} ({ma_best['qps']:.1f} QPS)" if ma_best else "\nbest: model analyzer none")
 if best:
     confirmed = best.get("confirmed_qps")
-    print(f"      driver {our_count} instance(s) ({best['max_qps']:.1f} QPS" + (f", measured again {confirmed:.1f})" if confirmed else ")"))
+    print(f"      driver {param} {our_count} ({best['max_qps']:.1f} QPS" + (f", measured again {confirmed:.1f})" if confirmed else ")"))
 else:
     print("      driver none")
 print(f"wall time to the answer: model analyzer {ma_wall:.0f} s, driver {driver_wall:.0f} s (ratio {driver_wall / ma_wall:.2f})")
