@@ -1240,20 +1240,16 @@ async fn a_client_inside_perf_analyzer_runs_is_not_a_zero_qps_stall() {
         .unwrap();
     let samples = store.qps_samples(&RunId::from(run_id)).await.unwrap();
     let zeros = samples.iter().filter(|s| s.qps == 0.0).count();
-    let answered = samples.iter().filter(|s| s.qps > 0.0).count();
     // The case the rule must ride through: zeros between the runs' ends, and requests counted.
+    // (Not a sample with QPS above 0: the driver samples a worker's latest QPS once a second,
+    // and on a loaded machine may miss the one second a run's 1000 requests were counted in.)
     assert!(
-        zeros >= 2 && answered >= 1 && samples.last().is_some_and(|s| s.total_requests >= 1000),
+        zeros >= 2 && samples.last().is_some_and(|s| s.total_requests >= 1000),
         "{samples:?}\n{}",
         driver.output()
     );
 }
 
-/// Capacity mode against a server whose capacity the test knows: `fixed_capacity` executes 2
-/// requests at once for 50 ms each (40/s at most; N in flight wait ceil(N/2) x 50 ms), and the
-/// target is p99 <= 125 ms. The controller must find about 40/s at 2 to 4 in flight, have gone
-/// past it (5 in flight: ~150 ms) and come back, and end the run on its own, with the two
-/// workers following its targets live (each started once).
 /// test-matrices/sweep.yaml's instance counts (each instance serves 20 requests/s), each with
 /// server arguments that work and ones tritonserver refuses, two variants at a time
 /// (`parallel: 2`; the model sleeps, so parallel servers on two cores do not confound its
@@ -1478,6 +1474,11 @@ async fn a_version_sweep_measures_each_release_and_names_it() {
     );
 }
 
+/// Capacity mode against a server whose capacity the test knows: `fixed_capacity` executes 2
+/// requests at once for 50 ms each (40/s at most; N in flight wait ceil(N/2) x 50 ms), and the
+/// target is p99 <= 125 ms. The controller must find about 40/s at 2 to 4 in flight, have gone
+/// past it (5 in flight: ~150 ms) and come back, and end the run on its own, with the two
+/// workers following its targets live (each started once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
     let _one_run = RUN_LOCK.lock().await;

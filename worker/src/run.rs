@@ -449,15 +449,17 @@ async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: C
             _ = stop.cancelled() => return,
         }
         let now = Instant::now();
-        let total = shared.stats.total_requests();
+        // The QPS from the snapshot's own total: a perf_analyzer run's requests, counted all
+        // at once at its end, must not land in a snapshot's total but not in its QPS.
+        let mut snapshot = shared.stats.snapshot(&shared.mix, 0.0);
+        let total = snapshot.total_requests;
         let dt = now.duration_since(last.0).as_secs_f64();
-        let qps = if dt > 0.0 {
-            (total - last.1) as f64 / dt
+        snapshot.qps = if dt > 0.0 {
+            total.saturating_sub(last.1) as f64 / dt
         } else {
             0.0
         };
         last = (now, total);
-        let snapshot = shared.stats.snapshot(&shared.mix, qps);
         if let Some(m) = &metrics {
             m.update(&snapshot);
         }
