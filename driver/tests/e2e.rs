@@ -1261,23 +1261,19 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
     let _one_run = RUN_LOCK.lock().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let mut m = committed_matrix("sweep.yaml");
-    serve_only(&mut m, tmp.path(), &["fixed_capacity"]);
-    let sweep = m.sweep.as_mut().expect("sweep.yaml has a sweep");
-    sweep.parameters.clear();
-    sweep.parameters.insert(
-        "models.fixed_capacity.instance_group[0].count".into(),
-        vec![json!(1), json!(2), json!(4)],
+    let matrix = fixed_capacity_sweep(
+        tmp.path(),
+        [
+            (
+                "models.fixed_capacity.instance_group[0].count",
+                vec![json!(1), json!(2), json!(4)],
+            ),
+            (
+                "server.args",
+                vec![json!(["--log-verbose=0"]), json!(["--no-such-flag"])],
+            ),
+        ],
     );
-    sweep.parameters.insert(
-        "server.args".into(),
-        vec![json!(["--log-verbose=0"]), json!(["--no-such-flag"])],
-    );
-    // One measurement each keeps the test to ~2 minutes; `confirm_best` is the same run again.
-    sweep.confirm_best = false;
-    sweep.parallel = 2;
-    let matrix = tmp.path().join("sweep.yaml");
-    std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
     let run_id = "e2e-sweep";
     let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, run_id, "120s").await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());
@@ -1398,6 +1394,28 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
     assert_eq!(String::from_utf8_lossy(&rebuilt.stdout), text);
 }
 
+/// test-matrices/sweep.yaml serving only `fixed_capacity`, sweeping `parameters` instead of its
+/// own, written into `tmp`: one measurement per variant (`confirm_best` is the same run again)
+/// and two variants side by side (`parallel: 2`; the model sleeps, so parallel servers on two
+/// cores do not confound its capacity), which keeps a sweep test to a minute or two.
+fn fixed_capacity_sweep<const N: usize>(
+    tmp: &Path,
+    parameters: [(&str, Vec<Value>); N],
+) -> PathBuf {
+    let mut m = committed_matrix("sweep.yaml");
+    serve_only(&mut m, tmp, &["fixed_capacity"]);
+    let sweep = m.sweep.as_mut().expect("sweep.yaml has a sweep");
+    sweep.parameters = parameters
+        .into_iter()
+        .map(|(path, values)| (path.to_string(), values))
+        .collect();
+    sweep.confirm_best = false;
+    sweep.parallel = 2;
+    let matrix = tmp.join("sweep.yaml");
+    std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
+    matrix
+}
+
 /// The second tritonserver release scripts/test.sh installs beside 2.51 (nvidia-pytriton 0.5.5
 /// bundles 2.44.0), for the version sweep.
 const SECOND_RELEASE: &str = ".local/pytriton-0.5.5/bin/tritonserver";
@@ -1428,19 +1446,13 @@ async fn a_version_sweep_measures_each_release_and_names_it() {
     let _one_run = RUN_LOCK.lock().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let mut m = committed_matrix("sweep.yaml");
-    serve_only(&mut m, tmp.path(), &["fixed_capacity"]);
-    let sweep = m.sweep.as_mut().expect("sweep.yaml has a sweep");
-    sweep.parameters.clear();
-    sweep.parameters.insert(
-        "server.tritonserver.binary".into(),
-        vec![json!("auto"), json!(second.display().to_string())],
+    let matrix = fixed_capacity_sweep(
+        tmp.path(),
+        [(
+            "server.tritonserver.binary",
+            vec![json!("auto"), json!(second.display().to_string())],
+        )],
     );
-    sweep.confirm_best = false;
-    // Side by side: fixed_capacity's capacity is its sleeps', not the shared cores'.
-    sweep.parallel = 2;
-    let matrix = tmp.path().join("sweep.yaml");
-    std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
     let (driver, status, run_dir) =
         run_matrix_for(tmp.path(), &matrix, "e2e-version-sweep", "90s").await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());
