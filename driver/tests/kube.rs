@@ -1041,11 +1041,15 @@ async fn injected_kill_and_restart_replace_the_server_pod_and_its_successors_ser
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
     let dir = tempfile::tempdir().unwrap();
     let matrix = matrix_variant(dir.path(), "kill", |m| {
-        let m = replace_once(m, "  duration: 45s\n", "  duration: 105s\n");
+        // A graceful restart's recovery holds Triton's own exit (it waits up to its
+        // --exit-timeout-secs, 30 s, for requests in flight, and the clients keep some in
+        // flight), the kubelet's teardown of the old pod and the new pod's start: 55 s in a
+        // CI run on a loaded 2-core machine, so 90 s allowed.
+        let m = replace_once(m, "  duration: 45s\n", "  duration: 150s\n");
         format!(
-            "{m}faults:\n  - {{ name: kill-triton, target: triton-0, at: 15s, kind: kill, \
+            "{m}faults:\n  - {{ name: kill-triton, target: triton-0, at: 10s, kind: kill, \
              expect: {{ recover_within: 40s }} }}\n  - {{ name: restart-triton, target: \
-             triton-0, at: 60s, kind: restart, expect: {{ recover_within: 40s }} }}\n"
+             triton-0, at: 55s, kind: restart, expect: {{ recover_within: 90s }} }}\n"
         )
     });
     // Every uid the server pod had while the run went on.
@@ -1096,7 +1100,8 @@ async fn injected_kill_and_restart_replace_the_server_pod_and_its_successors_ser
             "{fault:#}"
         );
         let recovery = fault["recovery_s"].as_f64().expect("a recovery time");
-        assert!(recovery > 0.0 && recovery <= 40.0, "{fault:#}");
+        let allowed = if kind == "kill" { 40.0 } else { 90.0 };
+        assert!(recovery > 0.0 && recovery <= allowed, "{fault:#}");
         assert!(fault["lost_requests"].as_u64().is_some(), "{fault:#}");
         assert!(
             fault["ready_at_ms"].as_i64() <= fault["recovered_at_ms"].as_i64(),
