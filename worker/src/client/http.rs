@@ -364,10 +364,13 @@ impl TritonClient for HttpClient {
         for p in &payload {
             body.extend_from_slice(p);
         }
+        let model_path = model_path(&request.model, &request.version);
+        let head = DirectHead::new(&self.address, &model_path, header_length);
         Ok(Prepared::Http {
-            model_path: model_path(&request.model, &request.version),
+            model_path,
             body: Bytes::from(body),
             header_length,
+            head,
         })
     }
 
@@ -391,6 +394,7 @@ impl TritonClient for HttpClient {
             model_path,
             body,
             header_length,
+            ..
         } = prepared
         else {
             return Err(ClientError::WrongProtocol);
@@ -473,19 +477,41 @@ impl HttpClient {
     /// Writes `prepared` now on an idle connection of the direct pool; None when none is idle.
     fn send_direct(&self, prepared: &Prepared) -> Option<super::http1_direct::ResponseFuture> {
         let Prepared::Http {
-            model_path,
             body,
-            header_length,
+            head: Some(head),
+            ..
         } = prepared
         else {
             return None;
         };
-        let mut request = hyper::Request::post(format!("/v2/models/{model_path}/infer"))
-            .header(http::header::HOST, &self.address)
-            .body(http_body_util::Full::new(body.clone()))
-            .ok()?;
-        request.headers_mut().extend(body_headers(*header_length));
-        self.direct.as_ref()?.send_now(request)
+        let direct = self.direct.as_ref()?;
+        let mut request = hyper::Request::new(http_body_util::Full::new(body.clone()));
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = head.uri.clone();
+        *request.headers_mut() = head.headers.clone();
+        direct.send_now(request)
+    }
+}
+
+/// The path and headers of an inference request on the direct pool: the same for every send
+/// of one prepared request, so parsed and validated once (cloning them is reference counts
+/// and two small copies; building them was a `format!`, a URI parse and three header inserts
+/// per request).
+#[derive(Debug, Clone)]
+pub struct DirectHead {
+    uri: http::Uri,
+    headers: http::HeaderMap,
+}
+
+impl DirectHead {
+    fn new(authority: &str, model_path: &str, header_length: Option<usize>) -> Option<Self> {
+        let uri = format!("/v2/models/{model_path}/infer").parse().ok()?;
+        let mut headers = body_headers(header_length);
+        headers.insert(
+            http::header::HOST,
+            http::HeaderValue::from_str(authority).ok()?,
+        );
+        Some(Self { uri, headers })
     }
 }
 

@@ -259,6 +259,9 @@ pub enum Prepared {
         body: bytes::Bytes,
         /// Length of the JSON header when the binary tensor extension is used.
         header_length: Option<usize>,
+        /// The path and headers of every send of it on the direct pool, made once (None: a
+        /// model name that is no URI path as it stands; reqwest's URL encoding sends it).
+        head: Option<http::DirectHead>,
     },
 }
 
