@@ -365,7 +365,8 @@ impl TritonClient for HttpClient {
             body.extend_from_slice(p);
         }
         let model_path = model_path(&request.model, &request.version);
-        let head = DirectHead::new(&self.address, &model_path, header_length);
+        let head =
+            DirectHead::new(&self.address, &model_path, header_length).map(std::sync::Arc::new);
         Ok(Prepared::Http {
             model_path,
             body: Bytes::from(body),

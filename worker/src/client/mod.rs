@@ -261,7 +261,7 @@ pub enum Prepared {
         header_length: Option<usize>,
         /// The path and headers of every send of it on the direct pool, made once (None: a
         /// model name that is no URI path as it stands; reqwest's URL encoding sends it).
-        head: Option<http::DirectHead>,
+        head: Option<std::sync::Arc<http::DirectHead>>,
     },
 }
 
