@@ -4,7 +4,7 @@ use driver::launcher::Launcher;
 use driver::launcher::kube::{self, KubeLauncher, KubeSettings};
 use driver::launcher::local::LocalLauncher;
 use driver::report::Report;
-use driver::run::sweep::{LaunchFor, LaunchFuture};
+use driver::run::sweep::{LaunchFor, LaunchFuture, LauncherFor};
 use driver::run::{self, RunOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -490,63 +490,55 @@ async fn main() -> ExitCode {
             let cancel = stress_common::shutdown::token_on_signals();
             if matrix.sweep.is_some() {
                 tracing::info!(run_id, run_dir = %run_dir.display(), "starting a sweep");
-                let outcome = match kind {
-                    LauncherKind::Local => {
-                        let launcher_for = |l: LaunchFor<'_>| -> LaunchFuture {
-                            let launcher: Box<dyn Launcher> =
-                                Box::new(LocalLauncher::new(l.dir, &matrix_dir));
-                            Box::pin(std::future::ready(Ok(launcher)))
-                        };
-                        run::sweep::sweep(
-                            &options,
-                            &matrix,
-                            &run_dir,
-                            &run_id,
-                            cancel,
-                            &launcher_for,
-                        )
-                        .await
-                    }
+                // Each run of the sweep (its own, then each variant's) gets a launcher of its
+                // own run id; on Kubernetes they share one cluster connection.
+                let cluster = match kind {
+                    LauncherKind::Local => None,
                     LauncherKind::Kube => {
                         if let Some(refused) = binary_sweep_on_pods(&matrix) {
                             eprintln!("{refused}");
                             return ExitCode::from(BAD_INPUT);
                         }
-                        // One cluster connection; each run of the sweep (its own, then each
-                        // variant's) gets a KubeLauncher of its own run id.
-                        let cluster = match KubeCluster::connect(&options, &matrix, kube).await {
-                            Ok(c) => c,
+                        match KubeCluster::connect(&options, &matrix, kube).await {
+                            Ok(c) => Some(c),
                             Err(e) => {
                                 eprintln!("error: {e:#}");
                                 return ExitCode::from(BAD_INPUT);
                             }
-                        };
-                        let duration = options.duration;
-                        let launcher_for = |l: LaunchFor<'_>| -> LaunchFuture {
-                            let client = cluster.client.clone();
-                            let settings = cluster.settings(
-                                l.run_id,
-                                std::fs::read_to_string(l.matrix_file).unwrap_or_default(),
-                                l.matrix,
-                                duration,
-                            );
-                            Box::pin(async move {
-                                let launcher: Box<dyn Launcher> =
-                                    Box::new(KubeLauncher::start(client, settings).await?);
-                                Ok(launcher)
-                            })
-                        };
-                        run::sweep::sweep(
-                            &options,
-                            &matrix,
-                            &run_dir,
-                            &run_id,
-                            cancel,
-                            &launcher_for,
-                        )
-                        .await
+                        }
                     }
                 };
+                let duration = options.duration;
+                let launcher_for: Box<LauncherFor<'_>> = match &cluster {
+                    None => Box::new(|l: LaunchFor<'_>| -> LaunchFuture {
+                        let launcher: Box<dyn Launcher> =
+                            Box::new(LocalLauncher::new(l.dir, &matrix_dir));
+                        Box::pin(std::future::ready(Ok(launcher)))
+                    }),
+                    Some(cluster) => Box::new(move |l: LaunchFor<'_>| -> LaunchFuture {
+                        let client = cluster.client.clone();
+                        let settings = cluster.settings(
+                            l.run_id,
+                            std::fs::read_to_string(l.matrix_file).unwrap_or_default(),
+                            l.matrix,
+                            duration,
+                        );
+                        Box::pin(async move {
+                            let launcher: Box<dyn Launcher> =
+                                Box::new(KubeLauncher::start(client, settings).await?);
+                            Ok(launcher)
+                        })
+                    }),
+                };
+                let outcome = run::sweep::sweep(
+                    &options,
+                    &matrix,
+                    &run_dir,
+                    &run_id,
+                    cancel,
+                    launcher_for.as_ref(),
+                )
+                .await;
                 return finish_run_command(outcome, &options);
             }
             let mut launcher: Box<dyn Launcher> = match kind {
