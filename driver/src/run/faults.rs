@@ -223,7 +223,7 @@ impl FaultRunner {
     }
 
     /// At the load phase's end: lasting faults still open are ended (the run may have been
-    /// shortened), READY probes still running are given up.
+    /// shortened), READY probes still running get a last look, then are given up.
     pub(super) async fn finish(&mut self, launcher: &mut dyn Launcher) {
         for (index, _) in std::mem::take(&mut self.open) {
             let fault = &mut self.log.faults[index];
@@ -234,8 +234,15 @@ impl FaultRunner {
             fault.ended_at_ms = Some(stress_common::now_ms());
         }
         self.collect_ready().await;
-        for (_, handle) in std::mem::take(&mut self.ready) {
-            handle.abort();
+        // A probe still running may be one poll from seeing its server READY: a run that fails
+        // fast on the first answers after a restart ends within that poll. A last short wait,
+        // so the timeline says when the server was back.
+        let last_look = tokio::time::Instant::now() + READY_PROBE * 5;
+        for (index, mut handle) in std::mem::take(&mut self.ready) {
+            match tokio::time::timeout_at(last_look, &mut handle).await {
+                Ok(ready) => self.log.faults[index].ready_at_ms = ready.ok().flatten(),
+                Err(_) => handle.abort(),
+            }
         }
     }
 

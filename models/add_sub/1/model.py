@@ -40,16 +40,25 @@ def _first_life(model_name, model_dir):
         tempfile.gettempdir(),
         f"{model_name}-{key}-{_parent_of(server)}",
     )
+    # The marker appears with its content (a hard link of a file already written): the
+    # server's instances load at once, and one that found an empty marker, created but not
+    # yet written by another, took itself for a later life.
+    written = f"{marker}.{os.getpid()}"
     try:
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w") as f:
+        with open(written, "w") as f:
             f.write(server)
+        os.link(written, marker)
         return True
     except FileExistsError:
         with open(marker) as f:
             return f.read().strip() == server
     except OSError:
         return True
+    finally:
+        try:
+            os.unlink(written)
+        except OSError:
+            pass
 
 
 class TritonPythonModel:
