@@ -451,7 +451,7 @@ async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: C
         let now = Instant::now();
         // The QPS from the snapshot's own total: a perf_analyzer run's requests, counted all
         // at once at its end, must not land in a snapshot's total but not in its QPS.
-        let mut snapshot = shared.stats.snapshot(&shared.mix, 0.0);
+        let mut snapshot = shared.stats.snapshot(&shared.mix);
         let total = snapshot.total_requests;
         let dt = now.duration_since(last.0).as_secs_f64();
         snapshot.qps = if dt > 0.0 {

@@ -325,10 +325,11 @@ impl Stats {
     }
 
     /// The worker's counts now, with the outages that ended since the previous snapshot
-    /// (taken: each goes into one snapshot).
-    pub fn snapshot(&self, scenarios: &[Scenario], qps: f64) -> WorkerSnapshot {
+    /// (taken: each goes into one snapshot). Its `qps` is 0: the caller, which knows the
+    /// previous snapshot's total and time, sets it from this one's `total_requests`.
+    pub fn snapshot(&self, scenarios: &[Scenario]) -> WorkerSnapshot {
         let outages = self.outages().take();
-        self.snapshot_with(scenarios, qps, outages)
+        self.snapshot_with(scenarios, outages)
     }
 
     /// The worker's last snapshot: [`Stats::snapshot`] with every outage still open too
@@ -336,19 +337,14 @@ impl Stats {
     /// (see [`OutageTracker::finish`]).
     pub fn last_snapshot(&self, scenarios: &[Scenario], stopped_ms: i64) -> WorkerSnapshot {
         let outages = self.outages().finish(stopped_ms);
-        self.snapshot_with(scenarios, 0.0, outages)
+        self.snapshot_with(scenarios, outages)
     }
 
-    fn snapshot_with(
-        &self,
-        scenarios: &[Scenario],
-        qps: f64,
-        outages: Vec<Outage>,
-    ) -> WorkerSnapshot {
+    fn snapshot_with(&self, scenarios: &[Scenario], outages: Vec<Outage>) -> WorkerSnapshot {
         WorkerSnapshot {
             at_ms: stress_common::now_ms(),
             total_requests: self.total_requests(),
-            qps,
+            qps: 0.0,
             scenarios: self.scenario_counts(scenarios),
             models: self.model_counts(scenarios),
             intervals: Vec::new(),
@@ -412,7 +408,7 @@ mod tests {
     #[test]
     fn a_snapshot_carries_the_worker_s_own_memory() {
         let rss = Stats::default()
-            .snapshot(&[], 0.0)
+            .snapshot(&[])
             .rss_bytes
             .expect("/proc/self/status on Linux");
         // A test binary with its runtime holds at least a MiB, and not terabytes.
@@ -422,7 +418,7 @@ mod tests {
     #[test]
     fn snapshots_count_the_tests_under_way_that_count_their_requests_at_their_end() {
         let stats = Stats::default();
-        let deferred = |s: &Stats| s.snapshot(&[], 0.0).deferred_clients;
+        let deferred = |s: &Stats| s.snapshot(&[]).deferred_clients;
         assert_eq!(deferred(&stats), 0);
         let first = stats.deferred_test();
         let second = stats.deferred_test();
@@ -476,7 +472,7 @@ mod tests {
         stats.server_answered(a, t0 + 3_000);
         stats.server_failed(b, t0 + 2_500, false);
         let mix = [Scenario::SequenceValid];
-        let first = stats.snapshot(&mix, 1.0);
+        let first = stats.snapshot(&mix);
         assert_eq!(first.outages.len(), 1);
         assert_eq!(
             (
@@ -485,7 +481,7 @@ mod tests {
             ),
             (a, 1)
         );
-        assert!(stats.snapshot(&mix, 1.0).outages.is_empty(), "taken once");
+        assert!(stats.snapshot(&mix).outages.is_empty(), "taken once");
         let last = stats.last_snapshot(&mix, t0 + 3_100);
         assert_eq!(last.outages.len(), 1);
         assert_eq!(last.outages[0].server, b);
