@@ -143,10 +143,15 @@ impl<P: Future> TickQueue<P> {
         // Registered before looking, so a tick queued after the look wakes this task.
         self.signal.task.register(cx.waker());
         let mut waiting = self.lock();
+        // The pacer waits for room only while the queue is full; a notify costs a syscall
+        // (std's condvar always makes one), so only a full queue's pop makes it.
+        let was_full = waiting.ticks.len() >= PACER_QUEUE;
         match waiting.ticks.pop_front() {
             Some(tick) => {
                 drop(waiting);
-                self.room.notify_one();
+                if was_full {
+                    self.room.notify_one();
+                }
                 Poll::Ready(Some(tick))
             }
             None if waiting.closed => Poll::Ready(None),
