@@ -14,11 +14,13 @@
 # perf_analyzer), WORKER (target/release/worker, built unless given), PERF_ANALYZER
 # (.local/bin/perf_analyzer), LOAD_WINDOW (worker, 1s), BENCH_KEEP=1 keeps the logs and
 # reports. The worker runs with its default runtime threads (one per server).
+# SERVER_CPUS and CLIENT_CPUS: taskset CPU lists for the server and the clients (default: none,
+# the server shares the cores with the clients; what was pinned is printed).
 #
 # CPU is the client process's own user+system time (getrusage of its children, by a
 # python wrapper), requests are the server's nv_inference_request_success{model=
 # "add_sub"} delta over each client run (same method for both); each client's own
-# count is printed too. The server shares the machine's cores with the client.
+# count is printed too. Unless pinned, the server shares the machine's cores with the client.
 # Exit: 0 after printing results (target met or not), 1 when something could not be
 # measured. Not run by CI.
 set -euo pipefail
@@ -58,9 +60,14 @@ if [ -z "$WORKER_GIVEN" ]; then
     [ -x "$WORKER" ] || fail "$WORKER still missing after the build"
 fi
 
+SERVER_CPUS="${SERVER_CPUS:-}"
+CLIENT_CPUS="${CLIENT_CPUS:-}"
+server_pin=(); client_pin=()
+if [ -n "$SERVER_CPUS" ]; then server_pin=(taskset -c "$SERVER_CPUS"); fi
+if [ -n "$CLIENT_CPUS" ]; then client_pin=(taskset -c "$CLIENT_CPUS"); fi
 
 log "starting tritonserver (grpc $GRPC_PORT, http $HTTP_PORT, metrics $METRICS_PORT)"
-"$SCRIPT_DIR/start-tritonserver.sh" --grpc-port "$GRPC_PORT" --http-port "$HTTP_PORT" \
+"${server_pin[@]}" "$SCRIPT_DIR/start-tritonserver.sh" --grpc-port "$GRPC_PORT" --http-port "$HTTP_PORT" \
     --metrics-port "$METRICS_PORT" >"$TMP/server.log" 2>&1 &
 server_pid=$!
 ready=0
@@ -79,7 +86,7 @@ run_client() {
     local name="$1" tag="$2"; shift 2
     local before after
     before="$(server_count "$MODEL")" || fail "cannot read the server's metrics"
-    measured "$TMP/$name.$tag" "$@"
+    measured "$TMP/$name.$tag" "${client_pin[@]}" "$@"
     after="$(server_count "$MODEL")" || fail "cannot read the server's metrics"
     echo "$name $tag $(cat "$TMP/$name.$tag") $((after - before))" >>"$TMP/results"
 }
@@ -112,11 +119,12 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done
 
-python3 - "$TMP" "$PROTOCOL" <<'PY' || exit 1
+python3 - "$TMP" "$PROTOCOL" "$SERVER_CPUS" "$CLIENT_CPUS" <<'PY' || exit 1
 import csv, json, os, sys
 
 tmp = sys.argv[1]
 protocol = {"grpc": "gRPC", "http": "HTTP"}[sys.argv[2]]
+server_cpus, client_cpus = sys.argv[3] or "any", sys.argv[4] or "any"
 runs = [l.split() for l in open(os.path.join(tmp, "results")) if l.strip()]
 problems = []
 
@@ -143,7 +151,8 @@ def pa_own(tag):
 
 results = {}  # (tag, client) -> (req/s, CPU us per request)
 print()
-print(f"model add_sub, {protocol}, closed loop; server and client share the CPUs ({os.cpu_count()} cores)")
+print(f"model add_sub, {protocol}, closed loop; {os.cpu_count()} cores, server on CPUs {server_cpus}, "
+      f"clients on CPUs {client_cpus}")
 print(f"{'client':<14} {'conc':>4} {'round':>5} {'wall s':>7} {'user s':>7} {'sys s':>6} "
       f"{'requests':>9} {'req/s':>7} {'CPU us/req':>10} {'cpu %':>6}  own count")
 for name, tag, wall, user, sys_, rc, reqs in runs:
