@@ -1597,6 +1597,7 @@ mod tests {
     fn good_response() -> InferResponse {
         InferResponse {
             model_version: "1".into(),
+            received_at: None,
             outputs: vec![
                 tensor("Y", DataType::Fp32, &[2, 2], f32s(&[1.0, 2.0, 3.0, 4.0])),
                 tensor(

@@ -5,6 +5,7 @@
 
 use super::grpc_frame;
 use super::h2_connection::H2Connection;
+use super::unary_h2::Answer;
 use super::{
     ClientError, DecoupledSession, InferRequest, InferResponse, Prepared, Protocol, SentCall,
     SequenceSession, StreamEnd, StreamOutcome, StreamResponse, TritonClient,
@@ -166,6 +167,7 @@ impl GrpcClient {
         Ok(InferResponse {
             model_version: response.model_version,
             outputs,
+            received_at: None,
         })
     }
 
@@ -183,12 +185,12 @@ impl GrpcClient {
         Self::answer(self.connection.unary(MODEL_INFER, frame), timeout).await
     }
 
-    /// A ModelInfer call's response within its deadline, decoded.
+    /// A ModelInfer call's response within its deadline, decoded, with its receive time.
     async fn answer(
-        call: impl std::future::Future<Output = Result<bytes::Bytes, tonic::Status>>,
+        call: impl std::future::Future<Output = Result<Answer, tonic::Status>>,
         timeout: Option<Duration>,
     ) -> Result<InferResponse, ClientError> {
-        let message = match timeout {
+        let Answer { message, arrived } = match timeout {
             Some(t) => tokio::time::timeout(t, call)
                 .await
                 .map_err(|_| ClientError::DeadlineExceeded(format!("no response within {t:?}")))?,
@@ -197,7 +199,9 @@ impl GrpcClient {
         .map_err(status_error)?;
         let response = proto::ModelInferResponse::decode(message)
             .map_err(|e| ClientError::Protocol(format!("ModelInferResponse: {e}")))?;
-        Self::from_proto(response)
+        let mut response = Self::from_proto(response)?;
+        response.received_at = arrived;
+        Ok(response)
     }
 
     pub async fn model_config_proto(

@@ -24,7 +24,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tonic::Status;
 
-use super::unary_h2::{StartedCall, UnaryConnection};
+use super::unary_h2::{Answer, StartedCall, UnaryConnection};
 
 /// Our receive windows: a response (an image batch's outputs, a model config) never waits for
 /// a WINDOW_UPDATE round trip.
@@ -172,10 +172,10 @@ impl H2Connection {
     }
 
     /// One unary gRPC call to the method at `path` with an already framed request message
-    /// (`frame`); returns the response message's bytes. It goes on the lean connection
+    /// (`frame`); returns the response message's bytes and their receive time. It goes on the lean connection
     /// ([`UnaryConnection`]), a second connection to the server beside tonic's; one found closed
     /// before the call was sent is replaced once.
-    pub async fn unary(&self, path: &str, frame: Bytes) -> Result<Bytes, Status> {
+    pub async fn unary(&self, path: &str, frame: Bytes) -> Result<Answer, Status> {
         let mut retried = false;
         loop {
             let connection = self.unary_connection().await?;

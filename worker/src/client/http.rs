@@ -198,6 +198,7 @@ impl HttpClient {
         Ok(InferResponse {
             model_version: header.model_version.into_owned(),
             outputs: tensors,
+            received_at: None,
         })
     }
 }

@@ -69,9 +69,19 @@ pub struct InferResponse {
     /// The version that answered, as the server says (empty when it does not say).
     pub model_version: String,
     pub outputs: Vec<Tensor>,
+    /// When the answer reached this host: the kernel's receive time, where the client has it
+    /// (`None`: the caller times the answer when it gets it).
+    pub received_at: Option<std::time::Instant>,
 }
 
 impl InferResponse {
+    /// Its latency from `since` (a send): to its kernel receive time where the client has one,
+    /// else to now.
+    pub fn latency_since(&self, since: std::time::Instant) -> std::time::Duration {
+        self.received_at
+            .map_or_else(|| since.elapsed(), |at| at.saturating_duration_since(since))
+    }
+
     pub fn output(&self, name: &str) -> Result<&Tensor, MissingOutput> {
         self.outputs
             .iter()

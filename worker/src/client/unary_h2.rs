@@ -15,14 +15,20 @@
 //!
 //! The protocol state ([`State`]) is pure: bytes in, bytes out and call outcomes, unit-tested
 //! frame by frame; [`UnaryConnection`] is the socket around it.
+//!
+//! Each answer carries the kernel's receive time of the read that completed it
+//! (`SO_TIMESTAMPNS`), so its latency does not include the time the worker's own runtime took
+//! to get round to reading it (a busy or descheduled client thread is not a slow server).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::collections::HashMap;
 use std::future::Future;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use tokio::io::AsyncReadExt;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
@@ -77,7 +83,17 @@ struct Call {
     first: Option<Bytes>,
     more: BytesMut,
     outcome: Option<Result<Bytes, Status>>,
+    /// The kernel's receive time of the read that brought the outcome.
+    arrived: Option<Instant>,
     waker: Option<Waker>,
+}
+
+/// A call's answer: the response message, and when the read that completed it reached this
+/// host (the kernel's receive time; `None` where the socket gave none).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub message: Bytes,
+    pub arrived: Option<Instant>,
 }
 
 impl Call {
@@ -137,6 +153,8 @@ pub struct State {
     waiting: Vec<Waker>,
     /// Wakers to call once the lock is released.
     pub to_wake: Vec<Waker>,
+    /// The kernel's receive time of the bytes [`State::receive`] is handling (`None`: unknown).
+    pub arrived: Option<Instant>,
 }
 
 fn frame_header(out: &mut BytesMut, len: usize, kind: u8, flags: u8, stream: u32) {
@@ -247,6 +265,7 @@ impl State {
             fixed_fields: fixed.freeze(),
             waiting: Vec::new(),
             to_wake: Vec::new(),
+            arrived: None,
         }
     }
 
@@ -301,6 +320,7 @@ impl State {
                 first: None,
                 more: BytesMut::new(),
                 outcome: None,
+                arrived: None,
                 waker: None,
             },
         );
@@ -370,14 +390,21 @@ impl State {
 
     /// A call's outcome once it has one; `cx` is woken when it comes.
     pub fn poll_call(&mut self, id: u32, cx: &mut Context<'_>) -> Poll<Result<Bytes, Status>> {
+        self.poll_answer(id, cx)
+            .map(|answer| answer.map(|answer| answer.message))
+    }
+
+    /// [`State::poll_call`] with the answer's receive time.
+    pub fn poll_answer(&mut self, id: u32, cx: &mut Context<'_>) -> Poll<Result<Answer, Status>> {
         let Some(call) = self.calls.get_mut(&id) else {
             return Poll::Ready(Err(Status::internal("the call was already answered")));
         };
         match call.outcome.take() {
             Some(outcome) => {
+                let arrived = call.arrived;
                 self.calls.remove(&id);
                 self.wake_one_waiting();
-                Poll::Ready(outcome)
+                Poll::Ready(outcome.map(|message| Answer { message, arrived }))
             }
             None => {
                 if !call.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -412,6 +439,7 @@ impl State {
         {
             call.pending.clear();
             call.outcome = Some(outcome);
+            call.arrived = self.arrived;
             if let Some(waker) = call.waker.take() {
                 self.to_wake.push(waker);
             }
@@ -864,6 +892,12 @@ impl UnaryConnection {
     /// Starts HTTP/2 on a connected socket (`authority`: the server's host:port) and spawns the
     /// connection task on the current runtime.
     pub fn start(tcp: TcpStream, authority: &str) -> Self {
+        // Best effort: without it answers are timed when read.
+        if let Err(e) =
+            nix::sys::socket::setsockopt(&tcp, nix::sys::socket::sockopt::ReceiveTimestampns, &true)
+        {
+            tracing::debug!("{authority}: no kernel receive timestamps: {e}");
+        }
         let (read, write) = tcp.into_split();
         let shared = Arc::new(Shared {
             address: authority.to_string(),
@@ -895,7 +929,7 @@ impl UnaryConnection {
         &self,
         path: &str,
         message: Bytes,
-    ) -> Result<Result<Bytes, Status>, CallRefused> {
+    ) -> Result<Result<Answer, Status>, CallRefused> {
         let id = std::future::poll_fn(|cx| {
             let mut state = self.shared.lock();
             let opened = state.open(path, &message, cx);
@@ -948,11 +982,11 @@ pub struct StartedCall {
 }
 
 impl Future for StartedCall {
-    type Output = Result<Bytes, Status>;
+    type Output = Result<Answer, Status>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.shared.lock();
-        let polled = state.poll_call(self.id, cx);
+        let polled = state.poll_answer(self.id, cx);
         let wakers = std::mem::take(&mut state.to_wake);
         drop(state);
         Shared::wake(wakers);
@@ -977,34 +1011,106 @@ impl Drop for StartedCall {
     }
 }
 
+/// Reads a socket with the kernel's receive time of what it read.
+struct Reader {
+    /// Bytes read and not yet handled (a partial frame).
+    input: BytesMut,
+    scratch: Box<[u8]>,
+    control: Vec<u8>,
+}
+
+/// A receive stamp older than this is a step of the wall clock, not a wait: the read is then
+/// timed as it happens.
+const MAX_STAMP_AGE: Duration = Duration::from_secs(10);
+
+impl Reader {
+    fn new() -> Self {
+        Self {
+            input: BytesMut::with_capacity(64 << 10),
+            scratch: vec![0; 64 << 10].into_boxed_slice(),
+            control: nix::cmsg_space!(nix::sys::time::TimeSpec),
+        }
+    }
+
+    /// One non-blocking read into `input`: `None` at the end of the stream, else the kernel's
+    /// receive time of the last segment read (TCP gives one stamp per read), when it gave one.
+    fn receive(&mut self, socket: &TcpStream) -> std::io::Result<Option<Option<Instant>>> {
+        use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+        let mut iov = [std::io::IoSliceMut::new(&mut self.scratch)];
+        let message = recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut self.control),
+            MsgFlags::MSG_DONTWAIT,
+        )
+        .map_err(std::io::Error::from)?;
+        let read = message.bytes;
+        let stamp = message.cmsgs().ok().and_then(|mut cmsgs| {
+            cmsgs.find_map(|c| match c {
+                ControlMessageOwned::ScmTimestampns(t) => Some(t),
+                _ => None,
+            })
+        });
+        if read == 0 {
+            return Ok(None);
+        }
+        self.input.extend_from_slice(&self.scratch[..read]);
+        Ok(Some(stamp.and_then(|t| {
+            let secs = u64::try_from(t.tv_sec()).ok()?;
+            let nanos = u32::try_from(t.tv_nsec()).ok()?;
+            stamp_instant(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
+        })))
+    }
+}
+
+/// The monotonic time of a wall-clock `stamp` taken a moment ago (the kernel stamps with the
+/// wall clock). A stamp "in the future" (the wall clock stepped back) is now; one older than
+/// [`MAX_STAMP_AGE`] is unknown.
+fn stamp_instant(stamp: SystemTime) -> Option<Instant> {
+    let (wall, now) = (SystemTime::now(), Instant::now());
+    let age = wall.duration_since(stamp).unwrap_or(Duration::ZERO);
+    if age > MAX_STAMP_AGE {
+        return None;
+    }
+    now.checked_sub(age)
+}
+
 /// The connection task: reads and handles frames, writes what callers left, until the socket
 /// ends, the peer breaks the protocol, or the last handle is dropped.
-async fn drive(shared: Arc<Shared>, mut read: OwnedReadHalf) {
-    let mut input = BytesMut::with_capacity(64 << 10);
+async fn drive(shared: Arc<Shared>, read: OwnedReadHalf) {
+    let mut reader = Reader::new();
     let why = loop {
         let must_write = !shared.lock().out.is_empty();
         tokio::select! {
             biased;
             () = shared.stop.notified() => break "the connection was closed by the worker".to_string(),
-            read = read.read_buf(&mut input) => match read {
-                Ok(0) => break format!("{}: the server closed the connection", shared.address),
-                Ok(_) => {
-                    let mut state = shared.lock();
-                    if let Err(e) = state.receive(&mut input) {
-                        let why = format!("{}: {e}", shared.address);
-                        state.close(&why);
-                        break why;
-                    }
-                    shared.write_out(&mut state);
-                    let wakers = std::mem::take(&mut state.to_wake);
-                    drop(state);
-                    Shared::wake(wakers);
-                    if input.capacity() - input.len() < 4096 {
-                        input.reserve(64 << 10);
-                    }
+            ready = read.readable() => {
+                if let Err(e) = ready {
+                    break format!("{}: reading: {e}", shared.address);
                 }
-                Err(e) => break format!("{}: reading: {e}", shared.address),
-            },
+                let socket: &TcpStream = read.as_ref();
+                match socket.try_io(Interest::READABLE, || reader.receive(socket)) {
+                    Ok(None) => break format!("{}: the server closed the connection", shared.address),
+                    Ok(Some(arrived)) => {
+                        let mut state = shared.lock();
+                        state.arrived = arrived;
+                        if let Err(e) = state.receive(&mut reader.input) {
+                            let why = format!("{}: {e}", shared.address);
+                            state.close(&why);
+                            break why;
+                        }
+                        shared.write_out(&mut state);
+                        let wakers = std::mem::take(&mut state.to_wake);
+                        drop(state);
+                        Shared::wake(wakers);
+                    }
+                    Err(e) if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) => {}
+                    Err(e) => break format!("{}: reading: {e}", shared.address),
+                }
+            }
             writable = shared.write.writable(), if must_write => {
                 if let Err(e) = writable {
                     break format!("{}: writing: {e}", shared.address);
@@ -1534,6 +1640,61 @@ mod tests {
         });
     }
 
+    #[test]
+    fn an_answer_is_timed_when_it_reached_the_host_not_when_a_busy_client_read_it() {
+        // The server runs on a thread of its own, so it answers while the client's only
+        // thread is busy.
+        let server_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (address, _server) = server_runtime.block_on(echo_server(8, |_| true));
+        let client_runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        client_runtime.block_on(async {
+            let tcp = TcpStream::connect(&address).await.unwrap();
+            let connection = UnaryConnection::start(tcp, &address);
+            // The handshake, so the next call leaves at once.
+            let first = connection.call("/echo", grpc_frame(b"first")).await;
+            assert_eq!(&first.unwrap().unwrap().message[..], b"first");
+            let sent = Instant::now();
+            let call = connection
+                .try_start("/echo", &grpc_frame(b"timed"))
+                .expect("a free stream");
+            std::thread::sleep(Duration::from_millis(300));
+            let answer = call.await.unwrap();
+            let read = sent.elapsed();
+            assert_eq!(&answer.message[..], b"timed");
+            let arrived = answer.arrived.expect("the kernel's receive time");
+            assert!(read >= Duration::from_millis(300), "{read:?}");
+            assert!(
+                arrived.duration_since(sent) < Duration::from_millis(150),
+                "the answer was read {read:?} after the send and timed at {:?}: the client's \
+                 own wait counted as the server's",
+                arrived.duration_since(sent)
+            );
+        });
+    }
+
+    #[test]
+    fn a_receive_stamp_becomes_a_monotonic_time_and_a_wall_clock_step_is_not_a_latency() {
+        let now = Instant::now();
+        let five_ms_ago = stamp_instant(SystemTime::now() - Duration::from_millis(5)).unwrap();
+        let age = now.saturating_duration_since(five_ms_ago);
+        assert!(
+            age >= Duration::from_millis(4) && age < Duration::from_millis(50),
+            "{age:?}"
+        );
+        // The wall clock stepped back after the stamp: the stamp is "now", not a negative age.
+        let ahead = stamp_instant(SystemTime::now() + Duration::from_secs(60)).unwrap();
+        assert!(ahead >= now && ahead <= Instant::now());
+        // Stepped forward (or a stamp from long ago): unknown, the read is timed instead.
+        assert!(stamp_instant(SystemTime::now() - Duration::from_secs(3600)).is_none());
+    }
+
     #[tokio::test]
     async fn against_an_independent_http2_server_calls_beyond_its_stream_limit_and_windows_all_come_back()
      {
@@ -1554,7 +1715,7 @@ mod tests {
             }
         });
         for (i, answer) in futures::future::join_all(calls).await {
-            let answer = answer.unwrap_or_else(|e| panic!("call {i}: {e:?}"));
+            let answer = answer.unwrap_or_else(|e| panic!("call {i}: {e:?}")).message;
             assert_eq!(answer.len(), 200_000);
             assert!(
                 answer.iter().all(|b| *b == i),
@@ -1580,7 +1741,7 @@ mod tests {
         );
         let _server = tokio::spawn(serve_echo(socket, 2, true));
         let first = connection.call("/echo", grpc_frame(b"first")).await;
-        assert_eq!(&first.unwrap().unwrap()[..], b"first");
+        assert_eq!(&first.unwrap().unwrap().message[..], b"first");
         // From a thread outside the runtime (the open loop's pacer): two streams are allowed,
         // the third call cannot leave at once; bodies beyond the 65535-byte window follow as
         // the server's WINDOW_UPDATEs come.
@@ -1605,7 +1766,8 @@ mod tests {
             let answer = tokio::time::timeout(std::time::Duration::from_secs(10), call)
                 .await
                 .unwrap_or_else(|_| panic!("call {i} never came back"))
-                .unwrap();
+                .unwrap()
+                .message;
             assert!(answer.len() == 200_000 && answer.iter().all(|b| *b == i));
         }
     }
@@ -1718,7 +1880,8 @@ mod tests {
         .await
         .expect("the call comes back")
         .expect("the connection is up")
-        .unwrap_or_else(|status| panic!("{status:?}"));
+        .unwrap_or_else(|status| panic!("{status:?}"))
+        .message;
         assert!(answer.len() == 600_000 && answer.iter().all(|b| *b == 7));
     }
 }

@@ -137,7 +137,7 @@ pub async fn drive(
                             env.scenario,
                             &env.model,
                             env.client.address(),
-                            r.is_ok().then(|| started.elapsed()),
+                            r.as_ref().ok().map(|answer| answer.latency_since(started)),
                         );
                         if load.overload && r.is_err() {
                             // Counted as sent and unanswered (a spike's error rate).
@@ -169,8 +169,13 @@ pub async fn drive(
                         Some(call) => call.await,
                         None => env.client.infer_prepared(&prepared[idx], timeout).await,
                     };
-                    // Taken here, as the answer arrives, from the intended send time.
-                    (intended.elapsed(), idx, r)
+                    // From the intended send time to the answer's arrival (its kernel
+                    // receive time where the client has it, else now).
+                    let latency = match &r {
+                        Ok(answer) => answer.latency_since(intended.into_std()),
+                        Err(_) => intended.elapsed(),
+                    };
+                    (latency, idx, r)
                 }
             };
             let send_now: super::SendNow<SentCall> = {

@@ -489,6 +489,7 @@ mod tests {
             at: t0 + Duration::from_millis(ms),
             response: InferResponse {
                 model_version: "1".into(),
+                received_at: None,
                 outputs: out
                     .map(|(shape, v)| vec![Tensor::from_i32("OUT", shape, v)])
                     .unwrap_or_default(),
