@@ -425,6 +425,10 @@ impl TritonClient for GrpcClient {
         }
     }
 
+    fn answer_reader(&self) -> Option<Box<dyn super::AnswerReader>> {
+        Some(Box::new(self.connection.answer_reader()))
+    }
+
     fn send_now(&self, prepared: &Prepared, timeout: Option<Duration>) -> Option<SentCall> {
         let Prepared::Grpc(frame) = prepared else {
             return None;

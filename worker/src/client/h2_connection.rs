@@ -194,6 +194,15 @@ impl H2Connection {
         self.live_unary()?.try_start(path, frame)
     }
 
+    /// Reads of the unary connection's answers on the caller's thread (see
+    /// [`UnaryConnection::defer_reads`]): on the connection live when they are deferred.
+    pub fn answer_reader(&self) -> DeferredReads {
+        DeferredReads {
+            connection: self.clone(),
+            deferred: None,
+        }
+    }
+
     fn live_unary(&self) -> Option<UnaryConnection> {
         let current = self.inner.unary.lock().unwrap_or_else(|e| e.into_inner());
         current.as_ref().filter(|c| !c.is_closed()).cloned()
@@ -358,5 +367,44 @@ impl http_body::Body for ResponseBody {
 
     fn is_end_stream(&self) -> bool {
         matches!(self.state, BodyState::Done)
+    }
+}
+
+/// See [`H2Connection::answer_reader`]. Dropping it undefers.
+pub struct DeferredReads {
+    connection: H2Connection,
+    /// The connection whose reads are deferred.
+    deferred: Option<UnaryConnection>,
+}
+
+impl super::AnswerReader for DeferredReads {
+    fn defer(&mut self, on: bool) -> bool {
+        if let Some(connection) = self.deferred.take() {
+            connection.defer_reads(false);
+        }
+        if !on {
+            return false;
+        }
+        match self.connection.live_unary() {
+            Some(connection) if connection.defer_reads(true) => {
+                self.deferred = Some(connection);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn read_now(&mut self, wakers: &mut Vec<std::task::Waker>) -> u64 {
+        self.deferred
+            .as_ref()
+            .map_or(0, |connection| connection.read_now(wakers))
+    }
+}
+
+impl Drop for DeferredReads {
+    fn drop(&mut self) {
+        if let Some(connection) = self.deferred.take() {
+            connection.defer_reads(false);
+        }
     }
 }

@@ -64,6 +64,20 @@ impl InferRequest {
     }
 }
 
+/// Reads a connection's answers on another thread than the runtime's, so that an arriving
+/// answer does not wake the runtime (`scenarios/pacer.rs` says when).
+pub trait AnswerReader: Send {
+    /// Whether arriving answers wait in the socket for [`AnswerReader::read_now`] (`on`) or
+    /// are read by the client's own task as they come (the default). False when they cannot
+    /// wait.
+    fn defer(&mut self, on: bool) -> bool;
+    /// Reads and handles every answer that has arrived, each with its kernel receive time;
+    /// the wakers of the calls answered go to `wakers`, for the caller to wake. Returns how
+    /// many answers got an uncertain receive time (a little late: several answers arrived
+    /// between two reads).
+    fn read_now(&mut self, wakers: &mut Vec<std::task::Waker>) -> u64;
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct InferResponse {
     /// The version that answered, as the server says (empty when it does not say).
@@ -175,6 +189,11 @@ pub trait TritonClient: Send + Sync {
     /// its response (the deadline runs from now). `None` when this client cannot (HTTP, no
     /// connection made yet, the server's stream limit reached): use `infer_prepared`.
     fn send_now(&self, _prepared: &Prepared, _timeout: Option<Duration>) -> Option<SentCall> {
+        None
+    }
+    /// The answers of [`TritonClient::send_now`]'s calls, read by the caller's thread (an open
+    /// loop's pacer) instead of waking the runtime for each; `None` when this client cannot.
+    fn answer_reader(&self) -> Option<Box<dyn AnswerReader>> {
         None
     }
     async fn infer(&self, request: &InferRequest) -> Result<InferResponse, ClientError> {

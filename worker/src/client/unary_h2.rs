@@ -155,6 +155,10 @@ pub struct State {
     pub to_wake: Vec<Waker>,
     /// The kernel's receive time of the bytes [`State::receive`] is handling (`None`: unknown).
     pub arrived: Option<Instant>,
+    /// Calls given an outcome by the peer's frames, ever: what one read answered.
+    answered: u64,
+    /// The first call answered since [`State::receive_stamped`] began.
+    first_answered: Option<u32>,
 }
 
 fn frame_header(out: &mut BytesMut, len: usize, kind: u8, flags: u8, stream: u32) {
@@ -266,6 +270,8 @@ impl State {
             waiting: Vec::new(),
             to_wake: Vec::new(),
             arrived: None,
+            answered: 0,
+            first_answered: None,
         }
     }
 
@@ -440,6 +446,8 @@ impl State {
             call.pending.clear();
             call.outcome = Some(outcome);
             call.arrived = self.arrived;
+            self.answered += 1;
+            self.first_answered.get_or_insert(id);
             if let Some(waker) = call.waker.take() {
                 self.to_wake.push(waker);
             }
@@ -457,6 +465,41 @@ impl State {
             self.finish(id, Err(Status::unavailable(why.to_string())));
         }
         self.to_wake.append(&mut self.waiting);
+    }
+
+    /// [`State::receive`] of the bytes of one read: `last` is the kernel's receive time of its
+    /// last segment, `first` (where known) of its first. Returns how many calls it answered
+    /// and how many of those have an uncertain receive time: with one answer, `last` is its
+    /// time; with two or more, the first takes `first` (each answer in a segment of its own,
+    /// as servers write them) and the last `last`, and those in between get `last`: late by
+    /// at most `last - first`, uncertain when that is more than [`STAMP_TOLERANCE`] (a burst
+    /// the server wrote at once is not).
+    pub fn receive_stamped(
+        &mut self,
+        input: &mut BytesMut,
+        first: Option<Instant>,
+        last: Option<Instant>,
+    ) -> Result<(u64, u64), ProtocolViolation> {
+        let before = self.answered;
+        self.arrived = last;
+        self.first_answered = None;
+        self.receive(input)?;
+        let answered = self.answered - before;
+        let mut certain = answered.min(1);
+        if answered >= 2
+            && let Some(first) = first
+        {
+            if let Some(call) = self.first_answered.and_then(|id| self.calls.get_mut(&id)) {
+                call.arrived = Some(first);
+            }
+            let spread = last.map(|last| last.saturating_duration_since(first));
+            certain = if spread.is_some_and(|s| s <= STAMP_TOLERANCE) {
+                answered
+            } else {
+                2
+            };
+        }
+        Ok((answered, answered - certain))
     }
 
     /// Handles every complete frame at the front of `input`, leaving a partial one there. An
@@ -841,6 +884,9 @@ pub struct UnaryConnection {
 struct Shared {
     address: String,
     state: Mutex<State>,
+    /// The read side: the connection task reads, and so does an open loop's pacer while reads
+    /// are deferred; one at a time. Locked before `state`.
+    reader: Mutex<Reader>,
     write: OwnedWriteHalf,
     /// The connection task has bytes to write that a caller could not.
     flush: Notify,
@@ -858,6 +904,64 @@ impl Drop for StopOnDrop {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_reader(&self) -> MutexGuard<'_, Reader> {
+        self.reader.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Handles what `read` (one read into the reader's input) brought, `first` the receive
+    /// time of its first segment where known; the wakers of the calls it answered go to
+    /// `wakers`. Ok(None): nothing to read now; Ok(Some(n)): `n` answers with an uncertain
+    /// receive time ([`State::receive_stamped`]); Err: why the connection ended (closed here).
+    fn handle_read(
+        &self,
+        reader: &mut Reader,
+        read: std::io::Result<Option<Option<Instant>>>,
+        first: Option<Instant>,
+        wakers: &mut Vec<Waker>,
+    ) -> Result<Option<u64>, String> {
+        let arrived = match read {
+            Ok(Some(arrived)) => arrived,
+            Ok(None) => {
+                let why = format!("{}: the server closed the connection", self.address);
+                self.close(&why, wakers);
+                return Err(why);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => {
+                let why = format!("{}: reading: {e}", self.address);
+                self.close(&why, wakers);
+                return Err(why);
+            }
+        };
+        let mut state = self.lock();
+        match state.receive_stamped(&mut reader.input, first, arrived) {
+            Ok((_, uncertain)) => {
+                self.write_out(&mut state);
+                wakers.append(&mut state.to_wake);
+                Ok(Some(uncertain))
+            }
+            Err(e) => {
+                let why = format!("{}: {e}", self.address);
+                state.close(&why);
+                wakers.append(&mut state.to_wake);
+                Err(why)
+            }
+        }
+    }
+
+    fn close(&self, why: &str, wakers: &mut Vec<Waker>) {
+        let mut state = self.lock();
+        state.close(why);
+        wakers.append(&mut state.to_wake);
     }
 
     /// Writes what the socket takes now of `state.out`; the connection task is asked to write
@@ -902,6 +1006,7 @@ impl UnaryConnection {
         let shared = Arc::new(Shared {
             address: authority.to_string(),
             state: Mutex::new(State::new(authority)),
+            reader: Mutex::new(Reader::new()),
             write,
             flush: Notify::new(),
             stop: Notify::new(),
@@ -920,6 +1025,46 @@ impl UnaryConnection {
     pub fn is_closed(&self) -> bool {
         let state = self.shared.lock();
         !state.accepts_calls()
+    }
+
+    /// Defers reads (`on`): answers then wait in the socket, without waking the connection
+    /// task, until [`Self::read_now`] reads them (an open loop's pacer, at its own wakes).
+    /// Undeferring makes the kernel signal what waits, so the connection task reads it. False
+    /// if reads cannot be deferred (the socket refused the option). A closed connection, the
+    /// peer's FIN or an error still wake the connection task at once.
+    pub fn defer_reads(&self, on: bool) -> bool {
+        let low_water = if on { DEFERRED_LOW_WATER } else { 1 };
+        let socket: &TcpStream = self.shared.write.as_ref();
+        match nix::sys::socket::setsockopt(socket, low_water::ReceiveLowWater, &low_water) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!("{}: reads not deferred: {e}", self.shared.address);
+                false
+            }
+        }
+    }
+
+    /// Reads and handles every byte the socket holds now, from any thread, each read stamped
+    /// with the kernel receive times of its first and last segments (a one-byte peek, then
+    /// the read: TCP gives one time per read); the wakers of the calls answered go to
+    /// `wakers` (the caller wakes them). Returns how many answers had an uncertain receive
+    /// time (three or more answers in one read: those in between).
+    pub fn read_now(&self, wakers: &mut Vec<Waker>) -> u64 {
+        let socket: &TcpStream = self.shared.write.as_ref();
+        let mut reader = self.shared.lock_reader();
+        let mut uncertain = 0;
+        loop {
+            let first = match reader.peek_stamp(socket) {
+                Ok(Some(first)) => first,
+                // Nothing there, or the end: the read says which.
+                _ => None,
+            };
+            let read = reader.receive(socket);
+            match self.shared.handle_read(&mut reader, read, first, wakers) {
+                Ok(Some(n)) => uncertain += n,
+                Ok(None) | Err(_) => return uncertain,
+            }
+        }
     }
 
     /// One unary call: `path` is the gRPC method's, `message` the framed request message. The
@@ -1019,6 +1164,29 @@ struct Reader {
     control: Vec<u8>,
 }
 
+/// `SO_RCVLOWAT` while reads are deferred: more than an answer of most models, so answers do
+/// not wake the connection task. A larger one still does (and so does a nearly full receive
+/// window), which only costs that wake.
+const DEFERRED_LOW_WATER: i32 = 256 << 10;
+
+/// `SO_RCVLOWAT`, which nix does not define: its own macro defines it, without `unsafe` here.
+mod low_water {
+    use nix::libc;
+    use nix::{getsockopt_impl, setsockopt_impl, sockopt_impl};
+    sockopt_impl!(
+        /// The bytes a socket holds before it reads as readable (`SO_RCVLOWAT`).
+        ReceiveLowWater,
+        Both,
+        libc::SOL_SOCKET,
+        libc::SO_RCVLOWAT,
+        i32
+    );
+}
+
+/// Answers read together whose first and last arrived within this of each other all have
+/// their receive time to within it.
+const STAMP_TOLERANCE: Duration = Duration::from_micros(50);
+
 /// A receive stamp older than this is a step of the wall clock, not a wait: the read is then
 /// timed as it happens.
 const MAX_STAMP_AGE: Duration = Duration::from_secs(10);
@@ -1035,32 +1203,58 @@ impl Reader {
     /// One non-blocking read into `input`: `None` at the end of the stream, else the kernel's
     /// receive time of the last segment read (TCP gives one stamp per read), when it gave one.
     fn receive(&mut self, socket: &TcpStream) -> std::io::Result<Option<Option<Instant>>> {
-        use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-        let mut iov = [std::io::IoSliceMut::new(&mut self.scratch)];
-        let message = recvmsg::<()>(
-            socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut self.control),
-            MsgFlags::MSG_DONTWAIT,
-        )
-        .map_err(std::io::Error::from)?;
-        let read = message.bytes;
-        let stamp = message.cmsgs().ok().and_then(|mut cmsgs| {
-            cmsgs.find_map(|c| match c {
-                ControlMessageOwned::ScmTimestampns(t) => Some(t),
-                _ => None,
-            })
-        });
+        let (read, stamp) = recv_stamped(
+            socket,
+            &mut self.scratch,
+            &mut self.control,
+            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        )?;
         if read == 0 {
             return Ok(None);
         }
         self.input.extend_from_slice(&self.scratch[..read]);
-        Ok(Some(stamp.and_then(|t| {
-            let secs = u64::try_from(t.tv_sec()).ok()?;
-            let nanos = u32::try_from(t.tv_nsec()).ok()?;
-            stamp_instant(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
-        })))
+        Ok(Some(stamp))
     }
+
+    /// The receive time of the first segment waiting, without taking it (a one-byte peek):
+    /// `None` at the end of the stream.
+    fn peek_stamp(&mut self, socket: &TcpStream) -> std::io::Result<Option<Option<Instant>>> {
+        use nix::sys::socket::MsgFlags;
+        let mut byte = [0u8; 1];
+        let (read, stamp) = recv_stamped(
+            socket,
+            &mut byte,
+            &mut self.control,
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_PEEK,
+        )?;
+        Ok((read > 0).then_some(stamp))
+    }
+}
+
+/// One `recvmsg` into `buffer`: the bytes read, and the kernel's receive time of the last
+/// segment they came from (when the socket gives one).
+fn recv_stamped(
+    socket: &TcpStream,
+    buffer: &mut [u8],
+    control: &mut [u8],
+    flags: nix::sys::socket::MsgFlags,
+) -> std::io::Result<(usize, Option<Instant>)> {
+    use nix::sys::socket::{ControlMessageOwned, recvmsg};
+    let mut iov = [std::io::IoSliceMut::new(buffer)];
+    let message = recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(control), flags)
+        .map_err(std::io::Error::from)?;
+    let stamp = message.cmsgs().ok().and_then(|mut cmsgs| {
+        cmsgs.find_map(|c| match c {
+            ControlMessageOwned::ScmTimestampns(t) => Some(t),
+            _ => None,
+        })
+    });
+    let stamp = stamp.and_then(|t| {
+        let secs = u64::try_from(t.tv_sec()).ok()?;
+        let nanos = u32::try_from(t.tv_nsec()).ok()?;
+        stamp_instant(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
+    });
+    Ok((message.bytes, stamp))
 }
 
 /// The monotonic time of a wall-clock `stamp` taken a moment ago (the kernel stamps with the
@@ -1078,7 +1272,6 @@ fn stamp_instant(stamp: SystemTime) -> Option<Instant> {
 /// The connection task: reads and handles frames, writes what callers left, until the socket
 /// ends, the peer breaks the protocol, or the last handle is dropped.
 async fn drive(shared: Arc<Shared>, read: OwnedReadHalf) {
-    let mut reader = Reader::new();
     let why = loop {
         let must_write = !shared.lock().out.is_empty();
         tokio::select! {
@@ -1089,26 +1282,14 @@ async fn drive(shared: Arc<Shared>, read: OwnedReadHalf) {
                     break format!("{}: reading: {e}", shared.address);
                 }
                 let socket: &TcpStream = read.as_ref();
-                match socket.try_io(Interest::READABLE, || reader.receive(socket)) {
-                    Ok(None) => break format!("{}: the server closed the connection", shared.address),
-                    Ok(Some(arrived)) => {
-                        let mut state = shared.lock();
-                        state.arrived = arrived;
-                        if let Err(e) = state.receive(&mut reader.input) {
-                            let why = format!("{}: {e}", shared.address);
-                            state.close(&why);
-                            break why;
-                        }
-                        shared.write_out(&mut state);
-                        let wakers = std::mem::take(&mut state.to_wake);
-                        drop(state);
-                        Shared::wake(wakers);
-                    }
-                    Err(e) if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                    ) => {}
-                    Err(e) => break format!("{}: reading: {e}", shared.address),
+                let mut wakers = Vec::new();
+                let mut reader = shared.lock_reader();
+                let read = socket.try_io(Interest::READABLE, || reader.receive(socket));
+                let handled = shared.handle_read(&mut reader, read, None, &mut wakers);
+                drop(reader);
+                Shared::wake(wakers);
+                if let Err(why) = handled {
+                    break why;
                 }
             }
             writable = shared.write.writable(), if must_write => {
@@ -1327,6 +1508,56 @@ mod tests {
         assert!(input.is_empty());
         assert_eq!(answer(&mut state, a), Bytes::from_static(b"answer a"));
         assert_eq!(answer(&mut state, b), Bytes::from_static(b"answer b"));
+    }
+
+    #[test]
+    fn answers_read_together_take_the_reads_first_and_last_receive_times() {
+        let t0 = Instant::now();
+        let (first, last) = (
+            t0 + Duration::from_micros(100),
+            t0 + Duration::from_micros(900),
+        );
+        let stamp_of = |state: &mut State, id: u32| {
+            let (_, w) = waker();
+            match state.poll_answer(id, &mut Context::from_waker(&w)) {
+                Poll::Ready(Ok(answer)) => answer.arrived,
+                other => panic!("call {id}: {other:?}"),
+            }
+        };
+        let read = |answers: usize, first, last| {
+            let mut state = connected();
+            let mut server = Server::new();
+            let ids: Vec<u32> = (0..answers)
+                .map(|_| open(&mut state, &grpc_frame(b"q")))
+                .collect();
+            let mut input = BytesMut::new();
+            for &id in &ids {
+                input.extend(server.ok(id, &grpc_frame(b"a")));
+            }
+            let counts = state.receive_stamped(&mut input, first, last).unwrap();
+            let stamps: Vec<_> = ids.iter().map(|&id| stamp_of(&mut state, id)).collect();
+            (counts, stamps)
+        };
+        // One answer: the read's (last) time, certain.
+        assert_eq!(read(1, Some(first), Some(last)), ((1, 0), vec![Some(last)]));
+        // Two: each has its own segment's time.
+        assert_eq!(
+            read(2, Some(first), Some(last)),
+            ((2, 0), vec![Some(first), Some(last)])
+        );
+        // Three spread over 800 µs: the middle one's time is uncertain (given the last).
+        assert_eq!(
+            read(3, Some(first), Some(last)),
+            ((3, 1), vec![Some(first), Some(last), Some(last)])
+        );
+        // Three in one burst (within the tolerance): all certain.
+        let burst = first + STAMP_TOLERANCE;
+        assert_eq!(read(3, Some(first), Some(burst)).0, (3, 0));
+        // No first time (the connection task's reads): the earlier ones are uncertain.
+        assert_eq!(
+            read(2, None, Some(last)),
+            ((2, 1), vec![Some(last), Some(last)])
+        );
     }
 
     #[test]
@@ -1677,6 +1908,68 @@ mod tests {
                 arrived.duration_since(sent)
             );
         });
+    }
+
+    #[test]
+    fn deferred_answers_wait_in_the_socket_for_the_reader_and_keep_their_receive_time() {
+        let server_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (address, _server) = server_runtime.block_on(echo_server(8, |_| true));
+        // The client's runtime has a thread free to read at once, were it woken.
+        let client_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let connection = client_runtime.block_on(async {
+            let tcp = TcpStream::connect(&address).await.unwrap();
+            let connection = UnaryConnection::start(tcp, &address);
+            let first = connection.call("/echo", grpc_frame(b"first")).await;
+            assert_eq!(&first.unwrap().unwrap().message[..], b"first");
+            connection
+        });
+        let _entered = client_runtime.enter();
+        assert!(connection.defer_reads(true), "SO_RCVLOWAT refused");
+        let (woken, waker) = waker();
+        let sent = Instant::now();
+        let mut call = connection
+            .try_start("/echo", &grpc_frame(b"held"))
+            .expect("a free stream");
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut call).poll(&mut cx).is_pending());
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            woken.0.load(Ordering::SeqCst),
+            0,
+            "the answer woke the connection task although reads were deferred"
+        );
+        let mut wakers = Vec::new();
+        assert_eq!(connection.read_now(&mut wakers), 0);
+        assert_eq!(wakers.len(), 1, "the reader gets the call's waker");
+        for w in wakers {
+            w.wake();
+        }
+        let Poll::Ready(Ok(answer)) = Pin::new(&mut call).poll(&mut cx) else {
+            panic!("the call has its answer after read_now");
+        };
+        assert_eq!(&answer.message[..], b"held");
+        let arrived = answer.arrived.expect("a receive time").duration_since(sent);
+        assert!(arrived < Duration::from_millis(100), "{arrived:?}");
+        // Undeferred: the next answer comes to the call by itself.
+        assert!(connection.defer_reads(false));
+        let next = connection
+            .try_start("/echo", &grpc_frame(b"prompt"))
+            .expect("a free stream");
+        let answer = client_runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(10), next)
+                .await
+                .expect("an undeferred answer wakes its call")
+                .unwrap()
+        });
+        assert_eq!(&answer.message[..], b"prompt");
     }
 
     #[test]

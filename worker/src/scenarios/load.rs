@@ -228,6 +228,7 @@ pub async fn drive(
                 times: Box::new(times),
                 until,
                 send_now: Some(send_now),
+                answers: env.client.answer_reader(),
             };
             let result = super::open_loop(schedule, changed, env.cancel, tally, send, finish).await;
             env.settings

@@ -304,6 +304,10 @@ pub struct OpenLoop<P> {
     /// wakes the loop), or None when the request cannot leave at once (`send` then sends it
     /// from the runtime).
     pub send_now: Option<SendNow<P>>,
+    /// Reads the answers of the calls `send_now` made on the pacer's own wakes, while sends
+    /// come close together, so that an answer does not wake the runtime (see
+    /// `pacer::AnswerReads`).
+    pub answers: Option<Box<dyn crate::client::AnswerReader>>,
 }
 
 /// See [`OpenLoop::send_now`].
@@ -698,6 +702,7 @@ mod tests {
             times: offsets(gaps),
             until: None,
             send_now,
+            answers: None,
         };
         let result = open_loop(
             schedule,
@@ -788,6 +793,7 @@ mod tests {
             })),
             until: None,
             send_now: None,
+            answers: None,
         };
         let run = open_loop(
             schedule,

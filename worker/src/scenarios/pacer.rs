@@ -8,7 +8,13 @@
 //! the loop's task, which then takes every tick waiting; only a tick the runtime must act on
 //! (a request the pacer could not send, an answer already there) or a full queue wakes it at
 //! once.
+//!
+//! While sends come less than a millisecond apart, the pacer also reads the answers itself,
+//! just after each send ([`AnswerReads`]): they wait in the socket instead of waking the
+//! runtime one by one, each stamped with its kernel receive time, and the loop takes them
+//! with its every-[`WAKE_AT`]-ticks wake. That is one wake per send instead of two.
 
+use crate::client::AnswerReader;
 use futures::task::AtomicWaker;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -108,12 +114,15 @@ impl<P: Future> TickQueue<P> {
 
     /// Queues a tick, waiting while the queue is full; wakes the task when `urgent`, when an
     /// answer came since `answers_before` (its task may have looked before this tick was
-    /// there) or when [`WAKE_AT`] ticks wait. False if stopped.
-    fn push(&self, tick: Tick<P>, urgent: bool, answers_before: u64) -> bool {
+    /// there) or when [`WAKE_AT`] ticks wait. None if stopped, else whether it woke the task.
+    fn push(&self, tick: Tick<P>, urgent: bool, answers_before: u64) -> Option<bool> {
         let mut waiting = self.lock();
         while waiting.ticks.len() >= PACER_QUEUE {
             if self.stop.load(Ordering::Relaxed) {
-                return false;
+                // Its request may be on the wire: it is still handed over (past the bound),
+                // so that it is counted.
+                waiting.ticks.push_back(tick);
+                return None;
             }
             self.signal.task.wake();
             waiting = self
@@ -125,13 +134,13 @@ impl<P: Future> TickQueue<P> {
         waiting.ticks.push_back(tick);
         let queued = waiting.ticks.len();
         drop(waiting);
-        if urgent
+        let wake = urgent
             || queued >= WAKE_AT
-            || self.signal.answers.load(Ordering::Acquire) != answers_before
-        {
+            || self.signal.answers.load(Ordering::Acquire) != answers_before;
+        if wake {
             self.signal.task.wake();
         }
-        true
+        Some(wake)
     }
 
     fn close(&self) {
@@ -180,6 +189,7 @@ where
             times,
             until,
             mut send_now,
+            answers,
         } = schedule;
         // The calls it polls may start timers (their deadlines) on the runtime.
         let runtime = tokio::runtime::Handle::try_current().ok();
@@ -190,13 +200,19 @@ where
             let waker = Waker::from(pacing.signal.clone());
             let mut cx = Context::from_waker(&waker);
             let mut wakes = WakeLateness::new();
+            let mut reads = answers.map(AnswerReads::new);
+            let mut previous = start;
             for (index, offset) in (0u64..).zip(times) {
                 let Some(intended) = start.checked_add(offset) else {
                     break;
                 };
-                if until.is_some_and(|u| intended >= u)
-                    || !sleep_until(intended, &pacing.stop, &mut wakes)
-                {
+                if until.is_some_and(|u| intended >= u) {
+                    break;
+                }
+                if let Some(reads) = reads.as_mut() {
+                    reads.before_wait(intended.saturating_duration_since(Instant::now()));
+                }
+                if !sleep_until(intended, &pacing.stop, &mut wakes) {
                     break;
                 }
                 // Lateness counts to the start of the send, as at the runtime's pickup.
@@ -216,9 +232,19 @@ where
                     intended,
                     sent: sent.map(|call| (call, leaving)),
                 };
-                if !pacing.push(tick, urgent, answers_before) {
+                let Some(woke) = pacing.push(tick, urgent, answers_before) else {
                     break;
+                };
+                if let Some(reads) = reads.as_mut() {
+                    if woke {
+                        reads.wake_held();
+                    }
+                    reads.after_send(intended.saturating_duration_since(previous));
                 }
+                previous = intended;
+            }
+            if let Some(mut reads) = reads {
+                reads.finish();
             }
             pacing.close();
         };
@@ -255,6 +281,96 @@ impl<P: Future> Drop for Pacer<P> {
         // The thread sees the flag within one sleep slice and ends; nothing waits for it.
         self.queue.stop.store(true, Ordering::Relaxed);
         self.queue.room.notify_all();
+    }
+}
+
+/// The answers of the pacer's calls, read on the pacer's own wakes while sends come close
+/// together (an answer then costs the runtime no wake of its own), else by the client's task
+/// as they come. TCP stamps a read, not each answer: a read gives the receive times of its
+/// first and last answers, and one that brings three or more leaves those in between a
+/// little late. Answers then come closer together than the pacer reads, and the client's
+/// task reads them as they come for [`AnswerReads::COOL_DOWN`] sends, so that latencies
+/// stay exact.
+struct AnswerReads {
+    reader: Box<dyn AnswerReader>,
+    deferred: bool,
+    /// A running mean of the gaps between sends.
+    mean_gap: Duration,
+    /// Sends before reads may be deferred again.
+    cool_down: u32,
+    /// The wakers of calls the pacer's reads answered, woken with the loop's next wake.
+    held: Vec<Waker>,
+}
+
+impl AnswerReads {
+    /// Reads are deferred while sends come this close together on average...
+    const DEFER_BELOW: Duration = Duration::from_millis(1);
+    /// ...and no longer once they come this far apart (or a wait is this long).
+    const READ_AS_THEY_COME_ABOVE: Duration = Duration::from_millis(2);
+    const COOL_DOWN: u32 = 200;
+
+    fn new(reader: Box<dyn AnswerReader>) -> Self {
+        Self {
+            reader,
+            deferred: false,
+            mean_gap: Self::READ_AS_THEY_COME_ABOVE,
+            cool_down: 0,
+            held: Vec::new(),
+        }
+    }
+
+    fn set(&mut self, on: bool) {
+        if on != self.deferred {
+            self.deferred = self.reader.defer(on) && on;
+        }
+    }
+
+    /// Before the pacer waits `wait` for its next send: a long wait is not spent holding
+    /// answers.
+    fn before_wait(&mut self, wait: Duration) {
+        if self.deferred && wait > Self::READ_AS_THEY_COME_ABOVE {
+            self.reader.read_now(&mut self.held);
+            self.set(false);
+            self.wake_held();
+        }
+    }
+
+    /// Just after a send `gap` after the one before: reads what arrived and decides whether
+    /// the next answers wait for the pacer.
+    fn after_send(&mut self, gap: Duration) {
+        self.mean_gap = (self.mean_gap * 7 + gap) / 8;
+        if self.deferred && self.reader.read_now(&mut self.held) > 0 {
+            self.set(false);
+            self.cool_down = Self::COOL_DOWN;
+        } else {
+            self.cool_down = self.cool_down.saturating_sub(1);
+        }
+        if self.cool_down == 0 && self.mean_gap < Self::DEFER_BELOW {
+            self.set(true);
+        } else if self.mean_gap > Self::READ_AS_THEY_COME_ABOVE {
+            self.set(false);
+        }
+    }
+
+    fn wake_held(&mut self) {
+        for waker in self.held.drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// The loop's end: what arrived is read, the rest comes to the client's task.
+    fn finish(&mut self) {
+        if self.deferred {
+            self.reader.read_now(&mut self.held);
+        }
+        self.set(false);
+        self.wake_held();
+    }
+}
+
+impl Drop for AnswerReads {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 
@@ -386,6 +502,126 @@ mod tests {
         assert_eq!(wakes.spin(), WakeLateness::MIN_SPIN);
     }
 
+    /// An answer reader that says whether reads are deferred, answers each read with the
+    /// next scripted count of uncertain answers, and hands over one waker per read.
+    struct ScriptedReader {
+        deferred: Arc<AtomicBool>,
+        uncertain: VecDeque<u64>,
+        waker: Waker,
+    }
+
+    impl AnswerReader for ScriptedReader {
+        fn defer(&mut self, on: bool) -> bool {
+            self.deferred.store(on, Ordering::SeqCst);
+            true
+        }
+
+        fn read_now(&mut self, wakers: &mut Vec<Waker>) -> u64 {
+            wakers.push(self.waker.clone());
+            self.uncertain.pop_front().unwrap_or(0)
+        }
+    }
+
+    fn scripted(uncertain: &[u64]) -> (AnswerReads, Arc<AtomicBool>, Arc<Wakes>) {
+        let deferred = Arc::new(AtomicBool::new(false));
+        let woken = Arc::new(Wakes::default());
+        let reader = ScriptedReader {
+            deferred: deferred.clone(),
+            uncertain: uncertain.iter().copied().collect(),
+            waker: Waker::from(woken.clone()),
+        };
+        (AnswerReads::new(Box::new(reader)), deferred, woken)
+    }
+
+    const HALF_MS: Duration = Duration::from_micros(500);
+
+    #[test]
+    fn answers_wait_for_the_pacer_only_while_sends_come_close_together() {
+        // 2,000 sends a second: deferred within a few sends.
+        let (mut reads, deferred, _) = scripted(&[]);
+        for _ in 0..10 {
+            reads.after_send(HALF_MS);
+        }
+        assert!(deferred.load(Ordering::SeqCst));
+        // The rate falls to 200 a second: the client's task reads again.
+        for _ in 0..20 {
+            reads.after_send(Duration::from_millis(5));
+        }
+        assert!(!deferred.load(Ordering::SeqCst));
+        // 200 a second from the start: never deferred.
+        let (mut reads, deferred, _) = scripted(&[]);
+        for _ in 0..100 {
+            reads.after_send(Duration::from_millis(5));
+            assert!(!deferred.load(Ordering::SeqCst));
+        }
+    }
+
+    #[test]
+    fn an_uncertain_read_hands_the_answers_back_to_the_client_for_a_while() {
+        // Reads 1-9 certain, the tenth had answers whose receive time is uncertain.
+        let mut script = vec![0; 9];
+        script.push(1);
+        let (mut reads, deferred, _) = scripted(&script);
+        let mut sends = 0;
+        while sends < 10_000 && !deferred.load(Ordering::SeqCst) {
+            reads.after_send(HALF_MS);
+            sends += 1;
+        }
+        let mut deferred_reads = 0;
+        while deferred.load(Ordering::SeqCst) {
+            reads.after_send(HALF_MS);
+            deferred_reads += 1;
+        }
+        assert_eq!(
+            deferred_reads, 10,
+            "undeferred by the read with uncertain answers"
+        );
+        for _ in 0..AnswerReads::COOL_DOWN - 1 {
+            reads.after_send(HALF_MS);
+            assert!(
+                !deferred.load(Ordering::SeqCst),
+                "deferred again before the cool-down"
+            );
+        }
+        reads.after_send(HALF_MS);
+        assert!(
+            deferred.load(Ordering::SeqCst),
+            "deferred again after the cool-down"
+        );
+    }
+
+    #[test]
+    fn answers_the_pacer_read_are_handed_on_with_the_loops_wake_a_long_wait_or_the_end() {
+        let (mut reads, deferred, woken) = scripted(&[]);
+        for _ in 0..10 {
+            reads.after_send(HALF_MS);
+        }
+        assert!(deferred.load(Ordering::SeqCst));
+        reads.after_send(HALF_MS);
+        let held = reads.held.len();
+        assert!(held >= 1);
+        assert_eq!(
+            woken.count(),
+            0,
+            "an answer the pacer read woke the runtime by itself"
+        );
+        reads.wake_held();
+        assert_eq!(woken.count(), held);
+        // A long wait ahead: what arrived is read and handed on, and reads are undeferred.
+        reads.after_send(HALF_MS);
+        reads.before_wait(Duration::from_millis(50));
+        assert!(!deferred.load(Ordering::SeqCst));
+        assert!(reads.held.is_empty());
+        // The end: the same.
+        for _ in 0..10 {
+            reads.after_send(HALF_MS);
+        }
+        let before = woken.count();
+        drop(reads);
+        assert!(!deferred.load(Ordering::SeqCst));
+        assert!(woken.count() > before);
+    }
+
     /// Counts its wakes.
     #[derive(Default)]
     struct Wakes(std::sync::atomic::AtomicUsize);
@@ -413,6 +649,7 @@ mod tests {
             times: Box::new(times),
             until: None,
             send_now,
+            answers: None,
         }
     }
 

@@ -417,6 +417,7 @@ pub async fn drive(
                 times: Box::new(times),
                 until: Some(end),
                 send_now: None,
+                answers: None,
             };
             let result = open_loop(schedule, || false, env.cancel, tally, send, done).await;
             env.settings
