@@ -172,9 +172,9 @@ impl H2Connection {
     }
 
     /// One unary gRPC call to the method at `path` with an already framed request message
-    /// (`frame`); returns the response message's bytes and their receive time. It goes on the lean connection
-    /// ([`UnaryConnection`]), a second connection to the server beside tonic's; one found closed
-    /// before the call was sent is replaced once.
+    /// (`frame`); returns the response message's bytes and their receive time. It goes on the
+    /// lean connection ([`UnaryConnection`]), a second connection to the server beside
+    /// tonic's; one found closed before the call was sent is replaced once.
     pub async fn unary(&self, path: &str, frame: Bytes) -> Result<Answer, Status> {
         let mut retried = false;
         loop {
