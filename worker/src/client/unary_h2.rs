@@ -1871,16 +1871,21 @@ mod tests {
         });
     }
 
-    #[test]
-    fn an_answer_is_timed_when_it_reached_the_host_not_when_a_busy_client_read_it() {
-        // The server runs on a thread of its own, so it answers while the client's only
-        // thread is busy.
-        let server_runtime = tokio::runtime::Builder::new_multi_thread()
+    /// An echo server on a runtime of its own thread, so that it answers while the client's
+    /// threads are busy; it serves as long as the returned runtime lives.
+    fn echo_server_on_its_own_thread() -> (String, tokio::runtime::Runtime) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .unwrap();
-        let (address, _server) = server_runtime.block_on(echo_server(8, |_| true));
+        let (address, _server) = runtime.block_on(echo_server(8, |_| true));
+        (address, runtime)
+    }
+
+    #[test]
+    fn an_answer_is_timed_when_it_reached_the_host_not_when_a_busy_client_read_it() {
+        let (address, _server) = echo_server_on_its_own_thread();
         let client_runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -1912,12 +1917,7 @@ mod tests {
 
     #[test]
     fn deferred_answers_wait_in_the_socket_for_the_reader_and_keep_their_receive_time() {
-        let server_runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let (address, _server) = server_runtime.block_on(echo_server(8, |_| true));
+        let (address, _server) = echo_server_on_its_own_thread();
         // The client's runtime has a thread free to read at once, were it woken.
         let client_runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
