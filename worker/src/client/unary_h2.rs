@@ -154,7 +154,7 @@ pub struct State {
     /// Wakers to call once the lock is released.
     pub to_wake: Vec<Waker>,
     /// The kernel's receive time of the bytes [`State::receive`] is handling (`None`: unknown).
-    pub arrived: Option<Instant>,
+    arrived: Option<Instant>,
     /// Calls given an outcome by the peer's frames, ever: what one read answered.
     answered: u64,
     /// The first call answered since [`State::receive_stamped`] began.
@@ -1056,7 +1056,9 @@ impl UnaryConnection {
         loop {
             let first = match reader.peek_stamp(socket) {
                 Ok(Some(first)) => first,
-                // Nothing there, or the end: the read says which.
+                // Nothing there: no read to make.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return uncertain,
+                // The end, or an error: the read says which.
                 _ => None,
             };
             let read = reader.receive(socket);
