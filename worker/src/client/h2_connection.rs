@@ -394,10 +394,16 @@ impl super::AnswerReader for DeferredReads {
         }
     }
 
-    fn read_now(&mut self, wakers: &mut Vec<std::task::Waker>) -> u64 {
+    fn read_now(&mut self, wakers: &mut Vec<std::task::Waker>) -> super::AnswersRead {
         self.deferred
             .as_ref()
-            .map_or(0, |connection| connection.read_now(wakers))
+            .map_or_else(Default::default, |connection| connection.read_now(wakers))
+    }
+
+    fn unanswered(&self) -> usize {
+        self.connection
+            .live_unary()
+            .map_or(0, |connection| connection.unanswered())
     }
 }
 

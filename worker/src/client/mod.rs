@@ -72,10 +72,20 @@ pub trait AnswerReader: Send {
     /// wait.
     fn defer(&mut self, on: bool) -> bool;
     /// Reads and handles every answer that has arrived, each with its kernel receive time;
-    /// the wakers of the calls answered go to `wakers`, for the caller to wake. Returns how
-    /// many answers got an uncertain receive time (a little late: several answers arrived
-    /// between two reads).
-    fn read_now(&mut self, wakers: &mut Vec<std::task::Waker>) -> u64;
+    /// the wakers of the calls answered go to `wakers`, for the caller to wake.
+    fn read_now(&mut self, wakers: &mut Vec<std::task::Waker>) -> AnswersRead;
+    /// Calls on the connection still waiting for their answer.
+    fn unanswered(&self) -> usize;
+}
+
+/// What one [`AnswerReader::read_now`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AnswersRead {
+    /// Answers given an uncertain receive time: a little late, the kernel having merged
+    /// their segment with a later answer's while they waited.
+    pub uncertain: u64,
+    /// Calls still waiting for their answer after the read.
+    pub unanswered: usize,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -157,8 +157,6 @@ pub struct State {
     arrived: Option<Instant>,
     /// Calls given an outcome by the peer's frames, ever: what one read answered.
     answered: u64,
-    /// The first call answered since [`State::receive_stamped`] began.
-    first_answered: Option<u32>,
 }
 
 fn frame_header(out: &mut BytesMut, len: usize, kind: u8, flags: u8, stream: u32) {
@@ -271,7 +269,6 @@ impl State {
             to_wake: Vec::new(),
             arrived: None,
             answered: 0,
-            first_answered: None,
         }
     }
 
@@ -447,11 +444,15 @@ impl State {
             call.outcome = Some(outcome);
             call.arrived = self.arrived;
             self.answered += 1;
-            self.first_answered.get_or_insert(id);
             if let Some(waker) = call.waker.take() {
                 self.to_wake.push(waker);
             }
         }
+    }
+
+    /// Calls without an outcome yet.
+    fn unanswered(&self) -> usize {
+        self.calls.values().filter(|c| c.outcome.is_none()).count()
     }
 
     /// The connection ended (`why`): every call without an outcome fails, and so does every
@@ -467,39 +468,21 @@ impl State {
         self.to_wake.append(&mut self.waiting);
     }
 
-    /// [`State::receive`] of the bytes of one read: `last` is the kernel's receive time of its
-    /// last segment, `first` (where known) of its first. Returns how many calls it answered
-    /// and how many of those have an uncertain receive time: with one answer, `last` is its
-    /// time; with two or more, the first takes `first` (each answer in a segment of its own,
-    /// as servers write them) and the last `last`, and those in between get `last`: late by
-    /// at most `last - first`, uncertain when that is more than [`STAMP_TOLERANCE`] (a burst
-    /// the server wrote at once is not).
+    /// [`State::receive`] of the bytes of one read, `arrived` the kernel's receive time of its
+    /// last segment. Returns how many calls it answered and how many of those have an
+    /// uncertain receive time: every one but the last, which the read's time is exactly when
+    /// the read ends with it ([`UnaryConnection::read_now`] cuts its reads so); the others
+    /// arrived earlier and are given that time, a little late.
     pub fn receive_stamped(
         &mut self,
         input: &mut BytesMut,
-        first: Option<Instant>,
-        last: Option<Instant>,
+        arrived: Option<Instant>,
     ) -> Result<(u64, u64), ProtocolViolation> {
         let before = self.answered;
-        self.arrived = last;
-        self.first_answered = None;
+        self.arrived = arrived;
         self.receive(input)?;
         let answered = self.answered - before;
-        let mut certain = answered.min(1);
-        if answered >= 2
-            && let Some(first) = first
-        {
-            if let Some(call) = self.first_answered.and_then(|id| self.calls.get_mut(&id)) {
-                call.arrived = Some(first);
-            }
-            let spread = last.map(|last| last.saturating_duration_since(first));
-            certain = if spread.is_some_and(|s| s <= STAMP_TOLERANCE) {
-                answered
-            } else {
-                2
-            };
-        }
-        Ok((answered, answered - certain))
+        Ok((answered, answered.saturating_sub(1)))
     }
 
     /// Handles every complete frame at the front of `input`, leaving a partial one there. An
@@ -910,19 +893,17 @@ impl Shared {
         self.reader.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Handles what `read` (one read into the reader's input) brought, `first` the receive
-    /// time of its first segment where known; the wakers of the calls it answered go to
-    /// `wakers`. Ok(None): nothing to read now; Ok(Some(n)): `n` answers with an uncertain
+    /// Handles what `read` (one read into the reader's input) brought; the wakers of the calls
+    /// it answered go to `wakers`. Ok(None): nothing to read now; Ok(Some(n)): `n` answers with an uncertain
     /// receive time ([`State::receive_stamped`]); Err: why the connection ended (closed here).
     fn handle_read(
         &self,
         reader: &mut Reader,
-        read: std::io::Result<Option<Option<Instant>>>,
-        first: Option<Instant>,
+        read: std::io::Result<Option<(usize, Option<SystemTime>)>>,
         wakers: &mut Vec<Waker>,
-    ) -> Result<Option<u64>, String> {
+    ) -> Result<Option<(u64, u64)>, String> {
         let arrived = match read {
-            Ok(Some(arrived)) => arrived,
+            Ok(Some((_, stamp))) => stamp.and_then(stamp_instant),
             Ok(None) => {
                 let why = format!("{}: the server closed the connection", self.address);
                 self.close(&why, wakers);
@@ -943,11 +924,11 @@ impl Shared {
             }
         };
         let mut state = self.lock();
-        match state.receive_stamped(&mut reader.input, first, arrived) {
-            Ok((_, uncertain)) => {
+        match state.receive_stamped(&mut reader.input, arrived) {
+            Ok(counts) => {
                 self.write_out(&mut state);
                 wakers.append(&mut state.to_wake);
-                Ok(Some(uncertain))
+                Ok(Some(counts))
             }
             Err(e) => {
                 let why = format!("{}: {e}", self.address);
@@ -1044,27 +1025,100 @@ impl UnaryConnection {
         }
     }
 
-    /// Reads and handles every byte the socket holds now, from any thread, each read stamped
-    /// with the kernel receive times of its first and last segments (a one-byte peek, then
-    /// the read: TCP gives one time per read); the wakers of the calls answered go to
-    /// `wakers` (the caller wakes them). Returns how many answers had an uncertain receive
-    /// time (three or more answers in one read: those in between).
-    pub fn read_now(&self, wakers: &mut Vec<Waker>) -> u64 {
+    /// Reads and handles what the socket holds now, from any thread; the wakers of the calls
+    /// answered go to `wakers` (the caller wakes them). TCP gives one receive time per read,
+    /// that of the last segment it took, so a peek at what waits finds where each answer ends
+    /// and the reads stop there: an answer gets the time of the segment that completed it,
+    /// also when a WINDOW_UPDATE came before it or other answers wait behind it. Returns how
+    /// many answers had an uncertain receive time: those whose segment the kernel merged with
+    /// a later answer's while they waited (it then keeps only the later time, which two reads
+    /// returning the same time show), and those a read took beyond its cut. A control frame
+    /// that came in later than the answer before it and was merged with it is not seen: the
+    /// answer then takes its time (an open loop's pacer reads before it sends, so the next
+    /// request's WINDOW_UPDATE is not yet there). A partial frame at the end stays in the
+    /// socket for a later read.
+    pub fn read_now(&self, wakers: &mut Vec<Waker>) -> super::AnswersRead {
+        let uncertain = self.read_waiting(wakers);
+        super::AnswersRead {
+            uncertain,
+            unanswered: self.unanswered(),
+        }
+    }
+
+    /// Calls waiting for their answer.
+    pub fn unanswered(&self) -> usize {
+        self.shared.lock().unanswered()
+    }
+
+    /// [`Self::read_now`]'s reads: how many answers had an uncertain receive time.
+    fn read_waiting(&self, wakers: &mut Vec<Waker>) -> u64 {
         let socket: &TcpStream = self.shared.write.as_ref();
         let mut reader = self.shared.lock_reader();
         let mut uncertain = 0;
+        // The previous read's receive time (as the kernel gave it) and how many answers read
+        // with that time are not yet said to be uncertain.
+        let mut previous: Option<(SystemTime, u64)> = None;
         loop {
-            let first = match reader.peek_stamp(socket) {
-                Ok(Some(first)) => first,
-                // Nothing there: no read to make.
+            let waiting = match reader.peek(socket) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return uncertain,
-                // The end, or an error: the read says which.
-                _ => None,
+                Ok(0) | Err(_) => {
+                    // The end or an error: the read says which.
+                    let read = reader.receive(socket, usize::MAX);
+                    if let Ok(Some((_, n))) = self.shared.handle_read(&mut reader, read, wakers) {
+                        uncertain += n;
+                    }
+                    return uncertain;
+                }
+                Ok(waiting) => waiting,
             };
-            let read = reader.receive(socket);
-            match self.shared.handle_read(&mut reader, read, first, wakers) {
-                Ok(Some(n)) => uncertain += n,
-                Ok(None) | Err(_) => return uncertain,
+            let Reader {
+                input,
+                scratch,
+                ends,
+                ..
+            } = &mut *reader;
+            read_ends(input, &scratch[..waiting], ends);
+            if ends.is_empty() {
+                // No whole frame yet (or one larger than the peek): take what there is.
+                ends.push(waiting);
+            }
+            let ends = std::mem::take(&mut reader.ends);
+            let mut start = 0;
+            let mut as_cut = true;
+            for &end in &ends {
+                let read = reader.receive(socket, end - start);
+                let stamp = match &read {
+                    Ok(Some((n, stamp))) => {
+                        as_cut = *n == end - start;
+                        *stamp
+                    }
+                    _ => None,
+                };
+                let (answered, beyond_cut) =
+                    match self.shared.handle_read(&mut reader, read, wakers) {
+                        Ok(Some(counts)) => counts,
+                        Ok(None) | Err(_) => return uncertain,
+                    };
+                uncertain += beyond_cut;
+                // The same time as the previous read's: one segment, or segments the kernel
+                // merged, keeping the later's time. Merged answers are uncertain; a control frame
+                // (a WINDOW_UPDATE) is written with the answer before it, as Triton does.
+                match previous {
+                    Some((before, merged)) if stamp == Some(before) && answered > 0 => {
+                        uncertain += merged;
+                        previous = Some((before, answered));
+                    }
+                    Some((before, _)) if stamp == Some(before) => {}
+                    _ => previous = stamp.map(|stamp| (stamp, answered)),
+                }
+                if !as_cut {
+                    break;
+                }
+                start = end;
+            }
+            reader.ends = ends;
+            if as_cut && waiting < reader.scratch.len() {
+                return uncertain;
             }
         }
     }
@@ -1164,6 +1218,8 @@ struct Reader {
     input: BytesMut,
     scratch: Box<[u8]>,
     control: Vec<u8>,
+    /// Where [`UnaryConnection::read_now`]'s reads end ([`read_ends`]).
+    ends: Vec<usize>,
 }
 
 /// `SO_RCVLOWAT` while reads are deferred: more than an answer of most models, so answers do
@@ -1185,10 +1241,6 @@ mod low_water {
     );
 }
 
-/// Answers read together whose first and last arrived within this of each other all have
-/// their receive time to within it.
-const STAMP_TOLERANCE: Duration = Duration::from_micros(50);
-
 /// A receive stamp older than this is a step of the wall clock, not a wait: the read is then
 /// timed as it happens.
 const MAX_STAMP_AGE: Duration = Duration::from_secs(10);
@@ -1199,15 +1251,22 @@ impl Reader {
             input: BytesMut::with_capacity(64 << 10),
             scratch: vec![0; 64 << 10].into_boxed_slice(),
             control: nix::cmsg_space!(nix::sys::time::TimeSpec),
+            ends: Vec::new(),
         }
     }
 
-    /// One non-blocking read into `input`: `None` at the end of the stream, else the kernel's
-    /// receive time of the last segment read (TCP gives one stamp per read), when it gave one.
-    fn receive(&mut self, socket: &TcpStream) -> std::io::Result<Option<Option<Instant>>> {
+    /// One non-blocking read of at most `max` bytes into `input`: `None` at the end of the
+    /// stream, else how many bytes came and the kernel's receive time of the last segment they
+    /// came from (TCP gives one stamp per read), when it gave one.
+    fn receive(
+        &mut self,
+        socket: &TcpStream,
+        max: usize,
+    ) -> std::io::Result<Option<(usize, Option<SystemTime>)>> {
+        let max = max.min(self.scratch.len());
         let (read, stamp) = recv_stamped(
             socket,
-            &mut self.scratch,
+            &mut self.scratch[..max],
             &mut self.control,
             nix::sys::socket::MsgFlags::MSG_DONTWAIT,
         )?;
@@ -1215,32 +1274,94 @@ impl Reader {
             return Ok(None);
         }
         self.input.extend_from_slice(&self.scratch[..read]);
-        Ok(Some(stamp))
+        Ok(Some((read, stamp)))
     }
 
-    /// The receive time of the first segment waiting, without taking it (a one-byte peek):
-    /// `None` at the end of the stream.
-    fn peek_stamp(&mut self, socket: &TcpStream) -> std::io::Result<Option<Option<Instant>>> {
-        use nix::sys::socket::MsgFlags;
-        let mut byte = [0u8; 1];
-        let (read, stamp) = recv_stamped(
-            socket,
-            &mut byte,
-            &mut self.control,
+    /// Copies what waits in the socket into `scratch` without taking it: how many bytes (0 at
+    /// the end of the stream).
+    fn peek(&mut self, socket: &TcpStream) -> std::io::Result<usize> {
+        use nix::sys::socket::{MsgFlags, recv};
+        recv(
+            socket.as_raw_fd(),
+            &mut self.scratch,
             MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_PEEK,
-        )?;
-        Ok((read > 0).then_some(stamp))
+        )
+        .map_err(std::io::Error::from)
+    }
+}
+
+/// Where reads of `waiting` (bytes in the socket, after `partial`: the start of a frame read
+/// before) should end so that each read ends with an answer, and its receive time is that
+/// answer's: just past each frame that ends a stream (END_STREAM, also in a header block's
+/// last CONTINUATION; RST_STREAM; GOAWAY) and the control frames right behind it (a server
+/// writes a WINDOW_UPDATE with the answer; one the kernel merged into the answer's segment
+/// would give it its time anyway), then past the last whole frame (an answer's first frames
+/// go in a read of their own). Offsets into `waiting`, in `ends`; none if no frame is whole.
+fn read_ends(partial: &[u8], waiting: &[u8], ends: &mut Vec<usize>) {
+    ends.clear();
+    let byte = |i: usize| {
+        if i < partial.len() {
+            partial[i]
+        } else {
+            waiting[i - partial.len()]
+        }
+    };
+    let total = partial.len() + waiting.len();
+    let (mut at, mut last_whole) = (0, 0);
+    // A HEADERS frame ending its stream whose header block goes on in CONTINUATION frames.
+    let mut block_ends_stream = false;
+    while at + 9 <= total {
+        let len = (usize::from(byte(at)) << 16)
+            | (usize::from(byte(at + 1)) << 8)
+            | usize::from(byte(at + 2));
+        let end = at + 9 + len;
+        if end > total {
+            break;
+        }
+        let (kind, flags) = (byte(at + 3), byte(at + 4));
+        let block_done = flags & END_HEADERS != 0;
+        let stream_ends = match kind {
+            DATA => flags & END_STREAM != 0,
+            HEADERS => {
+                block_ends_stream = flags & END_STREAM != 0 && !block_done;
+                flags & END_STREAM != 0 && block_done
+            }
+            CONTINUATION => {
+                let ends = block_ends_stream && block_done;
+                block_ends_stream &= !block_done;
+                ends
+            }
+            RST_STREAM | GOAWAY => true,
+            _ => false,
+        };
+        // `partial` holds less than a frame, so every whole frame ends in `waiting`.
+        let Some(end_in_waiting) = end.checked_sub(partial.len()).filter(|&e| e > 0) else {
+            at = end;
+            continue;
+        };
+        let answer_frame = matches!(kind, DATA | HEADERS | CONTINUATION);
+        if stream_ends {
+            ends.push(end_in_waiting);
+        } else if !answer_frame && ends.last() == Some(&last_whole) {
+            // Right behind an answer: read with it.
+            *ends.last_mut().expect("checked") = end_in_waiting;
+        }
+        last_whole = end_in_waiting;
+        at = end;
+    }
+    if last_whole > ends.last().copied().unwrap_or(0) {
+        ends.push(last_whole);
     }
 }
 
 /// One `recvmsg` into `buffer`: the bytes read, and the kernel's receive time of the last
-/// segment they came from (when the socket gives one).
+/// segment they came from (when the socket gives one; the wall clock's, as the kernel stamps).
 fn recv_stamped(
     socket: &TcpStream,
     buffer: &mut [u8],
     control: &mut [u8],
     flags: nix::sys::socket::MsgFlags,
-) -> std::io::Result<(usize, Option<Instant>)> {
+) -> std::io::Result<(usize, Option<SystemTime>)> {
     use nix::sys::socket::{ControlMessageOwned, recvmsg};
     let mut iov = [std::io::IoSliceMut::new(buffer)];
     let message = recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(control), flags)
@@ -1254,7 +1375,7 @@ fn recv_stamped(
     let stamp = stamp.and_then(|t| {
         let secs = u64::try_from(t.tv_sec()).ok()?;
         let nanos = u32::try_from(t.tv_nsec()).ok()?;
-        stamp_instant(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
+        Some(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
     });
     Ok((message.bytes, stamp))
 }
@@ -1286,8 +1407,8 @@ async fn drive(shared: Arc<Shared>, read: OwnedReadHalf) {
                 let socket: &TcpStream = read.as_ref();
                 let mut wakers = Vec::new();
                 let mut reader = shared.lock_reader();
-                let read = socket.try_io(Interest::READABLE, || reader.receive(socket));
-                let handled = shared.handle_read(&mut reader, read, None, &mut wakers);
+                let read = socket.try_io(Interest::READABLE, || reader.receive(socket, usize::MAX));
+                let handled = shared.handle_read(&mut reader, read, &mut wakers);
                 drop(reader);
                 Shared::wake(wakers);
                 if let Err(why) = handled {
@@ -1314,6 +1435,7 @@ async fn drive(shared: Arc<Shared>, read: OwnedReadHalf) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read as _, Write as _};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Wake;
 
@@ -1513,12 +1635,8 @@ mod tests {
     }
 
     #[test]
-    fn answers_read_together_take_the_reads_first_and_last_receive_times() {
-        let t0 = Instant::now();
-        let (first, last) = (
-            t0 + Duration::from_micros(100),
-            t0 + Duration::from_micros(900),
-        );
+    fn answers_read_together_take_the_reads_receive_time_and_all_but_the_last_are_uncertain() {
+        let last = Instant::now() + Duration::from_micros(900);
         let stamp_of = |state: &mut State, id: u32| {
             let (_, w) = waker();
             match state.poll_answer(id, &mut Context::from_waker(&w)) {
@@ -1526,7 +1644,7 @@ mod tests {
                 other => panic!("call {id}: {other:?}"),
             }
         };
-        let read = |answers: usize, first, last| {
+        let read = |answers: usize| {
             let mut state = connected();
             let mut server = Server::new();
             let ids: Vec<u32> = (0..answers)
@@ -1536,30 +1654,62 @@ mod tests {
             for &id in &ids {
                 input.extend(server.ok(id, &grpc_frame(b"a")));
             }
-            let counts = state.receive_stamped(&mut input, first, last).unwrap();
+            let counts = state.receive_stamped(&mut input, Some(last)).unwrap();
             let stamps: Vec<_> = ids.iter().map(|&id| stamp_of(&mut state, id)).collect();
             (counts, stamps)
         };
-        // One answer: the read's (last) time, certain.
-        assert_eq!(read(1, Some(first), Some(last)), ((1, 0), vec![Some(last)]));
-        // Two: each has its own segment's time.
-        assert_eq!(
-            read(2, Some(first), Some(last)),
-            ((2, 0), vec![Some(first), Some(last)])
-        );
-        // Three spread over 800 µs: the middle one's time is uncertain (given the last).
-        assert_eq!(
-            read(3, Some(first), Some(last)),
-            ((3, 1), vec![Some(first), Some(last), Some(last)])
-        );
-        // Three in one burst (within the tolerance): all certain.
-        let burst = first + STAMP_TOLERANCE;
-        assert_eq!(read(3, Some(first), Some(burst)).0, (3, 0));
-        // No first time (the connection task's reads): the earlier ones are uncertain.
-        assert_eq!(
-            read(2, None, Some(last)),
-            ((2, 1), vec![Some(last), Some(last)])
-        );
+        // One answer: the read's time, certain.
+        assert_eq!(read(1), ((1, 0), vec![Some(last)]));
+        // Three: the read's time for each; only the last is certain of it.
+        assert_eq!(read(3), ((3, 2), vec![Some(last); 3]));
+    }
+
+    #[test]
+    fn reads_are_cut_where_answers_end_so_each_read_is_timed_by_its_own_answer() {
+        let mut server = Server::new();
+        let update = frame(WINDOW_UPDATE, 0, 0, &[0, 0, 1, 0]);
+        let a = server.ok(1, &grpc_frame(b"a"));
+        let b = server.ok(3, &grpc_frame(b"b"));
+        // WINDOW_UPDATEs before an answer are read with it, and so is one right behind it
+        // (Triton writes it in the answer's segment).
+        let mut waiting = Vec::new();
+        for part in [&update, &update, &a, &update, &b] {
+            waiting.extend_from_slice(part);
+        }
+        let mut ends = Vec::new();
+        read_ends(&[], &waiting, &mut ends);
+        let after_a = 3 * update.len() + a.len();
+        assert_eq!(ends, vec![after_a, waiting.len()]);
+        // An answer's first frames are read on their own; a partial frame stays in the socket.
+        let c_headers = server.headers(5, &[(":status", "200")], false);
+        let mut more = waiting.clone();
+        more.extend_from_slice(&update);
+        let after_b = more.len();
+        more.extend_from_slice(&c_headers);
+        more.extend_from_slice(&update);
+        let whole = more.len();
+        more.extend_from_slice(&frame(DATA, 0, 5, &grpc_frame(b"c"))[..7]);
+        read_ends(&[], &more, &mut ends);
+        assert_eq!(ends, vec![after_a, after_b, whole]);
+        // The rest of a frame begun in an earlier read.
+        let (begun, rest) = a.split_at(5);
+        read_ends(begun, rest, &mut ends);
+        assert_eq!(ends, vec![rest.len()]);
+        // An error answer ends its stream too: RST_STREAM, or trailers-only HEADERS whose block
+        // ends in a CONTINUATION.
+        let reset = frame(RST_STREAM, 0, 7, &[0, 0, 0, 8]);
+        let mut trailers_only = frame(HEADERS, END_STREAM, 9, b"");
+        trailers_only.extend(frame(CONTINUATION, 0, 9, b""));
+        let continued_to = trailers_only.len();
+        trailers_only.extend(frame(CONTINUATION, END_HEADERS, 9, b""));
+        let mut errors = reset.clone();
+        errors.extend_from_slice(&trailers_only);
+        read_ends(&[], &errors, &mut ends);
+        assert_eq!(ends, vec![reset.len(), errors.len()]);
+        assert!(!ends.contains(&(reset.len() + continued_to)));
+        // No whole frame: nothing to cut (the reader then takes what there is).
+        read_ends(&[], &a[..4], &mut ends);
+        assert!(ends.is_empty());
     }
 
     #[test]
@@ -1949,7 +2099,7 @@ mod tests {
             "the answer woke the connection task although reads were deferred"
         );
         let mut wakers = Vec::new();
-        assert_eq!(connection.read_now(&mut wakers), 0);
+        assert_eq!(connection.read_now(&mut wakers).uncertain, 0);
         assert_eq!(wakers.len(), 1, "the reader gets the call's waker");
         for w in wakers {
             w.wake();
@@ -1972,6 +2122,186 @@ mod tests {
                 .unwrap()
         });
         assert_eq!(&answer.message[..], b"prompt");
+    }
+
+    /// When a scripted server sends the WINDOW_UPDATE for a request's bytes.
+    #[derive(Debug, Clone, Copy)]
+    enum WindowUpdate {
+        /// As soon as it reads the request.
+        AtOnce,
+        /// In the same write as the answer, behind it (as Triton 2.51's gRPC server does).
+        WithTheAnswer,
+    }
+
+    /// A scripted HTTP/2 peer on threads of its own: it answers each request with `answer`
+    /// (gRPC-framed) `delay` after reading it, and gives the request's bytes back to the
+    /// connection window as `update` says. Returns its address.
+    fn slow_server_acknowledging_each_request(
+        delay: Duration,
+        answer: Bytes,
+        update: WindowUpdate,
+    ) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let Ok((mut socket, _)) = listener.accept() else {
+                return;
+            };
+            socket.set_nodelay(true).unwrap();
+            let mut writer = socket.try_clone().unwrap();
+            let (due, answers) = std::sync::mpsc::channel::<(Instant, u32, Vec<u8>)>();
+            let mut answering = socket.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let mut server = Server::new();
+                for (at, stream, after) in answers {
+                    std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                    // One write, as gRPC servers send a unary answer.
+                    let mut bytes = server.ok(stream, &answer);
+                    bytes.extend(after);
+                    if answering.write_all(&bytes).is_err() {
+                        return;
+                    }
+                }
+            });
+            let mut handshake = frame(SETTINGS, 0, 0, &[]);
+            handshake.extend(frame(SETTINGS, ACK, 0, &[]));
+            writer.write_all(&handshake).unwrap();
+            let mut input = Vec::new();
+            let mut buffer = [0u8; 4096];
+            let mut preface_seen = false;
+            loop {
+                let Ok(n) = socket.read(&mut buffer) else {
+                    return;
+                };
+                if n == 0 {
+                    return;
+                }
+                input.extend_from_slice(&buffer[..n]);
+                if !preface_seen {
+                    if input.len() < PREFACE.len() {
+                        continue;
+                    }
+                    input.drain(..PREFACE.len());
+                    preface_seen = true;
+                }
+                while input.len() >= 9 {
+                    let len = (usize::from(input[0]) << 16)
+                        | (usize::from(input[1]) << 8)
+                        | usize::from(input[2]);
+                    if input.len() < 9 + len {
+                        break;
+                    }
+                    let frame_bytes: Vec<u8> = input.drain(..9 + len).collect();
+                    let stream = u32::from_be_bytes([
+                        frame_bytes[5],
+                        frame_bytes[6],
+                        frame_bytes[7],
+                        frame_bytes[8],
+                    ]);
+                    if frame_bytes[3] == DATA && frame_bytes[4] & END_STREAM != 0 {
+                        let window = frame(WINDOW_UPDATE, 0, 0, &(len as u32).to_be_bytes());
+                        let after = match update {
+                            WindowUpdate::AtOnce => {
+                                if writer.write_all(&window).is_err() {
+                                    return;
+                                }
+                                Vec::new()
+                            }
+                            WindowUpdate::WithTheAnswer => window,
+                        };
+                        let _ = due.send((Instant::now() + delay, stream, after));
+                    }
+                }
+            }
+        });
+        address
+    }
+
+    /// Deferred calls to a server that acknowledges each request at once and answers it
+    /// `delay` later: one call at each of `sends` (offsets), one `read_now` at `read_at`.
+    /// Returns, per call, its latency to the receive time the read gave it, and how many
+    /// answers the read said were uncertain.
+    fn deferred_calls(
+        update: WindowUpdate,
+        sends: &[Duration],
+        read_at: Duration,
+        delay: Duration,
+    ) -> (Vec<Duration>, u64) {
+        let address = slow_server_acknowledging_each_request(delay, grpc_frame(b"late"), update);
+        let client_runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let connection = client_runtime.block_on(async {
+            let tcp = TcpStream::connect(&address).await.unwrap();
+            let connection = UnaryConnection::start(tcp, &address);
+            let first = connection.call("/slow", grpc_frame(b"first")).await;
+            assert_eq!(&first.unwrap().unwrap().message[..], b"late");
+            connection
+        });
+        let _entered = client_runtime.enter();
+        assert!(connection.defer_reads(true), "SO_RCVLOWAT refused");
+        let (_, waker) = waker();
+        let mut cx = Context::from_waker(&waker);
+        let start = Instant::now();
+        let mut calls = Vec::new();
+        for &at in sends {
+            std::thread::sleep((start + at).saturating_duration_since(Instant::now()));
+            let sent = Instant::now();
+            let mut call = connection
+                .try_start("/slow", &grpc_frame(b"q"))
+                .expect("a free stream");
+            assert!(Pin::new(&mut call).poll(&mut cx).is_pending());
+            calls.push((sent, call));
+        }
+        std::thread::sleep((start + read_at).saturating_duration_since(Instant::now()));
+        let mut wakers = Vec::new();
+        let uncertain = connection.read_now(&mut wakers);
+        let latencies = calls
+            .into_iter()
+            .enumerate()
+            .filter_map(
+                |(i, (sent, mut call))| match Pin::new(&mut call).poll(&mut cx) {
+                    Poll::Ready(Ok(answer)) => {
+                        Some(answer.arrived.expect("a receive time").duration_since(sent))
+                    }
+                    Poll::Pending => None,
+                    Poll::Ready(Err(e)) => panic!("call {i}: {e}"),
+                },
+            )
+            .collect();
+        (latencies, uncertain.uncertain)
+    }
+
+    #[test]
+    fn an_answer_that_waited_in_the_socket_keeps_its_receive_time_or_is_said_to_be_uncertain() {
+        let ms = Duration::from_millis;
+        let delay = ms(60);
+        // Exact: within the delay and the server thread's own lateness.
+        let exact = |latency: Duration| latency >= delay && latency < delay + ms(25);
+        for update in [WindowUpdate::AtOnce, WindowUpdate::WithTheAnswer] {
+            // One answer, a WINDOW_UPDATE before it or behind it in the same segment: the
+            // read's time is the answer's, and certain.
+            let (latencies, uncertain) = deferred_calls(update, &[ms(0)], ms(150), delay);
+            assert_eq!(latencies.len(), 1);
+            assert!(exact(latencies[0]), "{update:?}: {latencies:?}");
+            assert_eq!(
+                uncertain, 0,
+                "{update:?}: a certain time said to be uncertain"
+            );
+            // Two answers waiting together (the kernel merges their segments and keeps the
+            // later time): each is timed exactly or said to be uncertain, never silently late.
+            let (latencies, uncertain) = deferred_calls(update, &[ms(0), ms(50)], ms(250), delay);
+            assert_eq!(latencies.len(), 2);
+            let exactly_timed = latencies.iter().filter(|&&l| exact(l)).count() as u64;
+            assert!(exact(latencies[1]), "{update:?}: {latencies:?}");
+            assert_eq!(
+                exactly_timed + uncertain,
+                2,
+                "{update:?}: latencies {latencies:?} against {delay:?}, {uncertain} said to \
+                 be uncertain"
+            );
+        }
     }
 
     #[test]

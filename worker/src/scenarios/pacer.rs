@@ -15,6 +15,8 @@
 //! with its every-[`WAKE_AT`]-ticks wake. That is one wake per send instead of two.
 
 use crate::client::AnswerReader;
+#[cfg(test)]
+use crate::client::AnswersRead;
 use futures::task::AtomicWaker;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -212,7 +214,21 @@ where
                 if let Some(reads) = reads.as_mut() {
                     reads.before_wait(intended.saturating_duration_since(Instant::now()));
                 }
-                if !sleep_until(intended, &pacing.stop, &mut wakes) {
+                let read_ahead = reads
+                    .as_ref()
+                    .map_or(Duration::ZERO, AnswerReads::read_ahead);
+                let mut read_before = || {
+                    if let Some(reads) = reads.as_mut() {
+                        reads.before_send();
+                    }
+                };
+                if !sleep_until(
+                    intended,
+                    &pacing.stop,
+                    &mut wakes,
+                    read_ahead,
+                    &mut read_before,
+                ) {
                     break;
                 }
                 // Lateness counts to the start of the send, as at the runtime's pickup.
@@ -284,13 +300,14 @@ impl<P: Future> Drop for Pacer<P> {
     }
 }
 
-/// The answers of the pacer's calls, read on the pacer's own wakes while sends come close
-/// together (an answer then costs the runtime no wake of its own), else by the client's task
-/// as they come. TCP stamps a read, not each answer: a read gives the receive times of its
-/// first and last answers, and one that brings three or more leaves those in between a
-/// little late. Answers then come closer together than the pacer reads, and the client's
-/// task reads them as they come for [`AnswerReads::COOL_DOWN`] sends, so that latencies
-/// stay exact.
+/// The answers of the pacer's calls, read on the pacer's own wakes, just before each send,
+/// while sends come close together and each answer comes before the next send (an answer
+/// then costs the runtime no wake of its own); else by the client's task as they come. TCP
+/// stamps a read, not each answer, and the kernel merges segments that wait together, keeping
+/// the later's time: two answers waiting in the socket would leave the first one late. So a
+/// read that finds a call still unanswered hands the answers back to the client's task until
+/// none is, and one whose answers were merged all the same (uncertain) does so for a while
+/// ([`AnswerReads::COOL_DOWN_MIN`] sends, longer while that keeps happening).
 struct AnswerReads {
     reader: Box<dyn AnswerReader>,
     deferred: bool,
@@ -298,8 +315,13 @@ struct AnswerReads {
     mean_gap: Duration,
     /// Sends before reads may be deferred again.
     cool_down: u32,
+    /// The last cool-down's length, and the sends since it began.
+    cool_down_len: u32,
+    since_uncertain: u32,
     /// The wakers of calls the pacer's reads answered, woken with the loop's next wake.
     held: Vec<Waker>,
+    /// How long a read takes (a running mean).
+    read_time: Duration,
 }
 
 impl AnswerReads {
@@ -307,7 +329,10 @@ impl AnswerReads {
     const DEFER_BELOW: Duration = Duration::from_millis(1);
     /// ...and no longer once they come this far apart (or a wait is this long).
     const READ_AS_THEY_COME_ABOVE: Duration = Duration::from_millis(2);
-    const COOL_DOWN: u32 = 200;
+    /// After an uncertain read the client's task reads for this many sends, twice as many
+    /// as the last time if that one began less than two of its lengths ago, up to the most.
+    const COOL_DOWN_MIN: u32 = 16;
+    const COOL_DOWN_MAX: u32 = 1024;
 
     fn new(reader: Box<dyn AnswerReader>) -> Self {
         Self {
@@ -315,7 +340,55 @@ impl AnswerReads {
             deferred: false,
             mean_gap: Self::READ_AS_THEY_COME_ABOVE,
             cool_down: 0,
+            cool_down_len: 0,
+            since_uncertain: u32::MAX,
             held: Vec::new(),
+            read_time: Duration::ZERO,
+        }
+    }
+
+    /// Reads what arrived, and hands the answers back to the client's task while a call is
+    /// unanswered, or for a while if their receive times were uncertain.
+    fn read(&mut self) {
+        let began = Instant::now();
+        let read = self.reader.read_now(&mut self.held);
+        if read.unanswered > 0 {
+            self.set(false);
+        }
+        if read.uncertain > 0 {
+            self.set(false);
+            self.cool_down_len = if self.since_uncertain / 2 < self.cool_down_len {
+                (self.cool_down_len * 2).min(Self::COOL_DOWN_MAX)
+            } else {
+                Self::COOL_DOWN_MIN
+            };
+            self.cool_down = self.cool_down_len;
+            self.since_uncertain = 0;
+        }
+        self.read_time = (self.read_time * 7 + began.elapsed()) / 8;
+    }
+
+    /// How much earlier the pacer wakes, to read before its send.
+    fn read_ahead(&self) -> Duration {
+        if self.deferred {
+            self.read_time
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// As the pacer wakes for a send: reads what arrived, or defers reads again if sends
+    /// come close together and every call is answered. Before the send, not after: a read
+    /// just after it would race the server's WINDOW_UPDATE for that request, which, merged by
+    /// the kernel into an answer's segment waiting in the socket, gives that answer its time.
+    fn before_send(&mut self) {
+        if self.deferred {
+            self.read();
+        } else if self.cool_down == 0
+            && self.mean_gap < Self::DEFER_BELOW
+            && self.reader.unanswered() == 0
+        {
+            self.set(true);
         }
     }
 
@@ -335,19 +408,12 @@ impl AnswerReads {
         }
     }
 
-    /// Just after a send `gap` after the one before: reads what arrived and decides whether
-    /// the next answers wait for the pacer.
+    /// Just after a send `gap` after the one before.
     fn after_send(&mut self, gap: Duration) {
         self.mean_gap = (self.mean_gap * 7 + gap) / 8;
-        if self.deferred && self.reader.read_now(&mut self.held) > 0 {
-            self.set(false);
-            self.cool_down = Self::COOL_DOWN;
-        } else {
-            self.cool_down = self.cool_down.saturating_sub(1);
-        }
-        if self.cool_down == 0 && self.mean_gap < Self::DEFER_BELOW {
-            self.set(true);
-        } else if self.mean_gap > Self::READ_AS_THEY_COME_ABOVE {
+        self.cool_down = self.cool_down.saturating_sub(1);
+        self.since_uncertain = self.since_uncertain.saturating_add(1);
+        if self.mean_gap > Self::READ_AS_THEY_COME_ABOVE {
             self.set(false);
         }
     }
@@ -376,22 +442,40 @@ impl Drop for AnswerReads {
 
 /// Sleeps until `deadline` in slices, so a stop is seen within [`PACER_SLICE`], and spins
 /// its last [`WakeLateness::spin`]: a sleeping thread wakes late (a few µs on a quiet machine
-/// with the timer slack cut, tens on a busy one), a spinning one within a few. Each sleep's
-/// own lateness feeds `wakes`. False if stopped.
-fn sleep_until(deadline: Instant, stop: &AtomicBool, wakes: &mut WakeLateness) -> bool {
+/// with the timer slack cut, tens on a busy one), a spinning one within a few. `on_waking`
+/// runs once, when the sleeps are over, `ahead` before the spin begins (or as soon as they
+/// are, if later). Each sleep's own
+/// lateness feeds `wakes`. False if stopped.
+fn sleep_until(
+    deadline: Instant,
+    stop: &AtomicBool,
+    wakes: &mut WakeLateness,
+    ahead: Duration,
+    on_waking: &mut dyn FnMut(),
+) -> bool {
+    let mut woken = false;
     loop {
         if stop.load(Ordering::Relaxed) {
             return false;
         }
         let now = Instant::now();
         if now >= deadline {
+            if !woken {
+                // Woken past the deadline: late already, but it runs all the same.
+                on_waking();
+            }
             return true;
         }
-        match (deadline - now).checked_sub(wakes.spin()) {
+        let lead = wakes.spin() + if woken { Duration::ZERO } else { ahead };
+        match (deadline - now).checked_sub(lead) {
             Some(rest) if !rest.is_zero() => {
                 let rest = rest.min(PACER_SLICE);
                 std::thread::sleep(rest);
                 wakes.observe(now.elapsed().saturating_sub(rest));
+            }
+            _ if !woken => {
+                woken = true;
+                on_waking();
             }
             _ => std::hint::spin_loop(),
         }
@@ -503,10 +587,12 @@ mod tests {
     }
 
     /// An answer reader that says whether reads are deferred, answers each read with the
-    /// next scripted count of uncertain answers, and hands over one waker per read.
+    /// next scripted count of uncertain answers and calls left unanswered (none past the
+    /// script), and hands over one waker per read.
     struct ScriptedReader {
         deferred: Arc<AtomicBool>,
-        uncertain: VecDeque<u64>,
+        reads: VecDeque<AnswersRead>,
+        unanswered: Arc<AtomicU64>,
         waker: Waker,
     }
 
@@ -516,43 +602,139 @@ mod tests {
             true
         }
 
-        fn read_now(&mut self, wakers: &mut Vec<Waker>) -> u64 {
+        fn read_now(&mut self, wakers: &mut Vec<Waker>) -> AnswersRead {
             wakers.push(self.waker.clone());
-            self.uncertain.pop_front().unwrap_or(0)
+            let read = self.reads.pop_front().unwrap_or_default();
+            self.unanswered
+                .store(read.unanswered as u64, Ordering::SeqCst);
+            read
+        }
+
+        fn unanswered(&self) -> usize {
+            self.unanswered.load(Ordering::SeqCst) as usize
         }
     }
 
+    /// Reads whose answers are uncertain as `uncertain` says, every call answered.
     fn scripted(uncertain: &[u64]) -> (AnswerReads, Arc<AtomicBool>, Arc<Wakes>) {
+        let reads: Vec<AnswersRead> = uncertain
+            .iter()
+            .map(|&uncertain| AnswersRead {
+                uncertain,
+                unanswered: 0,
+            })
+            .collect();
+        let (reads, deferred, woken, _) = scripted_reads(&reads);
+        (reads, deferred, woken)
+    }
+
+    fn scripted_reads(
+        reads: &[AnswersRead],
+    ) -> (AnswerReads, Arc<AtomicBool>, Arc<Wakes>, Arc<AtomicU64>) {
         let deferred = Arc::new(AtomicBool::new(false));
         let woken = Arc::new(Wakes::default());
+        let unanswered = Arc::new(AtomicU64::new(0));
         let reader = ScriptedReader {
             deferred: deferred.clone(),
-            uncertain: uncertain.iter().copied().collect(),
+            reads: reads.iter().copied().collect(),
+            unanswered: unanswered.clone(),
             waker: Waker::from(woken.clone()),
         };
-        (AnswerReads::new(Box::new(reader)), deferred, woken)
+        (
+            AnswerReads::new(Box::new(reader)),
+            deferred,
+            woken,
+            unanswered,
+        )
     }
 
     const HALF_MS: Duration = Duration::from_micros(500);
+
+    /// One send `gap` after the one before, as the pacer makes it.
+    fn send(reads: &mut AnswerReads, gap: Duration) {
+        reads.before_send();
+        reads.after_send(gap);
+    }
+
+    #[test]
+    fn a_late_answer_is_read_by_the_client_as_it_comes_until_every_call_is_answered() {
+        let on_time = AnswersRead::default();
+        let late = AnswersRead {
+            uncertain: 0,
+            unanswered: 1,
+        };
+        let (mut reads, deferred, _, unanswered) =
+            scripted_reads(&[on_time, on_time, on_time, late]);
+        let mut sends = 0;
+        while !deferred.load(Ordering::SeqCst) {
+            send(&mut reads, HALF_MS);
+            sends += 1;
+            assert!(sends < 100, "never deferred");
+        }
+        for _ in 0..3 {
+            send(&mut reads, HALF_MS);
+            assert!(deferred.load(Ordering::SeqCst));
+        }
+        // The fourth read finds a call unanswered: its answer, were it to wait in the socket,
+        // could be merged with the next one's.
+        send(&mut reads, HALF_MS);
+        assert!(!deferred.load(Ordering::SeqCst));
+        for _ in 0..5 {
+            send(&mut reads, HALF_MS);
+            assert!(
+                !deferred.load(Ordering::SeqCst),
+                "deferred with a call unanswered"
+            );
+        }
+        // Answered (by the client's task): deferred again at the next send, no cool-down.
+        unanswered.store(0, Ordering::SeqCst);
+        send(&mut reads, HALF_MS);
+        assert!(deferred.load(Ordering::SeqCst));
+    }
 
     #[test]
     fn answers_wait_for_the_pacer_only_while_sends_come_close_together() {
         // 2,000 sends a second: deferred within a few sends.
         let (mut reads, deferred, _) = scripted(&[]);
         for _ in 0..10 {
-            reads.after_send(HALF_MS);
+            send(&mut reads, HALF_MS);
         }
         assert!(deferred.load(Ordering::SeqCst));
         // The rate falls to 200 a second: the client's task reads again.
         for _ in 0..20 {
-            reads.after_send(Duration::from_millis(5));
+            send(&mut reads, Duration::from_millis(5));
         }
         assert!(!deferred.load(Ordering::SeqCst));
         // 200 a second from the start: never deferred.
         let (mut reads, deferred, _) = scripted(&[]);
         for _ in 0..100 {
-            reads.after_send(Duration::from_millis(5));
+            send(&mut reads, Duration::from_millis(5));
             assert!(!deferred.load(Ordering::SeqCst));
+        }
+    }
+
+    /// Sends at 2,000 a second until reads are deferred; then until a read undefers them:
+    /// how many deferred reads that took, and how many sends the client's task then read.
+    fn deferred_then_cooled_down(reads: &mut AnswerReads, deferred: &AtomicBool) -> (u32, u32) {
+        let mut sends = 0;
+        while !deferred.load(Ordering::SeqCst) {
+            send(reads, HALF_MS);
+            sends += 1;
+            assert!(sends < 10_000, "never deferred");
+        }
+        let mut deferred_reads = 0;
+        while deferred.load(Ordering::SeqCst) {
+            send(reads, HALF_MS);
+            deferred_reads += 1;
+            assert!(deferred_reads < 10_000, "never undeferred");
+        }
+        let mut cooling = 1;
+        loop {
+            send(reads, HALF_MS);
+            if deferred.load(Ordering::SeqCst) {
+                return (deferred_reads, cooling);
+            }
+            cooling += 1;
         }
     }
 
@@ -562,42 +744,41 @@ mod tests {
         let mut script = vec![0; 9];
         script.push(1);
         let (mut reads, deferred, _) = scripted(&script);
-        let mut sends = 0;
-        while sends < 10_000 && !deferred.load(Ordering::SeqCst) {
-            reads.after_send(HALF_MS);
-            sends += 1;
-        }
-        let mut deferred_reads = 0;
-        while deferred.load(Ordering::SeqCst) {
-            reads.after_send(HALF_MS);
-            deferred_reads += 1;
-        }
         assert_eq!(
-            deferred_reads, 10,
-            "undeferred by the read with uncertain answers"
+            deferred_then_cooled_down(&mut reads, &deferred),
+            (10, AnswerReads::COOL_DOWN_MIN),
+            "undeferred by the read with uncertain answers, for the shortest cool-down"
         );
-        for _ in 0..AnswerReads::COOL_DOWN - 1 {
-            reads.after_send(HALF_MS);
-            assert!(
-                !deferred.load(Ordering::SeqCst),
-                "deferred again before the cool-down"
-            );
+    }
+
+    #[test]
+    fn late_answers_that_keep_coming_keep_the_pacer_from_reading_longer_each_time() {
+        // The first read after each cool-down is uncertain again: the cool-down doubles.
+        let (mut reads, deferred, _) = scripted(&[1; 12]);
+        let mut cool_downs = Vec::new();
+        for _ in 0..8 {
+            cool_downs.push(deferred_then_cooled_down(&mut reads, &deferred).1);
         }
-        reads.after_send(HALF_MS);
-        assert!(
-            deferred.load(Ordering::SeqCst),
-            "deferred again after the cool-down"
-        );
+        assert_eq!(cool_downs, [16, 32, 64, 128, 256, 512, 1024, 1024]);
+        // After a long quiet spell, an isolated late answer costs the shortest one again.
+        let mut script = vec![1, 1, 1];
+        script.extend(vec![0; 5000]);
+        script.push(1);
+        let (mut reads, deferred, _) = scripted(&script);
+        let cool_downs: Vec<u32> = (0..4)
+            .map(|_| deferred_then_cooled_down(&mut reads, &deferred).1)
+            .collect();
+        assert_eq!(cool_downs, [16, 32, 64, 16]);
     }
 
     #[test]
     fn answers_the_pacer_read_are_handed_on_with_the_loops_wake_a_long_wait_or_the_end() {
         let (mut reads, deferred, woken) = scripted(&[]);
         for _ in 0..10 {
-            reads.after_send(HALF_MS);
+            send(&mut reads, HALF_MS);
         }
         assert!(deferred.load(Ordering::SeqCst));
-        reads.after_send(HALF_MS);
+        send(&mut reads, HALF_MS);
         let held = reads.held.len();
         assert!(held >= 1);
         assert_eq!(
@@ -608,13 +789,13 @@ mod tests {
         reads.wake_held();
         assert_eq!(woken.count(), held);
         // A long wait ahead: what arrived is read and handed on, and reads are undeferred.
-        reads.after_send(HALF_MS);
+        send(&mut reads, HALF_MS);
         reads.before_wait(Duration::from_millis(50));
         assert!(!deferred.load(Ordering::SeqCst));
         assert!(reads.held.is_empty());
         // The end: the same.
         for _ in 0..10 {
-            reads.after_send(HALF_MS);
+            send(&mut reads, HALF_MS);
         }
         let before = woken.count();
         drop(reads);
