@@ -157,6 +157,8 @@ pub struct State {
     arrived: Option<Instant>,
     /// Calls given an outcome by the peer's frames, ever: what one read answered.
     answered: u64,
+    /// Calls without an outcome yet.
+    unanswered: usize,
 }
 
 fn frame_header(out: &mut BytesMut, len: usize, kind: u8, flags: u8, stream: u32) {
@@ -269,6 +271,7 @@ impl State {
             to_wake: Vec::new(),
             arrived: None,
             answered: 0,
+            unanswered: 0,
         }
     }
 
@@ -314,6 +317,7 @@ impl State {
         literal_indexed_name(&mut block, STATIC_PATH, path.as_bytes());
         block.put_slice(&self.fixed_fields);
         self.put_header_block(id, &block, message.is_empty());
+        self.unanswered += 1;
         self.calls.insert(
             id,
             Call {
@@ -422,6 +426,9 @@ impl State {
     /// unless the stream already ended.
     pub fn cancel(&mut self, id: u32) {
         if let Some(call) = self.calls.remove(&id) {
+            if call.outcome.is_none() {
+                self.unanswered -= 1;
+            }
             if call.outcome.is_none() && self.closed.is_none() {
                 frame_header(&mut self.out, 4, RST_STREAM, 0, id);
                 self.out.put_u32(CANCEL);
@@ -442,17 +449,13 @@ impl State {
         {
             call.pending.clear();
             call.outcome = Some(outcome);
+            self.unanswered -= 1;
             call.arrived = self.arrived;
             self.answered += 1;
             if let Some(waker) = call.waker.take() {
                 self.to_wake.push(waker);
             }
         }
-    }
-
-    /// Calls without an outcome yet.
-    fn unanswered(&self) -> usize {
-        self.calls.values().filter(|c| c.outcome.is_none()).count()
     }
 
     /// The connection ended (`why`): every call without an outcome fails, and so does every
@@ -1047,7 +1050,7 @@ impl UnaryConnection {
 
     /// Calls waiting for their answer.
     pub fn unanswered(&self) -> usize {
-        self.shared.lock().unanswered()
+        self.shared.lock().unanswered
     }
 
     /// [`Self::read_now`]'s reads: how many answers had an uncertain receive time.
@@ -1662,6 +1665,30 @@ mod tests {
         assert_eq!(read(1), ((1, 0), vec![Some(last)]));
         // Three: the read's time for each; only the last is certain of it.
         assert_eq!(read(3), ((3, 2), vec![Some(last); 3]));
+    }
+
+    #[test]
+    fn calls_are_unanswered_until_an_answer_an_error_a_cancel_or_the_end() {
+        let mut state = connected();
+        let mut server = Server::new();
+        let ids: Vec<u32> = (0..4)
+            .map(|_| open(&mut state, &grpc_frame(b"q")))
+            .collect();
+        assert_eq!(state.unanswered, 4);
+        feed(&mut state, &server.ok(ids[0], &grpc_frame(b"a"))).unwrap();
+        assert_eq!(state.unanswered, 3);
+        // Answered but not yet taken: still answered; taken: gone, no change.
+        answer(&mut state, ids[0]);
+        assert_eq!(state.unanswered, 3);
+        feed(&mut state, &frame(RST_STREAM, 0, ids[1], &[0, 0, 0, 2])).unwrap();
+        assert_eq!(state.unanswered, 2);
+        state.cancel(ids[2]);
+        assert_eq!(state.unanswered, 1);
+        // Cancelling an answered call changes nothing.
+        state.cancel(ids[1]);
+        assert_eq!(state.unanswered, 1);
+        state.close("gone");
+        assert_eq!(state.unanswered, 0);
     }
 
     #[test]
