@@ -9,10 +9,11 @@
 //! (a request the pacer could not send, an answer already there) or a full queue wakes it at
 //! once.
 //!
-//! While sends come less than a millisecond apart, the pacer also reads the answers itself,
-//! just after each send ([`AnswerReads`]): they wait in the socket instead of waking the
-//! runtime one by one, each stamped with its kernel receive time, and the loop takes them
-//! with its every-[`WAKE_AT`]-ticks wake. That is one wake per send instead of two.
+//! While sends come less than a millisecond apart and each answer comes before the next send,
+//! the pacer also reads the answers itself, just before each send ([`AnswerReads`]): they wait
+//! in the socket instead of waking the runtime one by one, each stamped with its kernel
+//! receive time, and the loop takes them with its every-[`WAKE_AT`]-ticks wake. That is one
+//! wake per send instead of two.
 
 use crate::client::AnswerReader;
 #[cfg(test)]
@@ -444,8 +445,7 @@ impl Drop for AnswerReads {
 /// its last [`WakeLateness::spin`]: a sleeping thread wakes late (a few µs on a quiet machine
 /// with the timer slack cut, tens on a busy one), a spinning one within a few. `on_waking`
 /// runs once, when the sleeps are over, `ahead` before the spin begins (or as soon as they
-/// are, if later). Each sleep's own
-/// lateness feeds `wakes`. False if stopped.
+/// are, if later). Each sleep's own lateness feeds `wakes`. False if stopped.
 fn sleep_until(
     deadline: Instant,
     stop: &AtomicBool,
