@@ -897,7 +897,8 @@ impl Shared {
     }
 
     /// Handles what `read` (one read into the reader's input) brought; the wakers of the calls
-    /// it answered go to `wakers`. Ok(None): nothing to read now; Ok(Some(n)): `n` answers with an uncertain
+    /// it answered go to `wakers`. Ok(None): nothing to read now; Ok(Some((answered,
+    /// uncertain))): how many calls it answered and how many of those have an uncertain
     /// receive time ([`State::receive_stamped`]); Err: why the connection ended (closed here).
     fn handle_read(
         &self,
@@ -2094,6 +2095,24 @@ mod tests {
         });
     }
 
+    /// A connection to `address` on `runtime`, past the handshake (one call, whose answer must
+    /// be `first_answer`), with reads deferred.
+    fn deferred_connection(
+        runtime: &tokio::runtime::Runtime,
+        address: &str,
+        first_answer: &[u8],
+    ) -> UnaryConnection {
+        let connection = runtime.block_on(async {
+            let tcp = TcpStream::connect(address).await.unwrap();
+            let connection = UnaryConnection::start(tcp, address);
+            let first = connection.call("/first", grpc_frame(b"first")).await;
+            assert_eq!(&first.unwrap().unwrap().message[..], first_answer);
+            connection
+        });
+        assert!(connection.defer_reads(true), "SO_RCVLOWAT refused");
+        connection
+    }
+
     #[test]
     fn deferred_answers_wait_in_the_socket_for_the_reader_and_keep_their_receive_time() {
         let (address, _server) = echo_server_on_its_own_thread();
@@ -2103,15 +2122,8 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let connection = client_runtime.block_on(async {
-            let tcp = TcpStream::connect(&address).await.unwrap();
-            let connection = UnaryConnection::start(tcp, &address);
-            let first = connection.call("/echo", grpc_frame(b"first")).await;
-            assert_eq!(&first.unwrap().unwrap().message[..], b"first");
-            connection
-        });
+        let connection = deferred_connection(&client_runtime, &address, b"first");
         let _entered = client_runtime.enter();
-        assert!(connection.defer_reads(true), "SO_RCVLOWAT refused");
         let (woken, waker) = waker();
         let sent = Instant::now();
         let mut call = connection
@@ -2259,15 +2271,8 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let connection = client_runtime.block_on(async {
-            let tcp = TcpStream::connect(&address).await.unwrap();
-            let connection = UnaryConnection::start(tcp, &address);
-            let first = connection.call("/slow", grpc_frame(b"first")).await;
-            assert_eq!(&first.unwrap().unwrap().message[..], b"late");
-            connection
-        });
+        let connection = deferred_connection(&client_runtime, &address, b"late");
         let _entered = client_runtime.enter();
-        assert!(connection.defer_reads(true), "SO_RCVLOWAT refused");
         let (_, waker) = waker();
         let mut cx = Context::from_waker(&waker);
         let start = Instant::now();
