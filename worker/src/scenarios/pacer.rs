@@ -353,11 +353,10 @@ impl AnswerReads {
     fn read(&mut self) {
         let began = Instant::now();
         let read = self.reader.read_now(&mut self.held);
-        if read.unanswered > 0 {
+        if read.unanswered > 0 || read.uncertain > 0 {
             self.set(false);
         }
         if read.uncertain > 0 {
-            self.set(false);
             self.cool_down_len = if self.since_uncertain / 2 < self.cool_down_len {
                 (self.cool_down_len * 2).min(Self::COOL_DOWN_MAX)
             } else {
