@@ -99,8 +99,10 @@ impl KubeLauncher {
         };
         let mut parts = vec![pod_summary(&seen.pod)];
         let events = self.pod_events(&seen.pod.name_any()).await;
-        if let Some(last) = events.iter().rev().find(|e| e.type_ == "Warning") {
-            parts.push(format!("last warning: {last}"));
+        let warnings = not_ready_warnings(&events);
+        if !warnings.is_empty() {
+            let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+            parts.push(format!("warnings: {}", shown.join("; ")));
         }
         parts.join("; ")
     }
@@ -200,4 +202,94 @@ fn kubectl_commands(ns: &str, pod: &str, container: &str, run_id: &str) -> Vec<S
         format!("kubectl -n {ns} exec -it {pod} -c {container} -- sh"),
         format!("kubectl -n {ns} get pods -l {RUN_LABEL}={run_id} -o wide"),
     ]
+}
+
+/// The warnings that say why a pod is not ready, from its events (oldest first): the latest
+/// of each reason, a failing probe (`Unhealthy`) first, then the others newest first, at most
+/// `MAX_NOT_READY_WARNINGS`. Not just the latest warning: a cluster's repeated complaint about
+/// its own setup (such as `MissingClusterDNS`) can be newer than every probe failure.
+fn not_ready_warnings(events: &[PodEvent]) -> Vec<&PodEvent> {
+    let mut latest: Vec<&PodEvent> = Vec::new();
+    for e in events.iter().rev().filter(|e| e.type_ == "Warning") {
+        if !latest.iter().any(|l| l.reason == e.reason) {
+            latest.push(e);
+        }
+    }
+    // Stable: newest first within each rank.
+    latest.sort_by_key(|e| e.reason != PROBE_FAILED_REASON);
+    latest.truncate(MAX_NOT_READY_WARNINGS);
+    latest
+}
+
+/// The kubelet's event reason for a failing liveness, readiness or startup probe.
+const PROBE_FAILED_REASON: &str = "Unhealthy";
+const MAX_NOT_READY_WARNINGS: usize = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(type_: &str, reason: &str, message: &str, at: &str) -> PodEvent {
+        PodEvent {
+            at: Some(at.into()),
+            type_: type_.into(),
+            reason: reason.into(),
+            message: message.into(),
+            count: 1,
+        }
+    }
+
+    #[test]
+    fn a_failing_probe_is_named_first_even_when_a_newer_warning_is_about_the_cluster() {
+        let events = [
+            event("Normal", "Started", "Started container tritonserver", "t1"),
+            event(
+                "Warning",
+                "Unhealthy",
+                "Readiness probe failed: refused",
+                "t2",
+            ),
+            event("Warning", "MissingClusterDNS", "no ClusterDNS IP", "t3"),
+            event(
+                "Warning",
+                "Unhealthy",
+                "Readiness probe failed: timeout",
+                "t4",
+            ),
+            event(
+                "Warning",
+                "MissingClusterDNS",
+                "no ClusterDNS IP again",
+                "t5",
+            ),
+        ];
+        let shown: Vec<String> = not_ready_warnings(&events)
+            .iter()
+            .map(|e| format!("{} {}", e.reason, e.message))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "Unhealthy Readiness probe failed: timeout",
+                "MissingClusterDNS no ClusterDNS IP again",
+            ]
+        );
+    }
+
+    #[test]
+    fn without_a_probe_failure_the_newest_warnings_are_named_and_normal_events_never() {
+        let events = [
+            event("Warning", "FailedMount", "a", "t1"),
+            event("Warning", "BackOff", "b", "t2"),
+            event("Normal", "Pulled", "c", "t3"),
+            event("Warning", "Failed", "d", "t4"),
+            event("Warning", "FailedScheduling", "e", "t5"),
+        ];
+        let reasons: Vec<&str> = not_ready_warnings(&events)
+            .iter()
+            .map(|e| e.reason.as_str())
+            .collect();
+        assert_eq!(reasons, ["FailedScheduling", "Failed", "BackOff"]);
+        assert!(not_ready_warnings(&events[2..3]).is_empty());
+    }
 }
