@@ -48,11 +48,33 @@ struct Inner {
     authority: Authority,
     /// The live connection; `None` before the first connect and after it was found dead.
     current: Mutex<Option<Live>>,
-    /// The lean connection for unary calls; `None` before the first call.
-    unary: Mutex<Option<UnaryConnection>>,
+    /// The lean connections for unary calls: the first for every call, more for the open
+    /// loop's direct sends ([`H2Connection::try_start_unary`]); none before the first call.
+    unary: Mutex<UnaryPool>,
+    /// The runtime that drives the connections (a direct send may come from another thread).
+    runtime: tokio::runtime::Handle,
     /// Held while connecting, so concurrent calls on a dead connection make one new one.
     connecting: tokio::sync::Mutex<()>,
 }
+
+/// Lean connections to the server for unary calls.
+#[derive(Default)]
+struct UnaryPool {
+    connections: Vec<UnaryConnection>,
+    /// One more connection is being made for direct sends.
+    growing: bool,
+}
+
+impl UnaryPool {
+    fn live(&mut self) -> &[UnaryConnection] {
+        self.connections.retain(|c| !c.is_closed());
+        &self.connections
+    }
+}
+
+/// Lean connections a direct send may spread its calls over: each socket then holds at most
+/// one unanswered call while calls come faster than their answers (up to this many at once).
+pub const MAX_UNARY_CONNECTIONS: usize = 8;
 
 #[derive(Clone)]
 struct Live {
@@ -72,7 +94,8 @@ impl H2Connection {
                 address: address.into(),
                 authority,
                 current: Mutex::new(None),
-                unary: Mutex::new(None),
+                unary: Mutex::new(UnaryPool::default()),
+                runtime: tokio::runtime::Handle::current(),
                 connecting: tokio::sync::Mutex::new(()),
             }),
         };
@@ -188,24 +211,77 @@ impl H2Connection {
     }
 
     /// A unary call sent now, from any thread, without waiting (see
-    /// [`UnaryConnection::try_start`]); `None` when it cannot leave at once, also before the
-    /// first [`Self::unary`] call made the connection.
+    /// [`UnaryConnection::try_start`]), on a lean connection with no call unanswered where
+    /// there is one: answers that wait in one socket for an open loop's pacer to read them
+    /// are then never two, so the kernel cannot merge them and each keeps its receive time
+    /// (`scenarios/pacer.rs`). Where every connection has a call unanswered, one more is made
+    /// for the next send (up to [`MAX_UNARY_CONNECTIONS`]) and this one goes on the first.
+    /// `None` when it cannot leave at once, also before the first [`Self::unary`] call made
+    /// the first connection.
     pub fn try_start_unary(&self, path: &str, frame: &Bytes) -> Option<StartedCall> {
-        self.live_unary()?.try_start(path, frame)
+        let mut pool = self.lock_unary();
+        let live = pool.live();
+        for free in live.iter().filter(|c| c.unanswered() == 0) {
+            if let Some(call) = free.try_start(path, frame) {
+                return Some(call);
+            }
+        }
+        let first = live.first()?.clone();
+        self.grow(&mut pool);
+        drop(pool);
+        first.try_start(path, frame)
     }
 
-    /// Reads of the unary connection's answers on the caller's thread (see
-    /// [`UnaryConnection::defer_reads`]): on the connection live when they are deferred.
+    /// Has one more lean connection made on the runtime, unless one is being made or the
+    /// pool is full. A connect that fails leaves the pool as it was (the next send that
+    /// finds no free connection tries again; calls go on the connections there are).
+    fn grow(&self, pool: &mut UnaryPool) {
+        if pool.growing || pool.connections.len() >= MAX_UNARY_CONNECTIONS {
+            return;
+        }
+        pool.growing = true;
+        let this = self.clone();
+        self.inner.runtime.spawn(async move {
+            let made = tcp_connect(&this.inner.address)
+                .await
+                .map(|tcp| UnaryConnection::start(tcp, this.inner.authority.as_str()));
+            let mut pool = this.lock_unary();
+            pool.growing = false;
+            match made {
+                Ok(connection) => pool.connections.push(connection),
+                Err(e) => tracing::debug!("{}: one more unary connection: {e}", this.address()),
+            }
+        });
+    }
+
+    /// Reads of the lean connections' answers on the caller's thread (see
+    /// [`UnaryConnection::defer_reads`]): on the connections live when they are deferred,
+    /// and those made while they are.
     pub fn answer_reader(&self) -> DeferredReads {
         DeferredReads {
             connection: self.clone(),
-            deferred: None,
+            deferred: Vec::new(),
+            reads: 0,
         }
     }
 
+    fn lock_unary(&self) -> std::sync::MutexGuard<'_, UnaryPool> {
+        self.inner.unary.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The lean connections that take calls at once now, the first first.
+    fn ready_unaries(&self) -> Vec<UnaryConnection> {
+        let mut pool = self.lock_unary();
+        pool.live()
+            .iter()
+            .filter(|c| c.is_ready())
+            .cloned()
+            .collect()
+    }
+
+    /// The first lean connection: every call that is not a direct send goes on it.
     fn live_unary(&self) -> Option<UnaryConnection> {
-        let current = self.inner.unary.lock().unwrap_or_else(|e| e.into_inner());
-        current.as_ref().filter(|c| !c.is_closed()).cloned()
+        self.lock_unary().live().first().cloned()
     }
 
     async fn unary_connection(&self) -> Result<UnaryConnection, Status> {
@@ -218,7 +294,8 @@ impl H2Connection {
         }
         let tcp = tcp_connect(&self.inner.address).await?;
         let connection = UnaryConnection::start(tcp, self.inner.authority.as_str());
-        *self.inner.unary.lock().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
+        // First: the first connection died, and the others may too.
+        self.lock_unary().connections.insert(0, connection.clone());
         Ok(connection)
     }
 
@@ -373,44 +450,195 @@ impl http_body::Body for ResponseBody {
 /// See [`H2Connection::answer_reader`]. Dropping it undefers.
 pub struct DeferredReads {
     connection: H2Connection,
-    /// The connection whose reads are deferred.
-    deferred: Option<UnaryConnection>,
+    /// The connections whose reads are deferred.
+    deferred: Vec<UnaryConnection>,
+    /// `read_now` calls so far.
+    reads: u64,
+}
+
+impl DeferredReads {
+    /// A read looks at a connection with no call unanswered once in this many (a server's
+    /// PING, SETTINGS or WINDOW_UPDATE between calls waits at most that long); at those with
+    /// one every time.
+    const IDLE_READ_EVERY: u64 = 16;
+
+    fn undefer(&mut self) {
+        for connection in self.deferred.drain(..) {
+            connection.defer_reads(false);
+        }
+    }
+
+    fn is_deferred(&self, connection: &UnaryConnection) -> bool {
+        self.deferred.iter().any(|d| d.same_as(connection))
+    }
 }
 
 impl super::AnswerReader for DeferredReads {
     fn defer(&mut self, on: bool) -> bool {
-        if let Some(connection) = self.deferred.take() {
-            connection.defer_reads(false);
-        }
+        self.undefer();
         if !on {
             return false;
         }
-        match self.connection.live_unary() {
-            Some(connection) if connection.defer_reads(true) => {
-                self.deferred = Some(connection);
-                true
+        for connection in self.connection.ready_unaries() {
+            if connection.defer_reads(true) {
+                self.deferred.push(connection);
             }
-            _ => false,
         }
+        !self.deferred.is_empty()
     }
 
+    /// Reads the deferred connections (and defers those made since): what the next call
+    /// would find is the fewest calls unanswered on a connection, as it goes on that one.
     fn read_now(&mut self, wakers: &mut Vec<std::task::Waker>) -> super::AnswersRead {
-        self.deferred
-            .as_ref()
-            .map_or_else(Default::default, |connection| connection.read_now(wakers))
+        if self.deferred.is_empty() {
+            return super::AnswersRead::default();
+        }
+        self.reads += 1;
+        let idle_too = self.reads.is_multiple_of(Self::IDLE_READ_EVERY);
+        let mut read = super::AnswersRead {
+            uncertain: 0,
+            unanswered: usize::MAX,
+        };
+        for connection in self.connection.ready_unaries() {
+            if !self.is_deferred(&connection) {
+                if !connection.defer_reads(true) {
+                    continue;
+                }
+                self.deferred.push(connection.clone());
+            }
+            let unanswered = if idle_too || connection.unanswered() > 0 {
+                let one = connection.read_now(wakers);
+                read.uncertain += one.uncertain;
+                one.unanswered
+            } else {
+                0
+            };
+            read.unanswered = read.unanswered.min(unanswered);
+        }
+        self.deferred.retain(|c| !c.is_closed());
+        if read.unanswered == usize::MAX {
+            read.unanswered = 0;
+        }
+        read
     }
 
     fn unanswered(&self) -> usize {
         self.connection
-            .live_unary()
-            .map_or(0, |connection| connection.unanswered())
+            .ready_unaries()
+            .iter()
+            .map(UnaryConnection::unanswered)
+            .min()
+            .unwrap_or(0)
     }
 }
 
 impl Drop for DeferredReads {
     fn drop(&mut self) {
-        if let Some(connection) = self.deferred.take() {
-            connection.defer_reads(false);
+        self.undefer();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::AnswerReader;
+    use super::super::unary_h2::tests::{
+        WindowUpdate, grpc_frame, slow_server_acknowledging_each_request,
+    };
+    use super::*;
+    use std::task::Waker;
+    use std::time::Instant;
+
+    /// Sends one call now and reads nothing: (when it left, the call).
+    fn send(connection: &H2Connection) -> (Instant, StartedCall) {
+        let sent = Instant::now();
+        let mut call = connection
+            .try_start_unary("/slow", &grpc_frame(b"q"))
+            .expect("the call leaves at once");
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(Pin::new(&mut call).poll(&mut cx).is_pending());
+        (sent, call)
+    }
+
+    /// Each call's latency to the receive time its answer was given (panics if unanswered).
+    fn latencies(calls: Vec<(Instant, StartedCall)>) -> Vec<Duration> {
+        let mut cx = Context::from_waker(Waker::noop());
+        calls
+            .into_iter()
+            .map(|(sent, mut call)| match Pin::new(&mut call).poll(&mut cx) {
+                Poll::Ready(Ok(answer)) => {
+                    answer.arrived.expect("a receive time").duration_since(sent)
+                }
+                other => panic!("not answered: {:?}", other.map(|r| r.map(|_| ()))),
+            })
+            .collect()
+    }
+
+    /// An open loop's calls that come faster than their answers: the first finds every
+    /// connection busy and has one more made; from then on each call goes on a connection
+    /// with nothing unanswered, so answers that wait together for the reader wait in
+    /// different sockets, and each keeps its own receive time, certain. On one connection the
+    /// kernel merges them and one of them is late or uncertain.
+    #[test]
+    fn calls_faster_than_their_answers_go_on_connections_of_their_own_and_keep_their_times() {
+        let ms = Duration::from_millis;
+        let delay = ms(60);
+        let address = slow_server_acknowledging_each_request(
+            delay,
+            grpc_frame(b"late"),
+            WindowUpdate::AtOnce,
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let connection = runtime.block_on(async {
+            let connection = H2Connection::connect(&address).await.unwrap();
+            let first = connection.unary("/first", grpc_frame(b"q")).await.unwrap();
+            assert_eq!(&first.message[..], b"late");
+            connection
+        });
+        let _entered = runtime.enter();
+        let mut reader = connection.answer_reader();
+        assert!(reader.defer(true), "reads not deferred");
+        let mut wakers = Vec::new();
+        // Two calls at once on one connection: the second has a connection made.
+        let warm_up = vec![send(&connection), send(&connection)];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while connection.ready_unaries().len() < 2
+            || connection
+                .ready_unaries()
+                .iter()
+                .any(|c| c.unanswered() > 0)
+        {
+            assert!(Instant::now() < deadline, "no second connection");
+            reader.read_now(&mut wakers);
+            std::thread::sleep(ms(5));
         }
+        assert_eq!(latencies(warm_up).len(), 2);
+        // Both idle: a read defers the new one too and finds nothing unanswered.
+        assert_eq!(reader.read_now(&mut wakers).unanswered, 0);
+
+        let start = Instant::now();
+        let first = send(&connection);
+        std::thread::sleep((start + ms(20)).saturating_duration_since(Instant::now()));
+        let second = send(&connection);
+        // Both answers arrive (at 60 and 80 ms) and wait for this read.
+        std::thread::sleep((start + ms(150)).saturating_duration_since(Instant::now()));
+        let read = reader.read_now(&mut wakers);
+        let latencies = latencies(vec![first, second]);
+        for latency in &latencies {
+            assert!(
+                *latency >= delay && *latency < delay + ms(25),
+                "{latencies:?} against {delay:?}"
+            );
+        }
+        assert_eq!(read.uncertain, 0, "{latencies:?}");
+        assert_eq!(read.unanswered, 0);
+        assert_eq!(
+            connection.ready_unaries().len(),
+            2,
+            "one connection per call"
+        );
     }
 }

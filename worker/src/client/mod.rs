@@ -74,7 +74,7 @@ pub trait AnswerReader: Send {
     /// Reads and handles every answer that has arrived, each with its kernel receive time;
     /// the wakers of the calls answered go to `wakers`, for the caller to wake.
     fn read_now(&mut self, wakers: &mut Vec<std::task::Waker>) -> AnswersRead;
-    /// Calls on the connection still waiting for their answer.
+    /// Calls still waiting for their answer on the connection the next call would go on.
     fn unanswered(&self) -> usize;
 }
 
@@ -84,7 +84,8 @@ pub struct AnswersRead {
     /// Answers given an uncertain receive time: a little late, the kernel having merged
     /// their segment with a later answer's while they waited.
     pub uncertain: u64,
-    /// Calls still waiting for their answer after the read.
+    /// Calls still waiting for their answer after the read, on the connection the next call
+    /// would go on.
     pub unanswered: usize,
 }
 

@@ -1049,6 +1049,18 @@ impl UnaryConnection {
         }
     }
 
+    /// Whether a call started now would leave at once (the server's SETTINGS came; the
+    /// connection takes calls).
+    pub fn is_ready(&self) -> bool {
+        let state = self.shared.lock();
+        state.accepts_calls() && state.settings_seen
+    }
+
+    /// Whether `other` is a clone of this connection.
+    pub fn same_as(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// Calls waiting for their answer.
     pub fn unanswered(&self) -> usize {
         self.shared.lock().unanswered
@@ -1437,7 +1449,7 @@ async fn drive(shared: Arc<Shared>, read: OwnedReadHalf) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::io::{Read as _, Write as _};
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1508,7 +1520,7 @@ mod tests {
         }
     }
 
-    fn grpc_frame(message: &[u8]) -> Bytes {
+    pub(crate) fn grpc_frame(message: &[u8]) -> Bytes {
         let mut out = BytesMut::new();
         out.put_u8(0);
         out.put_u32(message.len() as u32);
@@ -2165,7 +2177,7 @@ mod tests {
 
     /// When a scripted server sends the WINDOW_UPDATE for a request's bytes.
     #[derive(Debug, Clone, Copy)]
-    enum WindowUpdate {
+    pub(crate) enum WindowUpdate {
         /// As soon as it reads the request.
         AtOnce,
         /// In the same write as the answer, behind it (as Triton 2.51's gRPC server does).
@@ -2174,8 +2186,9 @@ mod tests {
 
     /// A scripted HTTP/2 peer on threads of its own: it answers each request with `answer`
     /// (gRPC-framed) `delay` after reading it, and gives the request's bytes back to the
-    /// connection window as `update` says. Returns its address.
-    fn slow_server_acknowledging_each_request(
+    /// connection window as `update` says, on every connection made to it. Returns its
+    /// address.
+    pub(crate) fn slow_server_acknowledging_each_request(
         delay: Duration,
         answer: Bytes,
         update: WindowUpdate,
@@ -2183,77 +2196,89 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap().to_string();
         std::thread::spawn(move || {
-            let Ok((mut socket, _)) = listener.accept() else {
-                return;
-            };
-            socket.set_nodelay(true).unwrap();
-            let mut writer = socket.try_clone().unwrap();
-            let (due, answers) = std::sync::mpsc::channel::<(Instant, u32, Vec<u8>)>();
-            let mut answering = socket.try_clone().unwrap();
-            std::thread::spawn(move || {
-                let mut server = Server::new();
-                for (at, stream, after) in answers {
-                    std::thread::sleep(at.saturating_duration_since(Instant::now()));
-                    // One write, as gRPC servers send a unary answer.
-                    let mut bytes = server.ok(stream, &answer);
-                    bytes.extend(after);
-                    if answering.write_all(&bytes).is_err() {
-                        return;
-                    }
-                }
-            });
-            let mut handshake = frame(SETTINGS, 0, 0, &[]);
-            handshake.extend(frame(SETTINGS, ACK, 0, &[]));
-            writer.write_all(&handshake).unwrap();
-            let mut input = Vec::new();
-            let mut buffer = [0u8; 4096];
-            let mut preface_seen = false;
-            loop {
-                let Ok(n) = socket.read(&mut buffer) else {
-                    return;
-                };
-                if n == 0 {
-                    return;
-                }
-                input.extend_from_slice(&buffer[..n]);
-                if !preface_seen {
-                    if input.len() < PREFACE.len() {
-                        continue;
-                    }
-                    input.drain(..PREFACE.len());
-                    preface_seen = true;
-                }
-                while input.len() >= 9 {
-                    let len = (usize::from(input[0]) << 16)
-                        | (usize::from(input[1]) << 8)
-                        | usize::from(input[2]);
-                    if input.len() < 9 + len {
-                        break;
-                    }
-                    let frame_bytes: Vec<u8> = input.drain(..9 + len).collect();
-                    let stream = u32::from_be_bytes([
-                        frame_bytes[5],
-                        frame_bytes[6],
-                        frame_bytes[7],
-                        frame_bytes[8],
-                    ]);
-                    if frame_bytes[3] == DATA && frame_bytes[4] & END_STREAM != 0 {
-                        let window = frame(WINDOW_UPDATE, 0, 0, &(len as u32).to_be_bytes());
-                        let after = match update {
-                            WindowUpdate::AtOnce => {
-                                if writer.write_all(&window).is_err() {
-                                    return;
-                                }
-                                Vec::new()
-                            }
-                            WindowUpdate::WithTheAnswer => window,
-                        };
-                        let _ = due.send((Instant::now() + delay, stream, after));
-                    }
-                }
+            while let Ok((socket, _)) = listener.accept() {
+                let answer = answer.clone();
+                std::thread::spawn(move || {
+                    serve_slowly(socket, delay, answer, update);
+                });
             }
         });
         address
+    }
+
+    /// One connection of [`slow_server_acknowledging_each_request`].
+    fn serve_slowly(
+        mut socket: std::net::TcpStream,
+        delay: Duration,
+        answer: Bytes,
+        update: WindowUpdate,
+    ) {
+        socket.set_nodelay(true).unwrap();
+        let mut writer = socket.try_clone().unwrap();
+        let (due, answers) = std::sync::mpsc::channel::<(Instant, u32, Vec<u8>)>();
+        let mut answering = socket.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut server = Server::new();
+            for (at, stream, after) in answers {
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                // One write, as gRPC servers send a unary answer.
+                let mut bytes = server.ok(stream, &answer);
+                bytes.extend(after);
+                if answering.write_all(&bytes).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut handshake = frame(SETTINGS, 0, 0, &[]);
+        handshake.extend(frame(SETTINGS, ACK, 0, &[]));
+        writer.write_all(&handshake).unwrap();
+        let mut input = Vec::new();
+        let mut buffer = [0u8; 4096];
+        let mut preface_seen = false;
+        loop {
+            let Ok(n) = socket.read(&mut buffer) else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            input.extend_from_slice(&buffer[..n]);
+            if !preface_seen {
+                if input.len() < PREFACE.len() {
+                    continue;
+                }
+                input.drain(..PREFACE.len());
+                preface_seen = true;
+            }
+            while input.len() >= 9 {
+                let len = (usize::from(input[0]) << 16)
+                    | (usize::from(input[1]) << 8)
+                    | usize::from(input[2]);
+                if input.len() < 9 + len {
+                    break;
+                }
+                let frame_bytes: Vec<u8> = input.drain(..9 + len).collect();
+                let stream = u32::from_be_bytes([
+                    frame_bytes[5],
+                    frame_bytes[6],
+                    frame_bytes[7],
+                    frame_bytes[8],
+                ]);
+                if frame_bytes[3] == DATA && frame_bytes[4] & END_STREAM != 0 {
+                    let window = frame(WINDOW_UPDATE, 0, 0, &(len as u32).to_be_bytes());
+                    let after = match update {
+                        WindowUpdate::AtOnce => {
+                            if writer.write_all(&window).is_err() {
+                                return;
+                            }
+                            Vec::new()
+                        }
+                        WindowUpdate::WithTheAnswer => window,
+                    };
+                    let _ = due.send((Instant::now() + delay, stream, after));
+                }
+            }
+        }
     }
 
     /// Deferred calls to a server that acknowledges each request at once and answers it

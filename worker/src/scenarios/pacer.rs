@@ -220,7 +220,7 @@ where
                     .map_or(Duration::ZERO, AnswerReads::read_ahead);
                 let mut read_before = || {
                     if let Some(reads) = reads.as_mut() {
-                        reads.before_send();
+                        reads.before_send(Instant::now() >= intended);
                     }
                 };
                 if !sleep_until(
@@ -378,12 +378,17 @@ impl AnswerReads {
     }
 
     /// As the pacer wakes for a send: reads what arrived, or defers reads again if sends
-    /// come close together and every call is answered. Before the send, not after: a read
-    /// just after it would race the server's WINDOW_UPDATE for that request, which, merged by
-    /// the kernel into an answer's segment waiting in the socket, gives that answer its time.
-    fn before_send(&mut self) {
+    /// come close together and the next call finds a connection with every call answered.
+    /// Before the send, not after: a read just after it would race the server's WINDOW_UPDATE
+    /// for that request, which, merged by the kernel into an answer's segment waiting in the
+    /// socket, gives that answer its time. A send already `late` leaves first where it goes
+    /// on a connection with nothing unanswered (no answer waits in its socket, so nothing to
+    /// merge with): what arrived meanwhile waits for the next send's read, in other sockets.
+    fn before_send(&mut self, late: bool) {
         if self.deferred {
-            self.read();
+            if !(late && self.reader.unanswered() == 0) {
+                self.read();
+            }
         } else if self.cool_down == 0
             && self.mean_gap < Self::DEFER_BELOW
             && self.reader.unanswered() == 0
@@ -651,7 +656,7 @@ mod tests {
 
     /// One send `gap` after the one before, as the pacer makes it.
     fn send(reads: &mut AnswerReads, gap: Duration) {
-        reads.before_send();
+        reads.before_send(false);
         reads.after_send(gap);
     }
 
@@ -735,6 +740,33 @@ mod tests {
             }
             cooling += 1;
         }
+    }
+
+    #[test]
+    fn a_late_send_leaves_before_the_read_only_where_no_answer_waits_on_its_connection() {
+        let (mut reads, deferred, _, unanswered) = scripted_reads(&[]);
+        for _ in 0..10 {
+            send(&mut reads, HALF_MS);
+        }
+        assert!(deferred.load(Ordering::SeqCst));
+        let held = reads.held.len();
+        // Late, and the next call finds a connection with nothing unanswered: no read first.
+        reads.before_send(true);
+        assert_eq!(reads.held.len(), held, "read before a late send");
+        reads.after_send(HALF_MS);
+        // On time: read first, as always.
+        reads.before_send(false);
+        assert_eq!(reads.held.len(), held + 1);
+        reads.after_send(HALF_MS);
+        // Late, but every connection has a call unanswered (its answer may wait in the
+        // socket the call goes on): read first all the same.
+        unanswered.store(1, Ordering::SeqCst);
+        reads.before_send(true);
+        assert_eq!(
+            reads.held.len(),
+            held + 2,
+            "a late send skipped a needed read"
+        );
     }
 
     #[test]
