@@ -305,10 +305,13 @@ impl<P: Future> Drop for Pacer<P> {
 /// while sends come close together and each answer comes before the next send (an answer
 /// then costs the runtime no wake of its own); else by the client's task as they come. TCP
 /// stamps a read, not each answer, and the kernel merges segments that wait together, keeping
-/// the later's time: two answers waiting in the socket would leave the first one late. So a
-/// read that finds a call still unanswered hands the answers back to the client's task until
-/// none is, and one whose answers were merged all the same (uncertain) does so for a while
-/// ([`AnswerReads::COOL_DOWN_MIN`] sends, longer while that keeps happening).
+/// the later's time: two answers waiting in one socket would leave the first one late. The
+/// client sends each call on a connection with nothing unanswered where it has one (gRPC:
+/// `H2Connection::try_start_unary`, which makes more), so waiting answers are in different
+/// sockets; a read that finds the next call would go where a call is still unanswered hands
+/// the answers back to the client's task until it would not, and one whose answers were
+/// merged all the same (uncertain) does so for a while ([`AnswerReads::COOL_DOWN_MIN`] sends,
+/// longer while that keeps happening).
 struct AnswerReads {
     reader: Box<dyn AnswerReader>,
     deferred: bool,
