@@ -18,7 +18,7 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http_body::Frame;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -53,6 +53,9 @@ struct Inner {
     unary: Mutex<UnaryPool>,
     /// The runtime that drives the connections (a direct send may come from another thread).
     runtime: tokio::runtime::Handle,
+    /// Answer readers that have deferred reads ([`DeferredReads`]): while there is one,
+    /// direct sends spread over the lean connections; else they all go on the first.
+    spreading: AtomicUsize,
     /// Held while connecting, so concurrent calls on a dead connection make one new one.
     connecting: tokio::sync::Mutex<()>,
 }
@@ -96,6 +99,7 @@ impl H2Connection {
                 current: Mutex::new(None),
                 unary: Mutex::new(UnaryPool::default()),
                 runtime: tokio::runtime::Handle::current(),
+                spreading: AtomicUsize::new(0),
                 connecting: tokio::sync::Mutex::new(()),
             }),
         };
@@ -216,9 +220,14 @@ impl H2Connection {
     /// are then never two, so the kernel cannot merge them and each keeps its receive time
     /// (`scenarios/pacer.rs`). Where every connection has a call unanswered, one more is made
     /// for the next send (up to [`MAX_UNARY_CONNECTIONS`]) and this one goes on the first.
+    /// Only while a reader has deferred reads: otherwise every call goes on the first (a
+    /// server stalled under a slow open loop is not sent more connections).
     /// `None` when it cannot leave at once, also before the first [`Self::unary`] call made
     /// the first connection.
     pub fn try_start_unary(&self, path: &str, frame: &Bytes) -> Option<StartedCall> {
+        if self.inner.spreading.load(Ordering::Relaxed) == 0 {
+            return self.live_unary()?.try_start(path, frame);
+        }
         let mut pool = self.lock_unary();
         let live = pool.live();
         for free in live.iter().filter(|c| c.unanswered() == 0) {
@@ -262,6 +271,7 @@ impl H2Connection {
             connection: self.clone(),
             deferred: Vec::new(),
             reads: 0,
+            spreading: false,
         }
     }
 
@@ -454,6 +464,8 @@ pub struct DeferredReads {
     deferred: Vec<UnaryConnection>,
     /// `read_now` calls so far.
     reads: u64,
+    /// Counted in the connection's `spreading` (from the first deferral to the drop).
+    spreading: bool,
 }
 
 impl DeferredReads {
@@ -483,6 +495,13 @@ impl super::AnswerReader for DeferredReads {
             if connection.defer_reads(true) {
                 self.deferred.push(connection);
             }
+        }
+        if !self.deferred.is_empty() && !self.spreading {
+            self.spreading = true;
+            self.connection
+                .inner
+                .spreading
+                .fetch_add(1, Ordering::Relaxed);
         }
         !self.deferred.is_empty()
     }
@@ -535,6 +554,12 @@ impl super::AnswerReader for DeferredReads {
 impl Drop for DeferredReads {
     fn drop(&mut self) {
         self.undefer();
+        if self.spreading {
+            self.connection
+                .inner
+                .spreading
+                .fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -573,11 +598,12 @@ mod tests {
             .collect()
     }
 
-    /// An open loop's calls that come faster than their answers: the first finds every
-    /// connection busy and has one more made; from then on each call goes on a connection
-    /// with nothing unanswered, so answers that wait together for the reader wait in
-    /// different sockets, and each keeps its own receive time, certain. On one connection the
-    /// kernel merges them and one of them is late or uncertain.
+    /// An open loop's calls that come faster than their answers, with reads deferred: the
+    /// first finds every connection busy and has one more made; from then on each call goes
+    /// on a connection with nothing unanswered, so answers that wait together for the reader
+    /// wait in different sockets, and each keeps its own receive time, certain. On one
+    /// connection the kernel merges them and one of them is late or uncertain. Without
+    /// deferred reads every call goes on the first connection.
     #[test]
     fn calls_faster_than_their_answers_go_on_connections_of_their_own_and_keep_their_times() {
         let ms = Duration::from_millis;
@@ -599,6 +625,23 @@ mod tests {
             connection
         });
         let _entered = runtime.enter();
+        // Reads not deferred: calls go on the first connection, one at a time or not.
+        let undeferred = vec![send(&connection), send(&connection)];
+        let answered = runtime.block_on(async {
+            let mut answered = 0;
+            for (_, call) in undeferred {
+                answered += usize::from(call.await.is_ok());
+            }
+            answered
+        });
+        assert_eq!(answered, 2);
+        std::thread::sleep(ms(100));
+        assert_eq!(
+            connection.ready_unaries().len(),
+            1,
+            "more connections unasked"
+        );
+
         let mut reader = connection.answer_reader();
         assert!(reader.defer(true), "reads not deferred");
         let mut wakers = Vec::new();
