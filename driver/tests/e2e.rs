@@ -3505,6 +3505,16 @@ async fn injected_faults_are_recovered_from_and_a_slow_recovery_fails_the_run() 
         edit_matrix(smoke_matrix(&dir), |m| {
             m.run.slo.clear();
             m.faults = serde_saphyr::from_str(&faults).unwrap();
+            // tritonserver 2.51 corrupts its heap when it traces requests while its sequence
+            // batcher ends sequences early (a START on an open sequence's correlation id):
+            // "corrupted double-linked list", SIGABRT or SIGSEGV within a minute of the smoke
+            // mix traced at rate 2 (docs/limitations.md). This test traces, so it runs no
+            // sequence scenario.
+            for template in m.client_templates.values_mut() {
+                if let Some(scenarios) = template.scenarios.as_mut() {
+                    scenarios.retain(|name, _| !name.starts_with("Sequence"));
+                }
+            }
             // Traces written every 50: the killed process leaves its files, and the one
             // started after it writes its own (its trace ids start again).
             for template in m.server_templates.values_mut() {
