@@ -9,6 +9,7 @@ use rand::Rng;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
+use stress_common::signature::ErrorKind;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader, Lines};
 
 /// The line the child prints before each request it sends.
@@ -65,11 +66,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         ));
     }
     if sent == 0 {
-        return Outcome::Failed(Failure::new(
-            &model,
-            "the child to send requests before it is killed",
-            format!("no request within {:?}", env.settings.crash_after),
-        ));
+        return Outcome::Failed(nothing_sent(&model, env.settings.crash_after));
     }
     if let Err(f) = env.check_server_healthy(&model).await {
         return Outcome::Failed(f);
@@ -79,6 +76,17 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         Ok(()) => Outcome::Passed,
         Err(f) => Outcome::Failed(f),
     }
+}
+
+/// The child sent no request before it was killed: no answer came in time to its connect or
+/// its first request (a slow or unreachable server), which is not a wrong answer.
+fn nothing_sent(model: &str, crash_after: Duration) -> Failure {
+    Failure::new(
+        model,
+        "the child to send requests before it is killed",
+        format!("no request within {crash_after:?}"),
+    )
+    .with_kind(ErrorKind::Timeout)
 }
 
 /// What the child's stdout said.
@@ -179,6 +187,18 @@ pub async fn child_main(
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    /// A network fault held the child's connect past `crash_after`: its failure says so as a
+    /// timeout, so a report never counts it among wrong answers (judged from its words alone,
+    /// it read as one).
+    #[test]
+    fn a_child_that_sent_nothing_in_time_timed_out_and_gave_no_wrong_answer() {
+        let record = nothing_sent("identity_delay", Duration::from_secs(1)).into_record(
+            stress_common::scenario::Scenario::CrashingClient,
+            "127.0.0.1:8001",
+        );
+        assert_eq!(record.error_kind, Some(ErrorKind::Timeout));
+    }
 
     /// Lines the child printed as it was killed, after the deadline, are still counted.
     #[tokio::test]
