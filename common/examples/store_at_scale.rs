@@ -200,6 +200,7 @@ impl Worker {
             // As a worker's: a column of every series point at scale.
             rss_bytes: Some(64 << 20),
             deferred_clients: 0,
+            unanswered: vec![],
         };
         if let Some(c) = closing {
             self.tracker.commit(c);

@@ -15,6 +15,10 @@ pub struct QpsSample {
     /// [`crate::status::WorkerSnapshot::deferred_clients`]); the latest sample only, 0 in the
     /// series.
     pub deferred_clients: u32,
+    /// The servers holding the member's calls unanswered at the sample (see
+    /// [`crate::status::WorkerSnapshot::unanswered`]); the latest sample only, empty in the
+    /// series.
+    pub unanswered: Vec<crate::status::UnansweredCalls>,
 }
 
 /// The seconds of load that a run's QPS samples cover: from one sample interval before the
@@ -144,6 +148,7 @@ mod tests {
             qps: 0.0,
             total_requests: 0,
             deferred_clients: 0,
+            unanswered: vec![],
         }
     }
 

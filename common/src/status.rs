@@ -161,6 +161,33 @@ pub struct WorkerSnapshot {
     /// bounds it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub deferred_clients: u32,
+    /// The target servers that hold calls of this worker unanswered at this snapshot (none
+    /// listed: every call sent has ended). The driver fails the run on a server that held
+    /// calls and ended none of them for its zero-QPS window, and blames that server: a process
+    /// that answers its health checks but not inference (a hung backend, a deadlock) is the
+    /// server's failure, not a worker that sent nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unanswered: Vec<UnansweredCalls>,
+}
+
+/// Calls one worker sent to one server that had not ended (answered, failed or timed out) at
+/// a snapshot, and since when no call to that server ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnansweredCalls {
+    /// The server address, as the worker's `--servers` gave it (a failure record's `server`).
+    pub server: String,
+    /// Calls sent and not ended.
+    pub calls: u64,
+    /// The worker's snapshot time since which no call to the server ended (nothing ended at
+    /// this or any later snapshot; at most one snapshot interval early).
+    pub quiet_since_ms: i64,
+}
+
+impl UnansweredCalls {
+    /// How long no call ended on the server, at a snapshot taken at `at_ms`.
+    pub fn quiet_ms(&self, at_ms: i64) -> i64 {
+        at_ms.saturating_sub(self.quiet_since_ms).max(0)
+    }
 }
 
 /// A stretch of time in which one worker had no good answer from one server: from its last

@@ -11,8 +11,8 @@ use stress_common::qps::QpsSample;
 use stress_common::qps::QpsSummary;
 use stress_common::status::{
     DRIVER_MEMBER, EventKind, FailureRecord, Forensics, IntervalCounts, LoadTarget, ModelCounts,
-    PreviousUse, Role, ScenarioCounts, StatusSink, Stopping, StreamCounts, WireStep,
-    WorkerSnapshot,
+    PreviousUse, Role, ScenarioCounts, StatusSink, Stopping, StreamCounts, UnansweredCalls,
+    WireStep, WorkerSnapshot,
 };
 use stress_common::store::testing::{self, TestPostgres};
 use stress_common::store::{
@@ -21,7 +21,7 @@ use stress_common::store::{
 use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
 
 /// The newest schema version (a new migration bumps it here, on purpose).
-const LATEST_SCHEMA: i64 = 20;
+const LATEST_SCHEMA: i64 = 21;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> RunId {
@@ -373,6 +373,7 @@ async fn story(url: &str, fresh: bool) {
                 outages: vec![],
                 rss_bytes: Some(123 << 20),
                 deferred_clients: 0,
+                unanswered: vec![],
             },
         )
         .await
@@ -436,6 +437,7 @@ async fn story(url: &str, fresh: bool) {
         outages: vec![],
         rss_bytes: None,
         deferred_clients: 0,
+        unanswered: vec![],
     })
     .await
     .unwrap();
@@ -473,6 +475,12 @@ async fn story(url: &str, fresh: bool) {
         rss_bytes: None,
         // Inside a perf_analyzer run: its QPS 0 is not a stall (the latest sample says so).
         deferred_clients: 2,
+        // And a server holds one of its calls: the driver's poll reads it back.
+        unanswered: vec![UnansweredCalls {
+            server: "127.0.0.1:8001".into(),
+            calls: 3,
+            quiet_since_ms: t0 + 500,
+        }],
     })
     .await
     .unwrap();
@@ -716,21 +724,24 @@ async fn story(url: &str, fresh: bool) {
                 at_ms: t0 + 1000,
                 qps: 105.0,
                 total_requests: 105,
-                deferred_clients: 0
+                deferred_clients: 0,
+                unanswered: vec![]
             },
             QpsSample {
                 member_id: "client-1".into(),
                 at_ms: t0 + 1500,
                 qps: 0.0,
                 total_requests: 0,
-                deferred_clients: 0
+                deferred_clients: 0,
+                unanswered: vec![]
             },
             QpsSample {
                 member_id: "client-0".into(),
                 at_ms: t0 + 2000,
                 qps: 105.5,
                 total_requests: 210,
-                deferred_clients: 0
+                deferred_clients: 0,
+                unanswered: vec![]
             },
         ]
     );
@@ -750,6 +761,15 @@ async fn story(url: &str, fresh: bool) {
             ("client-0", t0 + 2000, 210, 0),
             ("client-1", t0 + 1500, 0, 2)
         ]
+    );
+    assert!(latest[0].unanswered.is_empty(), "{latest:?}");
+    assert_eq!(
+        latest[1].unanswered,
+        [UnansweredCalls {
+            server: "127.0.0.1:8001".into(),
+            calls: 3,
+            quiet_since_ms: t0 + 500,
+        }]
     );
     // A snapshot refreshes the heartbeat.
     let beats = store.heartbeats(&run_id).await.unwrap();
@@ -1012,6 +1032,7 @@ async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
                                 outages: vec![],
                                 rss_bytes: None,
                                 deferred_clients: 0,
+                                unanswered: vec![],
                             },
                         )
                         .await?;
@@ -1707,6 +1728,7 @@ async fn child_writer() {
                     outages: vec![],
                     rss_bytes: None,
                     deferred_clients: 0,
+                    unanswered: vec![],
                 },
             )
             .await

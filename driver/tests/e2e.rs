@@ -3024,6 +3024,66 @@ async fn a_dead_backend_stub_is_the_server_s_failure_naming_its_instance() {
     );
 }
 
+/// A server whose inference hangs while its process runs and answers its health checks
+/// (models-faulty/identity_hangs never returns from its 41st request): the worker's calls go
+/// unanswered, and the run fails on the server, "its inference hangs", with its log tail,
+/// not on the worker as a harness fault ("QPS 0": it did send). Its healthy twin, a model that
+/// holds each call for 200 ms (identity_delay), passes under the same rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_holds_calls_unanswered_is_blamed_and_a_slow_one_is_not() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = repo_root().join("models-faulty").display().to_string();
+
+    let healthy = models_matrix(
+        tmp.path(),
+        "[{name: identity_delay, shape: {INPUT0: [16]}}]",
+    );
+    let (driver, status, _) = run_matrix(tmp.path(), &healthy, "e2e-slow-answers").await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+
+    let matrix = edit_matrix(models_matrix(tmp.path(), "[{name: identity_hangs}]"), |m| {
+        for template in m.server_templates.values_mut() {
+            template.model_repositories.push(faulty.clone());
+        }
+    });
+    let (driver, status, run_dir) =
+        run_matrix_for(tmp.path(), &matrix, "e2e-hung-inference", "60s").await;
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    let json = read_json(&run_dir.join("report.json"));
+    let analysis = &json["analysis"];
+    assert_eq!(analysis["root_cause"]["member_id"], SERVER, "{analysis:#}");
+    assert_eq!(analysis["root_cause"]["class"], "server", "{analysis:#}");
+    let failed = json["failed_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["member_id"] == SERVER)
+        .unwrap_or_else(|| panic!("{SERVER} not among the failed members: {json:#}"));
+    assert!(
+        failed["diagnostics"]["log_tail"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty()),
+        "the hung server's log tail: {failed:#}"
+    );
+    assert!(
+        !json["failed_members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["member_id"] == WORKER),
+        "the worker did its job: {json:#}"
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(
+        text.contains(&format!("{WORKER} reported: "))
+            && text.contains("unanswered: none of its calls ended for")
+            && text.contains("while its liveness probe answered: its inference hangs"),
+        "{text}"
+    );
+}
+
 /// A server that contradicts itself (models-faulty/sequence_forgets_start answers a sequence's
 /// START, then rejects its next step for having no START, as tritonserver 2.51's reaper race
 /// does): the driver judges the failure `server`, with the test's steps as evidence. Without a

@@ -356,6 +356,7 @@ mod tests {
                 outages: vec![],
                 rss_bytes: None,
                 deferred_clients: 0,
+                unanswered: vec![],
             };
             store
                 .record_snapshot(&"r".into(), &"w-0".into(), &snapshot)

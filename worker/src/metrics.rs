@@ -41,6 +41,12 @@ fn latency_histogram() -> Histogram {
 
 type LatencyFamily = Family<LatencyLabels, Histogram, fn() -> Histogram>;
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerLabels {
+    /// The server address the calls went to.
+    pub server: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     tests: Family<ScenarioLabels, Counter>,
@@ -48,6 +54,11 @@ pub struct Metrics {
     requests: Family<ScenarioLabels, Counter>,
     latency: LatencyFamily,
     qps: Gauge<f64, AtomicU64>,
+    /// Calls in flight per server, and how long none of them ended (from the snapshots).
+    unanswered: Family<ServerLabels, Gauge>,
+    quiet: Family<ServerLabels, Gauge<f64, AtomicU64>>,
+    /// Servers given a value so far: one not in a snapshot's list is back to 0.
+    servers_seen: std::sync::Mutex<Vec<String>>,
 }
 
 impl Default for Metrics {
@@ -71,6 +82,18 @@ impl Default for Metrics {
             "Requests per second over the last poll interval",
             qps.clone(),
         );
+        let unanswered = Family::<ServerLabels, Gauge>::default();
+        let quiet = Family::<ServerLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "unanswered_calls",
+            "Calls sent to the server and not ended (answered, failed or timed out) at the last poll",
+            unanswered.clone(),
+        );
+        registry.register(
+            "unanswered_quiet_seconds",
+            "How long none of the calls to the server ended while some waited (0: none waits)",
+            quiet.clone(),
+        );
         Self {
             registry,
             tests,
@@ -78,6 +101,9 @@ impl Default for Metrics {
             requests,
             latency,
             qps,
+            unanswered,
+            quiet,
+            servers_seen: std::sync::Mutex::default(),
         }
     }
 }
@@ -99,6 +125,24 @@ impl Metrics {
             }
         }
         self.qps.set(snapshot.qps);
+        let mut seen = self.servers_seen.lock().unwrap_or_else(|e| e.into_inner());
+        for u in &snapshot.unanswered {
+            if !seen.contains(&u.server) {
+                seen.push(u.server.clone());
+            }
+        }
+        for server in seen.iter() {
+            let labels = ServerLabels {
+                server: server.clone(),
+            };
+            let waiting = snapshot.unanswered.iter().find(|u| &u.server == server);
+            self.unanswered
+                .get_or_create(&labels)
+                .set(waiting.map_or(0, |u| i64::try_from(u.calls).unwrap_or(i64::MAX)));
+            self.quiet
+                .get_or_create(&labels)
+                .set(waiting.map_or(0.0, |u| u.quiet_ms(snapshot.at_ms) as f64 / 1000.0));
+        }
     }
 
     /// The latency histogram of one scenario and server (a handle onto the registered one).
@@ -175,6 +219,50 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_held_by_a_server_are_gauges_back_to_0_once_they_end() {
+        use stress_common::status::UnansweredCalls;
+        let metrics = Metrics::default();
+        let line = |name: &str, value: &str| {
+            format!(r#"triton_stress_worker_{name}{{server="a:1"}} {value}"#)
+        };
+        metrics.update(&WorkerSnapshot {
+            at_ms: 10_000,
+            unanswered: vec![UnansweredCalls {
+                server: "a:1".into(),
+                calls: 16,
+                quiet_since_ms: 7_500,
+            }],
+            ..Default::default()
+        });
+        let text = metrics.encode();
+        for l in [
+            line("unanswered_calls", "16"),
+            line("unanswered_quiet_seconds", "2.5"),
+        ] {
+            assert!(
+                text.lines().any(|t| t == l),
+                "no {l}:
+{text}"
+            );
+        }
+        metrics.update(&WorkerSnapshot {
+            at_ms: 11_000,
+            ..Default::default()
+        });
+        let text = metrics.encode();
+        for l in [
+            line("unanswered_calls", "0"),
+            line("unanswered_quiet_seconds", "0.0"),
+        ] {
+            assert!(
+                text.lines().any(|t| t == l),
+                "no {l}:
+{text}"
+            );
+        }
+    }
 
     #[test]
     fn latencies_are_observed_per_scenario_and_server() {

@@ -270,9 +270,10 @@ async fn run_with(
     let picker = WeightedIndex::new(config.mix.iter().map(|(_, w)| *w))
         .map_err(|e| WorkerError::Preflight(format!("scenario weights: {e}")))?;
     let mix: Vec<Scenario> = config.mix.iter().map(|(s, _)| *s).collect();
+    let stats = Stats::with_metrics(metrics.clone()).watching(clients.iter().map(|c| c.address()));
     let shared = Arc::new(Shared {
         clients,
-        stats: Stats::with_metrics(metrics.clone()),
+        stats,
         sink: sink.clone(),
         images,
         picker,

@@ -11,7 +11,8 @@ use stress_common::histogram::LatencyHistogram;
 use stress_common::scenario::Scenario;
 use stress_common::signature::{Signature, SignatureCount};
 use stress_common::status::{
-    FailureRecord, ModelCounts, Outage, ScenarioCounts, StreamCounts, WorkerSnapshot,
+    FailureRecord, ModelCounts, Outage, ScenarioCounts, StreamCounts, UnansweredCalls,
+    WorkerSnapshot,
 };
 
 #[derive(Default)]
@@ -76,7 +77,32 @@ pub struct Stats {
     outages: Mutex<OutageTracker>,
     /// Tests under way that count their requests only when they end.
     deferred: AtomicU32,
+    /// Calls in flight per target server (empty: not watched, as in a single test).
+    calls: Vec<ServerCalls>,
     metrics: Option<Arc<Metrics>>,
+}
+
+/// The calls to one target server: how many were sent and how many ended, counted by
+/// [`CallInFlight`] (two relaxed increments a call); the snapshot loop reads them.
+struct ServerCalls {
+    address: String,
+    sent: AtomicU64,
+    ended: AtomicU64,
+    /// The snapshots' memory: calls ended at the previous snapshot, and the snapshot time
+    /// since which that count has not moved while calls waited.
+    quiet: Mutex<(u64, i64)>,
+}
+
+/// One call to a server, in flight until it drops (answered, failed, timed out or abandoned:
+/// a call's future that is dropped ends it too, so the counts always pair).
+pub struct CallInFlight<'a>(Option<&'a ServerCalls>);
+
+impl Drop for CallInFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.ended.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Default for Stats {
@@ -88,6 +114,7 @@ impl Default for Stats {
             signatures: Mutex::default(),
             outages: Mutex::new(OutageTracker::new(stress_common::now_ms())),
             deferred: AtomicU32::new(0),
+            calls: Vec::new(),
             metrics: None,
         }
     }
@@ -107,6 +134,57 @@ impl Stats {
             metrics,
             ..Self::default()
         }
+    }
+
+    /// Watches the calls to each of `servers` (the clients' addresses): the snapshots list
+    /// the ones holding calls unanswered ([`WorkerSnapshot::unanswered`]).
+    pub fn watching<'s>(mut self, servers: impl IntoIterator<Item = &'s str>) -> Self {
+        let now = stress_common::now_ms();
+        self.calls = servers
+            .into_iter()
+            .map(|address| ServerCalls {
+                address: address.to_string(),
+                sent: AtomicU64::new(0),
+                ended: AtomicU64::new(0),
+                quiet: Mutex::new((0, now)),
+            })
+            .collect();
+        self
+    }
+
+    /// A call to `server` leaves now; it is in flight until the result drops. A server not
+    /// watched is not counted.
+    pub fn call(&self, server: &str) -> CallInFlight<'_> {
+        let watched = self.calls.iter().find(|c| c.address == server);
+        if let Some(c) = watched {
+            c.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        CallInFlight(watched)
+    }
+
+    /// The servers holding calls at `at_ms`, with since when none of their calls ended (see
+    /// [`stress_common::status::UnansweredCalls`]): a server with calls waiting whose ended
+    /// count did not move since the previous snapshot stays quiet since then.
+    fn unanswered(&self, at_ms: i64) -> Vec<UnansweredCalls> {
+        let mut out = Vec::new();
+        for c in &self.calls {
+            // Ended first: a call counts as sent before it ends, so the difference is never
+            // negative.
+            let ended = c.ended.load(Ordering::Relaxed);
+            let calls = c.sent.load(Ordering::Relaxed).saturating_sub(ended);
+            let mut quiet = c.quiet.lock().unwrap_or_else(|e| e.into_inner());
+            if calls == 0 || ended != quiet.0 {
+                *quiet = (ended, at_ms);
+            }
+            if calls > 0 {
+                out.push(UnansweredCalls {
+                    server: c.address.clone(),
+                    calls,
+                    quiet_since_ms: quiet.1,
+                });
+            }
+        }
+        out
     }
 
     fn counts(&self, s: Scenario) -> std::sync::MutexGuard<'_, Counts> {
@@ -341,8 +419,9 @@ impl Stats {
     }
 
     fn snapshot_with(&self, scenarios: &[Scenario], outages: Vec<Outage>) -> WorkerSnapshot {
+        let at_ms = stress_common::now_ms();
         WorkerSnapshot {
-            at_ms: stress_common::now_ms(),
+            at_ms,
             total_requests: self.total_requests(),
             qps: 0.0,
             scenarios: self.scenario_counts(scenarios),
@@ -353,6 +432,7 @@ impl Stats {
             outages,
             rss_bytes: own_rss_bytes(),
             deferred_clients: self.deferred.load(Ordering::Relaxed),
+            unanswered: self.unanswered(at_ms),
         }
     }
 
@@ -413,6 +493,55 @@ mod tests {
             .expect("/proc/self/status on Linux");
         // A test binary with its runtime holds at least a MiB, and not terabytes.
         assert!((1 << 20..1 << 40).contains(&rss), "{rss}");
+    }
+
+    #[test]
+    fn snapshots_name_the_servers_holding_calls_and_since_when_none_of_theirs_ended() {
+        let (a, b) = ("10.0.0.1:8001", "10.0.0.2:8001");
+        let stats = Stats::default().watching([a, b]);
+        let t0 = stress_common::now_ms();
+        let waiting = |at_ms: i64| -> Vec<(String, u64, i64)> {
+            stats
+                .unanswered(at_ms)
+                .into_iter()
+                .map(|u| (u.server.clone(), u.calls, u.quiet_ms(at_ms)))
+                .collect()
+        };
+        assert!(waiting(t0).is_empty(), "nothing sent");
+        // A call that ends between two snapshots never shows.
+        drop(stats.call(a));
+        assert!(waiting(t0 + 1_000).is_empty());
+        // One call waits on each; a's keep ending, b's never.
+        let on_a = stats.call(a);
+        let on_b = stats.call(b);
+        let also_on_b = stats.call(b);
+        assert_eq!(
+            waiting(t0 + 2_000),
+            [(a.to_string(), 1, 1_000), (b.to_string(), 2, 1_000)],
+            "quiet since the previous snapshot, when nothing waited"
+        );
+        drop(on_a);
+        let on_a = stats.call(a);
+        assert_eq!(
+            waiting(t0 + 3_000),
+            [(a.to_string(), 1, 0), (b.to_string(), 2, 2_000)]
+        );
+        assert_eq!(
+            waiting(t0 + 5_000),
+            [(a.to_string(), 1, 2_000), (b.to_string(), 2, 4_000)]
+        );
+        // One of b's calls ends (answered or failed alike): b is no longer quiet.
+        drop(also_on_b);
+        assert_eq!(waiting(t0 + 6_000)[1], (b.to_string(), 1, 0));
+        drop((on_a, on_b));
+        assert!(waiting(t0 + 7_000).is_empty());
+        // A server not watched (a single test's Stats) is not counted.
+        let unwatched = Stats::default();
+        let _call = unwatched.call(a);
+        assert!(unwatched.snapshot(&[]).unanswered.is_empty());
+        // The snapshot carries them.
+        let _waits = stats.call(b);
+        assert_eq!(stats.snapshot(&[]).unanswered.len(), 1);
     }
 
     #[test]

@@ -153,6 +153,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0020_deferred_clients.sql"),
         postgres: include_str!("../../migrations/postgres/0020_deferred_clients.sql"),
     },
+    Migration {
+        version: 21,
+        name: "unanswered_calls",
+        sqlite: include_str!("../../migrations/sqlite/0021_unanswered_calls.sql"),
+        postgres: include_str!("../../migrations/postgres/0021_unanswered_calls.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

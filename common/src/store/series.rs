@@ -25,6 +25,11 @@ impl Store {
         } else {
             crate::now_ms()
         };
+        let unanswered = if snapshot.unanswered.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(&snapshot.unanswered).expect("plain data serialises")
+        };
         let mut tx = self.begin_write(OP).await?;
         // The sample replaces the member's latest (what the driver polls), and joins the
         // series when it is one of its points (one per series interval, and the last).
@@ -33,12 +38,13 @@ impl Store {
              VALUES ($1, $2, $3, $4, $5, $6)";
         const LATEST: &str =
             "INSERT INTO latest_qps (run_id, member_id, at_ms, qps, total_requests,
-                                     deferred_clients)
-             VALUES ($1, $2, $3, $4, $5, $6)
+                                     deferred_clients, unanswered)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (run_id, member_id) DO UPDATE SET
                  at_ms = excluded.at_ms, qps = excluded.qps,
                  total_requests = excluded.total_requests,
-                 deferred_clients = excluded.deferred_clients
+                 deferred_clients = excluded.deferred_clients,
+                 unanswered = excluded.unanswered
              WHERE latest_qps.at_ms <= excluded.at_ms";
         let statements: &[&'static str] = if snapshot.series_point {
             &[SERIES, LATEST]
@@ -55,7 +61,9 @@ impl Store {
             let query = if sql == SERIES {
                 query.bind(snapshot.rss_bytes.map(to_db))
             } else {
-                query.bind(i64::from(snapshot.deferred_clients))
+                query
+                    .bind(i64::from(snapshot.deferred_clients))
+                    .bind(unanswered.as_str())
             };
             query.execute(&mut *tx).await.map_err(self.db(OP))?;
         }
@@ -523,9 +531,9 @@ impl Store {
     /// The most recent QPS sample of every member that has one: what the driver polls, without
     /// reading the whole series.
     pub async fn latest_qps(&self, run_id: &RunId) -> Result<Vec<QpsSample>> {
-        let rows: Vec<(String, i64, f64, i64, i64)> = sqlx::query_as(
-            "SELECT member_id, at_ms, qps, total_requests, deferred_clients FROM latest_qps
-             WHERE run_id = $1 ORDER BY member_id",
+        let rows: Vec<(String, i64, f64, i64, i64, String)> = sqlx::query_as(
+            "SELECT member_id, at_ms, qps, total_requests, deferred_clients, unanswered
+             FROM latest_qps WHERE run_id = $1 ORDER BY member_id",
         )
         .bind(run_id.as_str())
         .fetch_all(&self.pool)
@@ -534,12 +542,19 @@ impl Store {
         Ok(rows
             .into_iter()
             .map(
-                |(member_id, at_ms, qps, total_requests, deferred)| QpsSample {
+                |(member_id, at_ms, qps, total_requests, deferred, unanswered)| QpsSample {
                     member_id,
                     at_ms,
                     qps,
                     total_requests: from_db(total_requests),
                     deferred_clients: u32::try_from(deferred).unwrap_or(0),
+                    // Written by this code only; an unreadable value reads as none (the
+                    // rule that uses it then judges by QPS alone).
+                    unanswered: if unanswered.is_empty() {
+                        Vec::new()
+                    } else {
+                        serde_json::from_str(&unanswered).unwrap_or_default()
+                    },
                 },
             )
             .collect())
@@ -565,6 +580,7 @@ impl Store {
                 qps,
                 total_requests: from_db(total_requests),
                 deferred_clients: 0,
+                unanswered: vec![],
             })
             .collect())
     }

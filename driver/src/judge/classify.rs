@@ -80,6 +80,14 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
     }
     let r = reason.to_ascii_lowercase();
     let why = match role {
+        "SERVER" if r.contains("unanswered") && r.contains("liveness probe answered") => {
+            "the server took the worker's calls and ended none of them while its liveness probe \
+             answered: its inference path hangs (a stuck backend, a deadlock, a process stuck \
+             in its own crash handler)"
+        }
+        "SERVER" if r.contains("unanswered") => {
+            "the server took the worker's calls and ended none of them"
+        }
         "SERVER" if r.contains("liveness probe") => {
             "the server stopped answering its liveness probes while the run used it"
         }
@@ -98,7 +106,12 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
         }
         "CLIENT" if r.contains("no heartbeat within") => "a worker of ours never reported",
         "CLIENT" if r.contains("qps 0") => {
-            "a worker of ours sent nothing while its servers answered their probes"
+            "a worker of ours completed no call, none waited on a server for the window, and \
+             its servers answered their probes"
+        }
+        "CLIENT" if r.contains("unanswered") => {
+            "a server held the worker's calls and ended none of them (the driver could not \
+             name it from the address the worker used)"
         }
         "CLIENT" if r.contains("killed by signal") => {
             "a worker of ours was killed from outside the run (the launcher reported no memory \
@@ -107,7 +120,7 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
         "CLIENT" => "a worker of ours ended before the end of the run without a failed test",
         _ => return None,
     };
-    let class = if role == "SERVER" {
+    let class = if role == "SERVER" || r.contains("unanswered") {
         FailureClass::Server
     } else {
         FailureClass::Harness
@@ -404,6 +417,26 @@ mod tests {
             class("driver", "?", "the driver stopped renewing its lease"),
             Some(Harness)
         );
+        // Calls held unanswered are the server's, with the probe's word on the process; a
+        // worker that completed nothing with nothing waiting is ours.
+        let hung = member_failure(
+            "triton-0",
+            "SERVER",
+            "clients-0 reported: 16 calls to 127.0.0.1:8001 unanswered: none of its calls ended for 9.5 s while its liveness probe answered: its inference hangs",
+        )
+        .unwrap();
+        assert_eq!(hung.class, Server);
+        assert!(hung.why.contains("inference path hangs"), "{}", hung.why);
+        let unnamed = member_failure(
+            "clients-0",
+            "CLIENT",
+            "2 calls to 10.0.0.9:8001 unanswered: none of its calls ended for 3.0 s",
+        )
+        .unwrap();
+        assert_eq!(unnamed.class, Server, "{}", unnamed.why);
+        let idle = member_failure("clients-0", "CLIENT", "QPS 0 for 3 consecutive polls").unwrap();
+        assert_eq!(idle.class, Harness);
+        assert!(idle.why.contains("none waited on a server"), "{}", idle.why);
         let why = |reason: &str| member_failure("clients-0", "CLIENT", reason).unwrap();
         assert_eq!(
             why("stress stream panicked: oops").why,

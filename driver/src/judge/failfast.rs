@@ -11,12 +11,15 @@
 //! 2. a member recorded a FAILURE event;
 //! 3. a client's heartbeat is older than the limit (or none arrived within the start-up grace,
 //!    counted from when its process or pod actually runs);
-//! 4. a client reported QPS 0 for `zero_qps_polls` consecutive samples (0 turns the rule off);
+//! 4. a server held a client's calls and ended none of them for the zero-QPS window (the
+//!    server is blamed: it took the calls, so the worker did send), then a client reported QPS 0
+//!    for `zero_qps_polls` consecutive samples (0 turns both off);
 //! 5. the status store could not be read for longer than the outage limit. While it cannot be
 //!    read, rules 3 and 4 pause and afterwards count again from when it came back: a worker is
 //!    never blamed for the store's outage.
 
 use crate::launcher::MemberExit;
+use crate::plan::ServerEndpoint;
 use crate::plan::fail_fast::Rules;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -50,7 +53,15 @@ pub enum Cause {
         now_ms: i64,
         limit: Duration,
     },
-    /// QPS 0 for this many consecutive samples (rule 4).
+    /// A server held calls of `member` and ended none of them for `quiet` (rule 4); `server`
+    /// is its address as the worker knows it.
+    Unanswered {
+        member: String,
+        server: String,
+        calls: u64,
+        quiet: Duration,
+    },
+    /// QPS 0 for this many consecutive samples (rule 4), with no server holding calls long.
     ZeroQps { member: String, polls: u32 },
     /// The store could not be read since `since_ms` (rule 5).
     StoreUnavailable {
@@ -72,6 +83,7 @@ impl Cause {
             | Cause::FailedTest { member, .. }
             | Cause::ServerUnreachable { member, .. }
             | Cause::StaleHeartbeat { member, .. }
+            | Cause::Unanswered { member, .. }
             | Cause::ZeroQps { member, .. } => member,
             Cause::StoreUnavailable { .. } => STORE_MEMBER,
         }
@@ -101,6 +113,16 @@ impl Cause {
                 limit,
                 ..
             } => format!("no heartbeat within {limit:?} of launch"),
+            Cause::Unanswered {
+                server,
+                calls,
+                quiet,
+                ..
+            } => format!(
+                "{calls} {} to {server} unanswered: none of its calls ended for {:.1} s",
+                if *calls == 1 { "call" } else { "calls" },
+                quiet.as_secs_f64()
+            ),
             Cause::ZeroQps { polls, .. } => format!("QPS 0 for {polls} consecutive polls"),
             Cause::StoreUnavailable {
                 since_ms,
@@ -132,7 +154,14 @@ pub struct Blame {
 /// A client's failure is often its server's: the first of its target servers whose liveness
 /// probe failed takes the blame, with the client's view in the reason. `probes` are the results
 /// for the failed member's targets, in order (empty for a server or when none was probed).
-pub fn attribute(cause: &Cause, probes: &[(MemberName, Result<(), ProbeError>)]) -> Blame {
+/// Calls left unanswered are the server's that held them (`holder`: the member at the
+/// address the cause names, when the driver knows it), whatever its liveness probe says: the
+/// worker did send, and a server that answers its probes but not inference is hung inside.
+pub fn attribute(
+    cause: &Cause,
+    probes: &[(MemberName, Result<(), ProbeError>)],
+    holder: Option<&MemberName>,
+) -> Blame {
     let member = cause.member().to_string();
     let reason = cause.reason();
     if let Some((server, Err(why))) = probes.iter().find(|(_, r)| r.is_err()) {
@@ -142,11 +171,43 @@ pub fn attribute(cause: &Cause, probes: &[(MemberName, Result<(), ProbeError>)])
             record: true,
         };
     }
+    if let (Cause::Unanswered { .. }, Some(server)) = (cause, holder) {
+        let live = if probes.iter().any(|(s, r)| s == server && r.is_ok()) {
+            " while its liveness probe answered: its inference hangs (a stuck backend or a deadlock), not the process"
+        } else {
+            ""
+        };
+        return Blame {
+            member: server.to_string(),
+            reason: format!("{member} reported: {reason}{live}"),
+            record: true,
+        };
+    }
     Blame {
         member,
         reason,
         record: !cause.recorded_by_member(),
     }
+}
+
+/// The target server at `address` (as a worker named it: its gRPC or HTTP address), or the
+/// only target when none matches (an address the worker reached through a proxy).
+pub fn server_at<'t>(
+    address: &str,
+    targets: &'t [MemberName],
+    endpoints: &BTreeMap<String, ServerEndpoint>,
+) -> Option<&'t MemberName> {
+    targets
+        .iter()
+        .find(|t| {
+            endpoints
+                .get(t.as_str())
+                .is_some_and(|ep| ep.grpc == address || ep.http == address)
+        })
+        .or(match targets {
+            [only] => Some(only),
+            _ => None,
+        })
 }
 
 /// What a client's process did while its heartbeats were missing: the CPU time it used over
@@ -408,6 +469,9 @@ impl FailFast {
                     continue;
                 }
                 w.last_qps_at_ms = q.at_ms;
+                if let Some(cause) = unanswered(&self.rules, &q, w.excused_until_ms) {
+                    return Some(cause);
+                }
                 w.zeros = if q.qps != 0.0 || q.at_ms <= w.excused_until_ms {
                     0
                 } else if q.deferred_clients > 0 {
@@ -427,6 +491,30 @@ impl FailFast {
         }
         None
     }
+}
+
+/// Rule 4's first half on one new sample: the server that held the member's calls longest
+/// with none of them ending, if that is the window or more. Quiet time inside an injected
+/// fault's window (up to `excused_until_ms`) does not count.
+fn unanswered(rules: &Rules, sample: &QpsSample, excused_until_ms: i64) -> Option<Cause> {
+    if rules.unanswered_limit.is_zero() {
+        return None;
+    }
+    sample
+        .unanswered
+        .iter()
+        .map(|u| {
+            let from = u.quiet_since_ms.max(excused_until_ms);
+            (u, sample.at_ms.saturating_sub(from))
+        })
+        .filter(|&(_, quiet_ms)| quiet_ms >= millis(rules.unanswered_limit))
+        .max_by_key(|&(u, quiet_ms)| (quiet_ms, u.calls))
+        .map(|(u, quiet_ms)| Cause::Unanswered {
+            member: sample.member_id.clone(),
+            server: u.server.clone(),
+            calls: u.calls,
+            quiet: Duration::from_millis(u64::try_from(quiet_ms).unwrap_or(0)),
+        })
 }
 
 fn millis(d: Duration) -> i64 {
@@ -472,6 +560,7 @@ pub fn at_end(
 mod tests {
     use super::*;
     use crate::plan::fail_fast::SERVER_PROBE_FAILURES;
+    use stress_common::status::UnansweredCalls;
 
     const POLL: Duration = Duration::from_secs(1);
     const T0: i64 = 1_000_000;
@@ -502,6 +591,7 @@ mod tests {
                     qps,
                     total_requests: 1,
                     deferred_clients: 0,
+                    unanswered: vec![],
                 })
                 .collect())),
             ..Poll::default()
@@ -614,7 +704,7 @@ mod tests {
         // The server is blamed itself: not a client's failure to attribute, and the driver
         // records it.
         assert!(!needs_probe(&cause, &ff.clients()));
-        assert!(attribute(&cause, &[]).record);
+        assert!(attribute(&cause, &[], None).record);
         assert_eq!(rules().server_probe_failures, SERVER_PROBE_FAILURES);
     }
 
@@ -705,6 +795,189 @@ mod tests {
                 polls: 3
             }
         );
+    }
+
+    /// A poll whose sample of c-0 says QPS `qps` with `waiting` servers holding its calls:
+    /// (address, calls, quiet since).
+    fn holding(now: i64, qps: f64, waiting: &[(&str, u64, i64)]) -> Poll {
+        let mut poll = healthy(now, &["c-0"], qps);
+        if let Some(Ok(q)) = poll.latest_qps.as_mut() {
+            q[0].unanswered = waiting
+                .iter()
+                .map(|&(server, calls, since)| UnansweredCalls {
+                    server: server.into(),
+                    calls,
+                    quiet_since_ms: since,
+                })
+                .collect();
+        }
+        poll
+    }
+
+    #[test]
+    fn a_server_holding_calls_with_none_ended_for_the_window_fires_before_zero_qps() {
+        let (a, b) = ("10.0.0.1:8001", "10.0.0.2:8001");
+        // The window is 3 polls less half a poll: 2.5 s.
+        assert_eq!(rules().unanswered_limit, Duration::from_millis(2_500));
+        let mut ff = machine(&["c-0"]);
+        // Calls wait on both; a's keep ending (quiet since each sample), b's do not, while
+        // the QPS a answers keeps the zero-QPS rule silent.
+        for s in 1..=3 {
+            let now = T0 + s * 1000;
+            assert_eq!(
+                ff.observe(holding(now, 40.0, &[(a, 4, now), (b, 4, T0 + 1000)])),
+                None,
+                "at {s} s"
+            );
+        }
+        let cause = ff
+            .observe(holding(
+                T0 + 4000,
+                40.0,
+                &[(a, 4, T0 + 4000), (b, 4, T0 + 1000)],
+            ))
+            .unwrap();
+        assert_eq!(
+            cause,
+            Cause::Unanswered {
+                member: "c-0".into(),
+                server: b.into(),
+                calls: 4,
+                quiet: Duration::from_secs(3),
+            }
+        );
+        assert_eq!(
+            cause.reason(),
+            "4 calls to 10.0.0.2:8001 unanswered: none of its calls ended for 3.0 s"
+        );
+        assert!(needs_probe(&cause, &ff.clients()));
+
+        // One server, hung: the third zero-QPS sample is the holder's, not the worker's.
+        let mut ff = machine(&["c-0"]);
+        let quiet_since = T0;
+        for s in 1..=2 {
+            let poll = holding(T0 + s * 1000, 0.0, &[(a, 16, quiet_since)]);
+            assert_eq!(ff.observe(poll), None);
+        }
+        // The worker's snapshot a little early: still inside the half poll's slack.
+        let cause = ff
+            .observe(holding(T0 + 2_990, 0.0, &[(a, 16, quiet_since)]))
+            .unwrap();
+        assert!(
+            matches!(cause, Cause::Unanswered { calls: 16, .. }),
+            "{cause:?}"
+        );
+    }
+
+    #[test]
+    fn calls_that_waited_less_than_the_window_leave_zero_qps_to_the_worker() {
+        // QPS 0 for 3 polls, and one call left just now (a worker that stalled, then sent):
+        // the worker's, not the server's.
+        let a = "10.0.0.1:8001";
+        let mut ff = machine(&["c-0"]);
+        assert_eq!(ff.observe(holding(T0 + 1000, 0.0, &[])), None);
+        assert_eq!(ff.observe(holding(T0 + 2000, 0.0, &[])), None);
+        let cause = ff
+            .observe(holding(T0 + 3000, 0.0, &[(a, 1, T0 + 2000)]))
+            .unwrap();
+        assert_eq!(
+            cause,
+            Cause::ZeroQps {
+                member: "c-0".into(),
+                polls: 3
+            }
+        );
+    }
+
+    #[test]
+    fn an_injected_fault_excuses_held_calls_until_its_window_ends() {
+        let a = "10.0.0.1:8001";
+        let mut ff = machine(&["c-0"]);
+        // A paused server holds calls for its 10 s window; then they count from its end.
+        ff.excuse_zero_qps("c-0", T0 + 10_000);
+        for s in 1..=12 {
+            let poll = holding(T0 + s * 1000, 0.0, &[(a, 8, T0)]);
+            assert_eq!(ff.observe(poll), None, "at {s} s");
+        }
+        let cause = ff
+            .observe(holding(T0 + 12_600, 0.0, &[(a, 8, T0)]))
+            .unwrap();
+        assert!(
+            matches!(cause, Cause::Unanswered { quiet, .. } if quiet == Duration::from_millis(2_600)),
+            "{cause:?}"
+        );
+        // 0 zero-QPS polls turns this half of the rule off too.
+        let mut ff = FailFast::new(Rules::new(POLL, 3, 0));
+        ff.client_launched(&MemberName::new("c-0"), T0);
+        assert_eq!(Rules::new(POLL, 3, 0).unanswered_limit, Duration::ZERO);
+        for s in 1..50 {
+            assert_eq!(ff.observe(holding(T0 + s * 1000, 0.0, &[(a, 8, T0)])), None);
+        }
+    }
+
+    #[test]
+    fn held_calls_are_blamed_on_the_server_at_their_address() {
+        let endpoints: BTreeMap<String, ServerEndpoint> = ["triton-0", "triton-1"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let ep = ServerEndpoint {
+                    member: name.to_string(),
+                    grpc: format!("127.0.0.1:80{i}1"),
+                    http: format!("127.0.0.1:80{i}0"),
+                    metrics: format!("127.0.0.1:80{i}2"),
+                };
+                (name.to_string(), ep)
+            })
+            .collect();
+        let targets = [MemberName::new("triton-0"), MemberName::new("triton-1")];
+        assert_eq!(
+            server_at("127.0.0.1:8011", &targets, &endpoints),
+            Some(&targets[1])
+        );
+        assert_eq!(
+            server_at("127.0.0.1:8000", &targets, &endpoints),
+            Some(&targets[0])
+        );
+        // An address of no target: the only target, else none.
+        assert_eq!(server_at("10.9.9.9:1", &targets, &endpoints), None);
+        assert_eq!(
+            server_at("10.9.9.9:1", &targets[..1], &endpoints),
+            Some(&targets[0])
+        );
+
+        let cause = Cause::Unanswered {
+            member: "c-0".into(),
+            server: "127.0.0.1:8011".into(),
+            calls: 16,
+            quiet: Duration::from_millis(9_500),
+        };
+        let holder = &targets[1];
+        let live = [(holder.clone(), Ok(()))];
+        let blame = attribute(&cause, &live, Some(holder));
+        assert_eq!(blame.member, "triton-1");
+        assert!(blame.record);
+        assert_eq!(
+            blame.reason,
+            "c-0 reported: 16 calls to 127.0.0.1:8011 unanswered: none of its calls ended for 9.5 s while its liveness probe answered: its inference hangs (a stuck backend or a deadlock), not the process"
+        );
+        // A holder whose probe fails is blamed for that, first.
+        let dead = [(
+            holder.clone(),
+            Err(ProbeError::TimedOut {
+                endpoint: "127.0.0.1:8010/v2/health/live".into(),
+                timeout: Duration::from_secs(1),
+            }),
+        )];
+        let blame = attribute(&cause, &dead, Some(holder));
+        assert_eq!(blame.member, "triton-1");
+        assert!(
+            blame.reason.contains("did not answer within"),
+            "{}",
+            blame.reason
+        );
+        // No holder known: the worker's member carries the finding.
+        assert_eq!(attribute(&cause, &[], None).member, "c-0");
     }
 
     #[test]
@@ -807,7 +1080,7 @@ mod tests {
             (MemberName::new("triton-1"), Ok(())),
         ];
         assert_eq!(
-            attribute(&cause, &live),
+            attribute(&cause, &live, None),
             Blame {
                 member: "c-0".into(),
                 reason: "Load: connection refused".into(),
@@ -832,7 +1105,7 @@ mod tests {
             ),
         ];
         assert_eq!(
-            attribute(&cause, &one_dead),
+            attribute(&cause, &one_dead, None),
             Blame {
                 member: "triton-1".into(),
                 reason: "h:1/v2/health/live did not answer: connection refused; c-0 reported: Load: connection refused".into(),
@@ -844,7 +1117,7 @@ mod tests {
             member: "c-0".into(),
             polls: 3,
         };
-        assert!(attribute(&stale, &live).record);
+        assert!(attribute(&stale, &live, None).record);
         // A server's own failure is not probed.
         let server = Cause::Exited(exit("triton-0", Some(1), None));
         assert!(!needs_probe(&server, &BTreeSet::from(["c-0".to_string()])));
@@ -860,7 +1133,7 @@ mod tests {
         };
         let look = Duration::from_millis(500);
         let busy = with_activity(
-            attribute(&stale, &[]),
+            attribute(&stale, &[], None),
             &stale,
             Some(Activity {
                 cpu: Duration::from_millis(40),
@@ -879,7 +1152,7 @@ mod tests {
             busy.reason
         );
         let idle = with_activity(
-            attribute(&stale, &[]),
+            attribute(&stale, &[], None),
             &stale,
             Some(Activity {
                 cpu: Duration::ZERO,
@@ -893,8 +1166,8 @@ mod tests {
         );
         // Unknown activity, or another cause: the blame as it was.
         assert_eq!(
-            with_activity(attribute(&stale, &[]), &stale, None),
-            attribute(&stale, &[])
+            with_activity(attribute(&stale, &[], None), &stale, None),
+            attribute(&stale, &[], None)
         );
         let other = Cause::ZeroQps {
             member: "c-0".into(),
@@ -905,8 +1178,8 @@ mod tests {
             over: look,
         });
         assert_eq!(
-            with_activity(attribute(&other, &[]), &other, a),
-            attribute(&other, &[])
+            with_activity(attribute(&other, &[], None), &other, a),
+            attribute(&other, &[], None)
         );
     }
 

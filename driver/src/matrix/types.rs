@@ -538,8 +538,9 @@ pub struct FailFast {
     #[schemars(range(min = 1, max = 10000))]
     pub heartbeat_timeout_polls: u32,
 
-    /// Fail when a worker reports zero completed requests for this many consecutive polls; 0
-    /// turns the rule off. A poll while one of its clients is inside a perf_analyzer run (which
+    /// Fail when a worker reports zero completed requests for this many consecutive polls, or
+    /// a server holds a worker's calls with none of them ending for as long (that server is
+    /// blamed); 0 turns the rule off. A poll while one of its clients is inside a perf_analyzer run (which
     /// counts its requests when it ends) neither counts nor clears. At most 10000.
     #[serde(default = "defaults::three")]
     #[schemars(range(max = 10000))]

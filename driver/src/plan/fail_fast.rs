@@ -12,6 +12,10 @@ pub struct Rules {
     pub startup_grace: Duration,
     /// Consecutive zero-QPS samples that fail a client; 0: never.
     pub zero_qps_polls: u32,
+    /// How long a server may hold a client's calls with none of them ending: the zero-QPS
+    /// window (`zero_qps_polls` polls) less half a poll, so that the worker's snapshots, taken
+    /// at the poll's pace, show it at the same sample as the zero-QPS count. Zero: never.
+    pub unanswered_limit: Duration,
     /// How long the store may be unreadable before the run fails for it.
     pub store_outage_limit: Duration,
     /// Consecutive failed liveness probes that fail an external server.
@@ -33,6 +37,11 @@ impl Rules {
             heartbeat_limit,
             startup_grace: Duration::from_secs(15).max(heartbeat_limit),
             zero_qps_polls,
+            unanswered_limit: if zero_qps_polls == 0 {
+                Duration::ZERO
+            } else {
+                poll.saturating_mul(zero_qps_polls).saturating_sub(poll / 2)
+            },
             store_outage_limit: Duration::from_secs(60).max(heartbeat_limit),
             server_probe_failures: SERVER_PROBE_FAILURES,
         }

@@ -103,11 +103,26 @@ impl Driver<'_> {
         }
     }
 
-    /// A rule fired: probe a failed client's servers, blame, record, fail.
-    pub(super) async fn fail(&mut self, cause: Cause) -> Verdict {
+    /// A rule fired: probe a failed client's servers, blame, record, fail. `endpoints` name
+    /// the server that held a client's calls unanswered.
+    pub(super) async fn fail(
+        &mut self,
+        cause: Cause,
+        endpoints: &BTreeMap<String, ServerEndpoint>,
+    ) -> Verdict {
+        let targets = self.plan.targets_of(cause.member());
+        let holder = match &cause {
+            Cause::Unanswered { server, .. } => failfast::server_at(server, targets, endpoints),
+            _ => None,
+        };
         let mut probes = Vec::new();
         if failfast::needs_probe(&cause, &self.plan.client_names()) {
-            for server in self.plan.targets_of(cause.member()) {
+            // Calls held unanswered: the holder's probe says whether it is up at all.
+            let probed = match holder {
+                Some(h) => std::slice::from_ref(h),
+                None => targets,
+            };
+            for server in probed {
                 let r = match self.plan.external(server) {
                     Some(e) => external::probe_live(e, PROBE_TIMEOUT).await,
                     None => self.launcher.server_live(server, PROBE_TIMEOUT).await,
@@ -132,7 +147,11 @@ impl Driver<'_> {
                     over: ACTIVITY_LOOK,
                 });
         }
-        let blame = failfast::with_activity(failfast::attribute(&cause, &probes), &cause, activity);
+        let blame = failfast::with_activity(
+            failfast::attribute(&cause, &probes, holder),
+            &cause,
+            activity,
+        );
         if blame.record {
             self.record(&blame.member, EventKind::Failure, &blame.reason)
                 .await;

@@ -259,7 +259,7 @@ impl Driver<'_> {
                     runner.finish(self.launcher).await;
                     runner.save(self.store, &plan.run_id).await;
                 }
-                let verdict = self.fail(cause).await;
+                let verdict = self.fail(cause, &endpoints).await;
                 tracing::info!("failure attributed; stopping the workers");
                 self.wind_down(sampler).await;
                 return verdict;

@@ -132,7 +132,9 @@ pub async fn drive(
                         let idx = i % prepared.len();
                         i += n;
                         let started = Instant::now();
+                        let call = env.call();
                         let r = env.client.infer_prepared(&prepared[idx], timeout).await;
+                        drop(call);
                         env.stats.request(
                             env.scenario,
                             &env.model,
@@ -164,11 +166,13 @@ pub async fn drive(
                         call: Option<super::PacerCall<SentCall>>| {
                 let idx = (i % prepared.len() as u64) as usize;
                 sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let in_flight = env.call();
                 async move {
                     let r = match call {
                         Some(call) => call.await,
                         None => env.client.infer_prepared(&prepared[idx], timeout).await,
                     };
+                    drop(in_flight);
                     // From the intended send time to the answer's arrival (its kernel
                     // receive time where the client has it, else now).
                     let latency = match &r {

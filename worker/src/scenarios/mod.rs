@@ -127,10 +127,11 @@ impl WireLog {
 }
 
 /// When a request left: the clock for its latency and the wall time for its forensics.
-#[derive(Debug, Clone, Copy)]
-pub struct Sent {
+pub struct Sent<'a> {
     at: Instant,
     wall_us: i64,
+    /// In flight until the request is counted (see [`crate::stats::Stats::call`]).
+    _call: crate::stats::CallInFlight<'a>,
 }
 
 fn wall_us() -> i64 {
@@ -449,7 +450,7 @@ pub struct TestEnv<'a> {
     pub model: String,
 }
 
-impl TestEnv<'_> {
+impl<'a> TestEnv<'a> {
     /// Sends one request, counting it and its latency.
     pub async fn infer(&self, request: &InferRequest) -> Result<InferResponse, ClientError> {
         let sent = self.sending();
@@ -459,11 +460,18 @@ impl TestEnv<'_> {
     }
 
     /// Marks a request leaving now (see [`Self::answered`]).
-    pub fn sending(&self) -> Sent {
+    pub fn sending(&self) -> Sent<'a> {
         Sent {
             at: Instant::now(),
             wall_us: wall_us(),
+            _call: self.stats.call(self.client.address()),
         }
+    }
+
+    /// A call to the test's server leaves now, in flight until the result drops (for the
+    /// requests counted by [`Stats::request`] rather than through [`Self::sending`]).
+    pub fn call(&self) -> crate::stats::CallInFlight<'a> {
+        self.stats.call(self.client.address())
     }
 
     /// Counts a request sent at `sent` (its latency when it was answered) and logs it on the

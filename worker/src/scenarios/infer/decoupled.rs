@@ -335,6 +335,7 @@ pub async fn drive(
                     while result.is_ok() && Instant::now() < end && !env.cancel.is_cancelled() {
                         let idx = i % requests.len();
                         i += n;
+                        let call = env.call();
                         if session.is_none() {
                             match env.client.decoupled_session().await {
                                 Ok(s) => session = Some(s),
@@ -346,6 +347,7 @@ pub async fn drive(
                         }
                         let s = session.as_mut().expect("opened above");
                         let outcome = s.infer(&requests[idx].request, silence).await;
+                        drop(call);
                         let from = outcome.as_ref().map_or_else(|_| Instant::now(), |o| o.sent);
                         result = finish(env, planned, checks, idx, from, outcome, tolerance);
                     }
@@ -377,10 +379,12 @@ pub async fn drive(
                     let idx = (i % requests.len() as u64) as usize;
                     let request = &requests[idx].request;
                     sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let call = env.call();
                     async move {
                         let result = match env.client.decoupled_session().await {
                             Ok(mut session) => {
                                 let outcome = session.infer(request, silence).await;
+                                drop(call);
                                 session.close().await;
                                 Ok(outcome)
                             }
