@@ -3082,6 +3082,12 @@ async fn a_server_that_holds_calls_unanswered_is_blamed_and_a_slow_one_is_not() 
             && text.contains("while its liveness probe answered: its inference hangs"),
         "{text}"
     );
+    // The server's own count says the calls reached it: they wait in its queue.
+    assert!(
+        text.contains("; its own metrics count ")
+            && text.contains(" requests pending (identity_hangs "),
+        "{text}"
+    );
 }
 
 /// A server that contradicts itself (models-faulty/sequence_forgets_start answers a sequence's

@@ -210,6 +210,41 @@ pub fn server_at<'t>(
         })
 }
 
+/// Calls held unanswered, as the holder's own /metrics count them: its requests pending per
+/// model, added to the blame when there are any (evidence from the server's side that the
+/// calls reached it). None pending says nothing either way (a server whose every instance is
+/// stuck on one call counts none pending and is no less hung), so it adds nothing.
+pub fn with_pending(
+    mut blame: Blame,
+    cause: &Cause,
+    metrics: Option<&[stress_common::triton_metrics::ModelMetrics]>,
+) -> Blame {
+    let (Cause::Unanswered { .. }, Some(models)) = (cause, metrics) else {
+        return blame;
+    };
+    let mut pending: Vec<(&str, f64)> = models
+        .iter()
+        .filter(|m| m.pending > 0.0)
+        .map(|m| (m.model.as_str(), m.pending))
+        .collect();
+    if pending.is_empty() {
+        return blame;
+    }
+    pending.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    let total: f64 = pending.iter().map(|(_, n)| n).sum();
+    let shown: Vec<String> = pending
+        .iter()
+        .take(3)
+        .map(|(model, n)| format!("{model} {n}"))
+        .collect();
+    let more = if pending.len() > 3 { ", …" } else { "" };
+    blame.reason.push_str(&format!(
+        "; its own metrics count {total} requests pending ({}{more})",
+        shown.join(", ")
+    ));
+    blame
+}
+
 /// What a client's process did while its heartbeats were missing: the CPU time it used over
 /// a short look (`over`). The driver reads the store itself, so a busy process whose
 /// heartbeats do not arrive is cut off from the store, and an idle one is hung.
@@ -978,6 +1013,46 @@ mod tests {
         );
         // No holder known: the worker's member carries the finding.
         assert_eq!(attribute(&cause, &[], None).member, "c-0");
+    }
+
+    #[test]
+    fn the_holder_s_own_pending_requests_are_evidence_when_it_counts_any() {
+        use stress_common::triton_metrics::ModelMetrics;
+        let cause = Cause::Unanswered {
+            member: "c-0".into(),
+            server: "127.0.0.1:8001".into(),
+            calls: 40,
+            quiet: Duration::from_secs(10),
+        };
+        let blame = || Blame {
+            member: "triton-0".into(),
+            reason: "held".into(),
+            record: true,
+        };
+        let model = |name: &str, pending: f64| ModelMetrics {
+            model: name.into(),
+            pending,
+            ..Default::default()
+        };
+        let models = [
+            model("idle", 0.0),
+            model("b", 2.0),
+            model("hung", 37.0),
+            model("a", 2.0),
+            model("c", 1.0),
+        ];
+        assert_eq!(
+            with_pending(blame(), &cause, Some(&models)).reason,
+            "held; its own metrics count 42 requests pending (hung 37, a 2, b 2, …)"
+        );
+        // None pending, no metrics, or another cause: nothing added.
+        assert_eq!(with_pending(blame(), &cause, Some(&models[..1])), blame());
+        assert_eq!(with_pending(blame(), &cause, None), blame());
+        let zero = Cause::ZeroQps {
+            member: "c-0".into(),
+            polls: 3,
+        };
+        assert_eq!(with_pending(blame(), &zero, Some(&models)), blame());
     }
 
     #[test]

@@ -147,11 +147,34 @@ impl Driver<'_> {
                     over: ACTIVITY_LOOK,
                 });
         }
+        // The holder's own count of what waits in it (bounded: a hung server's metrics
+        // endpoint may hang too).
+        let mut pending = None;
+        if let Some(h) = holder {
+            let text = match self.plan.external(h) {
+                Some(e) => match &e.ports.metrics {
+                    Some(address) => {
+                        tokio::time::timeout(
+                            PROBE_TIMEOUT,
+                            stress_common::tritonserver::metrics_text(address),
+                        )
+                        .await
+                    }
+                    None => Ok(None),
+                },
+                None => tokio::time::timeout(PROBE_TIMEOUT, self.launcher.server_metrics(h)).await,
+            };
+            pending = text
+                .ok()
+                .flatten()
+                .map(|t| stress_common::triton_metrics::parse(&t));
+        }
         let blame = failfast::with_activity(
             failfast::attribute(&cause, &probes, holder),
             &cause,
             activity,
         );
+        let blame = failfast::with_pending(blame, &cause, pending.as_deref());
         if blame.record {
             self.record(&blame.member, EventKind::Failure, &blame.reason)
                 .await;
