@@ -151,19 +151,11 @@ impl Driver<'_> {
         // endpoint may hang too).
         let mut pending = None;
         if let Some(h) = holder {
-            let text = match self.plan.external(h) {
-                Some(e) => match &e.ports.metrics {
-                    Some(address) => {
-                        tokio::time::timeout(
-                            PROBE_TIMEOUT,
-                            stress_common::tritonserver::metrics_text(address),
-                        )
-                        .await
-                    }
-                    None => Ok(None),
-                },
-                None => tokio::time::timeout(PROBE_TIMEOUT, self.launcher.server_metrics(h)).await,
-            };
+            let text = tokio::time::timeout(
+                PROBE_TIMEOUT,
+                super::finish::server_metrics_text(self.launcher, self.plan, h),
+            )
+            .await;
             pending = text
                 .ok()
                 .flatten()

@@ -105,6 +105,22 @@ pub(super) fn external_location(e: &crate::matrix::ExternalServer) -> String {
     )
 }
 
+/// Triton's /metrics text of a server: an external one at its metrics address (None when the
+/// matrix gives none), a launched one through its launcher.
+pub(super) async fn server_metrics_text(
+    launcher: &mut dyn Launcher,
+    plan: &RunPlan,
+    server: &str,
+) -> Option<String> {
+    match plan.external(server) {
+        Some(e) => match &e.ports.metrics {
+            Some(address) => tritonserver::metrics_text(address).await,
+            None => None,
+        },
+        None => launcher.server_metrics(server).await,
+    }
+}
+
 /// Scrapes Triton's /metrics of every server still up into the store, parsed per model, giving
 /// up on the servers that have not answered within `budget` (all together). An external server
 /// is scraped at its metrics address, when the matrix gives one.
@@ -118,15 +134,7 @@ pub(super) async fn scrape_server_metrics(
     let deadline = tokio::time::Instant::now() + budget;
     for s in &plan.server_names() {
         let external = plan.external(s);
-        let text = match external {
-            Some(e) => match &e.ports.metrics {
-                Some(address) => {
-                    tokio::time::timeout_at(deadline, tritonserver::metrics_text(address)).await
-                }
-                None => continue,
-            },
-            None => tokio::time::timeout_at(deadline, launcher.server_metrics(s)).await,
-        };
+        let text = tokio::time::timeout_at(deadline, server_metrics_text(launcher, plan, s)).await;
         if let Ok(Some(text)) = text {
             // The metrics alone: the rest of a server's diagnostics is taken only when it
             // failed (save_diagnostics), and can take seconds (a pod's logs and events).
