@@ -750,6 +750,100 @@ async fn model_image_serves_the_qa_models_on_a_tritonserver_image_without_them()
     );
 }
 
+/// Two servers, each serving one model: identity_warmup (200 MiB taken once, on its first
+/// request: the healthy twin) and identity_leaky (16 MiB a second kept, up to 400 MiB: the
+/// faulty one, from the image's /models-faulty). Only that model is loaded in each.
+const MEMORY_MATRIX: &str = r#"
+version: 1
+run:
+  name: kube-memory
+  duration: 24s
+  poll_interval: 1s
+  warmup: 2s
+  server_ready_timeout: 180s
+server_templates:
+  warm:
+    tritonserver: { image: "triton-stress/tritonserver:dev" }
+    model_repositories: [/models]
+    args: ["--log-verbose=0", "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
+           "--model-control-mode=explicit", "--load-model=identity_warmup"]
+    resources: { cpu: 500m, memory: 1Gi }
+  leaky:
+    tritonserver: { image: "triton-stress/tritonserver:dev" }
+    model_repositories: [/models-faulty]
+    args: ["--log-verbose=0", "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
+           "--model-control-mode=explicit", "--load-model=identity_leaky"]
+    resources: { cpu: 500m, memory: 1Gi }
+server_groups:
+  warm: { template: warm, instances: 1 }
+  leaky: { template: leaky, instances: 1 }
+client_templates:
+  warm-infer:
+    worker: { image: "triton-stress/worker:dev" }
+    protocol: grpc
+    models: [{ name: identity_warmup }]
+    concurrency: 1
+    resources: { cpu: 200m, memory: 256Mi }
+  leaky-infer:
+    worker: { image: "triton-stress/worker:dev" }
+    protocol: grpc
+    models: [{ name: identity_leaky }]
+    concurrency: 1
+    resources: { cpu: 200m, memory: 256Mi }
+client_groups:
+  warm-clients: { template: warm-infer, instances: 1, target: warm }
+  leaky-clients: { template: leaky-infer, instances: 1, target: leaky }
+"#;
+
+/// A server pod's memory is sampled (its container's cgroup, read through `exec` as the
+/// shipped Role allows) and judged like a local server's: the leaking model's server is a
+/// `memory kept growing` finding, the one that took its memory once is not, and its series
+/// shows that step (so the python stubs' memory is in what is read).
+#[tokio::test]
+async fn a_leaking_server_pod_is_a_memory_finding_and_a_warming_one_is_not() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-memory").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (kubeconfig, _) = driver_identity(&ns.name, dir.path()).await;
+    let matrix = dir.path().join("memory.yaml");
+    std::fs::write(&matrix, MEMORY_MATRIX).unwrap();
+    let run = env.run(&matrix, &ns.name, &[], Some(&kubeconfig));
+    assert_eq!(run.code(), Some(0), "answers are right: {}", run.describe());
+    let report = run.report();
+    let servers = report["timeline"]["servers"].as_array().expect("servers");
+    let server = |member: &str| {
+        let s = servers
+            .iter()
+            .find(|s| s["member_id"] == member)
+            .unwrap_or_else(|| panic!("no series of {member}: {report:#}"));
+        assert!(s["memory_not_judged"].is_null(), "judged: {s:#}");
+        let sampled = s["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["rss_bytes"].is_number())
+            .count();
+        assert!(sampled >= 10, "{sampled} samples with memory: {s:#}");
+        s
+    };
+    let warm = server("warm-0");
+    assert!(warm["memory_finding"].is_null(), "{warm:#}");
+    assert!(
+        warm["memory_growth_bytes"].as_f64().unwrap() > 150.0 * 1024.0 * 1024.0,
+        "the model's 200 MiB are in the container's memory: {warm:#}"
+    );
+    let leaky = server("leaky-0");
+    let finding = leaky["memory_finding"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no memory finding: {leaky:#}"));
+    assert!(finding.starts_with("memory kept growing"), "{finding}");
+    let text = run.report_txt();
+    assert!(
+        text.contains("FINDING leaky-0: memory kept growing") && !text.contains("FINDING warm-0"),
+        "{text}"
+    );
+}
+
 /// A capacity sweep on pods: `fixed_capacity` (50 ms per request per instance, about 20
 /// requests/s each) with 1 and 2 instances, its models copied from the models image to
 /// `/qa-models`, a path this machine does not have, so the original config.pbtxt can only come

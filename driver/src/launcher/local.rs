@@ -809,8 +809,11 @@ impl Launcher for LocalLauncher {
         })
     }
 
-    fn server_pid(&self, member_id: &str) -> Option<u32> {
-        self.servers.get(member_id).and_then(TritonServer::pid)
+    fn server_memory(&self, member_id: &str) -> Option<super::ServerMemory> {
+        self.servers
+            .get(member_id)
+            .and_then(TritonServer::pid)
+            .map(super::ServerMemory::ProcessTree)
     }
 
     fn locate(&self, member_id: &str) -> Option<String> {

@@ -21,6 +21,35 @@ pub use stress_common::contract::STORE_URL_ENV;
 /// A launched server's metrics port accepts a connection within this, or it is not sampled.
 pub const LOCAL_CONNECT: Duration = Duration::from_millis(250);
 
+/// Where a server's resident memory is read, for the report's memory judge.
+#[derive(Debug, Clone)]
+pub enum ServerMemory {
+    /// A local process and its descendants (tritonserver and its python backend stubs): the
+    /// sum of their resident sets, from /proc.
+    ProcessTree(u32),
+    /// A pod's server container: its cgroup's anonymous and shared memory.
+    Pod(kube::memory::PodMemory),
+}
+
+impl ServerMemory {
+    /// The resident bytes now (None: not readable now, e.g. the process or pod is gone).
+    pub async fn resident_bytes(&self) -> Option<u64> {
+        match self {
+            ServerMemory::ProcessTree(pid) => local::process_tree_rss_bytes(*pid),
+            ServerMemory::Pod(pod) => pod.resident_bytes().await,
+        }
+    }
+
+    /// Whether both read the same process or pod container.
+    pub fn same_source(&self, other: &ServerMemory) -> bool {
+        match (self, other) {
+            (ServerMemory::ProcessTree(a), ServerMemory::ProcessTree(b)) => a == b,
+            (ServerMemory::Pod(a), ServerMemory::Pod(b)) => a.same_container(b),
+            _ => false,
+        }
+    }
+}
+
 /// A member that ended, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberExit {
@@ -241,8 +270,8 @@ pub trait Launcher: Send {
         None
     }
 
-    /// A local server's process id (its memory is read from /proc); None elsewhere.
-    fn server_pid(&self, _member_id: &str) -> Option<u32> {
+    /// Where a launched server's memory is read (None: nowhere, e.g. an external server).
+    fn server_memory(&self, _member_id: &str) -> Option<ServerMemory> {
         None
     }
 

@@ -53,7 +53,7 @@ pub struct ServerSeries {
     /// judged); see `crate::judge::memory`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_finding: Option<String>,
-    /// Why the memory was not judged (too few steady-state samples), when it was not.
+    /// Why the memory was not judged (too few steady-state samples, or none), when it was not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_not_judged: Option<String>,
     /// The steady-state Theil–Sen slope of the resident memory (bytes/s; None: not judged).
@@ -196,6 +196,10 @@ fn bucket_of(since_start_ms: i64, width_ms: i64) -> i64 {
     ((since_start_ms + width_ms / 2) / width_ms).max(1)
 }
 
+/// Why a server without memory samples is not judged.
+pub const NOT_SAMPLED: &str = "its memory was not sampled: an external server, or a pod the \
+     driver could not exec in (pods/exec, `cat`; the driver's log says why)";
+
 /// Each server's series from its samples (`members`: every server's id and group, in member
 /// order; a server without samples has an empty series). A model's point is left out for an
 /// interval in which it had no request. `load`: the load phase, in seconds since the start
@@ -250,7 +254,8 @@ pub fn server_series(
                 .map(|t| t.bytes_per_s);
             let memory_not_judged = match memory {
                 Some(crate::judge::memory::Memory::NotJudged(why)) => Some(why),
-                _ => None,
+                Some(_) => None,
+                None => Some(NOT_SAMPLED.to_string()),
             };
             let mut models: BTreeMap<(String, String), Vec<ServerModelPoint>> = BTreeMap::new();
             for s in &own {
@@ -477,6 +482,7 @@ mod tests {
         assert!((m[0].queue_us - 2000.0 / 204.0).abs() < 1e-9, "{:?}", m[0]);
         assert_eq!(m[0].avg_batch, Some(2.0));
         assert!(series[1].points.is_empty() && series[1].memory_growth_bytes.is_none());
+        assert_eq!(series[1].memory_not_judged.as_deref(), Some(NOT_SAMPLED));
         assert_eq!(s.memory_finding, None);
         assert!(
             s.memory_not_judged

@@ -98,7 +98,7 @@ impl Driver<'_> {
             .map(|ep| crate::run::sampler::SampledServer {
                 member: ep.member.clone().into(),
                 metrics: ep.metrics.clone(),
-                pid: self.launcher.server_pid(&ep.member),
+                memory: self.launcher.server_memory(&ep.member),
                 launched: self.plan.external(&ep.member).is_none(),
             })
             .collect();
@@ -203,7 +203,7 @@ impl Driver<'_> {
                         // A server started again after a kill or restart is a new process.
                         for member in sampler.members() {
                             sampler
-                                .track_pid(member, self.launcher.server_pid(member))
+                                .track_memory(member, self.launcher.server_memory(member))
                                 .await;
                         }
                     }

@@ -1,6 +1,7 @@
 //! The servers over time: every server's Triton `/metrics` scraped once per series interval
 //! (`stress_common::interval::series_interval`) into the store's `server_samples`, as counter
-//! deltas per model plus gauges and the server's process memory.
+//! deltas per model plus gauges and the server's memory (a local process tree's RSS, a pod's
+//! cgroup memory: [`ServerMemory`]).
 //!
 //! It runs beside the poll loop (a scrape of a hung server must not delay fail-fast). The first
 //! scrape, taken before the workers start, is the baseline the first delta starts from (saved
@@ -14,6 +15,8 @@ use std::time::Duration;
 use stress_common::contract::RunId;
 use stress_common::store::{Store, within};
 use stress_common::triton_metrics::{self, ModelMetrics, ServerSample};
+
+use crate::launcher::ServerMemory;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -22,12 +25,12 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 /// A sample's write: a store that does not answer loses this sample, not the run's end.
 const STORE_WRITE_LIMIT: Duration = Duration::from_secs(3);
 
-/// A server to sample: its metrics address and, for a local process, its pid (memory).
+/// A server to sample: its metrics address and where its memory is read.
 #[derive(Debug, Clone)]
 pub struct SampledServer {
     pub member: stress_common::contract::MemberName,
     pub metrics: String,
-    pub pid: Option<u32>,
+    pub memory: Option<ServerMemory>,
     /// Launched by this run (on this machine or the cluster), not an external server: a
     /// quick connect tells first whether it is there at all (see [`LOCAL_CONNECT`](crate::launcher::LOCAL_CONNECT)).
     pub launched: bool,
@@ -41,9 +44,9 @@ const BASELINE_RETRY_PAUSE: Duration = Duration::from_millis(200);
 struct State {
     /// Per server: the cumulative counters and time of its last scrape.
     last: BTreeMap<String, (i64, Vec<ModelMetrics>)>,
-    /// Per local server: the pid whose memory is read (a server started again after an
-    /// injected fault has a new one).
-    pids: BTreeMap<String, u32>,
+    /// Per server: where its memory is read (a local server started again after an injected
+    /// fault is a new process).
+    memory: BTreeMap<String, ServerMemory>,
 }
 
 pub struct ServerSampler {
@@ -63,16 +66,16 @@ impl ServerSampler {
         servers: Vec<SampledServer>,
         interval: Duration,
     ) -> Self {
-        let pids = servers
+        let memory = servers
             .iter()
-            .filter_map(|s| Some((s.member.to_string(), s.pid?)))
+            .filter_map(|s| Some((s.member.to_string(), s.memory.clone()?)))
             .collect();
         let mut sampler = Self {
             store,
             run_id,
             servers,
             state: Arc::new(Mutex::new(State {
-                pids,
+                memory,
                 ..State::default()
             })),
             stop: CancellationToken::new(),
@@ -126,14 +129,24 @@ impl ServerSampler {
         self.servers.iter().map(|s| s.member.as_str())
     }
 
-    /// The pid whose memory is read for `member` from now on (None: none is read): a server
-    /// started again after an injected fault is a new process.
-    pub async fn track_pid(&self, member: &str, pid: Option<u32>) {
+    /// Where `member`'s memory is read from now on (None: nowhere): a local server started
+    /// again after an injected fault is a new process.
+    pub async fn track_memory(&self, member: &str, memory: Option<ServerMemory>) {
         let mut state = self.state.lock().await;
-        match pid {
-            Some(pid) => state.pids.insert(member.to_string(), pid),
-            None => state.pids.remove(member),
-        };
+        match memory {
+            // The same source keeps its reader (and whether it already warned).
+            Some(memory)
+                if state
+                    .memory
+                    .get(member)
+                    .is_some_and(|m| m.same_source(&memory)) => {}
+            Some(memory) => {
+                state.memory.insert(member.to_string(), memory);
+            }
+            None => {
+                state.memory.remove(member);
+            }
+        }
     }
 
     async fn sample(&self) {
@@ -160,30 +173,40 @@ impl Drop for ServerSampler {
 /// One sample of every server, scraped concurrently; a server that does not answer is left out
 /// of this sample (its next delta covers the gap).
 async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state: &Mutex<State>) {
-    let scrapes = futures::future::join_all(servers.iter().map(|s| async move {
-        if s.launched
-            && !stress_common::http::reachable(&s.metrics, crate::launcher::LOCAL_CONNECT).await
-        {
-            return (s, stress_common::now_ms(), None);
+    let memory = state.lock().await.memory.clone();
+    let scrapes = futures::future::join_all(servers.iter().map(|s| {
+        let memory = memory.get(s.member.as_str());
+        async move {
+            if s.launched
+                && !stress_common::http::reachable(&s.metrics, crate::launcher::LOCAL_CONNECT).await
+            {
+                return (s, stress_common::now_ms(), None, None);
+            }
+            let url = format!("http://{}/metrics", s.metrics);
+            // A pod's memory is an API round trip: read beside the scrape, within its limit.
+            let read_memory = async {
+                let memory = memory?;
+                tokio::time::timeout(SCRAPE_TIMEOUT, memory.resident_bytes())
+                    .await
+                    .ok()
+                    .flatten()
+            };
+            let (text, rss_bytes) =
+                tokio::join!(stress_common::http::get(&url, SCRAPE_TIMEOUT), read_memory);
+            let text = text.ok().filter(|r| r.is_ok()).map(|r| r.body);
+            (
+                s,
+                stress_common::now_ms(),
+                text,
+                rss_bytes.map(|b| b as f64),
+            )
         }
-        let url = format!("http://{}/metrics", s.metrics);
-        let text = stress_common::http::get(&url, SCRAPE_TIMEOUT)
-            .await
-            .ok()
-            .filter(|r| r.is_ok())
-            .map(|r| r.body);
-        (s, stress_common::now_ms(), text)
     }))
     .await;
     let mut state = state.lock().await;
-    for (server, at_ms, text) in scrapes {
+    for (server, at_ms, text, rss_bytes) in scrapes {
         let Some(text) = text else { continue };
         let models = triton_metrics::parse(&text);
-        let rss_bytes = state
-            .pids
-            .get(server.member.as_str())
-            .and_then(|pid| crate::launcher::local::process_tree_rss_bytes(*pid))
-            .map(|b| b as f64);
         // The first scrape is the baseline the deltas start from: recorded with its memory
         // and gauges only (no interval, no counts), so growth counts from before the load.
         let Some((before_ms, before)) = state.last.get(server.member.as_str()) else {

@@ -19,6 +19,7 @@ pub mod chaos_mesh;
 mod cleanup;
 mod config_reader;
 mod inspect;
+pub mod memory;
 pub mod restricted;
 mod setup;
 mod spec;
@@ -181,6 +182,8 @@ fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
 ///   deleted and created again for an injected fault keeps its address: applied (create,
 ///   patch), deleted by the run label (list, delete);
 /// - pods/log: a failed member's log tail, and the config reader's output (get);
+/// - pods/exec: a server pod's memory over the run (`cat` of its cgroup's memory.stat; get for
+///   a WebSocket exec, create where the API server checks that);
 /// - events: why a pod did not start (list, by the pod's name);
 /// - configmaps, secrets: the run's owner ConfigMap and store Secret, applied (create, patch)
 ///   and deleted by name (delete): no get or list, so the driver reads no other Secret.
@@ -190,6 +193,7 @@ pub const API_ACCESS: &[(&str, &[&str])] = &[
         &["create", "delete", "get", "list", "patch", "watch"],
     ),
     ("pods/log", &["get"]),
+    ("pods/exec", &["create", "get"]),
     ("services", &["create", "delete", "list", "patch"]),
     ("events", &["list"]),
     ("configmaps", &["create", "delete", "patch"]),
@@ -867,6 +871,15 @@ impl Launcher for KubeLauncher {
         self.members
             .get(member_id)
             .map(|m| format!("pod {}/{}", self.ns(), m.pod))
+    }
+
+    fn server_memory(&self, member_id: &str) -> Option<super::ServerMemory> {
+        let m = self.members.get(member_id).filter(|m| m.role == "server")?;
+        Some(super::ServerMemory::Pod(memory::PodMemory::new(
+            self.pods.clone(),
+            &m.pod,
+            m.container,
+        )))
     }
 }
 

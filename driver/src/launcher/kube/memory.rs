@@ -1,0 +1,182 @@
+//! A server pod's memory, for the report's memory judge: the kernel's own accounting of the
+//! Triton container's cgroup, read by `exec` (`cat`, no shell) in the container.
+//!
+//! What counts is anonymous plus shared memory (`anon` + `shmem` in cgroup v2's memory.stat,
+//! `total_rss` + `total_shmem` in v1's): the heap of tritonserver and its python backend stubs
+//! and their /dev/shm regions, where a model's leak shows; not the page cache, which grows
+//! with every file read and is given back under pressure. This is the container's resident
+//! memory, the pod counterpart of a local server's process-tree RSS.
+//!
+//! `exec` needs `pods/exec` (create) in the run's namespace, where the driver already creates
+//! pods that run any command, so it grants nothing new. Without it the samples carry no
+//! memory and the report says memory was not sampled.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, AttachParams};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::io::AsyncReadExt;
+
+/// What `exec` runs: the exec'd process's own cgroup (so a v2 container that sees the host's
+/// hierarchy is told apart) and both hierarchies' memory.stat (one of them exists).
+const READ_COMMAND: [&str; 4] = [
+    "cat",
+    "/proc/self/cgroup",
+    "/sys/fs/cgroup/memory.stat",
+    "/sys/fs/cgroup/memory/memory.stat",
+];
+/// Output beyond this is not memory.stat (it has ~40 short lines).
+const READ_LIMIT: u64 = 64 * 1024;
+
+/// Reads one pod container's memory (cheap to clone: the sampler keeps one per server).
+#[derive(Clone)]
+pub struct PodMemory(Arc<Target>);
+
+struct Target {
+    pods: Api<Pod>,
+    pod: String,
+    container: String,
+    /// A failed read is logged once per server, not at every sample.
+    warned: AtomicBool,
+}
+
+impl std::fmt::Debug for PodMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pod {} container {}", self.0.pod, self.0.container)
+    }
+}
+
+impl PodMemory {
+    pub fn new(pods: Api<Pod>, pod: &str, container: &str) -> Self {
+        Self(Arc::new(Target {
+            pods,
+            pod: pod.to_string(),
+            container: container.to_string(),
+            warned: AtomicBool::new(false),
+        }))
+    }
+
+    pub fn same_container(&self, other: &PodMemory) -> bool {
+        (&self.0.pod, &self.0.container) == (&other.0.pod, &other.0.container)
+    }
+
+    /// The container's anonymous and shared memory in bytes (None: not read now; the first
+    /// failure is logged with its reason).
+    pub async fn resident_bytes(&self) -> Option<u64> {
+        match self.read().await {
+            Ok(bytes) => Some(bytes),
+            Err(why) => {
+                if !self.0.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "the memory of pod {} (container {}) is not sampled: {why}",
+                        self.0.pod,
+                        self.0.container
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    async fn read(&self) -> Result<u64, String> {
+        let params = AttachParams::default()
+            .container(self.0.container.clone())
+            .stdin(false)
+            .stdout(true)
+            .stderr(false);
+        let mut process = self
+            .0
+            .pods
+            .exec(&self.0.pod, READ_COMMAND, &params)
+            .await
+            .map_err(|e| format!("exec failed: {e}"))?;
+        let mut text = String::new();
+        if let Some(stdout) = process.stdout() {
+            stdout
+                .take(READ_LIMIT)
+                .read_to_string(&mut text)
+                .await
+                .map_err(|e| format!("reading its output: {e}"))?;
+        }
+        // `cat` fails on the hierarchy that is not there; its output is what counts.
+        let _ = process.join().await;
+        container_memory(&text)
+    }
+}
+
+/// The container's anonymous plus shared memory from `cat /proc/self/cgroup` followed by its
+/// memory.stat (v2 or v1); an error says why it cannot be told.
+pub fn container_memory(output: &str) -> Result<u64, String> {
+    let mut own_v2_path = None;
+    let mut stat = std::collections::BTreeMap::new();
+    for line in output.lines() {
+        // /proc/self/cgroup lines are `id:controllers:path`; memory.stat lines `key value`.
+        if let Some(path) = line.strip_prefix("0::") {
+            own_v2_path = Some(path.trim());
+        } else if !line.contains(':')
+            && let Some((key, value)) = line.split_once(' ')
+            && let Ok(value) = value.trim().parse::<u64>()
+        {
+            stat.insert(key, value);
+        }
+    }
+    if let (Some(anon), Some(shmem)) = (stat.get("anon"), stat.get("shmem")) {
+        // cgroup v2: /sys/fs/cgroup is the container's own only in a cgroup namespace of its
+        // own, where the process sees itself at the root.
+        return match own_v2_path {
+            Some("/") | None => Ok(anon + shmem),
+            Some(path) => Err(format!(
+                "the container sees the host's cgroup hierarchy (it is at {path}), so \
+                 /sys/fs/cgroup/memory.stat is not its own"
+            )),
+        };
+    }
+    match (
+        stat.get("total_rss").or(stat.get("rss")),
+        stat.get("total_shmem").or(stat.get("shmem")),
+    ) {
+        (Some(rss), Some(shmem)) => Ok(rss + shmem),
+        _ => Err(format!(
+            "no memory.stat with anon/shmem (cgroup v2) or rss/shmem (v1) in the container: {:?}",
+            output.chars().take(200).collect::<String>()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::container_memory;
+
+    /// Real output, cut short: a containerd container on cgroup v2 with its own namespace.
+    const V2: &str = "0::/\nanon 104857600\nfile 52428800\nkernel 1048576\nshmem 2097152\n\
+                      file_mapped 4096\nanon_thp 0\ninactive_anon 0\n";
+    /// A cgroup v1 container (hybrid host): no cgroup namespace, so its paths are the host's,
+    /// and /sys/fs/cgroup/memory is its own cgroup all the same.
+    const V1: &str = "12:memory:/kubepods/burstable/pod1/abc\n0::/kubepods/burstable/pod1/abc\n\
+                      cache 8192\nrss 73400320\nrss_huge 0\nshmem 1048576\nmapped_file 0\n\
+                      total_cache 8192\ntotal_rss 73400320\ntotal_shmem 1048576\n";
+
+    #[test]
+    fn anonymous_and_shared_memory_count_and_the_page_cache_does_not() {
+        assert_eq!(container_memory(V2), Ok(104857600 + 2097152));
+        assert_eq!(container_memory(V1), Ok(73400320 + 1048576));
+        // v1's total_ figures include child cgroups: preferred where both are there.
+        let nested = V1.replace("total_rss 73400320", "total_rss 80000000");
+        assert_eq!(container_memory(&nested), Ok(80000000 + 1048576));
+    }
+
+    #[test]
+    fn a_v2_container_that_sees_the_hosts_hierarchy_is_not_read() {
+        let host_view = V2.replace("0::/\n", "0::/kubepods.slice/pod1/abc\n");
+        let err = container_memory(&host_view).unwrap_err();
+        assert!(err.contains("host's cgroup hierarchy"), "{err}");
+    }
+
+    #[test]
+    fn output_without_memory_stat_is_an_error_that_shows_it() {
+        let err =
+            container_memory("0::/\ncat: /sys/fs/cgroup/memory.stat: No such file\n").unwrap_err();
+        assert!(err.contains("no memory.stat"), "{err}");
+        assert!(container_memory("").is_err());
+    }
+}
