@@ -847,7 +847,9 @@ async fn a_leaking_server_pod_is_a_memory_finding_and_a_warming_one_is_not() {
 /// A capacity sweep on pods: `fixed_capacity` (50 ms per request per instance, about 20
 /// requests/s each) with 1 and 2 instances, its models copied from the models image to
 /// `/qa-models`, a path this machine does not have, so the original config.pbtxt can only come
-/// from the reader pod. Only that model is loaded, to keep each variant's start short.
+/// from the reader pod. Only that model is loaded, to keep each variant's start short. Both
+/// variants run at once (`parallel: 2`), each with its own pods; the model sleeps, so half a
+/// core per server does not confound its capacity.
 const SWEEP_MATRIX: &str = r#"
 version: 1
 run:
@@ -864,7 +866,7 @@ server_templates:
     model_repositories: [/qa-models]
     args: ["--log-verbose=0", "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
            "--model-control-mode=explicit", "--load-model=fixed_capacity"]
-    resources: { cpu: "1", memory: 2Gi }
+    resources: { cpu: 500m, memory: 1Gi }
 server_groups:
   triton: { template: cpu, instances: 1 }
 client_templates:
@@ -872,7 +874,7 @@ client_templates:
     worker: { image: "triton-stress/worker:dev" }
     protocol: grpc
     models: [{ name: fixed_capacity }]
-    resources: { cpu: 250m, memory: 512Mi }
+    resources: { cpu: 200m, memory: 512Mi }
 client_groups:
   grpc-clients: { template: grpc-infer, instances: 1, target: triton }
 capacity:
@@ -891,6 +893,7 @@ sweep:
   parameters:
     models.fixed_capacity.instance_group[0].count: [1, 2]
   confirm_best: false
+  parallel: 2
 "#;
 
 /// A sweep on Kubernetes: the original config.pbtxt is read in a pod like the server's (the
@@ -925,6 +928,20 @@ async fn sweep_on_pods_mounts_each_variants_config_and_ranks_them() {
     };
     let (one, two) = (qps_of(1), qps_of(2));
     eprintln!("max QPS: 1 instance {one:.1}, 2 instances {two:.1}");
+    // Side by side: each variant's run started before the other's ended.
+    let store = stress_common::store::Store::connect(env.pg.url())
+        .await
+        .unwrap();
+    let mut spans = Vec::new();
+    for v in variants {
+        let id = RunId::from(v["run_id"].as_str().unwrap());
+        let row = store.run(&id).await.unwrap().expect("the variant's run");
+        spans.push((row.started_at_ms, row.finished_at_ms.expect("finished")));
+    }
+    assert!(
+        spans[0].0 < spans[1].1 && spans[1].0 < spans[0].1,
+        "the variants ran one after the other: {spans:?}"
+    );
     assert!(two > one, "{sweep:#}");
     let best = &sweep["best"];
     assert_eq!(count(best), serde_json::json!(2), "{sweep:#}");
