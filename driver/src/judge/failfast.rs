@@ -9,8 +9,9 @@
 //!    driver did not launch, so it cannot see it end) failed its liveness probe at
 //!    `server_probe_failures` consecutive polls;
 //! 2. a member recorded a FAILURE event;
-//! 3. a client's heartbeat is older than the limit (or none arrived within the start-up grace,
-//!    counted from when its process or pod actually runs);
+//! 3. a client sent no new heartbeat for longer than the limit, by the driver's clock from
+//!    when it read the last new one (or none arrived within the start-up grace, counted from
+//!    when its process or pod actually runs);
 //! 4. a server held a client's calls and ended none of them for the zero-QPS window (the
 //!    server is blamed: it took the calls, so the worker did send), then a client reported QPS 0
 //!    for `zero_qps_polls` consecutive samples (0 turns both off);
@@ -46,7 +47,8 @@ pub enum Cause {
     /// A failed test the driver judged to fail the run (rule 2: not excused by a known issue,
     /// an injected fault or its scenario), or a known issue beyond its rate.
     FailedTest { member: String, reason: String },
-    /// No heartbeat for longer than the limit (rule 3); `last_ms` None: none since launch.
+    /// No new heartbeat for longer than the limit (rule 3); `last_ms`: when the driver saw
+    /// the last new one, by its own clock (None: none since launch).
     StaleHeartbeat {
         member: String,
         last_ms: Option<i64>,
@@ -322,6 +324,10 @@ struct ClientWatch {
     zeros: u32,
     /// No zero-QPS count up to here: an injected fault's window on a server it talks to.
     excused_until_ms: i64,
+    /// Its latest heartbeat (the worker's clock) and when this driver first read it (its
+    /// own clock). Freshness counts from the second: a worker's clock set apart from the
+    /// driver's (another node) neither makes it stale nor hides a hung one.
+    heartbeat: Option<(i64, i64)>,
 }
 
 /// The rules' memory across polls.
@@ -358,6 +364,7 @@ impl FailFast {
                 last_qps_at_ms: 0,
                 zeros: 0,
                 excused_until_ms: 0,
+                heartbeat: None,
             },
         );
     }
@@ -469,11 +476,16 @@ impl FailFast {
         if let Some(beats) = heartbeats {
             let beats: BTreeMap<String, i64> = beats.into_iter().collect();
             let counted_from = self.store_back_at_ms.unwrap_or(i64::MIN);
-            for (member, w) in &self.clients {
+            for (member, w) in &mut self.clients {
                 let fired = match beats.get(member) {
                     Some(&at) => {
-                        let last = at.max(counted_from);
-                        (now - last > millis(self.rules.heartbeat_limit)).then_some(Some(at))
+                        let seen = match w.heartbeat {
+                            Some((before, seen)) if before == at => seen,
+                            _ => now,
+                        };
+                        w.heartbeat = Some((at, seen));
+                        let last = seen.max(counted_from);
+                        (now - last > millis(self.rules.heartbeat_limit)).then_some(Some(seen))
                     }
                     None => {
                         let from = w.grace_from_ms.max(counted_from);
@@ -783,6 +795,31 @@ mod tests {
         }
         let cause = ff.observe(poll).unwrap();
         assert_eq!(cause.member(), "c-0");
+        assert_eq!(cause.reason(), "no heartbeat for 3.0 s (limit 3s)");
+    }
+
+    /// Heartbeats carry the worker's clock, which on another node may be set apart from the
+    /// driver's: freshness counts from when the driver read each new one, so a worker 10 s
+    /// behind that keeps beating is never stale, and one 60 s ahead that stops is stale after
+    /// the limit all the same.
+    #[test]
+    fn a_worker_clock_set_apart_from_the_drivers_changes_nothing() {
+        let mut ff = machine(&["behind", "ahead"]);
+        let poll = |now: i64, ahead_stopped_at: i64| {
+            let mut poll = healthy(now, &["behind", "ahead"], 10.0);
+            poll.heartbeats = Some(Ok(vec![
+                ("ahead".into(), now.min(ahead_stopped_at) + 60_000),
+                ("behind".into(), now - 10_000),
+            ]));
+            poll
+        };
+        for s in 0..=8 {
+            assert_eq!(ff.observe(poll(T0 + s * 1000, T0 + 5000)), None, "at {s} s");
+        }
+        // 3 s after the driver read "ahead"'s last beat (at T0 + 5 s), and 0.001 more.
+        let cause = ff.observe(poll(T0 + 8001, T0 + 5000));
+        let cause = cause.unwrap_or_else(|| panic!("a stopped worker ahead of the driver"));
+        assert_eq!(cause.member(), "ahead");
         assert_eq!(cause.reason(), "no heartbeat for 3.0 s (limit 3s)");
     }
 
