@@ -151,8 +151,12 @@ pub fn gauges(text: &str) -> ServerGauges {
 pub struct ServerSample {
     pub at_ms: i64,
     pub interval_ms: i64,
-    /// The server process and its children (python backend stubs), bytes.
+    /// The server's resident memory, bytes: a local process and its children (python backend
+    /// stubs), or a pod container's cgroup (anonymous and shared memory).
     pub rss_bytes: Option<f64>,
+    /// The memory limit the server runs under (a pod container's cgroup), bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<f64>,
     pub gauges: ServerGauges,
     pub models: Vec<ModelMetrics>,
 }

@@ -503,6 +503,7 @@ async fn story(url: &str, fresh: bool) {
         at_ms: t0 + 2000,
         interval_ms: 1000,
         rss_bytes: Some(123.0e6),
+        memory_limit_bytes: Some(2.0 * 1024.0 * 1024.0 * 1024.0),
         gauges: ServerGauges {
             cpu_utilization: Some(0.5),
             ..Default::default()

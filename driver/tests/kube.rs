@@ -837,6 +837,17 @@ async fn a_leaking_server_pod_is_a_memory_finding_and_a_warming_one_is_not() {
         .as_str()
         .unwrap_or_else(|| panic!("no memory finding: {leaky:#}"));
     assert!(finding.starts_with("memory kept growing"), "{finding}");
+    // Its container's limit (1Gi) is read with its memory: the finding says when it gets there.
+    assert!(
+        finding.contains("reaches its memory limit (1.0 GiB, now at ")
+            && finding.ends_with("where the kernel kills it (OOM)"),
+        "{finding}"
+    );
+    assert_eq!(
+        leaky["memory_limit_bytes"],
+        1024.0 * 1024.0 * 1024.0,
+        "{leaky:#}"
+    );
     let text = run.report_txt();
     assert!(
         text.contains("FINDING leaky-0: memory kept growing") && !text.contains("FINDING warm-0"),

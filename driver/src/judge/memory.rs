@@ -74,6 +74,29 @@ impl Memory {
     }
 }
 
+/// Where a growing memory leads under a limit (a pod container's cgroup): how long until the
+/// steady-state slope takes `last_bytes`, the latest reading, to `limit_bytes`, where the kernel
+/// kills the server (OOM). In words, for the finding.
+pub fn limit_horizon(trend: &Trend, last_bytes: f64, limit_bytes: f64) -> String {
+    let limit = format!(
+        "its memory limit ({:.1} GiB, now at {:.0}%)",
+        limit_bytes / (1024.0 * MIB),
+        100.0 * last_bytes / limit_bytes
+    );
+    if last_bytes >= limit_bytes || trend.bytes_per_s <= 0.0 {
+        return format!("it is at {limit}");
+    }
+    let seconds = (limit_bytes - last_bytes) / trend.bytes_per_s;
+    let when = if seconds < 120.0 {
+        format!("{seconds:.0} s")
+    } else if seconds < 2.0 * 3600.0 {
+        format!("{:.0} min", seconds / 60.0)
+    } else {
+        format!("{:.1} h", seconds / 3600.0)
+    };
+    format!("at this rate it reaches {limit} in about {when}, where the kernel kills it (OOM)")
+}
+
 /// Judges `points` (seconds since the run started, resident bytes), sorted by time, over the
 /// load phase `load` (seconds since the start; None: every sample is in it).
 pub fn judge(points: &[(f64, f64)], load: Option<(f64, f64)>) -> Memory {
@@ -181,6 +204,31 @@ mod tests {
             panic!("{m:?}")
         };
         assert!(t.halves_bytes_per_s.0.abs() < 0.5 * MIB, "{t:?}");
+    }
+
+    #[test]
+    fn a_leak_under_a_limit_says_when_it_reaches_it() {
+        let trend = |bytes_per_s: f64| Trend {
+            from_s: 0.0,
+            to_s: 60.0,
+            samples: 60,
+            bytes_per_s,
+            halves_bytes_per_s: (bytes_per_s, bytes_per_s),
+            growth_bytes: bytes_per_s * 60.0,
+            level_bytes: 100.0 * MIB,
+        };
+        let gib = 1024.0 * MIB;
+        assert_eq!(
+            limit_horizon(&trend(8.0 * MIB), 512.0 * MIB, gib),
+            "at this rate it reaches its memory limit (1.0 GiB, now at 50%) in about 64 s, \
+             where the kernel kills it (OOM)"
+        );
+        assert!(limit_horizon(&trend(1.0 * MIB), 512.0 * MIB, gib).contains("in about 9 min"));
+        assert!(limit_horizon(&trend(0.01 * MIB), 512.0 * MIB, gib).contains("in about 14.2 h"));
+        assert_eq!(
+            limit_horizon(&trend(MIB), gib, gib),
+            "it is at its memory limit (1.0 GiB, now at 100%)"
+        );
     }
 
     #[test]

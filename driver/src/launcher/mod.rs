@@ -31,12 +31,28 @@ pub enum ServerMemory {
     Pod(kube::memory::PodMemory),
 }
 
+/// One reading of a server's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryReading {
+    pub resident_bytes: u64,
+    /// The limit it runs under (a pod container's cgroup); None: none, or not known.
+    pub limit_bytes: Option<u64>,
+}
+
 impl ServerMemory {
-    /// The resident bytes now (None: not readable now, e.g. the process or pod is gone).
-    pub async fn resident_bytes(&self) -> Option<u64> {
+    /// Its memory now (None: not readable now, e.g. the process or pod is gone).
+    pub async fn read(&self) -> Option<MemoryReading> {
         match self {
-            ServerMemory::ProcessTree(pid) => local::process_tree_rss_bytes(*pid),
-            ServerMemory::Pod(pod) => pod.resident_bytes().await,
+            ServerMemory::ProcessTree(pid) => {
+                local::process_tree_rss_bytes(*pid).map(|resident_bytes| MemoryReading {
+                    resident_bytes,
+                    limit_bytes: None,
+                })
+            }
+            ServerMemory::Pod(pod) => pod.memory().await.map(|m| MemoryReading {
+                resident_bytes: m.resident,
+                limit_bytes: m.limit,
+            }),
         }
     }
 

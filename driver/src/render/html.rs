@@ -2427,6 +2427,7 @@ mod tests {
                 memory_growth_bytes: None,
                 memory_finding: None,
                 memory_not_judged: None,
+                memory_limit_bytes: None,
                 models: vec![ServerModelSeries {
                     model: "add_sub".into(),
                     version: "1".into(),

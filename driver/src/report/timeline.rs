@@ -56,6 +56,10 @@ pub struct ServerSeries {
     /// Why the memory was not judged (too few steady-state samples, or none), when it was not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_not_judged: Option<String>,
+    /// The memory limit it ran under at its last reading (a pod container's cgroup; None:
+    /// none or not known). A memory finding says when its growth would reach it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<f64>,
     /// The steady-state Theil–Sen slope of the resident memory (bytes/s; None: not judged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_slope_bytes_per_s: Option<f64>,
@@ -247,7 +251,17 @@ pub fn server_series(
                 _ => load,
             };
             let memory = (!rss.is_empty()).then(|| crate::judge::memory::judge(&rss, load));
-            let memory_finding = memory.as_ref().and_then(|m| m.finding());
+            let memory_limit_bytes = own.iter().rev().find_map(|s| s.memory_limit_bytes);
+            let memory_finding = memory.as_ref().and_then(|m| {
+                let finding = m.finding()?;
+                let horizon = match (m.trend(), rss.last(), memory_limit_bytes) {
+                    (Some(trend), Some(&(_, last)), Some(limit)) => {
+                        crate::judge::memory::limit_horizon(trend, last, limit)
+                    }
+                    _ => return Some(finding),
+                };
+                Some(format!("{finding}; {horizon}"))
+            });
             let memory_slope_bytes_per_s = memory
                 .as_ref()
                 .and_then(|m| m.trend())
@@ -294,6 +308,7 @@ pub fn server_series(
                 memory_growth_bytes,
                 memory_finding,
                 memory_not_judged,
+                memory_limit_bytes,
                 memory_slope_bytes_per_s,
                 models: models
                     .into_iter()
@@ -440,6 +455,7 @@ mod tests {
             at_ms,
             interval_ms: 2000,
             rss_bytes: Some(rss),
+            memory_limit_bytes: None,
             gauges: ServerGauges::default(),
             models: vec![ModelMetrics {
                 model: "m".into(),
@@ -531,6 +547,27 @@ mod tests {
         );
         let slope = after.memory_slope_bytes_per_s.unwrap();
         assert!((slope / MIB - 1.0).abs() < 0.01, "{slope}");
+        // Under a 1 GiB limit (a pod's cgroup), 250 MiB at the end and 1 MiB/s: the finding
+        // says when it gets there.
+        let limited: Vec<(String, ServerSample)> = samples
+            .iter()
+            .map(|(m, s)| {
+                let mut s = s.clone();
+                s.memory_limit_bytes = Some(1024.0 * MIB);
+                (m.clone(), s)
+            })
+            .collect();
+        let under_limit = &server_series(0, &members, &limited, load, &restarted)[0];
+        let finding = under_limit.memory_finding.as_deref().unwrap();
+        assert!(
+            finding.contains("kept growing")
+                && finding.ends_with(
+                    "at this rate it reaches its memory limit (1.0 GiB, now at 24%) in about \
+                     13 min, where the kernel kills it (OOM)"
+                ),
+            "{finding}"
+        );
+        assert_eq!(under_limit.memory_limit_bytes, Some(1024.0 * MIB));
         // No samples after the start: not judged, rather than judged on the old process.
         let early: Vec<(String, ServerSample)> = samples[..20].to_vec();
         let restarted = BTreeMap::from([("s-0".to_string(), 95_000)]);

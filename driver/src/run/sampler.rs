@@ -186,26 +186,23 @@ async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state:
             // A pod's memory is an API round trip: read beside the scrape, within its limit.
             let read_memory = async {
                 let memory = memory?;
-                tokio::time::timeout(SCRAPE_TIMEOUT, memory.resident_bytes())
+                tokio::time::timeout(SCRAPE_TIMEOUT, memory.read())
                     .await
                     .ok()
                     .flatten()
             };
-            let (text, rss_bytes) =
+            let (text, memory) =
                 tokio::join!(stress_common::http::get(&url, SCRAPE_TIMEOUT), read_memory);
             let text = text.ok().filter(|r| r.is_ok()).map(|r| r.body);
-            (
-                s,
-                stress_common::now_ms(),
-                text,
-                rss_bytes.map(|b| b as f64),
-            )
+            (s, stress_common::now_ms(), text, memory)
         }
     }))
     .await;
     let mut state = state.lock().await;
-    for (server, at_ms, text, rss_bytes) in scrapes {
+    for (server, at_ms, text, memory) in scrapes {
         let Some(text) = text else { continue };
+        let rss_bytes = memory.map(|m| m.resident_bytes as f64);
+        let memory_limit_bytes = memory.and_then(|m| m.limit_bytes).map(|b| b as f64);
         let models = triton_metrics::parse(&text);
         // The first scrape is the baseline the deltas start from: recorded with its memory
         // and gauges only (no interval, no counts), so growth counts from before the load.
@@ -214,6 +211,7 @@ async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state:
                 at_ms,
                 interval_ms: 0,
                 rss_bytes,
+                memory_limit_bytes,
                 gauges: triton_metrics::gauges(&text),
                 models: Vec::new(),
             };
@@ -234,6 +232,7 @@ async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state:
             at_ms,
             interval_ms: at_ms - before_ms,
             rss_bytes,
+            memory_limit_bytes,
             gauges: triton_metrics::gauges(&text),
             models: triton_metrics::delta(before, &models),
         };

@@ -7,6 +7,9 @@
 //! with every file read and is given back under pressure. This is the container's resident
 //! memory, the pod counterpart of a local server's process-tree RSS.
 //!
+//! The container's memory limit comes with it (v2's memory.max, v1's memory.limit_in_bytes):
+//! where a leak leads, an OOM kill at that limit.
+//!
 //! `exec` needs `pods/exec` (create) in the run's namespace, where the driver already creates
 //! pods that run any command, so it grants nothing new. Without it the samples carry no
 //! memory and the report says memory was not sampled.
@@ -18,13 +21,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::io::AsyncReadExt;
 
 /// What `exec` runs: the exec'd process's own cgroup (so a v2 container that sees the host's
-/// hierarchy is told apart) and both hierarchies' memory.stat (one of them exists).
-const READ_COMMAND: [&str; 4] = [
+/// hierarchy is told apart), then both hierarchies' memory.stat and limit (one of each pair
+/// exists).
+const READ_COMMAND: [&str; 6] = [
     "cat",
     "/proc/self/cgroup",
     "/sys/fs/cgroup/memory.stat",
+    "/sys/fs/cgroup/memory.max",
     "/sys/fs/cgroup/memory/memory.stat",
+    "/sys/fs/cgroup/memory/memory.limit_in_bytes",
 ];
+/// A v1 limit at or above this is "no limit" (the kernel writes 2^63 rounded to a page).
+const NO_LIMIT: u64 = 1 << 60;
+
+/// A container's memory as its cgroup counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerMemory {
+    /// Anonymous plus shared memory, bytes.
+    pub resident: u64,
+    /// The cgroup's limit, bytes (None: unlimited).
+    pub limit: Option<u64>,
+}
 /// Output beyond this is not memory.stat (it has ~40 short lines).
 const READ_LIMIT: u64 = 64 * 1024;
 
@@ -60,11 +77,11 @@ impl PodMemory {
         (&self.0.pod, &self.0.container) == (&other.0.pod, &other.0.container)
     }
 
-    /// The container's anonymous and shared memory in bytes (None: not read now; the first
-    /// failure is logged with its reason).
-    pub async fn resident_bytes(&self) -> Option<u64> {
+    /// The container's memory now (None: not read now; the first failure is logged with its
+    /// reason).
+    pub async fn memory(&self) -> Option<ContainerMemory> {
         match self.read().await {
-            Ok(bytes) => Some(bytes),
+            Ok(memory) => Some(memory),
             Err(why) => {
                 if !self.0.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
@@ -78,7 +95,7 @@ impl PodMemory {
         }
     }
 
-    async fn read(&self) -> Result<u64, String> {
+    async fn read(&self) -> Result<ContainerMemory, String> {
         let params = AttachParams::default()
             .container(self.0.container.clone())
             .stdin(false)
@@ -104,27 +121,34 @@ impl PodMemory {
     }
 }
 
-/// The container's anonymous plus shared memory from `cat /proc/self/cgroup` followed by its
-/// memory.stat (v2 or v1); an error says why it cannot be told.
-pub fn container_memory(output: &str) -> Result<u64, String> {
+/// The container's anonymous plus shared memory and its limit from [`READ_COMMAND`]'s output
+/// (`/proc/self/cgroup`, then memory.stat and the limit of v2 or v1); an error says why it
+/// cannot be told.
+pub fn container_memory(output: &str) -> Result<ContainerMemory, String> {
     let mut own_v2_path = None;
     let mut stat = std::collections::BTreeMap::new();
+    let mut limit = None;
     for line in output.lines() {
-        // /proc/self/cgroup lines are `id:controllers:path`; memory.stat lines `key value`.
+        // /proc/self/cgroup lines are `id:controllers:path`, memory.stat lines `key value`,
+        // and a limit is one word: bytes, or v2's `max`.
         if let Some(path) = line.strip_prefix("0::") {
             own_v2_path = Some(path.trim());
-        } else if !line.contains(':')
-            && let Some((key, value)) = line.split_once(' ')
-            && let Ok(value) = value.trim().parse::<u64>()
-        {
-            stat.insert(key, value);
+        } else if line.contains(':') {
+            continue;
+        } else if let Some((key, value)) = line.split_once(' ') {
+            if let Ok(value) = value.trim().parse::<u64>() {
+                stat.insert(key, value);
+            }
+        } else if let Ok(bytes) = line.trim().parse::<u64>() {
+            limit = (bytes < NO_LIMIT).then_some(bytes);
         }
     }
+    let memory = |resident: u64| ContainerMemory { resident, limit };
     if let (Some(anon), Some(shmem)) = (stat.get("anon"), stat.get("shmem")) {
         // cgroup v2: /sys/fs/cgroup is the container's own only in a cgroup namespace of its
         // own, where the process sees itself at the root.
         return match own_v2_path {
-            Some("/") | None => Ok(anon + shmem),
+            Some("/") | None => Ok(memory(anon + shmem)),
             Some(path) => Err(format!(
                 "the container sees the host's cgroup hierarchy (it is at {path}), so \
                  /sys/fs/cgroup/memory.stat is not its own"
@@ -135,7 +159,7 @@ pub fn container_memory(output: &str) -> Result<u64, String> {
         stat.get("total_rss").or(stat.get("rss")),
         stat.get("total_shmem").or(stat.get("shmem")),
     ) {
-        (Some(rss), Some(shmem)) => Ok(rss + shmem),
+        (Some(rss), Some(shmem)) => Ok(memory(rss + shmem)),
         _ => Err(format!(
             "no memory.stat with anon/shmem (cgroup v2) or rss/shmem (v1) in the container: {:?}",
             output.chars().take(200).collect::<String>()
@@ -145,24 +169,50 @@ pub fn container_memory(output: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::container_memory;
+    use super::{ContainerMemory, container_memory};
+
+    fn resident(output: &str) -> Result<u64, String> {
+        container_memory(output).map(|m| m.resident)
+    }
 
     /// Real output, cut short: a containerd container on cgroup v2 with its own namespace.
     const V2: &str = "0::/\nanon 104857600\nfile 52428800\nkernel 1048576\nshmem 2097152\n\
-                      file_mapped 4096\nanon_thp 0\ninactive_anon 0\n";
+                      file_mapped 4096\nanon_thp 0\ninactive_anon 0\n1073741824\n";
     /// A cgroup v1 container (hybrid host): no cgroup namespace, so its paths are the host's,
     /// and /sys/fs/cgroup/memory is its own cgroup all the same.
     const V1: &str = "12:memory:/kubepods/burstable/pod1/abc\n0::/kubepods/burstable/pod1/abc\n\
                       cache 8192\nrss 73400320\nrss_huge 0\nshmem 1048576\nmapped_file 0\n\
-                      total_cache 8192\ntotal_rss 73400320\ntotal_shmem 1048576\n";
+                      total_cache 8192\ntotal_rss 73400320\ntotal_shmem 1048576\n\
+                      9223372036854771712\n";
 
     #[test]
     fn anonymous_and_shared_memory_count_and_the_page_cache_does_not() {
-        assert_eq!(container_memory(V2), Ok(104857600 + 2097152));
-        assert_eq!(container_memory(V1), Ok(73400320 + 1048576));
+        assert_eq!(resident(V2), Ok(104857600 + 2097152));
+        assert_eq!(resident(V1), Ok(73400320 + 1048576));
         // v1's total_ figures include child cgroups: preferred where both are there.
         let nested = V1.replace("total_rss 73400320", "total_rss 80000000");
-        assert_eq!(container_memory(&nested), Ok(80000000 + 1048576));
+        assert_eq!(resident(&nested), Ok(80000000 + 1048576));
+    }
+
+    #[test]
+    fn the_limit_is_read_and_unlimited_is_none() {
+        assert_eq!(
+            container_memory(V2),
+            Ok(ContainerMemory {
+                resident: 104857600 + 2097152,
+                limit: Some(1 << 30)
+            })
+        );
+        assert_eq!(
+            container_memory(&V2.replace("1073741824", "max"))
+                .unwrap()
+                .limit,
+            None
+        );
+        // v1 without a limit: 2^63 rounded down to a page.
+        assert_eq!(container_memory(V1).unwrap().limit, None);
+        let limited = V1.replace("9223372036854771712", "2147483648");
+        assert_eq!(container_memory(&limited).unwrap().limit, Some(2 << 30));
     }
 
     #[test]
