@@ -9,14 +9,13 @@
 //! [`ServerSampler::finish`] takes the last one after the workers' final flush, so the deltas
 //! add up to what each server did during the load.
 
+use crate::launcher::ServerMemory;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use stress_common::contract::RunId;
 use stress_common::store::{Store, within};
 use stress_common::triton_metrics::{self, ModelMetrics, ServerSample};
-
-use crate::launcher::ServerMemory;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 

@@ -10,7 +10,7 @@
 //! The container's memory limit comes with it (v2's memory.max, v1's memory.limit_in_bytes):
 //! where a leak leads, an OOM kill at that limit.
 //!
-//! `exec` needs `pods/exec` (create) in the run's namespace, where the driver already creates
+//! `exec` needs `pods/exec` (create, get) in the run's namespace, where the driver already creates
 //! pods that run any command, so it grants nothing new. Without it the samples carry no
 //! memory and the report says memory was not sampled.
 
@@ -34,6 +34,9 @@ const READ_COMMAND: [&str; 6] = [
 /// A v1 limit at or above this is "no limit" (the kernel writes 2^63 rounded to a page).
 const NO_LIMIT: u64 = 1 << 60;
 
+/// Output beyond this is not memory.stat (it has ~40 short lines).
+const READ_LIMIT: u64 = 64 * 1024;
+
 /// A container's memory as its cgroup counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContainerMemory {
@@ -42,8 +45,6 @@ pub struct ContainerMemory {
     /// The cgroup's limit, bytes (None: unlimited).
     pub limit: Option<u64>,
 }
-/// Output beyond this is not memory.stat (it has ~40 short lines).
-const READ_LIMIT: u64 = 64 * 1024;
 
 /// Reads one pod container's memory (cheap to clone: the sampler keeps one per server).
 #[derive(Clone)]
