@@ -254,13 +254,13 @@ pub fn server_series(
             let memory_limit_bytes = own.iter().rev().find_map(|s| s.memory_limit_bytes);
             let memory_finding = memory.as_ref().and_then(|m| {
                 let finding = m.finding()?;
-                let horizon = match (m.trend(), rss.last(), memory_limit_bytes) {
-                    (Some(trend), Some(&(_, last)), Some(limit)) => {
+                Some(match (m.trend(), rss.last(), memory_limit_bytes) {
+                    (Some(trend), Some(&(_, last)), Some(limit)) => format!(
+                        "{finding}; {}",
                         crate::judge::memory::limit_horizon(trend, last, limit)
-                    }
-                    _ => return Some(finding),
-                };
-                Some(format!("{finding}; {horizon}"))
+                    ),
+                    _ => finding,
+                })
             });
             let memory_slope_bytes_per_s = memory
                 .as_ref()
