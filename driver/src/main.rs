@@ -155,6 +155,29 @@ enum Command {
         #[arg(long)]
         junit: bool,
     },
+    /// Is B different from A? Two finished runs (or groups of repeated runs, comma-separated)
+    /// compared metric by metric: the change with its 95% interval and q-value, and the call
+    /// (REGRESSION, IMPROVED, provisional, or "~ no significant change").
+    Compare {
+        /// The baseline: a run id, or several separated by commas.
+        a: String,
+        /// The runs compared with it.
+        b: String,
+        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+        runs_dir: PathBuf,
+        /// Status store of every run; default: each run's <runs-dir>/<run>/store.sqlite.
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: Option<String>,
+        /// The smallest change worth a call (0.1 = 10%).
+        #[arg(long, default_value_t = 0.1)]
+        min_effect: f64,
+        /// Rows with fewer requests are not compared.
+        #[arg(long, default_value_t = 100)]
+        min_requests: u64,
+        /// Print the comparison as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the runs in a browser and as JSON: the list (filter by matrix and verdict), each
     /// run's report rebuilt from its store, /api/runs, /metrics for alerting. From one store
     /// (--database-url) or the run directories under --runs-dir. Reads only.
@@ -335,6 +358,39 @@ async fn main() -> ExitCode {
             };
             match report(run, &runs_dir, database_url, format).await {
                 Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(BAD_INPUT)
+                }
+            }
+        }
+        Command::Compare {
+            a,
+            b,
+            runs_dir,
+            database_url,
+            min_effect,
+            min_requests,
+            json,
+        } => {
+            let side = |s: &str| {
+                s.split(',')
+                    .map(|id| RunId::new(id.trim()))
+                    .collect::<Vec<_>>()
+            };
+            let (a, b) = (side(&a), side(&b));
+            match compare(&a, &b, &runs_dir, database_url, min_effect, min_requests).await {
+                Ok(judged) if json => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&judged).expect("plain data")
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(judged) => {
+                    print!("{}", driver::render::text::judged(&judged));
+                    ExitCode::SUCCESS
+                }
                 Err(e) => {
                     eprintln!("error: {e:#}");
                     ExitCode::from(BAD_INPUT)
@@ -847,6 +903,36 @@ async fn pin_baseline(
         .with_context(|| format!("no run {run} in the store"))?;
     store.pin_baseline(&found.name, run).await?;
     Ok(found.name)
+}
+
+/// `driver compare`: the measures of each run of `a` and `b`, judged.
+async fn compare(
+    a: &[RunId],
+    b: &[RunId],
+    runs_dir: &std::path::Path,
+    database_url: Option<String>,
+    min_effect: f64,
+    min_requests: u64,
+) -> anyhow::Result<driver::judge::change::Judged> {
+    anyhow::ensure!(
+        min_effect.is_finite() && min_effect >= 0.0,
+        "--min-effect: must be a fraction of 0 or more (0.1 = 10%), found {min_effect}"
+    );
+    let mut sides = Vec::new();
+    for runs in [a, b] {
+        let mut measures = Vec::new();
+        for run in runs {
+            let url = store_url_of(Some(run), runs_dir, database_url.clone())?;
+            let store =
+                Store::open_read_only(&url, &stress_common::store::StoreOptions::reading()).await?;
+            let report = Report::from_store(&store, run).await?;
+            measures.push(report.measures(min_requests));
+        }
+        sides.push(measures);
+    }
+    Ok(driver::judge::change::compare_groups(
+        &sides[0], &sides[1], min_effect,
+    ))
 }
 
 /// `driver report` warns of a store statement only beyond this (its target is 5 s in all).

@@ -1940,9 +1940,12 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
         for t in m.server_templates.values_mut() {
             t.model_repositories = vec![repo.to_str().unwrap().to_string()];
         }
+        // `threshold`: min_effect's older name.
         m.regression = Some(
             serde_saphyr::from_str("{threshold: 0.25, fail: true, min_requests: 20}").unwrap(),
         );
+        // 16 intervals in 8 s: enough batches for each run's own interval.
+        m.run.poll_interval = Duration::from_millis(500);
     });
     let runs = tmp.path().join("runs");
     let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-reg-fast", "8s").await;
@@ -1973,7 +1976,7 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
             .unwrap()
             .iter()
             .find(|f| f["metric"] == metric)
-            .unwrap_or_else(|| panic!("no {metric} finding: {:#}", report["regressions"]))["change"]
+            .unwrap_or_else(|| panic!("no {metric} finding: {:#}", report["baseline"]))["change"]
             .as_f64()
             .unwrap()
     };
@@ -1991,11 +1994,25 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
     let text = read(&run_dir.join("report.txt"));
     assert!(
         text.contains(
-            "== Regressions vs baseline run e2e-reg-fast (last passing runs; threshold 25%) =="
+            "== Change vs baseline run e2e-reg-fast (last passing runs; within-run intervals \
+             widened by the A/A run-to-run spread, changes of 25% or more) =="
         ),
         "{text}"
     );
-    assert!(text.contains("REGRESSION p50_ms Infer:"), "{text}");
+    assert!(
+        text.contains("REGRESSION p50_ms Infer: slower by "),
+        "{text}"
+    );
+    let slow = report["regressions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["metric"] == "p50_ms Infer")
+        .unwrap();
+    assert!(
+        slow["low"].as_f64().unwrap() > 0.25 && slow["q_value"].as_f64().unwrap() < 0.05,
+        "its interval excludes no change: {slow:#}"
+    );
     let junit = assert_junit(&read(&run_dir.join("junit.xml")));
     assert!(
         junit

@@ -261,7 +261,7 @@ const BAD: &[(&str, &str)] = &[
          9:29: run.slo[3].model: model \"resnet\" is not among the `models:` of client template(s) load\n\
          9:42: run.slo[3].min: min is above max (2 > 1)\n\
          28:31: client_groups.clients.slo[0].min: qps needs a number, found \"fast\"\n\
-         29:26: regression.threshold: must be a fraction above 0 (0.1 = 10%), found -1",
+         29:27: regression.min_effect: must be a fraction of 0 or more (0.1 = 10%), found -1",
     ),
     (
         "bad-report.yaml",

@@ -5,6 +5,7 @@
 //! ([`regression`]), a server's memory over the load's steady state ([`memory`]) and the
 //! recovery from each injected fault ([`faults`]).
 
+pub mod change;
 pub mod classify;
 pub mod failfast;
 pub mod faults;

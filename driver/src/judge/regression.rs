@@ -1,48 +1,15 @@
 //! Regressions against earlier runs of the same matrix: which runs are the baseline
 //! ([`choose_baselines`]: `--baseline RUN`, a pinned run, or the last passing runs whose matrix
-//! has the same fingerprint — never a run of another matrix under the same name), what two
-//! runs are compared on ([`Measure`]s, which `crate::report` reads off a report: QPS and
-//! p50 / p99 per scenario and per model, capacity results, the servers' queue and compute time
-//! per request) and the verdict ([`compare_window`]): against a window of at least
-//! [`MIN_WINDOW`] runs a change is a finding only beyond that window's own run-to-run spread
-//! (its median ± 3 scaled MADs) and the threshold; against fewer, beyond the threshold of the
-//! newest. Pure: the driver finds the runs and reads their reports.
+//! has the same fingerprint — never a run of another matrix under the same name) and the
+//! comparison the store and the report keep ([`Comparison`]). What two runs are compared on
+//! ([`Measure`]s, which `crate::report` reads off a report with their within-run spread) and the
+//! verdict on each are `crate::judge::change`'s. Pure: the driver finds the runs and reads their
+//! reports.
 
 use serde::{Deserialize, Serialize};
 
-/// One number two runs are compared on.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Measure {
-    /// e.g. `p99_ms Load`, `qps Infer/add_sub`, `capacity_qps grpc-clients/production/mix`,
-    /// `queue_us_per_request add_sub`.
-    pub metric: String,
-    pub value: f64,
-    /// QPS and capacity: a drop is bad; latencies and server times: a rise is.
-    pub higher_is_better: bool,
-}
-
-/// A change beyond the threshold in the bad direction (report.json `regressions[]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    pub metric: String,
-    pub baseline: f64,
-    pub current: f64,
-    /// (current − baseline) / baseline: +0.25 is 25% more.
-    pub change: f64,
-}
-
-impl Finding {
-    /// `p99_ms Load: 10.000 -> 13.000 (+30.0%)`.
-    pub fn describe(&self) -> String {
-        format!(
-            "{}: {:.3} -> {:.3} ({:+.1}%)",
-            self.metric,
-            self.baseline,
-            self.current,
-            self.change * 100.0
-        )
-    }
-}
+use super::change::MIN_HISTORY;
+pub use super::change::{Call, Finding, Measure, NotJudged};
 
 /// The run's comparison in the store (one, under the empty key).
 impl stress_common::store::Document for Comparison {
@@ -56,12 +23,21 @@ pub struct Comparison {
     pub baseline_run: String,
     /// How the baseline was chosen: `--baseline`, `pinned` or `last passing runs`.
     pub chosen_by: String,
-    pub threshold: f64,
+    /// The smallest change worth a call (`regression.min_effect`; stored as `threshold` before).
+    #[serde(alias = "threshold")]
+    pub min_effect: f64,
     /// Whether the baseline ran a different matrix text (a pinned or named run).
     pub matrix_changed: bool,
-    /// Metrics compared.
+    /// Metrics compared (judged or not).
     pub compared: usize,
+    /// The changes called regressions (the REGRESSION lines).
     pub regressions: Vec<Finding>,
+    /// Every metric judged, regressions included, with its interval and call.
+    #[serde(default)]
+    pub changes: Vec<Finding>,
+    /// Metrics both sides have that could not be judged, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_judged: Vec<NotJudged>,
     /// Whether findings fail the run (`regression.fail`).
     pub fail: bool,
     /// Every baseline run, newest first (one for `--baseline` or a pin).
@@ -81,14 +57,16 @@ pub struct Comparison {
 
 impl Comparison {
     /// Nothing comparable: why.
-    pub fn none(note: String, threshold: f64) -> Self {
+    pub fn none(note: String, min_effect: f64) -> Self {
         Comparison {
             baseline_run: String::new(),
             chosen_by: String::new(),
-            threshold,
+            min_effect,
             matrix_changed: false,
             compared: 0,
             regressions: Vec::new(),
+            changes: Vec::new(),
+            not_judged: Vec::new(),
             fail: false,
             window: Vec::new(),
             note: Some(note),
@@ -97,27 +75,26 @@ impl Comparison {
         }
     }
 
-    /// What the run was compared with, in words: `baseline run R (pinned; threshold 10%)`, or
-    /// `the last 5 passing runs of this matrix (newest R; beyond their median ± max(10%, 3
-    /// MADs))`, or the note when nothing was comparable.
+    /// What the run was compared with, in words: `the last 5 passing runs of this matrix
+    /// (newest R; their run-to-run spread, changes of 10% or more)`, or `baseline run R
+    /// (pinned; ...)`, or the note when nothing was comparable.
     pub fn basis(&self) -> String {
         if self.baseline_run.is_empty() {
             return self.note.clone().unwrap_or_else(|| "no baseline".into());
         }
-        let mut text = if self.window.len() >= MIN_WINDOW {
+        let effect = format!("changes of {:.0}% or more", self.min_effect * 100.0);
+        let mut text = if self.window.len() >= MIN_HISTORY {
             format!(
-                "the last {} passing runs of this matrix (newest {}; a change beyond their \
-                 median ± max({:.0}%, 3 MADs))",
+                "the last {} passing runs of this matrix (newest {}; their run-to-run spread, \
+                 {effect})",
                 self.window.len(),
                 self.baseline_run,
-                self.threshold * 100.0
             )
         } else {
             format!(
-                "baseline run {} ({}; threshold {:.0}%)",
-                self.baseline_run,
-                self.chosen_by,
-                self.threshold * 100.0
+                "baseline run {} ({}; within-run intervals widened by the A/A run-to-run \
+                 spread, {effect})",
+                self.baseline_run, self.chosen_by,
             )
         };
         if self.matrix_changed {
@@ -128,76 +105,41 @@ impl Comparison {
         }
         text
     }
-}
 
-/// Fewer runs than this in the window and a change is judged by the threshold alone.
-pub const MIN_WINDOW: usize = 3;
+    /// The changes of one call.
+    pub fn called(&self, call: Call) -> impl Iterator<Item = &Finding> {
+        self.changes.iter().filter(move |c| c.call == call)
+    }
 
-/// MADs are scaled by this to estimate a normal spread's standard deviation.
-const MAD_SCALE: f64 = 1.4826;
-
-/// The findings of `current` against the baseline runs `window` (each run's measures, newest
-/// first): per metric, with [`MIN_WINDOW`] or more runs that have it, a change from their median
-/// in the bad direction beyond both `threshold` (0.1 = 10%) and 3 scaled MADs; with fewer, a
-/// change from the newest beyond `threshold`. Returns the number compared and the findings.
-pub fn compare_window(
-    window: &[Vec<Measure>],
-    current: &[Measure],
-    threshold: f64,
-) -> (usize, Vec<Finding>) {
-    let mut compared = 0;
-    let mut findings = Vec::new();
-    for m in current {
-        let values: Vec<f64> = window
-            .iter()
-            .filter_map(|run| run.iter().find(|b| b.metric == m.metric))
-            .map(|b| b.value)
-            .collect();
-        let Some(&newest) = values.first() else {
-            continue;
-        };
-        compared += 1;
-        let (center, band) = if values.len() >= MIN_WINDOW {
-            let center = median(values.clone());
-            let mad = median(values.iter().map(|v| (v - center).abs()).collect());
+    /// `2 regressions, 1 improvement, 1 provisional, 40 ~ no significant change, 3 not judged`
+    /// (the parts with any), or `~ no significant change in N metrics`.
+    pub fn tally(&self) -> String {
+        let count = |call| self.called(call).count();
+        let unchanged = count(Call::NoChange);
+        let mut parts = Vec::new();
+        for (n, one, many) in [
+            (count(Call::Regression), "regression", "regressions"),
+            (count(Call::Improvement), "improvement", "improvements"),
             (
-                center,
-                (threshold * center.abs()).max(3.0 * MAD_SCALE * mad),
-            )
-        } else {
-            (newest, threshold * newest.abs())
-        };
-        let change = m.value - center;
-        let worse = if m.higher_is_better { -change } else { change };
-        if worse > band {
-            findings.push(Finding {
-                metric: m.metric.clone(),
-                baseline: center,
-                current: m.value,
-                change: change / center,
-            });
+                count(Call::Provisional),
+                "provisional change",
+                "provisional changes",
+            ),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {}", if n == 1 { one } else { many }));
+            }
         }
+        if parts.is_empty() {
+            parts.push(format!("~ no significant change in {unchanged} metrics"));
+        } else if unchanged > 0 {
+            parts.push(format!("{unchanged} ~ no significant change"));
+        }
+        if !self.not_judged.is_empty() {
+            parts.push(format!("{} not judged", self.not_judged.len()));
+        }
+        parts.join(", ")
     }
-    (compared, findings)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// The findings of `current` against one `baseline` run: a change in the bad direction beyond
-/// `threshold` (0.1 = 10%). Returns them with the number compared.
-pub fn compare(baseline: &[Measure], current: &[Measure], threshold: f64) -> (usize, Vec<Finding>) {
-    compare_window(std::slice::from_ref(&baseline.to_vec()), current, threshold)
 }
 
 /// A run that could be the baseline.
@@ -284,49 +226,6 @@ pub fn choose_baselines<'a>(
 mod tests {
     use super::*;
 
-    fn m(metric: &str, value: f64, higher_is_better: bool) -> Measure {
-        Measure {
-            metric: metric.into(),
-            value,
-            higher_is_better,
-        }
-    }
-
-    #[test]
-    fn only_changes_beyond_the_threshold_in_the_bad_direction_are_findings() {
-        let baseline = [
-            m("qps Load", 1000.0, true),
-            m("p99_ms Load", 10.0, false),
-            m("p50_ms Load", 4.0, false),
-            m("qps Infer/add_sub", 500.0, true),
-            m("gone", 1.0, true),
-        ];
-        let current = [
-            m("qps Load", 920.0, true),          // -8%: noise inside 10%
-            m("p99_ms Load", 13.0, false),       // +30%: slower
-            m("p50_ms Load", 3.0, false),        // -25%: faster, not a finding
-            m("qps Infer/add_sub", 400.0, true), // -20%: fewer
-            m("new", 1.0, true),
-        ];
-        let (compared, findings) = compare(&baseline, &current, 0.1);
-        assert_eq!(compared, 4, "metrics both runs have");
-        let names: Vec<(&str, f64)> = findings
-            .iter()
-            .map(|f| (f.metric.as_str(), (f.change * 100.0).round()))
-            .collect();
-        assert_eq!(names, [("p99_ms Load", 30.0), ("qps Infer/add_sub", -20.0)]);
-        assert_eq!(findings[0].baseline, 10.0);
-        assert_eq!(findings[0].current, 13.0);
-        assert_eq!(
-            findings[0].describe(),
-            "p99_ms Load: 10.000 -> 13.000 (+30.0%)"
-        );
-        let (_, none) = compare(&baseline, &current, 0.5);
-        assert!(none.is_empty(), "a wider threshold: {none:?}");
-        let (_, exact) = compare(&baseline, &baseline, 0.0);
-        assert!(exact.is_empty(), "no change is no finding");
-    }
-
     fn candidate(id: &str, name: &str, verdict: &str, at: i64, pinned: Option<i64>) -> Candidate {
         Candidate {
             run_id: id.into(),
@@ -409,35 +308,5 @@ mod tests {
         assert!(matches!(choice, Some(Choice::Nothing(ref w)) if w.contains("pinned run small-2")));
         let choice = choose_baselines(&runs, None, "smoke", "one server, one worker", "big", 5);
         assert!(matches!(choice, Some(Choice::One(c, "pinned")) if c.run_id == "small-2"));
-    }
-
-    #[test]
-    fn a_window_flags_only_changes_beyond_its_own_spread() {
-        // p99 over five nights: noisy, 10 ± 2.5 ms.
-        let window: Vec<Vec<Measure>> = [10.0, 12.5, 8.0, 11.0, 9.5]
-            .iter()
-            .map(|v| vec![m("p99_ms Load", *v, false), m("qps Load", 1000.0, true)])
-            .collect();
-        // +25%: beyond 10% of the median (10), inside 3 MADs (3 x 1.4826 x 1.0 = 4.4 ms).
-        let (compared, findings) = compare_window(&window, &[m("p99_ms Load", 12.5, false)], 0.1);
-        assert_eq!((compared, findings.len()), (1, 0), "{findings:?}");
-        // +60%: beyond both.
-        let (_, findings) = compare_window(&window, &[m("p99_ms Load", 16.0, false)], 0.1);
-        assert_eq!(findings.len(), 1);
-        assert_eq!(findings[0].baseline, 10.0, "the window's median");
-        // QPS never moved (MAD 0): the threshold still bounds it, -5% is no finding.
-        let (_, findings) = compare_window(&window, &[m("qps Load", 950.0, true)], 0.1);
-        assert!(findings.is_empty(), "{findings:?}");
-        let (_, findings) = compare_window(&window, &[m("qps Load", 850.0, true)], 0.1);
-        assert_eq!(findings.len(), 1);
-        // Fewer runs than MIN_WINDOW: the threshold against the newest.
-        let two = &window[1..3];
-        let (_, findings) = compare_window(two, &[m("p99_ms Load", 13.0, false)], 0.1);
-        assert!(
-            findings.is_empty(),
-            "{findings:?}: +4% of the newest (12.5)"
-        );
-        let (_, findings) = compare_window(two, &[m("p99_ms Load", 14.0, false)], 0.1);
-        assert_eq!(findings[0].baseline, 12.5);
     }
 }

@@ -30,7 +30,7 @@ mod duration;
 mod error;
 mod expand;
 pub mod faults;
-mod fingerprint;
+pub mod fingerprint;
 pub mod model_config;
 mod reference;
 pub mod slo;

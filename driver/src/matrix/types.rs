@@ -447,9 +447,11 @@ pub struct IssueMatch {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegressionSettings {
-    /// A change beyond this fraction in the bad direction is a finding (default 0.1: 10%).
-    #[serde(default = "defaults::regression_threshold")]
-    pub threshold: f64,
+    /// The smallest change worth a call (default 0.1: 10%): a metric has changed only when
+    /// the 95% interval of its change excludes zero after the correction for the run's many
+    /// metrics and the change is at least this large. `threshold` is its older name.
+    #[serde(default = "defaults::regression_threshold", alias = "threshold")]
+    pub min_effect: f64,
 
     /// Findings fail the run (exit 1); default false: they are reported only.
     #[serde(default)]
@@ -461,9 +463,9 @@ pub struct RegressionSettings {
     pub min_requests: u64,
 
     /// How many of the last passing runs of the same matrix the run is compared with (default
-    /// 5, from 1 to 50). With 3 or more, a change is a finding only beyond their median ± 3
-    /// scaled MADs (their own run-to-run spread) and the threshold; with fewer, beyond the
-    /// threshold of the newest.
+    /// 5, from 1 to 50). With 3 or more, their own run-to-run spread decides; with fewer, the
+    /// runs' within-run intervals widened by the run-to-run spread the project measured in A/A
+    /// runs, and a change beyond the within-run intervals alone is provisional.
     #[serde(default = "defaults::regression_window")]
     pub window: usize,
 }
@@ -471,7 +473,7 @@ pub struct RegressionSettings {
 impl Default for RegressionSettings {
     fn default() -> Self {
         RegressionSettings {
-            threshold: defaults::regression_threshold(),
+            min_effect: defaults::regression_threshold(),
             fail: false,
             min_requests: defaults::min_requests(),
             window: defaults::regression_window(),

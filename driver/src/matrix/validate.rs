@@ -1424,13 +1424,13 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
     c.issues.extend(check_faults(m));
     c.issues.extend(check_sweep(m));
     if let Some(r) = &m.regression {
-        if !(r.threshold.is_finite() && r.threshold > 0.0) {
+        if !(r.min_effect.is_finite() && (0.0..10.0).contains(&r.min_effect)) {
             c.push(
-                root.key("regression").key("threshold"),
+                root.key("regression").key("min_effect"),
                 Anchor::Value,
                 format!(
-                    "must be a fraction above 0 (0.1 = 10%), found {}",
-                    r.threshold
+                    "must be a fraction of 0 or more (0.1 = 10%), found {}",
+                    r.min_effect
                 ),
             );
         }

@@ -15,6 +15,7 @@
 //! value it inserts (model names, log tails, failure messages, in text and in attributes);
 //! only this module's own style and script go in unescaped ([`PreEscaped`]).
 
+use crate::judge::change::Call;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -492,6 +493,9 @@ fn root_cause(r: &Report) -> Markup {
     html! {
         section.root-cause #root-cause {
             h2 { "Root cause" }
+            @if let Some(server) = super::server_bug(r) {
+                p.server-bug { b { "SERVER BUG on " (server) } ", seen by:" }
+            }
             p.first-failure { (member_line(r, first)) }
             @if !rest.is_empty() {
                 p { "Also failed:" }
@@ -526,6 +530,9 @@ fn analysed_root_cause(
     html! {
         section.root-cause #root-cause {
             h2 { "Root cause" }
+            @if let Some(server) = super::server_bug(r) {
+                p.server-bug { b { "SERVER BUG on " (server) } ", seen by:" }
+            }
             p.first-failure { (member_line(r, first)) }
             @if let Some(s) = &root.signature {
                 p.root-signature {
@@ -603,7 +610,7 @@ fn tables(r: &Report) -> Markup {
         (models(r))
         (servers(r))
         (slo(r))
-        h2 #regressions { "Regressions vs baseline" }
+        h2 #regressions { "Change vs baseline" }
         (regressions(r))
         @if let Some(s) = &r.sweep {
             (sweep(s))
@@ -840,14 +847,15 @@ fn regressions(r: &Report) -> Markup {
         }
         Some(b) => b,
     };
-    // Bars relative to the largest change, so the worst stands out.
-    let largest = r
-        .regressions
-        .iter()
-        .map(|f| f.change.abs())
-        .fold(0.0, f64::max);
-    let rows: Vec<Row> = r
-        .regressions
+    // Every change called (regressions first), with bars relative to the largest, so the worst
+    // stands out; "~" metrics are counted, not listed.
+    let called: Vec<&crate::judge::change::Finding> =
+        [Call::Regression, Call::Improvement, Call::Provisional]
+            .into_iter()
+            .flat_map(|call| b.called(call))
+            .collect();
+    let largest = called.iter().map(|f| f.change.abs()).fold(0.0, f64::max);
+    let rows: Vec<Row> = called
         .iter()
         .map(|f| {
             let width = if largest > 0.0 {
@@ -855,13 +863,21 @@ fn regressions(r: &Report) -> Markup {
             } else {
                 0.0
             };
+            let (class, word) = match f.call {
+                Call::Regression => ("bad", "regression"),
+                Call::Improvement => ("ok", "improvement"),
+                _ => ("", "provisional"),
+            };
             (
-                "bad",
+                class,
                 html! {
                     (td(&f.metric))
+                    (td(word))
                     (num(format!("{:.3}", f.baseline)))
                     (num(format!("{:.3}", f.current)))
                     (num(format!("{:+.1}%", f.change * 100.0)))
+                    (num(format!("[{:+.1}%, {:+.1}%]", f.low * 100.0, f.high * 100.0)))
+                    (num(format!("{:.3}", f.q_value)))
                     td {
                         svg.regbar width=(width) height="10" aria-hidden="true" {
                             rect width=(width) height="10" {}
@@ -876,13 +892,18 @@ fn regressions(r: &Report) -> Markup {
             p { "Changed since: " (change) }
         }
         p {
-            "Compared with " (b.basis()) ": " (r.regressions.len()) " of " (b.compared)
-            " compared metrics changed beyond it"
+            "Compared with " (b.basis()) ": " (b.tally()) " of " (b.compared) " metrics compared"
             @if b.fail && !r.regressions.is_empty() { " (regression.fail: the run fails)" }
             "."
         }
         @if !rows.is_empty() {
-            (table("regressions", &["Metric", "Baseline", "Current", "Change", ""], &rows))
+            (table("regressions", &["Metric", "Call", "Baseline", "Current", "Change", "95% interval", "q", ""], &rows))
+        }
+        @if !b.not_judged.is_empty() {
+            details {
+                summary { (b.not_judged.len()) " metrics not judged" }
+                ul { @for n in &b.not_judged { li { (n.metric) ": " (n.why) } } }
+            }
         }
     }
 }

@@ -220,7 +220,7 @@ pub fn render(report: &Report) -> String {
         let class = format!("regressions.{}", b.baseline_run);
         if b.regressions.is_empty() {
             suite.add_test_case(case(
-                &format!("{} metrics within the baseline's bounds", b.compared),
+                &format!("{} metrics compared: {}", b.compared, b.tally()),
                 &class,
                 TestCaseStatus::success(),
             ));

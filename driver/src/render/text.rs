@@ -8,6 +8,7 @@ use stress_common::status::FailureRecord;
 use stress_common::triton_metrics;
 
 use crate::capacity::autoscale::{Autoscaler, number};
+use crate::judge::change::Call;
 use crate::report::timeline::{MIB, Timeline};
 use crate::report::trace::{STAGES, TraceSummary};
 use crate::report::{CapacityReport, FailedMember, Report, format_time};
@@ -311,9 +312,14 @@ impl Report {
             let _ = writeln!(out, "== INCOMPLETE REPORT ==\n{why}\n");
         }
         if let Some(root) = &self.analysis.root_cause {
+            // A client's failure that is the server's reads as the server's bug, with the
+            // client named as where it was seen.
+            let bug = super::server_bug(self)
+                .map(|server| format!("SERVER BUG on {server}, seen by "))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "== Root cause ==\n{} {} at {}: {}",
+                "== Root cause ==\n{bug}{} {} at {}: {}",
                 root.role,
                 root.member_id,
                 format_time(root.at_ms),
@@ -374,17 +380,15 @@ impl Report {
                 let _ = writeln!(out, "Regressions not compared: {}\n", b.basis());
             }
             Some(b) => {
-                let _ = writeln!(out, "== Regressions vs {} ==", b.basis());
+                let _ = writeln!(out, "== Change vs {} ==", b.basis());
                 for change in &b.version_changes {
                     let _ = writeln!(out, "changed since: {change}");
                 }
-                for f in &b.regressions {
-                    let _ = writeln!(out, "REGRESSION {}", f.describe());
-                }
+                out.push_str(&call_lines(&b.changes));
                 let _ = writeln!(
                     out,
-                    "{} of {} metrics compared changed beyond the baseline{}\n",
-                    b.regressions.len(),
+                    "{} (of {} metrics compared){}",
+                    b.tally(),
                     b.compared,
                     if b.fail && !b.regressions.is_empty() {
                         " (regression.fail: the run fails)"
@@ -392,6 +396,15 @@ impl Report {
                         ""
                     }
                 );
+                if b.called(Call::Provisional).next().is_some() {
+                    let _ = writeln!(
+                        out,
+                        "provisional: beyond the within-run intervals only, inside the run-to-run \
+                         spread a single baseline run cannot rule out; for information"
+                    );
+                }
+                out.push_str(&not_judged_lines(&b.not_judged));
+                out.push('\n');
             }
             None if self.finished_at_ms.is_some() => {
                 let _ = writeln!(
@@ -1022,6 +1035,49 @@ pub fn run_list(runs: &[crate::report::summary::RunSummary]) -> String {
             r.root_cause.as_deref().unwrap_or("-")
         );
     }
+    out
+}
+
+/// A line per change called, regressions first: `REGRESSION p99_ms Load: slower by …`.
+fn call_lines(changes: &[crate::judge::change::Finding]) -> String {
+    let mut out = String::new();
+    for (call, word) in [
+        (Call::Regression, "REGRESSION"),
+        (Call::Improvement, "IMPROVED"),
+        (Call::Provisional, "provisional"),
+    ] {
+        for f in changes.iter().filter(|f| f.call == call) {
+            let rank = f
+                .rank_p
+                .map(|p| format!(", rank test p={p:.3}"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "{word} {}{rank}", f.describe());
+        }
+    }
+    out
+}
+
+fn not_judged_lines(not_judged: &[crate::judge::change::NotJudged]) -> String {
+    not_judged
+        .iter()
+        .map(|n| format!("{}: {}\n", n.metric, n.why))
+        .collect()
+}
+
+/// `driver compare`'s text: the calls, then the count of "~" metrics and those not judged.
+pub fn judged(j: &crate::judge::change::Judged) -> String {
+    let mut out = call_lines(&j.changes);
+    let unchanged = j
+        .changes
+        .iter()
+        .filter(|f| f.call == Call::NoChange)
+        .count();
+    let _ = writeln!(
+        out,
+        "{unchanged} of {} metrics judged: ~ no significant change",
+        j.changes.len()
+    );
+    out.push_str(&not_judged_lines(&j.not_judged));
     out
 }
 

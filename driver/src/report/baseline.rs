@@ -115,12 +115,8 @@ async fn candidates(
                 .iter()
                 .find(|(name, id, _)| *name == run.name && *id == run.run_id)
                 .map(|(_, _, at)| *at);
-            // A run recorded before fingerprints: its matrix as it was written.
-            let fingerprint = run.fingerprint.or_else(|| {
-                crate::matrix::parse(&run.matrix_yaml, "matrix.yaml")
-                    .ok()
-                    .map(|m| crate::matrix::fingerprint(&m))
-            });
+            let fingerprint =
+                crate::matrix::fingerprint::of_stored_run(run.fingerprint, &run.matrix_yaml);
             out.push((
                 Candidate {
                     run_id: run.run_id,
@@ -204,7 +200,7 @@ pub async fn compare(
                 .note
                 .clone()
                 .unwrap_or_else(|| "no baseline".into()),
-            settings.threshold,
+            settings.min_effect,
         ));
     };
     let now = Report::from_store(store, current).await?;
@@ -220,18 +216,23 @@ pub async fn compare(
         };
         window.push(before.measures(settings.min_requests));
     }
-    let (compared, regressions) = regression::compare_window(
-        &window,
-        &now.measures(settings.min_requests),
-        settings.threshold,
-    );
+    let current = now.measures(settings.min_requests);
+    let judged = crate::judge::change::compare(&window, &current, settings.min_effect);
+    let regressions = judged
+        .changes
+        .iter()
+        .filter(|c| c.call == regression::Call::Regression)
+        .cloned()
+        .collect();
     Ok(Comparison {
         baseline_run: newest.run_id.to_string(),
         chosen_by: baselines.chosen_by.into(),
-        threshold: settings.threshold,
+        min_effect: settings.min_effect,
         matrix_changed: newest.matrix_yaml != current_matrix,
-        compared,
+        compared: judged.changes.len() + judged.not_judged.len(),
         regressions,
+        changes: judged.changes,
+        not_judged: judged.not_judged,
         fail: settings.fail && !failed,
         window: baselines
             .runs

@@ -15,6 +15,7 @@ pub mod trace;
 use crate::capacity::phase::PhaseRecord;
 use crate::launcher::MemberDiagnostics;
 use crate::launcher::logs::LogExcerpt;
+use crate::report::timeline::LatencySeriesBuilder;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stress_common::contract::RunId;
@@ -124,8 +125,11 @@ pub struct Report {
     pub slo: Vec<crate::judge::slo::Outcome>,
     /// The comparison with the baseline run (None: no baseline, e.g. a first run).
     pub baseline: Option<crate::judge::regression::Comparison>,
-    /// Its findings: `metric`, `baseline`, `current`, `change`.
+    /// Its findings: `metric`, `baseline`, `current`, `change`, its interval and q-value.
     pub regressions: Vec<crate::judge::regression::Finding>,
+    /// Every number a comparison reads off this run, with its 95% interval within the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub estimates: Vec<crate::judge::change::Estimate>,
     /// Capacity mode's answers (absent for a soak run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityReport>,
@@ -163,6 +167,59 @@ pub struct Report {
     pub(crate) tables: (L0Table, BTreeMap<String, L0Table>),
     #[serde(skip)]
     pub(crate) model_table: ModelTable,
+    /// The run in batches, for the spread of what is compared (see `measures`).
+    #[serde(skip)]
+    pub(crate) batches: Batches,
+}
+
+/// The run's latency series in batches of equal time (about [`BATCHES`]), each batch's
+/// percentiles from its merged histograms.
+#[derive(Debug, Default)]
+pub(crate) struct Batches {
+    pub width_s: f64,
+    pub latency: Vec<crate::report::timeline::LatencySeries>,
+}
+
+/// A run's series are cut into about this many batches for its within-run spread (from this
+/// to twice as many; 10 to 40 is the usual range for batch means, and more batches of a short
+/// run would hold too few requests each).
+pub const BATCHES: usize = 20;
+
+/// The batches' width: whole intervals, [`BATCHES`] to twice as many over the longest series
+/// (every interval a batch of its own in a shorter one; None: no interval data).
+fn batch_width_ms(
+    interval_s: f64,
+    latency: &[crate::report::timeline::LatencySeries],
+) -> Option<i64> {
+    let interval_ms = (interval_s * 1000.0).round() as i64;
+    let points = latency.iter().map(|s| s.points.len()).max()?;
+    (interval_ms > 0).then(|| interval_ms * (points / BATCHES).max(1) as i64)
+}
+
+/// The run's latency series built by `series` (buckets of the interval, or of a batch of
+/// them), streamed from the store.
+async fn latency_series(
+    store: &Store,
+    run_id: &RunId,
+    mut series: LatencySeriesBuilder,
+) -> Result<(f64, Vec<crate::report::timeline::LatencySeries>), ReportError> {
+    let mut undecodable = None;
+    store
+        .for_each_latency_interval(run_id, i64::MIN, i64::MAX, |_, i| {
+            if undecodable.is_none()
+                && let Err(e) = series.add(&i)
+            {
+                undecodable = Some(e);
+            }
+        })
+        .await?;
+    if let Some(e) = undecodable {
+        return Err(ReportError::Corrupt {
+            run: run_id.into(),
+            message: format!("latency intervals: {e}"),
+        });
+    }
+    Ok(series.finish())
 }
 
 /// Capacity mode in report.json: one result row per group, phase and model ("mix" for the whole
@@ -574,22 +631,20 @@ impl Report {
         let (interval_s, latency) = match store.latency_interval_width(run_id).await? {
             None => (0.0, Vec::new()),
             Some(width_ms) => {
-                let mut series =
-                    crate::report::timeline::LatencySeriesBuilder::new(run.started_at_ms, width_ms);
-                let mut undecodable = None;
-                store
-                    .for_each_latency_interval(run_id, i64::MIN, i64::MAX, |_, i| {
-                        if undecodable.is_none()
-                            && let Err(e) = series.add(&i)
-                        {
-                            undecodable = Some(e);
-                        }
-                    })
-                    .await?;
-                if let Some(e) = undecodable {
-                    return Err(corrupt(format!("latency intervals: {e}")));
-                }
-                series.finish()
+                let series = LatencySeriesBuilder::new(run.started_at_ms, width_ms);
+                latency_series(store, run_id, series).await?
+            }
+        };
+        // The same intervals in about BATCHES batches: the within-run spread of what is
+        // compared with other runs.
+        let batches = match batch_width_ms(interval_s, &latency) {
+            None => Batches::default(),
+            Some(width_ms) => {
+                // With the L0 table TOTAL row's series: every scenario together.
+                let series =
+                    LatencySeriesBuilder::new(run.started_at_ms, width_ms).with_total("TOTAL");
+                let (width_s, latency) = latency_series(store, run_id, series).await?;
+                Batches { width_s, latency }
             }
         };
         let server_ids: Vec<(String, String)> = members
@@ -709,7 +764,7 @@ impl Report {
             None => Vec::new(),
         };
 
-        Ok(Report {
+        let mut report = Report {
             run_id: run.run_id,
             name: run.name,
             fingerprint: run.fingerprint,
@@ -760,7 +815,11 @@ impl Report {
             incomplete: None,
             tables: (total, groups),
             model_table,
-        })
+            batches,
+            estimates: Vec::new(),
+        };
+        report.estimates = report.measures(1).iter().map(Into::into).collect();
+        Ok(report)
     }
 
     /// The report of a run whose store could not be read at its end: what the driver knows

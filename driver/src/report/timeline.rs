@@ -122,6 +122,8 @@ pub struct LatencySeriesBuilder {
     open_bucket: i64,
     open: BTreeMap<SeriesKey, (u64, LatencyHistogram)>,
     done: BTreeMap<SeriesKey, Vec<LatencyPoint>>,
+    /// Also a series of every scenario together, named `total` (the L0 table's TOTAL row).
+    total: Option<String>,
 }
 
 impl LatencySeriesBuilder {
@@ -133,7 +135,14 @@ impl LatencySeriesBuilder {
             open_bucket: 0,
             open: BTreeMap::new(),
             done: BTreeMap::new(),
+            total: None,
         }
+    }
+
+    /// Also builds a series of every scenario's intervals together, as scenario `name`.
+    pub fn with_total(mut self, name: &str) -> Self {
+        self.total = Some(name.into());
+        self
     }
 
     /// Adds an interval ending no earlier than the previous one's bucket (one that does is
@@ -145,10 +154,14 @@ impl LatencySeriesBuilder {
             self.close_bucket();
             self.open_bucket = bucket;
         }
+        let total = self.total.clone().map(|name| (name, None));
         for key in [
             (i.scenario.clone(), None),
             (i.scenario.clone(), Some(i.model.clone())),
-        ] {
+        ]
+        .into_iter()
+        .chain(total)
+        {
             let (failures, h) = self.open.entry(key).or_default();
             *failures += i.failures;
             h.merge(&latency);
