@@ -36,11 +36,9 @@ fn spread_of(batches: &[f64], value: f64) -> Result<BatchSpread, String> {
     })
 }
 
-/// A latency or QPS series' measures: QPS, p50, p90, p99 with their batch spreads.
+/// A row's measures (its key, requests and QPS): QPS, p50, p90, p99 with their batch spreads.
 fn latency_measures(
-    key: &str,
-    requests: u64,
-    qps: f64,
+    (key, requests, qps): (String, u64, f64),
     percentiles_us: [u64; 3],
     batches: &[LatencyPoint],
     width_s: f64,
@@ -97,34 +95,23 @@ impl Report {
                 .find(|s| s.scenario == scenario && s.model.as_deref() == model)
                 .map_or(&[][..], |s| full(&s.points))
         };
-        let width_s = self.batches.width_s;
-        for r in self.scenarios.iter().filter(|r| r.requests >= min_requests) {
-            let batches = batches_of(&r.scenario, None);
-            let percentiles = [r.p50_us, r.p90_us, r.p99_us];
-            let key = &r.scenario;
-            latency_measures(
-                key,
-                r.requests,
-                r.qps,
-                percentiles,
-                batches,
-                width_s,
-                &mut out,
-            );
-        }
-        for r in self.models.iter().filter(|r| r.requests >= min_requests) {
+        let scenario_rows = self.scenarios.iter().map(|r| {
+            let row = (r.scenario.clone(), r.requests, r.qps);
+            (
+                row,
+                [r.p50_us, r.p90_us, r.p99_us],
+                batches_of(&r.scenario, None),
+            )
+        });
+        let model_rows = self.models.iter().map(|r| {
+            let row = (format!("{}/{}", r.scenario, r.model), r.requests, r.qps);
             let batches = batches_of(&r.scenario, Some(&r.model));
-            let percentiles = [r.p50_us, r.p90_us, r.p99_us];
-            let key = format!("{}/{}", r.scenario, r.model);
-            latency_measures(
-                &key,
-                r.requests,
-                r.qps,
-                percentiles,
-                batches,
-                width_s,
-                &mut out,
-            );
+            (row, [r.p50_us, r.p90_us, r.p99_us], batches)
+        });
+        for (row, percentiles, batches) in scenario_rows.chain(model_rows) {
+            if row.1 >= min_requests {
+                latency_measures(row, percentiles, batches, self.batches.width_s, &mut out);
+            }
         }
         let once = |what: &str| Err(format!("{what}: one number per run, no within-run spread"));
         if let Some(capacity) = &self.capacity {
