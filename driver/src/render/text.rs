@@ -399,8 +399,8 @@ impl Report {
                 if b.called(Call::Provisional).next().is_some() {
                     let _ = writeln!(
                         out,
-                        "provisional: beyond the within-run intervals only, inside the run-to-run \
-                         spread a single baseline run cannot rule out; for information"
+                        "provisional: beyond the typical spread of two identical runs, inside the widest \
+                         one a single baseline run cannot rule out; for information"
                     );
                 }
                 out.push_str(&not_judged_lines(&b.not_judged));
