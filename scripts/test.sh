@@ -21,6 +21,7 @@ PYTRITON_VERSION=0.5.5 TRITON_STRESS_LOCAL="$PWD/.local/pytriton-0.5.5" scripts/
 scripts/install-prometheus.sh
 scripts/install-chromium.sh
 scripts/install-junit-schema.sh
+scripts/install-otava.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

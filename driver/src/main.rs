@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use stress_common::contract::RunId;
 use stress_common::store::Store;
+use tokio_util::sync::CancellationToken;
 
 /// Exit codes: 0 pass, 1 stress failure, 2 bad input or configuration.
 const BAD_INPUT: u8 = 2;
@@ -68,166 +69,43 @@ struct KubeArgs {
     pending_timeout: Duration,
 }
 
+/// The subcommands; `main` hands each to its function (`run_command` for `Run`, ...). A
+/// subcommand's help is its variant's doc comment: the argument structs have none (`//`).
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a matrix to the end or to its first failure; writes report.txt, report.json,
     /// junit.xml and report.html.
-    Run {
-        matrix: PathBuf,
-        #[arg(
-            long,
-            value_enum,
-            default_value = "local",
-            env = "TRITON_STRESS_LAUNCHER"
-        )]
-        launcher: LauncherKind,
-        /// Where run directories are created.
-        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
-        runs_dir: PathBuf,
-        /// Reuse a run id (default: <name>-<date>-<time>-<random>).
-        #[arg(long, env = "TRITON_STRESS_RUN_ID")]
-        run_id: Option<String>,
-        /// Status store; default: a SQLite file in the run directory.
-        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-        database_url: Option<String>,
-        /// Override the matrix's run duration (e.g. 30s).
-        #[arg(long, value_parser = humantime::parse_duration)]
-        duration: Option<Duration>,
-        /// Plain log lines instead of a live progress line, even in a terminal.
-        #[arg(long)]
-        no_progress: bool,
-        /// On failure keep the failed pods and the servers they talked to (default: the
-        /// matrix's `run.keep_failed`); `--keep-failed=false` deletes everything.
-        #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "TRITON_STRESS_KEEP_FAILED")]
-        keep_failed: Option<bool>,
-        /// Compare with this run (default: the pinned, else the last passing run of the same
-        /// matrix name, in the store or under --runs-dir).
-        #[arg(long, env = "TRITON_STRESS_BASELINE")]
-        baseline: Option<String>,
-        /// Known issues besides the matrix's `known_issues`: a YAML list of the same entries
-        /// (e.g. test-matrices/known-issues.yaml). Their matches are counted, not failing the run.
-        #[arg(long, env = "TRITON_STRESS_KNOWN_ISSUES")]
-        known_issues: Option<PathBuf>,
-        #[command(flatten)]
-        kube: KubeArgs,
-    },
+    Run(RunArgs),
     /// End the runs whose driver vanished (their lease ran out: ABANDONED), and delete what
     /// Kubernetes runs left: with --run, every object of that run (kept after a failure, or
     /// abandoned); without, those of each run found abandoned. A local run's processes die with
     /// their driver, so only its verdict is left to set.
-    Cleanup {
-        /// Run id (the `triton-stress/run` label).
-        #[arg(long)]
-        run: Option<RunId>,
-        /// Namespace (default: the current kubeconfig context's, or the pod's).
-        #[arg(long, env = "TRITON_STRESS_NAMESPACE")]
-        namespace: Option<String>,
-        /// The store to look for abandoned runs in (default: the SQLite stores of the run
-        /// directories under --runs-dir).
-        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-        database_url: Option<String>,
-        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
-        runs_dir: PathBuf,
-    },
+    Cleanup(CleanupArgs),
     /// Check matrices without running anything.
-    Validate {
-        #[arg(required = true)]
-        matrices: Vec<PathBuf>,
-    },
+    Validate(ValidateArgs),
     /// Rebuild a run's report from the store.
-    Report {
-        /// Run id (default: the newest run in the store).
-        #[arg(long)]
-        run: Option<RunId>,
-        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
-        runs_dir: PathBuf,
-        /// Status store; default: <runs-dir>/<run>/store.sqlite.
-        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-        database_url: Option<String>,
-        /// What to print: the text report, report.json, JUnit XML (junit.xml) or the
-        /// self-contained HTML page (report.html).
-        #[arg(long, value_enum, default_value_t = ReportFormat::Text, conflicts_with_all = ["json", "junit"])]
-        format: ReportFormat,
-        /// Same as --format json.
-        #[arg(long, conflicts_with = "junit")]
-        json: bool,
-        /// Same as --format junit.
-        #[arg(long)]
-        junit: bool,
-    },
+    Report(ReportArgs),
     /// Is B different from A? Two finished runs (or groups of repeated runs, comma-separated)
     /// compared metric by metric: the change with its 95% interval and q-value, and the call
     /// (REGRESSION, IMPROVED, provisional, or "~ no significant change").
-    Compare {
-        /// The baseline: a run id, or several separated by commas.
-        a: String,
-        /// The runs compared with it.
-        b: String,
-        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
-        runs_dir: PathBuf,
-        /// Status store of every run; default: each run's <runs-dir>/<run>/store.sqlite.
-        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-        database_url: Option<String>,
-        /// The smallest change worth a call (0.1 = 10%).
-        #[arg(long, default_value_t = 0.1)]
-        min_effect: f64,
-        /// Rows with fewer requests are not compared.
-        #[arg(long, default_value_t = 100)]
-        min_requests: u64,
-        /// Print the comparison as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Compare(CompareArgs),
     /// Serve the runs in a browser and as JSON: the list (filter by matrix and verdict), each
     /// run's report rebuilt from its store, /api/runs, /metrics for alerting. From one store
     /// (--database-url) or the run directories under --runs-dir. Reads only.
-    Serve {
-        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
-        runs_dir: PathBuf,
-        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-        database_url: Option<String>,
-        /// Address to listen on (loopback by default; in a cluster, behind its Service).
-        #[arg(
-            long,
-            default_value = "127.0.0.1:8080",
-            env = "TRITON_STRESS_SERVE_LISTEN"
-        )]
-        listen: std::net::SocketAddr,
-        /// Every page but /healthz then wants `Authorization: Bearer TOKEN` (from the
-        /// environment only: a token on the command line is visible to every process).
-        #[arg(skip = std::env::var("TRITON_STRESS_SERVE_TOKEN").ok().filter(|t| !t.is_empty()))]
-        token: Option<String>,
-    },
+    Serve(ServeArgs),
     /// List finished runs, newest first: verdict, load, failure signatures (new / recurring /
     /// known), regressions and root cause. From one store (--database-url: a cluster's
     /// Postgres holds every night) or the run directories under --runs-dir. Reads only.
-    Runs {
-        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
-        runs_dir: PathBuf,
-        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-        database_url: Option<String>,
-        /// How many runs.
-        #[arg(long, default_value_t = 20)]
-        limit: u32,
-        /// Print the summaries as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Runs(RunsArgs),
+    /// One matrix's history (its newest run's fingerprint; the runs that measured their load in
+    /// full, oldest first) and the change points in each metric (E-Divisive means, t-test
+    /// p < 0.001, as Apache Otava finds them); `--format csv` is the series as Otava's CSV
+    /// importer reads them. Reads only.
+    History(HistoryArgs),
     /// Delete the runs started longer ago than --older-than, with everything recorded for them:
     /// from the store of --database-url, or the run directories under --runs-dir (a directory
     /// whose store keeps no run is removed). Runs still going and pinned baselines stay.
-    Prune {
-        /// e.g. `30d`, `12h`.
-        #[arg(long, value_parser = humantime::parse_duration)]
-        older_than: std::time::Duration,
-        #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
-        runs_dir: PathBuf,
-        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-        database_url: Option<String>,
-        /// List what would go, delete nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Prune(PruneArgs),
     /// Baselines for regression comparisons.
     #[command(subcommand)]
     Baseline(BaselineCommand),
@@ -235,32 +113,238 @@ enum Command {
     /// has Chaos Mesh: planned as `driver run` plans them (same seed, same load phase), applied
     /// by nothing here. Checked against chaos-mesh's CRD schemas only, never run against a Chaos
     /// Mesh controller by this project (docs/faults.md).
-    ChaosMesh {
-        matrix: PathBuf,
-        /// The run id the objects select pods by (the `triton-stress/run` label); at most 42
-        /// characters, so the Workflow's name is a label value.
-        #[arg(long, env = "TRITON_STRESS_RUN_ID")]
-        run_id: String,
-        /// The namespace of the run's pods, and of the Workflow.
-        #[arg(long, env = "TRITON_STRESS_NAMESPACE")]
-        namespace: String,
-        /// Override the matrix's run duration, as `driver run --duration` does.
-        #[arg(long, value_parser = humantime::parse_duration)]
-        duration: Option<Duration>,
-    },
+    ChaosMesh(ChaosMeshArgs),
     /// Print the matrix JSON schema.
     Schema,
     /// Summarise Triton trace files (level TIMESTAMPS, triton mode) per model and protocol:
     /// receive, queue, compute input / infer / output and send time.
-    TraceSummary {
-        /// Trace files of one server; a FILE written per log-frequency as FILE.0, FILE.1, ...
-        /// may be given as FILE.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        /// Print the summary as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    TraceSummary(TraceSummaryArgs),
+}
+
+// `driver run`.
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    matrix: PathBuf,
+    #[arg(
+        long,
+        value_enum,
+        default_value = "local",
+        env = "TRITON_STRESS_LAUNCHER"
+    )]
+    launcher: LauncherKind,
+    /// Where run directories are created.
+    #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+    runs_dir: PathBuf,
+    /// Reuse a run id (default: <name>-<date>-<time>-<random>).
+    #[arg(long, env = "TRITON_STRESS_RUN_ID")]
+    run_id: Option<String>,
+    /// Status store; default: a SQLite file in the run directory.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// Override the matrix's run duration (e.g. 30s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Plain log lines instead of a live progress line, even in a terminal.
+    #[arg(long)]
+    no_progress: bool,
+    /// On failure keep the failed pods and the servers they talked to (default: the
+    /// matrix's `run.keep_failed`); `--keep-failed=false` deletes everything.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "TRITON_STRESS_KEEP_FAILED")]
+    keep_failed: Option<bool>,
+    /// Compare with this run (default: the pinned, else the last passing run of the same
+    /// matrix name, in the store or under --runs-dir).
+    #[arg(long, env = "TRITON_STRESS_BASELINE")]
+    baseline: Option<String>,
+    /// Known issues besides the matrix's `known_issues`: a YAML list of the same entries
+    /// (e.g. test-matrices/known-issues.yaml). Their matches are counted, not failing the run.
+    #[arg(long, env = "TRITON_STRESS_KNOWN_ISSUES")]
+    known_issues: Option<PathBuf>,
+    #[command(flatten)]
+    kube: KubeArgs,
+}
+
+// `driver cleanup`.
+#[derive(Debug, clap::Args)]
+struct CleanupArgs {
+    /// Run id (the `triton-stress/run` label).
+    #[arg(long)]
+    run: Option<RunId>,
+    /// Namespace (default: the current kubeconfig context's, or the pod's).
+    #[arg(long, env = "TRITON_STRESS_NAMESPACE")]
+    namespace: Option<String>,
+    /// The store to look for abandoned runs in (default: the SQLite stores of the run
+    /// directories under --runs-dir).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+    runs_dir: PathBuf,
+}
+
+// `driver validate`.
+#[derive(Debug, clap::Args)]
+struct ValidateArgs {
+    #[arg(required = true)]
+    matrices: Vec<PathBuf>,
+}
+
+// `driver report`.
+#[derive(Debug, clap::Args)]
+struct ReportArgs {
+    /// Run id (default: the newest run in the store).
+    #[arg(long)]
+    run: Option<RunId>,
+    #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+    runs_dir: PathBuf,
+    /// Status store; default: <runs-dir>/<run>/store.sqlite.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// What to print: the text report, report.json, JUnit XML (junit.xml) or the
+    /// self-contained HTML page (report.html).
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text, conflicts_with_all = ["json", "junit"])]
+    format: ReportFormat,
+    /// Same as --format json.
+    #[arg(long, conflicts_with = "junit")]
+    json: bool,
+    /// Same as --format junit.
+    #[arg(long)]
+    junit: bool,
+}
+
+// `driver compare`.
+#[derive(Debug, clap::Args)]
+struct CompareArgs {
+    /// The baseline: a run id, or several separated by commas.
+    a: String,
+    /// The runs compared with it.
+    b: String,
+    #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+    runs_dir: PathBuf,
+    /// Status store of every run; default: each run's <runs-dir>/<run>/store.sqlite.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// The smallest change worth a call (0.1 = 10%).
+    #[arg(long, default_value_t = 0.1)]
+    min_effect: f64,
+    /// Rows with fewer requests are not compared.
+    #[arg(long, default_value_t = 100)]
+    min_requests: u64,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+// `driver serve`.
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+    runs_dir: PathBuf,
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// Address to listen on (loopback by default; in a cluster, behind its Service).
+    #[arg(
+        long,
+        default_value = "127.0.0.1:8080",
+        env = "TRITON_STRESS_SERVE_LISTEN"
+    )]
+    listen: std::net::SocketAddr,
+    /// Every page but /healthz then wants `Authorization: Bearer TOKEN` (from the
+    /// environment only: a token on the command line is visible to every process).
+    #[arg(skip = std::env::var("TRITON_STRESS_SERVE_TOKEN").ok().filter(|t| !t.is_empty()))]
+    token: Option<String>,
+}
+
+// `driver runs`.
+#[derive(Debug, clap::Args)]
+struct RunsArgs {
+    #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+    runs_dir: PathBuf,
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// How many runs.
+    #[arg(long, default_value_t = 20)]
+    limit: u32,
+    /// Print the summaries as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+// `driver history`.
+#[derive(Debug, clap::Args)]
+struct HistoryArgs {
+    /// The matrix's name (its `run.name`).
+    #[arg(long)]
+    matrix: String,
+    #[arg(long, value_enum, default_value = "text")]
+    format: HistoryFormat,
+    /// How many of its last runs (4 to 500).
+    #[arg(long, default_value_t = 30, value_parser = change_point_window)]
+    window: usize,
+    #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+    runs_dir: PathBuf,
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+}
+
+/// What `driver history` prints.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum HistoryFormat {
+    /// The runs and the change points in words.
+    Text,
+    /// The runs' summaries and the change points.
+    Json,
+    /// A row per run, a column per metric: Apache Otava's CSV.
+    Csv,
+}
+
+fn change_point_window(s: &str) -> Result<usize, String> {
+    let range = driver::matrix::CHANGE_POINT_WINDOW;
+    s.parse::<usize>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| format!("from {} to {} runs", range.start(), range.end()))
+}
+
+// `driver prune`.
+#[derive(Debug, clap::Args)]
+struct PruneArgs {
+    /// e.g. `30d`, `12h`.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    older_than: std::time::Duration,
+    #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
+    runs_dir: PathBuf,
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// List what would go, delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+// `driver chaos-mesh`.
+#[derive(Debug, clap::Args)]
+struct ChaosMeshArgs {
+    matrix: PathBuf,
+    /// The run id the objects select pods by (the `triton-stress/run` label); at most 42
+    /// characters, so the Workflow's name is a label value.
+    #[arg(long, env = "TRITON_STRESS_RUN_ID")]
+    run_id: String,
+    /// The namespace of the run's pods, and of the Workflow.
+    #[arg(long, env = "TRITON_STRESS_NAMESPACE")]
+    namespace: String,
+    /// Override the matrix's run duration, as `driver run --duration` does.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+}
+
+// `driver trace-summary`.
+#[derive(Debug, clap::Args)]
+struct TraceSummaryArgs {
+    /// Trace files of one server; a FILE written per log-frequency as FILE.0, FILE.1, ...
+    /// may be given as FILE.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -276,360 +360,414 @@ enum BaselineCommand {
     },
 }
 
+/// Parses the command line and hands the subcommand to its function, whose exit code it is.
 #[tokio::main]
 async fn main() -> ExitCode {
     stress_common::telemetry::init("info");
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Validate { matrices } => {
-            let mut bad = false;
-            for m in &matrices {
-                match driver::matrix::load(m) {
-                    Ok(matrix) => println!(
-                        "{}: ok ({} servers, {} clients)",
-                        m.display(),
-                        matrix.servers().len() + matrix.external_servers().len(),
-                        matrix.clients().len()
-                    ),
-                    Err(e) => {
-                        eprintln!("{e}");
-                        bad = true;
-                    }
-                }
+    match Cli::parse().command {
+        Command::Run(args) => run_command(args).await,
+        Command::Cleanup(args) => cleanup_command(args).await,
+        Command::Validate(args) => validate_command(args),
+        Command::Report(args) => report_command(args).await,
+        Command::Compare(args) => compare_command(args).await,
+        Command::Serve(args) => serve_command(args).await,
+        Command::Runs(args) => runs_command(args).await,
+        Command::History(args) => history_command(args).await,
+        Command::Prune(args) => prune_command(args).await,
+        Command::Baseline(command) => baseline_command(command).await,
+        Command::ChaosMesh(args) => chaos_mesh_command(args),
+        Command::Schema => schema_command(),
+        Command::TraceSummary(args) => trace_summary_command(args),
+    }
+}
+
+/// An error on stderr (`error: ` and its chain of causes) and the bad-input exit code.
+fn bad_input(e: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {e:#}");
+    ExitCode::from(BAD_INPUT)
+}
+
+/// `driver validate`: each matrix `ok` with its size, or its errors (exit 2).
+fn validate_command(args: ValidateArgs) -> ExitCode {
+    let mut bad = false;
+    for m in &args.matrices {
+        match driver::matrix::load(m) {
+            Ok(matrix) => println!(
+                "{}: ok ({} servers, {} clients)",
+                m.display(),
+                matrix.servers().len() + matrix.external_servers().len(),
+                matrix.clients().len()
+            ),
+            Err(e) => {
+                eprintln!("{e}");
+                bad = true;
             }
-            ExitCode::from(if bad { BAD_INPUT } else { 0 })
         }
-        Command::ChaosMesh {
-            matrix,
-            run_id,
-            namespace,
-            duration,
-        } => chaos_mesh(&matrix, &run_id, &namespace, duration),
-        Command::Schema => {
-            print!("{}", driver::matrix::json_schema_text());
+    }
+    ExitCode::from(if bad { BAD_INPUT } else { 0 })
+}
+
+/// `driver schema`.
+fn schema_command() -> ExitCode {
+    print!("{}", driver::matrix::json_schema_text());
+    ExitCode::SUCCESS
+}
+
+/// `driver trace-summary`: the summary as text or JSON; an unreadable or malformed file is bad
+/// input.
+fn trace_summary_command(args: TraceSummaryArgs) -> ExitCode {
+    let mut texts = Vec::new();
+    for f in args
+        .files
+        .iter()
+        .flat_map(|f| driver::report::trace::files_of(f))
+    {
+        match std::fs::read_to_string(&f) {
+            Ok(t) => texts.push((f.display().to_string(), t)),
+            Err(e) => {
+                eprintln!("{}: {e}", f.display());
+                return ExitCode::from(BAD_INPUT);
+            }
+        }
+    }
+    match driver::report::trace::parse(&texts) {
+        Ok(traces) => {
+            let summary = driver::report::trace::summarize(&traces);
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&summary).expect("plain data serialises")
+                );
+            } else {
+                print!("{}", summary.render());
+            }
             ExitCode::SUCCESS
         }
-        Command::TraceSummary { files, json } => {
-            let mut texts = Vec::new();
-            for f in files
-                .iter()
-                .flat_map(|f| driver::report::trace::files_of(f))
-            {
-                match std::fs::read_to_string(&f) {
-                    Ok(t) => texts.push((f.display().to_string(), t)),
-                    Err(e) => {
-                        eprintln!("{}: {e}", f.display());
-                        return ExitCode::from(BAD_INPUT);
-                    }
-                }
-            }
-            match driver::report::trace::parse(&texts) {
-                Ok(traces) => {
-                    let summary = driver::report::trace::summarize(&traces);
-                    if json {
-                        println!(
-                            "{}",
-                            serde_json::to_string_pretty(&summary).expect("plain data serialises")
-                        );
-                    } else {
-                        print!("{}", summary.render());
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::from(BAD_INPUT)
-                }
-            }
-        }
-        Command::Report {
-            run,
-            runs_dir,
-            database_url,
-            format,
-            json,
-            junit,
-        } => {
-            // --json and --junit: the older spellings of --format.
-            let format = match (json, junit) {
-                (true, _) => ReportFormat::Json,
-                (_, true) => ReportFormat::Junit,
-                _ => format,
-            };
-            match report(run, &runs_dir, database_url, format).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::from(BAD_INPUT)
-                }
-            }
-        }
-        Command::Compare {
-            a,
-            b,
-            runs_dir,
-            database_url,
-            min_effect,
-            min_requests,
-            json,
-        } => {
-            let side = |s: &str| {
-                s.split(',')
-                    .map(|id| RunId::new(id.trim()))
-                    .collect::<Vec<_>>()
-            };
-            let (a, b) = (side(&a), side(&b));
-            match compare(&a, &b, &runs_dir, database_url, min_effect, min_requests).await {
-                Ok(judged) if json => {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&judged).expect("plain data")
-                    );
-                    ExitCode::SUCCESS
-                }
-                Ok(judged) => {
-                    print!("{}", driver::render::text::judged(&judged));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::from(BAD_INPUT)
-                }
-            }
-        }
-        Command::Serve {
-            runs_dir,
-            database_url,
-            listen,
-            token,
-        } => {
-            let source = match database_url {
-                Some(url) => driver::serve::Source::Store(url),
-                None => driver::serve::Source::RunsDir(runs_dir),
-            };
-            let cancel = stress_common::shutdown::token_on_signals();
-            let served = driver::serve::serve(source, token, listen, cancel, |at| {
-                // On stdout, so scripts and tests find the port when 0 was asked for.
-                println!("serving on http://{at}/");
-            })
-            .await;
-            match served {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: cannot serve on {listen}: {e}");
-                    ExitCode::from(BAD_INPUT)
-                }
-            }
-        }
-        Command::Prune {
-            older_than,
-            runs_dir,
-            database_url,
-            dry_run,
-        } => match run::prune::prune(database_url.as_deref(), &runs_dir, older_than, dry_run).await
-        {
-            Ok(pruned) => {
-                let verb = if dry_run { "would prune" } else { "pruned" };
-                for p in &pruned {
-                    println!(
-                        "{verb} {} ({}, started {}, {}){}",
-                        p.run_id,
-                        p.name,
-                        driver::report::format_time(p.started_at_ms),
-                        p.verdict.as_deref().unwrap_or("ABANDONED"),
-                        p.removed_dir
-                            .as_ref()
-                            .map(|d| format!(", directory {}", d.display()))
-                            .unwrap_or_default()
-                    );
-                }
-                println!("{} run(s) {verb}", pruned.len());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        Command::Runs {
-            runs_dir,
-            database_url,
-            limit,
-            json,
-        } => {
-            use driver::report::summary::{self, RunSource};
-            let source = match &database_url {
-                Some(url) => RunSource::Store(url),
-                None => RunSource::RunsDir(&runs_dir),
-            };
-            match summary::list(source, limit).await {
-                Ok(runs) if json => {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&runs).expect("plain data serialises")
-                    );
-                    ExitCode::SUCCESS
-                }
-                Ok(runs) => {
-                    print!("{}", driver::render::text::run_list(&runs));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(BAD_INPUT)
-                }
-            }
-        }
-        Command::Baseline(BaselineCommand::Set {
-            run,
-            runs_dir,
-            database_url,
-        }) => match pin_baseline(&run, &runs_dir, database_url).await {
-            Ok(name) => {
-                println!("run {run} is the baseline of runs named {name}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::from(BAD_INPUT)
-            }
-        },
-        Command::Cleanup {
-            run,
-            namespace,
-            database_url,
-            runs_dir,
-        } => match cleanup(run, namespace, database_url, &runs_dir).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::from(BAD_INPUT)
-            }
-        },
-        Command::Run {
-            matrix,
-            launcher: kind,
-            runs_dir,
-            run_id,
-            database_url,
-            duration,
-            no_progress,
-            keep_failed,
-            baseline,
-            known_issues,
-            kube,
-        } => {
-            let options = RunOptions {
-                matrix,
-                runs_dir,
-                run_id,
-                database_url,
-                duration,
-                progress: no_progress.then_some(false),
-                keep_failed,
-                baseline,
-                known_issues,
-            };
-            let (matrix, run_id, run_dir) = match run::prepare(&options) {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(e.exit_code());
-                }
-            };
-            let matrix_dir = matrix
-                .source_path
-                .as_deref()
-                .and_then(|p| p.parent())
-                .map(PathBuf::from)
-                .unwrap_or_default();
-            let cancel = stress_common::shutdown::token_on_signals();
-            if matrix.sweep.is_some() {
-                tracing::info!(run_id, run_dir = %run_dir.display(), "starting a sweep");
-                // Each run of the sweep (its own, then each variant's) gets a launcher of its
-                // own run id; on Kubernetes they share one cluster connection.
-                let cluster = match kind {
-                    LauncherKind::Local => None,
-                    LauncherKind::Kube => {
-                        if let Some(refused) = binary_sweep_on_pods(&matrix) {
-                            eprintln!("{refused}");
-                            return ExitCode::from(BAD_INPUT);
-                        }
-                        match KubeCluster::connect(&options, &matrix, kube).await {
-                            Ok(c) => Some(c),
-                            Err(e) => {
-                                eprintln!("error: {e:#}");
-                                return ExitCode::from(BAD_INPUT);
-                            }
-                        }
-                    }
-                };
-                let duration = options.duration;
-                let launcher_for: Box<LauncherFor<'_>> = match &cluster {
-                    None => Box::new(|l: LaunchFor<'_>| -> LaunchFuture {
-                        let launcher: Box<dyn Launcher> =
-                            Box::new(LocalLauncher::new(l.dir, &matrix_dir));
-                        Box::pin(std::future::ready(Ok(launcher)))
-                    }),
-                    Some(cluster) => Box::new(move |l: LaunchFor<'_>| -> LaunchFuture {
-                        let client = cluster.client.clone();
-                        let settings = cluster.settings(
-                            l.run_id,
-                            std::fs::read_to_string(l.matrix_file).unwrap_or_default(),
-                            l.matrix,
-                            duration,
-                        );
-                        Box::pin(async move {
-                            let launcher: Box<dyn Launcher> =
-                                Box::new(KubeLauncher::start(client, settings).await?);
-                            Ok(launcher)
-                        })
-                    }),
-                };
-                let outcome = run::sweep::sweep(
-                    &options,
-                    &matrix,
-                    &run_dir,
-                    &run_id,
-                    cancel,
-                    launcher_for.as_ref(),
-                )
-                .await;
-                return finish_run_command(outcome, &options);
-            }
-            let mut launcher: Box<dyn Launcher> = match kind {
-                LauncherKind::Local => Box::new(LocalLauncher::new(&run_dir, &matrix_dir)),
-                LauncherKind::Kube => match kube_launcher(&options, &matrix, &run_id, kube).await {
-                    Ok(l) => Box::new(l),
-                    Err(e) => {
-                        eprintln!("error: {e:#}");
-                        return ExitCode::from(BAD_INPUT);
-                    }
-                },
-            };
-            tracing::info!(run_id, run_dir = %run_dir.display(), launcher = launcher.name(), "starting run");
-            let outcome = run::run(
-                &options,
-                launcher.as_mut(),
-                &matrix,
-                &run_dir,
-                &run_id,
-                cancel,
-            )
-            .await;
-            finish_run_command(outcome, &options)
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(BAD_INPUT)
         }
     }
 }
 
-/// `driver chaos-mesh`: the Workflow on stdout, or bad input (exit 2) on stderr.
-fn chaos_mesh(
-    matrix: &std::path::Path,
+/// `driver report`: the report in the format asked for.
+async fn report_command(args: ReportArgs) -> ExitCode {
+    // --json and --junit: the older spellings of --format.
+    let format = match (args.json, args.junit) {
+        (true, _) => ReportFormat::Json,
+        (_, true) => ReportFormat::Junit,
+        _ => args.format,
+    };
+    match report(args.run, &args.runs_dir, args.database_url, format).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => bad_input(&e),
+    }
+}
+
+/// `driver compare`: the judged changes of B against A, as text or JSON.
+async fn compare_command(args: CompareArgs) -> ExitCode {
+    let side = |s: &str| {
+        s.split(',')
+            .map(|id| RunId::new(id.trim()))
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (side(&args.a), side(&args.b));
+    let compared = compare(
+        &a,
+        &b,
+        &args.runs_dir,
+        args.database_url,
+        args.min_effect,
+        args.min_requests,
+    )
+    .await;
+    match compared {
+        Ok(judged) if args.json => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&judged).expect("plain data")
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(judged) => {
+            print!("{}", driver::render::text::judged(&judged));
+            ExitCode::SUCCESS
+        }
+        Err(e) => bad_input(&e),
+    }
+}
+
+/// `driver serve`: until a signal; an address it cannot listen on is bad input.
+async fn serve_command(args: ServeArgs) -> ExitCode {
+    let source = match args.database_url {
+        Some(url) => driver::serve::Source::Store(url),
+        None => driver::serve::Source::RunsDir(args.runs_dir),
+    };
+    let cancel = stress_common::shutdown::token_on_signals();
+    let listen = args.listen;
+    let served = driver::serve::serve(source, args.token, listen, cancel, |at| {
+        // On stdout, so scripts and tests find the port when 0 was asked for.
+        println!("serving on http://{at}/");
+    })
+    .await;
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot serve on {listen}: {e}");
+            ExitCode::from(BAD_INPUT)
+        }
+    }
+}
+
+/// `driver prune`: each run pruned (or that would be), and how many; a failure exits 1.
+async fn prune_command(args: PruneArgs) -> ExitCode {
+    let PruneArgs {
+        older_than,
+        runs_dir,
+        database_url,
+        dry_run,
+    } = args;
+    match run::prune::prune(database_url.as_deref(), &runs_dir, older_than, dry_run).await {
+        Ok(pruned) => {
+            let verb = if dry_run { "would prune" } else { "pruned" };
+            for p in &pruned {
+                println!(
+                    "{verb} {} ({}, started {}, {}){}",
+                    p.run_id,
+                    p.name,
+                    driver::report::format_time(p.started_at_ms),
+                    p.verdict.as_deref().unwrap_or("ABANDONED"),
+                    p.removed_dir
+                        .as_ref()
+                        .map(|d| format!(", directory {}", d.display()))
+                        .unwrap_or_default()
+                );
+            }
+            println!("{} run(s) {verb}", pruned.len());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `driver runs`: the finished runs' summaries, as text or JSON.
+async fn runs_command(args: RunsArgs) -> ExitCode {
+    use driver::report::summary::{self, RunSource};
+    let source = match &args.database_url {
+        Some(url) => RunSource::Store(url),
+        None => RunSource::RunsDir(&args.runs_dir),
+    };
+    match summary::list(source, args.limit).await {
+        Ok(runs) if args.json => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&runs).expect("plain data serialises")
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(runs) => {
+            print!("{}", driver::render::text::run_list(&runs));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(BAD_INPUT)
+        }
+    }
+}
+
+/// `driver history`: every finished run the source lists, narrowed to the matrix's history.
+async fn history_command(args: HistoryArgs) -> ExitCode {
+    use driver::report::history;
+    use driver::report::summary::{self, RunSource};
+    let source = match &args.database_url {
+        Some(url) => RunSource::Store(url),
+        None => RunSource::RunsDir(&args.runs_dir),
+    };
+    let runs = match summary::list(source, 10_000).await {
+        Ok(runs) => runs,
+        Err(e) => return bad_input(&e.into()),
+    };
+    let of = match history::of_matrix(&runs, &args.matrix, args.window) {
+        Ok(of) => of,
+        Err(why) => return bad_input(&anyhow::anyhow!(why)),
+    };
+    let found = history::change_points(&of, &Default::default());
+    match args.format {
+        HistoryFormat::Text => print!("{}", history::text(&args.matrix, &of, &found)),
+        HistoryFormat::Csv => print!("{}", history::otava_csv(&of)),
+        HistoryFormat::Json => println!(
+            "{}",
+            serde_json::json!({"matrix": args.matrix, "runs": of, "change_points": found})
+        ),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `driver baseline set`.
+async fn baseline_command(command: BaselineCommand) -> ExitCode {
+    let BaselineCommand::Set {
+        run,
+        runs_dir,
+        database_url,
+    } = command;
+    match pin_baseline(&run, &runs_dir, database_url).await {
+        Ok(name) => {
+            println!("run {run} is the baseline of runs named {name}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => bad_input(&e),
+    }
+}
+
+/// `driver cleanup`.
+async fn cleanup_command(args: CleanupArgs) -> ExitCode {
+    match cleanup(args.run, args.namespace, args.database_url, &args.runs_dir).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => bad_input(&e),
+    }
+}
+
+/// `driver run`: a run, or a sweep's runs, to the end or the first failure; prints the report
+/// and exits with the verdict's code.
+async fn run_command(args: RunArgs) -> ExitCode {
+    let RunArgs {
+        matrix,
+        launcher: kind,
+        runs_dir,
+        run_id,
+        database_url,
+        duration,
+        no_progress,
+        keep_failed,
+        baseline,
+        known_issues,
+        kube,
+    } = args;
+    let options = RunOptions {
+        matrix,
+        runs_dir,
+        run_id,
+        database_url,
+        duration,
+        progress: no_progress.then_some(false),
+        keep_failed,
+        baseline,
+        known_issues,
+    };
+    let (matrix, run_id, run_dir) = match run::prepare(&options) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    let cancel = stress_common::shutdown::token_on_signals();
+    if matrix.sweep.is_some() {
+        return sweep_command(&options, &matrix, &run_id, &run_dir, kind, kube, cancel).await;
+    }
+    let mut launcher: Box<dyn Launcher> = match kind {
+        LauncherKind::Local => Box::new(LocalLauncher::new(&run_dir, &matrix_dir(&matrix))),
+        LauncherKind::Kube => match kube_launcher(&options, &matrix, &run_id, kube).await {
+            Ok(l) => Box::new(l),
+            Err(e) => return bad_input(&e),
+        },
+    };
+    tracing::info!(run_id, run_dir = %run_dir.display(), launcher = launcher.name(), "starting run");
+    let outcome = run::run(
+        &options,
+        launcher.as_mut(),
+        &matrix,
+        &run_dir,
+        &run_id,
+        cancel,
+    )
+    .await;
+    finish_run_command(outcome, &options)
+}
+
+/// The folder of the matrix file, which its relative paths start from.
+fn matrix_dir(matrix: &driver::matrix::Matrix) -> PathBuf {
+    matrix
+        .source_path
+        .as_deref()
+        .and_then(|p| p.parent())
+        .map(PathBuf::from)
+        .unwrap_or_default()
+}
+
+/// `driver run` of a sweep matrix: each run of the sweep (its own, then each variant's) gets a
+/// launcher of its own run id; on Kubernetes they share one cluster connection.
+async fn sweep_command(
+    options: &RunOptions,
+    matrix: &driver::matrix::Matrix,
     run_id: &str,
-    namespace: &str,
-    duration: Option<Duration>,
+    run_dir: &std::path::Path,
+    kind: LauncherKind,
+    kube: KubeArgs,
+    cancel: CancellationToken,
 ) -> ExitCode {
+    tracing::info!(run_id, run_dir = %run_dir.display(), "starting a sweep");
+    let cluster = match kind {
+        LauncherKind::Local => None,
+        LauncherKind::Kube => {
+            if let Some(refused) = binary_sweep_on_pods(matrix) {
+                eprintln!("{refused}");
+                return ExitCode::from(BAD_INPUT);
+            }
+            match KubeCluster::connect(options, matrix, kube).await {
+                Ok(c) => Some(c),
+                Err(e) => return bad_input(&e),
+            }
+        }
+    };
+    let matrix_dir = matrix_dir(matrix);
+    let duration = options.duration;
+    let launcher_for: Box<LauncherFor<'_>> = match &cluster {
+        None => Box::new(|l: LaunchFor<'_>| -> LaunchFuture {
+            let launcher: Box<dyn Launcher> = Box::new(LocalLauncher::new(l.dir, &matrix_dir));
+            Box::pin(std::future::ready(Ok(launcher)))
+        }),
+        Some(cluster) => Box::new(move |l: LaunchFor<'_>| -> LaunchFuture {
+            let client = cluster.client.clone();
+            let settings = cluster.settings(
+                l.run_id,
+                std::fs::read_to_string(l.matrix_file).unwrap_or_default(),
+                l.matrix,
+                duration,
+            );
+            Box::pin(async move {
+                let launcher: Box<dyn Launcher> =
+                    Box::new(KubeLauncher::start(client, settings).await?);
+                Ok(launcher)
+            })
+        }),
+    };
+    let outcome = run::sweep::sweep(
+        options,
+        matrix,
+        run_dir,
+        run_id,
+        cancel,
+        launcher_for.as_ref(),
+    )
+    .await;
+    finish_run_command(outcome, options)
+}
+
+/// `driver chaos-mesh`: the Workflow on stdout, or bad input (exit 2) on stderr.
+fn chaos_mesh_command(args: ChaosMeshArgs) -> ExitCode {
     use driver::launcher::kube::chaos_mesh;
+    let ChaosMeshArgs {
+        matrix,
+        run_id,
+        namespace,
+        duration,
+    } = args;
+    let (matrix, run_id, namespace) = (matrix.as_path(), run_id.as_str(), namespace.as_str());
     let injections = match run::planned_faults(matrix, run_id, duration) {
         Ok(i) => i,
         Err(e) => {

@@ -667,3 +667,148 @@ fn prune_deletes_old_runs_that_are_over_and_keeps_the_rest() {
     }
     assert!(text(&prune(&[]).stdout).ends_with("0 run(s) pruned\n"));
 }
+
+/// Apache Otava, installed by scripts/install-otava.sh.
+fn otava() -> PathBuf {
+    let otava = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.local/otava-venv/bin/otava");
+    assert!(
+        otava.exists(),
+        "no Apache Otava at {}: run scripts/install-otava.sh",
+        otava.display()
+    );
+    otava
+}
+
+/// A nightly history of 20 runs in one store, the p99 of Load 10% higher from night 11 on
+/// (QPS unchanged, a little noise on both): `driver history` names night 11 with the change's
+/// size, and Apache Otava 0.8, at its default settings on the CSV `--format csv` writes, finds
+/// the same change point and no other. A window under 4 runs is bad input.
+#[test]
+fn history_finds_a_planted_change_where_apache_otava_finds_it() {
+    use driver::judge::change::Estimate;
+    use driver::report::summary::RunSummary;
+    use stress_common::contract::RunId;
+    use stress_common::store::{NewRun, Store};
+    let tmp = tempfile::tempdir().unwrap();
+    let store_file = tmp.path().join("store.sqlite");
+    let url = Store::sqlite_url(&store_file);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = Store::connect(&url).await.unwrap();
+        for night in 1..=20i64 {
+            let id = format!("nightly-{night:02}");
+            let started = 1_780_000_000_000 + night * 86_400_000;
+            store
+                .create_run(&NewRun {
+                    run_id: id.clone(),
+                    name: "nightly".into(),
+                    matrix_yaml: "version: 1".into(),
+                    launcher: "local".into(),
+                    started_at_ms: started,
+                    fingerprint: Some("mfp1-0123456789abcdef".into()),
+                })
+                .await
+                .unwrap();
+            let run_id = RunId::new(id.clone());
+            store
+                .finish_run(&run_id, "PASS", started + 60_000)
+                .await
+                .unwrap();
+            // ±1.5%: a deterministic wobble, not a trend.
+            let wobble = [1.0, 1.012, 0.988, 1.006, 0.994, 1.015, 0.985][night as usize % 7];
+            let p99 = if night < 11 { 20.0 } else { 22.0 } * wobble;
+            let estimate = |metric: &str, value, higher_is_better| Estimate {
+                metric: metric.into(),
+                value,
+                higher_is_better,
+                low: None,
+                high: None,
+                spread: None,
+                not_judged: None,
+            };
+            let summary = RunSummary {
+                run_id: id,
+                name: "nightly".into(),
+                fingerprint: Some("mfp1-0123456789abcdef".into()),
+                launcher: "local".into(),
+                verdict: "PASS".into(),
+                started_at_ms: started,
+                finished_at_ms: Some(started + 60_000),
+                estimates: vec![
+                    estimate("p99_ms Load", p99, false),
+                    estimate("qps Load", 400.0 / wobble, true),
+                ],
+                versions: vec!["triton-0: triton 2.51.0".into()],
+                ..RunSummary::default()
+            };
+            store.save_document(&run_id, "", &summary).await.unwrap();
+        }
+        store.close().await;
+    });
+    let history = |format: &str, window: &str| {
+        driver(&[
+            "history",
+            "--matrix",
+            "nightly",
+            "--database-url",
+            &url,
+            "--format",
+            format,
+            "--window",
+            window,
+        ])
+    };
+    let out = history("json", "30");
+    assert!(out.status.success(), "{}", describe("history", &out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shifts = json["change_points"]["shifts"].as_array().unwrap();
+    assert_eq!(shifts.len(), 1, "{json:#}");
+    assert_eq!(shifts[0]["metric"], "p99_ms Load");
+    assert_eq!(shifts[0]["run_id"], "nightly-11");
+    let change = shifts[0]["change"].as_f64().unwrap();
+    assert!((change - 0.10).abs() < 0.03, "{change}");
+
+    let out = history("csv", "30");
+    assert!(out.status.success(), "{}", describe("history csv", &out));
+    let csv = tmp.path().join("history.csv");
+    std::fs::write(&csv, &out.stdout).unwrap();
+    let config = tmp.path().join("otava.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "tests:\n  nightly:\n    type: csv\n    file: {}\n    time_column: time\n    \
+             attributes: [run]\n    metrics: [\"p99_ms Load\", \"qps Load\"]\n",
+            csv.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(otava())
+        .args(["analyze", "nightly", "--output", "json"])
+        .env("OTAVA_CONFIG", &config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe("otava", &out));
+    let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let points = found["nightly"].as_array().unwrap();
+    assert_eq!(points.len(), 1, "Otava: {found:#}");
+    assert_eq!(points[0]["attributes"]["run"], "nightly-11", "{found:#}");
+    let changes = points[0]["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 1, "{found:#}");
+    assert_eq!(changes[0]["metric"], "p99_ms Load");
+
+    let out = history("text", "3");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        describe("history --window 3", &out)
+    );
+    assert!(
+        text(&out.stderr).contains("from 4 to 500 runs"),
+        "{}",
+        describe("", &out)
+    );
+    let out = driver(&["history", "--matrix", "nope", "--database-url", &url]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no finished run of a matrix named \"nope\""));
+}

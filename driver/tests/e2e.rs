@@ -1991,6 +1991,14 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
         report["failed_members"][0]["member_id"], "regression",
         "{report:#}"
     );
+    // Its history holds both runs (failed by a regression alone, it measured its load in
+    // full): two runs, too few for a change point.
+    assert_eq!(
+        report["change_points"]["runs"],
+        serde_json::json!(["e2e-reg-fast", "e2e-reg-slow"]),
+        "{:#}",
+        report["change_points"]
+    );
     let text = read(&run_dir.join("report.txt"));
     assert!(
         text.contains(

@@ -45,6 +45,8 @@ struct Module {
     items: BTreeSet<String>,
     imports: HashMap<String, Import>,
     globs: Vec<Import>,
+    /// Compiled for tests only: it, or a module above it, is `#[cfg(test)]`.
+    test_only: bool,
 }
 
 /// A path named in a file, to resolve once every module is known.
@@ -78,11 +80,17 @@ impl Crate {
             name: name.into(),
             ..Default::default()
         };
-        c.load_file(root, Vec::new(), None, true);
+        c.load_file(root, Vec::new(), None, true, false);
         c
     }
 
-    fn new_module(&mut self, path: Vec<String>, parent: Option<ModId>, file: usize) -> ModId {
+    fn new_module(
+        &mut self,
+        path: Vec<String>,
+        parent: Option<ModId>,
+        file: usize,
+        test_only: bool,
+    ) -> ModId {
         let id = self.modules.len();
         if let Some(p) = parent {
             let name = path.last().expect("a child has a name").clone();
@@ -92,19 +100,27 @@ impl Crate {
             path,
             parent,
             file,
+            test_only,
             ..Default::default()
         });
         id
     }
 
     /// `owns_dir`: the file is lib.rs, main.rs or mod.rs, whose children sit beside it.
-    fn load_file(&mut self, file: &Path, path: Vec<String>, parent: Option<ModId>, owns_dir: bool) {
+    fn load_file(
+        &mut self,
+        file: &Path,
+        path: Vec<String>,
+        parent: Option<ModId>,
+        owns_dir: bool,
+        test_only: bool,
+    ) {
         let text =
             std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let file_id = self.files.len();
         self.files.push(file.to_path_buf());
-        let module = self.new_module(path.clone(), parent, file_id);
+        let module = self.new_module(path.clone(), parent, file_id, test_only);
         let children_dir = if owns_dir {
             file.parent()
                 .expect("a source file has a folder")
@@ -114,15 +130,15 @@ impl Crate {
         };
         let mut out_of_line = Vec::new();
         self.scan_items(&ast.items, module, file_id, &mut out_of_line);
-        for (name, scope) in out_of_line {
+        for (name, scope, test_only) in out_of_line {
             let flat = children_dir.join(format!("{name}.rs"));
             let nested = children_dir.join(&name).join("mod.rs");
             let mut child_path = self.modules[scope].path.clone();
             child_path.push(name.clone());
             if flat.exists() {
-                self.load_file(&flat, child_path, Some(scope), false);
+                self.load_file(&flat, child_path, Some(scope), false, test_only);
             } else if nested.exists() {
-                self.load_file(&nested, child_path, Some(scope), true);
+                self.load_file(&nested, child_path, Some(scope), true, test_only);
             } else {
                 panic!("{}: module {name} has no file", file.display());
             }
@@ -134,7 +150,7 @@ impl Crate {
         items: &[syn::Item],
         module: ModId,
         file: usize,
-        out_of_line: &mut Vec<(String, ModId)>,
+        out_of_line: &mut Vec<(String, ModId, bool)>,
     ) {
         for item in items {
             let name = match item {
@@ -153,15 +169,18 @@ impl Crate {
                 self.modules[module].items.insert(name.to_string());
             }
             match item {
-                syn::Item::Mod(m) => match &m.content {
-                    None => out_of_line.push((m.ident.to_string(), module)),
-                    Some((_, inner)) => {
-                        let mut path = self.modules[module].path.clone();
-                        path.push(m.ident.to_string());
-                        let id = self.new_module(path, Some(module), file);
-                        self.scan_items(inner, id, file, out_of_line);
+                syn::Item::Mod(m) => {
+                    let test_only = self.modules[module].test_only || is_test_only(&m.attrs);
+                    match &m.content {
+                        None => out_of_line.push((m.ident.to_string(), module, test_only)),
+                        Some((_, inner)) => {
+                            let mut path = self.modules[module].path.clone();
+                            path.push(m.ident.to_string());
+                            let id = self.new_module(path, Some(module), file, test_only);
+                            self.scan_items(inner, id, file, out_of_line);
+                        }
                     }
-                },
+                }
                 syn::Item::Use(u) => {
                     let public = !matches!(u.vis, syn::Visibility::Inherited);
                     let mut leaves = Vec::new();
@@ -445,17 +464,20 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
+/// The workspace's members (Cargo.toml's `[workspace] members`).
+const MEMBERS: [&str; 5] = [
+    "common",
+    "triton-proto",
+    "worker",
+    "driver",
+    "metrics-client",
+];
+
 /// Every crate root of the workspace's members (libraries and binaries).
 fn crates() -> Vec<Crate> {
     let root = workspace();
     let mut out = Vec::new();
-    for member in [
-        "common",
-        "triton-proto",
-        "worker",
-        "driver",
-        "metrics-client",
-    ] {
+    for member in MEMBERS {
         for root_file in ["lib.rs", "main.rs"] {
             let file = root.join(member).join("src").join(root_file);
             if file.exists() {
@@ -720,4 +742,373 @@ fn the_architecture_page_matches_the_tree() {
         ));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// No function of the workspace's non-test code is longer than this, counted from its first line
+/// (`fn`, or the `pub`, `async`, ... before it; attributes and doc comments left out) to its
+/// closing brace.
+const MAX_FUNCTION_LINES: usize = 100;
+
+/// The functions over [`MAX_FUNCTION_LINES`] for now, each with why: (its file from the
+/// workspace's root, its name as the check reports it, the reason). The list only shrinks: an
+/// entry whose function is gone, or within the limit, fails the check as well.
+#[rustfmt::skip] // One function a line.
+const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
+    ("common/examples/store_at_scale.rs", "live", "to be split: issue 49"),
+    ("common/src/store/mod.rs", "Store::open", "to be split: issue 49"),
+    ("common/src/store/series.rs", "Store::record_snapshot", "to be split: issue 49"),
+    ("driver/src/capacity/autoscale.rs", "Collector::autoscaler", "to be split: issue 49"),
+    ("driver/src/capacity/controller.rs", "Controller::check", "to be split: issue 49"),
+    ("driver/src/judge/failfast.rs", "FailFast::observe", "to be split: issue 49"),
+    ("driver/src/judge/faults.rs", "judge_one", "to be split: issue 49"),
+    ("driver/src/launcher/kube/chaos_mesh.rs", "render", "to be split: issue 49"),
+    ("driver/src/launcher/kube/spec.rs", "server_pod", "to be split: issue 49"),
+    ("driver/src/matrix/mod.rs", "parse_yaml", "to be split: issue 49"),
+    ("driver/src/matrix/model_config.rs", "ConfigPath::parse", "to be split: issue 49"),
+    ("driver/src/matrix/model_config.rs", "convert", "to be split: issue 49"),
+    ("driver/src/matrix/validate.rs", "Checker::bounds", "to be split: issue 49"),
+    ("driver/src/matrix/validate.rs", "check_faults", "to be split: issue 49"),
+    ("driver/src/matrix/validate.rs", "check", "to be split: issue 49"),
+    ("driver/src/matrix/validate.rs", "Checker::capacity", "to be split: issue 49"),
+    ("driver/src/matrix/validate.rs", "check_sweep", "to be split: issue 49"),
+    ("driver/src/render/dashboard.rs", "history_plots", "to be split: issue 49"),
+    ("driver/src/render/junit.rs", "render", "to be split: issue 49"),
+    ("driver/src/render/text.rs", "Report::render", "to be split: issue 49"),
+    ("driver/src/report/mod.rs", "Report::from_store", "to be split: issue 49"),
+    ("driver/src/report/summary.rs", "RunSummary::of", "to be split: issue 49"),
+    ("driver/src/report/timeline.rs", "server_series", "to be split: issue 49"),
+    ("driver/src/run/mod.rs", "run", "to be split: issue 49"),
+    ("driver/src/run/poll.rs", "Driver::drive", "to be split: issue 49"),
+    ("driver/src/run/sweep.rs", "sweep", "to be split: issue 49"),
+    ("worker/src/client/unary_h2.rs", "State::on_frame", "to be split: issue 49"),
+    ("worker/src/config.rs", "RunArgs::into_config", "to be split: issue 49"),
+    ("worker/src/model.rs", "plan_requests", "to be split: issue 49"),
+    ("worker/src/model.rs", "tensor_value", "to be split: issue 49"),
+    ("worker/src/run.rs", "run_with", "to be split: issue 49"),
+    ("worker/src/run.rs", "stream_loop", "to be split: issue 49"),
+    ("worker/src/scenarios/infer/decoupled.rs", "drive", "to be split: issue 49"),
+    ("worker/src/scenarios/load.rs", "drive", "to be split: issue 49"),
+    ("worker/src/scenarios/perf_analyzer.rs", "run", "to be split: issue 49"),
+];
+
+/// A function's length as the check measures it.
+#[derive(Debug)]
+struct FnLength {
+    /// A method's is `Type::method` (the type of its `impl`, or its trait).
+    name: String,
+    /// The line of its first token.
+    line: usize,
+    lines: usize,
+}
+
+/// `#[cfg(test)]` (or `#[cfg(all(test, ...))]`): compiled for tests only.
+fn is_test_only(attrs: &[syn::Attribute]) -> bool {
+    fn needs_test(meta: &syn::Meta) -> bool {
+        match meta {
+            syn::Meta::Path(p) => p.is_ident("test"),
+            syn::Meta::List(l) if l.path.is_ident("all") => l
+                .parse_args_with(
+                    syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
+                )
+                .is_ok_and(|metas| metas.iter().any(needs_test)),
+            _ => false,
+        }
+    }
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg") && a.parse_args::<syn::Meta>().is_ok_and(|m| needs_test(&m))
+    })
+}
+
+/// The span of a function's first token: its visibility, else its signature's first keyword.
+fn first_token(
+    vis: &syn::Visibility,
+    default: Option<&syn::Token![default]>,
+    sig: &syn::Signature,
+) -> proc_macro2::Span {
+    let vis = match vis {
+        syn::Visibility::Public(p) => Some(p.span),
+        syn::Visibility::Restricted(r) => Some(r.pub_token.span),
+        syn::Visibility::Inherited => None,
+    };
+    vis.or(default.map(|d| d.span))
+        .or(sig.constness.as_ref().map(|t| t.span))
+        .or(sig.asyncness.as_ref().map(|t| t.span))
+        .or(sig.unsafety.as_ref().map(|t| t.span))
+        .or(sig.abi.as_ref().map(|a| a.extern_token.span))
+        .unwrap_or(sig.fn_token.span)
+}
+
+/// Measures the functions of a file, test code (`#[cfg(test)]` items) left out.
+#[derive(Default)]
+struct Lengths {
+    /// The types and traits of the `impl` and `trait` blocks walked into.
+    owners: Vec<String>,
+    found: Vec<FnLength>,
+}
+
+impl Lengths {
+    fn push(&mut self, ident: &syn::Ident, first: proc_macro2::Span, block: &syn::Block) {
+        let name = match self.owners.last() {
+            Some(owner) => format!("{owner}::{ident}"),
+            None => ident.to_string(),
+        };
+        let line = first.start().line;
+        let last = block.brace_token.span.close().end().line;
+        self.found.push(FnLength {
+            name,
+            line,
+            lines: last + 1 - line,
+        });
+    }
+
+    /// Walks a function's body: a function declared in it is measured on its own, by its name.
+    fn body(&mut self, walk: impl FnOnce(&mut Self)) {
+        let owners = std::mem::take(&mut self.owners);
+        walk(self);
+        self.owners = owners;
+    }
+
+    fn owned(&mut self, owner: String, walk: impl FnOnce(&mut Self)) {
+        self.owners.push(owner);
+        walk(self);
+        self.owners.pop();
+    }
+}
+
+impl<'ast> Visit<'ast> for Lengths {
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if !is_test_only(&m.attrs) {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        if !is_test_only(&f.attrs) {
+            self.push(&f.sig.ident, first_token(&f.vis, None, &f.sig), &f.block);
+            self.body(|v| syn::visit::visit_item_fn(v, f));
+        }
+    }
+
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        if !is_test_only(&i.attrs) {
+            let owner = match &*i.self_ty {
+                syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+                _ => None,
+            };
+            let owner = owner.unwrap_or_else(|| "impl".into());
+            self.owned(owner, |v| syn::visit::visit_item_impl(v, i));
+        }
+    }
+
+    fn visit_item_trait(&mut self, t: &'ast syn::ItemTrait) {
+        if !is_test_only(&t.attrs) {
+            self.owned(t.ident.to_string(), |v| syn::visit::visit_item_trait(v, t));
+        }
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        if !is_test_only(&f.attrs) {
+            let first = first_token(&f.vis, f.defaultness.as_ref(), &f.sig);
+            self.push(&f.sig.ident, first, &f.block);
+            self.body(|v| syn::visit::visit_impl_item_fn(v, f));
+        }
+    }
+
+    fn visit_trait_item_fn(&mut self, f: &'ast syn::TraitItemFn) {
+        if !is_test_only(&f.attrs) {
+            if let Some(block) = &f.default {
+                let first = first_token(&syn::Visibility::Inherited, None, &f.sig);
+                self.push(&f.sig.ident, first, block);
+            }
+            self.body(|v| syn::visit::visit_trait_item_fn(v, f));
+        }
+    }
+}
+
+/// The functions of a source file's non-test code, in the file's order.
+fn function_lengths(text: &str) -> syn::Result<Vec<FnLength>> {
+    let ast = syn::parse_file(text)?;
+    let mut lengths = Lengths::default();
+    lengths.visit_file(&ast);
+    Ok(lengths.found)
+}
+
+/// The workspace's non-test source files, from its root: each crate's module tree without its
+/// `#[cfg(test)]` modules, and each member's other `.rs` files (build script, examples) outside
+/// `tests/` and `benches/`.
+fn non_test_sources() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("a directory entry").path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if path.is_dir() {
+                if !matches!(name, "tests" | "benches" | "target") && !name.starts_with('.') {
+                    walk(&path, out);
+                }
+            } else if name.ends_with(".rs") {
+                out.push(path);
+            }
+        }
+    }
+    let root = workspace();
+    let mut in_trees = BTreeSet::new();
+    let mut sources = BTreeSet::new();
+    for c in crates() {
+        for (i, file) in c.files.iter().enumerate() {
+            in_trees.insert(file.clone());
+            let module = c.modules.iter().find(|m| m.file == i);
+            if !module.expect("every file has its module").test_only {
+                sources.insert(file.clone());
+            }
+        }
+    }
+    let mut others = Vec::new();
+    for member in MEMBERS {
+        walk(&root.join(member), &mut others);
+    }
+    sources.extend(others.into_iter().filter(|f| !in_trees.contains(f)));
+    sources
+        .iter()
+        .map(|f| {
+            let relative = f.strip_prefix(&root).expect("a file of the workspace");
+            relative.display().to_string()
+        })
+        .collect()
+}
+
+/// What breaks the length rule in `measured` (file, its functions): a function over the limit
+/// that `allowed` does not list, and an entry of `allowed` that has no reason or whose function
+/// is gone or within the limit.
+fn length_problems(
+    measured: &[(String, Vec<FnLength>)],
+    allowed: &[(&str, &str, &str)],
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (file, lengths) in measured {
+        for f in lengths.iter().filter(|f| f.lines > MAX_FUNCTION_LINES) {
+            if !allowed
+                .iter()
+                .any(|&(a, name, _)| a == file && name == f.name)
+            {
+                problems.push(format!(
+                    "{file}:{} fn {}: {} lines (at most {MAX_FUNCTION_LINES}: split it)",
+                    f.line, f.name, f.lines
+                ));
+            }
+        }
+    }
+    for &(file, name, reason) in allowed {
+        let longest = measured
+            .iter()
+            .filter(|(f, _)| f == file)
+            .flat_map(|(_, lengths)| lengths)
+            .filter(|f| f.name == name)
+            .map(|f| f.lines)
+            .max();
+        match longest {
+            None => problems.push(format!(
+                "LONG_FUNCTIONS lists {file} fn {name}, which is gone: take it off the list"
+            )),
+            Some(n) if n <= MAX_FUNCTION_LINES => problems.push(format!(
+                "LONG_FUNCTIONS lists {file} fn {name}, now {n} lines: take it off the list"
+            )),
+            Some(_) => {}
+        }
+        if reason.trim().is_empty() {
+            problems.push(format!(
+                "LONG_FUNCTIONS lists {file} fn {name} without a reason"
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn no_function_is_over_100_lines() {
+    let root = workspace();
+    let measured: Vec<(String, Vec<FnLength>)> = non_test_sources()
+        .into_iter()
+        .map(|file| {
+            let text =
+                std::fs::read_to_string(root.join(&file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let lengths = function_lengths(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+            (file, lengths)
+        })
+        .collect();
+    assert!(
+        measured.iter().any(|(f, _)| f == "driver/src/main.rs")
+            && measured.iter().any(|(f, _)| f == "triton-proto/build.rs"),
+        "the workspace's sources were found"
+    );
+    let problems = length_problems(&measured, LONG_FUNCTIONS);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The length check flags a function of 101 lines and passes one of 100, wherever a function can
+/// be; it leaves test code alone; and its list only shrinks.
+#[test]
+fn the_length_check_sees_a_101_line_function() {
+    // A function of `lines` lines from `fn` to its closing brace.
+    let body = |lines: usize| format!("{{\n{}}}\n", "    let _ = 1;\n".repeat(lines - 2));
+    let text = format!(
+        "/// Doc comments and attributes do not count.\n#[inline]\npub fn long() {}\
+         fn short() {}\
+         struct S;\nimpl S {{\n    pub(crate) async fn method() {}}}\n\
+         trait T {{\n    fn provided() {}    fn required();\n}}\n\
+         #[cfg(test)]\nmod tests {{\n    fn huge() {}}}\n\
+         #[cfg(all(test, unix))]\nfn helper() {}",
+        body(101),
+        body(100),
+        body(101),
+        body(101),
+        body(500),
+        body(300),
+    );
+    let found = function_lengths(&text).expect("the snippet parses");
+    let seen: Vec<(&str, usize, usize)> = found
+        .iter()
+        .map(|f| (f.name.as_str(), f.line, f.lines))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("long", 3, 101),
+            ("short", 104, 100),
+            ("S::method", 206, 101),
+            ("T::provided", 309, 101),
+        ]
+    );
+    let measured = vec![("src/lib.rs".to_string(), found)];
+    assert_eq!(
+        length_problems(&measured, &[]),
+        [
+            "src/lib.rs:3 fn long: 101 lines (at most 100: split it)",
+            "src/lib.rs:206 fn S::method: 101 lines (at most 100: split it)",
+            "src/lib.rs:309 fn T::provided: 101 lines (at most 100: split it)",
+        ]
+    );
+    let listed = [
+        ("src/lib.rs", "long", "to be split"),
+        ("src/lib.rs", "S::method", "to be split"),
+        ("src/lib.rs", "T::provided", "to be split"),
+    ];
+    assert!(length_problems(&measured, &listed).is_empty());
+    let stale = [
+        ("src/lib.rs", "long", " "),
+        ("src/lib.rs", "S::method", "to be split"),
+        ("src/lib.rs", "T::provided", "to be split"),
+        ("src/lib.rs", "short", "to be split"),
+        ("src/lib.rs", "gone", "to be split"),
+    ];
+    assert_eq!(
+        length_problems(&measured, &stale),
+        [
+            "LONG_FUNCTIONS lists src/lib.rs fn long without a reason",
+            "LONG_FUNCTIONS lists src/lib.rs fn short, now 100 lines: take it off the list",
+            "LONG_FUNCTIONS lists src/lib.rs fn gone, which is gone: take it off the list",
+        ]
+    );
 }

@@ -266,7 +266,8 @@ const BAD: &[(&str, &str)] = &[
     (
         "bad-report.yaml",
         "24:12: report.webhook: a webhook is an http:// or https:// URL\n\
-         25:20: report.webhook_timeout: must be from 1s to 10m, found 0s",
+         25:20: report.webhook_timeout: must be from 1s to 10m, found 0s\n\
+         26:36: regression.change_point_window: must be from 4 to 500 runs (a change needs runs on both sides), found 3",
     ),
     (
         "bad-trace.yaml",

@@ -116,6 +116,9 @@ impl BatchSpread {
 pub struct Estimate {
     pub metric: String,
     pub value: f64,
+    /// QPS and capacity: a fall is the regression (latencies: a rise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub higher_is_better: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub low: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,6 +135,7 @@ impl From<&Measure> for Estimate {
         Estimate {
             metric: m.metric.clone(),
             value: m.value,
+            higher_is_better: m.higher_is_better,
             low: interval.map(|(low, _)| low),
             high: interval.map(|(_, high)| high),
             spread: m.spread.as_ref().ok().copied(),

@@ -6,6 +6,7 @@
 //! recovery from each injected fault ([`faults`]).
 
 pub mod change;
+pub mod change_point;
 pub mod classify;
 pub mod failfast;
 pub mod faults;

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use super::change::MIN_HISTORY;
 pub use super::change::{Call, Finding, Measure, NotJudged};
 
+/// The member a failing regression (with `regression.fail`) is recorded against: a run failed
+/// by it alone still measured its load in full.
+pub const MEMBER: &str = "regression";
+
 /// The run's comparison in the store (one, under the empty key).
 impl stress_common::store::Document for Comparison {
     const KIND: &'static str = "comparison";

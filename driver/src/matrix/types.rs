@@ -468,6 +468,11 @@ pub struct RegressionSettings {
     /// runs, and a change beyond the within-run intervals alone is provisional.
     #[serde(default = "defaults::regression_window")]
     pub window: usize,
+
+    /// How many of the last runs of the same matrix (passing, or failed by a regression alone)
+    /// change points are looked for in, this run included (default 30, from 4 to 500).
+    #[serde(default = "defaults::change_point_window")]
+    pub change_point_window: usize,
 }
 
 impl Default for RegressionSettings {
@@ -477,6 +482,7 @@ impl Default for RegressionSettings {
             fail: false,
             min_requests: defaults::min_requests(),
             window: defaults::regression_window(),
+            change_point_window: defaults::change_point_window(),
         }
     }
 }
@@ -1431,6 +1437,9 @@ mod defaults {
     }
     pub fn regression_window() -> usize {
         5
+    }
+    pub fn change_point_window() -> usize {
+        30
     }
     pub fn tolerance() -> f64 {
         0.05

@@ -29,6 +29,10 @@ const MODEL_NAME_RESERVED: &str = "@:,/=";
 /// The longest a DNS-1123 label may be.
 pub const MAX_LABEL_LEN: usize = 63;
 
+/// How many runs change points may be looked for in: a change needs two runs on either side
+/// to have a spread.
+pub const CHANGE_POINT_WINDOW: std::ops::RangeInclusive<usize> = 4..=500;
+
 /// One semantic problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Issue {
@@ -1439,6 +1443,19 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
                 root.key("regression").key("window"),
                 Anchor::Value,
                 format!("must be from 1 to 50 runs, found {}", r.window),
+            );
+        }
+        let cp = CHANGE_POINT_WINDOW;
+        if !cp.contains(&r.change_point_window) {
+            c.push(
+                root.key("regression").key("change_point_window"),
+                Anchor::Value,
+                format!(
+                    "must be from {} to {} runs (a change needs runs on both sides), found {}",
+                    cp.start(),
+                    cp.end(),
+                    r.change_point_window
+                ),
             );
         }
     }

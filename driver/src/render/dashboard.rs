@@ -6,7 +6,8 @@
 //! Every page is a maud template: whatever a run wrote (names, messages, matrix text) is
 //! escaped where it is inserted; only the page's own style goes in raw.
 
-use super::html::{Band, Chart, STYLE, Series, line_chart, percent};
+use super::chart::{RunBand, RunChart, RunMark, RunPoint, RunSeries, RunTick, run_chart};
+use super::html::{STYLE, percent};
 use crate::report::diff::{Line, RunDiff};
 use crate::report::failures::FailurePage;
 use crate::report::summary::{RunFilter, RunSummary, SignatureSeen};
@@ -263,7 +264,7 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
         .filter(|r| r.finished_at_ms.is_some())
         .collect();
     let passed = runs.iter().filter(|r| r.verdict == "PASS").count();
-    let mut bands: Vec<Band> = baseline_band(&finished).into_iter().collect();
+    let mut bands: Vec<RunBand> = baseline_band(&finished).into_iter().collect();
     bands.extend(fault_bands(&finished));
     let failed_runs = list_link(&RunFilter {
         name: Some(name.into()),
@@ -286,7 +287,7 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
             }
         }
         h2 { "Over the runs" }
-        div.plots-row { (history_plots(&finished, &bands)) }
+        div.plots-row.runs { (history_plots(&finished, &bands, name)) }
         @if let Some(band) = bands.iter().find(|b| b.baseline) {
             p.muted { "Shaded blue: " (band.label) "." }
         }
@@ -296,6 +297,7 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
                  its verdict); their failures inside a fault's window did not count against them."
             }
         }
+        (change_point_list(name, runs))
         (sweep_table(&finished))
         h2 { "Failure signatures" }
         (signature_table(&oldest_first))
@@ -305,76 +307,110 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
     page(&format!("History of {name}"), None, body)
 }
 
-/// The history's plots over the finished runs (oldest first, run i at x = i + 1), each with
-/// the bands (baseline window, runs with faults).
-fn history_plots(finished: &[&RunSummary], bands: &[Band]) -> Markup {
-    let at = |i: usize| i as f64 + 1.0;
-    let plot = |id, title, y_label, series: Vec<Series>, no_data: &str| {
-        line_chart(
-            &Chart {
+/// The change points over the matrix's last runs (its newest run's fingerprint), each with the
+/// run it starts with linked.
+fn change_point_list(name: &str, runs: &[RunSummary]) -> Markup {
+    use crate::report::history;
+    let window = crate::matrix::RegressionSettings::default().change_point_window;
+    let found = history::of_matrix(runs, name, window)
+        .map(|of| history::change_points(&of, &Default::default()));
+    html! {
+        h2 #change-points { "Change points" }
+        @match found {
+            Err(why) => p.muted { (why) },
+            Ok(points) => {
+                p.muted {
+                    "E-Divisive means with a t-test at p < 0.001 (Apache Otava's method) over the \
+                     last " (points.runs.len()) " runs that measured their load in full; "
+                    a href={ "/api/matrix/" (percent(name)) "/history.csv" } { "CSV for Otava" }
+                    "."
+                }
+                @if points.shifts.is_empty() {
+                    p { "No change point." }
+                }
+                @for (run, shifts) in points.by_run() {
+                    h3 { "From run " a href=(run_link(run)) { (run) } }
+                    @for d in &shifts[0].differs { p { "Differs: " (d) } }
+                    ul {
+                        @for s in &shifts {
+                            li class=(if s.worse { "worse" } else { "better" }) {
+                                (s.describe()) @if s.worse { " (worse)" } @else { " (better)" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The history's plots over the finished runs (oldest first, run i in slot i), each with the
+/// bands (baseline window, runs with faults), its metric's change points, and the run's 95%
+/// interval where its summary has one.
+fn history_plots(finished: &[&RunSummary], bands: &[RunBand], name: &str) -> Markup {
+    let ticks: Vec<RunTick> = finished
+        .iter()
+        .map(|r| RunTick {
+            run_id: r.run_id.clone(),
+            label: short_date(r.started_at_ms),
+        })
+        .collect();
+    let marks = change_marks(finished, name);
+    let plot = |id,
+                title,
+                y_label,
+                series: Vec<RunSeries>,
+                metric: &dyn Fn(&str) -> bool,
+                no_data: &str| {
+        run_chart(
+            &RunChart {
                 id,
                 title,
-                x_label: "run (oldest first)",
                 y_label,
+                runs: &ticks,
                 series,
-                reference: None,
                 bands: bands.to_vec(),
+                marks: marks
+                    .iter()
+                    .filter(|(m, _)| metric(m))
+                    .map(|(_, mark)| mark.clone())
+                    .collect(),
             },
             no_data,
         )
     };
-    type Measure = fn(&RunSummary) -> f64;
-    let totals: [(&str, &str, &str, Measure); 4] = [
-        ("history-qps", "QPS per run", "QPS", |r| r.qps),
-        ("history-p99", "p99 latency per run", "p99 ms", |r| r.p99_ms),
-        ("history-failures", "Failures per run", "failures", |r| {
-            r.failures as f64
-        }),
-        (
-            "history-error-rate",
-            "Failed tests per run (% of tests)",
-            "% failed",
-            |r| {
-                if r.tests == 0 {
-                    f64::NAN
-                } else {
-                    r.failures as f64 * 100.0 / r.tests as f64
-                }
-            },
-        ),
-    ];
-    let total = |y_label: &str, value: Measure| {
-        vec![Series {
-            name: y_label.into(),
-            points: finished
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (at(i), value(r)))
-                .collect(),
-        }]
-    };
-    // Per name (scenario, server, capacity group): a series over the runs that have it.
-    let named = |points: &dyn Fn(&RunSummary) -> Vec<(String, f64)>| -> Vec<Series> {
-        let mut by_name: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-        for (i, r) in finished.iter().enumerate() {
-            for (name, y) in points(r) {
-                by_name.entry(name).or_default().push((at(i), y));
-            }
+    let named = |points: &dyn Fn(&RunSummary) -> Named| named_series(finished, points);
+    let total = |metric: &'static str| {
+        move |r: &RunSummary| -> Named {
+            let value = match metric {
+                "qps TOTAL" => r.qps,
+                _ => r.p99_ms,
+            };
+            vec![("all scenarios".into(), value, Some(metric))]
         }
-        by_name
-            .into_iter()
-            .map(|(name, points)| Series { name, points })
-            .collect()
     };
+    let error_rate = |r: &RunSummary| -> Named {
+        let share = if r.tests == 0 {
+            f64::NAN
+        } else {
+            r.failures as f64 * 100.0 / r.tests as f64
+        };
+        vec![("% failed".to_string(), share, None)]
+    };
+    let none = |_: &str| false;
     html! {
-        @for (id, title, y_label, value) in totals {
-            (plot(id, title, y_label, total(y_label, value), "no finished run of this matrix"))
-        }
+        (plot("history-qps", "QPS per run", "QPS", named(&total("qps TOTAL")), &|m| m == "qps TOTAL", "no finished run of this matrix"))
+        (plot("history-p99", "p99 latency per run", "p99 ms", named(&total("p99_ms TOTAL")), &|m| m == "p99_ms TOTAL", "no finished run of this matrix"))
+        (plot("history-failures", "Failures per run", "failures",
+            named(&|r| vec![("failures".into(), r.failures as f64, None)]), &none, "no finished run of this matrix"))
+        (plot("history-error-rate", "Failed tests per run (% of tests)", "% failed", named(&error_rate), &none,
+            "no finished run of this matrix"))
         (plot(
             "history-p99-scenarios",
             "p99 latency per scenario",
             "p99 ms",
-            named(&|r| r.scenarios.iter().map(|s| (s.scenario.clone(), s.p99_ms)).collect()),
+            named(&|r| r.scenarios.iter().map(|s| (s.scenario.clone(), s.p99_ms, None)).collect()),
+            &|m| m.starts_with("p99_ms ") && m != "p99_ms TOTAL" && !m.contains('/'),
             "no run recorded per-scenario figures",
         ))
         (plot(
@@ -382,8 +418,9 @@ fn history_plots(finished: &[&RunSummary], bands: &[Band]) -> Markup {
             "Server memory slope after warm-up per run",
             "MiB/min",
             named(&|r| {
-                r.server_memory.iter().map(|m| (m.server.clone(), m.slope_mib_per_min)).collect()
+                r.server_memory.iter().map(|m| (m.server.clone(), m.slope_mib_per_min, None)).collect()
             }),
+            &none,
             "no run judged its servers' memory (too short, or no memory readings)",
         ))
         @if finished.iter().any(|r| !r.capacity.is_empty()) {
@@ -394,9 +431,10 @@ fn history_plots(finished: &[&RunSummary], bands: &[Band]) -> Markup {
                 named(&|r| {
                     r.capacity
                         .iter()
-                        .map(|c| (format!("{} ({})", c.group, c.phase), c.max_qps))
+                        .map(|c| (format!("{} ({})", c.group, c.phase), c.max_qps, None))
                         .collect()
                 }),
+                &|m| m.starts_with("capacity_qps "),
                 "no capacity answer",
             ))
         }
@@ -408,43 +446,100 @@ fn history_plots(finished: &[&RunSummary], bands: &[Band]) -> Markup {
                 named(&|r| {
                     r.sweep
                         .iter()
-                        .filter_map(|s| Some((s.server_group.clone(), s.best_qps?)))
+                        .filter_map(|s| Some((s.server_group.clone(), s.best_qps?, None)))
                         .collect()
                 }),
+                &none,
                 "no sweep found a variant that met its target",
             ))
         }
     }
 }
-/// The newest finished run's baseline window (the runs it was compared with) over the x axis
-/// of a history plot (run i at x = i + 1, oldest first); None when it was compared with none
-/// of the runs shown.
-fn baseline_band(finished: &[&RunSummary]) -> Option<Band> {
+
+/// A run's values on a plot: per series, its name, the value and the metric of the run's
+/// estimates whose interval it carries (if any).
+type Named = Vec<(String, f64, Option<&'static str>)>;
+
+/// `12-04 18:20`: a run's start, short enough to sit under its slot.
+fn short_date(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms)
+        .map(|t| t.strftime("%m-%d %H:%M").to_string())
+        .unwrap_or_default()
+}
+
+/// Per name (scenario, server, capacity group): a series over the runs that have it; a point's
+/// interval from the run's estimate of `metric` (its third field), when it has one.
+fn named_series(finished: &[&RunSummary], points: &dyn Fn(&RunSummary) -> Named) -> Vec<RunSeries> {
+    let mut by_name: BTreeMap<String, Vec<RunPoint>> = BTreeMap::new();
+    for (i, r) in finished.iter().enumerate() {
+        for (name, value, metric) in points(r) {
+            let estimate = metric.and_then(|m| r.estimates.iter().find(|e| e.metric == m));
+            let interval =
+                estimate.and_then(|e| Some((e.value * (1.0 + e.low?), e.value * (1.0 + e.high?))));
+            by_name.entry(name).or_default().push(RunPoint {
+                run: i,
+                value,
+                interval,
+            });
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, points)| RunSeries { name, points })
+        .collect()
+}
+
+/// The change points of the matrix's history, by metric, at the slot of the run each starts
+/// with (a run not plotted has none).
+fn change_marks(finished: &[&RunSummary], name: &str) -> Vec<(String, RunMark)> {
+    let owned: Vec<RunSummary> = finished.iter().map(|r| (*r).clone()).collect();
+    let window = crate::matrix::RegressionSettings::default().change_point_window;
+    let Ok(history) = crate::report::history::of_matrix(&owned, name, window) else {
+        return Vec::new();
+    };
+    let found = crate::report::history::change_points(&history, &Default::default());
+    found
+        .shifts
+        .iter()
+        .filter_map(|s| {
+            let run = finished.iter().position(|r| r.run_id == s.run_id)?;
+            Some((
+                s.metric.clone(),
+                RunMark {
+                    run,
+                    label: format!("{:+.0}%", s.change * 100.0),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// The newest finished run's baseline window (the runs it was compared with), in slots;
+/// None when it was compared with none of the runs shown.
+fn baseline_band(finished: &[&RunSummary]) -> Option<RunBand> {
     let newest = finished.last()?;
-    let xs: Vec<f64> = finished
+    let slots: Vec<usize> = finished
         .iter()
         .enumerate()
         .filter(|(_, r)| newest.baseline_window.contains(&r.run_id))
-        .map(|(i, _)| i as f64 + 1.0)
+        .map(|(i, _)| i)
         .collect();
-    let from = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let to = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (!xs.is_empty()).then(|| Band {
+    Some(RunBand {
         label: format!(
             "the baseline window of the newest run {}: {} of its {} baseline run(s)",
             newest.run_id,
-            xs.len(),
+            slots.len(),
             newest.baseline_window.len()
         ),
-        from: from - 0.5,
-        to: to + 0.5,
+        from: *slots.iter().min()?,
+        to: *slots.iter().max()?,
         baseline: true,
     })
 }
 
-/// Each finished run that injected faults, shaded over its x (run i at x = i + 1, oldest
-/// first), its faults and their verdicts in the band's title.
-fn fault_bands(finished: &[&RunSummary]) -> Vec<Band> {
+/// Each finished run that injected faults, shaded over its slot, its faults and their
+/// verdicts in the band's title.
+fn fault_bands(finished: &[&RunSummary]) -> Vec<RunBand> {
     finished
         .iter()
         .enumerate()
@@ -467,11 +562,10 @@ fn fault_bands(finished: &[&RunSummary]) -> Vec<Band> {
                     )
                 })
                 .collect();
-            let x = i as f64 + 1.0;
-            Band {
+            RunBand {
                 label: format!("{}: {}", r.run_id, faults.join("; ")),
-                from: x - 0.4,
-                to: x + 0.4,
+                from: i,
+                to: i,
                 baseline: false,
             }
         })
@@ -1066,6 +1160,40 @@ mod tests {
         assert!(!none.contains("band baseline") && !none.contains("history-capacity"));
         assert!(!none.contains("class=\"band\"") && !none.contains("Shaded red"));
         assert!(!none.contains("history-sweep") && !none.contains("Sweep answers"));
+    }
+
+    #[test]
+    fn a_matrix_history_names_its_change_points_with_the_run_they_start_with() {
+        let estimate = |value| crate::judge::change::Estimate {
+            metric: "p99_ms Load".into(),
+            value,
+            higher_is_better: false,
+            low: None,
+            high: None,
+            spread: None,
+            not_judged: None,
+        };
+        // Twelve nights, the p99 `step` times higher from night 6 on.
+        let nights = |step: f64| -> Vec<RunSummary> {
+            (0..12i64)
+                .rev()
+                .map(|i| RunSummary {
+                    run_id: format!("soak-{i:02}"),
+                    started_at_ms: 1_764_000_000_000 + i * 86_400_000,
+                    estimates: vec![estimate(
+                        if i < 6 { 10.0 } else { 10.0 * step } * [1.0, 1.01, 0.99][i as usize % 3],
+                    )],
+                    ..run("", "soak", "PASS")
+                })
+                .collect()
+        };
+        let page = matrix_page("soak", &nights(1.2));
+        let section = &page[page.find("id=\"change-points\"").unwrap()..];
+        assert!(section.contains("href=\"/runs/soak-06\""), "{section}");
+        assert!(section.contains("p99_ms Load: +20.0%"), "{section}");
+        assert!(section.contains("/api/matrix/soak/history.csv"));
+        let flat = nights(1.0);
+        assert!(matrix_page("soak", &flat).contains("No change point."));
     }
 
     #[test]

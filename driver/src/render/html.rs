@@ -286,7 +286,7 @@ p.no-data{color:#57606a;font-style:italic;margin:.3em 0}
 details.failed-member{border:1px solid #d0d7de;border-radius:6px;margin:.5em 0;padding:.3em .8em}
 details.failed-member summary{cursor:pointer;font-weight:bold}
 pre{background:#f6f8fa;padding:.5em;overflow-x:auto;font-size:12px;white-space:pre-wrap;word-break:break-all}
-.plots-row{display:flex;flex-wrap:wrap;gap:1em}.plots-row figure{flex:1 1 360px}
+.plots-row{display:flex;flex-wrap:wrap;gap:1em}.plots-row figure{flex:1 1 360px}.plots-row.runs figure{flex:1 1 560px}
 svg rect.bar{fill:#8c959f}svg rect.bar.front{fill:#1a7f37}svg text.bad{fill:#cf222e}
 ";
 
@@ -612,6 +612,14 @@ fn tables(r: &Report) -> Markup {
         (slo(r))
         h2 #regressions { "Change vs baseline" }
         (regressions(r))
+        @if let Some(points) = &r.change_points {
+            h2 #change-points {
+                "Change points over the last " (points.runs.len()) " run(s) of this matrix"
+            }
+            ul {
+                @for line in points.lines() { li { (line) } }
+            }
+        }
         @if let Some(s) = &r.sweep {
             (sweep(s))
         }
@@ -1182,7 +1190,7 @@ fn fault_bands(r: &Report) -> Vec<Band> {
         .collect()
 }
 
-const PALETTE: [&str; 10] = [
+pub const PALETTE: [&str; 10] = [
     "#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#e16f24", "#6e7781",
     "#bf3989", "#4d2d00",
 ];

@@ -1,6 +1,7 @@
 //! The report rendered: as text ([`text`]), one self-contained HTML page ([`html`]), JUnit XML
 //! ([`junit`]) and the webhook's summary ([`webhook`]).
 
+pub mod chart;
 pub mod dashboard;
 pub mod html;
 pub mod junit;

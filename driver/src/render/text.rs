@@ -415,6 +415,17 @@ impl Report {
             }
             None => {}
         }
+        if let Some(points) = &self.change_points {
+            let _ = writeln!(
+                out,
+                "== Change points over the last {} run(s) of this matrix (E-Divisive, p < 0.001) ==",
+                points.runs.len()
+            );
+            for line in points.lines() {
+                let _ = writeln!(out, "{line}");
+            }
+            out.push('\n');
+        }
         if let Some(capacity) = &self.capacity {
             capacity.render(&mut out);
             out.push('\n');

@@ -7,6 +7,7 @@
 pub mod baseline;
 pub mod diff;
 pub mod failures;
+pub mod history;
 mod measures;
 pub mod summary;
 pub mod timeline;
@@ -130,6 +131,10 @@ pub struct Report {
     /// Every number a comparison reads off this run, with its 95% interval within the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub estimates: Vec<crate::judge::change::Estimate>,
+    /// The change points over the matrix's history up to this run (None: not looked for, e.g.
+    /// a run recorded before them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_points: Option<history::ChangePoints>,
     /// Capacity mode's answers (absent for a soak run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityReport>,
@@ -619,6 +624,9 @@ impl Report {
         let baseline = store
             .document::<crate::judge::regression::Comparison>(&run_key, "")
             .await?;
+        let change_points = store
+            .document::<history::ChangePoints>(&run_key, "")
+            .await?;
         let slo = store
             .documents::<crate::judge::slo::Outcome>(&run_key)
             .await?
@@ -802,6 +810,7 @@ impl Report {
                 .map(|b| b.regressions.clone())
                 .unwrap_or_default(),
             baseline,
+            change_points,
             capacity,
             sweep,
             timeline,

@@ -58,6 +58,14 @@ pub struct RunSummary {
     /// A sweep's answer: its best variant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<SweepPoint>,
+    /// Every number a comparison reads off the run, with its interval within the run: the
+    /// series that change points are found in (empty in summaries written before them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub estimates: Vec<crate::judge::change::Estimate>,
+    /// Each server's version as it said before the load (`triton-0: triton 2.51.0`): what may
+    /// differ across a change point.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<String>,
     /// A run under way: when its workers last wrote what its figures (requests, tests,
     /// failures, QPS, p99) count so far. None for a finished run, and for one whose workers
     /// have written nothing yet.
@@ -249,6 +257,12 @@ impl RunSummary {
                 measured: s.measured,
                 grid_size: s.grid_size,
             }),
+            estimates: report.estimates.clone(),
+            versions: report
+                .servers
+                .iter()
+                .filter_map(|s| Some(format!("{}: {}", s.member_id, s.version.as_ref()?)))
+                .collect(),
             live_at_ms: None,
         }
     }

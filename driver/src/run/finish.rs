@@ -64,6 +64,46 @@ pub(super) async fn save_summary(store: &Store, run_id: &RunId, report: &Report)
     }
 }
 
+/// Looks for change points over the matrix's history up to this run (its runs in `store_url`'s
+/// store and the run directories under `runs_dir`), sets them on `report` and saves them with the
+/// run. A run not measured in full, or a report the store could not complete, looks for none.
+pub(super) async fn save_change_points(
+    store: &Store,
+    store_url: &str,
+    runs_dir: &Path,
+    window: usize,
+    report: &mut Report,
+) {
+    use crate::report::history;
+    use crate::report::summary::{self, RunSource, RunSummary};
+    let this = RunSummary::of(report);
+    let Some(fingerprint) = this.fingerprint.clone() else {
+        return;
+    };
+    if report.incomplete.is_some() || !history::measured_in_full(&this) {
+        return;
+    }
+    // Every finished run the stores list is read: another matrix's runs interleave with this
+    // one's.
+    const LISTED: u32 = 1_000;
+    let mut runs = vec![this];
+    for source in [RunSource::Store(store_url), RunSource::RunsDir(runs_dir)] {
+        match summary::list(source, LISTED).await {
+            Ok(listed) => runs.extend(listed),
+            Err(e) => tracing::warn!("change points: runs not listed: {e}"),
+        }
+    }
+    let found = history::change_points(
+        &history::history(&runs, &fingerprint, window),
+        &Default::default(),
+    );
+    let run_id = RunId::new(report.run_id.clone());
+    if let Err(e) = bounded(STORE_CALL_LIMIT, store.save_document(&run_id, "", &found)).await {
+        tracing::warn!("change points not saved: {e}");
+    }
+    report.change_points = Some(found);
+}
+
 /// The verdict in a sentence: PASS, or FAIL and who failed why.
 pub(super) fn verdict_line(verdict: &Verdict) -> String {
     match verdict {

@@ -188,7 +188,7 @@ fn is_harness(member: &str) -> bool {
 }
 
 /// The member a failing regression (with `regression.fail`) is recorded against.
-pub const REGRESSION_MEMBER: &str = "regression";
+pub const REGRESSION_MEMBER: &str = crate::judge::regression::MEMBER;
 
 /// The member a breached SLO rule's failure is recorded against.
 pub const SLO_MEMBER: &str = "slo";
@@ -424,7 +424,7 @@ pub async fn run(
             "the status store does not answer: failure signatures, diagnostics, log excerpts and trace summaries not saved"
         );
     }
-    let report = match finish_and_read(&store, run_id, &verdict, plan.rules.store_outage_limit)
+    let mut report = match finish_and_read(&store, run_id, &verdict, plan.rules.store_outage_limit)
         .await
     {
         Ok(report) => report,
@@ -445,6 +445,14 @@ pub async fn run(
             )
         }
     };
+    finish::save_change_points(
+        &store,
+        &store_url,
+        &options.runs_dir,
+        regression.change_point_window,
+        &mut report,
+    )
+    .await;
     write_report(run_dir, &report)?;
     tracing::info!("report written");
     finish::save_summary(&store, &plan.run_id, &report).await;

@@ -5,7 +5,7 @@
 //!   from their summaries, unfinished ones as RUNNING (lease held) or ABANDONED (lease expired,
 //!   said without recording it);
 //! - `/matrix/NAME`: that matrix's history (verdict strip, QPS, p99 and failures per run, its
-//!   runs), `/api/matrix/NAME/history` as JSON;
+//!   runs), `/api/matrix/NAME/history` as JSON (`history.csv`: its series for Apache Otava);
 //! - `/runs/ID`: the run's report.html, rebuilt from its store by the same renderer as
 //!   `driver report` (not a copy on disk); `/runs/ID/report.json`, `/runs/ID/junit.xml`;
 //! - `/runs/ID/diff` (and `/api/runs/ID/diff`): what changed since the previous run of the same
@@ -71,6 +71,10 @@ pub fn router(source: Source, token: Option<String>) -> Router {
         .route("/api/runs", get(api_runs))
         .route("/matrix/{name}", get(matrix_page))
         .route("/api/matrix/{name}/history", get(api_matrix_history))
+        .route(
+            "/api/matrix/{name}/history.csv",
+            get(api_matrix_history_csv),
+        )
         .route("/runs/{id}", get(run_page))
         .route("/runs/{id}/report.json", get(run_json))
         .route("/api/runs/{id}/report.json", get(run_json))
@@ -232,6 +236,26 @@ async fn api_matrix_history(
         verdict: None,
     };
     Ok(Json(runs(&served, &filter).await?))
+}
+
+/// The matrix's history as CSV for Apache Otava (`driver history --format csv`).
+async fn api_matrix_history_csv(
+    State(served): State<Arc<Served>>,
+    Path(name): Path<String>,
+) -> Result<Response, PageError> {
+    let filter = RunFilter {
+        name: Some(name.clone()),
+        verdict: None,
+    };
+    let runs = runs(&served, &filter).await?;
+    let window = crate::matrix::RegressionSettings::default().change_point_window;
+    let of =
+        crate::report::history::of_matrix(&runs, &name, window).map_err(PageError::NotFound)?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "text/csv; charset=utf-8")],
+        crate::report::history::otava_csv(&of),
+    )
+        .into_response())
 }
 
 /// A run's id as a path may carry it: a run directory's name, nothing that walks elsewhere.
