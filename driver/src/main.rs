@@ -159,8 +159,20 @@ struct RunArgs {
     /// (e.g. test-matrices/known-issues.yaml). Their matches are counted, not failing the run.
     #[arg(long, env = "TRITON_STRESS_KNOWN_ISSUES")]
     known_issues: Option<PathBuf>,
+    /// Run the load N times, each a run of its own with fresh servers (RUN-r1, …), and write
+    /// each metric's mean and 95% interval across them (repeats.txt); overrides `run.repeat`.
+    #[arg(long, value_parser = repeat_count)]
+    repeat: Option<u32>,
     #[command(flatten)]
     kube: KubeArgs,
+}
+
+fn repeat_count(s: &str) -> Result<u32, String> {
+    let range = driver::matrix::REPEATS;
+    s.parse::<u32>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| format!("from {} to {} runs", range.start(), range.end()))
 }
 
 // `driver cleanup`.
@@ -645,6 +657,7 @@ async fn run_command(args: RunArgs) -> ExitCode {
         keep_failed,
         baseline,
         known_issues,
+        repeat,
         kube,
     } = args;
     let options = RunOptions {
@@ -658,16 +671,29 @@ async fn run_command(args: RunArgs) -> ExitCode {
         baseline,
         known_issues,
     };
-    let (matrix, run_id, run_dir) = match run::prepare(&options) {
+    let (mut matrix, run_id, run_dir) = match run::prepare(&options) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(e.exit_code());
         }
     };
+    if let Some(n) = repeat {
+        if n > 1 && matrix.sweep.is_some() {
+            eprintln!("error: --repeat: a sweep measures each variant and confirms the best");
+            return ExitCode::from(BAD_INPUT);
+        }
+        matrix.run.repeat = n;
+    }
     let cancel = stress_common::shutdown::token_on_signals();
-    if matrix.sweep.is_some() {
-        return sweep_command(&options, &matrix, &run_id, &run_dir, kind, kube, cancel).await;
+    if matrix.sweep.is_some() || matrix.run.repeat > 1 || matrix.compare.is_some() {
+        let runs = Runs {
+            options: &options,
+            matrix: &matrix,
+            run_id: &run_id,
+            run_dir: &run_dir,
+        };
+        return runs_of_one_command(runs, kind, kube, cancel).await;
     }
     let mut launcher: Box<dyn Launcher> = match kind {
         LauncherKind::Local => Box::new(LocalLauncher::new(&run_dir, &matrix_dir(&matrix))),
@@ -699,18 +725,30 @@ fn matrix_dir(matrix: &driver::matrix::Matrix) -> PathBuf {
         .unwrap_or_default()
 }
 
-/// `driver run` of a sweep matrix: each run of the sweep (its own, then each variant's) gets a
-/// launcher of its own run id; on Kubernetes they share one cluster connection.
-async fn sweep_command(
-    options: &RunOptions,
-    matrix: &driver::matrix::Matrix,
-    run_id: &str,
-    run_dir: &std::path::Path,
+/// A `driver run` made of runs: a sweep's or a repeat's.
+struct Runs<'a> {
+    options: &'a RunOptions,
+    matrix: &'a driver::matrix::Matrix,
+    run_id: &'a str,
+    run_dir: &'a std::path::Path,
+}
+
+/// `driver run` of a sweep matrix or of repeats: each of its runs (a sweep's own, then each
+/// variant's; each repeat) gets a launcher of its own run id; on Kubernetes they share one
+/// cluster connection.
+async fn runs_of_one_command(
+    runs: Runs<'_>,
     kind: LauncherKind,
     kube: KubeArgs,
     cancel: CancellationToken,
 ) -> ExitCode {
-    tracing::info!(run_id, run_dir = %run_dir.display(), "starting a sweep");
+    let Runs {
+        options,
+        matrix,
+        run_id,
+        run_dir,
+    } = runs;
+    tracing::info!(run_id, run_dir = %run_dir.display(), "starting a run of runs");
     let cluster = match kind {
         LauncherKind::Local => None,
         LauncherKind::Kube => {
@@ -746,6 +784,30 @@ async fn sweep_command(
             })
         }),
     };
+    if matrix.compare.is_some() {
+        let outcome = run::repeat::compare(
+            options,
+            matrix,
+            run_dir,
+            run_id,
+            cancel,
+            launcher_for.as_ref(),
+        )
+        .await;
+        return finish_repeat_command(outcome, &run_dir.join("compare.txt"));
+    }
+    if matrix.sweep.is_none() {
+        let outcome = run::repeat::repeat(
+            options,
+            matrix,
+            run_dir,
+            run_id,
+            cancel,
+            launcher_for.as_ref(),
+        )
+        .await;
+        return finish_repeat_command(outcome, &run_dir.join("repeats.txt"));
+    }
     let outcome = run::sweep::sweep(
         options,
         matrix,
@@ -756,6 +818,31 @@ async fn sweep_command(
     )
     .await;
     finish_run_command(outcome, options)
+}
+
+/// Prints what was found across the runs and where it is; exits as the worst run.
+fn finish_repeat_command(
+    outcome: Result<run::repeat::RepeatOutcome, run::DriverError>,
+    written: &std::path::Path,
+) -> ExitCode {
+    match outcome {
+        Ok(outcome) => {
+            print!("{}", outcome.text);
+            println!(
+                "\n{} (each run's report in its own run directory)",
+                written.display()
+            );
+            let verdict = outcome.verdict();
+            if let run::Verdict::Fail { member, reason } = &verdict {
+                println!("FAILED: {member}: {reason}");
+            }
+            ExitCode::from(verdict.exit_code())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 /// `driver chaos-mesh`: the Workflow on stdout, or bad input (exit 2) on stderr.

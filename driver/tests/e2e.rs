@@ -1921,6 +1921,154 @@ fn paced_repository(dir: &Path, delay_ms: u32) -> PathBuf {
     repo
 }
 
+/// `--repeat 2`: the load twice, each a run of its own with fresh servers (RUN-r1, RUN-r2, the
+/// second compared with the first), and repeats.txt/json with each metric's mean and 95% t
+/// interval across them; `--repeat 0` is bad input before anything starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeats_run_the_load_again_on_fresh_servers_and_give_each_metric_its_interval() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    std::fs::create_dir_all(&dir).unwrap();
+    let repo = paced_repository(&dir, 2);
+    let matrix = edit_matrix(models_matrix(&dir, "[{name: paced}]"), |m| {
+        for t in m.server_templates.values_mut() {
+            t.model_repositories = vec![repo.to_str().unwrap().to_string()];
+        }
+        m.run.poll_interval = Duration::from_millis(500);
+    });
+    let runs = tmp.path().join("runs");
+    let mut args = run_args(&matrix, &runs, "e2e-rep", "5s");
+    args.extend(["--repeat", "2"]);
+    let mut driver = Driver::spawn(&args, tmp.path(), "driver-repeat");
+    let status = driver.wait(RUN_LIMIT, true).await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let first = read_json(&runs.join("e2e-rep-r1/report.json"));
+    let second = read_json(&runs.join("e2e-rep-r2/report.json"));
+    assert_eq!(first["verdict"], "PASS");
+    assert_eq!(
+        second["baseline"]["baseline_run"], "e2e-rep-r1",
+        "{:#}",
+        second["baseline"]
+    );
+    let repeats = read_json(&runs.join("e2e-rep/repeats.json"));
+    assert_eq!(
+        repeats["runs"],
+        serde_json::json!(["e2e-rep-r1: PASS", "e2e-rep-r2: PASS"])
+    );
+    let qps = repeats["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == "qps Infer")
+        .unwrap_or_else(|| panic!("{repeats:#}"));
+    let (low, mean, high) = (
+        qps["low"].as_f64().unwrap(),
+        qps["mean"].as_f64().unwrap(),
+        qps["high"].as_f64().unwrap(),
+    );
+    let each = [&first, &second].map(|r| {
+        r["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["scenario"] == "Infer")
+            .unwrap()["qps"]
+            .as_f64()
+            .unwrap()
+    });
+    assert!(
+        (mean - (each[0] + each[1]) / 2.0).abs() < 1e-6 * mean && low < mean && mean < high,
+        "{qps:#} from {each:?}"
+    );
+    let text = read(&runs.join("e2e-rep/repeats.txt"));
+    assert!(
+        text.starts_with("== 2 repeats of smoke, fresh servers each: "),
+        "{text}"
+    );
+    assert!(driver.output().contains("qps Infer"), "{}", driver.output());
+
+    let mut args = run_args(&matrix, &runs, "e2e-rep-zero", "5s");
+    args.extend(["--repeat", "0"]);
+    let mut driver = Driver::spawn(&args, tmp.path(), "driver-repeat-0");
+    let status = driver.wait(START_LIMIT, true).await;
+    assert_eq!(status.code(), Some(2), "{}", driver.output());
+    assert!(
+        driver.output().contains("from 1 to 100 runs"),
+        "{}",
+        driver.output()
+    );
+    assert!(!runs.join("e2e-rep-zero").exists());
+}
+
+/// `compare:` of two server templates, the second's model 15 times slower: the sides run
+/// interleaved (a1, b1, a2, b2), each a run of its own, and compare.json calls the slower
+/// latency a regression with an interval that excludes no change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ab_comparison_interleaves_the_templates_and_names_the_slower_one() {
+    let _one_run = RUN_LOCK.lock().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let (fast_dir, slow_dir) = (tmp.path().join("fast"), tmp.path().join("slow"));
+    for d in [&fast_dir, &slow_dir] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let (fast, slow) = (
+        paced_repository(&fast_dir, 2),
+        paced_repository(&slow_dir, 30),
+    );
+    let matrix = edit_matrix(models_matrix(tmp.path(), "[{name: paced}]"), |m| {
+        let mut template = m.server_templates.values().next().unwrap().clone();
+        m.server_templates.clear();
+        for (name, repo) in [("fast", &fast), ("slow", &slow)] {
+            template.model_repositories = vec![repo.to_str().unwrap().to_string()];
+            m.server_templates.insert(name.into(), template.clone());
+        }
+        for g in m.server_groups.values_mut() {
+            g.template = Some("fast".into());
+        }
+        m.run.poll_interval = Duration::from_millis(500);
+        m.regression = Some(serde_saphyr::from_str("{min_requests: 20}").unwrap());
+        m.compare = Some(serde_saphyr::from_str("{a: fast, b: slow, repeats: 2}").unwrap());
+    });
+    let runs = tmp.path().join("runs");
+    let mut driver = Driver::spawn(
+        &run_args(&matrix, &runs, "e2e-ab", "4s"),
+        tmp.path(),
+        "driver-ab",
+    );
+    let status = driver.wait(RUN_LIMIT, true).await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let started = |id: &str| {
+        read_json(&runs.join(id).join("report.json"))["started_at_ms"]
+            .as_i64()
+            .unwrap()
+    };
+    let order: Vec<i64> = ["e2e-ab-a1", "e2e-ab-b1", "e2e-ab-a2", "e2e-ab-b2"]
+        .map(started)
+        .to_vec();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "interleaved: {order:?}"
+    );
+    let judged = read_json(&runs.join("e2e-ab/compare.json"));
+    let p50 = judged["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["metric"] == "p50_ms Infer/paced")
+        .unwrap_or_else(|| panic!("{judged:#}"));
+    assert_eq!(p50["call"], "regression", "{p50:#}");
+    assert!(p50["low"].as_f64().unwrap() > 1.0, "2 ms -> 30 ms: {p50:#}");
+    let text = read(&runs.join("e2e-ab/compare.txt"));
+    assert!(
+        text.starts_with("== A/B: server template slow (B) against fast (A), 2 runs each, interleaved: e2e-ab-a1: PASS, e2e-ab-b1: PASS"),
+        "{text}"
+    );
+    assert!(text.contains("REGRESSION p50_ms Infer/paced"), "{text}");
+}
+
 /// Runs of the same matrix in one runs directory: the first has no baseline and says so; the
 /// second, against the same server slowed from 2 ms to 100 ms per request, is compared with the
 /// first (its last passing run) and, with `regression.fail`, fails naming the slower latency and

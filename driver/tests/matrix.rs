@@ -111,7 +111,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown-field.yaml",
-        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode, slo, seed",
+        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode, repeat, slo, seed",
     ),
     (
         "wrong-type.yaml",
@@ -265,9 +265,10 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "bad-report.yaml",
-        "24:12: report.webhook: a webhook is an http:// or https:// URL\n\
-         25:20: report.webhook_timeout: must be from 1s to 10m, found 0s\n\
-         26:36: regression.change_point_window: must be from 4 to 500 runs (a change needs runs on both sides), found 3",
+        "5:11: run.repeat: must be from 1 to 100 runs, found 0\n\
+         25:12: report.webhook: a webhook is an http:// or https:// URL\n\
+         26:20: report.webhook_timeout: must be from 1s to 10m, found 0s\n\
+         27:36: regression.change_point_window: must be from 4 to 500 runs (a change needs runs on both sides), found 3",
     ),
     (
         "bad-trace.yaml",
@@ -783,7 +784,7 @@ fn more_rules() {
         (
             "version: 1\n",
             "version: 1\nextra: true\n",
-            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity, regression, report, known_issues, faults, sweep",
+            "inline.yaml:2:1: extra: unknown field `extra`, expected one of version, run, server_templates, server_groups, client_templates, client_groups, capacity, regression, report, known_issues, faults, compare, sweep",
         ),
         (
             "  duration: 10s\n",

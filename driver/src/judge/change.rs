@@ -480,7 +480,7 @@ fn students_t(df: f64) -> StudentsT {
 }
 
 /// The 97.5th percentile: half a 95% interval in standard errors.
-fn t_quantile(df: f64) -> f64 {
+pub(crate) fn t_quantile(df: f64) -> f64 {
     students_t(df).inverse_cdf(0.975)
 }
 

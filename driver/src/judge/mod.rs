@@ -14,6 +14,7 @@ pub mod known;
 pub mod memory;
 pub mod reconcile;
 pub mod regression;
+pub mod repeats;
 pub mod rootcause;
 pub mod slo;
 pub mod verdicts;

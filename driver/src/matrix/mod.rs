@@ -26,6 +26,7 @@
 //! `test-matrices/schema.json`).
 
 pub mod bounds;
+pub mod compare;
 mod duration;
 mod error;
 mod expand;
@@ -59,7 +60,9 @@ pub use types::{
     LAUNCHER_VOLUMES, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME, SHM_VOLUME, TMP_VOLUME,
     TRACES_VOLUME,
 };
-pub use validate::{CHANGE_POINT_WINDOW, CORR_IDS_PER_STREAM, MAX_LABEL_LEN, is_dns_label};
+pub use validate::{
+    CHANGE_POINT_WINDOW, CORR_IDS_PER_STREAM, MAX_LABEL_LEN, REPEATS, is_dns_label,
+};
 
 use source::{Anchor, FieldPath, PathSeg, SourceMap};
 

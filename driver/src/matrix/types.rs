@@ -87,6 +87,11 @@ pub struct Matrix {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<super::faults::Fault>,
 
+    /// An A/B of two server templates under the same clients, in interleaved runs (A, B, A, B,
+    /// …), each metric's change of B against A with its 95% interval and a rank test's p.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare: Option<super::compare::CompareSettings>,
+
     /// Which configuration of a server group serves most at the target (capacity mode): each
     /// combination of the parameters' values gets its own servers and a capacity search, and
     /// the report ranks them and names the best with its config.pbtxt.
@@ -150,6 +155,13 @@ pub struct RunSettings {
     /// the run ends when every group has converged (or at `duration`, which caps it).
     #[serde(default)]
     pub mode: RunMode,
+
+    /// Run the load this many times, each a run of its own with fresh servers (`RUN-r1`, …),
+    /// and report each metric's mean and 95% interval across them (Student's t): the spread
+    /// between runs is where most of it arises (default 1, at most 100; `driver run --repeat`
+    /// overrides it). Not with a sweep.
+    #[serde(default = "defaults::repeat", skip_serializing_if = "defaults::is_one")]
+    pub repeat: u32,
 
     /// Service-level objectives over all client groups: a rule breached at the end fails the
     /// run (exit 1); one with `abort_on_fail` is also checked every poll and stops the run.
@@ -1266,6 +1278,28 @@ impl Matrix {
         }
     }
 
+    /// A comparison's server group: the one named, else the matrix's only one.
+    pub fn compare_group(&self) -> Option<&str> {
+        let c = self.compare.as_ref()?;
+        c.server_group
+            .as_deref()
+            .or_else(|| self.server_groups.keys().next().map(String::as_str))
+    }
+
+    /// One side of the comparison: this matrix with the compared group's template replaced by
+    /// `template`, and no comparison.
+    pub fn compare_side(&self, template: &str) -> Matrix {
+        let mut side = self.clone();
+        side.compare = None;
+        if let Some(g) = self
+            .compare_group()
+            .and_then(|g| side.server_groups.get_mut(g))
+        {
+            g.template = Some(template.to_string());
+        }
+        side
+    }
+
     /// The name launchers give a member's pod or process: `<run name>-<member name>`.
     /// Validation guarantees it is a DNS-1123 label for every member.
     pub fn qualified_name(&self, member: &str) -> String {
@@ -1440,6 +1474,12 @@ mod defaults {
     }
     pub fn change_point_window() -> usize {
         30
+    }
+    pub fn repeat() -> u32 {
+        1
+    }
+    pub fn is_one(n: &u32) -> bool {
+        *n == 1
     }
     pub fn tolerance() -> f64 {
         0.05

@@ -1,7 +1,7 @@
 //! Semantic checks: everything the types alone cannot say. Every problem found is reported,
 //! each with the field path it is about and which end of the `key: value` pair to point at.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use super::bounds::{
@@ -32,6 +32,9 @@ pub const MAX_LABEL_LEN: usize = 63;
 /// How many runs change points may be looked for in: a change needs two runs on either side
 /// to have a spread.
 pub const CHANGE_POINT_WINDOW: std::ops::RangeInclusive<usize> = 4..=500;
+
+/// How many times `run.repeat` (and `driver run --repeat`) may run the load.
+pub const REPEATS: std::ops::RangeInclusive<u32> = 1..=100;
 
 /// One semantic problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1282,6 +1285,25 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
         );
     }
 
+    if !REPEATS.contains(&m.run.repeat) {
+        c.push(
+            run.key("repeat"),
+            Anchor::Value,
+            format!(
+                "must be from {} to {} runs, found {}",
+                REPEATS.start(),
+                REPEATS.end(),
+                m.run.repeat
+            ),
+        );
+    } else if m.run.repeat > 1 && m.sweep.is_some() {
+        c.push(
+            run.key("repeat"),
+            Anchor::Value,
+            "a sweep measures each variant and confirms the best: leave `repeat` out",
+        );
+    }
+
     // A heartbeat limit of 0 polls would fail every worker between two of its beats.
     c.at_least_one(
         run.key("fail_fast").key("heartbeat_timeout_polls"),
@@ -1426,6 +1448,7 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
     ));
     c.capacity(m);
     c.issues.extend(check_faults(m));
+    c.issues.extend(check_compare(m));
     c.issues.extend(check_sweep(m));
     if let Some(r) = &m.regression {
         if !(r.min_effect.is_finite() && (0.0..10.0).contains(&r.min_effect)) {
@@ -1876,6 +1899,114 @@ fn check_prometheus(p: &PrometheusSource) -> Result<(), SourceProblem> {
 /// known PATHs, values of their fields' types, no empty list, a grid within `max_variants`.
 /// Whether each swept model's config exists and takes every value is checked before the run
 /// starts (`run::sweep`).
+/// The comparison's rules across the matrix: both templates exist and differ, the group is
+/// known, the count is in range, no repeat, sweep or capacity mode beside it, and both
+/// templates serve the same models where their repositories can be read here.
+fn check_compare(m: &Matrix) -> Vec<Issue> {
+    let Some(c) = &m.compare else {
+        return Vec::new();
+    };
+    let root = FieldPath::root().key("compare");
+    let mut issues = Vec::new();
+    let mut push = |path: FieldPath, anchor: Anchor, message: String| {
+        issues.push(Issue::at(path, anchor, message))
+    };
+    let templates: Vec<&str> = m.server_templates.keys().map(String::as_str).collect();
+    for (side, name) in [("a", &c.a), ("b", &c.b)] {
+        if !m.server_templates.contains_key(name) {
+            push(
+                root.key(side),
+                Anchor::Value,
+                format!(
+                    "no server template {name:?} (templates: {})",
+                    templates.join(", ")
+                ),
+            );
+        }
+    }
+    if c.a == c.b {
+        push(
+            root.key("b"),
+            Anchor::Value,
+            "is side a: compare two templates".into(),
+        );
+    }
+    match &c.server_group {
+        Some(g) if !m.server_groups.contains_key(g) => push(
+            root.key("server_group"),
+            Anchor::Value,
+            format!("no server group {g:?}"),
+        ),
+        None if m.server_groups.len() != 1 => push(
+            root.clone(),
+            Anchor::Key,
+            "name the `server_group` whose template alternates (the matrix has several)".into(),
+        ),
+        _ => {}
+    }
+    if !super::compare::COMPARE_REPEATS.contains(&c.repeats) {
+        push(
+            root.key("repeats"),
+            Anchor::Value,
+            format!(
+                "must be from {} to {} runs of each side, found {}",
+                super::compare::COMPARE_REPEATS.start(),
+                super::compare::COMPARE_REPEATS.end(),
+                c.repeats
+            ),
+        );
+    }
+    if m.sweep.is_some() || m.run.repeat > 1 || m.run.mode == RunMode::Capacity {
+        push(
+            root.clone(),
+            Anchor::Key,
+            "a comparison runs soak blocks of its own: not with `sweep`, `run.repeat` or capacity mode".into(),
+        );
+    }
+    if let (Some(a), Some(b)) = (served(m, &c.a), served(m, &c.b))
+        && a != b
+    {
+        let only = |x: &BTreeSet<String>, y: &BTreeSet<String>| {
+            let models: Vec<String> = x.difference(y).cloned().collect();
+            if models.is_empty() {
+                "none".to_string()
+            } else {
+                models.join(", ")
+            }
+        };
+        push(
+            root.key("b"),
+            Anchor::Value,
+            format!(
+                "templates {:?} and {:?} do not serve the same models (only in {:?}: {}; only in {:?}: {})",
+                c.a,
+                c.b,
+                c.a,
+                only(&a, &b),
+                c.b,
+                only(&b, &a)
+            ),
+        );
+    }
+    issues
+}
+
+/// The models a template's repositories hold (their folders with a config.pbtxt), when every
+/// repository is a folder here; None when one is not (an image's, a remote one).
+fn served(m: &Matrix, template: &str) -> Option<BTreeSet<String>> {
+    let t = m.server_templates.get(template)?;
+    let mut models = BTreeSet::new();
+    for repo in &t.model_repositories {
+        let dir = m.resolve_local_path(repo);
+        for entry in std::fs::read_dir(&dir).ok()?.flatten() {
+            if entry.path().join("config.pbtxt").is_file() {
+                models.insert(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    Some(models)
+}
+
 fn check_sweep(m: &Matrix) -> Vec<Issue> {
     use super::sweep::{MAX_SWEEP_VARIANTS, SweepParam};
     let Some(sweep) = &m.sweep else {
@@ -2406,5 +2537,74 @@ client_groups:
         for bad in ["", "1A", "A-B", "A.B", "A B"] {
             assert!(!is_env_name(bad), "{bad}");
         }
+    }
+
+    /// `compare:` — a matrix with two templates over `repo_a` and `repo_b`, compared, written beside them.
+    fn ab_matrix(dir: &std::path::Path, compare: &str) -> Result<crate::matrix::Matrix, String> {
+        let text = format!(
+            "version: 1\n\
+             run: {{name: ab, duration: 10s}}\n\
+             server_templates:\n  \
+               old: {{tritonserver: {{binary: auto}}, model_repositories: [repo_a]}}\n  \
+               new: {{tritonserver: {{binary: auto}}, model_repositories: [repo_b]}}\n\
+             server_groups:\n  triton: {{template: old, instances: 1}}\n\
+             client_templates:\n  c: {{worker: {{binary: auto}}, protocol: grpc, models: [{{name: m1}}]}}\n\
+             client_groups:\n  clients: {{template: c, instances: 1, target: triton}}\n\
+             compare: {compare}\n"
+        );
+        let path = dir.join("ab.yaml");
+        std::fs::write(&path, text).unwrap();
+        crate::matrix::load(&path).map_err(|e| e.to_string())
+    }
+
+    fn ab_model(dir: &std::path::Path, repo: &str, name: &str) {
+        std::fs::create_dir_all(dir.join(repo).join(name)).unwrap();
+        std::fs::write(dir.join(repo).join(name).join("config.pbtxt"), "").unwrap();
+    }
+
+    #[test]
+    fn each_side_is_the_group_with_its_template() {
+        let tmp = tempfile::tempdir().unwrap();
+        for repo in ["repo_a", "repo_b"] {
+            ab_model(tmp.path(), repo, "m1");
+        }
+        let m = ab_matrix(tmp.path(), "{a: old, b: new}").unwrap();
+        let c = m.compare.as_ref().unwrap();
+        assert_eq!((m.compare_group(), c.repeats), (Some("triton"), 3));
+        let b = m.compare_side(&c.b);
+        assert_eq!(b.server_groups["triton"].template.as_deref(), Some("new"));
+        assert!(b.compare.is_none());
+        assert_ne!(
+            crate::matrix::fingerprint(&b),
+            crate::matrix::fingerprint(&m.compare_side(&c.a)),
+            "each side is a history of its own"
+        );
+    }
+
+    #[test]
+    fn templates_that_do_not_serve_the_same_models_are_bad_input() {
+        let tmp = tempfile::tempdir().unwrap();
+        ab_model(tmp.path(), "repo_a", "m1");
+        ab_model(tmp.path(), "repo_b", "m1");
+        ab_model(tmp.path(), "repo_b", "m2");
+        let e = ab_matrix(tmp.path(), "{a: old, b: new, repeats: 1}").unwrap_err();
+        assert!(
+            e.contains("12:22: compare.b: templates \"old\" and \"new\" do not serve the same models (only in \"old\": none; only in \"new\": m2)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("compare.repeats: must be from 2 to 50 runs of each side, found 1"),
+            "{e}"
+        );
+        let e = ab_matrix(tmp.path(), "{a: old, b: old}").unwrap_err();
+        assert!(
+            e.contains("compare.b: is side a: compare two templates"),
+            "{e}"
+        );
+        let e = ab_matrix(tmp.path(), "{a: old, b: newer}").unwrap_err();
+        assert!(
+            e.contains("compare.b: no server template \"newer\" (templates: old, new)"),
+            "{e}"
+        );
     }
 }

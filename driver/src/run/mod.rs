@@ -20,6 +20,7 @@ mod lease;
 mod poll;
 mod progress;
 pub mod prune;
+pub mod repeat;
 pub mod sampler;
 mod slo_check;
 pub mod sweep;
