@@ -55,6 +55,12 @@ for id in $ids; do
     if [ -n "$prev" ]; then
         "$DRIVER" compare "$prev" "$id" --runs-dir "$runs_dir" --json >"$TMP/pair-$id.json" ||
             fail "$prev and $id could not be compared"
+        # Judged again by this driver against the run's window (its last five runs before it,
+        # as `regression.window` picks them in an A/A where every run passes).
+        window=$(echo "$ids" | awk -v id="$id" '$0 == id { exit } { w[++n] = $0 } END {
+            s = ""; for (i = (n > 5 ? n - 4 : 1); i <= n; i++) s = s (s ? "," : "") w[i]; print s }')
+        "$DRIVER" compare "$window" "$id" --runs-dir "$runs_dir" --json >"$TMP/window-$id.json" ||
+            fail "$id could not be compared with $window"
     fi
     prev="$id"
 done
@@ -81,6 +87,15 @@ for r in reports:
           f"{'':>24}{unchanged:>3}  {len(b.get('not_judged', []))}")
 print(f"A/A over {n} runs: {total['regression']} regression, {total['improvement']} improvement, "
       f"{total['provisional']} provisional line(s) (target: at most one call in all)")
+again = {"regression": 0, "improvement": 0, "provisional": 0}
+for i in ids[1:]:
+    for c in json.load(open(f"{tmp}/window-{i}.json"))["changes"]:
+        if c["call"] in again:
+            again[c["call"]] += 1
+            print(f"    {i} against its window, judged again: {c['call']}: {c['metric']} "
+                  f"{c['change']*100:+.1f}% q={c['q_value']:.3f}")
+print(f"the same runs against their windows, judged again by this driver: {again['regression']} "
+      f"regression, {again['improvement']} improvement, {again['provisional']} provisional")
 pairs = {"regression": 0, "improvement": 0, "provisional": 0}
 for i in ids[1:]:
     for c in json.load(open(f"{tmp}/pair-{i}.json"))["changes"]:

@@ -717,15 +717,7 @@ fn history_finds_a_planted_change_where_apache_otava_finds_it() {
             // ±1.5%: a deterministic wobble, not a trend.
             let wobble = [1.0, 1.012, 0.988, 1.006, 0.994, 1.015, 0.985][night as usize % 7];
             let p99 = if night < 11 { 20.0 } else { 22.0 } * wobble;
-            let estimate = |metric: &str, value, higher_is_better| Estimate {
-                metric: metric.into(),
-                value,
-                higher_is_better,
-                low: None,
-                high: None,
-                spread: None,
-                not_judged: None,
-            };
+            let estimate = Estimate::bare;
             let summary = RunSummary {
                 run_id: id,
                 name: "nightly".into(),

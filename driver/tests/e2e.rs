@@ -1921,6 +1921,23 @@ fn paced_repository(dir: &Path, delay_ms: u32) -> PathBuf {
     repo
 }
 
+/// A matrix of Infer on the model `paced` (2 ms a request) from a repository under `tmp/m`,
+/// polled every 500 ms (16 intervals in 8 s: enough batches for each run's own interval), then
+/// `edit`; returns it and the repository.
+fn paced_matrix(tmp: &Path, edit: impl FnOnce(&mut driver::matrix::Matrix)) -> (PathBuf, PathBuf) {
+    let dir = tmp.join("m");
+    std::fs::create_dir_all(&dir).unwrap();
+    let repo = paced_repository(&dir, 2);
+    let matrix = edit_matrix(models_matrix(&dir, "[{name: paced}]"), |m| {
+        for t in m.server_templates.values_mut() {
+            t.model_repositories = vec![repo.to_str().unwrap().to_string()];
+        }
+        m.run.poll_interval = Duration::from_millis(500);
+        edit(m);
+    });
+    (matrix, repo)
+}
+
 /// `--repeat 2`: the load twice, each a run of its own with fresh servers (RUN-r1, RUN-r2, the
 /// second compared with the first), and repeats.txt/json with each metric's mean and 95% t
 /// interval across them; `--repeat 0` is bad input before anything starts.
@@ -1929,15 +1946,7 @@ async fn repeats_run_the_load_again_on_fresh_servers_and_give_each_metric_its_in
     let _one_run = RUN_LOCK.lock().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("m");
-    std::fs::create_dir_all(&dir).unwrap();
-    let repo = paced_repository(&dir, 2);
-    let matrix = edit_matrix(models_matrix(&dir, "[{name: paced}]"), |m| {
-        for t in m.server_templates.values_mut() {
-            t.model_repositories = vec![repo.to_str().unwrap().to_string()];
-        }
-        m.run.poll_interval = Duration::from_millis(500);
-    });
+    let (matrix, _) = paced_matrix(tmp.path(), |_| {});
     let runs = tmp.path().join("runs");
     let mut args = run_args(&matrix, &runs, "e2e-rep", "5s");
     args.extend(["--repeat", "2"]);
@@ -2080,21 +2089,14 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
     let _one_run = RUN_LOCK.lock().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("m");
-    std::fs::create_dir_all(&dir).unwrap();
     // The same repository path for every run: only the server's speed changes.
-    let repo = paced_repository(&dir, 2);
-    let matrix = edit_matrix(models_matrix(&dir, "[{name: paced}]"), |m| {
-        for t in m.server_templates.values_mut() {
-            t.model_repositories = vec![repo.to_str().unwrap().to_string()];
-        }
+    let (matrix, repo) = paced_matrix(tmp.path(), |m| {
         // `threshold`: min_effect's older name.
         m.regression = Some(
             serde_saphyr::from_str("{threshold: 0.25, fail: true, min_requests: 20}").unwrap(),
         );
-        // 16 intervals in 8 s: enough batches for each run's own interval.
-        m.run.poll_interval = Duration::from_millis(500);
     });
+    let dir = tmp.path().join("m");
     let runs = tmp.path().join("runs");
     let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-reg-fast", "8s").await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());

@@ -29,9 +29,34 @@ pub struct Measure {
     pub value: f64,
     /// QPS and capacity: a drop is bad; latencies and server times: a rise is.
     pub higher_is_better: bool,
-    /// Its spread within the run, or why the run cannot say (too few requests per batch; a
-    /// number read once, as memory at the end or a capacity answer).
-    pub spread: Result<BatchSpread, String>,
+    /// Its spread within the run, or why the run cannot say.
+    pub spread: Result<BatchSpread, NoSpread>,
+}
+
+/// Why a run has no within-run spread of a value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoSpread {
+    /// Too few requests for its percentile: the value itself is noise (one slow request
+    /// moves a p99 of 200 requests 30 times), so it is never judged, nor is it history.
+    TooFewRequests(String),
+    /// A number read once (memory at the end, a capacity answer) or a run too short for enough
+    /// batches: judged from a history only.
+    Once(String),
+}
+
+impl std::fmt::Display for NoSpread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoSpread::TooFewRequests(why) | NoSpread::Once(why) => f.write_str(why),
+        }
+    }
+}
+
+impl Measure {
+    /// Whether its value says anything: not a percentile of too few requests.
+    pub fn usable(&self) -> bool {
+        !matches!(self.spread, Err(NoSpread::TooFewRequests(_)))
+    }
 }
 
 /// A value's spread within its run: the relative standard error of the mean of its batches
@@ -129,6 +154,21 @@ pub struct Estimate {
     pub not_judged: Option<String>,
 }
 
+impl Estimate {
+    /// A value without an interval: one number per run (or a test's history).
+    pub fn bare(metric: &str, value: f64, higher_is_better: bool) -> Self {
+        Estimate {
+            metric: metric.into(),
+            value,
+            higher_is_better,
+            low: None,
+            high: None,
+            spread: None,
+            not_judged: None,
+        }
+    }
+}
+
 impl From<&Measure> for Estimate {
     fn from(m: &Measure) -> Self {
         let interval = m.spread.as_ref().ok().map(BatchSpread::interval);
@@ -139,7 +179,7 @@ impl From<&Measure> for Estimate {
             low: interval.map(|(low, _)| low),
             high: interval.map(|(_, high)| high),
             spread: m.spread.as_ref().ok().copied(),
-            not_judged: m.spread.as_ref().err().cloned(),
+            not_judged: m.spread.as_ref().err().map(ToString::to_string),
         }
     }
 }
@@ -255,8 +295,16 @@ pub fn compare(window: &[Vec<Measure>], current: &[Measure], min_effect: f64) ->
         let base: Vec<&Measure> = window
             .iter()
             .filter_map(|run| run.iter().find(|b| b.metric == m.metric))
+            .filter(|b| b.usable())
             .collect();
         if base.is_empty() {
+            continue;
+        }
+        if let Err(NoSpread::TooFewRequests(why)) = &m.spread {
+            not_judged.push(NotJudged {
+                metric: m.metric.clone(),
+                why: why.clone(),
+            });
             continue;
         }
         match test(m, &base) {
@@ -368,6 +416,7 @@ pub fn compare_groups(a: &[Vec<Measure>], b: &[Vec<Measure>], min_effect: f64) -
     let values = |runs: &[Vec<Measure>], metric: &str| -> Vec<f64> {
         runs.iter()
             .filter_map(|run| run.iter().find(|m| m.metric == metric))
+            .filter(|m| m.usable())
             .map(|m| m.value.ln())
             .collect()
     };
@@ -521,6 +570,39 @@ mod tests {
         }
     }
 
+    /// A p99 of too few requests: one slow request moves it 30 times (an A/A run's
+    /// SequenceValidValid p99 went from 2 ms to 61 ms with 241 requests); neither judged nor
+    /// taken as history.
+    #[test]
+    fn a_percentile_of_too_few_requests_is_never_judged_nor_history() {
+        let few = |value| Measure {
+            spread: Err(NoSpread::TooFewRequests(
+                "not judged: 241 requests, as few as 19 in a batch".into(),
+            )),
+            ..m("p99_ms SequenceValidValid", value, 0.0)
+        };
+        let window: Vec<Vec<Measure>> = [2.0, 2.1, 1.9, 2.0, 2.05]
+            .map(|v| vec![m("p99_ms SequenceValidValid", v, 0.02)])
+            .to_vec();
+        let judged = compare(&window, &[few(61.0)], 0.1);
+        assert!(judged.changes.is_empty(), "{:?}", judged.changes);
+        assert_eq!(judged.not_judged.len(), 1);
+        assert!(judged.not_judged[0].why.contains("241 requests"));
+        // A baseline run's unreliable p99 is no history: the other four decide.
+        let mut noisy = window.clone();
+        noisy[2] = vec![few(60.0)];
+        let judged = compare(&noisy, &[m("p99_ms SequenceValidValid", 2.02, 0.02)], 0.1);
+        assert_eq!(
+            calls(&judged),
+            vec![("p99_ms SequenceValidValid", Call::NoChange)]
+        );
+        let judged = compare(&noisy, &[m("p99_ms SequenceValidValid", 4.0, 0.02)], 0.1);
+        assert_eq!(
+            calls(&judged),
+            vec![("p99_ms SequenceValidValid", Call::Regression)]
+        );
+    }
+
     fn calls(j: &Judged) -> Vec<(&str, Call)> {
         j.changes
             .iter()
@@ -649,7 +731,7 @@ mod tests {
     #[test]
     fn a_metric_without_a_within_run_spread_waits_for_a_history() {
         let mut memory = m("server_rss_mb triton-0", 500.0, 0.0);
-        memory.spread = Err("read once, at the end".into());
+        memory.spread = Err(NoSpread::Once("read once, at the end".into()));
         let j = compare(&[vec![memory.clone()]], &[memory.clone()], 0.1);
         assert!(j.changes.is_empty());
         assert_eq!(j.not_judged.len(), 1);

@@ -118,15 +118,7 @@ mod tests {
     use super::*;
 
     fn repeat(id: &str, qps: f64, p99: Option<f64>) -> Repeat {
-        let estimate = |metric: &str, value| Estimate {
-            metric: metric.into(),
-            value,
-            higher_is_better: false,
-            low: None,
-            high: None,
-            spread: None,
-            not_judged: None,
-        };
+        let estimate = |metric: &str, value| Estimate::bare(metric, value, false);
         let mut estimates = vec![estimate("qps TOTAL", qps)];
         estimates.extend(p99.map(|p| estimate("p99_ms Load", p)));
         Repeat {

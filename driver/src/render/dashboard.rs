@@ -1164,15 +1164,7 @@ mod tests {
 
     #[test]
     fn a_matrix_history_names_its_change_points_with_the_run_they_start_with() {
-        let estimate = |value| crate::judge::change::Estimate {
-            metric: "p99_ms Load".into(),
-            value,
-            higher_is_better: false,
-            low: None,
-            high: None,
-            spread: None,
-            not_judged: None,
-        };
+        let estimate = |value| crate::judge::change::Estimate::bare("p99_ms Load", value, false);
         // Twelve nights, the p99 `step` times higher from night 6 on.
         let nights = |step: f64| -> Vec<RunSummary> {
             (0..12i64)

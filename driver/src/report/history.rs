@@ -302,15 +302,7 @@ mod tests {
     use crate::judge::change::Estimate;
 
     fn run(i: i64, p99: f64, qps: f64, version: &str) -> RunSummary {
-        let estimate = |metric: &str, value, higher_is_better| Estimate {
-            metric: metric.into(),
-            value,
-            higher_is_better,
-            low: None,
-            high: None,
-            spread: None,
-            not_judged: None,
-        };
+        let estimate = Estimate::bare;
         RunSummary {
             run_id: format!("nightly-{i:02}"),
             name: "nightly".into(),
@@ -396,15 +388,9 @@ mod tests {
     fn the_otava_csv_has_a_column_per_metric_every_run_has() {
         let mut runs = nights();
         runs.truncate(3);
-        runs[1].estimates.push(Estimate {
-            metric: "qps Crashing, \"odd\"".into(),
-            value: 1.0,
-            higher_is_better: true,
-            low: None,
-            high: None,
-            spread: None,
-            not_judged: None,
-        });
+        runs[1]
+            .estimates
+            .push(Estimate::bare("qps Crashing, \"odd\"", 1.0, true));
         let refs: Vec<&RunSummary> = runs.iter().collect();
         let csv = otava_csv(&refs);
         let lines: Vec<&str> = csv.lines().collect();

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::Report;
-use crate::judge::change::{BatchSpread, MIN_BATCHES};
+use crate::judge::change::{BatchSpread, MIN_BATCHES, NoSpread};
 use crate::judge::regression::Measure;
 use crate::report::timeline::LatencyPoint;
 
@@ -26,13 +26,13 @@ fn full(points: &[LatencyPoint]) -> &[LatencyPoint] {
 }
 
 /// The spread of a value whose batches are `batches`, or why there is none.
-fn spread_of(batches: &[f64], value: f64) -> Result<BatchSpread, String> {
+fn spread_of(batches: &[f64], value: f64) -> Result<BatchSpread, NoSpread> {
     BatchSpread::of_batches(batches, value).ok_or_else(|| {
-        format!(
+        NoSpread::Once(format!(
             "not judged: {} full batches of the run (at least {MIN_BATCHES} are needed: a longer \
              run)",
             batches.len()
-        )
+        ))
     })
 }
 
@@ -72,10 +72,10 @@ fn latency_measures(
         };
         let need = requests_for(q);
         let spread = if !batches.is_empty() && fewest < need {
-            Err(format!(
+            Err(NoSpread::TooFewRequests(format!(
                 "not judged: {requests} requests, as few as {fewest} in a batch ({need} needed \
                  for its {name})"
-            ))
+            )))
         } else {
             spread_of(&batches.iter().map(of).collect::<Vec<_>>(), value)
         };
@@ -113,7 +113,11 @@ impl Report {
                 latency_measures(row, percentiles, batches, self.batches.width_s, &mut out);
             }
         }
-        let once = |what: &str| Err(format!("{what}: one number per run, no within-run spread"));
+        let once = |what: &str| {
+            Err(NoSpread::Once(format!(
+                "{what}: one number per run, no within-run spread"
+            )))
+        };
         if let Some(capacity) = &self.capacity {
             for r in capacity.results.iter().filter(|r| r.target_rps.is_none()) {
                 out.push(Measure {

@@ -215,15 +215,20 @@ async fn api_runs(
     Ok(Json(runs(&served, &filter).await?))
 }
 
+/// Every run of the matrix named `name`, newest first.
+async fn matrix_runs(served: &Served, name: &str) -> Result<Vec<RunSummary>, PageError> {
+    let filter = RunFilter {
+        name: Some(name.to_string()),
+        verdict: None,
+    };
+    runs(served, &filter).await
+}
+
 async fn matrix_page(
     State(served): State<Arc<Served>>,
     Path(name): Path<String>,
 ) -> Result<Response, PageError> {
-    let filter = RunFilter {
-        name: Some(name.clone()),
-        verdict: None,
-    };
-    let runs = runs(&served, &filter).await?;
+    let runs = matrix_runs(&served, &name).await?;
     Ok(html(render::dashboard::matrix_page(&name, &runs)))
 }
 
@@ -231,11 +236,7 @@ async fn api_matrix_history(
     State(served): State<Arc<Served>>,
     Path(name): Path<String>,
 ) -> Result<Json<Vec<RunSummary>>, PageError> {
-    let filter = RunFilter {
-        name: Some(name),
-        verdict: None,
-    };
-    Ok(Json(runs(&served, &filter).await?))
+    Ok(Json(matrix_runs(&served, &name).await?))
 }
 
 /// The matrix's history as CSV for Apache Otava (`driver history --format csv`).
@@ -243,11 +244,7 @@ async fn api_matrix_history_csv(
     State(served): State<Arc<Served>>,
     Path(name): Path<String>,
 ) -> Result<Response, PageError> {
-    let filter = RunFilter {
-        name: Some(name.clone()),
-        verdict: None,
-    };
-    let runs = runs(&served, &filter).await?;
+    let runs = matrix_runs(&served, &name).await?;
     let window = crate::matrix::RegressionSettings::default().change_point_window;
     let of =
         crate::report::history::of_matrix(&runs, &name, window).map_err(PageError::NotFound)?;
