@@ -88,7 +88,8 @@ pub(super) async fn save_change_points(
     const LISTED: u32 = 1_000;
     let mut runs = vec![this];
     for source in [RunSource::Store(store_url), RunSource::RunsDir(runs_dir)] {
-        match summary::list(source, LISTED).await {
+        // A store that does not answer must not hold the report back.
+        match bounded(super::END_SAVE_LIMIT, summary::list(source, LISTED)).await {
             Ok(listed) => runs.extend(listed),
             Err(e) => tracing::warn!("change points: runs not listed: {e}"),
         }
