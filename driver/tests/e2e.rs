@@ -3902,10 +3902,26 @@ async fn a_wrong_answer_after_the_recovery_fails_the_run() {
         )
         .unwrap();
     });
-    let (driver, status, run_dir) =
-        run_matrix_for(tmp.path(), &matrix, "e2e-wrong-after-kill", "50s").await;
+    // The restarted tritonserver 2.51 once crashed on its own (SIGSEGV in pthread_mutex_lock,
+    // CI 2026-12-04; docs/limitations.md), which the driver rightly blames on the server: that
+    // run says nothing of the wrong answers, so it is run once more.
+    let mut attempt = 0;
+    let (driver, status, run_dir, report) = loop {
+        attempt += 1;
+        let id = format!("e2e-wrong-after-kill-{attempt}");
+        let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, &id, "50s").await;
+        let report = read_json(&run_dir.join("report.json"));
+        let root = &report["analysis"]["root_cause"];
+        let crashed = root["role"] == "SERVER"
+            && root["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("killed by signal"));
+        if !crashed || attempt == 2 {
+            break (driver, status, run_dir, report);
+        }
+        eprintln!("the restarted server crashed on its own ({root}): running once more");
+    };
     assert_eq!(status.code(), Some(1), "{}", driver.output());
-    let report = read_json(&run_dir.join("report.json"));
     let root = &report["analysis"]["root_cause"];
     let log = read(&run_dir.join("logs/triton-0.log"));
     assert_eq!(root["role"], "CLIENT", "{root:#}\n{log}");
