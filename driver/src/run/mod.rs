@@ -512,13 +512,19 @@ pub fn prepare(options: &RunOptions) -> Result<(Matrix, String, PathBuf), Driver
         .run_id
         .clone()
         .unwrap_or_else(|| new_run_id(&matrix.run.name));
-    let run_dir = options.runs_dir.join(&run_id);
+    let run_dir = new_run_dir(options, &run_id)?;
+    Ok((matrix, run_id, run_dir))
+}
+
+/// `<runs_dir>/<run_id>/` with its `logs/`, and the matrix file as written beside them.
+fn new_run_dir(options: &RunOptions, run_id: &str) -> Result<PathBuf, DriverError> {
+    let run_dir = options.runs_dir.join(run_id);
     std::fs::create_dir_all(run_dir.join("logs")).map_err(|error| DriverError::RunDir {
         path: run_dir.clone(),
         error,
     })?;
     let _ = std::fs::copy(&options.matrix, run_dir.join("matrix.yaml"));
-    Ok((matrix, run_id, run_dir))
+    Ok(run_dir)
 }
 
 /// A `--duration` that overrides `matrix`'s: within the limits and no shorter than a poll.

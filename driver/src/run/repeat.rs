@@ -47,12 +47,7 @@ async fn blocks(
         if cancel.is_cancelled() {
             break;
         }
-        let dir = options.runs_dir.join(id);
-        std::fs::create_dir_all(dir.join("logs")).map_err(|error| DriverError::RunDir {
-            path: dir.clone(),
-            error,
-        })?;
-        let _ = std::fs::copy(&options.matrix, dir.join("matrix.yaml"));
+        let dir = super::new_run_dir(options, id)?;
         tracing::info!(run_id = id, "run {} of {}", k + 1, blocks.len());
         let mut launcher = launcher_for(LaunchFor {
             dir: &dir,
