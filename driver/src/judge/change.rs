@@ -152,6 +152,10 @@ pub struct Estimate {
     pub spread: Option<BatchSpread>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_judged: Option<String>,
+    /// A percentile of too few requests ([`NoSpread::TooFewRequests`]): shown, but no change
+    /// point, repeat or comparison reads it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub too_few_requests: bool,
 }
 
 impl Estimate {
@@ -165,6 +169,7 @@ impl Estimate {
             high: None,
             spread: None,
             not_judged: None,
+            too_few_requests: false,
         }
     }
 }
@@ -180,6 +185,7 @@ impl From<&Measure> for Estimate {
             high: interval.map(|(_, high)| high),
             spread: m.spread.as_ref().ok().copied(),
             not_judged: m.spread.as_ref().err().map(ToString::to_string),
+            too_few_requests: !m.usable(),
         }
     }
 }
@@ -584,6 +590,8 @@ mod tests {
         let window: Vec<Vec<Measure>> = [2.0, 2.1, 1.9, 2.0, 2.05]
             .map(|v| vec![m("p99_ms SequenceValidValid", v, 0.02)])
             .to_vec();
+        assert!(Estimate::from(&few(61.0)).too_few_requests);
+        assert!(!Estimate::from(&window[0][0]).too_few_requests);
         let judged = compare(&window, &[few(61.0)], 0.1);
         assert!(judged.changes.is_empty(), "{:?}", judged.changes);
         assert_eq!(judged.not_judged.len(), 1);

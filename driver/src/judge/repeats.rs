@@ -34,7 +34,8 @@ pub struct Repeats {
     /// `RUN-rK: VERDICT`, in order.
     pub runs: Vec<String>,
     pub metrics: Vec<AcrossRepeats>,
-    /// Metrics some repeat lacks (too few requests, a failed run): not summarised.
+    /// Metrics some repeat lacks or measured on too few requests (a failed run): not
+    /// summarised.
     pub partial: Vec<String>,
 }
 
@@ -42,7 +43,11 @@ pub struct Repeats {
 pub fn across(repeats: &[Repeat]) -> Repeats {
     let mut by_metric: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     for r in repeats {
-        for e in r.estimates.iter().filter(|e| e.value.is_finite()) {
+        for e in r
+            .estimates
+            .iter()
+            .filter(|e| e.value.is_finite() && !e.too_few_requests)
+        {
             by_metric.entry(&e.metric).or_default().push(e.value);
         }
     }
@@ -150,6 +155,16 @@ mod tests {
         assert!(text.contains("qps TOTAL"), "{text}");
         assert!(text.contains("[75.159, 124.841] ±24.8%"), "{text}");
         assert!(text.contains("not in every repeat, not summarised: p99_ms Load"));
+    }
+
+    #[test]
+    fn a_percentile_of_too_few_requests_in_one_repeat_is_not_summarised() {
+        let mut second = repeat("r2", 110.0, Some(90.0));
+        second.estimates[1].too_few_requests = true;
+        let r = across(&[repeat("r1", 100.0, Some(5.0)), second]);
+        assert_eq!(r.metrics.len(), 1);
+        assert_eq!(r.metrics[0].metric, "qps TOTAL");
+        assert_eq!(r.partial, vec!["p99_ms Load"]);
     }
 
     #[test]

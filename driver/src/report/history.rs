@@ -177,7 +177,11 @@ pub struct Series {
 pub fn series(runs: &[&RunSummary]) -> Vec<Series> {
     let mut by_metric: std::collections::BTreeMap<&str, Series> = Default::default();
     for (i, run) in runs.iter().enumerate() {
-        for e in run.estimates.iter().filter(|e| e.value.is_finite()) {
+        for e in run
+            .estimates
+            .iter()
+            .filter(|e| e.value.is_finite() && !e.too_few_requests)
+        {
             by_metric
                 .entry(&e.metric)
                 .or_insert_with(|| Series {
@@ -360,6 +364,27 @@ mod tests {
                 .describe()
                 .starts_with("p99_ms Load: +10.0% (10.000 → 11.000")
         );
+    }
+
+    /// One night's p99 of too few requests (a single slow one made it 30 times higher) is no
+    /// point of the series: without it the step at night 10 is all there is; with it, read as a
+    /// value, the series would hold a spike that is noise.
+    #[test]
+    fn a_percentile_of_too_few_requests_is_no_point_of_a_series() {
+        let mut runs = nights();
+        runs[15].estimates[0].value = 330.0;
+        runs[15].estimates[0].too_few_requests = true;
+        let history = history(&runs, "mfp1-x", 30);
+        let p99 = series(&history)
+            .into_iter()
+            .find(|s| s.metric == "p99_ms Load")
+            .unwrap();
+        assert_eq!(p99.points.len(), 19);
+        assert!(p99.points.iter().all(|p| p.0 != 15 && p.1 < 12.0));
+        let found = change_points(&history, &Settings::default());
+        assert_eq!(found.shifts.len(), 1, "{:?}", found.shifts);
+        assert_eq!(found.shifts[0].run_id, "nightly-10");
+        assert!((found.shifts[0].mean_after - 11.0).abs() < 0.1);
     }
 
     #[test]
