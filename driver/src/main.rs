@@ -168,8 +168,15 @@ struct RunArgs {
 }
 
 fn repeat_count(s: &str) -> Result<u32, String> {
-    let range = driver::matrix::REPEATS;
-    s.parse::<u32>()
+    runs_within(s, driver::matrix::REPEATS)
+}
+
+/// A count of runs in `range`, or what it must be.
+fn runs_within<T>(s: &str, range: std::ops::RangeInclusive<T>) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    s.parse::<T>()
         .ok()
         .filter(|n| range.contains(n))
         .ok_or_else(|| format!("from {} to {} runs", range.start(), range.end()))
@@ -309,11 +316,7 @@ enum HistoryFormat {
 }
 
 fn change_point_window(s: &str) -> Result<usize, String> {
-    let range = driver::matrix::CHANGE_POINT_WINDOW;
-    s.parse::<usize>()
-        .ok()
-        .filter(|n| range.contains(n))
-        .ok_or_else(|| format!("from {} to {} runs", range.start(), range.end()))
+    runs_within(s, driver::matrix::CHANGE_POINT_WINDOW)
 }
 
 // `driver prune`.
