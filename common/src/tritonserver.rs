@@ -221,13 +221,15 @@ pub async fn metrics_text(metrics_address: &str) -> Option<String> {
 }
 
 /// TRITONSERVER_BIN, else `.local/bin/tritonserver` in this checkout (found from the given start
-/// directory or the current directory upwards), else `tritonserver` on PATH.
+/// directory, the current directory or the running program's upwards), else `tritonserver` on
+/// PATH.
 pub fn find_binary(start: Option<&Path>) -> Result<PathBuf, TritonError> {
     find_tool("tritonserver", "TRITONSERVER_BIN", start).ok_or(TritonError::NotInstalled)
 }
 
 /// A tool the install script puts in `.local/bin`: `$ENV_VAR` if set, else `.local/bin/NAME` in
-/// an ancestor of `start` or of the current directory, else NAME on PATH.
+/// an ancestor of `start`, of the current directory or of the running program (the checkout's
+/// `target/release/driver` run on a matrix kept elsewhere), else NAME on PATH.
 pub fn find_tool(name: &str, env_var: &str, start: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(env_var) {
         let p = PathBuf::from(p);
@@ -239,6 +241,12 @@ pub fn find_tool(name: &str, env_var: &str, start: Option<&Path>) -> Option<Path
     }
     if let Ok(cwd) = std::env::current_dir() {
         dirs.push(cwd);
+    }
+    if let Some(program_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|p| Some(p.parent()?.to_path_buf()))
+    {
+        dirs.push(program_dir);
     }
     for dir in dirs {
         for d in dir.ancestors() {

@@ -1297,6 +1297,12 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
         })
         .collect();
     let order: Vec<(Value, Value)> = variants.iter().map(|v| (count(v), args(v))).collect();
+    // A quarter of the best's capacity is told apart from it, whatever the intervals.
+    let tied = sweep["tied_with_best"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!tied.contains(&variants[2]["index"]), "{sweep:#}");
     let good = json!("--log-verbose=0");
     assert_eq!(
         order[..3],
@@ -1313,6 +1319,10 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
         let qps = v["max_qps"].as_f64().unwrap_or_else(|| panic!("{v:#}"));
         assert_sleeping_capacity(qps, expected, sweep);
         assert_eq!(v["status"], "measured");
+        if let Some(interval) = v["qps_interval"].as_array() {
+            let (low, high) = (interval[0].as_f64().unwrap(), interval[1].as_f64().unwrap());
+            assert!(low <= qps && qps <= high, "{v:#}");
+        }
         assert!(v["p99_ms"].as_f64().unwrap() <= 125.0 * 1.05, "{v:#}");
         // Each variant is a capacity run of its own, in the sweep's store.
         let own = read_json(

@@ -173,12 +173,9 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS stress_schema_migrations 
 
 /// FNV-1a (64 bit) of the SQL text: stable across builds and platforms, enough to notice an edit.
 fn checksum(sql: &str) -> i64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in sql.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash as i64
+    let mut hash = fnv::FnvHasher::default();
+    std::hash::Hasher::write(&mut hash, sql.as_bytes());
+    std::hash::Hasher::finish(&hash) as i64
 }
 
 /// The highest applied version, 0 for an empty database.

@@ -299,6 +299,8 @@ pub struct Store {
     /// connection ([`Store::event_notices`]). Never printed.
     listen_url: Option<Arc<str>>,
     failure_cap: u64,
+    /// Opened by [`Store::open_read_only`]: nothing is written through it.
+    read_only: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -515,6 +517,7 @@ impl Store {
             url: masked.as_str().into(),
             listen_url: (backend == Backend::Postgres).then(|| url.as_str().into()),
             failure_cap: options.failure_cap,
+            read_only,
         };
         match access {
             Access::Migrate(up_to) => {
@@ -628,6 +631,12 @@ impl Store {
     /// The URL, password masked.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Whether it was opened to read only ([`Store::open_read_only`]): a reader that would
+    /// save what it derived (a report's judgement) leaves it unsaved then.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Failure records kept per member.

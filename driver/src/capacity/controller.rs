@@ -70,6 +70,16 @@ pub enum Judgement {
     Over,
 }
 
+impl Judgement {
+    /// Whether the window was judged against the target (and may be pooled into an answer).
+    pub fn is_judged(self) -> bool {
+        matches!(
+            self,
+            Judgement::Under | Judgement::OnTarget | Judgement::Over
+        )
+    }
+}
+
 /// Which part of the search a check belongs to (not to be confused with the capacity phases).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -471,10 +481,7 @@ pub fn edge(checks: &[Check], limit_us: f64) -> Option<(u32, u32, Window)> {
 fn pooled_within(checks: &[Check], limit_us: f64) -> Vec<(u32, u32, Window)> {
     let mut by_concurrency: BTreeMap<u32, Vec<&Check>> = BTreeMap::new();
     for c in checks {
-        if matches!(
-            c.judgement,
-            Judgement::Under | Judgement::OnTarget | Judgement::Over
-        ) {
+        if c.judgement.is_judged() {
             by_concurrency.entry(c.concurrency).or_default().push(c);
         }
     }

@@ -126,6 +126,25 @@ impl PhaseRecord {
         record
     }
 
+    /// The QPS of each judged window at `concurrency` (those its answer pools): the whole
+    /// window's for the phase's own model or "mix", else `model`'s share in it.
+    pub fn window_qps(&self, model: &str, concurrency: u32) -> Vec<f64> {
+        self.checks
+            .iter()
+            .filter(|c| c.concurrency == concurrency && c.judgement.is_judged())
+            .filter_map(|c| {
+                if model == self.model || model == "mix" {
+                    return Some(c.window.qps);
+                }
+                c.window
+                    .models
+                    .iter()
+                    .find(|m| m.model == model)
+                    .map(|m| m.qps)
+            })
+            .collect()
+    }
+
     fn new(group: &str, spec: &PhaseSpec, target_p99_ms: f64, result: PhaseResult) -> Self {
         PhaseRecord {
             group: group.into(),

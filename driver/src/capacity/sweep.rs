@@ -467,6 +467,10 @@ pub struct VariantResult {
     pub run_id: Option<String>,
     /// The most QPS measured within the target (None: none met it).
     pub max_qps: Option<f64>,
+    /// Its 95% interval, as another run of the variant would scatter (see
+    /// [`capacity_interval`]; None: fewer than two windows pooled into it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qps_interval: Option<(f64, f64)>,
     pub p99_ms: Option<f64>,
     /// The group's total concurrency of the answer.
     pub concurrency: Option<u32>,
@@ -541,6 +545,10 @@ pub struct SweepAnswer {
     /// Indexes of the variants no other beats on capacity without costing more.
     pub pareto: Vec<usize>,
     pub best: Option<BestVariant>,
+    /// Measured variants whose capacity's interval overlaps the best's: not told apart from
+    /// it by this sweep (see [`ties`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tied_with_best: Vec<usize>,
 }
 
 impl SweepAnswer {
@@ -647,6 +655,43 @@ pub fn rank(variants: &mut [VariantResult]) {
             )
             .then(a.index.cmp(&b.index))
     });
+}
+
+/// A variant's capacity `qps` with its 95% interval, from the QPS of the windows pooled into it
+/// (`window_qps`, at least two): their spread's relative standard error, widened as one run of
+/// a pair is (`judge::change::one_run_rel_se`: a variant is one run on a fresh server, and the
+/// run-to-run spread the A/A measured is most of its uncertainty), on the log scale.
+pub fn capacity_interval(window_qps: &[f64], qps: f64) -> Option<(f64, f64)> {
+    let n = window_qps.len();
+    if n < 2 || qps <= 0.0 || !qps.is_finite() {
+        return None;
+    }
+    let mean = window_qps.iter().sum::<f64>() / n as f64;
+    let var = window_qps.iter().map(|q| (q - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let rel_se = var.sqrt() / (n as f64).sqrt() / qps;
+    let half = crate::judge::change::t_quantile((n - 1) as f64)
+        * crate::judge::change::one_run_rel_se("qps", rel_se);
+    Some((qps * (-half).exp(), qps * half.exp()))
+}
+
+/// Of ranked `variants`, the measured ones whose capacity interval overlaps the best's (the
+/// first): non-overlapping intervals are a real difference, overlapping ones are not shown to be
+/// one. None without the best's interval; a variant without its own is not called tied.
+pub fn ties(variants: &[VariantResult]) -> Vec<usize> {
+    let answered = |v: &&VariantResult| v.status == VariantStatus::Measured && v.max_qps.is_some();
+    let Some(best) = variants.iter().find(answered) else {
+        return Vec::new();
+    };
+    let Some((low, _)) = best.qps_interval else {
+        return Vec::new();
+    };
+    variants
+        .iter()
+        .filter(answered)
+        .filter(|v| v.index != best.index)
+        .filter(|v| v.qps_interval.is_some_and(|(_, high)| high >= low))
+        .map(|v| v.index)
+        .collect()
 }
 
 /// The measured variants no other one dominates: another at least as much capacity at no more
@@ -930,6 +975,7 @@ mod tests {
             status: VariantStatus::Measured,
             run_id: None,
             max_qps: qps,
+            qps_interval: None,
             p99_ms: None,
             concurrency: None,
             ending: None,
@@ -1048,6 +1094,7 @@ mod tests {
             variants,
             pareto: Vec::new(),
             best: None,
+            tied_with_best: Vec::new(),
         };
         let versions = answer(vec![
             on(1, "auto", "triton 2.51.0"),
@@ -1075,5 +1122,51 @@ mod tests {
         let name = variant_run_name(&long, 12);
         assert!(crate::matrix::is_dns_label(&name), "{name}");
         assert!(name.ends_with("-v12"));
+    }
+
+    #[test]
+    fn a_variant_s_capacity_carries_an_interval_as_wide_as_a_rerun_scatters() {
+        // Four windows within 2% of each other: the interval is the run-to-run spread's, not
+        // the windows' alone, and it holds the answer.
+        let (low, high) = capacity_interval(&[100.0, 102.0, 98.0, 101.0], 100.0).unwrap();
+        assert!(low < 100.0 && high > 100.0, "{low} {high}");
+        assert!(
+            high / low > 1.08,
+            "widened past the windows' own ±2%: {low} {high}"
+        );
+        // Noisier windows, a wider interval.
+        let (noisy_low, noisy_high) =
+            capacity_interval(&[80.0, 120.0, 90.0, 110.0], 100.0).unwrap();
+        assert!(noisy_high / noisy_low > high / low);
+        assert_eq!(capacity_interval(&[100.0], 100.0), None, "one window");
+        assert_eq!(capacity_interval(&[0.0, 0.0], 0.0), None, "no capacity");
+    }
+
+    #[test]
+    fn variants_whose_intervals_overlap_the_best_s_are_tied_with_it() {
+        let with = |index, qps, interval: Option<(f64, f64)>| {
+            let mut v = measured(index, Some(qps), 1, 1.0);
+            v.qps_interval = interval;
+            v
+        };
+        let mut variants = vec![
+            with(3, 80.0, Some((74.0, 86.0))),
+            with(1, 100.0, Some((92.0, 108.0))),
+            with(2, 95.0, Some((88.0, 103.0))),
+            with(4, 94.0, None),
+        ];
+        variants.push(VariantResult {
+            status: VariantStatus::Failed,
+            ..with(5, 99.0, Some((90.0, 110.0)))
+        });
+        rank(&mut variants);
+        assert_eq!(
+            ties(&variants),
+            vec![2],
+            "3 is slower beyond doubt; 4 has no interval"
+        );
+        // Without the best's interval nothing is called tied.
+        variants[0].qps_interval = None;
+        assert_eq!(ties(&variants), Vec::<usize>::new());
     }
 }

@@ -109,6 +109,14 @@ fn run_to_run(metric: &str) -> (f64, f64) {
         .map_or(RUN_TO_RUN_OTHER, |&(_, typical, worst)| (typical, worst))
 }
 
+/// The relative standard error of one run's value of `metric` as a run of the same
+/// configuration on a fresh server would scatter around it: its within-run `rel_se` widened by
+/// the A/A's typical run-to-run factor, never below [`PAIR_FLOOR`] (as one side of a pair is in
+/// [`compare`]). For a number a single run stands for, as a sweep's variant does.
+pub fn one_run_rel_se(metric: &str, rel_se: f64) -> f64 {
+    (run_to_run(metric).0 * rel_se.powi(2) + PAIR_FLOOR.powi(2)).sqrt()
+}
+
 /// The false discovery rate over one run's metrics.
 pub const ALPHA: f64 = 0.05;
 

@@ -10,7 +10,7 @@
 //! of perf_analyzer killed at a worker's stop (at most a run's request count each). What
 //! remains is a finding, with the numbers.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use stress_common::histogram::{HistogramError, LatencyHistogram};
 use stress_common::limits::PERF_ANALYZER_REQUESTS;
@@ -18,7 +18,7 @@ use stress_common::scenario::Scenario;
 use stress_common::status::ModelCounts;
 use stress_common::triton_metrics::ServerSample;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reconciliation {
     pub model: String,
     /// Successes over every server of the run during the load.
@@ -40,7 +40,7 @@ pub struct Reconciliation {
     pub explanation: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// The servers' successes are the workers' OK answers, exactly.

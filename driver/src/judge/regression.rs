@@ -219,7 +219,7 @@ pub fn choose_baselines<'a>(
     Some(Choice::Nothing(if other_matrix > 0 {
         format!(
             "no comparable baseline: the {other_matrix} earlier run(s) named {name} ran another \
-             matrix (servers, clients, scenarios or models differ)"
+             matrix (servers, clients, scenarios, models, load or planned faults differ)"
         )
     } else {
         format!("no baseline: no earlier passing run of this matrix ({name})")

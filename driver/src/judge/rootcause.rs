@@ -12,7 +12,7 @@
 //! failing signature of its member, when it has one, with the class and evidence the driver
 //! judged ([`signature_of`]).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use stress_common::status::FailureRecord;
 
@@ -46,7 +46,7 @@ pub struct Failed {
     pub addresses: BTreeSet<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Analysis {
     pub root_cause: Option<RootCause>,
     /// Failed members not explained by the root cause, by time.
@@ -59,7 +59,7 @@ pub struct Analysis {
     pub independent_failures: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RootCause {
     pub member_id: String,
     pub role: String,
@@ -94,7 +94,7 @@ impl RootCause {
 }
 
 /// The root cause's failure signature, as judged.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RootSignature {
     pub signature: String,
     pub class: stress_common::signature::FailureClass,

@@ -196,9 +196,9 @@ impl Injection {
 /// The run's seed when the matrix gives none: FNV-1a of its name, so the same matrix draws
 /// the same each night.
 pub fn default_seed(run_name: &str) -> u64 {
-    run_name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut h = fnv::FnvHasher::default();
+    std::hash::Hasher::write(&mut h, run_name.as_bytes());
+    std::hash::Hasher::finish(&h)
 }
 
 /// Every injection of `faults` within a load phase of `load` (pure): `members_of` says which

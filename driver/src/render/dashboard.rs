@@ -356,39 +356,68 @@ fn history_plots(finished: &[&RunSummary], bands: &[RunBand], name: &str) -> Mar
         })
         .collect();
     let marks = change_marks(finished, name);
-    let plot = |id,
-                title,
-                y_label,
-                series: Vec<RunSeries>,
-                metric: &dyn Fn(&str) -> bool,
-                no_data: &str| {
-        run_chart(
-            &RunChart {
-                id,
-                title,
-                y_label,
-                runs: &ticks,
-                series,
-                bands: bands.to_vec(),
-                marks: marks
-                    .iter()
-                    .filter(|(m, _)| metric(m))
-                    .map(|(_, mark)| mark.clone())
-                    .collect(),
-            },
-            no_data,
-        )
-    };
-    let named = |points: &dyn Fn(&RunSummary) -> Named| named_series(finished, points);
-    let total = |metric: &'static str| {
-        move |r: &RunSummary| -> Named {
-            let value = match metric {
-                "qps TOTAL" => r.qps,
-                _ => r.p99_ms,
-            };
-            vec![("all scenarios".into(), value, Some(metric))]
+    html! {
+        @for p in history_plot_specs(finished) {
+            (run_chart(
+                &RunChart {
+                    id: p.id,
+                    title: p.title,
+                    y_label: p.y_label,
+                    runs: &ticks,
+                    series: p.series,
+                    bands: bands.to_vec(),
+                    marks: marks
+                        .iter()
+                        .filter(|(m, _)| (p.marks)(m))
+                        .map(|(_, mark)| mark.clone())
+                        .collect(),
+                },
+                p.no_data,
+            ))
         }
+    }
+}
+
+/// One plot of a matrix's history: what it shows, and the metrics whose change points it marks.
+struct HistoryPlot {
+    id: &'static str,
+    title: &'static str,
+    y_label: &'static str,
+    series: Vec<RunSeries>,
+    marks: fn(&str) -> bool,
+    no_data: &'static str,
+}
+
+impl HistoryPlot {
+    fn new(
+        id: &'static str,
+        title: &'static str,
+        y_label: &'static str,
+        series: Vec<RunSeries>,
+        marks: fn(&str) -> bool,
+        no_data: &'static str,
+    ) -> Self {
+        HistoryPlot {
+            id,
+            title,
+            y_label,
+            series,
+            marks,
+            no_data,
+        }
+    }
+}
+
+/// The history's plots, in page order: the whole run's figures, then per scenario, memory, and
+/// (where runs have them) capacity and sweep answers.
+fn history_plot_specs(finished: &[&RunSummary]) -> Vec<HistoryPlot> {
+    const NO_RUN: &str = "no finished run of this matrix";
+    let named = |points: &dyn Fn(&RunSummary) -> Named| named_series(finished, points);
+    let none = |_: &str| false;
+    let total = |metric: &'static str, value: f64| -> Named {
+        vec![("all scenarios".into(), value, Some(metric))]
     };
+    let plot = HistoryPlot::new;
     let error_rate = |r: &RunSummary| -> Named {
         let share = if r.tests == 0 {
             f64::NAN
@@ -397,63 +426,106 @@ fn history_plots(finished: &[&RunSummary], bands: &[RunBand], name: &str) -> Mar
         };
         vec![("% failed".to_string(), share, None)]
     };
-    let none = |_: &str| false;
-    html! {
-        (plot("history-qps", "QPS per run", "QPS", named(&total("qps TOTAL")), &|m| m == "qps TOTAL", "no finished run of this matrix"))
-        (plot("history-p99", "p99 latency per run", "p99 ms", named(&total("p99_ms TOTAL")), &|m| m == "p99_ms TOTAL", "no finished run of this matrix"))
-        (plot("history-failures", "Failures per run", "failures",
-            named(&|r| vec![("failures".into(), r.failures as f64, None)]), &none, "no finished run of this matrix"))
-        (plot("history-error-rate", "Failed tests per run (% of tests)", "% failed", named(&error_rate), &none,
-            "no finished run of this matrix"))
-        (plot(
+    let mut plots = vec![
+        plot(
+            "history-qps",
+            "QPS per run",
+            "QPS",
+            named(&|r| total("qps TOTAL", r.qps)),
+            |m| m == "qps TOTAL",
+            NO_RUN,
+        ),
+        plot(
+            "history-p99",
+            "p99 latency per run",
+            "p99 ms",
+            named(&|r| total("p99_ms TOTAL", r.p99_ms)),
+            |m| m == "p99_ms TOTAL",
+            NO_RUN,
+        ),
+        plot(
+            "history-failures",
+            "Failures per run",
+            "failures",
+            named(&|r| vec![("failures".into(), r.failures as f64, None)]),
+            none,
+            NO_RUN,
+        ),
+        plot(
+            "history-error-rate",
+            "Failed tests per run (% of tests)",
+            "% failed",
+            named(&error_rate),
+            none,
+            NO_RUN,
+        ),
+        plot(
             "history-p99-scenarios",
             "p99 latency per scenario",
             "p99 ms",
-            named(&|r| r.scenarios.iter().map(|s| (s.scenario.clone(), s.p99_ms, None)).collect()),
-            &|m| m.starts_with("p99_ms ") && m != "p99_ms TOTAL" && !m.contains('/'),
+            named(&|r| {
+                r.scenarios
+                    .iter()
+                    .map(|s| (s.scenario.clone(), s.p99_ms, None))
+                    .collect()
+            }),
+            |m| m.starts_with("p99_ms ") && m != "p99_ms TOTAL" && !m.contains('/'),
             "no run recorded per-scenario figures",
-        ))
-        (plot(
+        ),
+        plot(
             "history-memory-slope",
             "Server memory slope after warm-up per run",
             "MiB/min",
             named(&|r| {
-                r.server_memory.iter().map(|m| (m.server.clone(), m.slope_mib_per_min, None)).collect()
+                r.server_memory
+                    .iter()
+                    .map(|m| (m.server.clone(), m.slope_mib_per_min, None))
+                    .collect()
             }),
-            &none,
+            none,
             "no run judged its servers' memory (too short, or no memory readings)",
-        ))
-        @if finished.iter().any(|r| !r.capacity.is_empty()) {
-            (plot(
-                "history-capacity",
-                "Capacity at the p99 target per run",
-                "max QPS",
-                named(&|r| {
-                    r.capacity
-                        .iter()
-                        .map(|c| (format!("{} ({})", c.group, c.phase), c.max_qps, None))
-                        .collect()
-                }),
-                &|m| m.starts_with("capacity_qps "),
-                "no capacity answer",
-            ))
-        }
-        @if finished.iter().any(|r| r.sweep.is_some()) {
-            (plot(
-                "history-sweep",
-                "Sweep: the best variant's capacity per run",
-                "max QPS",
-                named(&|r| {
-                    r.sweep
-                        .iter()
-                        .filter_map(|s| Some((s.server_group.clone(), s.best_qps?, None)))
-                        .collect()
-                }),
-                &none,
-                "no sweep found a variant that met its target",
-            ))
-        }
+        ),
+    ];
+    plots.extend(answer_plots(finished));
+    plots
+}
+
+/// The plots of what capacity runs and sweeps answered, where the history has any.
+fn answer_plots(finished: &[&RunSummary]) -> Vec<HistoryPlot> {
+    let named = |points: &dyn Fn(&RunSummary) -> Named| named_series(finished, points);
+    let (plot, none) = (HistoryPlot::new, |_: &str| false);
+    let mut plots = Vec::new();
+    if finished.iter().any(|r| !r.capacity.is_empty()) {
+        plots.push(plot(
+            "history-capacity",
+            "Capacity at the p99 target per run",
+            "max QPS",
+            named(&|r| {
+                r.capacity
+                    .iter()
+                    .map(|c| (format!("{} ({})", c.group, c.phase), c.max_qps, None))
+                    .collect()
+            }),
+            |m| m.starts_with("capacity_qps "),
+            "no capacity answer",
+        ));
     }
+    if finished.iter().any(|r| r.sweep.is_some()) {
+        plots.push(plot(
+            "history-sweep",
+            "Sweep: the best variant's capacity per run",
+            "max QPS",
+            named(&|r| {
+                r.sweep
+                    .iter()
+                    .filter_map(|s| Some((s.server_group.clone(), s.best_qps?, None)))
+                    .collect()
+            }),
+            none,
+            "no sweep found a variant that met its target",
+        ));
+    }
+    plots
 }
 
 /// A run's values on a plot: per series, its name, the value and the metric of the run's

@@ -94,7 +94,7 @@ impl CapacityReport {
 
 /// A sweep: its variants by capacity, the Pareto front, and the best with its config change.
 fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
-    use crate::capacity::sweep::{VariantStatus, parameters_label};
+    use crate::capacity::sweep::VariantStatus;
     let _ = writeln!(
         out,
         "\n== Sweep of server group {} ({}: {} of {} variants run, target p99 {} ms) ==",
@@ -102,8 +102,16 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
     );
     let _ = writeln!(
         out,
-        "{:>4} {:>9} {:>8} {:>11} {:>9} {:>9} {:>6}  {:<14} parameters",
-        "#", "Max QPS", "p99 ms", "Concurrency", "Instances", "Mem MiB", "CPU %", "ending"
+        "{:>4} {:>9} {:>17} {:>8} {:>11} {:>9} {:>9} {:>6}  {:<14} parameters",
+        "#",
+        "Max QPS",
+        "95% interval",
+        "p99 ms",
+        "Concurrency",
+        "Instances",
+        "Mem MiB",
+        "CPU %",
+        "ending"
     );
     let dash = || "-".to_string();
     for v in &sweep.variants {
@@ -120,9 +128,11 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
         };
         let _ = writeln!(
             out,
-            "{:>3}{front} {:>9} {:>8} {:>11} {:>9} {:>9} {:>6}  {:<14} {}",
+            "{:>3}{front} {:>9} {:>17} {:>8} {:>11} {:>9} {:>9} {:>6}  {:<14} {}",
             v.index,
             v.max_qps.map_or_else(dash, |q| format!("{q:.1}")),
+            v.qps_interval
+                .map_or_else(dash, |(lo, hi)| format!("[{lo:.1}, {hi:.1}]")),
             v.p99_ms.map_or_else(dash, |p| format!("{p:.2}")),
             v.concurrency.map_or_else(dash, |c| c.to_string()),
             v.model_instances.map_or_else(dash, |c| c.to_string()),
@@ -141,6 +151,12 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
         out,
         "* on the Pareto front: no other variant serves as much at no more cost (instances) and memory"
     );
+    render_sweep_best(out, sweep);
+}
+
+/// The sweep's best variant: its capacity, the variants tied with it, and its config change.
+fn render_sweep_best(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
+    use crate::capacity::sweep::{VariantStatus, parameters_label};
     match &sweep.best {
         None if sweep
             .variants
@@ -175,6 +191,18 @@ fn render_sweep(out: &mut String, sweep: &crate::capacity::sweep::SweepAnswer) {
                     (None, None) => String::new(),
                 }
             );
+            if !sweep.tied_with_best.is_empty() {
+                let tied: Vec<String> =
+                    sweep.tied_with_best.iter().map(|i| i.to_string()).collect();
+                let _ = writeln!(
+                    out,
+                    "  tied with variant{} {}: their capacities' 95% intervals overlap the best's, \
+                     so this sweep does not tell them apart (~ no significant difference); \
+                     choose among them by cost",
+                    if tied.len() > 1 { "s" } else { "" },
+                    tied.join(", ")
+                );
+            }
             if let Some(repo) = &b.model_repository {
                 let _ = writeln!(out, "  model repository: {repo}");
             }
@@ -1112,6 +1140,7 @@ mod tests {
                 status: VariantStatus::Excluded,
                 run_id: None,
                 max_qps: Some(80.0),
+                qps_interval: None,
                 p99_ms: Some(100.0),
                 concurrency: Some(4),
                 ending: Some("converged".into()),
@@ -1125,6 +1154,7 @@ mod tests {
             }],
             pareto: vec![],
             best: None,
+            tied_with_best: Vec::new(),
         };
         let mut out = String::new();
         render_sweep(&mut out, &answer);
@@ -1136,6 +1166,30 @@ mod tests {
         assert!(out.contains(&format!("\n       {why}\n")), "{out}");
         assert!(
             out.contains("Best: none (no variant met the target and the constraints)"),
+            "{out}"
+        );
+
+        // Measured, with an interval, and the best tied with another variant.
+        let mut answer = answer;
+        let best = &mut answer.variants[0];
+        (best.status, best.why, best.qps_interval) =
+            (VariantStatus::Measured, None, Some((74.0, 86.5)));
+        answer.best = Some(crate::capacity::sweep::BestVariant {
+            index: 1,
+            parameters: Default::default(),
+            max_qps: 80.0,
+            confirmed_qps: None,
+            confirm_run_id: None,
+            configs: Default::default(),
+            config_diffs: Default::default(),
+            model_repository: None,
+        });
+        answer.tied_with_best = vec![3];
+        let mut out = String::new();
+        render_sweep(&mut out, &answer);
+        assert!(out.contains("[74.0, 86.5]"), "{out}");
+        assert!(
+            out.contains("tied with variant 3: their capacities' 95% intervals overlap"),
             "{out}"
         );
     }

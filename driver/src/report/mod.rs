@@ -6,8 +6,10 @@
 
 pub mod baseline;
 pub mod diff;
+mod facts;
 pub mod failures;
 pub mod history;
+mod judgement;
 mod measures;
 pub mod summary;
 pub mod timeline;
@@ -16,13 +18,14 @@ pub mod trace;
 use crate::capacity::phase::PhaseRecord;
 use crate::launcher::MemberDiagnostics;
 use crate::launcher::logs::LogExcerpt;
-use crate::report::timeline::LatencySeriesBuilder;
+use crate::report::facts::RunFacts;
+use crate::report::judgement::Judgement;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stress_common::contract::RunId;
 use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
-use stress_common::status::{EventKind, FailureRecord, Role};
-use stress_common::store::{ABANDONED, Member, Store, StoreError};
+use stress_common::status::{FailureRecord, Role};
+use stress_common::store::{Member, Store, StoreError};
 use stress_common::triton_metrics::ModelMetrics;
 
 /// How many failure records the report lists (the store has the rest).
@@ -189,43 +192,6 @@ pub(crate) struct Batches {
 /// to twice as many; 10 to 40 is the usual range for batch means, and more batches of a short
 /// run would hold too few requests each).
 pub const BATCHES: usize = 20;
-
-/// The batches' width: whole intervals, [`BATCHES`] to twice as many over the longest series
-/// (every interval a batch of its own in a shorter one; None: no interval data).
-fn batch_width_ms(
-    interval_s: f64,
-    latency: &[crate::report::timeline::LatencySeries],
-) -> Option<i64> {
-    let interval_ms = (interval_s * 1000.0).round() as i64;
-    let points = latency.iter().map(|s| s.points.len()).max()?;
-    (interval_ms > 0).then(|| interval_ms * (points / BATCHES).max(1) as i64)
-}
-
-/// The run's latency series built by `series` (buckets of the interval, or of a batch of
-/// them), streamed from the store.
-async fn latency_series(
-    store: &Store,
-    run_id: &RunId,
-    mut series: LatencySeriesBuilder,
-) -> Result<(f64, Vec<crate::report::timeline::LatencySeries>), ReportError> {
-    let mut undecodable = None;
-    store
-        .for_each_latency_interval(run_id, i64::MIN, i64::MAX, |_, i| {
-            if undecodable.is_none()
-                && let Err(e) = series.add(&i)
-            {
-                undecodable = Some(e);
-            }
-        })
-        .await?;
-    if let Some(e) = undecodable {
-        return Err(ReportError::Corrupt {
-            run: run_id.into(),
-            message: format!("latency intervals: {e}"),
-        });
-    }
-    Ok(series.finish())
-}
 
 /// Capacity mode in report.json: one result row per group, phase and model ("mix" for the whole
 /// mix), and every phase's record with the controller's trace.
@@ -456,75 +422,50 @@ fn not_comparable(
     })
 }
 
-impl Report {
-    pub async fn from_store(store: &Store, run_id: &RunId) -> Result<Self, ReportError> {
-        let run = store
-            .run(run_id)
-            .await?
-            .ok_or_else(|| ReportError::NoRun(run_id.into()))?;
-        let members = store.members(run_id).await?;
-        let corrupt = |message: String| ReportError::Corrupt {
-            run: run_id.into(),
-            message,
-        };
+/// The run's counts merged: the L0 tables (all workers, and per group) and the model table.
+struct Tables {
+    total: L0Table,
+    groups: BTreeMap<String, L0Table>,
+    models: ModelTable,
+}
 
+impl Tables {
+    fn count(facts: &RunFacts) -> Result<Self, ReportError> {
+        let corrupt = |e: stress_common::histogram::HistogramError| facts.corrupt(e.to_string());
         let mut total = L0Table::new();
         let mut groups: BTreeMap<String, L0Table> = BTreeMap::new();
-        for (member_id, counts) in store.scenario_counts(run_id).await? {
-            total.add(&counts).map_err(|e| corrupt(e.to_string()))?;
-            let (group, _) = group_of(&members, &member_id);
+        for (member_id, counts) in &facts.scenario_counts {
+            total.add(counts).map_err(corrupt)?;
+            let (group, _) = group_of(&facts.members, member_id);
             groups
                 .entry(group.to_string())
                 .or_default()
-                .add(&counts)
-                .map_err(|e| corrupt(e.to_string()))?;
-        }
-
-        let mut model_table = ModelTable::new();
-        let model_counts = store.model_counts(run_id).await?;
-        for (_, _, counts) in &model_counts {
-            model_table
                 .add(counts)
-                .map_err(|e| corrupt(e.to_string()))?;
+                .map_err(corrupt)?;
         }
+        let mut models = ModelTable::new();
+        for (_, _, counts) in &facts.model_counts {
+            models.add(counts).map_err(corrupt)?;
+        }
+        Ok(Tables {
+            total,
+            groups,
+            models,
+        })
+    }
+}
 
-        // Aggregated by the store: what is read is bounded by members × SERIES_POINTS, not by
-        // the run's length.
-        let span = store.qps_span(run_id).await?;
-        let load_seconds = span.load_seconds();
-        // The load phase, in seconds since the start: the workers' first sample closes their
-        // first interval. Memory is judged over its steady state.
-        let load = span.first_ms.zip(span.last_ms).map(|(first, last)| {
-            let since_start = |ms: i64| (ms - run.started_at_ms) as f64 / 1000.0;
-            (
-                since_start(first - span.interval_ms.unwrap_or(0)),
-                since_start(last),
-            )
-        });
-        let mut worker_rss: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-        for (member, at_ms, bytes) in store.worker_rss(run_id).await? {
-            worker_rss
-                .entry(member)
-                .or_default()
-                .push(((at_ms - run.started_at_ms) as f64 / 1000.0, bytes as f64));
-        }
-        let workers = store
-            .qps_summaries(run_id, &span, SERIES_POINTS)
-            .await?
-            .into_iter()
-            .map(|w| {
-                let rss = worker_rss.remove(&w.member_id).unwrap_or_default();
-                let memory_growth_bytes = (rss.len() >= 2).then(|| rss[rss.len() - 1].1 - rss[0].1);
-                let memory_finding = (!rss.is_empty())
-                    .then(|| crate::judge::memory::judge(&rss, load))
-                    .and_then(|m| m.finding());
-                (w, rss, memory_growth_bytes, memory_finding)
-            })
-            .map(|(w, rss, memory_growth_bytes, memory_finding)| WorkerQps {
-                rss,
-                memory_growth_bytes,
-                memory_finding,
-                group: group_of(&members, &w.member_id).0.to_string(),
+/// Each worker's QPS over the run, with its memory and `memory_findings`' verdict on it.
+fn worker_rows(facts: &RunFacts, memory_findings: &BTreeMap<String, String>) -> Vec<WorkerQps> {
+    let mut rss_by_member = facts.worker_rss_by_member();
+    facts
+        .qps
+        .iter()
+        .map(|w| {
+            let rss = rss_by_member.remove(&w.member_id).unwrap_or_default();
+            WorkerQps {
+                member_id: w.member_id.clone(),
+                group: group_of(&facts.members, &w.member_id).0.to_string(),
                 samples: w.samples as usize,
                 min: w.min,
                 avg: w.avg,
@@ -532,263 +473,186 @@ impl Report {
                 series: w
                     .points
                     .iter()
-                    .map(|&(at_ms, qps)| ((at_ms - run.started_at_ms as f64) / 1000.0, qps))
+                    .map(|&(at_ms, qps)| ((at_ms - facts.run.started_at_ms as f64) / 1000.0, qps))
                     .collect(),
-                member_id: w.member_id,
-            })
-            .collect();
-
-        let run_key = run_id.clone();
-        let mut diagnostics: BTreeMap<String, MemberDiagnostics> = store
-            .documents::<MemberDiagnostics>(&run_key)
-            .await?
-            .into_iter()
-            .collect();
-        // Before the failed members take their diagnostics.
-        let uncounted = uncounted(&members, &diagnostics);
-        let server_metrics: BTreeMap<String, Vec<ModelMetrics>> = diagnostics
-            .iter_mut()
-            .filter_map(|(member, d)| Some((member.clone(), d.server_metrics.take()?)))
-            .collect();
-        let identities: BTreeMap<String, ServerIdentity> = store
-            .documents::<ServerIdentity>(&run_key)
-            .await?
-            .into_iter()
-            .collect();
-        let servers = members
-            .iter()
-            .filter(|m| m.role == Role::Server)
-            .map(|m| {
-                // The store records an external server without a process name: none ran.
-                let external = m.process_name.is_empty();
-                let metrics = if server_metrics.contains_key(&m.member_id) {
-                    "scraped"
-                } else if external && !m.address.contains("metrics=") {
-                    "not scraped (the matrix gives no metrics address)"
-                } else {
-                    "not scraped (no answer)"
-                };
-                ServerRow {
-                    member_id: m.member_id.clone(),
-                    group: m.group_name.clone(),
-                    address: m.address.clone(),
-                    external,
-                    metrics: metrics.into(),
-                    version: identities.get(&m.member_id).map(ServerIdentity::label),
-                }
-            })
-            .collect();
-
-        let events = store.events(run_id, 0).await?;
-        // A worker's first event comes before it sends anything.
-        let workers_started_ms = events
-            .iter()
-            .filter(|e| group_of(&members, &e.member_id).1 == Some(Role::Client))
-            .map(|e| e.at_ms)
-            .min();
-        let stopping_at_ms = events
-            .iter()
-            .find(|e| e.stopping().is_some())
-            .map(|e| e.at_ms);
-        let mut failed_members: Vec<FailedMember> = Vec::new();
-        for e in events {
-            if e.kind != EventKind::Failure
-                || failed_members.iter().any(|f| f.member_id == e.member_id)
-            {
-                continue;
+                memory_growth_bytes: (rss.len() >= 2).then(|| rss[rss.len() - 1].1 - rss[0].1),
+                memory_finding: memory_findings.get(&w.member_id).cloned(),
+                rss,
             }
-            let (group, role) = group_of(&members, &e.member_id);
-            failed_members.push(FailedMember {
+        })
+        .collect()
+}
+
+/// Each server's series over time, with its memory as judged (`memory`, by member).
+fn server_series(
+    facts: &RunFacts,
+    mut memory: BTreeMap<String, judgement::ServerMemory>,
+) -> Vec<timeline::ServerSeries> {
+    let mut series = timeline::server_series(
+        facts.run.started_at_ms,
+        &facts.server_ids(),
+        &facts.server_samples,
+    );
+    for s in &mut series {
+        let judged = memory.remove(&s.member_id).unwrap_or_default();
+        s.memory_finding = judged.finding;
+        s.memory_not_judged = judged.not_judged;
+        s.memory_slope_bytes_per_s = judged.slope_bytes_per_s;
+    }
+    series
+}
+
+/// Every server of the run, and whether its metrics were scraped (`server_metrics`).
+fn server_rows(
+    facts: &RunFacts,
+    server_metrics: &BTreeMap<String, Vec<ModelMetrics>>,
+) -> Vec<ServerRow> {
+    facts
+        .members
+        .iter()
+        .filter(|m| m.role == Role::Server)
+        .map(|m| {
+            // The store records an external server without a process name: none ran.
+            let external = m.process_name.is_empty();
+            let metrics = if server_metrics.contains_key(&m.member_id) {
+                "scraped"
+            } else if external && !m.address.contains("metrics=") {
+                "not scraped (the matrix gives no metrics address)"
+            } else {
+                "not scraped (no answer)"
+            };
+            ServerRow {
+                member_id: m.member_id.clone(),
+                group: m.group_name.clone(),
+                address: m.address.clone(),
+                external,
+                metrics: metrics.into(),
+                version: facts
+                    .identities
+                    .get(&m.member_id)
+                    .map(ServerIdentity::label),
+            }
+        })
+        .collect()
+}
+
+/// Every failed member by time, with the diagnostics it takes out of `diagnostics`.
+fn failed_members(
+    facts: &RunFacts,
+    diagnostics: &mut BTreeMap<String, MemberDiagnostics>,
+) -> Vec<FailedMember> {
+    facts::first_failures(&facts.events)
+        .into_iter()
+        .map(|e| {
+            let (group, role) = group_of(&facts.members, &e.member_id);
+            FailedMember {
+                member_id: e.member_id.clone(),
                 role: role.map_or("?", Role::as_str).to_string(),
                 group: group.to_string(),
                 failed_at_ms: e.at_ms,
                 reason: e.details.clone(),
                 diagnostics: diagnostics.remove(&e.member_id).unwrap_or_default(),
-                member_id: e.member_id,
-            });
-        }
-
-        let phases: Vec<PhaseRecord> = store
-            .documents::<PhaseRecord>(&run_key)
-            .await?
-            .into_iter()
-            .map(|(_, p)| p)
-            .collect();
-        let capacity = (!phases.is_empty()).then(|| CapacityReport::new(phases));
-        let sweep = store
-            .documents::<crate::capacity::sweep::SweepAnswer>(&run_key)
-            .await?
-            .into_iter()
-            .next()
-            .map(|(_, a)| a);
-        let baseline = store
-            .document::<crate::judge::regression::Comparison>(&run_key, "")
-            .await?;
-        let change_points = store
-            .document::<history::ChangePoints>(&run_key, "")
-            .await?;
-        let slo = store
-            .documents::<crate::judge::slo::Outcome>(&run_key)
-            .await?
-            .into_iter()
-            .map(|(_, o)| o)
-            .collect();
-
-        // Streamed by end time into one open bucket per series: memory does not grow with the
-        // run's length or its workers.
-        let (interval_s, latency) = match store.latency_interval_width(run_id).await? {
-            None => (0.0, Vec::new()),
-            Some(width_ms) => {
-                let series = LatencySeriesBuilder::new(run.started_at_ms, width_ms);
-                latency_series(store, run_id, series).await?
             }
-        };
-        // The same intervals in about BATCHES batches: the within-run spread of what is
-        // compared with other runs.
-        let batches = match batch_width_ms(interval_s, &latency) {
-            None => Batches::default(),
-            Some(width_ms) => {
-                // With the L0 table TOTAL row's series: every scenario together.
-                let series =
-                    LatencySeriesBuilder::new(run.started_at_ms, width_ms).with_total("TOTAL");
-                let (width_s, latency) = latency_series(store, run_id, series).await?;
-                Batches { width_s, latency }
-            }
-        };
-        let server_ids: Vec<(String, String)> = members
+        })
+        .collect()
+}
+
+/// A failure's forensics get the log lines of the server it went to, around it.
+fn with_server_log(f: &mut FailureRecord, excerpts: &[LogExcerpt], members: &[Member]) {
+    let Some(forensics) = &mut f.forensics else {
+        return;
+    };
+    if let Some(e) = excerpts.iter().find(|e| {
+        e.from_ms <= f.at_ms
+            && f.at_ms <= e.to_ms
+            && member_addresses(members, &e.member_id).contains(&f.server)
+    }) {
+        forensics.server_log = e
+            .lines
             .iter()
-            .filter(|m| m.role == Role::Server)
-            .map(|m| (m.member_id.clone(), m.group_name.clone()))
+            .map(|l| format!("{}: {l}", e.member_id))
             .collect();
-        let server_samples = store.server_samples(run_id).await?;
-        let fault_log = store
-            .document::<crate::judge::faults::FaultLog>(&run_key, "")
-            .await?;
-        let timeline = crate::report::timeline::Timeline {
-            interval_s,
-            latency,
-            servers: crate::report::timeline::server_series(
-                run.started_at_ms,
-                &server_ids,
-                &server_samples,
-                load,
-                &fault_log
-                    .as_ref()
-                    .map(|log| crate::judge::faults::restarts(&log.faults))
-                    .unwrap_or_default(),
-            ),
-        };
-        let reconciliation = crate::judge::reconcile::reconcile(
-            &model_counts
-                .iter()
-                .map(|(_, _, c)| c.clone())
-                .collect::<Vec<_>>(),
-            &server_samples,
-            not_comparable(
-                &server_ids,
-                &server_samples,
-                &model_counts,
-                workers_started_ms,
-            )
-            .as_deref(),
-            uncounted.as_deref(),
-        )
-        .map_err(|e| corrupt(format!("model counts: {e}")))?;
+    }
+}
 
-        let traces = store
-            .documents::<crate::report::trace::TraceSummary>(&run_key)
-            .await?
-            .into_iter()
-            .collect();
-
-        let failure_count = store
-            .failure_totals(run_id)
-            .await?
-            .into_iter()
-            .map(|(_, n)| n)
-            .sum();
-        let mut failures = store.failures(run_id).await?;
-        failed_members.sort_by_key(|f| f.failed_at_ms);
-        failures.sort_by_key(|(_, f)| f.at_ms);
-        // Each failure's forensics get the log lines of the server it went to, around it.
-        let excerpts: Vec<LogExcerpt> = store
-            .documents::<LogExcerpt>(&run_key)
-            .await?
-            .into_iter()
-            .map(|(_, e)| e)
-            .collect();
-        let mut judged = store
-            .document::<crate::judge::verdicts::RunSignatures>(&run_key, "")
-            .await?
-            .unwrap_or_default();
-        let with_server_log = |f: &mut FailureRecord| {
-            let Some(forensics) = &mut f.forensics else {
-                return;
-            };
-            if let Some(e) = excerpts.iter().find(|e| {
-                e.from_ms <= f.at_ms
-                    && f.at_ms <= e.to_ms
-                    && member_addresses(&members, &e.member_id).contains(&f.server)
-            }) {
-                forensics.server_log = e
-                    .lines
-                    .iter()
-                    .map(|l| format!("{}: {l}", e.member_id))
-                    .collect();
+impl Report {
+    /// The report of a run as the store holds it, with its stored judgement. A run without
+    /// one (still running, or recorded before judgements were stored) is judged now; once the
+    /// run has ended (it has its verdict), that judgement is saved, where the store is
+    /// writable, so the run is judged once and later reports read it. A stored judgement of
+    /// another verdict than the run's (a run judged abandoned whose driver came back and
+    /// finished it) is stale: judged again, and replaced.
+    pub async fn from_store(store: &Store, run_id: &RunId) -> Result<Self, ReportError> {
+        let facts = RunFacts::read(store, run_id).await?;
+        // A judgement that cannot be read (written by a release whose judgement had another
+        // shape) is judged again, never a lost report.
+        let stored = match store.document::<Judgement>(run_id, "").await {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::warn!("the stored judgement of run {run_id} not read ({e}): judged again");
+                None
             }
-        };
-        for (_, f) in &mut failures {
-            with_server_log(f);
         }
-        for s in &mut judged.signatures {
-            with_server_log(&mut s.example);
+        .filter(|j| facts.run.verdict.as_deref() == Some(j.verdict.as_str()));
+        let save = stored.is_none() && facts.run.verdict.is_some() && !store.is_read_only();
+        let (report, judgement) = Self::from_facts(facts, stored)?;
+        if save && let Err(e) = store.save_document(run_id, "", &judgement).await {
+            // The report stands: a later report judges the run again.
+            tracing::warn!("the judgement of run {run_id} not saved: {e}");
         }
-        // A run its driver abandoned: the driver died about when it stopped renewing its lease.
-        let driver_died_at_ms = (run.verdict.as_deref() == Some(ABANDONED))
-            .then_some(run.lease_until_ms)
-            .flatten()
-            .map(crate::judge::rootcause::driver_died_by);
-        let mut analysis = crate::judge::rootcause::analyze(
-            &failed_members
-                .iter()
-                .map(|f| crate::judge::rootcause::Failed {
-                    member_id: f.member_id.clone(),
-                    role: f.role.clone(),
-                    at_ms: f.failed_at_ms,
-                    reason: f.reason.clone(),
-                    addresses: member_addresses(&members, &f.member_id),
-                })
-                .collect::<Vec<_>>(),
-            &failures,
-            stopping_at_ms,
-            driver_died_at_ms,
-        );
-        if let Some(root) = &mut analysis.root_cause {
-            root.judge(&judged.signatures);
-        }
-        failures.truncate(LISTED_FAILURES);
-        let faults = match &fault_log {
-            Some(log) => crate::judge::faults::judge(&log.faults, &store.outages(&run_key).await?),
-            None => Vec::new(),
-        };
+        Ok(report)
+    }
 
-        let mut report = Report {
+    /// The report of a run's facts: counted, judged (`stored`: the run's judgement, when it
+    /// has one; else judged now) and assembled, without the store; with its judgement.
+    pub(crate) fn from_facts(
+        facts: RunFacts,
+        stored: Option<Judgement>,
+    ) -> Result<(Self, Judgement), ReportError> {
+        // Counted before judged: of a store corrupt twice, the counts' error is the one told.
+        let tables = Tables::count(&facts)?;
+        let judgement = match stored {
+            Some(judgement) => judgement,
+            None => judgement::judge(&facts)?,
+        };
+        let mut report = Self::assemble(facts, tables, judgement.clone());
+        report.estimates = report.measures(1).iter().map(Into::into).collect();
+        Ok((report, judgement))
+    }
+
+    fn assemble(mut facts: RunFacts, tables: Tables, judgement: Judgement) -> Self {
+        let load_seconds = facts.qps_span.load_seconds();
+        let workers = worker_rows(&facts, &judgement.worker_memory);
+        let server_series = server_series(&facts, judgement.server_memory);
+        let mut diagnostics = std::mem::take(&mut facts.diagnostics);
+        // Before the failed members take their diagnostics.
+        let server_metrics: BTreeMap<String, Vec<ModelMetrics>> = diagnostics
+            .iter_mut()
+            .filter_map(|(member, d)| Some((member.clone(), d.server_metrics.take()?)))
+            .collect();
+        let servers = server_rows(&facts, &server_metrics);
+        let failed_members = failed_members(&facts, &mut diagnostics);
+        facts.failures.sort_by_key(|(_, f)| f.at_ms);
+        facts.failures.truncate(LISTED_FAILURES);
+        for (_, f) in &mut facts.failures {
+            with_server_log(f, &facts.excerpts, &facts.members);
+        }
+        let mut judged = facts.signatures;
+        for s in &mut judged.signatures {
+            with_server_log(&mut s.example, &facts.excerpts, &facts.members);
+        }
+        let Tables {
+            total,
+            groups,
+            models,
+        } = tables;
+        let run = facts.run;
+        Report {
             run_id: run.run_id,
             name: run.name,
             fingerprint: run.fingerprint,
             launcher: run.launcher,
-            // A run without a verdict whose lease ran out lost its driver.
-            verdict: run.verdict.unwrap_or_else(|| {
-                let lost = run
-                    .lease_until_ms
-                    .is_some_and(|until| until < stress_common::now_ms());
-                if lost {
-                    ABANDONED
-                } else {
-                    stress_common::store::RUNNING
-                }
-                .into()
-            }),
+            verdict: judgement.verdict,
             started_at_ms: run.started_at_ms,
             finished_at_ms: run.finished_at_ms,
             load_seconds,
@@ -797,38 +661,41 @@ impl Report {
                 .iter()
                 .map(|(g, t)| (g.clone(), t.to_json(load_seconds)))
                 .collect(),
-            models: model_table.to_json(load_seconds),
+            models: models.to_json(load_seconds),
             workers,
             servers,
             server_metrics,
-            failure_count,
-            failures,
+            failure_count: facts.failure_count,
+            failures: facts.failures,
             failed_members,
-            slo,
-            regressions: baseline
+            slo: facts.slo,
+            regressions: facts
+                .baseline
                 .as_ref()
                 .map(|b| b.regressions.clone())
                 .unwrap_or_default(),
-            baseline,
-            change_points,
-            capacity,
-            sweep,
-            timeline,
-            reconciliation,
-            traces,
-            analysis,
+            baseline: facts.baseline,
+            change_points: facts.change_points,
+            capacity: (!facts.phases.is_empty()).then(|| CapacityReport::new(facts.phases)),
+            sweep: facts.sweep,
+            timeline: crate::report::timeline::Timeline {
+                interval_s: facts.latency.interval_s,
+                latency: facts.latency.series,
+                servers: server_series,
+            },
+            reconciliation: judgement.reconciliation,
+            traces: facts.traces,
+            analysis: judgement.analysis,
             signatures: judged.signatures,
             known_issues: judged.known_issues,
             signature_history: judged.history_note,
-            faults,
+            faults: judgement.faults,
             incomplete: None,
             tables: (total, groups),
-            model_table,
-            batches,
+            model_table: models,
+            batches: facts.latency.batches,
             estimates: Vec::new(),
-        };
-        report.estimates = report.measures(1).iter().map(Into::into).collect();
-        Ok(report)
+        }
     }
 
     /// The report of a run whose store could not be read at its end: what the driver knows
@@ -881,6 +748,7 @@ pub fn format_time(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stress_common::status::EventKind;
 
     #[test]
     fn a_server_first_scraped_after_the_workers_started_is_not_compared() {
@@ -1097,5 +965,134 @@ mod tests {
             failed[1]["diagnostics"]["pod"]["events"][0]["reason"],
             "BackOff"
         );
+    }
+
+    /// A run is judged once: a report of a run without a stored judgement judges it, and saves
+    /// it once the run has ended where the store is writable; a report of a run with one reads
+    /// it (here one the facts would not give), and says what the judged one said, byte for
+    /// byte.
+    #[tokio::test]
+    async fn a_stored_judgement_is_read_rather_than_judged_again() {
+        use stress_common::store::{NewRun, RUNNING, StoreOptions};
+        use stress_common::triton_metrics::ServerSample;
+
+        let dir = tempfile::tempdir().unwrap();
+        let url = Store::sqlite_url(&dir.path().join("store.sqlite"));
+        let store = Store::connect(&url).await.unwrap();
+        let run = RunId::from("r1");
+        store
+            .create_run(&NewRun {
+                run_id: run.to_string(),
+                name: "judged once".into(),
+                matrix_yaml: String::new(),
+                launcher: "local".into(),
+                started_at_ms: 0,
+                fingerprint: None,
+            })
+            .await
+            .unwrap();
+        store
+            .upsert_member(&Member {
+                run_id: run.to_string(),
+                member_id: "triton-0".into(),
+                role: Role::Server,
+                group_name: "triton".into(),
+                index: 0,
+                address: String::new(),
+                process_name: "tritonserver".into(),
+                corr_id_base: None,
+                corr_id_block_size: None,
+                command: String::new(),
+            })
+            .await
+            .unwrap();
+        // A memory that keeps growing, at a slope of many digits.
+        for i in 0..30_i32 {
+            let t = f64::from(i);
+            let sample = ServerSample {
+                at_ms: i64::from(i) * 1000,
+                interval_ms: 1000,
+                rss_bytes: Some((1e8 + 12_345.678_9 * t.powf(1.5) + 3e6 * t.sin()).round()),
+                ..Default::default()
+            };
+            store
+                .record_server_sample(&run, &"triton-0".into(), &sample)
+                .await
+                .unwrap();
+        }
+        let stored = || async { store.document::<Judgement>(&run, "").await.unwrap() };
+
+        // Still running: judged, not saved (its verdict is not made).
+        let report = Report::from_store(&store, &run).await.unwrap();
+        assert_eq!(report.verdict, RUNNING);
+        assert_eq!(stored().await, None);
+        store.finish_run(&run, "PASSED", 30_000).await.unwrap();
+        // Ended, read from a read-only store: judged, not saved.
+        let reader = Store::open_read_only(&url, &StoreOptions::reading())
+            .await
+            .unwrap();
+        assert_eq!(
+            Report::from_store(&reader, &run).await.unwrap().verdict,
+            "PASSED"
+        );
+        assert_eq!(stored().await, None);
+        // Ended, writable: judged and saved.
+        let judged = Report::from_store(&store, &run).await.unwrap();
+        let saved = stored().await.expect("the judgement is saved");
+        assert_eq!(saved.verdict, "PASSED");
+        let slope = judged.timeline.servers[0].memory_slope_bytes_per_s;
+        assert!(slope.is_some_and(|s| s > 0.0), "{:?}", judged.timeline);
+        assert_eq!(saved.server_memory["triton-0"].slope_bytes_per_s, slope);
+        // Read back, the report is the judged one, byte for byte.
+        let read = Report::from_store(&store, &run).await.unwrap();
+        let json = |r: &Report| serde_json::to_string_pretty(r).unwrap();
+        assert_eq!(json(&read), json(&judged));
+
+        // A stored judgement is what the reports say, whatever the facts would give now.
+        let mut other = saved.clone();
+        other.analysis.independent_failures = 7;
+        let memory = other.server_memory.get_mut("triton-0").unwrap();
+        memory.finding = Some("stored finding".into());
+        memory.slope_bytes_per_s = Some(1.5);
+        store.save_document(&run, "", &other).await.unwrap();
+        for s in [&store, &reader] {
+            let report = Report::from_store(s, &run).await.unwrap();
+            assert_eq!(report.analysis.independent_failures, 7);
+            let server = &report.timeline.servers[0];
+            assert_eq!(server.memory_finding.as_deref(), Some("stored finding"));
+            assert_eq!(server.memory_slope_bytes_per_s, Some(1.5));
+        }
+        assert_eq!(
+            stored().await,
+            Some(other),
+            "a stored judgement is not replaced"
+        );
+
+        // One judged when the run's verdict was another (abandoned, then finished by its
+        // driver) is stale: judged again, and replaced.
+        let mut stale = saved.clone();
+        stale.verdict = stress_common::store::ABANDONED.into();
+        stale.analysis.independent_failures = 7;
+        store.save_document(&run, "", &stale).await.unwrap();
+        let report = Report::from_store(&store, &run).await.unwrap();
+        assert_eq!(report.verdict, "PASSED");
+        assert_eq!(json(&report), json(&judged));
+        assert_eq!(stored().await, Some(saved.clone()));
+
+        // One of a shape this release cannot read: judged again, and replaced.
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct OlderShape {
+            verdict: u32,
+        }
+        impl stress_common::store::Document for OlderShape {
+            const KIND: &'static str = Judgement::KIND;
+        }
+        store
+            .save_document(&run, "", &OlderShape { verdict: 1 })
+            .await
+            .unwrap();
+        let report = Report::from_store(&store, &run).await.unwrap();
+        assert_eq!(json(&report), json(&judged));
+        assert_eq!(stored().await, Some(saved));
     }
 }

@@ -213,22 +213,15 @@ fn bucket_of(since_start_ms: i64, width_ms: i64) -> i64 {
     ((since_start_ms + width_ms / 2) / width_ms).max(1)
 }
 
-/// Why a server without memory samples is not judged.
-pub const NOT_SAMPLED: &str = "its memory was not sampled: an external server, or a pod the \
-     driver could not exec in (pods/exec, `cat`; the driver's log says why)";
-
 /// Each server's series from its samples (`members`: every server's id and group, in member
 /// order; a server without samples has an empty series). A model's point is left out for an
-/// interval in which it had no request. `load`: the load phase, in seconds since the start
-/// (None: unknown), over whose steady state memory is judged; for a server an injected fault
-/// started again (`restarted_ms`: member → when), only the part of it after its last start
-/// (a new process warms up again).
+/// interval in which it had no request. Data only: the memory is judged with the run
+/// (`report::judgement`), which fills in `memory_finding`, `memory_not_judged` and
+/// `memory_slope_bytes_per_s`.
 pub fn server_series(
     started_ms: i64,
     members: &[(String, String)],
     samples: &[(String, ServerSample)],
-    load: Option<(f64, f64)>,
-    restarted_ms: &BTreeMap<String, i64>,
 ) -> Vec<ServerSeries> {
     members
         .iter()
@@ -238,100 +231,79 @@ pub fn server_series(
                 .filter(|(m, _)| m == member_id)
                 .map(|(_, s)| s)
                 .collect();
-            let t = |s: &ServerSample| (s.at_ms - started_ms) as f64 / 1000.0;
-            let points: Vec<ServerPoint> = own
-                .iter()
-                .map(|s| ServerPoint {
-                    t_s: t(s),
-                    rss_bytes: s.rss_bytes,
-                    cpu_memory_used_bytes: s.gauges.cpu_memory_used_bytes,
-                    gpu_memory_used_bytes: s.gauges.gpu_memory_used_bytes,
-                    cpu_utilization: s.gauges.cpu_utilization,
-                    gpu_utilization: s.gauges.gpu_utilization,
-                })
-                .collect();
-            let rss: Vec<(f64, f64)> = points
-                .iter()
-                .filter_map(|p| Some((p.t_s, p.rss_bytes?)))
-                .collect();
-            let memory_growth_bytes = (rss.len() >= 2).then(|| rss[rss.len() - 1].1 - rss[0].1);
-            let load = match (restarted_ms.get(member_id), rss.last()) {
-                (Some(at_ms), Some((last_s, _))) => {
-                    let started_again = (at_ms - started_ms) as f64 / 1000.0;
-                    let (from, to) = load.unwrap_or((started_again, *last_s));
-                    Some((from.max(started_again), to))
-                }
-                _ => load,
-            };
-            let memory = (!rss.is_empty()).then(|| crate::judge::memory::judge(&rss, load));
-            let memory_limit_bytes = own.iter().rev().find_map(|s| s.memory_limit_bytes);
-            let memory_finding = memory.as_ref().and_then(|m| {
-                let finding = m.finding()?;
-                Some(match (m.trend(), rss.last(), memory_limit_bytes) {
-                    (Some(trend), Some(&(_, last)), Some(limit)) => format!(
-                        "{finding}; {}",
-                        crate::judge::memory::limit_horizon(trend, last, limit)
-                    ),
-                    _ => finding,
-                })
-            });
-            let memory_slope_bytes_per_s = memory
-                .as_ref()
-                .and_then(|m| m.trend())
-                .map(|t| t.bytes_per_s);
-            let memory_not_judged = match memory {
-                Some(crate::judge::memory::Memory::NotJudged(why)) => Some(why),
-                Some(_) => None,
-                None => Some(NOT_SAMPLED.to_string()),
-            };
-            let mut models: BTreeMap<(String, String), Vec<ServerModelPoint>> = BTreeMap::new();
-            for s in &own {
-                let seconds = s.interval_ms as f64 / 1000.0;
-                for m in &s.models {
-                    let n = m.success + m.failure;
-                    if n <= 0.0 || seconds <= 0.0 {
-                        continue;
-                    }
-                    models
-                        .entry((m.model.clone(), m.version.clone()))
-                        .or_default()
-                        .push(ServerModelPoint {
-                            t_s: t(s),
-                            success_per_s: m.success / seconds,
-                            failure_per_s: m.failure / seconds,
-                            queue_us: m.queue_duration_us / n,
-                            compute_input_us: m.compute_input_duration_us / n,
-                            compute_infer_us: m.compute_infer_duration_us / n,
-                            compute_output_us: m.compute_output_duration_us / n,
-                            avg_batch: (m.executions > 0.0).then(|| m.inferences / m.executions),
-                            pending: m.pending,
-                            failure_per_s_by_reason: m
-                                .failure_by_reason
-                                .iter()
-                                .filter(|(_, n)| **n > 0.0)
-                                .map(|(reason, n)| (reason.clone(), n / seconds))
-                                .collect(),
-                        });
-                }
-            }
+            let points = server_points(started_ms, &own);
+            let rss: Vec<f64> = points.iter().filter_map(|p| p.rss_bytes).collect();
             ServerSeries {
                 member_id: member_id.clone(),
                 group: group.clone(),
+                memory_growth_bytes: (rss.len() >= 2).then(|| rss[rss.len() - 1] - rss[0]),
+                memory_limit_bytes: own.iter().rev().find_map(|s| s.memory_limit_bytes),
                 points,
-                memory_growth_bytes,
-                memory_finding,
-                memory_not_judged,
-                memory_limit_bytes,
-                memory_slope_bytes_per_s,
-                models: models
-                    .into_iter()
-                    .map(|((model, version), points)| ServerModelSeries {
-                        model,
-                        version,
-                        points,
-                    })
-                    .collect(),
+                models: model_series(started_ms, &own),
+                ..Default::default()
             }
+        })
+        .collect()
+}
+
+/// Seconds since the run started of a sample.
+pub(crate) fn t_s(started_ms: i64, s: &ServerSample) -> f64 {
+    (s.at_ms - started_ms) as f64 / 1000.0
+}
+
+/// A server's gauges per scrape.
+fn server_points(started_ms: i64, own: &[&ServerSample]) -> Vec<ServerPoint> {
+    own.iter()
+        .map(|s| ServerPoint {
+            t_s: t_s(started_ms, s),
+            rss_bytes: s.rss_bytes,
+            cpu_memory_used_bytes: s.gauges.cpu_memory_used_bytes,
+            gpu_memory_used_bytes: s.gauges.gpu_memory_used_bytes,
+            cpu_utilization: s.gauges.cpu_utilization,
+            gpu_utilization: s.gauges.gpu_utilization,
+        })
+        .collect()
+}
+
+/// A server's models per interval, by (model, version); an interval without a request of a
+/// model has no point of it.
+fn model_series(started_ms: i64, own: &[&ServerSample]) -> Vec<ServerModelSeries> {
+    let mut models: BTreeMap<(String, String), Vec<ServerModelPoint>> = BTreeMap::new();
+    for s in own {
+        let seconds = s.interval_ms as f64 / 1000.0;
+        for m in &s.models {
+            let n = m.success + m.failure;
+            if n <= 0.0 || seconds <= 0.0 {
+                continue;
+            }
+            models
+                .entry((m.model.clone(), m.version.clone()))
+                .or_default()
+                .push(ServerModelPoint {
+                    t_s: t_s(started_ms, s),
+                    success_per_s: m.success / seconds,
+                    failure_per_s: m.failure / seconds,
+                    queue_us: m.queue_duration_us / n,
+                    compute_input_us: m.compute_input_duration_us / n,
+                    compute_infer_us: m.compute_infer_duration_us / n,
+                    compute_output_us: m.compute_output_duration_us / n,
+                    avg_batch: (m.executions > 0.0).then(|| m.inferences / m.executions),
+                    pending: m.pending,
+                    failure_per_s_by_reason: m
+                        .failure_by_reason
+                        .iter()
+                        .filter(|(_, n)| **n > 0.0)
+                        .map(|(reason, n)| (reason.clone(), n / seconds))
+                        .collect(),
+                });
+        }
+    }
+    models
+        .into_iter()
+        .map(|((model, version), points)| ServerModelSeries {
+            model,
+            version,
+            points,
         })
         .collect()
 }
@@ -493,7 +465,7 @@ mod tests {
             ("s-0".to_string(), "s".to_string()),
             ("s-1".to_string(), "s".to_string()),
         ];
-        let series = server_series(0, &members, &samples, None, &BTreeMap::new());
+        let series = server_series(0, &members, &samples);
         assert_eq!(series.len(), 2);
         let s = &series[0];
         assert_eq!(s.points.len(), 3);
@@ -511,80 +483,9 @@ mod tests {
         assert!((m[0].queue_us - 2000.0 / 204.0).abs() < 1e-9, "{:?}", m[0]);
         assert_eq!(m[0].avg_batch, Some(2.0));
         assert!(series[1].points.is_empty() && series[1].memory_growth_bytes.is_none());
-        assert_eq!(series[1].memory_not_judged.as_deref(), Some(NOT_SAMPLED));
-        assert_eq!(s.memory_finding, None);
         assert!(
-            s.memory_not_judged
-                .as_deref()
-                .is_some_and(|why| why.contains("fewer than 6")),
-            "{s:?}"
+            s.memory_finding.is_none() && s.memory_not_judged.is_none(),
+            "the series is data; its memory is judged with the run: {s:?}"
         );
-    }
-
-    /// A server killed and started again by an injected fault is a new process: its memory is
-    /// judged after its last start (leaving out the new process's warm-up), not across the
-    /// fault. Here the first process is flat at 400 MiB; the one started at 150 s leaks 1 MiB/s.
-    /// Across the fault the drop hides the leak; judged after the start it is found.
-    #[test]
-    fn memory_of_a_restarted_server_is_judged_after_its_last_start() {
-        const MIB: f64 = 1024.0 * 1024.0;
-        let samples: Vec<(String, ServerSample)> = (0..=60)
-            .map(|i| {
-                let t_s = f64::from(i) * 5.0;
-                let rss = if t_s <= 150.0 {
-                    400.0 * MIB
-                } else {
-                    (100.0 + (t_s - 150.0)) * MIB
-                };
-                let sample = ServerSample {
-                    at_ms: i64::from(i) * 5000,
-                    interval_ms: 5000,
-                    rss_bytes: Some(rss),
-                    ..Default::default()
-                };
-                ("s-0".to_string(), sample)
-            })
-            .collect();
-        let members = [("s-0".to_string(), "s".to_string())];
-        let load = Some((0.0, 300.0));
-        let across = &server_series(0, &members, &samples, load, &BTreeMap::new())[0];
-        assert_eq!(across.memory_finding, None, "{across:?}");
-        let restarted = BTreeMap::from([("s-0".to_string(), 152_000)]);
-        let after = &server_series(0, &members, &samples, load, &restarted)[0];
-        assert!(
-            after
-                .memory_finding
-                .as_deref()
-                .is_some_and(|f| f.contains("kept growing")),
-            "{after:?}"
-        );
-        let slope = after.memory_slope_bytes_per_s.unwrap();
-        assert!((slope / MIB - 1.0).abs() < 0.01, "{slope}");
-        // Under a 1 GiB limit (a pod's cgroup), 250 MiB at the end and 1 MiB/s: the finding
-        // says when it gets there.
-        let limited: Vec<(String, ServerSample)> = samples
-            .iter()
-            .map(|(m, s)| {
-                let mut s = s.clone();
-                s.memory_limit_bytes = Some(1024.0 * MIB);
-                (m.clone(), s)
-            })
-            .collect();
-        let under_limit = &server_series(0, &members, &limited, load, &restarted)[0];
-        let finding = under_limit.memory_finding.as_deref().unwrap();
-        assert!(
-            finding.contains("kept growing")
-                && finding.ends_with(
-                    "at this rate it reaches its memory limit (1.0 GiB, now at 24%) in about \
-                     13 min, where the kernel kills it (OOM)"
-                ),
-            "{finding}"
-        );
-        assert_eq!(under_limit.memory_limit_bytes, Some(1024.0 * MIB));
-        // No samples after the start: not judged, rather than judged on the old process.
-        let early: Vec<(String, ServerSample)> = samples[..20].to_vec();
-        let restarted = BTreeMap::from([("s-0".to_string(), 95_000)]);
-        let s = &server_series(0, &members, &early, None, &restarted)[0];
-        assert!(s.memory_not_judged.is_some(), "{s:?}");
     }
 }

@@ -26,6 +26,9 @@ use tokio_util::sync::CancellationToken;
 /// How long a suspected server gets to answer its liveness probe on the failure path.
 pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Every server's addresses by name, the launched ones' and the external ones'.
+pub(super) type Endpoints = BTreeMap<String, ServerEndpoint>;
+
 /// One run in progress: launches the plan, feeds each poll's observations to the fail-fast
 /// rules and acts on their verdict. The decisions are in [`failfast`]; this only does I/O.
 pub(super) struct Driver<'a> {
@@ -187,7 +190,7 @@ impl Driver<'_> {
     pub(super) async fn check_models(
         &mut self,
         endpoints: &BTreeMap<String, ServerEndpoint>,
-    ) -> Option<Verdict> {
+    ) -> Result<(), Verdict> {
         let needs = preflight::needs(self.plan);
         let servers: BTreeSet<&MemberName> = needs.iter().flat_map(|n| &n.servers).collect();
         let mut indexes = BTreeMap::new();
@@ -222,7 +225,7 @@ impl Driver<'_> {
                 }
                 Err(reason) => {
                     self.record(server, EventKind::Failure, &reason).await;
-                    return Some(Verdict::Fail {
+                    return Err(Verdict::Fail {
                         member: server.to_string(),
                         reason,
                     });
@@ -231,7 +234,7 @@ impl Driver<'_> {
         }
         let missing = preflight::missing_models(&needs, &indexes);
         if missing.is_empty() {
-            return None;
+            return Ok(());
         }
         let reason = missing
             .iter()
@@ -240,7 +243,7 @@ impl Driver<'_> {
             .join("; ");
         self.record(DRIVER_MEMBER, EventKind::Failure, &reason)
             .await;
-        Some(Verdict::BadInput(reason))
+        Err(Verdict::BadInput(reason))
     }
 
     /// Asks every server what it is (`GET /v2`, or `ServerMetadata` over gRPC for a server
@@ -283,10 +286,10 @@ impl Driver<'_> {
     /// Before anything is launched: every external server answers at each of its addresses,
     /// else the run stops as bad input naming each that does not (file:line, field, address,
     /// what failed).
-    pub(super) async fn check_externals(&mut self) -> Option<Verdict> {
+    pub(super) async fn check_externals(&mut self) -> Result<(), Verdict> {
         let plan = self.plan;
         if plan.externals.is_empty() {
-            return None;
+            return Ok(());
         }
         for e in &plan.externals {
             let details = format!("checking {}", external_location(e));
@@ -299,7 +302,7 @@ impl Driver<'_> {
         let checks = plan.externals.iter().map(external::check_at_start);
         let results = tokio::select! {
             r = futures::future::join_all(checks) => r,
-            _ = self.cancel.cancelled() => return Some(Verdict::Aborted("interrupted while checking external servers".into())),
+            _ = self.cancel.cancelled() => return Err(Verdict::Aborted("interrupted while checking external servers".into())),
         };
         let mut failures = Vec::new();
         for (e, result) in plan.externals.iter().zip(results) {
@@ -327,6 +330,10 @@ impl Driver<'_> {
                 }
             }
         }
-        (!failures.is_empty()).then(|| Verdict::BadInput(failures.join("; ")))
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Verdict::BadInput(failures.join("; ")))
+        }
     }
 }

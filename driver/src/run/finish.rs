@@ -28,7 +28,9 @@ enum FinishAttemptError {
 
 /// Records the verdict and reads the report back, retrying a store that is down or does not
 /// answer for `deadline` (the store outage limit of the fail-fast rules); the error is the last
-/// attempt's, with how many were made.
+/// attempt's, with how many were made. Read once the verdict is recorded, the report's
+/// judgement is the run's final one, and `Report::from_store` saves it: later reports
+/// (`driver report`, `driver serve`, a baseline) read it rather than judge the run again.
 pub(super) async fn finish_and_read(
     store: &Store,
     run_id: &RunId,

@@ -7,16 +7,14 @@
 //! stay; at the end of the duration workers get SIGTERM, flush their final counts, and only
 //! then do servers stop. The report is then built from the store alone.
 
-use finish::{
-    finish_and_read, save_diagnostics, save_failure_logs, save_signatures, save_trace_summaries,
-    scrape_server_metrics, verdict_line, write_report,
-};
 mod capacity;
 mod driver;
 mod error;
 mod faults;
 mod finish;
 mod lease;
+mod lifecycle;
+mod phases;
 mod poll;
 mod progress;
 pub mod prune;
@@ -26,24 +24,19 @@ mod slo_check;
 pub mod sweep;
 mod sweep_variants;
 
-use driver::Driver;
 pub use error::DriverError;
-use lease::Lease;
-use progress::Progress;
+use lifecycle::OpenRun;
 
 use crate::judge::failfast::{self};
 use crate::launcher::Launcher;
 use crate::matrix::{self, Matrix};
 use crate::plan::RunPlan;
 use crate::report::Report;
-use crate::report::baseline;
 use std::collections::BTreeSet;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use stress_common::contract::RunId;
-use stress_common::status::EventKind;
-use stress_common::store::{NewRun, Store, within as bounded};
+use stress_common::store::{Store, within as bounded};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone)]
@@ -236,260 +229,10 @@ pub async fn run(
     let plan = RunPlan::new(matrix, RunId::new(run_id), options.duration);
     faults::check_faults(matrix, &plan, launcher)?;
     launcher.plan_faults(&plan.faults);
-    let run_id = plan.run_id.clone();
-    let run_id = &run_id;
-    let store_url = store_url_for(run_dir, options.database_url.as_deref());
-    let store = Store::connect(&store_url).await?;
-    // The matrix as written, so `driver report` shows what was run even if the file changes.
-    let matrix_text = std::fs::read_to_string(&options.matrix).unwrap_or_default();
-    let fingerprint = matrix::fingerprint(matrix);
-    let regression = matrix.regression.clone().unwrap_or_default();
-    // Before anything runs: an unknown --baseline is bad input.
-    let baselines = match baseline::find(
-        &store,
-        &store_url,
-        &options.runs_dir,
-        options.baseline.as_deref(),
-        &plan.name,
-        &fingerprint,
-        run_id,
-        regression.window,
-    )
-    .await
-    {
-        Ok(b) => Some(b),
-        Err(e @ baseline::BaselineError::Unknown(..)) => {
-            return Err(DriverError::Config(e.to_string()));
-        }
-        Err(e) => {
-            tracing::warn!("no baseline: {e}");
-            None
-        }
-    };
-    // Runs of this store whose driver vanished are over: say so before adding one.
-    match bounded(
-        STORE_CALL_LIMIT,
-        store.abandon_expired(stress_common::now_ms()),
-    )
-    .await
-    {
-        Ok(abandoned) => {
-            for r in abandoned {
-                tracing::warn!(
-                    "run {} lost its driver (lease ran out): ABANDONED; `driver cleanup --run {}` \
-                     removes what it left",
-                    r.run_id,
-                    r.run_id
-                );
-            }
-        }
-        Err(e) => tracing::warn!("abandoned runs not looked for: {e}"),
-    }
-    let started_at_ms = stress_common::now_ms();
-    store
-        .create_run(&NewRun {
-            run_id: run_id.into(),
-            name: plan.name.clone(),
-            matrix_yaml: matrix_text.clone(),
-            launcher: launcher.name().into(),
-            started_at_ms,
-            fingerprint: Some(fingerprint.clone()),
-        })
-        .await?;
-    let _lease = Lease::hold(
-        store.clone(),
-        run_id.clone(),
-        Lease::ttl(plan.rules.store_outage_limit),
-    )
-    .await;
-    for member in plan.members() {
-        store.upsert_member(&member).await?;
-    }
-    let mut progress = Progress {
-        tty: options
-            .progress
-            .unwrap_or_else(|| std::io::stderr().is_terminal()),
-        last_line: Instant::now() - Duration::from_secs(3600),
-    };
-    let perf_analyzer = stress_common::tritonserver::find_tool(
-        "perf_analyzer",
-        "PERF_ANALYZER",
-        matrix.source_path.as_deref().and_then(Path::parent),
-    )
-    .map(|p| p.display().to_string());
-    let known = crate::judge::known::KnownIssues::new(&matrix.known_issues)
-        .map_err(|e| DriverError::Config(e.to_string()))?;
-    let today = jiff::Timestamp::now()
-        .to_zoned(jiff::tz::TimeZone::UTC)
-        .date();
-    let mut driver = Driver {
-        store: &store,
-        launcher,
-        matrix,
-        plan: &plan,
-        store_url: &store_url,
-        perf_analyzer: perf_analyzer.as_deref(),
-        progress: &mut progress,
-        cancel: &cancel,
-        verdicts: crate::judge::verdicts::Verdicts::new(known, today),
-    };
-    let mut verdict = driver.drive().await;
-    let mut verdicts = driver.verdicts;
-    progress.done();
-    if let (Some(b), Verdict::Pass | Verdict::Fail { .. }) = (&baselines, &verdict) {
-        let failed = verdict != Verdict::Pass;
-        match baseline::compare(&store, run_id, &matrix_text, b, &regression, failed).await {
-            Ok(c) => {
-                if let Err(e) = store.save_document(&plan.run_id, "", &c).await {
-                    tracing::warn!("comparison with {} not saved: {e}", c.basis());
-                }
-                if let (Verdict::Pass, true, Some(first)) =
-                    (&verdict, c.fail, c.regressions.first())
-                {
-                    let reason = format!(
-                        "{} regression(s) against {}, first: {}",
-                        c.regressions.len(),
-                        c.basis(),
-                        first.describe()
-                    );
-                    if let Err(e) = store
-                        .record_event(
-                            run_id,
-                            &REGRESSION_MEMBER.into(),
-                            EventKind::Failure,
-                            &reason,
-                        )
-                        .await
-                    {
-                        tracing::warn!("regression failure not recorded: {e}");
-                    }
-                    verdict = Verdict::Fail {
-                        member: REGRESSION_MEMBER.into(),
-                        reason,
-                    };
-                }
-            }
-            Err(e) => tracing::warn!("not compared with the baseline: {e}"),
-        }
-    }
-
-    // Record what the report needs before anything is cleaned up.
-    let failed = verdict != Verdict::Pass;
-    if failed {
-        tracing::info!("{}: stopping every member", verdict_line(&verdict));
-        scrape_server_metrics(&store, launcher, &plan, FAILURE_SCRAPE_BUDGET).await;
-        launcher.stop_all(FAILURE_STOP_GRACE).await;
-        tracing::info!("every member stopped");
-    }
-    // What the report adds from the launcher: each within its limit, and none when the store
-    // does not answer now (a store that is down must not hold the run's end; the report says
-    // what is missing).
-    if bounded(STORE_CALL_LIMIT, store.run(run_id)).await.is_ok() {
-        let limit = END_SAVE_LIMIT;
-        // Every failure the workers recorded, judged (the verdict is made; this is the
-        // report's), with its history over the earlier runs of this matrix.
-        let signatures = save_signatures(
-            &store,
-            &store_url,
-            &options.runs_dir,
-            &fingerprint,
-            &plan.run_id,
-            started_at_ms,
-            &mut verdicts,
-        );
-        if tokio::time::timeout(limit, signatures).await.is_err() {
-            tracing::warn!(
-                "failure signatures not saved: the store did not answer within {limit:?}"
-            );
-        }
-        if tokio::time::timeout(limit, save_diagnostics(&store, launcher, &plan))
-            .await
-            .is_err()
-        {
-            tracing::warn!("diagnostics not saved: the store did not answer within {limit:?}");
-        }
-        if tokio::time::timeout(limit, save_failure_logs(&store, launcher, &plan))
-            .await
-            .is_err()
-        {
-            tracing::warn!("log excerpts not saved: the store did not answer within {limit:?}");
-        }
-        if tokio::time::timeout(limit, save_trace_summaries(&store, run_dir, &plan))
-            .await
-            .is_err()
-        {
-            tracing::warn!("trace summaries not saved: the store did not answer within {limit:?}");
-        }
-    } else {
-        tracing::warn!(
-            "the status store does not answer: failure signatures, diagnostics, log excerpts and trace summaries not saved"
-        );
-    }
-    let mut report = match finish_and_read(&store, run_id, &verdict, plan.rules.store_outage_limit)
-        .await
-    {
-        Ok(report) => report,
-        Err(e) => {
-            eprintln!("warning: {e}");
-            Report::without_store(
-                run_id,
-                &plan.name,
-                launcher.name(),
-                verdict.as_str(),
-                started_at_ms,
-                format!(
-                    "{e}.\nThe verdict is the driver's own ({}); the counts, latencies, failure \
-                     records and diagnostics the store holds are missing here: run `driver report \
-                     --run {run_id}` once the store is back.",
-                    verdict_line(&verdict)
-                ),
-            )
-        }
-    };
-    finish::save_change_points(
-        &store,
-        &store_url,
-        &options.runs_dir,
-        regression.change_point_window,
-        &mut report,
-    )
-    .await;
-    write_report(run_dir, &report)?;
-    tracing::info!("report written");
-    finish::save_summary(&store, &plan.run_id, &report).await;
-    if let Some(settings) = &matrix.report
-        && let Some(url) = &settings.webhook
-    {
-        let body = crate::render::webhook::summary(&report, run_dir);
-        match crate::render::webhook::deliver(url, &body, settings.webhook_timeout).await {
-            Ok(status) => tracing::info!(
-                "report summary delivered to {} (HTTP {status})",
-                crate::render::webhook::shown(url)
-            ),
-            // retry() logged each attempt; the run's verdict stands.
-            Err(e) => eprintln!("warning: report summary not delivered: {e}"),
-        }
-    }
-    let keep = if failed && options.keep_failed.unwrap_or(plan.keep_failed) {
-        let failed_members: BTreeSet<String> = bounded(STORE_CALL_LIMIT, store.events(run_id, 0))
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|e| e.kind == EventKind::Failure && !is_harness(&e.member_id))
-            .map(|e| e.member_id)
-            .collect();
-        plan.kept_for_inspection(&failed_members)
-    } else {
-        BTreeSet::new()
-    };
-    launcher.cleanup(&keep).await;
-    Ok(RunOutcome {
-        run_id: run_id.into(),
-        run_dir: run_dir.into(),
-        store_url,
-        verdict,
-        report,
-    })
+    let open = OpenRun::open(options, matrix, &plan, run_dir, launcher.name()).await?;
+    let (verdict, verdicts) = open.drive(launcher, matrix, &cancel).await?;
+    let verdict = open.against_baseline(verdict).await;
+    open.end(launcher, matrix, verdict, verdicts).await
 }
 
 /// Loads a matrix and prepares a run directory; errors here are bad input (exit 2).

@@ -1,151 +1,103 @@
-//! The poll loop: every interval (and at once on a member's exit or a new event) it gathers
-//! what it observes into a `failfast::Poll`, feeds it to the rules and acts on their verdict.
+//! The load phase's poll loop: every interval (and at once on a member's exit or a new event)
+//! it gathers what it observes into a `failfast::Poll`, feeds it to the rules and acts on their
+//! verdict.
 
 use super::capacity::CapacityRun;
-use super::driver::{Driver, PROBE_TIMEOUT};
+use super::driver::{Driver, Endpoints, PROBE_TIMEOUT};
 use super::faults::FaultRunner;
-use super::finish::scrape_server_metrics;
 use super::progress::progress_line;
+use super::sampler::ServerSampler;
 use super::{
-    CLIENT_STOP_GRACE, DRIVER_MEMBER, EVENT_CHECK, EVENT_CHECK_LIMIT, SCRAPE_BUDGET,
-    SERVER_STOP_GRACE, SLO_MEMBER, STORE_CALL_LIMIT, Verdict, Wake,
+    DRIVER_MEMBER, EVENT_CHECK, EVENT_CHECK_LIMIT, SLO_MEMBER, STORE_CALL_LIMIT, Verdict, Wake,
 };
-use crate::capacity::autoscale;
 use crate::judge::classify::ServerEnd;
-use crate::judge::failfast::{self, FailFast, Poll};
-use crate::judge::slo;
+use crate::judge::failfast::{Cause, FailFast, Poll};
 use crate::judge::verdicts::FailedTest;
 use crate::launcher::MemberExit;
 use crate::launcher::external;
-use crate::plan::ServerEndpoint;
-use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 use stress_common::status::{EventKind, Stopping};
-use stress_common::store::{Member, within as bounded};
+use stress_common::store::{EventNotices, within as bounded};
+use tokio::time::{Interval, MissedTickBehavior};
+
+/// What the load phase runs on: what the phases before it started, and its clocks.
+pub(super) struct Load {
+    pub(super) endpoints: Endpoints,
+    /// The fail-fast rules, watching every client from its launch.
+    pub(super) rules: FailFast,
+    /// Capacity mode's phases (None in other modes).
+    pub(super) capacity: Option<CapacityRun>,
+    pub(super) sampler: ServerSampler,
+    /// The plan's faults, injected on time (None when it has none).
+    pub(super) faults: Option<FaultRunner>,
+    pub(super) started: Instant,
+    pub(super) started_ms: i64,
+    /// The planned end.
+    pub(super) end: tokio::time::Instant,
+}
+
+/// The loop's wake-ups besides its end, the faults, a member's exit and the interrupt.
+struct Wakes {
+    ticker: Interval,
+    /// Between ticks, new events are read often (a cheap indexed read), so a worker's own
+    /// FAILURE stops the run within a fraction of the poll interval.
+    event_check: Interval,
+    /// On Postgres an event wakes the loop at its commit (LISTEN/NOTIFY); the reads above
+    /// stay, for SQLite and for notices lost to a reconnect.
+    notices: Option<EventNotices>,
+}
+
+/// What one wake-up of the loop leads to.
+enum Step {
+    /// On to the next wake-up.
+    Continue,
+    /// Every capacity phase ended: the load is over, as at its planned end.
+    Over,
+    /// The run failed: the workers stop and the servers give their last sample.
+    Failed(Verdict),
+}
 
 impl Driver<'_> {
-    pub(super) async fn drive(&mut self) -> Verdict {
-        let plan = self.plan;
-        // External servers first: a wrong address is bad input, found before anything starts.
-        if let Some(verdict) = self.check_externals().await {
-            return verdict;
-        }
-        // Servers.
-        for s in &plan.servers {
-            self.record(&s.name, EventKind::Starting, "launching").await;
-            if let Err(e) = self.launcher.start_server(s).await {
-                return self.launch_failed(e).await;
-            }
-            self.update_member(Member {
-                command: self.launcher.command_line(&s.name).unwrap_or_default(),
-                ..plan.server_record(s)
-            })
-            .await;
-        }
-        self.progress.show(&format!(
-            "waiting for {} server(s) to be ready",
-            plan.servers.len()
-        ));
-        let ready = tokio::select! {
-            r = self.launcher.wait_servers_ready(plan.server_ready_timeout) => r,
-            _ = self.cancel.cancelled() => return Verdict::Aborted("interrupted while servers started".into()),
-        };
-        let mut endpoints: BTreeMap<String, ServerEndpoint> = match ready {
-            Ok(ready) => ready
-                .into_iter()
-                .map(|ep| (ep.member.clone(), ep))
-                .collect(),
-            Err(e) => return self.launch_failed(e).await,
-        };
-        for s in &plan.servers {
-            let Some(ep) = endpoints.get(s.name.as_str()) else {
-                continue;
+    /// The load phase, until its planned end or every capacity phase's: then the load, for its
+    /// end. A failure first stops the workers and takes the servers' last sample; an interrupt
+    /// stops at once.
+    pub(super) async fn run_load(&mut self, mut load: Load) -> Result<Load, Verdict> {
+        let mut wakes = self.wakes().await;
+        loop {
+            // Biased, the interrupt and the end first: a tick while the store does not answer
+            // takes seconds (each read waits for its limit), so once the end is due an overdue
+            // tick is always ready too; a fair pick let a 30 s run go on past its end, tick
+            // after tick, until the store outage rule failed it at 60 s (seen in CI).
+            let wake = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(self.interrupted().await),
+                _ = tokio::time::sleep_until(load.end) => return Ok(load),
+                // An injection on time matters more than a tick (which an outage delays).
+                _ = FaultRunner::due(&load.faults) => Wake::Fault,
+                // The tick before the wake-ups between ticks, so none of them can starve it.
+                _ = wakes.ticker.tick() => Wake::Tick,
+                // A member may have ended: judged now, not at the next tick.
+                _ = self.launcher.member_may_have_ended() => Wake::Exit,
+                _ = event_recorded(wakes.notices.as_ref()) => Wake::Events,
+                _ = wakes.event_check.tick() => Wake::Events,
             };
-            let at = self.launcher.locate(&s.name).unwrap_or_default();
-            self.update_member(Member {
-                address: format!("grpc={} http={} metrics={}", ep.grpc, ep.http, ep.metrics),
-                command: self.launcher.command_line(&s.name).unwrap_or_default(),
-                ..plan.server_record(s)
-            })
-            .await;
-            let details = format!(
-                "ready ({at}; grpc {} http {} metrics {})",
-                ep.grpc, ep.http, ep.metrics
-            );
-            self.record(&s.name, EventKind::Running, &details).await;
-        }
-        endpoints.extend(plan.external_endpoints());
-        self.record_identities(&endpoints).await;
-        if let Some(verdict) = self.check_models(&endpoints).await {
-            return verdict;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(plan.warmup) => {}
-            _ = self.cancel.cancelled() => return Verdict::Aborted("interrupted during warm-up".into()),
-        }
-
-        // Capacity mode: the first phase's targets are in the store before any worker reads them.
-        let mut capacity = CapacityRun::new(plan, stress_common::now_ms());
-        if let (Some(cap), Some(settings)) = (&mut capacity, &plan.capacity) {
-            cap.autoscale = autoscale::Collector::new(plan, settings, &endpoints);
-            cap.start(self.store, &plan.run_id).await;
-        }
-
-        // The servers' series: the baseline scrape before any worker sends.
-        let sampled = endpoints
-            .values()
-            .filter(|ep| !ep.metrics.is_empty())
-            .map(|ep| crate::run::sampler::SampledServer {
-                member: ep.member.clone().into(),
-                metrics: ep.metrics.clone(),
-                memory: self.launcher.server_memory(&ep.member),
-                launched: self.plan.external(&ep.member).is_none(),
-            })
-            .collect();
-        let sampler = crate::run::sampler::ServerSampler::start(
-            self.store.clone(),
-            plan.run_id.clone(),
-            sampled,
-            stress_common::interval::series_interval(Some(plan.duration), plan.poll),
-        )
-        .await;
-
-        // Workers: every client talks to every ready server of its target group.
-        let mut rules = FailFast::new(plan.rules);
-        for c in &plan.clients {
-            let assignment = plan.assignment(c, &endpoints, self.store_url, self.perf_analyzer);
-            if let Err(e) = self.launcher.start_client(c, &assignment).await {
-                return self.launch_failed(e).await;
+            match self.step(&wake, &mut load).await {
+                Step::Continue => {}
+                Step::Over => return Ok(load),
+                Step::Failed(verdict) => {
+                    self.wind_down(load.sampler).await;
+                    return Err(verdict);
+                }
             }
-            let at = self.launcher.locate(&c.name).unwrap_or_default();
-            self.record(&c.name, EventKind::Starting, &format!("launched ({at})"))
-                .await;
-            self.update_member(Member {
-                address: assignment.servers.join(","),
-                command: self.launcher.command_line(&c.name).unwrap_or_default(),
-                ..plan.client_record(c)
-            })
-            .await;
-            rules.client_launched(&assignment.member_id, stress_common::now_ms());
         }
+    }
 
-        // Poll.
-        let started = Instant::now();
-        let started_ms = stress_common::now_ms();
-        if let Some(cap) = &mut capacity {
-            cap.started_ms = started_ms;
-        }
-        let load_started = tokio::time::Instant::now();
-        let end = load_started + plan.duration;
-        let mut faults = FaultRunner::new(plan, &endpoints, load_started, started_ms);
+    async fn wakes(&self) -> Wakes {
+        let plan = self.plan;
         let mut ticker = tokio::time::interval(plan.poll);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Between ticks, new events are read often (a cheap indexed read), so a worker's own
-        // FAILURE stops the run within a fraction of the poll interval.
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut event_check = tokio::time::interval(EVENT_CHECK.min(plan.poll));
-        event_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // On Postgres an event wakes the loop at its commit (LISTEN/NOTIFY); the reads above
-        // stay, for SQLite and for notices lost to a reconnect.
+        event_check.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let notices = match bounded(STORE_CALL_LIMIT, self.store.event_notices(&plan.run_id)).await
         {
             Ok(notices) => notices,
@@ -154,252 +106,184 @@ impl Driver<'_> {
                 None
             }
         };
-        let event_recorded = async || match &notices {
-            Some(notices) => notices.recorded().await,
-            None => std::future::pending().await,
-        };
-        loop {
-            // Biased, the interrupt and the end first: a tick while the store does not answer
-            // takes seconds (each read waits for its limit), so once the end is due an overdue
-            // tick is always ready too; a fair pick let a 30 s run go on past its end, tick
-            // after tick, until the store outage rule failed it at 60 s (seen in CI).
-            let wake = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => {
-                    let why = "driver interrupted (SIGTERM/SIGINT)";
-                    self.record(DRIVER_MEMBER, EventKind::Failure, why).await;
-                    // Nothing of the run is worth waiting for: the workers drop their tests
-                    // in flight when the caller stops them.
-                    self.record_stopping(Stopping::Failed {
-                        member: DRIVER_MEMBER.into(),
-                    })
-                    .await;
-                    return Verdict::Aborted(why.into());
-                }
-                _ = tokio::time::sleep_until(end) => break,
-                // An injection on time matters more than a tick (which an outage delays).
-                _ = FaultRunner::due(&faults) => Wake::Fault,
-                // The tick before the wake-ups between ticks, so none of them can starve it.
-                _ = ticker.tick() => Wake::Tick,
-                // A member may have ended: judged now, not at the next tick.
-                _ = self.launcher.member_may_have_ended() => Wake::Exit,
-                _ = event_recorded() => Wake::Events,
-                _ = event_check.tick() => Wake::Events,
-            };
-            // Between ticks only what woke the loop is fed: the per-poll rules (zero QPS,
-            // heartbeats, a store outage) count ticks.
-            let poll = match wake {
-                Wake::Fault => {
-                    if let Some(runner) = &mut faults {
-                        self.fault_step(runner, &mut rules).await;
-                    }
-                    continue;
-                }
-                Wake::Tick => {
-                    if let Some(runner) = &mut faults {
-                        runner.collect_ready().await;
-                        // A server READY again: its wrong answers are its own from then on.
-                        self.verdicts.injected(runner.live_windows());
-                        // A server started again after a kill or restart is a new process.
-                        for member in sampler.members() {
-                            sampler
-                                .track_memory(member, self.launcher.server_memory(member))
-                                .await;
-                        }
-                    }
-                    self.observe(&rules).await
-                }
-                Wake::Exit => {
-                    let exits = self.launcher.exited().await;
-                    if exits.is_empty() {
-                        continue;
-                    }
-                    Poll {
-                        now_ms: stress_common::now_ms(),
-                        exits,
-                        ..Poll::default()
-                    }
-                }
-                Wake::Events => {
-                    let events = bounded(
-                        EVENT_CHECK_LIMIT,
-                        self.store.events(&plan.run_id, rules.last_event_id()),
-                    )
-                    .await;
-                    let failed_tests = self.new_failures(EVENT_CHECK_LIMIT).await;
-                    match events {
-                        Ok(events) if !events.is_empty() || !failed_tests.is_empty() => Poll {
-                            now_ms: stress_common::now_ms(),
-                            events: Some(Ok(events)),
-                            failed_tests,
-                            ..Poll::default()
-                        },
-                        _ if !failed_tests.is_empty() => Poll {
-                            now_ms: stress_common::now_ms(),
-                            failed_tests,
-                            ..Poll::default()
-                        },
-                        // Nothing new, or a store that does not answer (the tick's reads
-                        // judge an outage).
-                        _ => continue,
-                    }
-                }
-            };
-            self.note_server_ends(&poll.exits, &endpoints, poll.now_ms);
-            // Each worker's QPS now, for the progress line (the rules take the poll).
-            let qps: Vec<(String, f64)> = match &poll.latest_qps {
-                Some(Ok(q)) => q.iter().map(|q| (q.member_id.clone(), q.qps)).collect(),
-                _ => Vec::new(),
-            };
-            if let Some(cause) = rules.observe(poll) {
-                // Timestamps for fail-fast's own latency: judged, attributed, workers stopped.
-                tracing::info!("failure judged ({}): {}", wake.as_str(), cause.member());
-                self.launcher.failure_judged();
-                if let Some(runner) = &mut faults {
-                    runner.finish(self.launcher).await;
-                    runner.save(self.store, &plan.run_id).await;
-                }
-                let verdict = self.fail(cause, &endpoints).await;
-                tracing::info!("failure attributed; stopping the workers");
-                self.wind_down(sampler).await;
-                return verdict;
-            }
-            if !matches!(wake, Wake::Tick) {
-                // The SLO, capacity and progress work is the tick's.
-                continue;
-            }
-            if let Some(runner) = &mut faults
-                && let Some((member, reason)) = self.fault_overdue(runner).await
-            {
-                self.record(&member, EventKind::Failure, &reason).await;
-                self.record_stopping(Stopping::Failed {
-                    member: member.clone(),
-                })
-                .await;
-                runner.finish(self.launcher).await;
-                runner.save(self.store, &plan.run_id).await;
-                self.wind_down(sampler).await;
-                return Verdict::Fail { member, reason };
-            }
-            if let Some(breach) = self.slo_live(started_ms, started.elapsed()).await {
-                self.record(SLO_MEMBER, EventKind::Failure, &breach).await;
-                self.record_stopping(Stopping::Failed {
-                    member: SLO_MEMBER.into(),
-                })
-                .await;
-                self.wind_down(sampler).await;
-                return Verdict::Fail {
-                    member: SLO_MEMBER.into(),
-                    reason: breach,
-                };
-            }
-            if let Some(cap) = &mut capacity
-                && cap.due()
-            {
-                cap.check(self.store, &plan.run_id).await;
-                if cap.all_ended() {
-                    self.progress
-                        .show("capacity: every client group's phase ended");
-                    break;
-                }
-            }
-            let counts = bounded(STORE_CALL_LIMIT, self.store.scenario_counts(&plan.run_id))
-                .await
-                .unwrap_or_default();
-            self.progress.show(&progress_line(
-                started.elapsed(),
-                plan.duration,
-                endpoints.len(),
-                &plan.client_groups(),
-                &qps,
-                &counts,
-            ));
+        Wakes {
+            ticker,
+            event_check,
+            notices,
         }
+    }
 
-        if let Some(cap) = &mut capacity {
-            cap.finish(self.store, &plan.run_id).await;
-        }
-        if let Some(runner) = &mut faults {
-            runner.finish(self.launcher).await;
-            runner.save(self.store, &plan.run_id).await;
-        }
-        // The end: workers flush their final counts, then servers stop.
-        self.progress.show("stopping workers");
-        self.record_stopping(Stopping::LoadPhaseEnded).await;
-        let exits: Vec<MemberExit> = self.launcher.stop_clients(CLIENT_STOP_GRACE).await;
-        sampler.finish().await;
-        scrape_server_metrics(self.store, self.launcher, plan, SCRAPE_BUDGET).await;
-        let all_events = bounded(STORE_CALL_LIMIT, self.store.events(&plan.run_id, 0))
-            .await
-            .unwrap_or_default();
-        let late: Vec<_> = all_events
-            .iter()
-            .filter(|e| e.id > rules.last_event_id())
-            .cloned()
-            .collect();
-        let finished_cleanly: BTreeSet<String> = all_events
-            .into_iter()
-            .filter(|e| e.kind == EventKind::Success)
-            .map(|e| e.member_id)
-            .collect();
-        // What the workers recorded since the last poll, their final flush included.
-        let late_failed = self.new_failures(STORE_CALL_LIMIT).await;
-        let final_counts = bounded(STORE_CALL_LIMIT, self.store.signature_counts(&plan.run_id))
-            .await
-            .unwrap_or_default();
-        self.verdicts.counts(final_counts);
-        let load_hours = started.elapsed().as_secs_f64() / 3600.0;
-        // Each fault's recovery, now that the workers' outages are all in: failures of tests
-        // begun after it are judged again, as any failure.
-        let fault_failed = match &mut faults {
-            Some(runner) => self.judge_faults(runner).await,
-            None => (Vec::new(), None),
+    /// The driver interrupted (SIGTERM/SIGINT): nothing of the run is worth waiting for (the
+    /// workers drop their tests in flight when the caller stops them).
+    async fn interrupted(&mut self) -> Verdict {
+        let why = "driver interrupted (SIGTERM/SIGINT)";
+        self.record(DRIVER_MEMBER, EventKind::Failure, why).await;
+        self.record_stopping(Stopping::Failed {
+            member: DRIVER_MEMBER.into(),
+        })
+        .await;
+        Verdict::Aborted(why.into())
+    }
+
+    /// One wake-up: observe what woke the loop, feed it to the rules, act on their verdict.
+    async fn step(&mut self, wake: &Wake, load: &mut Load) -> Step {
+        let Some(poll) = self.observe_wake(wake, load).await else {
+            return Step::Continue;
         };
-        let late_failed: Vec<FailedTest> = late_failed
-            .into_iter()
-            .chain(fault_failed.0)
-            .chain(self.verdicts.over_rate(load_hours))
-            .collect();
-        let mut verdict = Verdict::Pass;
-        let slo = self.judge_slo(started_ms).await;
-        if let Some(blame) = failfast::at_end(&late, &late_failed, &exits, &finished_cleanly) {
-            if blame.record {
-                self.record(&blame.member, EventKind::Failure, &blame.reason)
+        self.note_server_ends(&poll.exits, &load.endpoints, poll.now_ms);
+        // Each worker's QPS now, for the progress line (the rules take the poll).
+        let qps: Vec<(String, f64)> = match &poll.latest_qps {
+            Some(Ok(q)) => q.iter().map(|q| (q.member_id.clone(), q.qps)).collect(),
+            _ => Vec::new(),
+        };
+        if let Some(cause) = load.rules.observe(poll) {
+            return Step::Failed(self.fail_on_rule(cause, wake, load).await);
+        }
+        if !matches!(wake, Wake::Tick) {
+            // The SLO, capacity and progress work is the tick's.
+            return Step::Continue;
+        }
+        self.tick_checks(load, &qps).await
+    }
+
+    /// What the wake-up brings for the rules; None when nothing new. Between ticks only what
+    /// woke the loop is fed: the per-poll rules (zero QPS, heartbeats, a store outage) count
+    /// ticks.
+    async fn observe_wake(&mut self, wake: &Wake, load: &mut Load) -> Option<Poll> {
+        match wake {
+            Wake::Fault => {
+                if let Some(runner) = &mut load.faults {
+                    self.fault_step(runner, &mut load.rules).await;
+                }
+                None
+            }
+            Wake::Tick => Some(self.observe_tick(load).await),
+            Wake::Exit => {
+                let exits = self.launcher.exited().await;
+                (!exits.is_empty()).then(|| Poll {
+                    now_ms: stress_common::now_ms(),
+                    exits,
+                    ..Poll::default()
+                })
+            }
+            Wake::Events => self.observe_events(&load.rules).await,
+        }
+    }
+
+    /// A tick's poll, after the faults' news.
+    async fn observe_tick(&mut self, load: &mut Load) -> Poll {
+        if let Some(runner) = &mut load.faults {
+            runner.collect_ready().await;
+            // A server READY again: its wrong answers are its own from then on.
+            self.verdicts.injected(runner.live_windows());
+            // A server started again after a kill or restart is a new process.
+            for member in load.sampler.members() {
+                load.sampler
+                    .track_memory(member, self.launcher.server_memory(member))
                     .await;
             }
-            verdict = Verdict::Fail {
-                member: blame.member,
-                reason: blame.reason,
-            };
         }
-        if verdict == Verdict::Pass
-            && let Some((member, reason)) = fault_failed.1
+        self.observe(&load.rules).await
+    }
+
+    /// The events and failed tests new since the last read; None when there are none.
+    async fn observe_events(&mut self, rules: &FailFast) -> Option<Poll> {
+        let events = bounded(
+            EVENT_CHECK_LIMIT,
+            self.store.events(&self.plan.run_id, rules.last_event_id()),
+        )
+        .await;
+        let failed_tests = self.new_failures(EVENT_CHECK_LIMIT).await;
+        match events {
+            Ok(events) if !events.is_empty() || !failed_tests.is_empty() => Some(Poll {
+                now_ms: stress_common::now_ms(),
+                events: Some(Ok(events)),
+                failed_tests,
+                ..Poll::default()
+            }),
+            _ if !failed_tests.is_empty() => Some(Poll {
+                now_ms: stress_common::now_ms(),
+                failed_tests,
+                ..Poll::default()
+            }),
+            // Nothing new, or a store that does not answer (the tick's reads judge an outage).
+            _ => None,
+        }
+    }
+
+    /// A rule fired: the faults end, then the failure is attributed and recorded.
+    async fn fail_on_rule(&mut self, cause: Cause, wake: &Wake, load: &mut Load) -> Verdict {
+        // Timestamps for fail-fast's own latency: judged, attributed, workers stopped.
+        tracing::info!("failure judged ({}): {}", wake.as_str(), cause.member());
+        self.launcher.failure_judged();
+        self.end_faults(&mut load.faults).await;
+        let verdict = self.fail(cause, &load.endpoints).await;
+        tracing::info!("failure attributed; stopping the workers");
+        verdict
+    }
+
+    /// The tick's own work once the rules passed: a fault overdue and the SLO may fail the
+    /// run, the capacity phases may end it, else the progress line.
+    async fn tick_checks(&mut self, load: &mut Load, qps: &[(String, f64)]) -> Step {
+        if let Some(verdict) = self.fail_overdue_fault(&mut load.faults).await {
+            return Step::Failed(verdict);
+        }
+        if let Some(verdict) = self.fail_slo_breach(load).await {
+            return Step::Failed(verdict);
+        }
+        if let Some(cap) = &mut load.capacity
+            && cap.due()
         {
-            self.record(&member, EventKind::Failure, &reason).await;
-            verdict = Verdict::Fail { member, reason };
-        }
-        if verdict == Verdict::Pass
-            && let Some(breach) = slo::first_breach(&slo)
-        {
-            self.record(SLO_MEMBER, EventKind::Failure, &breach).await;
-            verdict = Verdict::Fail {
-                member: SLO_MEMBER.into(),
-                reason: breach,
-            };
-        }
-        self.progress.show("stopping servers");
-        self.launcher.stop_servers(SERVER_STOP_GRACE).await;
-        if verdict == Verdict::Pass {
-            for name in endpoints.keys() {
-                let details = if plan.external(name).is_some() {
-                    "left running (an external server)"
-                } else {
-                    "stopped after the run"
-                };
-                self.record(name, EventKind::Success, details).await;
+            cap.check(self.store, &self.plan.run_id).await;
+            if cap.all_ended() {
+                self.progress
+                    .show("capacity: every client group's phase ended");
+                return Step::Over;
             }
         }
-        verdict
+        let counts = bounded(
+            STORE_CALL_LIMIT,
+            self.store.scenario_counts(&self.plan.run_id),
+        )
+        .await
+        .unwrap_or_default();
+        self.progress.show(&progress_line(
+            load.started.elapsed(),
+            self.plan.duration,
+            load.endpoints.len(),
+            &self.plan.client_groups(),
+            qps,
+            &counts,
+        ));
+        Step::Continue
+    }
+
+    /// A fault whose clients did not recover in time fails the run, its server to blame.
+    async fn fail_overdue_fault(&mut self, faults: &mut Option<FaultRunner>) -> Option<Verdict> {
+        let (member, reason) = self.fault_overdue(faults.as_mut()?).await?;
+        self.record(&member, EventKind::Failure, &reason).await;
+        self.record_stopping(Stopping::Failed {
+            member: member.clone(),
+        })
+        .await;
+        self.end_faults(faults).await;
+        Some(Verdict::Fail { member, reason })
+    }
+
+    /// An SLO breached while the load runs fails the run (a rule with `abort_on_fail`).
+    async fn fail_slo_breach(&mut self, load: &Load) -> Option<Verdict> {
+        let breach = self
+            .slo_live(load.started_ms, load.started.elapsed())
+            .await?;
+        self.record(SLO_MEMBER, EventKind::Failure, &breach).await;
+        self.record_stopping(Stopping::Failed {
+            member: SLO_MEMBER.into(),
+        })
+        .await;
+        Some(Verdict::Fail {
+            member: SLO_MEMBER.into(),
+            reason: breach,
+        })
     }
 
     /// What one poll sees: exits first (when a member ended, nothing else is read: the rules
@@ -465,6 +349,14 @@ impl Driver<'_> {
         }
     }
 
+    /// The faults' end (what is still injected is ended) and their log saved.
+    pub(super) async fn end_faults(&mut self, faults: &mut Option<FaultRunner>) {
+        if let Some(runner) = faults {
+            runner.finish(self.launcher).await;
+            runner.save(self.store, &self.plan.run_id).await;
+        }
+    }
+
     /// Does a fault's due step, then tells the judges what it changed: the failures the
     /// injected faults own, and the clients whose zero QPS they excuse.
     async fn fault_step(&mut self, runner: &mut FaultRunner, rules: &mut FailFast) {
@@ -499,33 +391,8 @@ impl Driver<'_> {
         overdue
     }
 
-    /// The faults judged against the workers' outages: the failed tests that their recovery
-    /// leaves outside them, and the first fault that fails the run (its server, and why).
-    async fn judge_faults(
-        &mut self,
-        runner: &mut FaultRunner,
-    ) -> (Vec<FailedTest>, Option<(String, String)>) {
-        match bounded(
-            STORE_CALL_LIMIT,
-            self.store
-                .outages_after(&self.plan.run_id, runner.outages_read_to()),
-        )
-        .await
-        {
-            Ok(new) => runner.read_outages(new),
-            Err(e) => tracing::warn!("the workers' last outages not read: {e}"),
-        }
-        let log = &runner.log().faults;
-        let outcomes = crate::judge::faults::judge(log, runner.outages());
-        let windows = crate::judge::faults::final_windows(log, &outcomes, stress_common::now_ms());
-        let failed = self.verdicts.refine_injected(windows);
-        let fault =
-            crate::judge::faults::first_failed(&outcomes).map(|o| (o.target.clone(), o.reason()));
-        (failed, fault)
-    }
-
     /// The failure records not judged yet, judged: those that fail the run.
-    async fn new_failures(&mut self, limit: std::time::Duration) -> Vec<FailedTest> {
+    pub(super) async fn new_failures(&mut self, limit: std::time::Duration) -> Vec<FailedTest> {
         let read = bounded(
             limit,
             self.store
@@ -536,12 +403,7 @@ impl Driver<'_> {
     }
 
     /// Servers that ended: the failures that could not reach them are classified by it.
-    fn note_server_ends(
-        &mut self,
-        exits: &[MemberExit],
-        endpoints: &BTreeMap<String, ServerEndpoint>,
-        now_ms: i64,
-    ) {
+    fn note_server_ends(&mut self, exits: &[MemberExit], endpoints: &Endpoints, now_ms: i64) {
         for e in exits {
             if let Some(ep) = endpoints.get(&e.member_id) {
                 self.verdicts.server_ended(ServerEnd {
@@ -556,5 +418,13 @@ impl Driver<'_> {
                 });
             }
         }
+    }
+}
+
+/// Waits for the store's notice of a new event (forever without notices).
+async fn event_recorded(notices: Option<&EventNotices>) {
+    match notices {
+        Some(notices) => notices.recorded().await,
+        None => std::future::pending().await,
     }
 }

@@ -161,6 +161,7 @@ impl VariantContext<'_> {
             status: VariantStatus::Skipped,
             run_id: None,
             max_qps: None,
+            qps_interval: None,
             p99_ms: None,
             concurrency: None,
             ending: None,
@@ -346,11 +347,20 @@ pub(super) fn measured(
             .iter()
             .filter(|r| r.target_rps.is_none())
             .find(|r| sweep.model.as_ref().is_none_or(|m| &r.model == m))
+            .map(|a| (c, a))
     });
     match (&outcome.verdict, answer) {
-        (Verdict::Pass, Some(a)) => {
+        (Verdict::Pass, Some((capacity, a))) => {
             result.status = VariantStatus::Measured;
             result.max_qps = a.concurrency.map(|_| a.max_qps);
+            result.qps_interval = a.concurrency.and_then(|c| {
+                let record = capacity.phases.iter().find(|p| {
+                    p.group == a.group
+                        && p.phase == a.phase
+                        && (p.model == a.model || p.model == "mix")
+                })?;
+                plan::capacity_interval(&record.window_qps(&a.model, c), a.max_qps)
+            });
             result.p99_ms = a.concurrency.map(|_| a.p99_ms);
             result.concurrency = a.concurrency;
             result.ending = a.ending.map(|e| e.as_str().to_string());

@@ -144,22 +144,17 @@ fn wall_us() -> i64 {
 /// FNV-1a 64 of a request's inputs (names, datatypes, shapes and bytes), in hex: two steps
 /// with the same digest sent the same tensors.
 pub fn input_digest(request: &InferRequest) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
+    use std::hash::Hasher;
+    let mut h = fnv::FnvHasher::default();
     for t in &request.inputs {
-        eat(t.name.as_bytes());
-        eat(t.datatype.as_str().as_bytes());
+        h.write(t.name.as_bytes());
+        h.write(t.datatype.as_str().as_bytes());
         for d in &t.shape {
-            eat(&d.to_le_bytes());
+            h.write(&d.to_le_bytes());
         }
-        eat(&t.data);
+        h.write(&t.data);
     }
-    format!("{h:016x}")
+    format!("{:016x}", h.finish())
 }
 
 pub use stress_common::contract::LoadMode;

@@ -884,6 +884,16 @@ mod tests {
         }
     }
 
+    /// The pacer's thread queues a tick, then wakes the loop: a test that saw the tick waits
+    /// for the wake too (it failed once on a loaded machine, reading the count in between).
+    fn wait_for_wakes(task: &Wakes, n: usize) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while task.count() < n {
+            assert!(Instant::now() < until, "the loop was not woken {n} times");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn a_request_the_pacer_sent_wakes_the_loop_with_its_answer_not_before() {
         let answers = Arc::new(Mutex::new(Vec::new()));
@@ -933,6 +943,7 @@ mod tests {
         let task = Arc::new(Wakes::default());
         let _ = poll_next(&pacer, &task);
         wait_for_ticks(&pacer, 1);
+        wait_for_wakes(&task, 1);
         assert_eq!(task.count(), 1);
         // An answer already there when the pacer polled it: timed now, not later.
         let answered: super::super::SendNow<std::future::Ready<u64>> =
@@ -941,6 +952,7 @@ mod tests {
         let task = Arc::new(Wakes::default());
         let _ = poll_next(&pacer, &task);
         wait_for_ticks(&pacer, 1);
+        wait_for_wakes(&task, 1);
         assert_eq!(task.count(), 1);
     }
 

@@ -96,7 +96,7 @@ impl PodMemory {
         }
     }
 
-    async fn read(&self) -> Result<ContainerMemory, String> {
+    async fn read(&self) -> Result<ContainerMemory, MemoryReadError> {
         let params = AttachParams::default()
             .container(self.0.container.clone())
             .stdin(false)
@@ -107,25 +107,48 @@ impl PodMemory {
             .pods
             .exec(&self.0.pod, READ_COMMAND, &params)
             .await
-            .map_err(|e| format!("exec failed: {e}"))?;
+            .map_err(MemoryReadError::Exec)?;
         let mut text = String::new();
         if let Some(stdout) = process.stdout() {
             stdout
                 .take(READ_LIMIT)
                 .read_to_string(&mut text)
                 .await
-                .map_err(|e| format!("reading its output: {e}"))?;
+                .map_err(MemoryReadError::Output)?;
         }
         // `cat` fails on the hierarchy that is not there; its output is what counts.
         let _ = process.join().await;
-        container_memory(&text)
+        Ok(container_memory(&text)?)
     }
+}
+
+/// Why a container's memory was not read.
+#[derive(Debug, thiserror::Error)]
+enum MemoryReadError {
+    #[error("exec failed: {0}")]
+    Exec(kube::Error),
+    #[error("reading its output: {0}")]
+    Output(std::io::Error),
+    #[error(transparent)]
+    Unreadable(#[from] UnreadableMemory),
+}
+
+/// Why [`READ_COMMAND`]'s output does not tell the container's memory.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UnreadableMemory {
+    #[error(
+        "the container sees the host's cgroup hierarchy (it is at {0}), so \
+         /sys/fs/cgroup/memory.stat is not its own"
+    )]
+    HostHierarchy(String),
+    #[error("no memory.stat with anon/shmem (cgroup v2) or rss/shmem (v1) in the container: {0:?}")]
+    NoMemoryStat(String),
 }
 
 /// The container's anonymous plus shared memory and its limit from [`READ_COMMAND`]'s output
 /// (`/proc/self/cgroup`, then memory.stat and the limit of v2 or v1); an error says why it
 /// cannot be told.
-pub fn container_memory(output: &str) -> Result<ContainerMemory, String> {
+pub fn container_memory(output: &str) -> Result<ContainerMemory, UnreadableMemory> {
     let mut own_v2_path = None;
     let mut stat = std::collections::BTreeMap::new();
     let mut limit = None;
@@ -150,10 +173,7 @@ pub fn container_memory(output: &str) -> Result<ContainerMemory, String> {
         // own, where the process sees itself at the root.
         return match own_v2_path {
             Some("/") | None => Ok(memory(anon + shmem)),
-            Some(path) => Err(format!(
-                "the container sees the host's cgroup hierarchy (it is at {path}), so \
-                 /sys/fs/cgroup/memory.stat is not its own"
-            )),
+            Some(path) => Err(UnreadableMemory::HostHierarchy(path.into())),
         };
     }
     match (
@@ -161,18 +181,17 @@ pub fn container_memory(output: &str) -> Result<ContainerMemory, String> {
         stat.get("total_shmem").or(stat.get("shmem")),
     ) {
         (Some(rss), Some(shmem)) => Ok(memory(rss + shmem)),
-        _ => Err(format!(
-            "no memory.stat with anon/shmem (cgroup v2) or rss/shmem (v1) in the container: {:?}",
-            output.chars().take(200).collect::<String>()
+        _ => Err(UnreadableMemory::NoMemoryStat(
+            output.chars().take(200).collect(),
         )),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{ContainerMemory, container_memory};
+    use super::{ContainerMemory, UnreadableMemory, container_memory};
 
-    fn resident(output: &str) -> Result<u64, String> {
+    fn resident(output: &str) -> Result<u64, UnreadableMemory> {
         container_memory(output).map(|m| m.resident)
     }
 
@@ -219,7 +238,7 @@ mod tests {
     #[test]
     fn a_v2_container_that_sees_the_hosts_hierarchy_is_not_read() {
         let host_view = V2.replace("0::/\n", "0::/kubepods.slice/pod1/abc\n");
-        let err = container_memory(&host_view).unwrap_err();
+        let err = container_memory(&host_view).unwrap_err().to_string();
         assert!(err.contains("host's cgroup hierarchy"), "{err}");
     }
 
@@ -227,7 +246,7 @@ mod tests {
     fn output_without_memory_stat_is_an_error_that_shows_it() {
         let err =
             container_memory("0::/\ncat: /sys/fs/cgroup/memory.stat: No such file\n").unwrap_err();
-        assert!(err.contains("no memory.stat"), "{err}");
+        assert!(err.to_string().contains("no memory.stat"), "{err}");
         assert!(container_memory("").is_err());
     }
 }
