@@ -9,13 +9,14 @@ set -euo pipefail
 ctx=${1:?usage: prepare.sh CONTEXT_DIR}
 REPO_ROOT=${REPO_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 LOCAL="${TRITON_STRESS_LOCAL:-$REPO_ROOT/.local}"
-target="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+# TRITON_STRESS_IMAGE_TARGET_DIR: a target directory for the images' build alone (scripts/test.sh).
+target="${TRITON_STRESS_IMAGE_TARGET_DIR:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}}"
 
 # TRITON_STRESS_IMAGE_PROFILE: the binaries' cargo profile (default release; CI builds its test
 # images from the dev profile, see .ci/run).
 profile="${TRITON_STRESS_IMAGE_PROFILE:-release}"
 case "$profile" in dev) profile_dir=debug ;; *) profile_dir=$profile ;; esac
-(cd "$REPO_ROOT" && cargo build --profile "$profile" -p driver -p worker)
+(cd "$REPO_ROOT" && CARGO_TARGET_DIR="$target" cargo build --profile "$profile" -p driver -p worker)
 cp "$target/$profile_dir/worker" "$ctx/worker"
 
 "$REPO_ROOT/scripts/install-tritonserver.sh"
