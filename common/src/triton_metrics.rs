@@ -46,30 +46,31 @@ impl ModelMetrics {
     }
 }
 
-/// One sample line: `name{label="v",...} value`.
-fn parse_line(line: &str) -> Option<(&str, BTreeMap<&str, &str>, f64)> {
-    let line = line.trim();
-    if line.is_empty() || line.starts_with('#') {
-        return None;
+/// The samples of a Prometheus text exposition (`/metrics`), by the `prometheus-parse` crate: a
+/// histogram's buckets come as one sample of [`prometheus_parse::Value::Histogram`]; a line that
+/// is no sample is skipped, as Prometheus' own scrape skips what it does not know.
+pub fn scrape(text: &str) -> Vec<prometheus_parse::Sample> {
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    prometheus_parse::Scrape::parse(lines).map_or_else(|_| Vec::new(), |s| s.samples)
+}
+
+/// A counter's, a gauge's or an untyped sample's value (None for a histogram or summary).
+pub fn number(value: &prometheus_parse::Value) -> Option<f64> {
+    use prometheus_parse::Value;
+    match value {
+        Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => Some(*v),
+        Value::Histogram(_) | Value::Summary(_) => None,
     }
-    let (head, value) = line.rsplit_once(' ')?;
-    let value: f64 = value.parse().ok()?;
-    let (name, labels) = match head.split_once('{') {
-        Some((n, rest)) => (n, rest.strip_suffix('}')?),
-        None => (head, ""),
-    };
-    let mut map = BTreeMap::new();
-    for pair in labels.split(',').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=')?;
-        map.insert(k.trim(), v.trim().trim_matches('"'));
-    }
-    Some((name, map, value))
 }
 
 /// Per-model counters from a `/metrics` text (failures summed over their `reason` label).
 pub fn parse(text: &str) -> Vec<ModelMetrics> {
     let mut models: BTreeMap<(String, String), ModelMetrics> = BTreeMap::new();
-    for (name, labels, value) in text.lines().filter_map(parse_line) {
+    for sample in scrape(text) {
+        let Some(value) = number(&sample.value) else {
+            continue;
+        };
+        let labels = &sample.labels;
         let (Some(model), Some(version)) = (labels.get("model"), labels.get("version")) else {
             continue;
         };
@@ -80,11 +81,11 @@ pub fn parse(text: &str) -> Vec<ModelMetrics> {
                 version: version.to_string(),
                 ..Default::default()
             });
-        if name == "nv_inference_request_failure" {
-            let reason = labels.get("reason").copied().unwrap_or("OTHER");
+        if sample.metric == "nv_inference_request_failure" {
+            let reason = labels.get("reason").unwrap_or("OTHER");
             *m.failure_by_reason.entry(reason.to_string()).or_default() += value;
         }
-        let field = match name {
+        let field = match sample.metric.as_str() {
             "nv_inference_request_success" => &mut m.success,
             "nv_inference_request_failure" => &mut m.failure,
             "nv_inference_count" => &mut m.inferences,
@@ -105,10 +106,10 @@ pub fn parse(text: &str) -> Vec<ModelMetrics> {
 /// Every sample of the metric `name` (all its series), e.g. `nv_cpu_utilization` (one, no
 /// labels) or `nv_gpu_utilization` (one per GPU).
 pub fn samples(text: &str, name: &str) -> Vec<f64> {
-    text.lines()
-        .filter_map(parse_line)
-        .filter(|(n, _, _)| *n == name)
-        .map(|(_, _, v)| v)
+    scrape(text)
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter_map(|s| number(&s.value))
         .collect()
 }
 
@@ -304,6 +305,33 @@ nv_cpu_utilization 0.5
             g.gpu_memory_used_bytes, None,
             "a CPU server has no GPU gauges"
         );
+    }
+
+    /// What tritonserver 2.51 (CPU, python backend) answered on /metrics after five inferences
+    /// of add_sub, saved as it came.
+    const TRITON_2_51: &str = include_str!("testdata/tritonserver-2.51-metrics.txt");
+
+    #[test]
+    fn a_real_tritonserver_s_metrics_read_per_model_and_server_wide() {
+        let m = parse(TRITON_2_51);
+        assert_eq!(m.len(), 1, "{m:?}");
+        let add_sub = &m[0];
+        assert_eq!(
+            (add_sub.model.as_str(), add_sub.version.as_str()),
+            ("add_sub", "1")
+        );
+        assert_eq!((add_sub.success, add_sub.failure), (5.0, 0.0));
+        assert_eq!(
+            (add_sub.inferences, add_sub.executions, add_sub.pending),
+            (5.0, 5.0, 0.0)
+        );
+        assert_eq!(add_sub.request_duration_us, 804200.0);
+        assert_eq!(add_sub.queue_duration_us, 14764.0);
+        assert_eq!(add_sub.failure_by_reason.len(), 4, "{add_sub:?}");
+        let g = gauges(TRITON_2_51);
+        assert_eq!(g.cpu_utilization, Some(1.0));
+        assert_eq!(g.cpu_memory_used_bytes, Some(2063200256.0));
+        assert_eq!(g.gpu_utilization, None);
     }
 
     #[test]

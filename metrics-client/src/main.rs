@@ -52,70 +52,61 @@ async fn fetch_metrics(address: &str) -> anyhow::Result<String> {
 /// The worker's own series (name{labels} value), one per line, grouped by metric. A histogram
 /// (latency) shows as one line per label set: its count and p50/p99 estimated from the buckets.
 fn render_worker(text: &str) -> String {
-    let histograms: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" histogram"))
+    use prometheus_parse::Value;
+    let samples = triton_metrics::scrape(text);
+    let histograms: Vec<&str> = samples
+        .iter()
+        .filter(|s| matches!(s.value, Value::Histogram(_)))
+        .map(|s| s.metric.as_str())
         .collect();
+    // A histogram's `_count` and `_sum` come as untyped series: its own line says both.
+    let of_histogram = |name: &str| {
+        histograms.iter().any(|h| {
+            name.strip_prefix(*h)
+                .is_some_and(|rest| ["_count", "_sum"].contains(&rest))
+        })
+    };
     let mut by_metric: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    // (histogram, labels without le) -> (le, cumulative count) in exposition order.
-    let mut buckets: BTreeMap<(&str, String), Vec<(f64, f64)>> = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("triton_stress_worker_"))
+    for s in samples
+        .iter()
+        .filter(|s| s.metric.starts_with("triton_stress_worker_") && !of_histogram(&s.metric))
     {
-        let name = line.split(['{', ' ']).next().unwrap_or(line);
-        let histogram = histograms.iter().find(|h| {
-            name.strip_prefix(**h)
-                .is_some_and(|rest| ["_bucket", "_count", "_sum"].contains(&rest))
-        });
-        match histogram {
-            None => by_metric.entry(name).or_default().push(line.to_string()),
-            Some(h) => {
-                if let Some((labels, le, value)) = bucket_sample(line) {
-                    buckets.entry((h, labels)).or_default().push((le, value));
-                }
-            }
-        }
-    }
-    for ((histogram, labels), cumulative) in buckets {
-        let count = cumulative.last().map_or(0.0, |b| b.1);
-        let show = |q| match quantile(q, &cumulative) {
-            Some(s) => format!("{:.3}ms", s * 1000.0),
-            None => "-".into(),
+        let series = match s.labels.is_empty() {
+            true => s.metric.clone(),
+            false => format!("{}{{{}}}", s.metric, s.labels),
         };
-        by_metric.entry(histogram).or_default().push(format!(
-            "{histogram}{{{labels}}} count={count} p50={} p99={}",
-            show(0.5),
-            show(0.99)
-        ));
+        let line = match &s.value {
+            Value::Histogram(buckets) => {
+                let cumulative: Vec<(f64, f64)> =
+                    buckets.iter().map(|b| (b.less_than, b.count)).collect();
+                let count = cumulative.last().map_or(0.0, |b| b.1);
+                let show = |q| match quantile(q, &cumulative) {
+                    Some(s) => format!("{:.3}ms", s * 1000.0),
+                    None => "-".into(),
+                };
+                format!(
+                    "{series} count={count} p50={} p99={}",
+                    show(0.5),
+                    show(0.99)
+                )
+            }
+            value => match triton_metrics::number(value) {
+                Some(v) => format!("{series} {v}"),
+                None => continue,
+            },
+        };
+        by_metric.entry(&s.metric).or_default().push(line);
     }
     let mut out = String::new();
-    for (_, lines) in by_metric {
+    for (_, mut lines) in by_metric {
+        // The parser hands histograms over in no set order.
+        lines.sort();
         for l in lines {
             out.push_str(&l);
             out.push('\n');
         }
     }
     out
-}
-
-/// A `_bucket` sample: its labels without `le`, its `le` and its cumulative count.
-fn bucket_sample(line: &str) -> Option<(String, f64, f64)> {
-    let (series, value) = line.rsplit_once(' ')?;
-    let labels = series.strip_suffix('}')?.split_once("_bucket{")?.1;
-    let mut le = None;
-    let mut rest = Vec::new();
-    for label in labels.split(',') {
-        match label.strip_prefix("le=") {
-            Some(v) => le = Some(v.trim_matches('"')),
-            None => rest.push(label),
-        }
-    }
-    let le = match le? {
-        "+Inf" => f64::INFINITY,
-        v => v.parse().ok()?,
-    };
-    Some((rest.join(","), le, value.parse().ok()?))
 }
 
 /// The `q` quantile of cumulative buckets (upper bound, count), as Prometheus'
