@@ -222,90 +222,20 @@ fn parse_yaml<T: serde::de::DeserializeOwned>(
     matrix_version: bool,
     check: impl FnOnce(&mut T) -> Vec<validate::Issue>,
 ) -> Result<T, MatrixError> {
-    let diag = |position: Option<Position>, path: &FieldPath, message: String| Diagnostic {
-        file: file_name.to_string(),
-        position,
-        path: path.to_string(),
-        message,
-    };
-
     // Pass 1: positions, duplicate keys, and the version before anything that depends on it.
     let scanned = SourceMap::scan(text);
     if let Ok((map, duplicates)) = &scanned {
-        if !duplicates.is_empty() {
-            return Err(MatrixError::Invalid(
-                duplicates
-                    .iter()
-                    .map(|d| {
-                        let first = d
-                            .first
-                            .map(|p| format!(" (first at {p})"))
-                            .unwrap_or_default();
-                        let name = match d.path.0.last() {
-                            Some(PathSeg::Key(k)) => k.as_str(),
-                            _ => "",
-                        };
-                        diag(d.at, &d.path, format!("duplicate key {name:?}{first}"))
-                    })
-                    .collect(),
-            ));
-        }
-        let version = FieldPath::root().key("version");
-        if matrix_version
-            && let Some(v) = map.scalar(&version)
-            && let Ok(n) = v.parse::<u64>()
-            && n != u64::from(MATRIX_VERSION)
-        {
-            return Err(MatrixError::Invalid(vec![diag(
-                map.locate(&version, Anchor::Value),
-                &version,
-                format!(
-                    "unsupported matrix version {n} (this driver reads version {MATRIX_VERSION})"
-                ),
-            )]));
-        }
+        check_scan(map, duplicates, file_name, matrix_version)?;
     }
 
     // Pass 2: the typed, strict deserialisation.
-    let mut error_path = None;
-    let typed: Result<T, _> = serde_saphyr::with_deserializer_from_str(text, |de| {
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            error_path = Some(field_path(e.path()));
-            e.into_inner()
-        })
-    });
-    let mut document = match typed {
-        Ok(m) => m,
-        Err(e) => {
-            let path = error_path.unwrap_or_default();
-            let located = |anchor| {
-                let (map, _) = scanned.as_ref().ok()?;
-                map.locate(&path, anchor)
-            };
-            let missing_field = matches!(
-                e.without_snippet(),
-                serde_saphyr::Error::SerdeMissingField { .. }
-            );
-            // A missing field is reported at the key of the mapping that lacks it.
-            let position = if missing_field && !path.0.is_empty() {
-                located(Anchor::Key)
-            } else {
-                None
-            }
-            .or_else(|| e.location().as_ref().and_then(source::position))
-            .or_else(|| located(Anchor::Value));
-            return Err(MatrixError::Invalid(vec![diag(
-                position,
-                &path,
-                deserialize_message(&e, text),
-            )]));
-        }
-    };
+    let mut document = deserialize_strict(text, file_name, &scanned)?;
     let map = match scanned {
         Ok((map, _)) => map,
         Err(e) => {
             let position = e.location().as_ref().and_then(source::position);
-            return Err(MatrixError::Invalid(vec![diag(
+            return Err(MatrixError::Invalid(vec![diagnostic(
+                file_name,
                 position,
                 &FieldPath::root(),
                 deserialize_message(&e, text),
@@ -314,7 +244,126 @@ fn parse_yaml<T: serde::de::DeserializeOwned>(
     };
 
     // Pass 3: the semantic rules, all of them.
-    let mut diagnostics: Vec<Diagnostic> = check(&mut document)
+    let mut diagnostics = locate_issues(check(&mut document), &map, file_name);
+    if diagnostics.is_empty() {
+        Ok(document)
+    } else {
+        diagnostics.sort_by_key(|d| d.position);
+        Err(MatrixError::Invalid(diagnostics))
+    }
+}
+
+/// A diagnostic about `path` of the file diagnostics call `file_name`.
+fn diagnostic(
+    file_name: &str,
+    position: Option<Position>,
+    path: &FieldPath,
+    message: String,
+) -> Diagnostic {
+    Diagnostic {
+        file: file_name.to_string(),
+        position,
+        path: path.to_string(),
+        message,
+    }
+}
+
+/// [`parse_yaml`]'s pass 1 on a scanned text: every duplicate key, else (for a matrix) an
+/// unsupported version, which would make the rest of the file read wrongly.
+fn check_scan(
+    map: &SourceMap,
+    duplicates: &[source::Duplicate],
+    file_name: &str,
+    matrix_version: bool,
+) -> Result<(), MatrixError> {
+    if !duplicates.is_empty() {
+        return Err(MatrixError::Invalid(
+            duplicates
+                .iter()
+                .map(|d| {
+                    let first = d
+                        .first
+                        .map(|p| format!(" (first at {p})"))
+                        .unwrap_or_default();
+                    let name = match d.path.0.last() {
+                        Some(PathSeg::Key(k)) => k.as_str(),
+                        _ => "",
+                    };
+                    diagnostic(
+                        file_name,
+                        d.at,
+                        &d.path,
+                        format!("duplicate key {name:?}{first}"),
+                    )
+                })
+                .collect(),
+        ));
+    }
+    let version = FieldPath::root().key("version");
+    if matrix_version
+        && let Some(v) = map.scalar(&version)
+        && let Ok(n) = v.parse::<u64>()
+        && n != u64::from(MATRIX_VERSION)
+    {
+        return Err(MatrixError::Invalid(vec![diagnostic(
+            file_name,
+            map.locate(&version, Anchor::Value),
+            &version,
+            format!("unsupported matrix version {n} (this driver reads version {MATRIX_VERSION})"),
+        )]));
+    }
+    Ok(())
+}
+
+/// [`parse_yaml`]'s pass 2: the typed, strict deserialisation of `text`, whose first error is
+/// reported alone, located with the scan of pass 1 where it succeeded.
+fn deserialize_strict<T: serde::de::DeserializeOwned>(
+    text: &str,
+    file_name: &str,
+    scanned: &Result<(SourceMap, Vec<source::Duplicate>), serde_saphyr::Error>,
+) -> Result<T, MatrixError> {
+    let mut error_path = None;
+    let typed: Result<T, _> = serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            error_path = Some(field_path(e.path()));
+            e.into_inner()
+        })
+    });
+    typed.map_err(|e| {
+        let path = error_path.unwrap_or_default();
+        let located = |anchor| {
+            let (map, _) = scanned.as_ref().ok()?;
+            map.locate(&path, anchor)
+        };
+        let missing_field = matches!(
+            e.without_snippet(),
+            serde_saphyr::Error::SerdeMissingField { .. }
+        );
+        // A missing field is reported at the key of the mapping that lacks it.
+        let position = if missing_field && !path.0.is_empty() {
+            located(Anchor::Key)
+        } else {
+            None
+        }
+        .or_else(|| e.location().as_ref().and_then(source::position))
+        .or_else(|| located(Anchor::Value));
+        MatrixError::Invalid(vec![diagnostic(
+            file_name,
+            position,
+            &path,
+            deserialize_message(&e, text),
+        )])
+    })
+}
+
+/// [`parse_yaml`]'s pass 3: `check`'s issues as diagnostics located in the text, each naming
+/// where its `also` place is.
+fn locate_issues(
+    issues: Vec<validate::Issue>,
+    map: &SourceMap,
+    file_name: &str,
+) -> Vec<Diagnostic> {
+    issues
         .into_iter()
         .map(|issue| {
             let mut message = issue.message;
@@ -325,15 +374,14 @@ fn parse_yaml<T: serde::de::DeserializeOwned>(
                 }
                 message.push(')');
             }
-            diag(map.locate(&issue.path, issue.anchor), &issue.path, message)
+            diagnostic(
+                file_name,
+                map.locate(&issue.path, issue.anchor),
+                &issue.path,
+                message,
+            )
         })
-        .collect();
-    if diagnostics.is_empty() {
-        Ok(document)
-    } else {
-        diagnostics.sort_by_key(|d| d.position);
-        Err(MatrixError::Invalid(diagnostics))
-    }
+        .collect()
 }
 
 impl Matrix {

@@ -8,7 +8,8 @@
 use prost::Message as _;
 use prost_reflect::text_format::{FormatOptions, ParseError};
 use prost_reflect::{
-    DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, Value,
+    DescriptorPool, DynamicMessage, EnumDescriptor, FieldDescriptor, Kind, MapKey,
+    MessageDescriptor, Value,
 };
 use std::sync::OnceLock;
 
@@ -426,7 +427,7 @@ impl ConfigPath {
         // A list or map named without a subscript, which nothing can follow.
         let mut unsubscripted: Option<String> = None;
         for part in split_outside_brackets(text) {
-            let (name, mut brackets) = match part.find('[') {
+            let (name, brackets) = match part.find('[') {
                 Some(i) => (&part[..i], &part[i..]),
                 None => (part, ""),
             };
@@ -443,77 +444,19 @@ impl ConfigPath {
                     },
                 });
             };
-            if name.is_empty() {
-                return Err(ConfigPathError::EmptyName { path: path() });
-            }
-            let field =
-                within
-                    .get_field_by_name(name)
-                    .ok_or_else(|| ConfigPathError::NoSuchField {
-                        path: path(),
-                        message: within.name().to_string(),
-                        field: name.to_string(),
-                        fields: field_names(&within),
-                    })?;
-            let mut element_kind = if field.is_map() {
+            let field = named_field(&within, name, text)?;
+            steps.push(Step::Field(field.clone()));
+            let subscripted = push_subscripts(&field, name, brackets, text, &mut steps)?;
+            let element_kind = if (field.is_map() || field.is_list()) && !subscripted {
+                // A whole list is set at once (a whole map is not a value a sweep sets, its
+                // entries are): nothing goes below it.
+                unsubscripted = Some(name.to_string());
                 None
+            } else if field.is_map() {
+                Some(map_value(&field).kind())
             } else {
                 Some(field.kind())
             };
-            steps.push(Step::Field(field.clone()));
-            let mut subscripted = false;
-            while let Some(rest) = brackets.strip_prefix('[') {
-                let (inside, after) = rest
-                    .split_once(']')
-                    .ok_or_else(|| ConfigPathError::UnclosedSubscript { path: path() })?;
-                if subscripted {
-                    return Err(ConfigPathError::TwoSubscripts {
-                        path: path(),
-                        field: name.to_string(),
-                    });
-                }
-                subscripted = true;
-                if field.is_list() {
-                    let index =
-                        inside
-                            .parse::<usize>()
-                            .map_err(|_| ConfigPathError::NotAnIndex {
-                                path: path(),
-                                field: name.to_string(),
-                                subscript: inside.to_string(),
-                            })?;
-                    steps.push(Step::Index(index));
-                } else if field.is_map() {
-                    let key = inside.trim_matches('"');
-                    if key.is_empty() {
-                        return Err(ConfigPathError::NoKey {
-                            path: path(),
-                            field: name.to_string(),
-                        });
-                    }
-                    steps.push(Step::Key(key.to_string()));
-                    element_kind = Some(map_value(&field).kind());
-                } else {
-                    return Err(ConfigPathError::NotSubscriptable {
-                        path: path(),
-                        field: name.to_string(),
-                    });
-                }
-                brackets = after;
-            }
-            if !brackets.is_empty() {
-                return Err(ConfigPathError::AfterSubscript {
-                    path: path(),
-                    field: name.to_string(),
-                    rest: brackets.to_string(),
-                });
-            }
-            if (field.is_map() || field.is_list()) && !subscripted {
-                // A whole list is set at once (a whole map is not a value a sweep sets, its
-                // entries are): nothing goes below it.
-                element_kind = None;
-                unsubscripted = Some(name.to_string());
-            }
             if let Some(Kind::Message(m)) = element_kind {
                 message = Some(m);
             }
@@ -589,6 +532,85 @@ impl ConfigPath {
         let converted = self.value_of(value)?;
         set_in(config, &self.steps, converted, self)
     }
+}
+
+/// The field `name` of `within`, for [`ConfigPath::parse`] of `path`.
+fn named_field(
+    within: &MessageDescriptor,
+    name: &str,
+    path: &str,
+) -> Result<FieldDescriptor, ConfigPathError> {
+    if name.is_empty() {
+        return Err(ConfigPathError::EmptyName {
+            path: path.to_string(),
+        });
+    }
+    within
+        .get_field_by_name(name)
+        .ok_or_else(|| ConfigPathError::NoSuchField {
+            path: path.to_string(),
+            message: within.name().to_string(),
+            field: name.to_string(),
+            fields: field_names(within),
+        })
+}
+
+/// Pushes the step of `brackets`, the subscript that follows field `name` in `path` (`[0]` of a
+/// list, `[KEY]` of a map, or nothing), onto `steps`; whether there was one.
+fn push_subscripts(
+    field: &FieldDescriptor,
+    name: &str,
+    mut brackets: &str,
+    path: &str,
+    steps: &mut Vec<Step>,
+) -> Result<bool, ConfigPathError> {
+    let path = || path.to_string();
+    let mut subscripted = false;
+    while let Some(rest) = brackets.strip_prefix('[') {
+        let (inside, after) = rest
+            .split_once(']')
+            .ok_or_else(|| ConfigPathError::UnclosedSubscript { path: path() })?;
+        if subscripted {
+            return Err(ConfigPathError::TwoSubscripts {
+                path: path(),
+                field: name.to_string(),
+            });
+        }
+        subscripted = true;
+        if field.is_list() {
+            let index = inside
+                .parse::<usize>()
+                .map_err(|_| ConfigPathError::NotAnIndex {
+                    path: path(),
+                    field: name.to_string(),
+                    subscript: inside.to_string(),
+                })?;
+            steps.push(Step::Index(index));
+        } else if field.is_map() {
+            let key = inside.trim_matches('"');
+            if key.is_empty() {
+                return Err(ConfigPathError::NoKey {
+                    path: path(),
+                    field: name.to_string(),
+                });
+            }
+            steps.push(Step::Key(key.to_string()));
+        } else {
+            return Err(ConfigPathError::NotSubscriptable {
+                path: path(),
+                field: name.to_string(),
+            });
+        }
+        brackets = after;
+    }
+    if !brackets.is_empty() {
+        return Err(ConfigPathError::AfterSubscript {
+            path: path(),
+            field: name.to_string(),
+            rest: brackets.to_string(),
+        });
+    }
+    Ok(subscripted)
 }
 
 fn set_in(
@@ -696,44 +718,18 @@ fn convert(
     path: &ConfigPath,
 ) -> Result<Value, ConfigValueError> {
     use serde_json::Value as J;
-    let path = || path.to_string();
-    let found = || value.clone();
-    let wide = matches!(
-        kind,
-        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 | Kind::Uint64 | Kind::Fixed64
-    );
-    let int = |min: i128, max: i128| -> Result<i128, ConfigValueError> {
-        let n = match value {
-            J::Number(n) => n.as_i64().map(i128::from).or(n.as_u64().map(i128::from)),
-            // Protobuf's JSON writes 64-bit integers as strings.
-            J::String(s) if wide => s.parse::<i128>().ok(),
-            _ => None,
-        };
-        match n {
-            Some(n) if (min..=max).contains(&n) => Ok(n),
-            Some(n) => Err(ConfigValueError::IntegerOutOfRange {
-                path: path(),
-                min,
-                max,
-                found: n,
-            }),
-            None => Err(ConfigValueError::NotAnInteger {
-                path: path(),
-                value: found(),
-            }),
-        }
-    };
+    let int = |min: i128, max: i128| integer(kind, value, path, min, max);
     let not_a_string = || ConfigValueError::NotAString {
-        path: path(),
-        value: found(),
+        path: path.to_string(),
+        value: value.clone(),
     };
     Ok(match kind {
         Kind::Bool => match value {
             J::Bool(b) => Value::Bool(*b),
             _ => {
                 return Err(ConfigValueError::NotABool {
-                    path: path(),
-                    value: found(),
+                    path: path.to_string(),
+                    value: value.clone(),
                 });
             }
         },
@@ -750,8 +746,8 @@ fn convert(
             Some(f) => Value::F64(f),
             None => {
                 return Err(ConfigValueError::NotANumber {
-                    path: path(),
-                    value: found(),
+                    path: path.to_string(),
+                    value: value.clone(),
                 });
             }
         },
@@ -763,53 +759,101 @@ fn convert(
             J::String(s) => Value::Bytes(s.clone().into_bytes().into()),
             _ => return Err(not_a_string()),
         },
-        Kind::Enum(e) => {
-            let number = match value {
-                J::String(s) => e.get_value_by_name(s),
-                J::Number(n) => n
-                    .as_i64()
-                    .and_then(|n| i32::try_from(n).ok())
-                    .and_then(|n| e.get_value(n)),
-                _ => None,
-            };
-            match number {
-                Some(v) => Value::EnumNumber(v.number()),
-                None => {
-                    return Err(ConfigValueError::NotAnEnumValue {
-                        path: path(),
-                        names: e.values().map(|v| v.name().to_string()).collect(),
-                        value: found(),
-                    });
+        Kind::Enum(e) => convert_enum(e, value, path)?,
+        Kind::Message(m) => convert_message(m, value, path)?,
+    })
+}
+
+/// A matrix value as an integer from `min` to `max` for a field of integer kind `kind`.
+fn integer(
+    kind: &Kind,
+    value: &serde_json::Value,
+    path: &ConfigPath,
+    min: i128,
+    max: i128,
+) -> Result<i128, ConfigValueError> {
+    use serde_json::Value as J;
+    let wide = matches!(
+        kind,
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 | Kind::Uint64 | Kind::Fixed64
+    );
+    let n = match value {
+        J::Number(n) => n.as_i64().map(i128::from).or(n.as_u64().map(i128::from)),
+        // Protobuf's JSON writes 64-bit integers as strings.
+        J::String(s) if wide => s.parse::<i128>().ok(),
+        _ => None,
+    };
+    match n {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        Some(n) => Err(ConfigValueError::IntegerOutOfRange {
+            path: path.to_string(),
+            min,
+            max,
+            found: n,
+        }),
+        None => Err(ConfigValueError::NotAnInteger {
+            path: path.to_string(),
+            value: value.clone(),
+        }),
+    }
+}
+
+/// A matrix value as a value of enum `e`: one of its names, or its number.
+fn convert_enum(
+    e: &EnumDescriptor,
+    value: &serde_json::Value,
+    path: &ConfigPath,
+) -> Result<Value, ConfigValueError> {
+    use serde_json::Value as J;
+    let number = match value {
+        J::String(s) => e.get_value_by_name(s),
+        J::Number(n) => n
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .and_then(|n| e.get_value(n)),
+        _ => None,
+    };
+    match number {
+        Some(v) => Ok(Value::EnumNumber(v.number())),
+        None => Err(ConfigValueError::NotAnEnumValue {
+            path: path.to_string(),
+            names: e.values().map(|v| v.name().to_string()).collect(),
+            value: value.clone(),
+        }),
+    }
+}
+
+/// A matrix value as a message of type `m`: a mapping in protobuf's JSON form, or text format.
+fn convert_message(
+    m: &MessageDescriptor,
+    value: &serde_json::Value,
+    path: &ConfigPath,
+) -> Result<Value, ConfigValueError> {
+    use serde_json::Value as J;
+    Ok(match value {
+        // A message as a mapping, in protobuf's JSON form (field names as in the .proto).
+        J::Object(_) => Value::Message(
+            DynamicMessage::deserialize(m.clone(), value.clone()).map_err(|source| {
+                ConfigValueError::Message {
+                    path: path.to_string(),
+                    source,
                 }
-            }
+            })?,
+        ),
+        // Or in text format, as config.pbtxt writes it.
+        J::String(s) => Value::Message(DynamicMessage::parse_text_format(m.clone(), s).map_err(
+            |source| ConfigValueError::MessageText {
+                path: path.to_string(),
+                source,
+            },
+        )?),
+        _ => {
+            return Err(ConfigValueError::NotAMapping {
+                path: path.to_string(),
+                message: m.name().to_string(),
+                value: value.clone(),
+            });
         }
-        Kind::Message(m) => match value {
-            // A message as a mapping, in protobuf's JSON form (field names as in the .proto).
-            J::Object(_) => Value::Message(
-                DynamicMessage::deserialize(m.clone(), value.clone()).map_err(|source| {
-                    ConfigValueError::Message {
-                        path: path(),
-                        source,
-                    }
-                })?,
-            ),
-            // Or in text format, as config.pbtxt writes it.
-            J::String(s) => {
-                Value::Message(DynamicMessage::parse_text_format(m.clone(), s).map_err(
-                    |source| ConfigValueError::MessageText {
-                        path: path(),
-                        source,
-                    },
-                )?)
-            }
-            _ => {
-                return Err(ConfigValueError::NotAMapping {
-                    path: path(),
-                    message: m.name().to_string(),
-                    value: found(),
-                });
-            }
-        },
     })
 }
 

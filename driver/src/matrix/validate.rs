@@ -15,8 +15,9 @@ use stress_common::schedule::RequestIntervals;
 
 use super::source::{Anchor, FieldPath};
 use super::types::{
-    Artifact, ClientTemplate, Endpoint, LoadMode, MATRIX_VERSION, Matrix, ModelImage, Protocol,
-    Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume, TraceMode, TraceSettings,
+    Artifact, ClientGroup, ClientTemplate, Endpoint, LoadMode, MATRIX_VERSION, Matrix, ModelImage,
+    Protocol, RegressionSettings, ReportSettings, Resources, RunMode, ServerGroup, ServerTemplate,
+    ServerVolume, TraceMode, TraceSettings,
 };
 use super::types::{LAUNCHER_VOLUMES, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME, PrometheusSource};
 
@@ -727,8 +728,34 @@ impl Checker {
     }
 
     fn bounds(&mut self, m: &Matrix) {
-        let root = FieldPath::root();
-        let run = root.key("run");
+        self.run_bounds(m);
+        for (name, t) in &m.server_templates {
+            let path = FieldPath::root().key("server_templates").key(name.clone());
+            self.server_template_bounds(path, t);
+        }
+        for (name, t) in &m.client_templates {
+            let path = FieldPath::root().key("client_templates").key(name.clone());
+            self.client_template_bounds(path, t);
+        }
+        self.member_bounds(m);
+        if let Some(cap) = &m.capacity {
+            self.capacity_bounds(FieldPath::root().key("capacity"), cap);
+        }
+        for (name, g) in &m.client_groups {
+            for (i, rule) in g.slo.iter().enumerate() {
+                let path = FieldPath::root()
+                    .key("client_groups")
+                    .key(name.clone())
+                    .key("slo")
+                    .index(i);
+                self.duration_within(path.key("delay"), rule.delay, Duration::ZERO, MAX_DURATION);
+            }
+        }
+    }
+
+    /// The bounds of `run:`: its durations, fail-fast limits and SLO delays.
+    fn run_bounds(&mut self, m: &Matrix) {
+        let run = FieldPath::root().key("run");
         let zero = Duration::ZERO;
         self.duration_within(run.key("duration"), m.run.duration, zero, MAX_DURATION);
         self.duration_within(
@@ -772,91 +799,96 @@ impl Checker {
                 MAX_DURATION,
             );
         }
+    }
 
-        for (name, t) in &m.server_templates {
-            let path = root.key("server_templates").key(name.clone());
-            self.args_bounded(path.key("args"), &t.args);
-            for (i, v) in t.volumes.iter().enumerate() {
-                if let Some(host) = &v.host_path
-                    && is_protected_host_path(host)
-                    && (!v.read_only || host.trim_end_matches('/').is_empty())
-                {
-                    self.push(
-                        path.key("volumes").index(i).key("host_path"),
-                        Anchor::Value,
-                        format!(
-                            "host path {host:?} is the node's own (its root or a system directory); \
-                             mount a directory made for the models, read-only where it can be"
-                        ),
-                    );
-                }
-            }
-            if let Some(trace) = &t.trace {
-                let tpath = path.key("trace");
-                let max = u64::from(MAX_TRACE_SETTING);
-                self.count_at_most(tpath.key("rate"), trace.rate.into(), max, "(one in N)");
-                if let Some(n) = trace.count {
-                    self.count_at_most(tpath.key("count"), n.into(), max, "traces");
-                }
-                if let Some(n) = trace.log_frequency {
-                    self.count_at_most(tpath.key("log_frequency"), n.into(), max, "traces");
-                }
+    /// The bounds of a server template at `path`: its arguments, host paths and trace settings.
+    fn server_template_bounds(&mut self, path: FieldPath, t: &ServerTemplate) {
+        self.args_bounded(path.key("args"), &t.args);
+        for (i, v) in t.volumes.iter().enumerate() {
+            if let Some(host) = &v.host_path
+                && is_protected_host_path(host)
+                && (!v.read_only || host.trim_end_matches('/').is_empty())
+            {
+                self.push(
+                    path.key("volumes").index(i).key("host_path"),
+                    Anchor::Value,
+                    format!(
+                        "host path {host:?} is the node's own (its root or a system directory); \
+                         mount a directory made for the models, read-only where it can be"
+                    ),
+                );
             }
         }
-        for (name, t) in &m.client_templates {
-            let path = root.key("client_templates").key(name.clone());
+        if let Some(trace) = &t.trace {
+            let tpath = path.key("trace");
+            let max = u64::from(MAX_TRACE_SETTING);
+            self.count_at_most(tpath.key("rate"), trace.rate.into(), max, "(one in N)");
+            if let Some(n) = trace.count {
+                self.count_at_most(tpath.key("count"), n.into(), max, "traces");
+            }
+            if let Some(n) = trace.log_frequency {
+                self.count_at_most(tpath.key("log_frequency"), n.into(), max, "traces");
+            }
+        }
+    }
+
+    /// The bounds of a client template at `path`: its load, weights, batch sizes and
+    /// arguments.
+    fn client_template_bounds(&mut self, path: FieldPath, t: &ClientTemplate) {
+        self.count_at_most(
+            path.key("concurrency"),
+            t.concurrency.into(),
+            MAX_CONCURRENCY.into(),
+            "streams",
+        );
+        if let Some(load) = &t.load {
+            let field = match load {
+                LoadMode::Rate(_) | LoadMode::Poisson(_) => "rate",
+                LoadMode::Concurrency(_) => "concurrency",
+                LoadMode::Intervals(_) => "request_intervals",
+            };
+            let checked = match load {
+                LoadMode::Intervals(file) => RequestIntervals::read(file)
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                other => other.check().map_err(|e| e.to_string()),
+            };
+            if let Err(e) = checked {
+                self.push(path.key("load").key(field), Anchor::Value, e);
+            }
+        }
+        for (scenario, weight) in t.scenarios.iter().flatten() {
             self.count_at_most(
-                path.key("concurrency"),
-                t.concurrency.into(),
-                MAX_CONCURRENCY.into(),
-                "streams",
+                path.key("scenarios").key(scenario.clone()),
+                (*weight).into(),
+                MAX_WEIGHT.into(),
+                "(weight)",
             );
-            if let Some(load) = &t.load {
-                let field = match load {
-                    LoadMode::Rate(_) | LoadMode::Poisson(_) => "rate",
-                    LoadMode::Concurrency(_) => "concurrency",
-                    LoadMode::Intervals(_) => "request_intervals",
-                };
-                let checked = match load {
-                    LoadMode::Intervals(file) => RequestIntervals::read(file)
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                    other => other.check().map_err(|e| e.to_string()),
-                };
-                if let Err(e) = checked {
-                    self.push(path.key("load").key(field), Anchor::Value, e);
-                }
-            }
-            for (scenario, weight) in t.scenarios.iter().flatten() {
-                self.count_at_most(
-                    path.key("scenarios").key(scenario.clone()),
-                    (*weight).into(),
-                    MAX_WEIGHT.into(),
-                    "(weight)",
-                );
-            }
-            for (i, model) in t.models.iter().enumerate() {
-                let mpath = path.key("models").index(i);
-                self.count_at_most(
-                    mpath.key("weight"),
-                    model.weight.into(),
-                    MAX_WEIGHT.into(),
-                    "(weight)",
-                );
-                if let Some(b) = model.batch_size {
-                    self.count_at_most(
-                        mpath.key("batch_size"),
-                        b.into(),
-                        MAX_BATCH_SIZE.into(),
-                        "(batch size)",
-                    );
-                }
-            }
-            self.args_bounded(path.key("extra_args"), &t.extra_args);
-            self.reserved_worker_flags(path.key("extra_args"), &t.extra_args);
         }
+        for (i, model) in t.models.iter().enumerate() {
+            let mpath = path.key("models").index(i);
+            self.count_at_most(
+                mpath.key("weight"),
+                model.weight.into(),
+                MAX_WEIGHT.into(),
+                "(weight)",
+            );
+            if let Some(b) = model.batch_size {
+                self.count_at_most(
+                    mpath.key("batch_size"),
+                    b.into(),
+                    MAX_BATCH_SIZE.into(),
+                    "(batch size)",
+                );
+            }
+        }
+        self.args_bounded(path.key("extra_args"), &t.extra_args);
+        self.reserved_worker_flags(path.key("extra_args"), &t.extra_args);
+    }
 
-        // Members in all, summed without overflow: checked before anything expands them.
+    /// Members in all, summed without overflow: checked before anything expands them.
+    fn member_bounds(&mut self, m: &Matrix) {
+        let root = FieldPath::root();
         let mut members: u64 = 0;
         let issues_before = self.issues.len();
         for (name, g) in &m.server_groups {
@@ -887,66 +919,57 @@ impl Checker {
                 format!("{members} members (servers and clients) in all is more than the {MAX_MEMBERS} a run takes"),
             );
         }
+    }
 
-        if let Some(cap) = &m.capacity {
-            let path = root.key("capacity");
-            self.duration_within(path.key("target_p99"), cap.target_p99, zero, MAX_WAIT);
+    /// The bounds of `capacity:` (at `path`): its durations, concurrencies and check counts.
+    fn capacity_bounds(&mut self, path: FieldPath, cap: &super::types::CapacitySettings) {
+        let zero = Duration::ZERO;
+        self.duration_within(path.key("target_p99"), cap.target_p99, zero, MAX_WAIT);
+        self.duration_within(
+            path.key("check_interval"),
+            cap.check_interval,
+            MIN_POLL_INTERVAL,
+            MAX_WAIT,
+        );
+        let group = u64::from(MAX_GROUP_CONCURRENCY);
+        self.count_at_most(
+            path.key("max_concurrency"),
+            cap.max_concurrency.into(),
+            group,
+            "(concurrency)",
+        );
+        if let Some(n) = cap.min_concurrency {
+            self.count_at_most(
+                path.key("min_concurrency"),
+                n.into(),
+                group,
+                "(concurrency)",
+            );
+        }
+        self.count_at_most(
+            path.key("increase_step"),
+            cap.increase_step.into(),
+            group,
+            "(concurrency)",
+        );
+        let checks = u64::from(MAX_CHECKS);
+        for (field, value) in [
+            ("settle_periods", cap.settle_periods),
+            ("stable_checks", cap.stable_checks),
+            ("max_decreases", cap.max_decreases),
+        ] {
+            self.count_at_most(path.key(field), value.into(), checks, "checks");
+        }
+        if let Some(spike) = &cap.spike {
+            // (target_rps is checked with the spike: 1 to 10,000,000.)
+            let spath = path.key("spike");
+            self.duration_within(spath.key("duration"), spike.duration, zero, MAX_WAIT);
             self.duration_within(
-                path.key("check_interval"),
-                cap.check_interval,
-                MIN_POLL_INTERVAL,
+                spath.key("recovery_timeout"),
+                spike.recovery_timeout,
+                zero,
                 MAX_WAIT,
             );
-            let group = u64::from(MAX_GROUP_CONCURRENCY);
-            self.count_at_most(
-                path.key("max_concurrency"),
-                cap.max_concurrency.into(),
-                group,
-                "(concurrency)",
-            );
-            if let Some(n) = cap.min_concurrency {
-                self.count_at_most(
-                    path.key("min_concurrency"),
-                    n.into(),
-                    group,
-                    "(concurrency)",
-                );
-            }
-            self.count_at_most(
-                path.key("increase_step"),
-                cap.increase_step.into(),
-                group,
-                "(concurrency)",
-            );
-            let checks = u64::from(MAX_CHECKS);
-            for (field, value) in [
-                ("settle_periods", cap.settle_periods),
-                ("stable_checks", cap.stable_checks),
-                ("max_decreases", cap.max_decreases),
-            ] {
-                self.count_at_most(path.key(field), value.into(), checks, "checks");
-            }
-            if let Some(spike) = &cap.spike {
-                // (target_rps is checked with the spike: 1 to 10,000,000.)
-                let spath = path.key("spike");
-                self.duration_within(spath.key("duration"), spike.duration, zero, MAX_WAIT);
-                self.duration_within(
-                    spath.key("recovery_timeout"),
-                    spike.recovery_timeout,
-                    zero,
-                    MAX_WAIT,
-                );
-            }
-        }
-        for (name, g) in &m.client_groups {
-            for (i, rule) in g.slo.iter().enumerate() {
-                let path = root
-                    .key("client_groups")
-                    .key(name.clone())
-                    .key("slo")
-                    .index(i);
-                self.duration_within(path.key("delay"), rule.delay, zero, MAX_DURATION);
-            }
         }
     }
 
@@ -973,23 +996,19 @@ impl Checker {
 /// The rules of `faults:` (pure): names, targets, timing, kinds and their settings, and no two
 /// faults on one member at once. Whether the launcher can inject a kind is the run's check.
 fn check_faults(m: &Matrix) -> Vec<Issue> {
-    use super::faults::{FaultKind, default_seed, first_overlap, human, schedule};
     let mut issues = Vec::new();
-    let mut push = |path: FieldPath, anchor: Anchor, message: String| {
-        issues.push(Issue::at(path, anchor, message))
-    };
     let root = FieldPath::root().key("faults");
     if m.faults.is_empty() {
         return issues;
     }
     if m.run.mode != RunMode::Soak {
-        push(
+        issues.push(Issue::at(
             root.clone(),
             Anchor::Key,
             "faults are injected in soak mode only (a capacity search under injected faults \
              would measure the faults)"
                 .into(),
-        );
+        ));
     }
     let load = m.run.duration;
     let mut twice = Vec::new();
@@ -997,11 +1016,11 @@ fn check_faults(m: &Matrix) -> Vec<Issue> {
     for (i, f) in m.faults.iter().enumerate() {
         let path = root.index(i);
         if !is_dns_label(&f.name) {
-            push(
+            issues.push(Issue::at(
                 path.key("name"),
                 Anchor::Value,
                 format!("fault name {:?} is not a DNS-1123 label", f.name),
-            );
+            ));
         } else if let Some(first) = names.insert(f.name.as_str(), i) {
             twice.push(Issue {
                 path: path.key("name"),
@@ -1010,153 +1029,193 @@ fn check_faults(m: &Matrix) -> Vec<Issue> {
                 also: Some(root.index(first).key("name")),
             });
         }
-        match m.fault_target_members(&f.target) {
-            Ok(_) => {}
-            Err(why) => push(path.key("target"), Anchor::Value, why.to_string()),
+        if let Err(why) = m.fault_target_members(&f.target) {
+            issues.push(Issue::at(
+                path.key("target"),
+                Anchor::Value,
+                why.to_string(),
+            ));
         }
-        match (f.at, f.every) {
-            (Some(_), Some(_)) => push(
-                path.key("every"),
-                Anchor::Key,
-                "give `at` (once) or `every` (repeatedly), not both".into(),
-            ),
-            (None, None) => push(
-                path.clone(),
-                Anchor::Key,
-                "missing `at` (once, from the start of the load phase) or `every` (repeatedly)"
-                    .into(),
-            ),
-            (Some(at), None) if at >= load => push(
-                path.key("at"),
-                Anchor::Value,
-                format!(
-                    "the fault at {} comes after the run's end (run.duration {})",
-                    human(at),
-                    human(load)
-                ),
-            ),
-            (Some(at), None) if at + f.window() > load => push(
-                path.key("at"),
-                Anchor::Value,
-                format!(
-                    "the run ends ({}) before the fault's recovery can be judged (injected at {}, \
-                     lasting {}, recovery allowed {}): inject it earlier or run longer",
-                    human(load),
-                    human(at),
-                    human(f.duration.unwrap_or_default()),
-                    human(f.expect.recover_within)
-                ),
-            ),
-            (None, Some(every)) if every.is_zero() => push(
-                path.key("every"),
-                Anchor::Value,
-                "must be longer than zero".into(),
-            ),
-            (None, Some(every)) if every + f.window() > load => push(
-                path.key("every"),
-                Anchor::Value,
-                format!(
-                    "no injection fits the run: the first comes at {} and its recovery may take \
-                     until {}, after the run's end ({})",
-                    human(every),
-                    human(every + f.window()),
-                    human(load)
-                ),
-            ),
-            _ => {}
-        }
-        match (f.kind.lasts(), f.duration) {
-            (true, None) => push(
-                path.clone(),
-                Anchor::Key,
-                format!("missing `duration`: how long the {} lasts", f.kind.as_str()),
-            ),
-            (true, Some(d)) if d.is_zero() => push(
-                path.key("duration"),
-                Anchor::Value,
-                "must be longer than zero".into(),
-            ),
-            (false, Some(_)) => push(
-                path.key("duration"),
-                Anchor::Key,
-                format!(
-                    "a {} is an instant: it has no duration (its server's start-up is part of \
-                     the recovery)",
-                    f.kind.as_str()
-                ),
-            ),
-            _ => {}
-        }
-        match (&f.network, f.kind) {
-            (None, FaultKind::Network) => push(
-                path.clone(),
-                Anchor::Key,
-                "missing `network: {delay, jitter, loss}`: what the network does".into(),
-            ),
-            (Some(_), kind) if kind != FaultKind::Network => push(
-                path.key("network"),
-                Anchor::Key,
-                format!(
-                    "`network` is read only with kind: network, not {}",
-                    kind.as_str()
-                ),
-            ),
-            (Some(n), _) => {
-                if n.delay.is_none() && n.jitter.is_none() && n.loss.is_none() {
-                    push(
-                        path.key("network"),
-                        Anchor::Key,
-                        "give at least one of delay, jitter and loss".into(),
-                    );
-                }
-                if let Some(loss) = n.loss
-                    && !(loss > 0.0 && loss <= 1.0)
-                {
-                    push(
-                        path.key("network").key("loss"),
-                        Anchor::Value,
-                        format!(
-                            "must be a fraction above 0 and at most 1 (0.05 = 5%), found {loss}"
-                        ),
-                    );
-                }
-            }
-            _ => {}
-        }
+        fault_timing(&mut issues, &path, f, load);
+        fault_duration(&mut issues, &path, f);
+        fault_network(&mut issues, &path, f);
         if f.expect.recover_within.is_zero() {
-            push(
+            issues.push(Issue::at(
                 path.key("expect").key("recover_within"),
                 Anchor::Value,
                 "must be longer than zero".into(),
-            );
+            ));
         }
     }
     issues.extend(twice);
-    if issues.is_empty() {
-        let seed = m.run.seed.unwrap_or_else(|| default_seed(&m.run.name));
-        let plan = schedule(&m.faults, |t| m.fault_target_members(t).ok(), load, seed);
-        if let Some((later, earlier)) = first_overlap(&plan) {
-            let f = &m.faults[later.fault_index];
-            let field = if f.at.is_some() { "at" } else { "every" };
-            issues.push(Issue {
-                path: root.index(later.fault_index).key(field),
-                anchor: Anchor::Value,
-                message: format!(
-                    "{} at {} overlaps {} on {} (injected at {}, its recovery allowed until {}): \
-                     faults on one member must not overlap; space them further apart or lower \
-                     expect.recover_within",
-                    later.name,
-                    human(later.at),
-                    earlier.name,
-                    later.member,
-                    human(earlier.at),
-                    human(earlier.window_end())
-                ),
-                also: Some(root.index(earlier.fault_index).key("name")),
-            });
-        }
+    if issues.is_empty()
+        && let Some(overlap) = fault_overlap(m, &root, load)
+    {
+        issues.push(overlap);
     }
     issues
+}
+
+/// A fault's `at` or `every` (one of them), and whether an injection and its recovery fit
+/// in the load phase of `load`.
+fn fault_timing(
+    issues: &mut Vec<Issue>,
+    path: &FieldPath,
+    f: &super::faults::Fault,
+    load: Duration,
+) {
+    use super::faults::human;
+    let mut push = |path: FieldPath, anchor: Anchor, message: String| {
+        issues.push(Issue::at(path, anchor, message))
+    };
+    match (f.at, f.every) {
+        (Some(_), Some(_)) => push(
+            path.key("every"),
+            Anchor::Key,
+            "give `at` (once) or `every` (repeatedly), not both".into(),
+        ),
+        (None, None) => push(
+            path.clone(),
+            Anchor::Key,
+            "missing `at` (once, from the start of the load phase) or `every` (repeatedly)".into(),
+        ),
+        (Some(at), None) if at >= load => push(
+            path.key("at"),
+            Anchor::Value,
+            format!(
+                "the fault at {} comes after the run's end (run.duration {})",
+                human(at),
+                human(load)
+            ),
+        ),
+        (Some(at), None) if at + f.window() > load => push(
+            path.key("at"),
+            Anchor::Value,
+            format!(
+                "the run ends ({}) before the fault's recovery can be judged (injected at {}, \
+                 lasting {}, recovery allowed {}): inject it earlier or run longer",
+                human(load),
+                human(at),
+                human(f.duration.unwrap_or_default()),
+                human(f.expect.recover_within)
+            ),
+        ),
+        (None, Some(every)) if every.is_zero() => push(
+            path.key("every"),
+            Anchor::Value,
+            "must be longer than zero".into(),
+        ),
+        (None, Some(every)) if every + f.window() > load => push(
+            path.key("every"),
+            Anchor::Value,
+            format!(
+                "no injection fits the run: the first comes at {} and its recovery may take \
+                 until {}, after the run's end ({})",
+                human(every),
+                human(every + f.window()),
+                human(load)
+            ),
+        ),
+        _ => {}
+    }
+}
+
+/// A fault's `duration`: given (above zero) for a kind that lasts, absent for an instant.
+fn fault_duration(issues: &mut Vec<Issue>, path: &FieldPath, f: &super::faults::Fault) {
+    let mut push = |path: FieldPath, anchor: Anchor, message: String| {
+        issues.push(Issue::at(path, anchor, message))
+    };
+    match (f.kind.lasts(), f.duration) {
+        (true, None) => push(
+            path.clone(),
+            Anchor::Key,
+            format!("missing `duration`: how long the {} lasts", f.kind.as_str()),
+        ),
+        (true, Some(d)) if d.is_zero() => push(
+            path.key("duration"),
+            Anchor::Value,
+            "must be longer than zero".into(),
+        ),
+        (false, Some(_)) => push(
+            path.key("duration"),
+            Anchor::Key,
+            format!(
+                "a {} is an instant: it has no duration (its server's start-up is part of \
+                 the recovery)",
+                f.kind.as_str()
+            ),
+        ),
+        _ => {}
+    }
+}
+
+/// A fault's `network:` settings: present for (and only for) kind network, and sensible.
+fn fault_network(issues: &mut Vec<Issue>, path: &FieldPath, f: &super::faults::Fault) {
+    use super::faults::FaultKind;
+    let mut push = |path: FieldPath, anchor: Anchor, message: String| {
+        issues.push(Issue::at(path, anchor, message))
+    };
+    match (&f.network, f.kind) {
+        (None, FaultKind::Network) => push(
+            path.clone(),
+            Anchor::Key,
+            "missing `network: {delay, jitter, loss}`: what the network does".into(),
+        ),
+        (Some(_), kind) if kind != FaultKind::Network => push(
+            path.key("network"),
+            Anchor::Key,
+            format!(
+                "`network` is read only with kind: network, not {}",
+                kind.as_str()
+            ),
+        ),
+        (Some(n), _) => {
+            if n.delay.is_none() && n.jitter.is_none() && n.loss.is_none() {
+                push(
+                    path.key("network"),
+                    Anchor::Key,
+                    "give at least one of delay, jitter and loss".into(),
+                );
+            }
+            if let Some(loss) = n.loss
+                && !(loss > 0.0 && loss <= 1.0)
+            {
+                push(
+                    path.key("network").key("loss"),
+                    Anchor::Value,
+                    format!("must be a fraction above 0 and at most 1 (0.05 = 5%), found {loss}"),
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The first two injections of the faults' schedule that overlap on one member, for faults
+/// (at `root`) that are otherwise right.
+fn fault_overlap(m: &Matrix, root: &FieldPath, load: Duration) -> Option<Issue> {
+    use super::faults::{default_seed, first_overlap, human, schedule};
+    let seed = m.run.seed.unwrap_or_else(|| default_seed(&m.run.name));
+    let plan = schedule(&m.faults, |t| m.fault_target_members(t).ok(), load, seed);
+    let (later, earlier) = first_overlap(&plan)?;
+    let f = &m.faults[later.fault_index];
+    let field = if f.at.is_some() { "at" } else { "every" };
+    Some(Issue {
+        path: root.index(later.fault_index).key(field),
+        anchor: Anchor::Value,
+        message: format!(
+            "{} at {} overlaps {} on {} (injected at {}, its recovery allowed until {}): \
+             faults on one member must not overlap; space them further apart or lower \
+             expect.recover_within",
+            later.name,
+            human(later.at),
+            earlier.name,
+            later.member,
+            human(earlier.at),
+            human(earlier.window_end())
+        ),
+        also: Some(root.index(earlier.fault_index).key("name")),
+    })
 }
 
 /// The rules of known issues (in a matrix under `known_issues`, or a known-issues file at its
@@ -1245,152 +1304,217 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
     let mut c = Checker { issues: Vec::new() };
     let root = FieldPath::root();
     c.bounds(m);
-
-    if m.version != MATRIX_VERSION {
-        c.push(
-            root.key("version"),
-            Anchor::Value,
-            format!(
-                "unsupported matrix version {} (this driver reads version {MATRIX_VERSION})",
-                m.version
-            ),
-        );
+    c.version(m);
+    c.run(m);
+    c.templates(m);
+    c.server_groups(m);
+    c.client_groups(m);
+    c.issues.extend(check_known_issues(
+        root.key("known_issues"),
+        &m.known_issues,
+    ));
+    c.capacity(m);
+    c.issues.extend(check_faults(m));
+    c.issues.extend(check_compare(m));
+    c.issues.extend(check_sweep(m));
+    if let Some(r) = &m.regression {
+        c.regression(root.key("regression"), r);
     }
-
-    // run
-    let run = root.key("run");
-    c.label(run.key("name"), Anchor::Value, "run name", &m.run.name);
-    if let Some(ns) = &m.run.namespace {
-        c.label(run.key("namespace"), Anchor::Value, "namespace", ns);
+    if let Some(r) = &m.report {
+        c.report(root.key("report"), r);
     }
-    let human = |d: std::time::Duration| humantime::format_duration(d).to_string();
-    // (The poll interval's lower bound is checked with the bounds.)
-    for (field, value) in [
-        ("duration", m.run.duration),
-        ("server_ready_timeout", m.run.server_ready_timeout),
-    ] {
-        if value.is_zero() {
-            c.push(run.key(field), Anchor::Value, "must be longer than zero");
-        }
-    }
-    if m.run.poll_interval > m.run.duration && !m.run.duration.is_zero() {
-        c.push(
-            run.key("poll_interval"),
-            Anchor::Value,
-            format!(
-                "poll interval {} is longer than the run duration {}",
-                human(m.run.poll_interval),
-                human(m.run.duration)
-            ),
-        );
-    }
-
-    if !REPEATS.contains(&m.run.repeat) {
-        c.push(
-            run.key("repeat"),
-            Anchor::Value,
-            format!(
-                "must be from {} to {} runs, found {}",
-                REPEATS.start(),
-                REPEATS.end(),
-                m.run.repeat
-            ),
-        );
-    } else if m.run.repeat > 1 && m.sweep.is_some() {
-        c.push(
-            run.key("repeat"),
-            Anchor::Value,
-            "a sweep measures each variant and confirms the best: leave `repeat` out",
-        );
-    }
-
-    // A heartbeat limit of 0 polls would fail every worker between two of its beats.
-    c.at_least_one(
-        run.key("fail_fast").key("heartbeat_timeout_polls"),
-        m.run.fail_fast.heartbeat_timeout_polls.into(),
-    );
-
-    // templates
-    for (name, t) in &m.server_templates {
-        let path = root.key("server_templates").key(name.clone());
-        c.label(path.clone(), Anchor::Key, "server template name", name);
-        c.server_template(path, t);
-    }
-    for (name, t) in &m.client_templates {
-        let path = root.key("client_templates").key(name.clone());
-        c.label(path.clone(), Anchor::Key, "client template name", name);
-        c.client_template(path, t);
-    }
-
-    // server groups
-    if m.server_groups.is_empty() {
-        c.push(
-            root.key("server_groups"),
-            Anchor::Key,
-            "at least one server group is required",
-        );
-    }
-    for (name, g) in &m.server_groups {
-        let path = root.key("server_groups").key(name.clone());
-        c.label(path.clone(), Anchor::Key, "server group name", name);
-        if g.is_external() {
-            c.external_group(path.clone(), m, name, g);
-        } else {
-            match &g.template {
-                None => c.push(
-                    path.clone(),
-                    Anchor::Key,
-                    "either `template` and `instances` (servers to launch) or `endpoints` (servers that already run) is required",
-                ),
-                Some(t) if !m.server_templates.contains_key(t) => c.push(
-                    path.key("template"),
-                    Anchor::Value,
-                    format!(
-                        "undefined server template {t:?} ({})",
-                        defined_list(m.server_templates.keys())
-                    ),
-                ),
-                Some(_) => {}
-            }
-            match g.instances {
-                Some(n) => c.at_least_one(path.key("instances"), n.into()),
-                None if g.template.is_some() => c.push(
-                    path.clone(),
-                    Anchor::Key,
-                    "missing field `instances` (how many servers of the template to launch)",
-                ),
-                None => {}
-            }
-        }
-        c.member_names(path, &m.run.name, name, g.member_count());
-    }
-
-    // client groups
-    if m.client_groups.is_empty() {
-        c.push(
-            root.key("client_groups"),
-            Anchor::Key,
-            "at least one client group is required",
-        );
-    }
-    let mut corr_ids_end: Option<u64> = Some(1);
+    c.slo_rules(m, root.key("run").key("slo"), &m.run.slo, None);
     for (name, g) in &m.client_groups {
-        let path = root.key("client_groups").key(name.clone());
-        c.label(path.clone(), Anchor::Key, "client group name", name);
+        let path = root.key("client_groups").key(name.clone()).key("slo");
+        c.slo_rules(m, path, &g.slo, Some(name));
+    }
+    c.issues
+}
+
+/// The sections of a matrix, checked one by one by [`check`].
+impl Checker {
+    fn version(&mut self, m: &Matrix) {
+        if m.version != MATRIX_VERSION {
+            self.push(
+                FieldPath::root().key("version"),
+                Anchor::Value,
+                format!(
+                    "unsupported matrix version {} (this driver reads version {MATRIX_VERSION})",
+                    m.version
+                ),
+            );
+        }
+    }
+
+    /// `run:`, but for its SLO rules (checked with the client groups').
+    fn run(&mut self, m: &Matrix) {
+        let run = FieldPath::root().key("run");
+        self.label(run.key("name"), Anchor::Value, "run name", &m.run.name);
+        if let Some(ns) = &m.run.namespace {
+            self.label(run.key("namespace"), Anchor::Value, "namespace", ns);
+        }
+        let human = |d: std::time::Duration| humantime::format_duration(d).to_string();
+        // (The poll interval's lower bound is checked with the bounds.)
+        for (field, value) in [
+            ("duration", m.run.duration),
+            ("server_ready_timeout", m.run.server_ready_timeout),
+        ] {
+            if value.is_zero() {
+                self.push(run.key(field), Anchor::Value, "must be longer than zero");
+            }
+        }
+        if m.run.poll_interval > m.run.duration && !m.run.duration.is_zero() {
+            self.push(
+                run.key("poll_interval"),
+                Anchor::Value,
+                format!(
+                    "poll interval {} is longer than the run duration {}",
+                    human(m.run.poll_interval),
+                    human(m.run.duration)
+                ),
+            );
+        }
+
+        if !REPEATS.contains(&m.run.repeat) {
+            self.push(
+                run.key("repeat"),
+                Anchor::Value,
+                format!(
+                    "must be from {} to {} runs, found {}",
+                    REPEATS.start(),
+                    REPEATS.end(),
+                    m.run.repeat
+                ),
+            );
+        } else if m.run.repeat > 1 && m.sweep.is_some() {
+            self.push(
+                run.key("repeat"),
+                Anchor::Value,
+                "a sweep measures each variant and confirms the best: leave `repeat` out",
+            );
+        }
+
+        // A heartbeat limit of 0 polls would fail every worker between two of its beats.
+        self.at_least_one(
+            run.key("fail_fast").key("heartbeat_timeout_polls"),
+            m.run.fail_fast.heartbeat_timeout_polls.into(),
+        );
+    }
+
+    fn templates(&mut self, m: &Matrix) {
+        let root = FieldPath::root();
+        for (name, t) in &m.server_templates {
+            let path = root.key("server_templates").key(name.clone());
+            self.label(path.clone(), Anchor::Key, "server template name", name);
+            self.server_template(path, t);
+        }
+        for (name, t) in &m.client_templates {
+            let path = root.key("client_templates").key(name.clone());
+            self.label(path.clone(), Anchor::Key, "client template name", name);
+            self.client_template(path, t);
+        }
+    }
+
+    fn server_groups(&mut self, m: &Matrix) {
+        let root = FieldPath::root();
+        if m.server_groups.is_empty() {
+            self.push(
+                root.key("server_groups"),
+                Anchor::Key,
+                "at least one server group is required",
+            );
+        }
+        for (name, g) in &m.server_groups {
+            let path = root.key("server_groups").key(name.clone());
+            self.label(path.clone(), Anchor::Key, "server group name", name);
+            if g.is_external() {
+                self.external_group(path.clone(), m, name, g);
+            } else {
+                self.launched_group(path.clone(), m, g);
+            }
+            self.member_names(path, &m.run.name, name, g.member_count());
+        }
+    }
+
+    /// A server group of servers to launch: its template and instances.
+    fn launched_group(&mut self, path: FieldPath, m: &Matrix, g: &ServerGroup) {
+        match &g.template {
+            None => self.push(
+                path.clone(),
+                Anchor::Key,
+                "either `template` and `instances` (servers to launch) or `endpoints` (servers that already run) is required",
+            ),
+            Some(t) if !m.server_templates.contains_key(t) => self.push(
+                path.key("template"),
+                Anchor::Value,
+                format!(
+                    "undefined server template {t:?} ({})",
+                    defined_list(m.server_templates.keys())
+                ),
+            ),
+            Some(_) => {}
+        }
+        match g.instances {
+            Some(n) => self.at_least_one(path.key("instances"), n.into()),
+            None if g.template.is_some() => self.push(
+                path.clone(),
+                Anchor::Key,
+                "missing field `instances` (how many servers of the template to launch)",
+            ),
+            None => {}
+        }
+    }
+
+    /// The client groups, and the correlation-id blocks of all their clients, which must fit
+    /// in 64 bits.
+    fn client_groups(&mut self, m: &Matrix) {
+        let root = FieldPath::root();
+        if m.client_groups.is_empty() {
+            self.push(
+                root.key("client_groups"),
+                Anchor::Key,
+                "at least one client group is required",
+            );
+        }
+        let mut corr_ids_end: Option<u64> = Some(1);
+        for (name, g) in &m.client_groups {
+            let path = root.key("client_groups").key(name.clone());
+            self.client_group(path.clone(), m, name, g);
+            let end = corr_ids_end.and_then(|end| {
+                u64::from(g.instances)
+                    .checked_mul(g.corr_id_block_size)
+                    .and_then(|n| end.checked_add(n))
+            });
+            if end.is_none() && corr_ids_end.is_some() {
+                self.push(
+                    path.key("corr_id_block_size"),
+                    Anchor::Value,
+                    "the correlation-id blocks of the clients up to this group do not fit in 64 bits",
+                );
+            }
+            corr_ids_end = end;
+            self.member_names(path, &m.run.name, name, g.instances);
+        }
+    }
+
+    /// One client group: its name, template, target, instances and correlation-id block.
+    fn client_group(&mut self, path: FieldPath, m: &Matrix, name: &str, g: &ClientGroup) {
+        let root = FieldPath::root();
+        self.label(path.clone(), Anchor::Key, "client group name", name);
         if m.server_groups.contains_key(name) {
-            c.push(
+            self.push(
                 path.clone(),
                 Anchor::Key,
                 format!(
                     "{name:?} names both a server group and a client group; group names must be unique"
                 ),
             );
-            if let Some(issue) = c.issues.last_mut() {
-                issue.also = Some(root.key("server_groups").key(name.clone()));
+            if let Some(issue) = self.issues.last_mut() {
+                issue.also = Some(root.key("server_groups").key(name.to_string()));
             }
         }
         if !m.client_templates.contains_key(&g.template) {
-            c.push(
+            self.push(
                 path.key("template"),
                 Anchor::Value,
                 format!(
@@ -1401,7 +1525,7 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
             );
         }
         if !m.server_groups.contains_key(&g.target) {
-            c.push(
+            self.push(
                 path.key("target"),
                 Anchor::Value,
                 format!(
@@ -1411,12 +1535,12 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
                 ),
             );
         }
-        c.at_least_one(path.key("instances"), g.instances.into());
-        c.at_least_one(path.key("corr_id_block_size"), g.corr_id_block_size);
+        self.at_least_one(path.key("instances"), g.instances.into());
+        self.at_least_one(path.key("corr_id_block_size"), g.corr_id_block_size);
         if let Some(t) = m.client_templates.get(&g.template) {
             let needed = u64::from(t.concurrency) * CORR_IDS_PER_STREAM;
             if g.corr_id_block_size > 0 && g.corr_id_block_size < needed {
-                c.push(
+                self.push(
                     path.key("corr_id_block_size"),
                     Anchor::Value,
                     format!(
@@ -1426,34 +1550,13 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
                 );
             }
         }
-        let end = corr_ids_end.and_then(|end| {
-            u64::from(g.instances)
-                .checked_mul(g.corr_id_block_size)
-                .and_then(|n| end.checked_add(n))
-        });
-        if end.is_none() && corr_ids_end.is_some() {
-            c.push(
-                path.key("corr_id_block_size"),
-                Anchor::Value,
-                "the correlation-id blocks of the clients up to this group do not fit in 64 bits",
-            );
-        }
-        corr_ids_end = end;
-        c.member_names(path, &m.run.name, name, g.instances);
     }
 
-    c.issues.extend(check_known_issues(
-        root.key("known_issues"),
-        &m.known_issues,
-    ));
-    c.capacity(m);
-    c.issues.extend(check_faults(m));
-    c.issues.extend(check_compare(m));
-    c.issues.extend(check_sweep(m));
-    if let Some(r) = &m.regression {
+    /// `regression:` (at `path`).
+    fn regression(&mut self, path: FieldPath, r: &RegressionSettings) {
         if !(r.min_effect.is_finite() && (0.0..10.0).contains(&r.min_effect)) {
-            c.push(
-                root.key("regression").key("min_effect"),
+            self.push(
+                path.key("min_effect"),
                 Anchor::Value,
                 format!(
                     "must be a fraction of 0 or more (0.1 = 10%), found {}",
@@ -1462,16 +1565,16 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
             );
         }
         if !(1..=50).contains(&r.window) {
-            c.push(
-                root.key("regression").key("window"),
+            self.push(
+                path.key("window"),
                 Anchor::Value,
                 format!("must be from 1 to 50 runs, found {}", r.window),
             );
         }
         let cp = CHANGE_POINT_WINDOW;
         if !cp.contains(&r.change_point_window) {
-            c.push(
-                root.key("regression").key("change_point_window"),
+            self.push(
+                path.key("change_point_window"),
                 Anchor::Value,
                 format!(
                     "must be from {} to {} runs (a change needs runs on both sides), found {}",
@@ -1482,12 +1585,14 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
             );
         }
     }
-    if let Some(r) = &m.report {
+
+    /// `report:` (at `path`).
+    fn report(&mut self, path: FieldPath, r: &ReportSettings) {
         if let Some(url) = &r.webhook
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
-            c.push(
-                root.key("report").key("webhook"),
+            self.push(
+                path.key("webhook"),
                 Anchor::Value,
                 "a webhook is an http:// or https:// URL",
             );
@@ -1495,8 +1600,8 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
         if r.webhook_timeout < std::time::Duration::from_secs(1)
             || r.webhook_timeout > std::time::Duration::from_secs(600)
         {
-            c.push(
-                root.key("report").key("webhook_timeout"),
+            self.push(
+                path.key("webhook_timeout"),
                 Anchor::Value,
                 format!(
                     "must be from 1s to 10m, found {}",
@@ -1505,12 +1610,6 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
             );
         }
     }
-    c.slo_rules(m, root.key("run").key("slo"), &m.run.slo, None);
-    for (name, g) in &m.client_groups {
-        let path = root.key("client_groups").key(name.clone()).key("slo");
-        c.slo_rules(m, path, &g.slo, Some(name));
-    }
-    c.issues
 }
 
 impl Checker {
@@ -1719,6 +1818,15 @@ impl Checker {
             }
             (RunMode::Capacity, Some(cap)) => cap,
         };
+        self.capacity_fractions(&path, cap);
+        self.capacity_counts(&path, m.run.poll_interval, cap);
+        self.capacity_mixes(m, cap);
+        self.spike(cap);
+        self.capacity_clients(&path, m, cap);
+    }
+
+    /// `capacity:` (at `path`): its target, its fractions and its Prometheus source.
+    fn capacity_fractions(&mut self, path: &FieldPath, cap: &super::types::CapacitySettings) {
         if cap.target_p99.is_zero() {
             self.push(
                 path.key("target_p99"),
@@ -1766,6 +1874,16 @@ impl Checker {
                 why.message,
             );
         }
+    }
+
+    /// `capacity:` (at `path`): its concurrencies, check counts, check interval (no shorter
+    /// than the run's `poll_interval`) and phases.
+    fn capacity_counts(
+        &mut self,
+        path: &FieldPath,
+        poll_interval: Duration,
+        cap: &super::types::CapacitySettings,
+    ) {
         for (field, value) in [
             ("max_concurrency", cap.max_concurrency),
             ("increase_step", cap.increase_step),
@@ -1787,14 +1905,14 @@ impl Checker {
                 );
             }
         }
-        if cap.check_interval < m.run.poll_interval {
+        if cap.check_interval < poll_interval {
             self.push(
                 path.key("check_interval"),
                 Anchor::Value,
                 format!(
                     "check interval {} is shorter than the poll interval {} (workers report once per poll)",
                     humantime::format_duration(cap.check_interval),
-                    humantime::format_duration(m.run.poll_interval)
+                    humantime::format_duration(poll_interval)
                 ),
             );
         }
@@ -1814,8 +1932,17 @@ impl Checker {
                 );
             }
         }
-        self.capacity_mixes(m, cap);
-        self.spike(cap);
+    }
+
+    /// The client groups and templates of a capacity search (`capacity:` at `path`): workers
+    /// within its concurrencies, closed-loop load of the Load and Infer scenarios.
+    fn capacity_clients(
+        &mut self,
+        path: &FieldPath,
+        m: &Matrix,
+        cap: &super::types::CapacitySettings,
+    ) {
+        let root = FieldPath::root();
         let min = cap.min_concurrency.unwrap_or(1);
         for (name, g) in &m.client_groups {
             if g.instances > min && g.instances <= cap.max_concurrency {
@@ -2008,7 +2135,6 @@ fn served(m: &Matrix, template: &str) -> Option<BTreeSet<String>> {
 }
 
 fn check_sweep(m: &Matrix) -> Vec<Issue> {
-    use super::sweep::{MAX_SWEEP_VARIANTS, SweepParam};
     let Some(sweep) = &m.sweep else {
         return Vec::new();
     };
@@ -2063,6 +2189,18 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
             "no parameters: name at least one PATH and its values".into(),
         );
     }
+    sweep_parameters(&mut issues, &root, sweep);
+    sweep_limits(&mut issues, &root, sweep);
+    issues
+}
+
+/// A sweep's parameters (`sweep:` at `root`): each a PATH it knows, with values that fit it,
+/// none twice.
+fn sweep_parameters(issues: &mut Vec<Issue>, root: &FieldPath, sweep: &super::sweep::Sweep) {
+    use super::sweep::SweepParam;
+    let mut push = |path: FieldPath, anchor: Anchor, message: String| {
+        issues.push(Issue::at(path, anchor, message))
+    };
     for (text, values) in &sweep.parameters {
         let path = root.key("parameters").key(text.as_str());
         let param = match SweepParam::parse(text) {
@@ -2100,6 +2238,15 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
             );
         }
     }
+}
+
+/// A sweep's size and constraints (`sweep:` at `root`): how many variants, how many at once,
+/// and the limits a variant must keep to.
+fn sweep_limits(issues: &mut Vec<Issue>, root: &FieldPath, sweep: &super::sweep::Sweep) {
+    use super::sweep::MAX_SWEEP_VARIANTS;
+    let mut push = |path: FieldPath, anchor: Anchor, message: String| {
+        issues.push(Issue::at(path, anchor, message))
+    };
     if !(1..=MAX_SWEEP_VARIANTS).contains(&sweep.max_variants) {
         push(
             root.key("max_variants"),
@@ -2164,7 +2311,6 @@ fn check_sweep(m: &Matrix) -> Vec<Issue> {
             Ok(_) => {}
         }
     }
-    issues
 }
 
 /// A sweep value of the wrong type for its parameter.
