@@ -9,6 +9,12 @@
 //! processes connecting to a fresh database at once apply each migration exactly once. DDL is
 //! transactional on both backends: a migration is applied completely or not at all.
 //!
+//! Why not sqlx's own migrator (`sqlx::migrate!`): on SQLite its lock is a no-op (sqlx-sqlite
+//! 0.9, `Migrate::lock` returns at once), so the driver and its workers opening a new status file
+//! together would each apply the first migration, and all but one fail; the store's tests race
+//! four processes on a new file (`sqlite_concurrent_processes`). Its table (`_sqlx_migrations`)
+//! would also leave every existing store's `stress_schema_migrations` to be carried over.
+//!
 //! Rules for new migrations: add a file per backend with the next version and append it to
 //! [`MIGRATIONS`]; never edit an applied one (the checksum check refuses the database then), and
 //! never drop or rewrite data, since a run must keep what it recorded.
