@@ -4,6 +4,22 @@ use super::*;
 use crate::contract::{MemberName, RunId};
 use crate::signature::{ErrorKind, SignatureCount};
 
+/// A row of `failures` as [`Store::failures_page`] reads it.
+#[derive(sqlx::FromRow)]
+struct FailureRow {
+    id: i64,
+    member_id: String,
+    at_ms: i64,
+    scenario: String,
+    server: String,
+    model: String,
+    correlation_id: Option<i64>,
+    expected: String,
+    actual: String,
+    forensics: Option<String>,
+    error_kind: Option<String>,
+}
+
 impl Store {
     // ---- failures --------------------------------------------------------------------------
 
@@ -89,20 +105,7 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<(i64, String, FailureRecord)>> {
         const OP: &str = "failures";
-        type Row = (
-            i64,
-            String,
-            i64,
-            String,
-            String,
-            String,
-            Option<i64>,
-            String,
-            String,
-            Option<String>,
-            Option<String>,
-        );
-        let rows: Vec<Row> = sqlx::query_as(
+        let rows: Vec<FailureRow> = sqlx::query_as(
             "SELECT id, member_id, at_ms, scenario, server, model, correlation_id, expected,
                     actual, forensics, error_kind
              FROM failures WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
@@ -115,19 +118,19 @@ impl Store {
         .map_err(self.db(OP))?;
         rows.into_iter()
             .map(|row| {
-                let (
+                let FailureRow {
                     id,
                     member_id,
                     at_ms,
                     scenario,
                     server,
                     model,
-                    corr,
+                    correlation_id,
                     expected,
                     actual,
                     forensics,
                     error_kind,
-                ) = row;
+                } = row;
                 let error_kind = error_kind
                     .map(|k| {
                         ErrorKind::parse(&k).ok_or_else(|| {
@@ -147,7 +150,7 @@ impl Store {
                         scenario,
                         server,
                         model,
-                        correlation_id: corr.map(from_db),
+                        correlation_id: correlation_id.map(from_db),
                         expected,
                         actual,
                         error_kind,

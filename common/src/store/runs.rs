@@ -255,18 +255,7 @@ impl Store {
 
     /// The members of a run, by group, index and id.
     pub async fn members(&self, run_id: &RunId) -> Result<Vec<Member>> {
-        type Columns = (
-            String,
-            String,
-            String,
-            i64,
-            String,
-            String,
-            Option<i64>,
-            Option<i64>,
-            String,
-        );
-        let rows: Vec<Columns> = sqlx::query_as(
+        let rows: Vec<MemberRow> = sqlx::query_as(
             "SELECT member_id, role, group_name, member_index, address, process_name,
                     corr_id_base, corr_id_block_size, command
              FROM members WHERE run_id = $1
@@ -278,17 +267,17 @@ impl Store {
         .map_err(self.db("members"))?;
         rows.into_iter()
             .map(
-                |(
-                    member_id,
-                    role,
-                    group_name,
-                    index,
-                    address,
-                    process_name,
-                    base,
-                    size,
-                    command,
-                )| {
+                |MemberRow {
+                     member_id,
+                     role,
+                     group_name,
+                     member_index: index,
+                     address,
+                     process_name,
+                     corr_id_base: base,
+                     corr_id_block_size: size,
+                     command,
+                 }| {
                     let role = Role::parse(&role).ok_or_else(|| {
                         self.corrupt(
                             "members",
@@ -359,4 +348,18 @@ impl Store {
             .await
             .map_err(self.db("baselines"))
     }
+}
+
+/// A row of `members` as [`Store::members`] reads it.
+#[derive(sqlx::FromRow)]
+struct MemberRow {
+    member_id: String,
+    role: String,
+    group_name: String,
+    member_index: i64,
+    address: String,
+    process_name: String,
+    corr_id_base: Option<i64>,
+    corr_id_block_size: Option<i64>,
+    command: String,
 }
