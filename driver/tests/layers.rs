@@ -766,15 +766,6 @@ const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("driver/src/render/junit.rs", "render", "to be split: issue 49"),
     ("driver/src/render/text.rs", "Report::render", "to be split: issue 49"),
     ("driver/src/report/summary.rs", "RunSummary::of", "to be split: issue 49"),
-    ("worker/src/client/unary_h2.rs", "State::on_frame", "to be split: issue 49"),
-    ("worker/src/config.rs", "RunArgs::into_config", "to be split: issue 49"),
-    ("worker/src/model.rs", "plan_requests", "to be split: issue 49"),
-    ("worker/src/model.rs", "tensor_value", "to be split: issue 49"),
-    ("worker/src/run.rs", "run_with", "to be split: issue 49"),
-    ("worker/src/run.rs", "stream_loop", "to be split: issue 49"),
-    ("worker/src/scenarios/infer/decoupled.rs", "drive", "to be split: issue 49"),
-    ("worker/src/scenarios/load.rs", "drive", "to be split: issue 49"),
-    ("worker/src/scenarios/perf_analyzer.rs", "run", "to be split: issue 49"),
 ];
 
 /// A function's length as the check measures it.

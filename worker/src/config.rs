@@ -270,48 +270,69 @@ pub fn default_mix(
 
 impl RunArgs {
     pub fn into_config(self) -> Result<WorkerConfig, ConfigError> {
+        let mix = self.checked_mix()?;
+        self.check_bounds()?;
+        let load = LoadSettings::of(&self.contract)?;
+        let worker_binary = std::env::current_exe().map_err(ConfigError::WorkerBinary)?;
+        let seed = self.seed.unwrap_or_else(rand::random);
+        let infer = self.infer_options(seed);
         let c = self.contract;
+        Ok(WorkerConfig {
+            servers: c.servers,
+            protocol: c.protocol,
+            http_binary: !self.http_json,
+            mix,
+            concurrency: c.concurrency as usize,
+            duration: (!c.duration.is_zero()).then_some(c.duration),
+            seed,
+            corr_ids: c.corr_ids,
+            settings: Settings {
+                // max_batch_size is learned from the servers at start-up.
+                sequence_models: self.sequence_models.into_iter().map(|m| (m, 0)).collect(),
+                identity_model: self.identity_model,
+                load_model: self.load_model,
+                image_model: self.image_model,
+                timeout_delay: self.timeout_delay,
+                timeout_deadline: self.timeout_deadline,
+                crash_after: self.crash_after,
+                worker_binary,
+                load_mode: load.mode,
+                request_intervals: load.request_intervals,
+                load_target: load.target,
+                load_window: self.load_window,
+                image_batch: self.image_batch,
+                perf_analyzer: c.perf_analyzer,
+                request_timeout: self.request_timeout,
+                infer,
+                infer_plan: None,
+            },
+            poll_interval: c.poll_interval,
+            drain_timeout: self.drain_timeout,
+            driver_judges: c.driver_judges,
+            sequence_idle_us: Default::default(),
+        })
+    }
+
+    /// The servers' addresses and the Infer flags checked; the scenario mix they give.
+    fn checked_mix(&self) -> Result<Vec<(Scenario, u32)>, ConfigError> {
+        let c = &self.contract;
         if c.servers.is_empty() {
             return Err(ConfigError::NoServers);
         }
         for s in &c.servers {
             validate_address(s)?;
         }
-        let m = self.models;
         let mix = default_mix(c.scenarios.clone(), !c.models.is_empty())?;
-        if !(m.tolerance >= 0.0 && m.tolerance.is_finite()) {
-            return Err(ConfigError::Tolerance(m.tolerance));
+        let tolerance = self.models.tolerance;
+        if !(tolerance >= 0.0 && tolerance.is_finite()) {
+            return Err(ConfigError::Tolerance(tolerance));
         }
-        let seed = self.seed.unwrap_or_else(rand::random);
-        let infer = InferOptions {
-            // Infer listed without --model drives the load model (add_sub by default).
-            models: if c.models.is_empty() {
-                vec![ModelSelection {
-                    name: self.load_model.clone(),
-                    version: String::new(),
-                    weight: 1,
-                }]
-            } else {
-                c.models.clone()
-            },
-            shapes: c.shapes.clone(),
-            input_data: c.input_data.clone(),
-            batch_size: c
-                .batch_sizes
-                .iter()
-                .rev()
-                .find(|b| b.model.is_none())
-                .map_or(1, |b| b.size),
-            model_batch_sizes: c
-                .batch_sizes
-                .iter()
-                .filter_map(|b| Some((b.model.clone()?, b.size)))
-                .collect(),
-            string_length: m.string_length,
-            tolerance: m.tolerance,
-            consistency: m.consistency,
-            seed,
-        };
+        Ok(mix)
+    }
+
+    /// The counts and durations checked against their limits.
+    fn check_bounds(&self) -> Result<(), ConfigError> {
+        let c = &self.contract;
         if c.concurrency == 0 {
             return Err(ConfigError::ZeroConcurrency);
         }
@@ -342,59 +363,80 @@ impl RunArgs {
         if self.image_batch == 0 {
             return Err(ConfigError::ZeroImageBatch);
         }
+        Ok(())
+    }
+
+    /// The Infer scenario's options.
+    fn infer_options(&self, seed: u64) -> InferOptions {
+        let c = &self.contract;
+        let m = &self.models;
+        InferOptions {
+            // Infer listed without --model drives the load model (add_sub by default).
+            models: if c.models.is_empty() {
+                vec![ModelSelection {
+                    name: self.load_model.clone(),
+                    version: String::new(),
+                    weight: 1,
+                }]
+            } else {
+                c.models.clone()
+            },
+            shapes: c.shapes.clone(),
+            input_data: c.input_data.clone(),
+            batch_size: c
+                .batch_sizes
+                .iter()
+                .rev()
+                .find(|b| b.model.is_none())
+                .map_or(1, |b| b.size),
+            model_batch_sizes: c
+                .batch_sizes
+                .iter()
+                .filter_map(|b| Some((b.model.clone()?, b.size)))
+                .collect(),
+            string_length: m.string_length,
+            tolerance: m.tolerance,
+            consistency: m.consistency,
+            seed,
+        }
+    }
+}
+
+/// The Load scenario's settings from the load flags, checked.
+struct LoadSettings {
+    mode: LoadMode,
+    target: Option<std::sync::Arc<crate::scenarios::LiveLoad>>,
+    request_intervals: Option<(
+        RequestIntervals,
+        std::sync::Arc<std::sync::atomic::AtomicU64>,
+    )>,
+}
+
+impl LoadSettings {
+    fn of(c: &WorkerArgs) -> Result<Self, ConfigError> {
         if let Some(conflict) = c.load_conflict() {
             return Err(ConfigError::LoadConflict(conflict));
         }
-        let load_mode = c.load().unwrap_or(LoadMode::DEFAULT);
-        load_mode.check()?;
-        let load_target = match (c.adaptive_load, &load_mode) {
+        let mode = c.load().unwrap_or(LoadMode::DEFAULT);
+        mode.check()?;
+        let target = match (c.adaptive_load, &mode) {
             (false, _) => None,
             (true, LoadMode::Concurrency(n)) => {
                 Some(std::sync::Arc::new(crate::scenarios::LiveLoad::new(*n)))
             }
             (true, _) => return Err(ConfigError::AdaptiveOpenLoop),
         };
-        let request_intervals = match &load_mode {
+        let request_intervals = match &mode {
             LoadMode::Intervals(path) => Some((
                 RequestIntervals::read(path).map_err(ConfigError::RequestIntervals)?,
                 Default::default(),
             )),
             _ => None,
         };
-        let worker_binary = std::env::current_exe().map_err(ConfigError::WorkerBinary)?;
-        Ok(WorkerConfig {
-            servers: c.servers,
-            protocol: c.protocol,
-            http_binary: !self.http_json,
-            mix,
-            concurrency: c.concurrency as usize,
-            duration: (!c.duration.is_zero()).then_some(c.duration),
-            seed,
-            corr_ids: c.corr_ids,
-            settings: Settings {
-                // max_batch_size is learned from the servers at start-up.
-                sequence_models: self.sequence_models.into_iter().map(|m| (m, 0)).collect(),
-                identity_model: self.identity_model,
-                load_model: self.load_model,
-                image_model: self.image_model,
-                timeout_delay: self.timeout_delay,
-                timeout_deadline: self.timeout_deadline,
-                crash_after: self.crash_after,
-                worker_binary,
-                load_mode,
-                request_intervals,
-                load_target,
-                load_window: self.load_window,
-                image_batch: self.image_batch,
-                perf_analyzer: c.perf_analyzer,
-                request_timeout: self.request_timeout,
-                infer,
-                infer_plan: None,
-            },
-            poll_interval: c.poll_interval,
-            drain_timeout: self.drain_timeout,
-            driver_judges: c.driver_judges,
-            sequence_idle_us: Default::default(),
+        Ok(LoadSettings {
+            mode,
+            target,
+            request_intervals,
         })
     }
 }

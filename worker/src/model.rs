@@ -524,42 +524,8 @@ pub fn plan_requests(
 ) -> Result<Vec<PlannedRequest>, ModelError> {
     let batch = batch_for(model, options.batch_size_for(&model.name))?;
     let outputs = requested_outputs(model);
-    let new_request = |inputs: Vec<Tensor>| {
-        let mut r = InferRequest::new(&model.name, inputs);
-        r.version = model.version.clone();
-        r.outputs = outputs.clone();
-        r
-    };
     let Some(file) = data else {
-        let zero = options.source_for(&model.name) == DataSource::Zero;
-        let shapes: Vec<(&TensorSpec, Vec<i64>)> = model
-            .inputs
-            .iter()
-            .filter(|i| !i.optional)
-            .map(|i| Ok((i, input_shape(model, i, &options.shapes)?)))
-            .collect::<Result<_, ModelError>>()?;
-        let variants = if zero { 1 } else { RANDOM_VARIANTS };
-        return Ok((0..variants)
-            .map(|_| {
-                let inputs = shapes
-                    .iter()
-                    .map(|(spec, shape)| {
-                        let count = element_count(shape) * batch as usize;
-                        Tensor {
-                            name: spec.name.clone(),
-                            datatype: spec.datatype,
-                            shape: full_shape(model, batch, shape),
-                            data: generated(spec.datatype, count, zero, options.string_length, rng),
-                        }
-                    })
-                    .collect();
-                PlannedRequest {
-                    request: new_request(inputs),
-                    batch,
-                    expected: BTreeMap::new(),
-                }
-            })
-            .collect());
+        return generated_requests(model, options, batch, &outputs, rng);
     };
     let entries = file.entries(model, &options.shapes)?;
     if entries.is_empty() {
@@ -574,77 +540,151 @@ pub fn plan_requests(
     (0..n)
         .map(|k| {
             let members: Vec<&Entry> = (0..batch as usize).map(|i| &entries[(k + i) % n]).collect();
-            let first = members[0];
-            let mut inputs = Vec::new();
-            // In the model's order, as random requests have them.
-            for spec in &model.inputs {
-                let name = &spec.name;
-                let Some(value) = first.inputs.get(name) else {
-                    continue;
-                };
-                let mut data = Vec::new();
-                for m in &members {
-                    let Some(v) = m.inputs.get(name) else {
-                        return Err(InputDataError::BatchedInputMissing {
-                            path: file.path.clone(),
-                            index: m.index,
-                            first: first.index,
-                            input: name.clone(),
-                        }
-                        .into());
-                    };
-                    if v.shape != value.shape {
-                        return Err(InputDataError::BatchedShapesDiffer {
-                            path: file.path.clone(),
-                            input: name.clone(),
-                            index: m.index,
-                            shape: v.shape.clone(),
-                            first: first.index,
-                            first_shape: value.shape.clone(),
-                        }
-                        .into());
-                    }
-                    data.extend_from_slice(&v.data);
-                }
-                inputs.push(Tensor {
-                    name: name.clone(),
-                    datatype: spec.datatype,
-                    shape: full_shape(model, batch, &value.shape),
-                    data: data.into(),
-                });
-            }
-            let mut expected = BTreeMap::new();
-            if let Some(validation) = &first.validation {
-                for (name, value) in validation {
-                    let mut data = Vec::new();
-                    for m in &members {
-                        let Some(v) = m.validation.as_ref().and_then(|v| v.get(name)) else {
-                            return Err(InputDataError::BatchedOutputMissing {
-                                path: file.path.clone(),
-                                index: m.index,
-                                first: first.index,
-                                output: name.clone(),
-                            }
-                            .into());
-                        };
-                        data.extend_from_slice(&v.data);
-                    }
-                    expected.insert(
-                        name.clone(),
-                        ExpectedOutput {
-                            data: data.into(),
-                            shape: value.explicit_shape.then(|| value.shape.clone()),
-                        },
-                    );
-                }
-            }
+            let inputs = batched_inputs(model, file, &members, batch)?;
+            let expected = batched_expected(file, &members)?;
             Ok(PlannedRequest {
-                request: new_request(inputs),
+                request: new_request(model, &outputs, inputs),
                 batch,
                 expected,
             })
         })
         .collect()
+}
+
+/// A request of the model for `inputs`, asking for every output.
+fn new_request(
+    model: &ModelDescription,
+    outputs: &[RequestedOutput],
+    inputs: Vec<Tensor>,
+) -> InferRequest {
+    let mut r = InferRequest::new(&model.name, inputs);
+    r.version = model.version.clone();
+    r.outputs = outputs.to_vec();
+    r
+}
+
+/// Random (16 variants) or zero data for every required input: [`plan_requests`] without an
+/// input-data file.
+fn generated_requests(
+    model: &ModelDescription,
+    options: &InferOptions,
+    batch: i64,
+    outputs: &[RequestedOutput],
+    rng: &mut StdRng,
+) -> Result<Vec<PlannedRequest>, ModelError> {
+    let zero = options.source_for(&model.name) == DataSource::Zero;
+    let shapes: Vec<(&TensorSpec, Vec<i64>)> = model
+        .inputs
+        .iter()
+        .filter(|i| !i.optional)
+        .map(|i| Ok((i, input_shape(model, i, &options.shapes)?)))
+        .collect::<Result<_, ModelError>>()?;
+    let variants = if zero { 1 } else { RANDOM_VARIANTS };
+    Ok((0..variants)
+        .map(|_| {
+            let inputs = shapes
+                .iter()
+                .map(|(spec, shape)| {
+                    let count = element_count(shape) * batch as usize;
+                    Tensor {
+                        name: spec.name.clone(),
+                        datatype: spec.datatype,
+                        shape: full_shape(model, batch, shape),
+                        data: generated(spec.datatype, count, zero, options.string_length, rng),
+                    }
+                })
+                .collect();
+            PlannedRequest {
+                request: new_request(model, outputs, inputs),
+                batch,
+                expected: BTreeMap::new(),
+            }
+        })
+        .collect())
+}
+
+/// The inputs of one request from its batch's entries (`members`, the first giving the inputs
+/// and shapes), in the model's order as random requests have them.
+fn batched_inputs(
+    model: &ModelDescription,
+    file: &InputDataFile,
+    members: &[&Entry],
+    batch: i64,
+) -> Result<Vec<Tensor>, ModelError> {
+    let first = members[0];
+    let mut inputs = Vec::new();
+    for spec in &model.inputs {
+        let name = &spec.name;
+        let Some(value) = first.inputs.get(name) else {
+            continue;
+        };
+        let mut data = Vec::new();
+        for m in members {
+            let Some(v) = m.inputs.get(name) else {
+                return Err(InputDataError::BatchedInputMissing {
+                    path: file.path.clone(),
+                    index: m.index,
+                    first: first.index,
+                    input: name.clone(),
+                }
+                .into());
+            };
+            if v.shape != value.shape {
+                return Err(InputDataError::BatchedShapesDiffer {
+                    path: file.path.clone(),
+                    input: name.clone(),
+                    index: m.index,
+                    shape: v.shape.clone(),
+                    first: first.index,
+                    first_shape: value.shape.clone(),
+                }
+                .into());
+            }
+            data.extend_from_slice(&v.data);
+        }
+        inputs.push(Tensor {
+            name: name.clone(),
+            datatype: spec.datatype,
+            shape: full_shape(model, batch, &value.shape),
+            data: data.into(),
+        });
+    }
+    Ok(inputs)
+}
+
+/// The outputs expected of one request: its batch's entries' validation data, joined.
+fn batched_expected(
+    file: &InputDataFile,
+    members: &[&Entry],
+) -> Result<BTreeMap<String, ExpectedOutput>, ModelError> {
+    let first = members[0];
+    let mut expected = BTreeMap::new();
+    let Some(validation) = &first.validation else {
+        return Ok(expected);
+    };
+    for (name, value) in validation {
+        let mut data = Vec::new();
+        for m in members {
+            let Some(v) = m.validation.as_ref().and_then(|v| v.get(name)) else {
+                return Err(InputDataError::BatchedOutputMissing {
+                    path: file.path.clone(),
+                    index: m.index,
+                    first: first.index,
+                    output: name.clone(),
+                }
+                .into());
+            };
+            data.extend_from_slice(&v.data);
+        }
+        expected.insert(
+            name.clone(),
+            ExpectedOutput {
+                data: data.into(),
+                shape: value.explicit_shape.then(|| value.shape.clone()),
+            },
+        );
+    }
+    Ok(expected)
 }
 
 /// What is wrong with a perf_analyzer input-data file (`--input-data`); each names the file.
@@ -1090,7 +1130,38 @@ fn tensor_value(
     shapes: &[ShapeOverride],
 ) -> Result<TensorValue, InputDataError> {
     let at = || Box::new(field.clone());
-    let model_shape = || match field.section {
+    let (content, shape, explicit_shape) = value_content(field, model, spec, value, shapes)?;
+    let fits = shape.len() == spec.dims.len()
+        && shape.iter().zip(&spec.dims).all(|(s, d)| *d < 0 || s == d);
+    if !fits {
+        return Err(InputDataError::ShapeDoesNotFit {
+            field: at(),
+            shape,
+            model: model.name.clone(),
+            dims: spec.dims.clone(),
+        });
+    }
+    let data = match content {
+        Content::Raw(raw) => raw_data(field, spec, raw, &shape)?,
+        Content::List(list) => list_data(field, spec, list, &shape)?,
+    };
+    Ok(TensorValue {
+        shape,
+        explicit_shape,
+        data,
+    })
+}
+
+/// The shape of a value that gives none: an input's from the model and `--shape`, an output's
+/// from the model (which must not leave it open).
+fn model_shape(
+    field: &InputField,
+    model: &ModelDescription,
+    spec: &TensorSpec,
+    shapes: &[ShapeOverride],
+) -> Result<Vec<i64>, InputDataError> {
+    let at = || Box::new(field.clone());
+    match field.section {
         Section::Data => {
             input_shape(model, spec, shapes).map_err(|source| InputDataError::InputShape {
                 field: at(),
@@ -1105,8 +1176,20 @@ fn tensor_value(
             })
         }
         Section::ValidationData => Ok(spec.dims.clone()),
-    };
-    let (content, shape, explicit_shape) = match value {
+    }
+}
+
+/// A value's content, its shape, and whether the shape came with it.
+fn value_content<'a>(
+    field: &InputField,
+    model: &ModelDescription,
+    spec: &TensorSpec,
+    value: &'a Value,
+    shapes: &[ShapeOverride],
+) -> Result<(Content<'a>, Vec<i64>, bool), InputDataError> {
+    let at = || Box::new(field.clone());
+    let model_shape = || model_shape(field, model, spec, shapes);
+    Ok(match value {
         Value::Array(list) => (Content::List(list), model_shape()?, false),
         Value::Object(o) if o.contains_key("b64") => {
             let text = o["b64"]
@@ -1133,97 +1216,97 @@ fn tensor_value(
             (Content::List(list), shape, o.contains_key("shape"))
         }
         _ => return Err(InputDataError::NotAValue { field: at() }),
-    };
-    let fits = shape.len() == spec.dims.len()
-        && shape.iter().zip(&spec.dims).all(|(s, d)| *d < 0 || s == d);
-    if !fits {
-        return Err(InputDataError::ShapeDoesNotFit {
+    })
+}
+
+/// A `b64` value's bytes, checked to hold the elements of `shape`.
+fn raw_data(
+    field: &InputField,
+    spec: &TensorSpec,
+    raw: Vec<u8>,
+    shape: &[i64],
+) -> Result<Vec<u8>, InputDataError> {
+    let at = || Box::new(field.clone());
+    let count = element_count(shape);
+    if let Some(size) = spec.datatype.size()
+        && raw.len() != count * size
+    {
+        return Err(InputDataError::RawSize {
             field: at(),
-            shape,
-            model: model.name.clone(),
-            dims: spec.dims.clone(),
+            len: raw.len(),
+            shape: shape.to_vec(),
+            datatype: spec.datatype,
+            needed: count * size,
         });
     }
-    let count = element_count(&shape);
-    let data = match content {
-        Content::Raw(raw) => {
-            if let Some(size) = spec.datatype.size()
-                && raw.len() != count * size
-            {
-                return Err(InputDataError::RawSize {
+    if spec.datatype == DataType::Bytes {
+        let n = tensor::split_bytes(&raw)
+            .map_err(|source| InputDataError::MalformedBytes {
+                field: at(),
+                source,
+            })?
+            .len();
+        if n != count {
+            return Err(InputDataError::BytesCount {
+                field: at(),
+                count: n,
+                shape: shape.to_vec(),
+                needed: count,
+            });
+        }
+    }
+    Ok(raw)
+}
+
+/// A list value's elements encoded as the tensor's datatype, checked to be those of `shape`.
+fn list_data(
+    field: &InputField,
+    spec: &TensorSpec,
+    list: &[Value],
+    shape: &[i64],
+) -> Result<Vec<u8>, InputDataError> {
+    let at = || Box::new(field.clone());
+    let count = element_count(shape);
+    // perf_analyzer accepts nested lists for content; flatten them.
+    let mut flat = Vec::new();
+    flatten_json(list, &mut flat);
+    if flat.len() != count {
+        return Err(InputDataError::ValueCount {
+            field: at(),
+            count: flat.len(),
+            shape: shape.to_vec(),
+            needed: count,
+        });
+    }
+    let mut out = Vec::new();
+    for (i, v) in flat.iter().enumerate() {
+        if spec.datatype == DataType::Bytes {
+            let s = v.as_str().ok_or_else(|| InputDataError::NotAString {
+                field: at(),
+                element: i,
+                value: (*v).clone(),
+            })?;
+            tensor::push_bytes_element(&mut out, s.as_bytes());
+        } else {
+            // perf_analyzer wants floats written as floats for FP types (1.0, not 1).
+            if spec.datatype.is_float() && !v.is_f64() {
+                return Err(InputDataError::NotAFloat {
                     field: at(),
-                    len: raw.len(),
-                    shape,
+                    element: i,
+                    value: (*v).clone(),
+                });
+            }
+            tensor::encode_json_scalar(spec.datatype, v, &mut out).ok_or_else(|| {
+                InputDataError::NotOfDatatype {
+                    field: at(),
+                    element: i,
+                    value: (*v).clone(),
                     datatype: spec.datatype,
-                    needed: count * size,
-                });
-            }
-            if spec.datatype == DataType::Bytes {
-                let n = tensor::split_bytes(&raw)
-                    .map_err(|source| InputDataError::MalformedBytes {
-                        field: at(),
-                        source,
-                    })?
-                    .len();
-                if n != count {
-                    return Err(InputDataError::BytesCount {
-                        field: at(),
-                        count: n,
-                        shape,
-                        needed: count,
-                    });
                 }
-            }
-            raw
+            })?;
         }
-        Content::List(list) => {
-            // perf_analyzer accepts nested lists for content; flatten them.
-            let mut flat = Vec::new();
-            flatten_json(list, &mut flat);
-            if flat.len() != count {
-                return Err(InputDataError::ValueCount {
-                    field: at(),
-                    count: flat.len(),
-                    shape,
-                    needed: count,
-                });
-            }
-            let mut out = Vec::new();
-            for (i, v) in flat.iter().enumerate() {
-                if spec.datatype == DataType::Bytes {
-                    let s = v.as_str().ok_or_else(|| InputDataError::NotAString {
-                        field: at(),
-                        element: i,
-                        value: (*v).clone(),
-                    })?;
-                    tensor::push_bytes_element(&mut out, s.as_bytes());
-                } else {
-                    // perf_analyzer wants floats written as floats for FP types (1.0, not 1).
-                    if spec.datatype.is_float() && !v.is_f64() {
-                        return Err(InputDataError::NotAFloat {
-                            field: at(),
-                            element: i,
-                            value: (*v).clone(),
-                        });
-                    }
-                    tensor::encode_json_scalar(spec.datatype, v, &mut out).ok_or_else(|| {
-                        InputDataError::NotOfDatatype {
-                            field: at(),
-                            element: i,
-                            value: (*v).clone(),
-                            datatype: spec.datatype,
-                        }
-                    })?;
-                }
-            }
-            out
-        }
-    };
-    Ok(TensorValue {
-        shape,
-        explicit_shape,
-        data,
-    })
+    }
+    Ok(out)
 }
 
 enum Content<'a> {

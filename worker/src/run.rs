@@ -153,6 +153,48 @@ struct Shared {
 }
 
 impl Shared {
+    /// The run's shared state, once the mix is settled: the PerfAnalyzer scenario dropped, with
+    /// one log line, when no perf_analyzer binary is found.
+    fn new(
+        mut config: WorkerConfig,
+        clients: Vec<Arc<dyn TritonClient>>,
+        sink: Arc<dyn StatusSink>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Result<Self, WorkerError> {
+        let perf = scenarios::perf_analyzer::find(config.settings.perf_analyzer.as_deref());
+        if config.mix.iter().any(|(s, _)| *s == Scenario::PerfAnalyzer) && perf.is_none() {
+            tracing::warn!(
+                "PerfAnalyzer scenario skipped: no perf_analyzer binary (give --perf-analyzer or put it on PATH)"
+            );
+            config.mix.retain(|(s, _)| *s != Scenario::PerfAnalyzer);
+        }
+        config.settings.perf_analyzer = perf;
+        if config.mix.is_empty() {
+            return Err(WorkerError::Preflight("no scenario left to run".into()));
+        }
+        let images = ImageBatch::new(&config.settings.image_model, config.settings.image_batch)
+            .map_err(|e| WorkerError::Preflight(format!("committed images: {e}")))?;
+        let picker = WeightedIndex::new(config.mix.iter().map(|(_, w)| *w))
+            .map_err(|e| WorkerError::Preflight(format!("scenario weights: {e}")))?;
+        let mix: Vec<Scenario> = config.mix.iter().map(|(s, _)| *s).collect();
+        let stats = Stats::with_metrics(metrics).watching(clients.iter().map(|c| c.address()));
+        Ok(Shared {
+            clients,
+            stats,
+            sink,
+            images,
+            picker,
+            mix,
+            failure_reported: AtomicBool::new(false),
+            intervals: std::sync::Mutex::new(IntervalTracker::new(
+                series_interval(config.duration, config.poll_interval),
+                stress_common::now_ms(),
+            )),
+            abandon: CancellationToken::new(),
+            config,
+        })
+    }
+
     /// Records a snapshot, with the latency interval it closes when one is due (or `last`); the
     /// interval is committed only once recorded, so a failed write loses nothing from the
     /// series (the next interval covers the gap).
@@ -223,104 +265,15 @@ async fn run_with(
     metrics: Option<Arc<Metrics>>,
     cancel: CancellationToken,
 ) -> Result<WorkerReport, WorkerError> {
-    if let Err(e) = sink
-        .event(EventKind::Starting, "connecting to servers")
-        .await
-    {
-        tracing::warn!("STARTING event not recorded: {e}");
-    }
-    if let Err(e) = sink.heartbeat().await {
-        tracing::warn!("heartbeat not recorded: {e}");
-    }
-    // Servers that accept connections and never answer must not hold the worker past its
-    // duration or a SIGTERM.
-    let limit = preflight_limit(config.duration);
-    let checked = tokio::select! {
-        checked = tokio::time::timeout(limit, preflight(&mut config)) => checked.unwrap_or_else(|_| {
-            Err(WorkerError::Preflight(format!(
-                "the servers did not answer the pre-flight checks within {limit:?}"
-            )))
-        }),
-        _ = cancel.cancelled() => Err(WorkerError::Preflight(
-            "stopped by a signal before the servers answered the pre-flight checks".into(),
-        )),
-    };
-    let clients = match checked {
-        Ok(c) => c,
-        Err(e) => {
-            let details = final_event_details(&format!("pre-flight: {e}"));
-            record_final_event(&*sink, EventKind::Failure, &details).await;
-            return Err(e);
-        }
-    };
-    // Drop the PerfAnalyzer scenario once, with one log line, when no binary is found.
-    let perf = scenarios::perf_analyzer::find(config.settings.perf_analyzer.as_deref());
-    if config.mix.iter().any(|(s, _)| *s == Scenario::PerfAnalyzer) && perf.is_none() {
-        tracing::warn!(
-            "PerfAnalyzer scenario skipped: no perf_analyzer binary (give --perf-analyzer or put it on PATH)"
-        );
-        config.mix.retain(|(s, _)| *s != Scenario::PerfAnalyzer);
-    }
-    config.settings.perf_analyzer = perf;
-    if config.mix.is_empty() {
-        return Err(WorkerError::Preflight("no scenario left to run".into()));
-    }
-    let images = ImageBatch::new(&config.settings.image_model, config.settings.image_batch)
-        .map_err(|e| WorkerError::Preflight(format!("committed images: {e}")))?;
-    let picker = WeightedIndex::new(config.mix.iter().map(|(_, w)| *w))
-        .map_err(|e| WorkerError::Preflight(format!("scenario weights: {e}")))?;
-    let mix: Vec<Scenario> = config.mix.iter().map(|(s, _)| *s).collect();
-    let stats = Stats::with_metrics(metrics.clone()).watching(clients.iter().map(|c| c.address()));
-    let shared = Arc::new(Shared {
-        clients,
-        stats,
-        sink: sink.clone(),
-        images,
-        picker,
-        mix: mix.clone(),
-        failure_reported: AtomicBool::new(false),
-        intervals: std::sync::Mutex::new(IntervalTracker::new(
-            series_interval(config.duration, config.poll_interval),
-            stress_common::now_ms(),
-        )),
-        abandon: CancellationToken::new(),
-        config,
-    });
+    announce_starting(&*sink).await;
+    let clients = checked_preflight(&mut config, &*sink, &cancel).await?;
+    let shared = Arc::new(Shared::new(config, clients, sink.clone(), metrics.clone())?);
     let config = &shared.config;
-    tracing::info!(
-        servers = ?config.servers, protocol = config.protocol.as_str(), concurrency = config.concurrency,
-        seed = config.seed, corr_id_base = config.corr_ids.base, "running"
-    );
-    let running = format!(
-        "{} streams against {} via {}, seed {}",
-        config.concurrency,
-        config.servers.join(","),
-        config.protocol.as_str(),
-        config.seed
-    );
-    if let Err(e) = sink.event(EventKind::Running, &running).await {
-        tracing::warn!("RUNNING event not recorded: {e}");
-    }
+    announce_running(config, &*sink).await;
 
     let started = Instant::now();
     let stop = cancel.child_token();
-    if let Some(d) = config.duration {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(d).await;
-            stop.cancel();
-        });
-    }
-    // When the streams stop starting tests: a server silent past its stall threshold by then
-    // is still out at the worker's end (the drain that follows starts nothing).
-    let stopped_ms = Arc::new(AtomicI64::new(0));
-    {
-        let (stop, stopped_ms) = (stop.clone(), stopped_ms.clone());
-        tokio::spawn(async move {
-            stop.cancelled().await;
-            stopped_ms.store(stress_common::now_ms(), Ordering::Relaxed);
-        });
-    }
+    let stopped_ms = watch_the_stop(config.duration, &stop);
     tokio::spawn(abandon_when_the_run_failed(
         stop.clone(),
         sink.clone(),
@@ -352,13 +305,103 @@ async fn run_with(
         0 => stress_common::now_ms(),
         at => at,
     };
-    let snapshot = shared.stats.last_snapshot(&mix, stopped_ms);
+    let snapshot = shared.stats.last_snapshot(&shared.mix, stopped_ms);
     if let Some(m) = &metrics {
         m.update(&snapshot);
     }
     if let Err(e) = shared.record(snapshot.clone(), true).await {
         tracing::error!("final snapshot not recorded: {e}");
     }
+    let report = final_report(&shared, &snapshot, elapsed);
+    let (kind, details) = final_outcome(&report, &snapshot, config.driver_judges);
+    // The last thing this worker reports: the driver stopping the run waits for it.
+    record_final_event(&*sink, kind, &final_event_details(&details)).await;
+    Ok(report)
+}
+
+/// The STARTING event and a first heartbeat (each only logged when it cannot be recorded).
+async fn announce_starting(sink: &dyn StatusSink) {
+    if let Err(e) = sink
+        .event(EventKind::Starting, "connecting to servers")
+        .await
+    {
+        tracing::warn!("STARTING event not recorded: {e}");
+    }
+    if let Err(e) = sink.heartbeat().await {
+        tracing::warn!("heartbeat not recorded: {e}");
+    }
+}
+
+/// [`preflight`] within [`preflight_limit`] and until `cancel`; its failure is the worker's
+/// final event.
+async fn checked_preflight(
+    config: &mut WorkerConfig,
+    sink: &dyn StatusSink,
+    cancel: &CancellationToken,
+) -> Result<Vec<Arc<dyn TritonClient>>, WorkerError> {
+    // Servers that accept connections and never answer must not hold the worker past its
+    // duration or a SIGTERM.
+    let limit = preflight_limit(config.duration);
+    let checked = tokio::select! {
+        checked = tokio::time::timeout(limit, preflight(config)) => checked.unwrap_or_else(|_| {
+            Err(WorkerError::Preflight(format!(
+                "the servers did not answer the pre-flight checks within {limit:?}"
+            )))
+        }),
+        _ = cancel.cancelled() => Err(WorkerError::Preflight(
+            "stopped by a signal before the servers answered the pre-flight checks".into(),
+        )),
+    };
+    if let Err(e) = &checked {
+        let details = final_event_details(&format!("pre-flight: {e}"));
+        record_final_event(sink, EventKind::Failure, &details).await;
+    }
+    checked
+}
+
+/// The RUNNING event, and its log line.
+async fn announce_running(config: &WorkerConfig, sink: &dyn StatusSink) {
+    tracing::info!(
+        servers = ?config.servers, protocol = config.protocol.as_str(), concurrency = config.concurrency,
+        seed = config.seed, corr_id_base = config.corr_ids.base, "running"
+    );
+    let running = format!(
+        "{} streams against {} via {}, seed {}",
+        config.concurrency,
+        config.servers.join(","),
+        config.protocol.as_str(),
+        config.seed
+    );
+    if let Err(e) = sink.event(EventKind::Running, &running).await {
+        tracing::warn!("RUNNING event not recorded: {e}");
+    }
+}
+
+/// Fires `stop` when the run's duration ends; returns when the streams stopped starting tests
+/// (0 until then): a server silent past its stall threshold by then is still out at the
+/// worker's end (the drain that follows starts nothing).
+fn watch_the_stop(duration: Option<Duration>, stop: &CancellationToken) -> Arc<AtomicI64> {
+    if let Some(d) = duration {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(d).await;
+            stop.cancel();
+        });
+    }
+    let stopped_ms = Arc::new(AtomicI64::new(0));
+    {
+        let (stop, stopped_ms) = (stop.clone(), stopped_ms.clone());
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            stopped_ms.store(stress_common::now_ms(), Ordering::Relaxed);
+        });
+    }
+    stopped_ms
+}
+
+/// The worker's report from its final snapshot.
+fn final_report(shared: &Shared, snapshot: &WorkerSnapshot, elapsed: Duration) -> WorkerReport {
+    let config = &shared.config;
     let mut table = L0Table::new();
     for c in &snapshot.scenarios {
         let _ = table.add(c);
@@ -368,7 +411,7 @@ async fn run_with(
         let _ = model_table.add(c);
     }
     let elapsed_s = elapsed.as_secs_f64();
-    let report = WorkerReport {
+    WorkerReport {
         seed: config.seed,
         protocol: config.protocol.as_str(),
         servers: config.servers.clone(),
@@ -380,13 +423,21 @@ async fn run_with(
         models: model_table.to_json(elapsed_s),
         table,
         model_table,
-    };
-    let (kind, details) = if report.blocking_failures == 0 {
+    }
+}
+
+/// The final event's kind and details for a report.
+fn final_outcome(
+    report: &WorkerReport,
+    snapshot: &WorkerSnapshot,
+    driver_judges: bool,
+) -> (EventKind, String) {
+    if report.blocking_failures == 0 {
         (
             EventKind::Success,
             format!("{} requests, no failures", snapshot.total_requests),
         )
-    } else if config.driver_judges {
+    } else if driver_judges {
         (
             EventKind::Success,
             format!(
@@ -399,10 +450,7 @@ async fn run_with(
             EventKind::Failure,
             format!("{} failed tests", report.blocking_failures),
         )
-    };
-    // The last thing this worker reports: the driver stopping the run waits for it.
-    record_final_event(&*sink, kind, &final_event_details(&details)).await;
-    Ok(report)
+    }
 }
 
 /// How long a stopping worker asks the store why it stops: the answer only shortens the stop.
@@ -530,17 +578,7 @@ async fn follow_load_target(
 async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken) {
     let config = &shared.config;
     let mut rng = StdRng::seed_from_u64(config.seed.wrapping_add(index as u64));
-    let base = config
-        .corr_ids
-        .stream(index as u64, config.concurrency as u64)
-        .base;
-    let mut contexts: Vec<ClientContext> = (0..CORR_IDS_PER_STREAM)
-        .map(|c| ClientContext {
-            correlation_id: base + c,
-            server: (index * CORR_IDS_PER_STREAM as usize + c as usize) % shared.clients.len(),
-            ..Default::default()
-        })
-        .collect();
+    let mut contexts = stream_contexts(&shared, index);
     let mut failures_in_a_row: u32 = 0;
     while !stop.is_cancelled() {
         if failures_in_a_row > 0 {
@@ -574,41 +612,9 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             wire: Default::default(),
         };
         let started_ms = stress_common::now_ms();
-        let outcome = {
-            let test = scenarios::run(&mut env);
-            tokio::pin!(test);
-            tokio::select! {
-                o = &mut test => Some(o),
-                _ = stop.cancelled() => tokio::select! {
-                    finished = tokio::time::timeout(config.drain_timeout, &mut test) => finished.ok(),
-                    _ = shared.abandon.cancelled() => None,
-                },
-            }
-        };
-        // What the next test on this id will see as its previous use.
-        let this_use = |outcome: &str, context: &ClientContext, model: &str| PreviousUse {
-            scenario: scenario.name().to_string(),
-            model: model.to_string(),
-            started_ms,
-            ended_ms: stress_common::now_ms(),
-            outcome: outcome.to_string(),
-            left_open: {
-                let mut open: Vec<String> = context.open_sequences.iter().cloned().collect();
-                open.sort();
-                open
-            },
-        };
-        let finished = match &outcome {
-            Some(Outcome::Passed) => Some("passed"),
-            Some(Outcome::Failed(_)) => Some("failed"),
-            Some(Outcome::Skipped(_)) => Some("skipped"),
-            None => None,
-        };
-        let (steps, steps_left_out) = env.wire.take();
-        let previous_use = env.context.last_test.take();
-        if let Some(done) = finished {
-            env.context.last_test = Some(this_use(done, env.context, &env.model));
-        }
+        let outcome = run_until_stopped(&shared, &mut env, &stop).await;
+        let wire = env.wire.take();
+        let previous_use = hand_over_context(&mut env, started_ms, outcome.as_ref());
         match outcome {
             // Stopped mid-test and not finished within the drain timeout: not counted. A
             // perf_analyzer run is killed with its test, so its requests are counted nowhere.
@@ -633,38 +639,131 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             }
             Some(Outcome::Failed(failure)) => {
                 failures_in_a_row = failures_in_a_row.saturating_add(1);
-                let mut record = failure.into_record(scenario, client.address());
-                // The previous use of the slot's correlation id says something only about a
-                // test that used it (a sequence); elsewhere it would blame an unrelated test.
-                let previous_use = previous_use
-                    .filter(|_| scenario.uses_sequences() || record.correlation_id.is_some());
-                record.forensics = Some(Forensics {
-                    steps,
-                    steps_left_out,
+                let record = failure.into_record(scenario, client.address());
+                let trace = TestTrace {
+                    started_ms,
+                    wire,
                     previous_use,
-                    server_log: Vec::new(),
-                    sequence_idle_us: config.sequence_idle_us.get(&record.model).copied(),
-                    test_started_ms: Some(started_ms),
-                });
-                shared
-                    .stats
-                    .server_failed(&record.server, record.at_ms, scenario.uses_sequences());
-                tracing::warn!("{record}");
-                if shared.stats.test_failed(scenario, &record)
-                    && let Err(e) = shared.sink.failure(&record).await
-                {
-                    tracing::warn!("failure not recorded: {e}");
-                }
-                // Under a driver that judges, the record is the report: the driver decides.
-                if !config.driver_judges
-                    && !scenario.allowed_to_fail()
-                    && !shared.failure_reported.swap(true, Ordering::SeqCst)
-                {
-                    record_final_event(&*shared.sink, EventKind::Failure, &record.to_string())
-                        .await;
-                }
+                };
+                report_failure(&shared, scenario, record, trace).await;
             }
         }
+    }
+}
+
+/// A stream's client contexts: one per correlation id of its slice of the block, spread over
+/// the servers.
+fn stream_contexts(shared: &Shared, index: usize) -> Vec<ClientContext> {
+    let config = &shared.config;
+    let base = config
+        .corr_ids
+        .stream(index as u64, config.concurrency as u64)
+        .base;
+    (0..CORR_IDS_PER_STREAM)
+        .map(|c| ClientContext {
+            correlation_id: base + c,
+            server: (index * CORR_IDS_PER_STREAM as usize + c as usize) % shared.clients.len(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Runs a test; once `stop` fires, lets it finish within the drain timeout unless the run is
+/// abandoned. `None`: it did not finish.
+async fn run_until_stopped(
+    shared: &Shared,
+    env: &mut TestEnv<'_>,
+    stop: &CancellationToken,
+) -> Option<Outcome> {
+    let test = scenarios::run(env);
+    tokio::pin!(test);
+    tokio::select! {
+        o = &mut test => Some(o),
+        _ = stop.cancelled() => tokio::select! {
+            finished = tokio::time::timeout(shared.config.drain_timeout, &mut test) => finished.ok(),
+            _ = shared.abandon.cancelled() => None,
+        },
+    }
+}
+
+/// Records a finished test as its context's last use (what the next test on this id will see
+/// as its previous use); returns the use before it.
+fn hand_over_context(
+    env: &mut TestEnv<'_>,
+    started_ms: i64,
+    outcome: Option<&Outcome>,
+) -> Option<PreviousUse> {
+    let finished = match outcome {
+        Some(Outcome::Passed) => Some("passed"),
+        Some(Outcome::Failed(_)) => Some("failed"),
+        Some(Outcome::Skipped(_)) => Some("skipped"),
+        None => None,
+    };
+    let previous_use = env.context.last_test.take();
+    if let Some(done) = finished {
+        env.context.last_test = Some(PreviousUse {
+            scenario: env.scenario.name().to_string(),
+            model: env.model.to_string(),
+            started_ms,
+            ended_ms: stress_common::now_ms(),
+            outcome: done.to_string(),
+            left_open: {
+                let mut open: Vec<String> = env.context.open_sequences.iter().cloned().collect();
+                open.sort();
+                open
+            },
+        });
+    }
+    previous_use
+}
+
+/// What a failed test leaves for its record's forensics.
+struct TestTrace {
+    started_ms: i64,
+    /// Its requests on the wire, and how many were left out.
+    wire: (Vec<stress_common::status::WireStep>, u64),
+    /// The previous use of its context's correlation id.
+    previous_use: Option<PreviousUse>,
+}
+
+/// A failed test's record, with its forensics: counted, logged, stored, and the worker's
+/// FAILURE event when it is the first failure that fails the run.
+async fn report_failure(
+    shared: &Shared,
+    scenario: Scenario,
+    mut record: FailureRecord,
+    trace: TestTrace,
+) {
+    let config = &shared.config;
+    // The previous use of the slot's correlation id says something only about a
+    // test that used it (a sequence); elsewhere it would blame an unrelated test.
+    let previous_use = trace
+        .previous_use
+        .filter(|_| scenario.uses_sequences() || record.correlation_id.is_some());
+    let (steps, steps_left_out) = trace.wire;
+    record.forensics = Some(Forensics {
+        steps,
+        steps_left_out,
+        previous_use,
+        server_log: Vec::new(),
+        sequence_idle_us: config.sequence_idle_us.get(&record.model).copied(),
+        test_started_ms: Some(trace.started_ms),
+    });
+    shared
+        .stats
+        .server_failed(&record.server, record.at_ms, scenario.uses_sequences());
+    tracing::warn!("{record}");
+    if shared.stats.test_failed(scenario, &record)
+        && let Err(e) = shared.sink.failure(&record).await
+    {
+        tracing::warn!("failure not recorded: {e}");
+    }
+    // Under a driver that judges, the record is the report: the driver decides.
+    if !config.driver_judges
+        && !scenario.allowed_to_fail()
+        && !shared.failure_reported.swap(true, Ordering::SeqCst)
+    {
+        record_final_event(&*shared.sink, EventKind::Failure, &record.to_string()).await;
     }
 }
 

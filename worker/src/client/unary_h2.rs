@@ -521,141 +521,186 @@ impl State {
         stream: u32,
         payload: Bytes,
     ) -> Result<(), ProtocolViolation> {
-        if let Some(partial) = &mut self.partial {
-            if kind != CONTINUATION || stream != partial.stream {
-                return Err(connection_error(
-                    "a header block interrupted by another frame",
-                ));
-            }
-            partial.block.put_slice(&payload);
-            if partial.block.len() > MAX_HEADER_BLOCK {
-                return Err(connection_error("a header block over 1 MiB"));
-            }
-            if flags & END_HEADERS != 0 {
-                let partial = self.partial.take().expect("checked above");
-                self.on_header_block(partial.stream, &partial.block, partial.end_stream)?;
-            }
-            return Ok(());
+        if self.partial.is_some() {
+            return self.on_continuation(kind, flags, stream, &payload);
         }
         match kind {
-            DATA => {
-                if stream == 0 {
-                    return Err(connection_error("DATA on stream 0"));
-                }
-                // Flow control counts the whole payload, padding included.
-                self.received += payload.len() as u64;
-                if self.received >= u64::from(MAX_WINDOW / 2) {
-                    frame_header(&mut self.out, 4, WINDOW_UPDATE, 0, 0);
-                    self.out.put_u32(self.received as u32);
-                    self.received = 0;
-                }
-                let data = unpad(payload, flags)?;
-                self.on_data(stream, data, flags & END_STREAM != 0);
-            }
-            HEADERS => {
-                if stream == 0 {
-                    return Err(connection_error("HEADERS on stream 0"));
-                }
-                let mut block = unpad(payload, flags)?;
-                if flags & PRIORITY_FLAG != 0 {
-                    if block.len() < 5 {
-                        return Err(connection_error(
-                            "a HEADERS frame too short for its priority",
-                        ));
-                    }
-                    block.advance(5);
-                }
-                let end_stream = flags & END_STREAM != 0;
-                if flags & END_HEADERS != 0 {
-                    self.on_header_block(stream, &block, end_stream)?;
-                } else {
-                    self.partial = Some(PartialBlock {
-                        stream,
-                        end_stream,
-                        block: BytesMut::from(&block[..]),
-                    });
-                }
-            }
-            RST_STREAM => {
-                if payload.len() != 4 {
-                    return Err(connection_error("RST_STREAM of a wrong size"));
-                }
-                let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
-                self.finish(
-                    stream,
-                    Err(Status::unavailable(format!(
-                        "the server reset the stream ({})",
-                        error_code_name(code)
-                    ))),
-                );
-            }
-            SETTINGS if flags & ACK == 0 => {
-                self.on_settings(&payload)?;
-                frame_header(&mut self.out, 0, SETTINGS, ACK, 0);
-                // Only now may bodies use a changed window or frame size: the peer counts from
-                // the settings we have acknowledged (chttp2 resets a stream that overflows them).
-                self.send_all_pending();
-                if !self.settings_seen {
-                    self.settings_seen = true;
-                    self.to_wake.append(&mut self.waiting);
-                }
-            }
+            DATA => self.on_data_frame(flags, stream, payload)?,
+            HEADERS => self.on_headers_frame(flags, stream, payload)?,
+            RST_STREAM => self.on_rst_stream(stream, &payload)?,
+            SETTINGS if flags & ACK == 0 => self.on_settings_frame(&payload)?,
             PUSH_PROMISE => return Err(connection_error("PUSH_PROMISE although push is off")),
-            PING => {
-                if payload.len() != 8 {
-                    return Err(connection_error("PING of a wrong size"));
-                }
-                if flags & ACK == 0 {
-                    frame_header(&mut self.out, 8, PING, ACK, 0);
-                    self.out.put_slice(&payload);
-                }
-            }
-            GOAWAY => {
-                if payload.len() < 8 {
-                    return Err(connection_error("GOAWAY too short"));
-                }
-                let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
-                    & MAX_WINDOW;
-                let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
-                let debug = String::from_utf8_lossy(&payload[8..]);
-                self.goaway = Some(last);
-                let unserved: Vec<u32> =
-                    self.calls.keys().copied().filter(|id| *id > last).collect();
-                for id in unserved {
-                    self.finish(
-                        id,
-                        Err(Status::unavailable(format!(
-                            "the server sent GOAWAY ({}{}{}) before serving the call",
-                            error_code_name(code),
-                            if debug.is_empty() { "" } else { ": " },
-                            debug
-                        ))),
-                    );
-                }
-                self.to_wake.append(&mut self.waiting);
-            }
-            WINDOW_UPDATE => {
-                if payload.len() != 4 {
-                    return Err(connection_error("WINDOW_UPDATE of a wrong size"));
-                }
-                let increment = i64::from(
-                    u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
-                        & MAX_WINDOW,
-                );
-                if stream == 0 {
-                    self.send_window += increment;
-                    if self.send_window > i64::from(MAX_WINDOW) {
-                        return Err(connection_error("the connection window overflowed"));
-                    }
-                    self.send_all_pending();
-                } else if let Some(call) = self.calls.get_mut(&stream) {
-                    call.window += increment;
-                    self.send_pending(stream);
-                }
-            }
+            PING => self.on_ping(flags, &payload)?,
+            GOAWAY => self.on_goaway(&payload)?,
+            WINDOW_UPDATE => self.on_window_update(stream, &payload)?,
             CONTINUATION => return Err(connection_error("CONTINUATION without HEADERS")),
             // PRIORITY and unknown frame types are ignored (RFC 9113 §4.1, §5.3.2).
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// A frame while a header block is open: only its CONTINUATION may come.
+    fn on_continuation(
+        &mut self,
+        kind: u8,
+        flags: u8,
+        stream: u32,
+        payload: &[u8],
+    ) -> Result<(), ProtocolViolation> {
+        let partial = self.partial.as_mut().expect("a header block is open");
+        if kind != CONTINUATION || stream != partial.stream {
+            return Err(connection_error(
+                "a header block interrupted by another frame",
+            ));
+        }
+        partial.block.put_slice(payload);
+        if partial.block.len() > MAX_HEADER_BLOCK {
+            return Err(connection_error("a header block over 1 MiB"));
+        }
+        if flags & END_HEADERS != 0 {
+            let partial = self.partial.take().expect("checked above");
+            self.on_header_block(partial.stream, &partial.block, partial.end_stream)?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn on_data_frame(
+        &mut self,
+        flags: u8,
+        stream: u32,
+        payload: Bytes,
+    ) -> Result<(), ProtocolViolation> {
+        if stream == 0 {
+            return Err(connection_error("DATA on stream 0"));
+        }
+        // Flow control counts the whole payload, padding included.
+        self.received += payload.len() as u64;
+        if self.received >= u64::from(MAX_WINDOW / 2) {
+            frame_header(&mut self.out, 4, WINDOW_UPDATE, 0, 0);
+            self.out.put_u32(self.received as u32);
+            self.received = 0;
+        }
+        let data = unpad(payload, flags)?;
+        self.on_data(stream, data, flags & END_STREAM != 0);
+        Ok(())
+    }
+
+    #[inline]
+    fn on_headers_frame(
+        &mut self,
+        flags: u8,
+        stream: u32,
+        payload: Bytes,
+    ) -> Result<(), ProtocolViolation> {
+        if stream == 0 {
+            return Err(connection_error("HEADERS on stream 0"));
+        }
+        let mut block = unpad(payload, flags)?;
+        if flags & PRIORITY_FLAG != 0 {
+            if block.len() < 5 {
+                return Err(connection_error(
+                    "a HEADERS frame too short for its priority",
+                ));
+            }
+            block.advance(5);
+        }
+        let end_stream = flags & END_STREAM != 0;
+        if flags & END_HEADERS != 0 {
+            self.on_header_block(stream, &block, end_stream)?;
+        } else {
+            self.partial = Some(PartialBlock {
+                stream,
+                end_stream,
+                block: BytesMut::from(&block[..]),
+            });
+        }
+        Ok(())
+    }
+
+    fn on_rst_stream(&mut self, stream: u32, payload: &[u8]) -> Result<(), ProtocolViolation> {
+        if payload.len() != 4 {
+            return Err(connection_error("RST_STREAM of a wrong size"));
+        }
+        let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+        self.finish(
+            stream,
+            Err(Status::unavailable(format!(
+                "the server reset the stream ({})",
+                error_code_name(code)
+            ))),
+        );
+        Ok(())
+    }
+
+    /// A SETTINGS frame that is not an ACK: applied, then acknowledged.
+    fn on_settings_frame(&mut self, payload: &[u8]) -> Result<(), ProtocolViolation> {
+        self.on_settings(payload)?;
+        frame_header(&mut self.out, 0, SETTINGS, ACK, 0);
+        // Only now may bodies use a changed window or frame size: the peer counts from
+        // the settings we have acknowledged (chttp2 resets a stream that overflows them).
+        self.send_all_pending();
+        if !self.settings_seen {
+            self.settings_seen = true;
+            self.to_wake.append(&mut self.waiting);
+        }
+        Ok(())
+    }
+
+    fn on_ping(&mut self, flags: u8, payload: &[u8]) -> Result<(), ProtocolViolation> {
+        if payload.len() != 8 {
+            return Err(connection_error("PING of a wrong size"));
+        }
+        if flags & ACK == 0 {
+            frame_header(&mut self.out, 8, PING, ACK, 0);
+            self.out.put_slice(payload);
+        }
+        Ok(())
+    }
+
+    fn on_goaway(&mut self, payload: &[u8]) -> Result<(), ProtocolViolation> {
+        if payload.len() < 8 {
+            return Err(connection_error("GOAWAY too short"));
+        }
+        let last =
+            u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & MAX_WINDOW;
+        let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+        let debug = String::from_utf8_lossy(&payload[8..]);
+        self.goaway = Some(last);
+        let unserved: Vec<u32> = self.calls.keys().copied().filter(|id| *id > last).collect();
+        for id in unserved {
+            self.finish(
+                id,
+                Err(Status::unavailable(format!(
+                    "the server sent GOAWAY ({}{}{}) before serving the call",
+                    error_code_name(code),
+                    if debug.is_empty() { "" } else { ": " },
+                    debug
+                ))),
+            );
+        }
+        self.to_wake.append(&mut self.waiting);
+        Ok(())
+    }
+
+    #[inline]
+    fn on_window_update(&mut self, stream: u32, payload: &[u8]) -> Result<(), ProtocolViolation> {
+        if payload.len() != 4 {
+            return Err(connection_error("WINDOW_UPDATE of a wrong size"));
+        }
+        let increment = i64::from(
+            u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & MAX_WINDOW,
+        );
+        if stream == 0 {
+            self.send_window += increment;
+            if self.send_window > i64::from(MAX_WINDOW) {
+                return Err(connection_error("the connection window overflowed"));
+            }
+            self.send_all_pending();
+        } else if let Some(call) = self.calls.get_mut(&stream) {
+            call.window += increment;
+            self.send_pending(stream);
         }
         Ok(())
     }

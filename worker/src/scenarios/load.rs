@@ -118,52 +118,86 @@ pub async fn drive(
     prepared: &[Prepared],
     check: &Check<'_>,
 ) -> Result<(), Failure> {
-    let end = Instant::now() + env.settings.load_window;
-    let timeout = Some(env.settings.request_timeout);
     let load = env.settings.window_load();
+    let window = Window {
+        env,
+        prepared,
+        check,
+        end: Instant::now() + env.settings.load_window,
+        timeout: Some(env.settings.request_timeout),
+        overload: load.overload,
+    };
     match load.mode {
-        LoadMode::Concurrency(n) => {
-            let n = n as usize;
-            // FuturesUnordered polls only the senders whose response arrived.
-            let mut senders: FuturesUnordered<_> = (0..n)
-                .map(|k| async move {
-                    let mut i = k;
-                    while Instant::now() < end && !env.cancel.is_cancelled() {
-                        let idx = i % prepared.len();
-                        i += n;
-                        let started = Instant::now();
-                        let call = env.call();
-                        let r = env.client.infer_prepared(&prepared[idx], timeout).await;
-                        drop(call);
-                        env.stats.request(
-                            env.scenario,
-                            &env.model,
-                            env.client.address(),
-                            r.as_ref().ok().map(|answer| answer.latency_since(started)),
-                        );
-                        if load.overload && r.is_err() {
-                            // Counted as sent and unanswered (a spike's error rate).
-                            continue;
-                        }
-                        check(idx, r)?;
-                    }
-                    Ok::<(), Failure>(())
-                })
-                .collect();
-            while let Some(r) = senders.next().await {
-                r?;
-            }
-            Ok(())
-        }
+        LoadMode::Concurrency(n) => window.closed_loop(n as usize).await,
         LoadMode::Rate(_) | LoadMode::Poisson(_) | LoadMode::Intervals(_) => {
-            let times = env
-                .settings
-                .send_times(&load.mode)
-                .ok_or_else(|| Failure::new(&env.model, "the open loop's schedule", "none"))?;
-            let sent = std::sync::atomic::AtomicU64::new(0);
-            let send = |i: u64,
-                        intended: tokio::time::Instant,
-                        call: Option<super::PacerCall<SentCall>>| {
+            window.open_loop(&load.mode).await
+        }
+    }
+}
+
+/// What the senders of one load window ([`drive`]) share.
+struct Window<'w, 'e> {
+    env: &'w TestEnv<'e>,
+    prepared: &'w [Prepared],
+    check: &'w Check<'w>,
+    /// When the window ends: no request is sent after it.
+    end: Instant,
+    /// Every request's deadline.
+    timeout: Option<Duration>,
+    /// [`super::WindowLoad::overload`]: unanswered requests are counted, not failures.
+    overload: bool,
+}
+
+impl Window<'_, '_> {
+    /// Closed loop: `n` senders, each with one request in flight at a time.
+    async fn closed_loop(&self, n: usize) -> Result<(), Failure> {
+        // FuturesUnordered polls only the senders whose response arrived.
+        let mut senders: FuturesUnordered<_> = (0..n).map(|k| self.sender(k, n)).collect();
+        while let Some(r) = senders.next().await {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Closed-loop sender `k` of `n`: requests k, k+n, ... one at a time until the window ends.
+    async fn sender(&self, k: usize, n: usize) -> Result<(), Failure> {
+        let (env, prepared) = (self.env, self.prepared);
+        let mut i = k;
+        while Instant::now() < self.end && !env.cancel.is_cancelled() {
+            let idx = i % prepared.len();
+            i += n;
+            let started = Instant::now();
+            let call = env.call();
+            let r = env
+                .client
+                .infer_prepared(&prepared[idx], self.timeout)
+                .await;
+            drop(call);
+            env.stats.request(
+                env.scenario,
+                &env.model,
+                env.client.address(),
+                r.as_ref().ok().map(|answer| answer.latency_since(started)),
+            );
+            if self.overload && r.is_err() {
+                // Counted as sent and unanswered (a spike's error rate).
+                continue;
+            }
+            (self.check)(idx, r)?;
+        }
+        Ok(())
+    }
+
+    /// Open loop: each request sent at its intended time, its latency counted from then.
+    async fn open_loop(&self, mode: &LoadMode) -> Result<(), Failure> {
+        let (env, prepared, timeout) = (self.env, self.prepared, self.timeout);
+        let times = env
+            .settings
+            .send_times(mode)
+            .ok_or_else(|| Failure::new(&env.model, "the open loop's schedule", "none"))?;
+        let sent = std::sync::atomic::AtomicU64::new(0);
+        let send =
+            |i: u64, intended: tokio::time::Instant, call: Option<super::PacerCall<SentCall>>| {
                 let idx = (i % prepared.len() as u64) as usize;
                 sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let in_flight = env.call();
@@ -182,62 +216,69 @@ pub async fn drive(
                     (latency, idx, r)
                 }
             };
-            let send_now: super::SendNow<SentCall> = {
-                let client = env.client.clone();
-                let prepared = prepared.to_vec();
-                Box::new(move |i| {
-                    client.send_now(&prepared[(i % prepared.len() as u64) as usize], timeout)
-                })
-            };
-            let finish = |(latency, idx, r): (Duration, usize, Result<_, _>)| {
-                env.stats.request(
-                    env.scenario,
-                    &env.model,
-                    env.client.address(),
-                    Result::is_ok(&r).then_some(latency),
-                );
-                if load.overload && r.is_err() {
-                    // Counted as sent and unanswered: the spike's error rate.
-                    return Ok(());
-                }
-                check(idx, r)
-            };
-            // A spike's schedule runs on until the driver changes the rate, not window by
-            // window: a window waits for its last answers, and those pauses would cut the
-            // offered rate by as much as the overloaded server's latency.
-            let spike = env
-                .settings
-                .load_target
-                .as_deref()
-                .filter(|_| load.overload);
-            let (until, changed) = match spike {
-                Some(live) => (None, Some((live, load.mode.rate_schedule()))),
-                None => (Some(end), None),
-            };
-            let changed = || {
-                changed
-                    .as_ref()
-                    .is_some_and(|(live, ours)| live.rate() != ours.as_ref().map(|s| s.mean_rate()))
-            };
-            let tally = |t| match t {
-                super::Tally::Lateness(late) => env.stats.send_lateness(env.scenario, late),
-                // Sent, never answered: counted without a latency (the spike's error rate
-                // and the reconciliation see it).
-                super::Tally::Abandoned => {
-                    env.stats
-                        .request(env.scenario, &env.model, env.client.address(), None)
-                }
-            };
-            let schedule = super::OpenLoop {
-                times: Box::new(times),
-                until,
-                send_now: Some(send_now),
-                answers: env.client.answer_reader(),
-            };
-            let result = super::open_loop(schedule, changed, env.cancel, tally, send, finish).await;
-            env.settings
-                .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
-            result
-        }
+        let finish = |(latency, idx, r): (Duration, usize, Result<_, _>)| {
+            env.stats.request(
+                env.scenario,
+                &env.model,
+                env.client.address(),
+                Result::is_ok(&r).then_some(latency),
+            );
+            if self.overload && r.is_err() {
+                // Counted as sent and unanswered: the spike's error rate.
+                return Ok(());
+            }
+            (self.check)(idx, r)
+        };
+        let (until, changed) = self.open_loop_end(mode);
+        let tally = |t| match t {
+            super::Tally::Lateness(late) => env.stats.send_lateness(env.scenario, late),
+            // Sent, never answered: counted without a latency (the spike's error rate
+            // and the reconciliation see it).
+            super::Tally::Abandoned => {
+                env.stats
+                    .request(env.scenario, &env.model, env.client.address(), None)
+            }
+        };
+        let schedule = super::OpenLoop {
+            times: Box::new(times),
+            until,
+            send_now: Some(self.send_now()),
+            answers: env.client.answer_reader(),
+        };
+        let result = super::open_loop(schedule, changed, env.cancel, tally, send, finish).await;
+        env.settings
+            .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
+        result
+    }
+
+    /// Sends request `i` from the pacer's thread, at its intended time.
+    fn send_now(&self) -> super::SendNow<SentCall> {
+        let client = self.env.client.clone();
+        let prepared = self.prepared.to_vec();
+        let timeout = self.timeout;
+        Box::new(move |i| client.send_now(&prepared[(i % prepared.len() as u64) as usize], timeout))
+    }
+
+    /// When the open loop ends (`until`), and whether it must end early (`changed`).
+    /// A spike's schedule runs on until the driver changes the rate, not window by window: a
+    /// window waits for its last answers, and those pauses would cut the offered rate by as much
+    /// as the overloaded server's latency.
+    fn open_loop_end(&self, mode: &LoadMode) -> (Option<Instant>, impl Fn() -> bool + '_) {
+        let spike = self
+            .env
+            .settings
+            .load_target
+            .as_deref()
+            .filter(|_| self.overload);
+        let (until, changed) = match spike {
+            Some(live) => (None, Some((live, mode.rate_schedule()))),
+            None => (Some(self.end), None),
+        };
+        let changed = move || {
+            changed
+                .as_ref()
+                .is_some_and(|(live, ours)| live.rate() != ours.as_ref().map(|s| s.mean_rate()))
+        };
+        (until, changed)
     }
 }

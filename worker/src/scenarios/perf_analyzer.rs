@@ -45,22 +45,8 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     // Its requests are counted when it ends, seconds from now.
     let _deferred = env.stats.deferred_test();
     let export = ProfileExport::path();
-    let mut command = tokio::process::Command::new(&binary);
-    command
-        .args(["-m", &model, "-u", env.client.address(), "-i", protocol])
-        .arg("--profile-export-file")
-        .arg(&export.0)
-        .args(["--concurrency-range", "1"])
-        // A fixed request count, not windows until stable: every request it sends is in its
-        // measurement, so the "Request count" it prints is what the server saw (the
-        // driver reconciles the two), and it ends in a second or a few: a run still going
-        // when the worker stops has its drain time to finish, or its requests go uncounted.
-        .args([
-            "--request-count",
-            &stress_common::limits::PERF_ANALYZER_REQUESTS.to_string(),
-        ])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
+    let mut command =
+        perf_analyzer_command(&binary, &model, env.client.address(), protocol, &export);
     let output = command.output();
     tokio::pin!(output);
     let output = tokio::select! {
@@ -99,11 +85,52 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
         }
     };
     let stdout = String::from_utf8_lossy(&output.stdout);
+    count_requests(env, &model, &export, &output, &stdout);
+    outcome_of(&model, &output, &stdout)
+}
+
+/// The perf_analyzer command line: a fixed number of requests to `model` on `address`, each
+/// one's times written to `export`.
+fn perf_analyzer_command(
+    binary: &Path,
+    model: &str,
+    address: &str,
+    protocol: &str,
+    export: &ProfileExport,
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(binary);
+    command
+        .args(["-m", model, "-u", address, "-i", protocol])
+        .arg("--profile-export-file")
+        .arg(&export.0)
+        .args(["--concurrency-range", "1"])
+        // A fixed request count, not windows until stable: every request it sends is in its
+        // measurement, so the "Request count" it prints is what the server saw (the
+        // driver reconciles the two), and it ends in a second or a few: a run still going
+        // when the worker stops has its drain time to finish, or its requests go uncounted.
+        .args([
+            "--request-count",
+            &stress_common::limits::PERF_ANALYZER_REQUESTS.to_string(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Counts a finished run's requests: each with its latency from the profile export, else
+/// without latencies from its summary.
+fn count_requests(
+    env: &TestEnv<'_>,
+    model: &str,
+    export: &ProfileExport,
+    output: &std::process::Output,
+    stdout: &str,
+) {
     match export.read() {
         Ok(requests) => {
             for latency in requests {
                 env.stats
-                    .request(env.scenario, &model, env.client.address(), latency);
+                    .request(env.scenario, model, env.client.address(), latency);
             }
         }
         Err(e) => {
@@ -112,18 +139,22 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
                 tracing::warn!("perf_analyzer's profile export: {e}");
             }
             env.stats
-                .requests(env.scenario, &model, request_count(&stdout));
+                .requests(env.scenario, model, request_count(stdout));
         }
     }
+}
+
+/// A finished run's outcome: passed when it exited 0, else failed with the last lines it wrote.
+fn outcome_of(model: &str, output: &std::process::Output, stdout: &str) -> Outcome {
     if output.status.success() {
         Outcome::Passed
     } else {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let tail: Vec<&str> = stderr.lines().chain(stdout.lines()).rev().take(5).collect();
-        let kind = failed_run_kind(&stderr, &stdout);
+        let kind = failed_run_kind(&stderr, stdout);
         Outcome::Failed(
             Failure::new(
-                &model,
+                model,
                 "perf_analyzer to exit 0",
                 format!(
                     "{}: {}",

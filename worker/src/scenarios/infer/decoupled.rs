@@ -313,121 +313,165 @@ pub async fn drive(
     checks: &StreamChecks,
     tolerance: f64,
 ) -> Result<(), Failure> {
-    let end = Instant::now() + env.settings.load_window;
-    let silence = env.settings.request_timeout;
-    let requests = &planned.requests;
-    let open_failure = |e: ClientError| {
-        let d = &planned.description;
+    let window = Window {
+        env,
+        planned,
+        checks,
+        tolerance,
+        end: Instant::now() + env.settings.load_window,
+        silence: env.settings.request_timeout,
+    };
+    match env.settings.window_load().mode {
+        LoadMode::Concurrency(n) => window.closed_loop(n as usize).await,
+        // One stream per request, sent at its intended time; latencies count from that time.
+        mode @ (LoadMode::Rate(_) | LoadMode::Poisson(_) | LoadMode::Intervals(_)) => {
+            window.open_loop(&mode).await
+        }
+    }
+}
+
+/// What the senders of one load window ([`drive`]) share.
+struct Window<'w, 'e> {
+    env: &'w TestEnv<'e>,
+    planned: &'w PlannedModel,
+    checks: &'w StreamChecks,
+    tolerance: f64,
+    /// When the window ends: no request is sent after it.
+    end: Instant,
+    /// How long a stream may stay silent before its final response.
+    silence: Duration,
+}
+
+impl Window<'_, '_> {
+    fn open_failure(&self, e: ClientError) -> Failure {
+        let d = &self.planned.description;
         Failure::new(
             &d.name,
             format!("a ModelStreamInfer stream for {}", d.label()),
             e.to_string(),
         )
-    };
-    match env.settings.window_load().mode {
-        LoadMode::Concurrency(n) => {
-            let n = n as usize;
-            let mut senders: FuturesUnordered<_> = (0..n)
-                .map(|k| async move {
-                    let mut session: Option<Box<dyn DecoupledSession>> = None;
-                    let mut i = k;
-                    let mut result = Ok(());
-                    while result.is_ok() && Instant::now() < end && !env.cancel.is_cancelled() {
-                        let idx = i % requests.len();
-                        i += n;
-                        let call = env.call();
-                        if session.is_none() {
-                            match env.client.decoupled_session().await {
-                                Ok(s) => session = Some(s),
-                                Err(e) => {
-                                    result = Err(open_failure(e));
-                                    break;
-                                }
-                            }
-                        }
-                        let s = session.as_mut().expect("opened above");
-                        let outcome = s.infer(&requests[idx].request, silence).await;
-                        drop(call);
-                        let from = outcome.as_ref().map_or_else(|_| Instant::now(), |o| o.sent);
-                        result = finish(env, planned, checks, idx, from, outcome, tolerance);
+    }
+
+    /// [`finish`] of request `idx`'s stream.
+    fn finish(
+        &self,
+        idx: usize,
+        from: Instant,
+        outcome: Result<StreamOutcome, ClientError>,
+    ) -> Result<(), Failure> {
+        finish(
+            self.env,
+            self.planned,
+            self.checks,
+            idx,
+            from,
+            outcome,
+            self.tolerance,
+        )
+    }
+
+    /// Closed loop: `n` senders, each with its own stream.
+    async fn closed_loop(&self, n: usize) -> Result<(), Failure> {
+        let mut senders: FuturesUnordered<_> = (0..n).map(|k| self.sender(k, n)).collect();
+        while let Some(r) = senders.next().await {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Closed-loop sender `k` of `n`: requests k, k+n, ... one at a time over one stream,
+    /// opened with the first, until the window ends or a request fails.
+    async fn sender(&self, k: usize, n: usize) -> Result<(), Failure> {
+        let env = self.env;
+        let requests = &self.planned.requests;
+        let mut session: Option<Box<dyn DecoupledSession>> = None;
+        let mut i = k;
+        let mut result = Ok(());
+        while result.is_ok() && Instant::now() < self.end && !env.cancel.is_cancelled() {
+            let idx = i % requests.len();
+            i += n;
+            let call = env.call();
+            if session.is_none() {
+                match env.client.decoupled_session().await {
+                    Ok(s) => session = Some(s),
+                    Err(e) => {
+                        result = Err(self.open_failure(e));
+                        break;
                     }
-                    if let Some(s) = session {
-                        s.close().await;
-                    }
-                    result
-                })
-                .collect();
-            while let Some(r) = senders.next().await {
-                r?;
+                }
             }
-            Ok(())
+            let s = session.as_mut().expect("opened above");
+            let outcome = s.infer(&requests[idx].request, self.silence).await;
+            drop(call);
+            let from = outcome.as_ref().map_or_else(|_| Instant::now(), |o| o.sent);
+            result = self.finish(idx, from, outcome);
         }
-        // One stream per request, sent at its intended time; latencies count from that time.
-        mode @ (LoadMode::Rate(_) | LoadMode::Poisson(_) | LoadMode::Intervals(_)) => {
-            let times = env.settings.send_times(&mode).ok_or_else(|| {
-                Failure::new(
-                    &planned.description.name,
-                    "the open loop's schedule",
-                    "none",
-                )
-            })?;
-            let sent = std::sync::atomic::AtomicU64::new(0);
-            let send =
-                |i: u64,
-                 intended: tokio::time::Instant,
-                 _: Option<crate::scenarios::PacerCall<std::future::Pending<()>>>| {
-                    let idx = (i % requests.len() as u64) as usize;
-                    let request = &requests[idx].request;
-                    sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let call = env.call();
-                    async move {
-                        let result = match env.client.decoupled_session().await {
-                            Ok(mut session) => {
-                                let outcome = session.infer(request, silence).await;
-                                drop(call);
-                                session.close().await;
-                                Ok(outcome)
-                            }
-                            Err(e) => Err(open_failure(e)),
-                        };
-                        (intended, idx, result)
-                    }
-                };
-            let done = |(intended, idx, r): (tokio::time::Instant, usize, Result<_, Failure>)| {
-                let outcome = r?;
-                finish(
-                    env,
-                    planned,
-                    checks,
-                    idx,
-                    tokio::time::Instant::into_std(intended),
-                    outcome,
-                    tolerance,
-                )
-            };
-            let tally = |t| match t {
-                Tally::Lateness(late) => env.stats.send_lateness(env.scenario, late),
-                // Sent, never answered: counted without a latency (the spike's error rate
-                // and the reconciliation see it).
-                Tally::Abandoned => env.stats.request(
-                    env.scenario,
-                    &planned.description.name,
-                    env.client.address(),
-                    None,
-                ),
-            };
-            // A stream opens from the runtime: nothing leaves from the pacer's thread.
-            let schedule = OpenLoop {
-                times: Box::new(times),
-                until: Some(end),
-                send_now: None,
-                answers: None,
-            };
-            let result = open_loop(schedule, || false, env.cancel, tally, send, done).await;
-            env.settings
-                .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
-            result
+        if let Some(s) = session {
+            s.close().await;
         }
+        result
+    }
+
+    /// Open loop: one stream per request, sent at its intended time.
+    async fn open_loop(&self, mode: &LoadMode) -> Result<(), Failure> {
+        let env = self.env;
+        let requests = &self.planned.requests;
+        let silence = self.silence;
+        let times = env.settings.send_times(mode).ok_or_else(|| {
+            Failure::new(
+                &self.planned.description.name,
+                "the open loop's schedule",
+                "none",
+            )
+        })?;
+        let sent = std::sync::atomic::AtomicU64::new(0);
+        let send =
+            |i: u64,
+             intended: tokio::time::Instant,
+             _: Option<crate::scenarios::PacerCall<std::future::Pending<()>>>| {
+                let idx = (i % requests.len() as u64) as usize;
+                let request = &requests[idx].request;
+                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let call = env.call();
+                async move {
+                    let result = match env.client.decoupled_session().await {
+                        Ok(mut session) => {
+                            let outcome = session.infer(request, silence).await;
+                            drop(call);
+                            session.close().await;
+                            Ok(outcome)
+                        }
+                        Err(e) => Err(self.open_failure(e)),
+                    };
+                    (intended, idx, result)
+                }
+            };
+        let done = |(intended, idx, r): (tokio::time::Instant, usize, Result<_, Failure>)| {
+            let outcome = r?;
+            self.finish(idx, tokio::time::Instant::into_std(intended), outcome)
+        };
+        let tally = |t| match t {
+            Tally::Lateness(late) => env.stats.send_lateness(env.scenario, late),
+            // Sent, never answered: counted without a latency (the spike's error rate
+            // and the reconciliation see it).
+            Tally::Abandoned => env.stats.request(
+                env.scenario,
+                &self.planned.description.name,
+                env.client.address(),
+                None,
+            ),
+        };
+        // A stream opens from the runtime: nothing leaves from the pacer's thread.
+        let schedule = OpenLoop {
+            times: Box::new(times),
+            until: Some(self.end),
+            send_now: None,
+            answers: None,
+        };
+        let result = open_loop(schedule, || false, env.cancel, tally, send, done).await;
+        env.settings
+            .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
+        result
     }
 }
 
