@@ -36,7 +36,7 @@ use stress_common::interval::{IntervalTracker, series_interval};
 use stress_common::status::{
     EventKind, ModelCounts, Role, ScenarioCounts, StatusSink, WorkerSnapshot,
 };
-use stress_common::store::{Member, NewRun, Store, StoreOptions};
+use stress_common::store::{Member, NewRun, Store, StoreOptions, StoreSink};
 use tokio::sync::Mutex;
 
 const POLL: Duration = Duration::from_secs(1);
@@ -259,6 +259,33 @@ async fn count(url: &str, sql: &'static str, run_id: &str) -> i64 {
     n.0
 }
 
+/// What the simulated workers share: the snapshots written, their write latencies, and the
+/// probe events recorded (id, when) that the poller has not seen yet.
+#[derive(Clone)]
+struct Shared {
+    written: Arc<AtomicU64>,
+    write_latency: Arc<Mutex<Histogram<u64>>>,
+    probes: Arc<Mutex<Vec<(i64, Instant)>>>,
+}
+
+/// When the simulated workers write: every [`POLL`] for `duration` from `start`, `workers` of
+/// them spread over the first second, closing a series interval every `interval`.
+#[derive(Clone, Copy)]
+struct Schedule {
+    duration: Duration,
+    workers: u64,
+    interval: Duration,
+    start: Instant,
+}
+
+/// What the simulated driver's polls measured.
+struct PollStats {
+    polls: Histogram<u64>,
+    events_read: Histogram<u64>,
+    detection: Histogram<u64>,
+    errors: u64,
+}
+
 async fn live(a: &Args, pg_url: &str) -> String {
     let writers = Store::connect_with(
         &a.url,
@@ -283,207 +310,254 @@ async fn live(a: &Args, pg_url: &str) -> String {
         a.connections
     );
 
-    let written = Arc::new(AtomicU64::new(0));
-    let write_latency = Arc::new(Mutex::new(Histogram::<u64>::new(3).unwrap()));
-    let probes: Arc<Mutex<Vec<(i64, Instant)>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for i in 0..a.workers {
-        let sink = writers.sink(&run_id, format!("clients-{i}"));
-        let (written, write_latency, probes) =
-            (written.clone(), write_latency.clone(), probes.clone());
-        let duration = a.duration;
-        let workers = a.workers as u64;
-        tasks.push(tokio::spawn(async move {
-            // Workers start spread over the first second, as real ones would.
-            let phase = Duration::from_millis(i as u64 * 1000 / workers);
-            tokio::time::sleep(phase).await;
-            sink.event(EventKind::Running, "simulated worker")
-                .await
-                .expect("event");
-            let mut w = Worker::new(interval, stress_common::now_ms());
-            let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + POLL, POLL);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut tick = 0u64;
-            let mut local = Histogram::<u64>::new(3).unwrap();
-            loop {
-                ticker.tick().await;
-                tick += 1;
-                let last = start.elapsed() + POLL / 2 > duration + phase;
-                let rate = 200 + (i as u64 % 50);
-                let snapshot = w.snapshot(
-                    i as u64 * 1_000_003 + tick,
-                    rate,
-                    rate as f64,
-                    stress_common::now_ms(),
-                    last,
-                );
-                let t = Instant::now();
-                sink.snapshot(&snapshot).await.expect("snapshot");
-                local.record(t.elapsed().as_micros() as u64).ok();
-                written.fetch_add(1, Ordering::Relaxed);
-                // Every 5 s one worker reports something the driver must see (the way a
-                // FAILURE event reaches fail-fast), spread over the workers.
-                if tick.is_multiple_of(5) && (tick / 5) % workers == i as u64 {
-                    let id = sink
-                        .store
-                        .record_event(
-                            &sink.run_id,
-                            &sink.member_id,
-                            EventKind::Running,
-                            "probe event",
-                        )
-                        .await
-                        .expect("probe event");
-                    probes.lock().await.push((id, Instant::now()));
-                }
-                if last {
-                    break;
-                }
-            }
-            write_latency.lock().await.add(&local).unwrap();
-        }));
-    }
-
-    // The driver's poll loop: a process of its own in a real run, so here a thread with its own
-    // runtime and the driver's own store (opened as `driver run` opens it), which the workers'
-    // tasks do not delay.
-    let poller = {
-        let (url, run_id, probes, stop) =
-            (a.url.clone(), run_id.clone(), probes.clone(), stop.clone());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("the poller's runtime");
-        std::thread::spawn(move || {
-            rt.block_on(async move {
-                let driver = Store::connect(&url)
-                    .await
-                    .expect("connect the driver's store");
-                let limit = Duration::from_secs(3);
-                let mut polls = Histogram::<u64>::new(3).unwrap();
-                let mut events_read = Histogram::<u64>::new(3).unwrap();
-                let mut detection = Histogram::<u64>::new(3).unwrap();
-                let mut last_id = 0;
-                let mut errors = 0u64;
-                let mut ticker = tokio::time::interval(POLL);
-                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                while !stop.load(Ordering::Relaxed) {
-                    ticker.tick().await;
-                    let t = Instant::now();
-                    let timed_events = async {
-                        let r =
-                            stress_common::store::within(limit, driver.events(&run_id, last_id))
-                                .await;
-                        (r, t.elapsed())
-                    };
-                    let ((events, events_took), heartbeats, latest) = tokio::join!(
-                        timed_events,
-                        stress_common::store::within(limit, driver.heartbeats(&run_id)),
-                        stress_common::store::within(limit, driver.latest_qps(&run_id)),
-                    );
-                    let seen = Instant::now();
-                    polls.record(t.elapsed().as_micros() as u64).ok();
-                    events_read.record(events_took.as_micros() as u64).ok();
-                    match (events, heartbeats, latest) {
-                        (Ok(events), Ok(_), Ok(_)) => {
-                            if let Some(e) = events.last() {
-                                last_id = e.id;
-                            }
-                            let mut p = probes.lock().await;
-                            p.retain(|(id, at)| {
-                                if events.iter().any(|e| e.id == *id) {
-                                    detection
-                                        .record(seen.duration_since(*at).as_micros() as u64)
-                                        .ok();
-                                    false
-                                } else {
-                                    true
-                                }
-                            });
-                        }
-                        _ => errors += 1,
-                    }
-                }
-                driver.close().await;
-                (polls, events_read, detection, errors)
-            })
-        })
+    let shared = Shared {
+        written: Arc::new(AtomicU64::new(0)),
+        write_latency: Arc::new(Mutex::new(Histogram::<u64>::new(3).unwrap())),
+        probes: Arc::default(),
     };
+    let stop = Arc::new(AtomicBool::new(false));
+    let schedule = Schedule {
+        duration: a.duration,
+        workers: a.workers as u64,
+        interval,
+        start: Instant::now(),
+    };
+    let tasks: Vec<_> = (0..a.workers)
+        .map(|i| {
+            let sink = writers.sink(&run_id, format!("clients-{i}"));
+            tokio::spawn(simulated_worker(i, sink, schedule, shared.clone()))
+        })
+        .collect();
+    let poller = spawn_poller(
+        a.url.clone(),
+        run_id.clone(),
+        shared.probes.clone(),
+        stop.clone(),
+    );
     for t in tasks {
         t.await.expect("worker task");
     }
-    let elapsed = start.elapsed();
+    let elapsed = schedule.start.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let (polls, events_read, detection, errors) =
-        tokio::task::spawn_blocking(move || poller.join())
-            .await
-            .expect("join")
-            .expect("poller");
+    let stats = tokio::task::spawn_blocking(move || poller.join())
+        .await
+        .expect("join")
+        .expect("poller");
     writers
         .finish_run(&run_id, "PASS", stress_common::now_ms())
         .await
         .expect("finish");
     let after = sizes(pg_url).await;
 
+    print_written(a, shared.written.load(Ordering::Relaxed), elapsed);
+    print_latencies(&*shared.write_latency.lock().await, &stats);
+    print_rows(pg_url, &run_id, a.workers).await;
+    for (table, bytes) in growth(&before, &after) {
+        println!("live: growth {table}: {:.2} MiB", mib(bytes));
+    }
+    writers.close().await;
+    run_id.to_string()
+}
+
+/// Simulated worker `i`: a snapshot every [`POLL`] until the run's end, and every 5 s (spread
+/// over the workers) a probe event the driver must see, as a FAILURE event reaches fail-fast.
+async fn simulated_worker(i: usize, sink: StoreSink, schedule: Schedule, shared: Shared) {
+    let Schedule {
+        duration,
+        workers,
+        interval,
+        start,
+    } = schedule;
+    // Workers start spread over the first second, as real ones would.
+    let phase = Duration::from_millis(i as u64 * 1000 / workers);
+    tokio::time::sleep(phase).await;
+    sink.event(EventKind::Running, "simulated worker")
+        .await
+        .expect("event");
+    let mut w = Worker::new(interval, stress_common::now_ms());
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + POLL, POLL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = 0u64;
+    let mut local = Histogram::<u64>::new(3).unwrap();
+    loop {
+        ticker.tick().await;
+        tick += 1;
+        let last = start.elapsed() + POLL / 2 > duration + phase;
+        let rate = 200 + (i as u64 % 50);
+        let snapshot = w.snapshot(
+            i as u64 * 1_000_003 + tick,
+            rate,
+            rate as f64,
+            stress_common::now_ms(),
+            last,
+        );
+        let t = Instant::now();
+        sink.snapshot(&snapshot).await.expect("snapshot");
+        local.record(t.elapsed().as_micros() as u64).ok();
+        shared.written.fetch_add(1, Ordering::Relaxed);
+        // Every 5 s one worker reports something the driver must see (the way a
+        // FAILURE event reaches fail-fast), spread over the workers.
+        if tick.is_multiple_of(5) && (tick / 5) % workers == i as u64 {
+            let id = sink
+                .store
+                .record_event(
+                    &sink.run_id,
+                    &sink.member_id,
+                    EventKind::Running,
+                    "probe event",
+                )
+                .await
+                .expect("probe event");
+            shared.probes.lock().await.push((id, Instant::now()));
+        }
+        if last {
+            break;
+        }
+    }
+    shared.write_latency.lock().await.add(&local).unwrap();
+}
+
+/// The driver's poll loop: a process of its own in a real run, so here a thread with its own
+/// runtime and the driver's own store (opened as `driver run` opens it), which the workers'
+/// tasks do not delay. It polls until `stop`.
+fn spawn_poller(
+    url: String,
+    run_id: stress_common::contract::RunId,
+    probes: Arc<Mutex<Vec<(i64, Instant)>>>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<PollStats> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the poller's runtime");
+    std::thread::spawn(move || rt.block_on(poll_loop(url, run_id, probes, stop)))
+}
+
+/// Polls as `driver/src/run/poll.rs`'s `observe` does, every [`POLL`] until `stop`, noting
+/// when it sees each probe event.
+async fn poll_loop(
+    url: String,
+    run_id: stress_common::contract::RunId,
+    probes: Arc<Mutex<Vec<(i64, Instant)>>>,
+    stop: Arc<AtomicBool>,
+) -> PollStats {
+    let driver = Store::connect(&url)
+        .await
+        .expect("connect the driver's store");
+    let limit = Duration::from_secs(3);
+    let mut polls = Histogram::<u64>::new(3).unwrap();
+    let mut events_read = Histogram::<u64>::new(3).unwrap();
+    let mut detection = Histogram::<u64>::new(3).unwrap();
+    let mut last_id = 0;
+    let mut errors = 0u64;
+    let mut ticker = tokio::time::interval(POLL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !stop.load(Ordering::Relaxed) {
+        ticker.tick().await;
+        let t = Instant::now();
+        let timed_events = async {
+            let r = stress_common::store::within(limit, driver.events(&run_id, last_id)).await;
+            (r, t.elapsed())
+        };
+        let ((events, events_took), heartbeats, latest) = tokio::join!(
+            timed_events,
+            stress_common::store::within(limit, driver.heartbeats(&run_id)),
+            stress_common::store::within(limit, driver.latest_qps(&run_id)),
+        );
+        let seen = Instant::now();
+        polls.record(t.elapsed().as_micros() as u64).ok();
+        events_read.record(events_took.as_micros() as u64).ok();
+        match (events, heartbeats, latest) {
+            (Ok(events), Ok(_), Ok(_)) => {
+                if let Some(e) = events.last() {
+                    last_id = e.id;
+                }
+                let mut p = probes.lock().await;
+                p.retain(|(id, at)| {
+                    if events.iter().any(|e| e.id == *id) {
+                        detection
+                            .record(seen.duration_since(*at).as_micros() as u64)
+                            .ok();
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+            _ => errors += 1,
+        }
+    }
+    driver.close().await;
+    PollStats {
+        polls,
+        events_read,
+        detection,
+        errors,
+    }
+}
+
+/// The snapshots written against those due (one a second per worker), and their rate.
+fn print_written(a: &Args, n: u64, elapsed: Duration) {
     let due = a.workers as u64 * a.duration.as_secs();
-    let n = written.load(Ordering::Relaxed);
     println!(
         "live: snapshots written {n} of {due} due ({:.1}%), {:.0}/s over {:.1} s",
         100.0 * n as f64 / due as f64,
         n as f64 / elapsed.as_secs_f64(),
         elapsed.as_secs_f64()
     );
-    println!(
-        "{}",
-        summary("live: snapshot write", &*write_latency.lock().await)
-    );
+}
+
+/// The live phase's latencies: the workers' writes, the driver's polls, and how long an
+/// event took to reach the driver.
+fn print_latencies(write_latency: &Histogram<u64>, stats: &PollStats) {
+    println!("{}", summary("live: snapshot write", write_latency));
     println!(
         "{}  (target p99 <= 200 ms)",
-        summary("live: driver poll (events+heartbeats+latest QPS)", &polls)
+        summary(
+            "live: driver poll (events+heartbeats+latest QPS)",
+            &stats.polls
+        )
     );
     println!(
         "{}  (target p99 <= 200 ms)",
         summary(
             "live: fail-fast read (events after the last id)",
-            &events_read
+            &stats.events_read
         )
     );
     println!(
         "{}  (includes waiting for the next {:?} poll; target p99 <= {} ms)",
-        summary("live: event commit -> seen by the driver", &detection),
+        summary("live: event commit -> seen by the driver", &stats.detection),
         POLL,
         POLL.as_millis() + 200
     );
-    println!("live: poll errors {errors}");
+    println!("live: poll errors {}", stats.errors);
+}
+
+/// The rows the live phase left in the series tables.
+async fn print_rows(pg_url: &str, run_id: &str, workers: usize) {
     println!(
         "live: rows: qps_samples {}, latency_intervals {} ({:.1} QPS points per worker)",
         count(
             pg_url,
             "SELECT COUNT(*) FROM qps_samples WHERE run_id = $1",
-            &run_id
+            run_id
         )
         .await,
         count(
             pg_url,
             "SELECT COUNT(*) FROM latency_intervals WHERE run_id = $1",
-            &run_id
+            run_id
         )
         .await,
         count(
             pg_url,
             "SELECT COUNT(*) FROM qps_samples WHERE run_id = $1",
-            &run_id
+            run_id
         )
         .await as f64
-            / a.workers as f64
+            / workers as f64
     );
-    for (table, bytes) in growth(&before, &after) {
-        println!("live: growth {table}: {:.2} MiB", mib(bytes));
-    }
-    writers.close().await;
-    run_id.to_string()
 }
 
 /// What the store keeps of a `soak_workers` × `soak_hours` run, written through the same calls.

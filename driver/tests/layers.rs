@@ -754,18 +754,6 @@ const MAX_FUNCTION_LINES: usize = 100;
 /// entry whose function is gone, or within the limit, fails the check as well.
 #[rustfmt::skip] // One function a line.
 const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
-    ("common/examples/store_at_scale.rs", "live", "to be split: issue 49"),
-    ("common/src/store/mod.rs", "Store::open", "to be split: issue 49"),
-    ("common/src/store/series.rs", "Store::record_snapshot", "to be split: issue 49"),
-    ("driver/src/capacity/autoscale.rs", "Collector::autoscaler", "to be split: issue 49"),
-    ("driver/src/capacity/controller.rs", "Controller::check", "to be split: issue 49"),
-    ("driver/src/judge/failfast.rs", "FailFast::observe", "to be split: issue 49"),
-    ("driver/src/judge/faults.rs", "judge_one", "to be split: issue 49"),
-    ("driver/src/launcher/kube/chaos_mesh.rs", "render", "to be split: issue 49"),
-    ("driver/src/launcher/kube/spec.rs", "server_pod", "to be split: issue 49"),
-    ("driver/src/render/junit.rs", "render", "to be split: issue 49"),
-    ("driver/src/render/text.rs", "Report::render", "to be split: issue 49"),
-    ("driver/src/report/summary.rs", "RunSummary::of", "to be split: issue 49"),
 ];
 
 /// A function's length as the check measures it.

@@ -368,6 +368,128 @@ fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     Some(std::path::PathBuf::from(String::from_utf8(decoded).ok()?))
 }
 
+/// A SQLite URL as [`Store::open`] connects to it, and its file (None: in memory). Read-only:
+/// `mode=ro`, and the file must exist. Otherwise `mode=rwc` unless the URL gives a mode, and
+/// the file's directory is created.
+fn sqlite_open_url(
+    url: &str,
+    masked: &str,
+    read_only: bool,
+) -> Result<(String, Option<std::path::PathBuf>)> {
+    let mut url = url.to_string();
+    let file = sqlite_file(&url);
+    if read_only {
+        let file = file.as_ref().ok_or_else(|| StoreError::Other {
+            op: "open read-only",
+            url: masked.to_string(),
+            message: "an in-memory database has nothing to read".into(),
+        })?;
+        if !file.is_file() {
+            return Err(StoreError::Other {
+                op: "open read-only",
+                url: masked.to_string(),
+                message: format!("{} does not exist", file.display()),
+            });
+        }
+        url = url
+            .replace("mode=rwc", "mode=ro")
+            .replace("mode=rw", "mode=ro");
+        if !url.contains("mode=") {
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str("mode=ro");
+        }
+    } else if let Some(file) = &file {
+        if !url.contains("mode=") {
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str("mode=rwc");
+        }
+        if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty())
+            && !url.contains("mode=ro")
+        {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Other {
+                op: "connect",
+                url: masked.to_string(),
+                message: format!("creating {}: {e}", dir.display()),
+            })?;
+        }
+    }
+    Ok((url, file))
+}
+
+/// The pool's options: its size, and each connection's set-up (SQLite: the busy timeout and
+/// full sync; a read-only Postgres store: read-only sessions).
+fn pool_options(backend: Backend, options: &StoreOptions, read_only: bool) -> AnyPoolOptions {
+    let pool_options = AnyPoolOptions::new()
+        .max_connections(options.max_connections.max(1))
+        .min_connections(0)
+        .acquire_timeout(options.acquire_timeout);
+    if backend == Backend::Sqlite {
+        let busy_ms = options.busy_timeout.as_millis();
+        pool_options.after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                conn.execute(sqlx::AssertSqlSafe(format!(
+                    "PRAGMA busy_timeout = {busy_ms}; PRAGMA synchronous = FULL;"
+                )))
+                .await?;
+                Ok(())
+            })
+        })
+    } else if read_only {
+        pool_options.after_connect(|conn, _meta| {
+            Box::pin(async move {
+                conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+                    .await?;
+                Ok(())
+            })
+        })
+    } else {
+        pool_options
+    }
+}
+
+/// The pool, connected to `url`.
+async fn connect_pool(
+    pool_options: AnyPoolOptions,
+    url: &str,
+    masked: &str,
+    options: &StoreOptions,
+) -> Result<AnyPool> {
+    let db = |error| StoreError::Database {
+        op: "connect",
+        url: masked.to_string(),
+        error,
+    };
+    let connect_options = sqlx::any::AnyConnectOptions::from_str(url)
+        .map_err(db)?
+        .log_slow_statements(log::LevelFilter::Warn, options.slow_statement);
+    match pool_options.connect_with(connect_options).await {
+        Ok(pool) => Ok(pool),
+        // sqlx retries until the acquire timeout and then keeps only "timed out"; one more
+        // direct attempt says why (connection refused, authentication, unknown database).
+        Err(sqlx::Error::PoolTimedOut) => {
+            let cause = match tokio::time::timeout(
+                Duration::from_secs(5),
+                sqlx::AnyConnection::connect(url),
+            )
+            .await
+            {
+                Ok(Err(e)) => e.to_string(),
+                Ok(Ok(_)) => "it answered a later attempt".to_string(),
+                Err(_) => "a further attempt got no answer within 5 s".to_string(),
+            };
+            Err(StoreError::Other {
+                op: "connect",
+                url: masked.to_string(),
+                message: format!(
+                    "no connection within {:?}: {cause}",
+                    options.acquire_timeout
+                ),
+            })
+        }
+        Err(e) => Err(db(e)),
+    }
+}
+
 impl Store {
     /// `sqlite://PATH?mode=rwc` for a file (created when missing). `?`, `#`, `%` and spaces in
     /// the path are percent-encoded.
@@ -412,104 +534,16 @@ impl Store {
         let backend = Backend::from_url(url).ok_or_else(|| StoreError::UnsupportedUrl {
             url: masked.clone(),
         })?;
-        let db = |op: &'static str| {
-            let url = masked.clone();
-            move |error| StoreError::Database { op, url, error }
-        };
         sqlx::any::install_default_drivers();
 
-        let mut url = url.to_string();
-        let mut pool_options = AnyPoolOptions::new()
-            .max_connections(options.max_connections.max(1))
-            .min_connections(0)
-            .acquire_timeout(options.acquire_timeout);
-        let mut file = None;
         let read_only = access == Access::ReadOnly;
-        if backend == Backend::Sqlite {
-            file = sqlite_file(&url);
-            if read_only {
-                let file = file.as_ref().ok_or_else(|| StoreError::Other {
-                    op: "open read-only",
-                    url: masked.clone(),
-                    message: "an in-memory database has nothing to read".into(),
-                })?;
-                if !file.is_file() {
-                    return Err(StoreError::Other {
-                        op: "open read-only",
-                        url: masked.clone(),
-                        message: format!("{} does not exist", file.display()),
-                    });
-                }
-                url = url
-                    .replace("mode=rwc", "mode=ro")
-                    .replace("mode=rw", "mode=ro");
-                if !url.contains("mode=") {
-                    url.push(if url.contains('?') { '&' } else { '?' });
-                    url.push_str("mode=ro");
-                }
-            } else if let Some(file) = &file {
-                if !url.contains("mode=") {
-                    url.push(if url.contains('?') { '&' } else { '?' });
-                    url.push_str("mode=rwc");
-                }
-                if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty())
-                    && !url.contains("mode=ro")
-                {
-                    std::fs::create_dir_all(dir).map_err(|e| StoreError::Other {
-                        op: "connect",
-                        url: masked.clone(),
-                        message: format!("creating {}: {e}", dir.display()),
-                    })?;
-                }
-            }
-            let busy_ms = options.busy_timeout.as_millis();
-            pool_options = pool_options.after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    conn.execute(sqlx::AssertSqlSafe(format!(
-                        "PRAGMA busy_timeout = {busy_ms}; PRAGMA synchronous = FULL;"
-                    )))
-                    .await?;
-                    Ok(())
-                })
-            });
-        } else if read_only {
-            pool_options = pool_options.after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-                        .await?;
-                    Ok(())
-                })
-            });
-        }
-        let connect_options = sqlx::any::AnyConnectOptions::from_str(&url)
-            .map_err(db("connect"))?
-            .log_slow_statements(log::LevelFilter::Warn, options.slow_statement);
-        let pool = match pool_options.connect_with(connect_options).await {
-            Ok(pool) => pool,
-            // sqlx retries until the acquire timeout and then keeps only "timed out"; one more
-            // direct attempt says why (connection refused, authentication, unknown database).
-            Err(sqlx::Error::PoolTimedOut) => {
-                let cause = match tokio::time::timeout(
-                    Duration::from_secs(5),
-                    sqlx::AnyConnection::connect(&url),
-                )
-                .await
-                {
-                    Ok(Err(e)) => e.to_string(),
-                    Ok(Ok(_)) => "it answered a later attempt".to_string(),
-                    Err(_) => "a further attempt got no answer within 5 s".to_string(),
-                };
-                return Err(StoreError::Other {
-                    op: "connect",
-                    url: masked,
-                    message: format!(
-                        "no connection within {:?}: {cause}",
-                        options.acquire_timeout
-                    ),
-                });
-            }
-            Err(e) => return Err(db("connect")(e)),
+        let (url, file) = if backend == Backend::Sqlite {
+            sqlite_open_url(url, &masked, read_only)?
+        } else {
+            (url.to_string(), None)
         };
+        let pool_options = pool_options(backend, options, read_only);
+        let pool = connect_pool(pool_options, &url, &masked, options).await?;
 
         let store = Store {
             pool,
@@ -526,41 +560,48 @@ impl Store {
                 }
                 migrate::migrate(&store.pool, backend, &masked, up_to).await?;
             }
-            Access::ReadOnly => {
-                let version = match migrate::schema_version(&store.pool).await {
-                    Ok(v) => v,
-                    // No table of versions (Postgres 42P01 undefined_table, SQLite "no such
-                    // table"): nothing has written the store; anything else (permission
-                    // denied, a broken connection) is said as it is.
-                    Err(sqlx::Error::Database(db))
-                        if db.code().as_deref() == Some("42P01")
-                            || db.message().contains("no such table") =>
-                    {
-                        return Err(StoreError::Unwritten { url: masked });
-                    }
-                    Err(e) => {
-                        return Err(StoreError::Other {
-                            op: "open read-only",
-                            url: masked.clone(),
-                            message: format!("not a status store (no schema version): {e}"),
-                        });
-                    }
-                };
-                let needed = migrate::latest_version();
-                if version < needed {
-                    return Err(StoreError::Other {
-                        op: "open read-only",
-                        url: masked,
-                        message: format!(
-                            "the store has schema version {version} and this build reads \
-                             {needed}: migrate it first (any command that writes it, e.g. \
-                             `driver report`)"
-                        ),
-                    });
-                }
-            }
+            Access::ReadOnly => store.check_readable().await?,
         }
         Ok(store)
+    }
+
+    /// A store opened read-only must have been written, with this build's schema: nothing
+    /// here migrates it.
+    async fn check_readable(&self) -> Result<()> {
+        let version = match migrate::schema_version(&self.pool).await {
+            Ok(v) => v,
+            // No table of versions (Postgres 42P01 undefined_table, SQLite "no such
+            // table"): nothing has written the store; anything else (permission
+            // denied, a broken connection) is said as it is.
+            Err(sqlx::Error::Database(db))
+                if db.code().as_deref() == Some("42P01")
+                    || db.message().contains("no such table") =>
+            {
+                return Err(StoreError::Unwritten {
+                    url: self.url.to_string(),
+                });
+            }
+            Err(e) => {
+                return Err(StoreError::Other {
+                    op: "open read-only",
+                    url: self.url.to_string(),
+                    message: format!("not a status store (no schema version): {e}"),
+                });
+            }
+        };
+        let needed = migrate::latest_version();
+        if version < needed {
+            return Err(StoreError::Other {
+                op: "open read-only",
+                url: self.url.to_string(),
+                message: format!(
+                    "the store has schema version {version} and this build reads \
+                     {needed}: migrate it first (any command that writes it, e.g. \
+                     `driver report`)"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Switches a SQLite file to WAL. That needs an exclusive lock that `busy_timeout` does not

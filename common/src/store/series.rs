@@ -4,6 +4,16 @@
 use super::*;
 use crate::contract::{MemberName, RunId};
 
+/// The operation [`Store::record_snapshot`]'s errors name.
+const RECORD_SNAPSHOT: &str = "record_snapshot";
+
+/// The run and member a snapshot's rows belong to, and the time they carry.
+struct SnapshotKey<'a> {
+    run_id: &'a RunId,
+    member_id: &'a MemberName,
+    at_ms: i64,
+}
+
 impl Store {
     // ---- snapshots -------------------------------------------------------------------------
 
@@ -19,18 +29,45 @@ impl Store {
         member_id: &MemberName,
         snapshot: &WorkerSnapshot,
     ) -> Result<()> {
-        const OP: &str = "record_snapshot";
         let at_ms = if snapshot.at_ms > 0 {
             snapshot.at_ms
         } else {
             crate::now_ms()
         };
+        let key = SnapshotKey {
+            run_id,
+            member_id,
+            at_ms,
+        };
+        let mut tx = self.begin_write(RECORD_SNAPSHOT).await?;
+        self.write_qps(&mut tx, &key, snapshot).await?;
+        self.write_scenario_counts(&mut tx, &key, snapshot).await?;
+        self.write_model_counts(&mut tx, &key, snapshot).await?;
+        self.append_intervals(&mut tx, &key, snapshot).await?;
+        self.append_outages(&mut tx, &key, snapshot).await?;
+        sqlx::query(Self::HEARTBEAT)
+            .bind(run_id.as_str())
+            .bind(member_id.as_str())
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.db(RECORD_SNAPSHOT))?;
+        self.write_signature_counts(&mut tx, &key, snapshot).await?;
+        tx.commit().await.map_err(self.db(RECORD_SNAPSHOT))
+    }
+
+    /// The snapshot's QPS sample: the member's latest, and a point of its series when it is one.
+    async fn write_qps(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        key: &SnapshotKey<'_>,
+        snapshot: &WorkerSnapshot,
+    ) -> Result<()> {
         let unanswered = if snapshot.unanswered.is_empty() {
             String::new()
         } else {
             serde_json::to_string(&snapshot.unanswered).expect("plain data serialises")
         };
-        let mut tx = self.begin_write(OP).await?;
         // The sample replaces the member's latest (what the driver polls), and joins the
         // series when it is one of its points (one per series interval, and the last).
         const SERIES: &str =
@@ -53,9 +90,9 @@ impl Store {
         };
         for &sql in statements {
             let query = sqlx::query(sql)
-                .bind(run_id.as_str())
-                .bind(member_id.as_str())
-                .bind(at_ms)
+                .bind(key.run_id.as_str())
+                .bind(key.member_id.as_str())
+                .bind(key.at_ms)
                 .bind(finite_or_zero(snapshot.qps))
                 .bind(to_db(snapshot.total_requests));
             let query = if sql == SERIES {
@@ -65,8 +102,21 @@ impl Store {
                     .bind(i64::from(snapshot.deferred_clients))
                     .bind(unanswered.as_str())
             };
-            query.execute(&mut *tx).await.map_err(self.db(OP))?;
+            query
+                .execute(&mut **tx)
+                .await
+                .map_err(self.db(RECORD_SNAPSHOT))?;
         }
+        Ok(())
+    }
+
+    /// The member's cumulative per-scenario counts, unless newer ones are stored.
+    async fn write_scenario_counts(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        key: &SnapshotKey<'_>,
+        snapshot: &WorkerSnapshot,
+    ) -> Result<()> {
         for counts in &snapshot.scenarios {
             sqlx::query(
                 "INSERT INTO scenario_counts (run_id, member_id, scenario, tests, failures,
@@ -83,20 +133,30 @@ impl Store {
                      send_lateness_histogram = excluded.send_lateness_histogram
                  WHERE scenario_counts.updated_at_ms <= excluded.updated_at_ms",
             )
-            .bind(run_id.as_str())
-            .bind(member_id.as_str())
+            .bind(key.run_id.as_str())
+            .bind(key.member_id.as_str())
             .bind(&counts.scenario)
             .bind(to_db(counts.tests))
             .bind(to_db(counts.failures))
             .bind(to_db(counts.requests))
             .bind(to_db(counts.skipped))
             .bind(&counts.latency_histogram)
-            .bind(at_ms)
+            .bind(key.at_ms)
             .bind(Some(&counts.send_lateness_histogram).filter(|h| !h.is_empty()))
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await
-            .map_err(self.db(OP))?;
+            .map_err(self.db(RECORD_SNAPSHOT))?;
         }
+        Ok(())
+    }
+
+    /// The member's cumulative per-model counts, unless newer ones are stored.
+    async fn write_model_counts(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        key: &SnapshotKey<'_>,
+        snapshot: &WorkerSnapshot,
+    ) -> Result<()> {
         for counts in &snapshot.models {
             let stream = counts
                 .stream
@@ -117,8 +177,8 @@ impl Store {
                      uncounted_runs = excluded.uncounted_runs
                  WHERE model_counts.updated_at_ms <= excluded.updated_at_ms",
             )
-            .bind(run_id.as_str())
-            .bind(member_id.as_str())
+            .bind(key.run_id.as_str())
+            .bind(key.member_id.as_str())
             .bind(&counts.scenario)
             .bind(&counts.model)
             .bind(to_db(counts.tests))
@@ -126,20 +186,30 @@ impl Store {
             .bind(to_db(counts.requests))
             .bind(&counts.latency_histogram)
             .bind(stream)
-            .bind(at_ms)
+            .bind(key.at_ms)
             .bind(to_db(counts.uncounted_runs))
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await
-            .map_err(self.db(OP))?;
+            .map_err(self.db(RECORD_SNAPSHOT))?;
         }
+        Ok(())
+    }
+
+    /// The latency intervals the snapshot closes.
+    async fn append_intervals(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        key: &SnapshotKey<'_>,
+        snapshot: &WorkerSnapshot,
+    ) -> Result<()> {
         for i in &snapshot.intervals {
             sqlx::query(
                 "INSERT INTO latency_intervals (run_id, member_id, scenario, model, start_ms,
                                                 end_ms, requests, failures, latency_histogram)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
-            .bind(run_id.as_str())
-            .bind(member_id.as_str())
+            .bind(key.run_id.as_str())
+            .bind(key.member_id.as_str())
             .bind(&i.scenario)
             .bind(&i.model)
             .bind(i.start_ms)
@@ -147,35 +217,48 @@ impl Store {
             .bind(to_db(i.requests))
             .bind(to_db(i.failures))
             .bind(&i.latency_histogram)
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await
-            .map_err(self.db(OP))?;
+            .map_err(self.db(RECORD_SNAPSHOT))?;
         }
+        Ok(())
+    }
+
+    /// The outages the snapshot carries.
+    async fn append_outages(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        key: &SnapshotKey<'_>,
+        snapshot: &WorkerSnapshot,
+    ) -> Result<()> {
         for o in &snapshot.outages {
             sqlx::query(
                 "INSERT INTO outages (run_id, member_id, server, last_ok_ms, first_failure_ms,
                                       first_ok_ms, failed_tests, failed_sequences)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             )
-            .bind(run_id.as_str())
-            .bind(member_id.as_str())
+            .bind(key.run_id.as_str())
+            .bind(key.member_id.as_str())
             .bind(&o.server)
             .bind(o.last_ok_ms)
             .bind(o.first_failure_ms)
             .bind(o.first_ok_ms)
             .bind(to_db(o.failed_tests))
             .bind(to_db(o.failed_sequences))
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await
-            .map_err(self.db(OP))?;
+            .map_err(self.db(RECORD_SNAPSHOT))?;
         }
-        sqlx::query(Self::HEARTBEAT)
-            .bind(run_id.as_str())
-            .bind(member_id.as_str())
-            .bind(at_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(self.db(OP))?;
+        Ok(())
+    }
+
+    /// The member's failure signature counts, unless higher ones are stored.
+    async fn write_signature_counts(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        key: &SnapshotKey<'_>,
+        snapshot: &WorkerSnapshot,
+    ) -> Result<()> {
         for c in &snapshot.signatures {
             sqlx::query(
                 "INSERT INTO signature_counts (run_id, member_id, signature_id, details, count,
@@ -186,18 +269,18 @@ impl Store {
                      last_at_ms = excluded.last_at_ms
                  WHERE signature_counts.count <= excluded.count",
             )
-            .bind(run_id.as_str())
-            .bind(member_id.as_str())
+            .bind(key.run_id.as_str())
+            .bind(key.member_id.as_str())
             .bind(c.signature.id())
             .bind(serde_json::to_string(&c.signature).expect("plain data serialises"))
             .bind(to_db(c.count))
             .bind(c.first_at_ms)
             .bind(c.last_at_ms)
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await
-            .map_err(self.db(OP))?;
+            .map_err(self.db(RECORD_SNAPSHOT))?;
         }
-        tx.commit().await.map_err(self.db(OP))
+        Ok(())
     }
 
     /// The run's latency intervals ending in `[from_ms, to_ms]` (every worker, scenario and

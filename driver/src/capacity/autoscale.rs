@@ -772,75 +772,12 @@ impl Collector {
             return None;
         }
         let tier = self.tiers.get(group).cloned().unwrap_or_default();
-        let of_tier = |at: i64| -> Option<BTreeMap<String, Scrape>> {
-            let s = self.scrapes.get(&at)?;
-            Some(
-                s.iter()
-                    .filter(|(name, _)| tier.servers.contains(*name))
-                    .map(|(n, s)| (n.clone(), s.clone()))
-                    .collect(),
-            )
-        };
-        let mut points = Vec::new();
-        let mut direct_points = BTreeMap::new();
-        let (mut unanswered, mut no_series, mut first_error) = (0, 0, None);
-        for check in &controller.checks {
-            let w = &check.window;
-            let (Some(start), Some(end)) = (of_tier(w.start_ms), of_tier(w.end_ms)) else {
-                continue;
-            };
-            let direct = window_signals(&start, &end);
-            let values = match self.prom.get(&w.end_ms) {
-                Some(Ok(Some(v))) => v.clone(),
-                Some(Ok(None)) => {
-                    no_series += 1;
-                    direct.clone()
-                }
-                Some(Err(e)) => {
-                    unanswered += 1;
-                    first_error.get_or_insert(e);
-                    direct.clone()
-                }
-                None => direct.clone(),
-            };
-            direct_points.insert((w.start_ms, w.end_ms), (direct, start, end));
-            points.push(Point {
-                concurrency: check.concurrency,
-                start_ms: w.start_ms,
-                end_ms: w.end_ms,
-                requests: w.requests,
-                values,
-            });
-        }
+        let found = self.tier_points(&tier, controller);
         let edge = controller.edge_span();
-        let r = recommend(&points, edge, controller.ending, self.margin);
-        let mut warnings = Vec::new();
-        let mut source = "direct";
-        if let Some(p) = &self.prometheus {
-            if no_series > 0 {
-                warnings.push(format!(
-                    "Prometheus at {}: selector {:?} matched no series of \
-                     nv_inference_request_success ({no_series} window(s)): the direct scrape's \
-                     numbers are used; check the selector's labels",
-                    p.url, p.selector
-                ));
-            }
-            if unanswered > 0 {
-                warnings.push(format!(
-                    "Prometheus at {} did not answer for {unanswered} window(s) (first: {}): the \
-                     direct scrape's numbers are used for those",
-                    p.url,
-                    first_error.map(ToString::to_string).unwrap_or_default()
-                ));
-            }
-            if edge.is_some_and(|b| {
-                matches!(self.prom.get(&b.1), Some(Ok(Some(_)))) && direct_points.contains_key(&b)
-            }) {
-                source = "prometheus";
-            }
-        }
+        let r = recommend(&found.points, edge, controller.ending, self.margin);
+        let (warnings, source) = self.prom_notes(&found, edge);
         let (direct, servers) = edge
-            .and_then(|b| direct_points.get(&b))
+            .and_then(|b| found.direct.get(&b))
             .map(|(d, s, e)| (d.clone(), server_model_signals(s, e)))
             .unwrap_or_default();
         let target = tier
@@ -868,6 +805,115 @@ impl Collector {
             warnings,
         })
     }
+
+    /// `tier`'s servers' scrapes of the check at `at` (None: no check then).
+    fn of_tier(&self, tier: &Tier, at: i64) -> Option<BTreeMap<String, Scrape>> {
+        let s = self.scrapes.get(&at)?;
+        Some(
+            s.iter()
+                .filter(|(name, _)| tier.servers.contains(*name))
+                .map(|(n, s)| (n.clone(), s.clone()))
+                .collect(),
+        )
+    }
+
+    /// One point per check whose window was scraped at both ends: Prometheus' signals where it
+    /// answered with some, else the direct scrape's.
+    fn tier_points(&self, tier: &Tier, controller: &Controller) -> TierPoints<'_> {
+        let mut found = TierPoints::default();
+        for check in &controller.checks {
+            let w = &check.window;
+            let (Some(start), Some(end)) =
+                (self.of_tier(tier, w.start_ms), self.of_tier(tier, w.end_ms))
+            else {
+                continue;
+            };
+            let direct = window_signals(&start, &end);
+            let values = match self.prom.get(&w.end_ms) {
+                Some(Ok(Some(v))) => v.clone(),
+                Some(Ok(None)) => {
+                    found.no_series += 1;
+                    direct.clone()
+                }
+                Some(Err(e)) => {
+                    found.unanswered += 1;
+                    found.first_error.get_or_insert(e);
+                    direct.clone()
+                }
+                None => direct.clone(),
+            };
+            found
+                .direct
+                .insert((w.start_ms, w.end_ms), (direct, start, end));
+            found.points.push(Point {
+                concurrency: check.concurrency,
+                start_ms: w.start_ms,
+                end_ms: w.end_ms,
+                requests: w.requests,
+                values,
+            });
+        }
+        found
+    }
+
+    /// The warnings about windows Prometheus gave no numbers for, and where the edge window's
+    /// signals came from (`prometheus` only when it answered for that window).
+    fn prom_notes(
+        &self,
+        found: &TierPoints,
+        edge: Option<(i64, i64)>,
+    ) -> (Vec<String>, &'static str) {
+        let mut warnings = Vec::new();
+        let mut source = "direct";
+        if let Some(p) = &self.prometheus {
+            let (no_series, unanswered) = (found.no_series, found.unanswered);
+            if no_series > 0 {
+                warnings.push(format!(
+                    "Prometheus at {}: selector {:?} matched no series of \
+                     nv_inference_request_success ({no_series} window(s)): the direct scrape's \
+                     numbers are used; check the selector's labels",
+                    p.url, p.selector
+                ));
+            }
+            if unanswered > 0 {
+                warnings.push(format!(
+                    "Prometheus at {} did not answer for {unanswered} window(s) (first: {}): the \
+                     direct scrape's numbers are used for those",
+                    p.url,
+                    found
+                        .first_error
+                        .map(ToString::to_string)
+                        .unwrap_or_default()
+                ));
+            }
+            if edge.is_some_and(|b| {
+                matches!(self.prom.get(&b.1), Some(Ok(Some(_)))) && found.direct.contains_key(&b)
+            }) {
+                source = "prometheus";
+            }
+        }
+        (warnings, source)
+    }
+}
+
+/// A window's direct-scrape signals, and the scrapes at its start and end.
+type DirectWindow = (
+    SignalValues,
+    BTreeMap<String, Scrape>,
+    BTreeMap<String, Scrape>,
+);
+
+/// A tier's points over a phase's checks, and how often Prometheus gave none.
+#[derive(Default)]
+struct TierPoints<'a> {
+    points: Vec<Point>,
+    /// (window start, window end) → its direct scrape.
+    direct: BTreeMap<(i64, i64), DirectWindow>,
+    /// Windows Prometheus did not answer for, and its first error.
+    unanswered: usize,
+    first_error: Option<&'a PromQueryError>,
+    /// Windows whose selector matched no series.
+    no_series: usize,
 }
 
 #[cfg(test)]

@@ -272,17 +272,9 @@ impl Controller {
         if self.ended() {
             return self.concurrency;
         }
-        let c = self.config.clone();
         let before = self.concurrency;
         self.since_change += 1;
-        // A phase's first window holds its start (workers starting, or the previous phase).
-        let judgement = if self.checks.is_empty() || self.since_change <= c.settle_periods {
-            Judgement::Settling
-        } else if window.requests < MIN_SAMPLES {
-            Judgement::TooFewSamples
-        } else {
-            self.judge(window.p99_us)
-        };
+        let judgement = self.judge_window(&window);
         let meets = matches!(judgement, Judgement::Under | Judgement::OnTarget);
         if meets {
             self.over_at_min = 0;
@@ -298,73 +290,17 @@ impl Controller {
                 self.narrow_down(before);
             }
             Judgement::Under | Judgement::OnTarget if step != SearchStep::Aimd => {
-                self.bracket.met(before);
-                if judgement == Judgement::OnTarget {
-                    // On target: the knee is here. AIMD holds it until `stable_checks` windows
-                    // agree, rather than ending the search on one borderline window.
-                    self.step = SearchStep::Aimd;
-                    self.streak = 1;
-                    if self.streak >= c.stable_checks {
-                        self.ending = Some(Ending::Converged);
-                    }
-                } else if step == SearchStep::SlowStart {
-                    if before >= c.max {
-                        self.ending = Some(Ending::NotSaturated);
-                    } else {
-                        let doubled = before.saturating_mul(2).max(before + 1);
-                        self.concurrency = doubled.min(c.max);
-                    }
-                } else {
-                    self.narrow_down(before);
-                }
+                self.searching_met(judgement, before, step);
             }
-            Judgement::Under => {
-                self.streak = 0;
-                self.bracket.met(before);
-                if c.slow_start && self.bracket.narrow(c.increase_step) {
-                    // The next step up is known to miss: this is the knee.
-                    self.ending = Some(Ending::Converged);
-                } else if before >= c.max {
-                    self.ending = Some(Ending::NotSaturated);
-                } else {
-                    self.concurrency = before.saturating_add(c.increase_step).min(c.max);
-                }
-            }
+            Judgement::Under => self.aimd_under(before),
             Judgement::OnTarget => {
                 self.bracket.met(before);
                 self.streak += 1;
-                if self.streak >= c.stable_checks {
+                if self.streak >= self.config.stable_checks {
                     self.ending = Some(Ending::Converged);
                 }
             }
-            Judgement::Over => {
-                self.streak = 0;
-                if before <= c.min {
-                    // One slow window at the floor may be noise; a run of them is the answer.
-                    self.over_at_min += 1;
-                    if self.over_at_min >= c.stable_checks {
-                        self.ending = Some(Ending::Unreachable);
-                    }
-                } else if step != SearchStep::Aimd {
-                    self.bracket.missed(before);
-                    self.narrow_down(before);
-                } else {
-                    self.bracket.missed(before);
-                    // Multiplicative, but always at least one step down, and no lower than a
-                    // concurrency below this one that met the target.
-                    let scaled = (f64::from(before) * c.decrease_rate).floor() as u32;
-                    // (slow_start: false is the plain AIMD of before.)
-                    let floor = match self.bracket.good {
-                        Some(good) if c.slow_start => good.max(c.min),
-                        _ => c.min,
-                    };
-                    self.concurrency = scaled.max(floor).min(before - 1).max(c.min);
-                    self.decreases += 1;
-                    if self.decreases >= c.max_decreases {
-                        self.ending = Some(Ending::Oscillating);
-                    }
-                }
-            }
+            Judgement::Over => self.over(before, step),
             Judgement::Settling | Judgement::TooFewSamples => {}
         }
         if self.concurrency != before {
@@ -378,6 +314,89 @@ impl Controller {
             search_step: step,
         });
         self.concurrency
+    }
+
+    /// How `window` is judged: not at all while settling or on too few samples, else its p99.
+    fn judge_window(&self, window: &Window) -> Judgement {
+        // A phase's first window holds its start (workers starting, or the previous phase).
+        if self.checks.is_empty() || self.since_change <= self.config.settle_periods {
+            Judgement::Settling
+        } else if window.requests < MIN_SAMPLES {
+            Judgement::TooFewSamples
+        } else {
+            self.judge(window.p99_us)
+        }
+    }
+
+    /// Slow start or bisection (`step`), after a window at `before` met the target without
+    /// failures.
+    fn searching_met(&mut self, judgement: Judgement, before: u32, step: SearchStep) {
+        let c = self.config.clone();
+        self.bracket.met(before);
+        if judgement == Judgement::OnTarget {
+            // On target: the knee is here. AIMD holds it until `stable_checks` windows
+            // agree, rather than ending the search on one borderline window.
+            self.step = SearchStep::Aimd;
+            self.streak = 1;
+            if self.streak >= c.stable_checks {
+                self.ending = Some(Ending::Converged);
+            }
+        } else if step == SearchStep::SlowStart {
+            if before >= c.max {
+                self.ending = Some(Ending::NotSaturated);
+            } else {
+                let doubled = before.saturating_mul(2).max(before + 1);
+                self.concurrency = doubled.min(c.max);
+            }
+        } else {
+            self.narrow_down(before);
+        }
+    }
+
+    /// AIMD, after a window at `before` came in under the target: one step up.
+    fn aimd_under(&mut self, before: u32) {
+        let c = self.config.clone();
+        self.streak = 0;
+        self.bracket.met(before);
+        if c.slow_start && self.bracket.narrow(c.increase_step) {
+            // The next step up is known to miss: this is the knee.
+            self.ending = Some(Ending::Converged);
+        } else if before >= c.max {
+            self.ending = Some(Ending::NotSaturated);
+        } else {
+            self.concurrency = before.saturating_add(c.increase_step).min(c.max);
+        }
+    }
+
+    /// A window at `before` came in over the target, in `step` of the search.
+    fn over(&mut self, before: u32, step: SearchStep) {
+        let c = self.config.clone();
+        self.streak = 0;
+        if before <= c.min {
+            // One slow window at the floor may be noise; a run of them is the answer.
+            self.over_at_min += 1;
+            if self.over_at_min >= c.stable_checks {
+                self.ending = Some(Ending::Unreachable);
+            }
+        } else if step != SearchStep::Aimd {
+            self.bracket.missed(before);
+            self.narrow_down(before);
+        } else {
+            self.bracket.missed(before);
+            // Multiplicative, but always at least one step down, and no lower than a
+            // concurrency below this one that met the target.
+            let scaled = (f64::from(before) * c.decrease_rate).floor() as u32;
+            // (slow_start: false is the plain AIMD of before.)
+            let floor = match self.bracket.good {
+                Some(good) if c.slow_start => good.max(c.min),
+                _ => c.min,
+            };
+            self.concurrency = scaled.max(floor).min(before - 1).max(c.min);
+            self.decreases += 1;
+            if self.decreases >= c.max_decreases {
+                self.ending = Some(Ending::Oscillating);
+            }
+        }
     }
 
     /// Slow start or bisection, after a judged window at `at` moved the bracket: the middle of

@@ -396,38 +396,15 @@ impl FailFast {
             return Some(Cause::Exited(exit));
         }
         // 1. An external server that stopped answering (a success resets its count).
-        for (member, probe) in poll.server_probes {
-            let failures = self.probe_failures.entry(member.clone()).or_default();
-            match probe {
-                Ok(()) => *failures = 0,
-                Err(error) => {
-                    *failures += 1;
-                    if *failures >= self.rules.server_probe_failures.max(1) {
-                        return Some(Cause::ServerUnreachable {
-                            member,
-                            failures: *failures,
-                            error,
-                        });
-                    }
-                }
-            }
+        if let Some(cause) = self.probed(poll.server_probes) {
+            return Some(cause);
         }
         let mut store_error: Option<WithinError> = None;
         // 2. A FAILURE event.
-        match poll.events {
-            Some(Ok(events)) => {
-                for e in events {
-                    self.last_event_id = self.last_event_id.max(e.id);
-                    if e.kind == EventKind::Failure {
-                        return Some(Cause::Reported {
-                            member: e.member_id,
-                            details: e.details,
-                        });
-                    }
-                }
-            }
-            Some(Err(e)) => store_error = Some(e),
-            None => {}
+        if let Some(events) = read(poll.events, &mut store_error)
+            && let Some(cause) = self.first_failure(events)
+        {
+            return Some(cause);
         }
         // 2. A failed test the driver's judgement says fails the run.
         if let Some(t) = poll.failed_tests.into_iter().next() {
@@ -441,22 +418,8 @@ impl FailFast {
                 w.grace_from_ms = now;
             }
         }
-        let heartbeats = match poll.heartbeats {
-            Some(Ok(h)) => Some(h),
-            Some(Err(e)) => {
-                store_error.get_or_insert(e);
-                None
-            }
-            None => None,
-        };
-        let latest_qps = match poll.latest_qps {
-            Some(Ok(q)) => Some(q),
-            Some(Err(e)) => {
-                store_error.get_or_insert(e);
-                None
-            }
-            None => None,
-        };
+        let heartbeats = read(poll.heartbeats, &mut store_error);
+        let latest_qps = read(poll.latest_qps, &mut store_error);
         // 5. The store: while it cannot be read the rules that need it pause.
         if let Some(error) = store_error {
             let since = *self.store_down_since_ms.get_or_insert(now);
@@ -473,70 +436,132 @@ impl FailFast {
             self.store_back_at_ms = Some(now);
         }
         // 3. Stale heartbeats.
-        if let Some(beats) = heartbeats {
-            let beats: BTreeMap<String, i64> = beats.into_iter().collect();
-            let counted_from = self.store_back_at_ms.unwrap_or(i64::MIN);
-            for (member, w) in &mut self.clients {
-                let fired = match beats.get(member) {
-                    Some(&at) => {
-                        let seen = match w.heartbeat {
-                            Some((before, seen)) if before == at => seen,
-                            _ => now,
-                        };
-                        w.heartbeat = Some((at, seen));
-                        let last = seen.max(counted_from);
-                        (now - last > millis(self.rules.heartbeat_limit)).then_some(Some(seen))
-                    }
-                    None => {
-                        let from = w.grace_from_ms.max(counted_from);
-                        (now - from > millis(self.rules.startup_grace)).then_some(None)
-                    }
-                };
-                if let Some(last_ms) = fired {
-                    return Some(Cause::StaleHeartbeat {
-                        member: member.clone(),
-                        last_ms,
-                        now_ms: now,
-                        limit: if last_ms.is_some() {
-                            self.rules.heartbeat_limit
-                        } else {
-                            self.rules.startup_grace
-                        },
-                    });
-                }
-            }
+        if let Some(beats) = heartbeats
+            && let Some(cause) = self.stale_heartbeat(beats, now)
+        {
+            return Some(cause);
         }
         // 4. Zero QPS for consecutive samples (each sample counted once).
-        if let Some(latest) = latest_qps {
-            for q in latest {
-                let Some(w) = self.clients.get_mut(&q.member_id) else {
-                    continue;
-                };
-                if q.at_ms == w.last_qps_at_ms {
-                    continue;
-                }
-                w.last_qps_at_ms = q.at_ms;
-                if let Some(cause) = unanswered(&self.rules, &q, w.excused_until_ms) {
-                    return Some(cause);
-                }
-                w.zeros = if q.qps != 0.0 || q.at_ms <= w.excused_until_ms {
-                    0
-                } else if q.deferred_clients > 0 {
-                    // A client inside a test that counts its requests when it ends (seconds,
-                    // bounded by the test's own limit): QPS 0 says nothing either way.
-                    w.zeros
-                } else {
-                    w.zeros + 1
-                };
-                if self.rules.zero_qps_polls > 0 && w.zeros >= self.rules.zero_qps_polls {
-                    return Some(Cause::ZeroQps {
-                        member: q.member_id,
-                        polls: w.zeros,
-                    });
+        latest_qps.and_then(|latest| self.zero_qps(latest))
+    }
+
+    /// Rule 1's liveness probes: the first external server that failed its probe the rules'
+    /// number of times in a row.
+    fn probed(&mut self, probes: Vec<(String, Result<(), ProbeError>)>) -> Option<Cause> {
+        for (member, probe) in probes {
+            let failures = self.probe_failures.entry(member.clone()).or_default();
+            match probe {
+                Ok(()) => *failures = 0,
+                Err(error) => {
+                    *failures += 1;
+                    if *failures >= self.rules.server_probe_failures.max(1) {
+                        return Some(Cause::ServerUnreachable {
+                            member,
+                            failures: *failures,
+                            error,
+                        });
+                    }
                 }
             }
         }
         None
+    }
+
+    /// Rule 2: the first FAILURE among new `events` (all of those before it are seen).
+    fn first_failure(&mut self, events: Vec<EventRow>) -> Option<Cause> {
+        for e in events {
+            self.last_event_id = self.last_event_id.max(e.id);
+            if e.kind == EventKind::Failure {
+                return Some(Cause::Reported {
+                    member: e.member_id,
+                    details: e.details,
+                });
+            }
+        }
+        None
+    }
+
+    /// Rule 3: the first client whose heartbeat (or first one, within the start-up grace) is
+    /// overdue at `now`. Time the store was down does not count.
+    fn stale_heartbeat(&mut self, beats: Vec<(String, i64)>, now: i64) -> Option<Cause> {
+        let beats: BTreeMap<String, i64> = beats.into_iter().collect();
+        let counted_from = self.store_back_at_ms.unwrap_or(i64::MIN);
+        for (member, w) in &mut self.clients {
+            let fired = match beats.get(member) {
+                Some(&at) => {
+                    let seen = match w.heartbeat {
+                        Some((before, seen)) if before == at => seen,
+                        _ => now,
+                    };
+                    w.heartbeat = Some((at, seen));
+                    let last = seen.max(counted_from);
+                    (now - last > millis(self.rules.heartbeat_limit)).then_some(Some(seen))
+                }
+                None => {
+                    let from = w.grace_from_ms.max(counted_from);
+                    (now - from > millis(self.rules.startup_grace)).then_some(None)
+                }
+            };
+            if let Some(last_ms) = fired {
+                return Some(Cause::StaleHeartbeat {
+                    member: member.clone(),
+                    last_ms,
+                    now_ms: now,
+                    limit: if last_ms.is_some() {
+                        self.rules.heartbeat_limit
+                    } else {
+                        self.rules.startup_grace
+                    },
+                });
+            }
+        }
+        None
+    }
+
+    /// Rule 4 on the latest QPS samples (each counted once): calls left unanswered too long,
+    /// or zero QPS for the rules' number of samples in a row.
+    fn zero_qps(&mut self, latest: Vec<QpsSample>) -> Option<Cause> {
+        for q in latest {
+            let Some(w) = self.clients.get_mut(&q.member_id) else {
+                continue;
+            };
+            if q.at_ms == w.last_qps_at_ms {
+                continue;
+            }
+            w.last_qps_at_ms = q.at_ms;
+            if let Some(cause) = unanswered(&self.rules, &q, w.excused_until_ms) {
+                return Some(cause);
+            }
+            w.zeros = if q.qps != 0.0 || q.at_ms <= w.excused_until_ms {
+                0
+            } else if q.deferred_clients > 0 {
+                // A client inside a test that counts its requests when it ends (seconds,
+                // bounded by the test's own limit): QPS 0 says nothing either way.
+                w.zeros
+            } else {
+                w.zeros + 1
+            };
+            if self.rules.zero_qps_polls > 0 && w.zeros >= self.rules.zero_qps_polls {
+                return Some(Cause::ZeroQps {
+                    member: q.member_id,
+                    polls: w.zeros,
+                });
+            }
+        }
+        None
+    }
+}
+
+/// A store read of this poll: its rows, or None when it was not made or failed (the first
+/// failure is kept in `error`: the rules that need the store pause).
+fn read<T>(read: Option<Result<T, WithinError>>, error: &mut Option<WithinError>) -> Option<T> {
+    match read {
+        Some(Ok(rows)) => Some(rows),
+        Some(Err(e)) => {
+            error.get_or_insert(e);
+            None
+        }
+        None => None,
     }
 }
 

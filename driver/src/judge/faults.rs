@@ -173,25 +173,7 @@ pub fn judge(faults: &[InjectedFault], outages: &[(String, Outage)]) -> Vec<Faul
 }
 
 fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
-    let mut outcome = FaultOutcome {
-        name: f.name.clone(),
-        kind: f.kind,
-        target: f.member.clone(),
-        injected_at_ms: f.injected_at_ms,
-        ended_at_ms: f.ended_at_ms,
-        ready_at_ms: f.ready_at_ms,
-        first_error_ms: None,
-        recovered_at_ms: None,
-        recovery_s: None,
-        recover_within_s: f.recover_within_ms as f64 / 1000.0,
-        lost_requests: 0,
-        sequences_cut: 0,
-        dropped_packets: f.dropped_packets,
-        clients: Vec::new(),
-        ok: false,
-        reached: true,
-        verdict: String::new(),
-    };
+    let mut outcome = unjudged(f);
     let (Some(injected), Some(from)) = (f.injected_at_ms, f.recovery_from_ms()) else {
         match &f.error {
             Some(why) => outcome.verdict = format!("not injected: {why}"),
@@ -205,54 +187,14 @@ fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
     // Before the server is back, a good answer can only be one already on its way at the
     // injection: the failures after it still belong to the fault.
     let back = f.ready_at_ms.unwrap_or(from).max(from);
+    let points = RecoveryPoints {
+        injected,
+        from,
+        back,
+    };
     for client in &f.clients {
-        let mine: Vec<&Outage> = outages
-            .iter()
-            .filter(|(m, o)| m == client && f.addresses.contains(&o.server))
-            .map(|(_, o)| o)
-            .collect();
-        // The outages the fault caused: open at the recovery point, or begun by a failure
-        // after the injection (a response already on its way may arrive after a kill).
-        let caused: Vec<&&Outage> = mine
-            .iter()
-            .filter(|o| o.first_ok_ms.is_none_or(|t| t >= from))
-            .filter(|o| {
-                o.last_ok_ms <= from
-                    || (o.last_ok_ms <= back && o.first_failure_ms.is_some_and(|t| t >= injected))
-            })
-            .collect();
-        let unaffected = caused.is_empty();
-        // The end of its last outage the fault caused, and not before the server is back: a
-        // server stopping gracefully (`restart`) still answers some tests between failures,
-        // and a good answer from the old process is not a recovery.
-        let first_good_ms = if unaffected {
-            Some(from)
-        } else if caused.iter().any(|o| o.first_ok_ms.is_none()) {
-            None
-        } else {
-            caused
-                .iter()
-                .filter_map(|o| o.first_ok_ms)
-                .max()
-                .map(|t| t.max(back))
-        };
-        let until = first_good_ms.unwrap_or(i64::MAX);
-        let lost: Vec<&&Outage> = mine
-            .iter()
-            .filter(|o| o.last_ok_ms <= until && o.first_ok_ms.is_none_or(|t| t >= injected))
-            .collect();
-        outcome.clients.push(ClientRecovery {
-            member: client.clone(),
-            first_error_ms: lost
-                .iter()
-                .filter_map(|o| o.first_failure_ms)
-                .filter(|t| *t >= injected)
-                .min(),
-            first_good_ms,
-            lost_requests: lost.iter().map(|o| o.failed_tests).sum(),
-            sequences_cut: lost.iter().map(|o| o.failed_sequences).sum(),
-            unaffected,
-        });
+        let recovery = client_recovery(f, outages, client, &points);
+        outcome.clients.push(recovery);
     }
     outcome.first_error_ms = outcome
         .clients
@@ -276,8 +218,115 @@ fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
             .collect::<Option<Vec<i64>>>()
             .and_then(|t| t.into_iter().max()),
     };
+    judge_recovery(f, &mut outcome, from, server_back);
+    outcome
+}
+
+/// `f`'s outcome before it is judged: what the driver logged, nothing measured yet.
+fn unjudged(f: &InjectedFault) -> FaultOutcome {
+    FaultOutcome {
+        name: f.name.clone(),
+        kind: f.kind,
+        target: f.member.clone(),
+        injected_at_ms: f.injected_at_ms,
+        ended_at_ms: f.ended_at_ms,
+        ready_at_ms: f.ready_at_ms,
+        first_error_ms: None,
+        recovered_at_ms: None,
+        recovery_s: None,
+        recover_within_s: f.recover_within_ms as f64 / 1000.0,
+        lost_requests: 0,
+        sequences_cut: 0,
+        dropped_packets: f.dropped_packets,
+        clients: Vec::new(),
+        ok: false,
+        reached: true,
+        verdict: String::new(),
+    }
+}
+
+/// The instants (ms) an injected fault's clients are judged from.
+struct RecoveryPoints {
+    /// The injection.
+    injected: i64,
+    /// Where the recovery counts from ([`InjectedFault::recovery_from_ms`]).
+    from: i64,
+    /// When the server was back (READY again), not before `from`.
+    back: i64,
+}
+
+/// How `client` of the faulted server came through `f`, from its outages of that server.
+fn client_recovery(
+    f: &InjectedFault,
+    outages: &[(String, Outage)],
+    client: &str,
+    points: &RecoveryPoints,
+) -> ClientRecovery {
+    let RecoveryPoints {
+        injected,
+        from,
+        back,
+    } = *points;
+    let mine: Vec<&Outage> = outages
+        .iter()
+        .filter(|(m, o)| m == client && f.addresses.contains(&o.server))
+        .map(|(_, o)| o)
+        .collect();
+    // The outages the fault caused: open at the recovery point, or begun by a failure
+    // after the injection (a response already on its way may arrive after a kill).
+    let caused: Vec<&&Outage> = mine
+        .iter()
+        .filter(|o| o.first_ok_ms.is_none_or(|t| t >= from))
+        .filter(|o| {
+            o.last_ok_ms <= from
+                || (o.last_ok_ms <= back && o.first_failure_ms.is_some_and(|t| t >= injected))
+        })
+        .collect();
+    let unaffected = caused.is_empty();
+    // The end of its last outage the fault caused, and not before the server is back: a
+    // server stopping gracefully (`restart`) still answers some tests between failures,
+    // and a good answer from the old process is not a recovery.
+    let first_good_ms = if unaffected {
+        Some(from)
+    } else if caused.iter().any(|o| o.first_ok_ms.is_none()) {
+        None
+    } else {
+        caused
+            .iter()
+            .filter_map(|o| o.first_ok_ms)
+            .max()
+            .map(|t| t.max(back))
+    };
+    let until = first_good_ms.unwrap_or(i64::MAX);
+    let lost: Vec<&&Outage> = mine
+        .iter()
+        .filter(|o| o.last_ok_ms <= until && o.first_ok_ms.is_none_or(|t| t >= injected))
+        .collect();
+    ClientRecovery {
+        member: client.to_string(),
+        first_error_ms: lost
+            .iter()
+            .filter_map(|o| o.first_failure_ms)
+            .filter(|t| *t >= injected)
+            .min(),
+        first_good_ms,
+        lost_requests: lost.iter().map(|o| o.failed_tests).sum(),
+        sequences_cut: lost.iter().map(|o| o.failed_sequences).sum(),
+        unaffected,
+    }
+}
+
+/// Judges `outcome`'s recovery, its clients judged: how long it took against what `f` allows,
+/// and the verdict in words. `server_back`: when the server was back (None: it was not READY
+/// again).
+fn judge_recovery(
+    f: &InjectedFault,
+    outcome: &mut FaultOutcome,
+    from: i64,
+    server_back: Option<i64>,
+) {
     let allowed = secs(f.recover_within_ms);
-    match outcome.recovered_at_ms {
+    outcome.verdict = match outcome.recovered_at_ms {
         Some(at) => {
             let took = (at - from).max(0);
             outcome.recovery_s = Some(took as f64 / 1000.0);
@@ -287,7 +336,7 @@ fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
             } else {
                 "after the injection"
             };
-            outcome.verdict = if outcome.ok {
+            if outcome.ok {
                 format!(
                     "recovered {:.1} s {counted} (allowed {allowed})",
                     took as f64 / 1000.0
@@ -297,7 +346,7 @@ fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
                     "recovered {:.1} s {counted}: more than the {allowed} allowed",
                     took as f64 / 1000.0
                 )
-            };
+            }
         }
         None => {
             let waiting: Vec<&str> = outcome
@@ -306,7 +355,7 @@ fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
                 .filter(|c| c.first_good_ms.is_none())
                 .map(|c| c.member.as_str())
                 .collect();
-            outcome.verdict = if server_back.is_none() {
+            if server_back.is_none() {
                 format!(
                     "not recovered within {allowed}: {} was not READY again",
                     f.member
@@ -316,10 +365,9 @@ fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
                     "not recovered within {allowed}: no good answer again for {}",
                     waiting.join(", ")
                 )
-            };
+            }
         }
-    }
-    outcome
+    };
 }
 
 /// The failures each fault owns, once judged: from its injection to its clients' recovery

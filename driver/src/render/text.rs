@@ -315,20 +315,7 @@ impl Report {
             .map(|f| format!("{:.1} s", (f - self.started_at_ms) as f64 / 1000.0))
             .unwrap_or_else(|| "still running".into());
         if let Some(sweep) = &self.sweep {
-            // A sweep's own run drives no load: its variants' runs do, each with its report.
-            let _ = writeln!(
-                out,
-                "Sweep {} ({} launcher): {}\nMatrix run name: {}; took {}",
-                self.run_id, self.launcher, self.verdict, self.name, took
-            );
-            render_sweep(&mut out, sweep);
-            let _ = writeln!(
-                out,
-                "\nEach variant's capacity run has its own report: variants/v<N>/report.txt; \
-                 `driver report --run {}-v<N> --database-url URL` rebuilds it from the sweep's \
-                 store (locally sqlite://<this directory>/store.sqlite).",
-                self.run_id
-            );
+            self.render_sweep_run(&mut out, sweep, &took);
             return out;
         }
         let _ = writeln!(
@@ -339,6 +326,71 @@ impl Report {
         if let Some(why) = &self.incomplete {
             let _ = writeln!(out, "== INCOMPLETE REPORT ==\n{why}\n");
         }
+        self.render_root_cause(&mut out);
+        if !self.slo.is_empty() {
+            let _ = writeln!(out, "== SLO ==");
+            for o in &self.slo {
+                let _ = writeln!(out, "{}", o.line());
+            }
+            out.push('\n');
+        }
+        self.render_baseline(&mut out);
+        self.render_change_points(&mut out);
+        if let Some(capacity) = &self.capacity {
+            capacity.render(&mut out);
+            out.push('\n');
+        }
+        self.render_tables(&mut out);
+        self.timeline.render(&mut out);
+        self.render_reconciliation(&mut out);
+        self.render_workers(&mut out);
+        self.render_servers(&mut out);
+        for (server, summary) in &self.traces {
+            let _ = writeln!(out, "\n== Traces of {server} (Triton, TIMESTAMPS) ==");
+            out.push_str(&summary.render());
+        }
+        for (server, models) in &self.server_metrics {
+            let _ = writeln!(
+                out,
+                "\n== Server-side metrics of {server} (Triton /metrics) =="
+            );
+            out.push_str(&triton_metrics::render(models));
+        }
+        if !self.faults.is_empty() {
+            render_faults(&mut out, &self.faults);
+        }
+        self.render_failures(&mut out);
+        for m in &self.failed_members {
+            render_failed_member(&mut out, m);
+        }
+        out
+    }
+
+    /// The report of a sweep's own run: its answer, and where its variants' reports are.
+    fn render_sweep_run(
+        &self,
+        out: &mut String,
+        sweep: &crate::capacity::sweep::SweepAnswer,
+        took: &str,
+    ) {
+        // A sweep's own run drives no load: its variants' runs do, each with its report.
+        let _ = writeln!(
+            out,
+            "Sweep {} ({} launcher): {}\nMatrix run name: {}; took {}",
+            self.run_id, self.launcher, self.verdict, self.name, took
+        );
+        render_sweep(out, sweep);
+        let _ = writeln!(
+            out,
+            "\nEach variant's capacity run has its own report: variants/v<N>/report.txt; \
+             `driver report --run {}-v<N> --database-url URL` rebuilds it from the sweep's \
+             store (locally sqlite://<this directory>/store.sqlite).",
+            self.run_id
+        );
+    }
+
+    /// The root cause, its signature and what it caused (nothing when the run has none).
+    fn render_root_cause(&self, out: &mut String) {
         if let Some(root) = &self.analysis.root_cause {
             // A client's failure that is the server's reads as the server's bug, with the
             // client named as where it was seen.
@@ -369,7 +421,7 @@ impl Report {
                     .map(|j| &j.example)
                     && let Some(forensics) = &example.forensics
                 {
-                    render_forensics(&mut out, example, forensics);
+                    render_forensics(out, example, forensics);
                 }
             } else if let (Some(class), Some(evidence)) = (root.class, &root.evidence) {
                 let _ = writeln!(out, "class {class}: {evidence}");
@@ -396,13 +448,10 @@ impl Report {
                 self.analysis.independent_failures
             );
         }
-        if !self.slo.is_empty() {
-            let _ = writeln!(out, "== SLO ==");
-            for o in &self.slo {
-                let _ = writeln!(out, "{}", o.line());
-            }
-            out.push('\n');
-        }
+    }
+
+    /// The change against the baseline run, or why regressions were not compared.
+    fn render_baseline(&self, out: &mut String) {
         match &self.baseline {
             Some(b) if b.baseline_run.is_empty() => {
                 let _ = writeln!(out, "Regressions not compared: {}\n", b.basis());
@@ -443,6 +492,10 @@ impl Report {
             }
             None => {}
         }
+    }
+
+    /// The change points over the matrix's last runs, when they were looked for.
+    fn render_change_points(&self, out: &mut String) {
         if let Some(points) = &self.change_points {
             let _ = writeln!(
                 out,
@@ -454,10 +507,10 @@ impl Report {
             }
             out.push('\n');
         }
-        if let Some(capacity) = &self.capacity {
-            capacity.render(&mut out);
-            out.push('\n');
-        }
+    }
+
+    /// The L0 tables: scenarios (all workers, then per client group when several) and models.
+    fn render_tables(&self, out: &mut String) {
         let _ = writeln!(out, "== Scenarios, all workers ==");
         out.push_str(&self.tables.0.render(self.load_seconds));
         if self.tables.1.len() > 1 {
@@ -470,7 +523,10 @@ impl Report {
             let _ = writeln!(out, "\n== Models, all workers ==");
             out.push_str(&self.model_table.render(self.load_seconds));
         }
-        self.timeline.render(&mut out);
+    }
+
+    /// The servers' successes against the workers' OK answers, per model.
+    fn render_reconciliation(&self, out: &mut String) {
         if !self.reconciliation.is_empty() {
             let _ = writeln!(
                 out,
@@ -496,6 +552,10 @@ impl Report {
                 );
             }
         }
+    }
+
+    /// Each worker's QPS over time, then its own memory.
+    fn render_workers(&self, out: &mut String) {
         if !self.workers.is_empty() {
             let _ = writeln!(out, "\n== QPS per worker over time ==");
             let _ = writeln!(
@@ -534,6 +594,10 @@ impl Report {
                 }
             }
         }
+    }
+
+    /// The servers' versions and addresses, when one was external or reported its version.
+    fn render_servers(&self, out: &mut String) {
         // Which Triton served, and where the servers not launched were and whether their
         // metrics are below (a launched server's whereabouts are in its events and failure
         // block).
@@ -561,22 +625,12 @@ impl Report {
                 );
             }
         }
-        for (server, summary) in &self.traces {
-            let _ = writeln!(out, "\n== Traces of {server} (Triton, TIMESTAMPS) ==");
-            out.push_str(&summary.render());
-        }
-        for (server, models) in &self.server_metrics {
-            let _ = writeln!(
-                out,
-                "\n== Server-side metrics of {server} (Triton /metrics) =="
-            );
-            out.push_str(&triton_metrics::render(models));
-        }
-        if !self.faults.is_empty() {
-            render_faults(&mut out, &self.faults);
-        }
+    }
+
+    /// The failure signatures, or (a run recorded before them) the first failures recorded.
+    fn render_failures(&self, out: &mut String) {
         if !self.signatures.is_empty() {
-            self.render_signatures(&mut out);
+            self.render_signatures(out);
         } else if !self.failures.is_empty() {
             let _ = writeln!(
                 out,
@@ -590,14 +644,10 @@ impl Report {
                 if i < FORENSICS_SHOWN
                     && let Some(forensics) = &f.forensics
                 {
-                    render_forensics(&mut out, f, forensics);
+                    render_forensics(out, f, forensics);
                 }
             }
         }
-        for m in &self.failed_members {
-            render_failed_member(&mut out, m);
-        }
-        out
     }
 }
 

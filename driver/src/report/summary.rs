@@ -173,90 +173,17 @@ impl RunSummary {
             signatures_recurring: count(Status::Recurring),
             signatures_known: count(Status::Known),
             regressions: report.regressions.len() as u32,
-            scenarios: report
-                .scenarios
-                .iter()
-                .filter(|r| r.scenario != "TOTAL")
-                .map(|r| ScenarioPoint {
-                    scenario: r.scenario.clone(),
-                    qps: r.qps,
-                    p99_ms: r.p99_us as f64 / 1000.0,
-                    tests: r.tests,
-                    failures: r.failures,
-                })
-                .collect(),
-            server_memory: report
-                .timeline
-                .servers
-                .iter()
-                .filter_map(|s| {
-                    Some(ServerMemoryPoint {
-                        server: s.member_id.clone(),
-                        slope_mib_per_min: s.memory_slope_bytes_per_s? * 60.0 / MIB,
-                        growing: s.memory_finding.is_some(),
-                    })
-                })
-                .collect(),
-            capacity: report
-                .capacity
-                .iter()
-                .flat_map(|c| &c.results)
-                .filter(|r| r.model == "mix" && r.target_rps.is_none())
-                .map(|r| CapacityPoint {
-                    group: r.group.clone(),
-                    phase: r.phase.clone(),
-                    concurrency: r.concurrency,
-                    max_qps: r.max_qps,
-                    p99_ms: r.p99_ms,
-                })
-                .collect(),
-            signatures: report
-                .signatures
-                .iter()
-                .map(|s| SignatureSeen {
-                    signature: s.signature.clone(),
-                    scenario: s.scenario.clone(),
-                    model: s.model.clone(),
-                    message: s.message.clone(),
-                    status: s.status,
-                    count: s.count,
-                })
-                .collect(),
+            scenarios: scenario_points(report),
+            server_memory: server_memory(report),
+            capacity: capacity_points(report),
+            signatures: signatures_seen(report),
             baseline_window: report
                 .baseline
                 .as_ref()
                 .map(|b| b.window.clone())
                 .unwrap_or_default(),
-            faults: report
-                .faults
-                .iter()
-                .map(|f| FaultPoint {
-                    name: f.name.clone(),
-                    kind: f.kind.as_str().into(),
-                    target: f.target.clone(),
-                    ok: f.ok,
-                    recovery_s: f.recovery_s,
-                })
-                .collect(),
-            sweep: report.sweep.as_ref().map(|s| SweepPoint {
-                server_group: s.server_group.clone(),
-                best: s.best.as_ref().map(|b| {
-                    b.parameters
-                        .iter()
-                        .map(|(path, value)| match value {
-                            serde_json::Value::String(text) => format!("{path}={text}"),
-                            other => format!("{path}={other}"),
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }),
-                best_qps: s
-                    .best
-                    .as_ref()
-                    .map(|b| b.confirmed_qps.unwrap_or(b.max_qps)),
-                measured: s.measured,
-                grid_size: s.grid_size,
-            }),
+            faults: fault_points(report),
+            sweep: report.sweep.as_ref().map(sweep_point),
             estimates: report.estimates.clone(),
             versions: report
                 .servers
@@ -265,6 +192,107 @@ impl RunSummary {
                 .collect(),
             live_at_ms: None,
         }
+    }
+}
+
+/// Each scenario's figures, the TOTAL row left out.
+fn scenario_points(report: &Report) -> Vec<ScenarioPoint> {
+    report
+        .scenarios
+        .iter()
+        .filter(|r| r.scenario != "TOTAL")
+        .map(|r| ScenarioPoint {
+            scenario: r.scenario.clone(),
+            qps: r.qps,
+            p99_ms: r.p99_us as f64 / 1000.0,
+            tests: r.tests,
+            failures: r.failures,
+        })
+        .collect()
+}
+
+/// Each server's memory slope, where it has one.
+fn server_memory(report: &Report) -> Vec<ServerMemoryPoint> {
+    report
+        .timeline
+        .servers
+        .iter()
+        .filter_map(|s| {
+            Some(ServerMemoryPoint {
+                server: s.member_id.clone(),
+                slope_mib_per_min: s.memory_slope_bytes_per_s? * 60.0 / MIB,
+                growing: s.memory_finding.is_some(),
+            })
+        })
+        .collect()
+}
+
+/// Each capacity phase's answer for the model mix (not the fixed-rate phases').
+fn capacity_points(report: &Report) -> Vec<CapacityPoint> {
+    report
+        .capacity
+        .iter()
+        .flat_map(|c| &c.results)
+        .filter(|r| r.model == "mix" && r.target_rps.is_none())
+        .map(|r| CapacityPoint {
+            group: r.group.clone(),
+            phase: r.phase.clone(),
+            concurrency: r.concurrency,
+            max_qps: r.max_qps,
+            p99_ms: r.p99_ms,
+        })
+        .collect()
+}
+
+fn signatures_seen(report: &Report) -> Vec<SignatureSeen> {
+    report
+        .signatures
+        .iter()
+        .map(|s| SignatureSeen {
+            signature: s.signature.clone(),
+            scenario: s.scenario.clone(),
+            model: s.model.clone(),
+            message: s.message.clone(),
+            status: s.status,
+            count: s.count,
+        })
+        .collect()
+}
+
+fn fault_points(report: &Report) -> Vec<FaultPoint> {
+    report
+        .faults
+        .iter()
+        .map(|f| FaultPoint {
+            name: f.name.clone(),
+            kind: f.kind.as_str().into(),
+            target: f.target.clone(),
+            ok: f.ok,
+            recovery_s: f.recovery_s,
+        })
+        .collect()
+}
+
+/// A sweep's answer: its best variant's parameters (`path=value`, joined) and QPS.
+fn sweep_point(s: &crate::capacity::sweep::SweepAnswer) -> SweepPoint {
+    SweepPoint {
+        server_group: s.server_group.clone(),
+        best: s.best.as_ref().map(|b| {
+            b.parameters
+                .iter()
+                .map(|(path, value)| match value {
+                    serde_json::Value::String(text) => format!("{path}={text}"),
+                    other => format!("{path}={other}"),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        }),
+        best_qps: s
+            .best
+            .as_ref()
+            .map(|b| b.confirmed_qps.unwrap_or(b.max_qps)),
+        measured: s.measured,
+        grid_size: s.grid_size,
     }
 }
 

@@ -98,90 +98,11 @@ pub fn render(injections: &[Injection], run_id: &str, namespace: &str) -> Vec<Va
     for i in injections {
         by_member.entry(i.member.as_str()).or_default().push(i);
     }
-    let selector = |member: &str| {
-        json!({
-            "namespaces": [namespace],
-            "labelSelectors": { RUN_LABEL: run_id, MEMBER_LABEL: member },
-        })
-    };
-    let clients = json!({
-        "namespaces": [namespace],
-        "labelSelectors": { RUN_LABEL: run_id, ROLE_LABEL: CLIENT_ROLE },
-    });
     let mut branches = Vec::new();
     let mut templates = Vec::new();
     for (member, mut planned) in by_member {
         planned.sort_by_key(|i| i.at);
-        let mut steps = Vec::new();
-        for step in member_steps(&planned) {
-            let k = step.index + 1;
-            if !step.wait.is_zero() {
-                let name = format!("wait-{member}-{k}");
-                templates.push(json!({
-                    "name": name,
-                    "templateType": "Suspend",
-                    "deadline": go_duration(step.wait),
-                }));
-                steps.push(name);
-            }
-            let i = step.injection;
-            let deadline = go_duration(step.hold);
-            let pod_chaos = |prefix: &str, spec: Value| {
-                let mut spec = spec;
-                spec["mode"] = json!("one");
-                spec["selector"] = selector(member);
-                json!({
-                    "name": format!("{prefix}-{member}-{k}"),
-                    "templateType": "PodChaos",
-                    "deadline": deadline,
-                    "podChaos": spec,
-                })
-            };
-            let network_chaos = |prefix: &str, spec: Value| {
-                let mut spec = spec;
-                spec["mode"] = json!("one");
-                spec["selector"] = selector(member);
-                spec["direction"] = json!("both");
-                spec["target"] = json!({ "mode": "all", "selector": clients });
-                json!({
-                    "name": format!("{prefix}-{member}-{k}"),
-                    "templateType": "NetworkChaos",
-                    "deadline": deadline,
-                    "networkChaos": spec,
-                })
-            };
-            let chaos = match i.kind {
-                FaultKind::Kill => vec![pod_chaos(
-                    "kill",
-                    json!({ "action": "pod-kill", "gracePeriod": 0 }),
-                )],
-                FaultKind::Restart => vec![pod_chaos(
-                    "restart",
-                    json!({ "action": "pod-kill", "gracePeriod": RESTART_GRACE_SECONDS }),
-                )],
-                FaultKind::Pause => vec![pod_chaos("pause", json!({ "action": "pod-failure" }))],
-                FaultKind::Network => network_actions(i.network.as_ref())
-                    .into_iter()
-                    .map(|(action, detail)| {
-                        network_chaos(action, json!({ "action": action, action: detail }))
-                    })
-                    .collect(),
-            };
-            match chaos.as_slice() {
-                [one] => steps.push(one["name"].as_str().unwrap_or_default().to_string()),
-                _ => {
-                    // Both at once: a Parallel of the two.
-                    let name = format!("network-{member}-{k}");
-                    templates.push(json!({
-                        "name": name,
-                        "templateType": "Parallel",
-                        "children": chaos.iter().map(|c| c["name"].clone()).collect::<Vec<_>>(),
-                    }));
-                    steps.push(name);
-                }
-            }
-            templates.extend(chaos);
-        }
+        let steps = member_templates(run_id, namespace, member, &planned, &mut templates);
         let name = format!("member-{member}");
         templates.push(json!({ "name": name, "templateType": "Serial", "children": steps }));
         branches.push(name);
@@ -200,6 +121,102 @@ pub fn render(injections: &[Injection], run_id: &str, namespace: &str) -> Vec<Va
         },
         "spec": { "entry": "faults", "templates": templates },
     })]
+}
+
+/// The templates of `member`'s faults (`planned`, by time), appended to `templates` in order:
+/// each fault's wait, then its chaos. Returns the names of its branch's steps.
+fn member_templates(
+    run_id: &str,
+    namespace: &str,
+    member: &str,
+    planned: &[&Injection],
+    templates: &mut Vec<Value>,
+) -> Vec<String> {
+    let mut steps = Vec::new();
+    for step in member_steps(planned) {
+        let k = step.index + 1;
+        if !step.wait.is_zero() {
+            let name = format!("wait-{member}-{k}");
+            templates.push(json!({
+                "name": name,
+                "templateType": "Suspend",
+                "deadline": go_duration(step.wait),
+            }));
+            steps.push(name);
+        }
+        let chaos = chaos_templates(run_id, namespace, member, &step);
+        match chaos.as_slice() {
+            [one] => steps.push(one["name"].as_str().unwrap_or_default().to_string()),
+            _ => {
+                // Both at once: a Parallel of the two.
+                let name = format!("network-{member}-{k}");
+                templates.push(json!({
+                    "name": name,
+                    "templateType": "Parallel",
+                    "children": chaos.iter().map(|c| c["name"].clone()).collect::<Vec<_>>(),
+                }));
+                steps.push(name);
+            }
+        }
+        templates.extend(chaos);
+    }
+    steps
+}
+
+/// The chaos templates of one of `member`'s faults: one, or a network fault's delay and loss.
+fn chaos_templates(run_id: &str, namespace: &str, member: &str, step: &Step) -> Vec<Value> {
+    let k = step.index + 1;
+    let selector = json!({
+        "namespaces": [namespace],
+        "labelSelectors": { RUN_LABEL: run_id, MEMBER_LABEL: member },
+    });
+    let clients = json!({
+        "namespaces": [namespace],
+        "labelSelectors": { RUN_LABEL: run_id, ROLE_LABEL: CLIENT_ROLE },
+    });
+    let deadline = go_duration(step.hold);
+    let pod_chaos = |prefix: &str, spec: Value| {
+        let mut spec = spec;
+        spec["mode"] = json!("one");
+        spec["selector"] = selector.clone();
+        json!({
+            "name": format!("{prefix}-{member}-{k}"),
+            "templateType": "PodChaos",
+            "deadline": deadline,
+            "podChaos": spec,
+        })
+    };
+    let network_chaos = |prefix: &str, spec: Value| {
+        let mut spec = spec;
+        spec["mode"] = json!("one");
+        spec["selector"] = selector.clone();
+        spec["direction"] = json!("both");
+        spec["target"] = json!({ "mode": "all", "selector": clients });
+        json!({
+            "name": format!("{prefix}-{member}-{k}"),
+            "templateType": "NetworkChaos",
+            "deadline": deadline,
+            "networkChaos": spec,
+        })
+    };
+    let i = step.injection;
+    match i.kind {
+        FaultKind::Kill => vec![pod_chaos(
+            "kill",
+            json!({ "action": "pod-kill", "gracePeriod": 0 }),
+        )],
+        FaultKind::Restart => vec![pod_chaos(
+            "restart",
+            json!({ "action": "pod-kill", "gracePeriod": RESTART_GRACE_SECONDS }),
+        )],
+        FaultKind::Pause => vec![pod_chaos("pause", json!({ "action": "pod-failure" }))],
+        FaultKind::Network => network_actions(i.network.as_ref())
+            .into_iter()
+            .map(|(action, detail)| {
+                network_chaos(action, json!({ "action": action, action: detail }))
+            })
+            .collect(),
+    }
 }
 
 /// One fault of a member's branch: the wait before it and how long its chaos node lasts.

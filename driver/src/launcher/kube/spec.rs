@@ -9,8 +9,8 @@ use super::{
 };
 use crate::launcher::STORE_URL_ENV;
 use crate::matrix::{
-    ClientMember, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME, ModelImage, Resources, SHM_VOLUME,
-    ServerMember, ServerVolume, TMP_VOLUME, TRACES_VOLUME, Toleration,
+    ClientMember, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME, ModelImage, MountedConfig, Resources,
+    SHM_VOLUME, ServerMember, ServerTemplate, ServerVolume, TMP_VOLUME, TRACES_VOLUME, Toleration,
 };
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
@@ -134,6 +134,31 @@ pub enum PodError {
 pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
     let t = &s.template;
     let image = t.tritonserver.image().ok_or(PodError::NotAnImage)?;
+    let args = server_args(s);
+    let (mounts, volumes) = server_volumes(s, ctx);
+    let init_containers = t
+        .model_image
+        .as_ref()
+        .map(|m| vec![model_copier(m, t.resources.as_ref(), ctx)]);
+    let container = server_container(t, image, ctx, args, mounts);
+    let mut pod = pod(
+        ctx,
+        &s.name,
+        member_labels(&ctx.run_id, SERVER_ROLE, &s.group, s.index, &s.name),
+        container,
+        volumes,
+        &t.node_selector,
+        &t.tolerations,
+    );
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.init_containers = init_containers;
+    }
+    Ok(pod)
+}
+
+/// `tritonserver`'s arguments: the repositories, the ports, the template's own, then tracing.
+fn server_args(s: &ServerMember) -> Vec<String> {
+    let t = &s.template;
     let mut args: Vec<String> = t
         .model_repositories
         .iter()
@@ -145,14 +170,6 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
         format!("--metrics-port={METRICS_PORT}"),
     ]);
     args.extend(t.args.iter().cloned());
-    let mut mounts = vec![VolumeMount {
-        // The python backend's stubs talk to the server through /dev/shm; a container's
-        // default 64 MiB is too small for a few model instances.
-        name: SHM_VOLUME.0.into(),
-        mount_path: SHM_VOLUME.1.into(),
-        ..Default::default()
-    }];
-    let mut volumes = vec![memory_volume(SHM_VOLUME.0)];
     if let Some(trace) = t.trace.as_ref().filter(|t| !t.writes_files()) {
         args.extend(trace.args());
     }
@@ -162,6 +179,23 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
             format!("triton,file={}/{}.json", TRACES_VOLUME.1, s.name),
         ]);
         args.extend(trace.args());
+    }
+    args
+}
+
+/// The server container's mounts and the pod's volumes behind them: /dev/shm, the traces'
+/// directory, the model image's copy, the template's volumes and a sweep variant's configs.
+fn server_volumes(s: &ServerMember, ctx: &PodContext) -> (Vec<VolumeMount>, Vec<Volume>) {
+    let t = &s.template;
+    let mut mounts = vec![VolumeMount {
+        // The python backend's stubs talk to the server through /dev/shm; a container's
+        // default 64 MiB is too small for a few model instances.
+        name: SHM_VOLUME.0.into(),
+        mount_path: SHM_VOLUME.1.into(),
+        ..Default::default()
+    }];
+    let mut volumes = vec![memory_volume(SHM_VOLUME.0)];
+    if t.trace.as_ref().is_some_and(|t| t.writes_files()) {
         mounts.push(VolumeMount {
             name: TRACES_VOLUME.0.into(),
             mount_path: TRACES_VOLUME.1.into(),
@@ -173,7 +207,6 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
             ..Default::default()
         });
     }
-    let mut init_containers = None;
     if let Some(m) = &t.model_image {
         mounts.push(VolumeMount {
             name: MODEL_IMAGE_VOLUME.into(),
@@ -187,7 +220,6 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Default::default()
         });
-        init_containers = Some(vec![model_copier(m, t.resources.as_ref(), ctx)]);
     }
     for v in &t.volumes {
         mounts.push(VolumeMount {
@@ -199,44 +231,64 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
         volumes.push(to_k8s_volume(v));
     }
     if !t.mounted_configs.is_empty() {
-        // A sweep variant's configs, from the run's owner ConfigMap: each file mounted alone
-        // (subPath) over the model's own, so the rest of the repository stays as it is.
-        let mut items = Vec::with_capacity(t.mounted_configs.len());
-        for c in &t.mounted_configs {
-            let key = model_config_key(&c.model);
-            mounts.push(VolumeMount {
-                name: MODEL_CONFIGS_VOLUME.into(),
-                mount_path: format!(
-                    "{}/{}/config.pbtxt",
-                    c.repository.trim_end_matches('/'),
-                    c.model
-                ),
-                sub_path: Some(key.clone()),
-                read_only: Some(true),
-                ..Default::default()
-            });
-            items.push(KeyToPath {
-                key: key.clone(),
-                path: key,
-                ..Default::default()
-            });
-        }
-        volumes.push(Volume {
+        volumes.push(mount_configs(&t.mounted_configs, ctx, &mut mounts));
+    }
+    (mounts, volumes)
+}
+
+/// A sweep variant's configs, from the run's owner ConfigMap: each file mounted alone (subPath)
+/// over the model's own, so the rest of the repository stays as it is. Adds the mounts to
+/// `mounts`; returns the ConfigMap's volume.
+fn mount_configs(
+    configs: &[MountedConfig],
+    ctx: &PodContext,
+    mounts: &mut Vec<VolumeMount>,
+) -> Volume {
+    let mut items = Vec::with_capacity(configs.len());
+    for c in configs {
+        let key = model_config_key(&c.model);
+        mounts.push(VolumeMount {
             name: MODEL_CONFIGS_VOLUME.into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: owner_name(&ctx.run_id),
-                items: Some(items),
-                ..Default::default()
-            }),
+            mount_path: format!(
+                "{}/{}/config.pbtxt",
+                c.repository.trim_end_matches('/'),
+                c.model
+            ),
+            sub_path: Some(key.clone()),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        items.push(KeyToPath {
+            key: key.clone(),
+            path: key,
             ..Default::default()
         });
     }
+    Volume {
+        name: MODEL_CONFIGS_VOLUME.into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: owner_name(&ctx.run_id),
+            items: Some(items),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The `tritonserver` container: its ports, and a readiness probe on Triton's ready endpoint.
+fn server_container(
+    t: &ServerTemplate,
+    image: &str,
+    ctx: &PodContext,
+    args: Vec<String>,
+    mounts: Vec<VolumeMount>,
+) -> Container {
     let port = |name: &str, p: u16| ContainerPort {
         name: Some(name.into()),
         container_port: p.into(),
         ..Default::default()
     };
-    let container = Container {
+    Container {
         name: SERVER_CONTAINER.into(),
         image: Some(image.into()),
         image_pull_policy: Some(ctx.image_pull_policy.clone()),
@@ -262,20 +314,7 @@ pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
         resources: resources(t.resources.as_ref()),
         volume_mounts: Some(mounts),
         ..Default::default()
-    };
-    let mut pod = pod(
-        ctx,
-        &s.name,
-        member_labels(&ctx.run_id, SERVER_ROLE, &s.group, s.index, &s.name),
-        container,
-        volumes,
-        &t.node_selector,
-        &t.tolerations,
-    );
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.init_containers = init_containers;
     }
-    Ok(pod)
 }
 
 /// The init container that copies a `model_image`'s repository into the pod's emptyDir. `cp`
