@@ -1,6 +1,8 @@
-//! The status store tells the same story on both backends: a temporary SQLite file, and a
-//! throwaway PostgreSQL cluster (or `TEST_DATABASE_URL`). Without Postgres binaries the Postgres
-//! test fails, unless `TRITON_STRESS_SKIP_POSTGRES=1` (then it says SKIPPED; refused under `CI`).
+//! The status store tells the same story on both backends: each capability's story is an async
+//! fn of the store's URL, run by a `sqlite_*` test on a temporary SQLite file and a `postgres_*`
+//! test on a throwaway PostgreSQL cluster (or `TEST_DATABASE_URL`). Without Postgres binaries the
+//! Postgres tests fail, unless `TRITON_STRESS_SKIP_POSTGRES=1` (then they say SKIPPED; refused
+//! under `CI`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -11,7 +13,7 @@ use stress_common::qps::QpsSample;
 use stress_common::qps::QpsSummary;
 use stress_common::status::{
     DRIVER_MEMBER, EventKind, FailureRecord, Forensics, IntervalCounts, LoadTarget, ModelCounts,
-    PreviousUse, Role, ScenarioCounts, StatusSink, Stopping, StreamCounts, UnansweredCalls,
+    Outage, PreviousUse, Role, ScenarioCounts, StatusSink, Stopping, StreamCounts, UnansweredCalls,
     WireStep, WorkerSnapshot,
 };
 use stress_common::store::testing::{self, TestPostgres};
@@ -19,6 +21,63 @@ use stress_common::store::{
     Document, EventRow, Member, NewRun, RunRow, Store, StoreError, StoreOptions,
 };
 use stress_common::triton_metrics::{ModelMetrics, ServerGauges, ServerSample};
+
+// ---- The backends: every story runs on both
+
+/// A new SQLite store: its URL, and the temporary directory that holds it (removed on drop).
+fn sqlite_store() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = Store::sqlite_url(&dir.path().join("status.sqlite"));
+    (dir, url)
+}
+
+/// The Postgres database of the running test: a throwaway cluster of its own, or
+/// `TEST_DATABASE_URL`. No Postgres fails the test; `None` only on a requested skip, which says
+/// SKIPPED on stderr (and is refused under `CI`).
+fn postgres() -> Option<TestPostgres> {
+    TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The pair of tests of one story (an `async fn(url: &str)`): `$sqlite` runs it on a new SQLite
+/// file, `$postgres` on [`postgres`]'s database.
+macro_rules! on_both_backends {
+    ($story:ident, $sqlite:ident, $postgres:ident) => {
+        #[tokio::test]
+        async fn $sqlite() {
+            let (_dir, url) = sqlite_store();
+            $story(&url).await;
+        }
+
+        #[tokio::test]
+        async fn $postgres() {
+            let Some(pg) = postgres() else { return };
+            $story(pg.url()).await;
+        }
+    };
+}
+
+/// The URL of another database on the same Postgres server.
+fn sqlx_url_with_db(url: &str, db: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let base = &base[..base.rfind('/').unwrap()];
+    if query.is_empty() {
+        format!("{base}/{db}")
+    } else {
+        format!("{base}/{db}?{query}")
+    }
+}
+
+async fn create_database(admin_url: &str, db: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(admin_url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+}
+
+// ---- Fixtures
 
 /// The newest schema version (a new migration bumps it here, on purpose).
 const LATEST_SCHEMA: i64 = 21;
@@ -54,6 +113,48 @@ fn member(run_id: &str, member_id: &str, role: Role, group: &str, index: u32) ->
         corr_id_base: None,
         corr_id_block_size: None,
         command: format!("stress-worker --member {member_id} --quoted 'a b'"),
+    }
+}
+
+/// A worker's snapshot taken now, a series point, with the counts of one scenario.
+fn snapshot_now(total_requests: u64, qps: f64, counts: ScenarioCounts) -> WorkerSnapshot {
+    WorkerSnapshot {
+        at_ms: now_ms(),
+        total_requests,
+        qps,
+        scenarios: vec![counts],
+        series_point: true,
+        ..WorkerSnapshot::default()
+    }
+}
+
+/// The counts of `tests` runs of a scenario `s`.
+fn scenario_s(tests: u64) -> ScenarioCounts {
+    ScenarioCounts {
+        scenario: "s".into(),
+        tests,
+        ..ScenarioCounts::default()
+    }
+}
+
+/// A worker's snapshot that carries outages, and nothing else.
+fn outages_at(at_ms: i64, outages: Vec<Outage>) -> WorkerSnapshot {
+    WorkerSnapshot {
+        at_ms,
+        outages,
+        ..WorkerSnapshot::default()
+    }
+}
+
+/// A run of an empty matrix, launched locally.
+fn new_run(run_id: &RunId, name: &str, started_at_ms: i64) -> NewRun {
+    NewRun {
+        run_id: run_id.to_string(),
+        name: name.into(),
+        matrix_yaml: "groups: []\n".into(),
+        launcher: "local".into(),
+        started_at_ms,
+        fingerprint: None,
     }
 }
 
@@ -121,6 +222,9 @@ async fn everything(store: &Store, run_id: &RunId) -> Everything {
     }
 }
 
+// ---- The whole story: runs, members, events, stops, heartbeats, snapshots, series, load
+// targets, baselines, documents, failures, finishing, leases, and all of it after a reconnect
+
 /// The whole story. `fresh`: the database holds nothing but what this story writes.
 async fn story(url: &str, fresh: bool) {
     let store = Store::connect(url).await.expect("connect");
@@ -134,39 +238,26 @@ async fn story(url: &str, fresh: bool) {
     let t0 = now_ms();
     let old_run = unique("old-run");
     let run_id = unique("run");
-    store
-        .create_run(&NewRun {
-            run_id: old_run.to_string(),
-            name: "yesterday".into(),
-            matrix_yaml: "groups: []\n".into(),
-            launcher: "local".into(),
-            started_at_ms: t0 - 86_400_000,
-            fingerprint: None,
-        })
-        .await
-        .unwrap();
-    let new_run = NewRun {
-        run_id: run_id.to_string(),
-        name: "nightly L0 'soak'".into(),
+    let yesterday = new_run(&old_run, "yesterday", t0 - 86_400_000);
+    store.create_run(&yesterday).await.unwrap();
+    let nightly = NewRun {
         matrix_yaml: "groups:\n  - name: seq\n    servers: 1\n    clients: 2\n".into(),
-        launcher: "local".into(),
-        started_at_ms: t0,
         fingerprint: Some("mfp1-0123456789abcdef".into()),
+        ..new_run(&run_id, "nightly L0 'soak'", t0)
     };
-    store.create_run(&new_run).await.unwrap();
     // A restarted driver with the same run id continues the run: what is recorded stays.
-    store
-        .create_run(&NewRun {
-            name: "a restarted driver".into(),
-            started_at_ms: t0 + 1,
-            ..new_run.clone()
-        })
-        .await
-        .unwrap();
+    let restarted = NewRun {
+        name: "a restarted driver".into(),
+        started_at_ms: t0 + 1,
+        ..nightly.clone()
+    };
+    for run in [&nightly, &restarted] {
+        store.create_run(run).await.unwrap();
+    }
     let row = store.run(&run_id).await.unwrap().expect("the run");
-    assert_eq!(row.name, new_run.name);
-    assert_eq!(row.matrix_yaml, new_run.matrix_yaml);
-    assert_eq!(row.fingerprint, new_run.fingerprint);
+    assert_eq!(row.name, nightly.name);
+    assert_eq!(row.matrix_yaml, nightly.matrix_yaml);
+    assert_eq!(row.fingerprint, nightly.fingerprint);
     assert_eq!((row.finished_at_ms, row.verdict), (None, None));
     assert_eq!(store.run(&"no-such-run".into()).await.unwrap(), None);
 
@@ -296,14 +387,12 @@ async fn story(url: &str, fresh: bool) {
     );
 
     // ---- heartbeats (one row per member)
-    store
-        .heartbeat(&run_id, &"server-0".into(), t0 + 1)
-        .await
-        .unwrap();
-    store
-        .heartbeat(&run_id, &"server-0".into(), t0 + 5)
-        .await
-        .unwrap();
+    for at_ms in [t0 + 1, t0 + 5] {
+        store
+            .heartbeat(&run_id, &"server-0".into(), at_ms)
+            .await
+            .unwrap();
+    }
     assert_eq!(
         store.heartbeats(&run_id).await.unwrap(),
         [("server-0".to_string(), t0 + 5)]
@@ -367,13 +456,9 @@ async fn story(url: &str, fresh: bool) {
                 qps: 105.0,
                 scenarios: vec![counts_a1.clone(), counts_b1.clone()],
                 models: vec![model_a1.clone(), model_b1.clone()],
-                intervals: vec![],
                 series_point: true,
-                signatures: vec![],
-                outages: vec![],
                 rss_bytes: Some(123 << 20),
-                deferred_clients: 0,
-                unanswered: vec![],
+                ..WorkerSnapshot::default()
             },
         )
         .await
@@ -434,17 +519,17 @@ async fn story(url: &str, fresh: bool) {
         intervals: vec![interval.clone()],
         series_point: true,
         signatures: vec![signature(9)],
-        outages: vec![],
-        rss_bytes: None,
-        deferred_clients: 0,
-        unanswered: vec![],
+        ..WorkerSnapshot::default()
     })
     .await
     .unwrap();
-    assert_eq!(
-        store.signature_counts(&run_id).await.unwrap(),
-        [("client-0".to_string(), signature(9))]
-    );
+    let the_latest_signatures = async || {
+        assert_eq!(
+            store.signature_counts(&run_id).await.unwrap(),
+            [("client-0".to_string(), signature(9))]
+        );
+    };
+    the_latest_signatures().await;
     // A snapshot older than the stored one (a write a paused store commits late) takes
     // nothing back: the counts, the latest sample and the heartbeat read below are t0 + 2000's.
     c0.snapshot(&WorkerSnapshot {
@@ -458,29 +543,22 @@ async fn story(url: &str, fresh: bool) {
     })
     .await
     .unwrap();
-    assert_eq!(
-        store.signature_counts(&run_id).await.unwrap(),
-        [("client-0".to_string(), signature(9))]
-    );
+    the_latest_signatures().await;
+    let held = UnansweredCalls {
+        server: "127.0.0.1:8001".into(),
+        calls: 3,
+        quiet_since_ms: t0 + 500,
+    };
     c1.snapshot(&WorkerSnapshot {
         at_ms: t0 + 1500,
         total_requests: 0,
         qps: f64::NAN, // stored as 0
-        scenarios: vec![],
-        models: vec![],
-        intervals: vec![],
         series_point: true,
-        signatures: vec![],
-        outages: vec![],
-        rss_bytes: None,
         // Inside a perf_analyzer run: its QPS 0 is not a stall (the latest sample says so).
         deferred_clients: 2,
         // And a server holds one of its calls: the driver's poll reads it back.
-        unanswered: vec![UnansweredCalls {
-            server: "127.0.0.1:8001".into(),
-            calls: 3,
-            quiet_since_ms: t0 + 500,
-        }],
+        unanswered: vec![held.clone()],
+        ..WorkerSnapshot::default()
     })
     .await
     .unwrap();
@@ -525,74 +603,49 @@ async fn story(url: &str, fresh: bool) {
         [("server-0".to_string(), sample)]
     );
     // Capacity mode: a worker's load target is replaced; a phase's record round-trips.
-    assert_eq!(
+    let target_of = async |member: &str| store.load_target(&run_id, &member.into()).await.unwrap();
+    let set_target = async |member: &str, target: &LoadTarget| {
         store
-            .load_target(&run_id, &"client-0".into())
+            .set_load_target(&run_id, &member.into(), target)
             .await
-            .unwrap(),
-        None
-    );
+            .unwrap();
+    };
+    assert_eq!(target_of("client-0").await, None);
     let target = |concurrency, mix: Option<&str>| LoadTarget {
         concurrency,
         mix: mix.map(String::from),
         rate: None,
         count_unanswered: false,
     };
-    store
-        .set_load_target(&run_id, &"client-0".into(), &target(4, Some("a:1,b@2:3")))
-        .await
-        .unwrap();
-    store
-        .set_load_target(&run_id, &"client-0".into(), &target(7, None))
-        .await
-        .unwrap();
-    store
-        .set_load_target(&run_id, &"client-1".into(), &target(1, Some("a:1")))
-        .await
-        .unwrap();
-    assert_eq!(
-        store
-            .load_target(&run_id, &"client-0".into())
-            .await
-            .unwrap(),
-        Some(target(7, None))
-    );
+    set_target("client-0", &target(4, Some("a:1,b@2:3"))).await;
+    set_target("client-0", &target(7, None)).await;
+    set_target("client-1", &target(1, Some("a:1"))).await;
+    assert_eq!(target_of("client-0").await, Some(target(7, None)));
     assert_eq!(
         c0.load_target().await.unwrap(),
         Some(target(7, None)),
         "through the sink"
     );
-    assert_eq!(
-        store
-            .load_target(&run_id, &"client-1".into())
-            .await
-            .unwrap(),
-        Some(target(1, Some("a:1")))
-    );
+    assert_eq!(target_of("client-1").await, Some(target(1, Some("a:1"))));
     // A spike's open-loop rate round-trips, and clearing it returns to closed loop.
     let spike = LoadTarget {
         rate: Some(37.5),
         count_unanswered: true,
         ..target(7, None)
     };
-    store
-        .set_load_target(&run_id, &"client-0".into(), &spike)
-        .await
-        .unwrap();
+    set_target("client-0", &spike).await;
     assert_eq!(c0.load_target().await.unwrap(), Some(spike));
-    store
-        .set_load_target(&run_id, &"client-0".into(), &target(7, None))
-        .await
-        .unwrap();
+    set_target("client-0", &target(7, None)).await;
     assert_eq!(c0.load_target().await.unwrap(), Some(target(7, None)));
     // Baselines: a pin per name, replaced; a run's comparison, replaced.
     assert!(store.baselines().await.unwrap().is_empty());
-    store
-        .pin_baseline("nightly", &"run-a".into())
-        .await
-        .unwrap();
-    store.pin_baseline("nightly", &run_id).await.unwrap();
-    store.pin_baseline("smoke", &"run-b".into()).await.unwrap();
+    for (name, run) in [
+        ("nightly", "run-a"),
+        ("nightly", run_id.as_str()),
+        ("smoke", "run-b"),
+    ] {
+        store.pin_baseline(name, &run.into()).await.unwrap();
+    }
     let pins: Vec<(String, String)> = store
         .baselines()
         .await
@@ -610,14 +663,9 @@ async fn story(url: &str, fresh: bool) {
     // Documents: per kind and key, replaced; a set replaced as a whole; kinds never mix.
     let run = RunId::new(run_id.clone());
     assert_eq!(store.document::<Note>(&run, "").await.unwrap(), None);
-    store
-        .save_document(&run, "", &note("first", 1))
-        .await
-        .unwrap();
-    store
-        .save_document(&run, "", &note("second", 2))
-        .await
-        .unwrap();
+    for saved in [note("first", 1), note("second", 2)] {
+        store.save_document(&run, "", &saved).await.unwrap();
+    }
     assert_eq!(
         store.document::<Note>(&run, "").await.unwrap(),
         Some(note("second", 2))
@@ -649,13 +697,11 @@ async fn story(url: &str, fresh: bool) {
         .await
         .unwrap();
     let other_run = RunId::new(old_run.clone());
-    assert!(
-        store
-            .documents::<Note>(&other_run)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    let note_keys = async |run: &RunId| -> Vec<String> {
+        let notes = store.documents::<Note>(run).await.unwrap();
+        notes.into_iter().map(|(key, _)| key).collect()
+    };
+    assert!(note_keys(&other_run).await.is_empty());
     // Across runs, newest first (a list of runs reads their summaries this way). Only this
     // story writes this kind; the filter keeps a shared TEST_DATABASE_URL's other runs out.
     #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -684,16 +730,7 @@ async fn story(url: &str, fresh: bool) {
         ]
     );
     assert_eq!(store.latest_documents::<Listed>(1).await.unwrap().len(), 1);
-    assert_eq!(
-        store
-            .documents::<Note>(&run)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect::<Vec<_>>(),
-        ["", "server-1"]
-    );
+    assert_eq!(note_keys(&run).await, ["", "server-1"]);
     // Replaced per (member, scenario, model); the decoupled model's stream counts round-trip.
     assert_eq!(
         store
@@ -717,33 +754,21 @@ async fn story(url: &str, fresh: bool) {
     );
     let decoded = LatencyHistogram::decode(&counts_a2.latency_histogram).unwrap();
     assert_eq!(decoded.count(), 5);
+    // The series keeps neither the deferred clients nor the held calls.
+    let point = |member: &str, at_ms, qps, total_requests| QpsSample {
+        member_id: member.into(),
+        at_ms,
+        qps,
+        total_requests,
+        deferred_clients: 0,
+        unanswered: vec![],
+    };
     assert_eq!(
         store.qps_samples(&run_id).await.unwrap(),
         [
-            QpsSample {
-                member_id: "client-0".into(),
-                at_ms: t0 + 1000,
-                qps: 105.0,
-                total_requests: 105,
-                deferred_clients: 0,
-                unanswered: vec![]
-            },
-            QpsSample {
-                member_id: "client-1".into(),
-                at_ms: t0 + 1500,
-                qps: 0.0,
-                total_requests: 0,
-                deferred_clients: 0,
-                unanswered: vec![]
-            },
-            QpsSample {
-                member_id: "client-0".into(),
-                at_ms: t0 + 2000,
-                qps: 105.5,
-                total_requests: 210,
-                deferred_clients: 0,
-                unanswered: vec![]
-            },
+            point("client-0", t0 + 1000, 105.0, 105),
+            point("client-1", t0 + 1500, 0.0, 0),
+            point("client-0", t0 + 2000, 105.5, 210),
         ]
     );
     // The driver's poll reads only the latest sample of each member.
@@ -764,14 +789,7 @@ async fn story(url: &str, fresh: bool) {
         ]
     );
     assert!(latest[0].unanswered.is_empty(), "{latest:?}");
-    assert_eq!(
-        latest[1].unanswered,
-        [UnansweredCalls {
-            server: "127.0.0.1:8001".into(),
-            calls: 3,
-            quiet_since_ms: t0 + 500,
-        }]
-    );
+    assert_eq!(latest[1].unanswered, [held]);
     // A snapshot refreshes the heartbeat.
     let beats = store.heartbeats(&run_id).await.unwrap();
     assert!(
@@ -922,7 +940,7 @@ async fn story(url: &str, fresh: bool) {
         .create_run(&NewRun {
             run_id: leased.to_string(),
             started_at_ms: now_ms(),
-            ..new_run.clone()
+            ..nightly.clone()
         })
         .await
         .unwrap();
@@ -990,109 +1008,6 @@ async fn story(url: &str, fresh: bool) {
     store.close().await;
 }
 
-/// `writers` tasks, each with its own `Store::connect` (connecting all at once, so on a new
-/// database they also race the migrations), write snapshots, events, heartbeats and failures.
-async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
-    let run_id = unique("concurrent");
-    let tasks: Vec<_> = (0..writers)
-        .map(|w| {
-            let url = url.to_string();
-            let run_id = run_id.clone();
-            tokio::spawn(async move {
-                let store = Store::connect(&url).await?;
-                store
-                    .record_event(
-                        &run_id,
-                        &format!("client-{w}").into(),
-                        EventKind::Starting,
-                        "",
-                    )
-                    .await?;
-                for i in 1..=snapshots {
-                    store
-                        .record_snapshot(
-                            &run_id,
-                            &format!("client-{w}").into(),
-                            &WorkerSnapshot {
-                                at_ms: now_ms(),
-                                total_requests: i * 10,
-                                qps: 10.0,
-                                scenarios: vec![ScenarioCounts {
-                                    scenario: "infer_simple".into(),
-                                    tests: i,
-                                    failures: i / 10,
-                                    requests: i * 10,
-                                    skipped: 0,
-                                    latency_histogram: String::new(),
-                                    send_lateness_histogram: String::new(),
-                                }],
-                                models: vec![],
-                                intervals: vec![],
-                                series_point: true,
-                                signatures: vec![],
-                                outages: vec![],
-                                rss_bytes: None,
-                                deferred_clients: 0,
-                                unanswered: vec![],
-                            },
-                        )
-                        .await?;
-                    if i % 10 == 0 {
-                        store
-                            .record_failure(
-                                &run_id,
-                                &format!("client-{w}").into(),
-                                &FailureRecord {
-                                    at_ms: now_ms(),
-                                    actual: format!("{i}"),
-                                    error_kind: None,
-                                    ..FailureRecord::default()
-                                },
-                            )
-                            .await?;
-                        store
-                            .record_event(
-                                &run_id,
-                                &format!("client-{w}").into(),
-                                EventKind::Running,
-                                "",
-                            )
-                            .await?;
-                    }
-                }
-                store.close().await;
-                Ok::<_, StoreError>(())
-            })
-        })
-        .collect();
-    let mut errors = vec![];
-    for task in tasks {
-        if let Err(e) = task.await.unwrap() {
-            errors.push(e.to_string());
-        }
-    }
-    assert!(errors.is_empty(), "writers failed: {errors:#?}");
-
-    let store = Store::connect(url).await.unwrap();
-    let writers_u64 = writers as u64;
-    assert_eq!(
-        store.qps_samples(&run_id).await.unwrap().len() as u64,
-        writers_u64 * snapshots
-    );
-    let counts = store.scenario_counts(&run_id).await.unwrap();
-    assert_eq!(counts.len(), writers);
-    assert!(counts.iter().all(|(_, c)| c.tests == snapshots));
-    let events = store.events(&run_id, 0).await.unwrap();
-    assert_eq!(events.len() as u64, writers_u64 * (1 + snapshots / 10));
-    assert!(events.windows(2).all(|w| w[0].id < w[1].id));
-    assert_eq!(
-        store.failures(&run_id).await.unwrap().len() as u64,
-        writers_u64 * (snapshots / 10)
-    );
-    assert_eq!(store.heartbeats(&run_id).await.unwrap().len(), writers);
-    store.close().await;
-}
-
 #[tokio::test]
 async fn sqlite_story() {
     let dir = tempfile::tempdir().unwrap();
@@ -1103,9 +1018,7 @@ async fn sqlite_story() {
 
 #[tokio::test]
 async fn postgres_story() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
+    let Some(pg) = postgres() else { return };
     // On a fresh cluster the writers also race the first migration.
     concurrent_writers(pg.url(), 4, 30).await;
     story(pg.url(), false).await;
@@ -1160,15 +1073,7 @@ fn a_postgres_skip_is_visible_and_refused_in_ci() {
     assert!(!stderr.contains("SKIPPED"), "{stderr}");
 }
 
-fn sqlx_url_with_db(url: &str, db: &str) -> String {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let base = &base[..base.rfind('/').unwrap()];
-    if query.is_empty() {
-        format!("{base}/{db}")
-    } else {
-        format!("{base}/{db}?{query}")
-    }
-}
+// ---- The QPS series: bounded, and summarized by the database
 
 /// The QPS series stays bounded whatever the run's length: two workers snapshot every poll
 /// (250 ms) over a 2-minute run, as a worker does (a snapshot is a series point when its
@@ -1254,6 +1159,12 @@ async fn bounded_qps_series(url: &str) {
     assert_eq!(empty, stress_common::qps::QpsSpan::default());
     store.close().await;
 }
+
+on_both_backends!(
+    bounded_qps_series,
+    sqlite_bounded_qps_series,
+    postgres_bounded_qps_series
+);
 
 /// The definition of [`Store::qps_summaries`] over the whole series, in Rust: what the SQL must
 /// give (the statistics computed from the live samples directly, not through `QpsStats`; a
@@ -1388,33 +1299,9 @@ async fn qps_summaries(url: &str) {
     store.close().await;
 }
 
-#[tokio::test]
-async fn sqlite_qps_summaries() {
-    let dir = tempfile::tempdir().unwrap();
-    qps_summaries(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
-}
+on_both_backends!(qps_summaries, sqlite_qps_summaries, postgres_qps_summaries);
 
-#[tokio::test]
-async fn postgres_qps_summaries() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
-    qps_summaries(pg.url()).await;
-}
-
-#[tokio::test]
-async fn sqlite_bounded_qps_series() {
-    let dir = tempfile::tempdir().unwrap();
-    bounded_qps_series(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
-}
-
-#[tokio::test]
-async fn postgres_bounded_qps_series() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
-    bounded_qps_series(pg.url()).await;
-}
+// ---- Latency intervals
 
 /// The report reads latency intervals streamed, by end time, with their bucket width (the
 /// median length, zero-length ones left out) computed by the database.
@@ -1498,34 +1385,87 @@ async fn streamed_latency_intervals(url: &str) {
     store.close().await;
 }
 
-#[tokio::test]
-async fn sqlite_streamed_latency_intervals() {
-    let dir = tempfile::tempdir().unwrap();
-    streamed_latency_intervals(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
-}
+on_both_backends!(
+    streamed_latency_intervals,
+    sqlite_streamed_latency_intervals,
+    postgres_streamed_latency_intervals
+);
 
-#[tokio::test]
-async fn postgres_streamed_latency_intervals() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
-    streamed_latency_intervals(pg.url()).await;
-}
+// ---- Concurrent writers: tasks, and processes (on Postgres, `postgres_story` runs the tasks)
 
-async fn create_database(admin_url: &str, db: &str) {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(admin_url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
+/// `writers` tasks, each with its own `Store::connect` (connecting all at once, so on a new
+/// database they also race the migrations), write snapshots, events, heartbeats and failures.
+async fn concurrent_writers(url: &str, writers: usize, snapshots: u64) {
+    let run_id = unique("concurrent");
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let url = url.to_string();
+            let run_id = run_id.clone();
+            tokio::spawn(async move {
+                let store = Store::connect(&url).await?;
+                let member: MemberName = format!("client-{w}").into();
+                store
+                    .record_event(&run_id, &member, EventKind::Starting, "")
+                    .await?;
+                for i in 1..=snapshots {
+                    let counts = ScenarioCounts {
+                        scenario: "infer_simple".into(),
+                        tests: i,
+                        failures: i / 10,
+                        requests: i * 10,
+                        ..ScenarioCounts::default()
+                    };
+                    let snapshot = snapshot_now(i * 10, 10.0, counts);
+                    store.record_snapshot(&run_id, &member, &snapshot).await?;
+                    if i % 10 == 0 {
+                        let failure = FailureRecord {
+                            at_ms: now_ms(),
+                            actual: format!("{i}"),
+                            error_kind: None,
+                            ..FailureRecord::default()
+                        };
+                        store.record_failure(&run_id, &member, &failure).await?;
+                        store
+                            .record_event(&run_id, &member, EventKind::Running, "")
+                            .await?;
+                    }
+                }
+                store.close().await;
+                Ok::<_, StoreError>(())
+            })
+        })
+        .collect();
+    let mut errors = vec![];
+    for task in tasks {
+        if let Err(e) = task.await.unwrap() {
+            errors.push(e.to_string());
+        }
+    }
+    assert!(errors.is_empty(), "writers failed: {errors:#?}");
+
+    let store = Store::connect(url).await.unwrap();
+    let writers_u64 = writers as u64;
+    assert_eq!(
+        store.qps_samples(&run_id).await.unwrap().len() as u64,
+        writers_u64 * snapshots
+    );
+    let counts = store.scenario_counts(&run_id).await.unwrap();
+    assert_eq!(counts.len(), writers);
+    assert!(counts.iter().all(|(_, c)| c.tests == snapshots));
+    let events = store.events(&run_id, 0).await.unwrap();
+    assert_eq!(events.len() as u64, writers_u64 * (1 + snapshots / 10));
+    assert!(events.windows(2).all(|w| w[0].id < w[1].id));
+    assert_eq!(
+        store.failures(&run_id).await.unwrap().len() as u64,
+        writers_u64 * (snapshots / 10)
+    );
+    assert_eq!(store.heartbeats(&run_id).await.unwrap().len(), writers);
+    store.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_concurrent_writers() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = Store::sqlite_url(&dir.path().join("status.sqlite"));
+    let (_dir, url) = sqlite_store();
     concurrent_writers(&url, 4, 50).await;
     // The file is in WAL mode (persistent), so readers never block the writer.
     use sqlx::Connection;
@@ -1709,29 +1649,9 @@ async fn child_writer() {
             tokio::time::sleep(CHILD_WRITE_EVERY).await;
         }
         written += 1;
+        let snapshot = snapshot_now(written, 1.0, scenario_s(written));
         store
-            .record_snapshot(
-                &run_id,
-                &member_id,
-                &WorkerSnapshot {
-                    at_ms: now_ms(),
-                    total_requests: written,
-                    qps: 1.0,
-                    scenarios: vec![ScenarioCounts {
-                        scenario: "s".into(),
-                        tests: written,
-                        ..ScenarioCounts::default()
-                    }],
-                    models: vec![],
-                    intervals: vec![],
-                    series_point: true,
-                    signatures: vec![],
-                    outages: vec![],
-                    rss_bytes: None,
-                    deferred_clients: 0,
-                    unanswered: vec![],
-                },
-            )
+            .record_snapshot(&run_id, &member_id, &snapshot)
             .await
             .unwrap();
         store
@@ -1748,44 +1668,7 @@ async fn child_writer() {
     println!("child writer wrote {written}");
 }
 
-#[tokio::test]
-async fn errors_name_the_operation_and_mask_the_password() {
-    let err = Store::connect("mysql://root:hunter2@localhost/db")
-        .await
-        .unwrap_err();
-    let text = err.to_string();
-    assert!(matches!(err, StoreError::UnsupportedUrl { .. }), "{text}");
-    assert!(!text.contains("hunter2"), "{text}");
-    assert!(text.contains("mysql://root:***@localhost/db"), "{text}");
-
-    // Nothing listens on port 1.
-    let err = Store::connect_with(
-        "postgres://stress:hunter2@127.0.0.1:1/stress",
-        &StoreOptions {
-            acquire_timeout: Duration::from_secs(1),
-            ..StoreOptions::default()
-        },
-    )
-    .await
-    .unwrap_err();
-    let text = err.to_string();
-    assert!(!text.contains("hunter2"), "{text}");
-    assert!(
-        text.contains("postgres://stress:***@127.0.0.1:1/stress: connect"),
-        "{text}"
-    );
-    // Why, not only that the pool timed out.
-    assert!(text.contains("refused"), "{text}");
-
-    let dir = tempfile::tempdir().unwrap();
-    let err = Store::connect(&format!(
-        "sqlite://{}?mode=ro",
-        dir.path().join("missing.sqlite").display()
-    ))
-    .await
-    .unwrap_err();
-    assert!(err.to_string().contains(": connect: "), "{err}");
-}
+// ---- Event notices
 
 /// Event notices: on Postgres a run's event insert wakes its listener at the commit, another
 /// run's does not, and nothing else wakes it; SQLite has none (the driver polls).
@@ -1794,17 +1677,8 @@ async fn event_notices(url: &str) {
     let ours = unique("notices");
     let theirs = unique("other-notices");
     for run_id in [&ours, &theirs] {
-        store
-            .create_run(&NewRun {
-                run_id: run_id.to_string(),
-                name: "notices".into(),
-                matrix_yaml: "groups: []\n".into(),
-                launcher: "local".into(),
-                started_at_ms: now_ms(),
-                fingerprint: None,
-            })
-            .await
-            .unwrap();
+        let run = new_run(run_id, "notices", now_ms());
+        store.create_run(&run).await.unwrap();
     }
     let notices = store.event_notices(&ours).await.unwrap();
     if url.starts_with("sqlite:") {
@@ -1841,25 +1715,14 @@ async fn event_notices(url: &str) {
     store.close().await;
 }
 
-#[tokio::test]
-async fn sqlite_event_notices() {
-    let dir = tempfile::tempdir().unwrap();
-    event_notices(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
-}
+on_both_backends!(event_notices, sqlite_event_notices, postgres_event_notices);
 
-#[tokio::test]
-async fn postgres_event_notices() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
-    event_notices(pg.url()).await;
-}
+// ---- Outages
 
 /// Outages round-trip: appended by the snapshots that carry them (in the same transaction as
 /// the rest), read back per run in the order they were recorded, with their open ends (no
 /// failure, no good answer yet) as None and u64 counts bit for bit.
 async fn outages_round_trip(url: &str) {
-    use stress_common::status::Outage;
     let store = Store::connect(url).await.expect("connect");
     assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA);
     let run_id = unique("outages");
@@ -1877,10 +1740,8 @@ async fn outages_round_trip(url: &str) {
     let paused = Outage {
         server: "127.0.0.1:8002".into(),
         last_ok_ms: t0 + 20_000,
-        first_failure_ms: None,
         first_ok_ms: Some(t0 + 35_000),
-        failed_tests: 0,
-        failed_sequences: 0,
+        ..Outage::default()
     };
     // Still out at the worker's end.
     let open = Outage {
@@ -1894,13 +1755,9 @@ async fn outages_round_trip(url: &str) {
     let c0 = store.sink(run_id.clone(), "client-0");
     let c1 = store.sink(run_id.clone(), "client-1");
     // Recorded out of time order: read back in the order recorded.
-    c1.snapshot(&WorkerSnapshot {
-        at_ms: t0 + 36_000,
-        outages: vec![paused.clone()],
-        ..WorkerSnapshot::default()
-    })
-    .await
-    .unwrap();
+    c1.snapshot(&outages_at(t0 + 36_000, vec![paused.clone()]))
+        .await
+        .unwrap();
     c0.snapshot(&WorkerSnapshot {
         at_ms: t0 + 10_000,
         intervals: vec![IntervalCounts {
@@ -1935,11 +1792,7 @@ async fn outages_round_trip(url: &str) {
     .unwrap();
     store
         .sink(other_run.clone(), "client-0")
-        .snapshot(&WorkerSnapshot {
-            at_ms: t0,
-            outages: vec![killed.clone()],
-            ..WorkerSnapshot::default()
-        })
+        .snapshot(&outages_at(t0, vec![killed.clone()]))
         .await
         .unwrap();
     let member = |m: &str| m.to_string();
@@ -1990,8 +1843,7 @@ async fn outages_round_trip(url: &str) {
 
 #[tokio::test]
 async fn sqlite_outages_round_trip() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = Store::sqlite_url(&dir.path().join("status.sqlite"));
+    let (_dir, url) = sqlite_store();
     // A store of the schema before outages gets their table by the next connect.
     let old = Store::connect_at_version(&url, LATEST_SCHEMA - 1)
         .await
@@ -2003,11 +1855,11 @@ async fn sqlite_outages_round_trip() {
 
 #[tokio::test]
 async fn postgres_outages_round_trip() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
+    let Some(pg) = postgres() else { return };
     outages_round_trip(pg.url()).await;
 }
+
+// ---- Documents (the story saves and reads them): other shapes, and the migration to one table
 
 /// A stored document of another shape than its kind's type: corrupt for a strict kind (the
 /// error names the kind and key), read as the kind allows for a lenient one.
@@ -2048,19 +1900,11 @@ async fn documents_of_another_shape(url: &str) {
     store.close().await;
 }
 
-#[tokio::test]
-async fn sqlite_documents_of_another_shape() {
-    let dir = tempfile::tempdir().unwrap();
-    documents_of_another_shape(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
-}
-
-#[tokio::test]
-async fn postgres_documents_of_another_shape() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
-    documents_of_another_shape(pg.url()).await;
-}
+on_both_backends!(
+    documents_of_another_shape,
+    sqlite_documents_of_another_shape,
+    postgres_documents_of_another_shape
+);
 
 /// A store that an older build wrote (schema 13, a table per kind of document) keeps every
 /// document through the migration to one documents table: same JSON, keys in the old order.
@@ -2201,18 +2045,19 @@ async fn documents_survive_their_migration(url: &str) {
     store.close().await;
 }
 
-#[tokio::test]
-async fn sqlite_documents_survive_their_migration() {
-    let dir = tempfile::tempdir().unwrap();
-    documents_survive_their_migration(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
-}
+on_both_backends!(
+    documents_survive_their_migration,
+    sqlite_documents_survive_their_migration,
+    postgres_documents_survive_their_migration
+);
 
-#[tokio::test]
-async fn postgres_documents_survive_their_migration() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
-    documents_survive_their_migration(pg.url()).await;
+// ---- Read-only opens
+
+/// Why a read-only open of `url` is refused.
+async fn read_only_refusal(url: &str) -> StoreError {
+    Store::open_read_only(url, &StoreOptions::default())
+        .await
+        .unwrap_err()
 }
 
 /// A store opened read-only reads what is there and refuses every write, changes no schema,
@@ -2221,37 +2066,20 @@ async fn read_only_open(url: &str) {
     let store = Store::connect(url).await.expect("connect");
     let run_id = unique("read-only");
     let t0 = now_ms();
-    store
-        .create_run(&NewRun {
-            run_id: run_id.to_string(),
-            name: "ro".into(),
-            matrix_yaml: "version: 1".into(),
-            launcher: "local".into(),
-            started_at_ms: t0,
-            fingerprint: None,
-        })
-        .await
-        .unwrap();
+    store.create_run(&new_run(&run_id, "ro", t0)).await.unwrap();
     let run = RunId::new(run_id.clone());
     store
         .save_document(&run, "", &note("kept", 1))
         .await
         .unwrap();
-    let outage = stress_common::status::Outage {
+    let outage = Outage {
         server: "127.0.0.1:8001".into(),
         last_ok_ms: t0,
-        first_failure_ms: None,
-        first_ok_ms: None,
-        failed_tests: 0,
-        failed_sequences: 0,
+        ..Outage::default()
     };
     store
         .sink(run.clone(), "client-0")
-        .snapshot(&WorkerSnapshot {
-            at_ms: t0,
-            outages: vec![outage.clone()],
-            ..WorkerSnapshot::default()
-        })
+        .snapshot(&outages_at(t0, vec![outage.clone()]))
         .await
         .unwrap();
     // A lease that has run out: a writer would mark the run ABANDONED.
@@ -2287,32 +2115,26 @@ async fn read_only_open(url: &str) {
 
 #[tokio::test]
 async fn sqlite_read_only_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("status.sqlite");
-    let url = Store::sqlite_url(&file);
-    let e = Store::open_read_only(&url, &StoreOptions::default())
-        .await
-        .unwrap_err();
+    let (dir, url) = sqlite_store();
+    let e = read_only_refusal(&url).await;
     assert!(e.to_string().contains("does not exist"), "{e}");
-    assert!(!file.exists(), "a read-only open creates nothing");
+    assert!(
+        !dir.path().join("status.sqlite").exists(),
+        "a read-only open creates nothing"
+    );
     let empty = dir.path().join("empty.sqlite");
     std::fs::write(&empty, b"").unwrap();
-    let e = Store::open_read_only(&Store::sqlite_url(&empty), &StoreOptions::default())
-        .await
-        .unwrap_err();
+    let e = read_only_refusal(&Store::sqlite_url(&empty)).await;
     assert!(matches!(e, StoreError::Unwritten { .. }), "{e}");
     read_only_open(&url).await;
     // An older store is refused, not migrated.
-    let old_file = dir.path().join("old.sqlite");
-    let old_url = Store::sqlite_url(&old_file);
+    let old_url = Store::sqlite_url(&dir.path().join("old.sqlite"));
     Store::connect_at_version(&old_url, 12)
         .await
         .unwrap()
         .close()
         .await;
-    let e = Store::open_read_only(&old_url, &StoreOptions::default())
-        .await
-        .unwrap_err();
+    let e = read_only_refusal(&old_url).await;
     assert!(
         e.to_string()
             .contains("schema version 12 and this build reads"),
@@ -2325,19 +2147,17 @@ async fn sqlite_read_only_open() {
 
 #[tokio::test]
 async fn postgres_read_only_open() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
+    let Some(pg) = postgres() else { return };
     if let TestPostgres::Throwaway(_) = &pg {
         // A database nothing has written: no store schema, said as such (not as an error of
         // the database), so a list reads it as no runs.
-        let e = Store::open_read_only(pg.url(), &StoreOptions::default())
-            .await
-            .unwrap_err();
+        let e = read_only_refusal(pg.url()).await;
         assert!(matches!(e, StoreError::Unwritten { .. }), "{e}");
     }
     read_only_open(pg.url()).await;
 }
+
+// ---- Deleting a run
 
 /// `delete_run` removes a run and every row recorded for it, and nothing of another run; every
 /// table of the schema that holds rows by `run_id` is one it clears.
@@ -2345,17 +2165,8 @@ async fn deleting_a_run(url: &str) {
     let store = Store::connect(url).await.expect("connect");
     let (gone, kept) = (unique("pruned"), unique("kept"));
     for run_id in [&gone, &kept] {
-        store
-            .create_run(&NewRun {
-                run_id: run_id.to_string(),
-                name: "prune".into(),
-                matrix_yaml: "version: 1".into(),
-                launcher: "local".into(),
-                started_at_ms: now_ms(),
-                fingerprint: None,
-            })
-            .await
-            .unwrap();
+        let run = new_run(run_id, "prune", now_ms());
+        store.create_run(&run).await.unwrap();
         store
             .upsert_member(&member(run_id.as_str(), "w-0", Role::Client, "w", 0))
             .await
@@ -2366,22 +2177,7 @@ async fn deleting_a_run(url: &str) {
             .await
             .unwrap();
         store
-            .record_snapshot(
-                run_id,
-                &w,
-                &WorkerSnapshot {
-                    at_ms: now_ms(),
-                    total_requests: 1,
-                    qps: 1.0,
-                    scenarios: vec![ScenarioCounts {
-                        scenario: "s".into(),
-                        tests: 1,
-                        ..ScenarioCounts::default()
-                    }],
-                    series_point: true,
-                    ..WorkerSnapshot::default()
-                },
-            )
+            .record_snapshot(run_id, &w, &snapshot_now(1, 1.0, scenario_s(1)))
             .await
             .unwrap();
         store
@@ -2436,16 +2232,49 @@ async fn deleting_a_run(url: &str) {
     store.close().await;
 }
 
-#[tokio::test]
-async fn sqlite_deleting_a_run() {
-    let dir = tempfile::tempdir().unwrap();
-    deleting_a_run(&Store::sqlite_url(&dir.path().join("status.sqlite"))).await;
-}
+on_both_backends!(
+    deleting_a_run,
+    sqlite_deleting_a_run,
+    postgres_deleting_a_run
+);
+
+// ---- Errors
 
 #[tokio::test]
-async fn postgres_deleting_a_run() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
-    deleting_a_run(pg.url()).await;
+async fn errors_name_the_operation_and_mask_the_password() {
+    let err = Store::connect("mysql://root:hunter2@localhost/db")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, StoreError::UnsupportedUrl { .. }), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains("mysql://root:***@localhost/db"), "{text}");
+
+    // Nothing listens on port 1.
+    let err = Store::connect_with(
+        "postgres://stress:hunter2@127.0.0.1:1/stress",
+        &StoreOptions {
+            acquire_timeout: Duration::from_secs(1),
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(
+        text.contains("postgres://stress:***@127.0.0.1:1/stress: connect"),
+        "{text}"
+    );
+    // Why, not only that the pool timed out.
+    assert!(text.contains("refused"), "{text}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let err = Store::connect(&format!(
+        "sqlite://{}?mode=ro",
+        dir.path().join("missing.sqlite").display()
+    ))
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains(": connect: "), "{err}");
 }
