@@ -877,6 +877,93 @@ pub struct WorkerArgs {
     /// model, MODEL=N for one (repeatable; the last applies). Default 1.
     #[arg(long = "batch-size", short = 'b')]
     pub batch_sizes: Vec<BatchSizeArg>,
+    /// A foreign client program to run instead of the worker's scenarios, as a JSON array:
+    /// `["python3", "client.py", "--grpc"]`. The worker supervises it and reports what it
+    /// reports (interface 1, docs/clients.md).
+    #[arg(long, env = "WORKER_CLIENT_COMMAND", conflicts_with = "scenarios")]
+    pub client_command: Option<ClientCommand>,
+    /// An environment variable for the client program: NAME=VALUE (repeatable).
+    #[arg(long = "client-env", requires = "client_command")]
+    pub client_env: Vec<EnvVar>,
+}
+
+/// A foreign client's command line: a program and its arguments (`--client-command`, JSON).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCommand(Vec<String>);
+
+impl ClientCommand {
+    /// The program and its arguments; never empty.
+    pub fn argv(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for ClientCommand {
+    type Err = FlagError;
+
+    fn from_str(s: &str) -> Result<Self, FlagError> {
+        let error = |problem: String| FlagError::new("--client-command", s, problem);
+        let argv: Vec<String> = serde_json::from_str(s)
+            .map_err(|e| error(format!("expected a JSON array of strings ({e})")))?;
+        match argv.first() {
+            Some(program) if !program.trim().is_empty() => Ok(ClientCommand(argv)),
+            _ => Err(error("the array needs the program first".into())),
+        }
+    }
+}
+
+impl TryFrom<Vec<String>> for ClientCommand {
+    type Error = FlagError;
+
+    fn try_from(argv: Vec<String>) -> Result<Self, FlagError> {
+        serde_json::to_string(&argv)
+            .expect("strings are JSON")
+            .parse()
+    }
+}
+
+impl std::fmt::Display for ClientCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string(&self.0).expect("strings are JSON"))
+    }
+}
+
+/// `--client-env NAME=VALUE`: a name of letters, digits and `_`, not starting with a digit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+impl std::str::FromStr for EnvVar {
+    type Err = FlagError;
+
+    fn from_str(s: &str) -> Result<Self, FlagError> {
+        let (name, value) = s
+            .split_once('=')
+            .ok_or_else(|| FlagError::new("--client-env", s, "expected NAME=VALUE"))?;
+        let good = name
+            .chars()
+            .enumerate()
+            .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+        if name.is_empty() || !good {
+            return Err(FlagError::new(
+                "--client-env",
+                s,
+                format!("{name:?} is not a variable name (letters, digits, _)"),
+            ));
+        }
+        Ok(EnvVar {
+            name: name.into(),
+            value: value.into(),
+        })
+    }
+}
+
+impl std::fmt::Display for EnvVar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.name, self.value)
+    }
 }
 
 /// The worker flags the driver sets for every worker: [`WorkerArgs`]' own (long and short),
@@ -999,6 +1086,12 @@ impl WorkerArgs {
         for b in &self.batch_sizes {
             args.extend(["--batch-size".into(), b.to_string()]);
         }
+        if let Some(c) = &self.client_command {
+            args.extend(["--client-command".into(), c.to_string()]);
+        }
+        for e in &self.client_env {
+            args.extend(["--client-env".into(), e.to_string()]);
+        }
         args
     }
 }
@@ -1085,6 +1178,8 @@ mod tests {
                 "random".parse().unwrap(),
             ],
             batch_sizes: vec!["8".parse().unwrap(), "bert=2".parse().unwrap()],
+            client_command: None,
+            client_env: Vec::new(),
         }
     }
 
@@ -1125,6 +1220,34 @@ mod tests {
         arrivals.extend(["--load-arrivals".into(), "poisson".into()]);
         assert!(parse(&arrivals).unwrap().load_conflict().is_some());
         assert!(b.load_conflict().is_none());
+        // A foreign client instead of the scenarios, with its environment.
+        let mut c = b.clone();
+        c.client_command = Some(
+            vec![
+                "python3".into(),
+                "client.py".into(),
+                "a b".into(),
+                "\"q\"".into(),
+            ]
+            .try_into()
+            .unwrap(),
+        );
+        c.client_env = vec!["MODE=grpc".parse().unwrap(), "X_1=a=b".parse().unwrap()];
+        assert_eq!(parse(&c.to_args()).unwrap(), c);
+    }
+
+    #[test]
+    fn a_client_command_is_a_json_array_with_a_program_and_env_names_are_names() {
+        for bad in ["python3 client.py", "[]", "[\"\"]", "[1]", "{}"] {
+            assert!(bad.parse::<ClientCommand>().is_err(), "{bad}");
+        }
+        let c: ClientCommand = r#"["./client", "--fast"]"#.parse().unwrap();
+        assert_eq!(c.argv(), ["./client", "--fast"]);
+        for bad in ["NOVALUE", "=x", "1A=x", "A-B=x"] {
+            assert!(bad.parse::<EnvVar>().is_err(), "{bad}");
+        }
+        let e: EnvVar = "A_1=x=y".parse().unwrap();
+        assert_eq!((e.name.as_str(), e.value.as_str()), ("A_1", "x=y"));
     }
 
     #[test]

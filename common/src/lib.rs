@@ -20,6 +20,7 @@
 //! * [`telemetry`] and [`shutdown`]: logging set-up and the one cancellation token of a process.
 
 pub mod contract;
+pub mod foreign;
 pub mod histogram;
 pub mod http;
 pub mod interval;

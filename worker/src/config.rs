@@ -156,6 +156,19 @@ pub struct WorkerConfig {
     /// The sequence models' `max_sequence_idle_microseconds`, read at start-up, for failures'
     /// forensics.
     pub sequence_idle_us: std::collections::BTreeMap<String, u64>,
+    /// A foreign client program run instead of the mix (which is then empty).
+    pub client: Option<ClientProgram>,
+    /// The member this worker runs as (for a foreign client's assignment).
+    pub member: Option<String>,
+}
+
+/// A foreign client program and the environment the matrix gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientProgram {
+    pub command: stress_common::contract::ClientCommand,
+    pub env: Vec<stress_common::contract::EnvVar>,
+    /// The models the matrix names for it (`--model`; empty: the program's own choice).
+    pub models: Vec<String>,
 }
 
 /// A server address that is not HOST:PORT.
@@ -277,7 +290,14 @@ impl RunArgs {
         let seed = self.seed.unwrap_or_else(rand::random);
         let infer = self.infer_options(seed);
         let c = self.contract;
+        let client = c.client_command.map(|command| ClientProgram {
+            command,
+            env: c.client_env,
+            models: c.models.iter().map(|m| m.name.clone()).collect(),
+        });
         Ok(WorkerConfig {
+            client,
+            member: c.member_id.map(|m| m.to_string()),
             servers: c.servers,
             protocol: c.protocol,
             http_binary: !self.http_json,
@@ -322,7 +342,11 @@ impl RunArgs {
         for s in &c.servers {
             validate_address(s)?;
         }
-        let mix = default_mix(c.scenarios.clone(), !c.models.is_empty())?;
+        // A foreign client runs its own scenarios.
+        let mix = match c.client_command {
+            Some(_) => Vec::new(),
+            None => default_mix(c.scenarios.clone(), !c.models.is_empty())?,
+        };
         let tolerance = self.models.tolerance;
         if !(tolerance >= 0.0 && tolerance.is_finite()) {
             return Err(ConfigError::Tolerance(tolerance));
@@ -530,6 +554,8 @@ mod tests {
             shapes: vec!["m/IN:4".parse().unwrap()],
             input_data: vec!["m=zero".parse().unwrap()],
             batch_sizes: vec!["3".parse().unwrap(), "m=2".parse().unwrap()],
+            client_command: None,
+            client_env: Vec::new(),
         };
         contract.set_load(Some(LoadMode::Rate(0.5)));
         let mut argv = vec!["worker".to_string()];

@@ -12,6 +12,7 @@
 
 pub mod client;
 pub mod config;
+pub mod foreign;
 pub mod metadata;
 pub mod metrics;
 pub mod model;

@@ -13,7 +13,6 @@ use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
-use stress_common::scenario::Scenario;
 use stress_common::status::WorkerSnapshot;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -146,9 +145,9 @@ impl Metrics {
     }
 
     /// The latency histogram of one scenario and server (a handle onto the registered one).
-    pub fn latency(&self, scenario: Scenario, server: &str) -> Histogram {
+    pub fn latency(&self, scenario: &str, server: &str) -> Histogram {
         self.latency.get_or_create_owned(&LatencyLabels {
-            scenario: scenario.name().to_string(),
+            scenario: scenario.to_string(),
             server: server.to_string(),
         })
     }
@@ -166,13 +165,7 @@ impl Metrics {
 pub struct ServerLatencies(Vec<(String, Histogram)>);
 
 impl ServerLatencies {
-    pub fn observe(
-        &mut self,
-        metrics: &Metrics,
-        scenario: Scenario,
-        server: &str,
-        latency: Duration,
-    ) {
+    pub fn observe(&mut self, metrics: &Metrics, scenario: &str, server: &str, latency: Duration) {
         let index = match self.0.iter().position(|(s, _)| s == server) {
             Some(i) => i,
             None => {
@@ -269,7 +262,7 @@ mod tests {
         let metrics = Metrics::default();
         let mut load = ServerLatencies::default();
         for (server, ms) in [("a:1", 1), ("b:1", 40), ("a:1", 3)] {
-            load.observe(&metrics, Scenario::Load, server, Duration::from_millis(ms));
+            load.observe(&metrics, "Load", server, Duration::from_millis(ms));
         }
         let text = metrics.encode();
         for (labels, count) in [

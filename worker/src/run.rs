@@ -46,6 +46,13 @@ pub struct WorkerReport {
     pub failures: Vec<FailureRecord>,
     /// One row per (model, scenario).
     pub models: Vec<ModelRowJson>,
+    /// The foreign client's implementation and version, from its hello.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<stress_common::foreign::Hello>,
+    /// Why the foreign client failed (a broken interface, a non-zero exit, silence): the
+    /// worker fails with it, whoever judges the tests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_failure: Option<String>,
     #[serde(skip)]
     pub table: L0Table,
     #[serde(skip)]
@@ -72,11 +79,14 @@ impl WorkerReport {
         for f in self.failures.iter().take(20) {
             out.push_str(&format!("FAILED {f}\n"));
         }
+        if let Some(why) = &self.client_failure {
+            out.push_str(&format!("CLIENT FAILED {why}\n"));
+        }
         out
     }
 
     pub fn exit_code(&self) -> u8 {
-        u8::from(self.blocking_failures > 0 && !self.driver_judges)
+        u8::from(self.client_failure.is_some() || self.blocking_failures > 0 && !self.driver_judges)
     }
 }
 
@@ -86,7 +96,10 @@ pub async fn preflight(
     config: &mut WorkerConfig,
 ) -> Result<Vec<Arc<dyn TritonClient>>, WorkerError> {
     let scenarios: Vec<Scenario> = config.mix.iter().map(|(s, _)| *s).collect();
-    let models = scenarios::required_models(&scenarios, &config.settings);
+    let mut models = scenarios::required_models(&scenarios, &config.settings);
+    if let Some(program) = &config.client {
+        models.extend(program.models.iter().cloned());
+    }
     let mut clients = Vec::new();
     for address in &config.servers {
         let err = |what: String| WorkerError::Preflight(format!("server {address}: {what}"));
@@ -143,8 +156,13 @@ struct Shared {
     sink: Arc<dyn StatusSink>,
     images: ImageBatch,
     mix: Vec<Scenario>,
-    picker: WeightedIndex<u32>,
+    /// Picks the next test's scenario from the mix (None: a foreign client runs instead).
+    picker: Option<WeightedIndex<u32>>,
     failure_reported: AtomicBool,
+    /// Why the foreign client failed, when it did (it fails the worker whoever judges).
+    client_failure: std::sync::Mutex<Option<String>>,
+    /// The foreign client's hello: its implementation and version.
+    client_hello: std::sync::Mutex<Option<stress_common::foreign::Hello>>,
     /// The latency series: closes an interval into the snapshot that ends it.
     intervals: std::sync::Mutex<IntervalTracker>,
     /// Fired after the stop when the driver stops the run because it failed: tests in flight
@@ -169,13 +187,18 @@ impl Shared {
             config.mix.retain(|(s, _)| *s != Scenario::PerfAnalyzer);
         }
         config.settings.perf_analyzer = perf;
-        if config.mix.is_empty() {
+        if config.mix.is_empty() && config.client.is_none() {
             return Err(WorkerError::Preflight("no scenario left to run".into()));
         }
         let images = ImageBatch::new(&config.settings.image_model, config.settings.image_batch)
             .map_err(|e| WorkerError::Preflight(format!("committed images: {e}")))?;
-        let picker = WeightedIndex::new(config.mix.iter().map(|(_, w)| *w))
-            .map_err(|e| WorkerError::Preflight(format!("scenario weights: {e}")))?;
+        let picker = match config.client {
+            Some(_) => None,
+            None => Some(
+                WeightedIndex::new(config.mix.iter().map(|(_, w)| *w))
+                    .map_err(|e| WorkerError::Preflight(format!("scenario weights: {e}")))?,
+            ),
+        };
         let mix: Vec<Scenario> = config.mix.iter().map(|(s, _)| *s).collect();
         let stats = Stats::with_metrics(metrics).watching(clients.iter().map(|c| c.address()));
         Ok(Shared {
@@ -186,6 +209,8 @@ impl Shared {
             picker,
             mix,
             failure_reported: AtomicBool::new(false),
+            client_failure: Default::default(),
+            client_hello: Default::default(),
             intervals: std::sync::Mutex::new(IntervalTracker::new(
                 series_interval(config.duration, config.poll_interval),
                 stress_common::now_ms(),
@@ -280,8 +305,15 @@ async fn run_with(
         shared.abandon.clone(),
     ));
     let mut streams = tokio::task::JoinSet::new();
-    for i in 0..config.concurrency {
-        streams.spawn(stream_loop(shared.clone(), i, stop.clone()));
+    match &config.client {
+        Some(_) => {
+            streams.spawn(supervise_client(shared.clone(), stop.clone()));
+        }
+        None => {
+            for i in 0..config.concurrency {
+                streams.spawn(stream_loop(shared.clone(), i, stop.clone()));
+            }
+        }
     }
     let reporter = tokio::spawn(report_loop(shared.clone(), metrics.clone(), stop.clone()));
     while let Some(r) = streams.join_next().await {
@@ -421,6 +453,16 @@ fn final_report(shared: &Shared, snapshot: &WorkerSnapshot, elapsed: Duration) -
         driver_judges: config.driver_judges,
         failures: shared.stats.failures(),
         models: model_table.to_json(elapsed_s),
+        client: shared
+            .client_hello
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+        client_failure: shared
+            .client_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
         table,
         model_table,
     }
@@ -432,7 +474,9 @@ fn final_outcome(
     snapshot: &WorkerSnapshot,
     driver_judges: bool,
 ) -> (EventKind, String) {
-    if report.blocking_failures == 0 {
+    if let Some(why) = &report.client_failure {
+        (EventKind::Failure, why.clone())
+    } else if report.blocking_failures == 0 {
         (
             EventKind::Success,
             format!("{} requests, no failures", snapshot.total_requests),
@@ -575,6 +619,33 @@ async fn follow_load_target(
 
 /// One stress stream (upstream: a stress thread): its own RNG, its slice of the correlation-id
 /// block and 10 client contexts, 2 common and 8 rare (a rare one is used 10% of the time).
+/// Runs the foreign client program in place of the streams; its failure is kept for the
+/// final outcome.
+async fn supervise_client(shared: Arc<Shared>, stop: CancellationToken) {
+    let program = shared.config.client.as_ref().expect("a client program");
+    let run = crate::foreign::Supervised {
+        config: &shared.config,
+        program,
+        stats: &shared.stats,
+        sink: &*shared.sink,
+    };
+    match crate::foreign::supervise(run, stop).await {
+        crate::foreign::Outcome::Finished { hello } => {
+            *shared
+                .client_hello
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = hello;
+        }
+        crate::foreign::Outcome::Failed(why) => {
+            tracing::error!("{why}");
+            *shared
+                .client_failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(why);
+        }
+    }
+}
+
 async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken) {
     let config = &shared.config;
     let mut rng = StdRng::seed_from_u64(config.seed.wrapping_add(index as u64));
@@ -591,7 +662,10 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
                 _ = stop.cancelled() => break,
             }
         }
-        let scenario = shared.mix[shared.picker.sample(&mut rng)];
+        let Some(picker) = &shared.picker else {
+            return;
+        };
+        let scenario = shared.mix[picker.sample(&mut rng)];
         let ctx_index = if rng.random_bool(0.1) {
             2 + rng.random_range(0..8)
         } else {

@@ -1,5 +1,6 @@
-//! Per-scenario counters and latency histograms of one worker, shared by its streams. Each
-//! scenario has its own lock, so streams running different scenarios never contend.
+//! Per-scenario counters and latency histograms of one worker, shared by its streams. Each of
+//! the worker's own scenarios has its own lock, so streams running different scenarios never
+//! contend; a foreign client's scenarios (free-form names, read from its records) share one.
 
 use crate::metrics::{Metrics, ServerLatencies};
 use crate::outages::OutageTracker;
@@ -69,6 +70,8 @@ pub const BURST_GAP_MS: i64 = 10_000;
 
 pub struct Stats {
     per_scenario: Vec<Mutex<Counts>>,
+    /// A foreign client's scenarios, by the names its records give (see `crate::foreign`).
+    foreign: Mutex<BTreeMap<String, Counts>>,
     total_requests: AtomicU64,
     failures: Mutex<Vec<FailureRecord>>,
     /// Every failure signature seen, with its count.
@@ -109,6 +112,7 @@ impl Default for Stats {
     fn default() -> Self {
         Self {
             per_scenario: Scenario::ALL.iter().map(|_| Mutex::default()).collect(),
+            foreign: Mutex::default(),
             total_requests: AtomicU64::new(0),
             failures: Mutex::default(),
             signatures: Mutex::default(),
@@ -187,15 +191,33 @@ impl Stats {
         out
     }
 
-    fn counts(&self, s: Scenario) -> std::sync::MutexGuard<'_, Counts> {
-        self.per_scenario[index(s)]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn counts<'k>(&self, s: impl Into<ScenarioKey<'k>>) -> CountsGuard<'_, 'k> {
+        match s.into() {
+            ScenarioKey::Own(s) => CountsGuard::Own(
+                self.per_scenario[index(s)]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            ),
+            ScenarioKey::Foreign(name) => {
+                let mut map = self.foreign.lock().unwrap_or_else(|e| e.into_inner());
+                if !map.contains_key(name) {
+                    map.insert(name.to_string(), Counts::default());
+                }
+                CountsGuard::Foreign(map, name)
+            }
+        }
     }
 
     /// One request sent by a scenario to `server` for `model`, with its latency (None: no
     /// response to time).
-    pub fn request(&self, s: Scenario, model: &str, server: &str, latency: Option<Duration>) {
+    pub fn request<'k>(
+        &self,
+        s: impl Into<ScenarioKey<'k>>,
+        model: &str,
+        server: &str,
+        latency: Option<Duration>,
+    ) {
+        let s = s.into();
         let mut c = self.counts(s);
         c.requests += 1;
         let m = c.model(model);
@@ -204,7 +226,7 @@ impl Stats {
             m.latency.record(l);
             c.latency.record(l);
             if let Some(metrics) = &self.metrics {
-                c.exported.observe(metrics, s, server, l);
+                c.exported.observe(metrics, s.name(), server, l);
             }
         }
         drop(c);
@@ -212,12 +234,12 @@ impl Stats {
     }
 
     /// An open-loop send that left `late` after its intended time.
-    pub fn send_lateness(&self, s: Scenario, late: Duration) {
+    pub fn send_lateness<'k>(&self, s: impl Into<ScenarioKey<'k>>, late: Duration) {
         self.counts(s).send_lateness.record(late);
     }
 
     /// Requests counted in bulk (an external process such as perf_analyzer sent them).
-    pub fn requests(&self, s: Scenario, model: &str, n: u64) {
+    pub fn requests<'k>(&self, s: impl Into<ScenarioKey<'k>>, model: &str, n: u64) {
         let mut c = self.counts(s);
         c.requests += n;
         c.model(model).requests += n;
@@ -227,15 +249,15 @@ impl Stats {
 
     /// A child client's run (perf_analyzer) killed before it printed its count: its
     /// requests reached the server but are counted nowhere.
-    pub fn uncounted_run(&self, s: Scenario, model: &str) {
+    pub fn uncounted_run<'k>(&self, s: impl Into<ScenarioKey<'k>>, model: &str) {
         self.counts(s).model(model).uncounted_runs += 1;
     }
 
     /// The response stream of one request to a decoupled model, read to its end: how many
     /// responses it carried, when the first came (from the send) and the gaps between them.
-    pub fn stream(
+    pub fn stream<'k>(
         &self,
-        s: Scenario,
+        s: impl Into<ScenarioKey<'k>>,
         model: &str,
         responses: u64,
         first_response: Option<Duration>,
@@ -257,7 +279,7 @@ impl Stats {
     }
 
     /// A passed test of `model` ("" when the test has no single model).
-    pub fn test_passed(&self, s: Scenario, model: &str) {
+    pub fn test_passed<'k>(&self, s: impl Into<ScenarioKey<'k>>, model: &str) {
         let mut c = self.counts(s);
         c.tests += 1;
         if !model.is_empty() {
@@ -270,7 +292,7 @@ impl Stats {
     /// snapshots' `signatures`), the first of each new burst of a signature (its previous one
     /// more than [`BURST_GAP_MS`] before), and every one of a signature beyond the
     /// [`SignatureCount::MAX_SIGNATURES`] counted (the store caps records per member).
-    pub fn test_failed(&self, s: Scenario, failure: &FailureRecord) -> bool {
+    pub fn test_failed<'k>(&self, s: impl Into<ScenarioKey<'k>>, failure: &FailureRecord) -> bool {
         {
             let mut c = self.counts(s);
             c.tests += 1;
@@ -339,7 +361,7 @@ impl Stats {
         self.outages().failed(server, at_ms, sequence);
     }
 
-    pub fn test_skipped(&self, s: Scenario) {
+    pub fn test_skipped<'k>(&self, s: impl Into<ScenarioKey<'k>>) {
         self.counts(s).skipped += 1;
     }
 
@@ -354,50 +376,26 @@ impl Stats {
             .clone()
     }
 
+    /// Each scenario's counts: the listed own ones, then the foreign client's, by name.
     pub fn scenario_counts(&self, scenarios: &[Scenario]) -> Vec<ScenarioCounts> {
-        scenarios
+        let mut out: Vec<ScenarioCounts> = scenarios
             .iter()
-            .map(|&s| {
-                let c = self.counts(s);
-                ScenarioCounts {
-                    scenario: s.name().into(),
-                    tests: c.tests,
-                    failures: c.failures,
-                    requests: c.requests,
-                    skipped: c.skipped,
-                    latency_histogram: c.latency.encode(),
-                    send_lateness_histogram: if c.send_lateness.count() > 0 {
-                        c.send_lateness.encode()
-                    } else {
-                        String::new()
-                    },
-                }
-            })
-            .collect()
+            .map(|&s| scenario_counts_of(s.name(), &self.counts(s)))
+            .collect();
+        let foreign = self.foreign.lock().unwrap_or_else(|e| e.into_inner());
+        out.extend(foreign.iter().map(|(name, c)| scenario_counts_of(name, c)));
+        out
     }
 
-    /// Per (scenario, model) counts, by scenario then model.
+    /// Per (scenario, model) counts, by scenario then model (the foreign client's last).
     pub fn model_counts(&self, scenarios: &[Scenario]) -> Vec<ModelCounts> {
         let mut out = Vec::new();
         for &s in scenarios {
-            let c = self.counts(s);
-            let mut models: Vec<_> = c.models.iter().collect();
-            models.sort_by_key(|(name, _)| name.as_str());
-            out.extend(models.into_iter().map(|(name, m)| ModelCounts {
-                scenario: s.name().into(),
-                model: name.clone(),
-                tests: m.tests,
-                failures: m.failures,
-                requests: m.requests,
-                latency_histogram: m.latency.encode(),
-                stream: m.stream.as_ref().map(|st| StreamCounts {
-                    streams: st.streams,
-                    responses: st.responses,
-                    first_response_histogram: st.first_response.encode(),
-                    inter_response_histogram: st.inter_response.encode(),
-                }),
-                uncounted_runs: m.uncounted_runs,
-            }));
+            out.extend(model_counts_of(s.name(), &self.counts(s)));
+        }
+        let foreign = self.foreign.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, c) in foreign.iter() {
+            out.extend(model_counts_of(name, c));
         }
         out
     }
@@ -443,6 +441,93 @@ impl Stats {
         self.deferred.fetch_add(1, Ordering::Relaxed);
         DeferredTest(&self.deferred)
     }
+}
+
+/// Which scenario a count is of: one of the worker's own, or one a foreign client named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScenarioKey<'a> {
+    Own(Scenario),
+    Foreign(&'a str),
+}
+
+impl ScenarioKey<'_> {
+    fn name(&self) -> &str {
+        match self {
+            ScenarioKey::Own(s) => s.name(),
+            ScenarioKey::Foreign(name) => name,
+        }
+    }
+}
+
+impl From<Scenario> for ScenarioKey<'_> {
+    fn from(s: Scenario) -> Self {
+        ScenarioKey::Own(s)
+    }
+}
+
+/// A scenario's counts, locked: its own lock, or the foreign scenarios' shared one.
+enum CountsGuard<'s, 'k> {
+    Own(std::sync::MutexGuard<'s, Counts>),
+    /// The map holds the name: [`Stats::counts`] inserted it.
+    Foreign(std::sync::MutexGuard<'s, BTreeMap<String, Counts>>, &'k str),
+}
+
+impl std::ops::Deref for CountsGuard<'_, '_> {
+    type Target = Counts;
+    fn deref(&self) -> &Counts {
+        match self {
+            CountsGuard::Own(c) => c,
+            CountsGuard::Foreign(map, name) => &map[*name],
+        }
+    }
+}
+
+impl std::ops::DerefMut for CountsGuard<'_, '_> {
+    fn deref_mut(&mut self) -> &mut Counts {
+        match self {
+            CountsGuard::Own(c) => c,
+            CountsGuard::Foreign(map, name) => map.get_mut(*name).expect("inserted when locked"),
+        }
+    }
+}
+
+fn scenario_counts_of(name: &str, c: &Counts) -> ScenarioCounts {
+    ScenarioCounts {
+        scenario: name.into(),
+        tests: c.tests,
+        failures: c.failures,
+        requests: c.requests,
+        skipped: c.skipped,
+        latency_histogram: c.latency.encode(),
+        send_lateness_histogram: if c.send_lateness.count() > 0 {
+            c.send_lateness.encode()
+        } else {
+            String::new()
+        },
+    }
+}
+
+fn model_counts_of(name: &str, c: &Counts) -> Vec<ModelCounts> {
+    let mut models: Vec<_> = c.models.iter().collect();
+    models.sort_by_key(|(model, _)| model.as_str());
+    models
+        .into_iter()
+        .map(|(model, m)| ModelCounts {
+            scenario: name.into(),
+            model: model.clone(),
+            tests: m.tests,
+            failures: m.failures,
+            requests: m.requests,
+            latency_histogram: m.latency.encode(),
+            stream: m.stream.as_ref().map(|st| StreamCounts {
+                streams: st.streams,
+                responses: st.responses,
+                first_response_histogram: st.first_response.encode(),
+                inter_response_histogram: st.inter_response.encode(),
+            }),
+            uncounted_runs: m.uncounted_runs,
+        })
+        .collect()
 }
 
 /// A test under way that counts its requests when it ends; see [`Stats::deferred_test`].

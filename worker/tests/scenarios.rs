@@ -593,6 +593,8 @@ async fn run_with_a_test_in_flight(
         drain_timeout: Duration::from_secs(600),
         driver_judges: false,
         sequence_idle_us: Default::default(),
+        client: None,
+        member: None,
     };
     let sink = Arc::new(CapturingSink::default());
     *sink.stopping.lock().unwrap() = Some(stopping);
@@ -696,6 +698,8 @@ async fn server_killed_mid_run(protocol: Protocol) {
         drain_timeout: Duration::from_secs(5),
         driver_judges: false,
         sequence_idle_us: Default::default(),
+        client: None,
+        member: None,
     };
     let sink = Arc::new(CapturingSink::default());
     let run = tokio::spawn(worker::run::run(

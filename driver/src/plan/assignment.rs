@@ -107,6 +107,8 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
                 })
             })
             .collect(),
+        client_command: None,
+        client_env: Vec::new(),
     };
     args.set_load(t.load.clone());
     if let Some(start) = a.capacity_start {

@@ -1,0 +1,337 @@
+//! A foreign client program supervised by the worker (interface 1, docs/clients.md): the worker
+//! starts it with its assignment, reads its records from stdout into the same counts, failure
+//! records and outages as its own scenarios, and stops it when the run's time is up. Whatever
+//! breaks the interface (a line it does not allow, a non-zero exit, silence) is the program's
+//! failure, said with its own words: the offending line or the tail of its stderr.
+
+use crate::config::{ClientProgram, WorkerConfig};
+use crate::stats::{ScenarioKey, Stats};
+use std::collections::VecDeque;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use stress_common::foreign::{
+    ASSIGNMENT_ENV, Assignment, BadLine, CorrelationIds, Failed, Hello, INTERFACE, Passed, Record,
+};
+use stress_common::status::{FailureRecord, StatusSink};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio_util::sync::CancellationToken;
+
+/// How long a stopped program may take to write its last records and exit (after SIGTERM).
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How many lines of the program's stderr a failure quotes.
+const STDERR_TAIL: usize = 20;
+
+/// How the program ended, as the run's outcome sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// It ran to its end (or until stopped) within the interface.
+    Finished { hello: Option<Hello> },
+    /// It broke the interface or failed on its own: why, in words.
+    Failed(String),
+}
+
+/// What the supervisor needs of the worker's run.
+pub struct Supervised<'a> {
+    pub config: &'a WorkerConfig,
+    pub program: &'a ClientProgram,
+    pub stats: &'a Stats,
+    pub sink: &'a dyn StatusSink,
+}
+
+/// The program's assignment from the worker's configuration.
+pub fn assignment(config: &WorkerConfig, program: &ClientProgram) -> Assignment {
+    use stress_common::contract::LoadMode;
+    // A rate is the open loop's; a closed loop's width is the worker's stream count.
+    let rate = match &config.settings.load_mode {
+        LoadMode::Rate(r) | LoadMode::Poisson(r) => Some(*r),
+        LoadMode::Concurrency(_) | LoadMode::Intervals(_) => None,
+    };
+    Assignment {
+        interface: INTERFACE,
+        member: config.member.clone().unwrap_or_else(|| "worker".into()),
+        servers: config.servers.clone(),
+        protocol: config.protocol.as_str().into(),
+        models: program.models.clone(),
+        duration_s: config.duration.map(|d| d.as_secs_f64()),
+        seed: config.seed,
+        concurrency: config.concurrency as u32,
+        rate,
+        correlation_ids: Some(CorrelationIds {
+            first: config.corr_ids.base,
+            count: config.corr_ids.size,
+        }),
+    }
+}
+
+/// Runs the program until it ends or `stop` fires, feeding its records into the run.
+pub async fn supervise(run: Supervised<'_>, stop: CancellationToken) -> Outcome {
+    let assignment = assignment(run.config, run.program);
+    let file = match write_assignment(&assignment) {
+        Ok(f) => f,
+        Err(e) => return Outcome::Failed(format!("the client's assignment not written: {e}")),
+    };
+    let argv = run.program.command.argv();
+    let mut child = match start(run.program, &assignment, file.path()) {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome::Failed(format!("client program {argv:?} did not start: {e}"));
+        }
+    };
+    tracing::info!("client program {argv:?} started (pid {:?})", child.id());
+    let stderr = keep_stderr_tail(&mut child);
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let silence = silence_limit(run.config);
+    let read = read_records(&run, stdout, silence, stop.clone());
+    let (read, stopped) = read.await;
+    let status = end(&mut child, stopped || read.is_err()).await;
+    let tail = stderr.words().await;
+    match (read, status) {
+        (Err(why), _) => Outcome::Failed(format!("{why}{tail}")),
+        (Ok(hello), Ok(status)) if status.success() || stopped && killed_by_us(status) => {
+            Outcome::Finished { hello }
+        }
+        (Ok(_), Ok(status)) => Outcome::Failed(format!("client program exited: {status}{tail}")),
+        (Ok(_), Err(e)) => Outcome::Failed(format!("client program not waited for: {e}{tail}")),
+    }
+}
+
+/// How long the program may write no record before it is taken for hung: ten polls, at least
+/// 30 s (a test may be slow, a sequence long).
+fn silence_limit(config: &WorkerConfig) -> Duration {
+    (config.poll_interval * 10).max(Duration::from_secs(30))
+}
+
+fn write_assignment(a: &Assignment) -> std::io::Result<tempfile::NamedTempFile> {
+    let mut file = tempfile::Builder::new()
+        .prefix("triton-stress-assignment-")
+        .suffix(".json")
+        .tempfile()?;
+    serde_json::to_writer_pretty(&mut file, a)?;
+    Ok(file)
+}
+
+fn start(
+    program: &ClientProgram,
+    assignment: &Assignment,
+    file: &std::path::Path,
+) -> std::io::Result<Child> {
+    let argv = program.command.argv();
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .envs(assignment.env())
+        .env(ASSIGNMENT_ENV, file)
+        .envs(program.env.iter().map(|e| (&e.name, &e.value)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group: the stop reaches whatever it started (a shell's children).
+        .process_group(0)
+        .kill_on_drop(true);
+    command.spawn()
+}
+
+/// The program's stderr as it is read: its last [`STDERR_TAIL`] lines, and the reader.
+struct StderrTail {
+    lines: Arc<Mutex<VecDeque<String>>>,
+    reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl StderrTail {
+    /// The tail, once the reader has had up to a second after the exit to reach the end.
+    async fn words(mut self) -> String {
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+        }
+        stderr_tail(&self.lines)
+    }
+}
+
+/// Logs the program's stderr line by line and keeps its last [`STDERR_TAIL`] lines.
+fn keep_stderr_tail(child: &mut Child) -> StderrTail {
+    let tail = Arc::new(Mutex::new(VecDeque::new()));
+    let mut reader = None;
+    if let Some(stderr) = child.stderr.take() {
+        let kept = tail.clone();
+        reader = Some(tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(target: "client", "{line}");
+                let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+                if kept.len() == STDERR_TAIL {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        }));
+    }
+    StderrTail {
+        lines: tail,
+        reader,
+    }
+}
+
+fn stderr_tail(tail: &Mutex<VecDeque<String>>) -> String {
+    let lines = tail.lock().unwrap_or_else(|e| e.into_inner());
+    if lines.is_empty() {
+        return "; its stderr is empty".into();
+    }
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    format!("; its stderr ended:\n{}", lines.join("\n"))
+}
+
+/// Reads records until stdout closes, `stop` fires (then for [`STOP_GRACE`] more, for the
+/// last ones), a line breaks the interface or the program is silent too long. Returns the
+/// program's hello (or why it failed) and whether the stop came.
+async fn read_records(
+    run: &Supervised<'_>,
+    stdout: ChildStdout,
+    silence: Duration,
+    stop: CancellationToken,
+) -> (Result<Option<Hello>, String>, bool) {
+    let mut lines = BufReader::new(stdout).lines();
+    let mut hello = None;
+    let mut number = 0u64;
+    let mut stopped = false;
+    loop {
+        let limit = if stopped { STOP_GRACE } else { silence };
+        let next = tokio::select! {
+            next = tokio::time::timeout(limit, lines.next_line()) => next,
+            _ = stop.cancelled(), if !stopped => {
+                stopped = true;
+                continue;
+            }
+        };
+        let line = match next {
+            Ok(Ok(Some(line))) => line,
+            Ok(Ok(None)) => return (Ok(hello), stopped),
+            Ok(Err(e)) => {
+                return (
+                    Err(format!("client program's stdout not read: {e}")),
+                    stopped,
+                );
+            }
+            Err(_) if stopped => return (Ok(hello), stopped),
+            Err(_) => {
+                let why = format!("client program wrote no record for {}s", silence.as_secs());
+                return (Err(why), stopped);
+            }
+        };
+        number += 1;
+        match take(run, &line, number, hello.is_some()).await {
+            Ok(Some(h)) => hello = Some(h),
+            Ok(None) => {}
+            Err(bad) => {
+                return (
+                    Err(format!("client program broke the interface: {bad}")),
+                    stopped,
+                );
+            }
+        }
+    }
+}
+
+/// Takes one line into the run; a `hello` comes back to be kept.
+async fn take(
+    run: &Supervised<'_>,
+    line: &str,
+    number: u64,
+    greeted: bool,
+) -> Result<Option<Hello>, BadLine> {
+    let record = Record::parse(line, number)?;
+    let bad = |error: &str| BadLine {
+        line: number,
+        text: line.chars().take(200).collect(),
+        error: error.into(),
+    };
+    match record {
+        Record::Hello(h) if greeted => Err(bad(&format!("a second hello ({})", h.client))),
+        Record::Hello(h) => {
+            tracing::info!("client program is {} {}", h.client, h.version);
+            Ok(Some(h))
+        }
+        _ if !greeted => Err(bad("the first record must be a hello")),
+        Record::Pass(p) => {
+            passed(run.stats, &p);
+            Ok(None)
+        }
+        Record::Fail(f) => {
+            failed(run, f).await;
+            Ok(None)
+        }
+        Record::Skip(s) => {
+            run.stats.test_skipped(ScenarioKey::Foreign(&s.scenario));
+            Ok(None)
+        }
+    }
+}
+
+fn requests(stats: &Stats, scenario: &str, model: &str, server: &str, latencies_us: &[u64]) {
+    for us in latencies_us {
+        let latency = Some(Duration::from_micros(*us));
+        stats.request(ScenarioKey::Foreign(scenario), model, server, latency);
+    }
+}
+
+fn passed(stats: &Stats, p: &Passed) {
+    requests(stats, &p.scenario, &p.model, &p.server, &p.latencies_us);
+    stats.test_passed(ScenarioKey::Foreign(&p.scenario), &p.model);
+    if !p.server.is_empty() {
+        stats.server_answered(&p.server, stress_common::now_ms());
+    }
+}
+
+async fn failed(run: &Supervised<'_>, f: Failed) {
+    requests(run.stats, &f.scenario, &f.model, &f.server, &f.latencies_us);
+    let record = FailureRecord {
+        at_ms: stress_common::now_ms(),
+        scenario: f.scenario,
+        server: f.server,
+        model: f.model,
+        correlation_id: f.correlation_id,
+        // A failure that checked no answer (a transport error, a refusal) expected success.
+        expected: match f.expected.is_empty() {
+            true => "success".into(),
+            false => f.expected,
+        },
+        actual: f.message,
+        error_kind: Some(f.error_kind),
+        forensics: None,
+    };
+    if !record.server.is_empty() {
+        let sequence = record.correlation_id.is_some();
+        run.stats
+            .server_failed(&record.server, record.at_ms, sequence);
+    }
+    tracing::warn!("{record}");
+    let key = ScenarioKey::Foreign(&record.scenario);
+    if run.stats.test_failed(key, &record)
+        && let Err(e) = run.sink.failure(&record).await
+    {
+        tracing::warn!("failure not recorded: {e}");
+    }
+}
+
+/// Ends the program: when `stop`, SIGTERM to its group, then SIGKILL after [`STOP_GRACE`];
+/// else waits for its own exit.
+async fn end(child: &mut Child, stop: bool) -> std::io::Result<ExitStatus> {
+    if stop && let Some(pid) = child.id() {
+        let group = nix::unistd::Pid::from_raw(-(pid as i32));
+        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGTERM);
+        if let Ok(status) = tokio::time::timeout(STOP_GRACE, child.wait()).await {
+            return status;
+        }
+        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+    }
+    child.wait().await
+}
+
+/// Ended by the stop the worker sent (SIGTERM, or SIGKILL past its grace; a shell reports
+/// 128 + the signal).
+fn killed_by_us(status: ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    matches!(status.signal(), Some(15 | 9)) || matches!(status.code(), Some(143 | 137))
+}

@@ -1,0 +1,250 @@
+//! A foreign client supervised by the worker (interface 1, docs/clients.md): the project's
+//! Python client on NVIDIA's tritonclient against a REAL tritonserver, its records counted like
+//! the worker's own and checked against docs/clients.schema.json; a wrong answer it finds is a
+//! failure in its words; a program that breaks the interface or exits non-zero fails the worker
+//! with the line or its stderr.
+//!
+//! Needs scripts/install-tritonserver.sh (tritonserver, and tritonclient in .local/venv).
+
+mod support;
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::Duration;
+
+fn python() -> PathBuf {
+    let p = support::repo_root().join(".local/venv/bin/python");
+    assert!(
+        p.is_file(),
+        "{}: run scripts/install-tritonserver.sh",
+        p.display()
+    );
+    p
+}
+
+fn python_client() -> Vec<String> {
+    let script = support::repo_root().join("clients/python/tritonclient_stress.py");
+    vec![python().display().to_string(), script.display().to_string()]
+}
+
+async fn worker(args: &[&str]) -> Output {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_worker"));
+    command
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("worker {args:?} did not exit within 120 s"))
+        .expect("running the worker binary")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The worker with `client` (a program and its arguments) for 4 s against `server`.
+async fn run_client(
+    server: &str,
+    protocol: &str,
+    client: &[String],
+    model: &str,
+) -> (Output, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let command = serde_json::to_string(client).unwrap();
+    let mut args = vec![
+        "--servers",
+        server,
+        "--protocol",
+        protocol,
+        "--duration",
+        "4s",
+        "--concurrency",
+        "2",
+        "--client-command",
+        &command,
+        "--report-json",
+    ];
+    let report_arg = report.display().to_string();
+    args.push(&report_arg);
+    if !model.is_empty() {
+        args.extend(["--model", model]);
+    }
+    let out = worker(&args).await;
+    let json = std::fs::read_to_string(&report)
+        .map(|t| serde_json::from_str(&t).expect("report.json is JSON"))
+        .unwrap_or(Value::Null);
+    (out, json)
+}
+
+fn load_row(report: &Value) -> &Value {
+    report["rows"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["scenario"] == "Load"))
+        .unwrap_or_else(|| panic!("no Load row: {report:#}"))
+}
+
+#[tokio::test]
+async fn the_python_tritonclient_client_is_counted_like_the_worker_s_own_and_finds_wrong_answers() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let server = support::start_server_with("foreign", |spec| {
+        spec.extra_args.push("--model-control-mode=explicit".into());
+        for m in ["add_sub", "add_sub_wrong"] {
+            spec.extra_args.push(format!("--load-model={m}"));
+        }
+    })
+    .await;
+
+    // Healthy: over gRPC against add_sub, every answer checked and right.
+    let (out, report) =
+        run_client(&server.grpc_address(), "grpc", &python_client(), "add_sub").await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let load = load_row(&report);
+    assert!(load["tests"].as_u64().unwrap() > 10, "{report:#}");
+    assert_eq!(load["requests"], load["tests"], "{report:#}");
+    assert_eq!(load["failures"], 0, "{report:#}");
+    assert!(load["p50_us"].as_u64().unwrap() > 0, "{report:#}");
+    assert_eq!(report["client"]["client"], "tritonclient-python-grpc");
+    assert_eq!(report["client"]["version"], "2.51.0");
+
+    // Faulty twin: over HTTP against a model whose OUTPUT1 is wrong.
+    let (out, report) = run_client(
+        &server.http_address(),
+        "http",
+        &python_client(),
+        "add_sub_wrong",
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let load = load_row(&report);
+    assert_eq!(load["failures"], load["tests"], "{report:#}");
+    let failure = &report["failures"][0];
+    assert_eq!(failure["error_kind"], "wrong_answer", "{failure:#}");
+    assert_eq!(failure["model"], "add_sub_wrong");
+    assert!(
+        failure["expected"]
+            .as_str()
+            .unwrap()
+            .starts_with("OUTPUT1 = ["),
+        "{failure:#}"
+    );
+    assert!(
+        failure["actual"]
+            .as_str()
+            .unwrap()
+            .starts_with("OUTPUT1 = ["),
+        "{failure:#}"
+    );
+    assert!(report["client_failure"].is_null(), "{report:#}");
+
+    records_follow_the_schema(&server.grpc_address()).await;
+    support::stop_server(server).await;
+}
+
+/// The Python client's own lines, read without the worker, each valid under the schema that
+/// docs/clients.md publishes.
+async fn records_follow_the_schema(server: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let assignment = dir.path().join("assignment.json");
+    std::fs::write(
+        &assignment,
+        serde_json::json!({
+            "interface": 1, "member": "py-0", "servers": [server], "protocol": "grpc",
+            "models": ["add_sub", "add_sub_wrong"], "duration_s": 1.0, "seed": 1,
+            "concurrency": 1, "rate": null, "correlation_ids": null
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let client = python_client();
+    let out = tokio::process::Command::new(&client[0])
+        .args(&client[1..])
+        .env(stress_common::foreign::ASSIGNMENT_ENV, &assignment)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let schema_path = support::repo_root().join("docs/clients.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let kinds: std::collections::BTreeSet<String> = stdout
+        .lines()
+        .map(|line| {
+            let record: Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let errors: Vec<String> = validator
+                .iter_errors(&record)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "{line}: {errors:?}");
+            record["type"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["fail", "hello", "pass"].map(String::from).into(),
+        "{stdout}"
+    );
+    // The schema is not a rubber stamp: a record without its scenario is refused.
+    assert!(!validator.is_valid(&serde_json::json!({"type": "pass", "latencies_us": [1]})));
+}
+
+#[tokio::test]
+async fn a_client_that_breaks_the_interface_or_exits_non_zero_fails_the_worker_in_its_own_words() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let server = support::start_server_with("foreign-broken", |spec| {
+        spec.extra_args.push("--model-control-mode=explicit".into());
+        spec.extra_args.push("--load-model=add_sub".into());
+    })
+    .await;
+    let address = server.grpc_address();
+    let hello = r#"{"type":"hello","interface":1,"client":"sh","version":"1"}"#;
+    let pass = r#"{"type":"pass","scenario":"Mine","latencies_us":[1500]}"#;
+    let sh = |script: String| vec!["sh".to_string(), "-c".to_string(), script];
+    for (client, said) in [
+        (
+            sh(format!(
+                "echo '{hello}'; echo '{pass}'; echo 'progress: 50%'; sleep 30"
+            )),
+            "broke the interface: line 3 is not a record of interface 1",
+        ),
+        (
+            sh(format!("echo '{pass}'")),
+            "line 1 is not a record of interface 1 (the first record must be a hello)",
+        ),
+        (
+            sh(format!("echo '{hello}'; echo 'no model file' >&2; exit 4")),
+            "client program exited: exit status: 4; its stderr ended:\nno model file",
+        ),
+        (vec!["/nonexistent/client".to_string()], "did not start"),
+    ] {
+        let (out, report) = run_client(&address, "grpc", &client, "").await;
+        assert_eq!(out.status.code(), Some(1), "{client:?}: {}", text(&out));
+        let why = report["client_failure"].as_str().unwrap_or_default();
+        assert!(why.contains(said), "{client:?}: {why:?}\n{}", text(&out));
+    }
+    // What came before the bad line is kept: one Mine test of 1.5 ms.
+    let script = format!("echo '{hello}'; echo '{pass}'; echo 'progress: 50%'");
+    let (_, report) = run_client(&address, "grpc", &sh(script), "").await;
+    let mine = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == "Mine");
+    let mine = mine.unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(
+        (mine["tests"].as_u64(), mine["requests"].as_u64()),
+        (Some(1), Some(1)),
+        "{report:#}"
+    );
+    support::stop_server(server).await;
+}
