@@ -17,17 +17,12 @@ cd "$REPO_ROOT"
 
 REPEATS="${REPEATS:-3}"
 DURATION="${DURATION:-20s}"
-DRIVER_GIVEN="${DRIVER:-}"
-DRIVER="${DRIVER:-${CARGO_TARGET_DIR:-target}/release/driver}"
 source "$SCRIPT_DIR/bench-lib.sh"
 
 scripts/install-tritonserver.sh >/dev/null
 PYTRITON_VERSION=0.5.5 TRITON_STRESS_LOCAL="$REPO_ROOT/.local/pytriton-0.5.5" \
     scripts/install-tritonserver.sh >/dev/null
-if [ -z "$DRIVER_GIVEN" ]; then
-    cargo build --release -q -p driver -p worker || fail "the release build failed"
-fi
-[ -x "$DRIVER" ] || fail "no driver at $DRIVER"
+build_driver
 
 cat >"$TMP/ab.yaml" <<YAML
 version: 1

@@ -82,9 +82,7 @@ for step in $ORDER; do
 done
 command -v python3 >/dev/null || fail "python3 not found"
 command -v curl >/dev/null || fail "curl not found"
-server_pin=(); client_pin=()
-if [ -n "$SERVER_CPUS" ]; then server_pin=(taskset -c "$SERVER_CPUS"); fi
-if [ -n "$CLIENT_CPUS" ]; then client_pin=(taskset -c "$CLIENT_CPUS"); fi
+pin_cpus
 [ -x "$PERF_ANALYZER" ] || fail "$PERF_ANALYZER not found: run scripts/install-tritonserver.sh"
 # Built unless given: an existing binary may predate the working tree.
 if [ -z "$BINARIES_GIVEN" ]; then
@@ -97,18 +95,7 @@ fi
 
 log "starting tritonserver (grpc $GRPC_PORT, http $HTTP_PORT, metrics $METRICS_PORT," \
     "CPUs ${SERVER_CPUS:-any}; clients on CPUs ${CLIENT_CPUS:-any})"
-"${server_pin[@]}" "$SCRIPT_DIR/start-tritonserver.sh" --grpc-port "$GRPC_PORT" --http-port "$HTTP_PORT" \
-    --metrics-port "$METRICS_PORT" >"$TMP/server.log" 2>&1 &
-server_pid=$!
-ready=0
-for _ in $(seq 1 240); do
-    kill -0 "$server_pid" 2>/dev/null || { tail -20 "$TMP/server.log" >&2; fail "tritonserver exited"; }
-    if curl -sf "http://127.0.0.1:$HTTP_PORT/v2/models/$MODEL/ready" >/dev/null 2>&1; then
-        ready=1; break
-    fi
-    sleep 0.5
-done
-[ "$ready" -eq 1 ] || { tail -20 "$TMP/server.log" >&2; fail "model $MODEL not ready after 120 s"; }
+start_server "$MODEL"
 
 # Warm-up (not measured): connections, the model's first executions, page cache.
 "${client_pin[@]}" "$PERF_ANALYZER" -m "$MODEL" -u "127.0.0.1:$GRPC_PORT" -i grpc --concurrency-range 4 \

@@ -20,16 +20,11 @@ cd "$REPO_ROOT"
 
 RUNS="${RUNS:-20}"
 DURATION="${DURATION:-20s}"
-DRIVER_GIVEN="${DRIVER:-}"
-DRIVER="${DRIVER:-${CARGO_TARGET_DIR:-target}/release/driver}"
 source "$SCRIPT_DIR/bench-lib.sh"
 
-[[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || fail "RUNS must be a positive integer, got '$RUNS'"
+positive_ints RUNS
 scripts/install-tritonserver.sh >/dev/null
-if [ -z "$DRIVER_GIVEN" ]; then
-    cargo build --release -q -p driver -p worker || fail "the release build failed"
-fi
-[ -x "$DRIVER" ] || fail "no driver at $DRIVER"
+build_driver
 
 runs_dir="${AA_RUNS_DIR:-$TMP/runs}"
 [ -n "${AA_RUNS_DIR:-}" ] || log "$RUNS runs of test-matrices/smoke.yaml for $DURATION each, into $runs_dir"
@@ -87,22 +82,21 @@ for r in reports:
           f"{'':>24}{unchanged:>3}  {len(b.get('not_judged', []))}")
 print(f"A/A over {n} runs: {total['regression']} regression, {total['improvement']} improvement, "
       f"{total['provisional']} provisional line(s) (target: at most one call in all)")
-again = {"regression": 0, "improvement": 0, "provisional": 0}
-for i in ids[1:]:
-    for c in json.load(open(f"{tmp}/window-{i}.json"))["changes"]:
-        if c["call"] in again:
-            again[c["call"]] += 1
-            print(f"    {i} against its window, judged again: {c['call']}: {c['metric']} "
-                  f"{c['change']*100:+.1f}% q={c['q_value']:.3f}")
+def calls_of(kind, line):
+    """Each call in the `kind` files (KIND-ID.json of every run but the first), printed by line."""
+    calls = {"regression": 0, "improvement": 0, "provisional": 0}
+    for i in ids[1:]:
+        for c in json.load(open(f"{tmp}/{kind}-{i}.json"))["changes"]:
+            if c["call"] in calls:
+                calls[c["call"]] += 1
+                print(line(i, c))
+    return calls
+again = calls_of("window", lambda i, c: f"    {i} against its window, judged again: {c['call']}: "
+                 f"{c['metric']} {c['change']*100:+.1f}% q={c['q_value']:.3f}")
 print(f"the same runs against their windows, judged again by this driver: {again['regression']} "
       f"regression, {again['improvement']} improvement, {again['provisional']} provisional")
-pairs = {"regression": 0, "improvement": 0, "provisional": 0}
-for i in ids[1:]:
-    for c in json.load(open(f"{tmp}/pair-{i}.json"))["changes"]:
-        if c["call"] in pairs:
-            pairs[c["call"]] += 1
-            print(f"    pair {i}: {c['call']}: {c['metric']} {c['change']*100:+.1f}% "
-                  f"[{c['low']*100:+.1f}%, {c['high']*100:+.1f}%] q={c['q_value']:.3f}")
+pairs = calls_of("pair", lambda i, c: f"    pair {i}: {c['call']}: {c['metric']} {c['change']*100:+.1f}% "
+                 f"[{c['low']*100:+.1f}%, {c['high']*100:+.1f}%] q={c['q_value']:.3f}")
 print(f"every consecutive pair judged as a pair ({n - 1} pairs): {pairs['regression']} regression, "
       f"{pairs['improvement']} improvement, {pairs['provisional']} provisional")
 

@@ -24,16 +24,11 @@ CHANGE_AT="${CHANGE_AT:-11}"
 DURATION="${DURATION:-20s}"
 DELAY_MS="${DELAY_MS:-40}"
 SLOWER="${SLOWER:-1.10}"
-DRIVER_GIVEN="${DRIVER:-}"
-DRIVER="${DRIVER:-${CARGO_TARGET_DIR:-target}/release/driver}"
 source "$SCRIPT_DIR/bench-lib.sh"
 
-[[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || fail "RUNS must be a positive integer, got '$RUNS'"
+positive_ints RUNS
 scripts/install-tritonserver.sh >/dev/null
-if [ -z "$DRIVER_GIVEN" ]; then
-    cargo build --release -q -p driver -p worker || fail "the release build failed"
-fi
-[ -x "$DRIVER" ] || fail "no driver at $DRIVER"
+build_driver
 OTAVA="${OTAVA:-}"
 if [ -z "$OTAVA" ]; then
     python3 -m venv "$TMP/otava-venv" >/dev/null || fail "no python3 venv"

@@ -30,17 +30,13 @@ source "$SCRIPT_DIR/bench-lib.sh"
 if [ "${LAUNCHER:-local}" = kube ]; then
     # On the test cluster (scripts/k8s/: built, brought up, images imported, torn down after):
     # the ignored kube test bench_fail_fast_on_the_cluster does the same with pods.
-    for v in SERVERS WORKERS; do
-        [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer, got '${!v}'"
-    done
+    positive_ints SERVERS WORKERS
     export TRITON_STRESS_K8S_IMAGES="${TRITON_STRESS_K8S_IMAGES:-docker/tritonserver docker/worker docker/driver docker/postgres docker/models}"
     exec "$SCRIPT_DIR/k8s/ci.sh" "BENCH_SERVERS=$SERVERS BENCH_WORKERS=$WORKERS cargo test -p driver \
 --features kube-tests --test kube -- --ignored --nocapture bench_fail_fast_on_the_cluster"
 fi
 
-for v in SERVERS WORKERS ROUNDS; do
-    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer, got '${!v}'"
-done
+positive_ints SERVERS WORKERS ROUNDS
 command -v python3 >/dev/null || fail "python3 not found"
 # Built unless given: an existing binary may predate the working tree.
 if [ -z "$DRIVER_GIVEN" ]; then

@@ -27,7 +27,7 @@ DRIVER="${DRIVER:-${CARGO_TARGET_DIR:-target}/release/driver}"
 
 source "$SCRIPT_DIR/bench-lib.sh"
 
-[[ "$CONCURRENCY" =~ ^[1-9][0-9]*$ ]] || fail "CONCURRENCY must be a positive integer, got '$CONCURRENCY'"
+positive_ints CONCURRENCY
 command -v python3 >/dev/null || fail "python3 not found"
 if [ -z "$DRIVER_GIVEN" ]; then
     log "building the driver and the worker (release)"

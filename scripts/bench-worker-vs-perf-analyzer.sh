@@ -43,9 +43,7 @@ MODEL=add_sub
 # free ports: shared with the other benchmarks.
 source "$SCRIPT_DIR/bench-lib.sh"
 
-for v in DURATION ROUNDS; do
-    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer, got '${!v}'"
-done
+positive_ints DURATION ROUNDS
 for c in $CONCURRENCY; do
     [[ "$c" =~ ^[1-9][0-9]*$ ]] || fail "CONCURRENCY must list positive integers, got '$CONCURRENCY'"
 done
@@ -53,42 +51,21 @@ done
 command -v python3 >/dev/null || fail "python3 not found"
 command -v curl >/dev/null || fail "curl not found"
 [ -x "$PERF_ANALYZER" ] || fail "$PERF_ANALYZER not found: run scripts/install-tritonserver.sh"
-# Built unless given: an existing binary may predate the working tree.
-if [ -z "$WORKER_GIVEN" ]; then
-    log "building the worker (release)"
-    cargo build --release -p worker >&2 || fail "cargo build --release -p worker failed"
-    [ -x "$WORKER" ] || fail "$WORKER still missing after the build"
-fi
+build_worker
 
 SERVER_CPUS="${SERVER_CPUS:-}"
 CLIENT_CPUS="${CLIENT_CPUS:-}"
-server_pin=(); client_pin=()
-if [ -n "$SERVER_CPUS" ]; then server_pin=(taskset -c "$SERVER_CPUS"); fi
-if [ -n "$CLIENT_CPUS" ]; then client_pin=(taskset -c "$CLIENT_CPUS"); fi
+pin_cpus
 
 log "starting tritonserver (grpc $GRPC_PORT, http $HTTP_PORT, metrics $METRICS_PORT)"
-"${server_pin[@]}" "$SCRIPT_DIR/start-tritonserver.sh" --grpc-port "$GRPC_PORT" --http-port "$HTTP_PORT" \
-    --metrics-port "$METRICS_PORT" >"$TMP/server.log" 2>&1 &
-server_pid=$!
-ready=0
-for _ in $(seq 1 240); do
-    kill -0 "$server_pid" 2>/dev/null || { tail -20 "$TMP/server.log" >&2; fail "tritonserver exited"; }
-    if curl -sf "http://127.0.0.1:$HTTP_PORT/v2/models/$MODEL/ready" >/dev/null 2>&1; then
-        ready=1; break
-    fi
-    sleep 0.5
-done
-[ "$ready" -eq 1 ] || { tail -20 "$TMP/server.log" >&2; fail "model $MODEL not ready after 120 s"; }
+start_server "$MODEL"
 
 # run_client NAME TAG CMD...: runs CMD measured, appends one result line
 # "NAME TAG wall_s user_s sys_s rc server_requests" to $TMP/results (TAG: c<conc>.<round>).
 run_client() {
     local name="$1" tag="$2"; shift 2
-    local before after
-    before="$(server_count "$MODEL")" || fail "cannot read the server's metrics"
-    measured "$TMP/$name.$tag" "${client_pin[@]}" "$@"
-    after="$(server_count "$MODEL")" || fail "cannot read the server's metrics"
-    echo "$name $tag $(cat "$TMP/$name.$tag") $((after - before))" >>"$TMP/results"
+    measured_served "$TMP/$name.$tag" "$@"
+    echo "$name $tag $(cat "$TMP/$name.$tag") $served" >>"$TMP/results"
 }
 
 if [ "$PROTOCOL" = grpc ]; then PORT=$GRPC_PORT; else PORT=$HTTP_PORT; fi

@@ -497,19 +497,24 @@ async fn compare_command(args: CompareArgs) -> ExitCode {
     )
     .await;
     match compared {
-        Ok(judged) if args.json => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&judged).expect("plain data")
-            );
-            ExitCode::SUCCESS
-        }
-        Ok(judged) => {
-            print!("{}", driver::render::text::judged(&judged));
-            ExitCode::SUCCESS
-        }
+        Ok(judged) => print_json_or_text(&judged, args.json, driver::render::text::judged),
         Err(e) => bad_input(&e),
     }
+}
+
+/// `value` on stdout, as pretty JSON when `json`, else as `text` writes it; exits 0.
+fn print_json_or_text<T: serde::Serialize>(
+    value: &T,
+    json: bool,
+    text: impl FnOnce(&T) -> String,
+) -> ExitCode {
+    if json {
+        let json = serde_json::to_string_pretty(value).expect("plain data serialises");
+        println!("{json}");
+    } else {
+        print!("{}", text(value));
+    }
+    ExitCode::SUCCESS
 }
 
 /// `driver serve`: until a signal; an address it cannot listen on is bad input.
@@ -576,17 +581,7 @@ async fn runs_command(args: RunsArgs) -> ExitCode {
         None => RunSource::RunsDir(&args.runs_dir),
     };
     match summary::list(source, args.limit).await {
-        Ok(runs) if args.json => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&runs).expect("plain data serialises")
-            );
-            ExitCode::SUCCESS
-        }
-        Ok(runs) => {
-            print!("{}", driver::render::text::run_list(&runs));
-            ExitCode::SUCCESS
-        }
+        Ok(runs) => print_json_or_text(&runs, args.json, |r| driver::render::text::run_list(r)),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(BAD_INPUT)
@@ -787,40 +782,23 @@ async fn runs_of_one_command(
             })
         }),
     };
-    if matrix.compare.is_some() {
-        let outcome = run::repeat::compare(
-            options,
-            matrix,
-            run_dir,
-            run_id,
-            cancel,
-            launcher_for.as_ref(),
-        )
-        .await;
-        return finish_repeat_command(outcome, &run_dir.join("compare.txt"));
-    }
-    if matrix.sweep.is_none() {
-        let outcome = run::repeat::repeat(
-            options,
-            matrix,
-            run_dir,
-            run_id,
-            cancel,
-            launcher_for.as_ref(),
-        )
-        .await;
-        return finish_repeat_command(outcome, &run_dir.join("repeats.txt"));
-    }
-    let outcome = run::sweep::sweep(
+    let runs = run::RunsOf {
         options,
         matrix,
         run_dir,
         run_id,
         cancel,
-        launcher_for.as_ref(),
-    )
-    .await;
-    finish_run_command(outcome, options)
+        launcher_for: launcher_for.as_ref(),
+    };
+    if matrix.compare.is_some() {
+        let outcome = run::repeat::compare(runs).await;
+        return finish_repeat_command(outcome, &run_dir.join("compare.txt"));
+    }
+    if matrix.sweep.is_none() {
+        let outcome = run::repeat::repeat(runs).await;
+        return finish_repeat_command(outcome, &run_dir.join("repeats.txt"));
+    }
+    finish_run_command(run::sweep::sweep(runs).await, options)
 }
 
 /// Prints what was found across the runs and where it is; exits as the worst run.

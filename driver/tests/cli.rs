@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use stress_common::contract::RunId;
+use stress_common::store::{NewRun, Store};
 
 const FIXTURES: &str = "tests/fixtures/cli";
 
@@ -42,6 +44,14 @@ fn driver(args: &[&str]) -> Output {
         .expect("the driver binary runs")
 }
 
+/// `driver run MATRIX --runs-dir RUNS --no-progress`, with `more` arguments.
+fn driver_run(matrix: &str, runs: &Path, more: &[&str]) -> Output {
+    let runs = runs.to_str().unwrap();
+    let mut args = vec!["run", matrix, "--runs-dir", runs, "--no-progress"];
+    args.extend_from_slice(more);
+    driver(&args)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -55,6 +65,20 @@ fn describe(what: &str, out: &Output) -> String {
     )
 }
 
+/// `out` (of `what`) exited 2 with exactly the diagnostic `message` for `path` on stderr, and
+/// nothing on stdout.
+fn assert_diagnostic(what: &str, out: &Output, path: &str, message: &str) {
+    assert_eq!(out.status.code(), Some(2), "{}", describe(what, out));
+    assert_eq!(text(&out.stderr), format!("{path}:{message}\n"), "{what}");
+    assert_eq!(text(&out.stdout), "", "{what}");
+}
+
+/// `out` (of `what`) exited 2 saying `says` on stderr.
+fn assert_refused(what: &str, out: &Output, says: &str) {
+    assert_eq!(out.status.code(), Some(2), "{}", describe(what, out));
+    assert!(text(&out.stderr).contains(says), "{}", describe(what, out));
+}
+
 fn runs_dir_is_empty(dir: &Path) -> bool {
     !dir.exists() || std::fs::read_dir(dir).unwrap().next().is_none()
 }
@@ -65,9 +89,7 @@ fn validate_exits_2_with_the_exact_diagnostic() {
         let path = format!("{FIXTURES}/{file}");
         let out = driver(&["validate", &path]);
         let what = format!("driver validate {path}");
-        assert_eq!(out.status.code(), Some(2), "{}", describe(&what, &out));
-        assert_eq!(text(&out.stderr), format!("{path}:{message}\n"), "{what}");
-        assert_eq!(text(&out.stdout), "", "{what}");
+        assert_diagnostic(&what, &out, &path, message);
     }
 }
 
@@ -77,17 +99,9 @@ fn run_exits_2_with_the_exact_diagnostic_and_starts_nothing() {
     let runs = tmp.path().join("runs");
     for (file, message) in BAD {
         let path = format!("{FIXTURES}/{file}");
-        let out = driver(&[
-            "run",
-            &path,
-            "--runs-dir",
-            runs.to_str().unwrap(),
-            "--no-progress",
-        ]);
+        let out = driver_run(&path, &runs, &[]);
         let what = format!("driver run {path}");
-        assert_eq!(out.status.code(), Some(2), "{}", describe(&what, &out));
-        assert_eq!(text(&out.stderr), format!("{path}:{message}\n"), "{what}");
-        assert_eq!(text(&out.stdout), "", "{what}");
+        assert_diagnostic(&what, &out, &path, message);
         assert!(runs_dir_is_empty(&runs), "{what} created a run directory");
     }
 }
@@ -142,15 +156,11 @@ fn a_missing_matrix_file_exits_2() {
 fn a_duration_shorter_than_the_poll_interval_exits_2() {
     let tmp = tempfile::tempdir().unwrap();
     let runs = tmp.path().join("runs");
-    let out = driver(&[
-        "run",
+    let out = driver_run(
         "../test-matrices/smoke.yaml",
-        "--runs-dir",
-        runs.to_str().unwrap(),
-        "--duration",
-        "500ms",
-        "--no-progress",
-    ]);
+        &runs,
+        &["--duration", "500ms"],
+    );
     assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
     assert_eq!(
         text(&out.stderr),
@@ -223,9 +233,7 @@ fn chaos_mesh_prints_the_faults_as_a_workflow_and_refuses_bad_input() {
         a[1] = &path;
         let out = driver(&a);
         let what = format!("driver chaos-mesh {path}");
-        assert_eq!(out.status.code(), Some(2), "{}", describe(&what, &out));
-        assert_eq!(text(&out.stderr), format!("{path}:{message}\n"), "{what}");
-        assert_eq!(text(&out.stdout), "", "{what}");
+        assert_diagnostic(&what, &out, &path, message);
     }
 
     let mut short = args(soak, "nightly-1");
@@ -244,13 +252,7 @@ fn chaos_mesh_prints_the_faults_as_a_workflow_and_refuses_bad_input() {
     );
 
     let out = driver(&args(soak, "a-run-id-far-too-long-to-make-a-workflow-name"));
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        describe("a long run id", &out)
-    );
-    assert!(text(&out.stderr).contains("at most 42"));
+    assert_refused("a long run id", &out, "at most 42");
     assert_eq!(text(&out.stdout), "");
 }
 
@@ -304,17 +306,7 @@ fn trace_summary_reads_real_triton_trace_files() {
     // Not a trace file: exit 2, naming it.
     let bad = dir.join("../../../Cargo.toml").display().to_string();
     let out = driver(&["trace-summary", &bad]);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        describe("trace-summary", &out)
-    );
-    assert!(
-        text(&out.stderr).contains("not a Triton trace file"),
-        "{}",
-        describe("", &out)
-    );
+    assert_refused("trace-summary", &out, "not a Triton trace file");
 }
 
 /// Each malformed known-issues file with the one diagnostic it must give (after `<path>:`).
@@ -343,18 +335,13 @@ fn a_bad_known_issues_file_exits_2_naming_file_line_and_field_before_anything_st
     let runs = tmp.path().join("runs");
     for (file, message) in BAD_KNOWN_ISSUES {
         let path = format!("{FIXTURES}/{file}");
-        let out = driver(&[
-            "run",
+        let out = driver_run(
             "../test-matrices/smoke.yaml",
-            "--known-issues",
-            &path,
-            "--runs-dir",
-            runs.to_str().unwrap(),
-            "--no-progress",
-        ]);
+            &runs,
+            &["--known-issues", &path],
+        );
         let what = format!("driver run --known-issues {path}");
-        assert_eq!(out.status.code(), Some(2), "{}", describe(&what, &out));
-        assert_eq!(text(&out.stderr), format!("{path}:{message}\n"), "{what}");
+        assert_diagnostic(&what, &out, &path, message);
         assert!(runs_dir_is_empty(&runs), "{what} created a run directory");
     }
     // The shipped file is good.
@@ -410,15 +397,8 @@ fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
         "{stderr}"
     );
 
-    let out = driver(&[
-        "run",
-        "../test-matrices/soak-with-faults.yaml",
-        "--runs-dir",
-        runs.to_str().unwrap(),
-        "--duration",
-        "120s",
-        "--no-progress",
-    ]);
+    let soak = "../test-matrices/soak-with-faults.yaml";
+    let out = driver_run(soak, &runs, &["--duration", "120s"]);
     assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
     let stderr = text(&out.stderr);
     // (Run by another user than root, the loss is refused too, on a line of its own.)
@@ -432,17 +412,16 @@ fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
 
     // The kube launcher injects kill and restart only: a pause is refused before the driver
     // talks to any cluster (nothing is applied, so nothing is left behind).
-    let out = driver(&[
-        "run",
-        "../test-matrices/soak-with-faults.yaml",
-        "--launcher",
-        "kube",
-        "--database-url",
-        "postgres://nobody@127.0.0.1:9/none",
-        "--runs-dir",
-        runs.to_str().unwrap(),
-        "--no-progress",
-    ]);
+    let out = driver_run(
+        soak,
+        &runs,
+        &[
+            "--launcher",
+            "kube",
+            "--database-url",
+            "postgres://nobody@127.0.0.1:9/none",
+        ],
+    );
     assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
     let stderr = text(&out.stderr);
     assert!(
@@ -497,13 +476,7 @@ fn a_sweep_of_what_the_model_repository_lacks_exits_2_naming_the_parameter() {
         let matrix = tmp.path().join("sweep.yaml");
         std::fs::write(&matrix, written).unwrap();
         let line = sweep_at + 3;
-        let out = driver(&[
-            "run",
-            matrix.to_str().unwrap(),
-            "--runs-dir",
-            runs.to_str().unwrap(),
-            "--no-progress",
-        ]);
+        let out = driver_run(matrix.to_str().unwrap(), &runs, &[]);
         assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
         let stderr = text(&out.stderr);
         assert!(
@@ -555,15 +528,7 @@ fn a_sweep_of_what_the_model_repository_lacks_exits_2_naming_the_parameter() {
             "--launcher kube needs a Postgres store".to_string(),
         ),
     ] {
-        let out = driver(&[
-            "run",
-            &matrix,
-            "--launcher",
-            "kube",
-            "--runs-dir",
-            runs.to_str().unwrap(),
-            "--no-progress",
-        ]);
+        let out = driver_run(&matrix, &runs, &["--launcher", "kube"]);
         assert_eq!(out.status.code(), Some(2), "{}", describe("run", &out));
         let stderr = text(&out.stderr);
         assert!(
@@ -580,12 +545,38 @@ fn a_sweep_of_what_the_model_repository_lacks_exits_2_naming_the_parameter() {
     }
 }
 
+/// Records run `id` of the matrix named nightly in `store`, started at `started_at_ms`, and
+/// passed `passed_after_ms` later (None: not finished).
+async fn nightly_run(
+    store: &Store,
+    id: &str,
+    started_at_ms: i64,
+    fingerprint: Option<&str>,
+    passed_after_ms: Option<i64>,
+) -> RunId {
+    store
+        .create_run(&NewRun {
+            run_id: id.into(),
+            name: "nightly".into(),
+            matrix_yaml: "version: 1".into(),
+            launcher: "local".into(),
+            started_at_ms,
+            fingerprint: fingerprint.map(str::to_string),
+        })
+        .await
+        .unwrap();
+    let run_id = RunId::new(id);
+    if let Some(after) = passed_after_ms {
+        let finished = started_at_ms + after;
+        store.finish_run(&run_id, "PASS", finished).await.unwrap();
+    }
+    run_id
+}
+
 /// `driver prune` deletes the old runs that are over, with their run directories, and keeps
 /// the recent, the pinned and the still-running ones; `--dry-run` deletes nothing.
 #[test]
 fn prune_deletes_old_runs_that_are_over_and_keeps_the_rest() {
-    use stress_common::contract::RunId;
-    use stress_common::store::{NewRun, Store};
     let tmp = tempfile::tempdir().unwrap();
     let runs = tmp.path().join("runs");
     let day = 86_400_000;
@@ -605,24 +596,8 @@ fn prune_deletes_old_runs_that_are_over_and_keeps_the_rest() {
             let store = Store::connect(&Store::sqlite_url(&dir.join("store.sqlite")))
                 .await
                 .unwrap();
-            let run_id = RunId::new(id);
-            store
-                .create_run(&NewRun {
-                    run_id: id.into(),
-                    name: "nightly".into(),
-                    matrix_yaml: "version: 1".into(),
-                    launcher: "local".into(),
-                    started_at_ms: now - ago * day,
-                    fingerprint: None,
-                })
-                .await
-                .unwrap();
-            if finished {
-                store
-                    .finish_run(&run_id, "PASS", now - ago * day + 1000)
-                    .await
-                    .unwrap();
-            }
+            let passed_after = finished.then_some(1000);
+            let run_id = nightly_run(&store, id, now - ago * day, None, passed_after).await;
             if pinned {
                 store.pin_baseline("nightly", &run_id).await.unwrap();
             }
@@ -687,8 +662,6 @@ fn otava() -> PathBuf {
 fn history_finds_a_planted_change_where_apache_otava_finds_it() {
     use driver::judge::change::Estimate;
     use driver::report::summary::RunSummary;
-    use stress_common::contract::RunId;
-    use stress_common::store::{NewRun, Store};
     let tmp = tempfile::tempdir().unwrap();
     let store_file = tmp.path().join("store.sqlite");
     let url = Store::sqlite_url(&store_file);
@@ -698,22 +671,8 @@ fn history_finds_a_planted_change_where_apache_otava_finds_it() {
         for night in 1..=20i64 {
             let id = format!("nightly-{night:02}");
             let started = 1_780_000_000_000 + night * 86_400_000;
-            store
-                .create_run(&NewRun {
-                    run_id: id.clone(),
-                    name: "nightly".into(),
-                    matrix_yaml: "version: 1".into(),
-                    launcher: "local".into(),
-                    started_at_ms: started,
-                    fingerprint: Some("mfp1-0123456789abcdef".into()),
-                })
-                .await
-                .unwrap();
-            let run_id = RunId::new(id.clone());
-            store
-                .finish_run(&run_id, "PASS", started + 60_000)
-                .await
-                .unwrap();
+            let fingerprint = Some("mfp1-0123456789abcdef");
+            let run_id = nightly_run(&store, &id, started, fingerprint, Some(60_000)).await;
             // ±1.5%: a deterministic wobble, not a trend.
             let wobble = [1.0, 1.012, 0.988, 1.006, 0.994, 1.015, 0.985][night as usize % 7];
             let p99 = if night < 11 { 20.0 } else { 22.0 } * wobble;
@@ -789,18 +748,11 @@ fn history_finds_a_planted_change_where_apache_otava_finds_it() {
     assert_eq!(changes[0]["metric"], "p99_ms Load");
 
     let out = history("text", "3");
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        describe("history --window 3", &out)
-    );
-    assert!(
-        text(&out.stderr).contains("from 4 to 500 runs"),
-        "{}",
-        describe("", &out)
-    );
+    assert_refused("history --window 3", &out, "from 4 to 500 runs");
     let out = driver(&["history", "--matrix", "nope", "--database-url", &url]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("no finished run of a matrix named \"nope\""));
+    assert_refused(
+        "history",
+        &out,
+        "no finished run of a matrix named \"nope\"",
+    );
 }

@@ -711,6 +711,26 @@ mod tests {
         }
     }
 
+    /// A check at `concurrency` judged `judgement`, its `window(p99_ms, qps)` spanning second
+    /// `from_s` to second `to_s`.
+    fn check(
+        concurrency: u32,
+        judgement: Judgement,
+        p99_ms: u64,
+        qps: f64,
+        (from_s, to_s): (i64, i64),
+    ) -> Check {
+        let mut window = window(p99_ms, qps);
+        (window.start_ms, window.end_ms) = (from_s * 1000, to_s * 1000);
+        Check {
+            concurrency,
+            window,
+            judgement,
+            next_concurrency: concurrency,
+            search_step: SearchStep::Aimd,
+        }
+    }
+
     /// A server that answers in 10 ms × ceil(concurrency / 4): four parallel slots.
     fn server(concurrency: u32) -> Window {
         let waves = u64::from(concurrency.div_ceil(4));
@@ -1088,26 +1108,15 @@ mod tests {
 
     #[test]
     fn the_answer_pools_every_judged_window_at_a_concurrency() {
-        let check = |concurrency, judgement, p99_ms, qps, seconds: i64| {
-            let mut window = window(p99_ms, qps);
-            window.end_ms = seconds * 1000;
-            Check {
-                concurrency,
-                window,
-                judgement,
-                next_concurrency: concurrency,
-                search_step: SearchStep::Aimd,
-            }
-        };
         use Judgement::*;
         let checks = [
-            check(4, Settling, 900, 900.0, 1),
-            check(4, Under, 100, 400.0, 1),
-            check(4, OnTarget, 100, 420.0, 2),
+            check(4, Settling, 900, 900.0, (0, 1)),
+            check(4, Under, 100, 400.0, (0, 1)),
+            check(4, OnTarget, 100, 420.0, (0, 2)),
             // One lucky window at 5, and two that missed the target.
-            check(5, Under, 100, 500.0, 1),
-            check(5, Over, 200, 480.0, 1),
-            check(5, Over, 200, 490.0, 1),
+            check(5, Under, 100, 500.0, (0, 1)),
+            check(5, Over, 200, 480.0, (0, 1)),
+            check(5, Over, 200, 490.0, (0, 1)),
         ];
         let (concurrency, windows, w) = pool(&checks, 110_000.0).unwrap();
         assert_eq!((concurrency, windows), (4, 2), "{w:?}");
@@ -1137,26 +1146,15 @@ mod tests {
 
     #[test]
     fn the_edge_is_the_highest_concurrency_within_the_target_not_the_highest_qps() {
-        let check = |concurrency, judgement, p99_ms, qps, seconds: i64| {
-            let mut window = window(p99_ms, qps);
-            (window.start_ms, window.end_ms) = ((seconds - 1) * 1000, seconds * 1000);
-            Check {
-                concurrency,
-                window,
-                judgement,
-                next_concurrency: concurrency,
-                search_step: SearchStep::Aimd,
-            }
-        };
         use Judgement::*;
         // A server saturated at the lowest load: QPS flat (noise picks the top), p99 growing.
         let checks = [
-            check(2, Under, 52, 39.5, 1),
-            check(4, Under, 101, 39.2, 2),
-            check(8, Over, 201, 39.8, 3),
-            check(3, Under, 76, 39.4, 4),
-            check(5, Over, 151, 39.3, 5),
-            check(4, OnTarget, 102, 39.1, 6),
+            check(2, Under, 52, 39.5, (0, 1)),
+            check(4, Under, 101, 39.2, (1, 2)),
+            check(8, Over, 201, 39.8, (2, 3)),
+            check(3, Under, 76, 39.4, (3, 4)),
+            check(5, Over, 151, 39.3, (4, 5)),
+            check(4, OnTarget, 102, 39.1, (5, 6)),
         ];
         let limit = 131_250.0;
         assert_eq!(pool(&checks, limit).unwrap().0, 2, "the noise's pick");

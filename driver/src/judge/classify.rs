@@ -382,6 +382,7 @@ fn missing_start(record: &FailureRecord) -> Option<Evidence> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::fixtures::{self, step};
 
     #[test]
     fn a_member_without_a_signature_is_classed_by_what_ended_it() {
@@ -389,34 +390,40 @@ mod tests {
             member_failure(member, role, reason).map(|e| e.class)
         };
         use FailureClass::*;
-        assert_eq!(
-            class("triton-0", "SERVER", "OOMKilled before the end of the run"),
-            Some(Infrastructure)
-        );
-        assert_eq!(
-            class("clients-0", "CLIENT", "Evicted before the end of the run"),
-            Some(Infrastructure)
-        );
-        assert_eq!(
-            class(
+        for (member, role, reason, expected) in [
+            (
                 "triton-0",
                 "SERVER",
-                "killed by signal 9 (SIGKILL) before the end of the run"
+                "OOMKilled before the end of the run",
+                Infrastructure,
             ),
-            Some(Server)
-        );
-        assert_eq!(
-            class(
+            (
+                "clients-0",
+                "CLIENT",
+                "Evicted before the end of the run",
+                Infrastructure,
+            ),
+            (
+                "triton-0",
+                "SERVER",
+                "killed by signal 9 (SIGKILL) before the end of the run",
+                Server,
+            ),
+            (
                 "ext-0",
                 "SERVER",
-                "external server failed 3 liveness probes in a row: refused"
+                "external server failed 3 liveness probes in a row: refused",
+                Server,
             ),
-            Some(Server)
-        );
-        assert_eq!(
-            class("driver", "?", "the driver stopped renewing its lease"),
-            Some(Harness)
-        );
+            (
+                "driver",
+                "?",
+                "the driver stopped renewing its lease",
+                Harness,
+            ),
+        ] {
+            assert_eq!(class(member, role, reason), Some(expected), "{reason}");
+        }
         // Calls held unanswered are the server's, with the probe's word on the process; a
         // worker that completed nothing with nothing waiting is ours.
         let hung = member_failure(
@@ -460,41 +467,13 @@ mod tests {
         );
         assert_eq!(member_failure("slo", "?", "p99 over 5 ms"), None);
     }
-    use stress_common::status::Forensics;
-
-    fn step(sent_ms: i64, took_ms: i64, flags: &str, outcome: &str) -> WireStep {
-        WireStep {
-            sent_us: sent_ms * 1000,
-            received_us: (sent_ms + took_ms) * 1000,
-            server: "127.0.0.1:8001".into(),
-            model: "sequence_nobatch".into(),
-            correlation_id: Some(1_048_577),
-            flags: flags.into(),
-            input_digest: String::new(),
-            outcome: outcome.into(),
-        }
-    }
 
     const REJECTED: &str = "server error (InvalidArgument): inference request for sequence \
         1048577 to model 'sequence_nobatch' must specify the START flag on the first request \
         of the sequence";
 
     fn sequence_failure(steps: Vec<WireStep>, idle_us: Option<u64>) -> FailureRecord {
-        FailureRecord {
-            at_ms: 10_000,
-            scenario: "SequenceValid".into(),
-            server: "127.0.0.1:8001".into(),
-            model: "sequence_nobatch".into(),
-            correlation_id: Some(1_048_577),
-            expected: "step 2 of 12 answered".into(),
-            actual: REJECTED.into(),
-            error_kind: None,
-            forensics: Some(Forensics {
-                steps,
-                sequence_idle_us: idle_us,
-                ..Default::default()
-            }),
-        }
+        fixtures::sequence_failure(10_000, REJECTED, steps, idle_us)
     }
 
     #[test]

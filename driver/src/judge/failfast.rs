@@ -885,13 +885,15 @@ mod tests {
         assert_eq!(ff.observe(healthy(T0 + 4000, &["c-0"], 0.0)), None);
         assert_eq!(ff.observe(healthy(T0 + 5000, &["c-0"], 0.0)), None);
         let cause = ff.observe(healthy(T0 + 6000, &["c-0"], 0.0)).unwrap();
-        assert_eq!(
-            cause,
-            Cause::ZeroQps {
-                member: "c-0".into(),
-                polls: 3
-            }
-        );
+        assert_eq!(cause, zero_qps_of_c0());
+    }
+
+    /// The zero-QPS rule firing for c-0 on its third zero poll in a row.
+    fn zero_qps_of_c0() -> Cause {
+        Cause::ZeroQps {
+            member: "c-0".into(),
+            polls: 3,
+        }
     }
 
     /// A poll whose sample of c-0 says QPS `qps` with `waiting` servers holding its calls:
@@ -977,13 +979,7 @@ mod tests {
         let cause = ff
             .observe(holding(T0 + 3000, 0.0, &[(a, 1, T0 + 2000)]))
             .unwrap();
-        assert_eq!(
-            cause,
-            Cause::ZeroQps {
-                member: "c-0".into(),
-                polls: 3
-            }
-        );
+        assert_eq!(cause, zero_qps_of_c0());
     }
 
     #[test]
@@ -1110,10 +1106,7 @@ mod tests {
         // None pending, no metrics, or another cause: nothing added.
         assert_eq!(with_pending(blame(), &cause, Some(&models[..1])), blame());
         assert_eq!(with_pending(blame(), &cause, None), blame());
-        let zero = Cause::ZeroQps {
-            member: "c-0".into(),
-            polls: 3,
-        };
+        let zero = zero_qps_of_c0();
         assert_eq!(with_pending(blame(), &zero, Some(&models)), blame());
     }
 
@@ -1135,13 +1128,7 @@ mod tests {
         }
         // Out of it, still nothing counted: the third zero in a row fires.
         let cause = ff.observe(healthy(T0 + 10_000, &["c-0"], 0.0)).unwrap();
-        assert_eq!(
-            cause,
-            Cause::ZeroQps {
-                member: "c-0".into(),
-                polls: 3
-            }
-        );
+        assert_eq!(cause, zero_qps_of_c0());
     }
 
     #[test]
@@ -1250,10 +1237,7 @@ mod tests {
             }
         );
         // A rule the driver saw (not the worker's own event) is recorded by the driver.
-        let stale = Cause::ZeroQps {
-            member: "c-0".into(),
-            polls: 3,
-        };
+        let stale = zero_qps_of_c0();
         assert!(attribute(&stale, &live, None).record);
         // A server's own failure is not probed.
         let server = Cause::Exited(exit("triton-0", Some(1), None));
@@ -1306,10 +1290,7 @@ mod tests {
             with_activity(attribute(&stale, &[], None), &stale, None),
             attribute(&stale, &[], None)
         );
-        let other = Cause::ZeroQps {
-            member: "c-0".into(),
-            polls: 3,
-        };
+        let other = zero_qps_of_c0();
         let a = Some(Activity {
             cpu: Duration::ZERO,
             over: look,

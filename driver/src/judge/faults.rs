@@ -69,11 +69,16 @@ impl InjectedFault {
 
     /// The failures it owns while the run goes: up to the end of its allowed recovery.
     pub fn live_window(&self) -> Option<InjectedWindow> {
+        self.window_to(self.deadline_ms()?)
+    }
+
+    /// The failures it owns from its injection to `to_ms` (None: it was not injected).
+    fn window_to(&self, to_ms: i64) -> Option<InjectedWindow> {
         Some(InjectedWindow {
             name: self.name.clone(),
             addresses: self.addresses.clone(),
             from_ms: self.injected_at_ms?,
-            to_ms: self.deadline_ms()?,
+            to_ms,
             back_ms: self.back_ms().unwrap_or(i64::MAX),
         })
     }
@@ -329,7 +334,8 @@ fn judge_recovery(
     outcome.verdict = match outcome.recovered_at_ms {
         Some(at) => {
             let took = (at - from).max(0);
-            outcome.recovery_s = Some(took as f64 / 1000.0);
+            let took_s = took as f64 / 1000.0;
+            outcome.recovery_s = Some(took_s);
             outcome.ok = took <= f.recover_within_ms;
             let counted = if f.kind.lasts() {
                 "after the fault ended"
@@ -337,15 +343,9 @@ fn judge_recovery(
                 "after the injection"
             };
             if outcome.ok {
-                format!(
-                    "recovered {:.1} s {counted} (allowed {allowed})",
-                    took as f64 / 1000.0
-                )
+                format!("recovered {took_s:.1} s {counted} (allowed {allowed})")
             } else {
-                format!(
-                    "recovered {:.1} s {counted}: more than the {allowed} allowed",
-                    took as f64 / 1000.0
-                )
+                format!("recovered {took_s:.1} s {counted}: more than the {allowed} allowed")
             }
         }
         None => {
@@ -380,15 +380,7 @@ pub fn final_windows(
     faults
         .iter()
         .zip(outcomes)
-        .filter_map(|(f, o)| {
-            Some(InjectedWindow {
-                name: f.name.clone(),
-                addresses: f.addresses.clone(),
-                from_ms: f.injected_at_ms?,
-                to_ms: o.recovered_at_ms.unwrap_or(run_end_ms),
-                back_ms: f.back_ms().unwrap_or(i64::MAX),
-            })
-        })
+        .filter_map(|(f, o)| f.window_to(o.recovered_at_ms.unwrap_or(run_end_ms)))
         .collect()
 }
 

@@ -244,6 +244,15 @@ mod tests {
         r.into_iter().find(|r| r.model == model).unwrap()
     }
 
+    /// Model m's reconciliation of `workers` against one server that counted `success`
+    /// successes of it.
+    fn reconciled_m(workers: &[ModelCounts], success: f64) -> Reconciliation {
+        one(
+            reconcile(workers, &[served("s", "m", success)], None, None).unwrap(),
+            "m",
+        )
+    }
+
     #[test]
     fn successes_over_every_server_and_sample_match_the_workers_ok_answers() {
         let samples = [
@@ -270,10 +279,7 @@ mod tests {
         killed.uncounted_runs = 2;
         let workers = [killed, counts("Load", "m", 100, 100)];
         let bound = 1100 + 2 * PERF_ANALYZER_REQUESTS;
-        let within = one(
-            reconcile(&workers, &[served("s", "m", bound as f64)], None, None).unwrap(),
-            "m",
-        );
+        let within = reconciled_m(&workers, bound as f64);
         assert_eq!(within.uncounted_runs, 2);
         assert_eq!(within.verdict, Verdict::Explained, "{}", within.explanation);
         assert!(
@@ -282,26 +288,14 @@ mod tests {
             within.explanation
         );
         // One request beyond two runs' worth is a finding.
-        let beyond = one(
-            reconcile(
-                &workers,
-                &[served("s", "m", (bound + 1) as f64)],
-                None,
-                None,
-            )
-            .unwrap(),
-            "m",
-        );
+        let beyond = reconciled_m(&workers, (bound + 1) as f64);
         assert_eq!(beyond.verdict, Verdict::Mismatch, "{}", beyond.explanation);
         // Without a killed run the same gap is a finding too.
         let none = [
             counts("PerfAnalyzer", "m", 1000, 1000),
             counts("Load", "m", 100, 100),
         ];
-        let unexplained = one(
-            reconcile(&none, &[served("s", "m", 1101.0)], None, None).unwrap(),
-            "m",
-        );
+        let unexplained = reconciled_m(&none, 1101.0);
         assert_eq!(unexplained.verdict, Verdict::Mismatch);
     }
 
@@ -313,19 +307,13 @@ mod tests {
             counts("CrashingClient", "m", 3, 0),
             counts("Load", "m", 100, 100),
         ];
-        let within = one(
-            reconcile(&workers, &[served("s", "m", 123.0)], None, None).unwrap(),
-            "m",
-        );
+        let within = reconciled_m(&workers, 123.0);
         assert_eq!(
             (within.gap, within.client_not_ok, within.client_unseen),
             (8, 5, 3)
         );
         assert_eq!(within.verdict, Verdict::Explained, "{}", within.explanation);
-        let beyond = one(
-            reconcile(&workers, &[served("s", "m", 124.0)], None, None).unwrap(),
-            "m",
-        );
+        let beyond = reconciled_m(&workers, 124.0);
         assert_eq!(beyond.verdict, Verdict::Mismatch, "{}", beyond.explanation);
         assert!(
             beyond.explanation.contains("9 server-side"),
@@ -348,10 +336,7 @@ mod tests {
     #[test]
     fn more_ok_answers_than_server_successes_is_always_a_finding() {
         let workers = [counts("Load", "m", 100, 100), counts("Timeout", "m", 50, 0)];
-        let r = one(
-            reconcile(&workers, &[served("s", "m", 99.0)], None, None).unwrap(),
-            "m",
-        );
+        let r = reconciled_m(&workers, 99.0);
         assert_eq!((r.gap, r.verdict), (-1, Verdict::Mismatch));
     }
 

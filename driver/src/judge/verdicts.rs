@@ -461,21 +461,12 @@ pub fn with_histories(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stress_common::status::{Forensics, WireStep};
+    use crate::judge::fixtures::{self, step};
 
     const REJECTED: &str =
         "server error (InvalidArgument): sequence 1048577 must specify the START flag";
 
     fn reaper(at_ms: i64, forgot_start: bool) -> FailureRecord {
-        let step = |sent_ms: i64, took_ms: i64, flags: &str, outcome: &str| WireStep {
-            sent_us: sent_ms * 1000,
-            received_us: (sent_ms + took_ms) * 1000,
-            model: "sequence_nobatch".into(),
-            correlation_id: Some(1_048_577),
-            flags: flags.into(),
-            outcome: outcome.into(),
-            ..Default::default()
-        };
         let steps = if forgot_start {
             vec![step(at_ms, 0, "", REJECTED)]
         } else {
@@ -484,21 +475,7 @@ mod tests {
                 step(at_ms, 0, "", REJECTED),
             ]
         };
-        FailureRecord {
-            at_ms,
-            scenario: "SequenceValid".into(),
-            server: "127.0.0.1:8001".into(),
-            model: "sequence_nobatch".into(),
-            correlation_id: Some(1_048_577),
-            expected: "step 2 of 12 answered".into(),
-            actual: REJECTED.into(),
-            error_kind: None,
-            forensics: Some(Forensics {
-                steps,
-                sequence_idle_us: Some(3_000_000),
-                ..Default::default()
-            }),
-        }
+        fixtures::sequence_failure(at_ms, REJECTED, steps, Some(3_000_000))
     }
 
     fn known(yaml: &str) -> KnownIssues {

@@ -7,7 +7,7 @@
 //! escaped where it is inserted; only the page's own style goes in raw.
 
 use super::chart::{RunBand, RunChart, RunMark, RunPoint, RunSeries, RunTick, run_chart};
-use super::html::{STYLE, percent};
+use super::html::{STYLE, head_metas, percent};
 use crate::report::diff::{Line, RunDiff};
 use crate::report::failures::FailurePage;
 use crate::report::summary::{RunFilter, RunSummary, SignatureSeen};
@@ -90,11 +90,7 @@ fn page(title: &str, reload_s: Option<u32>, body: Markup) -> String {
         (DOCTYPE)
         html lang="en" {
             head {
-                meta charset="utf-8";
-                meta http-equiv="Content-Security-Policy" content=(csp());
-                @if let Some(s) = reload_s {
-                    meta http-equiv="refresh" content=(s);
-                }
+                (head_metas(csp(), reload_s))
                 title { (title) " · triton-stress" }
                 // The page's own constants: the CSP allows exactly this text by its hash.
                 style { (PreEscaped(STYLE)) (PreEscaped(EXTRA_STYLE)) }

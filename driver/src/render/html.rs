@@ -69,17 +69,25 @@ fn run_links(report: &Report) -> Markup {
     }
 }
 
+/// A page's first `<head>` elements: its charset, its Content-Security-Policy `csp` and, when
+/// `reload_s` is set, a reload every so many seconds (the dashboard's pages share them).
+pub(super) fn head_metas(csp: &str, reload_s: Option<u32>) -> Markup {
+    html! {
+        meta charset="utf-8";
+        meta http-equiv="Content-Security-Policy" content=(csp);
+        @if let Some(s) = reload_s {
+            meta http-equiv="refresh" content=(s);
+        }
+    }
+}
+
 fn render_page(report: &Report, reload_s: Option<u32>, served: bool) -> String {
     let title = format!("{} {}: {}", report.name, report.run_id, report.verdict);
     let page = html! {
         (DOCTYPE) "\n"
         html lang="en" {
             head {
-                meta charset="utf-8";
-                meta http-equiv="Content-Security-Policy" content=(csp());
-                @if let Some(s) = reload_s {
-                    meta http-equiv="refresh" content=(s);
-                }
+                (head_metas(csp(), reload_s))
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) }
                 // Byte for byte the text csp() hashes.
@@ -489,11 +497,7 @@ fn root_cause(r: &Report) -> Markup {
     };
     html! {
         section.root-cause #root-cause {
-            h2 { "Root cause" }
-            @if let Some(server) = super::server_bug(r) {
-                p.server-bug { b { "SERVER BUG on " (server) } ", seen by:" }
-            }
-            p.first-failure { (member_line(r, first)) }
+            (root_cause_head(r, first))
             @if !rest.is_empty() {
                 p { "Also failed:" }
                 ul.also-failed {
@@ -501,6 +505,17 @@ fn root_cause(r: &Report) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// The root-cause section's heading, its server-bug line and its first failed member.
+fn root_cause_head(r: &Report, first: &FailedMember) -> Markup {
+    html! {
+        h2 { "Root cause" }
+        @if let Some(server) = super::server_bug(r) {
+            p.server-bug { b { "SERVER BUG on " (server) } ", seen by:" }
+        }
+        p.first-failure { (member_line(r, first)) }
     }
 }
 
@@ -526,11 +541,7 @@ fn analysed_root_cause(
     ];
     html! {
         section.root-cause #root-cause {
-            h2 { "Root cause" }
-            @if let Some(server) = super::server_bug(r) {
-                p.server-bug { b { "SERVER BUG on " (server) } ", seen by:" }
-            }
-            p.first-failure { (member_line(r, first)) }
+            (root_cause_head(r, first))
             @if let Some(s) = &root.signature {
                 p.root-signature {
                     "Signature " b { (s.signature) } " (" (s.status.as_str())
@@ -1816,6 +1827,23 @@ mod tests {
         }
     }
 
+    /// A models-table row of one test and request, with `failures` failures.
+    fn model_row(model: &str, failures: u64) -> stress_common::report::ModelRowJson {
+        stress_common::report::ModelRowJson {
+            model: model.into(),
+            scenario: "Infer".into(),
+            failures,
+            tests: 1,
+            requests: 1,
+            qps: 1.0,
+            p50_us: 1,
+            p90_us: 1,
+            p99_us: 1,
+            max_us: 1,
+            stream: None,
+        }
+    }
+
     /// The `<figure data-plot=ID>` element of the page.
     /// The `rect.bar` targets' x, width, y and height, in order.
     fn bar_rects(figure: &str) -> Vec<(i32, i32, i32, i32)> {
@@ -1846,19 +1874,7 @@ mod tests {
         let mut r = Report::default();
         r.name = evil.into();
         r.verdict = "FAIL".into();
-        r.models = vec![stress_common::report::ModelRowJson {
-            model: evil.into(),
-            scenario: "Infer".into(),
-            failures: 0,
-            tests: 1,
-            requests: 1,
-            qps: 1.0,
-            p50_us: 1,
-            p90_us: 1,
-            p99_us: 1,
-            max_us: 1,
-            stream: None,
-        }];
+        r.models = vec![model_row(evil, 0)];
         let mut m = failed("c-0", 5, "\"quoted\" & <b>bold</b>");
         m.diagnostics.log_tail = vec![evil.into()];
         r.failed_members = vec![m];
@@ -1892,19 +1908,7 @@ mod tests {
         r.verdict = "FAIL".into();
         r.name = format!("matrix{breakout}");
         r.run_id = format!("run{breakout}");
-        r.models = vec![stress_common::report::ModelRowJson {
-            model: img.into(),
-            scenario: "Infer".into(),
-            failures: 1,
-            tests: 1,
-            requests: 1,
-            qps: 1.0,
-            p50_us: 1,
-            p90_us: 1,
-            p99_us: 1,
-            max_us: 1,
-            stream: None,
-        }];
+        r.models = vec![model_row(img, 1)];
         r.failures = vec![(
             "c-0".into(),
             FailureRecord {
@@ -1927,26 +1931,30 @@ mod tests {
             2,
             "{page}"
         );
-        assert!(
-            page.contains(&format!("<td>expected &quot;1&quot;, got {escaped}</td>")),
-            "the failure message: {page}"
-        );
-        assert!(
-            page.contains(&format!("<pre class=\"log\">E0101 {escaped}</pre>")),
-            "the server's log: {page}"
-        );
-        assert!(
-            page.contains(&format!("data-series=\"&quot;{escaped}\"")),
-            "the group, in an attribute: {page}"
-        );
-        assert!(
-            page.contains(&format!("id=\"member-c-0&quot;{escaped}\"")),
-            "the member, in its section's id: {page}"
-        );
-        assert!(
-            page.contains(&format!(">matrix&quot;{escaped} history</a>")),
-            "the matrix's name, in the served page's links: {page}"
-        );
+        for (text, what) in [
+            (
+                format!("<td>expected &quot;1&quot;, got {escaped}</td>"),
+                "the failure message",
+            ),
+            (
+                format!("<pre class=\"log\">E0101 {escaped}</pre>"),
+                "the server's log",
+            ),
+            (
+                format!("data-series=\"&quot;{escaped}\""),
+                "the group, in an attribute",
+            ),
+            (
+                format!("id=\"member-c-0&quot;{escaped}\""),
+                "the member, in its section's id",
+            ),
+            (
+                format!(">matrix&quot;{escaped} history</a>"),
+                "the matrix's name, in the served page's links",
+            ),
+        ] {
+            assert!(page.contains(&text), "{what}: {page}");
+        }
     }
 
     #[test]

@@ -58,6 +58,18 @@ pub struct RunOptions {
     pub known_issues: Option<PathBuf>,
 }
 
+/// A run made of runs (repeats, an A/B comparison, a sweep): what it was started with, and how
+/// each of its runs gets a launcher.
+pub struct RunsOf<'a> {
+    pub options: &'a RunOptions,
+    pub matrix: &'a Matrix,
+    /// The run of runs' own directory.
+    pub run_dir: &'a Path,
+    pub run_id: &'a str,
+    pub cancel: CancellationToken,
+    pub launcher_for: &'a crate::launcher::LauncherFor<'a>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Pass,

@@ -10,11 +10,10 @@
 
 use std::path::Path;
 
-use super::{DriverError, RunOptions, RunOutcome, Verdict};
+use super::{DriverError, RunOutcome, RunsOf, Verdict};
 use crate::judge::repeats::{self, Repeat, Repeats};
-use crate::launcher::{LaunchFor, LauncherFor};
+use crate::launcher::LaunchFor;
 use crate::matrix::Matrix;
-use tokio_util::sync::CancellationToken;
 
 /// What the runs gave: each one's outcome (in order), and what was found across them in words
 /// (repeats.txt, compare.txt) and, for repeats, as data.
@@ -35,13 +34,12 @@ impl RepeatOutcome {
     }
 }
 
-/// Runs each block (its run id and matrix) in turn.
+/// Runs each block (its run id and matrix) of `runs` in turn.
 async fn blocks(
-    options: &RunOptions,
+    runs: &RunsOf<'_>,
     blocks: &[(String, Matrix)],
-    cancel: CancellationToken,
-    launcher_for: &LauncherFor<'_>,
 ) -> Result<Vec<RunOutcome>, DriverError> {
+    let (options, cancel) = (runs.options, &runs.cancel);
     let mut outcomes = Vec::new();
     for (k, (id, matrix)) in blocks.iter().enumerate() {
         if cancel.is_cancelled() {
@@ -49,7 +47,7 @@ async fn blocks(
         }
         let dir = super::new_run_dir(options, id)?;
         tracing::info!(run_id = id, "run {} of {}", k + 1, blocks.len());
-        let mut launcher = launcher_for(LaunchFor {
+        let mut launcher = (runs.launcher_for)(LaunchFor {
             dir: &dir,
             run_id: id,
             matrix,
@@ -66,18 +64,12 @@ async fn blocks(
 
 /// Runs the load `matrix.run.repeat` times; `run_dir` (the repeat run's own directory) gets the
 /// summary.
-pub async fn repeat(
-    options: &RunOptions,
-    matrix: &Matrix,
-    run_dir: &Path,
-    run_id: &str,
-    cancel: CancellationToken,
-    launcher_for: &LauncherFor<'_>,
-) -> Result<RepeatOutcome, DriverError> {
-    let runs: Vec<(String, Matrix)> = (1..=matrix.run.repeat)
+pub async fn repeat(runs: RunsOf<'_>) -> Result<RepeatOutcome, DriverError> {
+    let (matrix, run_id) = (runs.matrix, runs.run_id);
+    let planned: Vec<(String, Matrix)> = (1..=matrix.run.repeat)
         .map(|k| (format!("{run_id}-r{k}"), matrix.clone()))
         .collect();
-    let outcomes = blocks(options, &runs, cancel, launcher_for).await?;
+    let outcomes = blocks(&runs, &planned).await?;
     let repeats = repeats::across(
         &outcomes
             .iter()
@@ -89,7 +81,7 @@ pub async fn repeat(
             .collect::<Vec<_>>(),
     );
     let text = repeats.render(&matrix.run.name);
-    write(run_dir, "repeats", &text, &repeats)?;
+    write(runs.run_dir, "repeats", &text, &repeats)?;
     Ok(RepeatOutcome {
         outcomes,
         text,
@@ -98,17 +90,11 @@ pub async fn repeat(
 }
 
 /// Runs the comparison of `matrix.compare`: its sides interleaved, then B against A.
-pub async fn compare(
-    options: &RunOptions,
-    matrix: &Matrix,
-    run_dir: &Path,
-    run_id: &str,
-    cancel: CancellationToken,
-    launcher_for: &LauncherFor<'_>,
-) -> Result<RepeatOutcome, DriverError> {
+pub async fn compare(runs: RunsOf<'_>) -> Result<RepeatOutcome, DriverError> {
+    let (matrix, run_id) = (runs.matrix, runs.run_id);
     let c = matrix.compare.as_ref().expect("a comparison");
     let (a, b) = (matrix.compare_side(&c.a), matrix.compare_side(&c.b));
-    let runs: Vec<(String, Matrix)> = (1..=c.repeats)
+    let sides: Vec<(String, Matrix)> = (1..=c.repeats)
         .flat_map(|k| {
             [
                 (format!("{run_id}-a{k}"), a.clone()),
@@ -116,7 +102,7 @@ pub async fn compare(
             ]
         })
         .collect();
-    let outcomes = blocks(options, &runs, cancel, launcher_for).await?;
+    let outcomes = blocks(&runs, &sides).await?;
     let settings = matrix.regression.clone().unwrap_or_default();
     let side = |prefix: &str| -> Vec<_> {
         outcomes
@@ -138,7 +124,7 @@ pub async fn compare(
             .join(", "),
         crate::render::text::judged(&judged)
     );
-    write(run_dir, "compare", &text, &judged)?;
+    write(runs.run_dir, "compare", &text, &judged)?;
     Ok(RepeatOutcome {
         outcomes,
         text,

@@ -10,7 +10,7 @@ use super::lease::Lease;
 use super::sweep_variants::{
     Measured, SweptModel, VariantContext, measure_all, measured, run_variant,
 };
-use super::{DriverError, RunOptions, RunOutcome, Verdict, finish, store_url_for};
+use super::{DriverError, RunOptions, RunOutcome, RunsOf, Verdict, finish, store_url_for};
 use crate::capacity::sweep::{
     self as plan, BestVariant, SweepAnswer, Variant, VariantResult, VariantStatus,
 };
@@ -26,16 +26,17 @@ use tokio_util::sync::CancellationToken;
 pub use crate::launcher::{LaunchFor, LaunchFuture, LauncherFor};
 
 /// Runs the sweep of `matrix` (which has one); the outcome's report is the sweep's.
-pub async fn sweep(
-    options: &RunOptions,
-    matrix: &Matrix,
-    run_dir: &Path,
-    run_id: &str,
-    cancel: CancellationToken,
-    launcher_for: &LauncherFor<'_>,
-) -> Result<RunOutcome, DriverError> {
+pub async fn sweep(runs: RunsOf<'_>) -> Result<RunOutcome, DriverError> {
+    let planned = SweepPlan::new(&runs).await?;
+    let RunsOf {
+        options,
+        matrix,
+        run_dir,
+        run_id,
+        cancel,
+        launcher_for,
+    } = runs;
     let sweep = matrix.sweep.as_ref().expect("a sweep matrix");
-    let planned = SweepPlan::new(options, matrix, run_dir, run_id, launcher_for).await?;
     let store_url = store_url_for(run_dir, options.database_url.as_deref());
     let store = Store::connect(&store_url).await?;
     let sweep_run = RunId::new(run_id);
@@ -107,16 +108,10 @@ struct SweepPlan {
 impl SweepPlan {
     /// Reads the swept models' configs and makes every variant's; a config that is missing or
     /// does not parse, or a variant's that cannot be made, is bad input naming the parameter.
-    async fn new(
-        options: &RunOptions,
-        matrix: &Matrix,
-        run_dir: &Path,
-        run_id: &str,
-        launcher_for: &LauncherFor<'_>,
-    ) -> Result<SweepPlan, DriverError> {
+    async fn new(runs: &RunsOf<'_>) -> Result<SweepPlan, DriverError> {
+        let matrix = runs.matrix;
         let sweep = matrix.sweep.as_ref().expect("a sweep matrix");
-        let (launcher_name, read) =
-            read_model_configs(options, matrix, run_dir, run_id, launcher_for).await?;
+        let (launcher_name, read) = read_model_configs(runs).await?;
         let ModelConfigs { found, looked_in } = read;
         let repositories: Vec<PathBuf> = looked_in.iter().map(PathBuf::from).collect();
         let swept = checked_swept_models(matrix, found, &repositories)?;
@@ -149,21 +144,18 @@ fn swept_template(matrix: &Matrix) -> (&str, &ServerTemplate) {
 /// The swept models' configs as the servers will see them, and the name of the launcher that
 /// read them.
 async fn read_model_configs(
-    options: &RunOptions,
-    matrix: &Matrix,
-    run_dir: &Path,
-    run_id: &str,
-    launcher_for: &LauncherFor<'_>,
+    runs: &RunsOf<'_>,
 ) -> Result<(&'static str, ModelConfigs), DriverError> {
+    let matrix = runs.matrix;
     let sweep = matrix.sweep.as_ref().expect("a sweep matrix");
     let (_, template) = swept_template(matrix);
     // The sweep's own launcher reads the originals where the servers will see them (local:
     // the files; kube: a pod like the servers'); then its run's objects go.
-    let mut reader = launcher_for(LaunchFor {
-        dir: run_dir,
-        run_id,
+    let mut reader = (runs.launcher_for)(LaunchFor {
+        dir: runs.run_dir,
+        run_id: runs.run_id,
         matrix,
-        matrix_file: &options.matrix,
+        matrix_file: &runs.options.matrix,
     })
     .await
     .map_err(DriverError::Launch)?;

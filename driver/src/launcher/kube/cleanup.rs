@@ -3,10 +3,13 @@
 
 use super::{KubeLauncher, RUN_LABEL};
 use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use std::collections::BTreeSet;
+use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 /// Pod deletions sent at once by [`KubeLauncher::delete_pods`].
@@ -99,19 +102,28 @@ pub async fn delete_run(client: &Client, ns: &str, run_id: &str) -> Result<usize
     Ok(deleted)
 }
 
+/// A kind of namespaced object the cleanup lists and deletes (pods, services, secrets, config
+/// maps).
+trait Namespaced:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Debug
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+{
+}
+
 /// Deletes the object of kind `K` named `name` in `ns`: 1 if it was there, else 0.
-async fn delete_named<K>(
+async fn delete_named<K: Namespaced>(
     client: &Client,
     ns: &str,
     name: &str,
     dp: &DeleteParams,
-) -> Result<usize, kube::Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
+) -> Result<usize, kube::Error> {
     let api: Api<K> = Api::namespaced(client.clone(), ns);
     match api.delete(name, dp).await {
         Ok(_) => Ok(1),
@@ -121,18 +133,12 @@ where
 }
 
 /// Deletes every object of kind `K` in `ns` that `lp` selects; how many there were.
-async fn delete_labelled<K>(
+async fn delete_labelled<K: Namespaced>(
     client: &Client,
     ns: &str,
     lp: &ListParams,
     dp: &DeleteParams,
-) -> Result<usize, kube::Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
+) -> Result<usize, kube::Error> {
     let api: Api<K> = Api::namespaced(client.clone(), ns);
     let items = api.list(lp).await?.items;
     for o in &items {
