@@ -922,6 +922,35 @@ impl TryFrom<Vec<String>> for ClientCommand {
     }
 }
 
+/// In a matrix: the array itself, refused when it has no program first.
+impl serde::Serialize for ClientCommand {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ClientCommand {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let argv = Vec::<String>::deserialize(d)?;
+        ClientCommand::try_from(argv).map_err(|e| serde::de::Error::custom(e.problem))
+    }
+}
+
+impl JsonSchema for ClientCommand {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ClientCommand".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "The program, then its arguments.",
+            "type": "array",
+            "items": { "type": "string" },
+            "minItems": 1
+        })
+    }
+}
+
 impl std::fmt::Display for ClientCommand {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&serde_json::to_string(&self.0).expect("strings are JSON"))

@@ -253,6 +253,18 @@ const BAD: &[(&str, &str)] = &[
          28:59: capacity.spike.recovery_timeout: 1s is shorter than capacity.check_interval 5s: not one check window would fit in it",
     ),
     (
+        // Its SLO's free-form scenario is no problem: a foreign client names its own.
+        "bad-client.yaml",
+        "19:5: client_templates.python.scenarios: a client program runs its own scenarios: `scenarios` is for the worker's own (leave it out)\n\
+         20:57: client_templates.python.client.interface: interface 2 is not spoken here: the worker speaks interface 1 (docs/clients.md)\n\
+         20:67: client_templates.python.client.image: foreign clients run under the local launcher only for now (issue 50): no image\n\
+         20:82: client_templates.python.client.env.1BAD: \"1BAD\" is not an environment variable name (letters, digits and '_', not starting with a digit)",
+    ),
+    (
+        "bad-client-command.yaml",
+        "17:24: client_templates.python.client.command: the array needs the program first",
+    ),
+    (
         "bad-slo.yaml",
         "6:32: run.slo[0].scenario: unknown scenario \"Lod\"; one of Timeout, ImageClassification, CrashingClient, SequenceNoEnd, SequenceValidNoEnd, SequenceValidValid, SequenceNoStart, SequenceValid, PerfAnalyzer, Load, Infer\n\
          6:42: run.slo[0].max: p99 is a latency: give a duration like 50ms, found \"50\" (time unit needed, for example 50sec or 50ms)\n\

@@ -84,7 +84,7 @@ pub async fn supervise(run: Supervised<'_>, stop: CancellationToken) -> Outcome 
     let stderr = keep_stderr_tail(&mut child);
     let stdout = child.stdout.take().expect("stdout is piped");
     let silence = silence_limit(run.config);
-    let read = read_records(&run, stdout, silence, stop.clone());
+    let read = read_records(&run, stdout, child.id(), silence, stop.clone());
     let (read, stopped) = read.await;
     let status = end(&mut child, stopped || read.is_err()).await;
     let tail = stderr.words().await;
@@ -183,41 +183,45 @@ fn stderr_tail(tail: &Mutex<VecDeque<String>>) -> String {
     format!("; its stderr ended:\n{}", lines.join("\n"))
 }
 
-/// Reads records until stdout closes, `stop` fires (then for [`STOP_GRACE`] more, for the
-/// last ones), a line breaks the interface or the program is silent too long. Returns the
-/// program's hello (or why it failed) and whether the stop came.
+/// Reads records until stdout closes, `stop` fires (then the program gets SIGTERM and
+/// [`STOP_GRACE`] to write its last ones), a line breaks the interface or the program is
+/// silent too long. Returns the program's hello (or why it failed) and whether the stop came.
 async fn read_records(
     run: &Supervised<'_>,
     stdout: ChildStdout,
+    pid: Option<u32>,
     silence: Duration,
     stop: CancellationToken,
 ) -> (Result<Option<Hello>, String>, bool) {
     let mut lines = BufReader::new(stdout).lines();
     let mut hello = None;
     let mut number = 0u64;
-    let mut stopped = false;
+    let mut stopped: Option<tokio::time::Instant> = None;
     loop {
-        let limit = if stopped { STOP_GRACE } else { silence };
+        let limit = match stopped {
+            Some(deadline) => deadline.saturating_duration_since(tokio::time::Instant::now()),
+            None => silence,
+        };
         let next = tokio::select! {
             next = tokio::time::timeout(limit, lines.next_line()) => next,
-            _ = stop.cancelled(), if !stopped => {
-                stopped = true;
+            _ = stop.cancelled(), if stopped.is_none() => {
+                signal_group(pid, nix::sys::signal::Signal::SIGTERM);
+                stopped = Some(tokio::time::Instant::now() + STOP_GRACE);
                 continue;
             }
         };
+        let stopped_yet = stopped.is_some();
         let line = match next {
             Ok(Ok(Some(line))) => line,
-            Ok(Ok(None)) => return (Ok(hello), stopped),
+            Ok(Ok(None)) => return (Ok(hello), stopped_yet),
             Ok(Err(e)) => {
-                return (
-                    Err(format!("client program's stdout not read: {e}")),
-                    stopped,
-                );
+                let why = format!("client program's stdout not read: {e}");
+                return (Err(why), stopped_yet);
             }
-            Err(_) if stopped => return (Ok(hello), stopped),
+            Err(_) if stopped_yet => return (Ok(hello), stopped_yet),
             Err(_) => {
                 let why = format!("client program wrote no record for {}s", silence.as_secs());
-                return (Err(why), stopped);
+                return (Err(why), stopped_yet);
             }
         };
         number += 1;
@@ -225,10 +229,8 @@ async fn read_records(
             Ok(Some(h)) => hello = Some(h),
             Ok(None) => {}
             Err(bad) => {
-                return (
-                    Err(format!("client program broke the interface: {bad}")),
-                    stopped,
-                );
+                let why = format!("client program broke the interface: {bad}");
+                return (Err(why), stopped_yet);
             }
         }
     }
@@ -315,18 +317,25 @@ async fn failed(run: &Supervised<'_>, f: Failed) {
     }
 }
 
-/// Ends the program: when `stop`, SIGTERM to its group, then SIGKILL after [`STOP_GRACE`];
-/// else waits for its own exit.
+/// Ends the program: when `stop`, SIGTERM to its group (again, for a program stopped for
+/// breaking the interface), then SIGKILL after [`STOP_GRACE`]; else waits for its own exit.
 async fn end(child: &mut Child, stop: bool) -> std::io::Result<ExitStatus> {
-    if stop && let Some(pid) = child.id() {
-        let group = nix::unistd::Pid::from_raw(-(pid as i32));
-        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGTERM);
+    use nix::sys::signal::Signal;
+    if stop {
+        signal_group(child.id(), Signal::SIGTERM);
         if let Ok(status) = tokio::time::timeout(STOP_GRACE, child.wait()).await {
             return status;
         }
-        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+        signal_group(child.id(), Signal::SIGKILL);
     }
     child.wait().await
+}
+
+/// Signals the program's process group (it leads its own; see `start`).
+fn signal_group(pid: Option<u32>, signal: nix::sys::signal::Signal) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), signal);
+    }
 }
 
 /// Ended by the stop the worker sent (SIGTERM, or SIGKILL past its grace; a shell reports

@@ -855,6 +855,35 @@ pub struct ClientTemplate {
     /// Taints the pod tolerates (kube launcher only), e.g. `nvidia.com/gpu` on GPU nodes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+
+    /// A foreign client program to run instead of the worker's scenarios (docs/clients.md):
+    /// the worker starts it, supervises it and reports what it reports. Its command is part of
+    /// the matrix's fingerprint (a client implementation or version pinned by its path is
+    /// another matrix). Not with `scenarios`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ForeignClient>,
+}
+
+/// A client program that speaks the client interface (docs/clients.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForeignClient {
+    /// The program and its arguments, as the worker process sees them (an absolute path, or a
+    /// program on its PATH), e.g. `[python3, /opt/clients/tritonclient_stress.py]`.
+    pub command: stress_common::contract::ClientCommand,
+
+    /// Environment variables of the program (besides its assignment's).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[schemars(extend("propertyNames" = { "pattern": ENV_NAME_PATTERN }))]
+    pub env: IndexMap<String, String>,
+
+    /// The client's own image, for the kube launcher (not supported yet: the local launcher
+    /// runs foreign clients only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// The interface version the program speaks: 1.
+    pub interface: u32,
 }
 
 /// One model a client drives with the `Infer` scenario (the worker's `--model`, `--shape`,

@@ -477,8 +477,40 @@ impl Checker {
         self.at_least_one(path.key("concurrency"), t.concurrency.into());
         // `load` is checked with the bounds (LoadMode::check).
         self.models(path.clone(), t);
+        if let Some(client) = &t.client {
+            self.foreign_client(path.clone(), client, t);
+        }
         self.resources(path.key("resources"), &t.resources);
         self.env(path.key("env"), &t.env);
+    }
+
+    /// A template's foreign client: an interface the worker speaks, a program to start, and
+    /// none of the worker's own scenario settings beside it.
+    fn foreign_client(
+        &mut self,
+        template: FieldPath,
+        c: &super::types::ForeignClient,
+        t: &ClientTemplate,
+    ) {
+        let path = template.key("client");
+        let speaks = stress_common::foreign::INTERFACE;
+        if c.interface != speaks {
+            let message = format!(
+                "interface {} is not spoken here: the worker speaks interface {speaks} (docs/clients.md)",
+                c.interface
+            );
+            self.push(path.key("interface"), Anchor::Value, message);
+        }
+        if c.image.is_some() {
+            let message =
+                "foreign clients run under the local launcher only for now (issue 50): no image";
+            self.push(path.key("image"), Anchor::Value, message);
+        }
+        self.env(path.key("env"), &c.env);
+        if t.scenarios.is_some() {
+            let message = "a client program runs its own scenarios: `scenarios` is for the worker's own (leave it out)";
+            self.push(template.key("scenarios"), Anchor::Key, message);
+        }
     }
 
     /// The `models:` of a client template: names the worker's flags can carry, weights and
@@ -1221,7 +1253,18 @@ fn fault_overlap(m: &Matrix, root: &FieldPath, load: Duration) -> Option<Issue> 
 /// The rules of known issues (in a matrix under `known_issues`, or a known-issues file at its
 /// root): unique non-empty ids, a reason, a regular expression that compiles, a known scenario,
 /// a date `until` that parses, a rate above zero.
-pub fn check_known_issues(root: FieldPath, issues: &[super::KnownIssue]) -> Vec<Issue> {
+/// Whether a client template runs a foreign client, whose scenario names are free-form.
+fn has_foreign_clients(m: &Matrix) -> bool {
+    m.client_templates.values().any(|t| t.client.is_some())
+}
+
+/// The known issues' problems; `free_scenarios`: any scenario name may be matched (a foreign
+/// client names its own).
+pub fn check_known_issues(
+    root: FieldPath,
+    issues: &[super::KnownIssue],
+    free_scenarios: bool,
+) -> Vec<Issue> {
     let mut c = Checker { issues: Vec::new() };
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, issue) in issues.iter().enumerate() {
@@ -1263,6 +1306,7 @@ pub fn check_known_issues(root: FieldPath, issues: &[super::KnownIssue]) -> Vec<
         }
         if let Some(scenario) = &issue.matches.scenario
             && Scenario::parse(scenario).is_none()
+            && !free_scenarios
         {
             c.push(
                 matches.key("scenario"),
@@ -1312,6 +1356,7 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
     c.issues.extend(check_known_issues(
         root.key("known_issues"),
         &m.known_issues,
+        has_foreign_clients(m),
     ));
     c.capacity(m);
     c.issues.extend(check_faults(m));
@@ -1646,8 +1691,10 @@ impl Checker {
                 };
                 self.push(at, anchor, e.message);
             }
+            // A foreign client's scenarios are free-form.
             if let Some(s) = &rule.scenario
                 && Scenario::parse(s).is_none()
+                && !has_foreign_clients(m)
             {
                 self.push(
                     rpath.key("scenario"),

@@ -107,8 +107,16 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
                 })
             })
             .collect(),
-        client_command: None,
-        client_env: Vec::new(),
+        client_command: t.client.as_ref().map(|c| c.command.clone()),
+        client_env: t
+            .client
+            .iter()
+            .flat_map(|c| &c.env)
+            .map(|(name, value)| stress_common::contract::EnvVar {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
     };
     args.set_load(t.load.clone());
     if let Some(start) = a.capacity_start {
