@@ -896,6 +896,11 @@ impl ClientCommand {
     pub fn argv(&self) -> &[String] {
         &self.0
     }
+
+    /// The command with each of its words (the program too) rewritten by `f`.
+    pub fn map_args(&self, f: impl Fn(&str) -> String) -> ClientCommand {
+        ClientCommand(self.0.iter().map(|a| f(a)).collect())
+    }
 }
 
 impl std::str::FromStr for ClientCommand {

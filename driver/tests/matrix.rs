@@ -54,6 +54,7 @@ fn every_committed_matrix_validates() {
         "smoke.yaml",
         "smoke-http.yaml",
         "heterogeneous.yaml",
+        "two-groups.yaml",
         "nightly-soak.yaml",
     ] {
         assert!(
@@ -509,7 +510,7 @@ fn committed_matrices_say_what_they_should() {
     let http = load_committed("smoke-http.yaml");
     assert_eq!(http.clients()[0].template.protocol, Protocol::Http);
 
-    let hetero = load_committed("heterogeneous.yaml");
+    let hetero = load_committed("two-groups.yaml");
     assert_eq!(hetero.server_groups.len(), 2);
     let protocols: Vec<_> = hetero
         .client_groups
@@ -598,7 +599,7 @@ fn assert_blocks_disjoint(clients: &[ClientMember]) {
 
 #[test]
 fn groups_expand_into_named_members_with_targets_and_disjoint_corr_id_blocks() {
-    let m = load_committed("heterogeneous.yaml");
+    let m = load_committed("two-groups.yaml");
     let servers = m.servers();
     let names: Vec<_> = servers.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["triton-a-0", "triton-a-1", "triton-b-0"]);
@@ -672,9 +673,42 @@ fn groups_expand_into_named_members_with_targets_and_disjoint_corr_id_blocks() {
     assert_blocks_disjoint(&clients);
 }
 
+/// The client × server matrix: every client implementation against every server build, the
+/// Python clients' programs found beside the matrix whatever the working directory.
+#[test]
+fn the_heterogeneous_matrix_crosses_client_implementations_with_server_builds() {
+    let m = load_committed("heterogeneous.yaml");
+    let cells: BTreeSet<(String, String)> = m
+        .client_groups
+        .values()
+        .map(|g| (g.template.clone(), g.target.clone()))
+        .collect();
+    assert_eq!(
+        cells.len(),
+        m.client_templates.len() * m.server_groups.len()
+    );
+    let python: Vec<_> = m
+        .clients()
+        .into_iter()
+        .filter_map(|c| c.template.client.map(|client| client.command))
+        .collect();
+    assert_eq!(python.len(), 4);
+    let root = test_matrices_dir();
+    for command in python {
+        for word in command.argv() {
+            let path = Path::new(word);
+            assert!(path.is_absolute(), "{word}");
+            assert!(
+                path.starts_with(&root),
+                "{word} is resolved beside the matrix"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_matrix_survives_a_yaml_round_trip() {
-    for name in ["heterogeneous.yaml", "nightly-soak.yaml"] {
+    for name in ["heterogeneous.yaml", "two-groups.yaml", "nightly-soak.yaml"] {
         let mut m = load_committed(name);
         m.source_path = None;
         let text = serde_saphyr::to_string(&m).unwrap();

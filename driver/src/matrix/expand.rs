@@ -202,6 +202,23 @@ impl Matrix {
             .map(|t| t.protocol)
     }
 
+    /// `template` with its foreign client's relative paths (words starting `./` or `../`)
+    /// resolved against the matrix's directory, as its other local paths are: a committed
+    /// matrix names the project's client beside itself.
+    fn with_local_client_paths(&self, template: &ClientTemplate) -> ClientTemplate {
+        let mut t = template.clone();
+        if let Some(client) = &mut t.client {
+            client.command = client.command.map_args(|arg| {
+                if arg.starts_with("./") || arg.starts_with("../") {
+                    self.resolve_local_path(arg).display().to_string()
+                } else {
+                    arg.to_string()
+                }
+            });
+        }
+        t
+    }
+
     /// Every client member, group by group in file order, then by index. Correlation-id
     /// blocks are handed out in that order: the k-th client's block starts right after the
     /// (k-1)-th's, the first at 1, so blocks never overlap (with one block size for all,
@@ -235,7 +252,7 @@ impl Matrix {
                     group: group.clone(),
                     index,
                     template_name: g.template.clone(),
-                    template: template.clone(),
+                    template: self.with_local_client_paths(template),
                     target_group: g.target.clone(),
                     targets: targets.clone(),
                     corr_ids: block,
