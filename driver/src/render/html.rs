@@ -615,6 +615,9 @@ fn tables(r: &Report) -> Markup {
         (table("scenarios", &SCENARIO_HEAD, &scenario_rows(&r.scenarios)))
         (send_lateness(r))
         (groups(r))
+        @if let Some(g) = &r.grid {
+            (grid(g))
+        }
         (models(r))
         (servers(r))
         (slo(r))
@@ -670,6 +673,38 @@ fn groups(r: &Report) -> Markup {
         @for (group, rows) in r.groups.iter().filter(|_| r.groups.len() > 1) {
             h3 { "Client group " (group) }
             (table("group", &SCENARIO_HEAD, &scenario_rows(rows)))
+        }
+    }
+}
+
+/// Client templates × server groups: each cell's verdict, QPS, p99 and new signatures.
+fn grid(g: &crate::report::grid::Grid) -> Markup {
+    html! {
+        h2 #grid { "Clients × servers" }
+        table.grid {
+            thead { tr { th { "client \\ server" } @for s in &g.servers { th { (s) } } } }
+            tbody {
+                @for c in &g.clients {
+                    tr {
+                        th { (c) }
+                        @for s in &g.servers {
+                            @match g.cells.iter().find(|x| x.client == *c && x.server == *s) {
+                                None => td.no-data { "-" },
+                                Some(cell) => td.(if cell.verdict == "FAIL" { "fail" } else { "ok" }) {
+                                    strong { (cell.verdict) } " " (format!("{:.1}/s", cell.qps))
+                                    @if let Some(us) = cell.p99_us {
+                                        " p99 " (format!("{:.2} ms", us as f64 / 1000.0))
+                                    }
+                                    @if !cell.new_signatures.is_empty() {
+                                        br; (cell.new_signatures.len()) " new: "
+                                        (cell.new_signatures.join(", "))
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

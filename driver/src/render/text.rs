@@ -519,6 +519,9 @@ impl Report {
                 out.push_str(&table.render(self.load_seconds));
             }
         }
+        if let Some(grid) = &self.grid {
+            render_grid(out, grid);
+        }
         if !self.model_table.is_empty() {
             let _ = writeln!(out, "\n== Models, all workers ==");
             out.push_str(&self.model_table.render(self.load_seconds));
@@ -1168,6 +1171,43 @@ pub fn judged(j: &crate::judge::change::Judged) -> String {
     );
     out.push_str(&not_judged_lines(&j.not_judged));
     out
+}
+
+/// The client × server grid: a row per client template, a column per server group.
+fn render_grid(out: &mut String, grid: &crate::report::grid::Grid) {
+    let _ = writeln!(
+        out,
+        "\n== Clients x servers (verdict, QPS, p99; new signatures) =="
+    );
+    let mut head = format!("{:<24}", "client \\ server");
+    for server in &grid.servers {
+        let _ = write!(head, " {server:<34}");
+    }
+    let _ = writeln!(out, "{}", head.trim_end());
+    for client in &grid.clients {
+        let mut row = format!("{client:<24}");
+        for server in &grid.servers {
+            let cell = grid
+                .cells
+                .iter()
+                .find(|c| c.client == *client && c.server == *server);
+            let text = match cell {
+                None => "-".to_string(),
+                Some(c) => {
+                    let p99 = c
+                        .p99_us
+                        .map_or("-".into(), |us| format!("{:.2} ms", us as f64 / 1000.0));
+                    let new = match c.new_signatures.len() {
+                        0 => String::new(),
+                        n => format!("; {n} new"),
+                    };
+                    format!("{} {:.1}/s p99 {p99}{new}", c.verdict, c.qps)
+                }
+            };
+            let _ = write!(row, " {text:<34}");
+        }
+        let _ = writeln!(out, "{}", row.trim_end());
+    }
 }
 
 #[cfg(test)]

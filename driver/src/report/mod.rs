@@ -8,6 +8,7 @@ pub mod baseline;
 pub mod diff;
 mod facts;
 pub mod failures;
+pub mod grid;
 pub mod history;
 mod judgement;
 mod measures;
@@ -116,6 +117,9 @@ pub struct Report {
     pub load_seconds: f64,
     pub scenarios: Vec<RowJson>,
     pub groups: BTreeMap<String, Vec<RowJson>>,
+    /// Client implementations × server builds, when the matrix crosses them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid: Option<grid::Grid>,
     /// One row per (model, scenario), all workers.
     pub models: Vec<ModelRowJson>,
     pub workers: Vec<WorkerQps>,
@@ -647,6 +651,10 @@ impl Report {
             models,
         } = tables;
         let run = facts.run;
+        // A stored matrix that no longer parses (an older version) has no grid.
+        let grid = crate::matrix::parse(&run.matrix_yaml, "matrix.yaml")
+            .ok()
+            .and_then(|m| grid::grid(&m, &groups, &judged.signatures, load_seconds));
         Report {
             run_id: run.run_id,
             name: run.name,
@@ -661,6 +669,7 @@ impl Report {
                 .iter()
                 .map(|(g, t)| (g.clone(), t.to_json(load_seconds)))
                 .collect(),
+            grid,
             models: models.to_json(load_seconds),
             workers,
             servers,
