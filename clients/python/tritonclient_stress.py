@@ -3,20 +3,27 @@
 
 It speaks interface 1 of docs/clients.md: it reads its assignment from the JSON file named by
 TRITON_STRESS_ASSIGNMENT, writes a `hello` and then one record per test on stdout, and logs on
-stderr. Scenario `Load`: closed loop, `concurrency` threads, each sending one inference at a
-time to the assignment's servers in turn, round-robin over its models, every answer checked:
+stderr. `concurrency` threads each run tests until the duration is over or SIGTERM, picking a
+scenario by weight (`--scenarios Load:8,SequenceValid:1,Timeout:1`; default `Load`) and a
+server in turn; every answer is checked:
 
-  * add_sub-like models (INPUT0, INPUT1 -> OUTPUT0 = sum, OUTPUT1 = difference),
-  * identity-like models (INPUT0 -> OUTPUT0 equal),
-  * any other model: every output the metadata lists is present with its datatype.
+  * Load: one inference of one of the assignment's models (round robin): add_sub-like models
+    (INPUT0, INPUT1 -> OUTPUT0 = sum, OUTPUT1 = difference) and identity-like ones (INPUT0 ->
+    OUTPUT0) by value, any other by its outputs' presence;
+  * SequenceValid: a sequence of 3 to 6 steps on a running-sum model (`--sequence-model`,
+    default sequence_nobatch: OUTPUT = the sum of INPUT since START), with a correlation id
+    from the member's block, START on the first step and END on the last, each sum checked;
+  * Timeout (gRPC): a request to a model that answers late (`--timeout-model`, default
+    identity_delay, 200 ms) with a 50 ms client deadline: passes when the client times out.
 
-Runs until the assignment's duration is over or SIGTERM. Exit 0; 3 on an interface it does not
-speak; 2 on a bad assignment.
+Exit 0; 3 on an interface it does not speak; 2 on a bad assignment or arguments.
 """
 
+import argparse
 import importlib.metadata
 import json
 import os
+import random
 import signal
 import sys
 import threading
@@ -122,30 +129,54 @@ class Model:
         return None
 
 
-def load_stream(a, tc, models_of, index, deadline):
-    """One closed-loop stream until the stop or the deadline."""
-    rng = np.random.default_rng(a["seed"] + index)
-    servers = a["servers"]
-    clients = {s: tc.InferenceServerClient(url=s) for s in servers}
-    n = index
-    while not _stop.is_set() and (deadline is None or time.monotonic() < deadline):
-        server = servers[n % len(servers)]
-        models = models_of[server]
-        model = models[(n // len(servers)) % len(models)]
-        n += 1
-        inputs = model.data(rng)
-        request = []
-        for name, datatype, _ in model.inputs:
-            i = tc.InferInput(name, list(inputs[name].shape), datatype)
-            i.set_data_from_numpy(inputs[name])
-            request.append(i)
+def infer_inputs(tc, model, inputs):
+    request = []
+    for name, datatype, _ in model.inputs:
+        i = tc.InferInput(name, list(inputs[name].shape), datatype)
+        i.set_data_from_numpy(inputs[name])
+        request.append(i)
+    return request
+
+
+class Stream:
+    """One closed-loop stream: its clients, its random draws and its correlation ids."""
+
+    def __init__(self, a, args, tc, models_of, index):
+        self.a, self.args, self.tc, self.models_of = a, args, tc, models_of
+        self.rng = np.random.default_rng(a["seed"] + index)
+        self.pick = random.Random(a["seed"] * 7919 + index)
+        self.clients = {s: tc.InferenceServerClient(url=s) for s in a["servers"]}
+        self.n = index
+        ids = a.get("correlation_ids") or {"first": 1 + index * 1_000_000, "count": 1_000_000}
+        width = max(1, ids["count"] // max(1, a["concurrency"]))
+        self.ids = range(ids["first"] + index * width, ids["first"] + (index + 1) * width)
+        self.next_id = 0
+
+    def correlation_id(self):
+        cid = self.ids[self.next_id % len(self.ids)]
+        self.next_id += 1
+        return cid
+
+    def server(self):
+        servers = self.a["servers"]
+        self.n += 1
+        return servers[self.n % len(servers)]
+
+    def failed(self, base, e, latencies=()):
+        emit({"type": "fail", **base, "latencies_us": list(latencies),
+              "error_kind": error_kind(self.a["protocol"], e), "message": str(e)})
+
+    def load(self):
+        server = self.server()
+        models = self.models_of[server]
+        model = models[(self.n // len(self.a["servers"])) % len(models)]
+        inputs = model.data(self.rng)
         base = {"scenario": "Load", "model": model.name, "server": server}
         started = time.monotonic()
         try:
-            result = clients[server].infer(model.name, request)
+            result = self.clients[server].infer(model.name, infer_inputs(self.tc, model, inputs))
         except Exception as e:  # every failure is a record, in the client's words
-            emit({"type": "fail", **base, "error_kind": error_kind(a["protocol"], e), "message": str(e)})
-            continue
+            return self.failed(base, e)
         latency_us = int((time.monotonic() - started) * 1e6)
         wrong = model.check(inputs, result)
         if wrong is None:
@@ -154,13 +185,81 @@ def load_stream(a, tc, models_of, index, deadline):
             emit({"type": "fail", **base, "latencies_us": [latency_us], "error_kind": "wrong_answer",
                   "expected": wrong[0], "message": wrong[1]})
 
+    def sequence(self):
+        server, model = self.server(), self.args.sequence_model
+        cid = self.correlation_id()
+        base = {"scenario": "SequenceValid", "model": model, "server": server, "correlation_id": cid}
+        steps = self.pick.randint(3, 6)
+        total, latencies = 0, []
+        for step in range(steps):
+            value = self.pick.randint(-100, 100)
+            total += value
+            i = self.tc.InferInput("INPUT", [1], "INT32")
+            i.set_data_from_numpy(np.array([value], dtype=np.int32))
+            started = time.monotonic()
+            try:
+                result = self.clients[server].infer(
+                    model, [i], sequence_id=cid, sequence_start=step == 0,
+                    sequence_end=step == steps - 1)
+            except Exception as e:
+                return self.failed(base, e, latencies)
+            latencies.append(int((time.monotonic() - started) * 1e6))
+            got = result.as_numpy("OUTPUT")
+            if got is None or got.reshape(-1).tolist() != [total]:
+                shown = None if got is None else got.reshape(-1).tolist()
+                return emit({"type": "fail", **base, "latencies_us": latencies,
+                             "error_kind": "wrong_answer", "expected": f"OUTPUT = [{total}] at step {step + 1}",
+                             "message": f"OUTPUT = {shown}"})
+        emit({"type": "pass", **{k: v for k, v in base.items() if k != "correlation_id"},
+              "latencies_us": latencies})
+
+    def timeout(self):
+        server, model = self.server(), self.args.timeout_model
+        base = {"scenario": "Timeout", "model": model, "server": server}
+        if self.a["protocol"] != "grpc":
+            return emit({"type": "skip", "scenario": "Timeout"})
+        i = self.tc.InferInput("INPUT0", [4], "INT32")
+        i.set_data_from_numpy(np.arange(4, dtype=np.int32))
+        try:
+            self.clients[server].infer(model, [i], client_timeout=0.05)
+        except Exception as e:
+            if error_kind("grpc", e) == "timeout":
+                return emit({"type": "pass", **base})
+            return self.failed(base, e)
+        emit({"type": "fail", **base, "error_kind": "protocol", "expected": "no answer within 50 ms",
+              "message": "an answer came before the client's deadline"})
+
+
+def run_stream(a, args, tc, models_of, index, deadline, mix):
+    stream = Stream(a, args, tc, models_of, index)
+    scenarios = {"Load": stream.load, "SequenceValid": stream.sequence, "Timeout": stream.timeout}
+    names, weights = zip(*mix)
+    while not _stop.is_set() and (deadline is None or time.monotonic() < deadline):
+        scenarios[stream.pick.choices(names, weights)[0]]()
+
+
+def parse_mix(text):
+    mix = []
+    for part in text.split(","):
+        name, _, weight = part.partition(":")
+        if name not in ("Load", "SequenceValid", "Timeout"):
+            raise ValueError(f"unknown scenario {name!r} (Load, SequenceValid, Timeout)")
+        mix.append((name, int(weight or 1)))
+    return mix
+
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", default="Load", help="NAME[:WEIGHT],... (default Load)")
+    parser.add_argument("--sequence-model", default="sequence_nobatch")
+    parser.add_argument("--timeout-model", default="identity_delay")
+    args = parser.parse_args()
     try:
+        mix = parse_mix(args.scenarios)
         with open(os.environ["TRITON_STRESS_ASSIGNMENT"]) as f:
             a = json.load(f)
     except (KeyError, OSError, ValueError) as e:
-        log(f"no assignment: {e}")
+        log(f"bad assignment or arguments: {e}")
         return 2
     if a.get("interface") != INTERFACE:
         log(f"speaks interface {INTERFACE}, asked for {a.get('interface')}")
@@ -175,10 +274,10 @@ def main():
     models_of = {}
     for server in a["servers"]:
         client = tc.InferenceServerClient(url=server)
-        names = a["models"] or ["add_sub"]
-        models_of[server] = [Model(client, name) for name in names]
+        models_of[server] = [Model(client, name) for name in (a["models"] or ["add_sub"])]
     deadline = None if a.get("duration_s") is None else time.monotonic() + a["duration_s"]
-    streams = [threading.Thread(target=load_stream, args=(a, tc, models_of, i, deadline), daemon=True)
+    streams = [threading.Thread(target=run_stream, args=(a, args, tc, models_of, i, deadline, mix),
+                                daemon=True)
                for i in range(max(1, a["concurrency"]))]
     for s in streams:
         s.start()

@@ -23,9 +23,12 @@ fn python() -> PathBuf {
     p
 }
 
-fn python_client() -> Vec<String> {
+/// The project's Python client, with `args` after its script.
+fn python_client(args: &[&str]) -> Vec<String> {
     let script = support::repo_root().join("clients/python/tritonclient_stress.py");
-    vec![python().display().to_string(), script.display().to_string()]
+    let mut argv = vec![python().display().to_string(), script.display().to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    argv
 }
 
 async fn worker(args: &[&str]) -> Output {
@@ -84,11 +87,11 @@ async fn run_client(
     (out, json)
 }
 
-fn load_row(report: &Value) -> &Value {
+fn row<'r>(report: &'r Value, scenario: &str) -> &'r Value {
     report["rows"]
         .as_array()
-        .and_then(|rows| rows.iter().find(|r| r["scenario"] == "Load"))
-        .unwrap_or_else(|| panic!("no Load row: {report:#}"))
+        .and_then(|rows| rows.iter().find(|r| r["scenario"] == scenario))
+        .unwrap_or_else(|| panic!("no {scenario} row: {report:#}"))
 }
 
 #[tokio::test]
@@ -96,17 +99,28 @@ async fn the_python_tritonclient_client_is_counted_like_the_worker_s_own_and_fin
     let _serial = support::SERVER_LOCK.lock().await;
     let server = support::start_server_with("foreign", |spec| {
         spec.extra_args.push("--model-control-mode=explicit".into());
-        for m in ["add_sub", "add_sub_wrong"] {
+        let models = [
+            "add_sub",
+            "add_sub_wrong",
+            "sequence_nobatch",
+            "sequence_faulty",
+        ];
+        for m in models.iter().chain(&["identity_delay"]) {
             spec.extra_args.push(format!("--load-model={m}"));
         }
     })
     .await;
 
-    // Healthy: over gRPC against add_sub, every answer checked and right.
-    let (out, report) =
-        run_client(&server.grpc_address(), "grpc", &python_client(), "add_sub").await;
+    // Healthy: over gRPC against add_sub, sequences and a late model, every answer right.
+    let mix = python_client(&["--scenarios", "Load:4,SequenceValid:2,Timeout:1"]);
+    let (out, report) = run_client(&server.grpc_address(), "grpc", &mix, "add_sub").await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let load = load_row(&report);
+    for scenario in ["SequenceValid", "Timeout"] {
+        let r = row(&report, scenario);
+        assert!(r["tests"].as_u64().unwrap() > 0, "{report:#}");
+        assert_eq!(r["failures"], 0, "{report:#}");
+    }
+    let load = row(&report, "Load");
     assert!(load["tests"].as_u64().unwrap() > 10, "{report:#}");
     assert_eq!(load["requests"], load["tests"], "{report:#}");
     assert_eq!(load["failures"], 0, "{report:#}");
@@ -114,34 +128,35 @@ async fn the_python_tritonclient_client_is_counted_like_the_worker_s_own_and_fin
     assert_eq!(report["client"]["client"], "tritonclient-python-grpc");
     assert_eq!(report["client"]["version"], "2.51.0");
 
-    // Faulty twin: over HTTP against a model whose OUTPUT1 is wrong.
-    let (out, report) = run_client(
-        &server.http_address(),
-        "http",
-        &python_client(),
-        "add_sub_wrong",
-    )
-    .await;
+    // Faulty twins, over HTTP: a model whose OUTPUT1 is wrong, one whose sums are one too many.
+    let args = [
+        "--scenarios",
+        "Load,SequenceValid",
+        "--sequence-model",
+        "sequence_faulty",
+    ];
+    let faulty = python_client(&args);
+    let (out, report) = run_client(&server.http_address(), "http", &faulty, "add_sub_wrong").await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let load = load_row(&report);
-    assert_eq!(load["failures"], load["tests"], "{report:#}");
-    let failure = &report["failures"][0];
+    for scenario in ["Load", "SequenceValid"] {
+        let r = row(&report, scenario);
+        assert_eq!(r["failures"], r["tests"], "{report:#}");
+    }
+    let failures = report["failures"].as_array().expect("failure records");
+    let of = |scenario: &str| failures.iter().find(|f| f["scenario"] == scenario);
+    let sequence = of("SequenceValid").unwrap_or_else(|| panic!("{failures:#?}"));
+    assert!(
+        sequence["correlation_id"].as_u64().is_some(),
+        "{sequence:#}"
+    );
+    let expected = sequence["expected"].as_str().unwrap();
+    assert!(expected.ends_with("at step 1"), "{sequence:#}");
+    let failure = of("Load").unwrap_or_else(|| panic!("{failures:#?}"));
     assert_eq!(failure["error_kind"], "wrong_answer", "{failure:#}");
     assert_eq!(failure["model"], "add_sub_wrong");
-    assert!(
-        failure["expected"]
-            .as_str()
-            .unwrap()
-            .starts_with("OUTPUT1 = ["),
-        "{failure:#}"
-    );
-    assert!(
-        failure["actual"]
-            .as_str()
-            .unwrap()
-            .starts_with("OUTPUT1 = ["),
-        "{failure:#}"
-    );
+    let said = |field: &str| failure[field].as_str().unwrap_or_default().to_string();
+    assert!(said("expected").starts_with("OUTPUT1 = ["), "{failure:#}");
+    assert!(said("actual").starts_with("OUTPUT1 = ["), "{failure:#}");
     assert!(report["client_failure"].is_null(), "{report:#}");
 
     records_follow_the_schema(&server.grpc_address()).await;
@@ -163,7 +178,7 @@ async fn records_follow_the_schema(server: &str) {
         .to_string(),
     )
     .unwrap();
-    let client = python_client();
+    let client = python_client(&[]);
     let out = tokio::process::Command::new(&client[0])
         .args(&client[1..])
         .env(stress_common::foreign::ASSIGNMENT_ENV, &assignment)
