@@ -31,6 +31,16 @@ fn python_client(args: &[&str]) -> Vec<String> {
     argv
 }
 
+/// The project's perf_analyzer client, on the perf_analyzer the install script puts in .local.
+fn perf_analyzer_client() -> Vec<String> {
+    let script = support::repo_root().join("clients/perf_analyzer/perf_analyzer_client.py");
+    let binary = support::perf_analyzer();
+    [python(), script, "--perf-analyzer".into(), binary]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
 async fn worker(args: &[&str]) -> Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_worker"));
     command
@@ -159,8 +169,39 @@ async fn the_python_tritonclient_client_is_counted_like_the_worker_s_own_and_fin
     assert!(said("actual").starts_with("OUTPUT1 = ["), "{failure:#}");
     assert!(report["client_failure"].is_null(), "{report:#}");
 
+    perf_analyzer_is_a_client_too(&server.grpc_address()).await;
     records_follow_the_schema(&server.grpc_address()).await;
     support::stop_server(server).await;
+}
+
+/// perf_analyzer as a client group of its own: every request it exported is a test, its answer
+/// checked; against add_sub_wrong each one is a wrong answer.
+async fn perf_analyzer_is_a_client_too(server: &str) {
+    let perf = perf_analyzer_client();
+    let (out, report) = run_client(server, "grpc", &perf, "add_sub").await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let runs = row(&report, "perf_analyzer");
+    assert!(
+        runs["tests"].as_u64().unwrap() >= 500,
+        "a run is 500 requests: {report:#}"
+    );
+    assert_eq!(runs["requests"], runs["tests"], "{report:#}");
+    assert_eq!(runs["failures"], 0, "{report:#}");
+    assert_eq!(report["client"]["client"], "perf_analyzer");
+
+    let (out, report) = run_client(server, "grpc", &perf, "add_sub_wrong").await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let runs = row(&report, "perf_analyzer");
+    assert_eq!(runs["failures"], runs["tests"], "{report:#}");
+    let failure = &report["failures"][0];
+    assert_eq!(failure["error_kind"], "wrong_answer", "{failure:#}");
+    assert!(
+        failure["expected"]
+            .as_str()
+            .unwrap()
+            .starts_with("OUTPUT1 = ["),
+        "{failure:#}"
+    );
 }
 
 /// The Python client's own lines, read without the worker, each valid under the schema that
