@@ -692,7 +692,11 @@ fn the_heterogeneous_matrix_crosses_client_implementations_with_server_builds() 
         .into_iter()
         .filter_map(|c| c.template.client.map(|client| client.command))
         .collect();
-    assert_eq!(python.len(), 6, "Python 2.51 and 2.44, perf_analyzer, on each server");
+    assert_eq!(
+        python.len(),
+        6,
+        "Python 2.51 and 2.44, perf_analyzer, on each server"
+    );
     let root = test_matrices_dir();
     for command in python {
         for word in command.argv().iter().filter(|w| !w.starts_with("--")) {
