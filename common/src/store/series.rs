@@ -334,8 +334,7 @@ impl Store {
         mut visit: impl FnMut(String, IntervalCounts),
     ) -> Result<()> {
         use futures::TryStreamExt;
-        type Row = (String, String, String, i64, i64, i64, i64, String);
-        let mut rows = sqlx::query_as::<_, Row>(
+        let mut rows = sqlx::query_as::<_, IntervalRow>(
             "SELECT member_id, scenario, model, start_ms, end_ms, requests, failures,
                     latency_histogram
              FROM latency_intervals WHERE run_id = $1 AND end_ms >= $2 AND end_ms <= $3
@@ -345,30 +344,21 @@ impl Store {
         .bind(from_ms)
         .bind(to_ms)
         .fetch(&self.pool);
-        while let Some((
-            member_id,
-            scenario,
-            model,
-            start_ms,
-            end_ms,
-            requests,
-            failures,
-            latency,
-        )) = rows
+        while let Some(row) = rows
             .try_next()
             .await
             .map_err(self.db("latency_intervals"))?
         {
             visit(
-                member_id,
+                row.member_id,
                 IntervalCounts {
-                    scenario,
-                    model,
-                    start_ms,
-                    end_ms,
-                    requests: from_db(requests),
-                    failures: from_db(failures),
-                    latency_histogram: latency,
+                    scenario: row.scenario,
+                    model: row.model,
+                    start_ms: row.start_ms,
+                    end_ms: row.end_ms,
+                    requests: from_db(row.requests),
+                    failures: from_db(row.failures),
+                    latency_histogram: row.latency_histogram,
                 },
             );
         }
@@ -393,8 +383,7 @@ impl Store {
         run_id: &RunId,
         after_id: i64,
     ) -> Result<Vec<(i64, String, Outage)>> {
-        type Row = (i64, String, String, i64, Option<i64>, Option<i64>, i64, i64);
-        let rows: Vec<Row> = sqlx::query_as(
+        let rows: Vec<OutageRow> = sqlx::query_as(
             "SELECT id, member_id, server, last_ok_ms, first_failure_ms, first_ok_ms,
                     failed_tests, failed_sequences
              FROM outages WHERE run_id = $1 AND id > $2 ORDER BY id",
@@ -406,31 +395,17 @@ impl Store {
         .map_err(self.db("outages"))?;
         Ok(rows
             .into_iter()
-            .map(
-                |(
-                    id,
-                    member_id,
-                    server,
-                    last_ok_ms,
-                    first_failure_ms,
-                    first_ok_ms,
-                    failed_tests,
-                    failed_sequences,
-                )| {
-                    (
-                        id,
-                        member_id,
-                        Outage {
-                            server,
-                            last_ok_ms,
-                            first_failure_ms,
-                            first_ok_ms,
-                            failed_tests: from_db(failed_tests),
-                            failed_sequences: from_db(failed_sequences),
-                        },
-                    )
-                },
-            )
+            .map(|row| {
+                let outage = Outage {
+                    server: row.server,
+                    last_ok_ms: row.last_ok_ms,
+                    first_failure_ms: row.first_failure_ms,
+                    first_ok_ms: row.first_ok_ms,
+                    failed_tests: from_db(row.failed_tests),
+                    failed_sequences: from_db(row.failed_sequences),
+                };
+                (row.id, row.member_id, outage)
+            })
             .collect())
     }
 
@@ -670,8 +645,7 @@ impl Store {
 
     /// The latest cumulative counts of every (member, scenario), by member then scenario.
     pub async fn scenario_counts(&self, run_id: &RunId) -> Result<Vec<(String, ScenarioCounts)>> {
-        type Row = (String, String, i64, i64, i64, i64, String, Option<String>);
-        let rows: Vec<Row> = sqlx::query_as(
+        let rows: Vec<ScenarioRow> = sqlx::query_as(
             "SELECT member_id, scenario, tests, failures, requests, skipped, latency_histogram,
                     send_lateness_histogram
              FROM scenario_counts WHERE run_id = $1 ORDER BY member_id, scenario",
@@ -682,31 +656,18 @@ impl Store {
         .map_err(self.db("scenario_counts"))?;
         Ok(rows
             .into_iter()
-            .map(
-                |(
-                    member_id,
-                    scenario,
-                    tests,
-                    failures,
-                    requests,
-                    skipped,
-                    latency_histogram,
-                    send_lateness,
-                )| {
-                    (
-                        member_id,
-                        ScenarioCounts {
-                            scenario,
-                            tests: from_db(tests),
-                            failures: from_db(failures),
-                            requests: from_db(requests),
-                            skipped: from_db(skipped),
-                            latency_histogram,
-                            send_lateness_histogram: send_lateness.unwrap_or_default(),
-                        },
-                    )
-                },
-            )
+            .map(|row| {
+                let counts = ScenarioCounts {
+                    scenario: row.scenario,
+                    tests: from_db(row.tests),
+                    failures: from_db(row.failures),
+                    requests: from_db(row.requests),
+                    skipped: from_db(row.skipped),
+                    latency_histogram: row.latency_histogram,
+                    send_lateness_histogram: row.send_lateness_histogram.unwrap_or_default(),
+                };
+                (row.member_id, counts)
+            })
             .collect())
     }
 
@@ -714,19 +675,7 @@ impl Store {
     /// model, each with the time of the snapshot that wrote it.
     pub async fn model_counts(&self, run_id: &RunId) -> Result<Vec<(String, i64, ModelCounts)>> {
         const OP: &str = "model_counts";
-        type Row = (
-            String,
-            String,
-            String,
-            i64,
-            i64,
-            i64,
-            String,
-            Option<String>,
-            i64,
-            i64,
-        );
-        let rows: Vec<Row> = sqlx::query_as(
+        let rows: Vec<ModelRow> = sqlx::query_as(
             "SELECT member_id, scenario, model, tests, failures, requests, latency_histogram,
                     stream, updated_at_ms, uncounted_runs
              FROM model_counts WHERE run_id = $1 ORDER BY member_id, scenario, model",
@@ -737,38 +686,25 @@ impl Store {
         .map_err(self.db(OP))?;
         rows.into_iter()
             .map(|row| {
-                let (
-                    member_id,
-                    scenario,
-                    model,
-                    tests,
-                    failures,
-                    requests,
-                    latency,
-                    stream,
-                    at,
-                    uncounted_runs,
-                ) = row;
-                let stream = stream
+                let member_id = row.member_id;
+                let stream = row
+                    .stream
                     .map(|s| serde_json::from_str(&s))
                     .transpose()
                     .map_err(|e| {
                         self.corrupt(OP, format!("model_counts.stream of {member_id}: {e}"))
                     })?;
-                Ok((
-                    member_id,
-                    at,
-                    ModelCounts {
-                        scenario,
-                        model,
-                        tests: from_db(tests),
-                        failures: from_db(failures),
-                        requests: from_db(requests),
-                        latency_histogram: latency,
-                        stream,
-                        uncounted_runs: from_db(uncounted_runs),
-                    },
-                ))
+                let counts = ModelCounts {
+                    scenario: row.scenario,
+                    model: row.model,
+                    tests: from_db(row.tests),
+                    failures: from_db(row.failures),
+                    requests: from_db(row.requests),
+                    latency_histogram: row.latency_histogram,
+                    stream,
+                    uncounted_runs: from_db(row.uncounted_runs),
+                };
+                Ok((member_id, row.updated_at_ms, counts))
             })
             .collect()
     }
@@ -794,4 +730,58 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// A row of `latency_intervals` as [`Store::visit_latency_intervals`] reads it.
+#[derive(sqlx::FromRow)]
+struct IntervalRow {
+    member_id: String,
+    scenario: String,
+    model: String,
+    start_ms: i64,
+    end_ms: i64,
+    requests: i64,
+    failures: i64,
+    latency_histogram: String,
+}
+
+/// A row of `outages`.
+#[derive(sqlx::FromRow)]
+struct OutageRow {
+    id: i64,
+    member_id: String,
+    server: String,
+    last_ok_ms: i64,
+    first_failure_ms: Option<i64>,
+    first_ok_ms: Option<i64>,
+    failed_tests: i64,
+    failed_sequences: i64,
+}
+
+/// A row of `scenario_counts`.
+#[derive(sqlx::FromRow)]
+struct ScenarioRow {
+    member_id: String,
+    scenario: String,
+    tests: i64,
+    failures: i64,
+    requests: i64,
+    skipped: i64,
+    latency_histogram: String,
+    send_lateness_histogram: Option<String>,
+}
+
+/// A row of `model_counts`.
+#[derive(sqlx::FromRow)]
+struct ModelRow {
+    member_id: String,
+    scenario: String,
+    model: String,
+    tests: i64,
+    failures: i64,
+    requests: i64,
+    latency_histogram: String,
+    stream: Option<String>,
+    updated_at_ms: i64,
+    uncounted_runs: i64,
 }
