@@ -95,6 +95,11 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
             "the server ended or stopped answering during the load, and the platform reported \
              no memory limit, eviction or lost node: a failure of the server's own"
         }
+        // The worker's words for a foreign client program it supervises (worker/src/foreign.rs).
+        "CLIENT" if r.contains("client program") => {
+            "the client program failed on its own (its exit, a line outside the client \
+             interface, or silence): the client's failure, in its words above"
+        }
         "CLIENT" if r.contains("panicked") => "a worker of ours panicked",
         "CLIENT" if r.contains("do not reach the store") || r.contains("store unavailable") => {
             "a worker of ours lost the store: it works, but its reports do not arrive"
@@ -122,6 +127,8 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
     };
     let class = if role == "SERVER" || r.contains("unanswered") {
         FailureClass::Server
+    } else if r.contains("client program") {
+        FailureClass::Client
     } else {
         FailureClass::Harness
     };
@@ -466,6 +473,13 @@ mod tests {
             Harness
         );
         assert_eq!(member_failure("slo", "?", "p99 over 5 ms"), None);
+        // A foreign client program that failed is the client's failure, not the harness's.
+        let foreign = why("final: client program exited: exit status: 3; its stderr ended:\nx");
+        assert_eq!(foreign.class, Client, "{}", foreign.why);
+        assert_eq!(
+            why("final: client program broke the interface: line 3 is not a record").class,
+            Client
+        );
     }
 
     const REJECTED: &str = "server error (InvalidArgument): inference request for sequence \
