@@ -3,7 +3,8 @@
 
 It speaks interface 1 of docs/clients.md: it reads its assignment from the JSON file named by
 TRITON_STRESS_ASSIGNMENT, writes a `hello` and then one record per test on stdout, and logs on
-stderr. `concurrency` threads each run tests until the duration is over or SIGTERM, picking a
+stderr. `concurrency` threads each run tests until the duration is over or SIGTERM (back to
+back, or with a `rate` at fixed intended times, latency from the intended time), picking a
 scenario by weight (`--scenarios Load:8,SequenceValid:1,Timeout:1`; default `Load`) and a
 server in turn; every answer is checked:
 
@@ -151,6 +152,8 @@ class Stream:
         width = max(1, ids["count"] // max(1, a["concurrency"]))
         self.ids = range(ids["first"] + index * width, ids["first"] + (index + 1) * width)
         self.next_id = 0
+        # Open loop: when the current test was meant to start (None: closed loop).
+        self.intended = None
 
     def correlation_id(self):
         cid = self.ids[self.next_id % len(self.ids)]
@@ -172,7 +175,7 @@ class Stream:
         model = models[(self.n // len(self.a["servers"])) % len(models)]
         inputs = model.data(self.rng)
         base = {"scenario": "Load", "model": model.name, "server": server}
-        started = time.monotonic()
+        started = self.intended if self.intended is not None else time.monotonic()
         try:
             result = self.clients[server].infer(model.name, infer_inputs(self.tc, model, inputs))
         except Exception as e:  # every failure is a record, in the client's words
@@ -231,10 +234,19 @@ class Stream:
 
 
 def run_stream(a, args, tc, models_of, index, deadline, mix):
+    """Tests back to back (closed loop), or with an assignment's `rate`, each stream at its
+    share of it: tests start at fixed intended times, and a Load test's latency counts from
+    its intended time (a late start is the client's lag, not hidden)."""
     stream = Stream(a, args, tc, models_of, index)
     scenarios = {"Load": stream.load, "SequenceValid": stream.sequence, "Timeout": stream.timeout}
     names, weights = zip(*mix)
+    gap = a["concurrency"] / a["rate"] if a.get("rate") else None
+    next_at = time.monotonic()
     while not _stop.is_set() and (deadline is None or time.monotonic() < deadline):
+        if gap is not None:
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            stream.intended = next_at
+            next_at += gap
         scenarios[stream.pick.choices(names, weights)[0]]()
 
 
