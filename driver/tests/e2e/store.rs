@@ -24,6 +24,43 @@ enum StoreFault {
 /// store outage limit (60 s).
 const STORE_OUTAGE: Duration = Duration::from_secs(15);
 
+/// A Postgres of the test's own to stop and start (None, with a SKIPPED line where it must be
+/// the shared `TEST_DATABASE_URL`, or without Postgres where that is allowed).
+fn own_postgres() -> Option<stress_common::store::testing::ThrowawayPostgres> {
+    match TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}"))? {
+        TestPostgres::Throwaway(pg) => Some(pg),
+        TestPostgres::External(_) => {
+            use std::io::Write;
+            writeln!(
+                std::io::stderr(),
+                "SKIPPED: the store chaos test needs a Postgres of its own (TEST_DATABASE_URL is shared)"
+            )
+            .ok();
+            None
+        }
+    }
+}
+
+/// Waits until the run's worker reports QPS above 0 in the store at `url` (the driver must not
+/// have exited, within [`START_LIMIT`]).
+async fn until_load_flows(driver: &mut Driver, url: &str, run_id: &str) {
+    let deadline = Instant::now() + START_LIMIT;
+    loop {
+        assert!(driver.try_exit().is_none(), "{}", driver.output());
+        assert!(Instant::now() < deadline, "{}", driver.output());
+        driver.observe();
+        if let Ok(store) = Store::connect(url).await
+            && store
+                .latest_qps(&RunId::from(run_id))
+                .await
+                .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER && s.qps > 0.0))
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// The run's processes still alive (workers and servers carry the run id in their arguments).
 fn run_processes(run_id: &str) -> Vec<String> {
     processes()
@@ -38,16 +75,7 @@ fn run_processes(run_id: &str) -> Vec<String> {
 /// the run passes, the servers' successes reconcile with the workers' answers (no record was
 /// lost), and nothing of the run is left running.
 async fn a_store_outage_mid_run(fault: StoreFault) {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
-    let TestPostgres::Throwaway(mut pg) = pg else {
-        use std::io::Write;
-        writeln!(
-            std::io::stderr(),
-            "SKIPPED: the store chaos test needs a Postgres of its own (TEST_DATABASE_URL is shared)"
-        )
-        .ok();
+    let Some(mut pg) = own_postgres() else {
         return;
     };
     let _one_run = RUN_LOCK.lock().await;
@@ -61,21 +89,7 @@ async fn a_store_outage_mid_run(fault: StoreFault) {
     args.extend(["--database-url", &url]);
     let mut driver = Driver::spawn(&args, tmp.path(), "driver");
 
-    let deadline = Instant::now() + START_LIMIT;
-    loop {
-        assert!(driver.try_exit().is_none(), "{}", driver.output());
-        assert!(Instant::now() < deadline, "{}", driver.output());
-        driver.observe();
-        if let Ok(store) = Store::connect(&url).await
-            && store
-                .latest_qps(&RunId::from(&run_id))
-                .await
-                .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER && s.qps > 0.0))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    until_load_flows(&mut driver, &url, &run_id).await;
     let outage_from = stress_common::now_ms();
     match fault {
         StoreFault::Paused => pg.pause(),
@@ -154,16 +168,7 @@ async fn a_store_killed_and_restarted_mid_run_loses_no_record() {
 /// 60 s, still writes a report: the verdict and why, marked incomplete, naming what is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_down_at_the_end_still_gets_an_incomplete_report() {
-    let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
-    let TestPostgres::Throwaway(mut pg) = pg else {
-        use std::io::Write;
-        writeln!(
-            std::io::stderr(),
-            "SKIPPED: the store chaos test needs a Postgres of its own (TEST_DATABASE_URL is shared)"
-        )
-        .ok();
+    let Some(mut pg) = own_postgres() else {
         return;
     };
     let _one_run = RUN_LOCK.lock().await;
@@ -176,21 +181,7 @@ async fn a_store_down_at_the_end_still_gets_an_incomplete_report() {
     let mut args = run_args(&matrix, &runs, &run_id, "30s");
     args.extend(["--database-url", &url]);
     let mut driver = Driver::spawn(&args, tmp.path(), "driver");
-    let deadline = Instant::now() + START_LIMIT;
-    loop {
-        assert!(driver.try_exit().is_none(), "{}", driver.output());
-        assert!(Instant::now() < deadline, "{}", driver.output());
-        driver.observe();
-        if let Ok(store) = Store::connect(&url).await
-            && store
-                .latest_qps(&RunId::from(&run_id))
-                .await
-                .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER && s.qps > 0.0))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    until_load_flows(&mut driver, &url, &run_id).await;
     pg.kill().unwrap_or_else(|e| panic!("{e}"));
     let status = driver.wait(RUN_LIMIT, true).await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());
