@@ -164,14 +164,21 @@ pub struct BadLine {
     pub error: String,
 }
 
+impl BadLine {
+    /// The `line`th line, `text`, and why interface 1 does not allow it.
+    pub fn new(line: u64, text: &str, error: impl Into<String>) -> BadLine {
+        BadLine {
+            line,
+            text: text.chars().take(200).collect(),
+            error: error.into(),
+        }
+    }
+}
+
 impl Record {
     /// Reads one line of stdout (the `line`th); a `hello` of another interface version is bad.
     pub fn parse(text: &str, line: u64) -> Result<Record, BadLine> {
-        let bad = |error: String| BadLine {
-            line,
-            text: text.chars().take(200).collect(),
-            error,
-        };
+        let bad = |error: String| BadLine::new(line, text, error);
         let record: Record = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
         if let Record::Hello(h) = &record
             && h.interface != INTERFACE

@@ -244,11 +244,7 @@ async fn take(
     greeted: bool,
 ) -> Result<Option<Hello>, BadLine> {
     let record = Record::parse(line, number)?;
-    let bad = |error: &str| BadLine {
-        line: number,
-        text: line.chars().take(200).collect(),
-        error: error.into(),
-    };
+    let bad = |error: &str| BadLine::new(number, line, error);
     match record {
         Record::Hello(h) if greeted => Err(bad(&format!("a second hello ({})", h.client))),
         Record::Hello(h) => {
