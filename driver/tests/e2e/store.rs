@@ -41,6 +41,24 @@ fn own_postgres() -> Option<stress_common::store::testing::ThrowawayPostgres> {
     }
 }
 
+/// Starts the smoke matrix for `duration` on the store at `url` and waits until load flows:
+/// the run's temporary directory, its runs directory and its driver.
+async fn start_with_load(
+    url: &str,
+    run_id: &str,
+    duration: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, Driver) {
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = smoke_matrix(tmp.path());
+    let runs = tmp.path().join("runs");
+    let mut args = run_args(&matrix, &runs, run_id, duration);
+    args.extend(["--database-url", url]);
+    let mut driver = Driver::spawn(&args, tmp.path(), "driver");
+    until_load_flows(&mut driver, url, run_id).await;
+    (tmp, runs, driver)
+}
+
 /// Waits until the run's worker reports QPS above 0 in the store at `url` (the driver must not
 /// have exited, within [`START_LIMIT`]).
 async fn until_load_flows(driver: &mut Driver, url: &str, run_id: &str) {
@@ -79,17 +97,9 @@ async fn a_store_outage_mid_run(fault: StoreFault) {
         return;
     };
     let _one_run = RUN_LOCK.lock().await;
-    ensure_worker();
-    let tmp = tempfile::tempdir().unwrap();
-    let matrix = smoke_matrix(tmp.path());
-    let runs = tmp.path().join("runs");
     let run_id = format!("e2e-chaos-store-{fault:?}-{}", std::process::id());
     let url = pg.url().to_string();
-    let mut args = run_args(&matrix, &runs, &run_id, "60s");
-    args.extend(["--database-url", &url]);
-    let mut driver = Driver::spawn(&args, tmp.path(), "driver");
-
-    until_load_flows(&mut driver, &url, &run_id).await;
+    let (_tmp, runs, mut driver) = start_with_load(&url, &run_id, "60s").await;
     let outage_from = stress_common::now_ms();
     match fault {
         StoreFault::Paused => pg.pause(),
@@ -172,16 +182,9 @@ async fn a_store_down_at_the_end_still_gets_an_incomplete_report() {
         return;
     };
     let _one_run = RUN_LOCK.lock().await;
-    ensure_worker();
-    let tmp = tempfile::tempdir().unwrap();
-    let matrix = smoke_matrix(tmp.path());
-    let runs = tmp.path().join("runs");
     let run_id = format!("e2e-chaos-store-gone-{}", std::process::id());
     let url = pg.url().to_string();
-    let mut args = run_args(&matrix, &runs, &run_id, "30s");
-    args.extend(["--database-url", &url]);
-    let mut driver = Driver::spawn(&args, tmp.path(), "driver");
-    until_load_flows(&mut driver, &url, &run_id).await;
+    let (_tmp, runs, mut driver) = start_with_load(&url, &run_id, "30s").await;
     pg.kill().unwrap_or_else(|e| panic!("{e}"));
     let status = driver.wait(RUN_LIMIT, true).await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());
