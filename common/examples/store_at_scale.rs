@@ -201,6 +201,7 @@ impl Worker {
             rss_bytes: Some(64 << 20),
             deferred_clients: 0,
             unanswered: vec![],
+            client_spans: vec![],
         };
         if let Some(c) = closing {
             self.tracker.commit(c);

@@ -885,6 +885,11 @@ pub struct WorkerArgs {
     /// An environment variable for the client program: NAME=VALUE (repeatable).
     #[arg(long = "client-env", requires = "client_command")]
     pub client_env: Vec<EnvVar>,
+    /// The share of unary inference requests sent with a W3C trace context (`traceparent`),
+    /// each recorded as a client span (0 to 1; 0: none). Triton traces every request that
+    /// carries a context, so this is the server's tracing load too.
+    #[arg(long, env = "WORKER_TRACE_SHARE")]
+    pub trace_share: Option<crate::trace::TraceShare>,
 }
 
 /// A foreign client's command line: a program and its arguments (`--client-command`, JSON).
@@ -1126,6 +1131,9 @@ impl WorkerArgs {
         for e in &self.client_env {
             args.extend(["--client-env".into(), e.to_string()]);
         }
+        if let Some(share) = self.trace_share {
+            args.extend(["--trace-share".into(), share.to_string()]);
+        }
         args
     }
 }
@@ -1214,6 +1222,7 @@ mod tests {
             batch_sizes: vec!["8".parse().unwrap(), "bert=2".parse().unwrap()],
             client_command: None,
             client_env: Vec::new(),
+            trace_share: Some("0.015".parse().unwrap()),
         }
     }
 
@@ -1233,6 +1242,7 @@ mod tests {
         b.batch_sizes.clear();
         b.adaptive_load = false;
         b.driver_judges = false;
+        b.trace_share = None;
         assert_eq!(parse(&b.to_args()).unwrap(), b);
         assert_eq!(b.load(), Some(LoadMode::Concurrency(3)));
         for mode in [

@@ -17,6 +17,7 @@
 //!   a store outage neither stops the load nor loses what was reported.
 //! * [`schedule`]: an open loop's send times (constant, Poisson, request-intervals files).
 //! * [`retry`]: a write retried with backoff within a time budget (a worker's final event).
+//! * [`trace`]: W3C trace context on sampled requests, and the client and server spans of each.
 //! * [`telemetry`] and [`shutdown`]: logging set-up and the one cancellation token of a process.
 
 pub mod contract;
@@ -37,6 +38,7 @@ pub mod signature;
 pub mod status;
 pub mod store;
 pub mod telemetry;
+pub mod trace;
 pub mod triton_metrics;
 pub mod tritonserver;
 

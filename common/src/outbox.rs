@@ -126,8 +126,8 @@ impl Queue {
         self.push(item);
     }
 
-    /// Drops the oldest queued snapshot but the front, moving its latency intervals and its
-    /// outages to the next queued snapshot (ahead of that one's own, so both keep their order).
+    /// Drops the oldest queued snapshot but the front, moving its latency intervals, its
+    /// outages and its client spans to the next queued snapshot (ahead of that one's own, so both keep their order).
     fn drop_oldest_sample(&mut self) {
         let snapshot_at = |items: &VecDeque<(u64, Item)>, from: usize| {
             (from..items.len()).find(|&i| matches!(items[i].1, Item::Snapshot(_)))
@@ -149,6 +149,9 @@ impl Queue {
             let mut moved = dropped.outages;
             moved.append(&mut s.outages);
             s.outages = moved;
+            let mut moved = dropped.client_spans;
+            moved.append(&mut s.client_spans);
+            s.client_spans = moved;
             // The series keeps a point where the dropped one would have been.
             s.series_point |= dropped.series_point;
         }
@@ -589,7 +592,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn outages_are_never_dropped_and_keep_their_order() {
+    async fn outages_and_client_spans_are_never_dropped_and_keep_their_order() {
         let store = Arc::new(SwitchableStore::default());
         store.down.store(true, Ordering::SeqCst);
         let limits = Limits {
@@ -612,6 +615,22 @@ mod tests {
                 3 => vec![outage(31), outage(32)],
                 _ => vec![],
             };
+            // Each outage's twin: a client span named after it.
+            s.client_spans = s
+                .outages
+                .iter()
+                .map(|o| crate::trace::ClientSpan {
+                    trace_id: o.server.clone(),
+                    span_id: String::new(),
+                    scenario: String::new(),
+                    model: String::new(),
+                    server: String::new(),
+                    intended_ns: 0,
+                    sent_ns: 0,
+                    answered_ns: 0,
+                    ok: true,
+                })
+                .collect();
             outbox.snapshot(&s).await.unwrap();
         }
         assert_eq!(outbox.backlog(), 3);
@@ -637,6 +656,14 @@ mod tests {
             ],
             "every outage is delivered, in the order the worker saw them"
         );
+        let spans: Vec<String> = written
+            .iter()
+            .flat_map(|i| match i {
+                Item::Snapshot(s) => s.client_spans.iter().map(|c| c.trace_id.clone()).collect(),
+                _ => vec![],
+            })
+            .collect();
+        assert_eq!(spans, delivered, "so is every client span");
         assert_eq!(
             describe(&written)[..3],
             [

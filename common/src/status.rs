@@ -168,6 +168,10 @@ pub struct WorkerSnapshot {
     /// server's failure, not a worker that sent nothing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unanswered: Vec<UnansweredCalls>,
+    /// The traced requests answered since the previous snapshot (see [`crate::trace`]).
+    /// Never dropped by the outbox (like `outages`): a share of the requests, bounded by it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_spans: Vec<crate::trace::ClientSpan>,
 }
 
 /// Calls one worker sent to one server that had not ended (answered, failed or timed out) at

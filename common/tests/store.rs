@@ -2278,3 +2278,89 @@ async fn errors_name_the_operation_and_mask_the_password() {
     .unwrap_err();
     assert!(err.to_string().contains(": connect: "), "{err}");
 }
+
+// ---- Traced requests
+
+/// Client spans come with snapshots, server spans from the receiver; the tail read returns
+/// each (scenario, model)'s slowest share (at least one) and only those traces' server spans.
+async fn traced_tail(url: &str) {
+    use stress_common::trace::{ClientSpan, ServerSpan, SpanEvent};
+    let store = Store::connect(url).await.expect("connect");
+    let run_id = unique("traced-tail");
+    let client = |i: i64, model: &str| ClientSpan {
+        trace_id: format!("{i:032x}"),
+        span_id: format!("{i:016x}"),
+        scenario: "Load".into(),
+        model: model.into(),
+        server: "127.0.0.1:8001".into(),
+        intended_ns: 1_000 * i,
+        sent_ns: 1_000 * i + 1,
+        // Latency i ms: request 10 of "a" is its slowest.
+        answered_ns: 1_000 * i + 1_000_000 * i,
+        ok: i != 3,
+    };
+    let sink = store.sink(run_id.clone(), "client-0");
+    for chunk in [1..=5, 6..=10] {
+        let spans: Vec<ClientSpan> = chunk.clone().map(|i| client(i, "a")).collect();
+        sink.snapshot(&WorkerSnapshot {
+            client_spans: spans,
+            ..WorkerSnapshot::default()
+        })
+        .await
+        .unwrap();
+    }
+    sink.snapshot(&WorkerSnapshot {
+        client_spans: vec![client(11, "b")],
+        ..WorkerSnapshot::default()
+    })
+    .await
+    .unwrap();
+    let server = |i: i64, name: &str| ServerSpan {
+        server: "r2-51-0".into(),
+        trace_id: format!("{i:032x}"),
+        span_id: format!("{:016x}", i + 100),
+        parent_span_id: format!("{i:016x}"),
+        name: name.into(),
+        start_ns: 5,
+        end_ns: 6,
+        events: vec![SpanEvent {
+            name: "QUEUE_START".into(),
+            at_ns: 5,
+        }],
+    };
+    let spans: Vec<ServerSpan> = (1..=11).map(|i| server(i, "InferRequest")).collect();
+    store.record_server_spans(&run_id, &spans).await.unwrap();
+    assert_eq!(store.server_span_count(&run_id).await.unwrap(), 11);
+
+    let tail = store.traced_tail(&run_id, 0.2).await.unwrap();
+    let counts: Vec<(String, i64)> = tail
+        .traced
+        .iter()
+        .map(|c| (c.model.clone(), c.traced))
+        .collect();
+    assert_eq!(counts, [("a".to_string(), 10), ("b".to_string(), 1)]);
+    let slowest: Vec<(&str, i64)> = tail
+        .client
+        .iter()
+        .map(|s| (s.model.as_str(), s.answered_ns - s.intended_ns))
+        .collect();
+    assert_eq!(
+        slowest,
+        [("a", 10_000_000), ("a", 9_000_000), ("b", 11_000_000)]
+    );
+    assert_eq!(tail.client[0], client(10, "a"));
+    let mut traces: Vec<&str> = tail.server.iter().map(|s| s.trace_id.as_str()).collect();
+    traces.sort();
+    assert_eq!(
+        traces,
+        [
+            format!("{:032x}", 9),
+            format!("{:032x}", 10),
+            format!("{:032x}", 11)
+        ]
+    );
+    assert_eq!(tail.server[0].events, spans[8].events);
+    store.close().await;
+}
+
+on_both_backends!(traced_tail, sqlite_traced_tail, postgres_traced_tail);

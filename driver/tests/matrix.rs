@@ -112,7 +112,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown-field.yaml",
-        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode, repeat, slo, seed",
+        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode, repeat, slo, seed, otlp_forward",
     ),
     (
         "wrong-type.yaml",
@@ -260,6 +260,21 @@ const BAD: &[(&str, &str)] = &[
          20:57: client_templates.python.client.interface: interface 2 is not spoken here: the worker speaks interface 1 (docs/clients.md)\n\
          20:67: client_templates.python.client.image: foreign clients run under the local launcher only for now (issue 50): no image\n\
          20:82: client_templates.python.client.env.1BAD: \"1BAD\" is not an environment variable name (letters, digits and '_', not starting with a digit)",
+    ),
+    (
+        // One server cannot write trace files and export OpenTelemetry spans; a foreign
+        // client's requests are not the worker's to trace.
+        "bad-traced-clients.yaml",
+        "9:5: server_templates.cpu.trace: server template \"cpu\" writes Triton's trace files (trace.mode triton), and client template \"traced\" traces requests to its servers (trace_share), which makes them export OpenTelemetry spans: one server cannot do both (drop one, or use trace.mode opentelemetry) (see client_groups.clients.template at 26:5)\n\
+         23:5: client_templates.python.trace_share: a client program sends its own requests, which the worker cannot trace: `trace_share` is for the worker's own scenarios",
+    ),
+    (
+        "bad-trace-share.yaml",
+        "17:18: client_templates.traced.trace_share: a share of requests is from 0 to 1, not 1.5",
+    ),
+    (
+        "bad-otlp-forward.yaml",
+        "5:17: run.otlp_forward: \"ftp://collector:4318/v1/traces\": an http(s) URL, not ftp:",
     ),
     (
         "bad-client-command.yaml",

@@ -348,6 +348,7 @@ mod tests {
                 rss_bytes: None,
                 deferred_clients: 0,
                 unanswered: vec![],
+                client_spans: vec![],
             };
             store
                 .record_snapshot(&"r".into(), &"w-0".into(), &snapshot)

@@ -556,6 +556,7 @@ mod tests {
             batch_sizes: vec!["3".parse().unwrap(), "m=2".parse().unwrap()],
             client_command: None,
             client_env: Vec::new(),
+            trace_share: None,
         };
         contract.set_load(Some(LoadMode::Rate(0.5)));
         let mut argv = vec!["worker".to_string()];

@@ -431,6 +431,7 @@ impl Stats {
             rss_bytes: own_rss_bytes(),
             deferred_clients: self.deferred.load(Ordering::Relaxed),
             unanswered: self.unanswered(at_ms),
+            client_spans: Vec::new(),
         }
     }
 

@@ -165,6 +165,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0021_unanswered_calls.sql"),
         postgres: include_str!("../../migrations/postgres/0021_unanswered_calls.sql"),
     },
+    Migration {
+        version: 22,
+        name: "spans",
+        sqlite: include_str!("../../migrations/sqlite/0022_spans.sql"),
+        postgres: include_str!("../../migrations/postgres/0022_spans.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

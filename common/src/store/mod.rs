@@ -90,6 +90,8 @@ mod runs;
 pub use runs::RUN_TABLES;
 mod series;
 mod sink;
+mod spans;
+pub use spans::{TracedCount, TracedTail};
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -45,6 +45,8 @@ impl Store {
         self.write_model_counts(&mut tx, &key, snapshot).await?;
         self.append_intervals(&mut tx, &key, snapshot).await?;
         self.append_outages(&mut tx, &key, snapshot).await?;
+        self.append_client_spans(&mut tx, run_id, member_id, &snapshot.client_spans)
+            .await?;
         sqlx::query(Self::HEARTBEAT)
             .bind(run_id.as_str())
             .bind(member_id.as_str())

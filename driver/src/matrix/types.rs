@@ -10,6 +10,7 @@ use indexmap::IndexMap;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use stress_common::scenario::Scenario;
+use stress_common::trace::TraceShare;
 
 use super::duration::{self, HumanDuration};
 
@@ -172,6 +173,14 @@ pub struct RunSettings {
     /// fault hits). Omitted: derived from `name`, so the same matrix draws the same each night.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+
+    /// Where to send the run's spans on to (an OTLP/HTTP endpoint of your collector: Tempo,
+    /// Jaeger, an OpenTelemetry Collector), e.g. `http://otel-collector:4318/v1/traces`:
+    /// the servers' spans as they arrive and the clients' spans of traced requests
+    /// (`trace_share`), sharing trace ids. What cannot be sent is dropped and counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>", extend("format" = "uri"))]
+    pub otlp_forward: Option<HttpUrl>,
 }
 
 /// One service-level objective, e.g. `{metric: p99, scenario: Load, max: 50ms}`,
@@ -862,6 +871,17 @@ pub struct ClientTemplate {
     /// another matrix). Not with `scenarios`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<ForeignClient>,
+
+    /// The share of this group's unary inference requests sent with a W3C trace context
+    /// (`traceparent`), from 0 to 1; omitted: none. Servers the run launches for the group
+    /// export their spans of those requests to the driver (OpenTelemetry mode), and the report
+    /// says where the slowest traced requests spent their time: client, transport, Triton's
+    /// request handling, queue, compute. Triton traces every request that carries a context,
+    /// so this is the servers' tracing load too: 0.01 is plenty for a tail (1% of 5,000
+    /// requests/s over a minute: 3,000 traces, 30 above p99).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<f64>", range(min = 0.0, max = 1.0))]
+    pub trace_share: Option<TraceShare>,
 }
 
 /// A client program that speaks the client interface (docs/clients.md).
@@ -1535,3 +1555,31 @@ pub const TRACES_VOLUME: (&str, &str) = ("traces", "/traces");
 pub const MODEL_IMAGE_VOLUME: &str = "model-image";
 /// The owner ConfigMap's model configs, mounted file by file (a sweep variant's configs).
 pub const MODEL_CONFIGS_VOLUME: &str = "model-configs";
+
+/// An `http://` or `https://` URL, parsed once where the matrix is read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HttpUrl(reqwest::Url);
+
+impl TryFrom<String> for HttpUrl {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        let url = reqwest::Url::parse(&text).map_err(|e| format!("{text:?} is no URL: {e}"))?;
+        match url.scheme() {
+            "http" | "https" => Ok(Self(url)),
+            other => Err(format!("{text:?}: an http(s) URL, not {other}:")),
+        }
+    }
+}
+
+impl From<HttpUrl> for String {
+    fn from(u: HttpUrl) -> String {
+        u.0.into()
+    }
+}
+
+impl HttpUrl {
+    pub fn url(&self) -> &reqwest::Url {
+        &self.0
+    }
+}

@@ -511,6 +511,10 @@ impl Checker {
             let message = "a client program runs its own scenarios: `scenarios` is for the worker's own (leave it out)";
             self.push(template.key("scenarios"), Anchor::Key, message);
         }
+        if t.trace_share.is_some() {
+            let message = "a client program sends its own requests, which the worker cannot trace: `trace_share` is for the worker's own scenarios";
+            self.push(template.key("trace_share"), Anchor::Key, message);
+        }
     }
 
     /// The `models:` of a client template: names the worker's flags can carry, weights and
@@ -1593,6 +1597,42 @@ impl Checker {
                         g.corr_id_block_size, t.concurrency, g.template, t.concurrency
                     ),
                 );
+            }
+            self.traced_target(&path, m, g, t);
+        }
+    }
+
+    /// A group that traces (`trace_share`) makes the servers it targets export OpenTelemetry
+    /// spans, and one server cannot also write Triton's trace files.
+    fn traced_target(&mut self, path: &FieldPath, m: &Matrix, g: &ClientGroup, t: &ClientTemplate) {
+        let traces = t.trace_share.is_some_and(|s| s.get() > 0.0);
+        let Some(server_template) = m
+            .server_groups
+            .get(&g.target)
+            .and_then(|sg| sg.template.as_ref())
+            .filter(|_| traces)
+        else {
+            return;
+        };
+        let Some(trace) = m
+            .server_templates
+            .get(server_template)
+            .and_then(|st| st.trace.as_ref())
+        else {
+            return;
+        };
+        if trace.writes_files() {
+            let message = format!(
+                "server template {server_template:?} writes Triton's trace files (trace.mode triton), and client template {:?} traces requests to its servers (trace_share), which makes them export OpenTelemetry spans: one server cannot do both (drop one, or use trace.mode opentelemetry)",
+                g.template
+            );
+            let at = FieldPath::root()
+                .key("server_templates")
+                .key(server_template.clone())
+                .key("trace");
+            self.push(at, Anchor::Key, message);
+            if let Some(issue) = self.issues.last_mut() {
+                issue.also = Some(path.key("template"));
             }
         }
     }

@@ -117,6 +117,7 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
                 value: value.clone(),
             })
             .collect(),
+        trace_share: t.trace_share,
     };
     args.set_load(t.load.clone());
     if let Some(start) = a.capacity_start {
