@@ -325,6 +325,7 @@ impl RunArgs {
                 request_timeout: self.request_timeout,
                 infer,
                 infer_plan: None,
+                trace: crate::scenarios::Tracing::of(c.trace_share),
             },
             poll_interval: c.poll_interval,
             drain_timeout: self.drain_timeout,
@@ -556,7 +557,7 @@ mod tests {
             batch_sizes: vec!["3".parse().unwrap(), "m=2".parse().unwrap()],
             client_command: None,
             client_env: Vec::new(),
-            trace_share: None,
+            trace_share: Some("0.25".parse().unwrap()),
         };
         contract.set_load(Some(LoadMode::Rate(0.5)));
         let mut argv = vec!["worker".to_string()];
@@ -573,6 +574,8 @@ mod tests {
         assert_eq!(config.settings.infer.batch_size_for("m"), 2);
         assert_eq!(config.settings.load_mode, LoadMode::Rate(0.5));
         assert_eq!(config.corr_ids, contract.corr_ids);
+        let trace = config.settings.trace.expect("a trace share");
+        assert_eq!(trace.share.get(), 0.25);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use stress_common::status::{
     FailureRecord, ModelCounts, Outage, ScenarioCounts, StreamCounts, UnansweredCalls,
     WorkerSnapshot,
 };
+use stress_common::trace::ClientSpan;
 
 #[derive(Default)]
 struct Counts {
@@ -83,7 +84,20 @@ pub struct Stats {
     /// Calls in flight per target server (empty: not watched, as in a single test).
     calls: Vec<ServerCalls>,
     metrics: Option<Arc<Metrics>>,
+    /// The traced requests' spans since the previous snapshot (see [`Stats::traced`]).
+    spans: Mutex<TracedSpans>,
 }
+
+/// Client spans waiting for the next snapshot, and how many did not fit in it.
+#[derive(Default)]
+struct TracedSpans {
+    spans: Vec<ClientSpan>,
+    dropped: u64,
+}
+
+/// The most client spans one snapshot carries: a share traced far above the ~1% a span is
+/// meant for must not turn each snapshot into a bulk write; the rest are counted in a log line.
+pub const MAX_SPANS_PER_SNAPSHOT: usize = 10_000;
 
 /// The calls to one target server: how many were sent and how many ended, counted by
 /// [`CallInFlight`] (two relaxed increments a call); the snapshot loop reads them.
@@ -120,6 +134,7 @@ impl Default for Stats {
             deferred: AtomicU32::new(0),
             calls: Vec::new(),
             metrics: None,
+            spans: Mutex::default(),
         }
     }
 }
@@ -231,6 +246,31 @@ impl Stats {
         }
         drop(c);
         self.total_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A traced request's span, for the next snapshot (its count and latency go through
+    /// [`Stats::request`] as any request's). Beyond [`MAX_SPANS_PER_SNAPSHOT`] it is dropped
+    /// and counted.
+    pub fn traced(&self, span: ClientSpan) {
+        let mut traced = self.spans.lock().unwrap_or_else(|e| e.into_inner());
+        if traced.spans.len() < MAX_SPANS_PER_SNAPSHOT {
+            traced.spans.push(span);
+        } else {
+            traced.dropped += 1;
+        }
+    }
+
+    /// The spans since the previous snapshot (taken: each goes into one snapshot).
+    fn take_spans(&self) -> Vec<ClientSpan> {
+        let taken = std::mem::take(&mut *self.spans.lock().unwrap_or_else(|e| e.into_inner()));
+        if taken.dropped > 0 {
+            tracing::warn!(
+                dropped = taken.dropped,
+                kept = taken.spans.len(),
+                "client spans over {MAX_SPANS_PER_SNAPSHOT} per snapshot dropped: the trace share is too high for the load"
+            );
+        }
+        taken.spans
     }
 
     /// An open-loop send that left `late` after its intended time.
@@ -431,7 +471,7 @@ impl Stats {
             rss_bytes: own_rss_bytes(),
             deferred_clients: self.deferred.load(Ordering::Relaxed),
             unanswered: self.unanswered(at_ms),
-            client_spans: Vec::new(),
+            client_spans: self.take_spans(),
         }
     }
 
@@ -628,6 +668,35 @@ mod tests {
         // The snapshot carries them.
         let _waits = stats.call(b);
         assert_eq!(stats.snapshot(&[]).unanswered.len(), 1);
+    }
+
+    #[test]
+    fn snapshots_take_the_client_spans_once_up_to_their_cap() {
+        let span = |n: usize| ClientSpan {
+            trace_id: format!("{n:032x}"),
+            span_id: format!("{n:016x}"),
+            scenario: "Load".into(),
+            model: "add_sub".into(),
+            server: "127.0.0.1:8001".into(),
+            intended_ns: 1,
+            sent_ns: 2,
+            answered_ns: 3,
+            ok: true,
+        };
+        let stats = Stats::default();
+        stats.traced(span(1));
+        stats.traced(span(2));
+        assert_eq!(stats.snapshot(&[]).client_spans, [span(1), span(2)]);
+        assert!(stats.snapshot(&[]).client_spans.is_empty(), "taken once");
+        for n in 0..MAX_SPANS_PER_SNAPSHOT + 5 {
+            stats.traced(span(n));
+        }
+        let capped = stats.snapshot(&[]).client_spans;
+        assert_eq!(capped.len(), MAX_SPANS_PER_SNAPSHOT);
+        assert_eq!(capped.last(), Some(&span(MAX_SPANS_PER_SNAPSHOT - 1)));
+        // The last snapshot carries those since the one before.
+        stats.traced(span(3));
+        assert_eq!(stats.last_snapshot(&[], 0).client_spans, [span(3)]);
     }
 
     #[test]

@@ -66,6 +66,7 @@ fn settings(options: InferOptions) -> Settings {
         request_timeout: Duration::from_secs(25),
         infer: options,
         infer_plan: None,
+        trace: None,
     }
 }
 

@@ -64,6 +64,7 @@ fn settings() -> Settings {
             ..Default::default()
         },
         infer_plan: None,
+        trace: None,
     }
 }
 

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 const HEADER_LENGTH: http::HeaderName =
     http::HeaderName::from_static("inference-header-content-length");
+/// The W3C trace context's header.
+const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
 
 #[derive(Clone)]
 pub struct HttpClient {
@@ -392,27 +394,18 @@ impl TritonClient for HttpClient {
         // No idle connection, or the server had ended it (see `direct_answer`): the request
         // goes the ordinary way, in the time left.
         let timeout = timeout.map(|t| t.saturating_sub(started.elapsed()));
-        let Prepared::Http {
-            model_path,
-            body,
-            header_length,
-            ..
-        } = prepared
-        else {
-            return Err(ClientError::WrongProtocol);
-        };
-        let mut builder = self
-            .http
-            .post(format!("{}/v2/models/{model_path}/infer", self.base));
-        builder = builder.headers(body_headers(*header_length));
-        if let Some(t) = timeout {
-            builder = builder.timeout(t);
-        }
-        let response = builder.body(body.clone()).send().await.map_err(transport)?;
-        let status = response.status();
-        let header_length = inference_header_length(response.headers());
-        let body = response.bytes().await.map_err(transport)?;
-        answer(status, header_length, body)
+        self.post_infer(prepared, timeout, None).await
+    }
+
+    async fn infer_traced(
+        &self,
+        prepared: &Prepared,
+        timeout: Option<Duration>,
+        traceparent: &str,
+    ) -> Result<InferResponse, ClientError> {
+        let value = http::HeaderValue::from_str(traceparent)
+            .map_err(|_| ClientError::Protocol(format!("traceparent {traceparent:?}")))?;
+        self.post_infer(prepared, timeout, Some(value)).await
     }
 
     fn send_now(&self, prepared: &Prepared, timeout: Option<Duration>) -> Option<SentCall> {
@@ -476,6 +469,41 @@ fn inference_header_length(headers: &http::HeaderMap) -> Option<usize> {
 }
 
 impl HttpClient {
+    /// Sends `prepared` through reqwest's pool (with a `traceparent` header when given),
+    /// within `timeout`.
+    async fn post_infer(
+        &self,
+        prepared: &Prepared,
+        timeout: Option<Duration>,
+        traceparent: Option<http::HeaderValue>,
+    ) -> Result<InferResponse, ClientError> {
+        let Prepared::Http {
+            model_path,
+            body,
+            header_length,
+            ..
+        } = prepared
+        else {
+            return Err(ClientError::WrongProtocol);
+        };
+        let mut headers = body_headers(*header_length);
+        if let Some(value) = traceparent {
+            headers.insert(TRACEPARENT, value);
+        }
+        let mut builder = self
+            .http
+            .post(format!("{}/v2/models/{model_path}/infer", self.base))
+            .headers(headers);
+        if let Some(t) = timeout {
+            builder = builder.timeout(t);
+        }
+        let response = builder.body(body.clone()).send().await.map_err(transport)?;
+        let status = response.status();
+        let header_length = inference_header_length(response.headers());
+        let body = response.bytes().await.map_err(transport)?;
+        answer(status, header_length, body)
+    }
+
     /// Writes `prepared` now on an idle connection of the direct pool; None when none is idle.
     fn send_direct(&self, prepared: &Prepared) -> Option<super::http1_direct::ResponseFuture> {
         let Prepared::Http {

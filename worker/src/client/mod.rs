@@ -196,6 +196,16 @@ pub trait TritonClient: Send + Sync {
         prepared: &Prepared,
         timeout: Option<Duration>,
     ) -> Result<InferResponse, ClientError>;
+    /// Sends a prepared request with a W3C trace context: `traceparent` as gRPC metadata or
+    /// an HTTP header. It goes the clients' ordinary way (tonic, reqwest), since their fast
+    /// paths send fixed frames and headers; a traced request is a small share of the load.
+    /// The deadline is `infer_prepared`'s: kept on the client.
+    async fn infer_traced(
+        &self,
+        prepared: &Prepared,
+        timeout: Option<Duration>,
+        traceparent: &str,
+    ) -> Result<InferResponse, ClientError>;
     /// Sends a prepared request now, from any thread, without waiting: the returned future is
     /// its response (the deadline runs from now). `None` when this client cannot (HTTP, no
     /// connection made yet, the server's stream limit reached): use `infer_prepared`.

@@ -3,9 +3,11 @@
 //! In open loop each latency counts from the request's intended send time, so a server (or a
 //! client) that falls behind shows up as latency instead of hiding as fewer requests
 //! (coordinated omission). Every response is validated. The window itself ([`drive`]) is shared
-//! with the `Infer` scenario, which sends any model's requests the same way.
+//! with the `Infer` scenario, which sends any model's requests the same way. With
+//! `--trace-share` a sampled share of a window's requests carry a W3C trace context and leave a
+//! client span ([`super::Tracing`]).
 
-use super::{Failure, LoadMode, Outcome, TestEnv};
+use super::{Failure, LoadMode, Outcome, TestEnv, Tracing};
 use crate::client::{
     ClientError, InferRequest, InferResponse, Prepared, RequestedOutput, SentCall,
 };
@@ -15,6 +17,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rand::Rng;
 use std::time::{Duration, Instant};
+use stress_common::trace::{ClientSpan, TraceContext};
 
 /// How many distinct prepared requests a window cycles through.
 const VARIANTS: usize = 16;
@@ -112,13 +115,22 @@ pub type Check<'a> =
 
 /// One load window (`--load-window`) of `prepared` requests (all to `env.model`), cycled in
 /// order, at the window's load ([`super::Settings::window_load`]); every response goes through
-/// `check`, and the first failure ends the window.
+/// `check`, and the first failure ends the window. Its traced requests are the only ones a
+/// worker traces (see [`super::Tracing`]).
 pub async fn drive(
-    env: &TestEnv<'_>,
+    env: &mut TestEnv<'_>,
     prepared: &[Prepared],
     check: &Check<'_>,
 ) -> Result<(), Failure> {
     let load = env.settings.window_load();
+    // Drawn from the stream's seeded RNG (only when tracing, so a run without it keeps its
+    // seed's choices): each window and stream traces its own request numbers, and a run
+    // repeated with its seed the same ones.
+    let trace = env.settings.trace.map(|tracing| WindowTrace {
+        tracing,
+        key: env.rng.random(),
+    });
+    let env = &*env;
     let window = Window {
         env,
         prepared,
@@ -126,6 +138,7 @@ pub async fn drive(
         end: Instant::now() + env.settings.load_window,
         timeout: Some(env.settings.request_timeout),
         overload: load.overload,
+        trace,
     };
     match load.mode {
         LoadMode::Concurrency(n) => window.closed_loop(n as usize).await,
@@ -146,6 +159,20 @@ struct Window<'w, 'e> {
     timeout: Option<Duration>,
     /// [`super::WindowLoad::overload`]: unanswered requests are counted, not failures.
     overload: bool,
+    trace: Option<WindowTrace>,
+}
+
+/// Which requests of one window are traced: request `i` when the share samples `(key, i)`.
+#[derive(Debug, Clone, Copy)]
+struct WindowTrace {
+    tracing: Tracing,
+    key: u64,
+}
+
+impl WindowTrace {
+    fn traces(&self, i: u64) -> bool {
+        self.tracing.share.samples(self.key, i)
+    }
 }
 
 impl Window<'_, '_> {
@@ -159,19 +186,26 @@ impl Window<'_, '_> {
         Ok(())
     }
 
-    /// Closed-loop sender `k` of `n`: requests k, k+n, ... one at a time until the window ends.
+    /// Closed-loop sender `k` of `n`: requests k, k+n, ... one at a time until the window ends
+    /// (so each request number of the window is one sender's, and traced at most once).
     async fn sender(&self, k: usize, n: usize) -> Result<(), Failure> {
         let (env, prepared) = (self.env, self.prepared);
         let mut i = k;
         while Instant::now() < self.end && !env.cancel.is_cancelled() {
             let idx = i % prepared.len();
+            let traced = self.traced(i as u64);
             i += n;
             let started = Instant::now();
             let call = env.call();
-            let r = env
-                .client
-                .infer_prepared(&prepared[idx], self.timeout)
-                .await;
+            let r = match traced {
+                // Intended when its sender was free to send it: now.
+                Some(trace) => self.infer_traced(trace, &prepared[idx], started).await,
+                None => {
+                    env.client
+                        .infer_prepared(&prepared[idx], self.timeout)
+                        .await
+                }
+            };
             drop(call);
             env.stats.request(
                 env.scenario,
@@ -201,10 +235,16 @@ impl Window<'_, '_> {
                 let idx = (i % prepared.len() as u64) as usize;
                 sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let in_flight = env.call();
+                let traced = self.traced(i);
                 async move {
-                    let r = match call {
-                        Some(call) => call.await,
-                        None => env.client.infer_prepared(&prepared[idx], timeout).await,
+                    let r = match (call, traced) {
+                        (Some(call), _) => call.await,
+                        // Never sent by the pacer (see `send_now`): sent here, with its context.
+                        (None, Some(trace)) => {
+                            self.infer_traced(trace, &prepared[idx], intended.into_std())
+                                .await
+                        }
+                        (None, None) => env.client.infer_prepared(&prepared[idx], timeout).await,
                     };
                     drop(in_flight);
                     // From the intended send time to the answer's arrival (its kernel
@@ -251,12 +291,56 @@ impl Window<'_, '_> {
         result
     }
 
-    /// Sends request `i` from the pacer's thread, at its intended time.
+    /// Sends request `i` from the pacer's thread, at its intended time; not a traced one:
+    /// the pacer's calls carry no trace context, so `send` sends it from the runtime.
     fn send_now(&self) -> super::SendNow<SentCall> {
         let client = self.env.client.clone();
         let prepared = self.prepared.to_vec();
         let timeout = self.timeout;
-        Box::new(move |i| client.send_now(&prepared[(i % prepared.len() as u64) as usize], timeout))
+        let trace = self.trace;
+        Box::new(move |i| {
+            if trace.is_some_and(|t| t.traces(i)) {
+                return None;
+            }
+            client.send_now(&prepared[(i % prepared.len() as u64) as usize], timeout)
+        })
+    }
+
+    /// Whether request `i` of the window is traced, and how.
+    fn traced(&self, i: u64) -> Option<WindowTrace> {
+        self.trace.filter(|t| t.traces(i))
+    }
+
+    /// Sends a traced request with a fresh trace context and records its client span, from
+    /// `intended` (when it was meant to leave) to its answer or error. The caller counts it
+    /// as any request.
+    async fn infer_traced(
+        &self,
+        trace: WindowTrace,
+        prepared: &Prepared,
+        intended: Instant,
+    ) -> Result<InferResponse, ClientError> {
+        let env = self.env;
+        let context = TraceContext::random(&mut rand::rng());
+        let sent = Instant::now();
+        let r = env
+            .client
+            .infer_traced(prepared, self.timeout, &context.traceparent())
+            .await;
+        let answered = Instant::now();
+        let clock = trace.tracing.clock;
+        env.stats.traced(ClientSpan {
+            trace_id: context.trace_hex(),
+            span_id: context.span_hex(),
+            scenario: env.scenario.name().to_string(),
+            model: env.model.clone(),
+            server: env.client.address().to_string(),
+            intended_ns: clock.unix_ns(intended),
+            sent_ns: clock.unix_ns(sent),
+            answered_ns: clock.unix_ns(answered),
+            ok: r.is_ok(),
+        });
+        r
     }
 
     /// When the open loop ends (`until`), and whether it must end early (`changed`).
@@ -280,5 +364,237 @@ impl Window<'_, '_> {
                 .is_some_and(|(live, ours)| live.rate() != ours.as_ref().map(|s| s.mean_rate()))
         };
         (until, changed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{Protocol, SequenceSession, TritonClient};
+    use crate::metadata::{ModelConfig, ModelMetadata};
+    use crate::stats::Stats;
+    use rand::SeedableRng;
+    use std::sync::{Arc, Mutex};
+    use stress_common::scenario::Scenario;
+
+    /// A server that answers every request after 1 ms, recording by which way each request
+    /// number (the prepared request's bytes) came: the pacer's `send_now`, the runtime's
+    /// `infer_prepared`, or `infer_traced` with its traceparent.
+    #[derive(Default)]
+    struct Recorder {
+        pacer: Mutex<Vec<u64>>,
+        runtime: Mutex<Vec<u64>>,
+        traced: Mutex<Vec<(u64, String)>>,
+    }
+
+    fn number(prepared: &Prepared) -> u64 {
+        match prepared {
+            Prepared::Grpc(b) => u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+            Prepared::Http { .. } => panic!("the recorder's requests are numbers"),
+        }
+    }
+
+    async fn answer() -> Result<InferResponse, ClientError> {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        Ok(InferResponse::default())
+    }
+
+    fn unused<T>() -> Result<T, ClientError> {
+        Err(ClientError::Protocol("not used by a load window".into()))
+    }
+
+    #[async_trait::async_trait]
+    impl TritonClient for Recorder {
+        fn address(&self) -> &str {
+            "127.0.0.1:8001"
+        }
+        fn protocol(&self) -> Protocol {
+            Protocol::Grpc
+        }
+        async fn server_live(&self) -> Result<bool, ClientError> {
+            unused()
+        }
+        async fn server_ready(&self) -> Result<bool, ClientError> {
+            unused()
+        }
+        async fn model_ready(&self, _: &str) -> Result<bool, ClientError> {
+            unused()
+        }
+        async fn server_metadata(&self) -> Result<(String, String), ClientError> {
+            unused()
+        }
+        async fn max_batch_size(&self, _: &str) -> Result<i64, ClientError> {
+            unused()
+        }
+        async fn model_version_ready(&self, _: &str, _: &str) -> Result<bool, ClientError> {
+            unused()
+        }
+        async fn model_metadata(&self, _: &str, _: &str) -> Result<ModelMetadata, ClientError> {
+            unused()
+        }
+        async fn model_config(&self, _: &str, _: &str) -> Result<ModelConfig, ClientError> {
+            unused()
+        }
+        fn prepare(&self, _: &InferRequest) -> Result<Prepared, ClientError> {
+            unused()
+        }
+        async fn infer_prepared(
+            &self,
+            prepared: &Prepared,
+            _: Option<Duration>,
+        ) -> Result<InferResponse, ClientError> {
+            self.runtime.lock().unwrap().push(number(prepared));
+            answer().await
+        }
+        async fn infer_traced(
+            &self,
+            prepared: &Prepared,
+            _: Option<Duration>,
+            traceparent: &str,
+        ) -> Result<InferResponse, ClientError> {
+            let traced = (number(prepared), traceparent.to_string());
+            self.traced.lock().unwrap().push(traced);
+            answer().await
+        }
+        fn send_now(&self, prepared: &Prepared, _: Option<Duration>) -> Option<SentCall> {
+            self.pacer.lock().unwrap().push(number(prepared));
+            Some(Box::pin(answer()))
+        }
+        async fn sequence_session(&self) -> Result<Box<dyn SequenceSession>, ClientError> {
+            unused()
+        }
+    }
+
+    /// Request numbers 0..2^16, each its own prepared request.
+    fn numbered() -> Vec<Prepared> {
+        (0..1u64 << 16)
+            .map(|i| Prepared::Grpc(Bytes::copy_from_slice(&i.to_le_bytes())))
+            .collect()
+    }
+
+    /// A window of 200 ms at `load_mode`, half its requests traced.
+    fn settings(load_mode: LoadMode) -> super::super::Settings {
+        super::super::Settings {
+            sequence_models: Vec::new(),
+            identity_model: "identity_delay".into(),
+            load_model: "add_sub".into(),
+            image_model: "image_classifier".into(),
+            timeout_delay: Duration::from_millis(300),
+            timeout_deadline: Duration::from_millis(100),
+            crash_after: Duration::from_secs(1),
+            worker_binary: std::path::PathBuf::new(),
+            load_mode,
+            request_intervals: None,
+            load_target: None,
+            load_window: Duration::from_millis(200),
+            image_batch: 1,
+            perf_analyzer: None,
+            request_timeout: Duration::from_secs(25),
+            infer: Default::default(),
+            infer_plan: None,
+            trace: super::super::Tracing::of(Some("0.5".parse().unwrap())),
+        }
+    }
+
+    /// What one window against the recorder left: the recorder and the window's stats.
+    async fn one_window(settings: &super::super::Settings) -> (Arc<Recorder>, Stats) {
+        let recorder = Arc::new(Recorder::default());
+        let client: Arc<dyn TritonClient> = recorder.clone();
+        let stats = Stats::default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut context = super::super::ClientContext::default();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let images = super::super::image::ImageBatch::new("image_classifier", 1).unwrap();
+        let mut env = TestEnv {
+            scenario: Scenario::Load,
+            client: &client,
+            settings,
+            stats: &stats,
+            rng: &mut rng,
+            context: &mut context,
+            cancel: &cancel,
+            images: &images,
+            wire: Default::default(),
+            model: "add_sub".into(),
+        };
+        let check = |_: usize, r: Result<InferResponse, ClientError>| {
+            r.map(drop).map_err(|e| Failure::client("add_sub", "", &e))
+        };
+        drive(&mut env, &numbered(), &check).await.expect("passes");
+        (recorder, stats)
+    }
+
+    /// The pacer sends no traced request (its calls cannot carry a context): each one goes
+    /// through `infer_traced` from the runtime, the others still leave from the pacer.
+    #[tokio::test]
+    async fn the_pacer_leaves_a_traced_request_to_the_runtime() {
+        let settings = settings(LoadMode::Rate(1000.0));
+        let (recorder, stats) = one_window(&settings).await;
+        let pacer = recorder.pacer.lock().unwrap().clone();
+        let runtime = recorder.runtime.lock().unwrap().clone();
+        let traced: Vec<u64> = recorder
+            .traced
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|t| t.0)
+            .collect();
+        let mut all: Vec<u64> = [&pacer[..], &runtime[..], &traced[..]].concat();
+        all.sort();
+        assert_eq!(
+            all,
+            (0..all.len() as u64).collect::<Vec<_>>(),
+            "each sent once"
+        );
+        assert!(all.len() > 50, "{}", all.len());
+        assert!(pacer.iter().all(|i| !traced.contains(i)));
+        // Binomial(~200, 0.5): far from none and from all.
+        let share = traced.len() as f64 / all.len() as f64;
+        assert!((0.25..0.75).contains(&share), "{share}");
+        assert_eq!(stats.total_requests(), all.len() as u64, "counted as any");
+        // Without tracing the pacer sends them all (the recorder always takes a send).
+        let untraced = super::super::Settings {
+            trace: None,
+            ..settings
+        };
+        let (recorder, _) = one_window(&untraced).await;
+        assert!(recorder.traced.lock().unwrap().is_empty());
+        assert!(recorder.runtime.lock().unwrap().is_empty());
+        assert!(!recorder.pacer.lock().unwrap().is_empty());
+    }
+
+    /// Each traced request leaves one span, with the context it carried, from its intended
+    /// time to its answer: closed loop and open loop.
+    #[tokio::test]
+    async fn a_traced_request_has_one_span_from_its_intended_time_to_its_answer() {
+        for load in [LoadMode::Concurrency(2), LoadMode::Rate(1000.0)] {
+            let (recorder, stats) = one_window(&settings(load.clone())).await;
+            let traced = recorder.traced.lock().unwrap().clone();
+            let spans = stats.snapshot(&[Scenario::Load]).client_spans;
+            assert!(!traced.is_empty(), "{load:?}");
+            assert_eq!(spans.len(), traced.len(), "{load:?}: one span each");
+            // The context each traced request carried, by its span id.
+            let sent: std::collections::HashMap<String, String> = traced
+                .iter()
+                .map(|(_, traceparent)| {
+                    let context = TraceContext::from_traceparent(traceparent).expect("W3C");
+                    (context.span_hex(), context.trace_hex())
+                })
+                .collect();
+            for span in &spans {
+                assert_eq!(sent.get(&span.span_id), Some(&span.trace_id), "{span:?}");
+                assert!(span.intended_ns <= span.sent_ns, "{span:?}");
+                // The recorder answers after 1 ms.
+                assert!(span.answered_ns - span.sent_ns >= 1_000_000, "{span:?}");
+                assert!(span.ok);
+                assert_eq!(
+                    (span.scenario.as_str(), span.model.as_str(), &*span.server),
+                    ("Load", "add_sub", "127.0.0.1:8001")
+                );
+            }
+            let ids: std::collections::HashSet<_> = spans.iter().map(|s| &s.span_id).collect();
+            assert_eq!(ids.len(), spans.len(), "a fresh context each");
+            assert!(stats.snapshot(&[]).client_spans.is_empty(), "taken once");
+        }
     }
 }

@@ -191,6 +191,29 @@ pub struct Settings {
     pub infer: crate::model::InferOptions,
     /// The Infer scenario's requests, built at start-up from the servers' model descriptions.
     pub infer_plan: Option<Arc<infer::InferPlan>>,
+    /// `--trace-share`: the load windows' traced requests (None: none is traced).
+    pub trace: Option<Tracing>,
+}
+
+/// Which requests carry a W3C trace context, and the clock of their client spans. Only the
+/// unary requests of a load window are traced ([`load::drive`]: the Load and Infer scenarios);
+/// sequences, decoupled streams, the Timeout and CrashingClient scenarios' requests and
+/// perf_analyzer's are not.
+#[derive(Debug, Clone, Copy)]
+pub struct Tracing {
+    pub share: stress_common::trace::TraceShare,
+    /// Read once at the worker's start, so all of its spans are on one clock.
+    pub clock: stress_common::trace::WallClock,
+}
+
+impl Tracing {
+    /// Tracing at `share`; None when it traces nothing.
+    pub fn of(share: Option<stress_common::trace::TraceShare>) -> Option<Self> {
+        share.filter(|s| s.get() > 0.0).map(|share| Self {
+            share,
+            clock: stress_common::trace::WallClock::now(),
+        })
+    }
 }
 
 /// Capacity mode's live load: the closed-loop concurrency, the model mix last applied to the
