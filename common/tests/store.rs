@@ -80,7 +80,7 @@ async fn create_database(admin_url: &str, db: &str) {
 // ---- Fixtures
 
 /// The newest schema version (a new migration bumps it here, on purpose).
-const LATEST_SCHEMA: i64 = 21;
+const LATEST_SCHEMA: i64 = 22;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> RunId {
@@ -2364,3 +2364,58 @@ async fn traced_tail(url: &str) {
 }
 
 on_both_backends!(traced_tail, sqlite_traced_tail, postgres_traced_tail);
+
+/// A forwarder reads the client spans recorded after the last it sent, by id, its run's only.
+async fn client_spans_after(url: &str) {
+    use stress_common::trace::ClientSpan;
+    let store = Store::connect(url).await.expect("connect");
+    let (run_id, other) = (unique("spans-after"), unique("spans-after-other"));
+    let client = |i: i64| ClientSpan {
+        trace_id: format!("{i:032x}"),
+        span_id: format!("{i:016x}"),
+        scenario: "Infer".into(),
+        model: "add_sub".into(),
+        server: "127.0.0.1:8001".into(),
+        intended_ns: i,
+        sent_ns: i + 1,
+        answered_ns: i + 2,
+        ok: i != 2,
+    };
+    let snapshot = |spans: Vec<ClientSpan>| WorkerSnapshot {
+        client_spans: spans,
+        ..WorkerSnapshot::default()
+    };
+    let sink = store.sink(run_id.clone(), "client-0");
+    let other_sink = store.sink(other.clone(), "client-0");
+    sink.snapshot(&snapshot(vec![client(1), client(2)]))
+        .await
+        .unwrap();
+    other_sink
+        .snapshot(&snapshot(vec![client(9)]))
+        .await
+        .unwrap();
+    let first = store.client_spans_after(&run_id, 0, 100).await.unwrap();
+    let spans: Vec<&ClientSpan> = first.iter().map(|(_, s)| s).collect();
+    assert_eq!(spans, [&client(1), &client(2)]);
+    assert!(first[0].0 < first[1].0);
+    let last = first[1].0;
+    assert_eq!(
+        store.client_spans_after(&run_id, last, 100).await.unwrap(),
+        []
+    );
+    // A limit reads the first of them.
+    let one = store.client_spans_after(&run_id, 0, 1).await.unwrap();
+    assert_eq!(one, first[..1]);
+    sink.snapshot(&snapshot(vec![client(3)])).await.unwrap();
+    let next = store.client_spans_after(&run_id, last, 100).await.unwrap();
+    assert_eq!(next.len(), 1);
+    assert!(next[0].0 > last);
+    assert_eq!(next[0].1, client(3));
+    store.close().await;
+}
+
+on_both_backends!(
+    client_spans_after,
+    sqlite_client_spans_after,
+    postgres_client_spans_after
+);

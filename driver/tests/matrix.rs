@@ -273,6 +273,10 @@ const BAD: &[(&str, &str)] = &[
         "17:18: client_templates.traced.trace_share: a share of requests is from 0 to 1, not 1.5",
     ),
     (
+        "bad-otlp-forward-https.yaml",
+        "5:17: run.otlp_forward: the driver's HTTP client speaks no TLS yet: forward to a collector's http:// endpoint (e.g. a local OpenTelemetry Collector that sends on over TLS)",
+    ),
+    (
         "bad-otlp-forward.yaml",
         "5:17: run.otlp_forward: \"ftp://collector:4318/v1/traces\": an http(s) URL, not ftp:",
     ),
@@ -300,11 +304,12 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "bad-trace.yaml",
-        "9:39: server_templates.otel-no-url.trace.mode: mode opentelemetry needs `url`: the collector's OTLP/HTTP endpoint, e.g. http://otel-collector:4318/v1/traces\n\
-         9:54: server_templates.otel-no-url.trace.log_frequency: `log_frequency` is for mode triton (trace files)\n\
+        "9:54: server_templates.otel-no-url.trace.log_frequency: `log_frequency` is for mode triton (trace files)\n\
+         9:87: server_templates.otel-no-url.trace.export_delay: 5m is out of bounds: from 10ms to 1m\n\
          13:59: server_templates.otel-bad-url.trace.url: an OTLP/HTTP endpoint starts with http:// or https://, found \"collector:4318\"\n\
          17:33: server_templates.file-with-url.trace.url: `url` is for mode opentelemetry (triton mode writes files in the run directory)\n\
-         17:65: server_templates.file-with-url.trace.resource: `resource` is for mode opentelemetry",
+         17:65: server_templates.file-with-url.trace.resource: `resource` is for mode opentelemetry\n\
+         17:85: server_templates.file-with-url.trace.queue_size: `queue_size` is for mode opentelemetry",
     ),
     (
         "spike-missing.yaml",

@@ -29,6 +29,8 @@ pub const RUN_TABLES: &[&str] = &[
     "documents",
     "signature_counts",
     "outages",
+    "client_spans",
+    "server_spans",
     "runs",
 ];
 

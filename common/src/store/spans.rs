@@ -213,4 +213,35 @@ impl Store {
             .map_err(self.db("server_span_count"))?;
         Ok(from_db(n))
     }
+
+    /// At most `limit` of the run's client spans recorded after the one with id `after_id`
+    /// (0: from the first), by id, each with its id: what a forwarder has not sent yet.
+    pub async fn client_spans_after(
+        &self,
+        run_id: &RunId,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, ClientSpan)>> {
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            id: i64,
+            #[sqlx(flatten)]
+            span: ClientSpanRow,
+        }
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT id, trace_id, span_id, scenario, model, server, intended_ns, sent_ns,
+                    answered_ns, ok
+             FROM client_spans WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+        )
+        .bind(run_id.as_str())
+        .bind(after_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("client_spans_after"))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.id, ClientSpan::from(r.span)))
+            .collect())
+    }
 }

@@ -285,6 +285,10 @@ impl Launcher for LocalLauncher {
         "local"
     }
 
+    fn span_receiver_bind(&self) -> Option<std::net::SocketAddr> {
+        Some((std::net::Ipv4Addr::LOCALHOST, 0).into())
+    }
+
     async fn read_model_configs(
         &mut self,
         template: &crate::matrix::ServerTemplate,

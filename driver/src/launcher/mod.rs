@@ -213,6 +213,12 @@ pub struct FaultEnded {
 pub trait Launcher: Send {
     fn name(&self) -> &'static str;
 
+    /// Where the run's OTLP receiver listens so that this launcher's servers reach it (None:
+    /// they cannot yet, and traced requests' server spans are not received).
+    fn span_receiver_bind(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
+
     /// Starts a server; does not wait for it to be ready.
     async fn start_server(&mut self, server: &ServerMember) -> Result<(), LaunchError>;
 

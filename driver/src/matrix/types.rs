@@ -1195,9 +1195,9 @@ pub struct TraceSettings {
     /// What to trace.
     pub level: TraceLevel,
 
-    /// Trace one request in every `rate`, at least 1.
+    /// Trace one request in every `rate`, at least 1; in mode opentelemetry 0 traces only
+    /// the requests that carry a W3C trace context (a client template's `trace_share`).
     #[serde(default = "defaults::trace_rate")]
-    #[schemars(range(min = 1))]
     pub rate: u32,
 
     /// Stop after this many traces. Omitted: no limit.
@@ -1219,9 +1219,28 @@ pub struct TraceSettings {
     pub mode: TraceMode,
 
     /// OpenTelemetry mode: the collector's OTLP/HTTP endpoint, e.g.
-    /// `http://otel-collector:4318/v1/traces`.
+    /// `http://otel-collector:4318/v1/traces`. Omitted: the run's own receiver, which joins
+    /// the spans with the clients' (`trace_share`) in the report and sends them on to
+    /// `run.otlp_forward`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+
+    /// OpenTelemetry mode: how many spans Triton's batch span processor holds before it
+    /// drops (`bsp_max_queue_size`; Triton's default 2,048). Omitted for a server the run
+    /// traces (`trace_share`): sized to the traced rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub queue_size: Option<u32>,
+
+    /// OpenTelemetry mode: how often Triton exports its queued spans (`bsp_schedule_delay`;
+    /// Triton's default 5s).
+    #[serde(
+        default,
+        with = "duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<HumanDuration>")]
+    pub export_delay: Option<Duration>,
 
     /// OpenTelemetry mode: resource attributes of the exported spans, e.g.
     /// `{service.name: triton-nightly}`.
@@ -1272,6 +1291,18 @@ impl TraceSettings {
                 args.extend([
                     "--trace-config".to_string(),
                     format!("opentelemetry,url={url}"),
+                ]);
+            }
+            if let Some(n) = self.queue_size {
+                args.extend([
+                    "--trace-config".to_string(),
+                    format!("opentelemetry,bsp_max_queue_size={n}"),
+                ]);
+            }
+            if let Some(d) = self.export_delay {
+                args.extend([
+                    "--trace-config".to_string(),
+                    format!("opentelemetry,bsp_schedule_delay={}", d.as_millis()),
                 ]);
             }
             for (k, v) in &self.resource {

@@ -245,7 +245,10 @@ impl Checker {
 
     fn trace(&mut self, path: FieldPath, trace: &Option<TraceSettings>) {
         let Some(t) = trace else { return };
-        self.at_least_one(path.key("rate"), t.rate.into());
+        if t.mode == TraceMode::Triton {
+            // OpenTelemetry's 0 traces only requests with a context; files have no such use.
+            self.at_least_one(path.key("rate"), t.rate.into());
+        }
         if let Some(count) = t.count {
             self.at_least_one(path.key("count"), count.into());
         }
@@ -253,11 +256,6 @@ impl Checker {
             self.at_least_one(path.key("log_frequency"), freq.into());
         }
         match (t.mode, &t.url) {
-            (TraceMode::Opentelemetry, None) => self.push(
-                path.key("mode"),
-                Anchor::Value,
-                "mode opentelemetry needs `url`: the collector's OTLP/HTTP endpoint, e.g. http://otel-collector:4318/v1/traces",
-            ),
             (TraceMode::Opentelemetry, Some(url))
                 if !(url.starts_with("http://") || url.starts_with("https://")) =>
             {
@@ -280,6 +278,21 @@ impl Checker {
                 Anchor::Key,
                 "`resource` is for mode opentelemetry",
             );
+        }
+        if t.mode == TraceMode::Triton {
+            for (key, given) in [
+                ("queue_size", t.queue_size.is_some()),
+                ("export_delay", t.export_delay.is_some()),
+            ] {
+                if given {
+                    let message = format!("`{key}` is for mode opentelemetry");
+                    self.push(path.key(key), Anchor::Key, message);
+                }
+            }
+        }
+        if let Some(d) = t.export_delay {
+            let max = Duration::from_secs(60);
+            self.duration_within(path.key("export_delay"), d, Duration::from_millis(10), max);
         }
         if t.mode == TraceMode::Opentelemetry && t.log_frequency.is_some() {
             self.push(
@@ -1448,6 +1461,14 @@ impl Checker {
             run.key("fail_fast").key("heartbeat_timeout_polls"),
             m.run.fail_fast.heartbeat_timeout_polls.into(),
         );
+        if m.run
+            .otlp_forward
+            .as_ref()
+            .is_some_and(|u| u.url().scheme() == "https")
+        {
+            let message = "the driver's HTTP client speaks no TLS yet: forward to a collector's http:// endpoint (e.g. a local OpenTelemetry Collector that sends on over TLS)";
+            self.push(run.key("otlp_forward"), Anchor::Value, message);
+        }
     }
 
     fn templates(&mut self, m: &Matrix) {

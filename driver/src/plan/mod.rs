@@ -6,6 +6,7 @@ mod assignment;
 pub mod capacity;
 pub mod fail_fast;
 pub mod preflight;
+pub mod spans;
 
 pub use assignment::{ServerEndpoint, WorkerAssignment, worker_args, worker_contract};
 
@@ -55,9 +56,9 @@ pub struct RunPlan {
 impl RunPlan {
     /// The plan of `matrix` under `run_id`; `duration` overrides the matrix's.
     pub fn new(matrix: &Matrix, run_id: RunId, duration: Option<Duration>) -> Self {
-        let servers = matrix.servers();
         let externals = matrix.external_servers();
         let clients = matrix.clients();
+        let servers = spans::export_spans(matrix.servers(), &clients);
         let qualified = servers
             .iter()
             .map(|s| &s.name)

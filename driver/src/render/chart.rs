@@ -988,6 +988,254 @@ fn bar_overlay(
     }
 }
 
+// ---- Waterfalls: a request's time as horizontal stacked bars, one row per request, from its
+// start; one colour per part (`PALETTE` in the parts' order), named in a legend above the plot.
+// Each stretch has a `rect.segment` target whose tooltip says its part, length and start; a row
+// without stretches is a grey bar of its whole length with its note (`rect.unsplit`).
+
+/// One row of a waterfall chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaterfallRow {
+    /// The row's label in full: its tooltips'.
+    pub label: String,
+    /// What is written left of the bar (shortened further when it does not fit).
+    pub short_label: String,
+    /// Its stretches: (part, as an index into the chart's `parts`; start; length).
+    pub segments: Vec<(usize, f64, f64)>,
+    /// Its whole length, written at its end.
+    pub total: f64,
+    /// Written after the total (e.g. why it has no stretches).
+    pub note: Option<String>,
+}
+
+/// Stacked horizontal bars from 0, a row each in order, labels on the left.
+pub struct WaterfallChart<'a> {
+    pub id: &'a str,
+    pub title: &'a str,
+    pub x_label: &'a str,
+    /// Follows values in tooltips.
+    pub unit: &'a str,
+    /// The parts' names, in the legend's order; part `i` is drawn in `PALETTE[i]`.
+    pub parts: &'a [&'a str],
+    pub rows: Vec<WaterfallRow>,
+}
+
+/// The legend's swatch and gap, and its text's size.
+const LEGEND_FONT: u32 = 14;
+const LEGEND_SWATCH: i32 = 12;
+const LEGEND_LINE: i32 = 20;
+
+/// The chart as a figure, or "no data: `no_data`" when it has no row.
+pub fn waterfall_chart(chart: &WaterfallChart, no_data: &str) -> Markup {
+    let rows: Vec<WaterfallRow> = chart
+        .rows
+        .iter()
+        .cloned()
+        .map(|mut r| {
+            r.segments
+                .retain(|&(_, start, len)| start.is_finite() && len.is_finite() && len > 0.0);
+            if !r.total.is_finite() {
+                r.total = 0.0;
+            }
+            r
+        })
+        .collect();
+    let legend = legend_places(chart.parts, BAR_WIDTH as i32 - 12);
+    let legend_h = legend.last().map_or(0, |&(_, y)| y + LEGEND_LINE);
+    let height = BAR_ROW * rows.len() as u32 + 60 + legend_h as u32;
+    html! {
+        figure.plot data-plot=(chart.id) {
+            figcaption { (chart.title) }
+            @if rows.is_empty() {
+                p.no-data { "no data: " (no_data) }
+            } @else {
+                (PreEscaped(inline_svg(chart.id, chart.title, (BAR_WIDTH, height), |root| {
+                    draw_waterfall(root, chart, &rows, &legend)
+                })))
+            }
+        }
+        "\n"
+    }
+}
+
+/// Where each part's swatch goes in the legend (its left and top, from the chart's top left):
+/// in order, left to right, on a new line when the next would pass `width`.
+fn legend_places(parts: &[&str], width: i32) -> Vec<(i32, i32)> {
+    let (mut x, mut y) = (6, 6);
+    parts
+        .iter()
+        .map(|name| {
+            let w = LEGEND_SWATCH + 6 + text_px(name, LEGEND_FONT) as i32 + 18;
+            if x > 6 && x + w > width {
+                (x, y) = (6, y + LEGEND_LINE);
+            }
+            let at = (x, y);
+            x += w;
+            at
+        })
+        .collect()
+}
+
+/// What is written at a row's end: its total, and its note.
+fn waterfall_end(row: &WaterfallRow) -> String {
+    bar_end(row.total, row.note.as_deref())
+}
+
+/// Draws the legend, the rows and their labels; returns the overlay (tooltip targets).
+fn draw_waterfall(
+    root: &DrawingArea<SVGBackend, Shift>,
+    chart: &WaterfallChart,
+    rows: &[WaterfallRow],
+    legend: &[(i32, i32)],
+) -> Result<String, Box<dyn std::error::Error>> {
+    root.fill(&WHITE)?;
+    for (i, (name, &(x, y))) in chart.parts.iter().zip(legend).enumerate() {
+        root.draw(&Rectangle::new(
+            [(x, y), (x + LEGEND_SWATCH, y + LEGEND_SWATCH)],
+            colour(i).filled(),
+        ))?;
+        let style = xy_font(LEGEND_FONT)
+            .color(&BAR_INK)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        root.draw(&Text::new(
+            name.to_string(),
+            (x + LEGEND_SWATCH + 6, y + LEGEND_SWATCH / 2),
+            style,
+        ))?;
+    }
+    let legend_h = legend.last().map_or(0, |&(_, y)| y + LEGEND_LINE);
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|r| fit(&r.short_label, BAR_LABEL_MAX, BAR_FONT, true))
+        .collect();
+    let label_w = labels
+        .iter()
+        .map(|l| text_px(l, BAR_FONT))
+        .max()
+        .unwrap_or(0);
+    let right = rows
+        .iter()
+        .map(|r| text_px(&waterfall_end(r), 15))
+        .max()
+        .unwrap_or(0)
+        + 16;
+    let top = rows.iter().map(|r| r.total).fold(0.0, f64::max);
+    let top = if top > 0.0 { top * 1.04 } else { 1.0 };
+    let n = rows.len() as f64;
+    let mut ctx = ChartBuilder::on(root)
+        .margin_top(10 + legend_h as u32)
+        .margin_bottom(4)
+        .margin_left(6)
+        .margin_right(right)
+        .x_label_area_size(46)
+        .y_label_area_size(label_w + 14)
+        .build_cartesian_2d(0.0..top, 0.0..n)?;
+    ctx.configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_labels(8)
+        .max_light_lines(0)
+        .x_label_formatter(&|x| xy_tick(*x, false))
+        .x_desc(chart.x_label)
+        .label_style((FONT, BAR_FONT))
+        .axis_desc_style((FONT, BAR_FONT))
+        .bold_line_style(RGBColor(234, 238, 242))
+        .axis_style(RGBColor(87, 96, 106))
+        .draw()?;
+    for (i, row) in rows.iter().enumerate() {
+        draw_waterfall_row(&mut ctx, row, n - i as f64 - 0.5)?;
+    }
+    for (i, label) in labels.iter().enumerate() {
+        let (_, y) = ctx.backend_coord(&(0.0, n - i as f64 - 0.5));
+        let style = xy_font(BAR_FONT)
+            .color(&BAR_INK)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        root.draw(&Text::new(label.clone(), (6, y), style))?;
+    }
+    Ok(waterfall_overlay(&ctx, chart, rows, (label_w + 20) as i32).into_string())
+}
+
+/// Row `row` centred at `y`: its stretches (or a grey bar of its total) and its end's words.
+fn draw_waterfall_row(
+    ctx: &mut ChartContext<SVGBackend, Coord>,
+    row: &WaterfallRow,
+    y: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let half = BAR_THICKNESS / 2.0;
+    if row.segments.is_empty() {
+        ctx.draw_series(std::iter::once(Rectangle::new(
+            [(0.0, y + half), (row.total, y - half)],
+            BAR_GREY.filled(),
+        )))?;
+    }
+    ctx.draw_series(row.segments.iter().map(|&(part, start, len)| {
+        Rectangle::new(
+            [(start, y + half), (start + len, y - half)],
+            colour(part).filled(),
+        )
+    }))?;
+    let ink = if row.segments.is_empty() {
+        BAR_RED
+    } else {
+        BAR_INK
+    };
+    let style = xy_font(15)
+        .color(&ink)
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    ctx.draw_series(std::iter::once(
+        EmptyElement::at((row.total, y)) + Text::new(waterfall_end(row), (6, 0), style),
+    ))?;
+    Ok(())
+}
+
+/// The tooltip targets: each row's label, and each stretch (or the grey bar in their place).
+fn waterfall_overlay(
+    ctx: &ChartContext<SVGBackend, Coord>,
+    chart: &WaterfallChart,
+    rows: &[WaterfallRow],
+    label_w: i32,
+) -> Markup {
+    let n = rows.len() as f64;
+    let half = BAR_THICKNESS / 2.0;
+    let part = |i: usize| chart.parts.get(i).copied().unwrap_or("?");
+    html! {
+        @for (i, row) in rows.iter().enumerate() {
+            @let y = n - i as f64 - 0.5;
+            @let (_, row_top) = ctx.backend_coord(&(0.0, y + 0.5));
+            @let (_, row_bottom) = ctx.backend_coord(&(0.0, y - 0.5));
+            rect.label x="0" y=(row_top) width=(label_w) height=(row_bottom - row_top)
+                fill-opacity="0"
+            {
+                title { (row.label) }
+            }
+            @for &(p, start, len) in &row.segments {
+                @let (left, top) = ctx.backend_coord(&(start, y + half));
+                @let (right, bottom) = ctx.backend_coord(&(start + len, y - half));
+                rect.segment data-part=(part(p)) x=(left) y=(top) width=((right - left).max(1))
+                    height=(bottom - top) fill-opacity="0"
+                {
+                    title {
+                        (row.label) ": " (part(p)) " " (number(len)) " " (chart.unit)
+                        " (from " (number(start)) ")"
+                    }
+                }
+            }
+            @if row.segments.is_empty() {
+                @let (left, top) = ctx.backend_coord(&(0.0, y + half));
+                @let (right, bottom) = ctx.backend_coord(&(row.total, y - half));
+                rect.unsplit x=(left) y=(top) width=((right - left).max(1)) height=(bottom - top)
+                    fill-opacity="0"
+                {
+                    title {
+                        (row.label) ": " (number(row.total)) " " (chart.unit)
+                        @if let Some(note) = &row.note { " (" (note) ")" }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1247,6 +1495,94 @@ mod tests {
             html.contains("no data: no variant") && !html.contains("<svg"),
             "{html}"
         );
+    }
+
+    fn waterfall_rows() -> Vec<WaterfallRow> {
+        vec![
+            WaterfallRow {
+                label: "trace <a> on triton-0".into(),
+                short_label: "<a> triton-0".into(),
+                segments: vec![
+                    (0, 0.0, 0.5),
+                    (3, 0.5, 20.0),
+                    (5, 20.5, 1.5),
+                    (1, 22.0, 0.0),
+                ],
+                total: 22.0,
+                note: None,
+            },
+            WaterfallRow {
+                label: "trace b".into(),
+                short_label: "b".into(),
+                segments: Vec::new(),
+                total: 30.0,
+                note: Some("server spans not received".into()),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_waterfall_stacks_each_rows_stretches_in_their_parts_colours_with_a_legend() {
+        let parts = ["client", "transport", "handling", "queue", "input", "infer"];
+        let c = WaterfallChart {
+            id: "w",
+            title: "slowest",
+            x_label: "ms since the intended send",
+            unit: "ms",
+            parts: &parts,
+            rows: waterfall_rows(),
+        };
+        let svg = waterfall_chart(&c, "unused").into_string();
+        // Three stretches of some length (the empty one is not drawn), one unsplit row.
+        assert_eq!(svg.matches("<rect class=\"segment\"").count(), 3, "{svg}");
+        assert_eq!(svg.matches("<rect class=\"unsplit\"").count(), 1, "{svg}");
+        assert_eq!(svg.matches("<rect class=\"label\"").count(), 2, "{svg}");
+        assert!(svg.contains("data-part=\"queue\""), "{svg}");
+        assert!(
+            svg.contains("<title>trace &lt;a&gt; on triton-0: queue 20 ms (from 0.5)</title>"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("<title>trace b: 30 ms (server spans not received)</title>"),
+            "{svg}"
+        );
+        // The legend names every part; each drawn stretch is filled in its part's colour.
+        let texts = texts(&svg);
+        for p in parts {
+            assert!(texts.iter().any(|t| t == p), "{p}: {texts:?}");
+        }
+        for i in [0, 3, 5] {
+            let fill = format!("fill=\"{}\"", PALETTE[i]);
+            // Its legend swatch and its stretch.
+            assert!(
+                svg.to_lowercase().matches(&fill).count() >= 2,
+                "{fill}: {svg}"
+            );
+        }
+        assert!(
+            texts
+                .iter()
+                .any(|t| t == "30.0 (server spans not received)"),
+            "{texts:?}"
+        );
+        let empty = WaterfallChart {
+            rows: Vec::new(),
+            ..c
+        };
+        let html = waterfall_chart(&empty, "no request").into_string();
+        assert!(
+            html.contains("no data: no request") && !html.contains("<svg"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn a_legend_wider_than_the_chart_goes_on_to_a_new_line() {
+        let names = ["a long part name"; 12];
+        let places = legend_places(&names, 400);
+        assert_eq!(places[0], (6, 6));
+        assert!(places.iter().all(|&(x, _)| x < 400), "{places:?}");
+        assert!(places.last().unwrap().1 > 6, "{places:?}");
     }
 
     #[test]

@@ -22,7 +22,11 @@ use std::fmt::Write as _;
 
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
-use super::chart::{Bar, BarChart, BarValue, XyBand, XyChart, XySeries, bar_chart, xy_chart};
+use super::chart::{
+    Bar, BarChart, BarValue, WaterfallChart, WaterfallRow, XyBand, XyChart, XySeries, bar_chart,
+    waterfall_chart, xy_chart,
+};
+use crate::report::spans::{Part, TraceJoin};
 use crate::report::{FailedMember, Report, format_time};
 
 /// The page as one string.
@@ -106,6 +110,9 @@ fn render_page(report: &Report, reload_s: Option<u32>, served: bool) -> String {
                 (faults(report))
                 (tables(report))
                 (server_side(report))
+                @if let Some(join) = &report.traced_tail {
+                    (traced_tail(join))
+                }
                 (plots(report))
                 (failures(report))
                 script { (PreEscaped(SCRIPT)) }
@@ -213,6 +220,113 @@ fn reconciliation(r: &Report) -> Markup {
             &["Model", "Server ok", "Worker ok", "Not ok", "Unseen", "Gap", "Verdict", "Why"],
             &rows,
         ))
+    }
+}
+
+/// Where the tail's time went: a row per scenario and model with each part's share, the
+/// servers' clock offsets, and each one's slowest requests as a waterfall.
+fn traced_tail(join: &TraceJoin) -> Markup {
+    let mut head = vec![
+        "Scenario", "Model", "Traced", "Tail", "Split", "No spans", "Partial",
+    ];
+    head.extend(Part::ALL.iter().map(|&p| p.as_str()));
+    head.push("Mean ms");
+    let rows: Vec<Row> = join
+        .rows
+        .iter()
+        .map(|r| {
+            let share = |p: Part| {
+                r.shares
+                    .map_or_else(|| "-".into(), |s| format!("{:.1}%", s.get(p) * 100.0))
+            };
+            let mean = r
+                .mean_total_us
+                .map_or_else(|| "-".into(), |us| format!("{:.2}", us / 1e3));
+            (
+                if r.no_spans + r.partial > 0 {
+                    "bad"
+                } else {
+                    ""
+                },
+                html! {
+                    (td(&r.scenario))
+                    (td(&r.model))
+                    (num(r.traced))
+                    (num(r.tail))
+                    (num(r.split))
+                    (num(r.no_spans))
+                    (num(r.partial))
+                    @for p in Part::ALL { (num(share(p))) }
+                    (num(mean))
+                },
+            )
+        })
+        .collect();
+    let parts = Part::ALL.map(Part::as_str);
+    html! {
+        h2 #traced-tail {
+            "Where the tail's time went (traced requests above "
+            (super::text::tail_percentile(join.tail_share)) ")"
+        }
+        @if !join.server_spans_received {
+            p.finding {
+                "Server spans not received: no span of the tail's traces came from a server, "
+                "so their time is not split."
+            }
+        }
+        (table("traced-tail", &head, &rows))
+        @if !join.clocks.is_empty() {
+            p.clocks { (super::text::clock_line(&join.clocks)) }
+        }
+        @for (i, r) in join.rows.iter().enumerate().filter(|(_, r)| !r.slowest.is_empty()) {
+            @let id = format!("waterfall-{i}");
+            @let title = format!("Slowest traced requests of {}/{}", r.scenario, r.model);
+            (waterfall_chart(&waterfall(r, &id, &title, &parts), "no traced request"))
+        }
+    }
+}
+
+/// A row's slowest requests as a waterfall chart, in ms from each one's intended send.
+fn waterfall<'a>(
+    r: &crate::report::spans::TailRow,
+    id: &'a str,
+    title: &'a str,
+    parts: &'a [&'a str],
+) -> WaterfallChart<'a> {
+    let rows = r
+        .slowest
+        .iter()
+        .map(|w| WaterfallRow {
+            label: format!(
+                "trace {} on {} ({})",
+                w.trace_id,
+                w.server,
+                if w.ok { "ok" } else { "failed" }
+            ),
+            short_label: format!(
+                "{}… {}",
+                w.trace_id.chars().take(8).collect::<String>(),
+                w.server
+            ),
+            segments: w
+                .segments
+                .iter()
+                .map(|s| {
+                    let part = Part::ALL.iter().position(|&p| p == s.part).unwrap_or(0);
+                    (part, s.start_us / 1e3, s.length_us / 1e3)
+                })
+                .collect(),
+            total: w.total_us / 1e3,
+            note: w.unsplit.clone(),
+        })
+        .collect();
+    WaterfallChart {
+        id,
+        title,
+        x_label: "ms from the intended send",
+        unit: "ms",
+        parts,
+        rows,
     }
 }
 

@@ -9,6 +9,7 @@ use stress_common::triton_metrics;
 
 use crate::capacity::autoscale::{Autoscaler, number};
 use crate::judge::change::Call;
+use crate::report::spans::{ClockOffset, Part, TailRow, TraceJoin};
 use crate::report::timeline::{MIB, Timeline};
 use crate::report::trace::{STAGES, TraceSummary};
 use crate::report::{CapacityReport, FailedMember, Report, format_time};
@@ -348,6 +349,9 @@ impl Report {
         for (server, summary) in &self.traces {
             let _ = writeln!(out, "\n== Traces of {server} (Triton, TIMESTAMPS) ==");
             out.push_str(&summary.render());
+        }
+        if let Some(join) = &self.traced_tail {
+            join.render(&mut out);
         }
         for (server, models) in &self.server_metrics {
             let _ = writeln!(
@@ -988,6 +992,126 @@ impl Timeline {
                 }
             }
         }
+    }
+}
+
+/// A part's name in a column's head.
+pub fn part_head(part: Part) -> &'static str {
+    match part {
+        Part::ComputeInput => "input",
+        Part::ComputeInfer => "infer",
+        Part::ComputeOutput => "output",
+        other => other.as_str(),
+    }
+}
+
+/// The percentile a tail of `share` is above: `p99` for 0.01.
+pub fn tail_percentile(share: f64) -> String {
+    format!("p{}", number((1.0 - share) * 100.0))
+}
+
+/// The servers' clock offsets from the clients', on one line.
+pub fn clock_line(clocks: &[ClockOffset]) -> String {
+    let each: Vec<String> = clocks
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {:+.3} ms ± {:.3} ms ({} requests{})",
+                c.server,
+                c.offset_ns as f64 / 1e6,
+                c.bound_ns as f64 / 1e6,
+                c.requests,
+                if c.consistent {
+                    ""
+                } else {
+                    ", which disagree: their median"
+                }
+            )
+        })
+        .collect();
+    format!("server clocks (server − client): {}", each.join("; "))
+}
+
+impl TraceJoin {
+    /// Where the tail's time went: a row per scenario and model with each part's share, the
+    /// servers' clock offsets, then each one's slowest requests as waterfalls in ms.
+    pub fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\n== Where the tail's time went (traced requests above {}) ==",
+            tail_percentile(self.tail_share)
+        );
+        if !self.server_spans_received {
+            let _ = writeln!(
+                out,
+                "server spans not received: no span of the tail's traces came from a server, \
+                 so their time is not split"
+            );
+        }
+        let _ = write!(
+            out,
+            "{:<20} {:<24} {:>7} {:>5} {:>5} {:>8} {:>7}",
+            "Scenario", "Model", "Traced", "Tail", "Split", "No spans", "Partial"
+        );
+        for part in Part::ALL {
+            let _ = write!(out, " {:>9}", part_head(part));
+        }
+        let _ = writeln!(out, " {:>9}", "mean ms");
+        for r in &self.rows {
+            let _ = write!(
+                out,
+                "{:<20} {:<24} {:>7} {:>5} {:>5} {:>8} {:>7}",
+                r.scenario, r.model, r.traced, r.tail, r.split, r.no_spans, r.partial
+            );
+            for part in Part::ALL {
+                let share = r
+                    .shares
+                    .map_or_else(|| "-".into(), |s| format!("{:.1}%", s.get(part) * 100.0));
+                let _ = write!(out, " {share:>9}");
+            }
+            let mean = r
+                .mean_total_us
+                .map_or_else(|| "-".into(), |us| format!("{:.2}", us / 1e3));
+            let _ = writeln!(out, " {mean:>9}");
+        }
+        if !self.clocks.is_empty() {
+            let _ = writeln!(out, "{}", clock_line(&self.clocks));
+        }
+        for r in self.rows.iter().filter(|r| !r.slowest.is_empty()) {
+            render_waterfalls(out, r);
+        }
+    }
+}
+
+/// A row's slowest requests, a line each: the total in ms and its parts in order.
+fn render_waterfalls(out: &mut String, r: &TailRow) {
+    let heads: Vec<&str> = Part::ALL.iter().map(|&p| part_head(p)).collect();
+    let _ = writeln!(
+        out,
+        "slowest of {}/{} (ms from the intended send = {}):",
+        r.scenario,
+        r.model,
+        heads.join(" + ")
+    );
+    for w in &r.slowest {
+        let parts = match &w.unsplit {
+            Some(why) => format!("({why})"),
+            None => {
+                let each: Vec<String> = Part::ALL
+                    .iter()
+                    .map(|&p| format!("{:.2}", w.part_us(p) / 1e3))
+                    .collect();
+                format!("= {}", each.join(" + "))
+            }
+        };
+        let _ = writeln!(
+            out,
+            "  {} {:<16} {:<6} {:>10.2} {parts}",
+            w.trace_id,
+            w.server,
+            if w.ok { "ok" } else { "FAILED" },
+            w.total_us / 1e3
+        );
     }
 }
 

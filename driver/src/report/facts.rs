@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use stress_common::contract::RunId;
 use stress_common::qps::{QpsSpan, QpsSummary};
 use stress_common::status::{FailureRecord, ModelCounts, Outage, Role, ScenarioCounts};
-use stress_common::store::{Document, EventRow, Member, RunRow, Store};
+use stress_common::store::{Document, EventRow, Member, RunRow, Store, TracedTail};
 use stress_common::triton_metrics::ServerSample;
 
 /// Everything of a run that its report reads, as the store holds it.
@@ -40,6 +40,9 @@ pub(crate) struct RunFacts {
     /// The workers' outages (read only for a run that injected faults: nothing else reads them).
     pub outages: Vec<(String, Outage)>,
     pub traces: BTreeMap<String, crate::report::trace::TraceSummary>,
+    /// The traced requests above each (scenario, model)'s traced p99, with their server spans
+    /// (None: not read, the store failed there; the report stands without them).
+    pub traced_tail: Option<TracedTail>,
     pub failure_count: u64,
     /// Every failure record, as (member, record).
     pub failures: Vec<(String, FailureRecord)>,
@@ -100,6 +103,7 @@ impl RunFacts {
             Some(_) => store.outages(run_id).await?,
             None => Vec::new(),
         };
+        let traced_tail = read_traced_tail(store, run_id).await;
         Ok(RunFacts {
             run,
             members,
@@ -121,6 +125,7 @@ impl RunFacts {
             fault_log,
             outages,
             traces,
+            traced_tail,
             failure_count,
             failures,
             excerpts,
@@ -205,6 +210,18 @@ pub(crate) fn first_failures(events: &[EventRow]) -> Vec<&EventRow> {
     }
     first.sort_by_key(|e| e.at_ms);
     first
+}
+
+/// The run's traced tail; a store that fails here costs the report its tail's breakdown,
+/// never the report.
+async fn read_traced_tail(store: &Store, run_id: &RunId) -> Option<TracedTail> {
+    match store.traced_tail(run_id, super::spans::TAIL_SHARE).await {
+        Ok(tail) => Some(tail),
+        Err(e) => {
+            tracing::warn!("the traced requests of run {run_id} not read ({e}): no tail breakdown");
+            None
+        }
+    }
 }
 
 /// Every document of kind `D` of the run, in the store's key order.

@@ -313,6 +313,7 @@ mod tests {
             fault_log: None,
             outages: Vec::new(),
             traces: BTreeMap::new(),
+            traced_tail: None,
             failure_count: 2,
             failures: [(1_400, "10.0.0.1:8001"), (1_450, "10.0.0.9:8001")]
                 .map(|(at_ms, server)| {

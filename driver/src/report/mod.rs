@@ -12,6 +12,7 @@ pub mod grid;
 pub mod history;
 mod judgement;
 mod measures;
+pub mod spans;
 pub mod summary;
 pub mod timeline;
 pub mod trace;
@@ -155,6 +156,11 @@ pub struct Report {
     pub reconciliation: Vec<crate::judge::reconcile::Reconciliation>,
     /// Per traced server: its Triton traces per model and protocol.
     pub traces: BTreeMap<String, crate::report::trace::TraceSummary>,
+    /// The traced requests above each (scenario, model)'s traced p99, client and server spans
+    /// joined: where their time went, and the slowest as waterfalls (None: nothing traced, or
+    /// the traces could not be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traced_tail: Option<spans::TraceJoin>,
     /// The root cause and what it explains (`root_cause`, `independent_members`, and the
     /// failure records caused by it, during the driver's stop, and independent).
     pub analysis: crate::judge::rootcause::Analysis,
@@ -694,6 +700,10 @@ impl Report {
             },
             reconciliation: judgement.reconciliation,
             traces: facts.traces,
+            traced_tail: facts
+                .traced_tail
+                .as_ref()
+                .and_then(|t| spans::join(t, spans::TAIL_SHARE)),
             analysis: judgement.analysis,
             signatures: judged.signatures,
             known_issues: judged.known_issues,

@@ -42,6 +42,8 @@ pub(super) struct Driver<'a> {
     pub(super) cancel: &'a CancellationToken,
     /// The judgement of every failure record the workers write.
     pub(super) verdicts: crate::judge::verdicts::Verdicts,
+    /// The run's OTLP receiver, when servers export spans to it.
+    pub(super) spans: Option<&'a super::otlp::OtlpReceiver>,
 }
 
 impl Driver<'_> {

@@ -132,6 +132,8 @@ impl<'a> OpenRun<'a> {
         let today = jiff::Timestamp::now()
             .to_zoned(jiff::tz::TimeZone::UTC)
             .date();
+        let receiver =
+            super::spans::start_receiver(self.plan, matrix, &*launcher, &self.store).await;
         let mut driver = Driver {
             store: &self.store,
             launcher,
@@ -142,9 +144,13 @@ impl<'a> OpenRun<'a> {
             progress: &mut progress,
             cancel,
             verdicts: Verdicts::new(known, today),
+            spans: receiver.as_ref(),
         };
         let verdict = driver.drive().await;
         let verdicts = driver.verdicts;
+        if let Some(receiver) = receiver {
+            super::spans::finish_receiver(receiver, matrix, &self.store, &self.plan.run_id).await;
+        }
         progress.done();
         Ok((verdict, verdicts))
     }

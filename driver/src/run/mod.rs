@@ -14,6 +14,7 @@ mod faults;
 mod finish;
 mod lease;
 mod lifecycle;
+pub mod otlp;
 mod phases;
 mod poll;
 mod progress;
@@ -21,6 +22,7 @@ pub mod prune;
 pub mod repeat;
 pub mod sampler;
 mod slo_check;
+mod spans;
 pub mod sweep;
 mod sweep_variants;
 

@@ -48,12 +48,13 @@ impl Driver<'_> {
         let plan = self.plan;
         for s in &plan.servers {
             self.record(&s.name, EventKind::Starting, "launching").await;
-            if let Err(e) = self.launcher.start_server(s).await {
+            let s = super::spans::pointed_at(s, self.spans);
+            if let Err(e) = self.launcher.start_server(&s).await {
                 return Err(self.launch_failed(e).await);
             }
             self.update_member(Member {
                 command: self.launcher.command_line(&s.name).unwrap_or_default(),
-                ..plan.server_record(s)
+                ..plan.server_record(&s)
             })
             .await;
         }

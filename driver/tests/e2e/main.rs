@@ -29,3 +29,4 @@ mod slo;
 mod smoke;
 mod store;
 mod support;
+mod traces;
