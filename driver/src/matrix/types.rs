@@ -104,6 +104,12 @@ pub struct Matrix {
     #[serde(skip)]
     #[schemars(skip)]
     pub source_path: Option<PathBuf>,
+
+    /// The SLO rules read once where the matrix is checked, ready to judge: run level first,
+    /// then each client group's. Not part of the YAML.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub slo_rules: Vec<super::slo::Rule>,
 }
 
 /// Settings of the whole run.

@@ -172,6 +172,8 @@ fn defined_list<'a>(names: impl Iterator<Item = &'a String>) -> String {
 
 struct Checker {
     issues: Vec<Issue>,
+    /// The SLO rules that read, in order.
+    slo: Vec<crate::matrix::slo::Rule>,
 }
 
 impl Checker {
@@ -1282,7 +1284,10 @@ pub fn check_known_issues(
     issues: &[super::KnownIssue],
     free_scenarios: bool,
 ) -> Vec<Issue> {
-    let mut c = Checker { issues: Vec::new() };
+    let mut c = Checker {
+        issues: Vec::new(),
+        slo: Vec::new(),
+    };
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, issue) in issues.iter().enumerate() {
         let path = root.index(i);
@@ -1361,8 +1366,21 @@ pub fn check_known_issues(
 }
 
 /// Checks a deserialised matrix, returning every problem found.
-pub fn check(m: &Matrix) -> Vec<Issue> {
-    let mut c = Checker { issues: Vec::new() };
+/// The problems of `m`, each with its field; when there are none, `m` gets what was read
+/// on the way ([`Matrix::slo_rules`]), so nothing downstream reads those strings again.
+pub fn check(m: &mut Matrix) -> Vec<Issue> {
+    let (issues, slo) = check_reading(m);
+    if issues.is_empty() {
+        m.slo_rules = slo;
+    }
+    issues
+}
+
+fn check_reading(m: &Matrix) -> (Vec<Issue>, Vec<crate::matrix::slo::Rule>) {
+    let mut c = Checker {
+        issues: Vec::new(),
+        slo: Vec::new(),
+    };
     let root = FieldPath::root();
     c.bounds(m);
     c.version(m);
@@ -1390,7 +1408,7 @@ pub fn check(m: &Matrix) -> Vec<Issue> {
         let path = root.key("client_groups").key(name.clone()).key("slo");
         c.slo_rules(m, path, &g.slo, Some(name));
     }
-    c.issues
+    (c.issues, c.slo)
 }
 
 /// The sections of a matrix, checked one by one by [`check`].
@@ -1721,6 +1739,15 @@ impl Checker {
 impl Checker {
     /// Each SLO rule parses for its metric and names a scenario and model the clients in its
     /// scope (a group's, or all) can run.
+    /// A rule that does not read, at its field (the rule itself when it lacks a bound).
+    fn bad_rule(&mut self, rpath: &FieldPath, e: crate::matrix::slo::BadRule) {
+        if e.field == "metric" {
+            self.push(rpath.clone(), Anchor::Key, e.message);
+        } else {
+            self.push(rpath.key(e.field), Anchor::Value, e.message);
+        }
+    }
+
     fn slo_rules(
         &mut self,
         m: &Matrix,
@@ -1739,18 +1766,9 @@ impl Checker {
         };
         for (i, rule) in rules.iter().enumerate() {
             let rpath = path.index(i);
-            if let Err(e) = crate::matrix::slo::Rule::parse(rule, group.map(String::as_str)) {
-                let anchor = if e.field == "metric" {
-                    Anchor::Key
-                } else {
-                    Anchor::Value
-                };
-                let at = if e.field == "metric" {
-                    rpath.clone()
-                } else {
-                    rpath.key(e.field)
-                };
-                self.push(at, anchor, e.message);
+            match crate::matrix::slo::Rule::parse(rule, group.map(String::as_str)) {
+                Ok(read) => self.slo.push(read),
+                Err(e) => self.bad_rule(&rpath, e),
             }
             // A foreign client's scenarios are free-form.
             if let Some(s) = &rule.scenario

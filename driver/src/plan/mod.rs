@@ -45,7 +45,7 @@ pub struct RunPlan {
     pub clients: Vec<ClientMember>,
     /// Capacity mode's settings (None: a soak run).
     pub capacity: Option<CapacitySettings>,
-    /// The SLO rules, run level first, then each client group's (validated: they parse).
+    /// The SLO rules, run level first, then each client group's ([`Matrix::slo_rules`]).
     pub slo: Vec<crate::matrix::slo::Rule>,
     /// The faults to inject, by time from the load phase's start (`matrix::faults::schedule`).
     pub faults: Vec<Injection>,
@@ -97,18 +97,7 @@ impl RunPlan {
                 RunMode::Capacity => matrix.capacity.clone(),
                 RunMode::Soak => None,
             },
-            slo: matrix
-                .run
-                .slo
-                .iter()
-                .map(|r| (None, r))
-                .chain(
-                    matrix.client_groups.iter().flat_map(|(g, group)| {
-                        group.slo.iter().map(move |r| (Some(g.as_str()), r))
-                    }),
-                )
-                .filter_map(|(g, r)| crate::matrix::slo::Rule::parse(r, g).ok())
-                .collect(),
+            slo: matrix.slo_rules.clone(),
             faults,
             qualified,
         }
@@ -360,6 +349,32 @@ client_groups:
                 metrics: format!("127.0.0.1:{}", port + 2),
             },
         )
+    }
+
+    #[test]
+    fn the_slo_rules_are_the_matrixs_as_read_run_level_first() {
+        let with_rules = MATRIX
+            .replace(
+                "client_groups:\n  g: {",
+                "client_groups:\n  g: {slo: [{metric: qps, min: 3}], ",
+            )
+            .replacen("server_templates:", "run_slo_here\nserver_templates:", 1)
+            .replace(
+                "run_slo_here",
+                "  slo: [{metric: p99, scenario: SequenceValid, max: 50ms}]",
+            );
+        let m = matrix::parse(&with_rules, "plan.yaml").unwrap_or_else(|e| panic!("{e}"));
+        let p = RunPlan::new(&m, RunId::new("plan-1"), None);
+        let read: Vec<(Option<&str>, Option<f64>, Option<f64>)> = p
+            .slo
+            .iter()
+            .map(|r| (r.group.as_deref(), r.min, r.max))
+            .collect();
+        assert_eq!(
+            read,
+            [(None, None, Some(50.0)), (Some("g"), Some(3.0), None)]
+        );
+        assert_eq!(p.slo, m.slo_rules);
     }
 
     #[test]
