@@ -133,6 +133,15 @@ async fn reports(traced: i64, spans: bool) -> (String, String, Value) {
     }
     if spans {
         store.record_server_spans(&run, &server).await.unwrap();
+        // As the run's receiver saves what it did.
+        let counts = driver::report::spans::ReceiverCounts {
+            bodies: 1,
+            spans_received: server.len() as u64 + 5,
+            spans_stored: server.len() as u64,
+            spans_dropped: 5,
+            ..Default::default()
+        };
+        store.save_document(&run, "", &counts).await.unwrap();
     }
     let report = Report::from_store(&store, &run).await.unwrap();
     (
@@ -182,6 +191,12 @@ async fn a_traced_runs_reports_say_where_its_tails_time_went() {
         "{section}"
     );
     assert!(section.contains("slowest of Infer/add_sub"), "{section}");
+    // What the receiver did, drops included.
+    assert!(
+        section.contains("OTLP receiver: 905 server span(s) received, 900 stored, 5 dropped"),
+        "{section}"
+    );
+    assert_eq!(json["traced_tail"]["receiver"]["spans_dropped"], 5);
     let waterfalls = section
         .lines()
         .filter(|l| l.starts_with(&format!("  {:032x}", 0x5eed_0000 + 299)))
@@ -214,7 +229,10 @@ async fn server_spans_that_never_came_are_said_so_not_guessed() {
     assert_eq!(join["rows"][0]["no_spans"], 2);
     assert!(join["rows"][0]["shares"].is_null());
     assert!(text.contains(HEADING), "{text}");
-    assert!(text.contains("server spans not received"), "{text}");
+    assert!(
+        text.contains("server spans not received: no span of the tail's traces came from a server, so their time is not split (the run had no OTLP receiver"),
+        "{text}"
+    );
     assert!(html.contains("Server spans not received"), "{html}");
     // The slowest are still listed, whole, as unsplit.
     assert_eq!(html.matches("<rect class=\"unsplit\"").count(), 2, "{html}");

@@ -1,9 +1,115 @@
 //! The matrix's SLO rules read once into [`Rule`]s, ready to judge ([`Rule::parse`], whose
 //! errors name the field; validation reports them). `crate::judge::slo` judges them.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
-use super::types::{SloBound, SloMetric, SloRule};
+use super::duration::{self, HumanDuration};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+/// One service-level objective, e.g. `{metric: p99, scenario: Load, max: 50ms}`,
+/// `{metric: error_rate, max: 0.001}`, `{metric: qps, min: 100}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SloRule {
+    pub metric: SloMetric,
+
+    /// Only this scenario's requests (default: all scenarios').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+
+    /// Only this model's requests (one of the client templates' `models:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+
+    /// Upper bound: a duration for p50 / p90 / p99 / max (`50ms`), a fraction for error_rate
+    /// (`0.001`), requests per second for qps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<SloBound>,
+
+    /// Lower bound, as `max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<SloBound>,
+
+    /// Check the rule every poll too, and stop the run at once when it is breached.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abort_on_fail: bool,
+
+    /// Grace after the workers start before the rule is judged live (default 0).
+    #[serde(with = "duration", default, skip_serializing_if = "Duration::is_zero")]
+    #[schemars(with = "HumanDuration")]
+    pub delay: Duration,
+}
+
+/// What an SLO rule measures, over the run (or, live, since the workers started).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SloMetric {
+    /// Latency percentiles and maximum of answered requests (exact, merged histograms).
+    P50,
+    P90,
+    P99,
+    Max,
+    /// Failed tests over tests.
+    ErrorRate,
+    /// Requests per second.
+    Qps,
+}
+
+impl SloMetric {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SloMetric::P50 => "p50",
+            SloMetric::P90 => "p90",
+            SloMetric::P99 => "p99",
+            SloMetric::Max => "max",
+            SloMetric::ErrorRate => "error_rate",
+            SloMetric::Qps => "qps",
+        }
+    }
+
+    /// A latency (bounds are durations, observed values milliseconds).
+    pub fn is_latency(self) -> bool {
+        matches!(
+            self,
+            SloMetric::P50 | SloMetric::P90 | SloMetric::P99 | SloMetric::Max
+        )
+    }
+}
+
+/// An SLO bound as written: a number or a duration; [`crate::judge::slo`] reads it for its metric.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct SloBound(pub String);
+
+impl<'de> Deserialize<'de> for SloBound {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Number(f64),
+            Text(String),
+        }
+        Ok(SloBound(match Written::deserialize(d)? {
+            Written::Number(n) => n.to_string(),
+            Written::Text(t) => t,
+        }))
+    }
+}
+
+impl JsonSchema for SloBound {
+    fn schema_name() -> Cow<'static, str> {
+        "SloBound".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A duration for latency metrics (`50ms`), a number for error_rate (a fraction) and qps.",
+            "type": ["number", "string"]
+        })
+    }
+}
 
 /// A rule ready to judge: bounds in the metric's unit (milliseconds for latencies, a fraction
 /// for error_rate, requests per second for qps).

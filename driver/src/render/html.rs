@@ -274,6 +274,9 @@ fn traced_tail(join: &TraceJoin) -> Markup {
                 "so their time is not split."
             }
         }
+        @if let Some(r) = &join.receiver {
+            p.receiver { (r.line()) }
+        }
         (table("traced-tail", &head, &rows))
         @if !join.clocks.is_empty() {
             p.clocks { (super::text::clock_line(&join.clocks)) }

@@ -1045,8 +1045,16 @@ impl TraceJoin {
             let _ = writeln!(
                 out,
                 "server spans not received: no span of the tail's traces came from a server, \
-                 so their time is not split"
+                 so their time is not split{}",
+                if self.receiver.is_none() {
+                    " (the run had no OTLP receiver: its launcher does not point servers at one)"
+                } else {
+                    ""
+                }
             );
+        }
+        if let Some(r) = &self.receiver {
+            let _ = writeln!(out, "{}", r.line());
         }
         let _ = write!(
             out,

@@ -43,6 +43,8 @@ pub(crate) struct RunFacts {
     /// The traced requests above each (scenario, model)'s traced p99, with their server spans
     /// (None: not read, the store failed there; the report stands without them).
     pub traced_tail: Option<TracedTail>,
+    /// What the run's OTLP receiver did (None: it had none).
+    pub span_receiver: Option<super::spans::ReceiverCounts>,
     pub failure_count: u64,
     /// Every failure record, as (member, record).
     pub failures: Vec<(String, FailureRecord)>,
@@ -104,6 +106,11 @@ impl RunFacts {
             None => Vec::new(),
         };
         let traced_tail = read_traced_tail(store, run_id).await;
+        let span_receiver = store
+            .document::<super::spans::ReceiverCounts>(run_id, "")
+            .await
+            .ok()
+            .flatten();
         Ok(RunFacts {
             run,
             members,
@@ -126,6 +133,7 @@ impl RunFacts {
             outages,
             traces,
             traced_tail,
+            span_receiver,
             failure_count,
             failures,
             excerpts,

@@ -314,6 +314,7 @@ mod tests {
             outages: Vec::new(),
             traces: BTreeMap::new(),
             traced_tail: None,
+            span_receiver: None,
             failure_count: 2,
             failures: [(1_400, "10.0.0.1:8001"), (1_450, "10.0.0.9:8001")]
                 .map(|(at_ms, server)| {

@@ -703,7 +703,11 @@ impl Report {
             traced_tail: facts
                 .traced_tail
                 .as_ref()
-                .and_then(|t| spans::join(t, spans::TAIL_SHARE)),
+                .and_then(|t| spans::join(t, spans::TAIL_SHARE))
+                .map(|join| spans::TraceJoin {
+                    receiver: facts.span_receiver,
+                    ..join
+                }),
             analysis: judgement.analysis,
             signatures: judged.signatures,
             known_issues: judged.known_issues,

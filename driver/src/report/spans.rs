@@ -357,6 +357,45 @@ pub struct TailRow {
     pub slowest: Vec<Waterfall>,
 }
 
+/// What the receiver did, since its start (the report prints it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceiverCounts {
+    /// Export requests received, bad ones too.
+    pub bodies: u64,
+    pub spans_received: u64,
+    pub spans_stored: u64,
+    /// Spans not stored: the queue was full, the store failed or did not answer in time, or
+    /// the stop's flush ran out of time.
+    pub spans_dropped: u64,
+    /// Bodies refused: not OTLP, or in an encoding the receiver does not read (not forwarded).
+    pub bad_bodies: u64,
+    /// Bodies (received, or of client spans) the forward target accepted.
+    pub forwarded: u64,
+    /// Bodies not forwarded: the queue was full, the send failed or was refused.
+    pub forward_dropped: u64,
+}
+
+impl ReceiverCounts {
+    /// One line for the report: what arrived, and what was lost where.
+    pub fn line(&self) -> String {
+        let mut line = format!(
+            "OTLP receiver: {} server span(s) received, {} stored, {} dropped (queue full or store slow), {} bad bodies",
+            self.spans_received, self.spans_stored, self.spans_dropped, self.bad_bodies
+        );
+        if self.forwarded + self.forward_dropped > 0 {
+            line += &format!(
+                "; {} body(ies) forwarded, {} not",
+                self.forwarded, self.forward_dropped
+            );
+        }
+        line
+    }
+}
+
+impl stress_common::store::Document for ReceiverCounts {
+    const KIND: &'static str = "span_receiver";
+}
+
 /// The run's traced tail, joined: report.json's `traced_tail`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceJoin {
@@ -368,6 +407,10 @@ pub struct TraceJoin {
     /// Whether any server span of the tail's traces arrived (false: renderers say "server
     /// spans not received").
     pub server_spans_received: bool,
+    /// What the run's OTLP receiver did (None: the run had none, e.g. under a launcher that
+    /// does not point its servers at it, or a run recorded before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<ReceiverCounts>,
 }
 
 /// One request of the tail: its client span and its server's times, or why it has none.
@@ -412,6 +455,7 @@ pub fn join(tail: &TracedTail, tail_share: f64) -> Option<TraceJoin> {
         rows,
         clocks,
         server_spans_received: !tail.server.is_empty(),
+        receiver: None,
     })
 }
 

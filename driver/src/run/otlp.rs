@@ -10,6 +10,7 @@
 //! ([`ReceiverCounts`]). Forwarding is the same: one task sends the received bodies (and the
 //! clients' spans, [`client_request`]) from a bounded queue, dropping and counting what fails.
 
+pub use crate::report::spans::ReceiverCounts;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -20,7 +21,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use prost::Message;
-use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,24 +63,6 @@ const BODY_LIMIT: usize = 16 << 20;
 const DECODED_LIMIT: u64 = 64 << 20;
 const JSON: &str = "application/json";
 const PROTOBUF: &str = "application/x-protobuf";
-
-/// What the receiver did, since its start (the report prints it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReceiverCounts {
-    /// Export requests received, bad ones too.
-    pub bodies: u64,
-    pub spans_received: u64,
-    pub spans_stored: u64,
-    /// Spans not stored: the queue was full, the store failed or did not answer in time, or
-    /// the stop's flush ran out of time.
-    pub spans_dropped: u64,
-    /// Bodies refused: not OTLP, or in an encoding the receiver does not read (not forwarded).
-    pub bad_bodies: u64,
-    /// Bodies (received, or of client spans) the forward target accepted.
-    pub forwarded: u64,
-    /// Bodies not forwarded: the queue was full, the send failed or was refused.
-    pub forward_dropped: u64,
-}
 
 #[derive(Debug, Default)]
 struct Counters {

@@ -3,7 +3,7 @@
 //! at it at launch, and at the end the clients' spans sent on to `run.otlp_forward` and what
 //! the receiver did saved for the report.
 
-use super::otlp::{OtlpReceiver, ReceiverCounts};
+use super::otlp::OtlpReceiver;
 use crate::launcher::Launcher;
 use crate::matrix::{Matrix, ServerMember};
 use crate::plan::RunPlan;
@@ -17,10 +17,6 @@ const CLIENT_SERVICE: &str = "triton-stress-worker";
 
 /// Client spans read and sent on per batch at the end.
 const FORWARD_BATCH: u32 = 1_000;
-
-impl stress_common::store::Document for ReceiverCounts {
-    const KIND: &'static str = "span_receiver";
-}
 
 /// Starts the run's receiver where the launcher's servers reach it, when the plan needs one;
 /// a launcher whose servers cannot reach the driver yet (kube) gets none, and says so.
