@@ -416,6 +416,48 @@ async fn smoke_matrix_passes_on_pods_and_leaves_nothing_behind() {
     );
 }
 
+/// Traced requests on pods (issue 51): the server pod exports its spans to the driver's OTLP
+/// receiver at the driver's address as pods reach it, and the tail of a model slow in compute
+/// (never more requests in flight than instances) is attributed to compute.
+#[tokio::test]
+async fn traced_requests_on_pods_join_the_server_pods_spans() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-traces").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = matrix_variant(dir.path(), "traces", |m| {
+        let head = &m[..m.find("client_templates:").expect("client templates")];
+        format!(
+            "{}client_templates:
+  traced:
+    worker: {{ image: \"triton-stress/worker:dev\" }}
+    protocol: http
+    models: [{{ name: identity_delay, shape: {{ INPUT0: [4] }} }}]
+    concurrency: 1
+    load: {{ concurrency: 2 }}
+    trace_share: 1
+    resources: {{ cpu: 250m, memory: 256Mi }}
+client_groups:
+  traced-clients: {{ template: traced, instances: 1, target: triton }}
+",
+            head.replace("duration: 45s", "duration: 20s")
+        )
+    });
+    let run = env.run(&matrix, &ns.name, &[], None);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let report = run.report();
+    let join = &report["traced_tail"];
+    let receiver = &join["receiver"];
+    assert!(
+        receiver["spans_stored"].as_u64().unwrap_or(0) > 0,
+        "no server span reached the driver: {join:#}"
+    );
+    let row = &join["rows"][0];
+    assert_eq!(row["model"], "identity_delay", "{join:#}");
+    assert_eq!(row["no_spans"], 0, "{join:#}");
+    let compute = row["shares"]["compute_infer"].as_f64().unwrap();
+    assert!(compute > 0.8, "{join:#}");
+}
+
 /// The failed member in report.json, with the checks every failure report must pass: the pod
 /// is named, with its phase, node, containers, events and the kubectl commands to dig further.
 fn failed_member<'a>(report: &'a Value, member: &str) -> &'a Value {

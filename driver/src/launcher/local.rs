@@ -285,8 +285,8 @@ impl Launcher for LocalLauncher {
         "local"
     }
 
-    fn span_receiver_bind(&self) -> Option<std::net::SocketAddr> {
-        Some((std::net::Ipv4Addr::LOCALHOST, 0).into())
+    fn span_receiver_host(&self) -> Option<std::net::IpAddr> {
+        Some(std::net::Ipv4Addr::LOCALHOST.into())
     }
 
     async fn read_model_configs(

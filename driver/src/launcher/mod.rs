@@ -213,9 +213,10 @@ pub struct FaultEnded {
 pub trait Launcher: Send {
     fn name(&self) -> &'static str;
 
-    /// Where the run's OTLP receiver listens so that this launcher's servers reach it (None:
-    /// they cannot yet, and traced requests' server spans are not received).
-    fn span_receiver_bind(&self) -> Option<std::net::SocketAddr> {
+    /// The driver's address as this launcher's servers reach it, where the run's OTLP
+    /// receiver listens (None: they cannot reach the driver, and traced requests' server
+    /// spans are not received).
+    fn span_receiver_host(&self) -> Option<std::net::IpAddr> {
         None
     }
 

@@ -19,7 +19,7 @@ const CLIENT_SERVICE: &str = "triton-stress-worker";
 const FORWARD_BATCH: u32 = 1_000;
 
 /// Starts the run's receiver where the launcher's servers reach it, when the plan needs one;
-/// a launcher whose servers cannot reach the driver yet (kube) gets none, and says so.
+/// a launcher that knows no such address gets none, and says so.
 pub(super) async fn start_receiver(
     plan: &RunPlan,
     matrix: &Matrix,
@@ -29,10 +29,14 @@ pub(super) async fn start_receiver(
     if !needs_receiver(&plan.servers, &plan.clients) {
         return None;
     }
-    let Some(bind) = launcher.span_receiver_bind() else {
+    let Some(bind) = launcher
+        .span_receiver_host()
+        .map(|host| std::net::SocketAddr::new(host, 0))
+    else {
         tracing::warn!(
-            "the {} launcher does not point servers at the run's OTLP receiver yet: the traced requests' server spans are not received",
-            launcher.name()
+            "the {} launcher knows no address of the driver that its servers reach (set {}): the traced requests' server spans are not received",
+            launcher.name(),
+            crate::launcher::kube::DRIVER_ADDRESS_ENV
         );
         return None;
     };

@@ -137,6 +137,8 @@ struct Recreation {
 
 pub struct KubeLauncher {
     client: Client,
+    /// The driver's address as pods reach it ([`driver_address`]).
+    driver_address: Option<std::net::IpAddr>,
     settings: KubeSettings,
     pods: Api<Pod>,
     services: Api<Service>,
@@ -207,6 +209,42 @@ pub const API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// The server-side length of one watch request, within [`API_TIMEOUT`].
 pub const WATCH_TIMEOUT_S: u32 = 20;
 
+/// Overrides [`driver_address`]: the driver's IP address as pods reach it.
+pub const DRIVER_ADDRESS_ENV: &str = "TRITON_STRESS_DRIVER_ADDRESS";
+
+/// The driver's address as pods reach it: [`DRIVER_ADDRESS_ENV`], else this host's address on
+/// the route to the API server (in a pod: its pod IP; on the test cluster's node: the node's
+/// bridge address), unless that is a loopback address (a tunnel), which pods cannot reach.
+pub async fn driver_address() -> Option<std::net::IpAddr> {
+    if let Ok(text) = std::env::var(DRIVER_ADDRESS_ENV) {
+        return text.trim().parse().ok();
+    }
+    let config = kube::Config::infer().await.ok()?;
+    let host = config
+        .cluster_url
+        .host()?
+        .trim_matches(['[', ']'])
+        .to_string();
+    let port = config.cluster_url.port_u16().unwrap_or(443);
+    let towards = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .ok()?
+        .next()?;
+    local_address_towards(towards).filter(|ip| !ip.is_loopback())
+}
+
+/// The local address the system would send from to reach `peer` (a connected UDP socket sends
+/// nothing).
+fn local_address_towards(peer: std::net::SocketAddr) -> Option<std::net::IpAddr> {
+    let unspecified: std::net::SocketAddr = match peer {
+        std::net::SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        std::net::SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let socket = std::net::UdpSocket::bind(unspecified).ok()?;
+    socket.connect(peer).ok()?;
+    Some(socket.local_addr().ok()?.ip())
+}
+
 /// A Kubernetes client from `KUBECONFIG` / `~/.kube/config`, or the in-cluster service account,
 /// with [`API_TIMEOUT`] on every call.
 pub async fn connect() -> Result<Client, LaunchError> {
@@ -248,6 +286,7 @@ impl KubeLauncher {
         let services = Api::namespaced(client.clone(), ns);
         Ok(Self {
             client,
+            driver_address: driver_address().await,
             pods_context: PodContext {
                 run_id: settings.run_id.clone(),
                 image_pull_policy: settings.image_pull_policy.clone(),
@@ -529,6 +568,10 @@ impl KubeLauncher {
 impl Launcher for KubeLauncher {
     fn name(&self) -> &'static str {
         "kube"
+    }
+
+    fn span_receiver_host(&self) -> Option<std::net::IpAddr> {
+        self.driver_address
     }
 
     /// A reader pod built like the template's server pods prints each model's config.pbtxt
@@ -914,5 +957,19 @@ mod rbac_tests {
             .collect();
         used.sort();
         assert_eq!(granted, used);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_driver_address_is_the_one_on_the_route_to_the_api_server() {
+        let loopback: std::net::SocketAddr = "127.0.0.1:6443".parse().unwrap();
+        assert_eq!(
+            super::local_address_towards(loopback),
+            Some(std::net::Ipv4Addr::LOCALHOST.into())
+        );
+        let v6: std::net::SocketAddr = "[::1]:6443".parse().unwrap();
+        assert!(super::local_address_towards(v6).is_none_or(|ip| ip.is_ipv6()));
     }
 }
