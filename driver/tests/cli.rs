@@ -347,9 +347,9 @@ fn a_bad_known_issues_file_exits_2_naming_file_line_and_field_before_anything_st
     // The shipped file is good.
     let issues = driver::matrix::load_known_issues(Path::new("../test-matrices/known-issues.yaml"))
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(issues[0].id, "triton-2.51-sequence-reaper");
+    assert_eq!(issues[0].issue.id, "triton-2.51-sequence-reaper");
     assert_eq!(
-        issues[0].matches.class,
+        issues[0].issue.matches.class,
         Some(stress_common::signature::FailureClass::Server)
     );
 }

@@ -1036,5 +1036,9 @@ fn the_nightly_cronjob_applies_the_shipped_known_issues() {
         "{files}"
     );
     let issues = matrix::load_known_issues(&base.join("known-issues.yaml")).unwrap();
-    assert!(issues.iter().any(|k| k.id == "triton-2.51-sequence-reaper"));
+    assert!(
+        issues
+            .iter()
+            .any(|k| k.issue.id == "triton-2.51-sequence-reaper")
+    );
 }

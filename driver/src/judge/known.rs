@@ -4,43 +4,10 @@
 //! the failure's `expected …, got …`) is excused while the entry is in date and its rate within
 //! `max_per_hour` over the load (pro-rated for a shorter run, at least one).
 
-use regex::Regex;
 use stress_common::signature::{ErrorKind, FailureClass};
 use stress_common::status::FailureRecord;
 
-use crate::matrix::KnownIssue;
-
-/// One entry, compiled.
-#[derive(Debug, Clone)]
-pub struct Known {
-    pub issue: KnownIssue,
-    message: Regex,
-    until: Option<jiff::civil::Date>,
-}
-
-impl Known {
-    /// Whether the entry's `until` day is over on `today` (UTC).
-    pub fn expired(&self, today: jiff::civil::Date) -> bool {
-        self.until.is_some_and(|u| today > u)
-    }
-
-    /// How many matches a load of `hours` is allowed (None: no limit): `max_per_hour` pro-rated,
-    /// rounded up, at least one.
-    pub fn allowance(&self, hours: f64) -> Option<u64> {
-        self.issue
-            .max_per_hour
-            .map(|rate| ((rate * hours.max(0.0)).ceil() as u64).max(1))
-    }
-}
-
-/// A known issue that does not compile (the file checks let it through): which one, which field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KnownIssueError {
-    #[error("known issue {id}: match.message: {error}")]
-    Message { id: String, error: String },
-    #[error("known issue {id}: until: {error}")]
-    Until { id: String, error: String },
-}
+pub use crate::matrix::known::Known;
 
 /// A run's known issues.
 #[derive(Debug, Clone, Default)]
@@ -49,34 +16,9 @@ pub struct KnownIssues {
 }
 
 impl KnownIssues {
-    /// Compiles validated entries (the matrix and known-issues file checks ran first; an entry
-    /// that still does not compile is an error naming it).
-    pub fn new(issues: &[KnownIssue]) -> Result<Self, KnownIssueError> {
-        let entries = issues
-            .iter()
-            .map(|issue| {
-                let message =
-                    Regex::new(&issue.matches.message).map_err(|e| KnownIssueError::Message {
-                        id: issue.id.clone(),
-                        error: e.to_string(),
-                    })?;
-                let until = issue
-                    .until
-                    .as_deref()
-                    .map(str::parse::<jiff::civil::Date>)
-                    .transpose()
-                    .map_err(|e| KnownIssueError::Until {
-                        id: issue.id.clone(),
-                        error: e.to_string(),
-                    })?;
-                Ok(Known {
-                    issue: issue.clone(),
-                    message,
-                    until,
-                })
-            })
-            .collect::<Result<_, KnownIssueError>>()?;
-        Ok(KnownIssues { entries })
+    /// The entries as read where they were checked (the matrix's, then a file's).
+    pub fn new(entries: Vec<Known>) -> Self {
+        KnownIssues { entries }
     }
 
     pub fn entries(&self) -> &[Known] {
@@ -107,7 +49,7 @@ mod tests {
     use super::*;
 
     fn issues(yaml: &str) -> KnownIssues {
-        KnownIssues::new(&crate::matrix::parse_known_issues(yaml, "known.yaml").unwrap()).unwrap()
+        KnownIssues::new(crate::matrix::parse_known_issues(yaml, "known.yaml").unwrap())
     }
 
     fn record(scenario: &str, model: &str, actual: &str) -> FailureRecord {
@@ -130,22 +72,16 @@ mod tests {
 "#;
 
     #[test]
-    fn an_entry_that_does_not_compile_is_named_with_its_field() {
-        let mut entries = crate::matrix::parse_known_issues(REAPER, "known.yaml").unwrap();
-        entries[0].matches.message = "(unclosed".into();
-        let err = KnownIssues::new(&entries).unwrap_err();
+    fn an_entry_is_read_once_where_it_is_checked() {
+        let entries = crate::matrix::parse_known_issues(REAPER, "known.yaml").unwrap();
+        assert_eq!(entries[0].until, Some(jiff::civil::date(2026, 12, 31)));
         assert!(
-            matches!(&err, KnownIssueError::Message { id, .. } if id == "triton-2.51-seq-reaper"),
-            "{err:?}"
+            entries[0]
+                .message
+                .is_match("sequence 7 must specify the START flag")
         );
-        entries[0].matches.message = "START".into();
-        entries[0].until = Some("2026-13-40".into());
-        let err = KnownIssues::new(&entries).unwrap_err();
-        assert!(matches!(err, KnownIssueError::Until { .. }), "{err:?}");
-        assert!(
-            err.to_string()
-                .starts_with("known issue triton-2.51-seq-reaper: until: ")
-        );
+        assert!(!entries[0].expired(jiff::civil::date(2026, 12, 31)));
+        assert!(entries[0].expired(jiff::civil::date(2027, 1, 1)));
     }
 
     #[test]

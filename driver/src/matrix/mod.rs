@@ -32,6 +32,7 @@ mod error;
 mod expand;
 pub mod faults;
 pub mod fingerprint;
+pub mod known;
 pub mod model_config;
 mod reference;
 pub mod slo;
@@ -198,7 +199,7 @@ fn parse_from(text: &str, file_name: &str, source: Option<&Path>) -> Result<Matr
 /// Reads and validates a known-issues file (`driver run --known-issues FILE`): a YAML list of
 /// [`KnownIssue`]s, with the same strictness and `FILE:LINE:COLUMN: FIELD` diagnostics as a
 /// matrix.
-pub fn load_known_issues(path: &Path) -> Result<Vec<KnownIssue>, MatrixError> {
+pub fn load_known_issues(path: &Path) -> Result<Vec<known::Known>, MatrixError> {
     let text = std::fs::read_to_string(path).map_err(|error| MatrixError::Read {
         path: path.to_path_buf(),
         error,
@@ -207,11 +208,15 @@ pub fn load_known_issues(path: &Path) -> Result<Vec<KnownIssue>, MatrixError> {
 }
 
 /// [`load_known_issues`] of `text`; `file_name` is what diagnostics call the file.
-pub fn parse_known_issues(text: &str, file_name: &str) -> Result<Vec<KnownIssue>, MatrixError> {
+pub fn parse_known_issues(text: &str, file_name: &str) -> Result<Vec<known::Known>, MatrixError> {
+    let mut read = Vec::new();
     parse_yaml(text, file_name, false, |issues: &mut Vec<KnownIssue>| {
         // A file of its own knows no matrix: the worker's scenario names only.
-        validate::check_known_issues(FieldPath::root(), issues, false)
-    })
+        let (problems, known) = validate::check_known_issues(FieldPath::root(), issues, false);
+        read = known;
+        problems
+    })?;
+    Ok(read)
 }
 
 /// Reads a YAML document strictly into `T`: (1) positions and duplicate keys (and, for a

@@ -13,6 +13,7 @@ use stress_common::scenario::Scenario;
 use stress_common::trace::TraceShare;
 
 use super::duration::{self, HumanDuration};
+pub use super::known::{IssueMatch, KnownIssue};
 pub use super::slo::{SloBound, SloMetric, SloRule};
 
 /// The only matrix format version this driver reads.
@@ -111,6 +112,12 @@ pub struct Matrix {
     #[serde(skip)]
     #[schemars(skip)]
     pub slo_rules: Vec<super::slo::Rule>,
+
+    /// `known_issues` read once where the matrix is checked (regexes compiled, dates read);
+    /// `driver run --known-issues FILE` adds a file's. Not part of the YAML.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub known: Vec<super::known::Known>,
 }
 
 /// Settings of the whole run.
@@ -315,57 +322,6 @@ pub struct CapacitySettings {
     /// used for any window Prometheus cannot answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<PrometheusSource>,
-}
-
-/// A failure known to happen.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct KnownIssue {
-    /// A short id, unique among the run's known issues (e.g. `triton-2.51-seq-reaper`).
-    pub id: String,
-
-    /// Which failures it is: every given field must match.
-    #[serde(rename = "match")]
-    pub matches: IssueMatch,
-
-    /// Why it happens and what is done about it (the report shows it).
-    pub reason: String,
-
-    /// Where it is tracked (an upstream issue, a ticket).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link: Option<String>,
-
-    /// The last day (YYYY-MM-DD, UTC) it is excused: afterwards a match fails the run again
-    /// and says the entry expired.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until: Option<String>,
-
-    /// More matches than this per hour of load fail the run (the allowance of a shorter run is
-    /// pro-rated, at least one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_per_hour: Option<f64>,
-}
-
-/// The failures a known issue is: each field given must match.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct IssueMatch {
-    /// The scenario (e.g. `SequenceValid`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scenario: Option<String>,
-    /// The model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// Where the driver judged the fault lies (a `server` class leaves out a client that made
-    /// the same mistake).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub class: Option<stress_common::signature::FailureClass>,
-    /// What kind of error the client saw.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_kind: Option<stress_common::signature::ErrorKind>,
-    /// A regular expression (Rust `regex` syntax) searched in the failure's text as recorded:
-    /// `expected …, got …`.
-    pub message: String,
 }
 
 /// Regressions against the baseline run.

@@ -1283,11 +1283,12 @@ pub fn check_known_issues(
     root: FieldPath,
     issues: &[super::KnownIssue],
     free_scenarios: bool,
-) -> Vec<Issue> {
+) -> (Vec<Issue>, Vec<super::known::Known>) {
     let mut c = Checker {
         issues: Vec::new(),
         slo: Vec::new(),
     };
+    let mut read = Vec::new();
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, issue) in issues.iter().enumerate() {
         let path = root.index(i);
@@ -1309,7 +1310,8 @@ pub fn check_known_issues(
             );
         }
         let matches = path.key("match");
-        if let Err(e) = regex::Regex::new(&issue.matches.message) {
+        let message = regex::Regex::new(&issue.matches.message);
+        if let Err(e) = &message {
             // The regex crate's message spans lines; the first says what is wrong.
             let why = e.to_string();
             let why = why
@@ -1343,14 +1345,24 @@ pub fn check_known_issues(
                 ),
             );
         }
-        if let Some(until) = &issue.until
-            && until.parse::<jiff::civil::Date>().is_err()
-        {
+        let until = issue
+            .until
+            .as_deref()
+            .map(str::parse::<jiff::civil::Date>)
+            .transpose();
+        if let (Some(text), Err(_)) = (&issue.until, &until) {
             c.push(
                 path.key("until"),
                 Anchor::Value,
-                format!("a date is YYYY-MM-DD, found {until:?}"),
+                format!("a date is YYYY-MM-DD, found {text:?}"),
             );
+        }
+        if let (Ok(message), Ok(until)) = (message, until) {
+            read.push(super::known::Known {
+                issue: issue.clone(),
+                message,
+                until,
+            });
         }
         if let Some(rate) = issue.max_per_hour
             && !(rate.is_finite() && rate > 0.0)
@@ -1362,21 +1374,29 @@ pub fn check_known_issues(
             );
         }
     }
-    c.issues
+    (c.issues, read)
 }
 
 /// Checks a deserialised matrix, returning every problem found.
 /// The problems of `m`, each with its field; when there are none, `m` gets what was read
-/// on the way ([`Matrix::slo_rules`]), so nothing downstream reads those strings again.
+/// on the way ([`Matrix::slo_rules`], [`Matrix::known`]), so nothing downstream reads those
+/// strings again.
 pub fn check(m: &mut Matrix) -> Vec<Issue> {
-    let (issues, slo) = check_reading(m);
+    let (issues, read) = check_reading(m);
     if issues.is_empty() {
-        m.slo_rules = slo;
+        m.slo_rules = read.slo;
+        m.known = read.known;
     }
     issues
 }
 
-fn check_reading(m: &Matrix) -> (Vec<Issue>, Vec<crate::matrix::slo::Rule>) {
+/// What the checks read on the way: the values the matrix keeps once it is valid.
+struct Read {
+    slo: Vec<crate::matrix::slo::Rule>,
+    known: Vec<super::known::Known>,
+}
+
+fn check_reading(m: &Matrix) -> (Vec<Issue>, Read) {
     let mut c = Checker {
         issues: Vec::new(),
         slo: Vec::new(),
@@ -1388,11 +1408,12 @@ fn check_reading(m: &Matrix) -> (Vec<Issue>, Vec<crate::matrix::slo::Rule>) {
     c.templates(m);
     c.server_groups(m);
     c.client_groups(m);
-    c.issues.extend(check_known_issues(
+    let (issues, known) = check_known_issues(
         root.key("known_issues"),
         &m.known_issues,
         has_foreign_clients(m),
-    ));
+    );
+    c.issues.extend(issues);
     c.capacity(m);
     c.issues.extend(check_faults(m));
     c.issues.extend(check_compare(m));
@@ -1408,7 +1429,7 @@ fn check_reading(m: &Matrix) -> (Vec<Issue>, Vec<crate::matrix::slo::Rule>) {
         let path = root.key("client_groups").key(name.clone()).key("slo");
         c.slo_rules(m, path, &g.slo, Some(name));
     }
-    (c.issues, c.slo)
+    (c.issues, Read { slo: c.slo, known })
 }
 
 /// The sections of a matrix, checked one by one by [`check`].

@@ -127,8 +127,7 @@ impl<'a> OpenRun<'a> {
             matrix.source_path.as_deref().and_then(Path::parent),
         )
         .map(|p| p.display().to_string());
-        let known = crate::judge::known::KnownIssues::new(&matrix.known_issues)
-            .map_err(|e| DriverError::Config(e.to_string()))?;
+        let known = crate::judge::known::KnownIssues::new(matrix.known.clone());
         let today = jiff::Timestamp::now()
             .to_zoned(jiff::tz::TimeZone::UTC)
             .date();

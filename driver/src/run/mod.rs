@@ -253,15 +253,16 @@ pub async fn run(
 pub fn prepare(options: &RunOptions) -> Result<(Matrix, String, PathBuf), DriverError> {
     let mut matrix = matrix::load(&options.matrix)?;
     if let Some(file) = &options.known_issues {
-        for issue in matrix::load_known_issues(file)? {
-            if matrix.known_issues.iter().any(|k| k.id == issue.id) {
+        for known in matrix::load_known_issues(file)? {
+            if matrix.known_issues.iter().any(|k| k.id == known.issue.id) {
                 return Err(DriverError::Config(format!(
                     "{}: known issue id {:?} is also in the matrix's known_issues",
                     file.display(),
-                    issue.id
+                    known.issue.id
                 )));
             }
-            matrix.known_issues.push(issue);
+            matrix.known_issues.push(known.issue.clone());
+            matrix.known.push(known);
         }
     }
     check_duration(&matrix, options.duration)?;
