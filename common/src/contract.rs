@@ -811,7 +811,7 @@ pub struct WorkerArgs {
     #[arg(long, env = "WORKER_SCENARIOS")]
     pub scenarios: Option<ScenarioMix>,
     /// Concurrent stress streams.
-    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 4)]
+    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = crate::limits::DEFAULT_CONCURRENCY)]
     pub concurrency: u32,
     /// How long to run (e.g. 60s, 8h); 0 runs until SIGTERM.
     #[arg(long, env = "WORKER_DURATION", default_value = "60s", value_parser = humantime::parse_duration)]

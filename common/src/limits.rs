@@ -15,6 +15,8 @@ pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(100);
 pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3600);
 /// Streams, or closed-loop requests in flight, of one worker.
 pub const MAX_CONCURRENCY: u32 = 100_000;
+/// A worker's streams when nothing says how many (its flag's and a client template's default).
+pub const DEFAULT_CONCURRENCY: u32 = 4;
 /// Open-loop requests per second of one worker.
 pub const MIN_RATE: f64 = 0.001;
 pub const MAX_RATE: f64 = 10_000_000.0;

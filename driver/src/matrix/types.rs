@@ -687,7 +687,7 @@ pub struct ClientTemplate {
 
     /// Number of concurrent stress streams per worker, 1 to 100000.
     #[serde(default = "defaults::concurrency")]
-    #[schemars(range(min = 1, max = 100000))]
+    #[schemars(range(min = 1, max = stress_common::limits::MAX_CONCURRENCY))]
     pub concurrency: u32,
 
     /// Shape of the `Load` scenario's traffic. Omitted: the worker's default. A concurrency
@@ -1365,7 +1365,7 @@ mod defaults {
         3
     }
     pub fn concurrency() -> u32 {
-        4
+        stress_common::limits::DEFAULT_CONCURRENCY
     }
     pub fn one() -> u32 {
         1
