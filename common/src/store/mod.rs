@@ -91,7 +91,7 @@ pub use runs::RUN_TABLES;
 mod series;
 mod sink;
 mod spans;
-pub use spans::{TracedCount, TracedTail};
+pub use spans::{FASTEST_PER_SERVER, TracedCount, TracedTail};
 #[cfg(feature = "testing")]
 pub mod testing;
 

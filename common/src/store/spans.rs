@@ -14,9 +14,15 @@ pub struct TracedTail {
     /// The slowest traced requests of each (scenario, model), by client latency (from the
     /// intended send to the answer), slowest first within each.
     pub client: Vec<ClientSpan>,
-    /// The server spans of those requests' traces.
+    /// The fastest traced requests to each server (by the client's time from send to answer,
+    /// [`FASTEST_PER_SERVER`] at most): the tightest bounds on each server's clock offset.
+    pub fastest: Vec<ClientSpan>,
+    /// The server spans of those requests' traces (the tail's and the fastest's).
     pub server: Vec<ServerSpan>,
 }
+
+/// How many of the fastest traced requests per server [`Store::traced_tail`] reads.
+pub const FASTEST_PER_SERVER: i64 = 50;
 
 /// How many of a (scenario, model)'s requests were traced.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -92,6 +98,16 @@ macro_rules! ranked_client_spans {
                 ROW_NUMBER() OVER (PARTITION BY scenario, model
                                    ORDER BY answered_ns - intended_ns DESC) AS rank,
                 COUNT(*) OVER (PARTITION BY scenario, model) AS n
+         FROM client_spans WHERE run_id = $1"
+    };
+}
+
+/// A run's client spans (`$1`) with each one's speed rank among those to its server, fastest
+/// (client's send to answer) first.
+macro_rules! fastest_client_spans {
+    () => {
+        "SELECT trace_id, span_id, scenario, model, server, intended_ns, sent_ns, answered_ns, ok,
+                ROW_NUMBER() OVER (PARTITION BY server ORDER BY answered_ns - sent_ns) AS quick
          FROM client_spans WHERE run_id = $1"
     };
 }
@@ -194,14 +210,53 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("traced_tail"))?;
+        let (fastest, fastest_server) = self.fastest_traced(run_id).await?;
+        let mut seen = std::collections::HashSet::new();
+        let server = server
+            .into_iter()
+            .chain(fastest_server)
+            .filter(|row| seen.insert((row.trace_id.clone(), row.span_id.clone())))
+            .map(|row| row.into_span(self))
+            .collect::<Result<_>>()?;
         Ok(TracedTail {
             traced,
             client: client.into_iter().map(ClientSpan::from).collect(),
-            server: server
-                .into_iter()
-                .map(|row| row.into_span(self))
-                .collect::<Result<_>>()?,
+            fastest,
+            server,
         })
+    }
+
+    /// The fastest traced requests to each server, with their server spans.
+    async fn fastest_traced(
+        &self,
+        run_id: &RunId,
+    ) -> Result<(Vec<ClientSpan>, Vec<ServerSpanRow>)> {
+        let client: Vec<ClientSpanRow> = sqlx::query_as(concat!(
+            "SELECT trace_id, span_id, scenario, model, server, intended_ns, sent_ns,
+                    answered_ns, ok
+             FROM (",
+            fastest_client_spans!(),
+            ") AS f WHERE quick <= $2 ORDER BY server, quick"
+        ))
+        .bind(run_id.as_str())
+        .bind(FASTEST_PER_SERVER)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("traced_tail"))?;
+        let server: Vec<ServerSpanRow> = sqlx::query_as(concat!(
+            "SELECT server, trace_id, span_id, parent_span_id, name, start_ns, end_ns, events
+             FROM server_spans WHERE run_id = $1 AND trace_id IN
+                 (SELECT trace_id FROM (",
+            fastest_client_spans!(),
+            ") AS f WHERE quick <= $2)
+             ORDER BY id"
+        ))
+        .bind(run_id.as_str())
+        .bind(FASTEST_PER_SERVER)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.db("traced_tail"))?;
+        Ok((client.into_iter().map(ClientSpan::from).collect(), server))
     }
 
     /// How many server spans the run's receiver recorded.

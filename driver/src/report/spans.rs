@@ -420,7 +420,7 @@ struct Request<'a> {
 }
 
 /// The join of `tail` (read with `tail_share`); None when the run traced nothing.
-pub fn join(tail: &TracedTail, tail_share: f64) -> Option<TraceJoin> {
+pub fn join<'t>(tail: &'t TracedTail, tail_share: f64) -> Option<TraceJoin> {
     if tail.traced.is_empty() && tail.client.is_empty() {
         return None;
     }
@@ -431,20 +431,20 @@ pub fn join(tail: &TracedTail, tail_share: f64) -> Option<TraceJoin> {
             .or_default()
             .push(s);
     }
-    let requests: Vec<Request> = tail
-        .client
-        .iter()
-        .map(|client| {
-            let spans = by_trace
-                .get(&client.trace_id.to_ascii_lowercase())
-                .map_or(&[][..], Vec::as_slice);
-            Request {
-                client,
-                server: server_times(client, spans),
-            }
-        })
-        .collect();
-    let clocks = clocks(&requests);
+    let joined = |client: &'t ClientSpan| {
+        let spans = by_trace
+            .get(&client.trace_id.to_ascii_lowercase())
+            .map_or(&[][..], Vec::as_slice);
+        Request {
+            client,
+            server: server_times(client, spans),
+        }
+    };
+    let requests: Vec<Request> = tail.client.iter().map(joined).collect();
+    // The fastest requests bound each clock tightly: a tail request's own bounds are as wide as
+    // its delays (a client too busy to read its answer at once widens them by that much).
+    let fastest: Vec<Request> = tail.fastest.iter().map(joined).collect();
+    let clocks = clocks(requests.iter().chain(&fastest));
     let offsets: BTreeMap<&str, i64> = clocks
         .iter()
         .map(|c| (c.server.as_str(), c.offset_ns))
@@ -460,7 +460,7 @@ pub fn join(tail: &TracedTail, tail_share: f64) -> Option<TraceJoin> {
 }
 
 /// Every server's clock offset, from the requests it answered.
-fn clocks(requests: &[Request]) -> Vec<ClockOffset> {
+fn clocks<'r, 'c: 'r>(requests: impl Iterator<Item = &'r Request<'c>>) -> Vec<ClockOffset> {
     let mut bounds: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
     for r in requests {
         if let Ok((server, times)) = &r.server {
@@ -769,6 +769,26 @@ mod tests {
         tail
     }
 
+    /// A client too busy to read its answers at once (answered 200 ms late) widens its tail
+    /// requests' bounds on the clock by as much; the fastest requests, read with the tail, keep
+    /// the offset where it is (here 0: one clock).
+    #[test]
+    fn the_fastest_requests_hold_the_clock_when_the_tail_reads_late() {
+        let truth = |_| sleeping_20ms();
+        let mut tail = run(20, truth, 0, "http");
+        let late = 200 * MS;
+        for c in &mut tail.client {
+            c.answered_ns += late;
+        }
+        let alone = join(&tail, TAIL_SHARE).unwrap().clocks[0].clone();
+        assert!(alone.offset_ns.abs() > 10 * MS, "{alone:?}");
+        let fast = run(20, truth, 0, "http");
+        tail.fastest = fast.client;
+        tail.server.extend(fast.server);
+        let held = join(&tail, TAIL_SHARE).unwrap().clocks[0].clone();
+        assert!(held.offset_ns.abs() <= MS, "{held:?}");
+    }
+
     fn split_of(tail: &TracedTail) -> (Vec<Parts<i64>>, ClockOffset) {
         let requests: Vec<Request> = tail
             .client
@@ -785,7 +805,7 @@ mod tests {
                 }
             })
             .collect();
-        let clock = clocks(&requests).remove(0);
+        let clock = clocks(requests.iter()).remove(0);
         let parts = requests
             .iter()
             .map(|r| {
@@ -917,6 +937,7 @@ mod tests {
                 let tail = TracedTail {
                     traced: Vec::new(),
                     client: vec![client.clone()],
+                    fastest: Vec::new(),
                     server: spans.clone(),
                 };
                 let joined = join(&tail, TAIL_SHARE).unwrap();
