@@ -998,6 +998,8 @@ impl Timeline {
 /// A part's name in a column's head.
 pub fn part_head(part: Part) -> &'static str {
     match part {
+        Part::TransportIn => "to server",
+        Part::TransportOut => "to client",
         Part::ComputeInput => "input",
         Part::ComputeInfer => "infer",
         Part::ComputeOutput => "output",

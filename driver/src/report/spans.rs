@@ -30,8 +30,8 @@ pub const SLOWEST: usize = 5;
 pub enum Part {
     /// From when the request was meant to leave to when the client began to send it.
     Client,
-    /// From the send to the server's receipt, and from the server's last byte out to the answer.
-    Transport,
+    /// From the send to the server's receipt.
+    TransportIn,
     /// Triton's request handling: from the receipt to the queue, and from compute's end to the
     /// answer out.
     Handling,
@@ -40,24 +40,30 @@ pub enum Part {
     ComputeInput,
     ComputeInfer,
     ComputeOutput,
+    /// From the server's last byte out to the answer in the client's hands: the wire back, and
+    /// a client too busy to read its answer at once (without the kernel's receive time the
+    /// two cannot be told apart; a long way back beside a short way in is usually the client).
+    TransportOut,
 }
 
 impl Part {
-    pub const ALL: [Part; 7] = [
+    pub const ALL: [Part; 8] = [
         Part::Client,
-        Part::Transport,
+        Part::TransportIn,
         Part::Handling,
         Part::Queue,
         Part::ComputeInput,
         Part::ComputeInfer,
         Part::ComputeOutput,
+        Part::TransportOut,
     ];
 
     /// Its name as people read it.
     pub fn as_str(self) -> &'static str {
         match self {
             Part::Client => "client",
-            Part::Transport => "transport",
+            Part::TransportIn => "transport in",
+            Part::TransportOut => "transport out",
             Part::Handling => "handling",
             Part::Queue => "queue",
             Part::ComputeInput => "compute input",
@@ -72,26 +78,27 @@ impl Part {
 /// COMPUTE_OUTPUT_START, COMPUTE_END, server out, answered).
 const SEGMENTS: [Part; 9] = [
     Part::Client,
-    Part::Transport,
+    Part::TransportIn,
     Part::Handling,
     Part::Queue,
     Part::ComputeInput,
     Part::ComputeInfer,
     Part::ComputeOutput,
     Part::Handling,
-    Part::Transport,
+    Part::TransportOut,
 ];
 
 /// One value per part.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Parts<T> {
     pub client: T,
-    pub transport: T,
+    pub transport_in: T,
     pub handling: T,
     pub queue: T,
     pub compute_input: T,
     pub compute_infer: T,
     pub compute_output: T,
+    pub transport_out: T,
 }
 
 impl<T: Copy> Parts<T> {
@@ -102,7 +109,8 @@ impl<T: Copy> Parts<T> {
     fn field(&self, part: Part) -> &T {
         match part {
             Part::Client => &self.client,
-            Part::Transport => &self.transport,
+            Part::TransportIn => &self.transport_in,
+            Part::TransportOut => &self.transport_out,
             Part::Handling => &self.handling,
             Part::Queue => &self.queue,
             Part::ComputeInput => &self.compute_input,
@@ -114,7 +122,8 @@ impl<T: Copy> Parts<T> {
     fn field_mut(&mut self, part: Part) -> &mut T {
         match part {
             Part::Client => &mut self.client,
-            Part::Transport => &mut self.transport,
+            Part::TransportIn => &mut self.transport_in,
+            Part::TransportOut => &mut self.transport_out,
             Part::Handling => &mut self.handling,
             Part::Queue => &mut self.queue,
             Part::ComputeInput => &mut self.compute_input,
@@ -626,7 +635,8 @@ mod tests {
         fn parts(&self) -> Parts<i64> {
             Parts {
                 client: self.client,
-                transport: self.transport_in + self.transport_out,
+                transport_in: self.transport_in,
+                transport_out: self.transport_out,
                 handling: self.handling_in + self.handling_out,
                 queue: self.queue,
                 compute_input: self.input,
@@ -854,7 +864,10 @@ mod tests {
             let (parts, _) = split_of(&tail);
             for p in parts {
                 // Read from WAITREAD_START, handling would be 5 s.
-                assert!(p.handling < MS && p.transport < MS, "{p:?}");
+                assert!(
+                    p.handling < MS && p.transport_in + p.transport_out < MS,
+                    "{p:?}"
+                );
             }
         }
 
@@ -949,7 +962,11 @@ mod tests {
                 // One request: the offset is the middle of what it allows, its transport
                 // split evenly (350 µs each way) whatever the clocks.
                 let us = |ns: i64| ns as f64 / 1e3;
-                assert!((w.part_us(Part::Transport) - 700.0).abs() < 1e-6, "{w:?}");
+                assert!(
+                    (w.part_us(Part::TransportIn) + w.part_us(Part::TransportOut) - 700.0).abs()
+                        < 1e-6,
+                    "{w:?}"
+                );
                 assert!(
                     (w.part_us(Part::Handling) - us(handling)).abs() < 1e-6,
                     "{w:?}"
@@ -1072,7 +1089,7 @@ mod tests {
                         within(a, &varied(i as u64).parts(), skewed_clock.bound_ns),
                         "{skew}: {a:?}"
                     );
-                    assert!(a.transport > 0);
+                    assert!(a.transport_in + a.transport_out > 0);
                 }
             }
         }
@@ -1112,7 +1129,7 @@ mod tests {
             let c = &tail.client[2];
             assert_eq!(sum(&parts[2]), c.answered_ns - c.intended_ns);
             assert_eq!(
-                parts[2].transport,
+                parts[2].transport_in + parts[2].transport_out,
                 c.answered_ns - c.sent_ns,
                 "{:?}",
                 parts[2]
@@ -1145,7 +1162,10 @@ mod tests {
             let row = &joined.rows[0];
             assert_eq!(row.split, 8);
             let shares = row.shares.unwrap();
-            assert!(shares.transport < 0.05, "{shares:?}");
+            assert!(
+                shares.transport_in + shares.transport_out < 0.05,
+                "{shares:?}"
+            );
         }
     }
 
@@ -1185,7 +1205,10 @@ mod tests {
             assert!((share_sum(&s) - 1.0).abs() < 1e-9, "{s:?}");
             // 7 × 8 / 2 = 28 of every 36 compute times queue.
             assert!(s.queue > 0.7 && s.queue > s.compute_infer, "{s:?}");
-            assert!(s.transport < 0.01 && s.client < 0.01, "{s:?}");
+            assert!(
+                s.transport_in + s.transport_out < 0.01 && s.client < 0.01,
+                "{s:?}"
+            );
         }
 
         #[test]
