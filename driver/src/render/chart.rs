@@ -856,33 +856,56 @@ fn draw_bars(
         + 16;
     let top = bar_top(bars);
     let rows = bars.len() as f64;
-    let mut ctx = ChartBuilder::on(root)
-        .margin_top(10)
-        .margin_bottom(4)
-        .margin_left(6)
-        .margin_right(right)
-        .x_label_area_size(46)
-        .y_label_area_size(label_w + 14)
-        .build_cartesian_2d(0.0..top, 0.0..rows)?;
-    ctx.configure_mesh()
-        .disable_y_mesh()
-        .y_labels(0)
-        .x_labels(8)
-        .max_light_lines(0)
-        .x_label_formatter(&|x| xy_tick(*x, false))
-        .x_desc(chart.x_label)
-        .label_style((FONT, BAR_FONT))
-        .axis_desc_style((FONT, BAR_FONT))
-        .bold_line_style(RGBColor(234, 238, 242))
-        .axis_style(RGBColor(87, 96, 106))
-        .draw()?;
+    let mut ctx = row_chart(root, (10, right), label_w, (top, rows), chart.x_label)?;
     // The words in place of a bar have the plot's width and the values' margin.
     let plot = ctx.plotting_area().get_pixel_range().0;
     let room = (plot.end - plot.start).max(0) as u32 + right - 12;
     for (i, bar) in bars.iter().enumerate() {
         draw_bar(&mut ctx, bar, rows - i as f64 - 0.5, room)?;
     }
-    // The labels, left-aligned in their column.
+    draw_row_labels(root, &ctx, &labels)?;
+    Ok(bar_overlay(&ctx, chart, bars, (label_w + 20) as i32).into_string())
+}
+
+/// A chart of horizontal rows (bars, waterfalls) over `extent` (x up to its first, one row
+/// per unit of its second), with `margins` (top, right) and a label column `label_w` wide.
+fn row_chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    margins: (u32, u32),
+    label_w: u32,
+    extent: (f64, f64),
+    x_label: &str,
+) -> Result<ChartContext<'a, SVGBackend<'b>, Coord>, Box<dyn std::error::Error>> {
+    let mut ctx = ChartBuilder::on(root)
+        .margin_top(margins.0)
+        .margin_bottom(4)
+        .margin_left(6)
+        .margin_right(margins.1)
+        .x_label_area_size(46)
+        .y_label_area_size(label_w + 14)
+        .build_cartesian_2d(0.0..extent.0, 0.0..extent.1)?;
+    ctx.configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_labels(8)
+        .max_light_lines(0)
+        .x_label_formatter(&|x| xy_tick(*x, false))
+        .x_desc(x_label)
+        .label_style((FONT, BAR_FONT))
+        .axis_desc_style((FONT, BAR_FONT))
+        .bold_line_style(RGBColor(234, 238, 242))
+        .axis_style(RGBColor(87, 96, 106))
+        .draw()?;
+    Ok(ctx)
+}
+
+/// The rows' labels, left-aligned in their column, the first at the top.
+fn draw_row_labels(
+    root: &DrawingArea<SVGBackend, Shift>,
+    ctx: &ChartContext<SVGBackend, Coord>,
+    labels: &[String],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let rows = labels.len() as f64;
     for (i, label) in labels.iter().enumerate() {
         let (_, y) = ctx.backend_coord(&(0.0, rows - i as f64 - 0.5));
         let style = xy_font(BAR_FONT)
@@ -890,7 +913,7 @@ fn draw_bars(
             .pos(Pos::new(HPos::Left, VPos::Center));
         root.draw(&Text::new(label.clone(), (6, y), style))?;
     }
-    Ok(bar_overlay(&ctx, chart, bars, (label_w + 20) as i32).into_string())
+    Ok(())
 }
 
 /// Row `bar` centred at `y`: its bar, whisker and value, or why it has none (in at most `room`
@@ -1122,36 +1145,12 @@ fn draw_waterfall(
     let top = rows.iter().map(|r| r.total).fold(0.0, f64::max);
     let top = if top > 0.0 { top * 1.04 } else { 1.0 };
     let n = rows.len() as f64;
-    let mut ctx = ChartBuilder::on(root)
-        .margin_top(10 + legend_h as u32)
-        .margin_bottom(4)
-        .margin_left(6)
-        .margin_right(right)
-        .x_label_area_size(46)
-        .y_label_area_size(label_w + 14)
-        .build_cartesian_2d(0.0..top, 0.0..n)?;
-    ctx.configure_mesh()
-        .disable_y_mesh()
-        .y_labels(0)
-        .x_labels(8)
-        .max_light_lines(0)
-        .x_label_formatter(&|x| xy_tick(*x, false))
-        .x_desc(chart.x_label)
-        .label_style((FONT, BAR_FONT))
-        .axis_desc_style((FONT, BAR_FONT))
-        .bold_line_style(RGBColor(234, 238, 242))
-        .axis_style(RGBColor(87, 96, 106))
-        .draw()?;
+    let margins = (10 + legend_h as u32, right);
+    let mut ctx = row_chart(root, margins, label_w, (top, n), chart.x_label)?;
     for (i, row) in rows.iter().enumerate() {
         draw_waterfall_row(&mut ctx, row, n - i as f64 - 0.5)?;
     }
-    for (i, label) in labels.iter().enumerate() {
-        let (_, y) = ctx.backend_coord(&(0.0, n - i as f64 - 0.5));
-        let style = xy_font(BAR_FONT)
-            .color(&BAR_INK)
-            .pos(Pos::new(HPos::Left, VPos::Center));
-        root.draw(&Text::new(label.clone(), (6, y), style))?;
-    }
+    draw_row_labels(root, &ctx, &labels)?;
     Ok(waterfall_overlay(&ctx, chart, rows, (label_w + 20) as i32).into_string())
 }
 
