@@ -226,8 +226,11 @@ pub async fn driver_address() -> Option<std::net::IpAddr> {
         .trim_matches(['[', ']'])
         .to_string();
     let port = config.cluster_url.port_u16().unwrap_or(443);
-    let towards = tokio::net::lookup_host((host.as_str(), port))
+    // A name that does not resolve at once (no cluster DNS here) is no reason to hold a run.
+    let lookup = tokio::net::lookup_host((host.as_str(), port));
+    let towards = tokio::time::timeout(std::time::Duration::from_secs(2), lookup)
         .await
+        .ok()?
         .ok()?
         .next()?;
     local_address_towards(towards).filter(|ip| !ip.is_loopback())
