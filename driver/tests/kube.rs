@@ -435,7 +435,7 @@ async fn traced_requests_on_pods_join_the_server_pods_spans() {
     concurrency: 1
     load: {{ concurrency: 2 }}
     trace_share: 1
-    resources: {{ cpu: 250m, memory: 256Mi }}
+    resources: {{ cpu: 500m, memory: 256Mi }}
 client_groups:
   traced-clients: {{ template: traced, instances: 1, target: triton }}
 ",
@@ -454,8 +454,20 @@ client_groups:
     let row = &join["rows"][0];
     assert_eq!(row["model"], "identity_delay", "{join:#}");
     assert_eq!(row["no_spans"], 0, "{join:#}");
-    let compute = row["shares"]["compute_infer"].as_f64().unwrap();
-    assert!(compute > 0.8, "{join:#}");
+    // Of the server's time, compute's: the client's share varies on pods (a worker pod held
+    // to its CPU limit writes its requests late, which shows as transport in).
+    let share = |part: &str| row["shares"][part].as_f64().unwrap();
+    let server: f64 = [
+        "handling",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+    ]
+    .iter()
+    .map(|p| share(p))
+    .sum();
+    assert!(share("compute_infer") > 0.9 * server, "{join:#}");
 }
 
 /// The failed member in report.json, with the checks every failure report must pass: the pod
