@@ -197,25 +197,27 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("traced_tail"))?;
+        // The server spans of both the tail's traces and the fastest's, each span once.
         let server: Vec<ServerSpanRow> = sqlx::query_as(concat!(
             "SELECT server, trace_id, span_id, parent_span_id, name, start_ns, end_ns, events
-             FROM server_spans WHERE run_id = $1 AND trace_id IN
+             FROM server_spans WHERE run_id = $1 AND (trace_id IN
                  (SELECT trace_id FROM (",
             ranked_client_spans!(),
-            ") AS r WHERE rank <= n * $2 OR rank = 1)
+            ") AS r WHERE rank <= n * $2 OR rank = 1) OR trace_id IN
+                 (SELECT trace_id FROM (",
+            fastest_client_spans!(),
+            ") AS f WHERE quick <= $3))
              ORDER BY id"
         ))
         .bind(run_id.as_str())
         .bind(share)
+        .bind(FASTEST_PER_SERVER)
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("traced_tail"))?;
-        let (fastest, fastest_server) = self.fastest_traced(run_id).await?;
-        let mut seen = std::collections::HashSet::new();
+        let fastest = self.fastest_traced(run_id).await?;
         let server = server
             .into_iter()
-            .chain(fastest_server)
-            .filter(|row| seen.insert((row.trace_id.clone(), row.span_id.clone())))
             .map(|row| row.into_span(self))
             .collect::<Result<_>>()?;
         Ok(TracedTail {
@@ -226,11 +228,8 @@ impl Store {
         })
     }
 
-    /// The fastest traced requests to each server, with their server spans.
-    async fn fastest_traced(
-        &self,
-        run_id: &RunId,
-    ) -> Result<(Vec<ClientSpan>, Vec<ServerSpanRow>)> {
+    /// The fastest traced requests to each server.
+    async fn fastest_traced(&self, run_id: &RunId) -> Result<Vec<ClientSpan>> {
         let client: Vec<ClientSpanRow> = sqlx::query_as(concat!(
             "SELECT trace_id, span_id, scenario, model, server, intended_ns, sent_ns,
                     answered_ns, ok
@@ -243,20 +242,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("traced_tail"))?;
-        let server: Vec<ServerSpanRow> = sqlx::query_as(concat!(
-            "SELECT server, trace_id, span_id, parent_span_id, name, start_ns, end_ns, events
-             FROM server_spans WHERE run_id = $1 AND trace_id IN
-                 (SELECT trace_id FROM (",
-            fastest_client_spans!(),
-            ") AS f WHERE quick <= $2)
-             ORDER BY id"
-        ))
-        .bind(run_id.as_str())
-        .bind(FASTEST_PER_SERVER)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.db("traced_tail"))?;
-        Ok((client.into_iter().map(ClientSpan::from).collect(), server))
+        Ok(client.into_iter().map(ClientSpan::from).collect())
     }
 
     /// How many server spans the run's receiver recorded.
