@@ -847,6 +847,13 @@ fn chaos_mesh_command(args: ChaosMeshArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(BAD_INPUT);
     }
+    let unrenderable = chaos_mesh::unrenderable(&injections);
+    if !unrenderable.is_empty() {
+        for line in unrenderable {
+            eprintln!("{}: {line}", matrix.display());
+        }
+        return ExitCode::from(BAD_INPUT);
+    }
     if injections.is_empty() {
         eprintln!(
             "{}: no fault to render (no `faults:`, or none fits the load phase)",

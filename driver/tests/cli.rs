@@ -368,7 +368,8 @@ fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
         &matrix,
         committed
             + "faults:\n  - { name: lossy, target: triton-0, at: 10s, kind: network, duration: 5s, \
-               network: { loss: 0.05 }, expect: { recover_within: 10s } }\n",
+               network: { loss: 0.05 }, expect: { recover_within: 10s } }\n  - { name: evict-one, \
+               target: triton-0, at: 1s, kind: evict, expect: { recover_within: 5s } }\n",
     )
     .unwrap();
     // A PATH without iptables: this machine as one without a packet filter.
@@ -393,6 +394,15 @@ fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
     assert!(
         stderr.contains(&format!(
             "network.yaml:{lines}:93: faults[0].network.loss: fault lossy (network) cannot be injected: dropping packets takes iptables"
+        )),
+        "{stderr}"
+    );
+    // A cluster fault on the local launcher: no pod to evict.
+    assert!(
+        stderr.contains(&format!(
+            "network.yaml:{}:56: faults[1].kind: fault evict-one (evict) cannot be injected: \
+             evict is a Kubernetes fault (a pod evicted or deleted through the API)",
+            lines + 1
         )),
         "{stderr}"
     );
@@ -427,7 +437,7 @@ fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
     assert!(
         stderr.contains(
             "soak-with-faults.yaml:62:60: faults[1].kind: fault slow-network (network) cannot be \
-             injected: the kube launcher injects kill and restart"
+             injected: the kube launcher injects kill, restart and evict"
         ) && stderr.contains(
             "soak-with-faults.yaml:64:59: faults[2].kind: fault freeze-triton (pause) cannot be \
              injected"

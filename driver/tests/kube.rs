@@ -364,6 +364,16 @@ fn matrix_variant(dir: &Path, name: &str, edit: impl FnOnce(String) -> String) -
     path
 }
 
+/// The kube smoke matrix up to its `section:` key (its run, and servers unless that is the
+/// section) with the run's `duration`, then `rest` in place of the sections from there on.
+fn smoke_head_then(dir: &Path, name: &str, duration: &str, section: &str, rest: &str) -> PathBuf {
+    matrix_variant(dir, name, |m| {
+        let head = &m[..m.find(section).expect("the section")];
+        let head = head.replace("  duration: 45s\n", &format!("  duration: {duration}\n"));
+        format!("{head}{rest}")
+    })
+}
+
 fn replace_once(text: String, from: &str, to: &str) -> String {
     assert!(text.contains(from), "the smoke matrix has no {from:?}");
     text.replacen(from, to, 1)
@@ -424,24 +434,24 @@ async fn traced_requests_on_pods_join_the_server_pods_spans() {
     let env = Env::new().await;
     let ns = TestNamespace::create(&env.client, "ts-kube-traces").await;
     let dir = tempfile::tempdir().unwrap();
-    let matrix = matrix_variant(dir.path(), "traces", |m| {
-        let head = &m[..m.find("client_templates:").expect("client templates")];
-        format!(
-            "{}client_templates:
+    let matrix = smoke_head_then(
+        dir.path(),
+        "traces",
+        "20s",
+        "client_templates:",
+        r#"client_templates:
   traced:
-    worker: {{ image: \"triton-stress/worker:dev\" }}
+    worker: { image: "triton-stress/worker:dev" }
     protocol: http
-    models: [{{ name: identity_delay, shape: {{ INPUT0: [4] }} }}]
+    models: [{ name: identity_delay, shape: { INPUT0: [4] } }]
     concurrency: 1
-    load: {{ concurrency: 2 }}
+    load: { concurrency: 2 }
     trace_share: 1
-    resources: {{ cpu: 500m, memory: 256Mi }}
+    resources: { cpu: 500m, memory: 256Mi }
 client_groups:
-  traced-clients: {{ template: traced, instances: 1, target: triton }}
-",
-            head.replace("duration: 45s", "duration: 20s")
-        )
-    });
+  traced-clients: { template: traced, instances: 1, target: triton }
+"#,
+    );
     let run = env.run(&matrix, &ns.name, &[], None);
     assert_eq!(run.code(), Some(0), "{}", run.describe());
     let report = run.report();
@@ -1315,6 +1325,79 @@ async fn injected_kill_and_restart_replace_the_server_pod_and_its_successors_ser
     );
 }
 
+/// An `evict` fault (issue 52) on a server group of two: the run gives the group a
+/// PodDisruptionBudget (all but one available), the first eviction goes through the Eviction
+/// API and the pod is created again, its clients recover; a second eviction two seconds later,
+/// while the first pod is still being replaced, is refused by the budget and reported as
+/// blocked, neither injected nor failed. The run passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_server_of_two_is_replaced_and_its_budget_blocks_a_second_eviction() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-evict").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = smoke_head_then(
+        dir.path(),
+        "evict",
+        "85s",
+        "server_templates:",
+        r#"server_templates:
+  cpu:
+    tritonserver: { image: "triton-stress/tritonserver:dev" }
+    model_repositories: [/models]
+    args: ["--model-control-mode=explicit", "--load-model=add_sub"]
+    resources: { cpu: 500m, memory: 1Gi }
+server_groups:
+  triton: { template: cpu, instances: 2 }
+client_templates:
+  infer:
+    worker: { image: "triton-stress/worker:dev" }
+    protocol: grpc
+    models: [{ name: add_sub }]
+    concurrency: 2
+    resources: { cpu: 250m, memory: 256Mi }
+client_groups:
+  clients: { template: infer, instances: 1, target: triton }
+faults:
+  - { name: evict-first, target: triton-0, at: 10s, kind: evict, expect: { recover_within: 70s } }
+  - { name: evict-second, target: triton-1, at: 12s, kind: evict, expect: { recover_within: 70s } }
+"#,
+    );
+    let run = tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &[], None));
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let report = run.report();
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    let faults = report["faults"]
+        .as_array()
+        .expect("faults[] in report.json");
+    let [first, second] = faults.as_slice() else {
+        panic!("two faults: {report:#}");
+    };
+    assert_eq!(
+        (&first["kind"], &first["ok"]),
+        (&Value::from("evict"), &Value::from(true)),
+        "{first:#}"
+    );
+    assert!(
+        first["recovery_s"].as_f64().is_some_and(|s| s > 0.0),
+        "{first:#}"
+    );
+    assert_eq!(
+        (&second["reached"], &second["ok"]),
+        (&Value::from(false), &Value::from(false)),
+        "{second:#}"
+    );
+    let verdict = second["verdict"].as_str().unwrap_or_default();
+    assert!(
+        verdict.starts_with("blocked:") && verdict.contains("disruption budget"),
+        "{second:#}"
+    );
+    let text = run.report_txt();
+    assert!(
+        text.contains("evict-second") && text.contains("blocked"),
+        "{text}"
+    );
+}
+
 /// A driver that dies (SIGKILL) mid-run leaves its pods running; a driver restarted with the
 /// same run id finds them by label and adopts them (same pods, same uids, no duplicates) and
 /// the run goes on. SIGTERM to that driver ends the run as ABORTED through the failure path:
@@ -1420,11 +1503,70 @@ async fn unschedulable_worker_fails_after_the_pending_timeout_with_the_scheduler
     );
 }
 
-/// deploy/ as users apply it: the k8s-1.20 overlay (RBAC, the Postgres store, the matrix
-/// ConfigMap, the nightly CronJob) into a fresh namespace, then a Job made from the CronJob with
-/// the kube smoke matrix as its arguments. The driver runs in the cluster as the deploy/
-/// ServiceAccount, with the store from deploy/'s Secret: the Job must succeed, its log must show
-/// the passed run, and the run's pods must be gone.
+/// A PersistentVolume on this node's disk for deploy/'s store in namespace `ns` (the test
+/// cluster has no dynamic provisioner), bound to its claim: a directory Postgres' user owns.
+/// Dropped: the volume and its directory are deleted.
+struct StoreVolume {
+    name: String,
+    /// Removed when dropped.
+    _dir: tempfile::TempDir,
+}
+
+impl StoreVolume {
+    fn create(ns: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("triton-stress-pv-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        std::os::unix::fs::chown(dir.path(), Some(999), Some(999)).expect("chown 999");
+        let name = format!("triton-stress-{ns}");
+        let pv = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": { "name": name },
+            "spec": {
+                "capacity": { "storage": "5Gi" },
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": { "path": dir.path(), "type": "Directory" },
+                "claimRef": { "namespace": ns, "name": "data-triton-stress-postgres-0" },
+            },
+        });
+        let mut child = Command::new("kubectl")
+            .args(["apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&serde_json::to_vec(&pv).unwrap())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "kubectl apply the PV: {out:?}");
+        Self { name, _dir: dir }
+    }
+}
+
+impl Drop for StoreVolume {
+    fn drop(&mut self) {
+        let _ = Command::new("kubectl")
+            .args(["delete", "pv", &self.name, "--wait=false"])
+            .output();
+    }
+}
+
+/// deploy/ as users apply it: the k8s-1.20 overlay (RBAC, the Postgres store on its volume, the
+/// matrix ConfigMap, the nightly CronJob) into a fresh namespace, then a Job made from the
+/// CronJob running the kube smoke matrix with a `store-restart` 20 s into the load (issue 52).
+/// The driver runs in the cluster as the deploy/ ServiceAccount, with the store from deploy/'s
+/// Secret: the Job must succeed, its log must show the passed run with the store's restart
+/// recovered from, the run (recorded before the restart) must still be in the store, each
+/// model's reconciliation must close, and the run's pods must be gone.
 #[tokio::test]
 async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
     use k8s_openapi::api::batch::v1::Job;
@@ -1432,6 +1574,7 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
         .await
         .expect("a Kubernetes client: run through scripts/k8s/with-cluster.sh or set KUBECONFIG");
     let ns = TestNamespace::create(&client, "ts-deploy").await;
+    let _volume = StoreVolume::create(&ns.name);
     let kubectl = |args: &[&str], stdin: Option<&[u8]>| -> String {
         let mut child = Command::new("kubectl")
             .args(["-n", &ns.name])
@@ -1461,8 +1604,29 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
         &[
             "rollout",
             "status",
-            "deployment/triton-stress-postgres",
+            "statefulset/triton-stress-postgres",
             "--timeout=180s",
+        ],
+        None,
+    );
+    // The smoke matrix with the store's pod deleted 20 s into the load, from a ConfigMap the
+    // Job mounts.
+    let smoke = std::fs::read_to_string(repo_root().join("test-matrices/kube-smoke.yaml"))
+        .unwrap()
+        .replace("  duration: 45s\n", "  duration: 85s\n")
+        + "faults:\n  - { name: store-down, target: store, at: 20s, kind: store-restart, \
+           expect: { recover_within: 60s } }\n";
+    let faulty = tempfile::tempdir().unwrap();
+    std::fs::write(faulty.path().join("kube-smoke.yaml"), smoke).unwrap();
+    kubectl(
+        &[
+            "create",
+            "configmap",
+            "store-restart-matrix",
+            &format!(
+                "--from-file={}",
+                faulty.path().join("kube-smoke.yaml").display()
+            ),
         ],
         None,
     );
@@ -1479,13 +1643,26 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
         None,
     );
     let mut job: Value = serde_json::from_str(&job_json).unwrap();
-    job["spec"]["template"]["spec"]["containers"][0]["args"] = serde_json::json!([
+    let pod = &mut job["spec"]["template"]["spec"];
+    pod["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "name": "store-restart",
+            "configMap": { "name": "store-restart-matrix" },
+        }));
+    let driver = &mut pod["containers"][0];
+    driver["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({ "name": "store-restart", "mountPath": "/store-restart" }));
+    driver["args"] = serde_json::json!([
         "run",
-        "/matrices/kube-smoke.yaml",
+        "/store-restart/kube-smoke.yaml",
         "--launcher",
         "kube",
         "--duration",
-        "30s"
+        "85s"
     ]);
     kubectl(
         &["apply", "-f", "-"],
@@ -1493,7 +1670,7 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
     );
 
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let deadline = Instant::now() + Duration::from_secs(420);
+    let deadline = Instant::now() + Duration::from_secs(480);
     let status = loop {
         let status = jobs.get("smoke").await.unwrap().status.unwrap_or_default();
         if status.succeeded.unwrap_or(0) > 0 || status.failed.unwrap_or(0) > 0 {
@@ -1570,13 +1747,35 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
     let run_id = smoke["run_id"].as_str().unwrap().to_string();
     let page = fetch(format!("/runs/{run_id}")).await;
     assert!(page.contains("kube-smoke"), "{page}");
+    // The store's restart, recovered from: every worker's writes accepted again in time; each
+    // model's server successes against the workers' answers close as without the fault.
+    let report: Value =
+        serde_json::from_str(&fetch(format!("/api/runs/{run_id}/report.json")).await).unwrap();
+    let fault = &report["faults"][0];
+    assert_eq!(
+        (&fault["name"], &fault["kind"], &fault["ok"]),
+        (
+            &Value::from("store-down"),
+            &Value::from("store-restart"),
+            &Value::from(true)
+        ),
+        "{fault:#}"
+    );
+    let rows = report["reconciliation"].as_array().expect("reconciliation");
+    assert!(
+        !rows.is_empty()
+            && rows
+                .iter()
+                .all(|r| ["reconciled", "explained"].contains(&r["verdict"].as_str().unwrap())),
+        "{rows:#?}"
+    );
     // The role serve reads as cannot write (the password comes from the pod's environment).
     let write = Command::new("kubectl")
         .args([
             "-n",
             &ns.name,
             "exec",
-            "deployment/triton-stress-postgres",
+            "statefulset/triton-stress-postgres",
             "--",
         ])
         .args([

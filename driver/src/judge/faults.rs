@@ -38,6 +38,10 @@ pub struct InjectedFault {
     pub recover_within_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why the cluster refused it on purpose (a PodDisruptionBudget refused an eviction):
+    /// neither injected nor failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<String>,
 }
 
 impl InjectedFault {
@@ -180,9 +184,13 @@ pub fn judge(faults: &[InjectedFault], outages: &[(String, Outage)]) -> Vec<Faul
 fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
     let mut outcome = unjudged(f);
     let (Some(injected), Some(from)) = (f.injected_at_ms, f.recovery_from_ms()) else {
-        match &f.error {
-            Some(why) => outcome.verdict = format!("not injected: {why}"),
-            None => {
+        match (&f.error, &f.blocked) {
+            (Some(why), _) => outcome.verdict = format!("not injected: {why}"),
+            (None, Some(why)) => {
+                outcome.reached = false;
+                outcome.verdict = format!("blocked: {why}");
+            }
+            (None, None) => {
                 outcome.reached = false;
                 outcome.verdict = "not reached: the run stopped before it".into();
             }
@@ -394,7 +402,9 @@ pub fn first_failed(outcomes: &[FaultOutcome]) -> Option<&FaultOutcome> {
 pub fn restarts(log: &[InjectedFault]) -> std::collections::BTreeMap<String, i64> {
     let mut last = std::collections::BTreeMap::new();
     for f in log {
-        if let (FaultKind::Kill | FaultKind::Restart, Some(at)) = (f.kind, f.injected_at_ms) {
+        if let (FaultKind::Kill | FaultKind::Restart | FaultKind::Evict, Some(at)) =
+            (f.kind, f.injected_at_ms)
+        {
             let t = last.entry(f.member.clone()).or_insert(at);
             *t = (*t).max(at);
         }
@@ -423,6 +433,7 @@ mod tests {
             duration_ms: 0,
             recover_within_ms: within_ms,
             error: None,
+            blocked: None,
         }
     }
 
@@ -561,6 +572,21 @@ mod tests {
         let o = &judge(&[later], &[])[0];
         assert!(!o.reached && !o.ok);
         assert_eq!(o.verdict, "not reached: the run stopped before it");
+        assert_eq!(first_failed(std::slice::from_ref(o)), None);
+    }
+
+    #[test]
+    fn an_eviction_a_disruption_budget_refused_is_blocked_not_failed() {
+        let mut f = kill(20_000, None, 1000);
+        f.kind = FaultKind::Evict;
+        f.injected_at_ms = None;
+        f.blocked = Some("PodDisruptionBudget refused the eviction".into());
+        let o = &judge(&[f], &[])[0];
+        assert!(!o.reached && !o.ok);
+        assert_eq!(
+            o.verdict,
+            "blocked: PodDisruptionBudget refused the eviction"
+        );
         assert_eq!(first_failed(std::slice::from_ref(o)), None);
     }
 }

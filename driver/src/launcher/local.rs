@@ -625,6 +625,13 @@ impl Launcher for LocalLauncher {
     }
 
     fn can_inject(&self, fault: &Fault) -> Result<(), super::Uninjectable> {
+        if matches!(fault.kind, FaultKind::Evict | FaultKind::StoreRestart) {
+            return Err(super::Uninjectable::Kind(format!(
+                "{} is a Kubernetes fault (a pod evicted or deleted through the API): the kube \
+                 launcher injects it, a local process has no pod",
+                fault.kind.as_str()
+            )));
+        }
         match &fault.network {
             Some(n) if n.loss.is_some() => match super::packet_filter::unavailable() {
                 Some(missing) => Err(super::Uninjectable::Setting {
@@ -729,6 +736,10 @@ impl Launcher for LocalLauncher {
                 }
                 Ok(())
             }
+            FaultKind::Evict | FaultKind::StoreRestart => Err(member_err(format!(
+                "{} is a Kubernetes fault: no pod here",
+                injection.kind.as_str()
+            ))),
         }
     }
 

@@ -149,6 +149,10 @@ impl Uninjectable {
 pub enum LaunchError {
     #[error("{member}: {reason}")]
     Member { member: String, reason: String },
+    /// The cluster refused the fault on purpose (a PodDisruptionBudget refused an eviction):
+    /// the fault is blocked, neither injected nor failed.
+    #[error("{member}: {reason}")]
+    Blocked { member: String, reason: String },
     #[error("{0}")]
     Setup(String),
 }

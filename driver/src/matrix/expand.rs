@@ -102,15 +102,16 @@ pub enum FaultTargetError {
     External(String),
     /// `launched`: the launched server groups, listed (or "none is defined").
     #[error(
-        "unknown target {target:?}: name a launched server group ({launched}) or one of its \
-         members (`<group>-<index>`)"
+        "unknown target {target:?}: name a launched server group ({launched}), one of its \
+         members (`<group>-<index>`) or, for a store-restart, `store`"
     )]
     Unknown { target: String, launched: String },
 }
 
 impl Matrix {
-    /// The launched server members a fault's target names: a group's, or the one member; the
-    /// error says why it names none.
+    /// The launched server members a fault's target names: a group's, or the one member, or
+    /// [`STORE_TARGET`](super::faults::STORE_TARGET) itself (the status store, which only a
+    /// store-restart targets: validation's rule); the error says why it names none.
     pub fn fault_target_members(&self, target: &str) -> Result<Vec<String>, FaultTargetError> {
         let m = self;
         if let Some(g) = m.server_groups.get(target) {
@@ -125,6 +126,9 @@ impl Matrix {
             if (0..g.member_count()).any(|i| member_name(name, i).as_str() == target) {
                 return Ok(vec![target.to_string()]);
             }
+        }
+        if target == super::faults::STORE_TARGET {
+            return Ok(vec![target.to_string()]);
         }
         let launched: Vec<String> = m
             .server_groups

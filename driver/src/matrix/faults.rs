@@ -88,7 +88,19 @@ pub enum FaultKind {
     Pause,
     /// Delay, jitter or loss between the server and its clients for `duration`.
     Network,
+    /// The server's pod evicted through the Kubernetes Eviction API (kube launcher only): a
+    /// graceful stop that the run's PodDisruptionBudgets may refuse (the fault is then
+    /// `blocked`, not failed); the launcher creates the pod again, as after `restart`.
+    Evict,
+    /// The status store's Postgres pod deleted (kube launcher only; `target: store`): its
+    /// StatefulSet brings it back on the same volume. Recovery is every worker's writes
+    /// accepted again.
+    #[serde(rename = "store-restart")]
+    StoreRestart,
 }
+
+/// The `target` of a `store-restart`: the run's status store, not a server.
+pub const STORE_TARGET: &str = "store";
 
 impl FaultKind {
     pub fn as_str(self) -> &'static str {
@@ -97,6 +109,8 @@ impl FaultKind {
             FaultKind::Restart => "restart",
             FaultKind::Pause => "pause",
             FaultKind::Network => "network",
+            FaultKind::Evict => "evict",
+            FaultKind::StoreRestart => "store-restart",
         }
     }
 

@@ -1087,6 +1087,7 @@ fn check_faults(m: &Matrix) -> Vec<Issue> {
                 why.to_string(),
             ));
         }
+        fault_store_target(&mut issues, &path, m, f);
         fault_timing(&mut issues, &path, f, load);
         fault_duration(&mut issues, &path, f);
         fault_network(&mut issues, &path, f);
@@ -1169,6 +1170,23 @@ fn fault_timing(
         ),
         _ => {}
     }
+}
+
+/// A store-restart targets the status store (`target: store`), and nothing else does.
+fn fault_store_target(
+    issues: &mut Vec<Issue>,
+    path: &FieldPath,
+    m: &Matrix,
+    f: &super::faults::Fault,
+) {
+    use super::faults::{FaultKind, STORE_TARGET};
+    let at_store = f.target == STORE_TARGET && !m.server_groups.contains_key(STORE_TARGET);
+    let message = match (f.kind == FaultKind::StoreRestart, at_store) {
+        (true, false) => "a store-restart restarts the run's status store: its target is `store`",
+        (false, true) => "`store` is the run's status store: only a store-restart targets it",
+        _ => return,
+    };
+    issues.push(Issue::at(path.key("target"), Anchor::Value, message.into()));
 }
 
 /// A fault's `duration`: given (above zero) for a kind that lasts, absent for an instant.

@@ -115,11 +115,14 @@ impl RunPlan {
             .collect()
     }
 
-    /// The clients that talk to server `member` (every client of its group's clients).
+    /// The clients that talk to server `member` (every client of its group's clients), or,
+    /// for the status store ([`STORE_TARGET`](crate::matrix::faults::STORE_TARGET)), every
+    /// client.
     pub fn clients_of(&self, member: &str) -> Vec<String> {
+        let store = member == crate::matrix::faults::STORE_TARGET;
         self.clients
             .iter()
-            .filter(|c| c.targets.iter().any(|t| t.as_str() == member))
+            .filter(|c| store || c.targets.iter().any(|t| t.as_str() == member))
             .map(|c| c.name.to_string())
             .collect()
     }

@@ -68,7 +68,9 @@ impl Driver<'_> {
     /// A launch that failed: recorded and final.
     pub(super) async fn launch_failed(&self, e: LaunchError) -> Verdict {
         let (member, reason) = match e {
-            LaunchError::Member { member, reason } => (member, reason),
+            LaunchError::Member { member, reason } | LaunchError::Blocked { member, reason } => {
+                (member, reason)
+            }
             LaunchError::Setup(reason) => (DRIVER_MEMBER.to_string(), reason),
         };
         self.record(&member, EventKind::Failure, &reason).await;

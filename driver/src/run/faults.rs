@@ -3,8 +3,8 @@
 
 use crate::judge::classify::InjectedWindow;
 use crate::judge::faults::{FaultLog, InjectedFault};
-use crate::launcher::{Launcher, Uninjectable};
-use crate::matrix::faults::Injection;
+use crate::launcher::{LaunchError, Launcher, Uninjectable};
+use crate::matrix::faults::{FaultKind, Injection};
 use crate::plan::{RunPlan, ServerEndpoint};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,6 +15,8 @@ use super::STORE_CALL_LIMIT;
 
 /// How often a killed or restarted server is asked whether it is READY again.
 const READY_PROBE: Duration = Duration::from_millis(100);
+/// How often, and how long at most, a store-restart's probe reads the workers' heartbeats.
+const STORE_PROBE: Duration = Duration::from_millis(500);
 
 pub(super) struct FaultRunner {
     plan: Vec<Injection>,
@@ -32,6 +34,11 @@ pub(super) struct FaultRunner {
     ready: BTreeMap<usize, JoinHandle<Option<i64>>>,
     /// Each server's HTTP address (for its READY probe).
     http: BTreeMap<String, String>,
+    /// The run's store and its workers (a store-restart's probe: every worker's writes
+    /// accepted again).
+    store: Store,
+    run_id: stress_common::contract::RunId,
+    workers: Vec<String>,
     /// Faults judged while the run goes, once past their allowed recovery (index -> when the
     /// clients recovered): their window closes there.
     judged: BTreeMap<usize, i64>,
@@ -49,6 +56,7 @@ impl FaultRunner {
     pub(super) fn new(
         plan: &RunPlan,
         endpoints: &BTreeMap<String, ServerEndpoint>,
+        store: &Store,
         started: tokio::time::Instant,
         started_ms: i64,
     ) -> Option<Self> {
@@ -82,6 +90,7 @@ impl FaultRunner {
                 duration_ms: millis(i.duration),
                 recover_within_ms: millis(i.recover_within),
                 error: None,
+                blocked: None,
             })
             .collect();
         Some(FaultRunner {
@@ -96,6 +105,9 @@ impl FaultRunner {
                 .iter()
                 .map(|(m, ep)| (m.clone(), ep.http.clone()))
                 .collect(),
+            store: store.clone(),
+            run_id: plan.run_id.clone(),
+            workers: plan.clients.iter().map(|c| c.name.to_string()).collect(),
             judged: BTreeMap::new(),
             grace_ms,
             outages: Vec::new(),
@@ -183,10 +195,18 @@ impl FaultRunner {
             match result {
                 Ok(()) => {
                     fault.injected_at_ms = Some(at);
+                    let deadline = tokio::time::Instant::now() + injection.recover_within;
                     if injection.kind.lasts() {
                         self.open.push((index, now + injection.duration));
+                    } else if injection.kind == FaultKind::StoreRestart {
+                        let probe = StoreProbe {
+                            store: self.store.clone(),
+                            run_id: self.run_id.clone(),
+                            workers: self.workers.clone(),
+                        };
+                        self.ready
+                            .insert(index, tokio::spawn(probe.written_again(deadline)));
                     } else if let Some(http) = self.http.get(&injection.member) {
-                        let deadline = tokio::time::Instant::now() + injection.recover_within;
                         self.ready
                             .insert(index, tokio::spawn(ready_again(http.clone(), deadline)));
                     }
@@ -197,6 +217,10 @@ impl FaultRunner {
                         fault.member,
                         (at - self.started_ms) as f64 / 1000.0
                     ));
+                }
+                Err(LaunchError::Blocked { reason, .. }) => {
+                    done.push(format!("fault {}: blocked: {reason}", fault.name));
+                    fault.blocked = Some(reason);
                 }
                 Err(e) => {
                     fault.error = Some(e.to_string());
@@ -339,6 +363,63 @@ async fn ready_again(http: String, deadline: tokio::time::Instant) -> Option<i64
     }
 }
 
+/// A store-restart's recovery: the store answers again after it was seen down, and every
+/// worker has written since (its heartbeat, the time of its latest snapshot, is later).
+struct StoreProbe {
+    store: Store,
+    run_id: stress_common::contract::RunId,
+    workers: Vec<String>,
+}
+
+impl StoreProbe {
+    /// When every worker's writes were accepted again (None: not before `deadline`).
+    async fn written_again(self, deadline: tokio::time::Instant) -> Option<i64> {
+        let mut recovery = StoreRecovery::default();
+        loop {
+            let read = bounded(STORE_PROBE, self.store.heartbeats(&self.run_id)).await;
+            let now = stress_common::now_ms();
+            if let Some(at) = recovery.observe(read.ok().as_deref(), &self.workers, now) {
+                return Some(at);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(STORE_PROBE).await;
+        }
+    }
+}
+
+/// What a store-restart's probe has seen so far (pure).
+#[derive(Debug, Default)]
+struct StoreRecovery {
+    seen_down: bool,
+    back_at_ms: Option<i64>,
+}
+
+impl StoreRecovery {
+    /// One read of the workers' heartbeats at `now_ms` (None: it failed). Some(now_ms) once
+    /// the store, after it was seen down, is back and every one of `workers` has a heartbeat
+    /// later than its return.
+    fn observe(
+        &mut self,
+        read: Option<&[(String, i64)]>,
+        workers: &[String],
+        now_ms: i64,
+    ) -> Option<i64> {
+        let Some(beats) = read else {
+            self.seen_down = true;
+            return None;
+        };
+        let back = match self.back_at_ms {
+            Some(back) => back,
+            None if self.seen_down => *self.back_at_ms.insert(now_ms),
+            None => return None,
+        };
+        let written = |w: &String| beats.iter().any(|(m, at)| m == w && *at > back);
+        workers.iter().all(written).then_some(now_ms)
+    }
+}
+
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -407,5 +488,43 @@ fn as_result(problems: Vec<String>) -> Result<(), super::DriverError> {
         Ok(())
     } else {
         Err(super::DriverError::Config(problems.join("\n")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreRecovery;
+
+    fn beats(list: &[(&str, i64)]) -> Vec<(String, i64)> {
+        list.iter().map(|(m, at)| (m.to_string(), *at)).collect()
+    }
+
+    #[test]
+    fn a_restarted_store_recovers_once_every_worker_wrote_after_its_return() {
+        let workers = ["w-0".to_string(), "w-1".to_string()];
+        let mut r = StoreRecovery::default();
+        let before = beats(&[("w-0", 900), ("w-1", 950)]);
+        // Still up right after the deletion (the old pod stops): not down yet, no recovery.
+        assert_eq!(r.observe(Some(&before), &workers, 1_000), None);
+        assert_eq!(r.observe(None, &workers, 1_500), None, "down");
+        // Back at 3 s: the heartbeats are from before the outage.
+        assert_eq!(r.observe(Some(&before), &workers, 3_000), None);
+        // One worker's outbox flushed, the other not yet.
+        let one = beats(&[("w-0", 3_200), ("w-1", 950)]);
+        assert_eq!(r.observe(Some(&one), &workers, 3_500), None);
+        let both = beats(&[("w-0", 3_200), ("w-1", 3_400)]);
+        assert_eq!(r.observe(Some(&both), &workers, 4_000), Some(4_000));
+    }
+
+    #[test]
+    fn a_store_never_seen_down_or_a_worker_that_never_writes_is_not_recovered() {
+        let workers = ["w-0".to_string()];
+        let mut never_down = StoreRecovery::default();
+        let fresh = beats(&[("w-0", 5_000)]);
+        assert_eq!(never_down.observe(Some(&fresh), &workers, 5_100), None);
+        let mut silent = StoreRecovery::default();
+        assert_eq!(silent.observe(None, &workers, 1_000), None);
+        assert_eq!(silent.observe(Some(&[]), &workers, 2_000), None);
+        assert_eq!(silent.observe(Some(&[]), &workers, 9_000), None);
     }
 }

@@ -180,7 +180,7 @@ impl Driver<'_> {
             cap.started_ms = started_ms;
         }
         let load_started = tokio::time::Instant::now();
-        let faults = FaultRunner::new(self.plan, &endpoints, load_started, started_ms);
+        let faults = FaultRunner::new(self.plan, &endpoints, self.store, load_started, started_ms);
         Load {
             end: load_started + self.plan.duration,
             endpoints,

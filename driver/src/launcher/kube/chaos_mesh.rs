@@ -210,6 +210,8 @@ fn chaos_templates(run_id: &str, namespace: &str, member: &str, step: &Step) -> 
             json!({ "action": "pod-kill", "gracePeriod": RESTART_GRACE_SECONDS }),
         )],
         FaultKind::Pause => vec![pod_chaos("pause", json!({ "action": "pod-failure" }))],
+        // Not rendered: `unrenderable` refuses the matrix before rendering.
+        FaultKind::Evict | FaultKind::StoreRestart => Vec::new(),
         FaultKind::Network => network_actions(i.network.as_ref())
             .into_iter()
             .map(|(action, detail)| {
@@ -325,6 +327,31 @@ pub fn netem_duration(d: Duration) -> String {
 fn percent(fraction: f64) -> String {
     let p = (fraction * 100.0 * 1e6).round() / 1e6;
     format!("{p}")
+}
+
+/// The faults this Workflow does not render, one line each: an `evict` goes through the
+/// Eviction API and its PodDisruptionBudgets, which no chaos kind does, and a `store-restart`
+/// is judged by the driver's own probe of the store.
+pub fn unrenderable(injections: &[Injection]) -> Vec<String> {
+    injections
+        .iter()
+        .filter_map(|i| {
+            let why = match i.kind {
+                FaultKind::Evict => {
+                    "Chaos Mesh has no eviction (the Eviction API and its PodDisruptionBudgets)"
+                }
+                FaultKind::StoreRestart => {
+                    "the store's restart is judged by the driver's probe of the store"
+                }
+                _ => return None,
+            };
+            Some(format!(
+                "fault {} ({}): {why}; `driver run --launcher kube` injects it",
+                i.name,
+                i.kind.as_str()
+            ))
+        })
+        .collect()
 }
 
 /// Comment lines for the rendered YAML: which fault each chaos template injects, and when.
@@ -560,6 +587,22 @@ mod tests {
         // At 0 s: no Suspend before it.
         assert_eq!(branch(w, "a-1-1"), [pair("PodChaos", "5s")]);
         assert!(render(&[], "r", "ns").is_empty());
+    }
+
+    #[test]
+    fn an_eviction_is_refused_for_chaos_mesh_and_the_other_kinds_are_not() {
+        let planned = [
+            injection("kill", "t-0", 20, FaultKind::Kill, 0),
+            injection("drain-one", "t-1", 30, FaultKind::Evict, 0),
+        ];
+        let refused = unrenderable(&planned);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].starts_with("fault drain-one (evict):"),
+            "{}",
+            refused[0]
+        );
+        assert!(unrenderable(&planned[..1]).is_empty());
     }
 
     #[test]

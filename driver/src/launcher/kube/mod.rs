@@ -18,6 +18,7 @@
 pub mod chaos_mesh;
 mod cleanup;
 mod config_reader;
+mod disruption;
 mod inspect;
 pub mod memory;
 pub mod restricted;
@@ -146,6 +147,11 @@ pub struct KubeLauncher {
     service_ips: BTreeMap<String, String>,
     /// Server pods deleted for a fault, until their new pod is seen.
     recreating: BTreeMap<String, Recreation>,
+    /// Each server group's pods started so far: a group of two or more gets a
+    /// PodDisruptionBudget ([`disruption`]).
+    group_sizes: BTreeMap<String, u32>,
+    /// The policy group's version that serves budgets, asked once ([`disruption::policy_version`]).
+    policy_version: Option<&'static str>,
     /// What every pod of the run shares (run id, pull policy, owner).
     pods_context: PodContext,
     members: BTreeMap<String, MemberPod>,
@@ -162,11 +168,11 @@ pub struct KubeLauncher {
 /// it refuses leaves nothing behind).
 pub fn can_inject(fault: &Fault) -> Result<(), super::Uninjectable> {
     match fault.kind {
-        FaultKind::Kill | FaultKind::Restart => Ok(()),
+        FaultKind::Kill | FaultKind::Restart | FaultKind::Evict | FaultKind::StoreRestart => Ok(()),
         FaultKind::Pause | FaultKind::Network => Err(super::Uninjectable::Kind(format!(
-            "the kube launcher injects kill and restart (a server pod deleted and created \
-             again); a {} needs a way into the pod that it does not take (no pods/exec, no \
-             privileged pods)",
+            "the kube launcher injects kill, restart and evict (a server pod deleted or \
+             evicted, and created again); a {} needs a way into the pod that it does not \
+             take (no pods/exec, no privileged pods)",
             fault.kind.as_str()
         ))),
     }
@@ -176,8 +182,9 @@ fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
     LaunchError::Setup(format!("{what}: {e}"))
 }
 
-/// Every Kubernetes API call the driver makes, as (resource, verbs): deploy/base/rbac.yaml's
-/// Role grants exactly these (a test compares them), so a new call needs both changed.
+/// Every Kubernetes API call the driver makes, as (API group, resource, verbs):
+/// deploy/base/rbac.yaml's Role grants exactly these (a test compares them), so a new call
+/// needs both changed.
 /// - pods: created by server-side apply (create, patch), read for diagnostics (get), listed by
 ///   the run label (list), watched for their state (watch), deleted at the end (delete);
 /// - services: a ClusterIP Service per server, which its clients address, so a server pod
@@ -186,20 +193,26 @@ fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
 /// - pods/log: a failed member's log tail, and the config reader's output (get);
 /// - pods/exec: a server pod's memory over the run (`cat` of its cgroup's memory.stat; get for
 ///   a WebSocket exec, create where the API server checks that);
+/// - pods/eviction: an `evict` fault (create);
 /// - events: why a pod did not start (list, by the pod's name);
 /// - configmaps, secrets: the run's owner ConfigMap and store Secret, applied (create, patch)
-///   and deleted by name (delete): no get or list, so the driver reads no other Secret.
-pub const API_ACCESS: &[(&str, &[&str])] = &[
+///   and deleted by name (delete): no get or list, so the driver reads no other Secret;
+/// - poddisruptionbudgets (policy): a server group's budget, applied (create, patch), deleted
+///   with the owner ConfigMap by the garbage collector.
+pub const API_ACCESS: &[(&str, &str, &[&str])] = &[
     (
+        "",
         "pods",
         &["create", "delete", "get", "list", "patch", "watch"],
     ),
-    ("pods/log", &["get"]),
-    ("pods/exec", &["create", "get"]),
-    ("services", &["create", "delete", "list", "patch"]),
-    ("events", &["list"]),
-    ("configmaps", &["create", "delete", "patch"]),
-    ("secrets", &["create", "delete", "patch"]),
+    ("", "pods/log", &["get"]),
+    ("", "pods/exec", &["create", "get"]),
+    ("", "pods/eviction", &["create"]),
+    ("", "services", &["create", "delete", "list", "patch"]),
+    ("", "events", &["list"]),
+    ("", "configmaps", &["create", "delete", "patch"]),
+    ("", "secrets", &["create", "delete", "patch"]),
+    ("policy", "poddisruptionbudgets", &["create", "patch"]),
 ];
 
 /// Every Kubernetes API call answers within this (connect, read and write), or fails: an API
@@ -249,7 +262,7 @@ fn local_address_towards(peer: std::net::SocketAddr) -> Option<std::net::IpAddr>
 }
 
 /// A Kubernetes client from `KUBECONFIG` / `~/.kube/config`, or the in-cluster service account,
-/// with [`API_TIMEOUT`] on every call.
+/// with [`API_TIMEOUT`] on every call and no retries of its own.
 pub async fn connect() -> Result<Client, LaunchError> {
     let mut config = kube::Config::infer()
         .await
@@ -257,6 +270,11 @@ pub async fn connect() -> Result<Client, LaunchError> {
     config.connect_timeout = Some(API_TIMEOUT);
     config.read_timeout = Some(API_TIMEOUT);
     config.write_timeout = Some(API_TIMEOUT);
+    // kube retries 429, 503 and 504 by default, up to 15 times with a backoff to 1000 s: an
+    // eviction a PodDisruptionBudget refuses (429) held the poll loop 6.6 min that way (the
+    // evicted pod was not created again meanwhile, so the budget never let go). Every call
+    // answers at once; the driver decides what to do again.
+    config.default_retry = false;
     Client::try_from(config)
         .map_err(|e| setup_err("no Kubernetes client (in-cluster or KUBECONFIG)", e))
 }
@@ -299,6 +317,8 @@ impl KubeLauncher {
             services,
             service_ips: BTreeMap::new(),
             recreating: BTreeMap::new(),
+            group_sizes: BTreeMap::new(),
+            policy_version: None,
             settings,
             pods,
             members: BTreeMap::new(),
@@ -410,6 +430,34 @@ impl KubeLauncher {
             .ok_or_else(|| member_err(format!("Service {}/{name} got no cluster IP", self.ns())))?;
         self.service_ips.insert(server.name.to_string(), ip);
         Ok(())
+    }
+
+    /// Counts `server` into its group and applies the group's budget once it has two or more
+    /// pods (again as it grows: all but one available).
+    async fn apply_budget(&mut self, server: &ServerMember) -> Result<(), LaunchError> {
+        let size = self.group_sizes.entry(server.group.clone()).or_default();
+        *size += 1;
+        let Some(budget) =
+            disruption::server_group_budget(&self.pods_context, &server.group, *size)
+        else {
+            return Ok(());
+        };
+        let version = match self.policy_version {
+            Some(v) => v,
+            None => *self
+                .policy_version
+                .insert(disruption::policy_version(&self.client).await),
+        };
+        disruption::apply_budget(self.client.clone(), self.ns(), version, &budget)
+            .await
+            .map_err(|e| LaunchError::Member {
+                member: server.name.to_string(),
+                reason: format!(
+                    "applying PodDisruptionBudget {}/{} (policy/{version}): {e}",
+                    self.ns(),
+                    disruption::budget_name(&self.settings.run_id, &server.group)
+                ),
+            })
     }
 
     /// Waits until each ready server answers through its Service (kube-proxy routes to a Ready
@@ -671,7 +719,8 @@ impl Launcher for KubeLauncher {
         let command = container_command(&pod);
         self.apply_pod(&server.name, pod, "server", SERVER_CONTAINER, command)
             .await?;
-        self.apply_service(server).await
+        self.apply_service(server).await?;
+        self.apply_budget(server).await
     }
 
     async fn wait_servers_ready(
@@ -863,7 +912,8 @@ impl Launcher for KubeLauncher {
     }
 
     /// A server pod deleted (kill: at once, as a force delete; restart: SIGTERM and the pod's
-    /// grace) and applied again once the API has let it go: its Service keeps its clients'
+    /// grace) or evicted (evict: the Eviction API, which its group's budget may refuse) and
+    /// applied again once the API has let it go: its Service keeps its clients'
     /// address. Until the watch sees the new pod, the member's end is the fault's.
     async fn inject(&mut self, injection: &Injection) -> Result<(), LaunchError> {
         let member = injection.member.as_str();
@@ -871,9 +921,14 @@ impl Launcher for KubeLauncher {
             member: member.into(),
             reason,
         };
+        if injection.kind == FaultKind::StoreRestart {
+            return disruption::restart_store(&self.pods)
+                .await
+                .map_err(|why| member_err(format!("in namespace {}: {why}", self.ns())));
+        }
         let grace = match injection.kind {
             FaultKind::Kill => Duration::ZERO,
-            FaultKind::Restart => RESTART_GRACE,
+            FaultKind::Restart | FaultKind::Evict => RESTART_GRACE,
             kind => {
                 return Err(member_err(format!(
                     "the kube launcher does not inject {} faults",
@@ -886,14 +941,26 @@ impl Launcher for KubeLauncher {
         };
         let pod = mp.pod.clone();
         let old_uid = self.seen(member).and_then(|s| s.pod.metadata.uid);
-        let dp = DeleteParams {
-            grace_period_seconds: Some(grace.as_secs() as u32),
-            ..Default::default()
-        };
-        self.pods
-            .delete(&pod, &dp)
-            .await
-            .map_err(|e| member_err(format!("deleting pod {}/{pod}: {e}", self.ns())))?;
+        if injection.kind == FaultKind::Evict {
+            let eviction = disruption::evict(&self.pods, &pod)
+                .await
+                .map_err(|e| member_err(format!("evicting pod {}/{pod}: {e}", self.ns())))?;
+            if let disruption::Eviction::Refused(why) = eviction {
+                return Err(LaunchError::Blocked {
+                    member: member.into(),
+                    reason: format!("the eviction of pod {}/{pod} was refused: {why}", self.ns()),
+                });
+            }
+        } else {
+            let dp = DeleteParams {
+                grace_period_seconds: Some(grace.as_secs() as u32),
+                ..Default::default()
+            };
+            self.pods
+                .delete(&pod, &dp)
+                .await
+                .map_err(|e| member_err(format!("deleting pod {}/{pod}: {e}", self.ns())))?;
+        }
         self.recreating.insert(
             member.into(),
             Recreation {
@@ -938,25 +1005,29 @@ mod rbac_tests {
         let path =
             std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/rbac.yaml");
         let text = std::fs::read_to_string(&path).unwrap();
-        let mut granted: Vec<(String, Vec<String>)> = Vec::new();
+        let mut granted: Vec<(String, String, Vec<String>)> = Vec::new();
         for doc in text.split("\n---\n") {
             let Ok(role) = serde_saphyr::from_str::<k8s_openapi::api::rbac::v1::Role>(doc) else {
                 continue;
             };
             for rule in role.rules.unwrap_or_default() {
-                assert_eq!(rule.api_groups, Some(vec![String::new()]), "{rule:?}");
+                let groups = rule.api_groups.clone().unwrap_or_default();
+                assert_eq!(groups.len(), 1, "one API group a rule: {rule:?}");
                 assert!(rule.resource_names.is_none(), "{rule:?}");
                 for resource in rule.resources.unwrap_or_default() {
                     let mut verbs = rule.verbs.clone();
                     verbs.sort();
-                    granted.push((resource, verbs));
+                    granted.push((groups[0].clone(), resource, verbs));
                 }
             }
         }
         granted.sort();
-        let mut used: Vec<(String, Vec<String>)> = super::API_ACCESS
+        let mut used: Vec<(String, String, Vec<String>)> = super::API_ACCESS
             .iter()
-            .map(|(r, v)| (r.to_string(), v.iter().map(|v| v.to_string()).collect()))
+            .map(|(g, r, v)| {
+                let verbs = v.iter().map(|v| v.to_string()).collect();
+                (g.to_string(), r.to_string(), verbs)
+            })
             .collect();
         used.sort();
         assert_eq!(granted, used);

@@ -239,7 +239,7 @@ mod tests {
     /// deploy/'s pods (the CronJob's driver, the Postgres store, driver serve) pass as shipped.
     #[test]
     fn every_pod_template_in_deploy_is_restricted() {
-        use k8s_openapi::api::apps::v1::Deployment;
+        use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
         use k8s_openapi::api::batch::v1::CronJob;
         let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base");
         let mut checked = Vec::new();
@@ -256,6 +256,13 @@ mod tests {
                 let spec = match v["kind"].as_str() {
                     Some("Deployment") => {
                         serde_json::from_value::<Deployment>(v)
+                            .unwrap()
+                            .spec
+                            .template
+                            .spec
+                    }
+                    Some("StatefulSet") => {
+                        serde_json::from_value::<StatefulSet>(v)
                             .unwrap()
                             .spec
                             .template

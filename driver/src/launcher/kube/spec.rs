@@ -29,7 +29,7 @@ use stress_common::tritonserver::shell_quote;
 pub(crate) const ROLE_LABEL: &str = "triton-stress/role";
 pub(crate) const SERVER_ROLE: &str = "server";
 pub(crate) const CLIENT_ROLE: &str = "client";
-const GROUP_LABEL: &str = "triton-stress/group";
+pub(crate) const GROUP_LABEL: &str = "triton-stress/group";
 const INDEX_LABEL: &str = "triton-stress/index";
 /// The label that names a pod's member; the watch keys its pods by it.
 pub const MEMBER_LABEL: &str = "triton-stress/member";
