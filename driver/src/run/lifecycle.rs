@@ -162,23 +162,34 @@ impl<'a> OpenRun<'a> {
             return verdict;
         };
         let failed = verdict != Verdict::Pass;
-        let c = match baseline::compare(
-            store,
-            run_id,
-            &self.matrix_text,
-            b,
-            &self.regression,
-            failed,
+        // A store that is down must not hold the run's end: it held it 60 s (sqlx's wait for a
+        // connection) in the store-down e2e test.
+        let compared = tokio::time::timeout(
+            END_SAVE_LIMIT,
+            baseline::compare(
+                store,
+                run_id,
+                &self.matrix_text,
+                b,
+                &self.regression,
+                failed,
+            ),
         )
-        .await
-        {
-            Ok(c) => c,
-            Err(e) => {
+        .await;
+        let c = match compared {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
                 tracing::warn!("not compared with the baseline: {e}");
                 return verdict;
             }
+            Err(_) => {
+                tracing::warn!(
+                    "not compared with the baseline: the store did not answer within {END_SAVE_LIMIT:?}"
+                );
+                return verdict;
+            }
         };
-        if let Err(e) = store.save_document(run_id, "", &c).await {
+        if let Err(e) = bounded(STORE_CALL_LIMIT, store.save_document(run_id, "", &c)).await {
             tracing::warn!("comparison with {} not saved: {e}", c.basis());
         }
         let (Verdict::Pass, true, Some(first)) = (&verdict, c.fail, c.regressions.first()) else {

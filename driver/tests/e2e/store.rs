@@ -2,8 +2,8 @@
 //! and stops no load; one down at the end still gets an incomplete report.
 
 use crate::support::{
-    Driver, RUN_LIMIT, RUN_LOCK, START_LIMIT, WORKER, assert_reconciled, ensure_worker, processes,
-    read, read_json, run_args, smoke_matrix, zombie,
+    Driver, RUN_LIMIT, RUN_LOCK, START_LIMIT, WORKER, assert_reconciled, edit_matrix,
+    ensure_worker, processes, read, read_json, run_args, smoke_matrix, zombie,
 };
 use std::time::{Duration, Instant};
 use stress_common::contract::RunId;
@@ -41,16 +41,20 @@ fn own_postgres() -> Option<stress_common::store::testing::ThrowawayPostgres> {
     }
 }
 
-/// Starts the smoke matrix for `duration` on the store at `url` and waits until load flows:
-/// the run's temporary directory, its runs directory and its driver.
+/// Starts the smoke matrix for `duration` on the store at `url`, its store outage limit
+/// `outage_limit`, and waits until load flows: the run's temporary directory, its runs
+/// directory and its driver.
 async fn start_with_load(
     url: &str,
     run_id: &str,
     duration: &str,
+    outage_limit: Duration,
 ) -> (tempfile::TempDir, std::path::PathBuf, Driver) {
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let matrix = smoke_matrix(tmp.path());
+    let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
+        m.run.fail_fast.store_outage_limit = outage_limit;
+    });
     let runs = tmp.path().join("runs");
     let mut args = run_args(&matrix, &runs, run_id, duration);
     args.extend(["--database-url", url]);
@@ -99,7 +103,8 @@ async fn a_store_outage_mid_run(fault: StoreFault) {
     let _one_run = RUN_LOCK.lock().await;
     let run_id = format!("e2e-chaos-store-{fault:?}-{}", std::process::id());
     let url = pg.url().to_string();
-    let (_tmp, runs, mut driver) = start_with_load(&url, &run_id, "60s").await;
+    let (_tmp, runs, mut driver) =
+        start_with_load(&url, &run_id, "60s", Duration::from_secs(60)).await;
     let outage_from = stress_common::now_ms();
     match fault {
         StoreFault::Paused => pg.pause(),
@@ -173,9 +178,10 @@ async fn a_store_killed_and_restarted_mid_run_loses_no_record() {
     a_store_outage_mid_run(StoreFault::KilledAndRestarted).await;
 }
 
-/// The store dies 10 s into a 30 s run and stays down: the load goes on to the end, the
-/// workers log what they could not deliver, and the driver, after retrying the store for its
-/// 60 s, still writes a report: the verdict and why, marked incomplete, naming what is missing.
+/// The store dies as load flows in a 15 s run and stays down: the load goes on to the end
+/// (the outage stays under the run's store outage limit, 25 s here), the workers log what they
+/// could not deliver, and the driver, after retrying the store for that limit, still writes a
+/// report: the verdict and why, marked incomplete, naming what is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_down_at_the_end_still_gets_an_incomplete_report() {
     let Some(mut pg) = own_postgres() else {
@@ -184,7 +190,8 @@ async fn a_store_down_at_the_end_still_gets_an_incomplete_report() {
     let _one_run = RUN_LOCK.lock().await;
     let run_id = format!("e2e-chaos-store-gone-{}", std::process::id());
     let url = pg.url().to_string();
-    let (_tmp, runs, mut driver) = start_with_load(&url, &run_id, "30s").await;
+    let (_tmp, runs, mut driver) =
+        start_with_load(&url, &run_id, "15s", Duration::from_secs(25)).await;
     pg.kill().unwrap_or_else(|e| panic!("{e}"));
     let status = driver.wait(RUN_LIMIT, true).await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());
