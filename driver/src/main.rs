@@ -964,6 +964,10 @@ impl KubeCluster {
             .namespace
             .or_else(|| matrix.run.namespace.clone())
             .unwrap_or_else(|| client.default_namespace().to_string());
+        let refused = kube::store_restart_refusals(&client, &namespace, matrix).await;
+        if !refused.is_empty() {
+            anyhow::bail!("{}", refused.join("\n"));
+        }
         Ok(Self {
             client,
             namespace,

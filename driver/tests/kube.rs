@@ -1398,6 +1398,86 @@ faults:
     );
 }
 
+/// A `store-restart` in a namespace without deploy/'s Postgres is bad input (exit 2) naming the
+/// fault's target, found before anything is applied.
+#[tokio::test]
+async fn a_store_restart_without_a_store_pod_exits_2_before_anything_starts() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-nostore").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = matrix_variant(dir.path(), "nostore", |m| {
+        m + "faults:\n  - { name: store-down, target: store, at: 10s, kind: store-restart, \
+             expect: { recover_within: 30s } }\n"
+    });
+    let run = env.run(&matrix, &ns.name, &[], None);
+    assert_eq!(run.code(), Some(2), "{}", run.describe());
+    let stderr = String::from_utf8_lossy(&run.output.stderr).into_owned();
+    assert!(
+        stderr.contains(
+            "faults[0].target: fault store-down (store-restart) cannot be injected: namespace"
+        ) && stderr.contains("has no store pod to restart"),
+        "{stderr}"
+    );
+    assert_eq!(
+        run_objects(&env.client, &ns.name, &run.run_id).await,
+        Vec::<String>::new()
+    );
+}
+
+/// The API server hung (SIGSTOP) for 20 s while the kube smoke matrix's load flows, then
+/// resumed (issue 52): the driver rides through (its pod watch resumes, nothing it could not see
+/// fails the run, the run's lease is in the store) and the run passes with every member
+/// accounted for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_api_server_mid_run_neither_fails_nor_stops_the_run() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-api-hung").await;
+    let pid = Command::new("pgrep")
+        .args(["-x", "kube-apiserver"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap();
+    let pid: i32 = pid
+        .lines()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the test cluster's kube-apiserver runs here");
+    /// Resumes the API server however the test ends.
+    struct Resume(nix::unistd::Pid);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+        }
+    }
+    let api = nix::unistd::Pid::from_raw(pid);
+    let outage = tokio::spawn(async move {
+        // Servers up (~10 s) and load flowing before the outage.
+        tokio::time::sleep(Duration::from_secs(22)).await;
+        let _resume = Resume(api);
+        nix::sys::signal::kill(api, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = matrix_variant(dir.path(), "api-hung", |m| {
+        replace_once(m, "  duration: 45s\n", "  duration: 60s\n")
+    });
+    let run = tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &[], None));
+    assert!(
+        outage.is_finished(),
+        "the API server's outage (22 s to 42 s) must fall within the run"
+    );
+    outage.await.unwrap();
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let report = run.report();
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    assert!(
+        report["failed_members"]
+            .as_array()
+            .is_none_or(|f| f.is_empty()),
+        "{report:#}"
+    );
+}
+
 /// A driver that dies (SIGKILL) mid-run leaves its pods running; a driver restarted with the
 /// same run id finds them by label and adopts them (same pods, same uids, no duplicates) and
 /// the run goes on. SIGTERM to that driver ends the run as ABORTED through the failure path:

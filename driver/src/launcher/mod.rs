@@ -362,3 +362,24 @@ pub trait Launcher: Send {
         true
     }
 }
+
+/// The faults of `matrix` that a launcher cannot inject (`can_inject` says why), each named
+/// by the field that is the reason (its kind, or a setting this machine cannot give it):
+/// checked before anything starts, also before a launcher exists.
+pub fn uninjectable(
+    matrix: &crate::matrix::Matrix,
+    can_inject: impl Fn(&crate::matrix::faults::Fault) -> Result<(), Uninjectable>,
+) -> Vec<String> {
+    let mut refused = Vec::new();
+    for (index, f) in matrix.faults.iter().enumerate() {
+        if let Err(why) = can_inject(f) {
+            refused.push(format!(
+                "{}: fault {} ({}) cannot be injected: {why}",
+                matrix.locate_fault(index, why.field()),
+                f.name,
+                f.kind.as_str()
+            ));
+        }
+    }
+    refused
+}

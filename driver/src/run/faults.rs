@@ -3,7 +3,7 @@
 
 use crate::judge::classify::InjectedWindow;
 use crate::judge::faults::{FaultLog, InjectedFault};
-use crate::launcher::{LaunchError, Launcher, Uninjectable};
+use crate::launcher::{LaunchError, Launcher, uninjectable};
 use crate::matrix::faults::{FaultKind, Injection};
 use crate::plan::{RunPlan, ServerEndpoint};
 use std::collections::BTreeMap;
@@ -434,27 +434,6 @@ pub(super) fn check_faults(
     let mut problems = unfit(matrix, plan);
     problems.extend(uninjectable(matrix, |f| launcher.can_inject(f)));
     as_result(problems)
-}
-
-/// The faults of `matrix` that a launcher cannot inject (`can_inject` says why), each named
-/// by the field that is the reason (its kind, or a setting this machine cannot give it):
-/// checked before anything starts, also before a launcher exists.
-pub fn uninjectable(
-    matrix: &crate::matrix::Matrix,
-    can_inject: impl Fn(&crate::matrix::faults::Fault) -> Result<(), Uninjectable>,
-) -> Vec<String> {
-    let mut refused = Vec::new();
-    for (index, f) in matrix.faults.iter().enumerate() {
-        if let Err(why) = can_inject(f) {
-            refused.push(format!(
-                "{}: fault {} ({}) cannot be injected: {why}",
-                matrix.locate_fault(index, why.field()),
-                f.name,
-                f.kind.as_str()
-            ));
-        }
-    }
-    refused
 }
 
 /// Every fault written with `at` fits the run's load phase (a `--duration` may shorten it); else

@@ -180,7 +180,7 @@ const SCRAPE_BUDGET: Duration = Duration::from_secs(30);
 const INDEX_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The member id under which the driver records run-level events (e.g. an interruption).
-pub use faults::uninjectable;
+pub use crate::launcher::uninjectable;
 pub use stress_common::status::DRIVER_MEMBER;
 
 /// Failures blamed on the harness itself (the driver, the status store): no launcher member to

@@ -126,19 +126,24 @@ pub async fn evict(pods: &Api<Pod>, pod: &str) -> Result<Eviction, kube::Error> 
 /// deletes.
 pub const STORE_POD_SELECTOR: &str = "app.kubernetes.io/name=triton-stress-postgres";
 
-/// A store-restart: the store's Postgres pods deleted with their own grace, for their
-/// StatefulSet to create again on the same volume. Err says why nothing was deleted.
-pub async fn restart_store(pods: &Api<Pod>) -> Result<(), String> {
+/// The store's pods that are not already ending, by name.
+pub async fn store_pods(pods: &Api<Pod>) -> Result<Vec<String>, String> {
     let found = pods
         .list(&kube::api::ListParams::default().labels(STORE_POD_SELECTOR))
         .await
         .map_err(|e| format!("listing the store's pods ({STORE_POD_SELECTOR}): {e}"))?;
-    let names: Vec<String> = found
+    Ok(found
         .items
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| p.metadata.name.clone())
-        .collect();
+        .collect())
+}
+
+/// A store-restart: the store's Postgres pods deleted with their own grace, for their
+/// StatefulSet to create again on the same volume. Err says why nothing was deleted.
+pub async fn restart_store(pods: &Api<Pod>) -> Result<(), String> {
+    let names = store_pods(pods).await?;
     if names.is_empty() {
         return Err(format!(
             "no store pod to restart: none is labelled {STORE_POD_SELECTOR} (deploy/'s Postgres)"

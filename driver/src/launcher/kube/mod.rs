@@ -178,6 +178,39 @@ pub fn can_inject(fault: &Fault) -> Result<(), super::Uninjectable> {
     }
 }
 
+/// Before anything starts: each `store-restart` of `matrix` refused (file, line and field)
+/// when `namespace` has no store pod to restart (or the pods cannot be listed).
+pub async fn store_restart_refusals(
+    client: &Client,
+    namespace: &str,
+    matrix: &crate::matrix::Matrix,
+) -> Vec<String> {
+    if !matrix
+        .faults
+        .iter()
+        .any(|f| f.kind == FaultKind::StoreRestart)
+    {
+        return Vec::new();
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let why = match disruption::store_pods(&pods).await {
+        Ok(names) if !names.is_empty() => return Vec::new(),
+        Ok(_) => format!(
+            "namespace {namespace} has no store pod to restart: none is labelled {} \
+             (deploy/'s Postgres, deploy/base/postgres.yaml)",
+            disruption::STORE_POD_SELECTOR
+        ),
+        Err(e) => e,
+    };
+    super::uninjectable(matrix, |f| match f.kind {
+        FaultKind::StoreRestart => Err(super::Uninjectable::Setting {
+            field: "target",
+            why: why.clone(),
+        }),
+        _ => Ok(()),
+    })
+}
+
 fn setup_err(what: &str, e: impl std::fmt::Display) -> LaunchError {
     LaunchError::Setup(format!("{what}: {e}"))
 }
