@@ -935,6 +935,8 @@ fn binary_sweep_on_pods(matrix: &driver::matrix::Matrix) -> Option<String> {
 /// SQLite file).
 struct KubeCluster {
     client: ::kube::Client,
+    /// Its API calls' proxy, when the matrix plans an `api-outage`.
+    api_proxy: Option<kube::ApiProxy>,
     namespace: String,
     pod_store_url: String,
     image_pull_policy: String,
@@ -959,7 +961,11 @@ impl KubeCluster {
         if !refused.is_empty() {
             anyhow::bail!("{}", refused.join("\n"));
         }
-        let client = kube::connect().await?;
+        let cuttable = matrix
+            .faults
+            .iter()
+            .any(|f| f.kind == driver::matrix::faults::FaultKind::ApiOutage);
+        let (client, api_proxy) = kube::connect(cuttable).await?;
         let namespace = args
             .namespace
             .or_else(|| matrix.run.namespace.clone())
@@ -970,6 +976,7 @@ impl KubeCluster {
         }
         Ok(Self {
             client,
+            api_proxy,
             namespace,
             pod_store_url,
             image_pull_policy: args.image_pull_policy,
@@ -998,6 +1005,7 @@ impl KubeCluster {
                 matrix.run.server_ready_timeout,
             ),
             model_configs: kube::model_config_data(matrix),
+            api_proxy: self.api_proxy.clone(),
         }
     }
 }
@@ -1077,7 +1085,7 @@ async fn cleanup(
         println!("no Kubernetes objects to delete");
         return Ok(());
     }
-    let client = kube::connect().await?;
+    let (client, _) = kube::connect(false).await?;
     let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
     for run in kube_runs {
         let n = kube::delete_run(&client, &ns, &run).await?;

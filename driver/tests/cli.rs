@@ -401,7 +401,7 @@ fn a_fault_that_cannot_be_injected_exits_2_naming_it() {
     assert!(
         stderr.contains(&format!(
             "network.yaml:{}:56: faults[1].kind: fault evict-one (evict) cannot be injected: \
-             evict is a Kubernetes fault (a pod evicted or deleted through the API)",
+             evict is a Kubernetes fault (a pod evicted or deleted, or the API cut off)",
             lines + 1
         )),
         "{stderr}"

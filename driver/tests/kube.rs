@@ -1424,10 +1424,11 @@ async fn a_store_restart_without_a_store_pod_exits_2_before_anything_starts() {
     );
 }
 
-/// The API server hung (SIGSTOP) for 20 s while the kube smoke matrix's load flows, then
-/// resumed (issue 52): the driver rides through (its pod watch resumes, nothing it could not see
-/// fails the run, the run's lease is in the store) and the run passes with every member
-/// accounted for.
+/// The API server out twice while the kube smoke matrix's load flows (issue 52): hung (SIGSTOP)
+/// for 15 s, then the driver's own access cut for 15 s by an `api-outage` fault. The driver
+/// rides through both (its pod watch resumes, nothing it could not see fails the run, the
+/// run's lease is in the store), the fault is recovered from, and the run passes with every
+/// member accounted for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_api_server_mid_run_neither_fails_nor_stops_the_run() {
     let env = Env::new().await;
@@ -1451,20 +1452,23 @@ async fn a_hung_api_server_mid_run_neither_fails_nor_stops_the_run() {
     }
     let api = nix::unistd::Pid::from_raw(pid);
     let outage = tokio::spawn(async move {
-        // Servers up (~10 s) and load flowing before the outage.
-        tokio::time::sleep(Duration::from_secs(22)).await;
+        // Servers up (~10 s) and load flowing before the outage, over before the api-outage
+        // fault (30 s into the load).
+        tokio::time::sleep(Duration::from_secs(18)).await;
         let _resume = Resume(api);
         nix::sys::signal::kill(api, nix::sys::signal::Signal::SIGSTOP).unwrap();
-        tokio::time::sleep(Duration::from_secs(20)).await;
+        tokio::time::sleep(Duration::from_secs(15)).await;
     });
     let dir = tempfile::tempdir().unwrap();
     let matrix = matrix_variant(dir.path(), "api-hung", |m| {
         replace_once(m, "  duration: 45s\n", "  duration: 60s\n")
+            + "faults:\n  - { name: api-down, target: api-server, at: 30s, kind: api-outage, \
+               duration: 15s, expect: { recover_within: 10s } }\n"
     });
     let run = tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &[], None));
     assert!(
         outage.is_finished(),
-        "the API server's outage (22 s to 42 s) must fall within the run"
+        "the API server's outage (18 s to 33 s) must fall within the run"
     );
     outage.await.unwrap();
     assert_eq!(run.code(), Some(0), "{}", run.describe());
@@ -1476,6 +1480,19 @@ async fn a_hung_api_server_mid_run_neither_fails_nor_stops_the_run() {
             .is_none_or(|f| f.is_empty()),
         "{report:#}"
     );
+    let fault = &report["faults"][0];
+    assert_eq!(
+        (&fault["kind"], &fault["ok"]),
+        (&Value::from("api-outage"), &Value::from(true)),
+        "{fault:#}"
+    );
+    assert!(
+        fault["ended_at_ms"].as_i64() > fault["injected_at_ms"].as_i64(),
+        "{fault:#}"
+    );
+    // The cut was real: the driver's pod watch lost the API server and resumed.
+    let stderr = String::from_utf8_lossy(&run.output.stderr);
+    assert!(stderr.contains("watching pods ("), "{}", run.describe());
 }
 
 /// A driver that dies (SIGKILL) mid-run leaves its pods running; a driver restarted with the

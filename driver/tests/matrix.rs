@@ -91,7 +91,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "bad-faults.yaml",
-        "13:27: faults[0].target: unknown target \"triton-2\": name a launched server group (triton), one of its members (`<group>-<index>`) or, for a store-restart, `store`\n\
+        "13:27: faults[0].target: unknown target \"triton-2\": name a launched server group (triton), one of its members (`<group>-<index>`), or `store` (a store-restart) or `api-server` (an api-outage)\n\
          14:13: faults[1].name: fault name \"kill\" is used twice (see faults[0].name at 13:7)\n\
          14:27: faults[1].target: \"staging\" names servers that already run (endpoints): the driver injects faults only into servers it launched\n\
          15:41: faults[2].at: the fault at 2m 10s comes after the run's end (run.duration 2m)\n\
@@ -105,8 +105,9 @@ const BAD: &[(&str, &str)] = &[
          23:59: faults[10].network: `network` is read only with kind: network, not kill\n\
          24:13: faults[11].name: fault name \"Bad_Name\" is not a DNS-1123 label\n\
          24:88: faults[11].expect.recover_within: must be longer than zero\n\
-         25:34: faults[12].target: a store-restart restarts the run's status store: its target is `store`\n\
-         26:33: faults[13].target: `store` is the run's status store: only a store-restart targets it",
+         25:34: faults[12].target: a store-restart acts on the run's status store: its target is `store`\n\
+         26:33: faults[13].target: `store` is not a server: only a store-restart targets it\n\
+         27:5: faults[14]: missing `duration`: how long the api-outage lasts",
     ),
     (
         "overlapping-faults.yaml",

@@ -625,10 +625,13 @@ impl Launcher for LocalLauncher {
     }
 
     fn can_inject(&self, fault: &Fault) -> Result<(), super::Uninjectable> {
-        if matches!(fault.kind, FaultKind::Evict | FaultKind::StoreRestart) {
+        if matches!(
+            fault.kind,
+            FaultKind::Evict | FaultKind::StoreRestart | FaultKind::ApiOutage
+        ) {
             return Err(super::Uninjectable::Kind(format!(
-                "{} is a Kubernetes fault (a pod evicted or deleted through the API): the kube \
-                 launcher injects it, a local process has no pod",
+                "{} is a Kubernetes fault (a pod evicted or deleted, or the API cut off): the \
+                 kube launcher injects it, a local run has no pod and no API server",
                 fault.kind.as_str()
             )));
         }
@@ -736,10 +739,12 @@ impl Launcher for LocalLauncher {
                 }
                 Ok(())
             }
-            FaultKind::Evict | FaultKind::StoreRestart => Err(member_err(format!(
-                "{} is a Kubernetes fault: no pod here",
-                injection.kind.as_str()
-            ))),
+            FaultKind::Evict | FaultKind::StoreRestart | FaultKind::ApiOutage => {
+                Err(member_err(format!(
+                    "{} is a Kubernetes fault: no pod here",
+                    injection.kind.as_str()
+                )))
+            }
         }
     }
 

@@ -39,6 +39,9 @@ impl Shaping {
 pub struct FaultProxy {
     address: String,
     shaping: Arc<Mutex<Option<Shaping>>>,
+    /// While true, every connection is closed and new ones are closed as they come: the
+    /// upstream is cut off (an `api-outage`).
+    cut: tokio::sync::watch::Sender<bool>,
     /// Accepts connections; owns the connections' tasks, which end with it.
     task: JoinHandle<()>,
 }
@@ -48,10 +51,17 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?.to_string();
         let shaping = Arc::new(Mutex::new(None));
-        let task = tokio::spawn(accept(listener, upstream.to_string(), shaping.clone()));
+        let (cut, cut_seen) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(accept(
+            listener,
+            upstream.to_string(),
+            shaping.clone(),
+            cut_seen,
+        ));
         Ok(FaultProxy {
             address,
             shaping,
+            cut,
             task,
         })
     }
@@ -65,6 +75,21 @@ impl FaultProxy {
     pub fn shape(&self, shaping: Option<Shaping>) {
         *self.shaping.lock().expect("shaping lock") = shaping;
     }
+
+    /// Cuts the upstream off (true: every connection closed, new ones closed at once) or
+    /// lets connections through again (false).
+    pub fn cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+impl std::fmt::Debug for FaultProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultProxy")
+            .field("address", &self.address)
+            .field("cut", &*self.cut.borrow())
+            .finish()
+    }
 }
 
 impl Drop for FaultProxy {
@@ -73,7 +98,12 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn accept(listener: TcpListener, upstream: String, shaping: Arc<Mutex<Option<Shaping>>>) {
+async fn accept(
+    listener: TcpListener,
+    upstream: String,
+    shaping: Arc<Mutex<Option<Shaping>>>,
+    cut: tokio::sync::watch::Receiver<bool>,
+) {
     let mut connections = JoinSet::new();
     loop {
         // Reap what has ended, so a soak's reconnections do not pile up.
@@ -81,23 +111,35 @@ async fn accept(listener: TcpListener, upstream: String, shaping: Arc<Mutex<Opti
         let Ok((client, _)) = listener.accept().await else {
             continue;
         };
+        if *cut.borrow() {
+            continue; // dropped: closed at once
+        }
         let upstream = upstream.clone();
         let shaping = shaping.clone();
+        let mut cut = cut.clone();
         connections.spawn(async move {
-            // A server down (killed, restarting) refuses the client as it would have itself.
-            let Ok(server) = TcpStream::connect(&upstream).await else {
-                return;
-            };
-            let _ = client.set_nodelay(true);
-            let _ = server.set_nodelay(true);
-            let (client_read, client_write) = client.into_split();
-            let (server_read, server_write) = server.into_split();
-            tokio::join!(
-                pump(client_read, server_write, shaping.clone()),
-                pump(server_read, client_write, shaping),
-            );
+            tokio::select! {
+                _ = forward(client, &upstream, shaping) => {}
+                _ = cut.wait_for(|cut| *cut) => {} // both sockets dropped: closed
+            }
         });
     }
+}
+
+/// One client's connection to `upstream`, forwarded both ways until either side closes.
+async fn forward(client: TcpStream, upstream: &str, shaping: Arc<Mutex<Option<Shaping>>>) {
+    // A server down (killed, restarting) refuses the client as it would have itself.
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    tokio::join!(
+        pump(client_read, server_write, shaping.clone()),
+        pump(server_read, client_write, shaping),
+    );
 }
 
 /// One direction of a connection: a reader that stamps each chunk with its release time, and a
@@ -191,6 +233,27 @@ mod tests {
         s.read_exact(&mut back).await.unwrap();
         assert_eq!(back, message);
         started.elapsed()
+    }
+
+    #[tokio::test]
+    async fn a_cut_closes_every_connection_and_refuses_new_ones_until_it_ends() {
+        let (server, _echo) = echo_server().await;
+        let proxy = FaultProxy::start(&server).await.unwrap();
+        let mut open = TcpStream::connect(proxy.address()).await.unwrap();
+        round_trip(proxy.address(), b"before").await;
+        proxy.cut(true);
+        // The open connection is closed: its read ends (0 bytes or an error), never an echo.
+        let _ = open.write_all(b"during").await;
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_secs(5), open.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+        // A new one is closed as it comes.
+        let mut fresh = TcpStream::connect(proxy.address()).await.unwrap();
+        let _ = fresh.write_all(b"during").await;
+        let read = tokio::time::timeout(Duration::from_secs(5), fresh.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+        proxy.cut(false);
+        round_trip(proxy.address(), b"after").await;
     }
 
     #[tokio::test]

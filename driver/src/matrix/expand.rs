@@ -103,15 +103,16 @@ pub enum FaultTargetError {
     /// `launched`: the launched server groups, listed (or "none is defined").
     #[error(
         "unknown target {target:?}: name a launched server group ({launched}), one of its \
-         members (`<group>-<index>`) or, for a store-restart, `store`"
+         members (`<group>-<index>`), or `store` (a store-restart) or `api-server` (an api-outage)"
     )]
     Unknown { target: String, launched: String },
 }
 
 impl Matrix {
     /// The launched server members a fault's target names: a group's, or the one member, or
-    /// [`STORE_TARGET`](super::faults::STORE_TARGET) itself (the status store, which only a
-    /// store-restart targets: validation's rule); the error says why it names none.
+    /// a kind's fixed target itself ([`FaultKind::fixed_target`](super::faults::FaultKind::fixed_target):
+    /// the status store, the API server; which kind takes which is validation's rule); the
+    /// error says why it names none.
     pub fn fault_target_members(&self, target: &str) -> Result<Vec<String>, FaultTargetError> {
         let m = self;
         if let Some(g) = m.server_groups.get(target) {
@@ -127,7 +128,12 @@ impl Matrix {
                 return Ok(vec![target.to_string()]);
             }
         }
-        if target == super::faults::STORE_TARGET {
+        if [
+            super::faults::STORE_TARGET,
+            super::faults::API_SERVER_TARGET,
+        ]
+        .contains(&target)
+        {
             return Ok(vec![target.to_string()]);
         }
         let launched: Vec<String> = m

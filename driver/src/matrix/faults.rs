@@ -97,10 +97,28 @@ pub enum FaultKind {
     /// accepted again.
     #[serde(rename = "store-restart")]
     StoreRestart,
+    /// The driver's own access to the Kubernetes API server cut for `duration` (kube launcher
+    /// only; `target: api-server`): its API calls go through a proxy of its own, which closes
+    /// every connection meanwhile. The run must ride through (its pod watch resumes).
+    #[serde(rename = "api-outage")]
+    ApiOutage,
 }
 
 /// The `target` of a `store-restart`: the run's status store, not a server.
 pub const STORE_TARGET: &str = "store";
+/// The `target` of an `api-outage`: the Kubernetes API server as the driver reaches it.
+pub const API_SERVER_TARGET: &str = "api-server";
+
+impl FaultKind {
+    /// The target this kind takes instead of a server (None: a server member or group).
+    pub fn fixed_target(self) -> Option<&'static str> {
+        match self {
+            FaultKind::StoreRestart => Some(STORE_TARGET),
+            FaultKind::ApiOutage => Some(API_SERVER_TARGET),
+            _ => None,
+        }
+    }
+}
 
 impl FaultKind {
     pub fn as_str(self) -> &'static str {
@@ -111,12 +129,16 @@ impl FaultKind {
             FaultKind::Network => "network",
             FaultKind::Evict => "evict",
             FaultKind::StoreRestart => "store-restart",
+            FaultKind::ApiOutage => "api-outage",
         }
     }
 
     /// Whether the fault lasts a `duration` (the others are instants).
     pub fn lasts(self) -> bool {
-        matches!(self, FaultKind::Pause | FaultKind::Network)
+        matches!(
+            self,
+            FaultKind::Pause | FaultKind::Network | FaultKind::ApiOutage
+        )
     }
 }
 

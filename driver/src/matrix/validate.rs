@@ -1087,7 +1087,7 @@ fn check_faults(m: &Matrix) -> Vec<Issue> {
                 why.to_string(),
             ));
         }
-        fault_store_target(&mut issues, &path, m, f);
+        fault_fixed_target(&mut issues, &path, m, f);
         fault_timing(&mut issues, &path, f, load);
         fault_duration(&mut issues, &path, f);
         fault_network(&mut issues, &path, f);
@@ -1172,21 +1172,41 @@ fn fault_timing(
     }
 }
 
-/// A store-restart targets the status store (`target: store`), and nothing else does.
-fn fault_store_target(
+/// A kind with a fixed target (`store-restart`: `store`, `api-outage`: `api-server`) names it,
+/// and no other kind names those.
+fn fault_fixed_target(
     issues: &mut Vec<Issue>,
     path: &FieldPath,
     m: &Matrix,
     f: &super::faults::Fault,
 ) {
-    use super::faults::{FaultKind, STORE_TARGET};
-    let at_store = f.target == STORE_TARGET && !m.server_groups.contains_key(STORE_TARGET);
-    let message = match (f.kind == FaultKind::StoreRestart, at_store) {
-        (true, false) => "a store-restart restarts the run's status store: its target is `store`",
-        (false, true) => "`store` is the run's status store: only a store-restart targets it",
+    use super::faults::{API_SERVER_TARGET, STORE_TARGET};
+    let message = match f.kind.fixed_target() {
+        Some(fixed) if f.target != fixed || m.server_groups.contains_key(fixed) => format!(
+            "a {} acts on {}: its target is `{fixed}`",
+            f.kind.as_str(),
+            if fixed == STORE_TARGET {
+                "the run's status store"
+            } else {
+                "the driver's access to the Kubernetes API server"
+            }
+        ),
+        None if [STORE_TARGET, API_SERVER_TARGET].contains(&f.target.as_str())
+            && !m.server_groups.contains_key(&f.target) =>
+        {
+            format!(
+                "`{}` is not a server: only a {} targets it",
+                f.target,
+                if f.target == STORE_TARGET {
+                    "store-restart"
+                } else {
+                    "api-outage"
+                }
+            )
+        }
         _ => return,
     };
-    issues.push(Issue::at(path.key("target"), Anchor::Value, message.into()));
+    issues.push(Issue::at(path.key("target"), Anchor::Value, message));
 }
 
 /// A fault's `duration`: given (above zero) for a kind that lasts, absent for an instant.

@@ -211,7 +211,7 @@ fn chaos_templates(run_id: &str, namespace: &str, member: &str, step: &Step) -> 
         )],
         FaultKind::Pause => vec![pod_chaos("pause", json!({ "action": "pod-failure" }))],
         // Not rendered: `unrenderable` refuses the matrix before rendering.
-        FaultKind::Evict | FaultKind::StoreRestart => Vec::new(),
+        FaultKind::Evict | FaultKind::StoreRestart | FaultKind::ApiOutage => Vec::new(),
         FaultKind::Network => network_actions(i.network.as_ref())
             .into_iter()
             .map(|(action, detail)| {
@@ -343,6 +343,7 @@ pub fn unrenderable(injections: &[Injection]) -> Vec<String> {
                 FaultKind::StoreRestart => {
                     "the store's restart is judged by the driver's probe of the store"
                 }
+                FaultKind::ApiOutage => "it cuts the driver's own access to the API server",
                 _ => return None,
             };
             Some(format!(

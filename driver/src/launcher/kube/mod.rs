@@ -99,6 +99,8 @@ pub struct KubeSettings {
     /// A sweep variant's config.pbtxt texts by owner ConfigMap key ([`model_config_data`]),
     /// which its server pods mount.
     pub model_configs: BTreeMap<String, String>,
+    /// The proxy the driver's API calls go through when the run plans an `api-outage`.
+    pub api_proxy: Option<ApiProxy>,
 }
 
 /// The owner ConfigMap's model config entries of `matrix`: every template's mounted configs
@@ -168,7 +170,11 @@ pub struct KubeLauncher {
 /// it refuses leaves nothing behind).
 pub fn can_inject(fault: &Fault) -> Result<(), super::Uninjectable> {
     match fault.kind {
-        FaultKind::Kill | FaultKind::Restart | FaultKind::Evict | FaultKind::StoreRestart => Ok(()),
+        FaultKind::Kill
+        | FaultKind::Restart
+        | FaultKind::Evict
+        | FaultKind::StoreRestart
+        | FaultKind::ApiOutage => Ok(()),
         FaultKind::Pause | FaultKind::Network => Err(super::Uninjectable::Kind(format!(
             "the kube launcher injects kill, restart and evict (a server pod deleted or \
              evicted, and created again); a {} needs a way into the pod that it does not \
@@ -295,11 +301,17 @@ fn local_address_towards(peer: std::net::SocketAddr) -> Option<std::net::IpAddr>
 }
 
 /// A Kubernetes client from `KUBECONFIG` / `~/.kube/config`, or the in-cluster service account,
-/// with [`API_TIMEOUT`] on every call and no retries of its own.
-pub async fn connect() -> Result<Client, LaunchError> {
+/// with [`API_TIMEOUT`] on every call and no retries of its own. With `cuttable`, its calls go
+/// through a proxy of the driver's own, returned, which an `api-outage` cuts.
+pub async fn connect(cuttable: bool) -> Result<(Client, Option<ApiProxy>), LaunchError> {
     let mut config = kube::Config::infer()
         .await
         .map_err(|e| setup_err("no Kubernetes client (in-cluster or KUBECONFIG)", e))?;
+    let proxy = if cuttable {
+        Some(through_proxy(&mut config).await?)
+    } else {
+        None
+    };
     config.connect_timeout = Some(API_TIMEOUT);
     config.read_timeout = Some(API_TIMEOUT);
     config.write_timeout = Some(API_TIMEOUT);
@@ -308,8 +320,29 @@ pub async fn connect() -> Result<Client, LaunchError> {
     // evicted pod was not created again meanwhile, so the budget never let go). Every call
     // answers at once; the driver decides what to do again.
     config.default_retry = false;
-    Client::try_from(config)
-        .map_err(|e| setup_err("no Kubernetes client (in-cluster or KUBECONFIG)", e))
+    let client = Client::try_from(config)
+        .map_err(|e| setup_err("no Kubernetes client (in-cluster or KUBECONFIG)", e))?;
+    Ok((client, proxy))
+}
+
+/// The proxy between the driver and the API server that an `api-outage` cuts.
+pub type ApiProxy = std::sync::Arc<super::proxy::FaultProxy>;
+
+/// Points `config` at a new local proxy to its API server; TLS still names the API server.
+async fn through_proxy(config: &mut kube::Config) -> Result<ApiProxy, LaunchError> {
+    let url = config.cluster_url.clone();
+    let host = url.host().unwrap_or_default().to_string();
+    let port = url.port_u16().unwrap_or(443);
+    let upstream = format!("{host}:{port}");
+    let proxy = super::proxy::FaultProxy::start(&upstream)
+        .await
+        .map_err(|e| setup_err("a proxy to the API server (for an api-outage)", e))?;
+    let path = url.path_and_query().map_or("/", |p| p.as_str());
+    config.cluster_url = format!("https://{}{path}", proxy.address())
+        .parse()
+        .map_err(|e| setup_err("the proxy's URL", e))?;
+    config.tls_server_name = Some(host.trim_matches(['[', ']']).to_string());
+    Ok(std::sync::Arc::new(proxy))
 }
 
 impl KubeLauncher {
@@ -959,6 +992,13 @@ impl Launcher for KubeLauncher {
                 .await
                 .map_err(|why| member_err(format!("in namespace {}: {why}", self.ns())));
         }
+        if injection.kind == FaultKind::ApiOutage {
+            let proxy = self.settings.api_proxy.as_ref().ok_or_else(|| {
+                member_err("the driver's API calls do not go through its proxy".into())
+            })?;
+            proxy.cut(true);
+            return Ok(());
+        }
         let grace = match injection.kind {
             FaultKind::Kill => Duration::ZERO,
             FaultKind::Restart | FaultKind::Evict => RESTART_GRACE,
@@ -1005,6 +1045,16 @@ impl Launcher for KubeLauncher {
         // The pod's deletion wakes the poll loop (`member_may_have_ended`), whose `exited`
         // applies the pod again as soon as the API has let the old one go.
         Ok(())
+    }
+
+    /// An `api-outage` ends: the proxy lets the driver's API calls through again.
+    async fn end_fault(&mut self, member: &str) -> Result<super::FaultEnded, LaunchError> {
+        if let (crate::matrix::faults::API_SERVER_TARGET, Some(proxy)) =
+            (member, &self.settings.api_proxy)
+        {
+            proxy.cut(false);
+        }
+        Ok(super::FaultEnded::default())
     }
 
     fn is_running(&self, member_id: &str) -> bool {

@@ -106,6 +106,7 @@ mod tests {
             pending_timeout: std::time::Duration::from_secs(60),
             pod_deadline_seconds: None,
             model_configs: super::super::model_config_data(&m),
+            api_proxy: None,
         };
         let data = owner_config_map(&settings).data.unwrap();
         assert_eq!(
