@@ -1398,6 +1398,58 @@ faults:
     );
 }
 
+/// A server pod evicted by someone else mid-run (no fault planned it: a drain, a kubectl, the
+/// kubelet) fails the run at once, and the failure is the platform's (`infrastructure`, the
+/// eviction as evidence), not the server's (issue 52).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unplanned_eviction_of_a_server_is_the_infrastructure_s_failure() {
+    let env = Env::new().await;
+    let ns = TestNamespace::create(&env.client, "ts-kube-evicted").await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
+    let evictor = tokio::spawn(async move {
+        let lp = ListParams::default().labels("triton-stress/member=triton-0");
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let ready = pods.list(&lp).await.map(|l| l.items).unwrap_or_default();
+            let ready = ready.into_iter().find(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
+            if let Some(pod) = ready {
+                // The load under way, then the eviction.
+                tokio::time::sleep(Duration::from_secs(12)).await;
+                return pods
+                    .evict(&pod.name_any(), &Default::default())
+                    .await
+                    .map(|_| ());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server pod never became Ready"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let matrix = repo_root().join("test-matrices/kube-smoke.yaml");
+    let run = tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &[], None));
+    evictor.await.unwrap().expect("the eviction");
+    assert_eq!(run.code(), Some(1), "{}", run.describe());
+    let report = run.report();
+    let root = &report["analysis"]["root_cause"];
+    assert_eq!(
+        (&root["member_id"], &root["class"]),
+        (&Value::from("triton-0"), &Value::from("infrastructure")),
+        "{root:#}"
+    );
+    let reason = root["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("was evicted or deleted by the cluster, not by the driver"),
+        "{root:#}"
+    );
+}
+
 /// A `store-restart` in a namespace without deploy/'s Postgres is bad input (exit 2) naming the
 /// fault's target, found before anything is applied.
 #[tokio::test]

@@ -622,9 +622,17 @@ impl KubeLauncher {
         failed
     }
 
-    /// How the member's pod ended or failed, as the watch last saw it (None: it is fine).
+    /// How the member's pod ended or failed, as the watch last saw it (None: it is fine). Asked
+    /// only of members the driver is neither stopping nor replacing: a pod going away then was
+    /// evicted or deleted by the cluster, which ends the member at once.
     fn ended(&self, member: &str) -> Option<MemberExit> {
         let seen = self.seen(member)?;
+        if seen.deleted || seen.pod.metadata.deletion_timestamp.is_some() {
+            return Some(MemberExit::because(
+                member,
+                status::ended_by_cluster(&seen.pod),
+            ));
+        }
         pod_exit(
             member,
             &seen.pod,

@@ -30,6 +30,35 @@ fn kubelet_retries(message: &str) -> bool {
     message.contains("failed to sync") && message.contains("timed out waiting for the condition")
 }
 
+/// Why a pod the driver did not delete is going: evicted (a node drained, an unplanned
+/// eviction), preempted or deleted by someone else, in the words of its `DisruptionTarget`
+/// condition where the cluster sets one (Kubernetes 1.26 on). Says "evicted": the judges
+/// take it for the platform's doing, not the member's.
+pub fn ended_by_cluster(pod: &Pod) -> String {
+    let condition = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+        .map(|c| {
+            format!(
+                ": {}{}",
+                c.reason.as_deref().unwrap_or("DisruptionTarget"),
+                c.message
+                    .as_deref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "pod {} was evicted or deleted by the cluster, not by the driver{condition}",
+        pod.name_any()
+    )
+}
+
 /// Whether a pod's state means its member has ended or failed, and why: a container that
 /// terminated or restarted, a waiting reason that does not heal, a Failed or Succeeded pod, a
 /// pod deleted, or one Pending longer than `pending_timeout`.
@@ -320,6 +349,33 @@ mod tests {
     }
 
     use super::*;
+
+    /// A pod the driver did not delete, going: the platform's doing (infrastructure), in the
+    /// cluster's own words where it gives them.
+    #[test]
+    fn a_pod_evicted_by_the_cluster_is_the_platform_s_doing_with_its_reason() {
+        let drained = pod(
+            "t-0",
+            serde_json::json!({ "phase": "Running", "conditions": [{
+                "type": "DisruptionTarget", "status": "True",
+                "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting",
+            }]}),
+        );
+        let why = ended_by_cluster(&drained.pod);
+        assert_eq!(
+            why,
+            "pod t-0 was evicted or deleted by the cluster, not by the driver: \
+             EvictionByEvictionAPI (Eviction API: evicting)"
+        );
+        let evidence = crate::judge::classify::member_failure("t-0", "server", &why).unwrap();
+        assert_eq!(
+            evidence.class,
+            stress_common::signature::FailureClass::Infrastructure
+        );
+        // Without the condition (Kubernetes before 1.26), still the platform's.
+        let older = pod("t-1", serde_json::json!({ "phase": "Running" }));
+        assert!(ended_by_cluster(&older.pod).ends_with("not by the driver"));
+    }
 
     fn pod(name: &str, status: serde_json::Value) -> Seen {
         Seen {
