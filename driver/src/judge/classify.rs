@@ -413,6 +413,13 @@ mod tests {
             (
                 "triton-0",
                 "SERVER",
+                "pod r-triton-0 was evicted or deleted by the cluster, not by the driver: \
+                 EvictionByEvictionAPI (Eviction API: evicting)",
+                Infrastructure,
+            ),
+            (
+                "triton-0",
+                "SERVER",
                 "killed by signal 9 (SIGKILL) before the end of the run",
                 Server,
             ),
