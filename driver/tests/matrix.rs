@@ -105,9 +105,11 @@ const BAD: &[(&str, &str)] = &[
          23:59: faults[10].network: `network` is read only with kind: network, not kill\n\
          24:13: faults[11].name: fault name \"Bad_Name\" is not a DNS-1123 label\n\
          24:88: faults[11].expect.recover_within: must be longer than zero\n\
-         25:34: faults[12].target: a store-restart acts on the run's status store: its target is `store`\n\
-         26:33: faults[13].target: `store` is not a server: only a store-restart targets it\n\
-         27:5: faults[14]: missing `duration`: how long the api-outage lasts",
+         25:34: faults[12].target: kind store-restart acts on the run's status store: its target is `store`\n\
+         26:33: faults[13].target: `store` is not a server: only kind store-restart targets it\n\
+         27:5: faults[14]: missing `duration`: how long the api-outage lasts\n\
+         28:32: faults[15].target: kind api-outage acts on the driver's access to the Kubernetes API server: its target is `api-server`\n\
+         29:32: faults[16].target: `api-server` is not a server: only kind api-outage targets it",
     ),
     (
         "overlapping-faults.yaml",

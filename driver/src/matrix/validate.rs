@@ -1183,7 +1183,7 @@ fn fault_fixed_target(
     use super::faults::{API_SERVER_TARGET, STORE_TARGET};
     let message = match f.kind.fixed_target() {
         Some(fixed) if f.target != fixed || m.server_groups.contains_key(fixed) => format!(
-            "a {} acts on {}: its target is `{fixed}`",
+            "kind {} acts on {}: its target is `{fixed}`",
             f.kind.as_str(),
             if fixed == STORE_TARGET {
                 "the run's status store"
@@ -1195,7 +1195,7 @@ fn fault_fixed_target(
             && !m.server_groups.contains_key(&f.target) =>
         {
             format!(
-                "`{}` is not a server: only a {} targets it",
+                "`{}` is not a server: only kind {} targets it",
                 f.target,
                 if f.target == STORE_TARGET {
                     "store-restart"
