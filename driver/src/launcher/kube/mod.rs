@@ -622,6 +622,26 @@ impl KubeLauncher {
         failed
     }
 
+    /// Why the member's pod is going, when the cluster takes it away: the API server's word,
+    /// asked at once (the watch may lag). None while the driver itself stops or replaces it,
+    /// or when the pod is not going.
+    async fn going_by_cluster(&self, member: &str) -> Option<String> {
+        if self.stopping.contains(member) || self.recreating.contains_key(member) {
+            return None;
+        }
+        let name = &self.members.get(member)?.pod;
+        let read = tokio::time::timeout(Duration::from_secs(2), self.pods.get_opt(name));
+        match read.await.ok()?.ok()? {
+            Some(pod) if pod.metadata.deletion_timestamp.is_some() => {
+                Some(status::ended_by_cluster(&pod))
+            }
+            Some(_) => None,
+            None => Some(format!(
+                "pod {name} was evicted or deleted by the cluster, not by the driver"
+            )),
+        }
+    }
+
     /// How the member's pod ended or failed, as the watch last saw it (None: it is fine). Asked
     /// only of members the driver is neither stopping nor replacing: a pod going away then was
     /// evicted or deleted by the cluster, which ends the member at once.
@@ -965,7 +985,18 @@ impl Launcher for KubeLauncher {
                 .ok_or_else(|| tritonserver::ProbeError::NoAddress {
                     member: member_id.into(),
                 })?;
-        tritonserver::probe_live(&ep.http, timeout).await
+        let probed = tritonserver::probe_live(&ep.http, timeout).await;
+        // A server that stopped answering because the cluster is taking its pod away (an
+        // eviction the watch has not shown yet) is the platform's doing: the API says so.
+        match (probed, self.going_by_cluster(member_id).await) {
+            (Err(tritonserver::ProbeError::Unreachable { endpoint, cause }), Some(why)) => {
+                Err(tritonserver::ProbeError::Unreachable {
+                    endpoint,
+                    cause: format!("{cause}; {why}"),
+                })
+            }
+            (probed, _) => probed,
+        }
     }
 
     async fn server_metrics(&mut self, member_id: &str) -> Option<String> {
