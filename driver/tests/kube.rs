@@ -310,6 +310,11 @@ async fn running_pods(
 }
 
 /// Names of the run's objects still in the namespace (pods, ConfigMaps, Secrets, Services).
+/// Every object of the run is gone from `ns`.
+async fn assert_nothing_left(client: &Client, ns: &str, run_id: &str) {
+    assert_eq!(run_objects(client, ns, run_id).await, Vec::<String>::new());
+}
+
 async fn run_objects(client: &Client, ns: &str, run_id: &str) -> Vec<String> {
     let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run_id}"));
     let mut names = Vec::new();
@@ -420,10 +425,7 @@ async fn smoke_matrix_passes_on_pods_and_leaves_nothing_behind() {
         report["server_metrics"]["triton-0"].is_array(),
         "no Triton metrics of the server pod: {report:#}"
     );
-    assert_eq!(
-        run_objects(&env.client, &ns.name, &run.run_id).await,
-        Vec::<String>::new()
-    );
+    assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
 /// Traced requests on pods (issue 51): the server pod exports its spans to the driver's OTLP
@@ -649,10 +651,7 @@ async fn worker_exiting_non_zero_fails_the_run_keeps_its_pod_and_cleanup_removes
         .output()
         .unwrap();
     assert!(cleanup.status.success(), "{cleanup:?}");
-    assert_eq!(
-        run_objects(&env.client, &ns.name, &run.run_id).await,
-        Vec::<String>::new()
-    );
+    assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
 /// A server pod whose image does not exist fails the run at once with ErrImageNeverPull, and
@@ -682,10 +681,7 @@ async fn missing_image_fails_at_once_and_keep_failed_false_deletes_everything() 
     let reason = m["reason"].as_str().unwrap();
     assert!(reason.contains("ErrImageNeverPull"), "{reason}");
     assert!(reason.contains("no-such-image"), "{reason}");
-    assert_eq!(
-        run_objects(&env.client, &ns.name, &run.run_id).await,
-        Vec::<String>::new()
-    );
+    assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
 /// A server pod killed by its memory limit: the report says OOMKilled with exit code 137.
@@ -808,10 +804,7 @@ async fn model_image_serves_the_qa_models_on_a_tritonserver_image_without_them()
         );
         assert_eq!(row["failures"], 0, "failures in {s}: {row:#}");
     }
-    assert_eq!(
-        run_objects(&env.client, &ns.name, &run.run_id).await,
-        Vec::<String>::new()
-    );
+    assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
 /// Two servers, each serving one model: identity_warmup (200 MiB taken once, on its first
@@ -1083,10 +1076,7 @@ async fn model_image_copy_that_fails_names_the_init_container_and_its_log() {
     );
     let tail = diagnostics(m).log_tail.join("\n");
     assert!(tail.contains("/no-such-models"), "log tail: {tail}");
-    assert_eq!(
-        run_objects(&env.client, &ns.name, &run.run_id).await,
-        Vec::<String>::new()
-    );
+    assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
 /// The pids of a pod's container processes named `comm`, found through their cgroup (which
@@ -1319,10 +1309,7 @@ async fn injected_kill_and_restart_replace_the_server_pod_and_its_successors_ser
         seen >= 3,
         "the server pod was not created again after each fault\n{text}"
     );
-    assert_eq!(
-        run_objects(&env.client, &ns.name, &run.run_id).await,
-        Vec::<String>::new()
-    );
+    assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
 /// An `evict` fault (issue 52) on a server group of two: the run gives the group a
@@ -1470,10 +1457,7 @@ async fn a_store_restart_without_a_store_pod_exits_2_before_anything_starts() {
         ) && stderr.contains("has no store pod to restart"),
         "{stderr}"
     );
-    assert_eq!(
-        run_objects(&env.client, &ns.name, &run.run_id).await,
-        Vec::<String>::new()
-    );
+    assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
 /// The API server out twice while the kube smoke matrix's load flows (issue 52): hung (SIGSTOP)
@@ -1611,10 +1595,7 @@ async fn restarted_driver_adopts_its_pods_and_sigterm_aborts_the_run() {
     assert_eq!(status.code(), Some(1), "{}", second.log());
     let report = read_json(&runs.path().join(&run_id).join("report.json"));
     assert_eq!(report["verdict"], "ABORTED", "{report:#}");
-    assert_eq!(
-        run_objects(&env.client, &ns.name, &run_id).await,
-        Vec::<String>::new()
-    );
+    assert_nothing_left(&env.client, &ns.name, &run_id).await;
 }
 
 /// A worker pod no node can take (it asks for 64 CPUs) stays Pending: after `--pending-timeout`
@@ -1646,10 +1627,7 @@ async fn unschedulable_worker_fails_after_the_pending_timeout_with_the_scheduler
         reason.contains("Unschedulable") && reason.contains("Insufficient cpu"),
         "{reason}"
     );
-    assert_eq!(
-        run_objects(&env.client, &ns.name, &run.run_id).await,
-        Vec::<String>::new()
-    );
+    assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
 /// A PersistentVolume on this node's disk for deploy/'s store in namespace `ns` (the test
