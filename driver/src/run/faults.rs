@@ -34,11 +34,8 @@ pub(super) struct FaultRunner {
     ready: BTreeMap<usize, JoinHandle<Option<i64>>>,
     /// Each server's HTTP address (for its READY probe).
     http: BTreeMap<String, String>,
-    /// The run's store and its workers (a store-restart's probe: every worker's writes
-    /// accepted again).
-    store: Store,
-    run_id: stress_common::contract::RunId,
-    workers: Vec<String>,
+    /// A store-restart's probe of the run's store (every worker's writes accepted again).
+    store_probe: StoreProbe,
     /// Faults judged while the run goes, once past their allowed recovery (index -> when the
     /// clients recovered): their window closes there.
     judged: BTreeMap<usize, i64>,
@@ -105,9 +102,11 @@ impl FaultRunner {
                 .iter()
                 .map(|(m, ep)| (m.clone(), ep.http.clone()))
                 .collect(),
-            store: store.clone(),
-            run_id: plan.run_id.clone(),
-            workers: plan.clients.iter().map(|c| c.name.to_string()).collect(),
+            store_probe: StoreProbe {
+                store: store.clone(),
+                run_id: plan.run_id.clone(),
+                workers: plan.clients_of(crate::matrix::faults::STORE_TARGET),
+            },
             judged: BTreeMap::new(),
             grace_ms,
             outages: Vec::new(),
@@ -199,13 +198,8 @@ impl FaultRunner {
                     if injection.kind.lasts() {
                         self.open.push((index, now + injection.duration));
                     } else if injection.kind == FaultKind::StoreRestart {
-                        let probe = StoreProbe {
-                            store: self.store.clone(),
-                            run_id: self.run_id.clone(),
-                            workers: self.workers.clone(),
-                        };
-                        self.ready
-                            .insert(index, tokio::spawn(probe.written_again(deadline)));
+                        let probe = self.store_probe.clone().written_again(deadline);
+                        self.ready.insert(index, tokio::spawn(probe));
                     } else if let Some(http) = self.http.get(&injection.member) {
                         self.ready
                             .insert(index, tokio::spawn(ready_again(http.clone(), deadline)));
@@ -365,6 +359,7 @@ async fn ready_again(http: String, deadline: tokio::time::Instant) -> Option<i64
 
 /// A store-restart's recovery: the store answers again after it was seen down, and every
 /// worker has written since (its heartbeat, the time of its latest snapshot, is later).
+#[derive(Clone)]
 struct StoreProbe {
     store: Store,
     run_id: stress_common::contract::RunId,
