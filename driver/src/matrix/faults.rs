@@ -17,7 +17,7 @@ pub struct Fault {
 
     /// A launched server group (each injection hits one of its members, picked by the run's
     /// seed) or one server member (`<group>-<index>`). Not an external group: the driver does
-    /// not own those servers.
+    /// not own those servers. `store` for a `store-restart`, `api-server` for an `api-outage`.
     pub target: String,
 
     /// When, counted from the start of the load phase (the workers' start). Exactly one of
