@@ -163,7 +163,13 @@ impl Env {
         }
     }
 
-    /// Runs `driver run MATRIX --launcher kube` to its end.
+    /// The environment and a fresh test namespace named from `prefix`.
+    async fn in_namespace(prefix: &str) -> (Self, TestNamespace) {
+        let env = Self::new().await;
+        let ns = TestNamespace::create(&env.client, prefix).await;
+        (env, ns)
+    }
+
     /// The `driver run MATRIX --launcher kube` command for run `run_id` in `runs`.
     fn command(
         &self,
@@ -388,8 +394,7 @@ fn replace_once(text: String, from: &str, to: &str) -> String {
 /// (but PerfAnalyzer's, allowed as upstream), Triton's own metrics, and nothing of the run left.
 #[tokio::test]
 async fn smoke_matrix_passes_on_pods_and_leaves_nothing_behind() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-smoke").await;
+    let (env, ns) = Env::in_namespace("ts-kube-smoke").await;
     let matrix = repo_root().join("test-matrices/kube-smoke.yaml");
     let run = env.run(&matrix, &ns.name, &[], None);
     assert_eq!(run.code(), Some(0), "{}", run.describe());
@@ -433,8 +438,7 @@ async fn smoke_matrix_passes_on_pods_and_leaves_nothing_behind() {
 /// (never more requests in flight than instances) is attributed to compute.
 #[tokio::test]
 async fn traced_requests_on_pods_join_the_server_pods_spans() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-traces").await;
+    let (env, ns) = Env::in_namespace("ts-kube-traces").await;
     let dir = tempfile::tempdir().unwrap();
     let matrix = smoke_head_then(
         dir.path(),
@@ -586,8 +590,7 @@ async fn driver_identity(ns: &str, dir: &Path) -> (PathBuf, Client) {
 /// delete); the same identity is refused what the Role does not grant.
 #[tokio::test]
 async fn worker_exiting_non_zero_fails_the_run_keeps_its_pod_and_cleanup_removes_it() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-worker").await;
+    let (env, ns) = Env::in_namespace("ts-kube-worker").await;
     let identity_dir = tempfile::tempdir().unwrap();
     let (kubeconfig, driver_client) = driver_identity(&ns.name, identity_dir.path()).await;
     let refused = |r: Result<_, kube::Error>, what: &str| match r {
@@ -658,8 +661,7 @@ async fn worker_exiting_non_zero_fails_the_run_keeps_its_pod_and_cleanup_removes
 /// `--keep-failed=false` leaves nothing of the run.
 #[tokio::test]
 async fn missing_image_fails_at_once_and_keep_failed_false_deletes_everything() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-image").await;
+    let (env, ns) = Env::in_namespace("ts-kube-image").await;
     let dir = tempfile::tempdir().unwrap();
     let matrix = matrix_variant(dir.path(), "no-image", |m| {
         replace_once(
@@ -687,8 +689,7 @@ async fn missing_image_fails_at_once_and_keep_failed_false_deletes_everything() 
 /// A server pod killed by its memory limit: the report says OOMKilled with exit code 137.
 #[tokio::test]
 async fn oom_killed_server_is_reported_with_its_reason() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-oom").await;
+    let (env, ns) = Env::in_namespace("ts-kube-oom").await;
     let dir = tempfile::tempdir().unwrap();
     let matrix = matrix_variant(dir.path(), "oom", |m| {
         replace_once(
@@ -716,8 +717,7 @@ async fn oom_killed_server_is_reported_with_its_reason() {
 /// looks): the run fails after the ready timeout, naming the pod and the failing probe.
 #[tokio::test]
 async fn server_never_ready_names_the_failing_readiness_probe() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-ready").await;
+    let (env, ns) = Env::in_namespace("ts-kube-ready").await;
     let dir = tempfile::tempdir().unwrap();
     let matrix = matrix_variant(dir.path(), "never-ready", |m| {
         let m = replace_once(m, "server_ready_timeout: 180s", "server_ready_timeout: 40s");
@@ -783,8 +783,7 @@ client_groups:
 /// with exit 2 (text_vector missing).
 #[tokio::test]
 async fn model_image_serves_the_qa_models_on_a_tritonserver_image_without_them() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-models").await;
+    let (env, ns) = Env::in_namespace("ts-kube-models").await;
     let dir = tempfile::tempdir().unwrap();
     let matrix = dir.path().join("models.yaml");
     std::fs::write(&matrix, MODEL_IMAGE_MATRIX).unwrap();
@@ -858,8 +857,7 @@ client_groups:
 /// shows that step (so the python stubs' memory is in what is read).
 #[tokio::test]
 async fn a_leaking_server_pod_is_a_memory_finding_and_a_warming_one_is_not() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-memory").await;
+    let (env, ns) = Env::in_namespace("ts-kube-memory").await;
     let dir = tempfile::tempdir().unwrap();
     let (kubeconfig, _) = driver_identity(&ns.name, dir.path()).await;
     let matrix = dir.path().join("memory.yaml");
@@ -973,8 +971,7 @@ sweep:
 /// sweep's runs is left.
 #[tokio::test]
 async fn sweep_on_pods_mounts_each_variants_config_and_ranks_them() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-sweep").await;
+    let (env, ns) = Env::in_namespace("ts-kube-sweep").await;
     let dir = tempfile::tempdir().unwrap();
     let matrix = dir.path().join("sweep.yaml");
     std::fs::write(&matrix, SWEEP_MATRIX).unwrap();
@@ -1041,8 +1038,7 @@ async fn sweep_on_pods_mounts_each_variants_config_and_ranks_them() {
 /// report names the init container, its exit and its log (cp's complaint).
 #[tokio::test]
 async fn model_image_copy_that_fails_names_the_init_container_and_its_log() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-models-bad").await;
+    let (env, ns) = Env::in_namespace("ts-kube-models-bad").await;
     let dir = tempfile::tempdir().unwrap();
     let matrix = dir.path().join("models-bad.yaml");
     std::fs::write(
@@ -1103,8 +1099,7 @@ fn pod_processes(pod_uid: &str, comm: &str) -> Vec<i32> {
 /// from a hostPath volume (not the copy in its image), which the workers must have used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-kill").await;
+    let (env, ns) = Env::in_namespace("ts-kube-kill").await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
     let dir = tempfile::tempdir().unwrap();
     let models = repo_root().join("models");
@@ -1215,8 +1210,7 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
 /// the report shows their timelines, and nothing of the run (Services included) is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn injected_kill_and_restart_replace_the_server_pod_and_its_successors_serve_the_clients() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-fault").await;
+    let (env, ns) = Env::in_namespace("ts-kube-fault").await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
     let dir = tempfile::tempdir().unwrap();
     let matrix = matrix_variant(dir.path(), "kill", |m| {
@@ -1319,8 +1313,7 @@ async fn injected_kill_and_restart_replace_the_server_pod_and_its_successors_ser
 /// blocked, neither injected nor failed. The run passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicted_server_of_two_is_replaced_and_its_budget_blocks_a_second_eviction() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-evict").await;
+    let (env, ns) = Env::in_namespace("ts-kube-evict").await;
     let dir = tempfile::tempdir().unwrap();
     let matrix = smoke_head_then(
         dir.path(),
@@ -1390,8 +1383,7 @@ faults:
 /// eviction as evidence), not the server's (issue 52).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unplanned_eviction_of_a_server_is_the_infrastructure_s_failure() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-evicted").await;
+    let (env, ns) = Env::in_namespace("ts-kube-evicted").await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
     let evictor = tokio::spawn(async move {
         let lp = ListParams::default().labels("triton-stress/member=triton-0");
@@ -1441,8 +1433,7 @@ async fn an_unplanned_eviction_of_a_server_is_the_infrastructure_s_failure() {
 /// fault's target, found before anything is applied.
 #[tokio::test]
 async fn a_store_restart_without_a_store_pod_exits_2_before_anything_starts() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-nostore").await;
+    let (env, ns) = Env::in_namespace("ts-kube-nostore").await;
     let dir = tempfile::tempdir().unwrap();
     let matrix = matrix_variant(dir.path(), "nostore", |m| {
         m + "faults:\n  - { name: store-down, target: store, at: 10s, kind: store-restart, \
@@ -1467,8 +1458,7 @@ async fn a_store_restart_without_a_store_pod_exits_2_before_anything_starts() {
 /// member accounted for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_api_server_mid_run_neither_fails_nor_stops_the_run() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-api-hung").await;
+    let (env, ns) = Env::in_namespace("ts-kube-api-hung").await;
     let pid = Command::new("pgrep")
         .args(["-x", "kube-apiserver"])
         .output()
@@ -1537,8 +1527,7 @@ async fn a_hung_api_server_mid_run_neither_fails_nor_stops_the_run() {
 /// a report is written and, nothing having failed, every object of the run is deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_driver_adopts_its_pods_and_sigterm_aborts_the_run() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-restart").await;
+    let (env, ns) = Env::in_namespace("ts-kube-restart").await;
     let matrix = repo_root().join("test-matrices/kube-smoke.yaml");
     let runs = tempfile::tempdir().unwrap();
     let run_id = new_run_id();
@@ -1602,8 +1591,7 @@ async fn restarted_driver_adopts_its_pods_and_sigterm_aborts_the_run() {
 /// the run fails naming the pod and the scheduler's reason, not a missing heartbeat.
 #[tokio::test]
 async fn unschedulable_worker_fails_after_the_pending_timeout_with_the_schedulers_reason() {
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-pending").await;
+    let (env, ns) = Env::in_namespace("ts-kube-pending").await;
     let dir = tempfile::tempdir().unwrap();
     let matrix = matrix_variant(dir.path(), "unschedulable", |m| {
         replace_once(
@@ -1935,8 +1923,7 @@ async fn bench_fail_fast_on_the_cluster() {
         })
     };
     let (servers, workers) = (count("BENCH_SERVERS", 2), count("BENCH_WORKERS", 8));
-    let env = Env::new().await;
-    let ns = TestNamespace::create(&env.client, "ts-kube-failfast").await;
+    let (env, ns) = Env::in_namespace("ts-kube-failfast").await;
     let dir = tempfile::tempdir().unwrap();
     // Small CPU requests: the pods must all fit on the test cluster's one 2-core node.
     let matrix = matrix_variant(dir.path(), "failfast", |m| {
