@@ -15,7 +15,7 @@ use stress_common::foreign::{
 };
 use stress_common::status::{FailureRecord, StatusSink};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 /// How long a stopped program may take to write its last records and exit (after SIGTERM).
@@ -188,7 +188,7 @@ fn stderr_tail(tail: &Mutex<VecDeque<String>>) -> String {
 /// silent too long. Returns the program's hello (or why it failed) and whether the stop came.
 async fn read_records(
     run: &Supervised<'_>,
-    stdout: ChildStdout,
+    stdout: impl tokio::io::AsyncRead + Unpin,
     pid: Option<u32>,
     silence: Duration,
     stop: CancellationToken,
@@ -339,4 +339,90 @@ fn signal_group(pid: Option<u32>, signal: nix::sys::signal::Signal) {
 fn killed_by_us(status: ExitStatus) -> bool {
     use std::os::unix::process::ExitStatusExt;
     matches!(status.signal(), Some(15 | 9)) || matches!(status.code(), Some(143 | 137))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use tokio::io::AsyncWriteExt;
+
+    const HELLO: &str = r#"{"type":"hello","interface":1,"client":"test","version":"1"}"#;
+    const PASS: &str = r#"{"type":"pass","scenario":"Mine","latencies_us":[1500]}"#;
+
+    fn config() -> WorkerConfig {
+        let cli = crate::config::Cli::try_parse_from([
+            "worker",
+            "--servers",
+            "h:1",
+            "--client-command",
+            r#"["my-client"]"#,
+        ])
+        .unwrap();
+        cli.run.into_config().unwrap()
+    }
+
+    #[test]
+    fn the_silence_limit_is_ten_polls_and_at_least_30_s() {
+        let mut c = config();
+        c.poll_interval = Duration::from_secs(1);
+        assert_eq!(silence_limit(&c), Duration::from_secs(30));
+        c.poll_interval = Duration::from_secs(5);
+        assert_eq!(silence_limit(&c), Duration::from_secs(50));
+    }
+
+    /// Feeds `lines`, each `gap` after the one before, then falls silent with its stdout still
+    /// open (a hung program): the reader's answer under a `silence` limit.
+    async fn read(
+        lines: &[&str],
+        gap: Duration,
+        silence: Duration,
+    ) -> Result<Option<Hello>, String> {
+        let config = config();
+        let program = config.client.clone().expect("a client program");
+        let stats = Stats::default();
+        let sink = stress_common::status::NoopSink;
+        let run = Supervised {
+            config: &config,
+            program: &program,
+            stats: &stats,
+            sink: &sink,
+        };
+        let (mut program_side, stdout) = tokio::io::duplex(4096);
+        let lines: Vec<String> = lines.iter().map(|l| format!("{l}\n")).collect();
+        let writer = async move {
+            for line in lines {
+                tokio::time::sleep(gap).await;
+                program_side.write_all(line.as_bytes()).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        };
+        let reader = read_records(&run, stdout, None, silence, CancellationToken::new());
+        tokio::select! {
+            (answer, _) = reader => answer,
+            _ = writer => Err("the program's minute ended first".into()),
+        }
+    }
+
+    /// A program that stops writing records, its process still there, is taken for hung once
+    /// it has been silent for the limit, and fails in those words; one that writes within the
+    /// limit is not, however long it runs.
+    #[tokio::test]
+    async fn a_program_silent_past_its_limit_fails_as_hung_and_a_steady_one_does_not() {
+        let limit = Duration::from_millis(400);
+        let started = tokio::time::Instant::now();
+        let answer = read(&[HELLO, PASS], Duration::from_millis(10), limit).await;
+        assert_eq!(answer.unwrap_err(), "client program wrote no record for 0s");
+        assert!(started.elapsed() >= limit);
+        // Six records 200 ms apart (1.2 s, three times the limit) before falling silent.
+        let started = tokio::time::Instant::now();
+        let steady = [HELLO, PASS, PASS, PASS, PASS, PASS];
+        let answer = read(&steady, Duration::from_millis(200), limit).await;
+        assert!(answer.is_err());
+        assert!(
+            started.elapsed() >= Duration::from_millis(6 * 200) + limit,
+            "judged silent while it wrote: {:?}",
+            started.elapsed()
+        );
+    }
 }
