@@ -59,18 +59,20 @@ pub fn server_group_budget(
 }
 
 /// The version of the `policy` group that serves budgets: `v1` from Kubernetes 1.21, else
-/// `v1beta1` (1.20, the project's test cluster), whose budget spec has the same fields.
+/// `v1beta1` (1.20, the project's test cluster, where `policy/v1` is not found), whose budget
+/// spec has the same fields. Any other answer keeps `v1`, which every served release has now.
 pub async fn policy_version(client: &Client) -> &'static str {
     match client.list_api_group_resources("policy/v1").await {
         Ok(list)
-            if list
+            if !list
                 .resources
                 .iter()
                 .any(|r| r.name == "poddisruptionbudgets") =>
         {
-            "v1"
+            "v1beta1"
         }
-        _ => "v1beta1",
+        Err(kube::Error::Api(status)) if status.code == 404 => "v1beta1",
+        _ => "v1",
     }
 }
 
