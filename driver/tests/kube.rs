@@ -1728,9 +1728,9 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
     // Job mounts.
     let smoke = std::fs::read_to_string(repo_root().join("test-matrices/kube-smoke.yaml"))
         .unwrap()
-        .replace("  duration: 45s\n", "  duration: 85s\n")
+        .replace("  duration: 45s\n", "  duration: 60s\n")
         + "faults:\n  - { name: store-down, target: store, at: 20s, kind: store-restart, \
-           expect: { recover_within: 60s } }\n";
+           expect: { recover_within: 40s } }\n";
     let faulty = tempfile::tempdir().unwrap();
     std::fs::write(faulty.path().join("kube-smoke.yaml"), smoke).unwrap();
     kubectl(
@@ -1777,7 +1777,7 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
         "--launcher",
         "kube",
         "--duration",
-        "85s"
+        "60s"
     ]);
     kubectl(
         &["apply", "-f", "-"],
