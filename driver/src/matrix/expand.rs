@@ -110,7 +110,7 @@ pub enum FaultTargetError {
 
 impl Matrix {
     /// The launched server members a fault's target names: a group's, or the one member, or
-    /// a kind's fixed target itself ([`FaultKind::fixed_target`](super::faults::FaultKind::fixed_target):
+    /// a kind's fixed target itself ([`FaultKind::fixed_to`](super::faults::FaultKind::fixed_to):
     /// the status store, the API server; which kind takes which is validation's rule); the
     /// error says why it names none.
     pub fn fault_target_members(&self, target: &str) -> Result<Vec<String>, FaultTargetError> {
@@ -128,12 +128,7 @@ impl Matrix {
                 return Ok(vec![target.to_string()]);
             }
         }
-        if [
-            super::faults::STORE_TARGET,
-            super::faults::API_SERVER_TARGET,
-        ]
-        .contains(&target)
-        {
+        if super::faults::FaultKind::fixed_to(target).is_some() {
             return Ok(vec![target.to_string()]);
         }
         let launched: Vec<String> = m

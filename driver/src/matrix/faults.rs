@@ -109,14 +109,37 @@ pub const STORE_TARGET: &str = "store";
 /// The `target` of an `api-outage`: the Kubernetes API server as the driver reaches it.
 pub const API_SERVER_TARGET: &str = "api-server";
 
+/// The kinds that act on something other than a server: each with its fixed `target` and
+/// what that target is.
+const FIXED_TARGETS: [(FaultKind, &str, &str); 2] = [
+    (
+        FaultKind::StoreRestart,
+        STORE_TARGET,
+        "the run's status store",
+    ),
+    (
+        FaultKind::ApiOutage,
+        API_SERVER_TARGET,
+        "the driver's access to the Kubernetes API server",
+    ),
+];
+
 impl FaultKind {
-    /// The target this kind takes instead of a server (None: a server member or group).
-    pub fn fixed_target(self) -> Option<&'static str> {
-        match self {
-            FaultKind::StoreRestart => Some(STORE_TARGET),
-            FaultKind::ApiOutage => Some(API_SERVER_TARGET),
-            _ => None,
-        }
+    /// The target this kind takes instead of a server, and what it is (None: a server member
+    /// or group).
+    pub fn fixed_target(self) -> Option<(&'static str, &'static str)> {
+        FIXED_TARGETS
+            .iter()
+            .find(|(kind, ..)| *kind == self)
+            .map(|&(_, target, what)| (target, what))
+    }
+
+    /// The kind whose fixed target `target` is.
+    pub fn fixed_to(target: &str) -> Option<FaultKind> {
+        FIXED_TARGETS
+            .iter()
+            .find(|(_, fixed, _)| *fixed == target)
+            .map(|&(kind, ..)| kind)
     }
 }
 

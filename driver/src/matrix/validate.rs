@@ -1180,30 +1180,19 @@ fn fault_fixed_target(
     m: &Matrix,
     f: &super::faults::Fault,
 ) {
-    use super::faults::{API_SERVER_TARGET, STORE_TARGET};
-    let message = match f.kind.fixed_target() {
-        Some(fixed) if f.target != fixed || m.server_groups.contains_key(fixed) => format!(
-            "kind {} acts on {}: its target is `{fixed}`",
-            f.kind.as_str(),
-            if fixed == STORE_TARGET {
-                "the run's status store"
-            } else {
-                "the driver's access to the Kubernetes API server"
-            }
-        ),
-        None if [STORE_TARGET, API_SERVER_TARGET].contains(&f.target.as_str())
-            && !m.server_groups.contains_key(&f.target) =>
-        {
+    use super::faults::FaultKind;
+    let message = match (f.kind.fixed_target(), FaultKind::fixed_to(&f.target)) {
+        (Some((fixed, what)), _) if f.target != fixed || m.server_groups.contains_key(fixed) => {
             format!(
-                "`{}` is not a server: only kind {} targets it",
-                f.target,
-                if f.target == STORE_TARGET {
-                    "store-restart"
-                } else {
-                    "api-outage"
-                }
+                "kind {} acts on {what}: its target is `{fixed}`",
+                f.kind.as_str()
             )
         }
+        (None, Some(kind)) if !m.server_groups.contains_key(&f.target) => format!(
+            "`{}` is not a server: only kind {} targets it",
+            f.target,
+            kind.as_str()
+        ),
         _ => return,
     };
     issues.push(Issue::at(path.key("target"), Anchor::Value, message));

@@ -629,16 +629,15 @@ impl KubeLauncher {
         if self.stopping.contains(member) || self.recreating.contains_key(member) {
             return None;
         }
-        let name = &self.members.get(member)?.pod;
-        let read = tokio::time::timeout(Duration::from_secs(2), self.pods.get_opt(name));
+        let applied = self.members.get(member)?;
+        let read = tokio::time::timeout(Duration::from_secs(2), self.pods.get_opt(&applied.pod));
         match read.await.ok()?.ok()? {
             Some(pod) if pod.metadata.deletion_timestamp.is_some() => {
                 Some(status::ended_by_cluster(&pod))
             }
             Some(_) => None,
-            None => Some(format!(
-                "pod {name} was evicted or deleted by the cluster, not by the driver"
-            )),
+            // Gone already: the pod as applied names it.
+            None => Some(status::ended_by_cluster(&applied.spec)),
         }
     }
 
