@@ -299,6 +299,11 @@ impl StatusSink for Outbox {
     async fn stopping(&self) -> Result<Option<Stopping>, SinkError> {
         self.shared.inner.stopping().await
     }
+
+    /// Read straight from the store (the caller bounds the wait).
+    async fn reported(&self) -> Result<crate::status::carry::Reported, SinkError> {
+        self.shared.inner.reported().await
+    }
 }
 
 async fn write(sink: &dyn StatusSink, item: &Item) -> Result<(), SinkError> {

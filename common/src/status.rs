@@ -4,6 +4,8 @@
 //! FAILURE), QPS samples, plus what the L0 report needs (per-scenario counts and latency
 //! histograms) and a record for every failed check.
 
+pub mod carry;
+
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -429,6 +431,11 @@ pub trait StatusSink: Send + Sync {
     /// sink is not the run's store).
     async fn stopping(&self) -> Result<Option<Stopping>, SinkError> {
         Ok(None)
+    }
+    /// What this member reported before this process started (a member replaced mid-run:
+    /// see [`crate::status::carry`]); empty for a first start, or when this sink is not the run's store.
+    async fn reported(&self) -> Result<crate::status::carry::Reported, SinkError> {
+        Ok(Default::default())
     }
 }
 

@@ -91,13 +91,33 @@ impl Drop for TestNamespace {
             return;
         }
         // Waited for, so the next test's pods do not share the node's CPU and memory with
-        // this test's terminating ones (the scheduler counts those until they are gone).
+        // this test's terminating ones (the scheduler counts those until they are gone). The
+        // pods go without their grace (what they do on SIGTERM was tested, or not, before):
+        // the namespace first, so no controller makes them again, then its pods.
         let started = Instant::now();
-        let _ = Command::new("kubectl")
-            .args(["delete", "namespace", &self.name])
-            .args(["--wait=true", "--timeout=180s"])
-            .stdout(Stdio::null())
-            .status();
+        let kubectl = |args: &[&str]| {
+            let _ = Command::new("kubectl")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
+        kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
+        kubectl(&[
+            "-n",
+            &self.name,
+            "delete",
+            "pods",
+            "--all",
+            "--grace-period=0",
+            "--force",
+        ]);
+        kubectl(&[
+            "wait",
+            "--for=delete",
+            &format!("namespace/{}", self.name),
+            "--timeout=180s",
+        ]);
         eprintln!(
             "namespace {} deleted in {:.1} s",
             self.name,
@@ -1376,6 +1396,63 @@ faults:
         text.contains("evict-second") && text.contains("blocked"),
         "{text}"
     );
+}
+
+/// An `evict` fault on a worker (issue 52): its pod goes through the Eviction API, is applied
+/// again under the same member name (same correlation-id block), and the new process carries
+/// on from the counts its member reported: the fault is recovered from (the new process runs),
+/// the run passes, and each model's reconciliation of the workers' successes with Triton's
+/// counters still closes (a process that started over would write over what the first one
+/// reported: thousands of server successes no worker counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_worker_is_replaced_and_carries_on_from_its_counts() {
+    let (env, ns) = Env::in_namespace("ts-kube-evict-worker").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = smoke_head_then(
+        dir.path(),
+        "evict-worker",
+        "50s",
+        "client_templates:",
+        r#"client_templates:
+  infer:
+    worker: { image: "triton-stress/worker:dev" }
+    protocol: grpc
+    models: [{ name: add_sub }]
+    concurrency: 2
+    resources: { cpu: 250m, memory: 256Mi }
+client_groups:
+  clients: { template: infer, instances: 2, target: triton }
+faults:
+  - { name: evict-worker, target: clients-0, at: 5s, kind: evict, expect: { recover_within: 40s } }
+"#,
+    );
+    let run = tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &[], None));
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let report = run.report();
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    let fault = &report["faults"][0];
+    assert_eq!(
+        (&fault["kind"], &fault["target"], &fault["ok"]),
+        (
+            &Value::from("evict"),
+            &Value::from("clients-0"),
+            &Value::from(true)
+        ),
+        "{fault:#}"
+    );
+    assert!(
+        fault["recovery_s"].as_f64().is_some_and(|s| s > 0.0),
+        "{fault:#}"
+    );
+    let rows = report["reconciliation"].as_array().expect("reconciliation");
+    assert!(
+        rows.iter().any(|r| r["model"] == "add_sub")
+            && rows
+                .iter()
+                .all(|r| ["reconciled", "explained"].contains(&r["verdict"].as_str().unwrap())),
+        "{rows:#?}"
+    );
+    assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
 /// A server pod evicted by someone else mid-run (no fault planned it: a drain, a kubectl, the

@@ -19,6 +19,7 @@ use stress_common::interval::{IntervalTracker, series_interval};
 use stress_common::outbox::{Limits, Outbox};
 use stress_common::report::{L0Table, ModelRowJson, ModelTable, RowJson};
 use stress_common::scenario::Scenario;
+use stress_common::status::carry::Reported;
 use stress_common::status::{
     EventKind, FailureRecord, Forensics, PreviousUse, SinkError, StatusSink, WorkerSnapshot,
     final_event_details,
@@ -168,6 +169,9 @@ struct Shared {
     /// Fired after the stop when the driver stops the run because it failed: tests in flight
     /// are dropped instead of given the drain timeout.
     abandon: CancellationToken,
+    /// What this member reported before this process started (a replaced member): added to
+    /// every snapshot written, so the store's counts carry on instead of starting over.
+    carried: Reported,
 }
 
 impl Shared {
@@ -178,6 +182,7 @@ impl Shared {
         clients: Vec<Arc<dyn TritonClient>>,
         sink: Arc<dyn StatusSink>,
         metrics: Option<Arc<Metrics>>,
+        carried: Reported,
     ) -> Result<Self, WorkerError> {
         let perf = scenarios::perf_analyzer::find(config.settings.perf_analyzer.as_deref());
         if config.mix.iter().any(|(s, _)| *s == Scenario::PerfAnalyzer) && perf.is_none() {
@@ -216,6 +221,7 @@ impl Shared {
                 stress_common::now_ms(),
             )),
             abandon: CancellationToken::new(),
+            carried,
             config,
         })
     }
@@ -245,6 +251,10 @@ impl Shared {
         }
         // The QPS series has the latency series' points: one per interval, and the last.
         snapshot.series_point = due;
+        // After the interval closed: intervals are this process's own differences.
+        self.carried
+            .carry_into(&mut snapshot)
+            .map_err(|e| SinkError(format!("this member's earlier counts: {e}")))?;
         self.sink.snapshot(&snapshot).await?;
         if let Some(c) = closing {
             self.intervals
@@ -292,7 +302,14 @@ async fn run_with(
 ) -> Result<WorkerReport, WorkerError> {
     announce_starting(&*sink).await;
     let clients = checked_preflight(&mut config, &*sink, &cancel).await?;
-    let shared = Arc::new(Shared::new(config, clients, sink.clone(), metrics.clone())?);
+    let carried = reported_before(&*sink).await?;
+    let shared = Arc::new(Shared::new(
+        config,
+        clients,
+        sink.clone(),
+        metrics.clone(),
+        carried,
+    )?);
     let config = &shared.config;
     announce_running(config, &*sink).await;
 
@@ -350,6 +367,42 @@ async fn run_with(
     record_final_event(&*sink, kind, &final_event_details(&details)).await;
     Ok(report)
 }
+
+/// What this member reported before this process started ([`stress_common::status::carry`]), read
+/// before anything is written. Tried again for a while: a worker replaced while the store is
+/// down (a pod evicted during a store restart) waits for it, since a store that cannot say
+/// would let this process write over counts already recorded.
+async fn reported_before(sink: &dyn StatusSink) -> Result<Reported, WorkerError> {
+    let deadline = Instant::now() + REPORTED_WAIT;
+    loop {
+        let why = match tokio::time::timeout(REPORTED_TRY, sink.reported()).await {
+            Ok(Ok(reported)) => {
+                if !reported.is_empty() {
+                    tracing::info!(
+                        "this member reported {} requests before this process: its counts carry on from there",
+                        reported.total_requests
+                    );
+                }
+                return Ok(reported);
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {REPORTED_TRY:?}"),
+        };
+        if Instant::now() + REPORTED_TRY >= deadline {
+            return Err(WorkerError::Preflight(format!(
+                "what this member reported before could not be read from the run's store within {REPORTED_WAIT:?}: {why}"
+            )));
+        }
+        tracing::warn!("what this member reported before is not read yet: {why}");
+        tokio::time::sleep(REPORTED_TRY).await;
+    }
+}
+
+/// How long one read of [`reported_before`] may take, and the pause between tries.
+const REPORTED_TRY: Duration = Duration::from_secs(2);
+/// How long [`reported_before`] waits for the store at most: the driver's default store outage
+/// limit (run.fail_fast.store_outage_limit).
+const REPORTED_WAIT: Duration = Duration::from_secs(60);
 
 /// The STARTING event and a first heartbeat (each only logged when it cannot be recorded).
 async fn announce_starting(sink: &dyn StatusSink) {

@@ -645,6 +645,39 @@ impl Store {
             .collect())
     }
 
+    /// What `member` has reported so far, as its latest snapshot left it (see
+    /// [`crate::status::carry`]): empty for a member that has written none.
+    pub async fn reported(
+        &self,
+        run_id: &RunId,
+        member: &MemberName,
+    ) -> Result<crate::status::carry::Reported> {
+        let mine = |m: &str| m == member.as_str();
+        let total_requests = self
+            .latest_qps(run_id)
+            .await?
+            .into_iter()
+            .find(|s| mine(&s.member_id))
+            .map_or(0, |s| s.total_requests);
+        fn of_member<T>(rows: Vec<(String, T)>, member: &str) -> Vec<T> {
+            rows.into_iter()
+                .filter(|(m, _)| m == member)
+                .map(|(_, row)| row)
+                .collect()
+        }
+        let models = self.model_counts(run_id).await?;
+        Ok(crate::status::carry::Reported {
+            total_requests,
+            scenarios: of_member(self.scenario_counts(run_id).await?, member.as_str()),
+            models: models
+                .into_iter()
+                .filter(|(m, _, _)| mine(m))
+                .map(|(_, _, counts)| counts)
+                .collect(),
+            signatures: of_member(self.signature_counts(run_id).await?, member.as_str()),
+        })
+    }
+
     /// The latest cumulative counts of every (member, scenario), by member then scenario.
     pub async fn scenario_counts(&self, run_id: &RunId) -> Result<Vec<(String, ScenarioCounts)>> {
         let rows: Vec<ScenarioRow> = sqlx::query_as(

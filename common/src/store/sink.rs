@@ -61,4 +61,11 @@ impl StatusSink for StoreSink {
     async fn stopping(&self) -> Result<Option<Stopping>, SinkError> {
         self.store.stopping(&self.run_id).await.map_err(sink_error)
     }
+
+    async fn reported(&self) -> Result<crate::status::carry::Reported, SinkError> {
+        self.store
+            .reported(&self.run_id, &self.member_id)
+            .await
+            .map_err(sink_error)
+    }
 }

@@ -324,6 +324,8 @@ struct ClientWatch {
     zeros: u32,
     /// No zero-QPS count up to here: an injected fault's window on a server it talks to.
     excused_until_ms: i64,
+    /// No heartbeat due before here: an injected fault replaces this worker itself.
+    absent_until_ms: i64,
     /// Its latest heartbeat (the worker's clock) and when this driver first read it (its
     /// own clock). Freshness counts from the second: a worker's clock set apart from the
     /// driver's (another node) neither makes it stale nor hides a hung one.
@@ -364,9 +366,20 @@ impl FailFast {
                 last_qps_at_ms: 0,
                 zeros: 0,
                 excused_until_ms: 0,
+                absent_until_ms: 0,
                 heartbeat: None,
             },
         );
+    }
+
+    /// An injected fault replaces the worker `member` itself (its pod evicted and applied
+    /// again): until `until_ms` at most (the end of the fault's allowed recovery) neither its
+    /// silence nor its zero QPS counts (the fault's own verdict judges whether it came back).
+    pub fn excuse_absence(&mut self, member: &str, until_ms: i64) {
+        self.excuse_zero_qps(member, until_ms);
+        if let Some(w) = self.clients.get_mut(member) {
+            w.absent_until_ms = w.absent_until_ms.max(until_ms);
+        }
     }
 
     /// An injected fault stops `member`'s answers until `until_ms` at most (the end of the
@@ -494,11 +507,11 @@ impl FailFast {
                         _ => now,
                     };
                     w.heartbeat = Some((at, seen));
-                    let last = seen.max(counted_from);
+                    let last = seen.max(counted_from).max(w.absent_until_ms);
                     (now - last > millis(self.rules.heartbeat_limit)).then_some(Some(seen))
                 }
                 None => {
-                    let from = w.grace_from_ms.max(counted_from);
+                    let from = w.grace_from_ms.max(counted_from).max(w.absent_until_ms);
                     (now - from > millis(self.rules.startup_grace)).then_some(None)
                 }
             };
@@ -821,6 +834,38 @@ mod tests {
         let cause = ff.observe(poll).unwrap();
         assert_eq!(cause.member(), "c-0");
         assert_eq!(cause.reason(), "no heartbeat for 3.0 s (limit 3s)");
+    }
+
+    /// A worker an injected fault replaces (evicted at T0 + 2 s, its pod applied again) is
+    /// silent through the fault's allowed recovery without blame, and stale after it as any.
+    #[test]
+    fn a_replaced_worker_is_not_stale_within_its_fault_s_window_only() {
+        let mut ff = machine(&["c-0", "c-1"]);
+        ff.excuse_absence("c-0", T0 + 10_000);
+        let poll = |now: i64| {
+            let mut poll = healthy(now, &["c-1"], 10.0);
+            if let Some(Ok(b)) = poll.heartbeats.as_mut() {
+                b.push(("c-0".into(), now.min(T0 + 2000)));
+            }
+            if let Some(Ok(q)) = poll.latest_qps.as_mut() {
+                q.push(QpsSample {
+                    member_id: "c-0".into(),
+                    at_ms: now.min(T0 + 2000),
+                    qps: 0.0,
+                    total_requests: 1,
+                    deferred_clients: 0,
+                    unanswered: vec![],
+                });
+            }
+            poll
+        };
+        for s in 0..=13 {
+            assert_eq!(ff.observe(poll(T0 + s * 1000)), None, "at {s} s");
+        }
+        let cause = ff
+            .observe(poll(T0 + 13_001))
+            .expect("stale past the window");
+        assert_eq!(cause.member(), "c-0");
     }
 
     /// Heartbeats carry the worker's clock, which on another node may be set apart from the

@@ -121,7 +121,7 @@ pub struct ClientRecovery {
 pub struct FaultOutcome {
     pub name: String,
     pub kind: FaultKind,
-    /// The server it hit.
+    /// The member it hit (a server or worker), or `store` or `api-server`.
     pub target: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub injected_at_ms: Option<i64>,
@@ -364,8 +364,14 @@ fn judge_recovery(
                 .map(|c| c.member.as_str())
                 .collect();
             if server_back.is_none() {
+                // A server answers READY; a worker or the store has no address: it runs.
+                let state = if f.addresses.is_empty() {
+                    "running"
+                } else {
+                    "READY"
+                };
                 format!(
-                    "not recovered within {allowed}: {} was not READY again",
+                    "not recovered within {allowed}: {} was not {state} again",
                     f.member
                 )
             } else {

@@ -103,13 +103,15 @@ pub enum FaultTargetError {
     /// `launched`: the launched server groups, listed (or "none is defined").
     #[error(
         "unknown target {target:?}: name a launched server group ({launched}), one of its \
-         members (`<group>-<index>`), or `store` (a store-restart) or `api-server` (an api-outage)"
+         members (`<group>-<index>`), a client group or member (an evict), or `store` (a \
+         store-restart) or `api-server` (an api-outage)"
     )]
     Unknown { target: String, launched: String },
 }
 
 impl Matrix {
     /// The launched server members a fault's target names: a group's, or the one member, or
+    /// workers (an `evict`'s: [`Matrix::client_target_members`]), or
     /// a kind's fixed target itself ([`FaultKind::fixed_to`](super::faults::FaultKind::fixed_to):
     /// the status store, the API server; which kind takes which is validation's rule); the
     /// error says why it names none.
@@ -131,6 +133,9 @@ impl Matrix {
         if super::faults::FaultKind::fixed_to(target).is_some() {
             return Ok(vec![target.to_string()]);
         }
+        if let Some(members) = self.client_target_members(target) {
+            return Ok(members);
+        }
         let launched: Vec<String> = m
             .server_groups
             .iter()
@@ -145,6 +150,22 @@ impl Matrix {
                 launched.join(", ")
             },
         })
+    }
+
+    /// The workers a fault's target names, when it names a client group or one of its
+    /// members (`evict` only: validation's rule); None when it names no client.
+    pub fn client_target_members(&self, target: &str) -> Option<Vec<String>> {
+        if let Some(g) = self.client_groups.get(target) {
+            return Some(
+                (0..g.instances)
+                    .map(|i| member_name(target, i).to_string())
+                    .collect(),
+            );
+        }
+        self.client_groups
+            .iter()
+            .any(|(name, g)| (0..g.instances).any(|i| member_name(name, i).as_str() == target))
+            .then(|| vec![target.to_string()])
     }
 
     /// Every server member, group by group in file order, then by index.

@@ -18,6 +18,8 @@ pub struct Fault {
     /// A launched server group (each injection hits one of its members, picked by the run's
     /// seed) or one server member (`<group>-<index>`). Not an external group: the driver does
     /// not own those servers. `store` for a `store-restart`, `api-server` for an `api-outage`.
+    /// An `evict` may also name a client group or one worker (`<group>-<index>`): its pod is
+    /// applied again and the member carries on from the counts it reported.
     pub target: String,
 
     /// When, counted from the start of the load phase (the workers' start). Exactly one of
@@ -88,9 +90,11 @@ pub enum FaultKind {
     Pause,
     /// Delay, jitter or loss between the server and its clients for `duration`.
     Network,
-    /// The server's pod evicted through the Kubernetes Eviction API (kube launcher only): a
-    /// graceful stop that the run's PodDisruptionBudgets may refuse (the fault is then
-    /// `blocked`, not failed); the launcher creates the pod again, as after `restart`.
+    /// The server's or worker's pod evicted through the Kubernetes Eviction API (kube launcher
+    /// only): a graceful stop that the run's PodDisruptionBudgets may refuse (the fault is then
+    /// `blocked`, not failed); the launcher creates the pod again, as after `restart`. A
+    /// worker's recovery is its new process running (after its pre-flight), its counts
+    /// carried on from what it reported.
     Evict,
     /// The status store's Postgres pod deleted (kube launcher only; `target: store`): its
     /// StatefulSet brings it back on the same volume. Recovery is every worker's writes

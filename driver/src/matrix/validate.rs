@@ -1088,6 +1088,7 @@ fn check_faults(m: &Matrix) -> Vec<Issue> {
             ));
         }
         fault_fixed_target(&mut issues, &path, m, f);
+        fault_client_target(&mut issues, &path, m, f);
         fault_timing(&mut issues, &path, f, load);
         fault_duration(&mut issues, &path, f);
         fault_network(&mut issues, &path, f);
@@ -1169,6 +1170,29 @@ fn fault_timing(
             ),
         ),
         _ => {}
+    }
+}
+
+/// Only `evict` targets workers (a client group or member): the kube launcher applies the
+/// evicted pod again and the member carries on from what it reported; the other kinds act on
+/// servers.
+fn fault_client_target(
+    issues: &mut Vec<Issue>,
+    path: &FieldPath,
+    m: &Matrix,
+    f: &super::faults::Fault,
+) {
+    use super::faults::FaultKind;
+    if f.kind != FaultKind::Evict && m.client_target_members(&f.target).is_some() {
+        issues.push(Issue::at(
+            path.key("target"),
+            Anchor::Value,
+            format!(
+                "`{}` names workers: only kind evict targets them (kind {} acts on servers)",
+                f.target,
+                f.kind.as_str()
+            ),
+        ));
     }
 }
 

@@ -105,7 +105,7 @@ impl FaultRunner {
             store_probe: StoreProbe {
                 store: store.clone(),
                 run_id: plan.run_id.clone(),
-                workers: plan.clients_of(crate::matrix::faults::STORE_TARGET),
+                workers: plan.clients.iter().map(|c| c.name.to_string()).collect(),
             },
             judged: BTreeMap::new(),
             grace_ms,
@@ -199,6 +199,13 @@ impl FaultRunner {
                         self.open.push((index, now + injection.duration));
                     } else if injection.kind == FaultKind::StoreRestart {
                         let probe = self.store_probe.clone().written_again(deadline);
+                        self.ready.insert(index, tokio::spawn(probe));
+                    } else if self.store_probe.workers.contains(&injection.member) {
+                        let probe = self.store_probe.clone().running_again(
+                            injection.member.clone(),
+                            at,
+                            deadline,
+                        );
                         self.ready.insert(index, tokio::spawn(probe));
                     } else if let Some(http) = self.http.get(&injection.member) {
                         self.ready
@@ -325,6 +332,17 @@ impl FaultRunner {
             .collect()
     }
 
+    /// Each worker a fault evicted (its pod applied again), with the end of the fault's allowed
+    /// recovery: its silence until then is the fault's.
+    pub(super) fn replaced_workers(&self) -> Vec<(String, i64)> {
+        self.log
+            .faults
+            .iter()
+            .filter(|f| self.store_probe.workers.contains(&f.member))
+            .filter_map(|f| Some((f.member.clone(), f.deadline_ms()?)))
+            .collect()
+    }
+
     pub(super) fn log(&self) -> &FaultLog {
         &self.log
     }
@@ -382,6 +400,49 @@ impl StoreProbe {
             tokio::time::sleep(STORE_PROBE).await;
         }
     }
+}
+
+impl StoreProbe {
+    /// When a worker evicted at `since_ms` runs again (its new process's RUNNING event, written
+    /// once its pre-flight passed; None: not before `deadline`).
+    async fn running_again(
+        self,
+        member: String,
+        since_ms: i64,
+        deadline: tokio::time::Instant,
+    ) -> Option<i64> {
+        let mut after_id = 0;
+        loop {
+            if let Ok(events) =
+                bounded(STORE_PROBE, self.store.events(&self.run_id, after_id)).await
+            {
+                after_id = events.last().map_or(after_id, |e| e.id);
+                if let Some(at) = running_since(&events, &member, since_ms) {
+                    return Some(at);
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(STORE_PROBE).await;
+        }
+    }
+}
+
+/// The first RUNNING event of `member` at or after `since_ms`, among `events` (pure).
+fn running_since(
+    events: &[stress_common::store::EventRow],
+    member: &str,
+    since_ms: i64,
+) -> Option<i64> {
+    events
+        .iter()
+        .find(|e| {
+            e.member_id == member
+                && e.kind == stress_common::status::EventKind::Running
+                && e.at_ms >= since_ms
+        })
+        .map(|e| e.at_ms)
 }
 
 /// What a store-restart's probe has seen so far (pure).
@@ -467,7 +528,33 @@ fn as_result(problems: Vec<String>) -> Result<(), super::DriverError> {
 
 #[cfg(test)]
 mod tests {
-    use super::StoreRecovery;
+    use super::{StoreRecovery, running_since};
+    use stress_common::status::EventKind;
+    use stress_common::store::EventRow;
+
+    #[test]
+    fn an_evicted_worker_runs_again_at_its_new_process_s_running_event() {
+        let event = |id, member: &str, at_ms, kind| EventRow {
+            id,
+            member_id: member.into(),
+            at_ms,
+            kind,
+            details: String::new(),
+        };
+        let events = [
+            event(1, "w-0", 1_000, EventKind::Running),
+            event(2, "w-0", 5_000, EventKind::Success),
+            event(3, "w-1", 6_000, EventKind::Running),
+            event(4, "w-0", 7_000, EventKind::Starting),
+            event(5, "w-0", 9_000, EventKind::Running),
+        ];
+        assert_eq!(running_since(&events, "w-0", 5_000), Some(9_000));
+        assert_eq!(
+            running_since(&events[..4], "w-0", 5_000),
+            None,
+            "its old process's RUNNING, another worker's and a STARTING are not it"
+        );
+    }
 
     fn beats(list: &[(&str, i64)]) -> Vec<(String, i64)> {
         list.iter().map(|(m, at)| (m.to_string(), *at)).collect()

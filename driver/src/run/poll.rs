@@ -358,7 +358,8 @@ impl Driver<'_> {
     }
 
     /// Does a fault's due step, then tells the judges what it changed: the failures the
-    /// injected faults own, and the clients whose zero QPS they excuse.
+    /// injected faults own, the clients whose zero QPS they excuse, and the workers they
+    /// replace.
     async fn fault_step(&mut self, runner: &mut FaultRunner, rules: &mut FailFast) {
         for line in runner.act(self.launcher).await {
             tracing::info!("{line}");
@@ -367,6 +368,9 @@ impl Driver<'_> {
         self.verdicts.injected(runner.live_windows());
         for (client, until) in runner.excused_clients() {
             rules.excuse_zero_qps(&client, until);
+        }
+        for (worker, until) in runner.replaced_workers() {
+            rules.excuse_absence(&worker, until);
         }
         runner.save(self.store, &self.plan.run_id).await;
     }

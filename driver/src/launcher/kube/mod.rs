@@ -1016,9 +1016,9 @@ impl Launcher for KubeLauncher {
     }
 
     /// A server pod deleted (kill: at once, as a force delete; restart: SIGTERM and the pod's
-    /// grace) or evicted (evict: the Eviction API, which its group's budget may refuse) and
-    /// applied again once the API has let it go: its Service keeps its clients'
-    /// address. Until the watch sees the new pod, the member's end is the fault's.
+    /// grace) or a server or worker pod evicted (evict: the Eviction API, which a server
+    /// group's budget may refuse) and applied again once the API has let it go: a server's
+    /// Service keeps its clients' address, a worker keeps its member name and id block. Until the watch sees the new pod, the member's end is the fault's.
     async fn inject(&mut self, injection: &Injection) -> Result<(), LaunchError> {
         let member = injection.member.as_str();
         let member_err = |reason: String| LaunchError::Member {
@@ -1047,8 +1047,14 @@ impl Launcher for KubeLauncher {
                 )));
             }
         };
-        let Some(mp) = self.members.get(member).filter(|m| m.role == "server") else {
-            return Err(member_err("not a started server".into()));
+        // A worker is only evicted (validation's rule): applied again, it carries on from what
+        // its member reported (stress_common::status::carry).
+        let Some(mp) = self
+            .members
+            .get(member)
+            .filter(|m| m.role == "server" || injection.kind == FaultKind::Evict)
+        else {
+            return Err(member_err("not a started member".into()));
         };
         let pod = mp.pod.clone();
         let old_uid = self.seen(member).and_then(|s| s.pod.metadata.uid);

@@ -1,10 +1,15 @@
-//! Traced requests end to end against a REAL tritonserver 2.51: the worker binary sends a share
-//! of its load with a W3C `traceparent` and records their client spans in its SQLite store;
-//! Triton (tracing at rate 0: only requests that carry a context) exports its spans over
-//! OTLP/HTTP to a receiver the test runs. Every server `InferRequest` span must be the child of
-//! a client span of the same trace, every client span must have one (over gRPC most: see the
-//! test), and about the share of the requests must be traced. Over gRPC (open loop: the
-//! pacer's path) and HTTP (closed loop).
+//! The worker binary as the driver starts it, recording into the run's SQLite store, against
+//! a REAL tritonserver 2.51.
+//!
+//! Traced requests: the worker sends a share of its load with a W3C `traceparent` and records
+//! their client spans; Triton (tracing at rate 0: only requests that carry a context) exports
+//! its spans over OTLP/HTTP to a receiver the test runs. Every server `InferRequest` span must
+//! be the child of a client span of the same trace, every client span must have one (over gRPC
+//! most: see the test), and about the share of the requests must be traced. Over gRPC (open
+//! loop: the pacer's path) and HTTP (closed loop).
+//!
+//! A replaced member: a second process under the same member name carries on from what the
+//! first recorded.
 //!
 //! Needs scripts/install-tritonserver.sh to have been run (.local/bin/tritonserver).
 
@@ -15,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stress_common::contract::STORE_URL_ENV;
+use stress_common::histogram::LatencyHistogram;
 use stress_common::store::{NewRun, Store};
 use stress_common::trace::ClientSpan;
 
@@ -90,51 +96,33 @@ struct TracedRun {
     requests: u64,
 }
 
-/// Runs the worker binary on `address` for 3 s of Load at `share`, recording into a fresh
-/// SQLite store given by the environment, as the driver gives it.
-async fn traced_run(protocol: &str, address: &str, load: [&str; 2], share: f64) -> TracedRun {
-    let dir = tempfile::tempdir().unwrap();
-    let url = Store::sqlite_url(&dir.path().join("status.sqlite"));
+/// A fresh SQLite store in `dir` with the run `run_id` in it, as the driver creates one; and
+/// its URL.
+async fn store_with_run(dir: &std::path::Path, run_id: &str) -> (Store, String) {
+    let url = Store::sqlite_url(&dir.join("status.sqlite"));
     let store = Store::connect(&url).await.unwrap();
-    let run_id = format!("traces-{protocol}");
     let run = NewRun {
-        run_id: run_id.clone(),
-        name: "traces".into(),
+        run_id: run_id.into(),
+        name: "worker-store".into(),
         matrix_yaml: "groups: []\n".into(),
         launcher: "local".into(),
         started_at_ms: stress_common::now_ms(),
         fingerprint: None,
     };
     store.create_run(&run).await.unwrap();
+    (store, url)
+}
+
+/// Runs the worker binary as `member` of `run_id` with `args`, recording into the store at
+/// `url` (given by the environment, as the driver gives it); returns its report.json.
+async fn worker_run(url: &str, run_id: &str, member: &str, args: &[&str]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
-    let share = share.to_string();
-    let mut args = vec![
-        "--servers",
-        address,
-        "--protocol",
-        protocol,
-        "--scenarios",
-        "Load",
-        "--concurrency",
-        "1",
-        "--duration",
-        "3s",
-        "--poll-interval",
-        "500ms",
-        "--run-id",
-        &run_id,
-        "--member-id",
-        "clients-0",
-        "--trace-share",
-        &share,
-        "--report-json",
-    ];
-    let report_arg = report.display().to_string();
-    args.push(&report_arg);
-    args.extend(load);
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_worker"))
-        .args(&args)
-        .env(STORE_URL_ENV, &url)
+        .args(args)
+        .args(["--run-id", run_id, "--member-id", member, "--report-json"])
+        .arg(&report)
+        .env(STORE_URL_ENV, url)
         .env("RUST_LOG", "info")
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -151,12 +139,43 @@ async fn traced_run(protocol: &str, address: &str, load: [&str; 2], share: f64) 
         )
     };
     assert_eq!(out.status.code(), Some(0), "{}", said());
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    let load_row = report["rows"]
+    serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap()
+}
+
+/// The Load row of a worker's report.
+fn load_row(report: &Value) -> &Value {
+    report["rows"]
         .as_array()
         .and_then(|rows| rows.iter().find(|r| r["scenario"] == "Load"))
-        .unwrap_or_else(|| panic!("no Load row: {report:#}"));
-    let requests = load_row["requests"].as_u64().expect("a count");
+        .unwrap_or_else(|| panic!("no Load row: {report:#}"))
+}
+
+/// Runs the worker binary on `address` for 3 s of Load at `share`, recording into a fresh
+/// SQLite store.
+async fn traced_run(protocol: &str, address: &str, load: [&str; 2], share: f64) -> TracedRun {
+    let dir = tempfile::tempdir().unwrap();
+    let run_id = format!("traces-{protocol}");
+    let (store, url) = store_with_run(dir.path(), &run_id).await;
+    let share = share.to_string();
+    let mut args = vec![
+        "--servers",
+        address,
+        "--protocol",
+        protocol,
+        "--scenarios",
+        "Load",
+        "--concurrency",
+        "1",
+        "--duration",
+        "3s",
+        "--poll-interval",
+        "500ms",
+        "--trace-share",
+        &share,
+    ];
+    args.extend(load);
+    let report = worker_run(&url, &run_id, "clients-0", &args).await;
+    let requests = load_row(&report)["requests"].as_u64().expect("a count");
     let spans = store.traced_tail(&run_id.into(), 1.0).await.unwrap().client;
     TracedRun { spans, requests }
 }
@@ -297,5 +316,101 @@ async fn traced_requests_reach_triton_as_the_parents_of_its_spans() {
         );
         bodies.lock().unwrap().clear();
     }
+    support::stop_server(server).await;
+}
+
+/// The member's Load counts in the store: (tests, requests, answered requests in its latency
+/// histogram) of its scenario row, its model row's requests, and its latest total.
+async fn stored_load(store: &Store, run_id: &str, member: &str) -> [u64; 5] {
+    let run_id = run_id.into();
+    let reported = store
+        .reported(&run_id, &member.parse().unwrap())
+        .await
+        .unwrap();
+    let scenario = reported
+        .scenarios
+        .iter()
+        .find(|s| s.scenario == "Load")
+        .expect("a Load row");
+    let latency = LatencyHistogram::decode(&scenario.latency_histogram).unwrap();
+    let model: u64 = reported
+        .models
+        .iter()
+        .filter(|m| m.scenario == "Load")
+        .map(|m| m.requests)
+        .sum();
+    [
+        scenario.tests,
+        scenario.requests,
+        latency.count(),
+        model,
+        reported.total_requests,
+    ]
+}
+
+/// A member replaced mid-run (its worker pod evicted and made again under the same member name,
+/// issue 52) carries on from what it recorded: the store's counts after the second process are
+/// the first's plus the second's own (its report), never the second's alone (what a process
+/// that starts over writes) nor more. Two 2 s runs of Load as one member into one store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_member_carries_on_from_what_it_recorded() {
+    let _serial = support::SERVER_LOCK.lock().await;
+    let server = support::start_server_with("replaced", |spec| {
+        spec.model_repositories.truncate(1);
+        spec.extra_args.push("--model-control-mode=explicit".into());
+        spec.extra_args.push("--load-model=add_sub".into());
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let run_id = "replaced-member";
+    let (store, url) = store_with_run(dir.path(), run_id).await;
+    let address = server.grpc_address();
+    let args = [
+        "--servers",
+        &address,
+        "--scenarios",
+        "Load",
+        "--load-concurrency",
+        "1",
+        "--duration",
+        "2s",
+        "--poll-interval",
+        "500ms",
+    ];
+    let own = |report: &Value| {
+        let row = load_row(report);
+        [
+            row["tests"].as_u64().unwrap(),
+            row["requests"].as_u64().unwrap(),
+        ]
+    };
+
+    let first = own(&worker_run(&url, run_id, "clients-0", &args).await);
+    let after_first = stored_load(&store, run_id, "clients-0").await;
+    assert_eq!(
+        after_first[..2],
+        first,
+        "the first process's counts are stored"
+    );
+    assert!(first[1] > 0, "the first process sent requests: {first:?}");
+
+    let second = own(&worker_run(&url, run_id, "clients-0", &args).await);
+    let after_second = stored_load(&store, run_id, "clients-0").await;
+    assert!(
+        second[1] > 0,
+        "the second process sent requests: {second:?}"
+    );
+    assert_eq!(
+        after_second[..2],
+        [after_first[0] + second[0], after_first[1] + second[1]],
+        "tests and requests carry on: first {after_first:?}, second's own {second:?}"
+    );
+    // Written over, the histogram would hold the second's answers alone (at most its requests).
+    assert!(
+        after_second[2] > after_first[2].max(second[1]),
+        "the latency histograms merge: first {after_first:?}, then {after_second:?}"
+    );
+    assert_eq!(after_second[3], after_first[3] + second[1], "the model row");
+    assert_eq!(after_second[4], after_first[4] + second[1], "the total");
     support::stop_server(server).await;
 }
