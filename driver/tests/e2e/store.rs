@@ -92,7 +92,7 @@ fn run_processes(run_id: &str) -> Vec<String> {
         .collect()
 }
 
-/// A 60 s smoke run on Postgres whose store goes out for 15 s while load flows: the load goes
+/// A 35 s smoke run on Postgres whose store goes out for 15 s while load flows: the load goes
 /// on (the worker's queued QPS samples from inside the outage arrive afterwards, with load),
 /// the run passes, the servers' successes reconcile with the workers' answers (no record was
 /// lost), and nothing of the run is left running.
@@ -104,7 +104,7 @@ async fn a_store_outage_mid_run(fault: StoreFault) {
     let run_id = format!("e2e-chaos-store-{fault:?}-{}", std::process::id());
     let url = pg.url().to_string();
     let (_tmp, runs, mut driver) =
-        start_with_load(&url, &run_id, "60s", Duration::from_secs(60)).await;
+        start_with_load(&url, &run_id, "35s", Duration::from_secs(60)).await;
     let outage_from = stress_common::now_ms();
     match fault {
         StoreFault::Paused => pg.pause(),

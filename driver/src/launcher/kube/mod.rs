@@ -122,11 +122,11 @@ struct MemberPod {
     role: &'static str,
     container: &'static str,
     command: String,
-    /// The pod as applied: a server's is applied again after a fault deleted it.
+    /// The pod as applied: applied again after a fault deleted or evicted it.
     spec: Pod,
 }
 
-/// A server pod deleted for an injected fault and not yet seen again: its end is the fault's,
+/// A pod deleted or evicted for an injected fault and not yet seen again: its end is the fault's,
 /// not a failure.
 #[derive(Debug, Clone)]
 struct Recreation {
