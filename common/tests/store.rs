@@ -11,6 +11,7 @@ use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
 use stress_common::qps::QpsSample;
 use stress_common::qps::QpsSummary;
+use stress_common::signature::{Signature, SignatureCount};
 use stress_common::status::{
     DRIVER_MEMBER, EventKind, FailureRecord, Forensics, IntervalCounts, LoadTarget, ModelCounts,
     Outage, PreviousUse, Role, ScenarioCounts, StatusSink, Stopping, StreamCounts, UnansweredCalls,
@@ -2236,6 +2237,63 @@ on_both_backends!(
     deleting_a_run,
     sqlite_deleting_a_run,
     postgres_deleting_a_run
+);
+
+/// What a member reported (`Store::reported`, read by a replaced worker at its start): its own
+/// rows only (its latest total, its scenario and model counts, its signature counts), nothing of
+/// another member, and nothing for a member that wrote no snapshot.
+async fn what_a_member_reported(url: &str) {
+    let store = Store::connect(url).await.expect("connect");
+    let run_id = unique("reported");
+    store
+        .create_run(&new_run(&run_id, "reported", now_ms()))
+        .await
+        .unwrap();
+    let snapshot = |total: u64, tests: u64, failure: &str| {
+        let mut s = snapshot_now(total, 1.0, scenario_s(tests));
+        s.models = vec![ModelCounts {
+            scenario: "s".into(),
+            model: "m".into(),
+            tests,
+            requests: total,
+            ..ModelCounts::default()
+        }];
+        s.signatures = vec![SignatureCount {
+            signature: Signature::new("s", "m", "an answer", failure),
+            count: tests,
+            first_at_ms: 1,
+            last_at_ms: 2,
+        }];
+        s
+    };
+    for (member, s) in [
+        ("w-0", snapshot(10, 3, "refused")),
+        ("w-1", snapshot(20, 5, "reset")),
+    ] {
+        store
+            .record_snapshot(&run_id, &member.into(), &s)
+            .await
+            .unwrap();
+    }
+    let w0 = store.reported(&run_id, &"w-0".into()).await.unwrap();
+    let mine = snapshot(10, 3, "refused");
+    assert_eq!(w0.total_requests, 10);
+    assert_eq!(w0.scenarios, mine.scenarios);
+    assert_eq!(w0.models, mine.models);
+    assert_eq!(w0.signatures, mine.signatures);
+    assert!(
+        store
+            .reported(&run_id, &"w-2".into())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+on_both_backends!(
+    what_a_member_reported,
+    sqlite_what_a_member_reported,
+    postgres_what_a_member_reported
 );
 
 // ---- Errors

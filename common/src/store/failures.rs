@@ -164,12 +164,22 @@ impl Store {
     /// Every worker's failures per signature, as its last snapshot counted them: (member,
     /// count), by member and signature id.
     pub async fn signature_counts(&self, run_id: &RunId) -> Result<Vec<(String, SignatureCount)>> {
+        self.signature_counts_of(run_id, ALL_MEMBERS).await
+    }
+
+    /// [`Store::signature_counts`] of one member (`ALL_MEMBERS`: every one).
+    pub(super) async fn signature_counts_of(
+        &self,
+        run_id: &RunId,
+        member: &str,
+    ) -> Result<Vec<(String, SignatureCount)>> {
         const OP: &str = "signature_counts";
         let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
             "SELECT member_id, details, count, first_at_ms, last_at_ms FROM signature_counts
-             WHERE run_id = $1 ORDER BY member_id, signature_id",
+             WHERE run_id = $1 AND ($2 = '' OR member_id = $2) ORDER BY member_id, signature_id",
         )
         .bind(run_id.as_str())
+        .bind(member)
         .fetch_all(&self.pool)
         .await
         .map_err(self.db(OP))?;

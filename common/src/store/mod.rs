@@ -136,6 +136,10 @@ impl Backend {
     }
 }
 
+/// A member filter of the per-member reads that reads every member (member names are never
+/// empty).
+const ALL_MEMBERS: &str = "";
+
 /// The verdict of a run whose driver vanished (its lease ran out without a verdict).
 pub const ABANDONED: &str = "ABANDONED";
 

@@ -646,46 +646,50 @@ impl Store {
     }
 
     /// What `member` has reported so far, as its latest snapshot left it (see
-    /// [`crate::status::carry`]): empty for a member that has written none.
+    /// [`crate::status::carry`]): empty for a member that has written none. Its rows only: a
+    /// worker of a large run asks this at its start.
     pub async fn reported(
         &self,
         run_id: &RunId,
         member: &MemberName,
     ) -> Result<crate::status::carry::Reported> {
-        let mine = |m: &str| m == member.as_str();
+        let member = member.as_str();
         let total_requests = self
             .latest_qps(run_id)
             .await?
             .into_iter()
-            .find(|s| mine(&s.member_id))
+            .find(|s| s.member_id == member)
             .map_or(0, |s| s.total_requests);
-        fn of_member<T>(rows: Vec<(String, T)>, member: &str) -> Vec<T> {
-            rows.into_iter()
-                .filter(|(m, _)| m == member)
-                .map(|(_, row)| row)
-                .collect()
-        }
-        let models = self.model_counts(run_id).await?;
+        let scenarios = self.scenario_counts_of(run_id, member).await?;
+        let models = self.model_counts_of(run_id, member).await?;
+        let signatures = self.signature_counts_of(run_id, member).await?;
         Ok(crate::status::carry::Reported {
             total_requests,
-            scenarios: of_member(self.scenario_counts(run_id).await?, member.as_str()),
-            models: models
-                .into_iter()
-                .filter(|(m, _, _)| mine(m))
-                .map(|(_, _, counts)| counts)
-                .collect(),
-            signatures: of_member(self.signature_counts(run_id).await?, member.as_str()),
+            scenarios: scenarios.into_iter().map(|(_, c)| c).collect(),
+            models: models.into_iter().map(|(_, _, c)| c).collect(),
+            signatures: signatures.into_iter().map(|(_, c)| c).collect(),
         })
     }
 
     /// The latest cumulative counts of every (member, scenario), by member then scenario.
     pub async fn scenario_counts(&self, run_id: &RunId) -> Result<Vec<(String, ScenarioCounts)>> {
+        self.scenario_counts_of(run_id, ALL_MEMBERS).await
+    }
+
+    /// [`Store::scenario_counts`] of one member (`ALL_MEMBERS`: every one).
+    async fn scenario_counts_of(
+        &self,
+        run_id: &RunId,
+        member: &str,
+    ) -> Result<Vec<(String, ScenarioCounts)>> {
         let rows: Vec<ScenarioRow> = sqlx::query_as(
             "SELECT member_id, scenario, tests, failures, requests, skipped, latency_histogram,
                     send_lateness_histogram
-             FROM scenario_counts WHERE run_id = $1 ORDER BY member_id, scenario",
+             FROM scenario_counts WHERE run_id = $1 AND ($2 = '' OR member_id = $2)
+             ORDER BY member_id, scenario",
         )
         .bind(run_id.as_str())
+        .bind(member)
         .fetch_all(&self.pool)
         .await
         .map_err(self.db("scenario_counts"))?;
@@ -709,13 +713,24 @@ impl Store {
     /// The latest cumulative counts of every (member, scenario, model), by member, scenario,
     /// model, each with the time of the snapshot that wrote it.
     pub async fn model_counts(&self, run_id: &RunId) -> Result<Vec<(String, i64, ModelCounts)>> {
+        self.model_counts_of(run_id, ALL_MEMBERS).await
+    }
+
+    /// [`Store::model_counts`] of one member (`ALL_MEMBERS`: every one).
+    async fn model_counts_of(
+        &self,
+        run_id: &RunId,
+        member: &str,
+    ) -> Result<Vec<(String, i64, ModelCounts)>> {
         const OP: &str = "model_counts";
         let rows: Vec<ModelRow> = sqlx::query_as(
             "SELECT member_id, scenario, model, tests, failures, requests, latency_histogram,
                     stream, updated_at_ms, uncounted_runs
-             FROM model_counts WHERE run_id = $1 ORDER BY member_id, scenario, model",
+             FROM model_counts WHERE run_id = $1 AND ($2 = '' OR member_id = $2)
+             ORDER BY member_id, scenario, model",
         )
         .bind(run_id.as_str())
+        .bind(member)
         .fetch_all(&self.pool)
         .await
         .map_err(self.db(OP))?;
