@@ -1331,6 +1331,16 @@ async fn injected_kill_and_restart_replace_the_server_pod_and_its_successors_ser
     assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
+/// One worker template running Infer on add_sub, for the eviction tests.
+const ADD_SUB_CLIENTS: &str = r#"client_templates:
+  infer:
+    worker: { image: "triton-stress/worker:dev" }
+    protocol: grpc
+    models: [{ name: add_sub }]
+    concurrency: 2
+    resources: { cpu: 250m, memory: 256Mi }
+"#;
+
 /// An `evict` fault (issue 52) on a server group of two: the run gives the group a
 /// PodDisruptionBudget (all but one available), the first eviction goes through the Eviction
 /// API and the pod is created again, its clients recover; a second eviction two seconds later,
@@ -1345,27 +1355,22 @@ async fn an_evicted_server_of_two_is_replaced_and_its_budget_blocks_a_second_evi
         "evict",
         "85s",
         "server_templates:",
-        r#"server_templates:
+        &format!(
+            r#"server_templates:
   cpu:
-    tritonserver: { image: "triton-stress/tritonserver:dev" }
+    tritonserver: {{ image: "triton-stress/tritonserver:dev" }}
     model_repositories: [/models]
     args: ["--model-control-mode=explicit", "--load-model=add_sub"]
-    resources: { cpu: 500m, memory: 1Gi }
+    resources: {{ cpu: 500m, memory: 1Gi }}
 server_groups:
-  triton: { template: cpu, instances: 2 }
-client_templates:
-  infer:
-    worker: { image: "triton-stress/worker:dev" }
-    protocol: grpc
-    models: [{ name: add_sub }]
-    concurrency: 2
-    resources: { cpu: 250m, memory: 256Mi }
-client_groups:
-  clients: { template: infer, instances: 1, target: triton }
+  triton: {{ template: cpu, instances: 2 }}
+{ADD_SUB_CLIENTS}client_groups:
+  clients: {{ template: infer, instances: 1, target: triton }}
 faults:
-  - { name: evict-first, target: triton-0, at: 10s, kind: evict, expect: { recover_within: 70s } }
-  - { name: evict-second, target: triton-1, at: 12s, kind: evict, expect: { recover_within: 70s } }
-"#,
+  - {{ name: evict-first, target: triton-0, at: 10s, kind: evict, expect: {{ recover_within: 70s }} }}
+  - {{ name: evict-second, target: triton-1, at: 12s, kind: evict, expect: {{ recover_within: 70s }} }}
+"#
+        ),
     );
     let run = tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &[], None));
     assert_eq!(run.code(), Some(0), "{}", run.describe());
@@ -1418,18 +1423,13 @@ async fn an_evicted_worker_is_replaced_and_carries_on_from_its_counts() {
         "evict-worker",
         "50s",
         "client_templates:",
-        r#"client_templates:
-  infer:
-    worker: { image: "triton-stress/worker:dev" }
-    protocol: grpc
-    models: [{ name: add_sub }]
-    concurrency: 2
-    resources: { cpu: 250m, memory: 256Mi }
-client_groups:
-  clients: { template: infer, instances: 2, target: triton }
+        &format!(
+            r#"{ADD_SUB_CLIENTS}client_groups:
+  clients: {{ template: infer, instances: 2, target: triton }}
 faults:
-  - { name: evict-worker, target: clients-0, at: 5s, kind: evict, expect: { recover_within: 40s } }
-"#,
+  - {{ name: evict-worker, target: clients-0, at: 5s, kind: evict, expect: {{ recover_within: 40s }} }}
+"#
+        ),
     );
     let run = tokio::task::block_in_place(|| env.run(&matrix, &ns.name, &[], None));
     assert_eq!(run.code(), Some(0), "{}", run.describe());
