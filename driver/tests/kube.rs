@@ -1413,7 +1413,8 @@ faults:
 /// on from the counts its member reported: the fault is recovered from (the new process runs),
 /// the run passes, and each model's reconciliation of the workers' successes with Triton's
 /// counters still closes (a process that started over would write over what the first one
-/// reported: thousands of server successes no worker counted).
+/// reported: thousands of server successes no worker counted). 60 s to recover: the new pod
+/// is applied once the kubelet has let the old one go (up to 39 s seen under CI's load).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicted_worker_is_replaced_and_carries_on_from_its_counts() {
     let (env, ns) = Env::in_namespace("ts-kube-evict-worker").await;
@@ -1421,13 +1422,13 @@ async fn an_evicted_worker_is_replaced_and_carries_on_from_its_counts() {
     let matrix = smoke_head_then(
         dir.path(),
         "evict-worker",
-        "50s",
+        "70s",
         "client_templates:",
         &format!(
             r#"{ADD_SUB_CLIENTS}client_groups:
   clients: {{ template: infer, instances: 2, target: triton }}
 faults:
-  - {{ name: evict-worker, target: clients-0, at: 5s, kind: evict, expect: {{ recover_within: 40s }} }}
+  - {{ name: evict-worker, target: clients-0, at: 5s, kind: evict, expect: {{ recover_within: 60s }} }}
 "#
         ),
     );
