@@ -368,8 +368,8 @@ async fn run_with(
     Ok(report)
 }
 
-/// What this member reported before this process started ([`stress_common::status::carry`]), read
-/// before anything is written. Tried again for a while: a worker replaced while the store is
+/// What this member reported before this process started ([`stress_common::status::carry`]),
+/// read before its first snapshot is written. Tried again for a while: a worker replaced while the store is
 /// down (a pod evicted during a store restart) waits for it, since a store that cannot say
 /// would let this process write over counts already recorded.
 async fn reported_before(sink: &dyn StatusSink) -> Result<Reported, WorkerError> {

@@ -29,42 +29,46 @@ impl Reported {
     /// intervals, outages, spans) is left alone.
     pub fn carry_into(&self, snapshot: &mut WorkerSnapshot) -> Result<(), HistogramError> {
         snapshot.total_requests += self.total_requests;
-        for before in &self.scenarios {
-            match snapshot
-                .scenarios
-                .iter_mut()
-                .find(|s| s.scenario == before.scenario)
-            {
-                Some(own) => add_scenario(own, before)?,
-                None => snapshot.scenarios.push(before.clone()),
-            }
-        }
-        for before in &self.models {
-            match snapshot
-                .models
-                .iter_mut()
-                .find(|m| m.scenario == before.scenario && m.model == before.model)
-            {
-                Some(own) => add_model(own, before)?,
-                None => snapshot.models.push(before.clone()),
-            }
-        }
-        for before in &self.signatures {
-            match snapshot
-                .signatures
-                .iter_mut()
-                .find(|s| s.signature == before.signature)
-            {
-                Some(own) => {
-                    own.count += before.count;
-                    own.first_at_ms = own.first_at_ms.min(before.first_at_ms);
-                    own.last_at_ms = own.last_at_ms.max(before.last_at_ms);
-                }
-                None => snapshot.signatures.push(before.clone()),
-            }
-        }
-        Ok(())
+        fold_in(
+            &mut snapshot.scenarios,
+            &self.scenarios,
+            |a, b| a.scenario == b.scenario,
+            add_scenario,
+        )?;
+        fold_in(
+            &mut snapshot.models,
+            &self.models,
+            |a, b| a.scenario == b.scenario && a.model == b.model,
+            add_model,
+        )?;
+        fold_in(
+            &mut snapshot.signatures,
+            &self.signatures,
+            |a, b| a.signature == b.signature,
+            |own, before| {
+                own.count += before.count;
+                own.first_at_ms = own.first_at_ms.min(before.first_at_ms);
+                own.last_at_ms = own.last_at_ms.max(before.last_at_ms);
+                Ok(())
+            },
+        )
     }
+}
+
+/// Each row of `before` added to its twin in `own` (`same`), or appended when `own` has none.
+fn fold_in<T: Clone>(
+    own: &mut Vec<T>,
+    before: &[T],
+    same: impl Fn(&T, &T) -> bool,
+    add: impl Fn(&mut T, &T) -> Result<(), HistogramError>,
+) -> Result<(), HistogramError> {
+    for b in before {
+        match own.iter_mut().find(|o| same(o, b)) {
+            Some(o) => add(o, b)?,
+            None => own.push(b.clone()),
+        }
+    }
+    Ok(())
 }
 
 fn add_scenario(own: &mut ScenarioCounts, before: &ScenarioCounts) -> Result<(), HistogramError> {

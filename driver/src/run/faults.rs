@@ -34,7 +34,8 @@ pub(super) struct FaultRunner {
     ready: BTreeMap<usize, JoinHandle<Option<i64>>>,
     /// Each server's HTTP address (for its READY probe).
     http: BTreeMap<String, String>,
-    /// A store-restart's probe of the run's store (every worker's writes accepted again).
+    /// The run's store and its workers: the probe of a store-restart's and an evicted worker's
+    /// recovery.
     store_probe: StoreProbe,
     /// Faults judged while the run goes, once past their allowed recovery (index -> when the
     /// clients recovered): their window closes there.
@@ -375,8 +376,9 @@ async fn ready_again(http: String, deadline: tokio::time::Instant) -> Option<i64
     }
 }
 
-/// A store-restart's recovery: the store answers again after it was seen down, and every
-/// worker has written since (its heartbeat, the time of its latest snapshot, is later).
+/// What the run's store says of a fault's recovery: a store-restart's (the store answers again
+/// after it was seen down, and every worker has written since: its heartbeat, the time of its
+/// latest snapshot, is later), and an evicted worker's (its new process is RUNNING).
 #[derive(Clone)]
 struct StoreProbe {
     store: Store,
@@ -400,9 +402,7 @@ impl StoreProbe {
             tokio::time::sleep(STORE_PROBE).await;
         }
     }
-}
 
-impl StoreProbe {
     /// When a worker evicted at `since_ms` runs again (its new process's RUNNING event, written
     /// once its pre-flight passed; None: not before `deadline`).
     async fn running_again(

@@ -1018,7 +1018,8 @@ impl Launcher for KubeLauncher {
     /// A server pod deleted (kill: at once, as a force delete; restart: SIGTERM and the pod's
     /// grace) or a server or worker pod evicted (evict: the Eviction API, which a server
     /// group's budget may refuse) and applied again once the API has let it go: a server's
-    /// Service keeps its clients' address, a worker keeps its member name and id block. Until the watch sees the new pod, the member's end is the fault's.
+    /// Service keeps its clients' address, a worker keeps its member name and id block. Until
+    /// the watch sees the new pod, the member's end is the fault's.
     async fn inject(&mut self, injection: &Injection) -> Result<(), LaunchError> {
         let member = injection.member.as_str();
         let member_err = |reason: String| LaunchError::Member {
