@@ -303,9 +303,6 @@ impl Controller {
             Judgement::Over => self.over(before, step),
             Judgement::Settling | Judgement::TooFewSamples => {}
         }
-        if self.concurrency != before {
-            self.since_change = 0;
-        }
         self.checks.push(Check {
             concurrency: before,
             window,
@@ -313,7 +310,38 @@ impl Controller {
             next_concurrency: self.concurrency,
             search_step: step,
         });
+        self.converged_only_on_an_answer();
+        if self.concurrency != before {
+            self.since_change = 0;
+        }
         self.concurrency
+    }
+
+    /// The search ends converged only where the answer ([`pool`]) exists. Windows judge the
+    /// search one at a time, the answer pools them: a concurrency that met the target in its
+    /// last window may miss it over all of them (one slow window at the floor is taken for
+    /// noise). Then the bracket's lower end is judged again, in AIMD, until its windows agree
+    /// or the phase's time is out.
+    fn converged_only_on_an_answer(&mut self) {
+        if self.ending != Some(Ending::Converged) || pool(&self.checks, self.limit_us()).is_some() {
+            return;
+        }
+        self.ending = None;
+        self.step = SearchStep::Aimd;
+        self.streak = 0;
+        self.concurrency = self
+            .bracket
+            .good
+            .unwrap_or(self.config.min)
+            .max(self.config.min);
+        if let Some(last) = self.checks.last_mut() {
+            last.next_concurrency = self.concurrency;
+        }
+    }
+
+    /// The p99 the answer may reach: the target and its tolerance.
+    fn limit_us(&self) -> f64 {
+        self.config.target_p99_us as f64 * (1.0 + self.config.tolerance)
     }
 
     /// How `window` is judged: not at all while settling or on too few samples, else its p99.
@@ -433,14 +461,12 @@ impl Controller {
     /// The span (start, end) of the edge window ([`edge`]): where the autoscaler reads the
     /// servers' signals.
     pub fn edge_span(&self) -> Option<(i64, i64)> {
-        let limit_us = self.config.target_p99_us as f64 * (1.0 + self.config.tolerance);
-        edge(&self.checks, limit_us).map(|(_, _, w)| (w.start_ms, w.end_ms))
+        edge(&self.checks, self.limit_us()).map(|(_, _, w)| (w.start_ms, w.end_ms))
     }
 
     pub fn result(&self) -> PhaseResult {
         let safety = self.config.safety_factor;
-        let limit_us = self.config.target_p99_us as f64 * (1.0 + self.config.tolerance);
-        match pool(&self.checks, limit_us) {
+        match pool(&self.checks, self.limit_us()) {
             Some((concurrency, windows, w)) => PhaseResult {
                 ending: self.ending,
                 concurrency: Some(concurrency),
@@ -979,6 +1005,41 @@ mod tests {
                 bad: Some(7)
             }
         );
+    }
+
+    /// A window of 100 requests at `qps`: `slow` of them took 200 ms, the rest 50 ms.
+    fn with_slow(slow: usize, qps: f64) -> Window {
+        let mut w = window(50, qps);
+        w.latency = LatencyHistogram::new();
+        for i in 0..100 {
+            w.latency
+                .record(Duration::from_millis(if i < slow { 200 } else { 50 }));
+        }
+        w.p99_us = w.latency.percentile_us(99.0);
+        w
+    }
+
+    #[test]
+    fn the_search_ends_converged_only_where_its_windows_pooled_meet_the_target() {
+        // Target 125 ms. At the floor one slow window (3 of 100 requests at 200 ms) is taken for
+        // noise, the next meets the target, 2 misses it: the bracket says converged at 1, but
+        // 1's windows pooled (3 slow of 200) miss the target, so there is no answer yet.
+        let mut c = Controller::new(ControllerConfig {
+            settle_periods: 0,
+            ..slow_start(125, 16)
+        });
+        c.check(with_slow(0, 20.0)); // the phase's first window settles
+        for (slow, next) in [(3, 1), (0, 2), (100, 1)] {
+            assert_eq!(c.check(with_slow(slow, 20.0)), next, "{:#?}", c.checks);
+        }
+        assert!(!c.ended(), "{:?}", c.ending);
+        assert_eq!(c.result().concurrency, None);
+        assert_eq!(c.checks.last().unwrap().next_concurrency, 1);
+        // 1 judged again: 3 slow of 300, its pooled p99 meets the target and is the answer.
+        c.check(with_slow(0, 20.0));
+        assert_eq!(c.ending, Some(Ending::Converged), "{:#?}", c.checks);
+        let r = c.result();
+        assert_eq!((r.concurrency, r.windows), (Some(1), 3));
     }
 
     #[test]
