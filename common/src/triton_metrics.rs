@@ -160,6 +160,25 @@ pub struct ServerSample {
     pub memory_limit_bytes: Option<f64>,
     pub gauges: ServerGauges,
     pub models: Vec<ModelMetrics>,
+    /// Set on the first sample of a new server process (its counters went back): how long,
+    /// at most, its previous process served after its last scrape (to the first scrape that
+    /// found it gone, or to this one). What it served then was never scraped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unscraped_ms: Option<i64>,
+}
+
+/// Whether `after` is a new server process's scrape, not a later one of `before`'s: some
+/// model's request counter went back. Then every counter of `after` counts from zero: a
+/// process restarted between two scrapes may already have passed its predecessor on some
+/// counters.
+pub fn restarted(before: &[ModelMetrics], after: &[ModelMetrics]) -> bool {
+    let requests = |m: &ModelMetrics| m.success + m.failure;
+    after.iter().any(|a| {
+        before
+            .iter()
+            .find(|b| b.model == a.model && b.version == a.version)
+            .is_some_and(|b| requests(a) < requests(b))
+    })
 }
 
 /// What each model's counters did from `before` to `after` (the same server, two scrapes);
@@ -275,6 +294,23 @@ pub fn render(models: &[ModelMetrics]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_counter_that_went_back_is_a_new_process() {
+        let m = |model: &str, success: f64| ModelMetrics {
+            model: model.into(),
+            version: "1".into(),
+            success,
+            ..Default::default()
+        };
+        let before = [m("a", 100.0), m("b", 5.0)];
+        assert!(!restarted(&before, &[m("a", 150.0), m("b", 5.0)]));
+        // b went back while a passed its old count: a new process all the same.
+        assert!(restarted(&before, &[m("a", 120.0), m("b", 1.0)]));
+        // A model loaded since, or one gone (unloaded), is no restart.
+        assert!(!restarted(&before, &[m("a", 100.0), m("c", 1.0)]));
+        assert!(!restarted(&before, &[m("a", 101.0)]));
+    }
+
     use super::*;
 
     #[test]

@@ -583,6 +583,7 @@ async fn story(url: &str, fresh: bool) {
         interval_ms: 1000,
         rss_bytes: Some(123.0e6),
         memory_limit_bytes: Some(2.0 * 1024.0 * 1024.0 * 1024.0),
+        unscraped_ms: Some(1500),
         gauges: ServerGauges {
             cpu_utilization: Some(0.5),
             ..Default::default()

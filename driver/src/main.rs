@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 use driver::launcher::Launcher;
 use driver::launcher::kube::{self, KubeLauncher, KubeSettings};
 use driver::launcher::local::LocalLauncher;
+use driver::matrix::faults::FaultKind;
 use driver::report::Report;
 use driver::run::sweep::{LaunchFor, LaunchFuture, LauncherFor};
 use driver::run::{self, RunOptions};
@@ -941,6 +942,8 @@ struct KubeCluster {
     pod_store_url: String,
     image_pull_policy: String,
     pending_timeout: Duration,
+    /// The node of the driver's own pod, when the matrix plans a `drain`.
+    driver_node: Option<String>,
 }
 
 impl KubeCluster {
@@ -961,10 +964,7 @@ impl KubeCluster {
         if !refused.is_empty() {
             anyhow::bail!("{}", refused.join("\n"));
         }
-        let cuttable = matrix
-            .faults
-            .iter()
-            .any(|f| f.kind == driver::matrix::faults::FaultKind::ApiOutage);
+        let cuttable = matrix.faults.iter().any(|f| f.kind == FaultKind::ApiOutage);
         let (client, api_proxy) = kube::connect(cuttable).await?;
         let namespace = args
             .namespace
@@ -974,6 +974,13 @@ impl KubeCluster {
         if !refused.is_empty() {
             anyhow::bail!("{}", refused.join("\n"));
         }
+        let drains = matrix.faults.iter().any(|f| f.kind == FaultKind::Drain);
+        let driver_node = match drains {
+            false => None,
+            true => kube::drain::preflight(&client).await.map_err(|why| {
+                anyhow::anyhow!("{}", kube::drain::refusals(matrix, &why).join("\n"))
+            })?,
+        };
         Ok(Self {
             client,
             api_proxy,
@@ -981,6 +988,7 @@ impl KubeCluster {
             pod_store_url,
             image_pull_policy: args.image_pull_policy,
             pending_timeout: args.pending_timeout,
+            driver_node,
         })
     }
 
@@ -1006,6 +1014,7 @@ impl KubeCluster {
             ),
             model_configs: kube::model_config_data(matrix),
             api_proxy: self.api_proxy.clone(),
+            driver_node: self.driver_node.clone(),
         }
     }
 }

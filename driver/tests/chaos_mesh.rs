@@ -411,7 +411,10 @@ fn each_fault_starts_at_its_planned_time_from_the_workflows_start() {
             FaultKind::Kill => &["kill"],
             FaultKind::Restart => &["restart"],
             FaultKind::Pause => &["pause"],
-            FaultKind::Evict | FaultKind::StoreRestart | FaultKind::ApiOutage => {
+            FaultKind::Evict
+            | FaultKind::Drain
+            | FaultKind::StoreRestart
+            | FaultKind::ApiOutage => {
                 panic!("the test matrix has no evict or store-restart: chaos-mesh refuses them")
             }
             FaultKind::Network => {

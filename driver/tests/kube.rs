@@ -632,6 +632,23 @@ async fn worker_exiting_non_zero_fails_the_run_keeps_its_pod_and_cleanup_removes
         "listing pods in another namespace",
     );
     let dir = tempfile::tempdir().unwrap();
+    // A drain needs deploy/drain's ClusterRole, which the Role alone lacks: refused before
+    // anything starts, naming the fault's kind and the permission.
+    let drain = matrix_variant(dir.path(), "drain-refused", |m| {
+        format!(
+            "{m}faults:\n  - {{ name: drain-node, target: triton-0, at: 5s, kind: drain, duration: 5s, expect: {{ recover_within: 20s }} }}\n"
+        )
+    });
+    let line = std::fs::read_to_string(&drain).unwrap().lines().count();
+    let refused_run = env.run(&drain, &ns.name, &[], Some(&kubeconfig));
+    assert_eq!(refused_run.code(), Some(2), "{}", refused_run.describe());
+    let said = refused_run.describe();
+    assert!(
+        said.contains(&format!("{line}:"))
+            && said.contains("faults[0].kind")
+            && said.contains("may not get nodes"),
+        "{said}"
+    );
     let matrix = matrix_variant(dir.path(), "bad-worker", |m| {
         replace_once(
             m,
@@ -1408,27 +1425,45 @@ faults:
     );
 }
 
-/// An `evict` fault on a worker (issue 52): its pod goes through the Eviction API, is applied
-/// again under the same member name (same correlation-id block), and the new process carries
-/// on from the counts its member reported: the fault is recovered from (the new process runs),
-/// the run passes, and each model's reconciliation of the workers' successes with Triton's
-/// counters still closes (a process that started over would write over what the first one
-/// reported: thousands of server successes no worker counted). 60 s to recover: the new pod
-/// is applied once the kubelet has let the old one go (up to 39 s seen under CI's load).
+/// Uncordons `node` when dropped: a drain test that fails leaves no cordoned node behind.
+struct Uncordon(String);
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let _ = Command::new("kubectl")
+            .args(["uncordon", &self.0])
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+/// A `drain` fault (issue 52) of worker clients-0's node: cordoned, every pod of the run there
+/// evicted (the test cluster has one node: the server and both workers), uncordoned after 15 s;
+/// the pods, applied again, wait for it. Each worker is applied again under its member name
+/// (same correlation-id block) and carries on from its member's counts, its new process waiting
+/// for its server to come back: the fault is recovered from, it names what else it evicted, the
+/// run passes, each model's reconciliation of the workers' successes with Triton's counters
+/// still closes (a process that started over would write over what the first one reported),
+/// and the node is schedulable again with no annotation of the run. 60 s to recover from the
+/// uncordon: a new pod is applied once the kubelet has let the old one go (up to 39 s under
+/// CI's load).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_evicted_worker_is_replaced_and_carries_on_from_its_counts() {
-    let (env, ns) = Env::in_namespace("ts-kube-evict-worker").await;
+async fn a_drained_node_s_pods_come_back_after_the_uncordon_and_carry_on() {
+    let (env, ns) = Env::in_namespace("ts-kube-drain").await;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let node = nodes.list(&ListParams::default()).await.unwrap().items[0].name_any();
+    let _uncordon = Uncordon(node.clone());
     let dir = tempfile::tempdir().unwrap();
     let matrix = smoke_head_then(
         dir.path(),
-        "evict-worker",
-        "70s",
+        "drain",
+        "85s",
         "client_templates:",
         &format!(
             r#"{ADD_SUB_CLIENTS}client_groups:
   clients: {{ template: infer, instances: 2, target: triton }}
 faults:
-  - {{ name: evict-worker, target: clients-0, at: 5s, kind: evict, expect: {{ recover_within: 60s }} }}
+  - {{ name: drain-node, target: clients-0, at: 5s, kind: drain, duration: 15s, expect: {{ recover_within: 60s }} }}
 "#
         ),
     );
@@ -1440,14 +1475,18 @@ faults:
     assert_eq!(
         (&fault["kind"], &fault["target"], &fault["ok"]),
         (
-            &Value::from("evict"),
+            &Value::from("drain"),
             &Value::from("clients-0"),
             &Value::from(true)
         ),
         "{fault:#}"
     );
+    let verdict = fault["verdict"].as_str().unwrap_or_default();
     assert!(
-        fault["recovery_s"].as_f64().is_some_and(|s| s > 0.0),
+        verdict.contains("after the fault ended")
+            && verdict.contains("it also evicted")
+            && verdict.contains("triton-0")
+            && verdict.contains("clients-1"),
         "{fault:#}"
     );
     let rows = report["reconciliation"].as_array().expect("reconciliation");
@@ -1457,6 +1496,20 @@ faults:
                 .iter()
                 .all(|r| ["reconciled", "explained"].contains(&r["verdict"].as_str().unwrap())),
         "{rows:#?}"
+    );
+    let after = nodes.get(&node).await.unwrap();
+    assert_eq!(
+        after.spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        false,
+        "the node is uncordoned"
+    );
+    assert!(
+        !after
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(driver::launcher::kube::drain::CORDONED_BY),
+        "the run's cordon annotation is gone"
     );
     assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }

@@ -91,7 +91,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "bad-faults.yaml",
-        "13:27: faults[0].target: unknown target \"triton-2\": name a launched server group (triton), one of its members (`<group>-<index>`), a client group or member (an evict), or `store` (a store-restart) or `api-server` (an api-outage)\n\
+        "13:27: faults[0].target: unknown target \"triton-2\": name a launched server group (triton), one of its members (`<group>-<index>`), a client group or member (an evict or drain), or `store` (a store-restart) or `api-server` (an api-outage)\n\
          14:13: faults[1].name: fault name \"kill\" is used twice (see faults[0].name at 13:7)\n\
          14:27: faults[1].target: \"staging\" names servers that already run (endpoints): the driver injects faults only into servers it launched\n\
          15:41: faults[2].at: the fault at 2m 10s comes after the run's end (run.duration 2m)\n\
@@ -110,7 +110,8 @@ const BAD: &[(&str, &str)] = &[
          27:5: faults[14]: missing `duration`: how long the api-outage lasts\n\
          28:32: faults[15].target: kind api-outage acts on the driver's access to the Kubernetes API server: its target is `api-server`\n\
          29:32: faults[16].target: `api-server` is not a server: only kind api-outage targets it\n\
-         30:34: faults[17].target: `clients-0` names workers: only kind evict targets them (kind kill acts on servers)",
+         30:34: faults[17].target: `clients-0` names workers: only kinds evict and drain target them (kind kill acts on servers)\n\
+         32:5: faults[19]: missing `duration`: how long the drain lasts",
     ),
     (
         "overlapping-faults.yaml",

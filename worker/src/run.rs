@@ -93,8 +93,12 @@ impl WorkerReport {
 
 /// Connects to every server and checks it is live and ready with every model the mix needs;
 /// learns the sequence models' batching. Any problem is a pre-flight error: no load is sent.
+/// A `patient` worker (one that replaced its member's process: its servers may be coming back
+/// too, e.g. from a drained node) asks each server again every second until it is ready, within
+/// the pre-flight's limit.
 pub async fn preflight(
     config: &mut WorkerConfig,
+    patient: bool,
 ) -> Result<Vec<Arc<dyn TritonClient>>, WorkerError> {
     let scenarios: Vec<Scenario> = config.mix.iter().map(|(s, _)| *s).collect();
     let mut models = scenarios::required_models(&scenarios, &config.settings);
@@ -103,27 +107,16 @@ pub async fn preflight(
     }
     let mut clients = Vec::new();
     for address in &config.servers {
-        let err = |what: String| WorkerError::Preflight(format!("server {address}: {what}"));
-        let c = client::connect(config.protocol, address, config.http_binary)
-            .await
-            .map_err(|e| {
-                err(format!(
-                    "cannot connect over {}: {e}",
-                    config.protocol.as_str()
-                ))
-            })?;
-        match c.server_ready().await {
-            Ok(true) => {}
-            Ok(false) => return Err(err("is not ready".into())),
-            Err(e) => return Err(err(format!("readiness check failed: {e}"))),
-        }
-        for m in &models {
-            match c.model_ready(m).await {
-                Ok(true) => {}
-                Ok(false) => return Err(err(format!("model {m} is not loaded or not ready"))),
-                Err(e) => return Err(err(format!("model {m}: {e}"))),
+        let c = loop {
+            match ready_server(config, address, &models).await {
+                Ok(c) => break c,
+                Err(e) if patient => {
+                    tracing::warn!("pre-flight: {e}; asking again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e),
             }
-        }
+        };
         clients.push(c);
     }
     if scenarios.contains(&Scenario::Infer) {
@@ -148,6 +141,36 @@ pub async fn preflight(
         }
     }
     Ok(clients)
+}
+
+/// The server at `address`, connected and checked ready with every one of `models`.
+async fn ready_server(
+    config: &WorkerConfig,
+    address: &str,
+    models: &[String],
+) -> Result<Arc<dyn TritonClient>, WorkerError> {
+    let err = |what: String| WorkerError::Preflight(format!("server {address}: {what}"));
+    let c = client::connect(config.protocol, address, config.http_binary)
+        .await
+        .map_err(|e| {
+            err(format!(
+                "cannot connect over {}: {e}",
+                config.protocol.as_str()
+            ))
+        })?;
+    match c.server_ready().await {
+        Ok(true) => {}
+        Ok(false) => return Err(err("is not ready".into())),
+        Err(e) => return Err(err(format!("readiness check failed: {e}"))),
+    }
+    for m in models {
+        match c.model_ready(m).await {
+            Ok(true) => {}
+            Ok(false) => return Err(err(format!("model {m} is not loaded or not ready"))),
+            Err(e) => return Err(err(format!("model {m}: {e}"))),
+        }
+    }
+    Ok(c)
 }
 
 struct Shared {
@@ -301,8 +324,8 @@ async fn run_with(
     cancel: CancellationToken,
 ) -> Result<WorkerReport, WorkerError> {
     announce_starting(&*sink).await;
-    let clients = checked_preflight(&mut config, &*sink, &cancel).await?;
     let carried = reported_before(&*sink).await?;
+    let clients = checked_preflight(&mut config, !carried.is_empty(), &*sink, &cancel).await?;
     let shared = Arc::new(Shared::new(
         config,
         clients,
@@ -421,6 +444,7 @@ async fn announce_starting(sink: &dyn StatusSink) {
 /// final event.
 async fn checked_preflight(
     config: &mut WorkerConfig,
+    patient: bool,
     sink: &dyn StatusSink,
     cancel: &CancellationToken,
 ) -> Result<Vec<Arc<dyn TritonClient>>, WorkerError> {
@@ -428,7 +452,7 @@ async fn checked_preflight(
     // duration or a SIGTERM.
     let limit = preflight_limit(config.duration);
     let checked = tokio::select! {
-        checked = tokio::time::timeout(limit, preflight(config)) => checked.unwrap_or_else(|_| {
+        checked = tokio::time::timeout(limit, preflight(config, patient)) => checked.unwrap_or_else(|_| {
             Err(WorkerError::Preflight(format!(
                 "the servers did not answer the pre-flight checks within {limit:?}"
             )))

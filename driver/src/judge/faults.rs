@@ -21,6 +21,12 @@ pub struct InjectedFault {
     pub addresses: Vec<String>,
     /// The clients that talk to it.
     pub clients: Vec<String>,
+    /// The other members whose pods it evicted (a drain: every pod of the run on the node).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_hit: Vec<String>,
+    /// Why a pod it would have evicted was kept (its disruption budget), one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<String>,
     pub planned_at_ms: i64,
     /// None: the launcher could not inject it (`error` says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,14 +67,21 @@ impl InjectedFault {
         Some(self.recovery_from_ms()? + self.recover_within_ms)
     }
 
-    /// When its server was back: READY again after a kill or restart, the end of a lasting
-    /// fault (None: not yet).
+    /// When what it hit was back: as its probe saw it (a server READY, a worker running again)
+    /// after what stopped or evicted it, else the fault's end (None: not yet).
     pub fn back_ms(&self) -> Option<i64> {
-        if self.kind.lasts() {
-            self.ended_at_ms
-        } else {
+        if self.kind.probed() {
             self.ready_at_ms
+        } else {
+            self.ended_at_ms
         }
+    }
+
+    /// Whether `member`'s process was replaced by this fault (its pod evicted and applied
+    /// again): an outage its old process left open never closes.
+    fn replaced(&self, member: &str) -> bool {
+        self.kind.targets_workers()
+            && (self.member == member || self.also_hit.iter().any(|m| m == member))
     }
 
     /// The failures it owns while the run goes: up to the end of its allowed recovery.
@@ -216,22 +229,29 @@ fn judge_one(f: &InjectedFault, outages: &[(String, Outage)]) -> FaultOutcome {
         .min();
     outcome.lost_requests = outcome.clients.iter().map(|c| c.lost_requests).sum();
     outcome.sequences_cut = outcome.clients.iter().map(|c| c.sequences_cut).sum();
-    let server_back = if f.kind.lasts() {
-        Some(from)
-    } else {
+    let server_back = if f.kind.probed() {
         f.ready_at_ms
+    } else {
+        Some(from)
     };
+    // Not before what it hit was back: a client whose new process never saw the outage
+    // recovered no earlier than that process ran.
     outcome.recovered_at_ms = match server_back {
         None => None,
-        Some(back) if outcome.clients.is_empty() => Some(back),
-        Some(_) => outcome
+        Some(back) => outcome
             .clients
             .iter()
             .map(|c| c.first_good_ms)
             .collect::<Option<Vec<i64>>>()
-            .and_then(|t| t.into_iter().max()),
+            .map(|t| t.into_iter().fold(back, i64::max)),
     };
     judge_recovery(f, &mut outcome, from, server_back);
+    if !f.also_hit.is_empty() {
+        outcome.verdict += &format!("; it also evicted {}", f.also_hit.join(", "));
+    }
+    if !f.kept.is_empty() {
+        outcome.verdict += &format!("; kept: {}", f.kept.join("; "));
+    }
     outcome
 }
 
@@ -290,6 +310,8 @@ fn client_recovery(
     let caused: Vec<&&Outage> = mine
         .iter()
         .filter(|o| o.first_ok_ms.is_none_or(|t| t >= from))
+        // One its process left open when the fault replaced it: its new process reports its own.
+        .filter(|o| !(o.first_ok_ms.is_none() && f.replaced(client) && o.last_ok_ms < from))
         .filter(|o| {
             o.last_ok_ms <= from
                 || (o.last_ok_ms <= back && o.first_failure_ms.is_some_and(|t| t >= injected))
@@ -431,6 +453,8 @@ mod tests {
             member: "triton-0".into(),
             addresses: vec![SERVER.into(), "127.0.0.1:8000".into()],
             clients: vec!["c-0".into(), "c-1".into()],
+            also_hit: Vec::new(),
+            kept: Vec::new(),
             planned_at_ms: injected_at_ms,
             injected_at_ms: Some(injected_at_ms),
             ended_at_ms: None,
@@ -594,5 +618,36 @@ mod tests {
             "blocked: PodDisruptionBudget refused the eviction"
         );
         assert_eq!(first_failed(std::slice::from_ref(o)), None);
+    }
+
+    #[test]
+    fn a_drain_recovers_from_its_end_once_every_pod_it_evicted_is_back() {
+        // triton-0's node drained 20-40 s; it also evicted c-0, whose old process left its
+        // outage open; c-1 ran elsewhere and had a good answer again at 51 s. Everything the
+        // drain evicted was back (READY, running) at 48 s.
+        let mut f = kill(20_000, Some(48_000), 30_000);
+        (f.kind, f.duration_ms, f.ended_at_ms) = (FaultKind::Drain, 20_000, Some(40_000));
+        f.also_hit = vec!["c-0".into()];
+        let outages = [
+            outage("c-0", 19_990, Some(20_100), None, 4),
+            outage("c-1", 19_990, Some(20_200), Some(51_000), 30),
+        ];
+        let o = &judge(std::slice::from_ref(&f), &outages)[0];
+        assert!(o.ok, "{o:#?}");
+        assert_eq!(o.recovered_at_ms, Some(51_000));
+        assert_eq!(o.recovery_s, Some(11.0), "counted from the uncordon");
+        assert_eq!(o.lost_requests, 34);
+        assert_eq!(
+            o.verdict,
+            "recovered 11.0 s after the fault ended (allowed 30s); it also evicted c-0"
+        );
+        // Its new process saw no outage: back when the drain's pods were (48 s), not at 40 s.
+        let alone = &judge(std::slice::from_ref(&f), &outages[..1])[0];
+        assert_eq!(alone.recovered_at_ms, Some(48_000), "{alone:#?}");
+        // Not replaced (a kill of the server): c-0's open outage is still open.
+        let mut kill = f.clone();
+        (kill.kind, kill.also_hit) = (FaultKind::Kill, Vec::new());
+        let o = &judge(&[kill], &outages)[0];
+        assert!(!o.ok && o.recovered_at_ms.is_none(), "{o:#?}");
     }
 }

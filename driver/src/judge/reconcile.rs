@@ -7,8 +7,9 @@
 //! A gap is explained only by requests whose outcome a worker could not see: ones it counted
 //! as failed or timed out (the server may still have finished them), ones the crashing client
 //! sent before it was killed, a failed perf_analyzer run's (it prints no count), and the runs
-//! of perf_analyzer killed at a worker's stop (at most a run's request count each). What
-//! remains is a finding, with the numbers.
+//! of perf_analyzer killed at a worker's stop (at most a run's request count each). A surplus of
+//! OK answers is explained only by what a restarted server served after its last scrape (at
+//! most its top sampled rate over that time). What remains is a finding, with the numbers.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -33,6 +34,10 @@ pub struct Reconciliation {
     /// perf_analyzer runs killed at a worker's stop: their requests (at most
     /// `PERF_ANALYZER_REQUESTS` each) counted nowhere.
     pub uncounted_runs: u64,
+    /// At most this many successes a server served after its last scrape before it restarted
+    /// (its top sampled rate of the model over the time it went unscraped): never scraped.
+    #[serde(default)]
+    pub server_unscraped: u64,
     /// server_success − client_ok.
     pub gap: i64,
     pub verdict: Verdict,
@@ -64,16 +69,6 @@ pub fn reconcile(
     not_comparable: Option<&str>,
     uncounted: Option<&str>,
 ) -> Result<Vec<Reconciliation>, HistogramError> {
-    #[derive(Default)]
-    struct Sides {
-        server_success: f64,
-        server_failure: f64,
-        ok: u64,
-        not_ok: u64,
-        unseen: u64,
-        uncounted_runs: u64,
-        perf_analyzer_failed: bool,
-    }
     let mut per_model: BTreeMap<String, Sides> = BTreeMap::new();
     for (_, s) in samples {
         for m in &s.models {
@@ -81,6 +76,9 @@ pub fn reconcile(
             e.server_success += m.success;
             e.server_failure += m.failure;
         }
+    }
+    for (model, unscraped) in unscraped_successes(samples) {
+        per_model.entry(model).or_default().unscraped = unscraped;
     }
     for c in worker_counts {
         let e = per_model.entry(c.model.clone()).or_default();
@@ -108,15 +106,7 @@ pub fn reconcile(
         .map(|(model, s)| {
             let server_success = s.server_success.round() as u64;
             let gap = server_success as i64 - s.ok as i64;
-            let (verdict, explanation) = judge(
-                gap,
-                s.not_ok,
-                s.unseen,
-                s.uncounted_runs,
-                s.perf_analyzer_failed,
-                not_comparable,
-                uncounted,
-            );
+            let (verdict, explanation) = judge(gap, &s, not_comparable, uncounted);
             Reconciliation {
                 model,
                 server_success,
@@ -125,6 +115,7 @@ pub fn reconcile(
                 client_not_ok: s.not_ok,
                 client_unseen: s.unseen,
                 uncounted_runs: s.uncounted_runs,
+                server_unscraped: s.unscraped.ceil() as u64,
                 gap,
                 verdict,
                 explanation,
@@ -133,24 +124,72 @@ pub fn reconcile(
         .collect())
 }
 
-/// The verdict on one model's gap (server successes − worker OKs).
-fn judge(
-    gap: i64,
+/// One model's two sides.
+#[derive(Default)]
+struct Sides {
+    server_success: f64,
+    server_failure: f64,
+    /// Successes restarted servers may have served unscraped ([`unscraped_successes`]).
+    unscraped: f64,
+    ok: u64,
     not_ok: u64,
     unseen: u64,
     uncounted_runs: u64,
     perf_analyzer_failed: bool,
+}
+
+/// Per model, how many successes servers may have served after their last scrape before they
+/// restarted: for each restart (a sample with `unscraped_ms`), the server's top sampled rate
+/// of the model times the time it went unscraped. Its top rate, not its last: a bound, so the
+/// surplus it explains is never more than the server could have served.
+fn unscraped_successes(samples: &[(String, ServerSample)]) -> BTreeMap<String, f64> {
+    let mut top: BTreeMap<(&str, &str), f64> = BTreeMap::new();
+    for (server, s) in samples {
+        if s.interval_ms <= 0 || s.unscraped_ms.is_some() {
+            continue;
+        }
+        for m in &s.models {
+            let rate = m.success * 1000.0 / s.interval_ms as f64;
+            let e = top.entry((server.as_str(), m.model.as_str())).or_default();
+            *e = e.max(rate);
+        }
+    }
+    let mut unscraped: BTreeMap<String, f64> = BTreeMap::new();
+    for (server, s) in samples {
+        let Some(ms) = s.unscraped_ms else { continue };
+        for ((_, model), rate) in top.iter().filter(|((sv, _), _)| *sv == server.as_str()) {
+            *unscraped.entry(model.to_string()).or_default() += rate * ms.max(0) as f64 / 1000.0;
+        }
+    }
+    unscraped
+}
+
+/// The verdict on one model's gap (server successes − worker OKs).
+fn judge(
+    gap: i64,
+    s: &Sides,
     not_comparable: Option<&str>,
     uncounted: Option<&str>,
 ) -> (Verdict, String) {
     if let Some(why) = not_comparable {
         return (Verdict::NotSampled, format!("not compared: {why}"));
     }
+    let (not_ok, unseen, uncounted_runs) = (s.not_ok, s.unseen, s.uncounted_runs);
     let unseen_total = not_ok + unseen;
+    let unscraped = s.unscraped.ceil() as u64;
     match gap {
         0 => (
             Verdict::Reconciled,
             "every server-side success is a worker's OK answer".into(),
+        ),
+        g if g < 0 && g.unsigned_abs() <= unscraped => (
+            Verdict::Explained,
+            format!(
+                "the workers counted {} OK answers more than the servers reported successes: \
+                 within the {unscraped} a restarted server may have served after its last \
+                 scrape (its top sampled rate over the time it went unscraped)",
+                -g
+            ),
         ),
         g if g < 0 => (
             Verdict::Mismatch,
@@ -180,7 +219,7 @@ fn judge(
                 ),
             )
         }
-        g if perf_analyzer_failed => (
+        g if s.perf_analyzer_failed => (
             Verdict::Explained,
             format!(
                 "{g} server-side successes beyond the {unseen_total} requests whose outcome the \
@@ -271,6 +310,36 @@ mod tests {
         let r = one(reconcile(&workers, &samples, None, None).unwrap(), "m");
         assert_eq!((r.server_success, r.client_ok, r.gap), (120, 120, 0));
         assert_eq!(r.verdict, Verdict::Reconciled);
+    }
+
+    #[test]
+    fn a_surplus_within_what_a_restarted_server_served_unscraped_is_explained() {
+        // s-0 served m at 100/s at most, then restarted 1.5 s after its last scrape: up to 150
+        // successes its old process served were never scraped. s-1 never restarted.
+        let sample = |server: &str, interval_ms: i64, success: f64, unscraped_ms| {
+            let (server, mut s) = served(server, "m", success);
+            (s.interval_ms, s.unscraped_ms) = (interval_ms, unscraped_ms);
+            (server, s)
+        };
+        let samples = [
+            sample("s-0", 1000, 100.0, None),
+            sample("s-1", 1000, 400.0, None),
+            sample("s-0", 1000, 50.0, None),
+            sample("s-0", 3000, 30.0, Some(1500)),
+        ];
+        let workers = |ok| [counts("Load", "m", ok, ok)];
+        let within = one(reconcile(&workers(730), &samples, None, None).unwrap(), "m");
+        assert_eq!((within.gap, within.server_unscraped), (-150, 150));
+        assert_eq!(within.verdict, Verdict::Explained, "{}", within.explanation);
+        let beyond = one(reconcile(&workers(731), &samples, None, None).unwrap(), "m");
+        assert_eq!(beyond.verdict, Verdict::Mismatch, "{}", beyond.explanation);
+        // Without the restart the same surplus is a finding.
+        let steady = [&samples[..3], &[sample("s-0", 3000, 30.0, None)]].concat();
+        let none = one(reconcile(&workers(730), &steady, None, None).unwrap(), "m");
+        assert_eq!(
+            (none.server_unscraped, none.verdict),
+            (0, Verdict::Mismatch)
+        );
     }
 
     #[test]

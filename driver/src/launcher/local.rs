@@ -627,7 +627,7 @@ impl Launcher for LocalLauncher {
     fn can_inject(&self, fault: &Fault) -> Result<(), super::Uninjectable> {
         if matches!(
             fault.kind,
-            FaultKind::Evict | FaultKind::StoreRestart | FaultKind::ApiOutage
+            FaultKind::Evict | FaultKind::Drain | FaultKind::StoreRestart | FaultKind::ApiOutage
         ) {
             return Err(super::Uninjectable::Kind(format!(
                 "{} is a Kubernetes fault (a pod evicted or deleted, or the API cut off): the \
@@ -655,7 +655,7 @@ impl Launcher for LocalLauncher {
             .collect();
     }
 
-    async fn inject(&mut self, injection: &Injection) -> Result<(), LaunchError> {
+    async fn inject(&mut self, injection: &Injection) -> Result<super::Injected, LaunchError> {
         let name = injection.member.as_str();
         let member_err = |reason: String| LaunchError::Member {
             member: name.into(),
@@ -667,7 +667,9 @@ impl Launcher for LocalLauncher {
         match injection.kind {
             FaultKind::Kill => {
                 server.kill().await;
-                self.start_again(name).await
+                self.start_again(name)
+                    .await
+                    .map(|()| super::Injected::default())
             }
             FaultKind::Restart => {
                 server
@@ -675,7 +677,7 @@ impl Launcher for LocalLauncher {
                     .map_err(|e| member_err(format!("SIGTERM: {e}")))?;
                 self.restarting
                     .insert(name.into(), std::time::Instant::now() + RESTART_STOP_GRACE);
-                Ok(())
+                Ok(super::Injected::default())
             }
             // The server process alone, its python model processes run on: a hung server.
             // Freezing the whole group (as `docker pause` does) crashed tritonserver 2.51's
@@ -703,7 +705,7 @@ impl Launcher for LocalLauncher {
                     return Err(member_err(format!("SIGSTOP: {e}")));
                 }
                 self.paused.insert(name.into(), guardian);
-                Ok(())
+                Ok(super::Injected::default())
             }
             FaultKind::Network => {
                 let Some(proxies) = self.proxies.get(name) else {
@@ -737,14 +739,15 @@ impl Launcher for LocalLauncher {
                         p.shape(Some(shaping));
                     }
                 }
-                Ok(())
+                Ok(super::Injected::default())
             }
-            FaultKind::Evict | FaultKind::StoreRestart | FaultKind::ApiOutage => {
-                Err(member_err(format!(
-                    "{} is a Kubernetes fault: no pod here",
-                    injection.kind.as_str()
-                )))
-            }
+            FaultKind::Evict
+            | FaultKind::Drain
+            | FaultKind::StoreRestart
+            | FaultKind::ApiOutage => Err(member_err(format!(
+                "{} is a Kubernetes fault: no pod here",
+                injection.kind.as_str()
+            ))),
         }
     }
 

@@ -206,6 +206,16 @@ pub type LaunchFuture =
 /// Makes the launcher of one run of a sweep.
 pub type LauncherFor<'a> = dyn Fn(LaunchFor<'_>) -> LaunchFuture + 'a;
 
+/// What an injection took down besides its target, and what the cluster kept: a drain evicts
+/// every pod of the run on its node, as far as their disruption budgets allow.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Injected {
+    /// The other members whose pods it evicted (applied again, like the target's).
+    pub also_hit: Vec<String>,
+    /// Why a pod there was not evicted, one line each.
+    pub kept: Vec<String>,
+}
+
 /// What ending a lasting fault showed the launcher alone.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FaultEnded {
@@ -332,7 +342,7 @@ pub trait Launcher: Send {
     /// again on the same address at once, a gracefully stopped one (`restart`) once it has
     /// ended (seen by [`Launcher::exited`], which does not report it), a paused one stays
     /// paused until [`Launcher::end_fault`] (or, should the driver die, its guardian resumes it).
-    async fn inject(&mut self, injection: &Injection) -> Result<(), LaunchError> {
+    async fn inject(&mut self, injection: &Injection) -> Result<Injected, LaunchError> {
         Err(LaunchError::Member {
             member: injection.member.clone(),
             reason: format!("the {} launcher does not inject faults", self.name()),

@@ -103,7 +103,7 @@ pub enum FaultTargetError {
     /// `launched`: the launched server groups, listed (or "none is defined").
     #[error(
         "unknown target {target:?}: name a launched server group ({launched}), one of its \
-         members (`<group>-<index>`), a client group or member (an evict), or `store` (a \
+         members (`<group>-<index>`), a client group or member (an evict or drain), or `store` (a \
          store-restart) or `api-server` (an api-outage)"
     )]
     Unknown { target: String, launched: String },

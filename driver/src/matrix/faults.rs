@@ -96,6 +96,12 @@ pub enum FaultKind {
     /// worker's recovery is its new process running (after its pre-flight), its counts
     /// carried on from what it reported.
     Evict,
+    /// The node of the server's or worker's pod drained for `duration` (kube launcher only,
+    /// with deploy/drain's ClusterRole): cordoned, every pod of the run there evicted
+    /// (its budgets honoured), and uncordoned at the end. The evicted pods are applied again
+    /// and wait for a node; on a single-node cluster until the uncordon, where the recovery
+    /// counts from. Refused for the node that holds the driver itself.
+    Drain,
     /// The status store's Postgres pod deleted (kube launcher only; `target: store`): its
     /// StatefulSet brings it back on the same volume. Recovery is every worker's writes
     /// accepted again.
@@ -155,17 +161,35 @@ impl FaultKind {
             FaultKind::Pause => "pause",
             FaultKind::Network => "network",
             FaultKind::Evict => "evict",
+            FaultKind::Drain => "drain",
             FaultKind::StoreRestart => "store-restart",
             FaultKind::ApiOutage => "api-outage",
         }
     }
 
-    /// Whether the fault lasts a `duration` (the others are instants).
+    /// Whether the fault lasts a `duration` (the others are instants): its recovery counts
+    /// from its end.
     pub fn lasts(self) -> bool {
         matches!(
             self,
+            FaultKind::Pause | FaultKind::Network | FaultKind::ApiOutage | FaultKind::Drain
+        )
+    }
+
+    /// Whether what it hit is back only once a probe says so (a server READY, a worker
+    /// running, the store writing again): it was stopped or evicted. A pause, a network fault
+    /// or an API outage leaves its target running: back at the fault's end.
+    pub fn probed(self) -> bool {
+        !matches!(
+            self,
             FaultKind::Pause | FaultKind::Network | FaultKind::ApiOutage
         )
+    }
+
+    /// Whether it may target workers (a client group or member): it evicts pods, which the
+    /// kube launcher applies again, and the member carries on from what it reported.
+    pub fn targets_workers(self) -> bool {
+        matches!(self, FaultKind::Evict | FaultKind::Drain)
     }
 }
 

@@ -1173,22 +1173,22 @@ fn fault_timing(
     }
 }
 
-/// Only `evict` targets workers (a client group or member): the kube launcher applies the
-/// evicted pod again and the member carries on from what it reported; the other kinds act on
-/// servers.
+/// Only `evict` and `drain` target workers (a client group or member): the kube launcher
+/// applies the evicted pod again and the member carries on from what it reported; the other
+/// kinds act on servers.
 fn fault_client_target(
     issues: &mut Vec<Issue>,
     path: &FieldPath,
     m: &Matrix,
     f: &super::faults::Fault,
 ) {
-    use super::faults::FaultKind;
-    if f.kind != FaultKind::Evict && m.client_target_members(&f.target).is_some() {
+    if !f.kind.targets_workers() && m.client_target_members(&f.target).is_some() {
         issues.push(Issue::at(
             path.key("target"),
             Anchor::Value,
             format!(
-                "`{}` names workers: only kind evict targets them (kind {} acts on servers)",
+                "`{}` names workers: only kinds evict and drain target them (kind {} acts on \
+                 servers)",
                 f.target,
                 f.kind.as_str()
             ),

@@ -484,10 +484,10 @@ fn faults(r: &Report) -> Markup {
         .faults
         .iter()
         .map(|f| {
-            let server_back = if f.kind.lasts() {
-                f.ended_at_ms
-            } else {
+            let server_back = if f.kind.probed() {
                 f.ready_at_ms
+            } else {
+                f.ended_at_ms
             };
             let recovery = f
                 .recovery_s
@@ -2579,6 +2579,7 @@ mod tests {
             client_not_ok: 0,
             client_unseen: 0,
             uncounted_runs: 0,
+            server_unscraped: 0,
             gap: 3,
             verdict: crate::judge::reconcile::Verdict::Mismatch,
             explanation: "3 server-side successes no worker counted".into(),

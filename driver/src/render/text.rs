@@ -689,15 +689,11 @@ fn render_faults(out: &mut String, faults: &[crate::judge::faults::FaultOutcome]
             f.verdict,
             at(f.injected_at_ms),
             at(f.first_error_ms),
-            if f.kind.lasts() {
-                "ended"
-            } else {
-                "server READY again"
-            },
-            at(if f.kind.lasts() {
-                f.ended_at_ms
-            } else {
+            if f.kind.probed() { "back" } else { "ended" },
+            at(if f.kind.probed() {
                 f.ready_at_ms
+            } else {
+                f.ended_at_ms
             }),
             at(f.recovered_at_ms),
             f.lost_requests,

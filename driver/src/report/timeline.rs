@@ -442,6 +442,7 @@ mod tests {
             rss_bytes: Some(rss),
             memory_limit_bytes: None,
             gauges: ServerGauges::default(),
+            unscraped_ms: None,
             models: vec![ModelMetrics {
                 model: "m".into(),
                 version: "1".into(),

@@ -13,10 +13,7 @@ use tokio::task::JoinHandle;
 
 use super::STORE_CALL_LIMIT;
 
-/// How often a killed or restarted server is asked whether it is READY again.
-const READY_PROBE: Duration = Duration::from_millis(100);
-/// How often, and how long at most, a store-restart's probe reads the workers' heartbeats.
-const STORE_PROBE: Duration = Duration::from_millis(500);
+use super::fault_probes::{READY_PROBE, StoreProbe, ready_again};
 
 pub(super) struct FaultRunner {
     plan: Vec<Injection>,
@@ -34,6 +31,9 @@ pub(super) struct FaultRunner {
     ready: BTreeMap<usize, JoinHandle<Option<i64>>>,
     /// Each server's HTTP address (for its READY probe).
     http: BTreeMap<String, String>,
+    /// Each server's addresses (as its clients' outages name it) and its clients: what a
+    /// drain's other evicted servers add to its fault.
+    servers: BTreeMap<String, (Vec<String>, Vec<String>)>,
     /// The run's store and its workers: the probe of a store-restart's and an evicted worker's
     /// recovery.
     store_probe: StoreProbe,
@@ -62,6 +62,17 @@ impl FaultRunner {
         if plan.faults.is_empty() {
             return None;
         }
+        let servers: BTreeMap<String, (Vec<String>, Vec<String>)> = endpoints
+            .iter()
+            .map(|(member, ep)| {
+                let addresses = [&ep.grpc, &ep.http]
+                    .into_iter()
+                    .filter(|a| !a.is_empty())
+                    .cloned()
+                    .collect();
+                (member.clone(), (addresses, plan.clients_of(member)))
+            })
+            .collect();
         let faults = plan
             .faults
             .iter()
@@ -69,17 +80,13 @@ impl FaultRunner {
                 name: i.name.clone(),
                 kind: i.kind,
                 member: i.member.clone(),
-                addresses: endpoints
+                addresses: servers
                     .get(&i.member)
-                    .map(|ep| {
-                        [&ep.grpc, &ep.http]
-                            .into_iter()
-                            .filter(|a| !a.is_empty())
-                            .cloned()
-                            .collect()
-                    })
+                    .map(|(a, _)| a.clone())
                     .unwrap_or_default(),
                 clients: plan.clients_of(&i.member),
+                also_hit: Vec::new(),
+                kept: Vec::new(),
                 planned_at_ms: started_ms + millis(i.at),
                 injected_at_ms: None,
                 ended_at_ms: None,
@@ -103,6 +110,7 @@ impl FaultRunner {
                 .iter()
                 .map(|(m, ep)| (m.clone(), ep.http.clone()))
                 .collect(),
+            servers,
             store_probe: StoreProbe {
                 store: store.clone(),
                 run_id: plan.run_id.clone(),
@@ -141,6 +149,15 @@ impl FaultRunner {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Whether an injection due now may stop servers (a kill, restart, eviction or drain).
+    pub(super) fn stops_servers_now(&self) -> bool {
+        self.plan.get(self.next).is_some_and(|i| {
+            self.started + i.at <= tokio::time::Instant::now()
+                && i.kind.probed()
+                && i.kind != FaultKind::StoreRestart
+        })
     }
 
     /// Waits until [`FaultRunner::next_due`] (forever when nothing is due).
@@ -182,7 +199,7 @@ impl FaultRunner {
                 }
             });
         }
-        while let Some(injection) = self.plan.get(self.next) {
+        while let Some(injection) = self.plan.get(self.next).cloned() {
             if self.started + injection.at > now {
                 break;
             }
@@ -190,35 +207,33 @@ impl FaultRunner {
             self.next += 1;
             // Before the launcher acts: a client may fail the moment the signal lands.
             let at = stress_common::now_ms();
-            let result = launcher.inject(injection).await;
+            let result = launcher.inject(&injection).await;
             let fault = &mut self.log.faults[index];
             match result {
-                Ok(()) => {
+                Ok(injected) => {
                     fault.injected_at_ms = Some(at);
-                    let deadline = tokio::time::Instant::now() + injection.recover_within;
+                    let lasting = if injection.kind.lasts() {
+                        injection.duration
+                    } else {
+                        Duration::ZERO
+                    };
                     if injection.kind.lasts() {
-                        self.open.push((index, now + injection.duration));
-                    } else if injection.kind == FaultKind::StoreRestart {
-                        let probe = self.store_probe.clone().written_again(deadline);
-                        self.ready.insert(index, tokio::spawn(probe));
-                    } else if self.store_probe.workers.contains(&injection.member) {
-                        let probe = self.store_probe.clone().running_again(
-                            injection.member.clone(),
-                            at,
-                            deadline,
-                        );
-                        self.ready.insert(index, tokio::spawn(probe));
-                    } else if let Some(http) = self.http.get(&injection.member) {
-                        self.ready
-                            .insert(index, tokio::spawn(ready_again(http.clone(), deadline)));
+                        self.open.push((index, now + lasting));
                     }
-                    done.push(format!(
-                        "fault {}: {} of {} injected {:.1} s into the load",
+                    let line = format!(
+                        "fault {}: {} of {} injected {:.1} s into the load{}",
                         fault.name,
                         fault.kind.as_str(),
                         fault.member,
-                        (at - self.started_ms) as f64 / 1000.0
-                    ));
+                        (at - self.started_ms) as f64 / 1000.0,
+                        hit_line(&injected)
+                    );
+                    self.hit(index, injected);
+                    let deadline = tokio::time::Instant::now() + lasting + injection.recover_within;
+                    if let Some(probe) = self.back_probe(index, at, deadline) {
+                        self.ready.insert(index, probe);
+                    }
+                    done.push(line);
                 }
                 Err(LaunchError::Blocked { reason, .. }) => {
                     done.push(format!("fault {}: blocked: {reason}", fault.name));
@@ -231,6 +246,66 @@ impl FaultRunner {
             }
         }
         done
+    }
+
+    /// Adds what fault `index` took down besides its target to its log entry: the other
+    /// servers' addresses and clients, and the members themselves.
+    fn hit(&mut self, index: usize, injected: crate::launcher::Injected) {
+        let fault = &mut self.log.faults[index];
+        for member in &injected.also_hit {
+            if let Some((addresses, clients)) = self.servers.get(member) {
+                fault.addresses.extend(addresses.iter().cloned());
+                fault.clients.extend(clients.iter().cloned());
+            }
+        }
+        fault.clients.sort();
+        fault.clients.dedup();
+        fault.also_hit = injected.also_hit;
+        fault.kept = injected.kept;
+    }
+
+    /// The probe of what fault `index` (injected at `since_ms`) took down coming back, until
+    /// `deadline` (None: nothing to probe, it was not stopped): the store writing again, each
+    /// worker running again, each server READY again; back when the last of them is.
+    fn back_probe(
+        &self,
+        index: usize,
+        since_ms: i64,
+        deadline: tokio::time::Instant,
+    ) -> Option<JoinHandle<Option<i64>>> {
+        let fault = &self.log.faults[index];
+        if !fault.kind.probed() {
+            return None;
+        }
+        if fault.kind == FaultKind::StoreRestart {
+            return Some(tokio::spawn(
+                self.store_probe.clone().written_again(deadline),
+            ));
+        }
+        let mut probes: Vec<futures::future::BoxFuture<'static, Option<i64>>> = Vec::new();
+        for member in std::iter::once(&fault.member).chain(&fault.also_hit) {
+            if self.store_probe.workers.contains(member) {
+                let probe = self.store_probe.clone();
+                probes.push(Box::pin(probe.running_again(
+                    member.clone(),
+                    since_ms,
+                    deadline,
+                )));
+            } else if let Some(http) = self.http.get(member) {
+                probes.push(Box::pin(ready_again(http.clone(), deadline)));
+            }
+        }
+        if probes.is_empty() {
+            return None;
+        }
+        Some(tokio::spawn(async move {
+            let backs = futures::future::join_all(probes).await;
+            backs
+                .into_iter()
+                .collect::<Option<Vec<i64>>>()?
+                .into_iter()
+                .max()
+        }))
     }
 
     /// Collects the READY probes that have finished.
@@ -339,8 +414,13 @@ impl FaultRunner {
         self.log
             .faults
             .iter()
-            .filter(|f| self.store_probe.workers.contains(&f.member))
-            .filter_map(|f| Some((f.member.clone(), f.deadline_ms()?)))
+            .filter_map(|f| Some((f, f.deadline_ms()?)))
+            .flat_map(|(f, until)| {
+                std::iter::once(&f.member)
+                    .chain(&f.also_hit)
+                    .filter(|m| self.store_probe.workers.contains(m))
+                    .map(move |m| (m.clone(), until))
+            })
             .collect()
     }
 
@@ -357,123 +437,16 @@ impl FaultRunner {
     }
 }
 
-/// When the server at `http` answers READY again, probing every [`READY_PROBE`] until
-/// `deadline`: only after it was seen not ready (a server stopping gracefully may still answer
-/// for a moment).
-async fn ready_again(http: String, deadline: tokio::time::Instant) -> Option<i64> {
-    let mut seen_down = false;
-    loop {
-        let ready =
-            stress_common::tritonserver::http_status(&http, "/v2/health/ready").await == Some(200);
-        if ready && seen_down {
-            return Some(stress_common::now_ms());
-        }
-        seen_down |= !ready;
-        if tokio::time::Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(READY_PROBE).await;
+/// What an injection's log line adds: the other members it took down, and what it kept.
+fn hit_line(injected: &crate::launcher::Injected) -> String {
+    let mut line = String::new();
+    if !injected.also_hit.is_empty() {
+        line += &format!("; also evicted: {}", injected.also_hit.join(", "));
     }
-}
-
-/// What the run's store says of a fault's recovery: a store-restart's (the store answers again
-/// after it was seen down, and every worker has written since: its heartbeat, the time of its
-/// latest snapshot, is later), and an evicted worker's (its new process is RUNNING).
-#[derive(Clone)]
-struct StoreProbe {
-    store: Store,
-    run_id: stress_common::contract::RunId,
-    workers: Vec<String>,
-}
-
-impl StoreProbe {
-    /// When every worker's writes were accepted again (None: not before `deadline`).
-    async fn written_again(self, deadline: tokio::time::Instant) -> Option<i64> {
-        let mut recovery = StoreRecovery::default();
-        loop {
-            let read = bounded(STORE_PROBE, self.store.heartbeats(&self.run_id)).await;
-            let now = stress_common::now_ms();
-            if let Some(at) = recovery.observe(read.ok().as_deref(), &self.workers, now) {
-                return Some(at);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(STORE_PROBE).await;
-        }
+    if !injected.kept.is_empty() {
+        line += &format!("; kept: {}", injected.kept.join("; "));
     }
-
-    /// When a worker evicted at `since_ms` runs again (its new process's RUNNING event, written
-    /// once its pre-flight passed; None: not before `deadline`).
-    async fn running_again(
-        self,
-        member: String,
-        since_ms: i64,
-        deadline: tokio::time::Instant,
-    ) -> Option<i64> {
-        let mut after_id = 0;
-        loop {
-            if let Ok(events) =
-                bounded(STORE_PROBE, self.store.events(&self.run_id, after_id)).await
-            {
-                after_id = events.last().map_or(after_id, |e| e.id);
-                if let Some(at) = running_since(&events, &member, since_ms) {
-                    return Some(at);
-                }
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(STORE_PROBE).await;
-        }
-    }
-}
-
-/// The first RUNNING event of `member` at or after `since_ms`, among `events` (pure).
-fn running_since(
-    events: &[stress_common::store::EventRow],
-    member: &str,
-    since_ms: i64,
-) -> Option<i64> {
-    events
-        .iter()
-        .find(|e| {
-            e.member_id == member
-                && e.kind == stress_common::status::EventKind::Running
-                && e.at_ms >= since_ms
-        })
-        .map(|e| e.at_ms)
-}
-
-/// What a store-restart's probe has seen so far (pure).
-#[derive(Debug, Default)]
-struct StoreRecovery {
-    seen_down: bool,
-    back_at_ms: Option<i64>,
-}
-
-impl StoreRecovery {
-    /// One read of the workers' heartbeats at `now_ms` (None: it failed). Some(now_ms) once
-    /// the store, after it was seen down, is back and every one of `workers` has a heartbeat
-    /// later than its return.
-    fn observe(
-        &mut self,
-        read: Option<&[(String, i64)]>,
-        workers: &[String],
-        now_ms: i64,
-    ) -> Option<i64> {
-        let Some(beats) = read else {
-            self.seen_down = true;
-            return None;
-        };
-        let back = match self.back_at_ms {
-            Some(back) => back,
-            None if self.seen_down => *self.back_at_ms.insert(now_ms),
-            None => return None,
-        };
-        let written = |w: &String| beats.iter().any(|(m, at)| m == w && *at > back);
-        workers.iter().all(written).then_some(now_ms)
-    }
+    line
 }
 
 fn millis(d: Duration) -> i64 {
@@ -523,69 +496,5 @@ fn as_result(problems: Vec<String>) -> Result<(), super::DriverError> {
         Ok(())
     } else {
         Err(super::DriverError::Config(problems.join("\n")))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{StoreRecovery, running_since};
-    use stress_common::status::EventKind;
-    use stress_common::store::EventRow;
-
-    #[test]
-    fn an_evicted_worker_runs_again_at_its_new_process_s_running_event() {
-        let event = |id, member: &str, at_ms, kind| EventRow {
-            id,
-            member_id: member.into(),
-            at_ms,
-            kind,
-            details: String::new(),
-        };
-        let events = [
-            event(1, "w-0", 1_000, EventKind::Running),
-            event(2, "w-0", 5_000, EventKind::Success),
-            event(3, "w-1", 6_000, EventKind::Running),
-            event(4, "w-0", 7_000, EventKind::Starting),
-            event(5, "w-0", 9_000, EventKind::Running),
-        ];
-        assert_eq!(running_since(&events, "w-0", 5_000), Some(9_000));
-        assert_eq!(
-            running_since(&events[..4], "w-0", 5_000),
-            None,
-            "its old process's RUNNING, another worker's and a STARTING are not it"
-        );
-    }
-
-    fn beats(list: &[(&str, i64)]) -> Vec<(String, i64)> {
-        list.iter().map(|(m, at)| (m.to_string(), *at)).collect()
-    }
-
-    #[test]
-    fn a_restarted_store_recovers_once_every_worker_wrote_after_its_return() {
-        let workers = ["w-0".to_string(), "w-1".to_string()];
-        let mut r = StoreRecovery::default();
-        let before = beats(&[("w-0", 900), ("w-1", 950)]);
-        // Still up right after the deletion (the old pod stops): not down yet, no recovery.
-        assert_eq!(r.observe(Some(&before), &workers, 1_000), None);
-        assert_eq!(r.observe(None, &workers, 1_500), None, "down");
-        // Back at 3 s: the heartbeats are from before the outage.
-        assert_eq!(r.observe(Some(&before), &workers, 3_000), None);
-        // One worker's outbox flushed, the other not yet.
-        let one = beats(&[("w-0", 3_200), ("w-1", 950)]);
-        assert_eq!(r.observe(Some(&one), &workers, 3_500), None);
-        let both = beats(&[("w-0", 3_200), ("w-1", 3_400)]);
-        assert_eq!(r.observe(Some(&both), &workers, 4_000), Some(4_000));
-    }
-
-    #[test]
-    fn a_store_never_seen_down_or_a_worker_that_never_writes_is_not_recovered() {
-        let workers = ["w-0".to_string()];
-        let mut never_down = StoreRecovery::default();
-        let fresh = beats(&[("w-0", 5_000)]);
-        assert_eq!(never_down.observe(Some(&fresh), &workers, 5_100), None);
-        let mut silent = StoreRecovery::default();
-        assert_eq!(silent.observe(None, &workers, 1_000), None);
-        assert_eq!(silent.observe(Some(&[]), &workers, 2_000), None);
-        assert_eq!(silent.observe(Some(&[]), &workers, 9_000), None);
     }
 }

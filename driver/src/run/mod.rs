@@ -10,6 +10,7 @@
 mod capacity;
 mod driver;
 mod error;
+mod fault_probes;
 mod faults;
 mod finish;
 mod lease;

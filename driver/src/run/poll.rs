@@ -153,7 +153,8 @@ impl Driver<'_> {
         match wake {
             Wake::Fault => {
                 if let Some(runner) = &mut load.faults {
-                    self.fault_step(runner, &mut load.rules).await;
+                    self.fault_step(runner, &mut load.rules, &load.sampler)
+                        .await;
                 }
                 None
             }
@@ -359,8 +360,17 @@ impl Driver<'_> {
 
     /// Does a fault's due step, then tells the judges what it changed: the failures the
     /// injected faults own, the clients whose zero QPS they excuse, and the workers they
-    /// replace.
-    async fn fault_step(&mut self, runner: &mut FaultRunner, rules: &mut FailFast) {
+    /// replace. The servers are sampled first when the step stops some: what a process served
+    /// after its last scrape is lost with it.
+    async fn fault_step(
+        &mut self,
+        runner: &mut FaultRunner,
+        rules: &mut FailFast,
+        sampler: &ServerSampler,
+    ) {
+        if runner.stops_servers_now() {
+            sampler.sample().await;
+        }
         for line in runner.act(self.launcher).await {
             tracing::info!("{line}");
             self.progress.show(&line);

@@ -46,6 +46,8 @@ struct State {
     /// Per server: where its memory is read (a local server started again after an injected
     /// fault is a new process).
     memory: BTreeMap<String, ServerMemory>,
+    /// Per server not answering: the first scrape since its last good one that found it gone.
+    silent_since: BTreeMap<String, i64>,
 }
 
 pub struct ServerSampler {
@@ -148,7 +150,10 @@ impl ServerSampler {
         }
     }
 
-    async fn sample(&self) {
+    /// One sample now, beside the periodic ones: taken just before a fault stops servers, so
+    /// what they served until then is scraped (what a process serves after its last scrape is
+    /// lost with it).
+    pub async fn sample(&self) {
         sample(&self.store, &self.run_id, &self.servers, &self.state).await;
     }
 
@@ -170,9 +175,11 @@ impl Drop for ServerSampler {
 }
 
 /// One sample of every server, scraped concurrently; a server that does not answer is left out
-/// of this sample (its next delta covers the gap).
+/// of this sample (its next delta covers the gap). Samples are taken one at a time (the state
+/// is held throughout): a delta is only ever taken from an earlier scrape.
 async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state: &Mutex<State>) {
-    let memory = state.lock().await.memory.clone();
+    let mut state = state.lock().await;
+    let memory = state.memory.clone();
     let scrapes = futures::future::join_all(servers.iter().map(|s| {
         let memory = memory.get(s.member.as_str());
         async move {
@@ -197,9 +204,13 @@ async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state:
         }
     }))
     .await;
-    let mut state = state.lock().await;
     for (server, at_ms, text, memory) in scrapes {
-        let Some(text) = text else { continue };
+        let member = server.member.to_string();
+        let Some(text) = text else {
+            state.silent_since.entry(member).or_insert(at_ms);
+            continue;
+        };
+        let silent_since = state.silent_since.remove(&member);
         let rss_bytes = memory.map(|m| m.resident_bytes as f64);
         let memory_limit_bytes = memory.and_then(|m| m.limit_bytes).map(|b| b as f64);
         let models = triton_metrics::parse(&text);
@@ -213,6 +224,7 @@ async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state:
                 memory_limit_bytes,
                 gauges: triton_metrics::gauges(&text),
                 models: Vec::new(),
+                unscraped_ms: None,
             };
             if let Err(e) = within(
                 STORE_WRITE_LIMIT,
@@ -227,13 +239,15 @@ async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state:
                 .insert(server.member.to_string(), (at_ms, models));
             continue;
         };
+        let (deltas, unscraped_ms) = deltas((*before_ms, before), (at_ms, &models), silent_since);
         let sample = ServerSample {
             at_ms,
             interval_ms: at_ms - before_ms,
             rss_bytes,
             memory_limit_bytes,
             gauges: triton_metrics::gauges(&text),
-            models: triton_metrics::delta(before, &models),
+            models: deltas,
+            unscraped_ms,
         };
         // Only a recorded sample moves the baseline: after a failed write the next delta
         // covers the gap.
@@ -250,5 +264,48 @@ async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state:
             }
             Err(e) => tracing::warn!("server sample of {} not recorded: {e}", server.member),
         }
+    }
+}
+
+/// What a server's counters did from its `last` scrape to `now` (each: when, what), and, when
+/// `now` is a new process's, how long its predecessor went unscraped: to `silent_since` (the
+/// first scrape that found it gone) or, restarted between two scrapes, to `now`.
+fn deltas(
+    (last_ms, last): (i64, &[ModelMetrics]),
+    (now_ms, now): (i64, &[ModelMetrics]),
+    silent_since: Option<i64>,
+) -> (Vec<ModelMetrics>, Option<i64>) {
+    if triton_metrics::restarted(last, now) {
+        let unscraped = silent_since.unwrap_or(now_ms) - last_ms;
+        (triton_metrics::delta(&[], now), Some(unscraped))
+    } else {
+        (triton_metrics::delta(last, now), None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(success: f64) -> Vec<ModelMetrics> {
+        vec![ModelMetrics {
+            model: "m".into(),
+            version: "1".into(),
+            success,
+            ..Default::default()
+        }]
+    }
+
+    #[test]
+    fn a_new_process_counts_from_zero_and_says_how_long_its_predecessor_went_unscraped() {
+        let same = deltas((1000, &served(100.0)), (2000, &served(160.0)), None);
+        assert_eq!((same.0[0].success, same.1), (60.0, None));
+        // Gone at the scrape of 3.0 s, back by 9.0 s: 80 served since the restart, and the
+        // old process ran unscraped for up to 2.0 s after its last scrape.
+        let back = deltas((1000, &served(100.0)), (9000, &served(80.0)), Some(3000));
+        assert_eq!((back.0[0].success, back.1), (80.0, Some(2000)));
+        // Restarted between two scrapes: up to the whole interval.
+        let quick = deltas((1000, &served(100.0)), (2000, &served(5.0)), None);
+        assert_eq!((quick.0[0].success, quick.1), (5.0, Some(1000)));
     }
 }

@@ -211,7 +211,9 @@ fn chaos_templates(run_id: &str, namespace: &str, member: &str, step: &Step) -> 
         )],
         FaultKind::Pause => vec![pod_chaos("pause", json!({ "action": "pod-failure" }))],
         // Not rendered: `unrenderable` refuses the matrix before rendering.
-        FaultKind::Evict | FaultKind::StoreRestart | FaultKind::ApiOutage => Vec::new(),
+        FaultKind::Evict | FaultKind::Drain | FaultKind::StoreRestart | FaultKind::ApiOutage => {
+            Vec::new()
+        }
         FaultKind::Network => network_actions(i.network.as_ref())
             .into_iter()
             .map(|(action, detail)| {
@@ -329,7 +331,7 @@ fn percent(fraction: f64) -> String {
     format!("{p}")
 }
 
-/// The faults this Workflow does not render, one line each: an `evict` goes through the
+/// The faults this Workflow does not render, one line each: an `evict` or `drain` goes through the
 /// Eviction API and its PodDisruptionBudgets, which no chaos kind does, and a `store-restart`
 /// is judged by the driver's own probe of the store.
 pub fn unrenderable(injections: &[Injection]) -> Vec<String> {
@@ -337,7 +339,7 @@ pub fn unrenderable(injections: &[Injection]) -> Vec<String> {
         .iter()
         .filter_map(|i| {
             let why = match i.kind {
-                FaultKind::Evict => {
+                FaultKind::Evict | FaultKind::Drain => {
                     "Chaos Mesh has no eviction (the Eviction API and its PodDisruptionBudgets)"
                 }
                 FaultKind::StoreRestart => {

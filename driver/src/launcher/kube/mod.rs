@@ -19,6 +19,7 @@ pub mod chaos_mesh;
 mod cleanup;
 mod config_reader;
 mod disruption;
+pub mod drain;
 mod inspect;
 pub mod memory;
 pub mod restricted;
@@ -42,7 +43,7 @@ use super::{
 use crate::matrix::faults::{Fault, FaultKind, Injection};
 use crate::matrix::{ClientMember, Matrix, ServerMember, ServerTemplate};
 use crate::plan::{ServerEndpoint, WorkerAssignment};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use spec::container_command;
@@ -101,6 +102,8 @@ pub struct KubeSettings {
     pub model_configs: BTreeMap<String, String>,
     /// The proxy the driver's API calls go through when the run plans an `api-outage`.
     pub api_proxy: Option<ApiProxy>,
+    /// The node of the driver's own pod ([`drain::preflight`]): no drain may hit it.
+    pub driver_node: Option<String>,
 }
 
 /// The owner ConfigMap's model config entries of `matrix`: every template's mounted configs
@@ -164,6 +167,11 @@ pub struct KubeLauncher {
     stopping: BTreeSet<String>,
     /// Until when diagnostics wait for failed members' ends: set when the failure is judged.
     settle_until: Option<Instant>,
+    /// The nodes drained and not yet uncordoned, by the fault's target member.
+    cordons: BTreeMap<String, drain::Cordon>,
+    /// The drains' durations so far: a pod evicted by one waits that long for a node, on top
+    /// of its pending timeout.
+    drained_for: Duration,
 }
 
 /// Whether the kube launcher injects `fault` (known before connecting to a cluster, so a run
@@ -173,6 +181,7 @@ pub fn can_inject(fault: &Fault) -> Result<(), super::Uninjectable> {
         FaultKind::Kill
         | FaultKind::Restart
         | FaultKind::Evict
+        | FaultKind::Drain
         | FaultKind::StoreRestart
         | FaultKind::ApiOutage => Ok(()),
         FaultKind::Pause | FaultKind::Network => Err(super::Uninjectable::Kind(format!(
@@ -393,11 +402,23 @@ impl KubeLauncher {
             exits: BTreeMap::new(),
             stopping: BTreeSet::new(),
             settle_until: None,
+            cordons: BTreeMap::new(),
+            drained_for: Duration::ZERO,
         })
     }
 
     fn ns(&self) -> &str {
         &self.settings.namespace
+    }
+
+    /// How long a pod may stay Pending: its timeout, and the drains' durations (an evicted pod
+    /// waits for its node's uncordon).
+    fn pending_timeout(&self) -> Duration {
+        self.settings.pending_timeout + self.drained_for
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
     }
 
     fn seen(&self, member: &str) -> Option<Seen> {
@@ -622,6 +643,129 @@ impl KubeLauncher {
         failed
     }
 
+    /// `member`'s pod deleted (kill, restart) or evicted (evict, drain), to be applied again
+    /// once the API has let it go: until the watch sees the new pod, its end is the fault's,
+    /// which allows it `waits` more (a drain's node stays cordoned that long). A worker is only
+    /// evicted (validation's rule): applied again, it carries on from what its member reported
+    /// (stress_common::status::carry).
+    async fn take_down(
+        &mut self,
+        member: &str,
+        kind: FaultKind,
+        waits: Duration,
+    ) -> Result<(), LaunchError> {
+        let member_err = |reason: String| LaunchError::Member {
+            member: member.into(),
+            reason,
+        };
+        let evicts = matches!(kind, FaultKind::Evict | FaultKind::Drain);
+        let grace = match kind {
+            FaultKind::Kill => Duration::ZERO,
+            FaultKind::Restart | FaultKind::Evict | FaultKind::Drain => RESTART_GRACE,
+            kind => {
+                return Err(member_err(format!(
+                    "the kube launcher does not inject {} faults",
+                    kind.as_str()
+                )));
+            }
+        };
+        let Some(mp) = self
+            .members
+            .get(member)
+            .filter(|m| m.role == "server" || evicts)
+        else {
+            return Err(member_err("not a started member".into()));
+        };
+        let pod = mp.pod.clone();
+        let old_uid = self.seen(member).and_then(|s| s.pod.metadata.uid);
+        if evicts {
+            let eviction = disruption::evict(&self.pods, &pod)
+                .await
+                .map_err(|e| member_err(format!("evicting pod {}/{pod}: {e}", self.ns())))?;
+            if let disruption::Eviction::Refused(why) = eviction {
+                return Err(LaunchError::Blocked {
+                    member: member.into(),
+                    reason: format!("the eviction of pod {}/{pod} was refused: {why}", self.ns()),
+                });
+            }
+        } else {
+            let dp = DeleteParams {
+                grace_period_seconds: Some(grace.as_secs() as u32),
+                ..Default::default()
+            };
+            self.pods
+                .delete(&pod, &dp)
+                .await
+                .map_err(|e| member_err(format!("deleting pod {}/{pod}: {e}", self.ns())))?;
+        }
+        self.recreating.insert(
+            member.into(),
+            Recreation {
+                old_uid,
+                new_uid: None,
+                give_up_at: Instant::now() + grace + waits + RECREATE_LIMIT,
+            },
+        );
+        // The pod's deletion wakes the poll loop (`member_may_have_ended`), whose `exited`
+        // applies the pod again as soon as the API has let the old one go.
+        Ok(())
+    }
+
+    /// Drains the node of `target`'s pod for `duration`: cordoned, then the target evicted
+    /// (its budget refusing: the drain is blocked, the node uncordoned), then every other pod
+    /// of the run there, as far as their budgets allow. Refused for the driver's own node.
+    async fn drain(
+        &mut self,
+        target: &str,
+        duration: Duration,
+    ) -> Result<super::Injected, LaunchError> {
+        let member_err = |reason: String| LaunchError::Member {
+            member: target.into(),
+            reason,
+        };
+        let seen = self.seen(target);
+        let node = seen
+            .as_ref()
+            .and_then(|s| drain::node_of(&s.pod))
+            .ok_or_else(|| member_err("its pod has no node yet".into()))?
+            .to_string();
+        if self.settings.driver_node.as_deref() == Some(node.as_str()) {
+            return Err(member_err(format!(
+                "refused: node {node} holds the driver itself"
+            )));
+        }
+        let nodes = self.nodes();
+        let cordon = drain::cordon(&nodes, &node, &self.settings.run_id)
+            .await
+            .map_err(|e| member_err(format!("cordoning node {node}: {e}")))?;
+        if let Err(e) = self.take_down(target, FaultKind::Drain, duration).await {
+            if let Err(undo) = drain::uncordon(&nodes, &cordon).await {
+                tracing::warn!("uncordoning node {node}: {undo}");
+            }
+            return Err(e);
+        }
+        self.cordons.insert(target.into(), cordon);
+        self.drained_for += duration;
+        let others: Vec<String> = self
+            .members
+            .keys()
+            .filter(|m| m.as_str() != target && !self.stopping.contains(*m))
+            .filter(|m| {
+                self.seen(m)
+                    .is_some_and(|s| drain::node_of(&s.pod) == Some(node.as_str()))
+            })
+            .cloned()
+            .collect();
+        let mut injected = super::Injected::default();
+        for member in others {
+            match self.take_down(&member, FaultKind::Drain, duration).await {
+                Ok(()) => injected.also_hit.push(member),
+                Err(e) => injected.kept.push(e.to_string()),
+            }
+        }
+        Ok(injected)
+    }
+
     /// Why the member's pod is going, when the cluster takes it away: the API server's word,
     /// asked at once (the watch may lag). None while the driver itself stops or replaces it,
     /// or when the pod is not going.
@@ -652,17 +796,12 @@ impl KubeLauncher {
                 status::ended_by_cluster(&seen.pod),
             ));
         }
-        pod_exit(
-            member,
-            &seen.pod,
-            seen.deleted,
-            self.settings.pending_timeout,
-        )
+        pod_exit(member, &seen.pod, seen.deleted, self.pending_timeout())
     }
 
     /// Waits until the named member's container has ended, or `deadline`.
     async fn wait_member_ended(&self, member: &str, deadline: Instant) {
-        let pending_timeout = self.settings.pending_timeout;
+        let pending_timeout = self.pending_timeout();
         let started = Instant::now();
         let ended = self
             .watch
@@ -684,7 +823,7 @@ impl KubeLauncher {
 
     /// Waits until every named member's container has ended (or `deadline`); their exits.
     async fn wait_ended(&self, members: &[String], deadline: Instant) -> Vec<MemberExit> {
-        let pending_timeout = self.settings.pending_timeout;
+        let pending_timeout = self.pending_timeout();
         let ended = self
             .watch
             .wait_for(deadline, RECHECK, |seen| {
@@ -957,6 +1096,12 @@ impl Launcher for KubeLauncher {
     }
 
     async fn cleanup(&mut self, keep: &BTreeSet<String>) {
+        // A drain the run did not end (it stopped first): its node is not left cordoned.
+        for (member, cordon) in std::mem::take(&mut self.cordons) {
+            if let Err(e) = drain::uncordon(&self.nodes(), &cordon).await {
+                tracing::warn!("uncordoning node {} (drain of {member}): {e}", cordon.node);
+            }
+        }
         self.delete_run_objects(keep).await;
     }
 
@@ -1019,85 +1164,49 @@ impl Launcher for KubeLauncher {
     /// grace) or a server or worker pod evicted (evict: the Eviction API, which a server
     /// group's budget may refuse) and applied again once the API has let it go: a server's
     /// Service keeps its clients' address, a worker keeps its member name and id block. Until
-    /// the watch sees the new pod, the member's end is the fault's.
-    async fn inject(&mut self, injection: &Injection) -> Result<(), LaunchError> {
+    /// the watch sees the new pod, the member's end is the fault's. A drain evicts every pod of
+    /// the run on the target's node, cordoned first.
+    async fn inject(&mut self, injection: &Injection) -> Result<super::Injected, LaunchError> {
         let member = injection.member.as_str();
         let member_err = |reason: String| LaunchError::Member {
             member: member.into(),
             reason,
         };
-        if injection.kind == FaultKind::StoreRestart {
-            return disruption::restart_store(&self.pods)
+        match injection.kind {
+            FaultKind::StoreRestart => disruption::restart_store(&self.pods)
                 .await
-                .map_err(|why| member_err(format!("in namespace {}: {why}", self.ns())));
-        }
-        if injection.kind == FaultKind::ApiOutage {
-            let proxy = self.settings.api_proxy.as_ref().ok_or_else(|| {
-                member_err("the driver's API calls do not go through its proxy".into())
-            })?;
-            proxy.cut(true);
-            return Ok(());
-        }
-        let grace = match injection.kind {
-            FaultKind::Kill => Duration::ZERO,
-            FaultKind::Restart | FaultKind::Evict => RESTART_GRACE,
-            kind => {
-                return Err(member_err(format!(
-                    "the kube launcher does not inject {} faults",
-                    kind.as_str()
-                )));
+                .map(|()| super::Injected::default())
+                .map_err(|why| member_err(format!("in namespace {}: {why}", self.ns()))),
+            FaultKind::ApiOutage => {
+                let proxy = self.settings.api_proxy.as_ref().ok_or_else(|| {
+                    member_err("the driver's API calls do not go through its proxy".into())
+                })?;
+                proxy.cut(true);
+                Ok(super::Injected::default())
             }
-        };
-        // A worker is only evicted (validation's rule): applied again, it carries on from what
-        // its member reported (stress_common::status::carry).
-        let Some(mp) = self
-            .members
-            .get(member)
-            .filter(|m| m.role == "server" || injection.kind == FaultKind::Evict)
-        else {
-            return Err(member_err("not a started member".into()));
-        };
-        let pod = mp.pod.clone();
-        let old_uid = self.seen(member).and_then(|s| s.pod.metadata.uid);
-        if injection.kind == FaultKind::Evict {
-            let eviction = disruption::evict(&self.pods, &pod)
+            FaultKind::Drain => self.drain(member, injection.duration).await,
+            kind => self
+                .take_down(member, kind, Duration::ZERO)
                 .await
-                .map_err(|e| member_err(format!("evicting pod {}/{pod}: {e}", self.ns())))?;
-            if let disruption::Eviction::Refused(why) = eviction {
-                return Err(LaunchError::Blocked {
-                    member: member.into(),
-                    reason: format!("the eviction of pod {}/{pod} was refused: {why}", self.ns()),
-                });
-            }
-        } else {
-            let dp = DeleteParams {
-                grace_period_seconds: Some(grace.as_secs() as u32),
-                ..Default::default()
-            };
-            self.pods
-                .delete(&pod, &dp)
-                .await
-                .map_err(|e| member_err(format!("deleting pod {}/{pod}: {e}", self.ns())))?;
+                .map(|()| super::Injected::default()),
         }
-        self.recreating.insert(
-            member.into(),
-            Recreation {
-                old_uid,
-                new_uid: None,
-                give_up_at: Instant::now() + grace + RECREATE_LIMIT,
-            },
-        );
-        // The pod's deletion wakes the poll loop (`member_may_have_ended`), whose `exited`
-        // applies the pod again as soon as the API has let the old one go.
-        Ok(())
     }
 
-    /// An `api-outage` ends: the proxy lets the driver's API calls through again.
+    /// An `api-outage` ends: the proxy lets the driver's API calls through again. A `drain`
+    /// ends: its node is uncordoned.
     async fn end_fault(&mut self, member: &str) -> Result<super::FaultEnded, LaunchError> {
         if let (crate::matrix::faults::API_SERVER_TARGET, Some(proxy)) =
             (member, &self.settings.api_proxy)
         {
             proxy.cut(false);
+        }
+        if let Some(cordon) = self.cordons.remove(member) {
+            drain::uncordon(&self.nodes(), &cordon)
+                .await
+                .map_err(|e| LaunchError::Member {
+                    member: member.into(),
+                    reason: format!("uncordoning node {}: {e}", cordon.node),
+                })?;
         }
         Ok(super::FaultEnded::default())
     }

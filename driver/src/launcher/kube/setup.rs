@@ -107,6 +107,7 @@ mod tests {
             pod_deadline_seconds: None,
             model_configs: super::super::model_config_data(&m),
             api_proxy: None,
+            driver_node: None,
         };
         let data = owner_config_map(&settings).data.unwrap();
         assert_eq!(

@@ -1,0 +1,179 @@
+//! `drain`: the node of a fault's target cordoned, the run's pods there evicted (the launcher
+//! applies them again; they wait for a node), the node uncordoned at the fault's end. Patching
+//! nodes is a cluster-scoped power the namespaced Role does not have: deploy/drain's
+//! ClusterRole grants it, opt-in, and a run whose driver lacks it is refused before it starts.
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+use crate::matrix::faults::FaultKind;
+
+/// The cluster-scoped calls a drain makes, as (API group, resource, verbs):
+/// deploy/drain's ClusterRole grants exactly these (a test compares them).
+/// - nodes: read whether the node is cordoned already (get), cordoned and uncordoned (patch).
+pub const DRAIN_ACCESS: &[(&str, &str, &[&str])] = &[("", "nodes", &["get", "patch"])];
+
+/// The annotation on a node the driver cordoned: the run that did. A run that died before its
+/// uncordon leaves it, so `kubectl get nodes -o yaml` says whose cordon it is.
+pub const CORDONED_BY: &str = "triton-stress.io/cordoned-by";
+
+/// A node the driver cordoned for a drain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cordon {
+    pub node: String,
+    /// False when the node was cordoned already (by its admins): the drain's end leaves it so.
+    pub ours: bool,
+}
+
+/// Cordons `node` for `run_id` (no new pod lands there) unless it is cordoned already.
+pub async fn cordon(nodes: &Api<Node>, node: &str, run_id: &str) -> Result<Cordon, kube::Error> {
+    let current = nodes.get(node).await?;
+    let already = current.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    if !already {
+        let patch = serde_json::json!({
+            "metadata": {"annotations": {CORDONED_BY: run_id}},
+            "spec": {"unschedulable": true},
+        });
+        nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(Cordon {
+        node: node.into(),
+        ours: !already,
+    })
+}
+
+/// Undoes [`cordon`]: a node the driver cordoned is schedulable again, its annotation gone.
+pub async fn uncordon(nodes: &Api<Node>, cordon: &Cordon) -> Result<(), kube::Error> {
+    if !cordon.ours {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {CORDONED_BY: null}},
+        "spec": {"unschedulable": null},
+    });
+    nodes
+        .patch(&cordon.node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// The node `pod` runs on (None: not scheduled yet).
+pub fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+/// Before anything starts, for a matrix with a `drain`: whether the driver may get and patch
+/// nodes (asked of the API server: a SelfSubjectAccessReview, which every user may create),
+/// and the node the driver itself runs on (None: outside the cluster), which no drain may hit.
+pub async fn preflight(client: &Client) -> Result<Option<String>, String> {
+    for (group, resource, verbs) in DRAIN_ACCESS {
+        for verb in *verbs {
+            if !allowed(client, group, resource, verb).await? {
+                return Err(format!(
+                    "the driver may not {verb} {resource}: a drain cordons its target's node; \
+                     bind deploy/drain's ClusterRole to the driver's account \
+                     (docs/faults.md)"
+                ));
+            }
+        }
+    }
+    own_node(client).await
+}
+
+async fn allowed(client: &Client, group: &str, resource: &str, verb: &str) -> Result<bool, String> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                verb: Some(verb.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let answer = reviews
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| format!("asking whether the driver may {verb} {resource}: {e}"))?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// The node of the driver's own pod, when it runs in one: its pod is its host name, in the
+/// namespace of its service account.
+async fn own_node(client: &Client) -> Result<Option<String>, String> {
+    const NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        return Ok(None);
+    }
+    let unknown = |why: String| {
+        format!(
+            "the driver runs in a pod, but which node holds it is not known ({why}): a drain could hit it"
+        )
+    };
+    let namespace = std::fs::read_to_string(NAMESPACE_FILE)
+        .map_err(|e| unknown(format!("{NAMESPACE_FILE}: {e}")))?;
+    let name = std::env::var("HOSTNAME").map_err(|e| unknown(format!("HOSTNAME: {e}")))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace.trim());
+    let pod = pods
+        .get(&name)
+        .await
+        .map_err(|e| unknown(format!("pod {}/{name}: {e}", namespace.trim())))?;
+    Ok(node_of(&pod).map(str::to_string))
+}
+
+/// Each `drain` of `matrix` refused (file, line and field) by what [`preflight`] found.
+pub fn refusals(matrix: &crate::matrix::Matrix, why: &str) -> Vec<String> {
+    super::super::uninjectable(matrix, |f| match f.kind {
+        FaultKind::Drain => Err(super::super::Uninjectable::Setting {
+            field: "kind",
+            why: why.into(),
+        }),
+        _ => Ok(()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    /// deploy/drain's ClusterRole grants exactly [`super::DRAIN_ACCESS`].
+    #[test]
+    fn the_drain_cluster_role_grants_exactly_what_a_drain_calls() {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/drain/cluster-role.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut granted = Vec::new();
+        for doc in text.split("\n---\n") {
+            let Ok(role) = serde_saphyr::from_str::<k8s_openapi::api::rbac::v1::ClusterRole>(doc)
+            else {
+                continue;
+            };
+            for rule in role.rules.unwrap_or_default() {
+                let group = rule.api_groups.unwrap_or_default().join(",");
+                for resource in rule.resources.unwrap_or_default() {
+                    let mut verbs = rule.verbs.clone();
+                    verbs.sort();
+                    granted.push((group.clone(), resource, verbs));
+                }
+            }
+        }
+        let used: Vec<(String, String, Vec<String>)> = super::DRAIN_ACCESS
+            .iter()
+            .map(|(g, r, v)| {
+                (
+                    g.to_string(),
+                    r.to_string(),
+                    v.iter().map(|v| v.to_string()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(granted, used);
+    }
+}
