@@ -1444,7 +1444,8 @@ impl Drop for Uncordon {
 /// for its server to come back: the fault is recovered from, it names what else it evicted, the
 /// run passes, each model's reconciliation of the workers' successes with Triton's counters
 /// still closes (a process that started over would write over what the first one reported),
-/// and the node is schedulable again with no annotation of the run. 60 s to recover from the
+/// and the node is schedulable again with no label of the run; a node a dead driver left
+/// cordoned is uncordoned by `driver cleanup --run`. 60 s to recover from the
 /// uncordon: a new pod is applied once the kubelet has let the old one go (up to 39 s under
 /// CI's load).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1497,21 +1498,44 @@ faults:
                 .all(|r| ["reconciled", "explained"].contains(&r["verdict"].as_str().unwrap())),
         "{rows:#?}"
     );
+    let cordoned_by = driver::launcher::kube::drain::CORDONED_BY;
     let after = nodes.get(&node).await.unwrap();
-    assert_eq!(
-        after.spec.and_then(|s| s.unschedulable).unwrap_or(false),
-        false,
-        "the node is uncordoned"
-    );
     assert!(
         !after
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key(driver::launcher::kube::drain::CORDONED_BY),
-        "the run's cordon annotation is gone"
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+            && !after.labels().contains_key(cordoned_by),
+        "the node is uncordoned, the run's cordon label gone: {:?}",
+        after.metadata.labels
     );
     assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
+    // A driver that died mid-drain leaves its node cordoned and labelled: `driver cleanup --run`
+    // uncordons it.
+    let left = serde_json::json!({
+        "metadata": {"labels": {cordoned_by: "kt-died"}},
+        "spec": {"unschedulable": true},
+    });
+    nodes
+        .patch(&node, &Default::default(), &kube::api::Patch::Merge(&left))
+        .await
+        .unwrap();
+    let cleanup = Command::new(env!("CARGO_BIN_EXE_driver"))
+        .args(["cleanup", "--run", "kt-died", "--namespace", &ns.name])
+        .output()
+        .unwrap();
+    assert!(cleanup.status.success(), "{cleanup:?}");
+    let after = nodes.get(&node).await.unwrap();
+    assert!(
+        !after
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+            && !after.labels().contains_key(cordoned_by),
+        "{cleanup:?}"
+    );
 }
 
 /// A server pod evicted by someone else mid-run (no fault planned it: a drain, a kubectl, the

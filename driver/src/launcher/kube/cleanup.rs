@@ -90,6 +90,10 @@ pub async fn delete_run(client: &Client, ns: &str, run_id: &str) -> Result<usize
         grace_period_seconds: Some(0),
         ..Default::default()
     };
+    // A driver that died mid-drain left its node cordoned: schedulable again first.
+    for node in super::drain::uncordon_left_by(client, run_id).await? {
+        tracing::info!("uncordoned node {node}, left cordoned by run {run_id}");
+    }
     let mut deleted = delete_labelled::<Pod>(client, ns, &lp, &now).await?;
     deleted += delete_labelled::<Service>(client, ns, &lp, &now).await?;
     deleted += delete_named::<Secret>(client, ns, &super::secret_name(run_id), &now).await?;

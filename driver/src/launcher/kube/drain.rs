@@ -8,17 +8,20 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 
 use crate::matrix::faults::FaultKind;
 
 /// The cluster-scoped calls a drain makes, as (API group, resource, verbs):
 /// deploy/drain's ClusterRole grants exactly these (a test compares them).
-/// - nodes: read whether the node is cordoned already (get), cordoned and uncordoned (patch).
-pub const DRAIN_ACCESS: &[(&str, &str, &[&str])] = &[("", "nodes", &["get", "patch"])];
+/// - nodes: read whether the node is cordoned already (get), cordoned and uncordoned (patch),
+///   and the nodes a run cordoned found by their label (list: `driver cleanup --run` uncordons
+///   what a driver that died mid-drain left).
+pub const DRAIN_ACCESS: &[(&str, &str, &[&str])] = &[("", "nodes", &["get", "list", "patch"])];
 
-/// The annotation on a node the driver cordoned: the run that did. A run that died before its
-/// uncordon leaves it, so `kubectl get nodes -o yaml` says whose cordon it is.
+/// The label on a node the driver cordoned: the run that did. A run that died before its
+/// uncordon leaves it, so `kubectl get nodes -l triton-stress.io/cordoned-by` says whose cordon
+/// it is, and `driver cleanup --run` finds it.
 pub const CORDONED_BY: &str = "triton-stress.io/cordoned-by";
 
 /// A node the driver cordoned for a drain.
@@ -35,7 +38,7 @@ pub async fn cordon(nodes: &Api<Node>, node: &str, run_id: &str) -> Result<Cordo
     let already = current.spec.and_then(|s| s.unschedulable).unwrap_or(false);
     if !already {
         let patch = serde_json::json!({
-            "metadata": {"annotations": {CORDONED_BY: run_id}},
+            "metadata": {"labels": {CORDONED_BY: run_id}},
             "spec": {"unschedulable": true},
         });
         nodes
@@ -48,19 +51,41 @@ pub async fn cordon(nodes: &Api<Node>, node: &str, run_id: &str) -> Result<Cordo
     })
 }
 
-/// Undoes [`cordon`]: a node the driver cordoned is schedulable again, its annotation gone.
+/// Undoes [`cordon`]: a node the driver cordoned is schedulable again, its label gone.
 pub async fn uncordon(nodes: &Api<Node>, cordon: &Cordon) -> Result<(), kube::Error> {
     if !cordon.ours {
         return Ok(());
     }
     let patch = serde_json::json!({
-        "metadata": {"annotations": {CORDONED_BY: null}},
+        "metadata": {"labels": {CORDONED_BY: null}},
         "spec": {"unschedulable": null},
     });
     nodes
         .patch(&cordon.node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
+}
+
+/// Uncordons every node `run_id` cordoned and left so (its driver died mid-drain); the nodes
+/// uncordoned. A driver that may not list nodes has none: it could not have cordoned one.
+pub async fn uncordon_left_by(client: &Client, run_id: &str) -> Result<Vec<String>, kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let lp = ListParams::default().labels(&format!("{CORDONED_BY}={run_id}"));
+    let left = match nodes.list(&lp).await {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(e)) if e.code == 403 => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut uncordoned = Vec::new();
+    for node in left {
+        let cordon = Cordon {
+            node: node.metadata.name.unwrap_or_default(),
+            ours: true,
+        };
+        uncordon(&nodes, &cordon).await?;
+        uncordoned.push(cordon.node);
+    }
+    Ok(uncordoned)
 }
 
 /// The node `pod` runs on (None: not scheduled yet).
