@@ -167,18 +167,20 @@ pub struct ServerSample {
     pub unscraped_ms: Option<i64>,
 }
 
-/// Whether `after` is a new server process's scrape, not a later one of `before`'s: some
-/// model's request counter went back. Then every counter of `after` counts from zero: a
-/// process restarted between two scrapes may already have passed its predecessor on some
-/// counters.
+/// Whether `after` is a new server process's scrape, not a later one of `before`'s: every
+/// model that had served requests by `before` shows fewer now (or is gone). Then every counter
+/// of `after` counts from zero. A model reloaded alone restarts its own counters only, which
+/// [`delta`] takes from zero by themselves: its server's other counters go on.
 pub fn restarted(before: &[ModelMetrics], after: &[ModelMetrics]) -> bool {
     let requests = |m: &ModelMetrics| m.success + m.failure;
-    after.iter().any(|a| {
-        before
-            .iter()
-            .find(|b| b.model == a.model && b.version == a.version)
-            .is_some_and(|b| requests(a) < requests(b))
-    })
+    let mut served = before.iter().filter(|b| requests(b) > 0.0).peekable();
+    served.peek().is_some()
+        && served.all(|b| {
+            after
+                .iter()
+                .find(|a| a.model == b.model && a.version == b.version)
+                .is_none_or(|a| requests(a) < requests(b))
+        })
 }
 
 /// What each model's counters did from `before` to `after` (the same server, two scrapes);
@@ -294,24 +296,33 @@ pub fn render(models: &[ModelMetrics]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn a_counter_that_went_back_is_a_new_process() {
+    fn every_counter_gone_back_is_a_new_process_one_alone_a_reloaded_model() {
         let m = |model: &str, success: f64| ModelMetrics {
             model: model.into(),
             version: "1".into(),
             success,
             ..Default::default()
         };
-        let before = [m("a", 100.0), m("b", 5.0)];
+        let before = [m("a", 100.0), m("b", 5.0), m("idle", 0.0)];
         assert!(!restarted(&before, &[m("a", 150.0), m("b", 5.0)]));
-        // b went back while a passed its old count: a new process all the same.
-        assert!(restarted(&before, &[m("a", 120.0), m("b", 1.0)]));
-        // A model loaded since, or one gone (unloaded), is no restart.
-        assert!(!restarted(&before, &[m("a", 100.0), m("c", 1.0)]));
-        assert!(!restarted(&before, &[m("a", 101.0)]));
+        assert!(restarted(
+            &before,
+            &[m("a", 20.0), m("b", 1.0), m("idle", 0.0)]
+        ));
+        // A model not loaded yet in the new process went back too.
+        assert!(restarted(&before, &[m("a", 3.0)]));
+        // b reloaded alone: a goes on.
+        assert!(!restarted(&before, &[m("a", 120.0), m("b", 1.0)]));
+        // A model loaded since is no restart, nor is a scrape before any request.
+        assert!(!restarted(
+            &before,
+            &[m("a", 100.0), m("b", 5.0), m("c", 1.0)]
+        ));
+        assert!(!restarted(&[m("a", 0.0)], &[m("a", 0.0)]));
     }
-
-    use super::*;
 
     #[test]
     fn parses_triton_counters_per_model() {

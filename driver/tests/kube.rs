@@ -1844,29 +1844,12 @@ impl Drop for StoreVolume {
 /// model's reconciliation must close, and the run's pods must be gone.
 #[tokio::test]
 async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
-    use k8s_openapi::api::batch::v1::Job;
     let client = Client::try_default()
         .await
         .expect("a Kubernetes client: run through scripts/k8s/with-cluster.sh or set KUBECONFIG");
     let ns = TestNamespace::create(&client, "ts-deploy").await;
     let _volume = StoreVolume::create(&ns.name);
-    let kubectl = |args: &[&str], stdin: Option<&[u8]>| -> String {
-        let mut child = Command::new("kubectl")
-            .args(["-n", &ns.name])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(input).unwrap();
-        }
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "kubectl {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let kubectl = |args: &[&str], stdin: Option<&[u8]>| kubectl_in(&ns.name, args, stdin);
     let overlay = repo_root().join("deploy/overlays/k8s-1.20");
     // No committed password: the store's Secret is generated first, as users do.
     let secret = Command::new(repo_root().join("deploy/make-store-secret.sh"))
@@ -1893,72 +1876,8 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
         .replace("  duration: 45s\n", "  duration: 75s\n")
         + "faults:\n  - { name: store-down, target: store, at: 10s, kind: store-restart, \
            expect: { recover_within: 60s } }\n";
-    let faulty = tempfile::tempdir().unwrap();
-    std::fs::write(faulty.path().join("kube-smoke.yaml"), smoke).unwrap();
-    kubectl(
-        &[
-            "create",
-            "configmap",
-            "store-restart-matrix",
-            &format!(
-                "--from-file={}",
-                faulty.path().join("kube-smoke.yaml").display()
-            ),
-        ],
-        None,
-    );
-    let job_json = kubectl(
-        &[
-            "create",
-            "job",
-            "--from=cronjob/triton-stress-nightly",
-            "smoke",
-            "--dry-run=client",
-            "-o",
-            "json",
-        ],
-        None,
-    );
-    let mut job: Value = serde_json::from_str(&job_json).unwrap();
-    let pod = &mut job["spec"]["template"]["spec"];
-    pod["volumes"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({
-            "name": "store-restart",
-            "configMap": { "name": "store-restart-matrix" },
-        }));
-    let driver = &mut pod["containers"][0];
-    driver["volumeMounts"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({ "name": "store-restart", "mountPath": "/store-restart" }));
-    driver["args"] = serde_json::json!([
-        "run",
-        "/store-restart/kube-smoke.yaml",
-        "--launcher",
-        "kube",
-        "--duration",
-        "75s"
-    ]);
-    kubectl(
-        &["apply", "-f", "-"],
-        Some(&serde_json::to_vec(&job).unwrap()),
-    );
-
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let deadline = Instant::now() + Duration::from_secs(480);
-    let status = loop {
-        let status = jobs.get("smoke").await.unwrap().status.unwrap_or_default();
-        if status.succeeded.unwrap_or(0) > 0 || status.failed.unwrap_or(0) > 0 {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the Job did not finish: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    };
+    apply_matrix_job(&ns.name, "smoke", &smoke);
+    let status = job_end(&client, &ns.name, "smoke").await;
     let log = kubectl(&["logs", "job/smoke", "--tail=400"], None);
     assert_eq!(status.succeeded, Some(1), "{status:?}\n{log}");
     assert!(log.contains("(kube launcher): PASS"), "{log}");
@@ -2068,6 +1987,122 @@ async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
         !write.status.success() && said.contains("read-only transaction"),
         "{write:?}"
     );
+
+    // deploy/drain's ClusterRole bound to the driver's account, as users opt in: a drain whose
+    // only schedulable node holds the driver itself is refused before anything starts.
+    let drain_role = repo_root().join("deploy/drain");
+    kubectl(&["apply", "-k", drain_role.to_str().unwrap()], None);
+    let binding = ClusterRoleBinding(format!("triton-stress-drain-{}", ns.name));
+    kubectl(
+        &[
+            "create",
+            "clusterrolebinding",
+            &binding.0,
+            "--clusterrole=triton-stress-drain",
+            &format!("--serviceaccount={}:triton-stress-driver", ns.name),
+        ],
+        None,
+    );
+    let drain = std::fs::read_to_string(repo_root().join("test-matrices/kube-smoke.yaml")).unwrap()
+        + "faults:\n  - { name: drain-node, target: triton-0, at: 5s, kind: drain, \
+           duration: 5s, expect: { recover_within: 20s } }\n";
+    apply_matrix_job(&ns.name, "drain", &drain);
+    let status = job_end(&client, &ns.name, "drain").await;
+    let log = kubectl(&["logs", "job/drain", "--tail=50"], None);
+    assert_eq!(status.failed, Some(1), "{status:?}\n{log}");
+    assert!(
+        log.contains("faults[0].kind") && log.contains("holds the driver itself"),
+        "{log}"
+    );
+}
+
+/// `kubectl -n NS ARGS` (with `stdin`), which must succeed; its stdout.
+fn kubectl_in(ns: &str, args: &[&str], stdin: Option<&[u8]>) -> String {
+    let mut child = Command::new("kubectl")
+        .args(["-n", ns])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "kubectl {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A Job `name` made from deploy/'s nightly CronJob in `ns` that runs `matrix` (from a
+/// ConfigMap of its own) with the kube launcher.
+fn apply_matrix_job(ns: &str, name: &str, matrix: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kube-smoke.yaml");
+    std::fs::write(&file, matrix).unwrap();
+    let config_map = format!("{name}-matrix");
+    let from_file = format!("--from-file={}", file.display());
+    kubectl_in(ns, &["create", "configmap", &config_map, &from_file], None);
+    let job_json = kubectl_in(
+        ns,
+        &[
+            "create",
+            "job",
+            "--from=cronjob/triton-stress-nightly",
+            name,
+            "--dry-run=client",
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    let mut job: Value = serde_json::from_str(&job_json).unwrap();
+    let pod = &mut job["spec"]["template"]["spec"];
+    pod["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({ "name": "matrix-of-job", "configMap": { "name": config_map } }));
+    let driver = &mut pod["containers"][0];
+    driver["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({ "name": "matrix-of-job", "mountPath": "/job-matrix" }));
+    driver["args"] =
+        serde_json::json!(["run", "/job-matrix/kube-smoke.yaml", "--launcher", "kube"]);
+    kubectl_in(
+        ns,
+        &["apply", "-f", "-"],
+        Some(&serde_json::to_vec(&job).unwrap()),
+    );
+}
+
+/// The status of Job `name` in `ns` once it succeeded or failed (within 8 minutes).
+async fn job_end(client: &Client, ns: &str, name: &str) -> k8s_openapi::api::batch::v1::JobStatus {
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(480);
+    loop {
+        let status = jobs.get(name).await.unwrap().status.unwrap_or_default();
+        if status.succeeded.unwrap_or(0) > 0 || status.failed.unwrap_or(0) > 0 {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Job {name} did not finish: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// A ClusterRoleBinding deleted when the test ends.
+struct ClusterRoleBinding(String);
+
+impl Drop for ClusterRoleBinding {
+    fn drop(&mut self) {
+        let _ = Command::new("kubectl")
+            .args(["delete", "clusterrolebinding", &self.0, "--wait=false"])
+            .output();
+    }
 }
 
 /// Benchmark, not a test (ignored; `scripts/bench-fail-fast.sh` with `LAUNCHER=kube` runs it on

@@ -5,7 +5,9 @@
 
 use axum::body::Bytes;
 use axum::http::HeaderMap;
-use driver::run::otlp::{OtlpReceiver, ReceiverCounts, STOP_LIMIT, STORE_QUEUE, server_spans};
+use driver::run::otlp::{
+    CLIENT_SPANS_EVERY, OtlpReceiver, ReceiverCounts, STOP_LIMIT, STORE_QUEUE, server_spans,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -252,35 +254,65 @@ async fn collector() -> (String, Arc<Mutex<Vec<(String, Bytes)>>>) {
     (url, seen)
 }
 
+/// `spans` recorded by a worker of `run_id`, as its snapshot writes them.
+async fn record_client_spans(store: &Store, run_id: &RunId, spans: Vec<ClientSpan>) {
+    let snapshot = WorkerSnapshot {
+        client_spans: spans,
+        ..WorkerSnapshot::default()
+    };
+    let sink = store.sink(run_id.clone(), "client-0");
+    sink.snapshot(&snapshot).await.unwrap();
+}
+
+/// The (trace id, span id, name) of each span of a forwarded body.
+fn forwarded_ids(body: &Bytes) -> Vec<(String, String, String)> {
+    let forwarded = ExportTraceServiceRequest::decode(body.clone()).unwrap();
+    server_spans("", &forwarded)
+        .into_iter()
+        .map(|s| (s.trace_id, s.span_id, s.name))
+        .collect()
+}
+
+/// Every export body goes on as it came; the clients' spans of the same traces go on as the
+/// workers record them (the first while the receiver runs, within a pass of
+/// `CLIENT_SPANS_EVERY`), the last ones at the stop.
 #[tokio::test]
-async fn every_body_is_forwarded_as_it_came_with_the_clients_spans_of_the_same_traces() {
+async fn every_body_is_forwarded_as_it_came_and_the_clients_spans_as_they_are_recorded() {
     let (_dir, store) = sqlite().await;
     let (url, seen) = collector().await;
     let forward = Some(url.parse().unwrap());
-    let receiver = OtlpReceiver::start(local(), store, RunId::new("otlp-forward"), forward)
+    let run_id = RunId::new("otlp-forward");
+    let receiver = OtlpReceiver::start(local(), store.clone(), run_id.clone(), forward)
         .await
         .unwrap();
     let grpc = request(GRPC_EXPORT).encode_to_vec();
     post(&receiver.url_for("s0"), JSON, HTTP_EXPORT).await;
     post(&receiver.url_for("s1"), PROTOBUF, grpc.clone()).await;
-    let clients = [request(HTTP_EXPORT), request(GRPC_EXPORT)].map(|r| client_of(&r));
-    receiver.forward_client_spans(&clients, "triton-stress");
+    let [first, last] = [request(HTTP_EXPORT), request(GRPC_EXPORT)].map(|r| client_of(&r));
+    record_client_spans(&store, &run_id, vec![first.clone()]).await;
+    let deadline = Instant::now() + CLIENT_SPANS_EVERY * 3;
+    while seen.lock().unwrap().len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the client span was not sent on while the receiver ran"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    record_client_spans(&store, &run_id, vec![last.clone()]).await;
     let counts = receiver.stop().await;
-    assert_eq!((counts.forwarded, counts.forward_dropped), (3, 0));
+    assert_eq!((counts.forwarded, counts.forward_dropped), (4, 0));
 
     let seen = seen.lock().unwrap();
     assert_eq!(seen[0], (JSON.to_string(), Bytes::from(HTTP_EXPORT)));
     assert_eq!(seen[1], (PROTOBUF.to_string(), Bytes::from(grpc)));
-    assert_eq!(seen[2].0, PROTOBUF);
-    let forwarded = ExportTraceServiceRequest::decode(seen[2].1.clone()).unwrap();
-    let ids: Vec<(String, String, String)> = server_spans("", &forwarded)
-        .into_iter()
-        .map(|s| (s.trace_id, s.span_id, s.name))
-        .collect();
-    assert_eq!(
-        ids,
-        clients.map(|c| (c.trace_id, c.span_id, "infer add_sub".to_string()))
-    );
+    let name = "infer add_sub".to_string();
+    for (body, client) in seen[2..].iter().zip([first, last]) {
+        assert_eq!(body.0, PROTOBUF);
+        assert_eq!(
+            forwarded_ids(&body.1),
+            [(client.trace_id, client.span_id, name.clone())]
+        );
+    }
 }
 
 #[tokio::test]

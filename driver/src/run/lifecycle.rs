@@ -148,7 +148,7 @@ impl<'a> OpenRun<'a> {
         let verdict = driver.drive().await;
         let verdicts = driver.verdicts;
         if let Some(receiver) = receiver {
-            super::spans::finish_receiver(receiver, matrix, &self.store, &self.plan.run_id).await;
+            super::spans::finish_receiver(receiver, &self.store, &self.plan.run_id).await;
         }
         progress.done();
         Ok((verdict, verdicts))

@@ -9,6 +9,9 @@
 //! batches, each write bounded; a full queue or a failed write drops them, counted
 //! ([`ReceiverCounts`]). Forwarding is the same: one task sends the received bodies (and the
 //! clients' spans, [`client_request`]) from a bounded queue, dropping and counting what fails.
+//! The clients' spans go as the workers record them (every [`CLIENT_SPANS_EVERY`]), not at the
+//! run's end: a night's soak shows in the user's collector while it runs, and its end is not
+//! one burst past the queue.
 
 pub use crate::report::spans::ReceiverCounts;
 use axum::Router;
@@ -52,15 +55,22 @@ const FORWARD_LIMIT: Duration = Duration::from_secs(5);
 const FLUSH_LIMIT: Duration = Duration::from_secs(5);
 /// How long the HTTP server may take to close its connections at the stop.
 const SERVER_STOP_LIMIT: Duration = Duration::from_secs(2);
-/// The longest [`OtlpReceiver::stop`] takes: the server's close, the work in flight (a store
-/// write or a forward, the longer), then the flush.
+/// The longest [`OtlpReceiver::stop`] takes: the server's close, the clients' spans' last pass,
+/// the work in flight (a store write or a forward, the longer), then the flush.
 pub const STOP_LIMIT: Duration = SERVER_STOP_LIMIT
+    .saturating_add(STORE_LIMIT)
     .saturating_add(FORWARD_LIMIT)
     .saturating_add(FLUSH_LIMIT);
 const _: () = assert!(STORE_LIMIT.as_millis() <= FORWARD_LIMIT.as_millis());
 /// A body's size as sent, and once gunzipped.
 const BODY_LIMIT: usize = 16 << 20;
 const DECODED_LIMIT: u64 = 64 << 20;
+/// How often the clients' spans recorded since the last pass are sent on.
+pub const CLIENT_SPANS_EVERY: Duration = Duration::from_secs(5);
+/// Client spans per forwarded body.
+const CLIENT_SPANS_BATCH: u32 = 1_000;
+/// The service name of the clients' spans sent on.
+pub const CLIENT_SERVICE: &str = "triton-stress-worker";
 const JSON: &str = "application/json";
 const PROTOBUF: &str = "application/x-protobuf";
 
@@ -102,7 +112,11 @@ pub struct OtlpReceiver {
     server: tokio::task::JoinHandle<()>,
     writer: tokio::task::JoinHandle<()>,
     forwarder: Option<tokio::task::JoinHandle<()>>,
+    /// Sends the clients' spans on as they are recorded (with a forward target).
+    pump: Option<tokio::task::JoinHandle<()>>,
     closing: DropGuard,
+    /// Fired at the stop: the pump makes its last pass.
+    pumped: DropGuard,
     draining: DropGuard,
 }
 
@@ -122,7 +136,8 @@ struct Forward {
 
 impl OtlpReceiver {
     /// Binds `bind` (port 0: one the system picks) and serves the run's spans into `store`;
-    /// with `forward`, every body received is sent on to that URL too.
+    /// with `forward`, every body received is sent on to that URL too, and the run's client
+    /// spans as its workers record them.
     pub async fn start(
         bind: SocketAddr,
         store: Store,
@@ -144,6 +159,16 @@ impl OtlpReceiver {
             counts: Counters::default(),
             spans,
             forward: forward_tx,
+        });
+        let pumped = CancellationToken::new();
+        let pump = forward_rx.is_some().then(|| {
+            let (store, run_id) = (store.clone(), run_id.clone());
+            tokio::spawn(pump_client_spans(
+                store,
+                run_id,
+                shared.clone(),
+                pumped.clone(),
+            ))
         });
         let queue = Queue::new(spans_rx, draining.clone());
         let writer = tokio::spawn(write_spans(store, run_id, queue, shared.clone()));
@@ -171,7 +196,9 @@ impl OtlpReceiver {
             server,
             writer,
             forwarder,
+            pump,
             closing: closing.drop_guard(),
+            pumped: pumped.drop_guard(),
             draining: draining.drop_guard(),
         })
     }
@@ -189,29 +216,18 @@ impl OtlpReceiver {
         self.shared.counts.read()
     }
 
-    /// Queues the clients' spans for forwarding, as one protobuf body ([`client_request`]);
-    /// nothing without a forward target.
-    pub fn forward_client_spans(&self, spans: &[ClientSpan], service: &str) {
-        if self.shared.forward.is_some() && !spans.is_empty() {
-            let body = client_request(spans, service).encode_to_vec();
-            self.shared.queue_forward(Forward {
-                body: body.into(),
-                content_type: PROTOBUF,
-                gzip: false,
-            });
-        }
-    }
-
-    /// Stops serving, then flushes what is queued for the store and the forward target
-    /// (what is left after [`FLUSH_LIMIT`] is dropped), and says what it did: all within
-    /// [`STOP_LIMIT`].
+    /// Stops serving, sends on the clients' spans not sent yet, then flushes what is queued
+    /// for the store and the forward target (what is left after [`FLUSH_LIMIT`] is dropped),
+    /// and says what it did: all within [`STOP_LIMIT`].
     pub async fn stop(self) -> ReceiverCounts {
         let Self {
             shared,
             mut server,
             writer,
             forwarder,
+            pump,
             closing,
+            pumped,
             draining,
             ..
         } = self;
@@ -222,6 +238,12 @@ impl OtlpReceiver {
         {
             server.abort();
         }
+        drop(pumped);
+        if let Some(mut pump) = pump
+            && tokio::time::timeout(STORE_LIMIT, &mut pump).await.is_err()
+        {
+            pump.abort();
+        }
         drop(draining);
         let flush = async {
             let _ = writer.await;
@@ -229,7 +251,7 @@ impl OtlpReceiver {
                 let _ = f.await;
             }
         };
-        if tokio::time::timeout(STOP_LIMIT - SERVER_STOP_LIMIT, flush)
+        if tokio::time::timeout(STOP_LIMIT - SERVER_STOP_LIMIT - STORE_LIMIT, flush)
             .await
             .is_err()
         {
@@ -239,7 +261,61 @@ impl OtlpReceiver {
     }
 }
 
+/// The pump of the run's client spans to the forward target: every [`CLIENT_SPANS_EVERY`]
+/// those recorded since its last pass, and a last pass once its token fires.
+async fn pump_client_spans(
+    store: Store,
+    run_id: RunId,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) {
+    let mut after = 0;
+    loop {
+        let last = tokio::select! {
+            _ = tokio::time::sleep(CLIENT_SPANS_EVERY) => false,
+            _ = stop.cancelled() => true,
+        };
+        after = shared
+            .forward_client_spans_after(&store, &run_id, after)
+            .await;
+        if last {
+            return;
+        }
+    }
+}
+
 impl Shared {
+    /// Queues every client span recorded after id `after` for the forward target, a body per
+    /// batch; returns the last id queued (a read that fails is tried again at the next pass).
+    async fn forward_client_spans_after(
+        &self,
+        store: &Store,
+        run_id: &RunId,
+        mut after: i64,
+    ) -> i64 {
+        loop {
+            let read = store.client_spans_after(run_id, after, CLIENT_SPANS_BATCH);
+            match within(STORE_LIMIT, read).await {
+                Ok(spans) if !spans.is_empty() => {
+                    after = spans.last().map_or(after, |(id, _)| *id);
+                    let spans: Vec<ClientSpan> = spans.into_iter().map(|(_, s)| s).collect();
+                    self.queue_forward(Forward {
+                        body: client_request(&spans, CLIENT_SERVICE)
+                            .encode_to_vec()
+                            .into(),
+                        content_type: PROTOBUF,
+                        gzip: false,
+                    });
+                }
+                Ok(_) => return after,
+                Err(e) => {
+                    tracing::warn!("the clients' spans not read for forwarding: {e}");
+                    return after;
+                }
+            }
+        }
+    }
+
     /// One export request: answered at once, its spans queued for the store.
     fn export(&self, member: &str, headers: &HeaderMap, body: Bytes) -> Response {
         add(&self.counts.bodies, 1);

@@ -1,7 +1,7 @@
 //! The run's traced requests (issue 51) around its `Driver`: the OTLP receiver started when
 //! the plan needs one ([`crate::plan::spans::needs_receiver`]), each exporting server pointed
-//! at it at launch, and at the end the clients' spans sent on to `run.otlp_forward` and what
-//! the receiver did saved for the report.
+//! at it at launch (the receiver sends the clients' spans on to `run.otlp_forward` as they are
+//! recorded), and at the end what the receiver did saved for the report.
 
 use super::otlp::OtlpReceiver;
 use crate::launcher::Launcher;
@@ -11,12 +11,6 @@ use crate::plan::spans::{exports_to_run, needs_receiver};
 use std::borrow::Cow;
 use stress_common::contract::RunId;
 use stress_common::store::Store;
-
-/// The service name of the clients' spans sent on to `run.otlp_forward`.
-const CLIENT_SERVICE: &str = "triton-stress-worker";
-
-/// Client spans read and sent on per batch at the end.
-const FORWARD_BATCH: u32 = 1_000;
 
 /// Starts the run's receiver where the launcher's servers reach it, when the plan needs one;
 /// a launcher that knows no such address gets none, and says so.
@@ -76,17 +70,9 @@ pub(super) fn pointed_at<'s>(
     Cow::Owned(pointed)
 }
 
-/// The end: the clients' spans sent on to `run.otlp_forward` (when set), the receiver stopped
-/// and what it did saved for the report.
-pub(super) async fn finish_receiver(
-    receiver: OtlpReceiver,
-    matrix: &Matrix,
-    store: &Store,
-    run_id: &RunId,
-) {
-    if matrix.run.otlp_forward.is_some() {
-        forward_client_spans(&receiver, store, run_id).await;
-    }
+/// The end: the receiver stopped (the clients' spans not sent on yet go now) and what it did
+/// saved for the report.
+pub(super) async fn finish_receiver(receiver: OtlpReceiver, store: &Store, run_id: &RunId) {
     let counts = receiver.stop().await;
     tracing::info!(
         "OTLP receiver: {} span(s) received, {} stored, {} dropped, {} bad bodies; {} body(ies) forwarded, {} not",
@@ -99,23 +85,5 @@ pub(super) async fn finish_receiver(
     );
     if let Err(e) = store.save_document(run_id, "", &counts).await {
         tracing::warn!("the OTLP receiver's counts not saved: {e}");
-    }
-}
-
-/// Every client span of the run, a batch at a time, to the forward target.
-async fn forward_client_spans(receiver: &OtlpReceiver, store: &Store, run_id: &RunId) {
-    let mut after = 0;
-    loop {
-        let spans = match store.client_spans_after(run_id, after, FORWARD_BATCH).await {
-            Ok(spans) if !spans.is_empty() => spans,
-            Ok(_) => return,
-            Err(e) => {
-                tracing::warn!("the clients' spans not forwarded: {e}");
-                return;
-            }
-        };
-        after = spans.last().map_or(after, |(id, _)| *id);
-        let batch: Vec<_> = spans.into_iter().map(|(_, s)| s).collect();
-        receiver.forward_client_spans(&batch, CLIENT_SERVICE);
     }
 }

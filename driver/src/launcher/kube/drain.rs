@@ -93,9 +93,10 @@ pub fn node_of(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref()?.node_name.as_deref()
 }
 
-/// Before anything starts, for a matrix with a `drain`: whether the driver may get and patch
-/// nodes (asked of the API server: a SelfSubjectAccessReview, which every user may create),
-/// and the node the driver itself runs on (None: outside the cluster), which no drain may hit.
+/// Before anything starts, for a matrix with a `drain`: whether the driver may get, list and
+/// patch nodes (asked of the API server: a SelfSubjectAccessReview, which every user may
+/// create), and the node the driver itself runs on (None: outside the cluster), which no drain
+/// may hit: refused here already when it is the only node pods can be scheduled on.
 pub async fn preflight(client: &Client) -> Result<Option<String>, String> {
     for (group, resource, verbs) in DRAIN_ACCESS {
         for verb in *verbs {
@@ -108,7 +109,35 @@ pub async fn preflight(client: &Client) -> Result<Option<String>, String> {
             }
         }
     }
-    own_node(client).await
+    let Some(own) = own_node(client).await? else {
+        return Ok(None);
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    let listed = nodes
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| format!("listing the nodes: {e}"))?;
+    match only_schedulable(&listed.items) {
+        Some(only) if only == own => Err(format!(
+            "node {own} holds the driver itself and is the only node pods can be scheduled on: \
+             a drain of it would stop the driver"
+        )),
+        _ => Ok(Some(own)),
+    }
+}
+
+/// The one node of `nodes` that is not cordoned (None: none, or several).
+fn only_schedulable(nodes: &[Node]) -> Option<&str> {
+    let mut open = nodes.iter().filter(|n| {
+        !n.spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+    });
+    match (open.next(), open.next()) {
+        (Some(one), None) => one.metadata.name.as_deref(),
+        _ => None,
+    }
 }
 
 async fn allowed(client: &Client, group: &str, resource: &str, verb: &str) -> Result<bool, String> {
@@ -168,6 +197,28 @@ pub fn refusals(matrix: &crate::matrix::Matrix, why: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::{Node, NodeSpec};
+
+    fn node(name: &str, cordoned: bool) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.spec = Some(NodeSpec {
+            unschedulable: Some(cordoned),
+            ..Default::default()
+        });
+        n
+    }
+
+    #[test]
+    fn the_only_node_pods_can_land_on_is_the_one_not_cordoned() {
+        let one = [node("a", false)];
+        assert_eq!(super::only_schedulable(&one), Some("a"));
+        let cordoned = [node("a", true), node("b", false)];
+        assert_eq!(super::only_schedulable(&cordoned), Some("b"));
+        let two = [node("a", false), node("b", false)];
+        assert_eq!(super::only_schedulable(&two), None);
+    }
+
     /// deploy/drain's ClusterRole grants exactly [`super::DRAIN_ACCESS`].
     #[test]
     fn the_drain_cluster_role_grants_exactly_what_a_drain_calls() {
