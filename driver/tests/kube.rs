@@ -1499,16 +1499,9 @@ faults:
         "{rows:#?}"
     );
     let cordoned_by = driver::launcher::kube::drain::CORDONED_BY;
-    let after = nodes.get(&node).await.unwrap();
     assert!(
-        !after
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-            && !after.labels().contains_key(cordoned_by),
-        "the node is uncordoned, the run's cordon label gone: {:?}",
-        after.metadata.labels
+        uncordoned(&nodes, &node).await,
+        "the node is uncordoned, the run's cordon label gone"
     );
     assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
     // A driver that died mid-drain leaves its node cordoned and labelled: `driver cleanup --run`
@@ -1526,16 +1519,17 @@ faults:
         .output()
         .unwrap();
     assert!(cleanup.status.success(), "{cleanup:?}");
-    let after = nodes.get(&node).await.unwrap();
-    assert!(
-        !after
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-            && !after.labels().contains_key(cordoned_by),
-        "{cleanup:?}"
-    );
+    assert!(uncordoned(&nodes, &node).await, "{cleanup:?}");
+}
+
+/// Whether `node` is schedulable and carries no run's cordon label.
+async fn uncordoned(nodes: &Api<Node>, node: &str) -> bool {
+    let now = nodes.get(node).await.unwrap();
+    let cordoned = now.spec.as_ref().and_then(|s| s.unschedulable);
+    !cordoned.unwrap_or(false)
+        && !now
+            .labels()
+            .contains_key(driver::launcher::kube::drain::CORDONED_BY)
 }
 
 /// A server pod evicted by someone else mid-run (no fault planned it: a drain, a kubectl, the
