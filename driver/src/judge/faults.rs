@@ -70,11 +70,7 @@ impl InjectedFault {
     /// When what it hit was back: as its probe saw it (a server READY, a worker running again)
     /// after what stopped or evicted it, else the fault's end (None: not yet).
     pub fn back_ms(&self) -> Option<i64> {
-        if self.kind.probed() {
-            self.ready_at_ms
-        } else {
-            self.ended_at_ms
-        }
+        back_ms(self.kind, self.ready_at_ms, self.ended_at_ms)
     }
 
     /// Whether `member`'s process was replaced by this fault (its pod evicted and applied
@@ -176,7 +172,23 @@ fn secs(ms: i64) -> String {
     crate::matrix::faults::human(std::time::Duration::from_millis(ms.max(0) as u64))
 }
 
+/// When what a fault of `kind` hit was back: its probe's time (`ready_at_ms`) when it stopped
+/// or evicted something, else the fault's end.
+fn back_ms(kind: FaultKind, ready_at_ms: Option<i64>, ended_at_ms: Option<i64>) -> Option<i64> {
+    if kind.probed() {
+        ready_at_ms
+    } else {
+        ended_at_ms
+    }
+}
+
 impl FaultOutcome {
+    /// When what it hit was back, as [`InjectedFault::back_ms`] says: its probe's time for a
+    /// fault that stopped or evicted something, else the fault's end.
+    pub fn back_ms(&self) -> Option<i64> {
+        back_ms(self.kind, self.ready_at_ms, self.ended_at_ms)
+    }
+
     /// Why it fails the run, in one line: `fault NAME (KIND of SERVER): VERDICT`.
     pub fn reason(&self) -> String {
         format!(

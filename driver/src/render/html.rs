@@ -484,11 +484,7 @@ fn faults(r: &Report) -> Markup {
         .faults
         .iter()
         .map(|f| {
-            let server_back = if f.kind.probed() {
-                f.ready_at_ms
-            } else {
-                f.ended_at_ms
-            };
+            let server_back = f.back_ms();
             let recovery = f
                 .recovery_s
                 .map_or_else(|| "-".to_string(), |s| format!("{s:.1} s"));

@@ -690,11 +690,7 @@ fn render_faults(out: &mut String, faults: &[crate::judge::faults::FaultOutcome]
             at(f.injected_at_ms),
             at(f.first_error_ms),
             if f.kind.probed() { "back" } else { "ended" },
-            at(if f.kind.probed() {
-                f.ready_at_ms
-            } else {
-                f.ended_at_ms
-            }),
+            at(f.back_ms()),
             at(f.recovered_at_ms),
             f.lost_requests,
             f.sequences_cut,
