@@ -81,6 +81,11 @@ const LOG_TAIL_LINES: i64 = 50;
 const RESTART_GRACE: Duration = Duration::from_secs(30);
 /// A pod deleted for a fault that is still there this long after its grace has failed.
 const RECREATE_LIMIT: Duration = Duration::from_secs(60);
+/// A pod deleted for a fault that is still in the API this long after its grace is deleted at
+/// once: its containers were killed when the grace ran out, and this cluster's kubelet was
+/// seen to take 66 s more to confirm a deletion (CI, 2026-12-05), which the fault's recovery
+/// would otherwise count as the server's.
+const CONFIRM_WAIT: Duration = Duration::from_secs(5);
 
 /// What the kube launcher needs beyond the matrix.
 #[derive(Debug, Clone)]
@@ -137,8 +142,46 @@ struct Recreation {
     old_uid: Option<String>,
     /// The new pod's uid once applied: done when the watch sees it.
     new_uid: Option<String>,
+    /// When the old pod, still there, is deleted at once (None: done).
+    force_at: Option<Instant>,
     /// The old pod must be gone by then.
     give_up_at: Instant,
+}
+
+/// What a recreation does next while its new pod is not applied yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecreationStep {
+    /// The old pod is gone: apply the new one.
+    Apply,
+    /// The old pod is ending within its grace.
+    Wait,
+    /// The old pod outlived its grace: delete it at once (its containers are past their kill).
+    ForceDelete,
+    /// The old pod is still there after a force delete and the limit: the member failed.
+    GiveUp,
+}
+
+impl Recreation {
+    fn new(old_uid: Option<String>, grace: Duration, waits: Duration, now: Instant) -> Self {
+        Recreation {
+            old_uid,
+            new_uid: None,
+            force_at: Some(now + grace + waits + CONFIRM_WAIT),
+            give_up_at: now + grace + waits + RECREATE_LIMIT,
+        }
+    }
+
+    fn step(&self, old_is_there: bool, now: Instant) -> RecreationStep {
+        if !old_is_there {
+            RecreationStep::Apply
+        } else if now >= self.give_up_at {
+            RecreationStep::GiveUp
+        } else if self.force_at.is_some_and(|at| now >= at) {
+            RecreationStep::ForceDelete
+        } else {
+            RecreationStep::Wait
+        }
+    }
 }
 
 pub struct KubeLauncher {
@@ -603,8 +646,15 @@ impl KubeLauncher {
                     continue;
                 }
             };
-            if old_is_there {
-                if Instant::now() >= r.give_up_at {
+            match r.step(old_is_there, Instant::now()) {
+                RecreationStep::Apply => {}
+                RecreationStep::Wait => continue,
+                RecreationStep::ForceDelete => {
+                    let pod = mp.pod.clone();
+                    self.force_delete(&member, &pod).await;
+                    continue;
+                }
+                RecreationStep::GiveUp => {
                     self.recreating.remove(&member);
                     failed.push(MemberExit::because(
                         &member,
@@ -613,8 +663,8 @@ impl KubeLauncher {
                             mp.pod
                         ),
                     ));
+                    continue;
                 }
-                continue;
             }
             let applied = self
                 .pods
@@ -641,6 +691,22 @@ impl KubeLauncher {
             }
         }
         failed
+    }
+
+    /// Deletes `member`'s old pod at once (grace 0), once: a failure is logged and the
+    /// recreation's limit decides.
+    async fn force_delete(&mut self, member: &str, pod: &str) {
+        if let Some(r) = self.recreating.get_mut(member) {
+            r.force_at = None;
+        }
+        tracing::info!("{member}: pod {pod} still there after its grace: deleted at once");
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        if let Err(e) = self.pods.delete(pod, &dp).await {
+            tracing::warn!("{member}: deleting pod {pod} at once: {e}");
+        }
     }
 
     /// `member`'s pod deleted (kill, restart) or evicted (evict, drain), to be applied again
@@ -700,11 +766,7 @@ impl KubeLauncher {
         }
         self.recreating.insert(
             member.into(),
-            Recreation {
-                old_uid,
-                new_uid: None,
-                give_up_at: Instant::now() + grace + waits + RECREATE_LIMIT,
-            },
+            Recreation::new(old_uid, grace, waits, Instant::now()),
         );
         // The pod's deletion wakes the poll loop (`member_may_have_ended`), whose `exited`
         // applies the pod again as soon as the API has let the old one go.
@@ -1273,6 +1335,29 @@ mod rbac_tests {
 
 #[cfg(test)]
 mod tests {
+    use super::{Recreation, RecreationStep};
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    /// A pod deleted for a fault is waited for through its grace (and what else the fault
+    /// waits), deleted at once a little after, once, and a failure only after the limit.
+    #[test]
+    fn a_pod_deleted_for_a_fault_is_forced_out_after_its_grace_and_given_up_on_at_the_limit() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(30);
+        let waits = Duration::from_secs(10);
+        let mut r = Recreation::new(Some("old".into()), grace, waits, t0);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(r.step(false, at(1)), RecreationStep::Apply);
+        assert_eq!(r.step(true, at(1)), RecreationStep::Wait);
+        assert_eq!(r.step(true, at(40)), RecreationStep::Wait);
+        assert_eq!(r.step(true, at(46)), RecreationStep::ForceDelete);
+        r.force_at = None;
+        assert_eq!(r.step(true, at(46)), RecreationStep::Wait);
+        assert_eq!(r.step(false, at(47)), RecreationStep::Apply);
+        assert_eq!(r.step(true, at(100)), RecreationStep::GiveUp);
+    }
+
     #[test]
     fn the_driver_address_is_the_one_on_the_route_to_the_api_server() {
         let loopback: std::net::SocketAddr = "127.0.0.1:6443".parse().unwrap();
