@@ -633,6 +633,7 @@ mod tests {
                     intended_ns: 0,
                     sent_ns: 0,
                     answered_ns: 0,
+                    received_ns: None,
                     ok: true,
                 })
                 .collect();

@@ -178,6 +178,12 @@ pub struct ClientSpan {
     pub sent_ns: i64,
     /// When its answer (or its error) was in.
     pub answered_ns: i64,
+    /// When its answer reached this host: the kernel's receive time of the read that brought
+    /// it, where the client has one (the worker's lean gRPC path). From there to `answered_ns`
+    /// the answer waited for the client (a client short of CPU reads late); without it that
+    /// wait cannot be told from the wire's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_ns: Option<i64>,
     pub ok: bool,
 }
 

@@ -81,7 +81,7 @@ async fn create_database(admin_url: &str, db: &str) {
 // ---- Fixtures
 
 /// The newest schema version (a new migration bumps it here, on purpose).
-const LATEST_SCHEMA: i64 = 22;
+const LATEST_SCHEMA: i64 = 23;
 
 /// Ids unique across processes and test runs, so a shared `TEST_DATABASE_URL` works too.
 fn unique(prefix: &str) -> RunId {
@@ -2356,6 +2356,8 @@ async fn traced_tail(url: &str) {
         sent_ns: 1_000 * i + 1,
         // Latency i ms: request 10 of "a" is its slowest.
         answered_ns: 1_000 * i + 1_000_000 * i,
+        // The kernel's receive time where the client has one (even requests here).
+        received_ns: (i % 2 == 0).then_some(1_000 * i + 1_000_000 * i - 7),
         ok: i != 3,
     };
     let sink = store.sink(run_id.clone(), "client-0");
@@ -2437,6 +2439,7 @@ async fn client_spans_after(url: &str) {
         intended_ns: i,
         sent_ns: i + 1,
         answered_ns: i + 2,
+        received_ns: None,
         ok: i != 2,
     };
     let snapshot = |spans: Vec<ClientSpan>| WorkerSnapshot {

@@ -88,6 +88,7 @@ fn client_span(trace_id: &str, span_id: &str) -> ClientSpan {
         intended_ns: 1,
         sent_ns: 2,
         answered_ns: 3,
+        received_ns: None,
         ok: true,
     }
 }

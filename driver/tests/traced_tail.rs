@@ -38,6 +38,7 @@ fn request(i: i64, infer: i64) -> (ClientSpan, Vec<ServerSpan>) {
         intended_ns: at,
         sent_ns: sent,
         answered_ns: server_out + 150 * US,
+        received_ns: None,
         ok: true,
     };
     let span = |id: i64, parent: String, name: &str, events: &[(&str, i64)]| ServerSpan {

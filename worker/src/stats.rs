@@ -681,6 +681,7 @@ mod tests {
             intended_ns: 1,
             sent_ns: 2,
             answered_ns: 3,
+            received_ns: None,
             ok: true,
         };
         let stats = Stats::default();

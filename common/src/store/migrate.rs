@@ -171,6 +171,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../../migrations/sqlite/0022_spans.sql"),
         postgres: include_str!("../../migrations/postgres/0022_spans.sql"),
     },
+    Migration {
+        version: 23,
+        name: "span_received",
+        sqlite: include_str!("../../migrations/sqlite/0023_span_received.sql"),
+        postgres: include_str!("../../migrations/postgres/0023_span_received.sql"),
+    },
 ];
 
 /// The key of the advisory lock that serialises migrations on Postgres ("stressmg" in ASCII).

@@ -14,7 +14,7 @@ pub struct TracedTail {
     /// The slowest traced requests of each (scenario, model), by client latency (from the
     /// intended send to the answer), slowest first within each.
     pub client: Vec<ClientSpan>,
-    /// The fastest traced requests to each server (by the client's time from send to answer,
+    /// The fastest traced requests to each server (by the time from send to answer, received,
     /// [`FASTEST_PER_SERVER`] at most): the tightest bounds on each server's clock offset.
     pub fastest: Vec<ClientSpan>,
     /// The server spans of those requests' traces (the tail's and the fastest's).
@@ -42,6 +42,7 @@ struct ClientSpanRow {
     intended_ns: i64,
     sent_ns: i64,
     answered_ns: i64,
+    received_ns: Option<i64>,
     ok: i64,
 }
 
@@ -68,6 +69,7 @@ impl From<ClientSpanRow> for ClientSpan {
             intended_ns: r.intended_ns,
             sent_ns: r.sent_ns,
             answered_ns: r.answered_ns,
+            received_ns: r.received_ns,
             ok: r.ok != 0,
         }
     }
@@ -90,15 +92,26 @@ impl ServerSpanRow {
     }
 }
 
+/// The columns of a [`ClientSpanRow`], in every read of client spans.
+macro_rules! client_span_columns {
+    () => {
+        "trace_id, span_id, scenario, model, server, intended_ns, sent_ns, answered_ns,
+         received_ns, ok"
+    };
+}
+
 /// A run's client spans (`$1`) with each one's latency rank within its (scenario, model),
 /// slowest first, and how many that (scenario, model) has.
 macro_rules! ranked_client_spans {
     () => {
-        "SELECT trace_id, span_id, scenario, model, server, intended_ns, sent_ns, answered_ns, ok,
-                ROW_NUMBER() OVER (PARTITION BY scenario, model
+        concat!(
+            "SELECT ",
+            client_span_columns!(),
+            ", ROW_NUMBER() OVER (PARTITION BY scenario, model
                                    ORDER BY answered_ns - intended_ns DESC) AS rank,
                 COUNT(*) OVER (PARTITION BY scenario, model) AS n
-         FROM client_spans WHERE run_id = $1"
+             FROM client_spans WHERE run_id = $1"
+        )
     };
 }
 
@@ -106,9 +119,13 @@ macro_rules! ranked_client_spans {
 /// (client's send to answer) first.
 macro_rules! fastest_client_spans {
     () => {
-        "SELECT trace_id, span_id, scenario, model, server, intended_ns, sent_ns, answered_ns, ok,
-                ROW_NUMBER() OVER (PARTITION BY server ORDER BY answered_ns - sent_ns) AS quick
-         FROM client_spans WHERE run_id = $1"
+        concat!(
+            "SELECT ",
+            client_span_columns!(),
+            ", ROW_NUMBER() OVER (PARTITION BY server
+                                   ORDER BY COALESCE(received_ns, answered_ns) - sent_ns) AS quick
+             FROM client_spans WHERE run_id = $1"
+        )
     };
 }
 
@@ -124,8 +141,9 @@ impl Store {
         for s in spans {
             sqlx::query(
                 "INSERT INTO client_spans (run_id, member_id, trace_id, span_id, scenario, model,
-                                           server, intended_ns, sent_ns, answered_ns, ok)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                                           server, intended_ns, sent_ns, answered_ns,
+                                           received_ns, ok)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             )
             .bind(run_id.as_str())
             .bind(member_id.as_str())
@@ -137,6 +155,7 @@ impl Store {
             .bind(s.intended_ns)
             .bind(s.sent_ns)
             .bind(s.answered_ns)
+            .bind(s.received_ns)
             .bind(i64::from(s.ok))
             .execute(&mut **tx)
             .await
@@ -185,9 +204,9 @@ impl Store {
         .await
         .map_err(self.db("traced_tail"))?;
         let client: Vec<ClientSpanRow> = sqlx::query_as(concat!(
-            "SELECT trace_id, span_id, scenario, model, server, intended_ns, sent_ns,
-                    answered_ns, ok
-             FROM (",
+            "SELECT ",
+            client_span_columns!(),
+            " FROM (",
             ranked_client_spans!(),
             ") AS r WHERE rank <= n * $2 OR rank = 1
              ORDER BY scenario, model, rank"
@@ -231,9 +250,9 @@ impl Store {
     /// The fastest traced requests to each server.
     async fn fastest_traced(&self, run_id: &RunId) -> Result<Vec<ClientSpan>> {
         let client: Vec<ClientSpanRow> = sqlx::query_as(concat!(
-            "SELECT trace_id, span_id, scenario, model, server, intended_ns, sent_ns,
-                    answered_ns, ok
-             FROM (",
+            "SELECT ",
+            client_span_columns!(),
+            " FROM (",
             fastest_client_spans!(),
             ") AS f WHERE quick <= $2 ORDER BY server, quick"
         ))
@@ -269,11 +288,11 @@ impl Store {
             #[sqlx(flatten)]
             span: ClientSpanRow,
         }
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT id, trace_id, span_id, scenario, model, server, intended_ns, sent_ns,
-                    answered_ns, ok
-             FROM client_spans WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-        )
+        let rows: Vec<Row> = sqlx::query_as(concat!(
+            "SELECT id, ",
+            client_span_columns!(),
+            " FROM client_spans WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+        ))
         .bind(run_id.as_str())
         .bind(after_id)
         .bind(i64::from(limit))

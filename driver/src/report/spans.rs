@@ -28,7 +28,9 @@ pub const SLOWEST: usize = 5;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Part {
-    /// From when the request was meant to leave to when the client began to send it.
+    /// The client's own delay: from when the request was meant to leave to when the client
+    /// began to send it, and, where the kernel's receive time of the answer is known, from
+    /// then to the answer in the client's hands (a client short of CPU reads late).
     Client,
     /// From the send to the server's receipt.
     TransportIn,
@@ -40,9 +42,9 @@ pub enum Part {
     ComputeInput,
     ComputeInfer,
     ComputeOutput,
-    /// From the server's last byte out to the answer in the client's hands: the wire back, and
-    /// a client too busy to read its answer at once (without the kernel's receive time the
-    /// two cannot be told apart; a long way back beside a short way in is usually the client).
+    /// From the server's last byte out to the answer's arrival on the client's host (its
+    /// kernel's receive time); without that time, to the answer in the client's hands, which
+    /// then holds a client too busy to read its answer at once as well as the wire back.
     TransportOut,
 }
 
@@ -75,8 +77,8 @@ impl Part {
 
 /// A request's time in order: the part of each stretch between two of its boundaries
 /// (intended, sent, server in, QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END,
-/// COMPUTE_OUTPUT_START, COMPUTE_END, server out, answered).
-const SEGMENTS: [Part; 9] = [
+/// COMPUTE_OUTPUT_START, COMPUTE_END, server out, received, answered).
+const SEGMENTS: [Part; 10] = [
     Part::Client,
     Part::TransportIn,
     Part::Handling,
@@ -86,6 +88,7 @@ const SEGMENTS: [Part; 9] = [
     Part::ComputeOutput,
     Part::Handling,
     Part::TransportOut,
+    Part::Client,
 ];
 
 /// One value per part.
@@ -238,9 +241,15 @@ pub struct ClockOffset {
 /// The request's bounds on its server's clock offset: (lowest, highest).
 pub fn offset_bounds(client: &ClientSpan, times: &ServerTimes) -> (i64, i64) {
     (
-        times.server_out - client.answered_ns,
+        times.server_out - received(client),
         times.server_in - client.sent_ns,
     )
+}
+
+/// When the answer reached the client's host: the kernel's receive time where known, else
+/// when the client had it.
+fn received(client: &ClientSpan) -> i64 {
+    client.received_ns.unwrap_or(client.answered_ns)
 }
 
 /// `server`'s offset from its requests' bounds (at least one).
@@ -273,7 +282,7 @@ fn midpoint(a: i64, b: i64) -> i64 {
 /// A request's boundaries in the client's clock (the server's moved by `offset_ns`), each no
 /// earlier than the one before and no later than the answer: no part is ever negative, and
 /// they add up to the time from the intended send to the answer.
-pub fn boundaries(client: &ClientSpan, times: &ServerTimes, offset_ns: i64) -> [i64; 10] {
+pub fn boundaries(client: &ClientSpan, times: &ServerTimes, offset_ns: i64) -> [i64; 11] {
     let server = [
         times.server_in,
         times.queue_start,
@@ -285,21 +294,22 @@ pub fn boundaries(client: &ClientSpan, times: &ServerTimes, offset_ns: i64) -> [
     ];
     let start = client.intended_ns;
     let end = client.answered_ns.max(start);
-    let mut raw = [0; 10];
+    let mut raw = [0; 11];
     raw[1] = client.sent_ns;
     for (i, t) in server.iter().enumerate() {
         raw[i + 2] = t - offset_ns;
     }
-    let mut b = [start; 10];
-    for i in 1..9 {
+    raw[9] = received(client);
+    let mut b = [start; 11];
+    for i in 1..10 {
         b[i] = raw[i].clamp(b[i - 1], end);
     }
-    b[9] = end;
+    b[10] = end;
     b
 }
 
 /// Each part's time (ns) between `boundaries`.
-pub fn parts(boundaries: &[i64; 10]) -> Parts<i64> {
+pub fn parts(boundaries: &[i64; 11]) -> Parts<i64> {
     let mut parts = Parts::default();
     for (i, part) in SEGMENTS.iter().enumerate() {
         *parts.field_mut(*part) += boundaries[i + 1] - boundaries[i];
@@ -453,7 +463,7 @@ pub fn join<'t>(tail: &'t TracedTail, tail_share: f64) -> Option<TraceJoin> {
     // The fastest requests bound each clock tightly: a tail request's own bounds are as wide as
     // its delays (a client too busy to read its answer at once widens them by that much).
     let fastest: Vec<Request> = tail.fastest.iter().map(joined).collect();
-    let clocks = clocks(requests.iter().chain(&fastest));
+    let clocks = clocks(&fastest, &requests);
     let offsets: BTreeMap<&str, i64> = clocks
         .iter()
         .map(|c| (c.server.as_str(), c.offset_ns))
@@ -468,21 +478,33 @@ pub fn join<'t>(tail: &'t TracedTail, tail_share: f64) -> Option<TraceJoin> {
     })
 }
 
-/// Every server's clock offset, from the requests it answered.
-fn clocks<'r, 'c: 'r>(requests: impl Iterator<Item = &'r Request<'c>>) -> Vec<ClockOffset> {
-    let mut bounds: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
-    for r in requests {
-        if let Ok((server, times)) = &r.server {
-            bounds
-                .entry(server)
-                .or_default()
-                .push(offset_bounds(r.client, times));
-        }
+/// Every server's clock offset, from the fastest requests it answered; from the tail's for
+/// a server with none of those. Only where the bounds agree would the tail's not matter (an
+/// intersection); where they disagree (Triton's GRPC_SEND_END comes a little after the
+/// answer is on the wire), the tail's wide bounds would widen the estimate by their delays.
+fn clocks<'c>(fastest: &[Request<'c>], tail: &[Request<'c>]) -> Vec<ClockOffset> {
+    let mut bounds = server_bounds(fastest);
+    for (server, b) in server_bounds(tail) {
+        bounds.entry(server).or_insert(b);
     }
     bounds
         .into_iter()
         .map(|(server, b)| clock_offset(server, &b))
         .collect()
+}
+
+/// Each server's requests' bounds on its clock offset.
+fn server_bounds<'c>(requests: &[Request<'c>]) -> BTreeMap<&'c str, Vec<(i64, i64)>> {
+    let mut bounds: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
+    for r in requests {
+        if let Ok((server, times)) = &r.server {
+            bounds
+                .entry(*server)
+                .or_default()
+                .push(offset_bounds(r.client, times));
+        }
+    }
+    bounds
 }
 
 /// A row per (scenario, model): those traced, in their order, then any other of the tail.
@@ -533,7 +555,7 @@ fn tail_row(
                 for part in Part::ALL {
                     *sums.field_mut(part) += p.get(part);
                 }
-                total += b[9] - b[0];
+                total += b[b.len() - 1] - b[0];
                 split += 1;
             }
             Err(Unjoined::NoSpans) => no_spans += 1,
@@ -629,12 +651,15 @@ mod tests {
         output: i64,
         handling_out: i64,
         transport_out: i64,
+        /// How long the answer waited on the client's host to be read: `None` when the
+        /// client has no kernel receive time (its span then ends at the answer).
+        read: Option<i64>,
     }
 
     impl Truth {
         fn parts(&self) -> Parts<i64> {
             Parts {
-                client: self.client,
+                client: self.client + self.read.unwrap_or(0),
                 transport_in: self.transport_in,
                 transport_out: self.transport_out,
                 handling: self.handling_in + self.handling_out,
@@ -663,6 +688,7 @@ mod tests {
             output: 95 * US,
             handling_out: 80 * US,
             transport_out: 150 * US,
+            read: None,
         }
     }
 
@@ -685,7 +711,8 @@ mod tests {
         let output_start = input_end + t.infer;
         let compute_end = output_start + t.output;
         let server_out = compute_end + t.handling_out;
-        let answered = server_out + t.transport_out;
+        let received = server_out + t.transport_out;
+        let answered = received + t.read.unwrap_or(0);
         let client = ClientSpan {
             trace_id: format!("{:032x}", 0xabc0_0000 + i),
             span_id: format!("{:016x}", 0x100 + i),
@@ -695,6 +722,7 @@ mod tests {
             intended_ns: at,
             sent_ns: sent,
             answered_ns: answered,
+            received_ns: t.read.map(|_| received),
             ok: true,
         };
         let s = |t: i64| t + skew;
@@ -815,7 +843,7 @@ mod tests {
                 }
             })
             .collect();
-        let clock = clocks(requests.iter()).remove(0);
+        let clock = clocks(&requests, &[]).remove(0);
         let parts = requests
             .iter()
             .map(|r| {
@@ -945,6 +973,7 @@ mod tests {
                     intended_ns: server_in - 300 * US,
                     sent_ns: server_in - 300 * US,
                     answered_ns: server_out + 400 * US,
+                    received_ns: None,
                     ok: true,
                 };
                 let tail = TracedTail {
@@ -1061,6 +1090,51 @@ mod tests {
         }
     }
 
+    /// A client short of CPU reads its answers late: with the kernel's receive time that wait
+    /// is the client's; without it, it cannot be told from the wire's.
+    mod a_late_read {
+        use super::*;
+
+        fn starved(read: Option<i64>) -> Truth {
+            Truth {
+                read,
+                ..sleeping_20ms()
+            }
+        }
+
+        #[test]
+        fn is_the_client_s_when_the_kernel_s_receive_time_is_known() {
+            let truth = starved(Some(30 * MS));
+            let tail = run(5, |_| truth, 3_000 * MS, "grpc");
+            let (parts, clock) = split_of(&tail);
+            for p in parts {
+                assert!(p.client >= 30 * MS, "{p:?}");
+                assert!(p.transport_out < MS, "{p:?}");
+                assert!(within(&p, &truth.parts(), clock.bound_ns), "{p:?}");
+            }
+            // The tail's shares: the client's half of it (30 of ~50.6 ms), all adding up.
+            let shares = join(&tail, 1.0).unwrap().rows[0].shares.unwrap();
+            assert!((shares.client - 30.0 / 50.65).abs() < 0.01, "{shares:?}");
+            let sum: f64 = Part::ALL.iter().map(|&x| shares.get(x)).sum();
+            assert!((sum - 1.0).abs() < 1e-9, "{shares:?}");
+        }
+
+        #[test]
+        fn is_transport_out_when_it_is_not() {
+            let mut tail = run(5, |_| starved(Some(30 * MS)), 0, "grpc");
+            for c in &mut tail.client {
+                c.received_ns = None;
+            }
+            // Nor is the offset then bounded by the arrival: the wait is split between the
+            // ways in and out.
+            let (parts, _) = split_of(&tail);
+            for p in parts {
+                assert!(p.client < MS, "{p:?}");
+                assert!(p.transport_in + p.transport_out >= 30 * MS, "{p:?}");
+            }
+        }
+    }
+
     /// The server's clock offset, estimated and applied.
     mod clocks {
         use super::*;
@@ -1165,6 +1239,50 @@ mod tests {
             assert!(
                 shares.transport_in + shares.transport_out < 0.05,
                 "{shares:?}"
+            );
+        }
+
+        #[test]
+        fn the_fastest_requests_bound_the_clock_not_the_tail_s_wide_ones() {
+            let skew = 3_000 * MS;
+            // The tail: answers read 30 ms late, with no receive time: bounds 30 ms wide.
+            let late = |_| Truth {
+                read: Some(30 * MS),
+                ..sleeping_20ms()
+            };
+            let mut tail = run(5, late, skew, "grpc");
+            for c in &mut tail.client {
+                c.received_ns = None;
+            }
+            // The fastest, one of whose GRPC_SEND_END comes 1 ms after its answer arrived:
+            // their bounds disagree, and the offset is their midpoints' median.
+            let quick = run(5, |_| sleeping_20ms(), skew, "grpc");
+            for (i, (mut c, spans)) in quick
+                .client
+                .into_iter()
+                .zip(quick.server.chunks(3))
+                .enumerate()
+            {
+                c.trace_id = c.trace_id.replace("abc", "def");
+                tail.fastest.push(c.clone());
+                for mut s in spans.iter().cloned() {
+                    s.trace_id = c.trace_id.clone();
+                    for e in s
+                        .events
+                        .iter_mut()
+                        .filter(|e| i == 0 && e.name == "GRPC_SEND_END")
+                    {
+                        e.at_ns += MS;
+                    }
+                    tail.server.push(s);
+                }
+            }
+            let clock = join(&tail, 1.0).unwrap().clocks.remove(0);
+            assert!(!clock.consistent, "{clock:?}");
+            assert!(clock.bound_ns < MS, "{clock:?}");
+            assert!(
+                (clock.offset_ns - skew).abs() <= clock.bound_ns,
+                "{clock:?}"
             );
         }
     }
@@ -1282,6 +1400,7 @@ mod tests {
         fn the_slowest_are_waterfalls_in_time_order_slowest_first() {
             let slower = |i: u64| Truth {
                 infer: (20 + i as i64) * MS,
+                read: Some(30 * US),
                 ..sleeping_20ms()
             };
             let joined = join(&run(8, slower, 0, "http"), 0.01).unwrap();

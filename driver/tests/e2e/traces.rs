@@ -2,11 +2,47 @@
 //! tritonserver 2.51, which the run puts in OpenTelemetry mode and points at its receiver. A
 //! model slow in its queue (two instances of 50 ms, 12 requests in flight) is attributed to
 //! the queue; one slow in compute (200 ms, never more requests in flight than instances) to
-//! compute — over gRPC and over HTTP.
+//! compute — over gRPC and over HTTP. A client kept off the CPU most of the time (its worker
+//! stopped for 90 ms of every 100) is attributed to the client: its answers wait in the kernel
+//! until it reads them, and gRPC's traced requests carry the kernel's receive time.
 
 use crate::support::{
-    RUN_LOCK, edit_matrix, ensure_worker, read_json, run_matrix_for, smoke_matrix,
+    RUN_LOCK, edit_matrix, ensure_worker, processes, read_json, run_matrix_for, smoke_matrix,
 };
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::time::Duration;
+
+/// Keeps the worker of `member` in run `run_id` stopped 90 ms of every 100 until cancelled
+/// (dropped): a client starved of CPU, whatever the machine's cgroups.
+async fn starve(run_id: &str, member: &str) {
+    let is_it = |args: &[String]| {
+        let after = |flag: &str| args.iter().skip_while(|a| *a != flag).nth(1);
+        after("--run-id").map(String::as_str) == Some(run_id)
+            && after("--member-id").map(String::as_str) == Some(member)
+    };
+    let pid = loop {
+        if let Some(p) = processes().into_iter().find(|p| is_it(&p.args)) {
+            break Pid::from_raw(p.pid as i32);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let _resumed = Resume(pid);
+    while kill(pid, Signal::SIGSTOP).is_ok() {
+        tokio::time::sleep(Duration::from_millis(90)).await;
+        let _ = kill(pid, Signal::SIGCONT);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Lets a stopped process go on when the starving ends.
+struct Resume(Pid);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = kill(self.0, Signal::SIGCONT);
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tail_of_a_queueing_model_is_queue_and_of_a_slow_model_compute() {
@@ -38,13 +74,18 @@ async fn the_tail_of_a_queueing_model_is_queue_and_of_a_slow_model_compute() {
             "computing".into(),
             tracing("http", "[{name: identity_delay, shape: {INPUT0: [4]}}]", 2),
         );
-        for name in ["queued", "computing"] {
+        let mut starved = tracing("grpc", "[{name: add_sub}]", 1);
+        starved.load = Some(serde_saphyr::from_str("{rate: 100}").unwrap());
+        m.client_templates.insert("starved".into(), starved);
+        for name in ["queued", "computing", "starved"] {
             group.template = name.into();
             m.client_groups
                 .insert(format!("{name}-clients"), group.clone());
         }
     });
+    let starving = tokio::spawn(starve("e2e-traces", "starved-clients-0"));
     let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-traces", "20s").await;
+    starving.abort();
     assert_eq!(status.code(), Some(0), "{}", driver.output());
     let report = read_json(&run_dir.join("report.json"));
     let traces = &report["traced_tail"];
@@ -63,6 +104,8 @@ async fn the_tail_of_a_queueing_model_is_queue_and_of_a_slow_model_compute() {
     assert!(share(&queued, "queue") > 0.6, "{queued:#}");
     let computing = tail("identity_delay");
     assert!(share(&computing, "compute_infer") > 0.8, "{computing:#}");
+    let starved = tail("add_sub");
+    assert!(share(&starved, "client") > 0.8, "{starved:#}");
     // Over HTTP every traced request's spans arrive; over gRPC tritonserver 2.51 loses the
     // context of about one request in ten (docs/limitations.md): those are counted, never split.
     assert_eq!(

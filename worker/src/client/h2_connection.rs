@@ -203,10 +203,20 @@ impl H2Connection {
     /// lean connection ([`UnaryConnection`]), a second connection to the server beside
     /// tonic's; one found closed before the call was sent is replaced once.
     pub async fn unary(&self, path: &str, frame: Bytes) -> Result<Answer, Status> {
+        self.unary_with(path, &[], frame).await
+    }
+
+    /// [`Self::unary`] with custom metadata (`(name, value)`, names in lowercase).
+    pub async fn unary_with(
+        &self,
+        path: &str,
+        metadata: &[(&str, &str)],
+        frame: Bytes,
+    ) -> Result<Answer, Status> {
         let mut retried = false;
         loop {
             let connection = self.unary_connection().await?;
-            match connection.call(path, frame.clone()).await {
+            match connection.call_with(path, metadata, frame.clone()).await {
                 Ok(outcome) => return outcome,
                 Err(why) if retried => return Err(Status::unavailable(why.to_string())),
                 Err(_) => retried = true,

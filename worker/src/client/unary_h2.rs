@@ -299,6 +299,18 @@ impl State {
         message: &Bytes,
         cx: &mut Context<'_>,
     ) -> Poll<Result<u32, CallRefused>> {
+        self.open_with(path, &[], message, cx)
+    }
+
+    /// [`State::open`] with custom metadata (`(name, value)`, names in lowercase), sent as
+    /// literal fields after the fixed ones, so a value ends the header block.
+    pub fn open_with(
+        &mut self,
+        path: &str,
+        metadata: &[(&str, &str)],
+        message: &Bytes,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<u32, CallRefused>> {
         if !self.accepts_calls() {
             return Poll::Ready(Err(self
                 .closed
@@ -316,6 +328,9 @@ impl State {
         block.put_u8(0x80 | STATIC_SCHEME_HTTP);
         literal_indexed_name(&mut block, STATIC_PATH, path.as_bytes());
         block.put_slice(&self.fixed_fields);
+        for (name, value) in metadata {
+            literal_new_name(&mut block, name.as_bytes(), value.as_bytes());
+        }
         self.put_header_block(id, &block, message.is_empty());
         self.unanswered += 1;
         self.calls.insert(
@@ -1192,9 +1207,19 @@ impl UnaryConnection {
         path: &str,
         message: Bytes,
     ) -> Result<Result<Answer, Status>, CallRefused> {
+        self.call_with(path, &[], message).await
+    }
+
+    /// [`UnaryConnection::call`] with custom metadata ([`State::open_with`]).
+    pub async fn call_with(
+        &self,
+        path: &str,
+        metadata: &[(&str, &str)],
+        message: Bytes,
+    ) -> Result<Result<Answer, Status>, CallRefused> {
         let id = std::future::poll_fn(|cx| {
             let mut state = self.shared.lock();
-            let opened = state.open(path, &message, cx);
+            let opened = state.open_with(path, metadata, &message, cx);
             if opened.is_ready() {
                 self.shared.write_out(&mut state);
             }
@@ -1674,6 +1699,34 @@ pub(super) mod tests {
         assert_eq!(frames[4], (DATA, END_STREAM, 1, message));
         // The next call takes the next odd stream id.
         assert_eq!(open(&mut state, &grpc_frame(b"x")), 3);
+    }
+
+    #[test]
+    fn a_call_s_own_metadata_ends_its_header_block() {
+        let mut state = connected();
+        let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let (_, w) = waker();
+        let opened = state.open_with(
+            "/p",
+            &[("traceparent", traceparent)],
+            &grpc_frame(b"q"),
+            &mut Context::from_waker(&w),
+        );
+        assert!(matches!(opened, Poll::Ready(Ok(1))), "{opened:?}");
+        let frames = frames(std::mem::take(&mut state.out));
+        let (_, _, _, block) = frames
+            .iter()
+            .find(|f| f.0 == HEADERS)
+            .expect("a HEADERS frame");
+        let fields = loona_hpack::Decoder::new()
+            .decode(block)
+            .expect("a valid block");
+        let (name, value) = fields.last().expect("fields");
+        assert_eq!(
+            (&name[..], &value[..]),
+            (&b"traceparent"[..], traceparent.as_bytes())
+        );
+        assert_eq!(fields.len(), 7, "the six fixed fields and the context");
     }
 
     #[test]

@@ -338,6 +338,11 @@ impl Window<'_, '_> {
             intended_ns: clock.unix_ns(intended),
             sent_ns: clock.unix_ns(sent),
             answered_ns: clock.unix_ns(answered),
+            received_ns: r
+                .as_ref()
+                .ok()
+                .and_then(|a| a.received_at)
+                .map(|at| clock.unix_ns(at)),
             ok: r.is_ok(),
         });
         r

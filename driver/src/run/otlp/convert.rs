@@ -90,11 +90,15 @@ pub fn client_request(spans: &[ClientSpan], service: &str) -> ExportTraceService
                 string("stress.model", &c.model),
                 string("server.address", &c.server),
             ],
-            events: vec![
-                event("intended", c.intended_ns),
-                event("sent", c.sent_ns),
-                event("answered", c.answered_ns),
-            ],
+            events: [
+                Some(event("intended", c.intended_ns)),
+                Some(event("sent", c.sent_ns)),
+                c.received_ns.map(|at| event("received", at)),
+                Some(event("answered", c.answered_ns)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
             status: (!c.ok).then(|| Status {
                 code: opentelemetry_proto::tonic::trace::v1::status::StatusCode::Error as i32,
                 message: "the request failed".into(),
@@ -241,7 +245,7 @@ pub(super) mod tests {
 
     #[test]
     fn client_spans_become_client_spans_of_their_traces() {
-        let client = |ok: bool| ClientSpan {
+        let client = |ok: bool, received_ns: Option<i64>| ClientSpan {
             trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
             span_id: "b7ad6b7169203331".into(),
             scenario: "Infer".into(),
@@ -250,9 +254,13 @@ pub(super) mod tests {
             intended_ns: 100,
             sent_ns: 150,
             answered_ns: 900,
+            received_ns,
             ok,
         };
-        let request = client_request(&[client(true), client(false)], "triton-stress");
+        let request = client_request(
+            &[client(true, None), client(false, Some(880))],
+            "triton-stress",
+        );
         let resource = request.resource_spans[0].resource.as_ref().unwrap();
         assert_eq!(
             resource.attributes,
@@ -283,6 +291,16 @@ pub(super) mod tests {
         assert_eq!(
             back.events,
             events(&[("intended", 100), ("sent", 150), ("answered", 900)])
+        );
+        // Where the client had the kernel's receive time, the span says when the answer came.
+        assert_eq!(
+            server_spans("x", &request)[1].events,
+            events(&[
+                ("intended", 100),
+                ("sent", 150),
+                ("received", 880),
+                ("answered", 900)
+            ])
         );
         assert_eq!(unhex("0g"), Vec::<u8>::new());
     }
