@@ -265,7 +265,7 @@ const BAD: &[(&str, &str)] = &[
         "bad-client.yaml",
         "19:5: client_templates.python.scenarios: a client program runs its own scenarios: `scenarios` is for the worker's own (leave it out)\n\
          20:57: client_templates.python.client.interface: interface 2 is not spoken here: the worker speaks interface 1 (docs/clients.md)\n\
-         20:67: client_templates.python.client.image: foreign clients run under the local launcher only for now (issue 50): no image\n\
+         20:67: client_templates.python.client.image: a client image runs the worker copied from the worker's image: give `worker: {image: ...}` (the kube launcher), or leave `image` out\n\
          20:82: client_templates.python.client.env.1BAD: \"1BAD\" is not an environment variable name (letters, digits and '_', not starting with a digit)",
     ),
     (

@@ -758,8 +758,10 @@ pub struct ForeignClient {
     #[schemars(extend("propertyNames" = { "pattern": ENV_NAME_PATTERN }))]
     pub env: IndexMap<String, String>,
 
-    /// The client's own image, for the kube launcher (not supported yet: the local launcher
-    /// runs foreign clients only).
+    /// The client's own image (kube launcher): the member's pod runs it, with the worker
+    /// copied in from the worker's image by an init container and started as the entrypoint
+    /// (the image needs a glibc as new as the worker image's, Debian bookworm's). Without
+    /// it the program runs inside the worker's image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
 

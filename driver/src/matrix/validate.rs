@@ -516,9 +516,9 @@ impl Checker {
             );
             self.push(path.key("interface"), Anchor::Value, message);
         }
-        if c.image.is_some() {
-            let message =
-                "foreign clients run under the local launcher only for now (issue 50): no image";
+        if c.image.is_some() && t.worker.image().is_none() {
+            let message = "a client image runs the worker copied from the worker's image: \
+                           give `worker: {image: ...}` (the kube launcher), or leave `image` out";
             self.push(path.key("image"), Anchor::Value, message);
         }
         self.env(path.key("env"), &c.env);

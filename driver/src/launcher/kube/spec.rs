@@ -343,15 +343,55 @@ fn model_copier(m: &ModelImage, r: Option<&Resources>, ctx: &PodContext) -> Cont
     }
 }
 
+/// A foreign client's own image gets the worker (its supervisor) from the worker's image: an
+/// init container copies it into an emptyDir that the client's container runs it from.
+pub const WORKER_COPY_CONTAINER: &str = "worker-copy";
+const WORKER_COPY_VOLUME: (&str, &str) = ("triton-stress-worker", "/opt/triton-stress");
+/// Where the worker's image holds the worker (docker/worker).
+const WORKER_IN_ITS_IMAGE: &str = "/usr/local/bin/worker";
+
+/// The init container that copies the worker out of `worker_image`.
+fn worker_copier(worker_image: &str, r: Option<&Resources>, ctx: &PodContext) -> Container {
+    Container {
+        name: WORKER_COPY_CONTAINER.into(),
+        security_context: Some(restricted::container_security_context()),
+        image: Some(worker_image.into()),
+        image_pull_policy: Some(ctx.image_pull_policy.clone()),
+        command: Some(vec![
+            "cp".into(),
+            WORKER_IN_ITS_IMAGE.into(),
+            format!("{}/worker", WORKER_COPY_VOLUME.1),
+        ]),
+        resources: resources_without_gpus(r),
+        volume_mounts: Some(vec![worker_copy_mount(false)]),
+        ..Default::default()
+    }
+}
+
+fn worker_copy_mount(read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: WORKER_COPY_VOLUME.0.into(),
+        mount_path: WORKER_COPY_VOLUME.1.into(),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
 /// The worker pod of a client member, running `worker_args` (see `plan::worker_args`);
-/// the store URL comes from the run's Secret.
+/// the store URL comes from the run's Secret. A foreign client with an image of its own runs
+/// in that image, under the worker copied in ([`worker_copier`]).
 pub fn client_pod(
     c: &ClientMember,
     worker_args: Vec<String>,
     ctx: &PodContext,
 ) -> Result<Pod, PodError> {
     let t = &c.template;
-    let image = t.worker.image().ok_or(PodError::NotAnImage)?;
+    let worker_image = t.worker.image().ok_or(PodError::NotAnImage)?;
+    let own_image = t.client.as_ref().and_then(|f| f.image.as_deref());
+    let (image, command) = match own_image {
+        Some(image) => (image, format!("{}/worker", WORKER_COPY_VOLUME.1)),
+        None => (worker_image, "worker".to_string()),
+    };
     let mut args = worker_args;
     // On the pod's own address (Kubernetes expands $(POD_IP) from the env below), not every
     // interface.
@@ -383,7 +423,7 @@ pub fn client_pod(
         name: CLIENT_CONTAINER.into(),
         image: Some(image.into()),
         image_pull_policy: Some(ctx.image_pull_policy.clone()),
-        command: Some(vec!["worker".into()]),
+        command: Some(vec![command]),
         args: Some(args),
         env: Some(env),
         ports: Some(vec![ContainerPort {
@@ -392,17 +432,29 @@ pub fn client_pod(
             ..Default::default()
         }]),
         resources: resources(t.resources.as_ref()),
+        volume_mounts: own_image.map(|_| vec![worker_copy_mount(true)]),
         ..Default::default()
     };
-    Ok(pod(
+    let volumes = own_image.map_or_else(Vec::new, |_| {
+        vec![Volume {
+            name: WORKER_COPY_VOLUME.0.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        }]
+    });
+    let mut pod = pod(
         ctx,
         &c.name,
         member_labels(&ctx.run_id, CLIENT_ROLE, &c.group, c.index, &c.name),
         container,
-        Vec::new(),
+        volumes,
         &t.node_selector,
         &t.tolerations,
-    ))
+    );
+    if let (Some(_), Some(spec)) = (own_image, pod.spec.as_mut()) {
+        spec.init_containers = Some(vec![worker_copier(worker_image, t.resources.as_ref(), ctx)]);
+    }
+    Ok(pod)
 }
 
 fn pod(
@@ -671,8 +723,17 @@ client_templates:
     env: { RUST_LOG: debug }
     node_selector: { pool: clients }
     tolerations: [{ operator: Exists }]
+  python:
+    worker: { image: "triton-stress/worker:dev" }
+    protocol: grpc
+    models: [{ name: add_sub }]
+    client:
+      command: [python3, /opt/clients/tritonclient_stress.py]
+      image: "triton-stress/python-client-2.51:dev"
+      interface: 1
 client_groups:
   clients: { template: grpc-all, instances: 1, target: triton }
+  python-clients: { template: python, instances: 1, target: small }
 "#;
 
     pub(crate) fn matrix() -> Matrix {
@@ -915,6 +976,40 @@ client_groups:
             "worker.yaml",
             &client_pod(client, args, &context()).unwrap(),
         );
+    }
+
+    /// A foreign client with an image of its own runs there under the worker, which an init
+    /// container copies out of the worker's image into an emptyDir the client mounts read-only.
+    #[test]
+    fn a_foreign_client_s_own_image_runs_the_worker_copied_in() {
+        let m = matrix();
+        let client = m
+            .clients()
+            .into_iter()
+            .find(|c| c.group == "python-clients")
+            .unwrap();
+        let args = [
+            "--servers",
+            "10.244.0.9:8001",
+            "--client-command",
+            "python3",
+        ]
+        .map(String::from)
+        .to_vec();
+        let pod = client_pod(&client, args, &context()).unwrap();
+        assert_fixture("foreign-client.yaml", &pod);
+        let spec = pod.spec.unwrap();
+        let (init, main) = (&spec.init_containers.unwrap()[0], &spec.containers[0]);
+        assert_eq!(init.image.as_deref(), Some("triton-stress/worker:dev"));
+        assert_eq!(
+            main.image.as_deref(),
+            Some("triton-stress/python-client-2.51:dev")
+        );
+        let copied = init.command.as_ref().unwrap().last().unwrap();
+        assert_eq!(main.command.as_deref(), Some(&[copied.clone()][..]));
+        let mount = &main.volume_mounts.as_ref().unwrap()[0];
+        assert_eq!(mount.read_only, Some(true));
+        assert!(copied.starts_with(&mount.mount_path), "{copied}");
     }
 
     /// A sweep variant's server (its template's mounted configs): each config.pbtxt comes
