@@ -55,6 +55,6 @@ if [ "${TRITON_STRESS_K8S:-0}" = 1 ]; then
     for job in "${background[@]}"; do
         wait "$job" || echo "test.sh: a background build failed (/tmp/triton-stress-*-build.log); the kube stage builds it again" >&2
     done
-    TRITON_STRESS_K8S_IMAGES="docker/tritonserver docker/worker docker/driver docker/postgres docker/models" \
+    TRITON_STRESS_K8S_IMAGES="docker/tritonserver docker/tritonserver-2.44 docker/worker docker/python-client-2.51 docker/python-client-2.44 docker/driver docker/postgres docker/models" \
         scripts/k8s/ci.sh "cargo test -p driver --features kube-tests --test kube -- --test-threads 1"
 fi

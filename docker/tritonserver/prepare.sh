@@ -16,7 +16,10 @@ found=("$LOCAL"/venv/lib/python3*/site-packages/nvidia_pytriton.libs); libs=${fo
 # --cache-directory are /opt/tritonserver/backends and /opt/tritonserver/caches, and its RPATH has
 # ${ORIGIN}/../lib. Stubs for other Pythons than the image's 3.11 and bytecode caches are left out.
 mkdir -p "$ctx/opt/tritonserver/lib"
-cp -a "$LOCAL/tritonserver/bin" "$LOCAL/tritonserver/backends" "$LOCAL/tritonserver/caches" "$ctx/opt/tritonserver/"
+# (2.44's wheel has no caches/.)
+for d in bin backends caches; do
+    [ ! -d "$LOCAL/tritonserver/$d" ] || cp -a "$LOCAL/tritonserver/$d" "$ctx/opt/tritonserver/"
+done
 find "$ctx/opt/tritonserver" -name __pycache__ -prune -exec rm -rf {} +
 # every library of the wheel except the bundled libpython3.13 (nothing of the server links it)
 find "$libs" -maxdepth 1 -type f ! -name 'libpython3*' -exec cp -a {} "$ctx/opt/tritonserver/lib/" \;

@@ -5,6 +5,7 @@
 #   perf_analyzer     the native perf_analyzer 2.51 of the tritonclient wheel that
 #                     scripts/install-tritonserver.sh installs (a no-op when installed)
 #   libcudart.so.12   the copy vendored by nvidia-pytriton (perf_analyzer links it; no GPU is used)
+#   perf_analyzer_client.py  the perf_analyzer client group's program (clients/perf_analyzer)
 set -euo pipefail
 ctx=${1:?usage: prepare.sh CONTEXT_DIR}
 REPO_ROOT=${REPO_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -29,3 +30,4 @@ done
 cp "$pa" "$ctx/perf_analyzer"
 cudart=("$site"/nvidia_pytriton.libs/libcudart*.so.12*)
 cp "${cudart[0]}" "$ctx/libcudart.so.12"
+cp "$REPO_ROOT/clients/perf_analyzer/perf_analyzer_client.py" "$ctx/"

@@ -453,6 +453,29 @@ async fn smoke_matrix_passes_on_pods_and_leaves_nothing_behind() {
     assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }
 
+/// The heterogeneous matrix on pods (issue 50): the Rust worker (gRPC, HTTP), NVIDIA's Python
+/// tritonclient 2.51 and 2.44 in images of their own under the worker copied in, and
+/// perf_analyzer, each against tritonserver 2.51 and 2.44: every cell of the client × server
+/// grid has tests and passes.
+#[tokio::test]
+async fn the_heterogeneous_matrix_fills_every_cell_on_pods() {
+    let (env, ns) = Env::in_namespace("ts-kube-hetero").await;
+    let matrix = repo_root().join("test-matrices/kube-heterogeneous.yaml");
+    let run = env.run(&matrix, &ns.name, &[], None);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let report = run.report();
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    let grid = &report["grid"];
+    let cells = grid["cells"].as_array().expect("a client x server grid");
+    assert_eq!(cells.len(), 10, "{grid:#}");
+    for cell in cells {
+        assert_eq!(cell["verdict"], "PASS", "{cell:#}");
+        assert!(cell["tests"].as_u64().unwrap() > 0, "{cell:#}");
+        assert!(cell["qps"].as_f64().unwrap() > 0.0, "{cell:#}");
+    }
+    assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
+}
+
 /// Traced requests on pods (issue 51): the server pod exports its spans to the driver's OTLP
 /// receiver at the driver's address as pods reach it, and the tail of a model slow in compute
 /// (never more requests in flight than instances) is attributed to compute.

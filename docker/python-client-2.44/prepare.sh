@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Stages NVIDIA's tritonclient 2.44.0 and the project's Python client (scripts/stage-python-client.sh).
+set -euo pipefail
+REPO_ROOT=${REPO_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+exec "$REPO_ROOT/scripts/stage-python-client.sh" 2.44.0 "${1:?usage: prepare.sh CONTEXT_DIR}"
