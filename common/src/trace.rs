@@ -174,7 +174,8 @@ pub struct ClientSpan {
     /// When the request was meant to leave (an open loop's schedule; in closed loop, when
     /// its sender was free to send it).
     pub intended_ns: i64,
-    /// When the client began to send it.
+    /// When its bytes were handed to the kernel, where the client knows (the worker's lean
+    /// gRPC path), else when the client began to send it.
     pub sent_ns: i64,
     /// When its answer (or its error) was in.
     pub answered_ns: i64,

@@ -1681,6 +1681,7 @@ mod tests {
         InferResponse {
             model_version: "1".into(),
             received_at: None,
+            sent_at: None,
             outputs: vec![
                 tensor("Y", DataType::Fp32, &[2, 2], f32s(&[1.0, 2.0, 3.0, 4.0])),
                 tensor(

@@ -74,8 +74,10 @@ async fn the_tail_of_a_queueing_model_is_queue_and_of_a_slow_model_compute() {
             "computing".into(),
             tracing("http", "[{name: identity_delay, shape: {INPUT0: [4]}}]", 2),
         );
+        // 20 requests/s: rarely two answers wait in the socket while the client is stopped
+        // (those share the last one's receive time: docs/limitations.md).
         let mut starved = tracing("grpc", "[{name: add_sub}]", 1);
-        starved.load = Some(serde_saphyr::from_str("{rate: 100}").unwrap());
+        starved.load = Some(serde_saphyr::from_str("{rate: 20}").unwrap());
         m.client_templates.insert("starved".into(), starved);
         for name in ["queued", "computing", "starved"] {
             group.template = name.into();
@@ -105,7 +107,11 @@ async fn the_tail_of_a_queueing_model_is_queue_and_of_a_slow_model_compute() {
     let computing = tail("identity_delay");
     assert!(share(&computing, "compute_infer") > 0.8, "{computing:#}");
     let starved = tail("add_sub");
-    assert!(share(&starved, "client") > 0.8, "{starved:#}");
+    assert!(
+        share(&starved, "client") > 0.8,
+        "{starved:#}\n{:#}",
+        traces["clocks"]
+    );
     // Over HTTP every traced request's spans arrive; over gRPC tritonserver 2.51 loses the
     // context of about one request in ten (docs/limitations.md): those are counted, never split.
     assert_eq!(

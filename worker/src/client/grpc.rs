@@ -171,6 +171,7 @@ impl GrpcClient {
             model_version: response.model_version,
             outputs,
             received_at: None,
+            sent_at: None,
         })
     }
 
@@ -193,7 +194,11 @@ impl GrpcClient {
         call: impl std::future::Future<Output = Result<Answer, tonic::Status>>,
         timeout: Option<Duration>,
     ) -> Result<InferResponse, ClientError> {
-        let Answer { message, arrived } = match timeout {
+        let Answer {
+            message,
+            arrived,
+            sent,
+        } = match timeout {
             Some(t) => tokio::time::timeout(t, call)
                 .await
                 .map_err(|_| ClientError::DeadlineExceeded(format!("no response within {t:?}")))?,
@@ -204,6 +209,7 @@ impl GrpcClient {
             .map_err(|e| ClientError::Protocol(format!("ModelInferResponse: {e}")))?;
         let mut response = Self::from_proto(response)?;
         response.received_at = arrived;
+        response.sent_at = sent;
         Ok(response)
     }
 

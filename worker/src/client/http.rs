@@ -201,6 +201,7 @@ impl HttpClient {
             model_version: header.model_version.into_owned(),
             outputs: tensors,
             received_at: None,
+            sent_at: None,
         })
     }
 }

@@ -94,6 +94,9 @@ struct Call {
 pub struct Answer {
     pub message: Bytes,
     pub arrived: Option<Instant>,
+    /// Just before the call's frames were handed to the kernel ([`UnaryConnection::call_with`];
+    /// `None` where they were not written at once).
+    pub sent: Option<Instant>,
 }
 
 impl Call {
@@ -426,7 +429,11 @@ impl State {
                 let arrived = call.arrived;
                 self.calls.remove(&id);
                 self.wake_one_waiting();
-                Poll::Ready(outcome.map(|message| Answer { message, arrived }))
+                Poll::Ready(outcome.map(|message| Answer {
+                    message,
+                    arrived,
+                    sent: None,
+                }))
             }
             None => {
                 if !call.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -1217,11 +1224,17 @@ impl UnaryConnection {
         metadata: &[(&str, &str)],
         message: Bytes,
     ) -> Result<Result<Answer, Status>, CallRefused> {
+        let mut sent = None;
         let id = std::future::poll_fn(|cx| {
             let mut state = self.shared.lock();
             let opened = state.open_with(path, metadata, &message, cx);
             if opened.is_ready() {
+                // Taken just before the write, so never after the server had the call (a
+                // clock bound of the report's join), and the write follows unless the socket
+                // is full (then the connection's task writes it later: unknown).
+                let before = Instant::now();
                 self.shared.write_out(&mut state);
+                sent = state.out.is_empty().then_some(before);
             }
             let wakers = std::mem::take(&mut state.to_wake);
             drop(state);
@@ -1229,12 +1242,13 @@ impl UnaryConnection {
             opened
         })
         .await?;
-        Ok(StartedCall {
+        let answer = StartedCall {
             shared: self.shared.clone(),
             id,
             done: false,
         }
-        .await)
+        .await;
+        Ok(answer.map(|a| Answer { sent, ..a }))
     }
 
     /// Sends a call now, from any thread, without waiting: `None` when it cannot leave at once

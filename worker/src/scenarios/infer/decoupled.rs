@@ -539,6 +539,7 @@ mod tests {
             response: InferResponse {
                 model_version: "1".into(),
                 received_at: None,
+                sent_at: None,
                 outputs: out
                     .map(|(shape, v)| vec![Tensor::from_i32("OUT", shape, v)])
                     .unwrap_or_default(),
