@@ -336,8 +336,8 @@ impl Window<'_, '_> {
             model: env.model.clone(),
             server: env.client.address().to_string(),
             intended_ns: clock.unix_ns(intended),
-            // The kernel had it then: a client stopped between the call and its write
-            // (short of CPU) has that wait as its own, not the wire's.
+            // Just before its write where the client knows: a client stopped between the call
+            // and its write (short of CPU) has that wait as its own, not the wire's.
             sent_ns: clock.unix_ns(r.as_ref().ok().and_then(|a| a.sent_at).unwrap_or(sent)),
             answered_ns: clock.unix_ns(answered),
             received_ns: r
