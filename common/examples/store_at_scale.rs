@@ -202,6 +202,7 @@ impl Worker {
             deferred_clients: 0,
             unanswered: vec![],
             client_spans: vec![],
+            client_program: None,
         };
         if let Some(c) = closing {
             self.tracker.commit(c);

@@ -174,6 +174,9 @@ pub struct WorkerSnapshot {
     /// Never dropped by the outbox (like `outages`): a share of the requests, bounded by it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_spans: Vec<crate::trace::ClientSpan>,
+    /// A foreign client's hello (docs/clients.md): which implementation and version ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_program: Option<crate::foreign::Hello>,
 }
 
 /// Calls one worker sent to one server that had not ended (answered, failed or timed out) at

@@ -2425,6 +2425,42 @@ async fn traced_tail(url: &str) {
 
 on_both_backends!(traced_tail, sqlite_traced_tail, postgres_traced_tail);
 
+/// A foreign client's hello rides its worker's snapshots and is kept per member (the last
+/// said), so the report can say which client ran; snapshots without one leave it.
+async fn client_program(url: &str) {
+    use stress_common::foreign::Hello;
+    let store = Store::connect(url).await.expect("connect");
+    let run_id = unique("client-program");
+    let hello = |version: &str| Hello {
+        interface: 1,
+        client: "tritonclient-python-grpc".into(),
+        version: version.into(),
+    };
+    let sink = store.sink(run_id.clone(), "python-0");
+    for program in [Some(hello("2.44.0")), None] {
+        sink.snapshot(&WorkerSnapshot {
+            client_program: program,
+            ..WorkerSnapshot::default()
+        })
+        .await
+        .unwrap();
+    }
+    store
+        .sink(run_id.clone(), "rust-0")
+        .snapshot(&WorkerSnapshot::default())
+        .await
+        .unwrap();
+    let saved: Vec<(String, Hello)> = store.documents(&run_id).await.unwrap();
+    assert_eq!(saved, [("python-0".to_string(), hello("2.44.0"))]);
+    store.close().await;
+}
+
+on_both_backends!(
+    client_program,
+    sqlite_client_program,
+    postgres_client_program
+);
+
 /// A forwarder reads the client spans recorded after the last it sent, by id, its run's only.
 async fn client_spans_after(url: &str) {
     use stress_common::trace::ClientSpan;

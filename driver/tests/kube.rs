@@ -456,7 +456,7 @@ async fn smoke_matrix_passes_on_pods_and_leaves_nothing_behind() {
 /// The heterogeneous matrix on pods (issue 50): the Rust worker (gRPC, HTTP), NVIDIA's Python
 /// tritonclient 2.51 and 2.44 in images of their own under the worker copied in, and
 /// perf_analyzer, each against tritonserver 2.51 and 2.44: every cell of the client × server
-/// grid has tests and passes.
+/// grid has tests and passes, and each Python cell says which tritonclient ran.
 #[tokio::test]
 async fn the_heterogeneous_matrix_fills_every_cell_on_pods() {
     let (env, ns) = Env::in_namespace("ts-kube-hetero").await;
@@ -472,6 +472,15 @@ async fn the_heterogeneous_matrix_fills_every_cell_on_pods() {
         assert_eq!(cell["verdict"], "PASS", "{cell:#}");
         assert!(cell["tests"].as_u64().unwrap() > 0, "{cell:#}");
         assert!(cell["qps"].as_f64().unwrap() > 0.0, "{cell:#}");
+        // Each Python image ran its own tritonclient, as the client's hello said.
+        let ran = match cell["client"].as_str().unwrap() {
+            "python-2-51" => Some("tritonclient-python-grpc 2.51.0"),
+            "python-2-44" => Some("tritonclient-python-grpc 2.44.0"),
+            _ => None,
+        };
+        if let Some(ran) = ran {
+            assert_eq!(cell["programs"], serde_json::json!([ran]), "{cell:#}");
+        }
     }
     assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
 }

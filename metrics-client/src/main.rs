@@ -349,6 +349,7 @@ mod tests {
                 deferred_clients: 0,
                 unanswered: vec![],
                 client_spans: vec![],
+                client_program: None,
             };
             store
                 .record_snapshot(&"r".into(), &"w-0".into(), &snapshot)

@@ -248,7 +248,8 @@ async fn take(
     match record {
         Record::Hello(h) if greeted => Err(bad(&format!("a second hello ({})", h.client))),
         Record::Hello(h) => {
-            tracing::info!("client program is {} {}", h.client, h.version);
+            tracing::info!("client program is {}", h.label());
+            run.stats.client_program(&h);
             Ok(Some(h))
         }
         _ if !greeted => Err(bad("the first record must be a hello")),

@@ -86,6 +86,8 @@ pub struct Stats {
     metrics: Option<Arc<Metrics>>,
     /// The traced requests' spans since the previous snapshot (see [`Stats::traced`]).
     spans: Mutex<TracedSpans>,
+    /// The foreign client program's hello, once it said it (every snapshot then carries it).
+    client_program: Mutex<Option<stress_common::foreign::Hello>>,
 }
 
 /// Client spans waiting for the next snapshot, and how many did not fit in it.
@@ -135,6 +137,7 @@ impl Default for Stats {
             calls: Vec::new(),
             metrics: None,
             spans: Mutex::default(),
+            client_program: Mutex::default(),
         }
     }
 }
@@ -258,6 +261,14 @@ impl Stats {
         } else {
             traced.dropped += 1;
         }
+    }
+
+    /// The foreign client program that runs under this worker, as its hello said.
+    pub fn client_program(&self, hello: &stress_common::foreign::Hello) {
+        *self
+            .client_program
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(hello.clone());
     }
 
     /// The spans since the previous snapshot (taken: each goes into one snapshot).
@@ -472,6 +483,11 @@ impl Stats {
             deferred_clients: self.deferred.load(Ordering::Relaxed),
             unanswered: self.unanswered(at_ms),
             client_spans: self.take_spans(),
+            client_program: self
+                .client_program
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 

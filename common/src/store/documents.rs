@@ -28,6 +28,17 @@ impl Store {
         key: &str,
         doc: &D,
     ) -> Result<()> {
+        self.upsert_document(&self.pool, run_id, key, doc).await
+    }
+
+    /// [`Store::save_document`] through `db`: the pool, or a transaction it is part of.
+    pub(super) async fn upsert_document<'e, D: Document>(
+        &self,
+        db: impl sqlx::Executor<'e, Database = sqlx::Any>,
+        run_id: &RunId,
+        key: &str,
+        doc: &D,
+    ) -> Result<()> {
         let details = serde_json::to_string(doc).map_err(|e| {
             self.corrupt(
                 "save_document",
@@ -45,7 +56,7 @@ impl Store {
         .bind(key)
         .bind(details)
         .bind(crate::now_ms())
-        .execute(&self.pool)
+        .execute(db)
         .await
         .map_err(self.db("save_document"))?;
         Ok(())

@@ -19,8 +19,8 @@ impl Store {
 
     /// In one transaction: replaces the member's latest QPS sample (and appends it to the
     /// series when `snapshot.series_point`), replaces its cumulative per-scenario counts,
-    /// appends the latency intervals it closes and the outages it carries, and sets its
-    /// heartbeat (all at `snapshot.at_ms`, or now when that is 0). What it replaces is never
+    /// appends the latency intervals it closes and the outages it carries, saves its client
+    /// program's hello (a `client_program` document), and sets its heartbeat (all at `snapshot.at_ms`, or now when that is 0). What it replaces is never
     /// taken back in time: a snapshot older than the one stored leaves it (a write delayed past
     /// a newer one, as one a paused store commits on resuming after its client gave up on it).
     pub async fn record_snapshot(
@@ -47,6 +47,10 @@ impl Store {
         self.append_outages(&mut tx, &key, snapshot).await?;
         self.append_client_spans(&mut tx, run_id, member_id, &snapshot.client_spans)
             .await?;
+        if let Some(program) = &snapshot.client_program {
+            self.upsert_document(&mut *tx, run_id, member_id.as_str(), program)
+                .await?;
+        }
         sqlx::query(Self::HEARTBEAT)
             .bind(run_id.as_str())
             .bind(member_id.as_str())

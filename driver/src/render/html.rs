@@ -812,6 +812,9 @@ fn grid(g: &crate::report::grid::Grid) -> Markup {
                                         br; (cell.new_signatures.len()) " new: "
                                         (cell.new_signatures.join(", "))
                                     }
+                                    @if !cell.programs.is_empty() {
+                                        br; small { (cell.programs.join(", ")) }
+                                    }
                                 }
                             }
                         }

@@ -1334,6 +1334,20 @@ fn render_grid(out: &mut String, grid: &crate::report::grid::Grid) {
         }
         let _ = writeln!(out, "{}", row.trim_end());
     }
+    // Which client programs ran, as they said (foreign clients), per row.
+    for client in &grid.clients {
+        let mut programs: Vec<&str> = grid
+            .cells
+            .iter()
+            .filter(|c| c.client == *client)
+            .flat_map(|c| c.programs.iter().map(String::as_str))
+            .collect();
+        programs.sort_unstable();
+        programs.dedup();
+        if !programs.is_empty() {
+            let _ = writeln!(out, "  {client} ran {}", programs.join(", "));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -28,6 +28,8 @@ pub(crate) struct RunFacts {
     pub qps: Vec<QpsSummary>,
     pub diagnostics: BTreeMap<String, MemberDiagnostics>,
     pub identities: BTreeMap<String, ServerIdentity>,
+    /// Each foreign client member's program, as its hello said.
+    pub client_programs: BTreeMap<String, stress_common::foreign::Hello>,
     pub events: Vec<EventRow>,
     pub phases: Vec<PhaseRecord>,
     pub sweep: Option<crate::capacity::sweep::SweepAnswer>,
@@ -82,6 +84,7 @@ impl RunFacts {
             .await?;
         let diagnostics = keyed(store, run_id).await?;
         let identities = keyed(store, run_id).await?;
+        let client_programs = keyed(store, run_id).await?;
         let events = store.events(run_id, 0).await?;
         let phases = all(store, run_id).await?;
         let sweep = all(store, run_id).await?.into_iter().next();
@@ -121,6 +124,7 @@ impl RunFacts {
             qps,
             diagnostics,
             identities,
+            client_programs,
             events,
             phases,
             sweep,

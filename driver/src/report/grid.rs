@@ -1,13 +1,14 @@
 //! The client × server grid of a heterogeneous matrix: a row per client template (a client
 //! implementation: the Rust worker over a protocol, a foreign client at its version), a column
 //! per server group (a server build), and in each cell what the client groups of that template
-//! against that server group did: verdict, QPS, p99 and new failure signatures. Pure: built
-//! from the run's matrix, its per-group tables and its judged signatures.
+//! against that server group did: verdict, QPS, p99, new failure signatures and the foreign
+//! client programs that ran (their hellos). Pure: built from the run's matrix and
+//! [`CellFacts`].
 
 use crate::judge::verdicts::{JudgedSignature, Status};
 use crate::matrix::Matrix;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use stress_common::report::L0Table;
 
 /// The grid; present when the matrix crosses two or more client templates with two or more
@@ -37,15 +38,23 @@ pub struct Cell {
     pub failures: u64,
     /// Signatures first seen in this run, of the cell's members.
     pub new_signatures: Vec<String>,
+    /// The client programs that ran in it, as their hellos said (`tritonclient-python-grpc
+    /// 2.44.0`): foreign clients only, each once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<String>,
+}
+
+/// What a grid's cells are made of: the run's per-group tables, its judged signatures, its
+/// foreign members' hellos and its load time.
+pub struct CellFacts<'a> {
+    pub groups: &'a BTreeMap<String, L0Table>,
+    pub signatures: &'a [JudgedSignature],
+    pub programs: &'a BTreeMap<String, stress_common::foreign::Hello>,
+    pub load_seconds: f64,
 }
 
 /// The grid of `matrix` from its per-group tables; None when it is no cross.
-pub fn grid(
-    matrix: &Matrix,
-    groups: &BTreeMap<String, L0Table>,
-    signatures: &[JudgedSignature],
-    load_seconds: f64,
-) -> Option<Grid> {
+pub fn grid(matrix: &Matrix, facts: &CellFacts) -> Option<Grid> {
     let clients: Vec<String> = matrix.client_templates.keys().cloned().collect();
     let servers: Vec<String> = matrix.server_groups.keys().cloned().collect();
     if clients.len() < 2 || servers.len() < 2 {
@@ -61,14 +70,7 @@ pub fn grid(
                 .map(|(name, _)| name.clone())
                 .collect();
             if !in_cell.is_empty() {
-                cells.push(cell(
-                    client,
-                    server,
-                    in_cell,
-                    groups,
-                    signatures,
-                    load_seconds,
-                ));
+                cells.push(cell(client, server, in_cell, facts));
             }
         }
     }
@@ -79,17 +81,10 @@ pub fn grid(
     })
 }
 
-fn cell(
-    client: &str,
-    server: &str,
-    in_cell: Vec<String>,
-    groups: &BTreeMap<String, L0Table>,
-    signatures: &[JudgedSignature],
-    load_seconds: f64,
-) -> Cell {
+fn cell(client: &str, server: &str, in_cell: Vec<String>, facts: &CellFacts) -> Cell {
     let mut total = stress_common::report::ScenarioRow::default();
     let mut blocking = 0;
-    for table in in_cell.iter().filter_map(|g| groups.get(g)) {
+    for table in in_cell.iter().filter_map(|g| facts.groups.get(g)) {
         let t = table.total();
         total.tests += t.tests;
         total.requests += t.requests;
@@ -102,7 +97,13 @@ fn cell(
             .iter()
             .any(|m| in_cell.iter().any(|g| member_of(m, g)))
     };
-    let mine: Vec<&JudgedSignature> = signatures.iter().filter(of_cell).collect();
+    let mine: Vec<&JudgedSignature> = facts.signatures.iter().filter(of_cell).collect();
+    let programs: BTreeSet<String> = facts
+        .programs
+        .iter()
+        .filter(|(m, _)| in_cell.iter().any(|g| member_of(m, g)))
+        .map(|(_, hello)| hello.label())
+        .collect();
     let fails = mine.iter().any(|s| s.fails.is_some());
     let verdict = match (total.tests + total.requests, blocking > 0 || fails) {
         (_, true) => "FAIL",
@@ -114,7 +115,7 @@ fn cell(
         server: server.into(),
         groups: in_cell.clone(),
         verdict: verdict.into(),
-        qps: total.requests as f64 / load_seconds.max(1e-9),
+        qps: total.requests as f64 / facts.load_seconds.max(1e-9),
         p99_us: (total.latency.count() > 0).then(|| total.latency.percentile_us(99.0)),
         tests: total.tests,
         failures: total.failures,
@@ -123,6 +124,7 @@ fn cell(
             .filter(|s| s.status == Status::New)
             .map(|s| s.signature.clone())
             .collect(),
+        programs: programs.into_iter().collect(),
     }
 }
 
@@ -186,7 +188,25 @@ client_groups:
             ("python-new".to_string(), table(5, 1, &[4])),
         ]
         .into();
-        let g = grid(&m, &groups, &[], 10.0).unwrap();
+        let hello = |version: &str| stress_common::foreign::Hello {
+            interface: 1,
+            client: "tritonclient-python-grpc".into(),
+            version: version.into(),
+        };
+        // Two members of python-new said the same; one of another group says nothing here.
+        let programs = [
+            ("python-new-0".to_string(), hello("2.44.0")),
+            ("python-new-1".to_string(), hello("2.44.0")),
+            ("python-newer-0".to_string(), hello("2.51.0")),
+        ]
+        .into();
+        let facts = CellFacts {
+            groups: &groups,
+            signatures: &[],
+            programs: &programs,
+            load_seconds: 10.0,
+        };
+        let g = grid(&m, &facts).unwrap();
         assert_eq!(
             (g.clients, g.servers),
             (
@@ -205,6 +225,8 @@ client_groups:
             ("FAIL", 1)
         );
         assert_eq!(python_new.groups, ["python-new"]);
+        assert_eq!(python_new.programs, ["tritonclient-python-grpc 2.44.0"]);
+        assert!(rust_new.programs.is_empty(), "{rust_new:?}");
         assert!(cell("python", "old").is_none(), "no group there");
     }
 
@@ -217,7 +239,13 @@ client_groups:
                 "",
             );
         let m = crate::matrix::parse(&one_server, "m.yaml").unwrap();
-        assert!(grid(&m, &BTreeMap::new(), &[], 1.0).is_none());
+        let facts = CellFacts {
+            groups: &BTreeMap::new(),
+            signatures: &[],
+            programs: &BTreeMap::new(),
+            load_seconds: 1.0,
+        };
+        assert!(grid(&m, &facts).is_none());
         assert!(member_of("rust-new-0", "rust-new"));
         assert!(
             !member_of("rust-new-0", "rust"),

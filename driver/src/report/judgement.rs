@@ -298,6 +298,7 @@ mod tests {
             qps: Vec::new(),
             diagnostics: BTreeMap::new(),
             identities: BTreeMap::new(),
+            client_programs: BTreeMap::new(),
             // The client's failure is recorded first, but the server failed first.
             events: vec![
                 failure_event(1, "clients-0", 1_500),

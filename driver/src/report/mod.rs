@@ -660,7 +660,15 @@ impl Report {
         // A stored matrix that no longer parses (an older version) has no grid.
         let grid = crate::matrix::parse(&run.matrix_yaml, "matrix.yaml")
             .ok()
-            .and_then(|m| grid::grid(&m, &groups, &judged.signatures, load_seconds));
+            .and_then(|m| {
+                let cells = grid::CellFacts {
+                    groups: &groups,
+                    signatures: &judged.signatures,
+                    programs: &facts.client_programs,
+                    load_seconds,
+                };
+                grid::grid(&m, &cells)
+            });
         Report {
             run_id: run.run_id,
             name: run.name,
