@@ -460,8 +460,6 @@ pub fn join<'t>(tail: &'t TracedTail, tail_share: f64) -> Option<TraceJoin> {
         }
     };
     let requests: Vec<Request> = tail.client.iter().map(joined).collect();
-    // The fastest requests bound each clock tightly: a tail request's own bounds are as wide as
-    // its delays (a client too busy to read its answer at once widens them by that much).
     let fastest: Vec<Request> = tail.fastest.iter().map(joined).collect();
     let clocks = clocks(&fastest, &requests);
     let offsets: BTreeMap<&str, i64> = clocks
@@ -478,10 +476,10 @@ pub fn join<'t>(tail: &'t TracedTail, tail_share: f64) -> Option<TraceJoin> {
     })
 }
 
-/// Every server's clock offset, from the fastest requests it answered; from the tail's for
-/// a server with none of those. Only where the bounds agree would the tail's not matter (an
-/// intersection); where they disagree (Triton's GRPC_SEND_END comes a little after the
-/// answer is on the wire), the tail's wide bounds would widen the estimate by their delays.
+/// Every server's clock offset, from the fastest requests it answered; from the tail's only
+/// for a server with none of those. Where bounds disagree (Triton's GRPC_SEND_END comes a
+/// little after the answer is on the wire), the estimate spans their midpoints, and a tail
+/// request's midpoint is off by half its delays.
 fn clocks<'c>(fastest: &[Request<'c>], tail: &[Request<'c>]) -> Vec<ClockOffset> {
     let mut bounds = server_bounds(fastest);
     for (server, b) in server_bounds(tail) {

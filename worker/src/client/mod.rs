@@ -97,8 +97,8 @@ pub struct InferResponse {
     /// When the answer reached this host: the kernel's receive time, where the client has it
     /// (`None`: the caller times the answer when it gets it).
     pub received_at: Option<std::time::Instant>,
-    /// When the request was handed to the kernel, where the client knows (the lean gRPC
-    /// call's; `None`: the caller's time before the call is the send).
+    /// Just before the request was handed to the kernel, where the client knows (the lean
+    /// gRPC call's; `None`: the caller's time before the call is the send).
     pub sent_at: Option<std::time::Instant>,
 }
 
