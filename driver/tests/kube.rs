@@ -995,8 +995,9 @@ run:
   warmup: 2s
   server_ready_timeout: 180s
   # Two variants side by side on 2 cores: a worker pod starved for 4 s (seen in CI 2026-12-05,
-  # "no heartbeat for 4.0 s (limit 3s)") must not fail a test of the sweep's mounts and ranking.
-  fail_fast: { heartbeat_timeout_polls: 10, zero_qps_polls: 10 }
+  # "no heartbeat for 4.0 s (limit 3s)"), and 11 s once in the whole kube stage by hand the
+  # same day (passed alone right after), must not fail a test of the sweep's mounts and ranking.
+  fail_fast: { heartbeat_timeout_polls: 20, zero_qps_polls: 10 }
 server_templates:
   cpu:
     tritonserver: { image: "triton-stress/tritonserver:dev" }
