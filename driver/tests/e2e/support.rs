@@ -130,7 +130,9 @@ fn used_models(m: &driver::matrix::Matrix) -> Option<BTreeSet<String>> {
 /// Has each server load only the models its run's clients use (explicit model control) where
 /// they are all in its repositories: a tritonserver with every model of models/ is ready in
 /// ~6.5 s here, with the smoke scenarios' five in ~3 s (2026-12-05), and every e2e run starts
-/// one or more. Idempotent: the arguments it added before are replaced.
+/// one or more. Idempotent: the arguments it added before are replaced — and so would be a
+/// test's own `--model-control-mode=explicit` and `--load-model=` (none sets them: a test that
+/// needs its own model list sets another model control mode, which this leaves alone).
 fn load_only_used_models(m: &mut driver::matrix::Matrix) {
     let used = used_models(m);
     for t in m.server_templates.values_mut() {
