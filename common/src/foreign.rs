@@ -107,11 +107,6 @@ pub struct Hello {
     pub version: String,
 }
 
-/// Saved per member with its worker's snapshots: the report says which client ran.
-impl crate::store::Document for Hello {
-    const KIND: &'static str = "client_program";
-}
-
 impl Hello {
     /// `tritonclient-python-grpc 2.51.0`.
     pub fn label(&self) -> String {

@@ -7,6 +7,12 @@ use crate::contract::{MemberName, RunId};
 /// The operation [`Store::record_snapshot`]'s errors name.
 const RECORD_SNAPSHOT: &str = "record_snapshot";
 
+/// A foreign program's hello, saved per member with its worker's snapshots: the report says
+/// which client ran. (Here, not in `foreign`: that module stays below the store.)
+impl Document for crate::foreign::Hello {
+    const KIND: &'static str = "client_program";
+}
+
 /// The run and member a snapshot's rows belong to, and the time they carry.
 struct SnapshotKey<'a> {
     run_id: &'a RunId,

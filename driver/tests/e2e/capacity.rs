@@ -621,7 +621,8 @@ async fn capacity_phases_measure_each_model_alone_then_a_mix() {
     assert!((60.0..=88.0).contains(&wide_qps), "{wide:#}");
     assert!(
         wide["concurrency"].as_u64() > narrow["concurrency"].as_u64(),
-        "the wider model takes more in flight: {narrow:#} / {wide:#}"
+        "the wider model takes more in flight: {narrow:#} / {wide:#}\n{}",
+        search_steps(capacity)
     );
     let explored = row("exploration", "mix");
     assert!(explored["ending"].is_string(), "{explored:#}");
@@ -656,4 +657,25 @@ async fn capacity_phases_measure_each_model_alone_then_a_mix() {
             }
         }
     }
+}
+
+/// Each phase's search, one line a window, for a failure's message.
+fn search_steps(capacity: &serde_json::Value) -> String {
+    let mut lines = Vec::new();
+    for p in capacity["phases"].as_array().into_iter().flatten() {
+        lines.push(format!("{}:", p["key"]));
+        for c in p["checks"].as_array().into_iter().flatten() {
+            let w = &c["window"];
+            lines.push(format!(
+                "  {} -> {} {} p99 {} us, {} requests, {} failures",
+                c["concurrency"],
+                c["next_concurrency"],
+                c["judgement"],
+                w["p99_us"],
+                w["requests"],
+                w["failures"]
+            ));
+        }
+    }
+    lines.join("\n")
 }
