@@ -225,17 +225,23 @@ fn check_client_spans(run: &TracedRun, protocol: &str, share: f64, address: &str
             s.intended_ns <= s.sent_ns && s.sent_ns < s.answered_ns,
             "{s:?}"
         );
-        // gRPC's traced requests go the load's lean way, which has the kernel's receive time
-        // of each answer (converted to the client's clock: 1 ms of slack); HTTP's go reqwest's.
-        match (protocol, s.received_ns) {
-            ("grpc", Some(received)) => assert!(
+        // Traced requests go the load's own way, which has the kernel's receive time of each
+        // answer (converted to the client's clock: 1 ms of slack).
+        if let Some(received) = s.received_ns {
+            assert!(
                 s.sent_ns < received && received <= s.answered_ns + 1_000_000,
                 "{s:?}"
-            ),
-            ("http", None) => {}
-            _ => panic!("{protocol}: {s:?}"),
+            );
         }
     }
+    // gRPC's always; HTTP's when the direct pool had an idle connection (a send that finds none
+    // goes reqwest's way while the pool grows: the first few of a run).
+    let stamped = run.spans.iter().filter(|s| s.received_ns.is_some()).count();
+    let least = if protocol == "grpc" { 1.0 } else { 0.8 };
+    assert!(
+        stamped as f64 >= least * traced,
+        "{protocol}: {stamped} of {traced} traced requests have a receive time"
+    );
 }
 
 /// Every server `InferRequest` span is the child of a client span of its trace, one per

@@ -3,8 +3,7 @@
 //! counts, server arguments and Triton releases.
 
 use crate::support::{
-    RUN_LOCK, committed_matrix, driver_cli, ensure_worker, read, read_json, repo_root,
-    run_matrix_for,
+    alone, committed_matrix, driver_cli, ensure_worker, read, read_json, repo_root, run_matrix_for,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -36,7 +35,7 @@ fn serve_only(m: &mut driver::matrix::Matrix, tmp: &Path, models: &[&str]) {
 /// config.pbtxt with count 4.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let matrix = fixed_capacity_sweep(
@@ -240,7 +239,7 @@ async fn a_version_sweep_measures_each_release_and_names_it() {
             second.display()
         );
     }
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let matrix = fixed_capacity_sweep(
@@ -290,7 +289,7 @@ async fn a_version_sweep_measures_each_release_and_names_it() {
 /// workers following its targets live (each started once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let matrix = tmp.path().join("capacity.yaml");
@@ -484,7 +483,7 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
 /// it: recovered, with the time it took.
 #[tokio::test]
 async fn capacity_spike_overloads_the_server_and_measures_its_recovery() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let mut m = committed_matrix("capacity-spike.yaml");
@@ -572,7 +571,7 @@ async fn capacity_spike_overloads_the_server_and_measures_its_recovery() {
 /// and has its own record and result row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_phases_measure_each_model_alone_then_a_mix() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let mut m = committed_matrix("capacity.yaml");

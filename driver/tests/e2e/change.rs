@@ -2,7 +2,7 @@
 //! an A/B comparison of two server templates, and a regression against the last passing run.
 
 use crate::support::{
-    self, Driver, RUN_LIMIT, RUN_LOCK, START_LIMIT, assert_junit, driver_cli, edit_matrix,
+    self, Driver, RUN_LIMIT, START_LIMIT, alone, assert_junit, driver_cli, edit_matrix,
     ensure_worker, models_matrix, paced_repository, read, read_json, run_args, run_matrix_for,
 };
 use serde_json::{Value, json};
@@ -31,7 +31,7 @@ fn paced_matrix(tmp: &Path, edit: impl FnOnce(&mut driver::matrix::Matrix)) -> (
 /// interval across them; `--repeat 0` is bad input before anything starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeats_run_the_load_again_on_fresh_servers_and_give_each_metric_its_interval() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let (matrix, _) = paced_matrix(tmp.path(), |_| {});
@@ -104,7 +104,7 @@ async fn repeats_run_the_load_again_on_fresh_servers_and_give_each_metric_its_in
 /// latency a regression with an interval that excludes no change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ab_comparison_interleaves_the_templates_and_names_the_slower_one() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let (fast_dir, slow_dir) = (tmp.path().join("fast"), tmp.path().join("slow"));
@@ -174,7 +174,7 @@ async fn an_ab_comparison_interleaves_the_templates_and_names_the_slower_one() {
 /// anything runs, and `driver baseline set` pins a run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     // The same repository path for every run: only the server's speed changes.

@@ -2,8 +2,8 @@
 //! one that does not answer is bad input; one that stops answering or is killed fails the run.
 
 use crate::support::{
-    Driver, FAIL_FAST_BOUND, RUN_LIMIT, RUN_LOCK, SERVER, WORKER, ensure_worker, external_matrix,
-    read, read_json, run_args, run_matrix, start_external_server, wait_for_load,
+    Driver, FAIL_FAST_BOUND, RUN_LIMIT, SERVER, WORKER, alone, beside_another, ensure_worker,
+    external_matrix, read, read_json, run_args, run_matrix, start_external_server, wait_for_load,
 };
 use std::time::{Duration, Instant};
 use stress_common::contract::RunId;
@@ -24,7 +24,7 @@ fn grpc_and_metrics(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_server_is_checked_used_reported_and_left_running() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let mut server = start_external_server(tmp.path()).await;
@@ -111,7 +111,7 @@ async fn an_external_server_is_checked_used_reported_and_left_running() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_that_does_not_answer_is_bad_input_before_anything_starts() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     // Nothing listens there.
@@ -197,7 +197,7 @@ async fn fake_live_server() -> (String, tokio::task::JoinHandle<()>) {
 /// answering, the driver's own liveness probes fail the run within 5 s, naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_server_no_client_uses_is_watched_by_probes() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let server = start_external_server(tmp.path()).await;
@@ -247,7 +247,7 @@ async fn an_external_server_no_client_uses_is_watched_by_probes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_external_server_fails_the_run_within_5_s() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let mut server = start_external_server(tmp.path()).await;

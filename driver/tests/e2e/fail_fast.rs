@@ -3,9 +3,9 @@
 //! between a worker and its server; and a SIGKILLed driver leaves nothing of its run behind.
 
 use crate::support::{
-    self, Driver, FAIL_FAST_BOUND, Proc, RUN_LIMIT, RUN_LOCK, SERVER, START_LIMIT, WORKER,
-    driver_cli, edit_matrix, ensure_worker, external_matrix, pid_in, processes, read, read_json,
-    run_args, smoke_matrix, start_external_server, wait_for_load, zombie,
+    self, Driver, FAIL_FAST_BOUND, Proc, RUN_LIMIT, SERVER, START_LIMIT, WORKER, alone, driver_cli,
+    edit_matrix, ensure_worker, external_matrix, pid_in, processes, read, read_json, run_args,
+    smoke_matrix, start_external_server, wait_for_load, zombie,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -119,7 +119,7 @@ fn signal(pid: u32, signal: nix::sys::signal::Signal) {
 /// Starts a long run, SIGKILLs the server or the worker, and checks that the driver exits 1
 /// within 5 s of the kill with a report that names the killed member.
 async fn fail_fast_on_kill(victim: Victim) {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     let run_id = format!("e2e-kill-{victim:?}").to_lowercase();
     let mut run = start_long_run(&run_id).await;
     let (server_pid, worker_pid, run_dir) = (run.server_pid, run.worker_pid, run.run_dir.clone());
@@ -282,7 +282,7 @@ async fn a_killed_worker_fails_the_run_within_5_s() {
 /// sees the process use no CPU, says it is hung rather than cut off from the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_worker_is_named_hung_not_cut_off_from_the_store() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     let mut run = start_long_run("e2e-hung-worker").await;
     // driver serve lists the run under way as RUNNING (its lease holds) and rebuilds its report
     // so far from the store the driver is writing, read-only.
@@ -352,7 +352,7 @@ async fn a_hung_worker_is_named_hung_not_cut_off_from_the_store() {
 /// driver's last scrape of the hung server's /metrics cannot get an answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_server_fails_the_run_within_5_s_of_the_failure() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     let mut run = start_long_run("e2e-hung-server").await;
     signal(run.server_pid, nix::sys::signal::Signal::SIGSTOP);
     let status = run.driver.wait(RUN_LIMIT, false).await;
@@ -397,7 +397,7 @@ async fn a_hung_server_fails_the_run_within_5_s_of_the_failure() {
 /// SIGTERM while stopping exits at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_driver_leaves_no_server_or_worker_behind() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     let mut run = start_long_run("e2e-driver-killed").await;
     let alive = |pid: u32| Path::new(&format!("/proc/{pid}")).exists() && !zombie(pid);
     signal(run.driver.child.id(), nix::sys::signal::Signal::SIGKILL);
@@ -578,7 +578,7 @@ impl Drop for BlackHoleRelay {
 /// counted (reconciled or explained, never a mismatch); nothing is left running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_black_hole_between_worker_and_server_fails_the_run_naming_the_worker() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let server = start_external_server(tmp.path()).await;

@@ -2,7 +2,7 @@
 //! answer after the recovery, and a network fault.
 
 use crate::support::{
-    RUN_LOCK, SERVER, edit_matrix, ensure_worker, read, read_json, repo_root, run_matrix_for,
+    SERVER, alone, edit_matrix, ensure_worker, read, read_json, repo_root, run_matrix_for,
     smoke_matrix,
 };
 use serde_json::json;
@@ -15,7 +15,7 @@ use serde_json::json;
 /// 1 ms fails, naming the fault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn injected_faults_are_recovered_from_and_a_slow_recovery_fails_the_run() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let with_faults = |kill_within: &str| {
@@ -160,7 +160,7 @@ async fn injected_faults_are_recovered_from_and_a_slow_recovery_fails_the_run() 
 /// healthy twin (add_sub) rides through the same kill in the test above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_answer_after_the_recovery_fails_the_run() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     // A repository of the twin alone (the server starts in seconds).
@@ -244,7 +244,7 @@ async fn a_wrong_answer_after_the_recovery_fails_the_run() {
 /// fault there is refused before anything starts (tests/cli.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_fault_slows_every_client_and_is_recovered_from() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let no_filter = driver::launcher::packet_filter::unavailable();

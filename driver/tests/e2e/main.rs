@@ -11,11 +11,12 @@
 //! (`TRITON_STRESS_SKIP_POSTGRES=1` skips that one; `TEST_DATABASE_URL` uses a running server).
 //! The worker is built by the tests themselves (see [`support::ensure_worker`]).
 //!
-//! On 2 loaded cores: one run at a time ([`support::RUN_LOCK`]), generous timeouts for
-//! everything that waits on a server; the only timing assertion is the 5 s fail-fast bound.
+//! On 2 loaded cores: a test that measures runs alone ([`support::alone`]), two that only check
+//! outcomes may run side by side ([`support::beside_another`]); generous timeouts for
+//! everything that waits on a server.
 //!
 //! The tests are grouped by capability, a module each; what several of them use is in
-//! [`support`]. They are one test binary: [`support::RUN_LOCK`] is one lock for all of them.
+//! [`support`]. They are one test binary, so that one lock orders all of their runs.
 
 mod capacity;
 mod change;

@@ -3,8 +3,9 @@
 //! zero-QPS stall, and a failed sequence carries its steps on the wire.
 
 use crate::support::{
-    RUN_LOCK, SERVER, WORKER, assert_models_add_up, edit_matrix, ensure_worker, models_matrix,
-    paced_repository, read, read_json, repo_root, run_matrix, run_matrix_for, smoke_matrix,
+    SERVER, WORKER, alone, assert_models_add_up, beside_another, edit_matrix, ensure_worker,
+    models_matrix, paced_repository, read, read_json, repo_root, run_matrix, run_matrix_for,
+    smoke_matrix,
 };
 use stress_common::contract::RunId;
 use stress_common::status::EventKind;
@@ -12,7 +13,7 @@ use stress_common::store::Store;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_the_server_lacks_stops_the_run_with_exit_2_before_any_worker_starts() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let matrix = models_matrix(
@@ -50,7 +51,7 @@ async fn a_model_the_server_lacks_stops_the_run_with_exit_2_before_any_worker_st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_matrix_with_models_runs_infer_against_them_and_passes() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let matrix = models_matrix(
@@ -94,7 +95,7 @@ async fn a_matrix_with_models_runs_infer_against_them_and_passes() {
 /// with the requests counted. (It failed as "QPS 0 for 2 consecutive polls" before.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_inside_perf_analyzer_runs_is_not_a_zero_qps_stall() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let repo = paced_repository(tmp.path(), 4);
@@ -138,7 +139,7 @@ async fn a_client_inside_perf_analyzer_runs_is_not_a_zero_qps_stall() {
 /// server's log lines around it, in report.json and report.txt. The faulty twin sequence_faulty answers running sum + 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_sequence_carries_its_steps_on_the_wire() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let faulty = repo_root().join("models-faulty").display().to_string();

@@ -3,9 +3,9 @@
 //! sent; and a traced server's trace summary.
 
 use crate::support::{
-    Driver, RUN_LIMIT, RUN_LOCK, SERVER, WORKER, assert_junit, driver_cli, edit_matrix,
-    ensure_worker, models_matrix, read, read_json, repo_root, run_args, run_matrix, run_matrix_for,
-    smoke_matrix, wait_for_load,
+    Driver, RUN_LIMIT, SERVER, WORKER, alone, assert_junit, beside_another, driver_cli,
+    edit_matrix, ensure_worker, models_matrix, read, read_json, repo_root, run_args, run_matrix,
+    run_matrix_for, smoke_matrix, wait_for_load,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -19,7 +19,7 @@ use stress_common::store::Store;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_no_worker_sent_are_a_reconciliation_mismatch() {
     const INTRUDER: u64 = 150;
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
@@ -84,7 +84,7 @@ async fn requests_no_worker_sent_are_a_reconciliation_mismatch() {
 /// run's summary reaches the matrix's `report.webhook` (a local receiver).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_traced_server_gets_a_trace_summary_in_the_report() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     // The run's summary goes to a local receiver at the end (report.webhook).
@@ -159,7 +159,7 @@ async fn a_traced_server_gets_a_trace_summary_in_the_report() {
 /// request, is no finding (its healthy twin), one that keeps growing is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaking_model_is_a_memory_growth_finding_and_a_warming_one_is_not() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let faulty = repo_root().join("models-faulty").display().to_string();
@@ -211,7 +211,7 @@ async fn a_leaking_model_is_a_memory_growth_finding_and_a_warming_one_is_not() {
 /// server's, naming the dead stub by its instance — from tritonserver's real answer, over gRPC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_backend_stub_is_the_server_s_failure_naming_its_instance() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let faulty = repo_root().join("models-faulty").display().to_string();
@@ -249,7 +249,7 @@ async fn a_dead_backend_stub_is_the_server_s_failure_naming_its_instance() {
 /// holds each call for 200 ms (identity_delay), passes under the same rule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_holds_calls_unanswered_is_blamed_and_a_slow_one_is_not() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let faulty = repo_root().join("models-faulty").display().to_string();
@@ -316,7 +316,7 @@ async fn a_server_that_holds_calls_unanswered_is_blamed_and_a_slow_one_is_not() 
 /// seen in the run before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_bug_fails_the_run_with_its_evidence_unless_it_is_a_known_issue() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let faulty = repo_root().join("models-faulty").display().to_string();

@@ -2,7 +2,7 @@
 //! without failures, and `driver report` rebuilds the same report from the store.
 
 use crate::support::{
-    Driver, RUN_LIMIT, RUN_LOCK, SERVER, WORKER, assert_junit, assert_models_add_up,
+    Driver, RUN_LIMIT, SERVER, WORKER, alone, assert_junit, assert_models_add_up,
     assert_reconciled, driver_cli, ensure_worker, read, read_json, run_args, smoke_matrix,
 };
 use serde_json::Value;
@@ -247,7 +247,7 @@ async fn smoke_run(database_url: Option<&str>, run_id: &str) -> (tempfile::TempD
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smoke_matrix_passes_on_sqlite_and_the_report_rebuilds() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let run_id = "e2e-smoke-sqlite";
     let (tmp, run_dir) = smoke_run(None, run_id).await;
@@ -264,7 +264,7 @@ async fn smoke_matrix_passes_on_postgres_and_the_report_rebuilds() {
     let Some(pg) = TestPostgres::from_env().unwrap_or_else(|e| panic!("{e}")) else {
         return;
     };
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     // Unique, in case TEST_DATABASE_URL is a shared server.
     let run_id = format!(

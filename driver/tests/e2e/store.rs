@@ -2,7 +2,7 @@
 //! and stops no load; one down at the end still gets an incomplete report.
 
 use crate::support::{
-    Driver, RUN_LIMIT, RUN_LOCK, START_LIMIT, WORKER, assert_reconciled, edit_matrix,
+    Driver, RUN_LIMIT, START_LIMIT, WORKER, assert_reconciled, beside_another, edit_matrix,
     ensure_worker, processes, read, read_json, run_args, smoke_matrix, zombie,
 };
 use std::time::{Duration, Instant};
@@ -100,7 +100,7 @@ async fn a_store_outage_mid_run(fault: StoreFault) {
     let Some(mut pg) = own_postgres() else {
         return;
     };
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = beside_another().await;
     let run_id = format!("e2e-chaos-store-{fault:?}-{}", std::process::id());
     let url = pg.url().to_string();
     let (_tmp, runs, mut driver) =
@@ -187,7 +187,7 @@ async fn a_store_down_at_the_end_still_gets_an_incomplete_report() {
     let Some(mut pg) = own_postgres() else {
         return;
     };
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = beside_another().await;
     let run_id = format!("e2e-chaos-store-gone-{}", std::process::id());
     let url = pg.url().to_string();
     let (_tmp, runs, mut driver) =

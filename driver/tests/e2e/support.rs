@@ -16,9 +16,21 @@ use stress_common::store::Store;
 mod shared;
 pub(crate) use shared::{Serve, assert_junit, ensure_worker, get, pid_in, repo_root};
 
-/// Runs start one at a time: two tritonservers loading five python models each on 2 shared
-/// cores only make each other slow.
-pub(crate) static RUN_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Who runs beside whom: a test whose assertions hold times, rates or latencies runs alone
+/// ([`alone`]); one that checks only what happened (verdicts, records, reports) may run beside
+/// another such test ([`beside_another`]; `--test-threads 2` makes that two at most), since on
+/// 2 cores its runs are slowed, not changed. A waiting `alone` goes first (tokio's lock is fair).
+static RUNS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// For a test that measures: no other run on the machine while it runs.
+pub(crate) async fn alone() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    RUNS.write().await
+}
+
+/// For a test that only checks outcomes: another such test may run beside it.
+pub(crate) async fn beside_another() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    RUNS.read().await
+}
 
 /// How long a run may take from start to a verdict, server start-up included (a 15 s run takes
 /// about 30 s on an idle machine).

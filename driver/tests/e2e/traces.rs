@@ -7,7 +7,7 @@
 //! until it reads them, and gRPC's traced requests carry the kernel's receive time.
 
 use crate::support::{
-    RUN_LOCK, edit_matrix, ensure_worker, processes, read_json, run_matrix_for, smoke_matrix,
+    alone, edit_matrix, ensure_worker, processes, read_json, run_matrix_for, smoke_matrix,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -46,7 +46,7 @@ impl Drop for Resume {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tail_of_a_queueing_model_is_queue_and_of_a_slow_model_compute() {
-    let _one_run = RUN_LOCK.lock().await;
+    let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {

@@ -387,8 +387,9 @@ impl TritonClient for HttpClient {
         // On an idle keep-alive connection of our own, written from this task at once: no
         // pool lookup, URL parse or task hop per request (most of reqwest's cost here).
         let started = tokio::time::Instant::now();
-        if let Some(response) = self.send_direct(prepared)
-            && let Some(answer) = within(timeout, direct_answer(&self.address, response)).await?
+        if let Some(sent) = self.send_direct(prepared, None)
+            && let Some(answer) =
+                within(timeout, direct_answer(&self.address, sent.response)).await?
         {
             return Ok(answer);
         }
@@ -398,6 +399,8 @@ impl TritonClient for HttpClient {
         self.post_infer(prepared, timeout, None).await
     }
 
+    /// On the load's own path (the direct pool), so that the traced request is timed as the
+    /// load it samples and carries when it was written and when its answer arrived.
     async fn infer_traced(
         &self,
         prepared: &Prepared,
@@ -406,11 +409,21 @@ impl TritonClient for HttpClient {
     ) -> Result<InferResponse, ClientError> {
         let value = http::HeaderValue::from_str(traceparent)
             .map_err(|_| ClientError::Protocol(format!("traceparent {traceparent:?}")))?;
+        let started = tokio::time::Instant::now();
+        if let Some(sent) = self.send_direct(prepared, Some(&value))
+            && let Some(mut answer) =
+                within(timeout, direct_answer(&self.address, sent.response)).await?
+        {
+            answer.sent_at = Some(sent.sent_at);
+            answer.received_at = sent.received.instant();
+            return Ok(answer);
+        }
+        let timeout = timeout.map(|t| t.saturating_sub(started.elapsed()));
         self.post_infer(prepared, timeout, Some(value)).await
     }
 
     fn send_now(&self, prepared: &Prepared, timeout: Option<Duration>) -> Option<SentCall> {
-        let response = self.send_direct(prepared)?;
+        let response = self.send_direct(prepared, None)?.response;
         let address = self.address.clone();
         Some(Box::pin(async move {
             let answered = async {
@@ -505,8 +518,13 @@ impl HttpClient {
         answer(status, header_length, body)
     }
 
-    /// Writes `prepared` now on an idle connection of the direct pool; None when none is idle.
-    fn send_direct(&self, prepared: &Prepared) -> Option<super::http1_direct::ResponseFuture> {
+    /// Writes `prepared` (with a `traceparent` header when given) now on an idle connection of
+    /// the direct pool; None when none is idle.
+    fn send_direct(
+        &self,
+        prepared: &Prepared,
+        traceparent: Option<&http::HeaderValue>,
+    ) -> Option<super::http1_direct::DirectSend> {
         let Prepared::Http {
             body,
             head: Some(head),
@@ -520,6 +538,9 @@ impl HttpClient {
         *request.method_mut() = http::Method::POST;
         *request.uri_mut() = head.uri.clone();
         *request.headers_mut() = head.headers.clone();
+        if let Some(value) = traceparent {
+            request.headers_mut().insert(TRACEPARENT, value.clone());
+        }
         direct.send_now(request)
     }
 }

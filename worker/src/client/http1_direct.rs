@@ -15,6 +15,7 @@
 //! on the runtime for the next.
 
 use super::ClientError;
+use super::receive_stamp::{LastReceive, StampedTcp};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::http1::{Connection, SendRequest};
@@ -39,11 +40,20 @@ const RETRY_AFTER_FAILED_CONNECT: Duration = Duration::from_millis(200);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 type Body = Full<Bytes>;
-type Conn = Connection<TokioIo<TcpStream>, Body>;
+type Conn = Connection<TokioIo<StampedTcp>, Body>;
 
 /// The response to a request already written.
 pub type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<Response<Incoming>, hyper::Error>> + Send>>;
+
+/// A request written from the sending thread: its response to come, when it was written, and
+/// its connection's last receive time (that of its answer, once the answer is read whole).
+pub struct DirectSend {
+    pub response: ResponseFuture,
+    /// Just before the write.
+    pub sent_at: Instant,
+    pub received: Arc<LastReceive>,
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -66,6 +76,7 @@ struct PoolState {
 struct DirectConnection {
     sender: SendRequest<Body>,
     driven: Arc<Driven>,
+    received: Arc<LastReceive>,
 }
 
 /// A connection and the waker of the task that drives it.
@@ -136,20 +147,29 @@ impl DirectPool {
 
     /// Writes `request` now, from this thread, on an idle connection; its response to come.
     /// None when no connection is idle (one more is then made for the next send).
-    pub fn send_now(&self, request: Request<Body>) -> Option<ResponseFuture> {
-        let (response, driven) = {
+    pub fn send_now(&self, request: Request<Body>) -> Option<DirectSend> {
+        let (response, driven, received) = {
             let mut state = lock(&self.state);
             state.connections.retain(|c| !c.sender.is_closed());
             match state.connections.iter_mut().find(|c| c.sender.is_ready()) {
-                Some(c) => (c.sender.send_request(request), c.driven.clone()),
+                Some(c) => (
+                    c.sender.send_request(request),
+                    c.driven.clone(),
+                    c.received.clone(),
+                ),
                 None => {
                     self.grow(&mut state);
                     return None;
                 }
             }
         };
+        let sent_at = Instant::now();
         driven.poll_here();
-        Some(Box::pin(response))
+        Some(DirectSend {
+            response: Box::pin(response),
+            sent_at,
+            received,
+        })
     }
 
     /// Has one more connection made on the runtime, unless one is being made, the pool is
@@ -190,6 +210,7 @@ async fn connect(authority: &str, within: Duration) -> Result<DirectConnection, 
         .map_err(|e| transport(format!("connect: {e}")))?;
     tcp.set_nodelay(true)
         .map_err(|e| transport(format!("TCP_NODELAY: {e}")))?;
+    let (tcp, received) = StampedTcp::new(tcp);
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
         .map_err(|e| transport(format!("HTTP/1.1 handshake: {e}")))?;
@@ -198,7 +219,11 @@ async fn connect(authority: &str, within: Duration) -> Result<DirectConnection, 
         task: Mutex::new(None),
     });
     tokio::spawn(Drive(driven.clone()));
-    Ok(DirectConnection { sender, driven })
+    Ok(DirectConnection {
+        sender,
+        driven,
+        received,
+    })
 }
 
 #[cfg(test)]
@@ -282,9 +307,10 @@ mod tests {
             tokio::task::yield_now().await;
         });
         for body in [&b"first"[..], b"second"] {
-            let response = pool
+            let sent = pool
                 .send_now(request(&authority, body))
                 .expect("an idle connection");
+            let response = sent.response;
             let arrived = received
                 .recv_timeout(Duration::from_secs(5))
                 .expect("the request left while the runtime was idle");

@@ -6,6 +6,7 @@ pub mod grpc_frame;
 pub mod h2_connection;
 pub mod http;
 pub mod http1_direct;
+pub mod receive_stamp;
 pub mod unary_h2;
 
 use crate::metadata::{ModelConfig, ModelMetadata};

@@ -20,6 +20,7 @@
 //! (`SO_TIMESTAMPNS`), so its latency does not include the time the worker's own runtime took
 //! to get round to reading it (a busy or descheduled client thread is not a slow server).
 
+use super::receive_stamp::{recv_stamped, stamp_instant};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::collections::HashMap;
 use std::future::Future;
@@ -27,7 +28,7 @@ use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -1049,9 +1050,7 @@ impl UnaryConnection {
     /// connection task on the current runtime.
     pub fn start(tcp: TcpStream, authority: &str) -> Self {
         // Best effort: without it answers are timed when read.
-        if let Err(e) =
-            nix::sys::socket::setsockopt(&tcp, nix::sys::socket::sockopt::ReceiveTimestampns, &true)
-        {
+        if let Err(e) = super::receive_stamp::enable(&tcp) {
             tracing::debug!("{authority}: no kernel receive timestamps: {e}");
         }
         let (read, write) = tcp.into_split();
@@ -1341,10 +1340,6 @@ mod low_water {
     );
 }
 
-/// A receive stamp older than this is a step of the wall clock, not a wait: the read is then
-/// timed as it happens.
-const MAX_STAMP_AGE: Duration = Duration::from_secs(10);
-
 impl Reader {
     fn new() -> Self {
         Self {
@@ -1454,44 +1449,6 @@ fn read_ends(partial: &[u8], waiting: &[u8], ends: &mut Vec<usize>) {
     }
 }
 
-/// One `recvmsg` into `buffer`: the bytes read, and the kernel's receive time of the last
-/// segment they came from (when the socket gives one; the wall clock's, as the kernel stamps).
-fn recv_stamped(
-    socket: &TcpStream,
-    buffer: &mut [u8],
-    control: &mut [u8],
-    flags: nix::sys::socket::MsgFlags,
-) -> std::io::Result<(usize, Option<SystemTime>)> {
-    use nix::sys::socket::{ControlMessageOwned, recvmsg};
-    let mut iov = [std::io::IoSliceMut::new(buffer)];
-    let message = recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(control), flags)
-        .map_err(std::io::Error::from)?;
-    let stamp = message.cmsgs().ok().and_then(|mut cmsgs| {
-        cmsgs.find_map(|c| match c {
-            ControlMessageOwned::ScmTimestampns(t) => Some(t),
-            _ => None,
-        })
-    });
-    let stamp = stamp.and_then(|t| {
-        let secs = u64::try_from(t.tv_sec()).ok()?;
-        let nanos = u32::try_from(t.tv_nsec()).ok()?;
-        Some(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
-    });
-    Ok((message.bytes, stamp))
-}
-
-/// The monotonic time of a wall-clock `stamp` taken a moment ago (the kernel stamps with the
-/// wall clock). A stamp "in the future" (the wall clock stepped back) is now; one older than
-/// [`MAX_STAMP_AGE`] is unknown.
-fn stamp_instant(stamp: SystemTime) -> Option<Instant> {
-    let (wall, now) = (SystemTime::now(), Instant::now());
-    let age = wall.duration_since(stamp).unwrap_or(Duration::ZERO);
-    if age > MAX_STAMP_AGE {
-        return None;
-    }
-    now.checked_sub(age)
-}
-
 /// The connection task: reads and handles frames, writes what callers left, until the socket
 /// ends, the peer breaks the protocol, or the last handle is dropped.
 async fn drive(shared: Arc<Shared>, read: OwnedReadHalf) {
@@ -1538,6 +1495,7 @@ pub(super) mod tests {
     use std::io::{Read as _, Write as _};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Wake;
+    use std::time::Duration;
 
     struct CountingWaker(AtomicUsize);
     impl Wake for CountingWaker {
@@ -2475,22 +2433,6 @@ pub(super) mod tests {
                  be uncertain"
             );
         }
-    }
-
-    #[test]
-    fn a_receive_stamp_becomes_a_monotonic_time_and_a_wall_clock_step_is_not_a_latency() {
-        let now = Instant::now();
-        let five_ms_ago = stamp_instant(SystemTime::now() - Duration::from_millis(5)).unwrap();
-        let age = now.saturating_duration_since(five_ms_ago);
-        assert!(
-            age >= Duration::from_millis(4) && age < Duration::from_millis(50),
-            "{age:?}"
-        );
-        // The wall clock stepped back after the stamp: the stamp is "now", not a negative age.
-        let ahead = stamp_instant(SystemTime::now() + Duration::from_secs(60)).unwrap();
-        assert!(ahead >= now && ahead <= Instant::now());
-        // Stepped forward (or a stamp from long ago): unknown, the read is timed instead.
-        assert!(stamp_instant(SystemTime::now() - Duration::from_secs(3600)).is_none());
     }
 
     #[tokio::test]
