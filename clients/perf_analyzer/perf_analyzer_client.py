@@ -127,6 +127,22 @@ def default_perf_analyzer():
     return os.environ.get("PERF_ANALYZER") or shutil.which("perf_analyzer") or beside
 
 
+def perf_analyzer_version(binary):
+    """The version perf_analyzer states (`Perf Analyzer Version 2.51.0 (commit ...)`), else the
+    tritonclient wheel's beside this Python, else "unknown"."""
+    try:
+        run = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+        words = (run.stdout + " " + run.stderr).split()
+        if "Version" in words[:-1]:
+            return words[words.index("Version") + 1]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return importlib.metadata.version("tritonclient")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--perf-analyzer", default=default_perf_analyzer())
@@ -148,10 +164,7 @@ def main():
         _stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    try:
-        version = importlib.metadata.version("tritonclient")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
+    version = perf_analyzer_version(args.perf_analyzer)
     emit({"type": "hello", "interface": INTERFACE, "client": "perf_analyzer", "version": version})
     deadline = None if a.get("duration_s") is None else time.monotonic() + a["duration_s"]
     models = a["models"] or ["add_sub"]

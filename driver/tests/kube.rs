@@ -472,10 +472,12 @@ async fn the_heterogeneous_matrix_fills_every_cell_on_pods() {
         assert_eq!(cell["verdict"], "PASS", "{cell:#}");
         assert!(cell["tests"].as_u64().unwrap() > 0, "{cell:#}");
         assert!(cell["qps"].as_f64().unwrap() > 0.0, "{cell:#}");
-        // Each Python image ran its own tritonclient, as the client's hello said.
+        // Each Python image ran its own tritonclient, and the worker image its perf_analyzer,
+        // as the client's hello said.
         let ran = match cell["client"].as_str().unwrap() {
             "python-2-51" => Some("tritonclient-python-grpc 2.51.0"),
             "python-2-44" => Some("tritonclient-python-grpc 2.44.0"),
+            "perf-analyzer" => Some("perf_analyzer 2.51.0"),
             _ => None,
         };
         if let Some(ran) = ran {
