@@ -682,10 +682,18 @@ async fn run_command(args: RunArgs) -> ExitCode {
             eprintln!("error: --repeat: a sweep measures each variant and confirms the best");
             return ExitCode::from(BAD_INPUT);
         }
+        if n > 1 && !matrix.run.cells.is_together() {
+            eprintln!("error: --repeat: cells in turn (run.cells) are runs of their own");
+            return ExitCode::from(BAD_INPUT);
+        }
         matrix.run.repeat = n;
     }
     let cancel = stress_common::shutdown::token_on_signals();
-    if matrix.sweep.is_some() || matrix.run.repeat > 1 || matrix.compare.is_some() {
+    if matrix.sweep.is_some()
+        || matrix.run.repeat > 1
+        || matrix.compare.is_some()
+        || matrix.runs_cells_in_turn()
+    {
         let runs = Runs {
             options: &options,
             matrix: &matrix,
@@ -794,6 +802,10 @@ async fn runs_of_one_command(
     if matrix.compare.is_some() {
         let outcome = run::repeat::compare(runs).await;
         return finish_repeat_command(outcome, &run_dir.join("compare.txt"));
+    }
+    if matrix.runs_cells_in_turn() {
+        let outcome = run::repeat::cells_in_turn(runs).await;
+        return finish_repeat_command(outcome, &run_dir.join("grid.txt"));
     }
     if matrix.sweep.is_none() {
         let outcome = run::repeat::repeat(runs).await;

@@ -119,7 +119,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "unknown-field.yaml",
-        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode, repeat, slo, seed, otlp_forward",
+        "5:3: run.durration: unknown field `durration`, expected one of name, duration, poll_interval, warmup, server_ready_timeout, namespace, keep_failed, fail_fast, mode, repeat, cells, slo, seed, otlp_forward",
     ),
     (
         "wrong-type.yaml",
@@ -282,6 +282,10 @@ const BAD: &[(&str, &str)] = &[
     (
         "bad-otlp-forward-https.yaml",
         "5:17: run.otlp_forward: the driver's HTTP client speaks no TLS yet: forward to a collector's http:// endpoint (e.g. a local OpenTelemetry Collector that sends on over TLS)",
+    ),
+    (
+        "bad-cells.yaml",
+        "5:10: run.cells: cells in turn are runs of their own: not with `repeat`, `compare` or a sweep",
     ),
     (
         "bad-otlp-forward.yaml",
@@ -714,6 +718,9 @@ fn the_heterogeneous_matrix_crosses_client_implementations_with_server_builds() 
         cells.len(),
         m.client_templates.len() * m.server_groups.len()
     );
+    // Each cell alone: ten runs of their own.
+    assert!(m.runs_cells_in_turn());
+    assert_eq!(m.cells().len(), cells.len());
     let python: Vec<_> = m
         .clients()
         .into_iter()
@@ -745,6 +752,14 @@ fn a_matrix_survives_a_yaml_round_trip() {
         let text = serde_saphyr::to_string(&m).unwrap();
         let again = matrix::parse(&text, name).unwrap_or_else(|e| panic!("{e}\n{text}"));
         assert_eq!(again, m);
+        // A cell run in turn is written out as its run's matrix and read back the same.
+        for cell in m.cells() {
+            let mut run = m.cell_run(&cell);
+            run.source_path = None;
+            let text = serde_saphyr::to_string(&run).unwrap();
+            let again = matrix::parse(&text, name).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(again, run);
+        }
     }
 }
 

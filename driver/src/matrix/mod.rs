@@ -26,6 +26,7 @@
 //! `test-matrices/schema.json`).
 
 pub mod bounds;
+pub mod cells;
 pub mod compare;
 mod duration;
 mod error;
@@ -50,11 +51,11 @@ pub use expand::{ClientMember, ExternalServer, ServerMember, member_name};
 pub use fingerprint::{FINGERPRINT_VERSION, fingerprint};
 pub use reference::reference_markdown;
 pub use types::{
-    ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, ClientGroup, ClientTemplate,
-    DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, IssueMatch, KnownIssue,
-    LoadMode, MATRIX_VERSION, MODEL_IMAGE_SOURCE, Matrix, ModelImage, ModelSpec, MountedConfig,
-    PrometheusSource, Protocol, RegressionSettings, ReportSettings, Resources, RunMode,
-    RunSettings, ServerGroup, ServerTemplate, ServerVolume, SloBound, SloMetric, SloRule,
+    ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, CellSchedule, ClientGroup,
+    ClientTemplate, DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, IssueMatch,
+    KnownIssue, LoadMode, MATRIX_VERSION, MODEL_IMAGE_SOURCE, Matrix, ModelImage, ModelSpec,
+    MountedConfig, PrometheusSource, Protocol, RegressionSettings, ReportSettings, Resources,
+    RunMode, RunSettings, ServerGroup, ServerTemplate, ServerVolume, SloBound, SloMetric, SloRule,
     SpikeSettings, Toleration, TraceLevel, TraceMode, TraceSettings,
 };
 pub use types::{

@@ -178,6 +178,15 @@ pub struct RunSettings {
     #[serde(default = "defaults::repeat", skip_serializing_if = "defaults::is_one")]
     pub repeat: u32,
 
+    /// `together` (default): every client group runs at once. `in_turn`: each cell of the
+    /// client × server grid (a client template's groups against one server group) runs alone
+    /// for `duration`, as a run of its own (`RUN-c1`, `RUN-c2`, …) with only its servers, one
+    /// after another, so that on a small machine a cell measures its client and server, not
+    /// the other cells' CPU; grid.txt and grid.json gather them. Not with `repeat`, `compare`
+    /// or a sweep.
+    #[serde(default, skip_serializing_if = "CellSchedule::is_together")]
+    pub cells: CellSchedule,
+
     /// Service-level objectives over all client groups: a rule breached at the end fails the
     /// run (exit 1); one with `abort_on_fail` is also checked every poll and stops the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -205,6 +214,25 @@ pub enum RunMode {
     #[default]
     Soak,
     Capacity,
+}
+
+/// How the cells of a matrix share the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CellSchedule {
+    /// Every client group runs at once, for `duration`.
+    #[default]
+    Together,
+    /// Each cell runs alone for `duration`, as a run of its own (`RUN-c1`, `RUN-c2`, …, in the
+    /// matrix's order) with only its own servers, fresh; the run's grid.txt and grid.json
+    /// gather the cells.
+    InTurn,
+}
+
+impl CellSchedule {
+    pub fn is_together(&self) -> bool {
+        *self == Self::Together
+    }
 }
 
 /// A capacity run's phases, run in the order listed.

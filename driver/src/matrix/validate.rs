@@ -1545,6 +1545,15 @@ impl Checker {
                 "a sweep measures each variant and confirms the best: leave `repeat` out",
             );
         }
+        if m.run.cells == super::CellSchedule::InTurn
+            && (m.run.repeat > 1 || m.compare.is_some() || m.sweep.is_some())
+        {
+            self.push(
+                run.key("cells"),
+                Anchor::Value,
+                "cells in turn are runs of their own: not with `repeat`, `compare` or a sweep",
+            );
+        }
 
         // A heartbeat limit of 0 polls would fail every worker between two of its beats.
         self.at_least_one(

@@ -1300,6 +1300,12 @@ pub fn judged(j: &crate::judge::change::Judged) -> String {
 }
 
 /// The client × server grid: a row per client template, a column per server group.
+pub fn grid(grid: &crate::report::grid::Grid) -> String {
+    let mut out = String::new();
+    render_grid(&mut out, grid);
+    out
+}
+
 fn render_grid(out: &mut String, grid: &crate::report::grid::Grid) {
     let _ = writeln!(
         out,

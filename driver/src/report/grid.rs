@@ -53,27 +53,20 @@ pub struct CellFacts<'a> {
     pub load_seconds: f64,
 }
 
-/// The grid of `matrix` from its per-group tables; None when it is no cross.
+/// The grid of `matrix` from its per-group tables; None when it is no cross (and not a cell
+/// run in turn: each of those has the grid of its one cell).
 pub fn grid(matrix: &Matrix, facts: &CellFacts) -> Option<Grid> {
     let clients: Vec<String> = matrix.client_templates.keys().cloned().collect();
     let servers: Vec<String> = matrix.server_groups.keys().cloned().collect();
-    if clients.len() < 2 || servers.len() < 2 {
+    let crossed = clients.len() >= 2 && servers.len() >= 2;
+    if !crossed && matrix.run.cells.is_together() {
         return None;
     }
-    let mut cells = Vec::new();
-    for client in &clients {
-        for server in &servers {
-            let in_cell: Vec<String> = matrix
-                .client_groups
-                .iter()
-                .filter(|(_, g)| g.template == *client && g.target == *server)
-                .map(|(name, _)| name.clone())
-                .collect();
-            if !in_cell.is_empty() {
-                cells.push(cell(client, server, in_cell, facts));
-            }
-        }
-    }
+    let cells = matrix
+        .cells()
+        .into_iter()
+        .map(|c| cell(&c.client, &c.server, c.groups, facts))
+        .collect();
     Some(Grid {
         clients,
         servers,

@@ -7,6 +7,8 @@
 //! - `compare: {a, b, repeats: k}`: the two server templates' sides interleaved (`RUN-a1`,
 //!   `RUN-b1`, `RUN-a2`, …), then every metric of B against A (`judge::change::compare_groups`:
 //!   the ratio, its 95% interval and a rank test's p) as compare.txt and compare.json.
+//! - `run.cells: in_turn`: each cell of the client × server grid alone (`RUN-c1`, …: its
+//!   client groups and its server group), then their grid as grid.txt and grid.json.
 
 use std::path::Path;
 
@@ -14,6 +16,7 @@ use super::{DriverError, RunOutcome, RunsOf, Verdict};
 use crate::judge::repeats::{self, Repeat, Repeats};
 use crate::launcher::LaunchFor;
 use crate::matrix::Matrix;
+use crate::report::grid::Grid;
 
 /// What the runs gave: each one's outcome (in order), and what was found across them in words
 /// (repeats.txt, compare.txt) and, for repeats, as data.
@@ -34,18 +37,33 @@ impl RepeatOutcome {
     }
 }
 
+/// Which matrix file a block's run records.
+#[derive(Clone, Copy, PartialEq)]
+enum BlockFile {
+    /// The run's own (a repeat or an A/B side: the same matrix, or one template swapped).
+    Run,
+    /// The block's matrix, written into its run directory (a cell in turn: its report and
+    /// history are of the cell's matrix alone).
+    Own,
+}
+
 /// Runs each block (its run id and matrix) of `runs` in turn.
 async fn blocks(
     runs: &RunsOf<'_>,
     blocks: &[(String, Matrix)],
+    file: BlockFile,
 ) -> Result<Vec<RunOutcome>, DriverError> {
-    let (options, cancel) = (runs.options, &runs.cancel);
+    let cancel = &runs.cancel;
     let mut outcomes = Vec::new();
     for (k, (id, matrix)) in blocks.iter().enumerate() {
         if cancel.is_cancelled() {
             break;
         }
-        let dir = super::new_run_dir(options, id)?;
+        let dir = super::new_run_dir(runs.options, id)?;
+        let options = match file {
+            BlockFile::Run => runs.options.clone(),
+            BlockFile::Own => own_matrix_file(runs.options, matrix, &dir)?,
+        };
         tracing::info!(run_id = id, "run {} of {}", k + 1, blocks.len());
         let mut launcher = (runs.launcher_for)(LaunchFor {
             dir: &dir,
@@ -55,11 +73,37 @@ async fn blocks(
         })
         .await
         .map_err(DriverError::Launch)?;
-        let outcome =
-            super::run(options, launcher.as_mut(), matrix, &dir, id, cancel.clone()).await?;
+        let outcome = super::run(
+            &options,
+            launcher.as_mut(),
+            matrix,
+            &dir,
+            id,
+            cancel.clone(),
+        )
+        .await?;
         outcomes.push(outcome);
     }
     Ok(outcomes)
+}
+
+/// `options` with `matrix` written to `<dir>/matrix.yaml` as its matrix file.
+fn own_matrix_file(
+    options: &super::RunOptions,
+    matrix: &Matrix,
+    dir: &Path,
+) -> Result<super::RunOptions, DriverError> {
+    let file = dir.join("matrix.yaml");
+    let yaml = serde_saphyr::to_string(matrix)
+        .map_err(|e| DriverError::Config(format!("the cell's matrix: {e}")))?;
+    std::fs::write(&file, yaml).map_err(|error| DriverError::RunDir {
+        path: dir.into(),
+        error,
+    })?;
+    Ok(super::RunOptions {
+        matrix: file,
+        ..options.clone()
+    })
 }
 
 /// Runs the load `matrix.run.repeat` times; `run_dir` (the repeat run's own directory) gets the
@@ -69,7 +113,7 @@ pub async fn repeat(runs: RunsOf<'_>) -> Result<RepeatOutcome, DriverError> {
     let planned: Vec<(String, Matrix)> = (1..=matrix.run.repeat)
         .map(|k| (format!("{run_id}-r{k}"), matrix.clone()))
         .collect();
-    let outcomes = blocks(&runs, &planned).await?;
+    let outcomes = blocks(&runs, &planned, BlockFile::Run).await?;
     let repeats = repeats::across(
         &outcomes
             .iter()
@@ -102,7 +146,7 @@ pub async fn compare(runs: RunsOf<'_>) -> Result<RepeatOutcome, DriverError> {
             ]
         })
         .collect();
-    let outcomes = blocks(&runs, &sides).await?;
+    let outcomes = blocks(&runs, &sides, BlockFile::Run).await?;
     let settings = matrix.regression.clone().unwrap_or_default();
     let side = |prefix: &str| -> Vec<_> {
         outcomes
@@ -125,6 +169,55 @@ pub async fn compare(runs: RunsOf<'_>) -> Result<RepeatOutcome, DriverError> {
         crate::render::text::judged(&judged)
     );
     write(runs.run_dir, "compare", &text, &judged)?;
+    Ok(RepeatOutcome {
+        outcomes,
+        text,
+        repeats: None,
+    })
+}
+
+/// Runs each cell of the matrix alone (`run.cells: in_turn`), then gathers their grid.
+pub async fn cells_in_turn(runs: RunsOf<'_>) -> Result<RepeatOutcome, DriverError> {
+    let (matrix, run_id) = (runs.matrix, runs.run_id);
+    let cells = matrix.cells();
+    let planned: Vec<(String, Matrix)> = cells
+        .iter()
+        .enumerate()
+        .map(|(k, cell)| (format!("{run_id}-c{}", k + 1), matrix.cell_run(cell)))
+        .collect();
+    let outcomes = blocks(&runs, &planned, BlockFile::Own).await?;
+    let grid = Grid {
+        clients: matrix.client_templates.keys().cloned().collect(),
+        servers: matrix.server_groups.keys().cloned().collect(),
+        cells: outcomes
+            .iter()
+            .filter_map(|o| o.report.grid.as_ref())
+            .flat_map(|g| g.cells.iter().cloned())
+            .collect(),
+    };
+    let runs_line = outcomes
+        .iter()
+        .zip(&cells)
+        .map(|(o, c)| {
+            format!(
+                "{}: {} on {} {}",
+                o.run_id,
+                c.client,
+                c.server,
+                o.verdict.as_str()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        "== Cells in turn, {} s each: {runs_line} =={}",
+        runs.options
+            .duration
+            .unwrap_or(matrix.run.duration)
+            .as_secs(),
+        crate::render::text::grid(&grid)
+    );
+    write(runs.run_dir, "grid", &text, &grid)?;
     Ok(RepeatOutcome {
         outcomes,
         text,

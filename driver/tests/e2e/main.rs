@@ -19,6 +19,7 @@
 //! [`support`]. They are one test binary, so that one lock orders all of their runs.
 
 mod capacity;
+mod cells;
 mod change;
 mod external;
 mod fail_fast;
