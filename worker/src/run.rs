@@ -324,6 +324,8 @@ async fn run_with(
     cancel: CancellationToken,
 ) -> Result<WorkerReport, WorkerError> {
     announce_starting(&*sink).await;
+    let _stamps = crate::client::receive_stamp::hold_on()
+        .inspect_err(|e| tracing::debug!("no kernel receive timestamps: {e}"));
     let carried = reported_before(&*sink).await?;
     let clients = checked_preflight(&mut config, !carried.is_empty(), &*sink, &cancel).await?;
     let shared = Arc::new(Shared::new(

@@ -3,8 +3,9 @@
 //! model slow in its queue (two instances of 50 ms, 12 requests in flight) is attributed to
 //! the queue; one slow in compute (200 ms, never more requests in flight than instances) to
 //! compute — over gRPC and over HTTP. A client kept off the CPU most of the time (its worker
-//! stopped for 90 ms of every 100) is attributed to the client: its answers wait in the kernel
-//! until it reads them, and gRPC's traced requests carry the kernel's receive time.
+//! stopped for 90 ms of every 100) is attributed to the client, over gRPC and over HTTP: its
+//! answers wait in the kernel until it reads them, and traced requests carry the kernel's
+//! receive time.
 
 use crate::support::{
     alone, edit_matrix, ensure_worker, processes, read_json, run_matrix_for, smoke_matrix,
@@ -78,40 +79,54 @@ async fn the_tail_of_a_queueing_model_is_queue_and_of_a_slow_model_compute() {
         // (those share the last one's receive time: docs/limitations.md).
         let mut starved = tracing("grpc", "[{name: add_sub}]", 1);
         starved.load = Some(serde_saphyr::from_str("{rate: 20}").unwrap());
+        // The same over HTTP, as the Load scenario (its own row of the tail: Load/add_sub).
+        let mut starved_http = starved.clone();
+        starved_http.protocol = serde_saphyr::from_str("http").unwrap();
+        starved_http.models.clear();
+        starved_http.scenarios = Some([("Load".to_string(), 1)].into_iter().collect());
         m.client_templates.insert("starved".into(), starved);
-        for name in ["queued", "computing", "starved"] {
+        m.client_templates
+            .insert("starved-http".into(), starved_http);
+        for name in ["queued", "computing", "starved", "starved-http"] {
             group.template = name.into();
             m.client_groups
                 .insert(format!("{name}-clients"), group.clone());
         }
     });
-    let starving = tokio::spawn(starve("e2e-traces", "starved-clients-0"));
+    let starving = [
+        tokio::spawn(starve("e2e-traces", "starved-clients-0")),
+        tokio::spawn(starve("e2e-traces", "starved-http-clients-0")),
+    ];
     let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-traces", "20s").await;
-    starving.abort();
+    for s in starving {
+        s.abort();
+    }
     assert_eq!(status.code(), Some(0), "{}", driver.output());
     let report = read_json(&run_dir.join("report.json"));
     let traces = &report["traced_tail"];
     assert!(traces.is_object(), "no traces in the report: {report:#}");
-    let tail = |model: &str| {
+    let of = |scenario: &str, model: &str| {
         traces["rows"]
             .as_array()
             .expect("tails")
             .iter()
-            .find(|t| t["model"] == model)
-            .unwrap_or_else(|| panic!("no tail of {model}: {traces:#}"))
+            .find(|t| t["scenario"] == scenario && t["model"] == model)
+            .unwrap_or_else(|| panic!("no tail of {scenario}/{model}: {traces:#}"))
             .clone()
     };
+    let tail = |model: &str| of("Infer", model);
     let share = |t: &serde_json::Value, part: &str| t["shares"][part].as_f64().unwrap();
     let queued = tail("fixed_capacity");
     assert!(share(&queued, "queue") > 0.6, "{queued:#}");
     let computing = tail("identity_delay");
     assert!(share(&computing, "compute_infer") > 0.8, "{computing:#}");
-    let starved = tail("add_sub");
-    assert!(
-        share(&starved, "client") > 0.8,
-        "{starved:#}\n{:#}",
-        traces["clocks"]
-    );
+    for starved in [tail("add_sub"), of("Load", "add_sub")] {
+        assert!(
+            share(&starved, "client") > 0.8,
+            "{starved:#}\n{:#}",
+            traces["clocks"]
+        );
+    }
     // Over HTTP every traced request's spans arrive; over gRPC tritonserver 2.51 loses the
     // context of about one request in ten (docs/limitations.md): those are counted, never split.
     assert_eq!(

@@ -410,14 +410,19 @@ impl TritonClient for HttpClient {
         let value = http::HeaderValue::from_str(traceparent)
             .map_err(|_| ClientError::Protocol(format!("traceparent {traceparent:?}")))?;
         let started = tokio::time::Instant::now();
-        if let Some(sent) = self.send_direct(prepared, Some(&value))
-            && let Some(mut answer) =
-                within(timeout, direct_answer(&self.address, sent.response)).await?
+        if let (Some(direct), Some(request)) =
+            (&self.direct, self.direct_request(prepared, Some(&value)))
         {
-            answer.sent_at = Some(sent.sent_at);
-            answer.received_at = sent.received.instant();
-            return Ok(answer);
+            let sent = within(timeout, direct.send_on_any(request)).await?;
+            if let Some(mut answer) =
+                within(timeout, direct_answer(&self.address, sent.response)).await?
+            {
+                answer.sent_at = Some(sent.sent_at);
+                answer.received_at = sent.received.instant();
+                return Ok(answer);
+            }
         }
+        // No direct pool, or the server had ended the connection (see `direct_answer`).
         let timeout = timeout.map(|t| t.saturating_sub(started.elapsed()));
         self.post_infer(prepared, timeout, Some(value)).await
     }
@@ -525,6 +530,16 @@ impl HttpClient {
         prepared: &Prepared,
         traceparent: Option<&http::HeaderValue>,
     ) -> Option<super::http1_direct::DirectSend> {
+        let direct = self.direct.as_ref()?;
+        direct.send_now(self.direct_request(prepared, traceparent)?)
+    }
+
+    /// `prepared` as a request of the direct pool (with a `traceparent` header when given).
+    fn direct_request(
+        &self,
+        prepared: &Prepared,
+        traceparent: Option<&http::HeaderValue>,
+    ) -> Option<hyper::Request<http_body_util::Full<Bytes>>> {
         let Prepared::Http {
             body,
             head: Some(head),
@@ -533,7 +548,6 @@ impl HttpClient {
         else {
             return None;
         };
-        let direct = self.direct.as_ref()?;
         let mut request = hyper::Request::new(http_body_util::Full::new(body.clone()));
         *request.method_mut() = http::Method::POST;
         *request.uri_mut() = head.uri.clone();
@@ -541,7 +555,7 @@ impl HttpClient {
         if let Some(value) = traceparent {
             request.headers_mut().insert(TRACEPARENT, value.clone());
         }
-        direct.send_now(request)
+        Some(request)
     }
 }
 

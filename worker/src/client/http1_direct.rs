@@ -148,6 +148,34 @@ impl DirectPool {
     /// Writes `request` now, from this thread, on an idle connection; its response to come.
     /// None when no connection is idle (one more is then made for the next send).
     pub fn send_now(&self, request: Request<Body>) -> Option<DirectSend> {
+        self.try_send(request).ok()
+    }
+
+    /// [`Self::send_now`], or, when no connection is idle, on a connection made for it now
+    /// (kept for later sends): for a request that must go this way whatever the pool's state,
+    /// as a traced one, which carries its answer's receive time only this way. The connect is
+    /// before the request's `sent_at`: the client's own time.
+    pub async fn send_on_any(&self, request: Request<Body>) -> Result<DirectSend, ClientError> {
+        let request = match self.try_send(request) {
+            Ok(sent) => return Ok(sent),
+            Err(request) => *request,
+        };
+        let mut connection = connect(&self.authority, CONNECT_TIMEOUT).await?;
+        connection.sender.ready().await.map_err(|e| {
+            ClientError::Transport(format!("{}: HTTP/1.1 connection: {e}", self.authority))
+        })?;
+        let response = connection.sender.send_request(request);
+        let sent = written(response, &connection.driven, &connection.received);
+        let mut state = lock(&self.state);
+        if state.connections.len() < MAX_CONNECTIONS {
+            state.connections.push(connection);
+        }
+        Ok(sent)
+    }
+
+    /// Writes `request` on an idle connection, or gives it back when none is idle (and has
+    /// one more made for the next send; boxed: that is the rare case).
+    fn try_send(&self, request: Request<Body>) -> Result<DirectSend, Box<Request<Body>>> {
         let (response, driven, received) = {
             let mut state = lock(&self.state);
             state.connections.retain(|c| !c.sender.is_closed());
@@ -159,17 +187,11 @@ impl DirectPool {
                 ),
                 None => {
                     self.grow(&mut state);
-                    return None;
+                    return Err(Box::new(request));
                 }
             }
         };
-        let sent_at = Instant::now();
-        driven.poll_here();
-        Some(DirectSend {
-            response: Box::pin(response),
-            sent_at,
-            received,
-        })
+        Ok(written(response, &driven, &received))
     }
 
     /// Has one more connection made on the runtime, unless one is being made, the pool is
@@ -197,6 +219,21 @@ impl DirectPool {
                 }
             }
         });
+    }
+}
+
+/// A request queued on `connection`, written now from this thread.
+fn written(
+    response: impl Future<Output = Result<Response<Incoming>, hyper::Error>> + Send + 'static,
+    driven: &Driven,
+    received: &Arc<LastReceive>,
+) -> DirectSend {
+    let sent_at = Instant::now();
+    driven.poll_here();
+    DirectSend {
+        response: Box::pin(response),
+        sent_at,
+        received: received.clone(),
     }
 }
 
@@ -363,6 +400,45 @@ mod tests {
         runtime.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
         assert_eq!(closed.connections(), 0);
         assert!(runtime.block_on(closed.connect_one()).is_err());
+    }
+
+    /// No connection idle: `send_on_any` makes one for its request, which is answered and
+    /// carries its answer's receive time; the pool keeps the connection.
+    #[test]
+    fn a_request_that_must_go_direct_gets_a_connection_of_its_own() {
+        crate::client::receive_stamp::stamps_on();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let authority = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            read_request(&mut socket).unwrap();
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .unwrap();
+            // Keep the connection open until the client is done.
+            let _ = read_request(&mut socket);
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let pool = DirectPool::new(&authority, runtime.handle().clone());
+        runtime.block_on(async {
+            let sent = pool
+                .send_on_any(request(&authority, b"x"))
+                .await
+                .expect("a connection made for it");
+            let response = sent.response.await.unwrap();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"ok");
+            let received = sent.received.instant().expect("the answer's receive time");
+            assert!(received >= sent.sent_at, "received before it was sent");
+        });
+        // Its own (and the one the refused send has made for the next, once made).
+        assert!((1..=2).contains(&pool.connections()));
+        drop(pool);
+        drop(runtime);
+        server.join().unwrap();
     }
 
     /// A server whose accept queue is full drops the SYN, as an address that drops packets

@@ -19,14 +19,14 @@ const MAX_STAMP_AGE: Duration = Duration::from_secs(10);
 
 /// Asks the kernel to stamp what `tcp` receives. Best effort: without it answers are timed when
 /// read.
-pub fn enable(tcp: &TcpStream) -> nix::Result<()> {
+pub fn enable(tcp: &impl std::os::fd::AsFd) -> nix::Result<()> {
     nix::sys::socket::setsockopt(tcp, nix::sys::socket::sockopt::ReceiveTimestampns, &true)
 }
 
 /// One `recvmsg` into `buffer`: the bytes read, and the kernel's receive time of the last
 /// segment they came from (when the socket gives one; the wall clock's, as the kernel stamps).
 pub fn recv_stamped(
-    socket: &TcpStream,
+    socket: &impl AsRawFd,
     buffer: &mut [u8],
     control: &mut [u8],
     flags: nix::sys::socket::MsgFlags,
@@ -163,6 +163,43 @@ impl AsyncWrite for StampedTcp {
     }
 }
 
+/// Holds receive stamps on from now: the kernel turns them on for the whole machine a moment
+/// after the first socket asks (a deferred static key) and off when the last such socket
+/// closes, so the first answers of a process's first stamped connection may come unstamped
+/// (half of the runs of a unit test whose server answered at once, measured). A worker holds
+/// this from its start, well before its first request; without it answers are timed when read.
+pub fn hold_on() -> io::Result<std::net::UdpSocket> {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    enable(&socket).map_err(io::Error::from)?;
+    Ok(socket)
+}
+
+/// For tests that need stamps: holds them on for the test process and returns once a read has
+/// carried one (see [`hold_on`]).
+#[cfg(test)]
+pub fn stamps_on() {
+    use std::io::Write;
+    static ON: std::sync::OnceLock<(std::net::TcpStream, std::net::TcpStream)> =
+        std::sync::OnceLock::new();
+    ON.get_or_init(|| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let reader = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut writer, _) = listener.accept().unwrap();
+        enable(&reader).unwrap();
+        reader.set_nonblocking(true).unwrap();
+        let mut control = nix::cmsg_space!(nix::sys::time::TimeSpec);
+        let flags = nix::sys::socket::MsgFlags::MSG_DONTWAIT;
+        for _ in 0..2000 {
+            writer.write_all(b"x").unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+            if let Ok((1, Some(_))) = recv_stamped(&reader, &mut [0u8; 8], &mut control, flags) {
+                return (reader, writer);
+            }
+        }
+        panic!("the kernel gives no receive stamps");
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +225,7 @@ mod tests {
     /// arrived: the wait is the reader's, not the wire's.
     #[tokio::test]
     async fn bytes_read_late_keep_the_time_they_arrived() {
+        stamps_on();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let (tcp, accepted) = tokio::join!(TcpStream::connect(address), listener.accept());
