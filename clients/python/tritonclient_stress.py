@@ -3,10 +3,12 @@
 
 It speaks interface 1 of docs/clients.md: it reads its assignment from the JSON file named by
 TRITON_STRESS_ASSIGNMENT, writes a `hello` and then one record per test on stdout, and logs on
-stderr. `concurrency` threads each run tests until the duration is over or SIGTERM (back to
+stderr. `concurrency` streams each run tests until the duration is over or SIGTERM (back to
 back, or with a `rate` at fixed intended times, latency from the intended time), picking a
 scenario by weight (`--scenarios Load:8,SequenceValid:1,Timeout:1`; default `Load`) and a
-server in turn; every answer is checked:
+server in turn. `--api sync` (default): a thread per stream on tritonclient's blocking client;
+`--api asyncio`: a task per stream on one event loop, on tritonclient's asyncio client
+(`tritonclient.grpc.aio`, `tritonclient.http.aio`). Every answer is checked:
 
   * Load: one inference of one of the assignment's models (round robin): add_sub-like models
     (INPUT0, INPUT1 -> OUTPUT0 = sum, OUTPUT1 = difference) and identity-like ones (INPUT0 ->
@@ -21,6 +23,7 @@ Exit 0; 3 on an interface it does not speak; 2 on a bad assignment or arguments.
 """
 
 import argparse
+import asyncio
 import importlib.metadata
 import json
 import os
@@ -146,7 +149,6 @@ class Stream:
         self.a, self.args, self.tc, self.models_of = a, args, tc, models_of
         self.rng = np.random.default_rng(a["seed"] + index)
         self.pick = random.Random(a["seed"] * 7919 + index)
-        self.clients = {s: tc.InferenceServerClient(url=s) for s in a["servers"]}
         self.n = index
         ids = a.get("correlation_ids") or {"first": 1 + index * 1_000_000, "count": 1_000_000}
         width = max(1, ids["count"] // max(1, a["concurrency"]))
@@ -177,7 +179,7 @@ class Stream:
         base = {"scenario": "Load", "model": model.name, "server": server}
         started = self.intended if self.intended is not None else time.monotonic()
         try:
-            result = self.clients[server].infer(model.name, infer_inputs(self.tc, model, inputs))
+            result = yield Call(server, model.name, infer_inputs(self.tc, model, inputs))
         except Exception as e:  # every failure is a record, in the client's words
             return self.failed(base, e)
         latency_us = int((time.monotonic() - started) * 1e6)
@@ -201,9 +203,8 @@ class Stream:
             i.set_data_from_numpy(np.array([value], dtype=np.int32))
             started = time.monotonic()
             try:
-                result = self.clients[server].infer(
-                    model, [i], sequence_id=cid, sequence_start=step == 0,
-                    sequence_end=step == steps - 1)
+                result = yield Call(server, model, [i], sequence_id=cid, sequence_start=step == 0,
+                                    sequence_end=step == steps - 1)
             except Exception as e:
                 return self.failed(base, e, latencies)
             latencies.append(int((time.monotonic() - started) * 1e6))
@@ -224,7 +225,7 @@ class Stream:
         i = self.tc.InferInput("INPUT0", [4], "INT32")
         i.set_data_from_numpy(np.arange(4, dtype=np.int32))
         try:
-            self.clients[server].infer(model, [i], client_timeout=0.05)
+            yield Call(server, model, [i], client_timeout=0.05)
         except Exception as e:
             if error_kind("grpc", e) == "timeout":
                 return emit({"type": "pass", **base})
@@ -233,21 +234,99 @@ class Stream:
               "message": "an answer came before the client's deadline"})
 
 
-def run_stream(a, args, tc, models_of, index, deadline, mix):
-    """Tests back to back (closed loop), or with an assignment's `rate`, each stream at its
-    share of it: tests start at fixed intended times, and a Load test's latency counts from
-    its intended time (a late start is the client's lag, not hidden)."""
-    stream = Stream(a, args, tc, models_of, index)
+class Call:
+    """An inference a scenario asks of its stream's client: the scenarios are generators that
+    yield these and get the result (or the client's exception) back, so that one scenario's
+    code runs on the blocking client and on the asyncio one alike."""
+
+    def __init__(self, server, model, inputs, **options):
+        self.server, self.model, self.inputs, self.options = server, model, inputs, options
+
+
+def run_sync(test, clients):
+    """Runs one test (a scenario's generator) on blocking clients."""
+    try:
+        call = next(test)
+        while True:
+            try:
+                result = clients[call.server].infer(call.model, call.inputs, **call.options)
+            except Exception as e:
+                call = test.throw(e)
+            else:
+                call = test.send(result)
+    except StopIteration:
+        pass
+
+
+async def run_async(test, clients):
+    """Runs one test (a scenario's generator) on asyncio clients."""
+    try:
+        call = next(test)
+        while True:
+            try:
+                result = await clients[call.server].infer(call.model, call.inputs, **call.options)
+            except Exception as e:
+                call = test.throw(e)
+            else:
+                call = test.send(result)
+    except StopIteration:
+        pass
+
+
+class Schedule:
+    """When a stream's tests start: back to back (closed loop), or with an assignment's
+    `rate`, each stream at its share of it, at fixed intended times (a Load test's latency
+    counts from its intended time: a late start is the client's lag, not hidden)."""
+
+    def __init__(self, a, deadline):
+        self.gap = a["concurrency"] / a["rate"] if a.get("rate") else None
+        self.deadline = deadline
+        self.next_at = time.monotonic()
+
+    def going(self):
+        return not _stop.is_set() and (self.deadline is None or time.monotonic() < self.deadline)
+
+    def wait(self, stream):
+        """How long to wait before the next test; sets the stream's intended start."""
+        if self.gap is None:
+            return 0.0
+        stream.intended = self.next_at
+        self.next_at += self.gap
+        return max(0.0, stream.intended - time.monotonic())
+
+
+def scenario_of(stream, mix):
     scenarios = {"Load": stream.load, "SequenceValid": stream.sequence, "Timeout": stream.timeout}
     names, weights = zip(*mix)
-    gap = a["concurrency"] / a["rate"] if a.get("rate") else None
-    next_at = time.monotonic()
-    while not _stop.is_set() and (deadline is None or time.monotonic() < deadline):
-        if gap is not None:
-            time.sleep(max(0.0, next_at - time.monotonic()))
-            stream.intended = next_at
-            next_at += gap
-        scenarios[stream.pick.choices(names, weights)[0]]()
+    return scenarios[stream.pick.choices(names, weights)[0]]()
+
+
+def run_stream(a, args, tc, models_of, index, deadline, mix):
+    """One stream's tests on a blocking client of each server (a thread's)."""
+    stream = Stream(a, args, tc, models_of, index)
+    clients = {s: tc.InferenceServerClient(url=s) for s in a["servers"]}
+    schedule = Schedule(a, deadline)
+    while schedule.going():
+        time.sleep(schedule.wait(stream))
+        run_sync(scenario_of(stream, mix), clients)
+
+
+async def run_streams_async(a, args, tc, aio, models_of, deadline, mix):
+    """Every stream as a task of one event loop, each on an asyncio client of each server."""
+
+    async def one(index):
+        stream = Stream(a, args, tc, models_of, index)
+        clients = {s: aio.InferenceServerClient(url=s) for s in a["servers"]}
+        schedule = Schedule(a, deadline)
+        try:
+            while schedule.going():
+                await asyncio.sleep(schedule.wait(stream))
+                await run_async(scenario_of(stream, mix), clients)
+        finally:
+            for c in clients.values():
+                await c.close()
+
+    await asyncio.gather(*(one(i) for i in range(max(1, a["concurrency"]))))
 
 
 def parse_mix(text):
@@ -265,6 +344,7 @@ def main():
     parser.add_argument("--scenarios", default="Load", help="NAME[:WEIGHT],... (default Load)")
     parser.add_argument("--sequence-model", default="sequence_nobatch")
     parser.add_argument("--timeout-model", default="identity_delay")
+    parser.add_argument("--api", choices=["sync", "asyncio"], default="sync")
     args = parser.parse_args()
     try:
         mix = parse_mix(args.scenarios)
@@ -281,13 +361,22 @@ def main():
     else:
         import tritonclient.http as tc
     signal.signal(signal.SIGTERM, lambda *_: _stop.set())
-    emit({"type": "hello", "interface": INTERFACE, "client": f"tritonclient-python-{a['protocol']}",
+    api = "" if args.api == "sync" else f"-{args.api}"
+    emit({"type": "hello", "interface": INTERFACE, "client": f"tritonclient-python-{a['protocol']}{api}",
           "version": importlib.metadata.version("tritonclient")})
     models_of = {}
     for server in a["servers"]:
         client = tc.InferenceServerClient(url=server)
         models_of[server] = [Model(client, name) for name in (a["models"] or ["add_sub"])]
     deadline = None if a.get("duration_s") is None else time.monotonic() + a["duration_s"]
+    if args.api == "asyncio":
+        if a["protocol"] == "grpc":
+            import tritonclient.grpc.aio as aio
+        else:
+            import tritonclient.http.aio as aio
+        asyncio.run(run_streams_async(a, args, tc, aio, models_of, deadline, mix))
+        log("done")
+        return 0
     streams = [threading.Thread(target=run_stream, args=(a, args, tc, models_of, i, deadline, mix),
                                 daemon=True)
                for i in range(max(1, a["concurrency"]))]

@@ -12,6 +12,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
+use stress_common::tritonserver::TritonServer;
 
 fn python() -> PathBuf {
     let p = support::repo_root().join(".local/venv/bin/python");
@@ -121,8 +122,25 @@ async fn the_python_tritonclient_client_is_counted_like_the_worker_s_own_and_fin
     })
     .await;
 
-    // Healthy: over gRPC against add_sub, sequences and a late model, every answer right.
-    let mix = python_client(&["--scenarios", "Load:4,SequenceValid:2,Timeout:1"]);
+    for api in ["sync", "asyncio"] {
+        python_client_healthy_and_faulty(&server, api).await;
+    }
+    perf_analyzer_is_a_client_too(&server.grpc_address()).await;
+    records_follow_the_schema(&server.grpc_address()).await;
+    support::stop_server(server).await;
+}
+
+/// The Python client on tritonclient's `api` (its blocking client, or its asyncio one): healthy
+/// over gRPC against add_sub, sequences and a late model, every answer right; then, over
+/// HTTP, faulty twins (a model whose OUTPUT1 is wrong, one whose sums are one too many), every
+/// test of them a wrong answer in the client's words.
+async fn python_client_healthy_and_faulty(server: &TritonServer, api: &str) {
+    let mix = python_client(&[
+        "--scenarios",
+        "Load:4,SequenceValid:2,Timeout:1",
+        "--api",
+        api,
+    ]);
     let (out, report) = run_client(&server.grpc_address(), "grpc", &mix, "add_sub").await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     for scenario in ["SequenceValid", "Timeout"] {
@@ -135,7 +153,11 @@ async fn the_python_tritonclient_client_is_counted_like_the_worker_s_own_and_fin
     assert_eq!(load["requests"], load["tests"], "{report:#}");
     assert_eq!(load["failures"], 0, "{report:#}");
     assert!(load["p50_us"].as_u64().unwrap() > 0, "{report:#}");
-    assert_eq!(report["client"]["client"], "tritonclient-python-grpc");
+    let name = match api {
+        "sync" => "tritonclient-python-grpc".to_string(),
+        _ => format!("tritonclient-python-grpc-{api}"),
+    };
+    assert_eq!(report["client"]["client"], name, "{report:#}");
     assert_eq!(report["client"]["version"], "2.51.0");
 
     // Faulty twins, over HTTP: a model whose OUTPUT1 is wrong, one whose sums are one too many.
@@ -144,6 +166,8 @@ async fn the_python_tritonclient_client_is_counted_like_the_worker_s_own_and_fin
         "Load,SequenceValid",
         "--sequence-model",
         "sequence_faulty",
+        "--api",
+        api,
     ];
     let faulty = python_client(&args);
     let (out, report) = run_client(&server.http_address(), "http", &faulty, "add_sub_wrong").await;
@@ -168,10 +192,6 @@ async fn the_python_tritonclient_client_is_counted_like_the_worker_s_own_and_fin
     assert!(said("expected").starts_with("OUTPUT1 = ["), "{failure:#}");
     assert!(said("actual").starts_with("OUTPUT1 = ["), "{failure:#}");
     assert!(report["client_failure"].is_null(), "{report:#}");
-
-    perf_analyzer_is_a_client_too(&server.grpc_address()).await;
-    records_follow_the_schema(&server.grpc_address()).await;
-    support::stop_server(server).await;
 }
 
 /// perf_analyzer as a client group of its own: every request it exported is a test, its answer
