@@ -7,7 +7,8 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -64,18 +65,25 @@ pub fn stamp_instant(stamp: SystemTime) -> Option<Instant> {
 /// The receive time of the last bytes a [`StampedTcp`] read, shared with whoever waits on the
 /// connection's answer (HTTP/1.1 carries one answer at a time, so once an answer is read whole,
 /// this is when its last segment arrived).
+/// Nanoseconds since the Unix epoch; 0 before the first stamped read (every read of every
+/// HTTP/1.1 load connection sets it: an atomic store, no lock).
 #[derive(Debug, Default)]
-pub struct LastReceive(Mutex<Option<SystemTime>>);
+pub struct LastReceive(AtomicU64);
 
 impl LastReceive {
     /// The monotonic time of the last stamped read; None before one, or for a stale stamp.
     pub fn instant(&self) -> Option<Instant> {
-        let stamp = *self.0.lock().unwrap_or_else(|e| e.into_inner());
-        stamp.and_then(stamp_instant)
+        let nanos = self.0.load(Ordering::Relaxed);
+        (nanos > 0)
+            .then(|| SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos))
+            .and_then(stamp_instant)
     }
 
     fn set(&self, stamp: SystemTime) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(stamp);
+        let nanos = stamp
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(0));
+        self.0.store(nanos, Ordering::Relaxed);
     }
 }
 
