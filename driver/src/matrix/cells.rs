@@ -58,26 +58,12 @@ impl Matrix {
             .collect();
         m.server_templates
             .retain(|name, _| server_templates.contains(name));
-        let kept = |target: &str| {
-            ["store", "api-server"].contains(&target)
-                || m.server_groups
-                    .keys()
-                    .chain(m.client_groups.keys())
-                    .any(|g| {
-                        target == g
-                            || target
-                                .strip_prefix(g.as_str())
-                                .and_then(|rest| rest.strip_prefix('-'))
-                                .is_some_and(|i| i.parse::<u32>().is_ok())
-                    })
-        };
-        let faults = m
-            .faults
-            .iter()
-            .filter(|f| kept(&f.target))
-            .cloned()
+        // A fault stays where its target still names something of the cell's run.
+        let faults = std::mem::take(&mut m.faults);
+        m.faults = faults
+            .into_iter()
+            .filter(|f| m.fault_target_members(&f.target).is_ok())
             .collect();
-        m.faults = faults;
         let client_groups = &m.client_groups;
         m.slo_rules.retain(|r| {
             r.group
