@@ -280,10 +280,6 @@ const BAD: &[(&str, &str)] = &[
         "17:18: client_templates.traced.trace_share: a share of requests is from 0 to 1, not 1.5",
     ),
     (
-        "bad-otlp-forward-https.yaml",
-        "5:17: run.otlp_forward: the driver's HTTP client speaks no TLS yet: forward to a collector's http:// endpoint (e.g. a local OpenTelemetry Collector that sends on over TLS)",
-    ),
-    (
         "bad-cells.yaml",
         "5:10: run.cells: cells in turn are runs of their own: not with `repeat`, `compare` or a sweep",
     ),

@@ -423,3 +423,169 @@ async fn a_real_tritonserver_exports_a_traced_request_s_three_spans() {
     assert_eq!(first.parent_span_id, context.span_hex());
     assert!(first.event("HTTP_RECV_START").is_some(), "{first:?}");
 }
+
+/// A private CA and a certificate it signed for 127.0.0.1 (openssl), in `dir`: ca.pem,
+/// cert.pem, key.pem.
+fn private_ca_and_certificate(dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (Debian's openssl package)");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let new_key = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509", "-days", "2", "-subj", "/CN=test-ca"],
+            &new_key[..],
+            &["-keyout", "ca-key.pem", "-out", "ca.pem"],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &["req", "-subj", "/CN=127.0.0.1"],
+            &new_key[..],
+            &["-keyout", "key.pem", "-out", "cert.csr"],
+        ]
+        .concat(),
+    );
+    std::fs::write(
+        dir.join("cert.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "cert.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca-key.pem",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "cert.ext",
+        "-out",
+        "cert.pem",
+    ]);
+}
+
+/// A forward target over TLS with `dir`'s certificate: its URL, and the bodies it is sent.
+async fn tls_collector(dir: &std::path::Path) -> (String, Arc<Mutex<Vec<Bytes>>>) {
+    use http_body_util::BodyExt;
+    use hyper_util::rt::TokioIo;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(dir.join("cert.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(dir.join("key.pem")).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind(local()).await.unwrap();
+    let url = format!("https://{}/v1/traces", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, kept) = (acceptor.clone(), kept.clone());
+            tokio::spawn(async move {
+                // A client that does not trust the certificate ends here.
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let keep = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let kept = kept.clone();
+                        async move {
+                            let body = request.into_body().collect().await?.to_bytes();
+                            kept.lock().unwrap().push(body);
+                            Ok::<_, hyper::Error>(hyper::Response::new(String::new()))
+                        }
+                    },
+                );
+                let http = hyper::server::conn::http1::Builder::new();
+                let _ = http.serve_connection(TokioIo::new(tls), keep).await;
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// `otlp_forward: https://...`: the target's certificate is verified against the system's
+/// roots, to which `SSL_CERT_FILE` adds a private CA. The test runs itself (this binary's
+/// ignored test below) twice, since the roots are read from the environment: with the CA
+/// the body arrives; without it the handshake fails and the body is dropped, counted.
+#[test]
+fn an_https_forward_target_is_sent_every_body_when_its_ca_is_trusted_and_none_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    private_ca_and_certificate(dir.path());
+    for (ca, forwarded) in [(Some(dir.path().join("ca.pem")), "1"), (None, "0")] {
+        let mut run = std::process::Command::new(std::env::current_exe().unwrap());
+        run.args(["--ignored", "--exact", "forward_over_tls", "--nocapture"])
+            .env("TLS_COLLECTOR_DIR", dir.path())
+            .env("EXPECT_FORWARDED", forwarded)
+            .env_remove("SSL_CERT_DIR");
+        match ca {
+            Some(ca) => run.env("SSL_CERT_FILE", ca),
+            None => run.env_remove("SSL_CERT_FILE"),
+        };
+        let out = run.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && said.contains("1 passed"),
+            "with the CA {}: {said}{}",
+            forwarded == "1",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "run by an_https_forward_target_is_sent_every_body_when_its_ca_is_trusted_and_none_otherwise"]
+async fn forward_over_tls() {
+    let dir = std::path::PathBuf::from(
+        std::env::var("TLS_COLLECTOR_DIR").expect("set by the test that runs this one"),
+    );
+    let forwarded: u64 = std::env::var("EXPECT_FORWARDED").unwrap().parse().unwrap();
+    let (_store_dir, store) = sqlite().await;
+    let (url, seen) = tls_collector(&dir).await;
+    let run_id = RunId::new("otlp-forward-tls");
+    let receiver = OtlpReceiver::start(local(), store, run_id, Some(url.parse().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(
+        post(&receiver.url_for("s0"), JSON, HTTP_EXPORT)
+            .await
+            .status,
+        200
+    );
+    let counts = receiver.stop().await;
+    assert_eq!(
+        (counts.forwarded, counts.forward_dropped),
+        (forwarded, 1 - forwarded)
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len() as u64, forwarded);
+    assert!(seen.iter().all(|body| *body == HTTP_EXPORT));
+}

@@ -200,8 +200,9 @@ pub struct RunSettings {
     /// Where to send the run's spans on to (an OTLP/HTTP endpoint of your collector: Tempo,
     /// Jaeger, an OpenTelemetry Collector), e.g. `http://otel-collector:4318/v1/traces`:
     /// the servers' spans as they arrive and the clients' spans of traced requests
-    /// (`trace_share`) as the workers record them (every 5 s), sharing trace ids. What cannot
-    /// be sent is dropped and counted.
+    /// (`trace_share`) as the workers record them (every 5 s), sharing trace ids. An
+    /// `https://` target's certificate is checked against the system's roots (`SSL_CERT_FILE`
+    /// adds a private CA). What cannot be sent is dropped and counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>", extend("format" = "uri"))]
     pub otlp_forward: Option<HttpUrl>,

@@ -1560,14 +1560,6 @@ impl Checker {
             run.key("fail_fast").key("heartbeat_timeout_polls"),
             m.run.fail_fast.heartbeat_timeout_polls.into(),
         );
-        if m.run
-            .otlp_forward
-            .as_ref()
-            .is_some_and(|u| u.url().scheme() == "https")
-        {
-            let message = "the driver's HTTP client speaks no TLS yet: forward to a collector's http:// endpoint (e.g. a local OpenTelemetry Collector that sends on over TLS)";
-            self.push(run.key("otlp_forward"), Anchor::Value, message);
-        }
     }
 
     fn templates(&mut self, m: &Matrix) {

@@ -37,7 +37,9 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 mod convert;
+mod forward;
 pub use convert::{client_request, server_spans};
+use forward::forward_bodies;
 
 /// The server of spans that come on `POST /v1/traces` (a user's collector, not a member).
 pub const EXTERNAL: &str = "external";
@@ -536,34 +538,6 @@ async fn write_spans(
         };
         add(count, batch.len());
         failing.saw("OTLP receiver: storing spans", error);
-    }
-}
-
-/// The forwarder: each queued body sent on to `url`, bounded.
-async fn forward_bodies(url: reqwest::Url, mut queue: Queue<Forward>, shared: Arc<Shared>) {
-    let counts = &shared.counts;
-    let client = reqwest::Client::new();
-    let mut failing = Failing::default();
-    while let Some(f) = queue.next().await {
-        let mut send = client
-            .post(url.clone())
-            .header(header::CONTENT_TYPE, f.content_type)
-            .timeout(queue.limit(FORWARD_LIMIT))
-            .body(f.body);
-        if f.gzip {
-            send = send.header(header::CONTENT_ENCODING, "gzip");
-        }
-        let error = match send.send().await {
-            Ok(r) if r.status().is_success() => None,
-            Ok(r) => Some(format!("answered {}", r.status())),
-            Err(e) => Some(e.to_string()),
-        };
-        let count = match error {
-            None => &counts.forwarded,
-            Some(_) => &counts.forward_dropped,
-        };
-        add(count, 1);
-        failing.saw(&format!("OTLP receiver: forwarding to {url}"), error);
     }
 }
 
