@@ -6,6 +6,16 @@
 # Exit code: the driver's (0 pass, 1 stress failure, 2 bad input).
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
-scripts/install-tritonserver.sh
-cargo build --release -p driver -p worker
+# The install (mostly download and unpacking) runs beside the release build (both cores'
+# compiles): on a fresh machine it then costs nothing of the job's time.
+install_log=$(mktemp)
+scripts/install-tritonserver.sh >"$install_log" 2>&1 &
+install=$!
+built=0
+cargo build --release -p driver -p worker || built=$?
+installed=0
+wait "$install" || installed=$?
+cat "$install_log" >&2
+rm -f "$install_log"
+[ "$installed" = 0 ] && [ "$built" = 0 ] || exit 1
 exec target/release/driver run test-matrices/smoke.yaml "$@"
