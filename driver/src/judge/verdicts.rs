@@ -165,9 +165,37 @@ impl Verdicts {
         self.last_failure_id
     }
 
-    /// A server ended: failures that could not reach it are classified by it.
+    /// A server ended: failures that could not reach it are classified by it, those judged
+    /// before the end was seen as well (a crashed server's clients often record their refused
+    /// connections a poll before its exit or its failed probe is seen). A signature excused as
+    /// a known issue or an injected fault stays as it was judged.
     pub fn server_ended(&mut self, end: ServerEnd) {
         self.context.server_ends.push(end);
+        let outside = self.outside_note();
+        for entry in self.signatures.values_mut() {
+            if !matches!(entry.status, Status::New | Status::AllowedToFail) {
+                continue;
+            }
+            let Evidence { class, why } = classify(&entry.example, entry.error_kind, &self.context);
+            if class == entry.class && why == entry.evidence {
+                continue;
+            }
+            if entry.fails.is_some() {
+                let reason = failing_reason(&entry.example, &entry.signature, class, &why);
+                entry.fails = Some(format!("{reason}{outside}"));
+            }
+            entry.class = class;
+            entry.evidence = why;
+        }
+    }
+
+    /// The note a failing reason ends with while the run injects faults.
+    fn outside_note(&self) -> &'static str {
+        if self.context.injected.is_empty() {
+            ""
+        } else {
+            " (outside every injected fault's window)"
+        }
     }
 
     /// Judges new failure records (`(id, member, record)`, in id order); returns those that fail
@@ -192,11 +220,7 @@ impl Verdicts {
         if class == FailureClass::Injected && self.injected.len() < MAX_INJECTED_KEPT {
             self.injected.push((member.to_string(), record.clone()));
         }
-        let outside = if self.context.injected.is_empty() {
-            ""
-        } else {
-            " (outside every injected fault's window)"
-        };
+        let outside = self.outside_note();
         let known = (class != FailureClass::Injected)
             .then(|| self.known.find(&record, kind, class))
             .flatten();
@@ -217,7 +241,10 @@ impl Verdicts {
             // New or recurring: the history at the end tells which.
             None => (
                 Status::New,
-                Some(format!("{record} [{id}, {class}: {why}]{outside}")),
+                Some(format!(
+                    "{}{outside}",
+                    failing_reason(&record, &id, class, &why)
+                )),
             ),
         };
         let entry = self
@@ -458,6 +485,11 @@ pub fn with_histories(
     }
 }
 
+/// Why a new failure fails the run: the record, its signature, class and evidence.
+fn failing_reason(record: &FailureRecord, id: &str, class: FailureClass, why: &str) -> String {
+    format!("{record} [{id}, {class}: {why}]")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,6 +577,42 @@ mod tests {
             "{}",
             failing[0].reason
         );
+    }
+
+    /// Seen on pods: tritonserver died of SIGSEGV; its clients' refused connections were
+    /// judged a poll before its failed probe was seen, as the network's.
+    #[test]
+    fn a_refused_connection_judged_before_its_server_s_end_is_seen_becomes_the_server_s() {
+        let refused = |at_ms| {
+            let mut r = reaper(at_ms, true);
+            r.actual = "transport error: tcp connect error: Connection refused".into();
+            r.error_kind = Some(ErrorKind::Transport);
+            r
+        };
+        let end = |member: &str, address: &str| ServerEnd {
+            member: member.into(),
+            addresses: vec![address.into()],
+            at_ms: 10_200,
+            reason: "failed its liveness probe: connection refused".into(),
+        };
+        let mut v = Verdicts::new(KnownIssues::default(), day("2026-11-27"));
+        let failing = v.records(vec![(1, "clients-0".into(), refused(10_000))]);
+        assert_eq!(failing.len(), 1);
+        assert_eq!(v.signatures()[0].class, FailureClass::Infrastructure);
+        // Another server's end changes nothing.
+        v.server_ended(end("triton-1", "127.0.0.1:9001"));
+        assert_eq!(v.signatures()[0].class, FailureClass::Infrastructure);
+        v.server_ended(end("triton-0", "127.0.0.1:8001"));
+        let s = &v.signatures()[0];
+        assert_eq!(s.class, FailureClass::Server);
+        assert!(s.evidence.contains("triton-0 ended"), "{}", s.evidence);
+        let fails = s.fails.as_deref().unwrap();
+        assert!(fails.contains(", server: its server triton-0"), "{fails}");
+        // A server's end long after the failure says nothing of it.
+        let mut late = Verdicts::new(KnownIssues::default(), day("2026-11-27"));
+        late.records(vec![(1, "clients-0".into(), refused(1_000))]);
+        late.server_ended(end("triton-0", "127.0.0.1:8001"));
+        assert_eq!(late.signatures()[0].class, FailureClass::Infrastructure);
     }
 
     #[test]

@@ -27,6 +27,15 @@ impl ServerEndpoint {
             Protocol::Http => &self.http,
         }
     }
+
+    /// Its addresses as clients reach them (`host:port`; an external server may lack one).
+    pub fn addresses(&self) -> Vec<String> {
+        [&self.grpc, &self.http]
+            .into_iter()
+            .filter(|a| !a.is_empty())
+            .cloned()
+            .collect()
+    }
 }
 
 /// What a worker is told: everything beyond its template.

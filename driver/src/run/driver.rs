@@ -7,6 +7,7 @@ use super::{
     ACTIVITY_LOOK, DRIVER_MEMBER, FAILURE_SCRAPE_BUDGET, FAILURE_STOP_GRACE, FINAL_REPORT_GRACE,
     INDEX_TIMEOUT, STORE_CALL_LIMIT, Verdict, final_reports_in,
 };
+use crate::judge::classify::ServerEnd;
 use crate::judge::failfast::{self, Cause};
 use crate::launcher::external;
 use crate::launcher::{LaunchError, Launcher};
@@ -139,6 +140,16 @@ impl Driver<'_> {
                 if dead {
                     break;
                 }
+            }
+        }
+        for (server, probe) in &probes {
+            if let (Err(why), Some(ep)) = (probe, endpoints.get(server.as_str())) {
+                self.verdicts.server_ended(ServerEnd {
+                    member: server.to_string(),
+                    addresses: ep.addresses(),
+                    at_ms: stress_common::now_ms(),
+                    reason: format!("failed its liveness probe: {why}"),
+                });
             }
         }
         let mut activity = None;

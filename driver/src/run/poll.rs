@@ -422,11 +422,7 @@ impl Driver<'_> {
             if let Some(ep) = endpoints.get(&e.member_id) {
                 self.verdicts.server_ended(ServerEnd {
                     member: e.member_id.clone(),
-                    addresses: [&ep.grpc, &ep.http]
-                        .into_iter()
-                        .filter(|a| !a.is_empty())
-                        .cloned()
-                        .collect(),
+                    addresses: ep.addresses(),
                     at_ms: now_ms,
                     reason: e.describe(),
                 });
