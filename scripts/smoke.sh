@@ -6,8 +6,8 @@
 # Exit code: the driver's (0 pass, 1 stress failure, 2 bad input).
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
-# The install (mostly download and unpacking) runs beside the release build (both cores'
-# compiles): on a fresh machine it then costs nothing of the job's time.
+# The install (mostly download and unpacking) runs beside the release build, so that on a
+# new machine its downloads overlap the compiles.
 install_log=$(mktemp)
 scripts/install-tritonserver.sh >"$install_log" 2>&1 &
 install=$!

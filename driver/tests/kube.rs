@@ -540,8 +540,8 @@ client_groups:
     // A worker pod held to 5% of a core by its CPU limit (the kernel's CFS quota): its
     // answers wait in the socket while it is throttled, and keep the kernel's receive time, so
     // the client's is the largest part of its tail. Not all of it: the server pod, held to one
-    // core and tracing every request, queues some (3 runs here: 86%, 89%, and 45% client with
-    // 30% queue).
+    // core and tracing every request, queues some (4 runs here: 81-89% client, and once 45%
+    // client with 30% queue).
     let starved = tail("add_sub");
     let shares = starved["shares"].as_object().expect("shares");
     let client = shares["client"].as_f64().unwrap();
