@@ -8,7 +8,7 @@
 use super::{FORWARD_LIMIT, Failing, Forward, Queue, Shared, add};
 use axum::body::Bytes;
 use axum::http::{Request, header};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -53,7 +53,11 @@ async fn send(client: &ForwardClient, url: &reqwest::Url, f: Forward) -> Result<
         let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
         format!("{e}{}", cause.unwrap_or_default())
     })?;
-    match response.status() {
+    let status = response.status();
+    // Read to its end, so the connection goes back to the pool (an https target's handshake is
+    // not paid again for every body).
+    let _ = response.into_body().collect().await;
+    match status {
         s if s.is_success() => Ok(()),
         s => Err(format!("answered {s}")),
     }
