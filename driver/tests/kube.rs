@@ -1093,7 +1093,18 @@ async fn sweep_on_pods_mounts_each_variants_config_and_ranks_them() {
             .iter()
             .find(|v| count(v) == serde_json::json!(n))
             .unwrap_or_else(|| panic!("no variant of count {n}: {sweep:#}"));
-        assert_eq!(v["status"], "measured", "{sweep:#}");
+        // A failed variant's own report says what its pods logged.
+        let variant_report = run
+            .run_dir
+            .join("variants")
+            .join(format!("v{}", v["index"]))
+            .join("report.txt");
+        assert_eq!(
+            v["status"],
+            "measured",
+            "{sweep:#}\n{}",
+            std::fs::read_to_string(&variant_report).unwrap_or_default()
+        );
         v["max_qps"].as_f64().unwrap_or_else(|| panic!("{v:#}"))
     };
     let (one, two) = (qps_of(1), qps_of(2));
@@ -1835,6 +1846,83 @@ async fn unschedulable_worker_fails_after_the_pending_timeout_with_the_scheduler
         "{reason}"
     );
     assert_nothing_left(&env.client, &ns.name, &run.run_id).await;
+}
+
+/// A worker pod's process stopped (SIGSTOP from the node, where this test runs) sends no
+/// heartbeat: the driver reads the worker's CPU in its container by `exec` over a short look,
+/// finds it idle and says the worker is hung, not cut off from the store.
+#[tokio::test]
+async fn a_stopped_worker_pod_is_named_hung_from_its_container_s_cpu() {
+    let (env, ns) = Env::in_namespace("ts-kube-hung").await;
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = matrix_variant(dir.path(), "hung", |m| {
+        replace_once(
+            m,
+            "  poll_interval: 2s\n",
+            "  poll_interval: 1s\n  fail_fast: { heartbeat_timeout_polls: 3 }\n",
+        )
+    });
+    let runs = tempfile::tempdir().unwrap();
+    let run_id = new_run_id();
+    let extra = ["--duration", "90s", "--keep-failed=false"];
+    let mut driver = BackgroundDriver::spawn(
+        env.command(&matrix, &ns.name, &run_id, runs.path(), &extra),
+        runs.path().join("driver.log"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let worker = loop {
+        if let Some(pid) = worker_process(&run_id, "http-clients-0") {
+            break pid;
+        }
+        driver.assert_running("the worker's process");
+        assert!(
+            Instant::now() < deadline,
+            "no worker process\n{}",
+            driver.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // Past its first heartbeats, then stopped for good.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let stop = Command::new("kill")
+        .args(["-STOP", &worker.to_string()])
+        .status();
+    assert!(stop.unwrap().success(), "kill -STOP {worker}");
+    let status = tokio::task::spawn_blocking(move || driver.child.wait().map(|s| (s, driver)))
+        .await
+        .unwrap()
+        .unwrap();
+    // Gone with its pod by now, or let go.
+    let _ = Command::new("kill")
+        .args(["-CONT", &worker.to_string()])
+        .stderr(Stdio::null())
+        .status();
+    let (status, driver) = status;
+    assert_eq!(status.code(), Some(1), "{}", driver.log());
+    let report = read_json(&runs.path().join(&run_id).join("report.json"));
+    let m = failed_member(&report, "http-clients-0");
+    let reason = m["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("no heartbeat") && reason.contains("the worker is hung"),
+        "{reason}"
+    );
+    assert_nothing_left(&env.client, &ns.name, &run_id).await;
+}
+
+/// The node's process of `member`'s worker in run `run_id`, found by its pod's name in the
+/// environment the launcher gives it (this test runs on the cluster's only node).
+fn worker_process(run_id: &str, member: &str) -> Option<u32> {
+    let wanted = format!("POD_NAME={run_id}-{member}");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            let ours = environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes());
+            (comm.trim() == "worker" && ours).then_some(pid)
+        })
 }
 
 /// A PersistentVolume on this node's disk for deploy/'s store in namespace `ns` (the test

@@ -19,7 +19,7 @@
 //!    read, rules 3 and 4 pause and afterwards count again from when it came back: a worker is
 //!    never blamed for the store's outage.
 
-use crate::launcher::MemberExit;
+use crate::launcher::{CpuUse, MemberExit};
 use crate::plan::ServerEndpoint;
 use crate::plan::fail_fast::Rules;
 use std::collections::{BTreeMap, BTreeSet};
@@ -254,11 +254,30 @@ pub fn with_pending(
 pub struct Activity {
     pub cpu: Duration,
     pub over: Duration,
+    /// How long its CPU limit held it back over the look (None: no limit, or not known).
+    pub throttled: Option<Duration>,
+}
+
+impl Activity {
+    /// What the process did between two readings `over` apart.
+    pub fn between(before: CpuUse, after: CpuUse, over: Duration) -> Self {
+        Self {
+            cpu: after.used.saturating_sub(before.used),
+            over,
+            throttled: after
+                .throttled
+                .zip(before.throttled)
+                .map(|(a, b)| a.saturating_sub(b)),
+        }
+    }
 }
 
 /// CPU below this over the look is idle (a stopped or deadlocked process uses none; a worker
 /// sending load uses milliseconds).
 const BUSY_CPU: Duration = Duration::from_millis(5);
+
+/// Throttled for at least this share (1/N) of the look: starved by its CPU limit.
+const STARVED_SHARE: u32 = 4;
 
 /// A stale heartbeat's blame with what the process was doing (None: unknown, e.g. a pod):
 /// the same member, told apart as hung or cut off from the store.
@@ -267,7 +286,14 @@ pub fn with_activity(mut blame: Blame, cause: &Cause, activity: Option<Activity>
         return blame;
     };
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    if a.cpu >= BUSY_CPU {
+    if let Some(held) = a.throttled.filter(|&t| t >= a.over / STARVED_SHARE) {
+        blame.reason.push_str(&format!(
+            "; its CPU limit held it back for {:.0} ms of {:.1} s (it used {:.0} ms of CPU): the worker is starved by its limit (its template's resources.cpu), not hung",
+            ms(held),
+            a.over.as_secs_f64(),
+            ms(a.cpu)
+        ));
+    } else if a.cpu >= BUSY_CPU {
         blame.reason.push_str(&format!(
             "; its process runs and works ({:.0} ms of CPU in {:.1} s): its reports do not reach the store, which the driver reads (a network or credentials problem between the worker and the store, not a hung worker)",
             ms(a.cpu),
@@ -1304,6 +1330,7 @@ mod tests {
             Some(Activity {
                 cpu: Duration::from_millis(40),
                 over: look,
+                throttled: Some(Duration::from_millis(20)),
             }),
         );
         assert_eq!(busy.member, "c-0");
@@ -1323,12 +1350,34 @@ mod tests {
             Some(Activity {
                 cpu: Duration::ZERO,
                 over: look,
+                throttled: None,
             }),
         );
         assert!(
             idle.reason.contains("the worker is hung"),
             "{}",
             idle.reason
+        );
+        // A pod held back by its CPU limit for much of the look is starved, not hung (it used
+        // little) nor cut off (its reports wait for CPU, not for the store).
+        let before = CpuUse {
+            used: Duration::from_millis(1_000),
+            throttled: Some(Duration::from_millis(5_000)),
+        };
+        let after = CpuUse {
+            used: Duration::from_millis(1_010),
+            throttled: Some(Duration::from_millis(5_400)),
+        };
+        let starved = with_activity(
+            attribute(&stale, &[], None),
+            &stale,
+            Some(Activity::between(before, after, look)),
+        );
+        assert!(
+            starved.reason.contains("held it back for 400 ms of 0.5 s")
+                && starved.reason.contains("starved by its limit"),
+            "{}",
+            starved.reason
         );
         // Unknown activity, or another cause: the blame as it was.
         assert_eq!(
@@ -1339,6 +1388,7 @@ mod tests {
         let a = Some(Activity {
             cpu: Duration::ZERO,
             over: look,
+            throttled: None,
         });
         assert_eq!(
             with_activity(attribute(&other, &[], None), &other, a),

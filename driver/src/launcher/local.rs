@@ -318,9 +318,12 @@ impl Launcher for LocalLauncher {
         })
     }
 
-    fn cpu_time(&self, member_id: &str) -> Option<Duration> {
+    async fn cpu_use(&mut self, member_id: &str) -> Option<super::CpuUse> {
         let pid = self.clients.get(member_id)?.child.id()?;
-        process_cpu_time(pid)
+        Some(super::CpuUse {
+            used: process_cpu_time(pid)?,
+            throttled: None,
+        })
     }
 
     async fn member_may_have_ended(&mut self) {
@@ -1094,16 +1097,7 @@ client_groups:
 
 /// User plus system CPU time of a process so far, from /proc/PID/stat.
 fn process_cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ...": comm may hold spaces, so count fields after its ')'; utime and
-    // stime are fields 14 and 15, the 12th and 13th after it.
-    let mut after = stat.rsplit_once(')')?.1.split_whitespace();
-    let utime: u64 = after.nth(11)?.parse().ok()?;
-    let stime: u64 = after.next()?.parse().ok()?;
-    // In clock ticks of USER_HZ, which Linux fixes at 100 for /proc on every architecture
-    // this runs on (sysconf(_SC_CLK_TCK) says the same).
-    const USER_HZ: f64 = 100.0;
-    Some(Duration::from_secs_f64((utime + stime) as f64 / USER_HZ))
+    super::stat_cpu_time(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 #[cfg(test)]

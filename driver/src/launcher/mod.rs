@@ -31,6 +31,28 @@ pub enum ServerMemory {
     Pod(kube::memory::PodMemory),
 }
 
+/// What a member's process (a local process, or a pod's container) used of the CPU so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuUse {
+    pub used: Duration,
+    /// How long its CPU limit held it back (a container's cgroup throttling); None: no limit
+    /// or not known.
+    pub throttled: Option<Duration>,
+}
+
+/// User plus system CPU time from a /proc/PID/stat line (None: not such a line).
+pub fn stat_cpu_time(stat: &str) -> Option<Duration> {
+    // "pid (comm) state ...": comm may hold spaces, so count fields after its ')'; utime and
+    // stime are fields 14 and 15, the 12th and 13th after it.
+    let mut after = stat.rsplit_once(')')?.1.split_whitespace();
+    let utime: u64 = after.nth(11)?.parse().ok()?;
+    let stime: u64 = after.next()?.parse().ok()?;
+    // In clock ticks of USER_HZ, which Linux fixes at 100 for /proc on every architecture
+    // this runs on (sysconf(_SC_CLK_TCK) says the same).
+    const USER_HZ: f64 = 100.0;
+    Some(Duration::from_secs_f64((utime + stime) as f64 / USER_HZ))
+}
+
 /// One reading of a server's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryReading {
@@ -301,9 +323,9 @@ pub trait Launcher: Send {
     /// Where a started member runs, for people and tests: `pid 1234`, or a pod's name.
     fn locate(&self, member_id: &str) -> Option<String>;
 
-    /// The CPU time a running member's process has used so far (None: not known here, e.g.
-    /// a pod): tells a hung worker from a busy one.
-    fn cpu_time(&self, _member_id: &str) -> Option<Duration> {
+    /// The CPU a running member has used so far (None: not known here): tells a hung worker
+    /// from a busy one, and a pod's from one its CPU limit starves.
+    async fn cpu_use(&mut self, _member_id: &str) -> Option<CpuUse> {
         None
     }
 

@@ -154,16 +154,15 @@ impl Driver<'_> {
         }
         let mut activity = None;
         if let Cause::StaleHeartbeat { member, .. } = &cause
-            && let Some(before) = self.launcher.cpu_time(member)
+            && let Some(before) = self.launcher.cpu_use(member).await
         {
+            let started = tokio::time::Instant::now();
             tokio::time::sleep(ACTIVITY_LOOK).await;
             activity = self
                 .launcher
-                .cpu_time(member)
-                .map(|after| failfast::Activity {
-                    cpu: after.saturating_sub(before),
-                    over: ACTIVITY_LOOK,
-                });
+                .cpu_use(member)
+                .await
+                .map(|after| failfast::Activity::between(before, after, started.elapsed()));
         }
         // The holder's own count of what waits in it (bounded: a hung server's metrics
         // endpoint may hang too).

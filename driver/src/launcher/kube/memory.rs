@@ -1,5 +1,6 @@
-//! A server pod's memory, for the report's memory judge: the kernel's own accounting of the
-//! Triton container's cgroup, read by `exec` (`cat`, no shell) in the container.
+//! A pod container's memory (a server's, for the report's memory judge) and CPU use (a silent
+//! worker's, for its verdict): the kernel's own accounting of the container's cgroup, read by
+//! `exec` (`cat`, no shell) in the container.
 //!
 //! What counts is anonymous plus shared memory (`anon` + `shmem` in cgroup v2's memory.stat,
 //! `total_rss` + `total_shmem` in v1's): the heap of tritonserver and its python backend stubs
@@ -18,6 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 /// What `exec` runs: the exec'd process's own cgroup (so a v2 container that sees the host's
@@ -31,6 +33,18 @@ const READ_COMMAND: [&str; 6] = [
     "/sys/fs/cgroup/memory/memory.stat",
     "/sys/fs/cgroup/memory/memory.limit_in_bytes",
 ];
+/// What `exec` runs for the CPU: the container's main process's /proc/1/stat (its own CPU
+/// time: the cgroup's usage would count the exec'd processes too, milliseconds each, as much
+/// as an idle worker's), then the cgroup's throttling (v2's cpu.stat, or v1's where hosts
+/// mount the pair as `cpu,cpuacct` with `cpu` and `cpuacct` linked to it).
+const CPU_COMMAND: [&str; 5] = [
+    "cat",
+    "/proc/self/cgroup",
+    "/proc/1/stat",
+    "/sys/fs/cgroup/cpu.stat",
+    "/sys/fs/cgroup/cpu,cpuacct/cpu.stat",
+];
+
 /// A v1 limit at or above this is "no limit" (the kernel writes 2^63 rounded to a page).
 const NO_LIMIT: u64 = 1 << 60;
 
@@ -97,29 +111,54 @@ impl PodMemory {
     }
 
     async fn read(&self) -> Result<ContainerMemory, MemoryReadError> {
-        let params = AttachParams::default()
-            .container(self.0.container.clone())
-            .stdin(false)
-            .stdout(true)
-            .stderr(false);
-        let mut process = self
-            .0
-            .pods
-            .exec(&self.0.pod, READ_COMMAND, &params)
-            .await
-            .map_err(MemoryReadError::Exec)?;
-        let mut text = String::new();
-        if let Some(stdout) = process.stdout() {
-            stdout
-                .take(READ_LIMIT)
-                .read_to_string(&mut text)
-                .await
-                .map_err(MemoryReadError::Output)?;
-        }
-        // `cat` fails on the hierarchy that is not there; its output is what counts.
-        let _ = process.join().await;
+        let text = cat(&self.0.pods, &self.0.pod, &self.0.container, &READ_COMMAND).await?;
         Ok(container_memory(&text)?)
     }
+}
+
+/// `command` (a `cat` of cgroup files) run in the container; its output, whatever `cat` said
+/// of the files that are not there (one hierarchy of each pair is not).
+async fn cat(
+    pods: &Api<Pod>,
+    pod: &str,
+    container: &str,
+    command: &[&str],
+) -> Result<String, MemoryReadError> {
+    let params = AttachParams::default()
+        .container(container)
+        .stdin(false)
+        .stdout(true)
+        .stderr(false);
+    let mut process = pods
+        .exec(pod, command.iter().copied(), &params)
+        .await
+        .map_err(MemoryReadError::Exec)?;
+    let mut text = String::new();
+    if let Some(stdout) = process.stdout() {
+        stdout
+            .take(READ_LIMIT)
+            .read_to_string(&mut text)
+            .await
+            .map_err(MemoryReadError::Output)?;
+    }
+    let _ = process.join().await;
+    Ok(text)
+}
+
+/// The CPU a pod container has used, and how long its CPU limit held it back, so far (None:
+/// not readable; why is logged at debug). For telling a starved worker from a hung one.
+pub async fn container_cpu_now(
+    pods: &Api<Pod>,
+    pod: &str,
+    container: &str,
+) -> Option<crate::launcher::CpuUse> {
+    let read = async {
+        let text = cat(pods, pod, container, &CPU_COMMAND).await?;
+        Ok::<_, MemoryReadError>(container_cpu(&text)?)
+    };
+    read.await
+        .inspect_err(|why| tracing::debug!("the CPU use of pod {pod} is not read: {why}"))
+        .ok()
 }
 
 /// Why a container's memory was not read.
@@ -131,6 +170,8 @@ enum MemoryReadError {
     Output(std::io::Error),
     #[error(transparent)]
     Unreadable(#[from] UnreadableMemory),
+    #[error(transparent)]
+    UnreadableCpu(#[from] UnreadableCpu),
 }
 
 /// Why [`READ_COMMAND`]'s output does not tell the container's memory.
@@ -187,9 +228,44 @@ pub fn container_memory(output: &str) -> Result<ContainerMemory, UnreadableMemor
     }
 }
 
+/// Why [`CPU_COMMAND`]'s output does not tell the container's CPU use.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("no /proc/1/stat in the container's output: {0:?}")]
+pub struct UnreadableCpu(String);
+
+/// The container's main process's CPU time and the cgroup's throttling from [`CPU_COMMAND`]'s
+/// output: v2's `throttled_usec` or v1's `throttled_time` (ns); none where the container sees
+/// the host's v2 hierarchy (its cpu.stat is not its own).
+pub fn container_cpu(output: &str) -> Result<crate::launcher::CpuUse, UnreadableCpu> {
+    let mut stat = std::collections::BTreeMap::new();
+    let mut used = None;
+    let mut own_v2_path = None;
+    for line in output.lines() {
+        if let Some(path) = line.strip_prefix("0::") {
+            own_v2_path = Some(path.trim());
+        } else if line.starts_with("1 (") {
+            used = crate::launcher::stat_cpu_time(line);
+        } else if let Some((key, value)) = line.split_once(' ')
+            && let Ok(value) = value.trim().parse::<u64>()
+        {
+            stat.insert(key, value);
+        }
+    }
+    let used = used.ok_or_else(|| UnreadableCpu(output.chars().take(200).collect()))?;
+    let throttled = match (stat.get("throttled_usec"), stat.get("throttled_time")) {
+        (Some(_), _) if !matches!(own_v2_path, Some("/") | None) => None,
+        (Some(&us), _) => Some(Duration::from_micros(us)),
+        (None, Some(&ns)) => Some(Duration::from_nanos(ns)),
+        (None, None) => None,
+    };
+    Ok(crate::launcher::CpuUse { used, throttled })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{ContainerMemory, UnreadableMemory, container_memory};
+    use super::{ContainerMemory, UnreadableMemory, container_cpu, container_memory};
+    use crate::launcher::CpuUse;
+    use std::time::Duration;
 
     fn resident(output: &str) -> Result<u64, UnreadableMemory> {
         container_memory(output).map(|m| m.resident)
@@ -248,5 +324,47 @@ mod tests {
             container_memory("0::/\ncat: /sys/fs/cgroup/memory.stat: No such file\n").unwrap_err();
         assert!(err.to_string().contains("no memory.stat"), "{err}");
         assert!(container_memory("").is_err());
+    }
+
+    /// The worker's /proc/1/stat: 120 + 30 ticks of user and system time.
+    const STAT: &str = "1 (worker) S 0 1 1 0 -1 4194560 5000 0 0 0 120 30 0 0 20 0 9 0 100 \
+                        1000000 2000 18446744073709551615";
+    /// cgroup v2 (own namespace): cpu.stat in µs, as a 6.x kernel writes it.
+    fn v2() -> String {
+        format!(
+            "0::/\n{STAT}\nusage_usec 1500000\nuser_usec 1200000\nsystem_usec 300000\n\
+             nr_periods 40\nnr_throttled 25\nthrottled_usec 2400000\nnr_bursts 0\nburst_usec 0\n"
+        )
+    }
+    /// cgroup v1: cpu.stat with throttled_time in ns.
+    fn v1() -> String {
+        format!(
+            "4:cpu,cpuacct:/kubepods/burstable/pod1/abc\n0::/kubepods/burstable/pod1/abc\n\
+             {STAT}\nnr_periods 40\nnr_throttled 25\nthrottled_time 2400000000\n"
+        )
+    }
+
+    #[test]
+    fn the_main_process_s_cpu_and_the_cgroup_s_throttling_are_read_from_either_hierarchy() {
+        let expected = CpuUse {
+            used: Duration::from_millis(1500),
+            throttled: Some(Duration::from_millis(2400)),
+        };
+        assert_eq!(container_cpu(&v2()), Ok(expected));
+        assert_eq!(container_cpu(&v1()), Ok(expected));
+        // No CPU controller's cpu.stat: the CPU time without the throttling.
+        let unthrottled = v1().split("nr_periods").next().unwrap().to_string();
+        assert_eq!(container_cpu(&unthrottled).unwrap().throttled, None);
+        // A v2 container that sees the host's hierarchy: that cpu.stat is not its own.
+        let host_view = v2().replace("0::/\n", "0::/kubepods.slice/pod1/abc\n");
+        assert_eq!(container_cpu(&host_view).unwrap().throttled, None);
+    }
+
+    #[test]
+    fn cpu_without_the_main_process_s_stat_is_not_read() {
+        let err = container_cpu("0::/\nthrottled_usec 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no /proc/1/stat"), "{err}");
     }
 }

@@ -1285,6 +1285,11 @@ impl Launcher for KubeLauncher {
             .map(|m| format!("pod {}/{}", self.ns(), m.pod))
     }
 
+    async fn cpu_use(&mut self, member_id: &str) -> Option<super::CpuUse> {
+        let m = self.members.get(member_id)?;
+        memory::container_cpu_now(&self.pods, &m.pod, m.container).await
+    }
+
     fn server_memory(&self, member_id: &str) -> Option<super::ServerMemory> {
         let m = self.members.get(member_id).filter(|m| m.role == "server")?;
         Some(super::ServerMemory::Pod(memory::PodMemory::new(
