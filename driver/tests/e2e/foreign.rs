@@ -2,7 +2,8 @@
 //! beside the Rust worker's.
 
 use crate::support::{
-    alone, edit_matrix, ensure_worker, read, read_json, repo_root, run_matrix_for, smoke_matrix,
+    beside_another, edit_matrix, ensure_worker, read, read_json, repo_root, run_matrix_for,
+    smoke_matrix,
 };
 use serde_json::Value;
 
@@ -13,7 +14,7 @@ use serde_json::Value;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_tritonclient_group_is_counted_like_the_worker_s_own_and_its_failures_fail_the_run()
  {
-    let _run = alone().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("models");

@@ -1,7 +1,8 @@
 //! SLO rules on the real server: kept, breached, and `abort_on_fail`.
 
 use crate::support::{
-    alone, assert_junit, edit_matrix, ensure_worker, models_matrix, read, read_json, run_matrix_for,
+    assert_junit, beside_another, edit_matrix, ensure_worker, models_matrix, read, read_json,
+    run_matrix_for,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -21,7 +22,7 @@ fn slo_matrix(dir: &Path, run_rules: &str, group_rules: &str) -> PathBuf {
 /// and names the rule, what was observed and the window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slo_rules_pass_when_kept_and_fail_the_run_when_breached() {
-    let _run = alone().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let generous = "[{metric: p99, scenario: Infer, max: 10s}, {metric: error_rate, max: 0.01}, {metric: qps, min: 5}]";
@@ -91,7 +92,7 @@ async fn slo_rules_pass_when_kept_and_fail_the_run_when_breached() {
 /// An `abort_on_fail` rule is judged every poll after its delay and stops the run at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_on_fail_slo_stops_the_run_early() {
-    let _run = alone().await;
+    let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let matrix = slo_matrix(
