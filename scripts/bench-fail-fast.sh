@@ -33,7 +33,7 @@ if [ "${LAUNCHER:-local}" = kube ]; then
     positive_ints SERVERS WORKERS
     export TRITON_STRESS_K8S_IMAGES="${TRITON_STRESS_K8S_IMAGES:-docker/tritonserver docker/worker docker/driver docker/postgres docker/models}"
     exec "$SCRIPT_DIR/k8s/ci.sh" "BENCH_SERVERS=$SERVERS BENCH_WORKERS=$WORKERS cargo test -p driver \
---features kube-tests --test kube -- --ignored --nocapture bench_fail_fast_on_the_cluster"
+--test kube -- --ignored --exact --nocapture bench_fail_fast_on_the_cluster"
 fi
 
 positive_ints SERVERS WORKERS ROUNDS

@@ -3,12 +3,13 @@
 //! `triton-stress/worker:dev`, a throwaway Postgres on the node that pods reach through the
 //! cluster bridge.
 //!
-//! Built only with `--features kube-tests`; run through the test entry point, which brings the
-//! cluster up, imports the images and sets KUBECONFIG:
+//! Every test is `#[ignore]`d (the workspace's `cargo test` builds them and skips them, so the
+//! driver is compiled once, with one feature set, for both); run them through the test entry
+//! point, which brings the cluster up, imports the images and sets KUBECONFIG:
 //!
 //! ```sh
 //! TRITON_STRESS_K8S_IMAGES="docker/tritonserver docker/worker docker/driver docker/postgres docker/models" \
-//!   scripts/k8s/with-cluster.sh cargo test -p driver --features kube-tests --test kube
+//!   scripts/k8s/with-cluster.sh cargo test -p driver --test kube -- --ignored --skip bench_
 //! ```
 //!
 //! Every test works in its own namespace (created here, deleted at the end). The store must be
@@ -413,6 +414,7 @@ fn replace_once(text: String, from: &str, to: &str) -> String {
 /// The smoke matrix end to end on pods: PASS, a row with tests for every scenario, no failures
 /// (but PerfAnalyzer's, allowed as upstream), Triton's own metrics, and nothing of the run left.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn smoke_matrix_passes_on_pods_and_leaves_nothing_behind() {
     let (env, ns) = Env::in_namespace("ts-kube-smoke").await;
     let matrix = repo_root().join("test-matrices/kube-smoke.yaml");
@@ -458,6 +460,7 @@ async fn smoke_matrix_passes_on_pods_and_leaves_nothing_behind() {
 /// perf_analyzer, each against tritonserver 2.51 and 2.44: every cell of the client × server
 /// grid has tests and passes, and each Python cell says which tritonclient ran.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn the_heterogeneous_matrix_fills_every_cell_on_pods() {
     let (env, ns) = Env::in_namespace("ts-kube-hetero").await;
     let matrix = repo_root().join("test-matrices/kube-heterogeneous.yaml");
@@ -492,6 +495,7 @@ async fn the_heterogeneous_matrix_fills_every_cell_on_pods() {
 /// (never more requests in flight than instances) is attributed to compute, and the tail of a
 /// worker pod starved by its CPU limit to the client.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn traced_requests_on_pods_join_the_server_pods_spans() {
     let (env, ns) = Env::in_namespace("ts-kube-traces").await;
     let dir = tempfile::tempdir().unwrap();
@@ -673,6 +677,7 @@ async fn driver_identity(ns: &str, dir: &Path) -> (PathBuf, Client) {
 /// in deploy/, which proves the Role suffices for a whole run (create, watch, logs, events,
 /// delete); the same identity is refused what the Role does not grant.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn worker_exiting_non_zero_fails_the_run_keeps_its_pod_and_cleanup_removes_it() {
     let (env, ns) = Env::in_namespace("ts-kube-worker").await;
     let identity_dir = tempfile::tempdir().unwrap();
@@ -761,6 +766,7 @@ async fn worker_exiting_non_zero_fails_the_run_keeps_its_pod_and_cleanup_removes
 /// A server pod whose image does not exist fails the run at once with ErrImageNeverPull, and
 /// `--keep-failed=false` leaves nothing of the run.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn missing_image_fails_at_once_and_keep_failed_false_deletes_everything() {
     let (env, ns) = Env::in_namespace("ts-kube-image").await;
     let dir = tempfile::tempdir().unwrap();
@@ -789,6 +795,7 @@ async fn missing_image_fails_at_once_and_keep_failed_false_deletes_everything() 
 
 /// A server pod killed by its memory limit: the report says OOMKilled with exit code 137.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn oom_killed_server_is_reported_with_its_reason() {
     let (env, ns) = Env::in_namespace("ts-kube-oom").await;
     let dir = tempfile::tempdir().unwrap();
@@ -817,6 +824,7 @@ async fn oom_killed_server_is_reported_with_its_reason() {
 /// A server that never becomes ready (its HTTP endpoint is not where the readiness probe
 /// looks): the run fails after the ready timeout, naming the pod and the failing probe.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn server_never_ready_names_the_failing_readiness_probe() {
     let (env, ns) = Env::in_namespace("ts-kube-ready").await;
     let dir = tempfile::tempdir().unwrap();
@@ -884,6 +892,7 @@ client_groups:
 /// served path, so without the copy its repository is empty and the pre-flight stops the run
 /// with exit 2 (text_vector missing).
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn model_image_serves_the_qa_models_on_a_tritonserver_image_without_them() {
     let (env, ns) = Env::in_namespace("ts-kube-models").await;
     let dir = tempfile::tempdir().unwrap();
@@ -958,6 +967,7 @@ client_groups:
 /// `memory kept growing` finding, the one that took its memory once is not, and its series
 /// shows that step (so the python stubs' memory is in what is read).
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn a_leaking_server_pod_is_a_memory_finding_and_a_warming_one_is_not() {
     let (env, ns) = Env::in_namespace("ts-kube-memory").await;
     let dir = tempfile::tempdir().unwrap();
@@ -1076,6 +1086,7 @@ sweep:
 /// the copy's, and the 2-instance variant serves more than the 1-instance one. Nothing of the
 /// sweep's runs is left.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn sweep_on_pods_mounts_each_variants_config_and_ranks_them() {
     let (env, ns) = Env::in_namespace("ts-kube-sweep").await;
     let dir = tempfile::tempdir().unwrap();
@@ -1154,6 +1165,7 @@ async fn sweep_on_pods_mounts_each_variants_config_and_ranks_them() {
 /// A model image without the source directory: the copy fails, the run fails at once, and the
 /// report names the init container, its exit and its log (cp's complaint).
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn model_image_copy_that_fails_names_the_init_container_and_its_log() {
     let (env, ns) = Env::in_namespace("ts-kube-models-bad").await;
     let dir = tempfile::tempdir().unwrap();
@@ -1215,6 +1227,7 @@ fn pod_processes(pod_uid: &str, comm: &str) -> Vec<i32> {
 /// container's termination and its log tail. The server serves the repository's `models/`
 /// from a hostPath volume (not the copy in its image), which the workers must have used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
     let (env, ns) = Env::in_namespace("ts-kube-kill").await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
@@ -1326,6 +1339,7 @@ async fn server_killed_mid_run_fails_the_run_and_names_the_pod() {
 /// they ride through to each new pod. The run passes with both faults recovered from in time,
 /// the report shows their timelines, and nothing of the run (Services included) is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn injected_kill_and_restart_replace_the_server_pod_and_its_successors_serve_the_clients() {
     let (env, ns) = Env::in_namespace("ts-kube-fault").await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
@@ -1444,6 +1458,7 @@ const ADD_SUB_CLIENTS: &str = r#"client_templates:
 /// while the first pod is still being replaced, is refused by the budget and reported as
 /// blocked, neither injected nor failed. The run passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn an_evicted_server_of_two_is_replaced_and_its_budget_blocks_a_second_eviction() {
     let (env, ns) = Env::in_namespace("ts-kube-evict").await;
     let dir = tempfile::tempdir().unwrap();
@@ -1529,6 +1544,7 @@ impl Drop for Uncordon {
 /// uncordon: a new pod is applied once the kubelet has let the old one go (up to 39 s under
 /// CI's load).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn a_drained_node_s_pods_come_back_after_the_uncordon_and_carry_on() {
     let (env, ns) = Env::in_namespace("ts-kube-drain").await;
     let nodes: Api<Node> = Api::all(env.client.clone());
@@ -1616,6 +1632,7 @@ async fn uncordoned(nodes: &Api<Node>, node: &str) -> bool {
 /// kubelet) fails the run at once, and the failure is the platform's (`infrastructure`, the
 /// eviction as evidence), not the server's (issue 52).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn an_unplanned_eviction_of_a_server_is_the_infrastructure_s_failure() {
     let (env, ns) = Env::in_namespace("ts-kube-evicted").await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns.name);
@@ -1666,6 +1683,7 @@ async fn an_unplanned_eviction_of_a_server_is_the_infrastructure_s_failure() {
 /// A `store-restart` in a namespace without deploy/'s Postgres is bad input (exit 2) naming the
 /// fault's target, found before anything is applied.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn a_store_restart_without_a_store_pod_exits_2_before_anything_starts() {
     let (env, ns) = Env::in_namespace("ts-kube-nostore").await;
     let dir = tempfile::tempdir().unwrap();
@@ -1691,6 +1709,7 @@ async fn a_store_restart_without_a_store_pod_exits_2_before_anything_starts() {
 /// run's lease is in the store), the fault is recovered from, and the run passes with every
 /// member accounted for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn a_hung_api_server_mid_run_neither_fails_nor_stops_the_run() {
     let (env, ns) = Env::in_namespace("ts-kube-api-hung").await;
     let pid = Command::new("pgrep")
@@ -1760,6 +1779,7 @@ async fn a_hung_api_server_mid_run_neither_fails_nor_stops_the_run() {
 /// the run goes on. SIGTERM to that driver ends the run as ABORTED through the failure path:
 /// a report is written and, nothing having failed, every object of the run is deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn restarted_driver_adopts_its_pods_and_sigterm_aborts_the_run() {
     let (env, ns) = Env::in_namespace("ts-kube-restart").await;
     let matrix = repo_root().join("test-matrices/kube-smoke.yaml");
@@ -1824,6 +1844,7 @@ async fn restarted_driver_adopts_its_pods_and_sigterm_aborts_the_run() {
 /// A worker pod no node can take (it asks for 64 CPUs) stays Pending: after `--pending-timeout`
 /// the run fails naming the pod and the scheduler's reason, not a missing heartbeat.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn unschedulable_worker_fails_after_the_pending_timeout_with_the_schedulers_reason() {
     let (env, ns) = Env::in_namespace("ts-kube-pending").await;
     let dir = tempfile::tempdir().unwrap();
@@ -1857,6 +1878,7 @@ async fn unschedulable_worker_fails_after_the_pending_timeout_with_the_scheduler
 /// heartbeat: the driver reads the worker's CPU in its container by `exec` over a short look,
 /// finds it idle and says the worker is hung, not cut off from the store.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn a_stopped_worker_pod_is_named_hung_from_its_container_s_cpu() {
     let (env, ns) = Env::in_namespace("ts-kube-hung").await;
     let dir = tempfile::tempdir().unwrap();
@@ -1995,6 +2017,7 @@ impl Drop for StoreVolume {
 /// recovered from, the run (recorded before the restart) must still be in the store, each
 /// model's reconciliation must close, and the run's pods must be gone.
 #[tokio::test]
+#[ignore = "on the test cluster: scripts/k8s/with-cluster.sh, then -- --ignored"]
 async fn deployed_cronjob_runs_the_smoke_matrix_in_the_cluster() {
     let client = Client::try_default()
         .await

@@ -3,7 +3,7 @@
 # cluster up, images, smoke test, and down -- down always runs on exit, whatever failed.
 # Extra test commands to run against the cluster (each via with-cluster.sh, so each gets its own
 # namespace) can be given as arguments, e.g.:
-#   scripts/k8s/ci.sh "cargo test -p launcher --features k8s-tests -- --ignored"
+#   scripts/k8s/ci.sh "cargo test -p driver --test kube -- --ignored --skip bench_"
 # Env: TRITON_STRESS_K8S_IMAGES (extra docker/<name> dirs to build/import),
 #      TRITON_STRESS_K8S_KEPT_LOGS (where the cluster's logs are copied when something failed).
 set -eu
