@@ -260,6 +260,29 @@ impl BackgroundDriver {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// What `probe` finds, asked every 500 ms; panics with the driver's log when the driver
+    /// exits first or `limit` passes.
+    async fn wait_for<T>(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut probe: impl AsyncFnMut() -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(found) = probe().await {
+                return found;
+            }
+            self.assert_running(what);
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {limit:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// Panics with the driver's log when it has already exited.
     fn assert_running(&mut self, waiting_for: &str) {
         if let Some(status) = self.child.try_wait().unwrap() {
@@ -1803,25 +1826,15 @@ async fn restarted_driver_adopts_its_pods_and_sigterm_aborts_the_run() {
     let store = stress_common::store::Store::connect(env.pg.url())
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
+    // Each worker is launched once per driver: two drivers, two workers.
+    let launches = async || {
         let events = store.events(&RunId::from(&run_id), 0).await.unwrap();
-        let launched = events
-            .iter()
-            .filter(|e| e.details.starts_with("launched"))
-            .count();
-        // Each worker is launched once per driver: two drivers, two workers.
-        if launched >= 4 {
-            break;
-        }
-        second.assert_running("its workers' launch");
-        assert!(
-            Instant::now() < deadline,
-            "the second driver never launched its workers: {events:?}\n{}",
-            second.log()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        let launched = events.iter().filter(|e| e.details.starts_with("launched"));
+        (launched.count() >= 4).then_some(())
+    };
+    second
+        .wait_for("its workers' launch", Duration::from_secs(120), launches)
+        .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = running_pods(&env.client, &ns.name, &run_id, 3, &mut second).await;
     assert_eq!(
@@ -1882,12 +1895,10 @@ async fn unschedulable_worker_fails_after_the_pending_timeout_with_the_scheduler
 async fn a_stopped_worker_pod_is_named_hung_from_its_container_s_cpu() {
     let (env, ns) = Env::in_namespace("ts-kube-hung").await;
     let dir = tempfile::tempdir().unwrap();
+    // Stale after 3 s.
+    let rules = "  poll_interval: 1s\n  fail_fast: { heartbeat_timeout_polls: 3 }\n";
     let matrix = matrix_variant(dir.path(), "hung", |m| {
-        replace_once(
-            m,
-            "  poll_interval: 2s\n",
-            "  poll_interval: 1s\n  fail_fast: { heartbeat_timeout_polls: 3 }\n",
-        )
+        m.replace("  poll_interval: 2s\n", rules)
     });
     let runs = tempfile::tempdir().unwrap();
     let run_id = new_run_id();
@@ -1896,19 +1907,10 @@ async fn a_stopped_worker_pod_is_named_hung_from_its_container_s_cpu() {
         env.command(&matrix, &ns.name, &run_id, runs.path(), &extra),
         runs.path().join("driver.log"),
     );
-    let deadline = Instant::now() + Duration::from_secs(150);
-    let worker = loop {
-        if let Some(pid) = worker_process(&run_id, "http-clients-0") {
-            break pid;
-        }
-        driver.assert_running("the worker's process");
-        assert!(
-            Instant::now() < deadline,
-            "no worker process\n{}",
-            driver.log()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let worker = async || worker_process(&run_id, "http-clients-0");
+    let worker = driver
+        .wait_for("the worker's process", Duration::from_secs(150), worker)
+        .await;
     // Past its first heartbeats, then stopped for good.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let stop = Command::new("kill")
