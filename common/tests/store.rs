@@ -511,7 +511,7 @@ async fn story(url: &str, fresh: bool) {
     })
     .await
     .unwrap();
-    c0.snapshot(&WorkerSnapshot {
+    let at_2000 = WorkerSnapshot {
         at_ms: t0 + 2000,
         total_requests: 210,
         qps: 105.5,
@@ -521,9 +521,14 @@ async fn story(url: &str, fresh: bool) {
         series_point: true,
         signatures: vec![signature(9)],
         ..WorkerSnapshot::default()
-    })
-    .await
-    .unwrap();
+    };
+    c0.snapshot(&at_2000).await.unwrap();
+    // Written again (a retry whose first commit landed but whose answer was lost): its
+    // interval and series point are stored once (read back below).
+    store
+        .record_snapshot(&run_id, &"client-0".into(), &at_2000)
+        .await
+        .unwrap();
     let the_latest_signatures = async || {
         assert_eq!(
             store.signature_counts(&run_id).await.unwrap(),
@@ -1326,7 +1331,8 @@ async fn streamed_latency_intervals(url: &str) {
         store
             .sink(run_id.clone(), member)
             .snapshot(&WorkerSnapshot {
-                at_ms: t0 + end,
+                // Snapshots of one member have times of their own (the same one is a retry).
+                at_ms: t0 + end + i as i64,
                 intervals: vec![IntervalCounts {
                     scenario: "s".into(),
                     model: format!("m{i}"),

@@ -5,7 +5,7 @@
 use crate::metrics::{Metrics, ServerLatencies};
 use crate::outages::OutageTracker;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stress_common::histogram::LatencyHistogram;
@@ -88,6 +88,9 @@ pub struct Stats {
     spans: Mutex<TracedSpans>,
     /// The foreign client program's hello, once it said it (every snapshot then carries it).
     client_program: Mutex<Option<stress_common::foreign::Hello>>,
+    /// The last snapshot's time: each is later (its time is its identity in the store, which
+    /// takes a retried write of one already committed for what it is).
+    last_snapshot_ms: AtomicI64,
 }
 
 /// Client spans waiting for the next snapshot, and how many did not fit in it.
@@ -138,6 +141,7 @@ impl Default for Stats {
             metrics: None,
             spans: Mutex::default(),
             client_program: Mutex::default(),
+            last_snapshot_ms: AtomicI64::new(0),
         }
     }
 }
@@ -468,7 +472,16 @@ impl Stats {
     }
 
     fn snapshot_with(&self, scenarios: &[Scenario], outages: Vec<Outage>) -> WorkerSnapshot {
-        let at_ms = stress_common::now_ms();
+        let now = stress_common::now_ms();
+        let mut at_ms = now;
+        // Later than the last one even within its millisecond (the final snapshot right after
+        // a tick's).
+        let _ = self
+            .last_snapshot_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                at_ms = now.max(last + 1);
+                Some(at_ms)
+            });
         WorkerSnapshot {
             at_ms,
             total_requests: self.total_requests(),
@@ -625,6 +638,14 @@ mod tests {
             actual: "UNAVAILABLE: connection refused".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn each_snapshot_is_later_than_the_last_even_within_a_millisecond() {
+        let stats = Stats::default();
+        let mut times: Vec<i64> = (0..50).map(|_| stats.snapshot(&[]).at_ms).collect();
+        times.push(stats.last_snapshot(&[], 0).at_ms);
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
     }
 
     #[test]

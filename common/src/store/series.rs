@@ -28,7 +28,8 @@ impl Store {
     /// appends the latency intervals it closes and the outages it carries, saves its client
     /// program's hello (a `client_program` document), and sets its heartbeat (all at `snapshot.at_ms`, or now when that is 0). What it replaces is never
     /// taken back in time: a snapshot older than the one stored leaves it (a write delayed past
-    /// a newer one, as one a paused store commits on resuming after its client gave up on it).
+    /// a newer one, as one a paused store commits on resuming after its client gave up on it),
+    /// and one already stored (the same write retried) adds nothing.
     pub async fn record_snapshot(
         &self,
         run_id: &RunId,
@@ -46,6 +47,9 @@ impl Store {
             at_ms,
         };
         let mut tx = self.begin_write(RECORD_SNAPSHOT).await?;
+        if self.already_recorded(&mut tx, &key, snapshot).await? {
+            return tx.commit().await.map_err(self.db(RECORD_SNAPSHOT));
+        }
         self.write_qps(&mut tx, &key, snapshot).await?;
         self.write_scenario_counts(&mut tx, &key, snapshot).await?;
         self.write_model_counts(&mut tx, &key, snapshot).await?;
@@ -66,6 +70,33 @@ impl Store {
             .map_err(self.db(RECORD_SNAPSHOT))?;
         self.write_signature_counts(&mut tx, &key, snapshot).await?;
         tx.commit().await.map_err(self.db(RECORD_SNAPSHOT))
+    }
+
+    /// Whether this very snapshot is stored already: a write retried after its commit's answer
+    /// was lost (the worker's outbox gives up on a write after 5 s, and the commit may have
+    /// landed). Appending it again would count its intervals twice. The member's latest sample
+    /// with the snapshot's time, total and QPS is this one (a worker's snapshots each have a
+    /// time of their own).
+    async fn already_recorded(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        key: &SnapshotKey<'_>,
+        snapshot: &WorkerSnapshot,
+    ) -> Result<bool> {
+        let latest: Option<(i64, i64, f64)> = sqlx::query_as(
+            "SELECT at_ms, total_requests, qps FROM latest_qps WHERE run_id = $1 AND member_id = $2",
+        )
+        .bind(key.run_id.as_str())
+        .bind(key.member_id.as_str())
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(self.db(RECORD_SNAPSHOT))?;
+        let this = (
+            key.at_ms,
+            to_db(snapshot.total_requests),
+            finite_or_zero(snapshot.qps),
+        );
+        Ok(latest == Some(this))
     }
 
     /// The snapshot's QPS sample: the member's latest, and a point of its series when it is one.
