@@ -279,8 +279,8 @@ const BUSY_CPU: Duration = Duration::from_millis(5);
 /// Throttled for at least this share (1/N) of the look: starved by its CPU limit.
 const STARVED_SHARE: u32 = 4;
 
-/// A stale heartbeat's blame with what the process was doing (None: unknown, e.g. a pod):
-/// the same member, told apart as hung or cut off from the store.
+/// A stale heartbeat's blame with what the process was doing (None: unknown here):
+/// the same member, told apart as starved by its CPU limit, hung, or cut off from the store.
 pub fn with_activity(mut blame: Blame, cause: &Cause, activity: Option<Activity>) -> Blame {
     let (Cause::StaleHeartbeat { .. }, Some(a)) = (cause, activity) else {
         return blame;

@@ -48,6 +48,19 @@ pub(super) struct Driver<'a> {
 }
 
 impl Driver<'_> {
+    /// What a silent worker did over [`ACTIVITY_LOOK`]: its CPU then and after.
+    async fn activity_of(&mut self, member: &str) -> Option<failfast::Activity> {
+        let before = self.launcher.cpu_use(member).await?;
+        let started = tokio::time::Instant::now();
+        tokio::time::sleep(ACTIVITY_LOOK).await;
+        let after = self.launcher.cpu_use(member).await?;
+        Some(failfast::Activity::between(
+            before,
+            after,
+            started.elapsed(),
+        ))
+    }
+
     pub(super) async fn record(&self, member: &str, kind: EventKind, details: &str) {
         if let Err(e) = bounded(
             STORE_CALL_LIMIT,
@@ -153,16 +166,13 @@ impl Driver<'_> {
             }
         }
         let mut activity = None;
-        if let Cause::StaleHeartbeat { member, .. } = &cause
-            && let Some(before) = self.launcher.cpu_use(member).await
-        {
-            let started = tokio::time::Instant::now();
-            tokio::time::sleep(ACTIVITY_LOOK).await;
-            activity = self
-                .launcher
-                .cpu_use(member)
+        if let Cause::StaleHeartbeat { member, .. } = &cause {
+            // Bounded: a pod's is read through the API server, which may be what hangs.
+            let look = self.activity_of(member);
+            activity = tokio::time::timeout(ACTIVITY_LOOK + 2 * PROBE_TIMEOUT, look)
                 .await
-                .map(|after| failfast::Activity::between(before, after, started.elapsed()));
+                .ok()
+                .flatten();
         }
         // The holder's own count of what waits in it (bounded: a hung server's metrics
         // endpoint may hang too).

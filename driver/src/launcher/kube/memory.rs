@@ -110,7 +110,7 @@ impl PodMemory {
         }
     }
 
-    async fn read(&self) -> Result<ContainerMemory, MemoryReadError> {
+    async fn read(&self) -> Result<ContainerMemory, CgroupReadError> {
         let text = cat(&self.0.pods, &self.0.pod, &self.0.container, &READ_COMMAND).await?;
         Ok(container_memory(&text)?)
     }
@@ -123,7 +123,7 @@ async fn cat(
     pod: &str,
     container: &str,
     command: &[&str],
-) -> Result<String, MemoryReadError> {
+) -> Result<String, CgroupReadError> {
     let params = AttachParams::default()
         .container(container)
         .stdin(false)
@@ -132,14 +132,14 @@ async fn cat(
     let mut process = pods
         .exec(pod, command.iter().copied(), &params)
         .await
-        .map_err(MemoryReadError::Exec)?;
+        .map_err(CgroupReadError::Exec)?;
     let mut text = String::new();
     if let Some(stdout) = process.stdout() {
         stdout
             .take(READ_LIMIT)
             .read_to_string(&mut text)
             .await
-            .map_err(MemoryReadError::Output)?;
+            .map_err(CgroupReadError::Output)?;
     }
     let _ = process.join().await;
     Ok(text)
@@ -154,16 +154,16 @@ pub async fn container_cpu_now(
 ) -> Option<crate::launcher::CpuUse> {
     let read = async {
         let text = cat(pods, pod, container, &CPU_COMMAND).await?;
-        Ok::<_, MemoryReadError>(container_cpu(&text)?)
+        Ok::<_, CgroupReadError>(container_cpu(&text)?)
     };
     read.await
         .inspect_err(|why| tracing::debug!("the CPU use of pod {pod} is not read: {why}"))
         .ok()
 }
 
-/// Why a container's memory was not read.
+/// Why a container's cgroup was not read.
 #[derive(Debug, thiserror::Error)]
-enum MemoryReadError {
+enum CgroupReadError {
     #[error("exec failed: {0}")]
     Exec(kube::Error),
     #[error("reading its output: {0}")]
