@@ -3,7 +3,7 @@
 
 use crate::support::{
     SERVER, alone, edit_matrix, ensure_worker, read, read_json, repo_root, run_matrix_for,
-    smoke_matrix,
+    run_unless_the_server_crashed, smoke_matrix,
 };
 use serde_json::json;
 
@@ -52,9 +52,11 @@ async fn injected_faults_are_recovered_from_and_a_slow_recovery_fails_the_run() 
     };
 
     let matrix = with_faults("25s");
-    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-faults", "40s").await;
+    // Traced, tritonserver 2.51 still crashes now and then (SIGSEGV 41 s into this run,
+    // 2026-12-06, by hand).
+    let (driver, status, run_dir, report) =
+        run_unless_the_server_crashed(tmp.path(), &matrix, "e2e-faults", "40s").await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());
-    let report = read_json(&run_dir.join("report.json"));
     let faults = report["faults"]
         .as_array()
         .expect("faults[] in report.json");
@@ -187,24 +189,9 @@ async fn a_wrong_answer_after_the_recovery_fails_the_run() {
         .unwrap();
     });
     // The restarted tritonserver 2.51 once crashed on its own (SIGSEGV in pthread_mutex_lock,
-    // CI 2026-12-04; docs/limitations.md), which the driver rightly blames on the server: that
-    // run says nothing of the wrong answers, so it is run once more.
-    let mut attempt = 0;
-    let (driver, status, run_dir, report) = loop {
-        attempt += 1;
-        let id = format!("e2e-wrong-after-kill-{attempt}");
-        let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, &id, "50s").await;
-        let report = read_json(&run_dir.join("report.json"));
-        let root = &report["analysis"]["root_cause"];
-        let crashed = root["role"] == "SERVER"
-            && root["reason"]
-                .as_str()
-                .is_some_and(|r| r.starts_with("killed by signal"));
-        if !crashed || attempt == 2 {
-            break (driver, status, run_dir, report);
-        }
-        eprintln!("the restarted server crashed on its own ({root}): running once more");
-    };
+    // CI 2026-12-04).
+    let (driver, status, run_dir, report) =
+        run_unless_the_server_crashed(tmp.path(), &matrix, "e2e-wrong-after-kill", "50s").await;
     assert_eq!(status.code(), Some(1), "{}", driver.output());
     let root = &report["analysis"]["root_cause"];
     let log = read(&run_dir.join("logs/triton-0.log"));

@@ -508,6 +508,34 @@ pub(crate) async fn run_matrix(
     run_matrix_for(tmp, matrix, run_id, "15s").await
 }
 
+/// [`run_matrix_for`] with its report, run once more when tritonserver crashed on its own
+/// (SIGSEGV or SIGABRT, which no test sends: 2.51's crashes under tracing and after a restart,
+/// docs/limitations.md). The driver rightly blames the server then, but such a run says
+/// nothing of what the test checks. Runs are named `RUN_ID-1`, `RUN_ID-2`.
+pub(crate) async fn run_unless_the_server_crashed(
+    tmp: &Path,
+    matrix: &Path,
+    run_id: &str,
+    duration: &str,
+) -> (Driver, ExitStatus, PathBuf, Value) {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let id = format!("{run_id}-{attempt}");
+        let (driver, status, run_dir) = run_matrix_for(tmp, matrix, &id, duration).await;
+        let report = read_json(&run_dir.join("report.json"));
+        let root = &report["analysis"]["root_cause"];
+        let crashed = root["role"] == "SERVER"
+            && root["reason"].as_str().is_some_and(|r| {
+                r.starts_with("killed by signal 11") || r.starts_with("killed by signal 6")
+            });
+        if !crashed || attempt == 2 {
+            return (driver, status, run_dir, report);
+        }
+        eprintln!("the server crashed on its own ({root}): running once more");
+    }
+}
+
 /// Runs `matrix` for at most `duration` and waits for the driver's exit; returns the driver,
 /// its status and the run's directory.
 pub(crate) async fn run_matrix_for(
