@@ -124,6 +124,11 @@ fsync = off
 synchronous_commit = on
 full_page_writes = off
 max_connections = 200
+# What a failed test shows of the store (driver/tests/kube.rs prints them): slow statements and
+# lock waits, with each session's address (a pod's IP) and pid.
+log_min_duration_statement = 1000
+log_lock_waits = on
+log_line_prefix = '%m [%p] %r %a '
 EOF
     fi
 

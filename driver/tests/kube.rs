@@ -168,6 +168,39 @@ struct Env {
     pod_store_url: String,
 }
 
+impl Drop for Env {
+    /// A failed test shows what its store logged: statements slower than 1 s, lock waits,
+    /// errors (the throwaway server logs them, with each session's address and pid).
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let log = std::fs::read_to_string(self.pg.dir().join("postgres.log")).unwrap_or_default();
+        let notable: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                [
+                    "duration:",
+                    "waiting for",
+                    "acquired",
+                    "ERROR:",
+                    "FATAL:",
+                    "deadlock",
+                ]
+                .iter()
+                .any(|w| l.contains(w))
+            })
+            .collect();
+        let shown = &notable[notable.len().saturating_sub(80)..];
+        eprintln!(
+            "--- the store's log: {} notable line(s), the last {}:\n{}",
+            notable.len(),
+            shown.len(),
+            shown.join("\n")
+        );
+    }
+}
+
 impl Env {
     async fn new() -> Self {
         let client = Client::try_default().await.expect(
@@ -1932,9 +1965,15 @@ async fn a_stopped_worker_pod_is_named_hung_from_its_container_s_cpu() {
     let m = failed_member(&report, "http-clients-0");
     let reason = m["reason"].as_str().unwrap();
     assert!(
-        reason.contains("no heartbeat") && reason.contains("the worker is hung"),
+        reason.contains("no heartbeat")
+            && reason.contains("is stopped (state T")
+            && reason.contains("the worker is hung"),
         "{reason}"
     );
+    // Its log, read before the failed run deleted its pod (a SIGKILLed container's log may be
+    // gone by the time the report asks).
+    let tail = diagnostics(m).log_tail.join("\n");
+    assert!(tail.contains(" INFO "), "{tail}");
     assert_nothing_left(&env.client, &ns.name, &run_id).await;
 }
 

@@ -104,7 +104,7 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
         "CLIENT" if r.contains("do not reach the store") || r.contains("store unavailable") => {
             "a worker of ours lost the store: it works, but its reports do not arrive"
         }
-        "CLIENT" if r.contains("hung") => "a worker of ours hung (its process is idle)",
+        "CLIENT" if r.contains("hung") => "a worker of ours hung (its process is stopped or idle)",
         "CLIENT" if r.contains("pre-flight") => {
             "the worker's pre-flight check refused to test: the matrix and the server's models \
              do not fit (the test never ran)"

@@ -249,13 +249,15 @@ pub fn with_pending(
 
 /// What a client's process did while its heartbeats were missing: the CPU time it used over
 /// a short look (`over`). The driver reads the store itself, so a busy process whose
-/// heartbeats do not arrive is cut off from the store, and an idle one is hung.
+/// heartbeats do not arrive is cut off from the store, and an idle or stopped one is hung.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Activity {
     pub cpu: Duration,
     pub over: Duration,
     /// How long its CPU limit held it back over the look (None: no limit, or not known).
     pub throttled: Option<Duration>,
+    /// Stopped (SIGSTOP or a tracer) at the end of the look.
+    pub stopped: bool,
 }
 
 impl Activity {
@@ -268,44 +270,49 @@ impl Activity {
                 .throttled
                 .zip(before.throttled)
                 .map(|(a, b)| a.saturating_sub(b)),
+            stopped: after.stopped,
         }
     }
 }
 
-/// CPU below this over the look is idle (a stopped or deadlocked process uses none; a worker
-/// sending load uses milliseconds).
-const BUSY_CPU: Duration = Duration::from_millis(5);
+/// CPU below this over the look is idle. A stopped or deadlocked process uses none; a worker
+/// under light load (a request every 30 ms on one connection, as in the kube sweep test) used
+/// 3-10 ms per half second, which /proc/PID/stat's 10 ms ticks read as 0 in CI (2026-12-06);
+/// the readings are in ns now.
+const BUSY_CPU: Duration = Duration::from_millis(1);
 
 /// Throttled for at least this share (1/N) of the look: starved by its CPU limit.
 const STARVED_SHARE: u32 = 4;
 
 /// A stale heartbeat's blame with what the process was doing (None: unknown here):
-/// the same member, told apart as starved by its CPU limit, hung, or cut off from the store.
+/// the same member, told apart as stopped, starved by its CPU limit, hung, or cut off from
+/// the store.
 pub fn with_activity(mut blame: Blame, cause: &Cause, activity: Option<Activity>) -> Blame {
     let (Cause::StaleHeartbeat { .. }, Some(a)) = (cause, activity) else {
         return blame;
     };
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    if let Some(held) = a.throttled.filter(|&t| t >= a.over / STARVED_SHARE) {
-        blame.reason.push_str(&format!(
-            "; its CPU limit held it back for {:.0} ms of {:.1} s (it used {:.0} ms of CPU): the worker is starved by its limit (its template's resources.cpu), not hung",
+    let look = a.over.as_secs_f64();
+    let what = if a.stopped {
+        "; its process is stopped (state T: a SIGSTOP or a debugger): the worker is hung".into()
+    } else if let Some(held) = a.throttled.filter(|&t| t >= a.over / STARVED_SHARE) {
+        format!(
+            "; its CPU limit held it back for {:.0} ms of {look:.1} s (it used {:.1} ms of CPU): the worker is starved by its limit (its template's resources.cpu), not hung",
             ms(held),
-            a.over.as_secs_f64(),
             ms(a.cpu)
-        ));
+        )
     } else if a.cpu >= BUSY_CPU {
-        blame.reason.push_str(&format!(
-            "; its process runs and works ({:.0} ms of CPU in {:.1} s): its reports do not reach the store, which the driver reads (a network or credentials problem between the worker and the store, not a hung worker)",
-            ms(a.cpu),
-            a.over.as_secs_f64()
-        ));
+        format!(
+            "; its process runs and works ({:.1} ms of CPU in {look:.1} s): its reports do not reach the store, which the driver reads (a network or credentials problem between the worker and the store, not a hung worker)",
+            ms(a.cpu)
+        )
     } else {
-        blame.reason.push_str(&format!(
-            "; its process runs but is idle ({:.0} ms of CPU in {:.1} s): the worker is hung (stopped or deadlocked)",
-            ms(a.cpu),
-            a.over.as_secs_f64()
-        ));
-    }
+        format!(
+            "; its process runs but is idle ({:.2} ms of CPU in {look:.1} s): the worker is hung (deadlocked, or waiting on something that does not answer)",
+            ms(a.cpu)
+        )
+    };
+    blame.reason.push_str(&what);
     blame
 }
 
@@ -1331,6 +1338,7 @@ mod tests {
                 cpu: Duration::from_millis(40),
                 over: look,
                 throttled: Some(Duration::from_millis(20)),
+                stopped: false,
             }),
         );
         assert_eq!(busy.member, "c-0");
@@ -1348,25 +1356,56 @@ mod tests {
             attribute(&stale, &[], None),
             &stale,
             Some(Activity {
-                cpu: Duration::ZERO,
+                cpu: Duration::from_micros(300),
                 over: look,
                 throttled: None,
+                stopped: false,
             }),
         );
         assert!(
-            idle.reason.contains("the worker is hung"),
+            idle.reason.contains("is idle (0.30 ms") && idle.reason.contains("the worker is hung"),
             "{}",
             idle.reason
+        );
+        // A light load's few milliseconds are work, not idleness.
+        let light = with_activity(
+            attribute(&stale, &[], None),
+            &stale,
+            Some(Activity {
+                cpu: Duration::from_millis(3),
+                over: look,
+                throttled: None,
+                stopped: false,
+            }),
+        );
+        assert!(light.reason.contains("runs and works"), "{}", light.reason);
+        // Stopped outright: hung, whatever it used before the stop.
+        let stopped = with_activity(
+            attribute(&stale, &[], None),
+            &stale,
+            Some(Activity {
+                cpu: Duration::from_millis(3),
+                over: look,
+                throttled: None,
+                stopped: true,
+            }),
+        );
+        assert!(
+            stopped.reason.contains("is stopped (state T") && stopped.reason.contains("hung"),
+            "{}",
+            stopped.reason
         );
         // A pod held back by its CPU limit for much of the look is starved, not hung (it used
         // little) nor cut off (its reports wait for CPU, not for the store).
         let before = CpuUse {
             used: Duration::from_millis(1_000),
             throttled: Some(Duration::from_millis(5_000)),
+            stopped: false,
         };
         let after = CpuUse {
             used: Duration::from_millis(1_010),
             throttled: Some(Duration::from_millis(5_400)),
+            stopped: false,
         };
         let starved = with_activity(
             attribute(&stale, &[], None),
@@ -1389,6 +1428,7 @@ mod tests {
             cpu: Duration::ZERO,
             over: look,
             throttled: None,
+            stopped: false,
         });
         assert_eq!(
             with_activity(attribute(&other, &[], None), &other, a),

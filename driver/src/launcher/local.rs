@@ -320,10 +320,7 @@ impl Launcher for LocalLauncher {
 
     async fn cpu_use(&mut self, member_id: &str) -> Option<super::CpuUse> {
         let pid = self.clients.get(member_id)?.child.id()?;
-        Some(super::CpuUse {
-            used: process_cpu_time(pid)?,
-            throttled: None,
-        })
+        process_cpu(pid)
     }
 
     async fn member_may_have_ended(&mut self) {
@@ -1095,37 +1092,59 @@ client_groups:
     }
 }
 
-/// User plus system CPU time of a process so far, from /proc/PID/stat.
-fn process_cpu_time(pid: u32) -> Option<Duration> {
-    super::stat_cpu_time(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+/// A process's CPU use so far: its state and its threads' schedstat lines.
+fn process_cpu(pid: u32) -> Option<super::CpuUse> {
+    let mut lines = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        // A thread that ended between the listing and the read used what it used before.
+        if let Ok(line) = std::fs::read_to_string(task.path().join("schedstat")) {
+            lines.push_str(&line);
+        }
+    }
+    super::CpuUse::from_proc(&lines)
 }
 
 #[cfg(test)]
 mod cpu_tests {
     use super::*;
 
+    /// A process that wakes every 20 ms for a moment (a worker under light load) uses well
+    /// under one 10 ms clock tick per half second: it must read as busy all the same.
     #[test]
-    fn a_busy_process_uses_cpu_and_a_stopped_one_none() {
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "while :; do :; done"])
+    fn a_lightly_loaded_process_reads_busy_and_a_stopped_one_reads_stopped() {
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import time\nwhile True:\n    t = time.perf_counter()\n    \
+                 while time.perf_counter() - t < 0.0003: pass\n    time.sleep(0.02)",
+            ])
             .spawn()
             .unwrap();
         let pid = child.id();
-        let before = process_cpu_time(pid).unwrap();
         std::thread::sleep(Duration::from_millis(300));
-        let after = process_cpu_time(pid).unwrap();
-        assert!(after > before, "{before:?} -> {after:?}");
+        let before = process_cpu(pid).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let after = process_cpu(pid).unwrap();
+        let used = after.used - before.used;
+        assert!(
+            used >= Duration::from_millis(3) && !after.stopped,
+            "{before:?} -> {after:?}"
+        );
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid as i32),
             nix::sys::signal::Signal::SIGSTOP,
         )
         .unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        let stopped = process_cpu_time(pid).unwrap();
+        let stopped = process_cpu(pid).unwrap();
         std::thread::sleep(Duration::from_millis(300));
-        assert_eq!(process_cpu_time(pid).unwrap(), stopped);
+        assert_eq!(process_cpu(pid).unwrap(), stopped);
+        assert!(stopped.stopped, "{stopped:?}");
         child.kill().unwrap();
         child.wait().unwrap();
-        assert_eq!(process_cpu_time(u32::MAX), None);
+        assert_eq!(process_cpu(u32::MAX), None);
     }
 }

@@ -34,23 +34,56 @@ pub enum ServerMemory {
 /// What a member's process (a local process, or a pod's container) used of the CPU so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CpuUse {
+    /// Its threads' time on a CPU (schedstat: nanoseconds; /proc/PID/stat's clock ticks are
+    /// 10 ms, more than a lightly loaded worker uses in the driver's half-second look).
     pub used: Duration,
     /// How long its CPU limit held it back (a container's cgroup throttling); None: no limit
     /// or not known.
     pub throttled: Option<Duration>,
+    /// Stopped by a signal or a tracer (state T or t).
+    pub stopped: bool,
 }
 
-/// User plus system CPU time from a /proc/PID/stat line (None: not such a line).
-pub fn stat_cpu_time(stat: &str) -> Option<Duration> {
-    // "pid (comm) state ...": comm may hold spaces, so count fields after its ')'; utime and
-    // stime are fields 14 and 15, the 12th and 13th after it.
-    let mut after = stat.rsplit_once(')')?.1.split_whitespace();
-    let utime: u64 = after.nth(11)?.parse().ok()?;
-    let stime: u64 = after.next()?.parse().ok()?;
-    // In clock ticks of USER_HZ, which Linux fixes at 100 for /proc on every architecture
-    // this runs on (sysconf(_SC_CLK_TCK) says the same).
-    const USER_HZ: f64 = 100.0;
-    Some(Duration::from_secs_f64((utime + stime) as f64 / USER_HZ))
+impl CpuUse {
+    /// From a process's /proc/PID/stat line and its threads' /proc/PID/task/*/schedstat lines
+    /// (other lines are skipped); None without a stat line or any schedstat line.
+    pub fn from_proc(lines: &str) -> Option<Self> {
+        let mut stopped = None;
+        let mut used_ns = None;
+        for line in lines.lines() {
+            if let Some(state) = stat_state(line) {
+                stopped = Some(matches!(state, 'T' | 't'));
+            } else if let Some(ns) = schedstat_run_ns(line) {
+                used_ns = Some(used_ns.unwrap_or(0) + ns);
+            }
+        }
+        Some(Self {
+            used: Duration::from_nanos(used_ns?),
+            throttled: None,
+            stopped: stopped?,
+        })
+    }
+}
+
+/// The state letter of a /proc/PID/stat line ("pid (comm) S ..."; comm may hold spaces and
+/// parentheses, so it is the first field after the last ')').
+fn stat_state(line: &str) -> Option<char> {
+    let (head, after) = line.rsplit_once(')')?;
+    head.split_once(" (")?.0.parse::<u32>().ok()?;
+    after.split_whitespace().next()?.chars().next()
+}
+
+/// The time on a CPU (ns) of a schedstat line: "run_ns wait_ns timeslices".
+fn schedstat_run_ns(line: &str) -> Option<u64> {
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    match fields[..] {
+        [run, _, _] => Some(run),
+        _ => None,
+    }
 }
 
 /// One reading of a server's memory.

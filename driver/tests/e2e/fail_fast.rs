@@ -338,7 +338,10 @@ async fn a_hung_worker_is_named_hung_not_cut_off_from_the_store() {
     assert_eq!(root["member_id"], WORKER, "{root:#}");
     let reason = root["reason"].as_str().unwrap();
     assert!(reason.starts_with("no heartbeat for "), "{root:#}");
-    assert!(reason.contains("the worker is hung"), "{root:#}");
+    assert!(
+        reason.contains("is stopped (state T") && reason.contains("the worker is hung"),
+        "{root:#}"
+    );
     assert!(!reason.contains("do not reach the store"), "{root:#}");
     assert_eq!(root["class"], "harness", "{root:#}");
     assert!(

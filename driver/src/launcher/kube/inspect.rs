@@ -56,7 +56,13 @@ impl KubeLauncher {
             .as_ref()
             .and_then(failed_init_container)
             .unwrap_or_else(|| container.to_string());
-        let log_tail = self.log_tail(&pod_name, &log_container, false).await;
+        let mut log_tail = self.log_tail(&pod_name, &log_container, false).await;
+        if let Some(kept) = self.log_tails_before_stop.get(member_id)
+            && log_unavailable(&log_tail)
+        {
+            log_tail = kept.clone();
+            log_tail.push("[the log up to the driver's stop; the pod is gone now]".into());
+        }
         let previous_log_tail = if restarts > 0 {
             self.log_tail(&pod_name, container, true).await
         } else {
@@ -175,6 +181,21 @@ impl KubeLauncher {
 
     /// The last lines of a container's log (of its previous instance with `previous`); none
     /// when the log cannot be read.
+    /// Reads the log tails of `members`' pods (at once, within [`KEEP_LOGS_LIMIT`]) before a
+    /// failed run deletes them: what a worker logged while it failed is the report's evidence.
+    pub(super) async fn keep_log_tails(&mut self, members: &[String]) {
+        let this = &*self;
+        let reads = members.iter().filter_map(|m| {
+            let mp = this.members.get(m)?;
+            Some(async move { (m.clone(), this.log_tail(&mp.pod, mp.container, false).await) })
+        });
+        let read = futures::future::join_all(reads);
+        match tokio::time::timeout(KEEP_LOGS_LIMIT, read).await {
+            Ok(tails) => self.log_tails_before_stop.extend(tails),
+            Err(_) => tracing::info!("workers' log tails not read within {KEEP_LOGS_LIMIT:?}"),
+        }
+    }
+
     async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> Vec<String> {
         self.pods
             .logs(
@@ -189,6 +210,19 @@ impl KubeLauncher {
             .await
             .map(|text| text.lines().map(String::from).collect())
             .unwrap_or_default()
+    }
+}
+
+/// How long a failed run's stop waits for its workers' log tails.
+const KEEP_LOGS_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Whether a log read gave nothing of the container's: empty, or the kubelet's word that the
+/// container is gone ("unable to retrieve container logs for containerd://...").
+fn log_unavailable(tail: &[String]) -> bool {
+    match tail {
+        [] => true,
+        [only] => only.starts_with("unable to retrieve container logs"),
+        _ => false,
     }
 }
 
@@ -228,6 +262,15 @@ const MAX_NOT_READY_WARNINGS: usize = 3;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_read_after_the_container_went_gives_way_to_the_one_kept() {
+        let gone = "unable to retrieve container logs for containerd://43a5".to_string();
+        assert!(log_unavailable(&[]));
+        assert!(log_unavailable(std::slice::from_ref(&gone)));
+        assert!(!log_unavailable(&["INFO started".into()]));
+        assert!(!log_unavailable(&["a".into(), gone]));
+    }
 
     fn event(type_: &str, reason: &str, message: &str, at: &str) -> PodEvent {
         PodEvent {

@@ -33,16 +33,17 @@ const READ_COMMAND: [&str; 6] = [
     "/sys/fs/cgroup/memory/memory.stat",
     "/sys/fs/cgroup/memory/memory.limit_in_bytes",
 ];
-/// What `exec` runs for the CPU: the container's main process's /proc/1/stat (its own CPU
-/// time: the cgroup's usage would count the exec'd processes too, milliseconds each, as much
-/// as an idle worker's), then the cgroup's throttling (v2's cpu.stat, or v1's where hosts
-/// mount the pair as `cpu,cpuacct` with `cpu` and `cpuacct` linked to it).
-const CPU_COMMAND: [&str; 5] = [
-    "cat",
-    "/proc/self/cgroup",
-    "/proc/1/stat",
-    "/sys/fs/cgroup/cpu.stat",
-    "/sys/fs/cgroup/cpu,cpuacct/cpu.stat",
+/// What `exec` runs for the CPU: the container's main process's /proc/1/stat (its state) and
+/// its threads' schedstat (their own CPU time, in ns: the cgroup's usage would count the exec'd
+/// processes too, milliseconds each, as much as a lightly loaded worker's), then the cgroup's
+/// throttling (v2's cpu.stat, or v1's where hosts mount the pair as `cpu,cpuacct` with `cpu`
+/// and `cpuacct` linked to it). The threads need a shell's glob: an image without `sh` gives
+/// no reading.
+const CPU_COMMAND: [&str; 3] = [
+    "sh",
+    "-c",
+    "cat /proc/self/cgroup /proc/1/stat /proc/1/task/*/schedstat /sys/fs/cgroup/cpu.stat \
+     /sys/fs/cgroup/cpu,cpuacct/cpu.stat 2>/dev/null",
 ];
 
 /// A v1 limit at or above this is "no limit" (the kernel writes 2^63 rounded to a page).
@@ -230,35 +231,33 @@ pub fn container_memory(output: &str) -> Result<ContainerMemory, UnreadableMemor
 
 /// Why [`CPU_COMMAND`]'s output does not tell the container's CPU use.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("no /proc/1/stat in the container's output: {0:?}")]
+#[error("no /proc/1/stat and schedstat lines in the container's output: {0:?}")]
 pub struct UnreadableCpu(String);
 
-/// The container's main process's CPU time and the cgroup's throttling from [`CPU_COMMAND`]'s
+/// The container's main process's CPU use and the cgroup's throttling from [`CPU_COMMAND`]'s
 /// output: v2's `throttled_usec` or v1's `throttled_time` (ns); none where the container sees
 /// the host's v2 hierarchy (its cpu.stat is not its own).
 pub fn container_cpu(output: &str) -> Result<crate::launcher::CpuUse, UnreadableCpu> {
     let mut stat = std::collections::BTreeMap::new();
-    let mut used = None;
     let mut own_v2_path = None;
     for line in output.lines() {
         if let Some(path) = line.strip_prefix("0::") {
             own_v2_path = Some(path.trim());
-        } else if line.starts_with("1 (") {
-            used = crate::launcher::stat_cpu_time(line);
         } else if let Some((key, value)) = line.split_once(' ')
             && let Ok(value) = value.trim().parse::<u64>()
         {
             stat.insert(key, value);
         }
     }
-    let used = used.ok_or_else(|| UnreadableCpu(output.chars().take(200).collect()))?;
-    let throttled = match (stat.get("throttled_usec"), stat.get("throttled_time")) {
+    let mut cpu = crate::launcher::CpuUse::from_proc(output)
+        .ok_or_else(|| UnreadableCpu(output.chars().take(200).collect()))?;
+    cpu.throttled = match (stat.get("throttled_usec"), stat.get("throttled_time")) {
         (Some(_), _) if !matches!(own_v2_path, Some("/") | None) => None,
         (Some(&us), _) => Some(Duration::from_micros(us)),
         (None, Some(&ns)) => Some(Duration::from_nanos(ns)),
         (None, None) => None,
     };
-    Ok(crate::launcher::CpuUse { used, throttled })
+    Ok(cpu)
 }
 
 #[cfg(test)]
@@ -326,9 +325,10 @@ mod tests {
         assert!(container_memory("").is_err());
     }
 
-    /// The worker's /proc/1/stat: 120 + 30 ticks of user and system time.
+    /// The worker's /proc/1/stat (sleeping; 150 ticks, which are not read) and its two
+    /// threads' schedstat: 1.2 s and 0.3 s on a CPU.
     const STAT: &str = "1 (worker) S 0 1 1 0 -1 4194560 5000 0 0 0 120 30 0 0 20 0 9 0 100 \
-                        1000000 2000 18446744073709551615";
+                        1000000 2000 18446744073709551615\n1200000000 5000 90\n300000000 700 12";
     /// cgroup v2 (own namespace): cpu.stat in µs, as a 6.x kernel writes it.
     fn v2() -> String {
         format!(
@@ -349,6 +349,7 @@ mod tests {
         let expected = CpuUse {
             used: Duration::from_millis(1500),
             throttled: Some(Duration::from_millis(2400)),
+            stopped: false,
         };
         assert_eq!(container_cpu(&v2()), Ok(expected));
         assert_eq!(container_cpu(&v1()), Ok(expected));
@@ -358,6 +359,9 @@ mod tests {
         // A v2 container that sees the host's hierarchy: that cpu.stat is not its own.
         let host_view = v2().replace("0::/\n", "0::/kubepods.slice/pod1/abc\n");
         assert_eq!(container_cpu(&host_view).unwrap().throttled, None);
+        // A stopped worker (SIGSTOP: state T) says so.
+        let stopped = v2().replace("(worker) S", "(worker) T");
+        assert!(container_cpu(&stopped).unwrap().stopped);
     }
 
     #[test]
@@ -366,5 +370,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("no /proc/1/stat"), "{err}");
+        // An image without a shell: the exec gives nothing.
+        assert!(container_cpu("").is_err());
     }
 }

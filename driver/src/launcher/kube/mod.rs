@@ -210,6 +210,9 @@ pub struct KubeLauncher {
     stopping: BTreeSet<String>,
     /// Until when diagnostics wait for failed members' ends: set when the failure is judged.
     settle_until: Option<Instant>,
+    /// Workers' log tails read just before a failed run deleted their pods (a deleted pod's
+    /// log may be gone by the time the report asks for it).
+    log_tails_before_stop: BTreeMap<String, Vec<String>>,
     /// The nodes drained and not yet uncordoned, by the fault's target member.
     cordons: BTreeMap<String, drain::Cordon>,
     /// The drains' durations so far: a pod evicted by one waits that long for a node, on top
@@ -445,6 +448,7 @@ impl KubeLauncher {
             exits: BTreeMap::new(),
             stopping: BTreeSet::new(),
             settle_until: None,
+            log_tails_before_stop: BTreeMap::new(),
             cordons: BTreeMap::new(),
             drained_for: Duration::ZERO,
         })
@@ -1130,6 +1134,9 @@ impl Launcher for KubeLauncher {
             .map(|(name, _)| name.clone())
             .collect();
         self.stopping.extend(clients.iter().cloned());
+        if self.settle_until.is_some() {
+            self.keep_log_tails(&clients).await;
+        }
         // Deleting a pod is how Kubernetes sends SIGTERM: the worker flushes its final counts
         // and exits; the watch sees the container's exit code before the pod is gone.
         self.delete_pods(clients.iter(), grace).await;
