@@ -1331,92 +1331,45 @@ mod tests {
             limit: Duration::from_secs(10),
         };
         let look = Duration::from_millis(500);
-        let busy = with_activity(
-            attribute(&stale, &[], None),
-            &stale,
-            Some(Activity {
-                cpu: Duration::from_millis(40),
-                over: look,
-                throttled: Some(Duration::from_millis(20)),
-                stopped: false,
-            }),
-        );
+        let activity = |cpu_us: u64, throttled_ms: Option<u64>, stopped: bool| Activity {
+            cpu: Duration::from_micros(cpu_us),
+            over: look,
+            throttled: throttled_ms.map(Duration::from_millis),
+            stopped,
+        };
+        let reason = |a: Activity| with_activity(attribute(&stale, &[], None), &stale, Some(a));
+        let busy = reason(activity(40_000, Some(20), false));
         assert_eq!(busy.member, "c-0");
+        let busy = busy.reason;
+        assert!(busy.starts_with("no heartbeat for 30.0 s"), "{busy}");
+        assert!(busy.contains("do not reach the store"), "{busy}");
+        let idle = reason(activity(300, None, false)).reason;
         assert!(
-            busy.reason.starts_with("no heartbeat for 30.0 s"),
-            "{}",
-            busy.reason
-        );
-        assert!(
-            busy.reason.contains("do not reach the store"),
-            "{}",
-            busy.reason
-        );
-        let idle = with_activity(
-            attribute(&stale, &[], None),
-            &stale,
-            Some(Activity {
-                cpu: Duration::from_micros(300),
-                over: look,
-                throttled: None,
-                stopped: false,
-            }),
-        );
-        assert!(
-            idle.reason.contains("is idle (0.30 ms") && idle.reason.contains("the worker is hung"),
-            "{}",
-            idle.reason
+            idle.contains("is idle (0.30 ms") && idle.contains("the worker is hung"),
+            "{idle}"
         );
         // A light load's few milliseconds are work, not idleness.
-        let light = with_activity(
-            attribute(&stale, &[], None),
-            &stale,
-            Some(Activity {
-                cpu: Duration::from_millis(3),
-                over: look,
-                throttled: None,
-                stopped: false,
-            }),
-        );
-        assert!(light.reason.contains("runs and works"), "{}", light.reason);
+        let light = reason(activity(3_000, None, false)).reason;
+        assert!(light.contains("runs and works"), "{light}");
         // Stopped outright: hung, whatever it used before the stop.
-        let stopped = with_activity(
-            attribute(&stale, &[], None),
-            &stale,
-            Some(Activity {
-                cpu: Duration::from_millis(3),
-                over: look,
-                throttled: None,
-                stopped: true,
-            }),
-        );
+        let stopped = reason(activity(3_000, None, true)).reason;
         assert!(
-            stopped.reason.contains("is stopped (state T") && stopped.reason.contains("hung"),
-            "{}",
-            stopped.reason
+            stopped.contains("is stopped (state T") && stopped.contains("hung"),
+            "{stopped}"
         );
         // A pod held back by its CPU limit for much of the look is starved, not hung (it used
         // little) nor cut off (its reports wait for CPU, not for the store).
-        let before = CpuUse {
-            used: Duration::from_millis(1_000),
-            throttled: Some(Duration::from_millis(5_000)),
+        let reading = |used_ms: u64, throttled_ms: u64| CpuUse {
+            used: Duration::from_millis(used_ms),
+            throttled: Some(Duration::from_millis(throttled_ms)),
             stopped: false,
         };
-        let after = CpuUse {
-            used: Duration::from_millis(1_010),
-            throttled: Some(Duration::from_millis(5_400)),
-            stopped: false,
-        };
-        let starved = with_activity(
-            attribute(&stale, &[], None),
-            &stale,
-            Some(Activity::between(before, after, look)),
-        );
+        let between = Activity::between(reading(1_000, 5_000), reading(1_010, 5_400), look);
+        let starved = reason(between).reason;
         assert!(
-            starved.reason.contains("held it back for 400 ms of 0.5 s")
-                && starved.reason.contains("starved by its limit"),
-            "{}",
-            starved.reason
+            starved.contains("held it back for 400 ms of 0.5 s")
+                && starved.contains("starved by its limit"),
+            "{starved}"
         );
         // Unknown activity, or another cause: the blame as it was.
         assert_eq!(
@@ -1424,14 +1377,12 @@ mod tests {
             attribute(&stale, &[], None)
         );
         let other = zero_qps_of_c0();
-        let a = Some(Activity {
-            cpu: Duration::ZERO,
-            over: look,
-            throttled: None,
-            stopped: false,
-        });
         assert_eq!(
-            with_activity(attribute(&other, &[], None), &other, a),
+            with_activity(
+                attribute(&other, &[], None),
+                &other,
+                Some(activity(0, None, false))
+            ),
             attribute(&other, &[], None)
         );
     }
