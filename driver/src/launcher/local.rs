@@ -1092,19 +1092,48 @@ client_groups:
     }
 }
 
-/// A process's CPU use so far: its state and its threads' schedstat lines.
+/// A member's CPU use so far: its process's state, and the threads' schedstat of it and of
+/// every process below it (a foreign client's program is the worker's child).
 fn process_cpu(pid: u32) -> Option<super::CpuUse> {
     let mut lines = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
-        // A thread that ended between the listing and the read used what it used before.
-        if let Ok(line) = std::fs::read_to_string(task.path().join("schedstat")) {
-            lines.push_str(&line);
+    for p in std::iter::once(pid).chain(descendants(pid)) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            // A thread that ended between the listing and the read used what it used before.
+            if let Ok(line) = std::fs::read_to_string(task.path().join("schedstat")) {
+                lines.push_str(&line);
+            }
         }
     }
     super::CpuUse::from_proc(&lines)
+}
+
+/// The processes below `pid` (children, theirs, ...), from every process's parent in /proc.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let p: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            Some((p, super::stat_state_and_parent(&stat)?.1))
+        })
+        .collect();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while let Some(&parent) = found.get(i) {
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    found.split_off(1)
 }
 
 #[cfg(test)]
@@ -1146,5 +1175,34 @@ mod cpu_tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(process_cpu(u32::MAX), None);
+    }
+
+    /// A supervisor that only waits while its child works (a foreign client under the worker)
+    /// is busy: the child's CPU counts.
+    #[test]
+    fn the_cpu_of_a_process_s_children_counts() {
+        let mut parent = std::process::Command::new("sh")
+            .args(["-c", "sh -c 'while :; do :; done' & wait"])
+            .spawn()
+            .unwrap();
+        let pid = parent.id();
+        std::thread::sleep(Duration::from_millis(200));
+        let before = process_cpu(pid).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let after = process_cpu(pid).unwrap();
+        let children = descendants(pid);
+        for child in &children {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*child as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        parent.kill().unwrap();
+        parent.wait().unwrap();
+        assert_eq!(children.len(), 1, "{children:?}");
+        assert!(
+            after.used - before.used >= Duration::from_millis(100),
+            "{before:?} -> {after:?}"
+        );
     }
 }

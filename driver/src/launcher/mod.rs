@@ -45,14 +45,15 @@ pub struct CpuUse {
 }
 
 impl CpuUse {
-    /// From a process's /proc/PID/stat line and its threads' /proc/PID/task/*/schedstat lines
-    /// (other lines are skipped); None without a stat line or any schedstat line.
+    /// From the member's main process's /proc/PID/stat line (the first such line: its state)
+    /// and the schedstat lines of its processes' threads (/proc/PID/task/*/schedstat; other
+    /// lines are skipped); None without a stat line or any schedstat line.
     pub fn from_proc(lines: &str) -> Option<Self> {
         let mut stopped = None;
         let mut used_ns = None;
         for line in lines.lines() {
             if let Some(state) = stat_state(line) {
-                stopped = Some(matches!(state, 'T' | 't'));
+                stopped.get_or_insert(matches!(state, 'T' | 't'));
             } else if let Some(ns) = schedstat_run_ns(line) {
                 used_ns = Some(used_ns.unwrap_or(0) + ns);
             }
@@ -65,12 +66,18 @@ impl CpuUse {
     }
 }
 
-/// The state letter of a /proc/PID/stat line ("pid (comm) S ..."; comm may hold spaces and
-/// parentheses, so it is the first field after the last ')').
-fn stat_state(line: &str) -> Option<char> {
+/// The state letter and the parent of a /proc/PID/stat line ("pid (comm) S ppid ..."; comm
+/// may hold spaces and parentheses, so they are the first fields after the last ')').
+pub fn stat_state_and_parent(line: &str) -> Option<(char, u32)> {
     let (head, after) = line.rsplit_once(')')?;
     head.split_once(" (")?.0.parse::<u32>().ok()?;
-    after.split_whitespace().next()?.chars().next()
+    let mut fields = after.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields.next()?.parse().ok()?))
+}
+
+fn stat_state(line: &str) -> Option<char> {
+    stat_state_and_parent(line).map(|(state, _)| state)
 }
 
 /// The time on a CPU (ns) of a schedstat line: "run_ns wait_ns timeslices".

@@ -33,17 +33,20 @@ const READ_COMMAND: [&str; 6] = [
     "/sys/fs/cgroup/memory/memory.stat",
     "/sys/fs/cgroup/memory/memory.limit_in_bytes",
 ];
-/// What `exec` runs for the CPU: the container's main process's /proc/1/stat (its state) and
-/// its threads' schedstat (their own CPU time, in ns: the cgroup's usage would count the exec'd
-/// processes too, milliseconds each, as much as a lightly loaded worker's), then the cgroup's
-/// throttling (v2's cpu.stat, or v1's where hosts mount the pair as `cpu,cpuacct` with `cpu`
-/// and `cpuacct` linked to it). The threads need a shell's glob: an image without `sh` gives
-/// no reading.
+/// What `exec` runs for the CPU: the container's main process's /proc/1/stat (its state), the
+/// cgroup's throttling (v2's cpu.stat, or v1's where hosts mount the pair as `cpu,cpuacct` with
+/// `cpu` and `cpuacct` linked to it), then the schedstat of every thread of the container's
+/// processes but the reading shell (their own CPU time, in ns: the cgroup's usage would count
+/// the exec'd processes too, milliseconds each, as much as a lightly loaded worker's; a
+/// foreign client's program is the worker's child). It needs a shell: an image without `sh`
+/// gives no reading.
 const CPU_COMMAND: [&str; 3] = [
     "sh",
     "-c",
-    "cat /proc/self/cgroup /proc/1/stat /proc/1/task/*/schedstat /sys/fs/cgroup/cpu.stat \
-     /sys/fs/cgroup/cpu,cpuacct/cpu.stat 2>/dev/null",
+    "cat /proc/self/cgroup /proc/1/stat /sys/fs/cgroup/cpu.stat \
+     /sys/fs/cgroup/cpu,cpuacct/cpu.stat 2>/dev/null; \
+     for p in /proc/[0-9]*; do [ \"${p#/proc/}\" = \"$$\" ] || cat \"$p\"/task/*/schedstat; \
+     done 2>/dev/null",
 ];
 
 /// A v1 limit at or above this is "no limit" (the kernel writes 2^63 rounded to a page).
