@@ -315,11 +315,15 @@ async fn write(sink: &dyn StatusSink, item: &Item) -> Result<(), SinkError> {
     }
 }
 
+/// How often a store that stays unwritable is logged again.
+const STILL_FAILING_EVERY: Duration = Duration::from_secs(10);
+
 /// Delivers the queue front to back; a failed write is retried (same item, so the order
 /// holds) after a pause that doubles; ends once closed and empty.
 async fn write_loop(shared: Arc<Shared>) {
     let limits = shared.limits;
     let mut pause = limits.first_pause;
+    let mut warned = Instant::now();
     loop {
         let notified = shared.wake.notified();
         let front = {
@@ -339,7 +343,15 @@ async fn write_loop(shared: Arc<Shared>) {
         {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(e.to_string()),
-            Err(_) => Some(format!("no answer within {:?}", limits.attempt_timeout)),
+            Err(_) => Some(format!(
+                "no answer within {:?}{}",
+                limits.attempt_timeout,
+                shared
+                    .inner
+                    .connections()
+                    .map(|c| format!(" (store connections: {c})"))
+                    .unwrap_or_default()
+            )),
         };
         match error {
             None => {
@@ -370,13 +382,24 @@ async fn write_loop(shared: Arc<Shared>) {
             Some(error) => {
                 {
                     let mut queue = shared.queue();
-                    if queue.failing_since.is_none() {
-                        queue.failing_since = Some(Instant::now());
-                        tracing::warn!(
-                            "status store not writable ({error}); reports are queued and retried"
-                        );
-                    } else {
-                        tracing::debug!("status store still not writable: {error}");
+                    match queue.failing_since {
+                        None => {
+                            queue.failing_since = Some(Instant::now());
+                            warned = Instant::now();
+                            tracing::warn!(
+                                "status store not writable ({error}); reports are queued and retried"
+                            );
+                        }
+                        // Now and then, so a long outage's log says how it goes on.
+                        Some(since) if warned.elapsed() >= STILL_FAILING_EVERY => {
+                            warned = Instant::now();
+                            tracing::warn!(
+                                "status store still not writable after {:.1} s ({} report(s) queued): {error}",
+                                since.elapsed().as_secs_f64(),
+                                queue.items.len()
+                            );
+                        }
+                        Some(_) => tracing::debug!("status store still not writable: {error}"),
                     }
                 }
                 tokio::time::sleep(pause).await;

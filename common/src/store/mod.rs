@@ -671,6 +671,17 @@ impl Store {
         .map_err(self.db(op))
     }
 
+    /// The pool's connections: how many are open and how many of those idle ("2 open, 0
+    /// idle, of 2": every one is taken, by a write in flight or by sqlx returning one).
+    pub fn connections(&self) -> String {
+        format!(
+            "{} open, {} idle, of {}",
+            self.pool.size(),
+            self.pool.num_idle(),
+            self.pool.options().get_max_connections()
+        )
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }

@@ -51,6 +51,10 @@ impl StatusSink for StoreSink {
             .map_err(sink_error)
     }
 
+    fn connections(&self) -> Option<String> {
+        Some(self.store.connections())
+    }
+
     async fn load_target(&self) -> Result<Option<LoadTarget>, SinkError> {
         self.store
             .load_target(&self.run_id, &self.member_id)
