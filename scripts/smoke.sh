@@ -12,10 +12,11 @@ install_log=$(mktemp)
 scripts/install-tritonserver.sh >"$install_log" 2>&1 &
 install=$!
 built=0
-cargo build --release -p driver -p worker || built=$?
+# The `quick` profile (Cargo.toml): a fresh build in three quarters of a release build's time.
+cargo build --profile quick -p driver -p worker || built=$?
 installed=0
 wait "$install" || installed=$?
 cat "$install_log" >&2
 rm -f "$install_log"
 [ "$installed" = 0 ] && [ "$built" = 0 ] || exit 1
-exec target/release/driver run test-matrices/smoke.yaml "$@"
+exec "${CARGO_TARGET_DIR:-target}/quick/driver" run test-matrices/smoke.yaml "$@"
