@@ -315,6 +315,22 @@ async fn write(sink: &dyn StatusSink, item: &Item) -> Result<(), SinkError> {
     }
 }
 
+/// A write that took this long is slow: reports queue up behind it, and the driver, which
+/// reads the heartbeats they carry, sees them late.
+const SLOW_WRITE: Duration = Duration::from_secs(1);
+
+/// Logs a slow write, at most once per [`STILL_FAILING_EVERY`] (`noted`: when one last was).
+fn note_slow_write(took: Duration, queued: usize, noted: &mut Option<Instant>) {
+    if took < SLOW_WRITE || noted.is_some_and(|at| at.elapsed() < STILL_FAILING_EVERY) {
+        return;
+    }
+    *noted = Some(Instant::now());
+    tracing::warn!(
+        "a status store write took {:.1} s ({queued} report(s) queued behind it)",
+        took.as_secs_f64()
+    );
+}
+
 /// How often a store that stays unwritable is logged again.
 const STILL_FAILING_EVERY: Duration = Duration::from_secs(10);
 
@@ -324,6 +340,7 @@ async fn write_loop(shared: Arc<Shared>) {
     let limits = shared.limits;
     let mut pause = limits.first_pause;
     let mut warned = Instant::now();
+    let mut noted = None;
     loop {
         let notified = shared.wake.notified();
         let front = {
@@ -338,10 +355,15 @@ async fn write_loop(shared: Arc<Shared>) {
             notified.await;
             continue;
         };
+        let began = Instant::now();
         let error = match tokio::time::timeout(limits.attempt_timeout, write(&*shared.inner, &item))
             .await
         {
-            Ok(Ok(())) => None,
+            Ok(Ok(())) => {
+                let behind = shared.queue().items.len().saturating_sub(1);
+                note_slow_write(began.elapsed(), behind, &mut noted);
+                None
+            }
             Ok(Err(e)) => Some(e.to_string()),
             Err(_) => Some(format!(
                 "no answer within {:?}{}",
@@ -414,6 +436,21 @@ mod tests {
     use super::*;
     use crate::status::{IntervalCounts, Outage, ScenarioCounts};
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[tokio::test]
+    async fn a_slow_write_is_noted_at_most_once_in_a_while() {
+        let mut noted = None;
+        note_slow_write(Duration::from_millis(900), 3, &mut noted);
+        assert!(noted.is_none(), "under a second is not slow");
+        note_slow_write(Duration::from_secs(2), 3, &mut noted);
+        let first = noted.expect("a 2 s write is slow");
+        note_slow_write(Duration::from_secs(3), 4, &mut noted);
+        assert_eq!(
+            noted,
+            Some(first),
+            "noted again within {STILL_FAILING_EVERY:?}"
+        );
+    }
 
     /// A store that can be taken down and brought back; keeps what was written, in order.
     #[derive(Default)]
