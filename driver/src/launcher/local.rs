@@ -1139,6 +1139,23 @@ fn descendants(pid: u32) -> Vec<u32> {
 #[cfg(test)]
 mod cpu_tests {
     use super::*;
+    use nix::sys::signal::Signal;
+
+    fn signal(pid: u32, signal: Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+    }
+
+    /// `pid`'s readings `look_ms` apart, after `settle_ms` for it to start.
+    fn readings(
+        pid: u32,
+        settle_ms: u64,
+        look_ms: u64,
+    ) -> (crate::launcher::CpuUse, crate::launcher::CpuUse) {
+        std::thread::sleep(Duration::from_millis(settle_ms));
+        let before = process_cpu(pid).unwrap();
+        std::thread::sleep(Duration::from_millis(look_ms));
+        (before, process_cpu(pid).unwrap())
+    }
 
     /// A process that wakes every 20 ms for a moment (a worker under light load) uses well
     /// under one 10 ms clock tick per half second: it must read as busy all the same.
@@ -1153,20 +1170,13 @@ mod cpu_tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        std::thread::sleep(Duration::from_millis(300));
-        let before = process_cpu(pid).unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        let after = process_cpu(pid).unwrap();
+        let (before, after) = readings(pid, 300, 500);
         let used = after.used - before.used;
         assert!(
             used >= Duration::from_millis(3) && !after.stopped,
             "{before:?} -> {after:?}"
         );
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGSTOP,
-        )
-        .unwrap();
+        signal(pid, Signal::SIGSTOP);
         std::thread::sleep(Duration::from_millis(50));
         let stopped = process_cpu(pid).unwrap();
         std::thread::sleep(Duration::from_millis(300));
@@ -1186,16 +1196,10 @@ mod cpu_tests {
             .spawn()
             .unwrap();
         let pid = parent.id();
-        std::thread::sleep(Duration::from_millis(200));
-        let before = process_cpu(pid).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let after = process_cpu(pid).unwrap();
+        let (before, after) = readings(pid, 200, 300);
         let children = descendants(pid);
-        for child in &children {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(*child as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        for &child in &children {
+            signal(child, Signal::SIGKILL);
         }
         parent.kill().unwrap();
         parent.wait().unwrap();
