@@ -303,7 +303,7 @@ pub fn with_activity(mut blame: Blame, cause: &Cause, activity: Option<Activity>
         )
     } else if a.cpu >= BUSY_CPU {
         format!(
-            "; its process runs and works ({:.1} ms of CPU in {look:.1} s): its reports do not reach the store, which the driver reads (a network or credentials problem between the worker and the store, not a hung worker)",
+            "; its process runs and works ({:.1} ms of CPU in {look:.1} s): its reports do not reach the store, which the driver reads (writes between the worker and the store that fail or lag: its log says which; not a hung worker)",
             ms(a.cpu)
         )
     } else {
