@@ -5,6 +5,7 @@ use super::status::{container_statuses, failed_init_container, pod_summary};
 use super::{DIAGNOSTICS_SETTLE, KubeLauncher, LOG_TAIL_LINES, RUN_LABEL};
 use crate::launcher::Launcher;
 use crate::launcher::diagnostics::{MemberDiagnostics, MemberEnd, PodDiagnostics, PodEvent};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams};
@@ -184,16 +185,31 @@ impl KubeLauncher {
     /// Reads the log tails of `members`' pods (at once, within [`KEEP_LOGS_LIMIT`]) before a
     /// failed run deletes them: what a worker logged while it failed is the report's evidence.
     pub(super) async fn keep_log_tails(&mut self, members: &[String]) {
+        let pods: Vec<(String, String, String)> = members
+            .iter()
+            .filter_map(|m| {
+                let mp = self.members.get(m)?;
+                Some((m.clone(), mp.pod.clone(), mp.container.to_string()))
+            })
+            .collect();
         let this = &*self;
-        let reads = members.iter().filter_map(|m| {
-            let mp = this.members.get(m)?;
-            Some(async move { (m.clone(), this.log_tail(&mp.pod, mp.container, false).await) })
-        });
-        let read = futures::future::join_all(reads);
-        match tokio::time::timeout(KEEP_LOGS_LIMIT, read).await {
-            Ok(tails) => self.log_tails_before_stop.extend(tails),
-            Err(_) => tracing::info!("workers' log tails not read within {KEEP_LOGS_LIMIT:?}"),
+        let tails: Vec<(String, Vec<String>)> = futures::stream::iter(pods)
+            .map(|(m, pod, container)| async move {
+                let tail = this.log_tail(&pod, &container, false).await;
+                (m, tail)
+            })
+            .buffer_unordered(KEEP_LOGS_AT_ONCE)
+            .take_until(tokio::time::sleep(KEEP_LOGS_LIMIT))
+            .collect()
+            .await;
+        if tails.len() < members.len() {
+            tracing::info!(
+                "{} of {} workers' log tails read within {KEEP_LOGS_LIMIT:?}",
+                tails.len(),
+                members.len()
+            );
         }
+        self.log_tails_before_stop.extend(tails);
     }
 
     async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> Vec<String> {
@@ -213,8 +229,10 @@ impl KubeLauncher {
     }
 }
 
-/// How long a failed run's stop waits for its workers' log tails.
+/// How long a failed run's stop waits for its workers' log tails, and how many it asks the API
+/// server for at once.
 const KEEP_LOGS_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
+const KEEP_LOGS_AT_ONCE: usize = 8;
 
 /// Whether a log read gave nothing of the container's: empty, or the kubelet's word that the
 /// container is gone ("unable to retrieve container logs for containerd://...").
