@@ -319,12 +319,21 @@ async fn write(sink: &dyn StatusSink, item: &Item) -> Result<(), SinkError> {
 /// reads the heartbeats they carry, sees them late.
 const SLOW_WRITE: Duration = Duration::from_secs(1);
 
+/// Whether a log line said at most once per [`STILL_FAILING_EVERY`] is due (`last`: when it
+/// was last said), and if so, marks it said now.
+fn log_due(last: &mut Option<Instant>) -> bool {
+    if last.is_some_and(|at| at.elapsed() < STILL_FAILING_EVERY) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
+}
+
 /// Logs a slow write, at most once per [`STILL_FAILING_EVERY`] (`noted`: when one last was).
 fn note_slow_write(took: Duration, queued: usize, noted: &mut Option<Instant>) {
-    if took < SLOW_WRITE || noted.is_some_and(|at| at.elapsed() < STILL_FAILING_EVERY) {
+    if took < SLOW_WRITE || !log_due(noted) {
         return;
     }
-    *noted = Some(Instant::now());
     tracing::warn!(
         "a status store write took {:.1} s ({queued} report(s) queued behind it)",
         took.as_secs_f64()
@@ -339,7 +348,7 @@ const STILL_FAILING_EVERY: Duration = Duration::from_secs(10);
 async fn write_loop(shared: Arc<Shared>) {
     let limits = shared.limits;
     let mut pause = limits.first_pause;
-    let mut warned = Instant::now();
+    let mut warned = None;
     let mut noted = None;
     loop {
         let notified = shared.wake.notified();
@@ -407,14 +416,13 @@ async fn write_loop(shared: Arc<Shared>) {
                     match queue.failing_since {
                         None => {
                             queue.failing_since = Some(Instant::now());
-                            warned = Instant::now();
+                            warned = Some(Instant::now());
                             tracing::warn!(
                                 "status store not writable ({error}); reports are queued and retried"
                             );
                         }
                         // Now and then, so a long outage's log says how it goes on.
-                        Some(since) if warned.elapsed() >= STILL_FAILING_EVERY => {
-                            warned = Instant::now();
+                        Some(since) if log_due(&mut warned) => {
                             tracing::warn!(
                                 "status store still not writable after {:.1} s ({} report(s) queued): {error}",
                                 since.elapsed().as_secs_f64(),

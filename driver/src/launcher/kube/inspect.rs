@@ -180,10 +180,9 @@ impl KubeLauncher {
         )
     }
 
-    /// The last lines of a container's log (of its previous instance with `previous`); none
-    /// when the log cannot be read.
-    /// Reads the log tails of `members`' pods (at once, within [`KEEP_LOGS_LIMIT`]) before a
-    /// failed run deletes them: what a worker logged while it failed is the report's evidence.
+    /// Reads the log tails of `members`' pods ([`KEEP_LOGS_AT_ONCE`] at a time, those read
+    /// within [`KEEP_LOGS_LIMIT`]) before a failed run deletes them: what a worker logged while
+    /// it failed is the report's evidence.
     pub(super) async fn keep_log_tails(&mut self, members: &[String]) {
         let pods: Vec<(String, String, String)> = members
             .iter()
@@ -212,6 +211,8 @@ impl KubeLauncher {
         self.log_tails_before_stop.extend(tails);
     }
 
+    /// The last lines of a container's log (of its previous instance with `previous`); none
+    /// when the log cannot be read.
     async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> Vec<String> {
         self.pods
             .logs(
