@@ -79,6 +79,14 @@ async fn requests_no_worker_sent_are_a_reconciliation_mismatch() {
     );
 }
 
+/// tritonserver 2.51's refusal, while it traces, of a request it accepts otherwise.
+const TRACED_SERVER_DROPS_AN_INPUT: &str = r#"
+- id: triton-2.51-traced-input-lost
+  match: { model: add_sub, class: client, message: "input 'INPUT[01]' does not exist in request" }
+  reason: tritonserver 2.51 corrupts its heap while tracing (docs/limitations.md)
+  max_per_hour: 3600
+"#;
+
 /// A traced server's trace files (written by the real tritonserver in this run) are summarised
 /// into the report per model and protocol; `driver trace-summary` reads the same files. The
 /// run's summary reaches the matrix's `report.webhook` (a local receiver).
@@ -101,6 +109,10 @@ async fn a_traced_server_gets_a_trace_summary_in_the_report() {
     tokio::spawn(async move { axum::serve(listener, app).await });
     let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
         m.report = Some(serde_saphyr::from_str(&format!("{{webhook: '{webhook}'}}")).unwrap());
+        // tritonserver 2.51 tracing every 5th request now and then refuses one of our
+        // well-formed add_sub requests (its heap corruption while tracing: docs/limitations.md;
+        // 1 of 2,729 in CI on 2026-12-06). This test is about the summary, not that bug.
+        m.known_issues = serde_saphyr::from_str(TRACED_SERVER_DROPS_AN_INPUT).unwrap();
         for template in m.server_templates.values_mut() {
             template.trace = Some(serde_saphyr::from_str("{level: TIMESTAMPS, rate: 5}").unwrap());
         }
