@@ -2522,3 +2522,50 @@ on_both_backends!(
     sqlite_client_spans_after,
     postgres_client_spans_after
 );
+
+// ---- Writes given up on
+
+/// A write the worker gives up on while Postgres keeps it waiting (here on a lock another
+/// session holds) does not keep its connection: the server ends the wait at the store's
+/// `server_wait_limit`, so the pool is whole again and later writes go through, even while the
+/// lock is still held. Without the limit the given-up writes' connections stay waiting with
+/// the lock, each holding one of the pool's places, and nothing more is written.
+#[tokio::test]
+async fn postgres_a_write_given_up_on_does_not_keep_its_connection() {
+    let Some(pg) = postgres() else { return };
+    let options = StoreOptions {
+        acquire_timeout: Duration::from_secs(5),
+        server_wait_limit: Some(Duration::from_secs(1)),
+        ..StoreOptions::default()
+    };
+    let store = Store::connect_with(pg.url(), &options)
+        .await
+        .expect("connect");
+    let run_id = unique("given-up");
+    store
+        .create_run(&new_run(&run_id, "given-up", now_ms()))
+        .await
+        .unwrap();
+    use sqlx::{Connection, Executor};
+    let mut holder = sqlx::PgConnection::connect(pg.url()).await.unwrap();
+    let lock = "BEGIN; LOCK TABLE events IN EXCLUSIVE MODE";
+    holder.execute(lock).await.unwrap();
+    let member: MemberName = "client-0".into();
+    for attempt in 0..options.max_connections {
+        let write = store.record_event(&run_id, &member, EventKind::Running, "held");
+        let given_up = tokio::time::timeout(Duration::from_millis(300), write).await;
+        assert!(
+            given_up.is_err(),
+            "attempt {attempt} was not kept waiting: {given_up:?}"
+        );
+    }
+    // The events table is still locked; heartbeats are another table.
+    let beat = stress_common::store::within(
+        Duration::from_secs(10),
+        store.heartbeat(&run_id, &member, now_ms()),
+    )
+    .await;
+    assert!(beat.is_ok(), "{beat:?} ({})", store.connections());
+    holder.execute("ROLLBACK").await.unwrap();
+    store.close().await;
+}

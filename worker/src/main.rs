@@ -2,6 +2,7 @@ use clap::Parser;
 use std::process::ExitCode;
 use std::sync::Arc;
 use stress_common::status::{JsonLinesSink, NoopSink, StatusSink};
+use stress_common::store::{Store, StoreOptions};
 use worker::config::{Cli, Hidden};
 
 /// Exit codes: 0 no failure, 1 a scenario failed, 2 bad input or unusable server.
@@ -107,7 +108,14 @@ async fn make_sink(args: &worker::config::RunArgs) -> anyhow::Result<Arc<dyn Sta
         else {
             anyhow::bail!("--store-url needs --run-id and --member-id");
         };
-        let store = stress_common::store::Store::connect(url).await?;
+        // The outbox gives up on a write after its attempt timeout and tries again; the
+        // server ends what it gave up on soon after, so the pool's two connections never stay
+        // with writes nobody waits for (a lock that is not released, a stuck statement).
+        let options = StoreOptions {
+            server_wait_limit: Some(2 * stress_common::outbox::Limits::default().attempt_timeout),
+            ..StoreOptions::default()
+        };
+        let store = Store::connect_with(url, &options).await?;
         return Ok(Arc::new(store.sink(run_id.clone(), member_id.clone())));
     }
     Ok(match &args.status_file {

@@ -186,6 +186,14 @@ pub struct StoreOptions {
     /// A statement slower than this is logged as a warning (default 1 s, sqlx's own). Reading
     /// a whole finished run for its report may take longer without anything being wrong.
     pub slow_statement: Duration,
+    /// Postgres: the longest the server lets one of this store's statements run or wait on a
+    /// lock (`statement_timeout`) and a transaction sit idle
+    /// (`idle_in_transaction_session_timeout`). A caller that gives up on a call (a timeout)
+    /// leaves its statement running on the server, and sqlx returns the connection to the pool
+    /// only once that statement has ended: a write waiting on a lock that is never released
+    /// would hold its place in the pool for good. None (the default): no limit, for readers
+    /// of whole runs. Not used on SQLite, whose waits end at `busy_timeout`.
+    pub server_wait_limit: Option<Duration>,
 }
 
 impl StoreOptions {
@@ -208,6 +216,7 @@ impl Default for StoreOptions {
             busy_timeout: Duration::from_secs(30),
             acquire_timeout: Duration::from_secs(60),
             slow_statement: Duration::from_secs(1),
+            server_wait_limit: None,
         }
     }
 }
@@ -423,33 +432,46 @@ fn sqlite_open_url(
 }
 
 /// The pool's options: its size, and each connection's set-up (SQLite: the busy timeout and
-/// full sync; a read-only Postgres store: read-only sessions).
+/// full sync; Postgres: read-only sessions for a read-only store, and the server's limits on
+/// waits, [`StoreOptions::server_wait_limit`]).
 fn pool_options(backend: Backend, options: &StoreOptions, read_only: bool) -> AnyPoolOptions {
     let pool_options = AnyPoolOptions::new()
         .max_connections(options.max_connections.max(1))
         .min_connections(0)
         .acquire_timeout(options.acquire_timeout);
-    if backend == Backend::Sqlite {
-        let busy_ms = options.busy_timeout.as_millis();
-        pool_options.after_connect(move |conn, _meta| {
-            Box::pin(async move {
-                conn.execute(sqlx::AssertSqlSafe(format!(
-                    "PRAGMA busy_timeout = {busy_ms}; PRAGMA synchronous = FULL;"
-                )))
-                .await?;
-                Ok(())
-            })
+    let set_up = session_set_up(backend, options, read_only);
+    if set_up.is_empty() {
+        return pool_options;
+    }
+    pool_options.after_connect(move |conn, _meta| {
+        let set_up = set_up.clone();
+        Box::pin(async move {
+            conn.execute(sqlx::AssertSqlSafe(set_up)).await?;
+            Ok(())
         })
-    } else if read_only {
-        pool_options.after_connect(|conn, _meta| {
-            Box::pin(async move {
-                conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-                    .await?;
-                Ok(())
-            })
-        })
-    } else {
-        pool_options
+    })
+}
+
+/// The statements each new connection runs first.
+fn session_set_up(backend: Backend, options: &StoreOptions, read_only: bool) -> String {
+    match backend {
+        Backend::Sqlite => format!(
+            "PRAGMA busy_timeout = {}; PRAGMA synchronous = FULL;",
+            options.busy_timeout.as_millis()
+        ),
+        Backend::Postgres => {
+            let mut set_up = String::new();
+            if read_only {
+                set_up.push_str("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY;");
+            }
+            if let Some(limit) = options.server_wait_limit {
+                let ms = limit.as_millis().max(1);
+                set_up.push_str(&format!(
+                    "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms};"
+                ));
+            }
+            set_up
+        }
     }
 }
 
