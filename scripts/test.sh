@@ -51,19 +51,21 @@ cargo clippy --workspace --all-targets -- -D warnings
 # The driver's end-to-end tests start the worker binary built beside the driver.
 cargo build -p worker -p driver
 # Tests that start real servers share 2 cores; two at a time keeps them within their timeouts.
-# With the kube stage, the worker crate's tests (~6 min, real tritonservers, outcomes only) run
-# beside it at the lowest priority: the cluster's tests leave about half of both cores idle.
+# With the kube stage, the worker crate's integration tests (~6 min, real tritonservers,
+# outcomes only) run beside it at the lowest priority: the cluster's tests leave about half of
+# both cores idle. Its unit tests, some of which wait on threads, run here first.
 if [ "${TRITON_STRESS_K8S:-0}" = 1 ]; then
     cargo_status=0
     cargo test --workspace --exclude worker --no-fail-fast -- --test-threads 2 || cargo_status=$?
+    cargo test -p worker --lib --bins -- --test-threads 2 || cargo_status=$?
     if [ "$cargo_status" != 0 ]; then
         # No kube stage after a failure: the worker's tests still run, and say what they say.
-        cargo test -p worker --no-fail-fast -- --test-threads 2 || true
+        cargo test -p worker --test '*' --no-fail-fast -- --test-threads 2 || true
         exit "$cargo_status"
     fi
-    cargo test -p worker --no-run
+    cargo test -p worker --test '*' --no-run
     worker_log=/tmp/triton-stress-worker-tests.log
-    "${low_priority[@]}" cargo test -p worker --no-fail-fast -- --test-threads 2 >"$worker_log" 2>&1 &
+    "${low_priority[@]}" cargo test -p worker --test '*' --no-fail-fast -- --test-threads 2 >"$worker_log" 2>&1 &
     worker_tests=$!
     background+=($worker_tests)
 else
