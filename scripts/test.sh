@@ -24,7 +24,7 @@ scripts/install-junit-schema.sh
 scripts/install-otava.sh
 
 # With the Kubernetes stage, its two long builds -- Kubernetes from source (~15 min of both cores
-# on a fresh machine, then cached) and the images' release binaries (~5 min fresh) -- start now at
+# on a fresh machine, then cached) and the images with their release binaries (~5 min fresh) -- start now at
 # the lowest priority and take the cycles the checks and tests below leave idle; the kube stage
 # waits for them (and redoes a failed one in the foreground, where its error shows).
 background=()
@@ -40,7 +40,11 @@ if [ "${TRITON_STRESS_K8S:-0}" = 1 ]; then
     low_priority=(setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; exec nice -n 19 "$@"' low_priority)
     K8S_BUILD_NICE=19 "${low_priority[@]}" scripts/k8s/build.sh >/tmp/triton-stress-k8s-build.log 2>&1 &
     background+=($!)
-    CARGO_TARGET_DIR="$TRITON_STRESS_IMAGE_TARGET_DIR" "${low_priority[@]}" cargo build --release -p driver -p worker \
+    # The images are built from those binaries right after (podman alone: the kube stage then
+    # finds them up to date and only imports them into the cluster).
+    export K8S_IMAGES="docker/tritonserver docker/tritonserver-2.44 docker/worker docker/python-client-2.51 docker/python-client-2.44 docker/driver docker/postgres docker/models"
+    CARGO_TARGET_DIR="$TRITON_STRESS_IMAGE_TARGET_DIR" "${low_priority[@]}" \
+        bash -c 'cargo build --release -p driver -p worker && scripts/k8s/images.sh docker/k8s-smoke $K8S_IMAGES' \
         >/tmp/triton-stress-image-build.log 2>&1 &
     background+=($!)
     trap 'for job in "${background[@]}"; do kill -- "-$job" 2>/dev/null || true; done' EXIT
@@ -80,7 +84,7 @@ if [ "${TRITON_STRESS_K8S:-0}" = 1 ]; then
         wait "$job" || echo "test.sh: a background build failed (/tmp/triton-stress-*-build.log); the kube stage builds it again" >&2
     done
     kube_status=0
-    TRITON_STRESS_K8S_IMAGES="docker/tritonserver docker/tritonserver-2.44 docker/worker docker/python-client-2.51 docker/python-client-2.44 docker/driver docker/postgres docker/models" \
+    TRITON_STRESS_K8S_IMAGES="$K8S_IMAGES" \
         scripts/k8s/ci.sh "cargo test -p driver --test kube -- --ignored --skip bench_ --test-threads 1" || kube_status=$?
     worker_status=0
     wait "$worker_tests" || worker_status=$?
