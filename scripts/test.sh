@@ -24,9 +24,10 @@ scripts/install-junit-schema.sh
 scripts/install-otava.sh
 
 # With the Kubernetes stage, its two long builds -- Kubernetes from source (~15 min of both cores
-# on a fresh machine, then cached) and the images with their release binaries (~5 min fresh) -- start now at
-# the lowest priority and take the cycles the checks and tests below leave idle; the kube stage
-# waits for them (and redoes a failed one in the foreground, where its error shows).
+# on a fresh machine, then cached) and the images with their release binaries (~5 min fresh) --
+# start now at the lowest priority and take the cycles the checks and tests below leave idle;
+# the kube stage waits for them (and redoes a failed one in the foreground, where its error
+# shows).
 background=()
 if [ "${TRITON_STRESS_K8S:-0}" = 1 ]; then
     # A target directory of their own: cargo locks one per build, and the debug builds below
