@@ -56,23 +56,31 @@ cargo clippy --workspace --all-targets -- -D warnings
 # The driver's end-to-end tests start the worker binary built beside the driver.
 cargo build -p worker -p driver
 # Tests that start real servers share 2 cores; two at a time keeps them within their timeouts.
-# With the kube stage, the worker crate's integration tests (~6 min, real tritonservers,
-# outcomes only) run beside it at the lowest priority: the cluster's tests leave about half of
-# both cores idle. Its unit tests, some of which wait on threads, run here first.
+# With the kube stage, the tests that check outcomes only -- the worker crate's integration tests
+# (~6 min, real tritonservers) and the e2e binary's `outcomes_only` module (~3 min) -- run beside
+# it at the lowest priority: the cluster's tests leave about half of both cores idle. The worker's
+# unit tests, some of which wait on threads, run here first.
+beside_kube() {
+    local status=0
+    cargo test -p worker --test '*' --no-fail-fast -- --test-threads 2 || status=$?
+    cargo test -p driver --test e2e -- --test-threads 2 outcomes_only:: || status=$?
+    return "$status"
+}
 if [ "${TRITON_STRESS_K8S:-0}" = 1 ]; then
     cargo_status=0
-    cargo test --workspace --exclude worker --no-fail-fast -- --test-threads 2 || cargo_status=$?
+    cargo test --workspace --exclude worker --no-fail-fast -- --test-threads 2 --skip outcomes_only:: || cargo_status=$?
     cargo test -p worker --lib --bins -- --test-threads 2 || cargo_status=$?
     if [ "$cargo_status" != 0 ]; then
-        # No kube stage after a failure: the worker's tests still run, and say what they say.
-        cargo test -p worker --test '*' --no-fail-fast -- --test-threads 2 || true
+        # No kube stage after a failure: the tests meant for beside it still run, and say what
+        # they say.
+        beside_kube || true
         exit "$cargo_status"
     fi
     cargo test -p worker --test '*' --no-run
-    worker_log=/tmp/triton-stress-worker-tests.log
-    "${low_priority[@]}" cargo test -p worker --test '*' --no-fail-fast -- --test-threads 2 >"$worker_log" 2>&1 &
-    worker_tests=$!
-    background+=($worker_tests)
+    beside_log=/tmp/triton-stress-beside-kube-tests.log
+    "${low_priority[@]}" bash -c "$(declare -f beside_kube); beside_kube" >"$beside_log" 2>&1 &
+    beside_tests=$!
+    background+=($beside_tests)
 else
     cargo test --workspace --no-fail-fast -- --test-threads 2
 fi
@@ -81,15 +89,15 @@ if [ "${TRITON_STRESS_K8S:-0}" = 1 ]; then
     # The kube launcher's and deploy/'s tests (driver/tests/kube.rs) on the cluster, with the
     # project's images; one at a time (2 cores, each run has a Triton pod).
     for job in "${background[@]}"; do
-        [ "$job" = "$worker_tests" ] && continue
+        [ "$job" = "$beside_tests" ] && continue
         wait "$job" || echo "test.sh: a background build failed (/tmp/triton-stress-*-build.log); the kube stage builds it again" >&2
     done
     kube_status=0
     TRITON_STRESS_K8S_IMAGES="$K8S_IMAGES" \
         scripts/k8s/ci.sh "cargo test -p driver --test kube -- --ignored --skip bench_ --test-threads 1" || kube_status=$?
-    worker_status=0
-    wait "$worker_tests" || worker_status=$?
-    echo "== the worker crate's tests, run beside the kube stage =="
-    cat "$worker_log"
-    [ "$kube_status" = 0 ] && [ "$worker_status" = 0 ]
+    beside_status=0
+    wait "$beside_tests" || beside_status=$?
+    echo "== the tests run beside the kube stage =="
+    cat "$beside_log"
+    [ "$kube_status" = 0 ] && [ "$beside_status" = 0 ]
 fi
