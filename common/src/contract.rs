@@ -276,16 +276,13 @@ pub enum LoadModeError {
     RateOutOfRange(f64),
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LoadRepr {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     concurrency: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     rate: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     arrivals: Option<crate::schedule::Arrivals>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     request_intervals: Option<PathBuf>,
 }
 

@@ -131,6 +131,7 @@ pub struct Passed {
     pub latencies_us: Vec<u64>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Failed {
@@ -150,7 +151,6 @@ pub struct Failed {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub expected: String,
     /// The sequence's correlation id, for a sequence test.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<u64>,
 }
 

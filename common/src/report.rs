@@ -76,6 +76,7 @@ impl SendLateness {
 }
 
 /// A row as it appears in report.json.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RowJson {
     pub scenario: String,
@@ -90,7 +91,6 @@ pub struct RowJson {
     pub max_us: u64,
     pub description: String,
     /// Open loop only: how late the sends left (latency counts from the intended time).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub send_lateness: Option<SendLateness>,
 }
 
@@ -286,6 +286,7 @@ struct StreamRow {
 }
 
 /// A model row as it appears in report.json (`models[]`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ModelRowJson {
     pub model: String,
@@ -299,7 +300,6 @@ pub struct ModelRowJson {
     pub p99_us: u64,
     pub max_us: u64,
     /// Decoupled models only.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamRowJson>,
 }
 

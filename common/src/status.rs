@@ -85,6 +85,7 @@ pub struct ScenarioCounts {
 
 /// One model's share of one scenario on one worker, cumulative like [`ScenarioCounts`]: the
 /// report's per-model table. Tests count only the tests that named their model.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelCounts {
     pub scenario: String,
@@ -96,7 +97,6 @@ pub struct ModelCounts {
     /// for a decoupled model, until its final response.
     pub latency_histogram: String,
     /// Decoupled models only: what their response streams carried.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamCounts>,
     /// Runs of a child client (perf_analyzer, at most
     /// [`crate::limits::PERF_ANALYZER_REQUESTS`] requests each) killed at the
@@ -123,6 +123,7 @@ pub struct StreamCounts {
 }
 
 /// A periodic sample of a worker's progress: a QPS point and its cumulative per-scenario counts.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerSnapshot {
     pub at_ms: i64,
@@ -156,7 +157,6 @@ pub struct WorkerSnapshot {
     pub outages: Vec<Outage>,
     /// The worker's own resident memory, bytes (None: not known here): the report judges its
     /// slope like a server's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_bytes: Option<u64>,
     /// Clients inside a test that counts its requests only when it ends (a perf_analyzer run,
     /// which takes seconds): QPS 0 while one is, is not a stall. The test's own time limit
@@ -175,7 +175,6 @@ pub struct WorkerSnapshot {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_spans: Vec<crate::trace::ClientSpan>,
     /// A foreign client's hello (docs/clients.md): which implementation and version ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_program: Option<crate::foreign::Hello>,
 }
 
@@ -205,6 +204,7 @@ impl UnansweredCalls {
 /// unreachable server that makes no error, only silence). The driver matches these against the
 /// faults it injected: an outage that spans a fault's recovery point ends at the client's
 /// first good answer after it (the fault's recovery, for that client).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outage {
     /// The server address, as in a failure record's `server`.
@@ -213,10 +213,8 @@ pub struct Outage {
     /// when none had passed yet).
     pub last_ok_ms: i64,
     /// The first failed test's failure time, if any failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_failure_ms: Option<i64>,
     /// The end of the first passed test after it; None: still out at the worker's end.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_ok_ms: Option<i64>,
     /// Tests that failed in between.
     pub failed_tests: u64,

@@ -161,6 +161,7 @@ impl WallClock {
 }
 
 /// A traced request as its client saw it, times in Unix nanoseconds of the client's clock.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientSpan {
     /// 32 lowercase hex digits ([`TraceContext::trace_hex`]).
@@ -183,7 +184,6 @@ pub struct ClientSpan {
     /// it, where the client has one (the worker's lean gRPC path). From there to `answered_ns`
     /// the answer waited for the client (a client short of CPU reads late); without it that
     /// wait cannot be told from the wire's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub received_ns: Option<i64>,
     pub ok: bool,
 }

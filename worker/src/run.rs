@@ -33,6 +33,7 @@ pub enum WorkerError {
     Preflight(String),
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize)]
 pub struct WorkerReport {
     pub seed: u64,
@@ -48,11 +49,9 @@ pub struct WorkerReport {
     /// One row per (model, scenario).
     pub models: Vec<ModelRowJson>,
     /// The foreign client's implementation and version, from its hello.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub client: Option<stress_common::foreign::Hello>,
     /// Why the foreign client failed (a broken interface, a non-zero exit, silence): the
     /// worker fails with it, whoever judges the tests.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub client_failure: Option<String>,
     #[serde(skip)]
     pub table: L0Table,

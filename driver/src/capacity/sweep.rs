@@ -509,15 +509,14 @@ impl VariantResult {
 }
 
 /// The best variant: its second measurement and what to deploy.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BestVariant {
     pub index: usize,
     pub parameters: IndexMap<String, serde_json::Value>,
     pub max_qps: f64,
     /// The confirming run's capacity (None: not confirmed, `confirm_best: false`, or it failed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmed_qps: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_run_id: Option<String>,
     /// Each swept model's full config.pbtxt in this variant.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -527,7 +526,6 @@ pub struct BestVariant {
     pub config_diffs: BTreeMap<String, String>,
     /// A model repository holding this variant's configs, ready to serve (None: only server
     /// settings vary).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_repository: Option<String>,
 }
 

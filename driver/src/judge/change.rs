@@ -145,6 +145,7 @@ impl BatchSpread {
 
 /// A measure as report.json `estimates[]` shows it: the value and its 95% interval within the
 /// run (relative bounds, `low` −0.04 is 4% below), or why the run cannot give one.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Estimate {
     pub metric: String,
@@ -152,13 +153,9 @@ pub struct Estimate {
     /// QPS and capacity: a fall is the regression (latencies: a rise).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub higher_is_better: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub low: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub high: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spread: Option<BatchSpread>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_judged: Option<String>,
     /// A percentile of too few requests ([`NoSpread::TooFewRequests`]): shown, but no change
     /// point, repeat or comparison reads it.
@@ -214,6 +211,7 @@ pub enum Call {
 }
 
 /// One metric compared (report.json `regressions[]` and `baseline.changes[]`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     pub metric: String,
@@ -236,7 +234,6 @@ pub struct Finding {
     pub higher_is_better: bool,
     /// Groups of repeated runs: the two-sided p-value of a rank test (Mann–Whitney U, exact)
     /// over the runs' values, beside the t-test's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank_p: Option<f64>,
 }
 

@@ -10,6 +10,7 @@ use super::classify::InjectedWindow;
 use crate::matrix::faults::FaultKind;
 
 /// A fault as the driver injected it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InjectedFault {
     /// The fault's name (`#N` for the Nth of a repeated fault).
@@ -29,24 +30,18 @@ pub struct InjectedFault {
     pub kept: Vec<String>,
     pub planned_at_ms: i64,
     /// None: the launcher could not inject it (`error` says why).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub injected_at_ms: Option<i64>,
     /// When a lasting fault (pause, network) ended.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ms: Option<i64>,
     /// When a killed or restarted server answered READY again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_at_ms: Option<i64>,
     /// Packets a network fault's loss dropped, as the packet filter counted them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropped_packets: Option<u64>,
     pub duration_ms: i64,
     pub recover_within_ms: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Why the cluster refused it on purpose (a PodDisruptionBudget refused an eviction):
     /// neither injected nor failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked: Option<String>,
 }
 
@@ -109,14 +104,13 @@ impl stress_common::store::Document for FaultLog {
 }
 
 /// One client of a faulted server: what it saw.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClientRecovery {
     pub member: String,
     /// Its first failed test after the injection.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_error_ms: Option<i64>,
     /// Its first good answer from the server after the recovery point (None: none came).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_good_ms: Option<i64>,
     /// Tests it lost to the fault (failed between the injection and its recovery).
     pub lost_requests: u64,
@@ -126,33 +120,27 @@ pub struct ClientRecovery {
 }
 
 /// One fault, judged (report.json `faults[]`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FaultOutcome {
     pub name: String,
     pub kind: FaultKind,
     /// The member it hit (a server or worker), or `store` or `api-server`.
     pub target: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub injected_at_ms: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ms: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_at_ms: Option<i64>,
     /// The first failed test of any client after the injection.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_error_ms: Option<i64>,
     /// When the last of its clients had a good answer again (None: not recovered).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered_at_ms: Option<i64>,
     /// From the recovery point (the injection, or a lasting fault's end) to the recovery.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_s: Option<f64>,
     pub recover_within_s: f64,
     /// Tests its clients lost to it (each failed test lost at least its request).
     pub lost_requests: u64,
     pub sequences_cut: u64,
     /// Packets a network fault's loss dropped (the packet filter's count).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropped_packets: Option<u64>,
     pub clients: Vec<ClientRecovery>,
     /// Recovered within `recover_within`.

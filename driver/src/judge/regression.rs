@@ -21,6 +21,7 @@ impl stress_common::store::Document for Comparison {
 }
 
 /// The comparison with the baseline, as the store and the report keep it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
     /// The newest baseline run (empty: none was comparable, see `note`).
@@ -48,7 +49,6 @@ pub struct Comparison {
     #[serde(default)]
     pub window: Vec<String>,
     /// Why nothing was compared (another matrix under the same name, no earlier passing run).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// What changed in the servers' and workers' binaries or images since the newest baseline
     /// run (an upgrade is compared with the runs before it).

@@ -59,6 +59,7 @@ pub struct Analysis {
     pub independent_failures: u64,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RootCause {
     pub member_id: String,
@@ -69,13 +70,10 @@ pub struct RootCause {
     /// member that failed after a driver's death.
     pub caused_members: Vec<String>,
     /// The failing signature of its member, with the class and evidence the driver judged.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub signature: Option<RootSignature>,
     /// Whose fault it is, with the evidence: its signature's, or else what ended the member
     /// ([`super::classify::member_failure`]). None: not judged (a verdict such as an SLO).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub class: Option<stress_common::signature::FailureClass>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<String>,
 }
 

@@ -56,6 +56,7 @@ pub struct History {
 }
 
 /// One signature of the run, judged (report.json `signatures[]`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JudgedSignature {
     /// `sig1-…`: the same failure in any run of any matrix.
@@ -76,14 +77,11 @@ pub struct JudgedSignature {
     pub members: Vec<String>,
     pub servers: Vec<String>,
     /// The known issue that excuses it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub known_issue: Option<String>,
     /// Why it fails the run (None: it does not).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fails: Option<String>,
     pub status: Status,
     /// None: no history (the first run of this matrix with signatures of this version).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<History>,
     /// Its first recorded example, with the worker that saw it (and its forensics).
     pub example_member: String,
@@ -382,12 +380,12 @@ pub fn with_history(
 }
 
 /// A run's signatures as the store keeps them (the report's, and the next runs' history).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunSignatures {
     /// The normalization version of its signatures.
     pub version: u32,
     /// Why there is no history, or why it restarts (None: there is one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_note: Option<String>,
     pub signatures: Vec<JudgedSignature>,
     pub known_issues: Vec<KnownOutcome>,
@@ -399,11 +397,11 @@ impl stress_common::store::Document for RunSignatures {
 }
 
 /// A known issue in a run: what it matched, or that it seems gone.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KnownOutcome {
     pub id: String,
     pub reason: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<String>,
     /// Failures it matched in this run.
     pub count: u64,

@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 /// How many blocks of each side a comparison may run.
 pub const COMPARE_REPEATS: std::ops::RangeInclusive<u32> = 2..=50;
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompareSettings {
     /// The server group whose template alternates (default: the matrix's only server group).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_group: Option<String>,
     /// The server template of side A (the baseline).
     pub a: String,

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::duration::{self, HumanDuration};
 
 /// One fault, injected once (`at`) or repeatedly (`every`) into a server of the run.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Fault {
@@ -66,7 +67,6 @@ pub struct Fault {
     pub duration: Option<Duration>,
 
     /// The network's misbehaviour, for `kind: network`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkFault>,
 
     /// What the run expects of the clients.
@@ -194,6 +194,7 @@ impl FaultKind {
 }
 
 /// A lossy or slow network between a server and its clients.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkFault {
@@ -214,7 +215,6 @@ pub struct NetworkFault {
     #[schemars(with = "Option<HumanDuration>")]
     pub jitter: Option<Duration>,
     /// The fraction of packets dropped (0.05 = 5%).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss: Option<f64>,
 }
 

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A failure known to happen.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KnownIssue {
@@ -21,36 +22,30 @@ pub struct KnownIssue {
     pub reason: String,
 
     /// Where it is tracked (an upstream issue, a ticket).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<String>,
 
     /// The last day (YYYY-MM-DD, UTC) it is excused: afterwards a match fails the run again
     /// and says the entry expired.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<String>,
 
     /// More matches than this per hour of load fail the run (the allowance of a shorter run is
     /// pro-rated, at least one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_per_hour: Option<f64>,
 }
 
 /// The failures a known issue is: each field given must match.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IssueMatch {
     /// The scenario (e.g. `SequenceValid`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scenario: Option<String>,
     /// The model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Where the driver judged the fault lies (a `server` class leaves out a client that made
     /// the same mistake).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<stress_common::signature::FailureClass>,
     /// What kind of error the client saw.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<stress_common::signature::ErrorKind>,
     /// A regular expression (Rust `regex` syntax) searched in the failure's text as recorded:
     /// `expected …, got …`.

@@ -10,26 +10,23 @@ use serde::{Deserialize, Serialize};
 
 /// One service-level objective, e.g. `{metric: p99, scenario: Load, max: 50ms}`,
 /// `{metric: error_rate, max: 0.001}`, `{metric: qps, min: 100}`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SloRule {
     pub metric: SloMetric,
 
     /// Only this scenario's requests (default: all scenarios').
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scenario: Option<String>,
 
     /// Only this model's requests (one of the client templates' `models:`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
 
     /// Upper bound: a duration for p50 / p90 / p99 / max (`50ms`), a fraction for error_rate
     /// (`0.001`), requests per second for qps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<SloBound>,
 
     /// Lower bound, as `max`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min: Option<SloBound>,
 
     /// Check the rule every poll too, and stop the run at once when it is breached.

@@ -14,6 +14,7 @@ pub const MAX_SWEEP_VARIANTS: u32 = 1024;
 /// Which configuration serves most at the target: every combination of `parameters` (a grid)
 /// gets its own servers of `server_group` and a capacity search; the report ranks them and
 /// names the best with its config.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Sweep {
@@ -22,7 +23,6 @@ pub struct Sweep {
 
     /// The model whose capacity ranks the variants (a capacity result row of that model, e.g.
     /// from the `individual` phase). Omitted: the first result of the group's first phase.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
 
     /// The values each parameter takes, by PATH: `server.args` (the whole list),
@@ -61,7 +61,6 @@ pub struct Sweep {
     /// Limits a variant must keep: one over `model_instances_max` is listed as skipped and not
     /// measured; one over `gpu_memory` (known only once measured) is listed as excluded. Neither
     /// is ever the best.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraints: Option<SweepConstraints>,
 }
 
@@ -101,12 +100,12 @@ impl SweepSearch {
 }
 
 /// Limits a variant must keep.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SweepConstraints {
     /// The most model instances (the sum of the swept models' `instance_group` counts): a
     /// variant over it is skipped, not measured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub model_instances_max: Option<u32>,
 
@@ -116,7 +115,6 @@ pub struct SweepConstraints {
     /// or `Ki`..`Ti`, decimal `kB`..`TB` or `k`..`T`, or bytes). A variant over it, or whose
     /// servers exported no GPU memory metric (a constraint that cannot be checked does not
     /// pass), is measured but excluded: never the best.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         pattern(r"^[0-9]+(\.[0-9]+)?\s*(B|[kKMGT]B?|[KMGT]iB?)?$"),
         example = "8GiB"

@@ -121,6 +121,7 @@ pub struct Matrix {
 }
 
 /// Settings of the whole run.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunSettings {
@@ -152,7 +153,6 @@ pub struct RunSettings {
 
     /// Kubernetes namespace (a DNS-1123 label) for the kube launcher; the local launcher
     /// ignores it. Omitted: the launcher's default namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Name>")]
     pub namespace: Option<String>,
 
@@ -194,7 +194,6 @@ pub struct RunSettings {
 
     /// Seeds what the run draws at random (the faults' jitter and which member of a group a
     /// fault hits). Omitted: derived from `name`, so the same matrix draws the same each night.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
 
     /// Where to send the run's spans on to (an OTLP/HTTP endpoint of your collector: Tempo,
@@ -203,7 +202,6 @@ pub struct RunSettings {
     /// (`trace_share`) as the workers record them (every 5 s), sharing trace ids. An
     /// `https://` target's certificate is checked against the system's roots (`SSL_CERT_FILE`
     /// adds a private CA). What cannot be sent is dropped and counted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>", extend("format" = "uri"))]
     pub otlp_forward: Option<HttpUrl>,
 }
@@ -267,6 +265,7 @@ impl CapacityPhase {
 /// The AIMD controller of capacity mode, per client group: every `check_interval` it merges the
 /// group's latency histograms over the window since the last check (exact percentiles) and sets
 /// the group's total closed-loop concurrency, split across its workers.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CapacitySettings {
@@ -287,12 +286,10 @@ pub struct CapacitySettings {
     pub exploration: Vec<IndexMap<String, u32>>,
 
     /// The spike phase's jump (needed when `phases` has spike).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spike: Option<SpikeSettings>,
 
     /// Lowest total concurrency of a group (default 1; at least the group's instances, since
     /// every worker keeps at least one request in flight). The controller starts here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_concurrency: Option<u32>,
 
     /// Highest total concurrency of a group (default 64).
@@ -350,7 +347,6 @@ pub struct CapacitySettings {
     /// Read the server signals from this Prometheus (PromQL over its HTTP API) instead of
     /// scraping each server's `/metrics` directly; the direct scrape goes on beside it and is
     /// used for any window Prometheus cannot answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<PrometheusSource>,
 }
 
@@ -399,6 +395,7 @@ impl Default for RegressionSettings {
 }
 
 /// The report beyond the run directory.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportSettings {
@@ -406,7 +403,6 @@ pub struct ReportSettings {
     /// to this http(s) URL at the end, so results reach a tracking page or a chat. Retried
     /// (3 attempts, 1 s then 2 s apart) within `webhook_timeout`; a failed delivery is logged
     /// and never changes the run's verdict.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<String>,
 
     /// The whole delivery's time limit, retries included (default `30s`).
@@ -489,6 +485,7 @@ impl Default for FailFast {
 }
 
 /// What a Triton server member runs.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTemplate {
@@ -497,7 +494,6 @@ pub struct ServerTemplate {
     pub tritonserver: Artifact,
 
     /// Triton version, informational: shown in the report (e.g. `"2.51"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 
     /// Model repositories, passed as `--model-repository`. Local: paths relative to the
@@ -511,7 +507,6 @@ pub struct ServerTemplate {
     pub args: Vec<String>,
 
     /// Resource requests and limits (kube launcher only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
 
     /// Extra environment variables of the server process.
@@ -520,13 +515,11 @@ pub struct ServerTemplate {
     pub env: IndexMap<String, String>,
 
     /// Triton tracing, passed as `--trace-config`. Omitted: tracing off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceSettings>,
 
     /// A model repository copied from an image into the server pod (kube launcher only), so
     /// any `tritonserver` image (e.g. NVIDIA's NGC images, which hold no models) serves it:
     /// list its `path` under `model_repositories`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_image: Option<ModelImage>,
 
     /// Volumes mounted into the server pod (kube launcher only), e.g. a model repository that
@@ -561,17 +554,16 @@ pub struct MountedConfig {
 /// A group of identical Triton servers: either servers the driver launches (`template` and
 /// `instances`) or servers that already run (`endpoints`), which the driver health-checks at
 /// start and watches during the run but never starts, stops or removes.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerGroup {
     /// Name of the server template its members run. Not with `endpoints`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Name>")]
     pub template: Option<String>,
 
     /// Number of servers, at least 1. With `endpoints`: omitted, or their count. A run has
     /// at most 10000 members (servers and clients) in all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
     pub instances: Option<u32>,
 
@@ -609,18 +601,16 @@ pub enum Endpoint {
 }
 
 /// An existing server's addresses by protocol, each `HOST:PORT`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointPorts {
     /// Triton's gRPC endpoint (its `--grpc-port`); needed by gRPC client groups.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grpc: Option<String>,
     /// Triton's HTTP endpoint (its `--http-port`); needed by HTTP client groups.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<String>,
     /// Triton's metrics endpoint (its `--metrics-port`). Omitted: the server's metrics are
     /// not scraped (the report says so).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,
 }
 
@@ -699,6 +689,7 @@ const ADDRESS_PATTERN: &str =
     r"^([A-Za-z0-9]([-A-Za-z0-9._]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$";
 
 /// What a stress client (worker) member runs.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientTemplate {
@@ -711,7 +702,6 @@ pub struct ClientTemplate {
 
     /// Scenario weights by scenario name (relative; each at least 1). Omitted: every
     /// scenario at its default weight. Names are matched case-insensitively.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<ScenarioWeightsSchema>")]
     pub scenarios: Option<IndexMap<String, u32>>,
 
@@ -722,7 +712,6 @@ pub struct ClientTemplate {
 
     /// Shape of the `Load` scenario's traffic. Omitted: the worker's default. A concurrency
     /// of 1 to 100000, or a rate of 0.001 to 10000000 requests per second.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadMode>,
 
     /// Models of the server's repository to drive with the `Infer` scenario, each built from
@@ -740,7 +729,6 @@ pub struct ClientTemplate {
     pub extra_args: Vec<String>,
 
     /// Resource requests and limits (kube launcher only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
 
     /// Extra environment variables of the worker process.
@@ -759,7 +747,6 @@ pub struct ClientTemplate {
     /// the worker starts it, supervises it and reports what it reports. Its command is part of
     /// the matrix's fingerprint (a client implementation or version pinned by its path is
     /// another matrix). Not with `scenarios`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<ForeignClient>,
 
     /// The share of this group's unary inference requests sent with a W3C trace context
@@ -769,12 +756,12 @@ pub struct ClientTemplate {
     /// request handling, queue, compute. Triton traces every request that carries a context,
     /// so this is the servers' tracing load too: 0.01 is plenty for a tail (1% of 5,000
     /// requests/s over a minute: 3,000 traces, 30 above p99).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<f64>", range(min = 0.0, max = 1.0))]
     pub trace_share: Option<TraceShare>,
 }
 
 /// A client program that speaks the client interface (docs/clients.md).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForeignClient {
@@ -791,7 +778,6 @@ pub struct ForeignClient {
     /// copied in from the worker's image by an init container and started as the entrypoint
     /// (the image needs a glibc as new as the worker image's, Debian bookworm's). Without
     /// it the program runs inside the worker's image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
 
     /// The interface version the program speaks: 1.
@@ -800,6 +786,7 @@ pub struct ForeignClient {
 
 /// One model a client drives with the `Infer` scenario (the worker's `--model`, `--shape`,
 /// `--input-data` and `--batch-size`, as perf_analyzer means them).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
@@ -813,7 +800,6 @@ pub struct ModelSpec {
     pub weight: u32,
 
     /// Model version. Omitted: the server's choice.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<u64>,
 
     /// Dims for the dynamic (`-1`) dims of inputs, by input name, without the batch dim.
@@ -822,11 +808,9 @@ pub struct ModelSpec {
 
     /// `zero`, `random` (the worker's default), or a perf_analyzer JSON input-data file
     /// (relative to the matrix file's directory, or absolute).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_data: Option<String>,
 
     /// Batch size of this model's requests (at most its `max_batch_size`; default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub batch_size: Option<u32>,
 }
@@ -908,12 +892,11 @@ impl Artifact {
 /// The `binary` value that asks the launcher to find the program itself.
 pub const ARTIFACT_AUTO: &str = "auto";
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ArtifactRepr {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     binary: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     image: Option<String>,
 }
 
@@ -1014,6 +997,7 @@ pub const MODEL_IMAGE_SOURCE: &str = "/models";
 
 /// A volume of a server pod: exactly one source (`host_path`, `persistent_volume_claim` or
 /// `config_map`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerVolume {
@@ -1027,50 +1011,42 @@ pub struct ServerVolume {
     pub read_only: bool,
     /// A directory on the node: not its root, and not a system directory (`/etc`, `/proc`,
     /// `/var/lib/kubelet`, ...) unless read-only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_path: Option<String>,
     /// The name of a PersistentVolumeClaim in the run's namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volume_claim: Option<String>,
     /// The name of a ConfigMap in the run's namespace (small models, configs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<String>,
 }
 
 /// A Kubernetes toleration (fields as in a pod spec).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Toleration {
     /// Taint key; omitted with `operator: Exists` matches every taint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// `Equal` (default) or `Exists`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(r"^(Equal|Exists)$"))]
     pub operator: Option<String>,
     /// Taint value (with `Equal`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`; omitted: all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(r"^(NoSchedule|PreferNoSchedule|NoExecute)$"))]
     pub effect: Option<String>,
     /// With `NoExecute`: how long the pod stays bound after the taint appears.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toleration_seconds: Option<i64>,
 }
 
 /// Kubernetes resource requests (= limits) of a member (kube launcher only).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
     /// CPU quantity, e.g. `"1"`, `"500m"`, `"2.5"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?m?$"))]
     pub cpu: Option<String>,
 
     /// Memory quantity, e.g. `2Gi`, `512Mi`, `1G`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
     pub memory: Option<String>,
 
@@ -1081,6 +1057,7 @@ pub struct Resources {
 
 /// Triton tracing settings, passed to `tritonserver` as `--trace-config level=...`,
 /// `--trace-config rate=...` and so on.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TraceSettings {
@@ -1093,7 +1070,6 @@ pub struct TraceSettings {
     pub rate: u32,
 
     /// Stop after this many traces. Omitted: no limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub count: Option<u32>,
 
@@ -1101,7 +1077,6 @@ pub struct TraceSettings {
     /// 100. Triton's own default (0) keeps every trace in memory until the server exits: a
     /// soak's server grows by its traces, and one killed at the end (a stop past its grace)
     /// loses them all. Triton mode only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub log_frequency: Option<u32>,
 
@@ -1114,13 +1089,11 @@ pub struct TraceSettings {
     /// `http://otel-collector:4318/v1/traces`. Omitted: the run's own receiver, which joins
     /// the spans with the clients' (`trace_share`) in the report and sends them on to
     /// `run.otlp_forward`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
 
     /// OpenTelemetry mode: how many spans Triton's batch span processor holds before it
     /// drops (`bsp_max_queue_size`; Triton's default 2,048). Omitted for a server the run
     /// traces (`trace_share`): sized to the traced rate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub queue_size: Option<u32>,
 

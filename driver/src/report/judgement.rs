@@ -32,13 +32,12 @@ impl stress_common::store::Document for Judgement {
 }
 
 /// The verdict on one server's memory (its series' `memory_*` fields in report.json).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ServerMemory {
     /// Still growing through the load's steady state, in words (None: steady, or not judged).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finding: Option<String>,
     /// Why it was not judged (too few steady-state samples, or none), when it was not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_judged: Option<String>,
     /// The steady-state Theil–Sen slope (bytes/s; None: not judged). Stored as its shortest
     /// decimal text, parsed back exactly: a report read from the store must show the digits

@@ -35,6 +35,7 @@ const LISTED_FAILURES: usize = 50;
 /// Points kept of each worker's QPS series in report.json.
 const SERIES_POINTS: usize = 600;
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize)]
 pub struct WorkerQps {
     pub member_id: String,
@@ -51,14 +52,13 @@ pub struct WorkerQps {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rss: Vec<(f64, f64)>,
     /// Its growth from first to last sample, bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_growth_bytes: Option<f64>,
     /// Still growing over the load phase's steady state (judged like a server's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_finding: Option<String>,
 }
 
 /// A server of the run, launched or external.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize)]
 pub struct ServerRow {
     pub member_id: String,
@@ -71,7 +71,6 @@ pub struct ServerRow {
     pub metrics: String,
     /// What the server said it is (`GET /v2` or `ServerMetadata` before the load), e.g.
     /// `triton 2.51.0` (None: not asked, or no answer).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }
 

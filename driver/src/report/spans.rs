@@ -326,6 +326,7 @@ pub struct Segment {
 }
 
 /// One of the slowest traced requests, as a waterfall.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Waterfall {
     pub trace_id: String,
@@ -337,7 +338,6 @@ pub struct Waterfall {
     /// Its stretches in time order (those of no length left out); empty when not split.
     pub segments: Vec<Segment>,
     /// Why it is not split (None: it is).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsplit: Option<String>,
 }
 
@@ -416,6 +416,7 @@ impl stress_common::store::Document for ReceiverCounts {
 }
 
 /// The run's traced tail, joined: report.json's `traced_tail`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceJoin {
     /// The share of each (scenario, model)'s traced requests in its tail.
@@ -428,7 +429,6 @@ pub struct TraceJoin {
     pub server_spans_received: bool,
     /// What the run's OTLP receiver did (None: the run had none, e.g. under a launcher that
     /// does not point its servers at it, or a run recorded before it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receiver: Option<ReceiverCounts>,
 }
 

@@ -73,6 +73,7 @@ pub struct RunSummary {
     pub live_at_ms: Option<i64>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FaultPoint {
     pub name: String,
@@ -80,19 +81,17 @@ pub struct FaultPoint {
     pub target: String,
     /// Recovered in time (false also for one the run never reached).
     pub ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_s: Option<f64>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SweepPoint {
     pub server_group: String,
     /// The best variant's parameters, `PATH=VALUE` joined by `, ` (None: no variant met the
     /// target).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best: Option<String>,
     /// Its capacity: the confirming run's when it was confirmed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_qps: Option<f64>,
     pub measured: usize,
     pub grid_size: usize,
@@ -299,11 +298,10 @@ fn sweep_point(s: &crate::capacity::sweep::SweepAnswer) -> SweepPoint {
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Which runs a list shows: by matrix name and by verdict (both exact; None: any).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunFilter {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<String>,
 }
 
