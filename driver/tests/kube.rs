@@ -408,47 +408,33 @@ async fn assert_nothing_left(client: &Client, ns: &str, run_id: &str) {
 async fn run_objects(client: &Client, ns: &str, run_id: &str) -> Vec<String> {
     let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run_id}"));
     let mut names = Vec::new();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    names.extend(
-        pods.list(&lp)
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .map(|p| format!("pod/{}", p.name_any())),
-    );
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    names.extend(
-        cms.list(&lp)
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|c| format!("configmap/{}", c.name_any())),
-    );
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    names.extend(
-        secrets
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|s| format!("secret/{}", s.name_any())),
-    );
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    names.extend(
-        services
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|s| format!("service/{}", s.name_any())),
-    );
+    names.extend(live_names::<Pod>(client, ns, &lp, "pod").await);
+    names.extend(live_names::<ConfigMap>(client, ns, &lp, "configmap").await);
+    names.extend(live_names::<Secret>(client, ns, &lp, "secret").await);
+    names.extend(live_names::<Service>(client, ns, &lp, "service").await);
     names.sort();
     names
+}
+
+/// `kind/name` of each object of type `K` in `ns` that `lp` selects and that is not being
+/// deleted (a pod may be terminating for its grace period).
+async fn live_names<K>(client: &Client, ns: &str, lp: &ListParams, kind: &str) -> Vec<String>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    api.list(lp)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|o| o.meta().deletion_timestamp.is_none())
+        .map(|o| format!("{kind}/{}", o.name_any()))
+        .collect()
 }
 
 /// A copy of the kube smoke matrix with `edit` applied to its text, written into `dir`.

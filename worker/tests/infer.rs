@@ -331,6 +331,44 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// perf_analyzer with `flags` against `grpc`, 50 requests a window: whether it passed, and what
+/// it printed.
+fn perf_analyzer_with(grpc: &str, flags: &[&str]) -> (bool, String) {
+    let pa = std::process::Command::new(support::perf_analyzer())
+        .args(flags)
+        .args(["-u", grpc, "-i", "grpc"])
+        .args(["--measurement-mode", "count_windows"])
+        .args(["--measurement-request-count", "50", "-s", "100"])
+        .output()
+        .expect("perf_analyzer runs");
+    (
+        pa.status.success(),
+        format!("{}{}", text(&pa.stdout), text(&pa.stderr)),
+    )
+}
+
+/// The worker with the same `flags` against `grpc`: its exit code and what it printed.
+fn worker_with(
+    grpc: &str,
+    duration: &str,
+    concurrency: &str,
+    flags: &[&str],
+) -> (Option<i32>, String) {
+    let common = [
+        "--servers",
+        grpc,
+        "--duration",
+        duration,
+        "--concurrency",
+        concurrency,
+    ];
+    let w = worker(&[&common[..], flags].concat());
+    (
+        w.status.code(),
+        format!("{}{}", text(&w.stdout), text(&w.stderr)),
+    )
+}
+
 /// perf_analyzer and the worker, given the same -m/-b/--shape/--input-data flags, agree: both
 /// pass on the right validation data and on random data, both fail on wrong validation data,
 /// and both refuse a batch above max_batch_size. Then bad input: exit 2 before any load.
@@ -342,7 +380,6 @@ async fn perf_analyzer_and_the_worker_read_the_same_flags_alike_and_bad_input_ex
     let dir = tempfile::tempdir().unwrap();
     let good = data_file(dir.path(), "good.json", all_types_data(0.0, false));
     let wrong = data_file(dir.path(), "wrong.json", all_types_data(1.0, false));
-    let perf_analyzer = support::perf_analyzer();
     // (flags, passes): the validation data at batch 1 (perf_analyzer 2.51 cannot validate a
     // batch above 1: it compares the whole batch with one entry's data, "Output size doesn't
     // match expected size"), random data at batch 2, and a batch above max_batch_size 8.
@@ -358,24 +395,10 @@ async fn perf_analyzer_and_the_worker_read_the_same_flags_alike_and_bad_input_ex
             &extra[..],
         ]
         .concat();
-        let pa = std::process::Command::new(&perf_analyzer)
-            .args(&flags)
-            .args(["-u", &grpc, "-i", "grpc"])
-            .args(["--measurement-mode", "count_windows"])
-            .args(["--measurement-request-count", "50", "-s", "100"])
-            .output()
-            .expect("perf_analyzer runs");
-        let w = worker(
-            &[
-                &["--servers", &grpc, "--duration", "1s", "--concurrency", "1"][..],
-                &flags[..],
-            ]
-            .concat(),
-        );
-        let pa_out = format!("{}{}", text(&pa.stdout), text(&pa.stderr));
-        let w_out = format!("{}{}", text(&w.stdout), text(&w.stderr));
+        let (pa_passed, pa_out) = perf_analyzer_with(&grpc, &flags);
+        let (w_code, w_out) = worker_with(&grpc, "1s", "1", &flags);
         assert_eq!(
-            pa.status.success(),
+            pa_passed,
             passes == Some(true),
             "perf_analyzer {flags:?}:\n{pa_out}"
         );
@@ -384,7 +407,7 @@ async fn perf_analyzer_and_the_worker_read_the_same_flags_alike_and_bad_input_ex
             Some(false) => 1,
             None => 2,
         };
-        assert_eq!(w.status.code(), Some(want), "worker {flags:?}:\n{w_out}");
+        assert_eq!(w_code, Some(want), "worker {flags:?}:\n{w_out}");
         match passes {
             Some(true) => assert!(w_out.contains("Infer "), "{w_out}"),
             Some(false) => {
@@ -702,29 +725,11 @@ async fn perf_analyzer_and_the_worker_drive_a_sequence_model_alike() {
     let wrong = data_file(dir.path(), "wrong.json", sequence_data(4));
     for (data, passes) in [(&good, true), (&wrong, false)] {
         let flags = ["-m", "sequence_state", "--input-data", data.as_str()];
-        let pa = std::process::Command::new(support::perf_analyzer())
-            .args(flags)
-            .args(["-u", &grpc, "-i", "grpc"])
-            .args(["--measurement-mode", "count_windows"])
-            .args(["--measurement-request-count", "50", "-s", "100"])
-            .output()
-            .expect("perf_analyzer runs");
-        let w = worker(
-            &[
-                &["--servers", &grpc, "--duration", "2s", "--concurrency", "2"][..],
-                &flags[..],
-            ]
-            .concat(),
-        );
-        let pa_out = format!("{}{}", text(&pa.stdout), text(&pa.stderr));
-        let w_out = format!("{}{}", text(&w.stdout), text(&w.stderr));
+        let (pa_passed, pa_out) = perf_analyzer_with(&grpc, &flags);
+        let (w_code, w_out) = worker_with(&grpc, "2s", "2", &flags);
+        assert_eq!(pa_passed, passes, "perf_analyzer {flags:?}:\n{pa_out}");
         assert_eq!(
-            pa.status.success(),
-            passes,
-            "perf_analyzer {flags:?}:\n{pa_out}"
-        );
-        assert_eq!(
-            w.status.code(),
+            w_code,
             Some(if passes { 0 } else { 1 }),
             "worker {flags:?}:\n{w_out}"
         );
@@ -978,14 +983,10 @@ async fn decoupled_models_stream_over_grpc_and_each_faulty_stream_is_caught() {
     );
 
     // perf_analyzer takes the same -m/--shape (and needs --streaming for a decoupled model).
-    let pa = std::process::Command::new(support::perf_analyzer())
-        .args(["-m", "decoupled_repeat", "--shape", "IN:3", "--streaming"])
-        .args(["-u", &grpc, "-i", "grpc"])
-        .args(["--measurement-mode", "count_windows"])
-        .args(["--measurement-request-count", "50", "-s", "100"])
-        .output()
-        .expect("perf_analyzer runs");
-    let pa_out = format!("{}{}", text(&pa.stdout), text(&pa.stderr));
-    assert!(pa.status.success(), "perf_analyzer:\n{pa_out}");
+    let (pa_passed, pa_out) = perf_analyzer_with(
+        &grpc,
+        &["-m", "decoupled_repeat", "--shape", "IN:3", "--streaming"],
+    );
+    assert!(pa_passed, "perf_analyzer:\n{pa_out}");
     support::stop_server(server).await;
 }

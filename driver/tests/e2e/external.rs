@@ -2,10 +2,10 @@
 //! one that does not answer is bad input; one that stops answering or is killed fails the run.
 
 use crate::support::{
-    Driver, FAIL_FAST_BOUND, RUN_LIMIT, SERVER, WORKER, alone, beside_another, ensure_worker,
-    external_matrix, read, read_json, run_args, run_matrix, start_external_server, wait_for_load,
+    FAIL_FAST_BOUND, SERVER, WORKER, alone, beside_another, ensure_worker, exit_after,
+    external_matrix, read, read_json, run_matrix, start_external_server, start_loaded,
 };
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use stress_common::contract::RunId;
 use stress_common::status::EventKind;
 use stress_common::store::Store;
@@ -219,19 +219,8 @@ async fn an_external_server_no_client_uses_is_watched_by_probes() {
         },
     );
     std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
-    let run_id = "e2e-external-watched";
-    let runs = tmp.path().join("runs");
-    let run_dir = runs.join(run_id);
-    let mut driver = Driver::spawn(
-        &run_args(&matrix, &runs, run_id, "120s"),
-        tmp.path(),
-        "driver",
-    );
-    wait_for_load(&mut driver, &run_dir, run_id).await;
-    let stopped_at = Instant::now();
-    spare_task.abort();
-    let status = driver.wait(RUN_LIMIT, false).await;
-    let took = stopped_at.elapsed();
+    let (mut driver, _) = start_loaded(tmp.path(), &matrix, "e2e-external-watched", "120s").await;
+    let (status, took) = exit_after(&mut driver, async { spare_task.abort() }).await;
     assert_eq!(status.code(), Some(1), "{}", driver.output());
     assert!(took <= FAIL_FAST_BOUND, "{took:?}\n{}", driver.output());
     eprintln!("external spare-0 stopped: the driver exited 1 after {took:?}");
@@ -252,19 +241,9 @@ async fn a_killed_external_server_fails_the_run_within_5_s() {
     let tmp = tempfile::tempdir().unwrap();
     let mut server = start_external_server(tmp.path()).await;
     let matrix = external_matrix(tmp.path(), grpc_and_metrics(&server));
-    let run_id = "e2e-external-killed";
-    let runs = tmp.path().join("runs");
-    let run_dir = runs.join(run_id);
-    let mut driver = Driver::spawn(
-        &run_args(&matrix, &runs, run_id, "120s"),
-        tmp.path(),
-        "driver",
-    );
-    wait_for_load(&mut driver, &run_dir, run_id).await;
-    let killed_at = Instant::now();
-    server.kill().await;
-    let status = driver.wait(RUN_LIMIT, false).await;
-    let took = killed_at.elapsed();
+    let (mut driver, run_dir) =
+        start_loaded(tmp.path(), &matrix, "e2e-external-killed", "120s").await;
+    let (status, took) = exit_after(&mut driver, server.kill()).await;
     assert_eq!(status.code(), Some(1), "{}", driver.output());
     assert!(
         took <= FAIL_FAST_BOUND,

@@ -3,9 +3,9 @@
 //! between a worker and its server; and a SIGKILLed driver leaves nothing of its run behind.
 
 use crate::support::{
-    self, Driver, FAIL_FAST_BOUND, Proc, RUN_LIMIT, SERVER, START_LIMIT, WORKER, alone, driver_cli,
-    edit_matrix, ensure_worker, external_matrix, pid_in, processes, read, read_json, run_args,
-    smoke_matrix, start_external_server, wait_for_load, zombie,
+    self, Driver, FAIL_FAST_BOUND, Proc, RUN_LIMIT, SERVER, WORKER, alone, driver_cli, edit_matrix,
+    ensure_worker, exit_after, external_matrix, pid_in, processes, read, read_json, smoke_matrix,
+    start_external_server, start_loaded, zombie,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -43,71 +43,40 @@ fn member_pid(events: &[EventRow], member: &str, kind: EventKind) -> Option<u32>
         .find_map(|e| pid_in(&e.details))
 }
 
-/// Starts a 120 s smoke run on SQLite and waits for the worker's RUNNING event and its first
-/// QPS sample: load is flowing and the driver is in its poll loop.
+/// Starts a 120 s smoke run on SQLite and waits until its load flows ([`start_loaded`]); the
+/// driver's events name the server's and the worker's pids.
 async fn start_long_run(run_id: &str) -> LongRun {
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
     let matrix = smoke_matrix(tmp.path());
-    let runs = tmp.path().join("runs");
-    let run_dir = runs.join(run_id);
-    let mut driver = Driver::spawn(
-        &run_args(&matrix, &runs, run_id, "120s"),
-        tmp.path(),
-        "driver",
+    let (mut driver, run_dir) = start_loaded(tmp.path(), &matrix, run_id, "120s").await;
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
+    let pid = |member, kind| {
+        member_pid(&events, member, kind)
+            .unwrap_or_else(|| panic!("no {kind:?} event with the pid of {member}: {events:#?}"))
+    };
+    let (server_pid, worker_pid) = (
+        pid(SERVER, EventKind::Running),
+        pid(WORKER, EventKind::Starting),
     );
-    let store_file = run_dir.join("store.sqlite");
-    let deadline = Instant::now() + START_LIMIT;
-    let mut store = None;
-    loop {
-        assert!(
-            driver.try_exit().is_none(),
-            "the driver ended before the worker ran\n{}",
-            driver.output()
-        );
-        assert!(
-            Instant::now() < deadline,
-            "the worker did not run within {START_LIMIT:?}\n{}",
-            driver.output()
-        );
-        if store.is_none() && store_file.is_file() {
-            store = Store::connect(&Store::sqlite_url(&store_file)).await.ok();
-        }
-        if let Some(st) = &store
-            && let Ok(events) = st.events(&RunId::from(run_id), 0).await
-        {
-            let server = member_pid(&events, SERVER, EventKind::Running);
-            let worker = member_pid(&events, WORKER, EventKind::Starting);
-            let running = events
-                .iter()
-                .any(|e| e.member_id == WORKER && e.kind == EventKind::Running);
-            let load = st
-                .latest_qps(&RunId::from(run_id))
-                .await
-                .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER));
-            if let (Some(server_pid), Some(worker_pid), true, true) =
-                (server, worker, running, load)
-            {
-                driver.observe();
-                assert!(
-                    driver.servers.contains_key(&server_pid),
-                    "the RUNNING event names pid {server_pid}, but the driver's tritonserver \
-                     children are {:?}",
-                    driver.servers.keys()
-                );
-                return LongRun {
-                    driver,
-                    store: store.unwrap(),
-                    run_id: run_id.into(),
-                    run_dir,
-                    server_pid,
-                    worker_pid,
-                    _tmp: tmp,
-                };
-            }
-        }
-        driver.observe();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    driver.observe();
+    assert!(
+        driver.servers.contains_key(&server_pid),
+        "the RUNNING event names pid {server_pid}, but the driver's tritonserver children are \
+         {:?}",
+        driver.servers.keys()
+    );
+    LongRun {
+        driver,
+        store,
+        run_id: run_id.into(),
+        run_dir,
+        server_pid,
+        worker_pid,
+        _tmp: tmp,
     }
 }
 
@@ -129,10 +98,10 @@ async fn fail_fast_on_kill(victim: Victim) {
         Victim::Server => (SERVER, server_pid, "SERVER"),
         Victim::Worker => (WORKER, worker_pid, "CLIENT"),
     };
-    let killed_at = Instant::now();
-    signal(pid, nix::sys::signal::Signal::SIGKILL);
-    let status = driver.wait(RUN_LIMIT, false).await;
-    let took = killed_at.elapsed();
+    let (status, took) = exit_after(driver, async {
+        signal(pid, nix::sys::signal::Signal::SIGKILL)
+    })
+    .await;
 
     assert_eq!(status.code(), Some(1), "{}", driver.output());
     assert!(
@@ -602,18 +571,8 @@ async fn a_network_black_hole_between_worker_and_server_fails_the_run_naming_the
         },
     );
     let run_id = "e2e-black-hole";
-    let runs = tmp.path().join("runs");
-    let run_dir = runs.join(run_id);
-    let mut driver = Driver::spawn(
-        &run_args(&matrix, &runs, run_id, "120s"),
-        tmp.path(),
-        "driver",
-    );
-    wait_for_load(&mut driver, &run_dir, run_id).await;
-    let holed_at = Instant::now();
-    relay.open_the_hole();
-    let status = driver.wait(RUN_LIMIT, false).await;
-    let took = holed_at.elapsed();
+    let (mut driver, run_dir) = start_loaded(tmp.path(), &matrix, run_id, "120s").await;
+    let (status, took) = exit_after(&mut driver, async { relay.open_the_hole() }).await;
     assert_eq!(status.code(), Some(1), "{}", driver.output());
     // The request deadline (2 s), then fail-fast.
     assert!(

@@ -4,8 +4,8 @@
 
 use crate::support::{
     SERVER, WORKER, alone, assert_models_add_up, beside_another, edit_matrix, ensure_worker,
-    models_matrix, paced_repository, read, read_json, repo_root, run_matrix, run_matrix_for,
-    smoke_matrix,
+    faulty_sequence_matrix, models_matrix, paced_repository, read, read_json, run_matrix,
+    run_matrix_for, smoke_matrix,
 };
 use stress_common::contract::RunId;
 use stress_common::status::EventKind;
@@ -142,19 +142,8 @@ async fn a_failed_sequence_carries_its_steps_on_the_wire() {
     let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let faulty = repo_root().join("models-faulty").display().to_string();
-    let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
-        m.run.slo.clear();
-        for template in m.server_templates.values_mut() {
-            template.model_repositories.push(faulty.clone());
-            // Verbose: the server logs every request, so the failure has lines around it.
-            template.args = vec!["--log-verbose=1".into()];
-        }
-        for template in m.client_templates.values_mut() {
-            template.scenarios = Some([("SequenceValid".to_string(), 1)].into_iter().collect());
-            template.extra_args = vec!["--sequence-models".into(), "sequence_faulty".into()];
-        }
-    });
+    // Verbose: the server logs every request, so the failure has lines around it.
+    let matrix = faulty_sequence_matrix(tmp.path(), "sequence_faulty", &["--log-verbose=1"]);
     let run_id = "e2e-forensics";
     let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, run_id, "30s").await;
     assert_eq!(status.code(), Some(1), "{}", driver.output());

@@ -4,8 +4,8 @@
 
 use crate::support::{
     Driver, RUN_LIMIT, SERVER, WORKER, alone, assert_junit, beside_another, driver_cli,
-    edit_matrix, ensure_worker, models_matrix, read, read_json, repo_root, run_args, run_matrix,
-    run_matrix_for, smoke_matrix, wait_for_load,
+    edit_matrix, ensure_worker, faulty_sequence_matrix, models_matrix, read, read_json, run_args,
+    run_matrix, run_matrix_for, smoke_matrix, start_loaded, with_faulty_models,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -28,14 +28,7 @@ async fn requests_no_worker_sent_are_a_reconciliation_mismatch() {
         }
     });
     let run_id = "e2e-reconcile-intruder";
-    let runs = tmp.path().join("runs");
-    let mut driver = Driver::spawn(
-        &run_args(&matrix, &runs, run_id, "12s"),
-        tmp.path(),
-        "driver",
-    );
-    let run_dir = runs.join(run_id);
-    wait_for_load(&mut driver, &run_dir, run_id).await;
+    let (mut driver, run_dir) = start_loaded(tmp.path(), &matrix, run_id, "12s").await;
     let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
         .await
         .unwrap();
@@ -174,7 +167,6 @@ async fn a_leaking_model_is_a_memory_growth_finding_and_a_warming_one_is_not() {
     let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let faulty = repo_root().join("models-faulty").display().to_string();
     let server_memory = |run_dir: &Path| {
         let report = read_json(&run_dir.join("report.json"));
         let server = report["timeline"]["servers"][0].clone();
@@ -193,11 +185,7 @@ async fn a_leaking_model_is_a_memory_growth_finding_and_a_warming_one_is_not() {
         "the model did take its 200 MiB: {server:#}"
     );
 
-    let matrix = edit_matrix(models_matrix(tmp.path(), "[{name: identity_leaky}]"), |m| {
-        for template in m.server_templates.values_mut() {
-            template.model_repositories.push(faulty.clone());
-        }
-    });
+    let matrix = with_faulty_models(models_matrix(tmp.path(), "[{name: identity_leaky}]"));
     let run_id = "e2e-leak";
     let (driver, status, run_dir) = run_matrix(tmp.path(), &matrix, run_id).await;
     assert_eq!(
@@ -226,12 +214,7 @@ async fn a_dead_backend_stub_is_the_server_s_failure_naming_its_instance() {
     let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let faulty = repo_root().join("models-faulty").display().to_string();
-    let matrix = edit_matrix(models_matrix(tmp.path(), "[{name: identity_crash}]"), |m| {
-        for template in m.server_templates.values_mut() {
-            template.model_repositories.push(faulty.clone());
-        }
-    });
+    let matrix = with_faulty_models(models_matrix(tmp.path(), "[{name: identity_crash}]"));
     let (driver, status, run_dir) =
         run_matrix_for(tmp.path(), &matrix, "e2e-dead-stub", "15s").await;
     assert_eq!(status.code(), Some(1), "{}", driver.output());
@@ -264,7 +247,6 @@ async fn a_server_that_holds_calls_unanswered_is_blamed_and_a_slow_one_is_not() 
     let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let faulty = repo_root().join("models-faulty").display().to_string();
 
     let healthy = models_matrix(
         tmp.path(),
@@ -273,11 +255,7 @@ async fn a_server_that_holds_calls_unanswered_is_blamed_and_a_slow_one_is_not() 
     let (driver, status, _) = run_matrix(tmp.path(), &healthy, "e2e-slow-answers").await;
     assert_eq!(status.code(), Some(0), "{}", driver.output());
 
-    let matrix = edit_matrix(models_matrix(tmp.path(), "[{name: identity_hangs}]"), |m| {
-        for template in m.server_templates.values_mut() {
-            template.model_repositories.push(faulty.clone());
-        }
-    });
+    let matrix = with_faulty_models(models_matrix(tmp.path(), "[{name: identity_hangs}]"));
     let (driver, status, run_dir) =
         run_matrix_for(tmp.path(), &matrix, "e2e-hung-inference", "60s").await;
     assert_eq!(status.code(), Some(1), "{}", driver.output());
@@ -331,18 +309,7 @@ async fn a_server_bug_fails_the_run_with_its_evidence_unless_it_is_a_known_issue
     let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let faulty = repo_root().join("models-faulty").display().to_string();
-    let matrix = edit_matrix(smoke_matrix(tmp.path()), |m| {
-        m.run.slo.clear();
-        for template in m.server_templates.values_mut() {
-            template.model_repositories.push(faulty.clone());
-        }
-        for template in m.client_templates.values_mut() {
-            template.scenarios = Some(serde_saphyr::from_str("{SequenceValid: 1}").unwrap());
-            template.load = None;
-            template.extra_args = vec!["--sequence-models".into(), "sequence_forgets_start".into()];
-        }
-    });
+    let matrix = faulty_sequence_matrix(tmp.path(), "sequence_forgets_start", &["--log-verbose=0"]);
 
     let (driver, status, run_dir) =
         run_matrix_for(tmp.path(), &matrix, "e2e-server-bug", "10s").await;

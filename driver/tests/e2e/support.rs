@@ -487,6 +487,32 @@ pub(crate) fn models_matrix(dir: &Path, models: &str) -> PathBuf {
     })
 }
 
+/// The matrix at `path` with models-faulty/ (the faulty twins) in its servers' repositories.
+pub(crate) fn with_faulty_models(path: PathBuf) -> PathBuf {
+    let faulty = repo_root().join("models-faulty").display().to_string();
+    edit_matrix(path, |m| {
+        for template in m.server_templates.values_mut() {
+            template.model_repositories.push(faulty.clone());
+        }
+    })
+}
+
+/// The smoke matrix running only SequenceValid, against the faulty twin `model`
+/// (models-faulty/), with no SLO rules; `server_args` replace the servers' arguments.
+pub(crate) fn faulty_sequence_matrix(dir: &Path, model: &str, server_args: &[&str]) -> PathBuf {
+    with_faulty_models(edit_matrix(smoke_matrix(dir), |m| {
+        m.run.slo.clear();
+        for template in m.server_templates.values_mut() {
+            template.args = server_args.iter().map(|a| a.to_string()).collect();
+        }
+        for template in m.client_templates.values_mut() {
+            template.scenarios = Some([("SequenceValid".to_string(), 1)].into_iter().collect());
+            template.load = None;
+            template.extra_args = vec!["--sequence-models".into(), model.into()];
+        }
+    }))
+}
+
 /// Rewrites the matrix at `path` through `edit`; returns the path.
 pub(crate) fn edit_matrix(
     path: PathBuf,
@@ -599,10 +625,39 @@ pub(crate) fn external_matrix(dir: &Path, endpoint: driver::matrix::Endpoint) ->
     })
 }
 
-/// Waits until the worker runs and reported QPS above 0: load flows, the driver polls.
-pub(crate) async fn wait_for_load(driver: &mut Driver, run_dir: &Path, run_id: &str) {
-    let store_file = run_dir.join("store.sqlite");
+/// Starts a run of `matrix` lasting `duration` in `tmp` and waits until its load flows
+/// ([`wait_for_load`]): the driver and the run's directory.
+pub(crate) async fn start_loaded(
+    tmp: &Path,
+    matrix: &Path,
+    run_id: &str,
+    duration: &str,
+) -> (Driver, PathBuf) {
+    let runs = tmp.join("runs");
+    let mut driver = Driver::spawn(&run_args(matrix, &runs, run_id, duration), tmp, "driver");
+    let run_dir = runs.join(run_id);
+    let store_url = Store::sqlite_url(&run_dir.join("store.sqlite"));
+    wait_for_load(&mut driver, &store_url, run_id).await;
+    (driver, run_dir)
+}
+
+/// Does `fault` to a running run and waits for the driver's exit: its status and how long after
+/// the fault it came.
+pub(crate) async fn exit_after(
+    driver: &mut Driver,
+    fault: impl std::future::Future<Output = ()>,
+) -> (ExitStatus, Duration) {
+    let at = Instant::now();
+    fault.await;
+    let status = driver.wait(RUN_LIMIT, false).await;
+    (status, at.elapsed())
+}
+
+/// Waits until the worker reported QPS above 0 to the store at `store_url`: load flows, the
+/// driver polls. The store is only read (the driver creates and migrates it).
+pub(crate) async fn wait_for_load(driver: &mut Driver, store_url: &str, run_id: &str) {
     let deadline = Instant::now() + START_LIMIT;
+    let options = stress_common::store::StoreOptions::default();
     loop {
         assert!(
             driver.try_exit().is_none(),
@@ -610,8 +665,8 @@ pub(crate) async fn wait_for_load(driver: &mut Driver, run_dir: &Path, run_id: &
             driver.output()
         );
         assert!(Instant::now() < deadline, "{}", driver.output());
-        if store_file.is_file()
-            && let Ok(store) = Store::connect(&Store::sqlite_url(&store_file)).await
+        driver.observe();
+        if let Ok(store) = Store::open_read_only(store_url, &options).await
             && store
                 .latest_qps(&RunId::from(run_id))
                 .await

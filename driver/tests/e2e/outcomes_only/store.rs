@@ -2,8 +2,8 @@
 //! and stops no load; one down at the end still gets an incomplete report.
 
 use crate::support::{
-    Driver, RUN_LIMIT, START_LIMIT, WORKER, assert_reconciled, beside_another, edit_matrix,
-    ensure_worker, processes, read, read_json, run_args, smoke_matrix, zombie,
+    Driver, RUN_LIMIT, WORKER, assert_reconciled, beside_another, edit_matrix, ensure_worker,
+    processes, read, read_json, run_args, smoke_matrix, wait_for_load, zombie,
 };
 use std::time::{Duration, Instant};
 use stress_common::contract::RunId;
@@ -59,28 +59,8 @@ async fn start_with_load(
     let mut args = run_args(&matrix, &runs, run_id, duration);
     args.extend(["--database-url", url]);
     let mut driver = Driver::spawn(&args, tmp.path(), "driver");
-    until_load_flows(&mut driver, url, run_id).await;
+    wait_for_load(&mut driver, url, run_id).await;
     (tmp, runs, driver)
-}
-
-/// Waits until the run's worker reports QPS above 0 in the store at `url` (the driver must not
-/// have exited, within [`START_LIMIT`]).
-async fn until_load_flows(driver: &mut Driver, url: &str, run_id: &str) {
-    let deadline = Instant::now() + START_LIMIT;
-    loop {
-        assert!(driver.try_exit().is_none(), "{}", driver.output());
-        assert!(Instant::now() < deadline, "{}", driver.output());
-        driver.observe();
-        if let Ok(store) = Store::connect(url).await
-            && store
-                .latest_qps(&RunId::from(run_id))
-                .await
-                .is_ok_and(|q| q.iter().any(|s| s.member_id == WORKER && s.qps > 0.0))
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// The run's processes still alive (workers and servers carry the run id in their arguments).
