@@ -82,10 +82,6 @@ impl LatencyHistogram {
         self.inner.max()
     }
 
-    pub fn mean_us(&self) -> f64 {
-        self.inner.mean()
-    }
-
     /// Compressed HDR V2 encoding in base64: small enough to upsert every poll interval.
     pub fn encode(&self) -> String {
         let mut bytes = Vec::new();

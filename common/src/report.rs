@@ -154,18 +154,6 @@ impl L0Table {
         Ok(())
     }
 
-    /// Makes sure every listed scenario has a row, so a scenario that never ran shows up as 0 tests.
-    pub fn ensure_rows<'a>(&mut self, scenarios: impl IntoIterator<Item = &'a str>) {
-        for s in scenarios {
-            self.rows
-                .entry(s.to_string())
-                .or_insert_with(|| ScenarioRow {
-                    scenario: s.to_string(),
-                    ..Default::default()
-                });
-        }
-    }
-
     pub fn rows(&self) -> impl Iterator<Item = &ScenarioRow> {
         self.rows.values()
     }

@@ -1,4 +1,4 @@
-//! Retrying a write that must not be lost (a worker's final SUCCESS/FAILURE): a few attempts with
+//! Retrying a write that must not be lost (the run's last records, a webhook's summary): a few attempts with
 //! a doubling pause, all within a time budget, every failed attempt logged.
 
 use std::future::Future;
@@ -15,16 +15,6 @@ pub struct RetryPolicy {
     /// Everything (attempts and pauses) ends within this: an attempt still running at the end
     /// is abandoned, and no pause runs past it.
     pub budget: Duration,
-}
-
-impl RetryPolicy {
-    /// Five attempts 0.2, 0.4, 0.8 and 1.6 s apart, within 5 s: a store that is briefly busy or
-    /// reconnecting gets the write, and a process that is ending is held 5 s at most.
-    pub const FINAL_WRITE: RetryPolicy = RetryPolicy {
-        attempts: 5,
-        first_pause: Duration::from_millis(200),
-        budget: Duration::from_secs(5),
-    };
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -68,14 +68,6 @@ impl StoreError {
             StoreError::Other { .. } => "other",
         }
     }
-
-    /// The underlying sqlx error, where there is one.
-    pub fn sqlx_error(&self) -> Option<&sqlx::Error> {
-        match self {
-            StoreError::Database { error, .. } => Some(error),
-            _ => None,
-        }
-    }
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
