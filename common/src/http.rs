@@ -5,6 +5,17 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+/// A URL component (a path segment, a query value) with everything but RFC 3986's unreserved
+/// characters percent-encoded.
+pub fn percent_encode(s: &str) -> String {
+    const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
+}
+
 /// A response: its status and its body as text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
@@ -106,6 +117,13 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+
+    #[test]
+    fn a_url_component_keeps_only_unreserved_characters() {
+        assert_eq!(percent_encode(r#"a{b="c d"}"#), "a%7Bb%3D%22c%20d%22%7D");
+        assert_eq!(percent_encode("run-1_a.b~c"), "run-1_a.b~c");
+        assert_eq!(percent_encode("é/?"), "%C3%A9%2F%3F");
+    }
 
     /// A server on 127.0.0.1 that answers every connection with `response` (None: reads the
     /// request and never answers, as a hung server does).

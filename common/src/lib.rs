@@ -42,6 +42,12 @@ pub mod trace;
 pub mod triton_metrics;
 pub mod tritonserver;
 
+/// A duration in the store's unit (milliseconds), saturating: a matrix's durations are bounded
+/// far below it (`limits::MAX_DURATION`), so only a bug reaches `i64::MAX`.
+pub fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// Milliseconds since the Unix epoch: the one time unit of the store and the reports.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

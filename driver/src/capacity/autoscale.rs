@@ -570,16 +570,6 @@ pub fn parse_prom_answer(body: &str) -> Result<PromAnswer, PromAnswerError> {
     })
 }
 
-/// A query string's value: everything but RFC 3986's unreserved characters escaped.
-fn percent_encode(s: &str) -> String {
-    const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'.')
-        .remove(b'_')
-        .remove(b'~');
-    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
-}
-
 /// Why Prometheus gave no number for a query.
 #[derive(Debug, thiserror::Error)]
 pub enum PromQueryError {
@@ -606,7 +596,7 @@ pub async fn prom_query(
     let url = format!(
         "{}/api/v1/query?query={}&time={:.3}",
         url.trim_end_matches('/'),
-        percent_encode(query),
+        stress_common::http::percent_encode(query),
         time_ms as f64 / 1000.0
     );
     let r = stress_common::http::get(&url, timeout).await?;
@@ -1156,7 +1146,6 @@ pub(crate) mod tests {
             Signal::CpuUtilization.promql(s, "1m"),
             r#"avg(avg_over_time(nv_cpu_utilization{job="t"}[1m]))"#
         );
-        assert_eq!(percent_encode(r#"a{b="c d"}"#), "a%7Bb%3D%22c%20d%22%7D");
     }
 
     #[test]

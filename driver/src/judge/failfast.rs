@@ -469,7 +469,7 @@ impl FailFast {
         // 5. The store: while it cannot be read the rules that need it pause.
         if let Some(error) = store_error {
             let since = *self.store_down_since_ms.get_or_insert(now);
-            if now - since > millis(self.rules.store_outage_limit) {
+            if now - since > stress_common::millis(self.rules.store_outage_limit) {
                 return Some(Cause::StoreUnavailable {
                     since_ms: since,
                     now_ms: now,
@@ -541,11 +541,12 @@ impl FailFast {
                     };
                     w.heartbeat = Some((at, seen));
                     let last = seen.max(counted_from).max(w.absent_until_ms);
-                    (now - last > millis(self.rules.heartbeat_limit)).then_some(Some(seen))
+                    (now - last > stress_common::millis(self.rules.heartbeat_limit))
+                        .then_some(Some(seen))
                 }
                 None => {
                     let from = w.grace_from_ms.max(counted_from).max(w.absent_until_ms);
-                    (now - from > millis(self.rules.startup_grace)).then_some(None)
+                    (now - from > stress_common::millis(self.rules.startup_grace)).then_some(None)
                 }
             };
             if let Some(last_ms) = fired {
@@ -625,7 +626,7 @@ fn unanswered(rules: &Rules, sample: &QpsSample, excused_until_ms: i64) -> Optio
             let from = u.quiet_since_ms.max(excused_until_ms);
             (u, sample.at_ms.saturating_sub(from))
         })
-        .filter(|&(_, quiet_ms)| quiet_ms >= millis(rules.unanswered_limit))
+        .filter(|&(_, quiet_ms)| quiet_ms >= stress_common::millis(rules.unanswered_limit))
         .max_by_key(|&(u, quiet_ms)| (quiet_ms, u.calls))
         .map(|(u, quiet_ms)| Cause::Unanswered {
             member: sample.member_id.clone(),
@@ -633,10 +634,6 @@ fn unanswered(rules: &Rules, sample: &QpsSample, excused_until_ms: i64) -> Optio
             calls: u.calls,
             quiet: Duration::from_millis(u64::try_from(quiet_ms).unwrap_or(0)),
         })
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The verdict at the end of a run, after the clients were stopped: the first FAILURE event

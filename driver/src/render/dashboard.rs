@@ -7,12 +7,13 @@
 //! escaped where it is inserted; only the page's own style goes in raw.
 
 use super::chart::{RunBand, RunChart, RunMark, RunPoint, RunSeries, RunTick, run_chart};
-use super::html::{STYLE, head_metas, percent};
+use super::html::{STYLE, head_metas};
 use crate::report::diff::{Line, RunDiff};
 use crate::report::failures::FailurePage;
 use crate::report::summary::{RunFilter, RunSummary, SignatureSeen};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use std::collections::BTreeMap;
+use stress_common::http::percent_encode;
 
 /// The dashboard's pages fetch nothing and run no script: their one inline style element,
 /// by its hash, and nothing else.
@@ -62,10 +63,10 @@ fn clock(ms: i64) -> String {
 fn list_link(filter: &RunFilter) -> String {
     let mut query = Vec::new();
     if let Some(n) = &filter.name {
-        query.push(format!("name={}", percent(n)));
+        query.push(format!("name={}", percent_encode(n)));
     }
     if let Some(v) = &filter.verdict {
-        query.push(format!("verdict={}", percent(v)));
+        query.push(format!("verdict={}", percent_encode(v)));
     }
     if query.is_empty() {
         "/".into()
@@ -76,11 +77,11 @@ fn list_link(filter: &RunFilter) -> String {
 
 /// A matrix's history page.
 fn matrix_link(name: &str) -> String {
-    format!("/matrix/{}", percent(name))
+    format!("/matrix/{}", percent_encode(name))
 }
 
 fn run_link(run_id: &str) -> String {
-    format!("/runs/{}", percent(run_id))
+    format!("/runs/{}", percent_encode(run_id))
 }
 
 /// A whole page: its head (styles inline, the CSP, a reload when `reload_s` is set), its title
@@ -272,7 +273,7 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
             " · "
             a href=(failed_runs) { "failed runs of " (name) }
             " · "
-            a href={ "/api/matrix/" (percent(name)) "/history" } { "JSON" }
+            a href={ "/api/matrix/" (percent_encode(name)) "/history" } { "JSON" }
         }
         h2 { "Verdicts" }
         p { (passed) " of " (runs.len()) " runs passed (oldest left)." }
@@ -318,7 +319,7 @@ fn change_point_list(name: &str, runs: &[RunSummary]) -> Markup {
                 p.muted {
                     "E-Divisive means with a t-test at p < 0.001 (Apache Otava's method) over the \
                      last " (points.runs.len()) " runs that measured their load in full; "
-                    a href={ "/api/matrix/" (percent(name)) "/history.csv" } { "CSV for Otava" }
+                    a href={ "/api/matrix/" (percent_encode(name)) "/history.csv" } { "CSV for Otava" }
                     "."
                 }
                 @if points.shifts.is_empty() {
@@ -742,7 +743,7 @@ pub fn diff_page(d: &RunDiff) -> String {
             " · "
             a href=(run_link(&d.previous.run_id)) { "the previous run" }
             " · "
-            a href={ "/api/runs/" (percent(&d.run.run_id)) "/diff" } { "JSON" }
+            a href={ "/api/runs/" (percent_encode(&d.run.run_id)) "/diff" } { "JSON" }
         }
         h2 { "Verdict" }
         p #verdict-change {
@@ -834,7 +835,7 @@ pub fn diff_page(d: &RunDiff) -> String {
 /// A run's failure records, one page.
 pub fn failures_page(page_of: &FailurePage) -> String {
     let p = page_of;
-    let run = percent(&p.run_id);
+    let run = percent_encode(&p.run_id);
     let body = html! {
         nav {
             a href={ "/runs/" (run) } { "the run" }

@@ -18,7 +18,6 @@
 
 use crate::judge::change::Call;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
@@ -28,23 +27,11 @@ use super::chart::{
 };
 use crate::report::spans::{Part, TraceJoin};
 use crate::report::{FailedMember, Report, format_time};
+use stress_common::http::percent_encode;
 
 /// The page as one string.
 pub fn render(report: &Report) -> String {
     render_page(report, None, false)
-}
-
-/// Percent-encodes everything but unreserved characters (RFC 3986).
-pub fn percent(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
 }
 
 /// A run's page as `driver serve` shows it (`reload_s`: a run still going, whose page the
@@ -57,11 +44,11 @@ pub fn render_served(report: &Report, reload_s: Option<u32>) -> String {
 
 /// The served run's links to its other documents.
 fn run_links(report: &Report) -> Markup {
-    let run = percent(&report.run_id);
+    let run = percent_encode(&report.run_id);
     html! {
         nav #run-links {
             a href="/" { "all runs" } " · "
-            a href=(format!("/matrix/{}", percent(&report.name))) { (report.name) " history" } " · "
+            a href=(format!("/matrix/{}", percent_encode(&report.name))) { (report.name) " history" } " · "
             a href=(format!("/runs/{run}/diff")) { "diff with the previous run" } " · "
             a href=(format!("/runs/{run}/failures")) { "every failure record" } " · "
             a href=(format!("/runs/{run}/report.json")) { "report.json" } " · "

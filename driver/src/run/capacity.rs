@@ -1,7 +1,6 @@
 //! Capacity mode's I/O in the run: windows in, targets out, phase records saved.
 
 use super::STORE_CALL_LIMIT;
-use super::millis;
 use crate::capacity::autoscale;
 use crate::capacity::spike;
 use crate::capacity::{controller, phase};
@@ -10,6 +9,7 @@ use crate::plan::RunPlan;
 use crate::plan::capacity as plan_capacity;
 use std::time::Duration;
 use stress_common::contract::RunId;
+use stress_common::millis;
 use stress_common::status::LoadTarget;
 use stress_common::store::{Store, within as bounded};
 

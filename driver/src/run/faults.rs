@@ -58,7 +58,7 @@ impl FaultRunner {
         started: tokio::time::Instant,
         started_ms: i64,
     ) -> Option<Self> {
-        let grace_ms = 2 * millis(plan.poll) + 1000;
+        let grace_ms = 2 * stress_common::millis(plan.poll) + 1000;
         if plan.faults.is_empty() {
             return None;
         }
@@ -87,13 +87,13 @@ impl FaultRunner {
                 clients: plan.clients_of(&i.member),
                 also_hit: Vec::new(),
                 kept: Vec::new(),
-                planned_at_ms: started_ms + millis(i.at),
+                planned_at_ms: started_ms + stress_common::millis(i.at),
                 injected_at_ms: None,
                 ended_at_ms: None,
                 dropped_packets: None,
                 ready_at_ms: None,
-                duration_ms: millis(i.duration),
-                recover_within_ms: millis(i.recover_within),
+                duration_ms: stress_common::millis(i.duration),
+                recover_within_ms: stress_common::millis(i.recover_within),
                 error: None,
                 blocked: None,
             })
@@ -447,10 +447,6 @@ fn hit_line(injected: &crate::launcher::Injected) -> String {
         line += &format!("; kept: {}", injected.kept.join("; "));
     }
     line
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Before anything starts: every fault fits the load phase (a `--duration` may shorten it)

@@ -2,10 +2,10 @@
 //! ABANDONED).
 
 use super::STORE_CALL_LIMIT;
-use super::millis;
 use crate::judge::rootcause::{LEASE_RENEWAL_MS, LEASE_TTL_MIN_MS};
 use std::time::Duration;
 use stress_common::contract::RunId;
+use stress_common::millis;
 use stress_common::store::{Store, within as bounded};
 
 /// The driver's lease on its run, renewed every [`Lease::RENEWAL`] until dropped. A driver that

@@ -202,10 +202,6 @@ pub const REGRESSION_MEMBER: &str = crate::judge::regression::MEMBER;
 /// The member a breached SLO rule's failure is recorded against.
 pub const SLO_MEMBER: &str = "slo";
 
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 pub fn new_run_id(name: &str) -> String {
     let now = crate::report::format_time(stress_common::now_ms());
     // 2026-11-21 06:15:12.345Z -> 20261121-061512

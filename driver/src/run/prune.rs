@@ -45,7 +45,7 @@ pub async fn prune(
     dry_run: bool,
 ) -> Result<Vec<Pruned>, StoreError> {
     let now = stress_common::now_ms();
-    let cutoff = now - i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+    let cutoff = now - stress_common::millis(older_than);
     let stores: Vec<(String, Option<PathBuf>)> = match database_url {
         Some(url) => vec![(url.to_string(), None)],
         None => std::fs::read_dir(runs_dir)
