@@ -305,15 +305,15 @@ const BAD: &[(&str, &str)] = &[
     (
         "bad-report.yaml",
         "5:11: run.repeat: must be from 1 to 100 runs, found 0\n\
-         25:12: report.webhook: a webhook is an http:// or https:// URL\n\
-         26:20: report.webhook_timeout: must be from 1s to 10m, found 0s\n\
+         25:12: report.webhook: a webhook is an http:// or https:// URL, found \"ftp://hooks.example.com/x\"\n\
+         26:20: report.webhook_timeout: 0s is out of bounds: from 1s to 10m\n\
          27:36: regression.change_point_window: must be from 4 to 500 runs (a change needs runs on both sides), found 3",
     ),
     (
         "bad-trace.yaml",
         "9:54: server_templates.otel-no-url.trace.log_frequency: `log_frequency` is for mode triton (trace files)\n\
          9:87: server_templates.otel-no-url.trace.export_delay: 5m is out of bounds: from 10ms to 1m\n\
-         13:59: server_templates.otel-bad-url.trace.url: an OTLP/HTTP endpoint starts with http:// or https://, found \"collector:4318\"\n\
+         13:59: server_templates.otel-bad-url.trace.url: an OTLP/HTTP endpoint is an http:// or https:// URL, found \"collector:4318\"\n\
          17:33: server_templates.file-with-url.trace.url: `url` is for mode opentelemetry (triton mode writes files in the run directory)\n\
          17:65: server_templates.file-with-url.trace.resource: `resource` is for mode opentelemetry\n\
          17:85: server_templates.file-with-url.trace.queue_size: `queue_size` is for mode opentelemetry",

@@ -1,5 +1,6 @@
-//! The limits on a matrix's counts, sizes and durations, in one place: checked by
-//! [`super::validate`] before anything is expanded, allocated or launched (a count of 4294967295
+//! The limits on a matrix's counts, sizes and durations, in one place: checked where the
+//! values are read ([`super::checked`]), or by [`super::validate`] for sizes of lists, all
+//! before anything is expanded, allocated or launched (a count of 4294967295
 //! instances must not be expanded into members first), and written into the JSON schema's
 //! descriptions. The bounds shared with the worker's flags are
 //! [`stress_common::limits`].

@@ -11,11 +11,13 @@ pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(d)?;
-    humantime::parse_duration(&text).map_err(|e| {
-        D::Error::custom(format!(
-            "invalid duration {text:?}: {e} (write e.g. \"90s\", \"5m\", \"8h\" or \"1h 30m\")"
-        ))
+    parse(&String::deserialize(d)?).map_err(D::Error::custom)
+}
+
+/// The duration `text` says, or why it says none.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| {
+        format!("invalid duration {text:?}: {e} (write e.g. \"90s\", \"5m\", \"8h\" or \"1h 30m\")")
     })
 }
 

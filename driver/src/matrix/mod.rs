@@ -16,10 +16,12 @@
 //! [`load`] / [`parse`] read a matrix strictly: YAML syntax, duplicate keys, unknown fields,
 //! wrong types, missing fields, an unsupported `version` and every semantic rule (names,
 //! references, counts, durations, weights, ...) give [`Diagnostic`]s of the form
-//! `FILE:LINE:COLUMN: FIELD.PATH: message`. Problems that stop deserialisation (syntax, types,
-//! unknown or missing fields, `binary` and `image` both or neither set) are reported alone,
-//! since nothing after them can be trusted; duplicate keys are all reported; once the file
-//! deserialises, every semantic problem is reported, in file order.
+//! `FILE:LINE:COLUMN: FIELD.PATH: message`. Durations and counts out of their bounds are
+//! refused where they are read ([`checked`]), every one of them; a problem that stops
+//! deserialisation (syntax, types, unknown or missing fields, `binary` and `image` both or
+//! neither set) is reported after them and alone, since nothing after it can be trusted;
+//! duplicate keys are all reported; once the file deserialises, every rule across fields
+//! ([`validate`]) is checked too, and all problems are reported in file order.
 //!
 //! [`Matrix::servers`] and [`Matrix::clients`] expand the groups into the members the launchers
 //! start; [`json_schema`] is the JSON schema of the format (committed as
@@ -27,6 +29,7 @@
 
 pub mod bounds;
 pub mod cells;
+mod checked;
 pub mod compare;
 mod duration;
 mod error;
@@ -46,6 +49,7 @@ use std::path::Path;
 
 use serde_saphyr::{DefaultMessageFormatter, MessageFormatter};
 
+pub use checked::{CHANGE_POINT_WINDOW, MAX_LABEL_LEN, REPEATS, is_dns_label};
 pub use error::{Diagnostic, MatrixError, Position};
 pub use expand::{ClientMember, ExternalServer, ServerMember, member_name};
 pub use fingerprint::{FINGERPRINT_VERSION, fingerprint};
@@ -62,9 +66,7 @@ pub use types::{
     LAUNCHER_VOLUMES, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME, SHM_VOLUME, TMP_VOLUME,
     TRACES_VOLUME,
 };
-pub use validate::{
-    CHANGE_POINT_WINDOW, CORR_IDS_PER_STREAM, MAX_LABEL_LEN, REPEATS, is_dns_label,
-};
+pub use validate::CORR_IDS_PER_STREAM;
 
 use source::{Anchor, FieldPath, PathSeg, SourceMap};
 
@@ -221,8 +223,9 @@ pub fn parse_known_issues(text: &str, file_name: &str) -> Result<Vec<known::Know
 }
 
 /// Reads a YAML document strictly into `T`: (1) positions and duplicate keys (and, for a
-/// matrix, its version), (2) the typed deserialisation, whose first error is reported alone,
-/// (3) `check`'s semantic issues, all of them, located in the text.
+/// matrix, its version), (2) the typed deserialisation, which reports every value refused by
+/// its bounds ([`checked`]) and then the first other error alone, (3) `check`'s rules, all of
+/// them, located in the text.
 fn parse_yaml<T: serde::de::DeserializeOwned>(
     text: &str,
     file_name: &str,
@@ -236,7 +239,12 @@ fn parse_yaml<T: serde::de::DeserializeOwned>(
     }
 
     // Pass 2: the typed, strict deserialisation.
-    let mut document = deserialize_strict(text, file_name, &scanned)?;
+    let (typed, refused) = deserialize_strict::<T>(text, file_name, &scanned);
+    let mut document = typed.map_err(|stop| {
+        let mut all = refused.clone();
+        all.push(stop);
+        MatrixError::Invalid(all)
+    })?;
     let map = match scanned {
         Ok((map, _)) => map,
         Err(e) => {
@@ -250,8 +258,13 @@ fn parse_yaml<T: serde::de::DeserializeOwned>(
         }
     };
 
-    // Pass 3: the semantic rules, all of them.
-    let mut diagnostics = locate_issues(check(&mut document), &map, file_name);
+    // Pass 3: the rules across fields, all of them; none about a refused value, which was
+    // read as the nearest one allowed.
+    let issues = check(&mut document)
+        .into_iter()
+        .filter(|issue| !refused.iter().any(|r| r.path == issue.path.to_string()));
+    let mut diagnostics = locate_issues(issues.collect(), &map, file_name);
+    diagnostics.extend(refused);
     if diagnostics.is_empty() {
         Ok(document)
     } else {
@@ -322,45 +335,55 @@ fn check_scan(
     Ok(())
 }
 
-/// [`parse_yaml`]'s pass 2: the typed, strict deserialisation of `text`, whose first error is
-/// reported alone, located with the scan of pass 1 where it succeeded.
+/// [`parse_yaml`]'s pass 2: the typed, strict deserialisation of `text`, located with the scan
+/// of pass 1 where it succeeded: the document or the error that stopped it, and the values
+/// refused by their bounds before (a document read past them is for the rules across fields
+/// only).
 fn deserialize_strict<T: serde::de::DeserializeOwned>(
     text: &str,
     file_name: &str,
     scanned: &Result<(SourceMap, Vec<source::Duplicate>), serde_saphyr::Error>,
-) -> Result<T, MatrixError> {
-    let mut error_path = None;
-    let typed: Result<T, _> = serde_saphyr::with_deserializer_from_str(text, |de| {
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            error_path = Some(field_path(e.path()));
-            e.into_inner()
-        })
+) -> (Result<T, Diagnostic>, Vec<Diagnostic>) {
+    let read = || {
+        let mut error_path = None;
+        let typed: Result<T, _> = serde_saphyr::with_deserializer_from_str(text, |de| {
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                error_path = Some(field_path(e.path()));
+                e.into_inner()
+            })
+        });
+        // Boxed: the error is large, and the reading loop passes it on.
+        typed.map_err(|e| Box::new((error_path.unwrap_or_default(), e)))
+    };
+    let located = |path: &FieldPath, anchor| {
+        let (map, _) = scanned.as_ref().ok()?;
+        map.locate(path, anchor)
+    };
+    let (typed, refused) = checked::read_all(read);
+    // A refused value is located where it is used (an alias's value, at the alias).
+    let refused = refused.into_iter().map(|refusal| {
+        let (path, e) = *refusal;
+        let position = located(&path, Anchor::Value)
+            .or_else(|| e.location().as_ref().and_then(source::position));
+        diagnostic(file_name, position, &path, deserialize_message(&e, text))
     });
-    typed.map_err(|e| {
-        let path = error_path.unwrap_or_default();
-        let located = |anchor| {
-            let (map, _) = scanned.as_ref().ok()?;
-            map.locate(&path, anchor)
-        };
+    let typed = typed.map_err(|stop| {
+        let (path, e) = *stop;
         let missing_field = matches!(
             e.without_snippet(),
             serde_saphyr::Error::SerdeMissingField { .. }
         );
         // A missing field is reported at the key of the mapping that lacks it.
         let position = if missing_field && !path.0.is_empty() {
-            located(Anchor::Key)
+            located(&path, Anchor::Key)
         } else {
             None
         }
         .or_else(|| e.location().as_ref().and_then(source::position))
-        .or_else(|| located(Anchor::Value));
-        MatrixError::Invalid(vec![diagnostic(
-            file_name,
-            position,
-            &path,
-            deserialize_message(&e, text),
-        )])
-    })
+        .or_else(|| located(&path, Anchor::Value));
+        diagnostic(file_name, position, &path, deserialize_message(&e, text))
+    });
+    (typed, refused.collect())
 }
 
 /// [`parse_yaml`]'s pass 3: `check`'s issues as diagnostics located in the text, each naming

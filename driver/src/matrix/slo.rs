@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::duration::{self, HumanDuration};
+use super::duration::HumanDuration;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
@@ -34,7 +34,11 @@ pub struct SloRule {
     pub abort_on_fail: bool,
 
     /// Grace after the workers start before the rule is judged live (default 0).
-    #[serde(with = "duration", default, skip_serializing_if = "Duration::is_zero")]
+    #[serde(
+        with = "super::checked::run_length",
+        default,
+        skip_serializing_if = "Duration::is_zero"
+    )]
     #[schemars(with = "HumanDuration")]
     pub delay: Duration,
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use stress_common::scenario::Scenario;
 use stress_common::trace::TraceShare;
 
+use super::checked;
 use super::duration::{self, HumanDuration};
 pub use super::known::{IssueMatch, KnownIssue};
 pub use super::slo::{SloBound, SloMetric, SloRule};
@@ -127,32 +128,34 @@ pub struct Matrix {
 pub struct RunSettings {
     /// Name of the run: a DNS-1123 label, used in pod and process names
     /// (`<run>-<member>`).
+    #[serde(deserialize_with = "checked::run_name")]
     #[schemars(with = "Name")]
     pub name: String,
 
     /// How long the clients run, from the moment they are started. At most 30 days.
-    #[serde(with = "duration")]
+    #[serde(with = "checked::run_length")]
     #[schemars(with = "HumanDuration")]
     pub duration: Duration,
 
     /// How often the driver polls the status store: from 100ms to 1h, and at most `duration`.
-    #[serde(with = "duration", default = "defaults::poll_interval")]
+    #[serde(with = "checked::poll_interval", default = "defaults::poll_interval")]
     #[schemars(with = "HumanDuration")]
     pub poll_interval: Duration,
 
     /// Pause after every server is ready and before the clients start. May be `0s`; at most
     /// a day.
-    #[serde(with = "duration", default)]
+    #[serde(with = "checked::wait", default)]
     #[schemars(with = "HumanDuration")]
     pub warmup: Duration,
 
     /// How long a server may take to become ready before the run fails (at most a day).
-    #[serde(with = "duration", default = "defaults::server_ready_timeout")]
+    #[serde(with = "checked::wait", default = "defaults::server_ready_timeout")]
     #[schemars(with = "HumanDuration")]
     pub server_ready_timeout: Duration,
 
     /// Kubernetes namespace (a DNS-1123 label) for the kube launcher; the local launcher
     /// ignores it. Omitted: the launcher's default namespace.
+    #[serde(default, deserialize_with = "checked::namespace")]
     #[schemars(with = "Option<Name>")]
     pub namespace: Option<String>,
 
@@ -175,7 +178,11 @@ pub struct RunSettings {
     /// and report each metric's mean and 95% interval across them (Student's t): the spread
     /// between runs is where most of it arises (default 1, at most 100; `driver run --repeat`
     /// overrides it). Not with a sweep.
-    #[serde(default = "defaults::repeat", skip_serializing_if = "defaults::is_one")]
+    #[serde(
+        default = "defaults::repeat",
+        deserialize_with = "checked::repeat",
+        skip_serializing_if = "defaults::is_one"
+    )]
     pub repeat: u32,
 
     /// `together` (default): every client group runs at once. `in_turn`: each cell of the
@@ -270,7 +277,7 @@ impl CapacityPhase {
 #[serde(deny_unknown_fields)]
 pub struct CapacitySettings {
     /// The p99 latency the load is driven toward (e.g. `50ms`).
-    #[serde(with = "duration")]
+    #[serde(with = "checked::wait")]
     #[schemars(with = "HumanDuration")]
     pub target_p99: Duration,
 
@@ -290,15 +297,22 @@ pub struct CapacitySettings {
 
     /// Lowest total concurrency of a group (default 1; at least the group's instances, since
     /// every worker keeps at least one request in flight). The controller starts here.
+    #[serde(default, deserialize_with = "checked::group_concurrency")]
     pub min_concurrency: Option<u32>,
 
     /// Highest total concurrency of a group (default 64).
-    #[serde(default = "defaults::max_concurrency")]
+    #[serde(
+        default = "defaults::max_concurrency",
+        deserialize_with = "checked::group_concurrency"
+    )]
     pub max_concurrency: u32,
 
     /// Additive increase per check while p99 is under the target (default 1); also the width
     /// at which a bisection stops.
-    #[serde(default = "defaults::one")]
+    #[serde(
+        default = "defaults::one",
+        deserialize_with = "checked::group_concurrency"
+    )]
     pub increase_step: u32,
 
     /// Start by doubling the concurrency until the first window over the target (or with
@@ -315,12 +329,12 @@ pub struct CapacitySettings {
 
     /// How often the controller judges a window and acts (default `5s`; at least the poll
     /// interval).
-    #[serde(with = "duration", default = "defaults::check_interval")]
+    #[serde(with = "checked::check_interval", default = "defaults::check_interval")]
     #[schemars(with = "HumanDuration")]
     pub check_interval: Duration,
 
     /// Checks after a change whose windows are not judged (they hold the transition; default 1).
-    #[serde(default = "defaults::one")]
+    #[serde(default = "defaults::one", deserialize_with = "checked::checks")]
     pub settle_periods: u32,
 
     /// Relative band around the target in which p99 counts as on target (default 0.05: ±5%).
@@ -328,11 +342,17 @@ pub struct CapacitySettings {
     pub tolerance: f64,
 
     /// Consecutive judged windows on target that end a phase as converged (default 3).
-    #[serde(default = "defaults::three")]
+    #[serde(
+        default = "defaults::three",
+        deserialize_with = "checked::checks_from_one"
+    )]
     pub stable_checks: u32,
 
     /// Back-offs (decreases) after which a phase ends as converged (default 3).
-    #[serde(default = "defaults::three")]
+    #[serde(
+        default = "defaults::three",
+        deserialize_with = "checked::checks_from_one"
+    )]
     pub max_decreases: u32,
 
     /// Safe rate = max QPS at the target × this (default 0.7).
@@ -373,12 +393,18 @@ pub struct RegressionSettings {
     /// 5, from 1 to 50). With 3 or more, their own run-to-run spread decides; with fewer, the
     /// runs' within-run intervals widened by the run-to-run spread the project measured in A/A
     /// runs, and a change beyond the within-run intervals alone is provisional.
-    #[serde(default = "defaults::regression_window")]
+    #[serde(
+        default = "defaults::regression_window",
+        deserialize_with = "checked::regression_window"
+    )]
     pub window: usize,
 
     /// How many of the last runs of the same matrix (passing, or failed by a regression alone)
     /// change points are looked for in, this run included (default 30, from 4 to 500).
-    #[serde(default = "defaults::change_point_window")]
+    #[serde(
+        default = "defaults::change_point_window",
+        deserialize_with = "checked::change_point_window"
+    )]
     pub change_point_window: usize,
 }
 
@@ -403,10 +429,14 @@ pub struct ReportSettings {
     /// to this http(s) URL at the end, so results reach a tracking page or a chat. Retried
     /// (3 attempts, 1 s then 2 s apart) within `webhook_timeout`; a failed delivery is logged
     /// and never changes the run's verdict.
+    #[serde(default, deserialize_with = "checked::webhook")]
     pub webhook: Option<String>,
 
     /// The whole delivery's time limit, retries included (default `30s`).
-    #[serde(with = "duration", default = "defaults::webhook_timeout")]
+    #[serde(
+        with = "checked::webhook_timeout",
+        default = "defaults::webhook_timeout"
+    )]
     #[schemars(with = "HumanDuration")]
     pub webhook_timeout: Duration,
 }
@@ -420,13 +450,13 @@ pub struct SpikeSettings {
     pub target_rps: f64,
 
     /// How long the spike lasts (at least `check_interval`, so at least one window measures it).
-    #[serde(with = "duration")]
+    #[serde(with = "checked::wait")]
     #[schemars(with = "HumanDuration")]
     pub duration: Duration,
 
     /// After the spike, how long the group may take to be back within the p99 target without
     /// errors before the phase ends as not recovered (default `60s`).
-    #[serde(with = "duration", default = "defaults::recovery_timeout")]
+    #[serde(with = "checked::wait", default = "defaults::recovery_timeout")]
     #[schemars(with = "HumanDuration")]
     pub recovery_timeout: Duration,
 }
@@ -449,7 +479,10 @@ pub struct PrometheusSource {
 #[serde(deny_unknown_fields)]
 pub struct FailFast {
     /// Fail when a worker's heartbeat is older than this many poll intervals (1 to 10000).
-    #[serde(default = "defaults::three")]
+    #[serde(
+        default = "defaults::three",
+        deserialize_with = "checked::heartbeat_polls"
+    )]
     #[schemars(range(min = 1, max = 10000))]
     pub heartbeat_timeout_polls: u32,
 
@@ -457,7 +490,7 @@ pub struct FailFast {
     /// a server holds a worker's calls with none of them ending for as long (that server is
     /// blamed); 0 turns the rule off. A poll while one of its clients is inside a perf_analyzer run (which
     /// counts its requests when it ends) neither counts nor clears. At most 10000.
-    #[serde(default = "defaults::three")]
+    #[serde(default = "defaults::three", deserialize_with = "checked::polls")]
     #[schemars(range(max = 10000))]
     pub zero_qps_polls: u32,
 
@@ -466,7 +499,7 @@ pub struct FailFast {
     /// the heartbeat and zero-QPS rules pause; the end of the run waits this long for the
     /// store before it writes an incomplete report.
     #[serde(
-        with = "duration",
+        with = "checked::store_outage",
         default = "defaults::store_outage_limit",
         skip_serializing_if = "defaults::is_store_outage_limit"
     )]
@@ -565,6 +598,7 @@ pub struct ServerGroup {
     /// Number of servers, at least 1. With `endpoints`: omitted, or their count. A run has
     /// at most 10000 members (servers and clients) in all.
     #[schemars(range(min = 1, max = 10000))]
+    #[serde(default, deserialize_with = "checked::servers")]
     pub instances: Option<u32>,
 
     /// Existing servers, one member each (`<group>-<index>` in list order), instead of
@@ -706,7 +740,10 @@ pub struct ClientTemplate {
     pub scenarios: Option<IndexMap<String, u32>>,
 
     /// Number of concurrent stress streams per worker, 1 to 100000.
-    #[serde(default = "defaults::concurrency")]
+    #[serde(
+        default = "defaults::concurrency",
+        deserialize_with = "checked::streams"
+    )]
     #[schemars(range(min = 1, max = stress_common::limits::MAX_CONCURRENCY))]
     pub concurrency: u32,
 
@@ -791,11 +828,12 @@ pub struct ForeignClient {
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     /// The model's name in the server's repository.
+    #[serde(deserialize_with = "checked::model_name")]
     #[schemars(length(min = 1))]
     pub name: String,
 
     /// Share of this model in the client's `Infer` requests (relative; at least 1).
-    #[serde(default = "defaults::one")]
+    #[serde(default = "defaults::one", deserialize_with = "checked::model_weight")]
     #[schemars(range(min = 1))]
     pub weight: u32,
 
@@ -812,6 +850,7 @@ pub struct ModelSpec {
 
     /// Batch size of this model's requests (at most its `max_batch_size`; default 1).
     #[schemars(range(min = 1))]
+    #[serde(default, deserialize_with = "checked::batch_size")]
     pub batch_size: Option<u32>,
 }
 
@@ -836,6 +875,7 @@ pub struct ClientGroup {
     /// Number of clients, at least 1. A run has at most 10000 members (servers and clients)
     /// in all.
     #[schemars(range(min = 1, max = 10000))]
+    #[serde(deserialize_with = "checked::clients")]
     pub instances: u32,
 
     /// Name of the server group every client of this group talks to (to every server of it).
@@ -982,13 +1022,18 @@ pub use stress_common::contract::{LoadMode, Protocol};
 #[serde(deny_unknown_fields)]
 pub struct ModelImage {
     /// The image holding the model repository, e.g. `triton-stress/models:dev`.
+    #[serde(deserialize_with = "checked::filled")]
     #[schemars(length(min = 1))]
     pub image: String,
     /// Absolute path of the copy inside the Triton container; list it under
     /// `model_repositories` to serve it.
+    #[serde(deserialize_with = "checked::model_path")]
     pub path: String,
     /// Absolute path of the model repository inside `image`.
-    #[serde(default = "defaults::model_image_source")]
+    #[serde(
+        default = "defaults::model_image_source",
+        deserialize_with = "checked::model_source"
+    )]
     pub source: String,
 }
 
@@ -1002,6 +1047,7 @@ pub const MODEL_IMAGE_SOURCE: &str = "/models";
 #[serde(deny_unknown_fields)]
 pub struct ServerVolume {
     /// Volume name, a DNS-1123 label, unique within the template.
+    #[serde(deserialize_with = "checked::volume_name")]
     #[schemars(with = "Name")]
     pub name: String,
     /// Absolute path inside the Triton container.
@@ -1043,11 +1089,13 @@ pub struct Toleration {
 #[serde(deny_unknown_fields)]
 pub struct Resources {
     /// CPU quantity, e.g. `"1"`, `"500m"`, `"2.5"`.
-    #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?m?$"))]
+    #[serde(default, deserialize_with = "checked::cpu")]
+    #[schemars(pattern(checked::CPU_QUANTITY))]
     pub cpu: Option<String>,
 
     /// Memory quantity, e.g. `2Gi`, `512Mi`, `1G`.
-    #[schemars(pattern(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    #[serde(default, deserialize_with = "checked::memory")]
+    #[schemars(pattern(checked::MEMORY_QUANTITY))]
     pub memory: Option<String>,
 
     /// Number of NVIDIA GPUs (`nvidia.com/gpu`).
@@ -1066,11 +1114,15 @@ pub struct TraceSettings {
 
     /// Trace one request in every `rate`, at least 1; in mode opentelemetry 0 traces only
     /// the requests that carry a W3C trace context (a client template's `trace_share`).
-    #[serde(default = "defaults::trace_rate")]
+    #[serde(
+        default = "defaults::trace_rate",
+        deserialize_with = "checked::trace_rate"
+    )]
     pub rate: u32,
 
     /// Stop after this many traces. Omitted: no limit.
     #[schemars(range(min = 1))]
+    #[serde(default, deserialize_with = "checked::traces")]
     pub count: Option<u32>,
 
     /// Write the trace file every this many traces (`FILE.0`, `FILE.1`, …). Omitted:
@@ -1078,6 +1130,7 @@ pub struct TraceSettings {
     /// soak's server grows by its traces, and one killed at the end (a stop past its grace)
     /// loses them all. Triton mode only.
     #[schemars(range(min = 1))]
+    #[serde(default, deserialize_with = "checked::traces")]
     pub log_frequency: Option<u32>,
 
     /// Where traces go: `triton` (JSON files in the run directory, summarised in the report)
@@ -1089,6 +1142,7 @@ pub struct TraceSettings {
     /// `http://otel-collector:4318/v1/traces`. Omitted: the run's own receiver, which joins
     /// the spans with the clients' (`trace_share`) in the report and sends them on to
     /// `run.otlp_forward`.
+    #[serde(default, deserialize_with = "checked::otlp_endpoint")]
     pub url: Option<String>,
 
     /// OpenTelemetry mode: how many spans Triton's batch span processor holds before it
@@ -1101,7 +1155,8 @@ pub struct TraceSettings {
     /// Triton's default 5s).
     #[serde(
         default,
-        with = "duration::option",
+        serialize_with = "duration::option::serialize",
+        deserialize_with = "checked::export_delay",
         skip_serializing_if = "Option::is_none"
     )]
     #[schemars(with = "Option<HumanDuration>")]

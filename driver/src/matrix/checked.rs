@@ -1,0 +1,512 @@
+//! Values checked where they are read: serde `deserialize_with` functions (and `with`
+//! modules for durations) that refuse a value breaking its rule ([`Rule`]: bounds from
+//! [`super::bounds`], DNS labels, quantities), so that a deserialized matrix holds none and
+//! nothing downstream checks them again. [`super::validate`] keeps the rules across fields.
+//!
+//! serde stops at its first error, and a matrix file gets every problem reported at once. So
+//! [`read_all`] reads the document again after each refusal with one more refusal *forgiven*:
+//! the refused value read as the nearest one allowed. The text fixes the order of reading, so
+//! the n-th refusal is the same value in every pass. A document read with forgiven values is
+//! rejected (with every refusal), so such a value never leaves this module's caller.
+
+use std::cell::Cell;
+use std::fmt::Display;
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+
+use super::bounds::{
+    MAX_BATCH_SIZE, MAX_CHECKS, MAX_CONCURRENCY, MAX_DURATION, MAX_GROUP_CONCURRENCY, MAX_MEMBERS,
+    MAX_POLL_INTERVAL, MAX_POLLS, MAX_TRACE_SETTING, MAX_WAIT, MAX_WEIGHT, MIN_POLL_INTERVAL,
+};
+
+/// At most this many refusals are collected from one document (each costs a pass over it);
+/// the next one is reported as the last.
+const MAX_REFUSALS: usize = 64;
+
+thread_local! {
+    /// The pass under way on this thread.
+    static PASS: Cell<Pass> = Cell::default();
+}
+
+/// A pass of [`read_all`] over a document: the refusals it forgives, those it met, and
+/// whether it ended on one (the one after the forgiven).
+#[derive(Clone, Copy, Default)]
+struct Pass {
+    forgive: usize,
+    seen: usize,
+    refused: bool,
+}
+
+/// Reads a document with `read` until it reads or fails on something other than a refused
+/// value: the document (or the error that stopped it), and the refusals on the way, in the
+/// order read.
+pub fn read_all<T, E>(mut read: impl FnMut() -> Result<T, E>) -> (Result<T, E>, Vec<E>) {
+    let mut refusals = Vec::new();
+    loop {
+        let forgive = refusals.len();
+        PASS.set(Pass {
+            forgive,
+            ..Pass::default()
+        });
+        let result = read();
+        match result {
+            Err(e) if PASS.take().refused && forgive < MAX_REFUSALS => refusals.push(e),
+            other => return (other, refusals),
+        }
+    }
+}
+
+/// What one value must be.
+pub trait Rule {
+    /// What is written in the file.
+    type Written: DeserializeOwned;
+    type Value;
+    /// The value written, or why it may not be and the nearest value that may.
+    fn read(&self, written: Self::Written) -> Result<Self::Value, (String, Self::Value)>;
+}
+
+/// `rule`'s reading of `written`: a refusal is the pass's error, or, when a [`read_all`] pass
+/// forgives it, the nearest value allowed.
+fn checked<R: Rule, E: serde::de::Error>(rule: &R, written: R::Written) -> Result<R::Value, E> {
+    let (problem, nearest) = match rule.read(written) {
+        Ok(value) => return Ok(value),
+        Err(refused) => refused,
+    };
+    let mut pass = PASS.get();
+    pass.seen += 1;
+    pass.refused = pass.seen > pass.forgive;
+    PASS.set(pass);
+    if pass.refused {
+        Err(E::custom(problem))
+    } else {
+        Ok(nearest)
+    }
+}
+
+/// A field a rule of values `V` checks: a value, or an optional one (its field has
+/// `#[serde(default)]`).
+pub trait Field<V>: Sized {
+    fn read<'de, D: Deserializer<'de>, R: Rule<Value = V>>(
+        d: D,
+        rule: &R,
+    ) -> Result<Self, D::Error>;
+}
+
+impl<V> Field<V> for V {
+    fn read<'de, D: Deserializer<'de>, R: Rule<Value = V>>(d: D, rule: &R) -> Result<V, D::Error> {
+        checked(rule, R::Written::deserialize(d)?)
+    }
+}
+
+impl<V> Field<V> for Option<V> {
+    fn read<'de, D: Deserializer<'de>, R: Rule<Value = V>>(
+        d: D,
+        rule: &R,
+    ) -> Result<Self, D::Error> {
+        Option::<R::Written>::deserialize(d)?
+            .map(|w| checked(rule, w))
+            .transpose()
+    }
+}
+
+/// A duration written the humantime way (`90s`, `5m`, `1h 30m`), within `[min, max]`.
+pub struct Span(Duration, Duration);
+
+impl Rule for Span {
+    type Written = String;
+    type Value = Duration;
+    fn read(&self, text: String) -> Result<Duration, (String, Duration)> {
+        let Span(min, max) = *self;
+        let value = super::duration::parse(&text).map_err(|problem| (problem, min))?;
+        stress_common::limits::within(value, min, max)
+            .map(|()| value)
+            .map_err(|e| (e.to_string(), value.clamp(min, max)))
+    }
+}
+
+/// A count within `[min, max]`: above `max`, the message names what it counts (`unit`);
+/// below `min` (0 or 1), what the count is (`named`) and what to do instead (`instead`).
+pub struct Count {
+    min: u32,
+    max: u32,
+    unit: &'static str,
+    named: &'static str,
+    instead: &'static str,
+}
+
+impl Count {
+    const fn new(min: u32, max: u32, unit: &'static str) -> Self {
+        Count {
+            min,
+            max,
+            unit,
+            named: "",
+            instead: "",
+        }
+    }
+}
+
+impl Rule for Count {
+    type Written = u32;
+    type Value = u32;
+    fn read(&self, value: u32) -> Result<u32, (String, u32)> {
+        let nearest = value.clamp(self.min, self.max);
+        if value < self.min {
+            let (named, min, instead) = (self.named, self.min, self.instead);
+            Err((
+                format!("{named}must be at least {min}, found {value}{instead}"),
+                nearest,
+            ))
+        } else if value > self.max {
+            let (unit, max) = (self.unit, self.max);
+            Err((
+                format!("{value} {unit} is more than the {max} allowed"),
+                nearest,
+            ))
+        } else {
+            Ok(value)
+        }
+    }
+}
+
+/// A count of runs within the range, the reason after it.
+pub struct Runs<T>(RangeInclusive<T>, &'static str);
+
+impl<T: DeserializeOwned + Copy + PartialOrd + Display> Rule for Runs<T> {
+    type Written = T;
+    type Value = T;
+    fn read(&self, value: T) -> Result<T, (String, T)> {
+        let (min, max, why) = (*self.0.start(), *self.0.end(), self.1);
+        if self.0.contains(&value) {
+            return Ok(value);
+        }
+        let nearest = if value < min { min } else { max };
+        Err((
+            format!("must be from {min} to {max} runs{why}, found {value}"),
+            nearest,
+        ))
+    }
+}
+
+/// The longest a DNS-1123 label may be.
+pub const MAX_LABEL_LEN: usize = 63;
+
+/// What a DNS-1123 label is, for messages.
+pub const LABEL_RULE: &str = "lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit";
+
+/// Whether `s` is a DNS-1123 label: 1 to 63 lowercase letters, digits and '-', starting and
+/// ending with a letter or digit.
+pub fn is_dns_label(s: &str) -> bool {
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_LABEL_LEN
+        && b.iter().all(|&c| alnum(c) || c == b'-')
+        && alnum(b[0])
+        && alnum(b[b.len() - 1])
+}
+
+/// A name that is a DNS-1123 label (it names pods and processes), saying what it names.
+pub struct Label(&'static str);
+
+impl Rule for Label {
+    type Written = String;
+    type Value = String;
+    fn read(&self, name: String) -> Result<String, (String, String)> {
+        if is_dns_label(&name) {
+            return Ok(name);
+        }
+        let what = self.0;
+        Err((
+            format!("{what} {name:?} is not a DNS-1123 label ({LABEL_RULE})"),
+            "x".into(),
+        ))
+    }
+}
+
+/// A Kubernetes CPU quantity as we accept it: `1`, `2.5`, `500m`.
+pub const CPU_QUANTITY: &str = r"^[0-9]+(\.[0-9]+)?m?$";
+/// A Kubernetes memory quantity as we accept it: `512Mi`, `2Gi`, `1G`, `1000`.
+pub const MEMORY_QUANTITY: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
+
+/// A Kubernetes quantity: what it measures, its pattern, and examples.
+pub struct Quantity(&'static str, &'static str, &'static str);
+
+impl Rule for Quantity {
+    type Written = String;
+    type Value = String;
+    fn read(&self, text: String) -> Result<String, (String, String)> {
+        let Quantity(what, pattern, examples) = *self;
+        if regex::Regex::new(pattern)
+            .expect("a valid pattern")
+            .is_match(&text)
+        {
+            return Ok(text);
+        }
+        let problem = format!("invalid {what} quantity {text:?} (write e.g. {examples})");
+        Err((problem, "1".into()))
+    }
+}
+
+/// Text with something in it.
+pub struct Filled;
+
+impl Rule for Filled {
+    type Written = String;
+    type Value = String;
+    fn read(&self, text: String) -> Result<String, (String, String)> {
+        if text.trim().is_empty() {
+            return Err(("must not be empty".into(), "x".into()));
+        }
+        Ok(text)
+    }
+}
+
+/// Characters a model name cannot hold: the worker's flags use them as separators
+/// (`NAME@VERSION:WEIGHT`, `a,b`, `MODEL/INPUT:DIMS`, `MODEL=FILE`).
+const MODEL_NAME_RESERVED: &str = "@:,/=";
+
+/// A model's name, as the worker's flags can carry it.
+pub struct ModelName;
+
+impl Rule for ModelName {
+    type Written = String;
+    type Value = String;
+    fn read(&self, name: String) -> Result<String, (String, String)> {
+        let name = Filled.read(name)?;
+        match name.chars().find(|c| MODEL_NAME_RESERVED.contains(*c)) {
+            None => Ok(name),
+            Some(c) => Err((
+                format!(
+                    "model name {name:?} contains {c:?}, which the worker's flags reserve ({MODEL_NAME_RESERVED:?})"
+                ),
+                "x".into(),
+            )),
+        }
+    }
+}
+
+/// An http:// or https:// URL, saying what it is.
+pub struct Http(&'static str);
+
+impl Rule for Http {
+    type Written = String;
+    type Value = String;
+    fn read(&self, url: String) -> Result<String, (String, String)> {
+        if url.starts_with("http://") || url.starts_with("https://") {
+            return Ok(url);
+        }
+        let what = self.0;
+        let problem = format!("{what} is an http:// or https:// URL, found {url:?}");
+        Err((problem, "http://x".into()))
+    }
+}
+
+/// An absolute path to a directory other than the root, saying what it is.
+pub struct AbsoluteDir(&'static str);
+
+impl Rule for AbsoluteDir {
+    type Written = String;
+    type Value = String;
+    fn read(&self, dir: String) -> Result<String, (String, String)> {
+        if dir.starts_with('/') && !dir.trim_end_matches('/').is_empty() {
+            return Ok(dir);
+        }
+        let what = self.0;
+        let problem = format!("{what} {dir:?} must be an absolute path other than /");
+        Err((problem, "/x".into()))
+    }
+}
+
+/// Checked fields: `name: Value = rule;` is a `deserialize_with` function of a value or an
+/// optional one; `mod name = span;` is a `with` module of a duration.
+macro_rules! checked_fields {
+    ($($(#[doc = $doc:literal])* $name:ident: $value:ty = $rule:expr;)*) => {$(
+        $(#[doc = $doc])*
+        pub fn $name<'de, D: Deserializer<'de>, T: Field<$value>>(d: D) -> Result<T, D::Error> {
+            T::read(d, &$rule)
+        }
+    )*};
+}
+
+macro_rules! durations {
+    ($($(#[doc = $doc:literal])* $name:ident = $rule:expr;)*) => {$(
+        $(#[doc = $doc])*
+        pub mod $name {
+            pub use crate::matrix::duration::serialize;
+            use super::*;
+            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+                <Duration as Field<Duration>>::read(d, &$rule)
+            }
+        }
+    )*};
+}
+
+durations! {
+    /// A run's length (`run.duration`, an SLO's `delay`): up to 30 days.
+    run_length = Span(Duration::ZERO, MAX_DURATION);
+    /// Any other wait of the driver (warm-up, start-up, a p99 target, a spike): up to a day.
+    wait = Span(Duration::ZERO, MAX_WAIT);
+    /// The status store's poll interval: from 100ms to 1h.
+    poll_interval = Span(MIN_POLL_INTERVAL, MAX_POLL_INTERVAL);
+    /// A check interval of the capacity controller: from 100ms to a day.
+    check_interval = Span(MIN_POLL_INTERVAL, MAX_WAIT);
+    /// How long the store may be out before the run fails: from 10s to a day.
+    store_outage = Span(Duration::from_secs(10), MAX_WAIT);
+    /// How long a report's webhook may take: from 1s to 10m.
+    webhook_timeout = Span(Duration::from_secs(1), Duration::from_secs(600));
+}
+
+/// How many runs change points may be looked for in: a change needs two runs on either side
+/// to have a spread.
+pub const CHANGE_POINT_WINDOW: RangeInclusive<usize> = 4..=500;
+
+/// How many times `run.repeat` (and `driver run --repeat`) may run the load.
+pub const REPEATS: RangeInclusive<u32> = 1..=100;
+
+checked_fields! {
+    /// Triton's OpenTelemetry export delay (`with`-less: it is optional).
+    export_delay: Duration = Span(Duration::from_millis(10), Duration::from_secs(60));
+    /// A worker's streams (a client template's `concurrency`).
+    streams: u32 = Count::new(1, MAX_CONCURRENCY, "streams");
+    /// A server group's `instances` (the run's members in all are a rule across groups).
+    servers: u32 = Count::new(1, MAX_MEMBERS as u32, "servers");
+    /// A client group's `instances`.
+    clients: u32 = Count::new(1, MAX_MEMBERS as u32, "clients");
+    /// Polls of a fail-fast rule that may be off (0).
+    polls: u32 = Count::new(0, MAX_POLLS, "polls");
+    /// Polls of the heartbeat rule: 0 would fail every worker between two of its beats.
+    heartbeat_polls: u32 = Count::new(1, MAX_POLLS, "polls");
+    /// A model's weight in a mix.
+    model_weight: u32 = Count {
+        named: "model weight ",
+        instead: " (leave the model out instead)",
+        ..Count::new(1, MAX_WEIGHT, "(weight)")
+    };
+    /// An Infer batch size.
+    batch_size: u32 = Count::new(1, MAX_BATCH_SIZE, "(batch size)");
+    /// Triton's trace rate (one in N); its lower bound depends on the mode.
+    trace_rate: u32 = Count::new(0, MAX_TRACE_SETTING, "(one in N)");
+    /// Traces (a count, a file's).
+    traces: u32 = Count::new(1, MAX_TRACE_SETTING, "traces");
+    /// A capacity group's concurrency (all its streams).
+    group_concurrency: u32 = Count::new(1, MAX_GROUP_CONCURRENCY, "(concurrency)");
+    /// Checks of the capacity controller that may be none (settle periods).
+    checks: u32 = Count::new(0, MAX_CHECKS, "checks");
+    /// Checks of the capacity controller that need one (stable checks, decreases).
+    checks_from_one: u32 = Count::new(1, MAX_CHECKS, "checks");
+    /// `run.repeat`.
+    repeat: u32 = Runs(REPEATS, "");
+    /// `regression.window`: the runs a regression is judged against.
+    regression_window: usize = Runs(1..=50, "");
+    /// `regression.change_point_window`.
+    change_point_window: usize = Runs(CHANGE_POINT_WINDOW, " (a change needs runs on both sides)");
+    /// `run.name`.
+    run_name: String = Label("run name");
+    /// `run.namespace`.
+    namespace: String = Label("namespace");
+    /// A server template's volume name.
+    volume_name: String = Label("volume name");
+    /// Text that may not be empty (an image).
+    filled: String = Filled;
+    /// A model's name.
+    model_name: String = ModelName;
+    /// A trace collector's endpoint.
+    otlp_endpoint: String = Http("an OTLP/HTTP endpoint");
+    /// A report's webhook.
+    webhook: String = Http("a webhook");
+    /// Where a model image's repository is.
+    model_source: String = AbsoluteDir("source");
+    /// Where a model image's repository is copied to.
+    model_path: String = AbsoluteDir("path");
+    /// A member's CPU request.
+    cpu: String = Quantity("CPU", CPU_QUANTITY, r#""1", "2.5" or "500m""#);
+    /// A member's memory request.
+    memory: String = Quantity("memory", MEMORY_QUANTITY, r#""512Mi", "2Gi" or "1G""#);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Counts {
+        #[serde(deserialize_with = "streams")]
+        a: u32,
+        #[serde(default, deserialize_with = "streams")]
+        b: Option<u32>,
+        c: u32,
+    }
+
+    fn read(text: &str) -> (Result<Counts, String>, Vec<String>) {
+        let (result, refusals) = read_all(|| {
+            serde_saphyr::from_str::<Counts>(text).map_err(|e| e.without_snippet().to_string())
+        });
+        (result, refusals)
+    }
+
+    #[test]
+    fn a_document_within_its_bounds_reads_in_one_pass() {
+        let (counts, refusals) = read("{a: 1, b: 100000, c: 7}");
+        assert!(refusals.is_empty());
+        let counts = counts.unwrap();
+        assert_eq!((counts.a, counts.b, counts.c), (1, Some(100000), 7));
+    }
+
+    #[test]
+    fn every_refused_value_is_reported_and_then_the_error_that_stops_the_reading() {
+        let (counts, refusals) = read("{a: 0, b: 100001, c: x}");
+        assert_eq!(refusals.len(), 2, "{refusals:?}");
+        assert!(
+            refusals[0].contains("must be at least 1, found 0"),
+            "{refusals:?}"
+        );
+        assert!(
+            refusals[1].contains("100001 streams is more than the 100000 allowed"),
+            "{refusals:?}"
+        );
+        assert!(counts.is_err(), "the type error stops it");
+    }
+
+    #[test]
+    fn a_document_whose_only_problems_are_refusals_ends_with_none_forgiven_outside() {
+        let (counts, refusals) = read("{a: 0, b: 2, c: 3}");
+        assert_eq!(refusals.len(), 1);
+        // The last pass forgave the refusal: its document is for the checks across fields only.
+        assert_eq!(counts.unwrap().a, 1);
+        // Outside read_all nothing is forgiven.
+        assert!(serde_saphyr::from_str::<Counts>("{a: 0, b: 2, c: 3}").is_err());
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Quantities {
+        #[serde(default, deserialize_with = "cpu")]
+        cpu: Option<String>,
+        #[serde(default, deserialize_with = "memory")]
+        memory: Option<String>,
+    }
+
+    #[test]
+    fn quantities_are_kubernetes_ones() {
+        let read = |field: &str, text: &str| {
+            serde_saphyr::from_str::<Quantities>(&format!("{{{field}: {text:?}}}")).is_ok()
+        };
+        for ok in ["1", "500m", "2.5", "0.5m"] {
+            assert!(read("cpu", ok), "{ok}");
+        }
+        for bad in ["", "m", "1.", ".5", "1 m", "one", "1Gi"] {
+            assert!(!read("cpu", bad), "{bad}");
+        }
+        for ok in ["2Gi", "512Mi", "1G", "1000", "1.5Gi", "64k"] {
+            assert!(read("memory", ok), "{ok}");
+        }
+        for bad in ["", "Gi", "2GB", "2 Gi", "lots"] {
+            assert!(!read("memory", bad), "{bad}");
+        }
+        let none = serde_saphyr::from_str::<Quantities>("{}").unwrap();
+        assert_eq!((none.cpu, none.memory), (None, None));
+    }
+}
