@@ -813,7 +813,7 @@ pub enum InputDataError {
     #[error("{field}.b64: {source}")]
     NotBase64 {
         field: Box<InputField>,
-        source: Base64Error,
+        source: base64::DecodeError,
     },
     #[error("{field}.content: not a list")]
     ContentNotAList { field: Box<InputField> },
@@ -1195,9 +1195,11 @@ fn value_content<'a>(
             let text = o["b64"]
                 .as_str()
                 .ok_or_else(|| InputDataError::B64NotAString { field: at() })?;
-            let raw = base64_decode(text).map_err(|source| InputDataError::NotBase64 {
-                field: at(),
-                source,
+            let raw = base64::Engine::decode(&BASE64, text).map_err(|source| {
+                InputDataError::NotBase64 {
+                    field: at(),
+                    source,
+                }
             })?;
             let shape = match o.get("shape") {
                 Some(s) => shape_of(field, s)?,
@@ -1337,42 +1339,12 @@ fn shape_of(field: &InputField, v: &Value) -> Result<Vec<i64>, InputDataError> {
         })
 }
 
-/// A character outside standard base64, and its index in the text.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("character {character:?} at {index} is not base64")]
-pub struct Base64Error {
-    pub character: char,
-    pub index: usize,
-}
-
-/// Standard base64 (with or without padding), as perf_analyzer's `b64` values are written.
-pub fn base64_decode(text: &str) -> Result<Vec<u8>, Base64Error> {
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let mut acc = 0u32;
-    let mut bits = 0;
-    for (i, c) in text.trim_end_matches('=').bytes().enumerate() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => {
-                return Err(Base64Error {
-                    character: c as char,
-                    index: i,
-                });
-            }
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    Ok(out)
-}
+/// Standard base64, padded or not, as perf_analyzer's `b64` values are written.
+const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
 
 /// A check that failed: which output, what was expected and what came.
 #[derive(Debug, Clone, PartialEq)]
@@ -1759,10 +1731,11 @@ mod tests {
 
     #[test]
     fn base64_decodes_with_and_without_padding() {
-        assert_eq!(base64_decode("aGVsbG8=").unwrap(), b"hello");
-        assert_eq!(base64_decode("aGVsbG8").unwrap(), b"hello");
-        assert_eq!(base64_decode("AQIDBA==").unwrap(), [1, 2, 3, 4]);
-        assert!(base64_decode("a$b").is_err());
+        let decode = |text: &str| base64::Engine::decode(&BASE64, text);
+        assert_eq!(decode("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(decode("aGVsbG8").unwrap(), b"hello");
+        assert_eq!(decode("AQIDBA==").unwrap(), [1, 2, 3, 4]);
+        assert!(decode("a$b").is_err());
     }
 
     #[test]
@@ -2073,8 +2046,8 @@ mod tests {
             ),
             (
                 r#"{"data": [{"X": {"b64": "A*AA"}, "S": ["a","b","c"]}]}"#.into(), "S:3",
-                |e| matches!(e, NotBase64 { source: Base64Error { character: '*', index: 1 }, .. }),
-                "in.json: data[0].X.b64: character '*' at 1 is not base64",
+                |e| matches!(e, NotBase64 { source: base64::DecodeError::InvalidByte(1, b'*'), .. }),
+                "in.json: data[0].X.b64: Invalid symbol 42, offset 1.",
             ),
             (
                 r#"{"data": [{"X": {"content": 1}, "S": ["a","b","c"]}]}"#.into(), "S:3",

@@ -25,31 +25,19 @@ pub struct Fault {
 
     /// When, counted from the start of the load phase (the workers' start). Exactly one of
     /// `at` and `every`.
-    #[serde(
-        default,
-        with = "duration::option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, with = "duration::option")]
     #[schemars(with = "Option<HumanDuration>")]
     pub at: Option<Duration>,
 
     /// Inject at `every`, 2 × `every`, … into the load phase, as long as the fault and its
     /// recovery fit before the run's end.
-    #[serde(
-        default,
-        with = "duration::option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, with = "duration::option")]
     #[schemars(with = "Option<HumanDuration>")]
     pub every: Option<Duration>,
 
     /// Each injection comes up to this much later than planned, at random (seeded by
     /// `run.seed`: the same matrix injects at the same times every night).
-    #[serde(
-        default,
-        with = "duration::option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, with = "duration::option")]
     #[schemars(with = "Option<HumanDuration>")]
     pub jitter: Option<Duration>,
 
@@ -58,11 +46,7 @@ pub struct Fault {
 
     /// How long a `pause` or `network` fault lasts (required for them, refused for `kill` and
     /// `restart`).
-    #[serde(
-        default,
-        with = "duration::option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, with = "duration::option")]
     #[schemars(with = "Option<HumanDuration>")]
     pub duration: Option<Duration>,
 
@@ -199,19 +183,11 @@ impl FaultKind {
 #[serde(deny_unknown_fields)]
 pub struct NetworkFault {
     /// Added to every packet's way.
-    #[serde(
-        default,
-        with = "duration::option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, with = "duration::option")]
     #[schemars(with = "Option<HumanDuration>")]
     pub delay: Option<Duration>,
     /// Random extra delay up to this.
-    #[serde(
-        default,
-        with = "duration::option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, with = "duration::option")]
     #[schemars(with = "Option<HumanDuration>")]
     pub jitter: Option<Duration>,
     /// The fraction of packets dropped (0.05 = 5%).

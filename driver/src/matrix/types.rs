@@ -1156,8 +1156,7 @@ pub struct TraceSettings {
     #[serde(
         default,
         serialize_with = "duration::option::serialize",
-        deserialize_with = "checked::export_delay",
-        skip_serializing_if = "Option::is_none"
+        deserialize_with = "checked::export_delay"
     )]
     #[schemars(with = "Option<HumanDuration>")]
     pub export_delay: Option<Duration>,

@@ -42,7 +42,7 @@ pub(crate) struct ServerMemory {
     /// The steady-state Theil–Sen slope (bytes/s; None: not judged). Stored as its shortest
     /// decimal text, parsed back exactly: a report read from the store must show the digits
     /// the run's own report showed.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "exact_f64")]
+    #[serde(default, with = "exact_f64")]
     pub slope_bytes_per_s: Option<f64>,
 }
 
