@@ -1507,18 +1507,33 @@ pub const MODEL_IMAGE_VOLUME: &str = "model-image";
 pub const MODEL_CONFIGS_VOLUME: &str = "model-configs";
 
 /// An `http://` or `https://` URL, parsed once where the matrix is read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
 pub struct HttpUrl(reqwest::Url);
 
-impl TryFrom<String> for HttpUrl {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
-        let url = reqwest::Url::parse(&text).map_err(|e| format!("{text:?} is no URL: {e}"))?;
+/// What an [`HttpUrl`] must be: a URL, http or https.
+struct HttpUrlRule;
+
+impl checked::Rule for HttpUrlRule {
+    type Written = String;
+    type Value = HttpUrl;
+    fn read(&self, text: String) -> Result<HttpUrl, (String, HttpUrl)> {
+        let refused = |problem| {
+            let stand_in = reqwest::Url::parse("http://invalid/").expect("a URL");
+            (problem, HttpUrl(stand_in))
+        };
+        let url =
+            reqwest::Url::parse(&text).map_err(|e| refused(format!("{text:?} is no URL: {e}")))?;
         match url.scheme() {
-            "http" | "https" => Ok(Self(url)),
-            other => Err(format!("{text:?}: an http(s) URL, not {other}:")),
+            "http" | "https" => Ok(HttpUrl(url)),
+            other => Err(refused(format!("{text:?}: an http(s) URL, not {other}:"))),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for HttpUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <HttpUrl as checked::Field<HttpUrl>>::read(d, &HttpUrlRule)
     }
 }
 
