@@ -234,7 +234,7 @@ const BAD: &[(&str, &str)] = &[
         "19:27: client_templates.open-loop.scenarios.SequenceValid: capacity mode drives the Load and Infer scenarios only, not SequenceValid\n\
          20:5: client_templates.open-loop.load: capacity mode drives a closed-loop concurrency: remove the open-loop `load`\n\
          27:15: capacity.target_p99: must be longer than zero\n\
-         28:18: capacity.decrease_rate: must be between 0 and 1 (exclusive), found 1.5\n\
+         28:18: capacity.decrease_rate: must be above 0 and below 1, found 1.5\n\
          29:14: capacity.tolerance: must be at least 0 and below 1, found -0.1\n\
          30:19: capacity.check_interval: check interval 1s is shorter than the poll interval 2s (workers report once per poll)\n\
          31:24: capacity.phases[1]: phase production is listed twice\n\
@@ -256,7 +256,7 @@ const BAD: &[(&str, &str)] = &[
     ),
     (
         "bad-spike.yaml",
-        "28:24: capacity.spike.target_rps: must be a number of requests per second from 1 to 10000000, found 0\n\
+        "28:24: capacity.spike.target_rps: must be a number of requests per second of at least 1 and at most 10000000, found 0\n\
          28:37: capacity.spike.duration: 2s is shorter than capacity.check_interval 5s: not one check window would fit in it\n\
          28:59: capacity.spike.recovery_timeout: 1s is shorter than capacity.check_interval 5s: not one check window would fit in it",
     ),
@@ -300,7 +300,7 @@ const BAD: &[(&str, &str)] = &[
          9:29: run.slo[3].model: model \"resnet\" is not among the `models:` of client template(s) load\n\
          9:42: run.slo[3].min: min is above max (2 > 1)\n\
          28:31: client_groups.clients.slo[0].min: qps needs a number, found \"fast\"\n\
-         29:27: regression.min_effect: must be a fraction of 0 or more (0.1 = 10%), found -1",
+         29:27: regression.min_effect: must be a fraction of at least 0 and below 10 (0.1 = 10%), found -1",
     ),
     (
         "bad-report.yaml",

@@ -191,6 +191,58 @@ impl<T: DeserializeOwned + Copy + PartialOrd + Display> Rule for Runs<T> {
     }
 }
 
+/// A number within `low` and `high`, each end in or out of it (`high` may be infinite: no
+/// upper bound), said as `what` (e.g. "a fraction ") with a `hint` after it.
+pub struct Interval {
+    low: (f64, bool),
+    high: (f64, bool),
+    what: &'static str,
+    hint: &'static str,
+}
+
+impl Interval {
+    const fn new(low: (f64, bool), high: (f64, bool)) -> Self {
+        Interval {
+            low,
+            high,
+            what: "",
+            hint: "",
+        }
+    }
+}
+
+impl Rule for Interval {
+    type Written = f64;
+    type Value = f64;
+    fn read(&self, value: f64) -> Result<f64, (String, f64)> {
+        let ((low, low_in), (high, high_in)) = (self.low, self.high);
+        let above = if low_in { value >= low } else { value > low };
+        let below = if high_in { value <= high } else { value < high };
+        if above && below {
+            return Ok(value);
+        }
+        let from = if low_in { "at least" } else { "above" };
+        let to = match (high.is_finite(), high_in) {
+            (false, _) => String::new(),
+            (true, true) => format!(" and at most {high}"),
+            (true, false) => format!(" and below {high}"),
+        };
+        let (what, hint) = (self.what, self.hint);
+        let stand_in = if high.is_finite() {
+            (low + high) / 2.0
+        } else {
+            low + 1.0
+        };
+        Err((
+            format!("must be {what}{from} {low}{to}{hint}, found {value}"),
+            stand_in,
+        ))
+    }
+}
+
+/// A fraction above 0 and at most 1.
+const SHARE: Interval = Interval::new((0.0, false), (1.0, true));
+
 /// The longest a DNS-1123 label may be.
 pub const MAX_LABEL_LEN: usize = 63;
 
@@ -422,6 +474,30 @@ checked_fields! {
     model_source: String = AbsoluteDir("source");
     /// Where a model image's repository is copied to.
     model_path: String = AbsoluteDir("path");
+    /// The fraction a capacity controller takes off at a decrease.
+    decrease_rate: f64 = Interval::new((0.0, false), (1.0, false));
+    /// The band around a p99 target in which it counts as on target.
+    tolerance: f64 = Interval::new((0.0, true), (1.0, false));
+    /// A share (the safe rate's of the maximum, an autoscaler's margin).
+    share: f64 = SHARE;
+    /// The share of packets a network fault drops.
+    loss: f64 = Interval { what: "a fraction ", hint: " (0.05 = 5%)", ..SHARE };
+    /// The smallest change a regression is called on.
+    min_effect: f64 = Interval {
+        what: "a fraction of ",
+        hint: " (0.1 = 10%)",
+        ..Interval::new((0.0, true), (10.0, false))
+    };
+    /// A known issue's allowance.
+    per_hour: f64 = Interval {
+        what: "a number of failures ",
+        ..Interval::new((0.0, false), (f64::INFINITY, false))
+    };
+    /// A spike's rate.
+    spike_rate: f64 = Interval {
+        what: "a number of requests per second of ",
+        ..Interval::new((1.0, true), (1e7, true))
+    };
     /// A member's CPU request.
     cpu: String = Quantity("CPU", CPU_QUANTITY, r#""1", "2.5" or "500m""#);
     /// A member's memory request.

@@ -191,6 +191,7 @@ pub struct NetworkFault {
     #[schemars(with = "Option<HumanDuration>")]
     pub jitter: Option<Duration>,
     /// The fraction of packets dropped (0.05 = 5%).
+    #[serde(default, deserialize_with = "super::checked::loss")]
     pub loss: Option<f64>,
 }
 

@@ -30,6 +30,7 @@ pub struct KnownIssue {
 
     /// More matches than this per hour of load fail the run (the allowance of a shorter run is
     /// pro-rated, at least one).
+    #[serde(default, deserialize_with = "super::checked::per_hour")]
     pub max_per_hour: Option<f64>,
 }
 

@@ -324,7 +324,10 @@ pub struct CapacitySettings {
 
     /// Multiplicative decrease when p99 is over the target: concurrency × this, in (0, 1)
     /// (default 0.8).
-    #[serde(default = "defaults::decrease_rate")]
+    #[serde(
+        default = "defaults::decrease_rate",
+        deserialize_with = "checked::decrease_rate"
+    )]
     pub decrease_rate: f64,
 
     /// How often the controller judges a window and acts (default `5s`; at least the poll
@@ -338,7 +341,10 @@ pub struct CapacitySettings {
     pub settle_periods: u32,
 
     /// Relative band around the target in which p99 counts as on target (default 0.05: ±5%).
-    #[serde(default = "defaults::tolerance")]
+    #[serde(
+        default = "defaults::tolerance",
+        deserialize_with = "checked::tolerance"
+    )]
     pub tolerance: f64,
 
     /// Consecutive judged windows on target that end a phase as converged (default 3).
@@ -356,12 +362,15 @@ pub struct CapacitySettings {
     pub max_decreases: u32,
 
     /// Safe rate = max QPS at the target × this (default 0.7).
-    #[serde(default = "defaults::safety_factor")]
+    #[serde(
+        default = "defaults::safety_factor",
+        deserialize_with = "checked::share"
+    )]
     pub safety_factor: f64,
 
     /// Recommended autoscaler thresholds = each server signal observed at the edge window (the highest concurrency within the target) ×
     /// this, in (0, 1] (default 0.8: scale out before the tier reaches its capacity).
-    #[serde(default = "defaults::hpa_margin")]
+    #[serde(default = "defaults::hpa_margin", deserialize_with = "checked::share")]
     pub hpa_margin: f64,
 
     /// Read the server signals from this Prometheus (PromQL over its HTTP API) instead of
@@ -377,7 +386,11 @@ pub struct RegressionSettings {
     /// The smallest change worth a call (default 0.1: 10%): a metric has changed only when
     /// the 95% interval of its change excludes zero after the correction for the run's many
     /// metrics and the change is at least this large. `threshold` is its older name.
-    #[serde(default = "defaults::regression_threshold", alias = "threshold")]
+    #[serde(
+        default = "defaults::regression_threshold",
+        alias = "threshold",
+        deserialize_with = "checked::min_effect"
+    )]
     pub min_effect: f64,
 
     /// Findings fail the run (exit 1); default false: they are reported only.
@@ -447,6 +460,7 @@ pub struct ReportSettings {
 pub struct SpikeSettings {
     /// Requests per second the whole client group sends during the spike (split across its
     /// workers), open loop: arrivals do not wait for answers, as real traffic does not.
+    #[serde(deserialize_with = "checked::spike_rate")]
     pub target_rps: f64,
 
     /// How long the spike lasts (at least `check_interval`, so at least one window measures it).

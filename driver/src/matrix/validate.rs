@@ -13,8 +13,8 @@ use super::checked::{LABEL_RULE, MAX_LABEL_LEN, is_dns_label};
 use super::source::{Anchor, FieldPath};
 use super::types::{
     Artifact, ClientGroup, ClientTemplate, Endpoint, LoadMode, MATRIX_VERSION, Matrix, ModelImage,
-    Protocol, RegressionSettings, Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume,
-    TraceMode, TraceSettings,
+    Protocol, Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume, TraceMode,
+    TraceSettings,
 };
 use super::types::{LAUNCHER_VOLUMES, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME, PrometheusSource};
 
@@ -963,24 +963,11 @@ fn fault_network(issues: &mut Vec<Issue>, path: &FieldPath, f: &super::faults::F
                 kind.as_str()
             ),
         ),
-        (Some(n), _) => {
-            if n.delay.is_none() && n.jitter.is_none() && n.loss.is_none() {
-                push(
-                    path.key("network"),
-                    Anchor::Key,
-                    "give at least one of delay, jitter and loss".into(),
-                );
-            }
-            if let Some(loss) = n.loss
-                && !(loss > 0.0 && loss <= 1.0)
-            {
-                push(
-                    path.key("network").key("loss"),
-                    Anchor::Value,
-                    format!("must be a fraction above 0 and at most 1 (0.05 = 5%), found {loss}"),
-                );
-            }
-        }
+        (Some(n), _) if n.delay.is_none() && n.jitter.is_none() && n.loss.is_none() => push(
+            path.key("network"),
+            Anchor::Key,
+            "give at least one of delay, jitter and loss".into(),
+        ),
         _ => {}
     }
 }
@@ -1107,15 +1094,6 @@ pub fn check_known_issues(
                 until,
             });
         }
-        if let Some(rate) = issue.max_per_hour
-            && !(rate.is_finite() && rate > 0.0)
-        {
-            c.push(
-                path.key("max_per_hour"),
-                Anchor::Value,
-                format!("must be a number of failures above 0, found {rate}"),
-            );
-        }
     }
     (c.issues, read)
 }
@@ -1161,9 +1139,6 @@ fn check_reading(m: &Matrix) -> (Vec<Issue>, Read) {
     c.issues.extend(check_faults(m));
     c.issues.extend(check_compare(m));
     c.issues.extend(check_sweep(m));
-    if let Some(r) = &m.regression {
-        c.regression(root.key("regression"), r);
-    }
     c.slo_rules(m, root.key("run").key("slo"), &m.run.slo, None);
     for (name, g) in &m.client_groups {
         let path = root.key("client_groups").key(name.clone()).key("slo");
@@ -1415,20 +1390,6 @@ impl Checker {
             }
         }
     }
-
-    /// `regression:` (at `path`).
-    fn regression(&mut self, path: FieldPath, r: &RegressionSettings) {
-        if !(r.min_effect.is_finite() && (0.0..10.0).contains(&r.min_effect)) {
-            self.push(
-                path.key("min_effect"),
-                Anchor::Value,
-                format!(
-                    "must be a fraction of 0 or more (0.1 = 10%), found {}",
-                    r.min_effect
-                ),
-            );
-        }
-    }
 }
 
 impl Checker {
@@ -1586,16 +1547,6 @@ impl Checker {
             (Some(_), Some(s)) => s,
         };
         let path = path.key("spike");
-        if !(spike.target_rps.is_finite() && spike.target_rps >= 1.0 && spike.target_rps <= 1e7) {
-            self.push(
-                path.key("target_rps"),
-                Anchor::Value,
-                format!(
-                    "must be a number of requests per second from 1 to 10000000, found {}",
-                    spike.target_rps
-                ),
-            );
-        }
         for (field, value) in [
             ("duration", spike.duration),
             ("recovery_timeout", spike.recovery_timeout),
@@ -1653,37 +1604,6 @@ impl Checker {
                 path.key("target_p99"),
                 Anchor::Value,
                 "must be longer than zero",
-            );
-        }
-        if !(cap.decrease_rate > 0.0 && cap.decrease_rate < 1.0) {
-            self.push(
-                path.key("decrease_rate"),
-                Anchor::Value,
-                format!(
-                    "must be between 0 and 1 (exclusive), found {}",
-                    cap.decrease_rate
-                ),
-            );
-        }
-        if !(cap.tolerance >= 0.0 && cap.tolerance < 1.0) {
-            self.push(
-                path.key("tolerance"),
-                Anchor::Value,
-                format!("must be at least 0 and below 1, found {}", cap.tolerance),
-            );
-        }
-        if !(cap.safety_factor > 0.0 && cap.safety_factor <= 1.0) {
-            self.push(
-                path.key("safety_factor"),
-                Anchor::Value,
-                format!("must be above 0 and at most 1, found {}", cap.safety_factor),
-            );
-        }
-        if !(cap.hpa_margin > 0.0 && cap.hpa_margin <= 1.0) {
-            self.push(
-                path.key("hpa_margin"),
-                Anchor::Value,
-                format!("must be above 0 and at most 1, found {}", cap.hpa_margin),
             );
         }
         if let Some(p) = &cap.prometheus
