@@ -261,21 +261,35 @@ pub fn is_dns_label(s: &str) -> bool {
         && alnum(b[b.len() - 1])
 }
 
-/// A name that is a DNS-1123 label (it names pods and processes), saying what it names.
-pub struct Label(&'static str);
+/// Text that `problem` finds nothing wrong with (its message names the value as `what`); a
+/// refused one reads as `stand_in`.
+pub struct Text {
+    what: &'static str,
+    problem: fn(what: &str, text: &str) -> Option<String>,
+    stand_in: &'static str,
+}
 
-impl Rule for Label {
+impl Rule for Text {
     type Written = String;
     type Value = String;
-    fn read(&self, name: String) -> Result<String, (String, String)> {
-        if is_dns_label(&name) {
-            return Ok(name);
+    fn read(&self, text: String) -> Result<String, (String, String)> {
+        match (self.problem)(self.what, &text) {
+            None => Ok(text),
+            Some(problem) => Err((problem, self.stand_in.into())),
         }
-        let what = self.0;
-        Err((
-            format!("{what} {name:?} is not a DNS-1123 label ({LABEL_RULE})"),
-            "x".into(),
-        ))
+    }
+}
+
+/// A name that is a DNS-1123 label (it names pods and processes).
+const fn label(what: &'static str) -> Text {
+    fn problem(what: &str, name: &str) -> Option<String> {
+        let rule = LABEL_RULE;
+        (!is_dns_label(name)).then(|| format!("{what} {name:?} is not a DNS-1123 label ({rule})"))
+    }
+    Text {
+        what,
+        problem,
+        stand_in: "x",
     }
 }
 
@@ -284,92 +298,57 @@ pub const CPU_QUANTITY: &str = r"^[0-9]+(\.[0-9]+)?m?$";
 /// A Kubernetes memory quantity as we accept it: `512Mi`, `2Gi`, `1G`, `1000`.
 pub const MEMORY_QUANTITY: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
 
-/// A Kubernetes quantity: what it measures, its pattern, and examples.
-pub struct Quantity(&'static str, &'static str, &'static str);
-
-impl Rule for Quantity {
-    type Written = String;
-    type Value = String;
-    fn read(&self, text: String) -> Result<String, (String, String)> {
-        let Quantity(what, pattern, examples) = *self;
-        if regex::Regex::new(pattern)
-            .expect("a valid pattern")
-            .is_match(&text)
-        {
-            return Ok(text);
-        }
-        let problem = format!("invalid {what} quantity {text:?} (write e.g. {examples})");
-        Err((problem, "1".into()))
-    }
-}
-
-/// Text with something in it.
-pub struct Filled;
-
-impl Rule for Filled {
-    type Written = String;
-    type Value = String;
-    fn read(&self, text: String) -> Result<String, (String, String)> {
-        if text.trim().is_empty() {
-            return Err(("must not be empty".into(), "x".into()));
-        }
-        Ok(text)
-    }
+/// What is wrong with a quantity of `what` that should match `pattern` (`examples` of it).
+fn quantity_problem(what: &str, pattern: &str, examples: &str, text: &str) -> Option<String> {
+    let valid = regex::Regex::new(pattern)
+        .expect("a valid pattern")
+        .is_match(text);
+    (!valid).then(|| format!("invalid {what} quantity {text:?} (write e.g. {examples})"))
 }
 
 /// Characters a model name cannot hold: the worker's flags use them as separators
 /// (`NAME@VERSION:WEIGHT`, `a,b`, `MODEL/INPUT:DIMS`, `MODEL=FILE`).
 const MODEL_NAME_RESERVED: &str = "@:,/=";
 
-/// A model's name, as the worker's flags can carry it.
-pub struct ModelName;
+fn empty(_: &str, text: &str) -> Option<String> {
+    text.trim().is_empty().then(|| "must not be empty".into())
+}
 
-impl Rule for ModelName {
-    type Written = String;
-    type Value = String;
-    fn read(&self, name: String) -> Result<String, (String, String)> {
-        let name = Filled.read(name)?;
-        match name.chars().find(|c| MODEL_NAME_RESERVED.contains(*c)) {
-            None => Ok(name),
-            Some(c) => Err((
-                format!(
-                    "model name {name:?} contains {c:?}, which the worker's flags reserve ({MODEL_NAME_RESERVED:?})"
-                ),
-                "x".into(),
-            )),
-        }
+fn not_a_model_name(_: &str, name: &str) -> Option<String> {
+    let reserved = name.chars().find(|c| MODEL_NAME_RESERVED.contains(*c));
+    empty("", name).or_else(|| {
+        reserved.map(|c| {
+            format!(
+                "model name {name:?} contains {c:?}, which the worker's flags reserve \
+                 ({MODEL_NAME_RESERVED:?})"
+            )
+        })
+    })
+}
+
+/// An http:// or https:// URL.
+const fn http(what: &'static str) -> Text {
+    fn problem(what: &str, url: &str) -> Option<String> {
+        let http = url.starts_with("http://") || url.starts_with("https://");
+        (!http).then(|| format!("{what} is an http:// or https:// URL, found {url:?}"))
+    }
+    Text {
+        what,
+        problem,
+        stand_in: "http://x",
     }
 }
 
-/// An http:// or https:// URL, saying what it is.
-pub struct Http(&'static str);
-
-impl Rule for Http {
-    type Written = String;
-    type Value = String;
-    fn read(&self, url: String) -> Result<String, (String, String)> {
-        if url.starts_with("http://") || url.starts_with("https://") {
-            return Ok(url);
-        }
-        let what = self.0;
-        let problem = format!("{what} is an http:// or https:// URL, found {url:?}");
-        Err((problem, "http://x".into()))
+/// An absolute path to a directory other than the root.
+const fn absolute_dir(what: &'static str) -> Text {
+    fn problem(what: &str, dir: &str) -> Option<String> {
+        let absolute = dir.starts_with('/') && !dir.trim_end_matches('/').is_empty();
+        (!absolute).then(|| format!("{what} {dir:?} must be an absolute path other than /"))
     }
-}
-
-/// An absolute path to a directory other than the root, saying what it is.
-pub struct AbsoluteDir(&'static str);
-
-impl Rule for AbsoluteDir {
-    type Written = String;
-    type Value = String;
-    fn read(&self, dir: String) -> Result<String, (String, String)> {
-        if dir.starts_with('/') && !dir.trim_end_matches('/').is_empty() {
-            return Ok(dir);
-        }
-        let what = self.0;
-        let problem = format!("{what} {dir:?} must be an absolute path other than /");
-        Err((problem, "/x".into()))
+    Text {
+        what,
+        problem,
+        stand_in: "/x",
     }
 }
 
@@ -457,23 +436,23 @@ checked_fields! {
     /// `regression.change_point_window`.
     change_point_window: usize = Runs(CHANGE_POINT_WINDOW, " (a change needs runs on both sides)");
     /// `run.name`.
-    run_name: String = Label("run name");
+    run_name: String = label("run name");
     /// `run.namespace`.
-    namespace: String = Label("namespace");
+    namespace: String = label("namespace");
     /// A server template's volume name.
-    volume_name: String = Label("volume name");
+    volume_name: String = label("volume name");
     /// Text that may not be empty (an image).
-    filled: String = Filled;
+    filled: String = Text { what: "", problem: empty, stand_in: "x" };
     /// A model's name.
-    model_name: String = ModelName;
+    model_name: String = Text { what: "", problem: not_a_model_name, stand_in: "x" };
     /// A trace collector's endpoint.
-    otlp_endpoint: String = Http("an OTLP/HTTP endpoint");
+    otlp_endpoint: String = http("an OTLP/HTTP endpoint");
     /// A report's webhook.
-    webhook: String = Http("a webhook");
+    webhook: String = http("a webhook");
     /// Where a model image's repository is.
-    model_source: String = AbsoluteDir("source");
+    model_source: String = absolute_dir("source");
     /// Where a model image's repository is copied to.
-    model_path: String = AbsoluteDir("path");
+    model_path: String = absolute_dir("path");
     /// The fraction a capacity controller takes off at a decrease.
     decrease_rate: f64 = Interval::new((0.0, false), (1.0, false));
     /// The band around a p99 target in which it counts as on target.
@@ -499,9 +478,17 @@ checked_fields! {
         ..Interval::new((1.0, true), (1e7, true))
     };
     /// A member's CPU request.
-    cpu: String = Quantity("CPU", CPU_QUANTITY, r#""1", "2.5" or "500m""#);
+    cpu: String = Text {
+        what: "CPU",
+        problem: |what, text| quantity_problem(what, CPU_QUANTITY, r#""1", "2.5" or "500m""#, text),
+        stand_in: "1",
+    };
     /// A member's memory request.
-    memory: String = Quantity("memory", MEMORY_QUANTITY, r#""512Mi", "2Gi" or "1G""#);
+    memory: String = Text {
+        what: "memory",
+        problem: |what, text| quantity_problem(what, MEMORY_QUANTITY, r#""512Mi", "2Gi" or "1G""#, text),
+        stand_in: "1",
+    };
 }
 
 #[cfg(test)]
