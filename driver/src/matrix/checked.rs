@@ -128,23 +128,22 @@ impl Rule for Span {
 }
 
 /// A count within `[min, max]`: above `max`, the message names what it counts (`unit`);
-/// below `min` (0 or 1), what the count is (`named`) and what to do instead (`instead`).
+/// below `min` (0 or 1), what the count is and what to do instead (`words`).
 pub struct Count {
     min: u32,
     max: u32,
     unit: &'static str,
-    named: &'static str,
-    instead: &'static str,
+    words: (&'static str, &'static str),
 }
 
 impl Count {
     const fn new(min: u32, max: u32, unit: &'static str) -> Self {
+        let words = ("", "");
         Count {
             min,
             max,
             unit,
-            named: "",
-            instead: "",
+            words,
         }
     }
 }
@@ -155,7 +154,7 @@ impl Rule for Count {
     fn read(&self, value: u32) -> Result<u32, (String, u32)> {
         let nearest = value.clamp(self.min, self.max);
         if value < self.min {
-            let (named, min, instead) = (self.named, self.min, self.instead);
+            let ((named, instead), min) = (self.words, self.min);
             Err((
                 format!("{named}must be at least {min}, found {value}{instead}"),
                 nearest,
@@ -192,22 +191,17 @@ impl<T: DeserializeOwned + Copy + PartialOrd + Display> Rule for Runs<T> {
 }
 
 /// A number within `low` and `high`, each end in or out of it (`high` may be infinite: no
-/// upper bound), said as `what` (e.g. "a fraction ") with a `hint` after it.
+/// upper bound), said with `words`: what it is (e.g. "a fraction ") and a hint after it.
 pub struct Interval {
     low: (f64, bool),
     high: (f64, bool),
-    what: &'static str,
-    hint: &'static str,
+    words: (&'static str, &'static str),
 }
 
 impl Interval {
     const fn new(low: (f64, bool), high: (f64, bool)) -> Self {
-        Interval {
-            low,
-            high,
-            what: "",
-            hint: "",
-        }
+        let words = ("", "");
+        Interval { low, high, words }
     }
 }
 
@@ -227,7 +221,7 @@ impl Rule for Interval {
             (true, true) => format!(" and at most {high}"),
             (true, false) => format!(" and below {high}"),
         };
-        let (what, hint) = (self.what, self.hint);
+        let (what, hint) = self.words;
         let stand_in = if high.is_finite() {
             (low + high) / 2.0
         } else {
@@ -413,8 +407,7 @@ checked_fields! {
     heartbeat_polls: u32 = Count::new(1, MAX_POLLS, "polls");
     /// A model's weight in a mix.
     model_weight: u32 = Count {
-        named: "model weight ",
-        instead: " (leave the model out instead)",
+        words: ("model weight ", " (leave the model out instead)"),
         ..Count::new(1, MAX_WEIGHT, "(weight)")
     };
     /// An Infer batch size.
@@ -460,21 +453,20 @@ checked_fields! {
     /// A share (the safe rate's of the maximum, an autoscaler's margin).
     share: f64 = SHARE;
     /// The share of packets a network fault drops.
-    loss: f64 = Interval { what: "a fraction ", hint: " (0.05 = 5%)", ..SHARE };
+    loss: f64 = Interval { words: ("a fraction ", " (0.05 = 5%)"), ..SHARE };
     /// The smallest change a regression is called on.
     min_effect: f64 = Interval {
-        what: "a fraction of ",
-        hint: " (0.1 = 10%)",
+        words: ("a fraction of ", " (0.1 = 10%)"),
         ..Interval::new((0.0, true), (10.0, false))
     };
     /// A known issue's allowance.
     per_hour: f64 = Interval {
-        what: "a number of failures ",
+        words: ("a number of failures ", ""),
         ..Interval::new((0.0, false), (f64::INFINITY, false))
     };
     /// A spike's rate.
     spike_rate: f64 = Interval {
-        what: "a number of requests per second of ",
+        words: ("a number of requests per second of ", ""),
         ..Interval::new((1.0, true), (1e7, true))
     };
     /// A member's CPU request.
