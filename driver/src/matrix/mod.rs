@@ -16,8 +16,9 @@
 //! [`load`] / [`parse`] read a matrix strictly: YAML syntax, duplicate keys, unknown fields,
 //! wrong types, missing fields, an unsupported `version` and every semantic rule (names,
 //! references, counts, durations, weights, ...) give [`Diagnostic`]s of the form
-//! `FILE:LINE:COLUMN: FIELD.PATH: message`. Durations and counts out of their bounds are
-//! refused where they are read ([`checked`]), every one of them; a problem that stops
+//! `FILE:LINE:COLUMN: FIELD.PATH: message`. A value that breaks its own rule (a bound, a
+//! DNS label, a quantity, a URL, ...) is refused where it is read ([`checked`]), every one of
+//! them; a problem that stops
 //! deserialisation (syntax, types, unknown or missing fields, `binary` and `image` both or
 //! neither set) is reported after them and alone, since nothing after it can be trusted;
 //! duplicate keys are all reported; once the file deserialises, every rule across fields
@@ -224,7 +225,7 @@ pub fn parse_known_issues(text: &str, file_name: &str) -> Result<Vec<known::Know
 
 /// Reads a YAML document strictly into `T`: (1) positions and duplicate keys (and, for a
 /// matrix, its version), (2) the typed deserialisation, which reports every value refused by
-/// its bounds ([`checked`]) and then the first other error alone, (3) `check`'s rules, all of
+/// its rule ([`checked`]) and then the first other error alone, (3) `check`'s rules, all of
 /// them, located in the text.
 fn parse_yaml<T: serde::de::DeserializeOwned>(
     text: &str,
@@ -337,7 +338,7 @@ fn check_scan(
 
 /// [`parse_yaml`]'s pass 2: the typed, strict deserialisation of `text`, located with the scan
 /// of pass 1 where it succeeded: the document or the error that stopped it, and the values
-/// refused by their bounds before (a document read past them is for the rules across fields
+/// refused by their rules before (a document read past them is for the rules across fields
 /// only).
 fn deserialize_strict<T: serde::de::DeserializeOwned>(
     text: &str,
