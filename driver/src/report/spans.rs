@@ -342,13 +342,13 @@ pub struct Waterfall {
 }
 
 impl Waterfall {
-    /// The time (µs) its stretches of `part` took.
+    /// The time (µs) its stretches of `part` took: 0 (never −0, which `sum` of no floats
+    /// is, and the report would print as "-0.00") when it has none.
     pub fn part_us(&self, part: Part) -> f64 {
         self.segments
             .iter()
             .filter(|s| s.part == part)
-            .map(|s| s.length_us)
-            .sum()
+            .fold(0.0, |sum, s| sum + s.length_us)
     }
 }
 
@@ -1054,6 +1054,24 @@ mod tests {
             let p = parts(&boundaries(&client, &times, 0));
             assert_eq!(p, truth.parts());
             assert_eq!(sum(&p), client.answered_ns - client.intended_ns);
+        }
+
+        #[test]
+        fn a_part_of_no_length_is_zero_not_minus_zero() {
+            let w = Waterfall {
+                trace_id: "t".into(),
+                server: "triton-0".into(),
+                ok: true,
+                total_us: 5.0,
+                segments: vec![Segment {
+                    part: Part::Queue,
+                    start_us: 0.0,
+                    length_us: 5.0,
+                }],
+                unsplit: None,
+            };
+            assert_eq!(format!("{:.2}", w.part_us(Part::TransportOut)), "0.00");
+            assert_eq!(w.part_us(Part::Queue), 5.0);
         }
 
         #[test]
