@@ -169,18 +169,7 @@ struct RunArgs {
 }
 
 fn repeat_count(s: &str) -> Result<u32, String> {
-    runs_within(s, driver::matrix::REPEATS)
-}
-
-/// A count of runs in `range`, or what it must be.
-fn runs_within<T>(s: &str, range: std::ops::RangeInclusive<T>) -> Result<T, String>
-where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display,
-{
-    s.parse::<T>()
-        .ok()
-        .filter(|n| range.contains(n))
-        .ok_or_else(|| format!("from {} to {} runs", range.start(), range.end()))
+    driver::matrix::REPEATS.flag(s)
 }
 
 // `driver cleanup`.
@@ -317,7 +306,7 @@ enum HistoryFormat {
 }
 
 fn change_point_window(s: &str) -> Result<usize, String> {
-    runs_within(s, driver::matrix::CHANGE_POINT_WINDOW)
+    driver::matrix::CHANGE_POINT_WINDOW.flag(s)
 }
 
 // `driver prune`.

@@ -12,6 +12,7 @@
 use std::cell::Cell;
 use std::fmt::Display;
 use std::ops::RangeInclusive;
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -187,6 +188,16 @@ impl<T: DeserializeOwned + Copy + PartialOrd + Display> Rule for Runs<T> {
             format!("must be from {min} to {max} runs{why}, found {value}"),
             nearest,
         ))
+    }
+}
+
+impl<T: DeserializeOwned + Copy + PartialOrd + Display + FromStr> Runs<T> {
+    /// A command-line flag's reading (clap's value parser), by the matrix's rule.
+    pub fn flag(&self, written: &str) -> Result<T, String> {
+        let n = written
+            .parse()
+            .map_err(|_| format!("must be a number of runs, found {written:?}"))?;
+        self.read(n).map_err(|(problem, _)| problem)
     }
 }
 
@@ -385,12 +396,15 @@ durations! {
     webhook_timeout = Span(Duration::from_secs(1), Duration::from_secs(600));
 }
 
-/// How many runs change points may be looked for in: a change needs two runs on either side
-/// to have a spread.
-pub const CHANGE_POINT_WINDOW: RangeInclusive<usize> = 4..=500;
-
 /// How many times `run.repeat` (and `driver run --repeat`) may run the load.
-pub const REPEATS: RangeInclusive<u32> = 1..=100;
+pub const REPEATS: Runs<u32> = Runs(1..=100, "");
+
+/// How many runs change points may be looked for in (`regression.change_point_window`,
+/// `driver history --window`): a change needs two runs on either side to have a spread.
+pub const CHANGE_POINT_WINDOW: Runs<usize> = Runs(4..=500, " (a change needs runs on both sides)");
+
+/// How many blocks of each side a comparison (`compare.repeats`) may run.
+pub const COMPARE_REPEATS: Runs<u32> = Runs(2..=50, " of each side");
 
 checked_fields! {
     /// Triton's OpenTelemetry export delay (`with`-less: it is optional).
@@ -423,11 +437,13 @@ checked_fields! {
     /// Checks of the capacity controller that need one (stable checks, decreases).
     checks_from_one: u32 = Count::new(1, MAX_CHECKS, "checks");
     /// `run.repeat`.
-    repeat: u32 = Runs(REPEATS, "");
+    repeat: u32 = REPEATS;
     /// `regression.window`: the runs a regression is judged against.
     regression_window: usize = Runs(1..=50, "");
     /// `regression.change_point_window`.
-    change_point_window: usize = Runs(CHANGE_POINT_WINDOW, " (a change needs runs on both sides)");
+    change_point_window: usize = CHANGE_POINT_WINDOW;
+    /// `compare.repeats`.
+    compare_repeats: u32 = COMPARE_REPEATS;
     /// `run.name`.
     run_name: String = label("run name");
     /// `run.namespace`.

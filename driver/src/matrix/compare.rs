@@ -5,9 +5,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// How many blocks of each side a comparison may run.
-pub const COMPARE_REPEATS: std::ops::RangeInclusive<u32> = 2..=50;
-
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -20,7 +17,10 @@ pub struct CompareSettings {
     pub b: String,
     /// Runs of each side, interleaved A, B, A, B, … (default 3, from 2 to 50): the change of
     /// each metric is judged on the spread between them.
-    #[serde(default = "default_repeats")]
+    #[serde(
+        default = "default_repeats",
+        deserialize_with = "super::checked::compare_repeats"
+    )]
     pub repeats: u32,
 }
 

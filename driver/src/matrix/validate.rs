@@ -1803,18 +1803,6 @@ fn check_compare(m: &Matrix) -> Vec<Issue> {
         ),
         _ => {}
     }
-    if !super::compare::COMPARE_REPEATS.contains(&c.repeats) {
-        push(
-            root.key("repeats"),
-            Anchor::Value,
-            format!(
-                "must be from {} to {} runs of each side, found {}",
-                super::compare::COMPARE_REPEATS.start(),
-                super::compare::COMPARE_REPEATS.end(),
-                c.repeats
-            ),
-        );
-    }
     if m.sweep.is_some() || m.run.repeat > 1 || m.run.mode == RunMode::Capacity {
         push(
             root.clone(),
