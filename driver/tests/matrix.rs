@@ -891,6 +891,37 @@ fn more_rules() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// A value inside a list or a map is read by its rule like any other: refused at its item,
+/// every one reported at once.
+#[test]
+fn values_in_lists_and_maps_are_refused_at_their_item_all_at_once() {
+    let long = "x".repeat(4097);
+    let text = MINIMAL
+        .replacen(
+            "  duration: 10s\n",
+            "  duration: 10s\n  server_ready_timeout: 0s\n",
+            1,
+        )
+        .replacen(
+            "    model_repositories: [models]\n",
+            &format!("    model_repositories: [models, ' ']\n    args: [--log-verbose=0, {long}]\n"),
+            1,
+        )
+        .replacen(
+            "    protocol: grpc\n",
+            "    protocol: grpc\n    scenarios: { Timeout: 1, Load: 1000001 }\n    extra_args: [-v, --member-id=x]\n",
+            1,
+        );
+    assert_eq!(
+        parse_err(&text),
+        "inline.yaml:5:25: run.server_ready_timeout: must be longer than zero\n\
+         inline.yaml:9:34: server_templates.cpu.model_repositories[1]: must not be empty\n\
+         inline.yaml:10:29: server_templates.cpu.args[1]: an argument of 4097 bytes is longer than the 4096 allowed\n\
+         inline.yaml:17:36: client_templates.all.scenarios.Load: 1000001 (weight) is more than the 1000000 allowed\n\
+         inline.yaml:18:22: client_templates.all.extra_args[1]: --member-id is set by the driver for every worker; use the matrix field that sets it instead of extra_args"
+    );
+}
+
 #[test]
 fn empty_and_non_mapping_documents_are_rejected() {
     assert_eq!(

@@ -10,17 +10,19 @@
 //! rejected (with every refusal), so such a value never leaves this module's caller.
 
 use std::cell::Cell;
-use std::fmt::Display;
+use std::fmt::{self, Display};
 use std::ops::RangeInclusive;
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
+use indexmap::IndexMap;
+use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::bounds::{
-    MAX_BATCH_SIZE, MAX_CHECKS, MAX_CONCURRENCY, MAX_DURATION, MAX_GROUP_CONCURRENCY, MAX_MEMBERS,
-    MAX_POLL_INTERVAL, MAX_POLLS, MAX_TRACE_SETTING, MAX_WAIT, MAX_WEIGHT, MIN_POLL_INTERVAL,
+    MAX_ARG_LEN, MAX_BATCH_SIZE, MAX_CHECKS, MAX_CONCURRENCY, MAX_DURATION, MAX_GROUP_CONCURRENCY,
+    MAX_MEMBERS, MAX_POLL_INTERVAL, MAX_POLLS, MAX_TRACE_SETTING, MAX_WAIT, MAX_WEIGHT,
+    MIN_POLL_INTERVAL,
 };
 
 /// At most this many refusals are collected from one document (each costs a pass over it);
@@ -113,6 +115,73 @@ impl<V> Field<V> for Option<V> {
     }
 }
 
+/// A list whose every item `rule` checks: a refusal is located at its item.
+impl<V> Field<V> for Vec<V> {
+    fn read<'de, D: Deserializer<'de>, R: Rule<Value = V>>(
+        d: D,
+        rule: &R,
+    ) -> Result<Self, D::Error> {
+        struct Items<'r, R>(&'r R);
+        impl<'de, R: Rule> Visitor<'de> for Items<'_, R> {
+            type Value = Vec<R::Value>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element_seed(Item(self.0))? {
+                    items.push(item);
+                }
+                Ok(items)
+            }
+        }
+        d.deserialize_seq(Items(rule))
+    }
+}
+
+/// An optional map whose every value `rule` checks: a refusal is located at its key.
+impl<V> Field<V> for Option<IndexMap<String, V>> {
+    fn read<'de, D: Deserializer<'de>, R: Rule<Value = V>>(
+        d: D,
+        rule: &R,
+    ) -> Result<Self, D::Error> {
+        struct Values<'r, R>(&'r R);
+        impl<'de, R: Rule> Visitor<'de> for Values<'_, R> {
+            type Value = Option<IndexMap<String, R::Value>>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                d.deserialize_map(self)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut values = IndexMap::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    values.insert(key, map.next_value_seed(Item(self.0))?);
+                }
+                Ok(Some(values))
+            }
+        }
+        d.deserialize_option(Values(rule))
+    }
+}
+
+/// One item of a list or value of a map, read by its rule.
+struct Item<'r, R>(&'r R);
+
+impl<'de, R: Rule> DeserializeSeed<'de> for Item<'_, R> {
+    type Value = R::Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<R::Value, D::Error> {
+        checked(self.0, R::Written::deserialize(d)?)
+    }
+}
+
 /// A duration written the humantime way (`90s`, `5m`, `1h 30m`), within `[min, max]`.
 pub struct Span(Duration, Duration);
 
@@ -125,6 +194,24 @@ impl Rule for Span {
         stress_common::limits::within(value, min, max)
             .map(|()| value)
             .map_err(|e| (e.to_string(), value.clamp(min, max)))
+    }
+}
+
+/// A duration longer than zero and at most `.0`. A refused one reads as the longest allowed:
+/// of the stand-ins, the one no rule across fields takes for a problem of its own (a run of
+/// any length fits the poll interval, the warm-up, the faults a zero would have refused).
+pub struct Positive(Duration);
+
+impl Rule for Positive {
+    type Written = String;
+    type Value = Duration;
+    fn read(&self, text: String) -> Result<Duration, (String, Duration)> {
+        let longest = self.0;
+        match Span(Duration::ZERO, longest).read(text) {
+            Ok(value) if value.is_zero() => Err(("must be longer than zero".into(), longest)),
+            Ok(value) => Ok(value),
+            Err((problem, _)) => Err((problem, longest)),
+        }
     }
 }
 
@@ -319,6 +406,31 @@ fn empty(_: &str, text: &str) -> Option<String> {
     text.trim().is_empty().then(|| "must not be empty".into())
 }
 
+fn too_long(_: &str, arg: &str) -> Option<String> {
+    (arg.len() > MAX_ARG_LEN).then(|| {
+        format!(
+            "an argument of {} bytes is longer than the {MAX_ARG_LEN} allowed",
+            arg.len()
+        )
+    })
+}
+
+/// A worker's argument may not set what the driver itself gives every worker (the contract's
+/// flags, where its records go): the run would not be the one recorded.
+fn not_a_worker_arg(_: &str, arg: &str) -> Option<String> {
+    static RESERVED: std::sync::LazyLock<Vec<String>> =
+        std::sync::LazyLock::new(stress_common::contract::reserved_worker_flags);
+    let flag = arg.split('=').next().unwrap_or_default();
+    too_long("", arg).or_else(|| {
+        RESERVED.iter().any(|r| r == flag).then(|| {
+            format!(
+                "{flag} is set by the driver for every worker; use the matrix field that sets \
+                 it instead of extra_args"
+            )
+        })
+    })
+}
+
 fn not_a_model_name(_: &str, name: &str) -> Option<String> {
     let reserved = name.chars().find(|c| MODEL_NAME_RESERVED.contains(*c));
     empty("", name).or_else(|| {
@@ -384,8 +496,12 @@ macro_rules! durations {
 durations! {
     /// A run's length (`run.duration`, an SLO's `delay`): up to 30 days.
     run_length = Span(Duration::ZERO, MAX_DURATION);
-    /// Any other wait of the driver (warm-up, start-up, a p99 target, a spike): up to a day.
+    /// A run's length that may not be zero (`run.duration`): up to 30 days.
+    positive_run_length = Positive(MAX_DURATION);
+    /// Any other wait of the driver (warm-up, a spike): up to a day.
     wait = Span(Duration::ZERO, MAX_WAIT);
+    /// A wait that may not be zero (the servers' start-up, a p99 target): up to a day.
+    positive_wait = Positive(MAX_WAIT);
     /// The status store's poll interval: from 100ms to 1h.
     poll_interval = Span(MIN_POLL_INTERVAL, MAX_POLL_INTERVAL);
     /// A check interval of the capacity controller: from 100ms to a day.
@@ -424,6 +540,11 @@ checked_fields! {
         words: ("model weight ", " (leave the model out instead)"),
         ..Count::new(1, MAX_WEIGHT, "(weight)")
     };
+    /// A scenario's weight in a client template's mix.
+    scenario_weight: u32 = Count {
+        words: ("scenario weight ", " (leave the scenario out instead)"),
+        ..Count::new(1, MAX_WEIGHT, "(weight)")
+    };
     /// An Infer batch size.
     batch_size: u32 = Count::new(1, MAX_BATCH_SIZE, "(batch size)");
     /// Triton's trace rate (one in N); its lower bound depends on the mode.
@@ -452,6 +573,10 @@ checked_fields! {
     volume_name: String = label("volume name");
     /// Text that may not be empty (an image).
     filled: String = Text { what: "", problem: empty, stand_in: "x" };
+    /// An argument of tritonserver's (a server template's `args`).
+    server_arg: String = Text { what: "", problem: too_long, stand_in: "" };
+    /// An argument of the worker's (a client template's `extra_args`).
+    worker_arg: String = Text { what: "", problem: not_a_worker_arg, stand_in: "" };
     /// A model's name.
     model_name: String = Text { what: "", problem: not_a_model_name, stand_in: "x" };
     /// A trace collector's endpoint.

@@ -17,7 +17,8 @@
 //! wrong types, missing fields, an unsupported `version` and every semantic rule (names,
 //! references, counts, durations, weights, ...) give [`Diagnostic`]s of the form
 //! `FILE:LINE:COLUMN: FIELD.PATH: message`. A value that breaks its own rule (a bound, a
-//! DNS label, a quantity, a URL, ...) is refused where it is read ([`checked`]), every one of
+//! DNS label, a quantity, a URL, an item of a list or a value of a map: an argument, a
+//! scenario's weight, ...) is refused where it is read ([`checked`]), every one of
 //! them; a problem that stops
 //! deserialisation (syntax, types, unknown or missing fields, `binary` and `image` both or
 //! neither set) is reported after them and alone, since nothing after it can be trusted;

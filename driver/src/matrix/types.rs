@@ -133,7 +133,7 @@ pub struct RunSettings {
     pub name: String,
 
     /// How long the clients run, from the moment they are started. At most 30 days.
-    #[serde(with = "checked::run_length")]
+    #[serde(with = "checked::positive_run_length")]
     #[schemars(with = "HumanDuration")]
     pub duration: Duration,
 
@@ -149,7 +149,10 @@ pub struct RunSettings {
     pub warmup: Duration,
 
     /// How long a server may take to become ready before the run fails (at most a day).
-    #[serde(with = "checked::wait", default = "defaults::server_ready_timeout")]
+    #[serde(
+        with = "checked::positive_wait",
+        default = "defaults::server_ready_timeout"
+    )]
     #[schemars(with = "HumanDuration")]
     pub server_ready_timeout: Duration,
 
@@ -277,7 +280,7 @@ impl CapacityPhase {
 #[serde(deny_unknown_fields)]
 pub struct CapacitySettings {
     /// The p99 latency the load is driven toward (e.g. `50ms`).
-    #[serde(with = "checked::wait")]
+    #[serde(with = "checked::positive_wait")]
     #[schemars(with = "HumanDuration")]
     pub target_p99: Duration,
 
@@ -546,11 +549,16 @@ pub struct ServerTemplate {
     /// Model repositories, passed as `--model-repository`. Local: paths relative to the
     /// matrix file's directory (or absolute). Kube: paths inside the pod (in the image, a
     /// `model_image` copy's `path` or a volume's `mount_path`).
+    #[serde(deserialize_with = "checked::filled")]
     #[schemars(length(min = 1))]
     pub model_repositories: Vec<String>,
 
     /// Extra `tritonserver` arguments, appended after the ones the launcher sets.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "checked::server_arg"
+    )]
     pub args: Vec<String>,
 
     /// Resource requests and limits (kube launcher only).
@@ -750,6 +758,7 @@ pub struct ClientTemplate {
 
     /// Scenario weights by scenario name (relative; each at least 1). Omitted: every
     /// scenario at its default weight. Names are matched case-insensitively.
+    #[serde(default, deserialize_with = "checked::scenario_weight")]
     #[schemars(with = "Option<ScenarioWeightsSchema>")]
     pub scenarios: Option<IndexMap<String, u32>>,
 
@@ -776,7 +785,11 @@ pub struct ClientTemplate {
     /// at most 4096 bytes, and none of the flags the driver sets itself (`--servers`,
     /// `--run-id`, `--member-id`, `--duration`, `--model`, `--store-url`, ...: use the matrix
     /// field that sets them).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "checked::worker_arg"
+    )]
     pub extra_args: Vec<String>,
 
     /// Resource requests and limits (kube launcher only).

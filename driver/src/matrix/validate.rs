@@ -1,10 +1,12 @@
-//! Semantic checks: everything the types alone cannot say. Every problem found is reported,
-//! each with the field path it is about and which end of the `key: value` pair to point at.
+//! Semantic checks: the rules across fields (a value's own rule is [`super::checked`]'s, where
+//! it is read), and the map keys' (names a refusal inside serde could not locate). Every
+//! problem found is reported, each with the field path it is about and which end of the
+//! `key: value` pair to point at.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::bounds::{MAX_ARG_LEN, MAX_ARGS, MAX_MEMBERS, MAX_WEIGHT, is_protected_host_path};
+use super::bounds::{MAX_ARGS, MAX_MEMBERS, is_protected_host_path};
 
 use stress_common::scenario::Scenario;
 use stress_common::schedule::RequestIntervals;
@@ -209,15 +211,6 @@ impl Checker {
                 "at least one model repository is required",
             );
         }
-        for (i, repo) in t.model_repositories.iter().enumerate() {
-            if repo.trim().is_empty() {
-                self.push(
-                    path.key("model_repositories").index(i),
-                    Anchor::Value,
-                    "must not be empty",
-                );
-            }
-        }
         self.env(path.key("env"), &t.env);
         self.trace(path.key("trace"), &t.trace);
         self.volumes(path.key("volumes"), &t.volumes);
@@ -331,7 +324,7 @@ impl Checker {
                 );
             }
             let mut seen: HashMap<Scenario, &str> = HashMap::new();
-            for (name, weight) in scenarios {
+            for name in scenarios.keys() {
                 let wpath = spath.key(name.clone());
                 match Scenario::parse(name) {
                     None => {
@@ -351,13 +344,6 @@ impl Checker {
                             );
                         }
                     }
-                }
-                if *weight == 0 {
-                    self.push(
-                        wpath,
-                        Anchor::Value,
-                        "scenario weight must be at least 1, found 0 (leave the scenario out instead)",
-                    );
                 }
             }
         }
@@ -602,25 +588,10 @@ impl Checker {
         }
     }
 
+    /// How many arguments a list holds (each is read by its rule).
     fn args_bounded(&mut self, path: FieldPath, args: &[String]) {
-        self.count_at_most(
-            path.clone(),
-            args.len() as u64,
-            MAX_ARGS as u64,
-            "arguments",
-        );
-        for (i, a) in args.iter().enumerate().take(MAX_ARGS) {
-            if a.len() > MAX_ARG_LEN {
-                self.push(
-                    path.index(i),
-                    Anchor::Value,
-                    format!(
-                        "an argument of {} bytes is longer than the {MAX_ARG_LEN} allowed",
-                        a.len()
-                    ),
-                );
-            }
-        }
+        let n = args.len() as u64;
+        self.count_at_most(path, n, MAX_ARGS as u64, "arguments");
     }
 
     fn bounds(&mut self, m: &Matrix) {
@@ -674,16 +645,7 @@ impl Checker {
                 self.push(path.key("load").key(field), Anchor::Value, e);
             }
         }
-        for (scenario, weight) in t.scenarios.iter().flatten() {
-            self.count_at_most(
-                path.key("scenarios").key(scenario.clone()),
-                (*weight).into(),
-                MAX_WEIGHT.into(),
-                "(weight)",
-            );
-        }
         self.args_bounded(path.key("extra_args"), &t.extra_args);
-        self.reserved_worker_flags(path.key("extra_args"), &t.extra_args);
     }
 
     /// Members in all, summed without overflow: checked before anything expands them.
@@ -713,25 +675,6 @@ impl Checker {
                 Anchor::Key,
                 format!("{members} members (servers and clients) in all is more than the {MAX_MEMBERS} a run takes"),
             );
-        }
-    }
-
-    /// A template's `extra_args` may not set what the driver itself gives every worker (the
-    /// contract's flags, where its records go): the run would not be the one recorded.
-    fn reserved_worker_flags(&mut self, path: FieldPath, args: &[String]) {
-        let reserved = stress_common::contract::reserved_worker_flags();
-        for (i, a) in args.iter().enumerate().take(MAX_ARGS) {
-            let flag = a.split('=').next().unwrap_or_default();
-            if reserved.iter().any(|r| r == flag) {
-                self.push(
-                    path.index(i),
-                    Anchor::Value,
-                    format!(
-                        "{flag} is set by the driver for every worker; use the matrix field that \
-                         sets it instead of extra_args"
-                    ),
-                );
-            }
         }
     }
 }
@@ -1166,16 +1109,8 @@ impl Checker {
     fn run(&mut self, m: &Matrix) {
         let run = FieldPath::root().key("run");
         let human = |d: std::time::Duration| humantime::format_duration(d).to_string();
-        // (The poll interval's lower bound is checked with the bounds.)
-        for (field, value) in [
-            ("duration", m.run.duration),
-            ("server_ready_timeout", m.run.server_ready_timeout),
-        ] {
-            if value.is_zero() {
-                self.push(run.key(field), Anchor::Value, "must be longer than zero");
-            }
-        }
-        if m.run.poll_interval > m.run.duration && !m.run.duration.is_zero() {
+        // (A zero run length and the poll interval's bounds are refused where they are read.)
+        if m.run.poll_interval > m.run.duration {
             self.push(
                 run.key("poll_interval"),
                 Anchor::Value,
@@ -1599,13 +1534,6 @@ impl Checker {
 
     /// `capacity:` (at `path`): its target, its fractions and its Prometheus source.
     fn capacity_fractions(&mut self, path: &FieldPath, cap: &super::types::CapacitySettings) {
-        if cap.target_p99.is_zero() {
-            self.push(
-                path.key("target_p99"),
-                Anchor::Value,
-                "must be longer than zero",
-            );
-        }
         if let Some(p) = &cap.prometheus
             && let Err(why) = check_prometheus(p)
         {
