@@ -72,7 +72,8 @@ for i in $(seq -w 1 "$RUNS"); do
     log "run planted-$i: exit $rc"
 done
 
-"$DRIVER" history --matrix planted --runs-dir "$runs_dir" --format json >"$TMP/history.json" ||
+"$DRIVER" history --matrix planted --runs-dir "$runs_dir" --format json --min-effect 0 \
+    >"$TMP/history.json" ||
     fail "driver history failed"
 "$DRIVER" history --matrix planted --runs-dir "$runs_dir" --format csv >"$TMP/history.csv" ||
     fail "driver history --format csv failed"

@@ -169,7 +169,7 @@ struct RunArgs {
 }
 
 fn repeat_count(s: &str) -> Result<u32, String> {
-    driver::matrix::REPEATS.flag(s)
+    driver::matrix::flag(&driver::matrix::REPEATS, s)
 }
 
 // `driver cleanup`.
@@ -232,7 +232,7 @@ struct CompareArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// The smallest change worth a call (0.1 = 10%).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, value_parser = min_effect)]
     min_effect: f64,
     /// Rows with fewer requests are not compared.
     #[arg(long, default_value_t = 100)]
@@ -288,6 +288,9 @@ struct HistoryArgs {
     /// How many of its last runs (4 to 500).
     #[arg(long, default_value_t = 30, value_parser = change_point_window)]
     window: usize,
+    /// The smallest change that is a change point (0.1 = 10%; Otava's `-M`).
+    #[arg(long, default_value_t = 0.1, value_parser = min_effect)]
+    min_effect: f64,
     #[arg(long, default_value = "runs", env = "TRITON_STRESS_RUNS_DIR")]
     runs_dir: PathBuf,
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
@@ -306,7 +309,11 @@ enum HistoryFormat {
 }
 
 fn change_point_window(s: &str) -> Result<usize, String> {
-    driver::matrix::CHANGE_POINT_WINDOW.flag(s)
+    driver::matrix::flag(&driver::matrix::CHANGE_POINT_WINDOW, s)
+}
+
+fn min_effect(s: &str) -> Result<f64, String> {
+    driver::matrix::flag(&driver::matrix::MIN_EFFECT, s)
 }
 
 // `driver prune`.
@@ -595,7 +602,7 @@ async fn history_command(args: HistoryArgs) -> ExitCode {
         Ok(of) => of,
         Err(why) => return bad_input(&anyhow::anyhow!(why)),
     };
-    let found = history::change_points(&of, &Default::default());
+    let found = history::change_points(&of, args.min_effect);
     match args.format {
         HistoryFormat::Text => print!("{}", history::text(&args.matrix, &of, &found)),
         HistoryFormat::Csv => print!("{}", history::otava_csv(&of)),
@@ -1149,10 +1156,6 @@ async fn compare(
     min_effect: f64,
     min_requests: u64,
 ) -> anyhow::Result<driver::judge::change::Judged> {
-    anyhow::ensure!(
-        min_effect.is_finite() && min_effect >= 0.0,
-        "--min-effect: must be a fraction of 0 or more (0.1 = 10%), found {min_effect}"
-    );
     let mut sides = Vec::new();
     for runs in [a, b] {
         let mut measures = Vec::new();

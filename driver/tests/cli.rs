@@ -717,6 +717,9 @@ fn history_finds_a_planted_change_where_apache_otava_finds_it() {
             format,
             "--window",
             window,
+            // Otava's defaults (`-M 0`): every significant change.
+            "--min-effect",
+            "0",
         ])
     };
     let out = history("json", "30");

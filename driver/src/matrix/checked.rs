@@ -278,14 +278,15 @@ impl<T: DeserializeOwned + Copy + PartialOrd + Display> Rule for Runs<T> {
     }
 }
 
-impl<T: DeserializeOwned + Copy + PartialOrd + Display + FromStr> Runs<T> {
-    /// A command-line flag's reading (clap's value parser), by the matrix's rule.
-    pub fn flag(&self, written: &str) -> Result<T, String> {
-        let n = written
-            .parse()
-            .map_err(|_| format!("must be a number of runs, found {written:?}"))?;
-        self.read(n).map_err(|(problem, _)| problem)
-    }
+/// A command-line flag's reading (clap's value parser) by the matrix's rule of the same value.
+pub fn flag<R: Rule>(rule: &R, written: &str) -> Result<R::Value, String>
+where
+    R::Written: FromStr,
+{
+    let value = written
+        .parse()
+        .map_err(|_| format!("{written:?} is not a number"))?;
+    rule.read(value).map_err(|(problem, _)| problem)
 }
 
 /// A number within `low` and `high`, each end in or out of it (`high` may be infinite: no
@@ -519,6 +520,13 @@ pub const REPEATS: Runs<u32> = Runs(1..=100, "");
 /// `driver history --window`): a change needs two runs on either side to have a spread.
 pub const CHANGE_POINT_WINDOW: Runs<usize> = Runs(4..=500, " (a change needs runs on both sides)");
 
+/// The smallest change called (`regression.min_effect`, `driver compare` and `driver history
+/// --min-effect`).
+pub const MIN_EFFECT: Interval = Interval {
+    words: ("a fraction of ", " (0.1 = 10%)"),
+    ..Interval::new((0.0, true), (10.0, false))
+};
+
 /// How many blocks of each side a comparison (`compare.repeats`) may run.
 pub const COMPARE_REPEATS: Runs<u32> = Runs(2..=50, " of each side");
 
@@ -596,10 +604,7 @@ checked_fields! {
     /// The share of packets a network fault drops.
     loss: f64 = Interval { words: ("a fraction ", " (0.05 = 5%)"), ..SHARE };
     /// The smallest change a regression is called on.
-    min_effect: f64 = Interval {
-        words: ("a fraction of ", " (0.1 = 10%)"),
-        ..Interval::new((0.0, true), (10.0, false))
-    };
+    min_effect: f64 = MIN_EFFECT;
     /// A known issue's allowance.
     per_hour: f64 = Interval {
         words: ("a number of failures ", ""),

@@ -308,17 +308,17 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
 /// run it starts with linked.
 fn change_point_list(name: &str, runs: &[RunSummary]) -> Markup {
     use crate::report::history;
-    let window = crate::matrix::RegressionSettings::default().change_point_window;
-    let found = history::of_matrix(runs, name, window)
-        .map(|of| history::change_points(&of, &Default::default()));
+    let settings = crate::matrix::RegressionSettings::default();
+    let found = history::of_matrix(runs, name, settings.change_point_window)
+        .map(|of| history::change_points(&of, settings.min_effect));
     html! {
         h2 #change-points { "Change points" }
         @match found {
             Err(why) => p.muted { (why) },
             Ok(points) => {
                 p.muted {
-                    "E-Divisive means with a t-test at p < 0.001 (Apache Otava's method) over the \
-                     last " (points.runs.len()) " runs that measured their load in full; "
+                    (points.method()) " (Apache Otava's method) over the last "
+                    (points.runs.len()) " runs that measured their load in full; "
                     a href={ "/api/matrix/" (percent_encode(name)) "/history.csv" } { "CSV for Otava" }
                     "."
                 }
@@ -562,11 +562,12 @@ fn named_series(finished: &[&RunSummary], points: &dyn Fn(&RunSummary) -> Named)
 /// with (a run not plotted has none).
 fn change_marks(finished: &[&RunSummary], name: &str) -> Vec<(String, RunMark)> {
     let owned: Vec<RunSummary> = finished.iter().map(|r| (*r).clone()).collect();
-    let window = crate::matrix::RegressionSettings::default().change_point_window;
-    let Ok(history) = crate::report::history::of_matrix(&owned, name, window) else {
+    let settings = crate::matrix::RegressionSettings::default();
+    let Ok(history) = crate::report::history::of_matrix(&owned, name, settings.change_point_window)
+    else {
         return Vec::new();
     };
-    let found = crate::report::history::change_points(&history, &Default::default());
+    let found = crate::report::history::change_points(&history, settings.min_effect);
     found
         .shifts
         .iter()

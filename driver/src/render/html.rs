@@ -727,6 +727,7 @@ fn tables(r: &Report) -> Markup {
             h2 #change-points {
                 "Change points over the last " (points.runs.len()) " run(s) of this matrix"
             }
+            p.no-data { (points.method()) }
             ul {
                 @for line in points.lines() { li { (line) } }
             }

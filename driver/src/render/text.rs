@@ -503,8 +503,9 @@ impl Report {
         if let Some(points) = &self.change_points {
             let _ = writeln!(
                 out,
-                "== Change points over the last {} run(s) of this matrix (E-Divisive, p < 0.001) ==",
-                points.runs.len()
+                "== Change points over the last {} run(s) of this matrix ({}) ==",
+                points.runs.len(),
+                points.method()
             );
             for line in points.lines() {
                 let _ = writeln!(out, "{line}");

@@ -18,6 +18,10 @@ use crate::judge::change_point::{self, Settings};
 pub struct ChangePoints {
     /// The runs read, oldest first.
     pub runs: Vec<String>,
+    /// The smallest change kept (`regression.min_effect`, as Otava's `-M`): a shift that is
+    /// significant but smaller is no change point. 0 in documents saved before it was kept.
+    #[serde(default)]
+    pub min_effect: f64,
     /// Each metric's change points, oldest first.
     pub shifts: Vec<Shift>,
 }
@@ -27,6 +31,15 @@ impl stress_common::store::Document for ChangePoints {
 }
 
 impl ChangePoints {
+    /// How the points were found, in words: the report's headings say it.
+    pub fn method(&self) -> String {
+        let mut words = "E-Divisive means, t-test p < 0.001".to_string();
+        if self.min_effect > 0.0 {
+            words += &format!(", changes of {:.0}% or more", self.min_effect * 100.0);
+        }
+        words
+    }
+
     /// The shifts grouped by the run they start with, oldest first.
     pub fn by_run(&self) -> Vec<(&str, Vec<&Shift>)> {
         let mut out: Vec<(&str, Vec<&Shift>)> = Vec::new();
@@ -196,8 +209,15 @@ pub fn series(runs: &[&RunSummary]) -> Vec<Series> {
     by_metric.into_values().collect()
 }
 
-/// The change points of every metric over `runs` (oldest first).
-pub fn change_points(runs: &[&RunSummary], settings: &Settings) -> ChangePoints {
+/// The change points of every metric over `runs` (oldest first) of at least `min_effect` in
+/// size, as the regression calls are: where a metric has no spread within the segments (a
+/// sleep-bound model's percentiles fall in one histogram bucket run after run), the t-test
+/// calls any difference significant, and an A/A history showed a 0.1% "change" of a p50.
+pub fn change_points(runs: &[&RunSummary], min_effect: f64) -> ChangePoints {
+    let settings = &Settings {
+        min_magnitude: min_effect,
+        ..Settings::default()
+    };
     let mut shifts = Vec::new();
     for s in series(runs) {
         let values: Vec<f64> = s.points.iter().map(|p| p.1).collect();
@@ -221,6 +241,7 @@ pub fn change_points(runs: &[&RunSummary], settings: &Settings) -> ChangePoints 
     shifts.sort_by(|a, b| (a.started_at_ms, &a.metric).cmp(&(b.started_at_ms, &b.metric)));
     ChangePoints {
         runs: runs.iter().map(|r| r.run_id.clone()).collect(),
+        min_effect,
         shifts,
     }
 }
@@ -271,7 +292,7 @@ pub fn text(name: &str, runs: &[&RunSummary], found: &ChangePoints) -> String {
             listed(&r.versions)
         ));
     }
-    out.push_str("Change points (E-Divisive means, t-test p < 0.001):\n");
+    out.push_str(&format!("Change points ({}):\n", found.method()));
     for line in found.lines() {
         out.push_str(&format!("  {line}\n"));
     }
@@ -344,7 +365,7 @@ mod tests {
     fn a_slower_upgrade_is_named_at_its_first_run_with_its_size_and_the_versions() {
         let runs = nights();
         let history = history(&runs, "mfp1-x", 30);
-        let found = change_points(&history, &Settings::default());
+        let found = change_points(&history, 0.05);
         assert_eq!(found.runs.len(), 20);
         assert_eq!(found.shifts.len(), 1, "{:?}", found.shifts);
         let shift = &found.shifts[0];
@@ -381,10 +402,35 @@ mod tests {
             .unwrap();
         assert_eq!(p99.points.len(), 19);
         assert!(p99.points.iter().all(|p| p.0 != 15 && p.1 < 12.0));
-        let found = change_points(&history, &Settings::default());
+        let found = change_points(&history, 0.05);
         assert_eq!(found.shifts.len(), 1, "{:?}", found.shifts);
         assert_eq!(found.shifts[0].run_id, "nightly-10");
         assert!((found.shifts[0].mean_after - 11.0).abs() < 0.1);
+    }
+
+    /// A sleep-bound model's p50 falls in one histogram bucket run after run: no spread, so
+    /// the t-test calls a 0.1% step "significant" (p = 0). Smaller than `min_effect`, it is
+    /// no change point; a step of 15% still is.
+    #[test]
+    fn a_step_smaller_than_min_effect_is_no_change_point_even_without_spread() {
+        let flat = |step: f64| -> Vec<RunSummary> {
+            (0..6)
+                .map(|i| run(i, if i < 4 { 164.0 } else { 164.0 * step }, 500.0, "2.51.0"))
+                .collect()
+        };
+        let runs = flat(1.001);
+        let read = history(&runs, "mfp1-x", 30);
+        assert_eq!(change_points(&read, 0.0).shifts.len(), 1);
+        let found = change_points(&read, 0.1);
+        assert!(found.shifts.is_empty(), "{:?}", found.shifts);
+        assert_eq!(
+            found.method(),
+            "E-Divisive means, t-test p < 0.001, changes of 10% or more"
+        );
+        let runs = flat(1.15);
+        let found = change_points(&history(&runs, "mfp1-x", 30), 0.1);
+        assert_eq!(found.shifts.len(), 1, "{:?}", found.shifts);
+        assert_eq!(found.shifts[0].run_id, "nightly-04");
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub(super) async fn save_change_points(
     store: &Store,
     store_url: &str,
     runs_dir: &Path,
-    window: usize,
+    settings: &crate::matrix::RegressionSettings,
     report: &mut Report,
 ) {
     use crate::report::history;
@@ -96,9 +96,10 @@ pub(super) async fn save_change_points(
             Err(e) => tracing::warn!("change points: runs not listed: {e}"),
         }
     }
+    let window = settings.change_point_window;
     let found = history::change_points(
         &history::history(&runs, &fingerprint, window),
-        &Default::default(),
+        settings.min_effect,
     );
     let run_id = RunId::new(report.run_id.clone());
     if let Err(e) = bounded(STORE_CALL_LIMIT, store.save_document(&run_id, "", &found)).await {

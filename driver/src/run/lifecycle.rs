@@ -336,7 +336,7 @@ impl<'a> OpenRun<'a> {
             store,
             &self.store_url,
             &self.options.runs_dir,
-            self.regression.change_point_window,
+            &self.regression,
             &mut report,
         )
         .await;
