@@ -121,21 +121,9 @@ impl<V> Field<V> for Vec<V> {
         d: D,
         rule: &R,
     ) -> Result<Self, D::Error> {
-        struct Items<'r, R>(&'r R);
-        impl<'de, R: Rule> Visitor<'de> for Items<'_, R> {
-            type Value = Vec<R::Value>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = seq.next_element_seed(Item(self.0))? {
-                    items.push(item);
-                }
-                Ok(items)
-            }
-        }
-        d.deserialize_seq(Items(rule))
+        // (`deserialize_seq` visits a sequence only: never the None of a `null`.)
+        let items = d.deserialize_seq(Entries(rule))?.unwrap_or_default();
+        Ok(items.into_iter().map(|(_, item)| item).collect())
     }
 }
 
@@ -145,30 +133,44 @@ impl<V> Field<V> for Option<IndexMap<String, V>> {
         d: D,
         rule: &R,
     ) -> Result<Self, D::Error> {
-        struct Values<'r, R>(&'r R);
-        impl<'de, R: Rule> Visitor<'de> for Values<'_, R> {
-            type Value = Option<IndexMap<String, R::Value>>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a map")
-            }
-            fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-                d.deserialize_map(self)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut values = IndexMap::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    values.insert(key, map.next_value_seed(Item(self.0))?);
-                }
-                Ok(Some(values))
-            }
+        Ok(d.deserialize_option(Entries(rule))?
+            .map(IndexMap::from_iter))
+    }
+}
+
+/// A list's items or a map's entries (a list's keys are empty), each value read by `rule`
+/// through [`Item`], so that serde_path_to_error's path names it; None for `null`.
+struct Entries<'r, R>(&'r R);
+
+type Read<V> = Option<Vec<(String, V)>>;
+
+impl<'de, R: Rule> Visitor<'de> for Entries<'_, R> {
+    type Value = Read<R::Value>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list or a map")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut read = Vec::new();
+        while let Some(item) = seq.next_element_seed(Item(self.0))? {
+            read.push((String::new(), item));
         }
-        d.deserialize_option(Values(rule))
+        Ok(Some(read))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut read = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            read.push((key, map.next_value_seed(Item(self.0))?));
+        }
+        Ok(Some(read))
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
     }
 }
 
