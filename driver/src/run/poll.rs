@@ -180,8 +180,7 @@ impl Driver<'_> {
             // A server started again after a kill or restart is a new process.
             for member in load.sampler.members() {
                 load.sampler
-                    .track_memory(member, self.launcher.server_memory(member))
-                    .await;
+                    .track_memory(member, self.launcher.server_memory(member));
             }
         }
         self.observe(&load.rules).await

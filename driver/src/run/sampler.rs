@@ -39,13 +39,14 @@ pub struct SampledServer {
 const BASELINE_PATIENCE: Duration = Duration::from_millis(1500);
 const BASELINE_RETRY_PAUSE: Duration = Duration::from_millis(200);
 
+/// Per server: where its memory is read (a local server started again after an injected fault
+/// is a new process). Apart from [`State`], which a sample holds while it scrapes.
+type MemorySources = std::sync::Mutex<BTreeMap<String, ServerMemory>>;
+
 #[derive(Debug, Default)]
 struct State {
     /// Per server: the cumulative counters and time of its last scrape.
     last: BTreeMap<String, (i64, Vec<ModelMetrics>)>,
-    /// Per server: where its memory is read (a local server started again after an injected
-    /// fault is a new process).
-    memory: BTreeMap<String, ServerMemory>,
     /// Per server not answering: the first scrape since its last good one that found it gone.
     silent_since: BTreeMap<String, i64>,
 }
@@ -55,6 +56,7 @@ pub struct ServerSampler {
     run_id: RunId,
     servers: Vec<SampledServer>,
     state: Arc<Mutex<State>>,
+    memory: Arc<MemorySources>,
     stop: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -75,10 +77,8 @@ impl ServerSampler {
             store,
             run_id,
             servers,
-            state: Arc::new(Mutex::new(State {
-                memory,
-                ..State::default()
-            })),
+            state: Arc::default(),
+            memory: Arc::new(std::sync::Mutex::new(memory)),
             stop: CancellationToken::new(),
             task: None,
         };
@@ -101,13 +101,14 @@ impl ServerSampler {
                 break;
             }
             tokio::time::sleep(BASELINE_RETRY_PAUSE).await;
-            sample(&sampler.store, &sampler.run_id, &missing, &sampler.state).await;
+            sampler.sample_of(&missing).await;
         }
-        let (store, run_id, servers, state, stop) = (
+        let (store, run_id, servers, state, memory, stop) = (
             sampler.store.clone(),
             sampler.run_id.clone(),
             sampler.servers.clone(),
             sampler.state.clone(),
+            sampler.memory.clone(),
             sampler.stop.clone(),
         );
         sampler.task = Some(tokio::spawn(async move {
@@ -119,7 +120,7 @@ impl ServerSampler {
                     _ = ticker.tick() => {}
                     _ = stop.cancelled() => return,
                 }
-                sample(&store, &run_id, &servers, &state).await;
+                sample(&store, &run_id, &servers, &state, &memory).await;
             }
         }));
         sampler
@@ -131,21 +132,19 @@ impl ServerSampler {
     }
 
     /// Where `member`'s memory is read from now on (None: nowhere): a local server started
-    /// again after an injected fault is a new process.
-    pub async fn track_memory(&self, member: &str, memory: Option<ServerMemory>) {
-        let mut state = self.state.lock().await;
+    /// again after an injected fault is a new process. Never waits for a sample under way (the
+    /// poll loop calls it every tick of a fault: a paused server's scrape holds a sample for up
+    /// to [`SCRAPE_TIMEOUT`], and a 4 s pause once ended 1 s late behind it).
+    pub fn track_memory(&self, member: &str, memory: Option<ServerMemory>) {
+        let mut sources = self.memory.lock().expect("memory sources");
         match memory {
             // The same source keeps its reader (and whether it already warned).
-            Some(memory)
-                if state
-                    .memory
-                    .get(member)
-                    .is_some_and(|m| m.same_source(&memory)) => {}
+            Some(memory) if sources.get(member).is_some_and(|m| m.same_source(&memory)) => {}
             Some(memory) => {
-                state.memory.insert(member.to_string(), memory);
+                sources.insert(member.to_string(), memory);
             }
             None => {
-                state.memory.remove(member);
+                sources.remove(member);
             }
         }
     }
@@ -154,7 +153,18 @@ impl ServerSampler {
     /// what they served until then is scraped (what a process serves after its last scrape is
     /// lost with it).
     pub async fn sample(&self) {
-        sample(&self.store, &self.run_id, &self.servers, &self.state).await;
+        self.sample_of(&self.servers).await;
+    }
+
+    async fn sample_of(&self, servers: &[SampledServer]) {
+        sample(
+            &self.store,
+            &self.run_id,
+            servers,
+            &self.state,
+            &self.memory,
+        )
+        .await;
     }
 
     /// Stops the periodic samples and takes the last one (call after the workers' final
@@ -177,9 +187,15 @@ impl Drop for ServerSampler {
 /// One sample of every server, scraped concurrently; a server that does not answer is left out
 /// of this sample (its next delta covers the gap). Samples are taken one at a time (the state
 /// is held throughout): a delta is only ever taken from an earlier scrape.
-async fn sample(store: &Store, run_id: &RunId, servers: &[SampledServer], state: &Mutex<State>) {
+async fn sample(
+    store: &Store,
+    run_id: &RunId,
+    servers: &[SampledServer],
+    state: &Mutex<State>,
+    memory: &MemorySources,
+) {
     let mut state = state.lock().await;
-    let memory = state.memory.clone();
+    let memory = memory.lock().expect("memory sources").clone();
     let scrapes = futures::future::join_all(servers.iter().map(|s| {
         let memory = memory.get(s.member.as_str());
         async move {
@@ -294,6 +310,39 @@ mod tests {
             success,
             ..Default::default()
         }]
+    }
+
+    /// A paused server accepts a scrape's connection and never answers: the sample holds its
+    /// state for up to [`SCRAPE_TIMEOUT`]. The poll loop, which tracks memory every tick of a
+    /// fault, must not wait for it (a 4 s pause once ended 1 s late behind such a scrape).
+    #[tokio::test]
+    async fn a_sample_waiting_on_a_paused_server_holds_back_no_memory_tracking() {
+        let paused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let url = Store::sqlite_url(&dir.path().join("store.sqlite"));
+        let sampler = ServerSampler {
+            store: Store::connect(&url).await.unwrap(),
+            run_id: RunId::new("r"),
+            servers: vec![SampledServer {
+                member: "triton-0".parse().unwrap(),
+                metrics: paused.local_addr().unwrap().to_string(),
+                memory: None,
+                launched: false,
+            }],
+            state: Arc::default(),
+            memory: Arc::default(),
+            stop: CancellationToken::new(),
+            task: None,
+        };
+        let mut sampling = std::pin::pin!(sampler.sample());
+        assert!(futures::poll!(&mut sampling).is_pending());
+        assert!(
+            sampler.state.try_lock().is_err(),
+            "the sample holds its state"
+        );
+        let pid = std::process::id();
+        sampler.track_memory("triton-0", Some(ServerMemory::ProcessTree(pid)));
+        assert!(sampler.memory.lock().unwrap().contains_key("triton-0"));
     }
 
     #[test]

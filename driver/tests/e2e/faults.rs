@@ -75,6 +75,14 @@ async fn injected_faults_are_recovered_from_and_a_slow_recovery_fails_the_run() 
         assert_eq!(f["target"], "triton-0");
         assert!(f["injected_at_ms"].as_i64().is_some() && f["recovered_at_ms"].as_i64().is_some());
     }
+    // The pause lasts what the matrix says: its end is not held back by a sample waiting on
+    // the paused server's metrics (it once ended 1 s late behind such a scrape).
+    let paused_ms =
+        freeze["ended_at_ms"].as_i64().unwrap() - freeze["injected_at_ms"].as_i64().unwrap();
+    assert!(
+        (3000..3750).contains(&paused_ms),
+        "paused {paused_ms} ms: {freeze:#}"
+    );
     let recovery = crash["recovery_s"].as_f64().unwrap();
     assert!(recovery > 0.0 && recovery <= 25.0, "{crash:#}");
     // The server started again after the kill is a new process, whose memory is still read:
