@@ -10,6 +10,7 @@ use super::chart::{RunBand, RunChart, RunMark, RunPoint, RunSeries, RunTick, run
 use super::html::{STYLE, head_metas};
 use crate::report::diff::{Line, RunDiff};
 use crate::report::failures::FailurePage;
+use crate::report::history::ChangePoints;
 use crate::report::summary::{RunFilter, RunSummary, SignatureSeen};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use std::collections::BTreeMap;
@@ -263,6 +264,7 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
     let passed = runs.iter().filter(|r| r.verdict == "PASS").count();
     let mut bands: Vec<RunBand> = baseline_band(&finished).into_iter().collect();
     bands.extend(fault_bands(&finished));
+    let found = change_points_of(name, runs);
     let failed_runs = list_link(&RunFilter {
         name: Some(name.into()),
         verdict: Some("FAIL".into()),
@@ -284,7 +286,7 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
             }
         }
         h2 { "Over the runs" }
-        div.plots-row.runs { (history_plots(&finished, &bands, name)) }
+        div.plots-row.runs { (history_plots(&finished, &bands, &found)) }
         @if let Some(band) = bands.iter().find(|b| b.baseline) {
             p.muted { "Shaded blue: " (band.label) "." }
         }
@@ -294,7 +296,7 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
                  its verdict); their failures inside a fault's window did not count against them."
             }
         }
-        (change_point_list(name, runs))
+        (change_point_list(name, &found))
         (sweep_table(&finished))
         h2 { "Failure signatures" }
         (signature_table(&oldest_first))
@@ -304,13 +306,17 @@ pub fn matrix_page(name: &str, runs: &[RunSummary]) -> String {
     page(&format!("History of {name}"), None, body)
 }
 
-/// The change points over the matrix's last runs (its newest run's fingerprint), each with the
-/// run it starts with linked.
-fn change_point_list(name: &str, runs: &[RunSummary]) -> Markup {
+/// The change points over the matrix's last runs (its newest run's fingerprint), at the
+/// defaults of `regression:`, or why there are none.
+fn change_points_of(name: &str, runs: &[RunSummary]) -> Result<ChangePoints, String> {
     use crate::report::history;
     let settings = crate::matrix::RegressionSettings::default();
-    let found = history::of_matrix(runs, name, settings.change_point_window)
-        .map(|of| history::change_points(&of, settings.min_effect));
+    history::of_matrix(runs, name, settings.change_point_window)
+        .map(|of| history::change_points(&of, settings.min_effect))
+}
+
+/// The change points, each with the run it starts with linked.
+fn change_point_list(name: &str, found: &Result<ChangePoints, String>) -> Markup {
     html! {
         h2 #change-points { "Change points" }
         @match found {
@@ -344,7 +350,11 @@ fn change_point_list(name: &str, runs: &[RunSummary]) -> Markup {
 /// The history's plots over the finished runs (oldest first, run i in slot i), each with the
 /// bands (baseline window, runs with faults), its metric's change points, and the run's 95%
 /// interval where its summary has one.
-fn history_plots(finished: &[&RunSummary], bands: &[RunBand], name: &str) -> Markup {
+fn history_plots(
+    finished: &[&RunSummary],
+    bands: &[RunBand],
+    found: &Result<ChangePoints, String>,
+) -> Markup {
     let ticks: Vec<RunTick> = finished
         .iter()
         .map(|r| RunTick {
@@ -352,7 +362,7 @@ fn history_plots(finished: &[&RunSummary], bands: &[RunBand], name: &str) -> Mar
             label: short_date(r.started_at_ms),
         })
         .collect();
-    let marks = change_marks(finished, name);
+    let marks = change_marks(finished, found);
     html! {
         @for p in history_plot_specs(finished) {
             (run_chart(
@@ -560,14 +570,13 @@ fn named_series(finished: &[&RunSummary], points: &dyn Fn(&RunSummary) -> Named)
 
 /// The change points of the matrix's history, by metric, at the slot of the run each starts
 /// with (a run not plotted has none).
-fn change_marks(finished: &[&RunSummary], name: &str) -> Vec<(String, RunMark)> {
-    let owned: Vec<RunSummary> = finished.iter().map(|r| (*r).clone()).collect();
-    let settings = crate::matrix::RegressionSettings::default();
-    let Ok(history) = crate::report::history::of_matrix(&owned, name, settings.change_point_window)
-    else {
+fn change_marks(
+    finished: &[&RunSummary],
+    found: &Result<ChangePoints, String>,
+) -> Vec<(String, RunMark)> {
+    let Ok(found) = found else {
         return Vec::new();
     };
-    let found = crate::report::history::change_points(&history, settings.min_effect);
     found
         .shifts
         .iter()
