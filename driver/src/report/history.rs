@@ -18,7 +18,8 @@ use crate::judge::change_point::{self, Settings};
 pub struct ChangePoints {
     /// The runs read, oldest first.
     pub runs: Vec<String>,
-    /// The smallest change kept (`regression.min_effect`, as Otava's `-M`): a shift that is
+    /// The smallest change kept (`regression.min_effect`, as Otava's `-M`: a shift's size is
+    /// the larger of its relative changes either way, so -9.5% is 10.5% back): a shift that is
     /// significant but smaller is no change point. 0 in documents saved before it was kept.
     #[serde(default)]
     pub min_effect: f64,
