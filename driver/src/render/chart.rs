@@ -92,13 +92,19 @@ pub fn run_chart(chart: &RunChart, no_data: &str) -> Markup {
         })
         .filter(|s| !s.points.is_empty())
         .collect();
+    let drawn = (!series.is_empty()).then(|| svg(chart, &series));
+    figure(chart.id, chart.title, no_data, drawn)
+}
+
+/// A chart's figure: its caption, and its drawing or, when there is nothing to draw (None),
+/// "no data: `no_data`".
+fn figure(id: &str, title: &str, no_data: &str, drawn: Option<String>) -> Markup {
     html! {
-        figure.plot data-plot=(chart.id) {
-            figcaption { (chart.title) }
-            @if series.is_empty() {
-                p.no-data { "no data: " (no_data) }
-            } @else {
-                (PreEscaped(svg(chart, &series)))
+        figure.plot data-plot=(id) {
+            figcaption { (title) }
+            @match drawn {
+                Some(svg) => (PreEscaped(svg)),
+                None => p.no-data { "no data: " (no_data) },
             }
         }
         "\n"
@@ -398,19 +404,12 @@ pub fn xy_chart(chart: &XyChart, no_data: &str) -> Markup {
                 .collect(),
         })
         .collect();
-    html! {
-        figure.plot data-plot=(chart.id) {
-            figcaption { (chart.title) }
-            @if series.iter().all(|s| s.points.is_empty()) {
-                p.no-data { "no data: " (no_data) }
-            } @else {
-                (PreEscaped(inline_svg(chart.id, chart.title, (WIDTH, HEIGHT), |root| {
-                    draw_xy(root, chart, &series)
-                })))
-            }
-        }
-        "\n"
-    }
+    let drawn = series.iter().any(|s| !s.points.is_empty()).then(|| {
+        inline_svg(chart.id, chart.title, (WIDTH, HEIGHT), |root| {
+            draw_xy(root, chart, &series)
+        })
+    });
+    figure(chart.id, chart.title, no_data, drawn)
 }
 
 /// The ranges an x-y chart shows, and whether an axis has whole numbers only.
@@ -756,19 +755,12 @@ pub fn bar_chart(chart: &BarChart, no_data: &str) -> Markup {
         })
         .collect();
     let height = BAR_ROW * bars.len() as u32 + 60;
-    html! {
-        figure.plot data-plot=(chart.id) {
-            figcaption { (chart.title) }
-            @if bars.is_empty() {
-                p.no-data { "no data: " (no_data) }
-            } @else {
-                (PreEscaped(inline_svg(chart.id, chart.title, (BAR_WIDTH, height), |root| {
-                    draw_bars(root, chart, &bars)
-                })))
-            }
-        }
-        "\n"
-    }
+    let drawn = (!bars.is_empty()).then(|| {
+        inline_svg(chart.id, chart.title, (BAR_WIDTH, height), |root| {
+            draw_bars(root, chart, &bars)
+        })
+    });
+    figure(chart.id, chart.title, no_data, drawn)
 }
 
 /// A bar's value as written: one decimal.
@@ -1066,19 +1058,12 @@ pub fn waterfall_chart(chart: &WaterfallChart, no_data: &str) -> Markup {
     let legend = legend_places(chart.parts, BAR_WIDTH as i32 - 12);
     let legend_h = legend.last().map_or(0, |&(_, y)| y + LEGEND_LINE);
     let height = BAR_ROW * rows.len() as u32 + 60 + legend_h as u32;
-    html! {
-        figure.plot data-plot=(chart.id) {
-            figcaption { (chart.title) }
-            @if rows.is_empty() {
-                p.no-data { "no data: " (no_data) }
-            } @else {
-                (PreEscaped(inline_svg(chart.id, chart.title, (BAR_WIDTH, height), |root| {
-                    draw_waterfall(root, chart, &rows, &legend)
-                })))
-            }
-        }
-        "\n"
-    }
+    let drawn = (!rows.is_empty()).then(|| {
+        inline_svg(chart.id, chart.title, (BAR_WIDTH, height), |root| {
+            draw_waterfall(root, chart, &rows, &legend)
+        })
+    });
+    figure(chart.id, chart.title, no_data, drawn)
 }
 
 /// Where each part's swatch goes in the legend (its left and top, from the chart's top left):
