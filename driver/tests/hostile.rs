@@ -26,6 +26,8 @@ fn hostile_value() -> impl Strategy<Value = String> {
         Just(".nan".to_string()),
         Just(".inf".to_string()),
         Just("99999999999999h".to_string()),
+        // Two of these overflow a Duration when added.
+        Just("584000000000y".to_string()),
         Just("1ns".to_string()),
         Just("0s".to_string()),
         Just("\"\"".to_string()),
@@ -89,6 +91,27 @@ const SLOTS: &[(&str, &str)] = &[
         "    args: [\"--log-verbose=0\"]\n    trace: { level: TIMESTAMPS, rate: {} }",
     ),
     ("  name: smoke", "  name: {}"),
+    // A fault's times, each slot a `faults:` of its own (two are a duplicate key).
+    (
+        "version: 1",
+        "version: 1\nfaults: [{ name: f, target: triton, at: {}, kind: kill, expect: { recover_within: 10s } }]",
+    ),
+    (
+        "version: 1",
+        "version: 1\nfaults: [{ name: f, target: triton, every: {}, kind: pause, duration: 1s, expect: { recover_within: 10s } }]",
+    ),
+    (
+        "version: 1",
+        "version: 1\nfaults: [{ name: f, target: triton, at: 5s, kind: pause, duration: {}, expect: { recover_within: {} } }]",
+    ),
+    (
+        "version: 1",
+        "version: 1\nfaults: [{ name: f, target: triton, every: 10s, jitter: {}, kind: restart, expect: { recover_within: 10s } }]",
+    ),
+    (
+        "version: 1",
+        "version: 1\nfaults: [{ name: f, target: triton, at: 5s, kind: network, duration: 1s, network: { delay: {}, jitter: {}, loss: 0.5 }, expect: { recover_within: 10s } }]",
+    ),
 ];
 
 fn mutate(mutations: &[(usize, String)]) -> String {
@@ -96,7 +119,7 @@ fn mutate(mutations: &[(usize, String)]) -> String {
     for (slot, value) in mutations {
         let (from, to) = SLOTS[*slot % SLOTS.len()];
         if text.contains(from) {
-            text = text.replacen(from, &to.replacen("{}", value, 1), 1);
+            text = text.replacen(from, &to.replace("{}", value), 1);
         }
     }
     text
@@ -153,6 +176,8 @@ fn each_kind_of_hostile_matrix_exits_2_within_1_s_and_launches_nothing() {
         (16, "/", "server_templates.cpu.volumes[0].host_path: "),
         (17, "dshm", "server_templates.cpu.volumes[0].name: "),
         (15, "4294967295", "run.fail_fast.heartbeat_timeout_polls: "),
+        (22, "584000000000y", "faults[0].duration: "),
+        (21, "0s", "faults[0].every: must be longer than zero"),
     ];
     let dir = tempfile::tempdir().unwrap();
     for (slot, value, expected) in cases {

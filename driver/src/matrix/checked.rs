@@ -217,6 +217,20 @@ impl Rule for Positive {
     }
 }
 
+/// `.0`, a refused value read as `.1` rather than as `.0`'s stand-in: where the values a rule
+/// across fields reads beside it make another stand-in the one that rule finds nothing in.
+pub struct StandIn<R: Rule>(R, R::Value);
+
+impl<R: Rule<Value: Clone>> Rule for StandIn<R> {
+    type Written = R::Written;
+    type Value = R::Value;
+    fn read(&self, written: R::Written) -> Result<R::Value, (String, R::Value)> {
+        self.0
+            .read(written)
+            .map_err(|(problem, _)| (problem, self.1.clone()))
+    }
+}
+
 /// A count within `[min, max]`: above `max`, the message names what it counts (`unit`);
 /// below `min` (0 or 1), what the count is and what to do instead (`words`).
 pub struct Count {
@@ -513,6 +527,9 @@ durations! {
     store_outage = Span(Duration::from_secs(10), MAX_WAIT);
     /// How long a report's webhook may take: from 1s to 10m.
     webhook_timeout = Span(Duration::from_secs(1), Duration::from_secs(600));
+    /// How long a fault's clients may take to recover: up to a day (a refused one reads as 0,
+    /// which fits any run the fault's timing fits).
+    recovery = StandIn(Span(Duration::ZERO, MAX_WAIT), Duration::ZERO);
 }
 
 /// How many times `run.repeat` (and `driver run --repeat`) may run the load.
@@ -589,6 +606,14 @@ checked_fields! {
     worker_arg: String = Text { what: "", problem: not_a_worker_arg, stand_in: "" };
     /// A model's name.
     model_name: String = Text { what: "", problem: not_a_model_name, stand_in: "x" };
+    /// A time within a run (a fault's `at` and `jitter`, a network fault's delay and jitter):
+    /// up to 30 days; a refused one reads as 0, which moves no fault past the run's end.
+    fault_time: Duration = StandIn(Span(Duration::ZERO, MAX_DURATION), Duration::ZERO);
+    /// How often a fault repeats (`every`): longer than zero and up to 30 days.
+    fault_every: Duration = Positive(MAX_DURATION);
+    /// How long a fault lasts (`duration`): longer than zero and up to 30 days; a refused one
+    /// reads as the shortest, which moves no fault past the run's end.
+    fault_length: Duration = StandIn(Positive(MAX_DURATION), Duration::from_nanos(1));
     /// A trace collector's endpoint.
     otlp_endpoint: String = http("an OTLP/HTTP endpoint");
     /// A report's webhook.

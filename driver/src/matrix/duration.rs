@@ -4,14 +4,10 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+use serde::Serializer;
 
 pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&humantime::format_duration(*d))
-}
-
-pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    parse(&String::deserialize(d)?).map_err(D::Error::custom)
 }
 
 /// The duration `text` says, or why it says none.
@@ -39,9 +35,9 @@ impl JsonSchema for HumanDuration {
     }
 }
 
-/// The same for an optional duration (`#[serde(default, with = "duration::option")]`).
+/// The same for an optional duration (read by its rule: `super::checked`).
 pub mod option {
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::Serializer;
     use std::time::Duration;
 
     pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -49,11 +45,5 @@ pub mod option {
             Some(d) => super::serialize(d, s),
             None => s.serialize_none(),
         }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        #[derive(Deserialize)]
-        struct Wrapped(#[serde(deserialize_with = "super::deserialize")] Duration);
-        Ok(Option::<Wrapped>::deserialize(d)?.map(|w| w.0))
     }
 }

@@ -25,19 +25,31 @@ pub struct Fault {
 
     /// When, counted from the start of the load phase (the workers' start). Exactly one of
     /// `at` and `every`.
-    #[serde(default, with = "duration::option")]
+    #[serde(
+        default,
+        deserialize_with = "super::checked::fault_time",
+        serialize_with = "duration::option::serialize"
+    )]
     #[schemars(with = "Option<HumanDuration>")]
     pub at: Option<Duration>,
 
     /// Inject at `every`, 2 × `every`, … into the load phase, as long as the fault and its
     /// recovery fit before the run's end.
-    #[serde(default, with = "duration::option")]
+    #[serde(
+        default,
+        deserialize_with = "super::checked::fault_every",
+        serialize_with = "duration::option::serialize"
+    )]
     #[schemars(with = "Option<HumanDuration>")]
     pub every: Option<Duration>,
 
     /// Each injection comes up to this much later than planned, at random (seeded by
     /// `run.seed`: the same matrix injects at the same times every night).
-    #[serde(default, with = "duration::option")]
+    #[serde(
+        default,
+        deserialize_with = "super::checked::fault_time",
+        serialize_with = "duration::option::serialize"
+    )]
     #[schemars(with = "Option<HumanDuration>")]
     pub jitter: Option<Duration>,
 
@@ -46,7 +58,11 @@ pub struct Fault {
 
     /// How long a `pause` or `network` fault lasts (required for them, refused for `kill` and
     /// `restart`).
-    #[serde(default, with = "duration::option")]
+    #[serde(
+        default,
+        deserialize_with = "super::checked::fault_length",
+        serialize_with = "duration::option::serialize"
+    )]
     #[schemars(with = "Option<HumanDuration>")]
     pub duration: Option<Duration>,
 
@@ -183,11 +199,19 @@ impl FaultKind {
 #[serde(deny_unknown_fields)]
 pub struct NetworkFault {
     /// Added to every packet's way.
-    #[serde(default, with = "duration::option")]
+    #[serde(
+        default,
+        deserialize_with = "super::checked::fault_time",
+        serialize_with = "duration::option::serialize"
+    )]
     #[schemars(with = "Option<HumanDuration>")]
     pub delay: Option<Duration>,
     /// Random extra delay up to this.
-    #[serde(default, with = "duration::option")]
+    #[serde(
+        default,
+        deserialize_with = "super::checked::fault_time",
+        serialize_with = "duration::option::serialize"
+    )]
     #[schemars(with = "Option<HumanDuration>")]
     pub jitter: Option<Duration>,
     /// The fraction of packets dropped (0.05 = 5%).
@@ -202,7 +226,7 @@ pub struct FaultExpectation {
     /// Every client of the server has a good answer again within this: counted from the
     /// injection for `kill` and `restart` (the server's start-up is part of the recovery), from
     /// the fault's end for `pause` and `network`. Default `60s`.
-    #[serde(with = "duration", default = "default_recover_within")]
+    #[serde(with = "super::checked::recovery", default = "default_recover_within")]
     #[schemars(with = "HumanDuration")]
     pub recover_within: Duration,
 }

@@ -788,11 +788,6 @@ fn fault_timing(
                 human(f.expect.recover_within)
             ),
         ),
-        (None, Some(every)) if every.is_zero() => push(
-            path.key("every"),
-            Anchor::Value,
-            "must be longer than zero".into(),
-        ),
         (None, Some(every)) if every + f.window() > load => push(
             path.key("every"),
             Anchor::Value,
@@ -857,7 +852,8 @@ fn fault_fixed_target(
     issues.push(Issue::at(path.key("target"), Anchor::Value, message));
 }
 
-/// A fault's `duration`: given (above zero) for a kind that lasts, absent for an instant.
+/// A fault's `duration`: given for a kind that lasts (its length is checked where it is read),
+/// absent for an instant.
 fn fault_duration(issues: &mut Vec<Issue>, path: &FieldPath, f: &super::faults::Fault) {
     let mut push = |path: FieldPath, anchor: Anchor, message: String| {
         issues.push(Issue::at(path, anchor, message))
@@ -867,11 +863,6 @@ fn fault_duration(issues: &mut Vec<Issue>, path: &FieldPath, f: &super::faults::
             path.clone(),
             Anchor::Key,
             format!("missing `duration`: how long the {} lasts", f.kind.as_str()),
-        ),
-        (true, Some(d)) if d.is_zero() => push(
-            path.key("duration"),
-            Anchor::Value,
-            "must be longer than zero".into(),
         ),
         (false, Some(_)) => push(
             path.key("duration"),
