@@ -23,8 +23,8 @@ pub struct Fault {
     /// applied again and the member carries on from the counts it reported.
     pub target: String,
 
-    /// When, counted from the start of the load phase (the workers' start). Exactly one of
-    /// `at` and `every`.
+    /// When, counted from the start of the load phase (the workers' start), up to 30 days.
+    /// Exactly one of `at` and `every`.
     #[serde(
         default,
         deserialize_with = "super::checked::fault_time",
@@ -34,7 +34,7 @@ pub struct Fault {
     pub at: Option<Duration>,
 
     /// Inject at `every`, 2 × `every`, … into the load phase, as long as the fault and its
-    /// recovery fit before the run's end.
+    /// recovery fit before the run's end (longer than zero, up to 30 days).
     #[serde(
         default,
         deserialize_with = "super::checked::fault_every",
@@ -44,7 +44,7 @@ pub struct Fault {
     pub every: Option<Duration>,
 
     /// Each injection comes up to this much later than planned, at random (seeded by
-    /// `run.seed`: the same matrix injects at the same times every night).
+    /// `run.seed`: the same matrix injects at the same times every night); up to 30 days.
     #[serde(
         default,
         deserialize_with = "super::checked::fault_time",
@@ -57,7 +57,7 @@ pub struct Fault {
     pub kind: FaultKind,
 
     /// How long a `pause` or `network` fault lasts (required for them, refused for `kill` and
-    /// `restart`).
+    /// `restart`): longer than zero, up to 30 days.
     #[serde(
         default,
         deserialize_with = "super::checked::fault_length",
@@ -198,7 +198,7 @@ impl FaultKind {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkFault {
-    /// Added to every packet's way.
+    /// Added to every packet's way (up to 30 days).
     #[serde(
         default,
         deserialize_with = "super::checked::fault_time",
@@ -206,7 +206,7 @@ pub struct NetworkFault {
     )]
     #[schemars(with = "Option<HumanDuration>")]
     pub delay: Option<Duration>,
-    /// Random extra delay up to this.
+    /// Random extra delay up to this (up to 30 days).
     #[serde(
         default,
         deserialize_with = "super::checked::fault_time",
@@ -225,7 +225,7 @@ pub struct NetworkFault {
 pub struct FaultExpectation {
     /// Every client of the server has a good answer again within this: counted from the
     /// injection for `kill` and `restart` (the server's start-up is part of the recovery), from
-    /// the fault's end for `pause` and `network`. Default `60s`.
+    /// the fault's end for `pause` and `network`. Default `60s`, up to a day.
     #[serde(with = "super::checked::recovery", default = "default_recover_within")]
     #[schemars(with = "HumanDuration")]
     pub recover_within: Duration,
