@@ -1,7 +1,8 @@
 //! Hostile matrices: generated mutations of the smoke matrix (extreme numbers, durations that
-//! overflow, huge counts, reserved flags, the node's root as a volume, strings where numbers go)
-//! are either refused as bad input, naming the file, line, column and field, or give a valid run
-//! plan; never a panic, and always within 1 s (nothing is expanded before the bounds hold).
+//! overflow, huge counts, reserved flags, the node's root as a volume, strings where numbers go),
+//! and of any value of any matrix the project ships, are either refused as bad input, naming the
+//! file, line, column and field, or give a valid run plan; never a panic, and within seconds
+//! (nothing is expanded before the bounds hold).
 //! Then the same through the binary: `driver validate` and `driver run` exit 2 within 1 s and
 //! launch nothing.
 
@@ -125,6 +126,99 @@ fn mutate(mutations: &[(usize, String)]) -> String {
     text
 }
 
+/// A hostile matrix is refused with every diagnostic located, or plans a run of members within
+/// the bounds; either within 1 s.
+fn refused_with_its_field_or_planned(text: &str) -> Result<(), TestCaseError> {
+    let started = Instant::now();
+    match driver::matrix::parse(text, "hostile.yaml") {
+        Err(e) => {
+            for d in e.diagnostics() {
+                prop_assert!(d.position.is_some(), "no line and column: {e}\n{text}");
+                prop_assert!(!d.message.is_empty(), "{e}");
+            }
+            prop_assert!(!e.diagnostics().is_empty(), "{e}");
+        }
+        Ok(m) => {
+            let plan = driver::plan::RunPlan::new(&m, RunId::new("hostile"), None);
+            prop_assert!(!plan.members().is_empty());
+            prop_assert!(plan.members().len() <= driver::matrix::bounds::MAX_MEMBERS as usize);
+        }
+    }
+    let took = started.elapsed();
+    // (A bound that held nothing back would take minutes; 5 s leaves room for a busy machine.)
+    prop_assert!(took < Duration::from_secs(5), "took {took:?}\n{text}");
+    Ok(())
+}
+
+/// The matrices the project ships (test-matrices/), as (name, text).
+fn shipped_matrices() -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../test-matrices");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            (
+                p.display().to_string(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Where a text's plain scalar values are: after a key's `: ` in block or flow style, to the
+/// line's end, a `,`, `}`, `]` or a comment.
+fn scalar_values(text: &str) -> Vec<std::ops::Range<usize>> {
+    let value = regex::Regex::new(r#"(?m):[ \t]+([^\s\[\]{},#&*!|>'"][^,\]}#\n]*)"#).unwrap();
+    value
+        .captures_iter(text)
+        .map(|c| c.get(1).unwrap().range())
+        .collect()
+}
+
+/// What kind of value a scalar is, by its text: a duration, a whole number, a number, or text.
+fn shape(value: &str) -> u8 {
+    let duration = regex::Regex::new(r"^[0-9]+[a-zµ]+$").unwrap();
+    let value = value.trim();
+    if duration.is_match(value) {
+        0
+    } else if value.parse::<i64>().is_ok() {
+        1
+    } else if value.parse::<f64>().is_ok() {
+        2
+    } else {
+        3
+    }
+}
+
+/// `text` with the `n`-th (modulo) scalar value of each mutation replaced by its value, or,
+/// when the mutation says `all`, every value of the same shape (every duration at once: sums of
+/// them overflow).
+fn mutate_scalars(text: &str, mutations: &[(usize, bool, String)]) -> String {
+    let spans = scalar_values(text);
+    let mut chosen: Vec<(std::ops::Range<usize>, &str)> = Vec::new();
+    for (n, all, value) in mutations {
+        let picked = &spans[n % spans.len()];
+        let like = shape(&text[picked.clone()]);
+        for span in &spans {
+            if span == picked || (*all && shape(&text[span.clone()]) == like) {
+                chosen.push((span.clone(), value.as_str()));
+            }
+        }
+    }
+    chosen.sort_by_key(|(span, _)| std::cmp::Reverse(span.start));
+    chosen.dedup_by_key(|(span, _)| span.start);
+    let mut text = text.to_string();
+    for (span, value) in chosen {
+        text.replace_range(span, value);
+    }
+    text
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
@@ -132,23 +226,17 @@ proptest! {
     fn a_generated_matrix_is_refused_with_its_field_or_gives_a_valid_plan(
         mutations in proptest::collection::vec((0..SLOTS.len(), hostile_value()), 1..4)
     ) {
-        let text = mutate(&mutations);
-        let started = Instant::now();
-        match driver::matrix::parse(&text, "hostile.yaml") {
-            Err(e) => {
-                for d in e.diagnostics() {
-                    prop_assert!(d.position.is_some(), "no line and column: {e}\n{text}");
-                    prop_assert!(!d.message.is_empty(), "{e}");
-                }
-                prop_assert!(!e.diagnostics().is_empty(), "{e}");
-            }
-            Ok(m) => {
-                let plan = driver::plan::RunPlan::new(&m, RunId::new("hostile"), None);
-                prop_assert!(!plan.members().is_empty());
-                prop_assert!(plan.members().len() <= driver::matrix::bounds::MAX_MEMBERS as usize);
-            }
-        }
-        prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}\n{text}", started.elapsed());
+        refused_with_its_field_or_planned(&mutate(&mutations))?;
+    }
+
+    /// Any value of any matrix the project ships, not only the slots above.
+    #[test]
+    fn any_value_of_a_shipped_matrix_made_hostile_is_refused_with_its_field_or_planned(
+        file in 0..shipped_matrices().len(),
+        mutations in proptest::collection::vec((0..10_000usize, any::<bool>(), hostile_value()), 1..4)
+    ) {
+        let (_, text) = &shipped_matrices()[file];
+        refused_with_its_field_or_planned(&mutate_scalars(text, &mutations))?;
     }
 }
 
