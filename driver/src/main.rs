@@ -66,7 +66,7 @@ struct KubeArgs {
     image_pull_policy: String,
     /// A pod still Pending after this long fails the run (unschedulable, image not pullable).
     #[arg(long, default_value = "3m", env = "TRITON_STRESS_POD_PENDING_TIMEOUT",
-          value_parser = humantime::parse_duration)]
+          value_parser = wait)]
     pending_timeout: Duration,
 }
 
@@ -143,7 +143,7 @@ struct RunArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// Override the matrix's run duration (e.g. 30s).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = run_length)]
     duration: Option<Duration>,
     /// Plain log lines instead of a live progress line, even in a terminal.
     #[arg(long)]
@@ -170,6 +170,14 @@ struct RunArgs {
 
 fn repeat_count(s: &str) -> Result<u32, String> {
     driver::matrix::flag(&driver::matrix::REPEATS, s)
+}
+
+fn run_length(s: &str) -> Result<Duration, String> {
+    driver::matrix::flag(&driver::matrix::RUN_LENGTH, s)
+}
+
+fn wait(s: &str) -> Result<Duration, String> {
+    driver::matrix::flag(&driver::matrix::WAIT, s)
 }
 
 // `driver cleanup`.
@@ -343,7 +351,7 @@ struct ChaosMeshArgs {
     #[arg(long, env = "TRITON_STRESS_NAMESPACE")]
     namespace: String,
     /// Override the matrix's run duration, as `driver run --duration` does.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = run_length)]
     duration: Option<Duration>,
 }
 

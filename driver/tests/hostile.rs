@@ -309,27 +309,36 @@ fn each_kind_of_hostile_matrix_exits_2_within_1_s_and_launches_nothing() {
     }
 }
 
-/// `driver run --duration` past the 30-day bound is bad input too.
+/// `driver run`'s durations out of their bounds are bad input too: `--duration` past 30 days
+/// (or zero), `--pending-timeout` past a day (a pod's deadline would overflow the clock).
 #[test]
-fn a_duration_override_out_of_bounds_exits_2() {
+fn duration_flags_out_of_bounds_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("smoke.yaml");
     std::fs::write(&file, BASE.replace("../models", "/nonexistent-models")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_driver"))
-        .args([
-            "run",
-            file.to_str().unwrap(),
+    for (flag, value, bounds) in [
+        (
             "--duration",
             "9999999h",
-            "--runs-dir",
-        ])
-        .arg(dir.path().join("runs"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("--duration ") && stderr.contains("is out of bounds: from 0s to 30days"),
-        "{stderr}"
-    );
+            "is out of bounds: from 0s to 30days",
+        ),
+        ("--duration", "0s", "must be longer than zero"),
+        (
+            "--pending-timeout",
+            "584000000000y",
+            "is out of bounds: from 0s to 1day",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_driver"))
+            .args(["run", file.to_str().unwrap(), flag, value, "--runs-dir"])
+            .arg(dir.path().join("runs"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{flag} ")) && stderr.contains(bounds),
+            "{flag} {value}: {stderr}"
+        );
+    }
 }

@@ -510,13 +510,20 @@ macro_rules! durations {
     )*};
 }
 
+/// A run's length that may not be zero (`run.duration`, `driver run --duration`): up to 30
+/// days.
+pub const RUN_LENGTH: Positive = Positive(MAX_DURATION);
+
+/// Any other wait of the driver (warm-up, a spike, `--pending-timeout`): up to a day.
+pub const WAIT: Span = Span(Duration::ZERO, MAX_WAIT);
+
 durations! {
     /// A run's length (`run.duration`, an SLO's `delay`): up to 30 days.
     run_length = Span(Duration::ZERO, MAX_DURATION);
-    /// A run's length that may not be zero (`run.duration`): up to 30 days.
-    positive_run_length = Positive(MAX_DURATION);
-    /// Any other wait of the driver (warm-up, a spike): up to a day.
-    wait = Span(Duration::ZERO, MAX_WAIT);
+    /// [`RUN_LENGTH`].
+    positive_run_length = RUN_LENGTH;
+    /// [`WAIT`].
+    wait = WAIT;
     /// A wait that may not be zero (the servers' start-up, a p99 target): up to a day.
     positive_wait = Positive(MAX_WAIT);
     /// The status store's poll interval: from 100ms to 1h.

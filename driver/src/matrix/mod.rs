@@ -51,7 +51,9 @@ use std::path::Path;
 
 use serde_saphyr::{DefaultMessageFormatter, MessageFormatter};
 
-pub use checked::{CHANGE_POINT_WINDOW, MAX_LABEL_LEN, MIN_EFFECT, REPEATS, flag, is_dns_label};
+pub use checked::{
+    CHANGE_POINT_WINDOW, MAX_LABEL_LEN, MIN_EFFECT, REPEATS, RUN_LENGTH, WAIT, flag, is_dns_label,
+};
 pub use error::{Diagnostic, MatrixError, Position};
 pub use expand::{ClientMember, ExternalServer, ServerMember, member_name};
 pub use fingerprint::{FINGERPRINT_VERSION, fingerprint};
