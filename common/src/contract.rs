@@ -811,7 +811,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = crate::limits::DEFAULT_CONCURRENCY)]
     pub concurrency: u32,
     /// How long to run (e.g. 60s, 8h); 0 runs until SIGTERM.
-    #[arg(long, env = "WORKER_DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WORKER_DURATION", default_value = "60s",
+          value_parser = limits::duration_within(Duration::ZERO, limits::MAX_DURATION))]
     pub duration: Duration,
     #[command(flatten)]
     pub corr_ids: CorrIdBlock,
@@ -843,7 +844,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "WORKER_DRIVER_JUDGES")]
     pub driver_judges: bool,
     /// How often to report a QPS sample, counts and a heartbeat.
-    #[arg(long, env = "WORKER_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WORKER_POLL_INTERVAL", default_value = "1s",
+          value_parser = limits::duration_within(limits::MIN_POLL_INTERVAL, limits::MAX_POLL_INTERVAL))]
     pub poll_interval: Duration,
     #[arg(long, env = RUN_ID_ENV)]
     pub run_id: Option<RunId>,

@@ -13,6 +13,8 @@ pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Polls: a status write per worker per poll; faster floods the store.
 pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(100);
 pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3600);
+/// Any other wait (the driver's warm-up and start-up, a request's deadline, a drain): a day.
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// Streams, or closed-loop requests in flight, of one worker.
 pub const MAX_CONCURRENCY: u32 = 100_000;
 /// A worker's streams when nothing says how many (its flag's and a client template's default).
@@ -41,4 +43,18 @@ pub fn within(value: Duration, min: Duration, max: Duration) -> Result<(), OutOf
         return Ok(());
     }
     Err(OutOfBounds { value, min, max })
+}
+
+/// A flag's reading (clap's value parser) of a duration written the humantime way, within
+/// `[min, max]`.
+pub fn duration_within(
+    min: Duration,
+    max: Duration,
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        let value = humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))?;
+        within(value, min, max)
+            .map(|()| value)
+            .map_err(|e| e.to_string())
+    }
 }

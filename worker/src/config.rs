@@ -11,9 +11,15 @@ use std::time::Duration;
 use stress_common::contract::{
     CorrIdBlock, CorrIdError, LoadMode, LoadModeError, STORE_URL_ENV, ScenarioMix, WorkerArgs,
 };
-use stress_common::limits::{self, OutOfBounds};
+use stress_common::limits;
 use stress_common::scenario::Scenario;
 use stress_common::schedule::{IntervalsFileError, RequestIntervals};
+
+/// A wait of the worker's flags (a request's deadline, a drain, a load window, a model's delay):
+/// up to a day.
+fn wait(text: &str) -> Result<Duration, String> {
+    limits::duration_within(Duration::ZERO, limits::MAX_WAIT)(text)
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -58,7 +64,7 @@ pub struct RunArgs {
     #[arg(long, env = "WORKER_SEED")]
     pub seed: Option<u64>,
     /// Load scenario: length of one test's load window.
-    #[arg(long, env = "WORKER_LOAD_WINDOW", default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WORKER_LOAD_WINDOW", default_value = "1s", value_parser = wait)]
     pub load_window: Duration,
     #[arg(
         long,
@@ -74,18 +80,18 @@ pub struct RunArgs {
     #[arg(long, env = "WORKER_IMAGE_MODEL", default_value = "image_classifier")]
     pub image_model: String,
     /// Timeout scenario: the delay asked of the identity model ...
-    #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "300ms", value_parser = wait)]
     pub timeout_delay: Duration,
     /// ... and the client deadline, which must be shorter.
-    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "100ms", value_parser = wait)]
     pub timeout_deadline: Duration,
     /// CrashingClient: how long the child sends before it is killed.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = wait)]
     pub crash_after: Duration,
     #[arg(long, default_value_t = 8)]
     pub image_batch: usize,
     /// Deadline of every ordinary request.
-    #[arg(long, default_value = "25s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "25s", value_parser = wait)]
     pub request_timeout: Duration,
     /// Write the final report as JSON to this file.
     #[arg(long, env = "WORKER_REPORT_JSON")]
@@ -101,7 +107,7 @@ pub struct RunArgs {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// How long in-flight tests may take to finish after SIGTERM before they are cancelled
     /// (none when the driver stops the run because it failed: they are dropped at once).
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = wait)]
     pub drain_timeout: Duration,
     /// Runtime threads (default: one per server, at most the CPUs available to the process).
     /// A server's requests all go through its one connection, so more threads than servers
@@ -235,10 +241,6 @@ pub enum ConfigError {
     CorrIds(#[source] CorrIdError),
     #[error("--timeout-deadline {deadline:?} must be shorter than --timeout-delay {delay:?}")]
     TimeoutDeadline { deadline: Duration, delay: Duration },
-    #[error("--poll-interval {0}")]
-    PollInterval(#[source] OutOfBounds),
-    #[error("--duration {0}")]
-    RunDuration(#[source] OutOfBounds),
     #[error(
         "--concurrency {0} is more than the {max} streams a worker takes",
         max = limits::MAX_CONCURRENCY
@@ -355,7 +357,7 @@ impl RunArgs {
         Ok(mix)
     }
 
-    /// The counts and durations checked against their limits.
+    /// The counts checked against their limits (durations are read within theirs).
     fn check_bounds(&self) -> Result<(), ConfigError> {
         let c = &self.contract;
         if c.concurrency == 0 {
@@ -370,15 +372,6 @@ impl RunArgs {
                 delay: self.timeout_delay,
             });
         }
-        limits::within(
-            c.poll_interval,
-            limits::MIN_POLL_INTERVAL,
-            limits::MAX_POLL_INTERVAL,
-        )
-        .map_err(ConfigError::PollInterval)?;
-        // 0 runs until SIGTERM.
-        limits::within(c.duration, Duration::ZERO, limits::MAX_DURATION)
-            .map_err(ConfigError::RunDuration)?;
         if c.concurrency > limits::MAX_CONCURRENCY {
             return Err(ConfigError::TooManyStreams(c.concurrency));
         }

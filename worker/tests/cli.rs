@@ -121,11 +121,20 @@ async fn bad_arguments_exit_2_before_anything_is_sent() {
         ),
         (
             &["--duration", "99999999999999h"],
-            "--duration 11407711613years 18days 9h is out of bounds: from 0s to 30days",
+            "'--duration <DURATION>': 11407711613years 18days 9h is out of bounds: from 0s to 30days",
         ),
         (
             &["--poll-interval", "1ns"],
-            "--poll-interval 1ns is out of bounds: from 100ms to 1h",
+            "'--poll-interval <POLL_INTERVAL>': 1ns is out of bounds: from 100ms to 1h",
+        ),
+        // A wait past a day would overflow a deadline (Instant + Duration) later.
+        (
+            &["--request-timeout", "584000000000y"],
+            "584000000000years is out of bounds: from 0s to 1day",
+        ),
+        (
+            &["--load-window", "2d"],
+            "'--load-window <LOAD_WINDOW>': 2days is out of bounds: from 0s to 1day",
         ),
     ];
     for (extra, message) in cases {

@@ -5,17 +5,13 @@
 //! descriptions. The bounds shared with the worker's flags are
 //! [`stress_common::limits`].
 
-use std::time::Duration;
-
 pub use stress_common::limits::{
-    MAX_CONCURRENCY, MAX_DURATION, MAX_POLL_INTERVAL, MAX_RATE, MIN_POLL_INTERVAL, MIN_RATE,
+    MAX_CONCURRENCY, MAX_DURATION, MAX_POLL_INTERVAL, MAX_RATE, MAX_WAIT, MIN_POLL_INTERVAL,
+    MIN_RATE,
 };
 
 /// Members (servers and clients) of one run, in all.
 pub const MAX_MEMBERS: u64 = 10_000;
-/// Any other wait of the driver (warm-up, server start-up, a capacity check interval, a p99
-/// target, a spike): a day.
-pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// Poll counts of the fail-fast rules.
 pub const MAX_POLLS: u32 = 10_000;
 /// A scenario's or a model's weight in a mix.
