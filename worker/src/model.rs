@@ -117,6 +117,15 @@ pub enum ModelError {
         model: String,
         max_batch_size: i64,
     },
+    #[error(
+        "model {model}: a request of batch {batch} with inputs {shapes:?} would be larger than the \
+         {MAX_REQUEST_BYTES} bytes a request can carry (give smaller --shape or --batch-size)"
+    )]
+    RequestTooLarge {
+        model: String,
+        batch: i64,
+        shapes: Vec<String>,
+    },
     #[error(transparent)]
     InputData(#[from] InputDataError),
 }
@@ -294,6 +303,42 @@ impl Default for InferOptions {
     }
 }
 
+/// An output's data holds the elements its shape says, of `datatype`: `size` bytes each, or
+/// as many well-formed BYTES elements.
+fn check_size(out: &Tensor, datatype: DataType) -> Result<(), CheckFailure> {
+    let (name, shape) = (&out.name, &out.shape);
+    let Some(count) = element_count(shape) else {
+        let expected = format!("a shape of at most {} elements", usize::MAX);
+        return Err(CheckFailure::new(name, expected, format!("{shape:?}")));
+    };
+    let Some(size) = datatype.size() else {
+        let elements = tensor::split_bytes(&out.data).map_err(|e| {
+            let expected = format!("well-formed BYTES ({count} length-prefixed elements)");
+            CheckFailure::new(name, expected, format!("malformed BYTES: {e}"))
+        })?;
+        if elements.len() != count {
+            let expected = format!("{count} BYTES elements (shape {shape:?})");
+            return Err(CheckFailure::new(
+                name,
+                expected,
+                format!("{} elements", elements.len()),
+            ));
+        }
+        return Ok(());
+    };
+    let needed = count.checked_mul(size);
+    if needed != Some(out.data.len()) {
+        let bytes = needed.map_or_else(|| format!("more than {}", usize::MAX), |n| n.to_string());
+        let expected = format!("{bytes} bytes ({count} {datatype} elements of shape {shape:?})");
+        return Err(CheckFailure::new(
+            name,
+            expected,
+            format!("{} bytes", out.data.len()),
+        ));
+    }
+    Ok(())
+}
+
 /// perf_analyzer's default length of random BYTES elements.
 pub const DEFAULT_STRING_LENGTH: usize = 128;
 
@@ -421,8 +466,12 @@ pub fn input_shape(
     }
 }
 
-fn element_count(shape: &[i64]) -> usize {
-    shape.iter().map(|d| (*d).max(0) as usize).product()
+/// The elements a shape holds (a negative dimension holds none); None past what memory can
+/// count (a shape from a faulty server or a hostile file or flag).
+fn element_count(shape: &[i64]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, d| {
+        n.checked_mul(usize::try_from((*d).max(0)).ok()?)
+    })
 }
 
 /// The batch a model's requests carry: `--batch-size` within `max_batch_size`.
@@ -579,19 +628,18 @@ fn generated_requests(
         .filter(|i| !i.optional)
         .map(|i| Ok((i, input_shape(model, i, &options.shapes)?)))
         .collect::<Result<_, ModelError>>()?;
-    let variants = if zero { 1 } else { RANDOM_VARIANTS };
+    let (counts, bytes) = request_elements(model, &shapes, batch, options.string_length)?;
+    let variants = if zero { 1 } else { random_variants(bytes) };
     Ok((0..variants)
         .map(|_| {
             let inputs = shapes
                 .iter()
-                .map(|(spec, shape)| {
-                    let count = element_count(shape) * batch as usize;
-                    Tensor {
-                        name: spec.name.clone(),
-                        datatype: spec.datatype,
-                        shape: full_shape(model, batch, shape),
-                        data: generated(spec.datatype, count, zero, options.string_length, rng),
-                    }
+                .zip(&counts)
+                .map(|((spec, shape), &count)| Tensor {
+                    name: spec.name.clone(),
+                    datatype: spec.datatype,
+                    shape: full_shape(model, batch, shape),
+                    data: generated(spec.datatype, count, zero, options.string_length, rng),
                 })
                 .collect();
             PlannedRequest {
@@ -601,6 +649,52 @@ fn generated_requests(
             }
         })
         .collect())
+}
+
+/// The most bytes of one request's generated inputs: gRPC's largest message (2 GiB).
+const MAX_REQUEST_BYTES: usize = i32::MAX as usize;
+
+/// The most bytes of a model's random variants together (held in memory for the whole run),
+/// unless one request is larger.
+const VARIANTS_BYTES: usize = 256 << 20;
+
+/// How many random variants of a request of `bytes` a model cycles through: fewer for large
+/// requests, since all of them are held in memory.
+fn random_variants(bytes: usize) -> usize {
+    RANDOM_VARIANTS.min(VARIANTS_BYTES / bytes.max(1)).max(1)
+}
+
+/// The elements of each input (`shapes`) of a request of `batch`, and its bytes (BYTES
+/// elements of `string_length`); refused when the request would be larger than
+/// [`MAX_REQUEST_BYTES`].
+fn request_elements(
+    model: &ModelDescription,
+    shapes: &[(&TensorSpec, Vec<i64>)],
+    batch: i64,
+    string_length: usize,
+) -> Result<(Vec<usize>, usize), ModelError> {
+    let mut bytes = Some(0usize);
+    let counts: Vec<usize> = shapes
+        .iter()
+        .map(|(spec, shape)| {
+            let count = element_count(shape).and_then(|n| n.checked_mul(batch as usize));
+            let size = spec.datatype.size().unwrap_or(4 + string_length);
+            let input_bytes = count.and_then(|n| n.checked_mul(size));
+            bytes = bytes.zip(input_bytes).and_then(|(a, b)| a.checked_add(b));
+            count.unwrap_or(0)
+        })
+        .collect();
+    match bytes {
+        Some(b) if b <= MAX_REQUEST_BYTES => Ok((counts, b)),
+        _ => Err(ModelError::RequestTooLarge {
+            model: model.name.clone(),
+            batch,
+            shapes: shapes
+                .iter()
+                .map(|(s, shape)| format!("{} {shape:?}", s.name))
+                .collect(),
+        }),
+    }
 }
 
 /// The inputs of one request from its batch's entries (`members`, the first giving the inputs
@@ -834,6 +928,12 @@ pub enum InputDataError {
         shape: Vec<i64>,
         model: String,
         dims: Vec<i64>,
+    },
+    /// A shape with more elements (or bytes) than memory can count.
+    #[error("{field}: shape {shape:?} holds more than memory can")]
+    ShapeTooLarge {
+        field: Box<InputField>,
+        shape: Vec<i64>,
     },
     /// Raw (`b64`) data of a fixed-size datatype: `len` bytes where the shape needs `needed`.
     #[error("{field}.b64: {len} bytes, but shape {shape:?} of {datatype} needs {needed}")]
@@ -1229,17 +1329,22 @@ fn raw_data(
     shape: &[i64],
 ) -> Result<Vec<u8>, InputDataError> {
     let at = || Box::new(field.clone());
-    let count = element_count(shape);
-    if let Some(size) = spec.datatype.size()
-        && raw.len() != count * size
-    {
-        return Err(InputDataError::RawSize {
-            field: at(),
-            len: raw.len(),
-            shape: shape.to_vec(),
-            datatype: spec.datatype,
-            needed: count * size,
-        });
+    let too_large = || InputDataError::ShapeTooLarge {
+        field: at(),
+        shape: shape.to_vec(),
+    };
+    let count = element_count(shape).ok_or_else(too_large)?;
+    if let Some(size) = spec.datatype.size() {
+        let needed = count.checked_mul(size).ok_or_else(too_large)?;
+        if raw.len() != needed {
+            return Err(InputDataError::RawSize {
+                field: at(),
+                len: raw.len(),
+                shape: shape.to_vec(),
+                datatype: spec.datatype,
+                needed,
+            });
+        }
     }
     if spec.datatype == DataType::Bytes {
         let n = tensor::split_bytes(&raw)
@@ -1268,7 +1373,10 @@ fn list_data(
     shape: &[i64],
 ) -> Result<Vec<u8>, InputDataError> {
     let at = || Box::new(field.clone());
-    let count = element_count(shape);
+    let count = element_count(shape).ok_or_else(|| InputDataError::ShapeTooLarge {
+        field: at(),
+        shape: shape.to_vec(),
+    })?;
     // perf_analyzer accepts nested lists for content; flatten them.
     let mut flat = Vec::new();
     flatten_json(list, &mut flat);
@@ -1413,39 +1521,7 @@ pub fn check_response(
                 format!("{:?}", out.shape),
             ));
         }
-        let count = element_count(&out.shape);
-        match spec.datatype.size() {
-            Some(size) => {
-                if out.data.len() != count * size {
-                    return Err(CheckFailure::new(
-                        &out.name,
-                        format!(
-                            "{} bytes ({count} {} elements of shape {:?})",
-                            count * size,
-                            spec.datatype,
-                            out.shape
-                        ),
-                        format!("{} bytes", out.data.len()),
-                    ));
-                }
-            }
-            None => {
-                let elements = tensor::split_bytes(&out.data).map_err(|e| {
-                    CheckFailure::new(
-                        &out.name,
-                        format!("well-formed BYTES ({count} length-prefixed elements)"),
-                        format!("malformed BYTES: {e}"),
-                    )
-                })?;
-                if elements.len() != count {
-                    return Err(CheckFailure::new(
-                        &out.name,
-                        format!("{count} BYTES elements (shape {:?})", out.shape),
-                        format!("{} elements", elements.len()),
-                    ));
-                }
-            }
-        }
+        check_size(out, spec.datatype)?;
         if let Some(expected) = planned.expected.get(&out.name) {
             compare_values(spec, planned.batch, model, expected, out, tolerance)?;
         }
@@ -2212,6 +2288,50 @@ mod tests {
         );
         let f = check(&|r| r.outputs.push(r.outputs[0].clone()));
         assert_eq!(f.actual, "it twice");
+    }
+
+    /// A shape past what memory can count, from a faulty server or a hostile flag, is a wrong
+    /// answer or bad input: never an overflow.
+    #[test]
+    fn shapes_past_memory_are_wrong_answers_or_bad_input() {
+        let mut m = model();
+        m.outputs[0].dims = vec![-1];
+        m.outputs[1].dims = vec![-1, -1];
+        let p = planned(2);
+        let check = |output: usize, shape: Vec<i64>| {
+            let mut r = good_response();
+            r.outputs[output].shape = shape;
+            check_response(&m, &p, &r, 0.0).unwrap_err()
+        };
+        let f = check(1, vec![2, i64::MAX, 2]);
+        assert!(
+            f.expected.starts_with("a shape of at most")
+                && f.actual == format!("[2, {}, 2]", i64::MAX),
+            "{f:?}"
+        );
+        let f = check(0, vec![2, 1 << 62]);
+        assert!(
+            f.expected
+                .starts_with(&format!("more than {} bytes", usize::MAX))
+                && f.actual == "16 bytes",
+            "{f:?}"
+        );
+
+        let mut o = options();
+        for shape in ["S:4611686018427387904", "S:1000000000"] {
+            o.shapes = vec![shape.parse().unwrap()];
+            let e = plan_requests(&model(), &o, None, &mut rng()).unwrap_err();
+            assert!(
+                matches!(e, ModelError::RequestTooLarge { .. }),
+                "{shape}: {e}"
+            );
+        }
+        // A large request has fewer random variants (all are held in memory).
+        let mib = 1 << 20;
+        assert_eq!(random_variants(1), RANDOM_VARIANTS);
+        assert_eq!(random_variants(16 * mib), RANDOM_VARIANTS);
+        assert_eq!(random_variants(32 * mib), 8);
+        assert_eq!(random_variants(MAX_REQUEST_BYTES), 1);
     }
 
     #[test]
