@@ -131,13 +131,7 @@ fn mutate(mutations: &[(usize, String)]) -> String {
 fn refused_with_its_field_or_planned(text: &str) -> Result<(), TestCaseError> {
     let started = Instant::now();
     match driver::matrix::parse(text, "hostile.yaml") {
-        Err(e) => {
-            for d in e.diagnostics() {
-                prop_assert!(d.position.is_some(), "no line and column: {e}\n{text}");
-                prop_assert!(!d.message.is_empty(), "{e}");
-            }
-            prop_assert!(!e.diagnostics().is_empty(), "{e}");
-        }
+        Err(e) => located(&e, text)?,
         Ok(m) => {
             let plan = driver::plan::RunPlan::new(&m, RunId::new("hostile"), None);
             prop_assert!(!plan.members().is_empty());
@@ -150,7 +144,18 @@ fn refused_with_its_field_or_planned(text: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// The matrices the project ships (test-matrices/), as (name, text).
+/// Every diagnostic of a refused file has its line and column and says something.
+fn located(e: &driver::matrix::MatrixError, text: &str) -> Result<(), TestCaseError> {
+    for d in e.diagnostics() {
+        prop_assert!(d.position.is_some(), "no line and column: {e}\n{text}");
+        prop_assert!(!d.message.is_empty(), "{e}");
+    }
+    prop_assert!(!e.diagnostics().is_empty(), "{e}");
+    Ok(())
+}
+
+/// The matrices the project ships (test-matrices/), as (name, text); the known-issues file
+/// among them is not a matrix.
 fn shipped_matrices() -> Vec<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../test-matrices");
     let mut files: Vec<_> = std::fs::read_dir(dir)
@@ -229,14 +234,22 @@ proptest! {
         refused_with_its_field_or_planned(&mutate(&mutations))?;
     }
 
-    /// Any value of any matrix the project ships, not only the slots above.
+    /// Any value of any matrix (or known-issues file) the project ships, not only the slots
+    /// above.
     #[test]
     fn any_value_of_a_shipped_matrix_made_hostile_is_refused_with_its_field_or_planned(
         file in 0..shipped_matrices().len(),
         mutations in proptest::collection::vec((0..10_000usize, any::<bool>(), hostile_value()), 1..4)
     ) {
-        let (_, text) = &shipped_matrices()[file];
-        refused_with_its_field_or_planned(&mutate_scalars(text, &mutations))?;
+        let (name, text) = &shipped_matrices()[file];
+        let text = mutate_scalars(text, &mutations);
+        if name.ends_with("known-issues.yaml") {
+            if let Err(e) = driver::matrix::parse_known_issues(&text, "hostile.yaml") {
+                located(&e, &text)?;
+            }
+        } else {
+            refused_with_its_field_or_planned(&text)?;
+        }
     }
 }
 
