@@ -55,13 +55,29 @@ pub async fn start_server_with(
         log.clone(),
     );
     configure(&mut spec);
-    let mut server = TritonServer::start(spec)
-        .await
-        .unwrap_or_else(|e| panic!("starting tritonserver: {e}"));
-    if let Err(e) = server.wait_ready(READY_TIMEOUT).await {
-        panic!("tritonserver did not become ready: {e}");
+    for attempt in 1.. {
+        let _ = std::fs::remove_file(&log);
+        let mut server = TritonServer::start(spec.clone())
+            .await
+            .unwrap_or_else(|e| panic!("starting tritonserver: {e}"));
+        match server.wait_ready(READY_TIMEOUT).await {
+            Ok(()) => return server,
+            Err(e) if attempt < 3 && aborted_on_its_lock_bug(&log) => {
+                eprintln!(
+                    "tritonserver {name} aborted at start-up ({e}): Triton's python backend threw boost::interprocess::lock_exception (upstream: triton-inference-server/server#8882, seen here on a loaded machine); starting it again"
+                );
+            }
+            Err(e) => panic!("tritonserver did not become ready: {e}"),
+        }
     }
-    server
+    unreachable!("the loop returns or panics")
+}
+
+/// Whether tritonserver's log at `log` ends in its python backend's intermittent abort
+/// (`terminate called after throwing an instance of 'boost::interprocess::lock_exception'`):
+/// Triton's bug, not what these tests test.
+fn aborted_on_its_lock_bug(log: &Path) -> bool {
+    tail_lines(log, 5).contains("boost::interprocess::lock_exception")
 }
 
 /// Stops a server gracefully (SIGTERM; SIGKILL after the grace period).
