@@ -673,19 +673,22 @@ fn request_elements(
     batch: i64,
     string_length: usize,
 ) -> Result<(Vec<usize>, usize), ModelError> {
-    let mut bytes = Some(0usize);
-    let counts: Vec<usize> = shapes
+    // Each input's (elements, bytes); None past what memory can count.
+    let sizes: Option<Vec<(usize, usize)>> = shapes
         .iter()
         .map(|(spec, shape)| {
-            let count = element_count(shape).and_then(|n| n.checked_mul(batch as usize));
+            let count = element_count(shape)?.checked_mul(batch as usize)?;
             let size = spec.datatype.size().unwrap_or(4 + string_length);
-            let input_bytes = count.and_then(|n| n.checked_mul(size));
-            bytes = bytes.zip(input_bytes).and_then(|(a, b)| a.checked_add(b));
-            count.unwrap_or(0)
+            Some((count, count.checked_mul(size)?))
         })
         .collect();
-    match bytes {
-        Some(b) if b <= MAX_REQUEST_BYTES => Ok((counts, b)),
+    let bytes = sizes
+        .as_deref()
+        .and_then(|s| s.iter().try_fold(0usize, |sum, (_, b)| sum.checked_add(*b)));
+    match (sizes, bytes) {
+        (Some(sizes), Some(b)) if b <= MAX_REQUEST_BYTES => {
+            Ok((sizes.into_iter().map(|(count, _)| count).collect(), b))
+        }
         _ => Err(ModelError::RequestTooLarge {
             model: model.name.clone(),
             batch,

@@ -55,7 +55,9 @@ pub async fn start_server_with(
         log.clone(),
     );
     configure(&mut spec);
-    for attempt in 1.. {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
         let _ = std::fs::remove_file(&log);
         let mut server = TritonServer::start(spec.clone())
             .await
@@ -70,7 +72,6 @@ pub async fn start_server_with(
             Err(e) => panic!("tritonserver did not become ready: {e}"),
         }
     }
-    unreachable!("the loop returns or panics")
 }
 
 /// Whether tritonserver's log at `log` ends in its python backend's intermittent abort
