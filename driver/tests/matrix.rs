@@ -199,6 +199,16 @@ const BAD: &[(&str, &str)] = &[
         "21:25: client_groups.grpc-clients.corr_id_block_size: block of 20 correlation ids is smaller than the 40 that 4 streams need (10 each; template \"grpc-mix\" has concurrency 4)",
     ),
     (
+        "corr-id-block-zero.yaml",
+        "21:25: client_groups.grpc-clients.corr_id_block_size: must be at least 1, found 0",
+    ),
+    (
+        "too-many-args.yaml",
+        "9:11: server_templates.cpu.args: 257 arguments is more than the 256 allowed\n\
+         18:17: client_templates.grpc-mix.extra_args: 301 arguments is more than the 256 allowed\n\
+         18:18: client_templates.grpc-mix.extra_args[0]: --run-id is set by the driver for every worker; use the matrix field that sets it instead of extra_args",
+    ),
+    (
         "syntax-error.yaml",
         "9:14: server_templates.cpu.model_repositories: illegal placement of ':' indicator",
     ),

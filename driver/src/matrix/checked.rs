@@ -20,10 +20,11 @@ use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor
 use serde::{Deserialize, Deserializer};
 
 use super::bounds::{
-    MAX_ARG_LEN, MAX_BATCH_SIZE, MAX_CHECKS, MAX_CONCURRENCY, MAX_DURATION, MAX_GROUP_CONCURRENCY,
-    MAX_MEMBERS, MAX_POLL_INTERVAL, MAX_POLLS, MAX_TRACE_SETTING, MAX_WAIT, MAX_WEIGHT,
-    MIN_POLL_INTERVAL,
+    MAX_ARG_LEN, MAX_ARGS, MAX_BATCH_SIZE, MAX_CHECKS, MAX_CONCURRENCY, MAX_DURATION,
+    MAX_GROUP_CONCURRENCY, MAX_MEMBERS, MAX_POLL_INTERVAL, MAX_POLLS, MAX_TRACE_SETTING, MAX_WAIT,
+    MAX_WEIGHT, MIN_POLL_INTERVAL,
 };
+use super::source::Anchor;
 
 /// At most this many refusals are collected from one document (each costs a pass over it);
 /// the next one is reported as the last.
@@ -40,13 +41,13 @@ thread_local! {
 struct Pass {
     forgive: usize,
     seen: usize,
-    refused: bool,
+    refused: Option<Anchor>,
 }
 
 /// Reads a document with `read` until it reads or fails on something other than a refused
 /// value: the document (or the error that stopped it), and the refusals on the way, in the
-/// order read.
-pub fn read_all<T, E>(mut read: impl FnMut() -> Result<T, E>) -> (Result<T, E>, Vec<E>) {
+/// order read, each with what it refused (a map's key or a value).
+pub fn read_all<T, E>(mut read: impl FnMut() -> Result<T, E>) -> (Result<T, E>, Vec<(E, Anchor)>) {
     let mut refusals = Vec::new();
     loop {
         let forgive = refusals.len();
@@ -55,9 +56,9 @@ pub fn read_all<T, E>(mut read: impl FnMut() -> Result<T, E>) -> (Result<T, E>, 
             ..Pass::default()
         });
         let result = read();
-        match result {
-            Err(e) if PASS.take().refused && forgive < MAX_REFUSALS => refusals.push(e),
-            other => return (other, refusals),
+        match (result, PASS.take().refused) {
+            (Err(e), Some(anchor)) if forgive < MAX_REFUSALS => refusals.push((e, anchor)),
+            (other, _) => return (other, refusals),
         }
     }
 }
@@ -74,18 +75,26 @@ pub trait Rule {
 /// `rule`'s reading of `written`: a refusal is the pass's error, or, when a [`read_all`] pass
 /// forgives it, the nearest value allowed.
 fn checked<R: Rule, E: serde::de::Error>(rule: &R, written: R::Written) -> Result<R::Value, E> {
+    checked_at(rule, written, Anchor::Value)
+}
+
+/// [`checked`] of a value or (`anchor`) a map's key.
+fn checked_at<R: Rule, E: serde::de::Error>(
+    rule: &R,
+    written: R::Written,
+    anchor: Anchor,
+) -> Result<R::Value, E> {
     let (problem, nearest) = match rule.read(written) {
         Ok(value) => return Ok(value),
         Err(refused) => refused,
     };
     let mut pass = PASS.get();
     pass.seen += 1;
-    pass.refused = pass.seen > pass.forgive;
+    pass.refused = (pass.seen > pass.forgive).then_some(anchor);
     PASS.set(pass);
-    if pass.refused {
-        Err(E::custom(problem))
-    } else {
-        Ok(nearest)
+    match pass.refused {
+        Some(_) => Err(E::custom(problem)),
+        None => Ok(nearest),
     }
 }
 
@@ -184,6 +193,88 @@ impl<'de, R: Rule> DeserializeSeed<'de> for Item<'_, R> {
     }
 }
 
+/// A map of text whose every key `.0` checks: a refusal is located at the key.
+struct Keys<'r, R>(&'r R);
+
+impl<'de, R: Rule<Written = String, Value = String>> Visitor<'de> for Keys<'_, R> {
+    type Value = IndexMap<String, String>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a map")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut read = IndexMap::new();
+        while let Some(key) = map.next_key_seed(Key(self.0))? {
+            read.insert(key, map.next_value()?);
+        }
+        Ok(read)
+    }
+}
+
+/// One key of a map, read by its rule.
+struct Key<'r, R>(&'r R);
+
+impl<'de, R: Rule<Written = String, Value = String>> DeserializeSeed<'de> for Key<'_, R> {
+    type Value = String;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        checked_at(self.0, String::deserialize(d)?, Anchor::Key)
+    }
+}
+
+/// tritonserver's arguments (a server template's `args`): [`args`].
+pub fn server_args<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let rule = Text {
+        what: "",
+        problem: too_long,
+        stand_in: "",
+    };
+    args(d, &rule)
+}
+
+/// The worker's arguments (a client template's `extra_args`): [`args`], none of them a flag
+/// the driver sets itself.
+pub fn worker_args<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let rule = Text {
+        what: "",
+        problem: not_a_worker_arg,
+        stand_in: "",
+    };
+    args(d, &rule)
+}
+
+/// A program's arguments: at most [`MAX_ARGS`], each read by `rule`.
+fn args<'de, D: Deserializer<'de>>(d: D, rule: &Text) -> Result<Vec<String>, D::Error> {
+    let mut items: Vec<String> = Field::read(d, rule)?;
+    let kept = checked(&Count::new(0, MAX_ARGS, "arguments"), items.len())?;
+    items.truncate(kept);
+    Ok(items)
+}
+
+/// Whether `s` is a portable environment variable name.
+pub fn is_env_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Environment variables: each name portable (letters, digits and '_', not starting with a
+/// digit), a refused one located at its key.
+pub fn env<'de, D: Deserializer<'de>>(d: D) -> Result<IndexMap<String, String>, D::Error> {
+    fn problem(_: &str, name: &str) -> Option<String> {
+        (!is_env_name(name)).then(|| {
+            format!(
+                "{name:?} is not an environment variable name (letters, digits and '_', not \
+                 starting with a digit)"
+            )
+        })
+    }
+    let rule = Text {
+        what: "",
+        problem,
+        stand_in: "X",
+    };
+    d.deserialize_map(Keys(&rule))
+}
+
 /// A duration written the humantime way (`90s`, `5m`, `1h 30m`), within `[min, max]`.
 pub struct Span(Duration, Duration);
 
@@ -233,15 +324,15 @@ impl<R: Rule<Value: Clone>> Rule for StandIn<R> {
 
 /// A count within `[min, max]`: above `max`, the message names what it counts (`unit`);
 /// below `min` (0 or 1), what the count is and what to do instead (`words`).
-pub struct Count {
-    min: u32,
-    max: u32,
+pub struct Count<T = u32> {
+    min: T,
+    max: T,
     unit: &'static str,
     words: (&'static str, &'static str),
 }
 
-impl Count {
-    const fn new(min: u32, max: u32, unit: &'static str) -> Self {
+impl<T> Count<T> {
+    const fn new(min: T, max: T, unit: &'static str) -> Self {
         let words = ("", "");
         Count {
             min,
@@ -252,10 +343,10 @@ impl Count {
     }
 }
 
-impl Rule for Count {
-    type Written = u32;
-    type Value = u32;
-    fn read(&self, value: u32) -> Result<u32, (String, u32)> {
+impl<T: DeserializeOwned + Copy + Ord + Display> Rule for Count<T> {
+    type Written = T;
+    type Value = T;
+    fn read(&self, value: T) -> Result<T, (String, T)> {
         let nearest = value.clamp(self.min, self.max);
         if value < self.min {
             let ((named, instead), min) = (self.words, self.min);
@@ -565,6 +656,9 @@ checked_fields! {
     servers: u32 = Count::new(1, MAX_MEMBERS as u32, "servers");
     /// A client group's `instances`.
     clients: u32 = Count::new(1, MAX_MEMBERS as u32, "clients");
+    /// A client group's `corr_id_block_size` (whether the blocks fit in 64 bits together, and
+    /// hold its template's streams, are rules across fields).
+    corr_ids: u64 = Count::new(1, u64::MAX, "correlation ids");
     /// Polls of a fail-fast rule that may be off (0).
     polls: u32 = Count::new(0, MAX_POLLS, "polls");
     /// Polls of the heartbeat rule: 0 would fail every worker between two of its beats.
@@ -607,10 +701,6 @@ checked_fields! {
     volume_name: String = label("volume name");
     /// Text that may not be empty (an image).
     filled: String = Text { what: "", problem: empty, stand_in: "x" };
-    /// An argument of tritonserver's (a server template's `args`).
-    server_arg: String = Text { what: "", problem: too_long, stand_in: "" };
-    /// An argument of the worker's (a client template's `extra_args`).
-    worker_arg: String = Text { what: "", problem: not_a_worker_arg, stand_in: "" };
     /// A model's name.
     model_name: String = Text { what: "", problem: not_a_model_name, stand_in: "x" };
     /// A time within a run (a fault's `at` and `jitter`, a network fault's delay and jitter):
@@ -680,6 +770,7 @@ mod tests {
         let (result, refusals) = read_all(|| {
             serde_saphyr::from_str::<Counts>(text).map_err(|e| e.without_snippet().to_string())
         });
+        let refusals = refusals.into_iter().map(|(e, _)| e).collect();
         (result, refusals)
     }
 

@@ -365,10 +365,10 @@ fn deserialize_strict<T: serde::de::DeserializeOwned>(
     };
     let (typed, refused) = checked::read_all(read);
     // A refused value is located where it is used (an alias's value, at the alias).
-    let refused = refused.into_iter().map(|refusal| {
+    let refused = refused.into_iter().map(|(refusal, anchor)| {
         let (path, e) = *refusal;
-        let position = located(&path, Anchor::Value)
-            .or_else(|| e.location().as_ref().and_then(source::position));
+        let position =
+            located(&path, anchor).or_else(|| e.location().as_ref().and_then(source::position));
         diagnostic(file_name, position, &path, deserialize_message(&e, text))
     });
     let typed = typed.map_err(|stop| {

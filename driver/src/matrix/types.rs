@@ -557,7 +557,7 @@ pub struct ServerTemplate {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "checked::server_arg"
+        deserialize_with = "checked::server_args"
     )]
     pub args: Vec<String>,
 
@@ -565,7 +565,11 @@ pub struct ServerTemplate {
     pub resources: Option<Resources>,
 
     /// Extra environment variables of the server process.
-    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "IndexMap::is_empty",
+        deserialize_with = "checked::env"
+    )]
     #[schemars(extend("propertyNames" = { "pattern": ENV_NAME_PATTERN }))]
     pub env: IndexMap<String, String>,
 
@@ -788,7 +792,7 @@ pub struct ClientTemplate {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "checked::worker_arg"
+        deserialize_with = "checked::worker_args"
     )]
     pub extra_args: Vec<String>,
 
@@ -796,7 +800,11 @@ pub struct ClientTemplate {
     pub resources: Option<Resources>,
 
     /// Extra environment variables of the worker process.
-    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "IndexMap::is_empty",
+        deserialize_with = "checked::env"
+    )]
     #[schemars(extend("propertyNames" = { "pattern": ENV_NAME_PATTERN }))]
     pub env: IndexMap<String, String>,
     /// Node labels the pod must run on (kube launcher only), e.g. a GPU node pool.
@@ -834,7 +842,11 @@ pub struct ForeignClient {
     pub command: stress_common::contract::ClientCommand,
 
     /// Environment variables of the program (besides its assignment's).
-    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "IndexMap::is_empty",
+        deserialize_with = "checked::env"
+    )]
     #[schemars(extend("propertyNames" = { "pattern": ENV_NAME_PATTERN }))]
     pub env: IndexMap<String, String>,
 
@@ -912,7 +924,10 @@ pub struct ClientGroup {
     /// Size of the block of sequence correlation ids each client of this group gets. The
     /// driver hands out non-overlapping blocks `[base, base + size)` with bases starting at 1,
     /// in the order of the client groups in the file.
-    #[serde(default = "defaults::corr_id_block_size")]
+    #[serde(
+        default = "defaults::corr_id_block_size",
+        deserialize_with = "checked::corr_ids"
+    )]
     #[schemars(range(min = 1))]
     pub corr_id_block_size: u64,
 

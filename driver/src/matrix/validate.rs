@@ -6,12 +6,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::bounds::{MAX_ARGS, MAX_MEMBERS, is_protected_host_path};
+use super::bounds::{MAX_MEMBERS, is_protected_host_path};
 
 use stress_common::scenario::Scenario;
 use stress_common::schedule::RequestIntervals;
 
-use super::checked::{LABEL_RULE, MAX_LABEL_LEN, is_dns_label};
+use super::checked::{LABEL_RULE, MAX_LABEL_LEN, is_dns_label, is_env_name};
 use super::source::{Anchor, FieldPath};
 use super::types::{
     Artifact, ClientGroup, ClientTemplate, Endpoint, LoadMode, MATRIX_VERSION, Matrix, ModelImage,
@@ -45,13 +45,6 @@ impl Issue {
             also: None,
         }
     }
-}
-
-/// Whether `s` is a portable environment variable name.
-pub fn is_env_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Whether two absolute paths name the same directory (a trailing '/' aside).
@@ -148,20 +141,6 @@ impl Checker {
         }
     }
 
-    fn env(&mut self, path: FieldPath, env: &indexmap::IndexMap<String, String>) {
-        for name in env.keys() {
-            if !is_env_name(name) {
-                self.push(
-                    path.key(name.clone()),
-                    Anchor::Key,
-                    format!(
-                        "{name:?} is not an environment variable name (letters, digits and '_', not starting with a digit)"
-                    ),
-                );
-            }
-        }
-    }
-
     fn trace(&mut self, path: FieldPath, trace: &Option<TraceSettings>) {
         let Some(t) = trace else { return };
         if t.mode == TraceMode::Triton {
@@ -211,7 +190,6 @@ impl Checker {
                 "at least one model repository is required",
             );
         }
-        self.env(path.key("env"), &t.env);
         self.trace(path.key("trace"), &t.trace);
         self.volumes(path.key("volumes"), &t.volumes);
         if let Some(m) = &t.model_image {
@@ -352,7 +330,6 @@ impl Checker {
         if let Some(client) = &t.client {
             self.foreign_client(path.clone(), client, t);
         }
-        self.env(path.key("env"), &t.env);
     }
 
     /// A template's foreign client: an interface the worker speaks, a program to start, and
@@ -377,7 +354,6 @@ impl Checker {
                            give `worker: {image: ...}` (the kube launcher), or leave `image` out";
             self.push(path.key("image"), Anchor::Value, message);
         }
-        self.env(path.key("env"), &c.env);
         if t.scenarios.is_some() {
             let message = "a client program runs its own scenarios: `scenarios` is for the worker's own (leave it out)";
             self.push(template.key("scenarios"), Anchor::Key, message);
@@ -588,12 +564,6 @@ impl Checker {
         }
     }
 
-    /// How many arguments a list holds (each is read by its rule).
-    fn args_bounded(&mut self, path: FieldPath, args: &[String]) {
-        let n = args.len() as u64;
-        self.count_at_most(path, n, MAX_ARGS as u64, "arguments");
-    }
-
     fn bounds(&mut self, m: &Matrix) {
         for (name, t) in &m.server_templates {
             let path = FieldPath::root().key("server_templates").key(name.clone());
@@ -608,7 +578,6 @@ impl Checker {
 
     /// The bounds of a server template at `path`: its arguments, host paths and trace settings.
     fn server_template_bounds(&mut self, path: FieldPath, t: &ServerTemplate) {
-        self.args_bounded(path.key("args"), &t.args);
         for (i, v) in t.volumes.iter().enumerate() {
             if let Some(host) = &v.host_path
                 && is_protected_host_path(host)
@@ -645,7 +614,6 @@ impl Checker {
                 self.push(path.key("load").key(field), Anchor::Value, e);
             }
         }
-        self.args_bounded(path.key("extra_args"), &t.extra_args);
     }
 
     /// Members in all, summed without overflow: checked before anything expands them.
@@ -1265,10 +1233,9 @@ impl Checker {
                 ),
             );
         }
-        self.at_least_one(path.key("corr_id_block_size"), g.corr_id_block_size);
         if let Some(t) = m.client_templates.get(&g.template) {
             let needed = u64::from(t.concurrency) * CORR_IDS_PER_STREAM;
-            if g.corr_id_block_size > 0 && g.corr_id_block_size < needed {
+            if g.corr_id_block_size < needed {
                 self.push(
                     path.key("corr_id_block_size"),
                     Anchor::Value,
