@@ -253,7 +253,7 @@ const BAD: &[(&str, &str)] = &[
     (
         "bad-autoscale.yaml",
         "27:15: capacity.hpa_margin: must be above 0 and at most 1, found 1.5\n\
-         28:22: capacity.prometheus.url: must start with http:// or https://, found \"prometheus:9090\"",
+         28:22: capacity.prometheus.url: a Prometheus URL is an http:// or https:// URL, found \"prometheus:9090\"",
     ),
     (
         "bad-autoscale-selector.yaml",

@@ -715,6 +715,16 @@ checked_fields! {
     otlp_endpoint: String = http("an OTLP/HTTP endpoint");
     /// A report's webhook.
     webhook: String = http("a webhook");
+    /// A Prometheus server's base URL.
+    prometheus_url: String = http("a Prometheus URL");
+    /// Prometheus label matchers (a selector without its braces).
+    label_matchers: String = Text {
+        what: "",
+        problem: |_, text| text.contains(['{', '}']).then(|| format!(
+            "give the label matchers without braces (e.g. job=\"triton\"), found {text:?}"
+        )),
+        stand_in: "",
+    };
     /// Where a model image's repository is.
     model_source: String = absolute_dir("source");
     /// Where a model image's repository is copied to.

@@ -483,11 +483,12 @@ pub struct SpikeSettings {
 #[serde(deny_unknown_fields)]
 pub struct PrometheusSource {
     /// Its base URL, e.g. `http://prometheus.monitoring:9090` (queries go to `/api/v1/query`).
+    #[serde(deserialize_with = "checked::prometheus_url")]
     pub url: String,
 
     /// Label matchers choosing the servers' series, without braces, e.g.
     /// `job="triton",namespace="staging"` (default: every series).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "checked::label_matchers")]
     pub selector: String,
 }
 

@@ -18,7 +18,7 @@ use super::types::{
     Protocol, Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume, TraceMode,
     TraceSettings,
 };
-use super::types::{LAUNCHER_VOLUMES, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME, PrometheusSource};
+use super::types::{LAUNCHER_VOLUMES, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME};
 
 pub use stress_common::contract::CORR_IDS_PER_STREAM;
 
@@ -1483,24 +1483,10 @@ impl Checker {
             }
             (RunMode::Capacity, Some(cap)) => cap,
         };
-        self.capacity_fractions(&path, cap);
         self.capacity_counts(&path, m.run.poll_interval, cap);
         self.capacity_mixes(m, cap);
         self.spike(cap);
         self.capacity_clients(&path, m, cap);
-    }
-
-    /// `capacity:` (at `path`): its target, its fractions and its Prometheus source.
-    fn capacity_fractions(&mut self, path: &FieldPath, cap: &super::types::CapacitySettings) {
-        if let Some(p) = &cap.prometheus
-            && let Err(why) = check_prometheus(p)
-        {
-            self.push(
-                path.key("prometheus").key(why.field),
-                Anchor::Value,
-                why.message,
-            );
-        }
     }
 
     /// `capacity:` (at `path`): its concurrencies, check counts, check interval (no shorter
@@ -1612,32 +1598,6 @@ impl Checker {
             }
         }
     }
-}
-
-/// The matrix's Prometheus is usable: a field and what is wrong with it.
-#[derive(Debug, Clone, PartialEq)]
-struct SourceProblem {
-    pub field: &'static str,
-    pub message: String,
-}
-
-fn check_prometheus(p: &PrometheusSource) -> Result<(), SourceProblem> {
-    if !(p.url.starts_with("http://") || p.url.starts_with("https://")) {
-        return Err(SourceProblem {
-            field: "url",
-            message: format!("must start with http:// or https://, found {:?}", p.url),
-        });
-    }
-    if p.selector.contains(['{', '}']) {
-        return Err(SourceProblem {
-            field: "selector",
-            message: format!(
-                "give the label matchers without braces (e.g. job=\"triton\"), found {:?}",
-                p.selector
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// The rules of `sweep:` that need no file: a capacity-mode matrix, a launched server group,
@@ -2039,28 +1999,6 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "`max_batch_size` takes an integer, found \"8\""
-        );
-    }
-
-    #[test]
-    fn a_prometheus_source_needs_an_http_url_and_matchers_without_braces() {
-        let source = |url: &str, selector: &str| PrometheusSource {
-            url: url.into(),
-            selector: selector.into(),
-        };
-        assert_eq!(
-            check_prometheus(&source("http://p:9090", r#"job="t""#)),
-            Ok(())
-        );
-        assert_eq!(
-            check_prometheus(&source("p:9090", "")).unwrap_err().field,
-            "url"
-        );
-        assert_eq!(
-            check_prometheus(&source("https://p", r#"{job="t"}"#))
-                .unwrap_err()
-                .field,
-            "selector"
         );
     }
 
