@@ -209,6 +209,11 @@ const BAD: &[(&str, &str)] = &[
          18:18: client_templates.grpc-mix.extra_args[0]: --run-id is set by the driver for every worker; use the matrix field that sets it instead of extra_args",
     ),
     (
+        "empty-artifacts.yaml",
+        "7:29: server_templates.cpu.tritonserver.binary: must not be empty\n\
+         15:22: client_templates.grpc-mix.worker.image: must not be empty",
+    ),
+    (
         "syntax-error.yaml",
         "9:14: server_templates.cpu.model_repositories: illegal placement of ':' indicator",
     ),

@@ -979,7 +979,9 @@ pub const ARTIFACT_AUTO: &str = "auto";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ArtifactRepr {
+    #[serde(default, deserialize_with = "checked::filled")]
     binary: Option<String>,
+    #[serde(default, deserialize_with = "checked::filled")]
     image: Option<String>,
 }
 

@@ -14,9 +14,8 @@ use stress_common::schedule::RequestIntervals;
 use super::checked::{LABEL_RULE, MAX_LABEL_LEN, is_dns_label, is_env_name};
 use super::source::{Anchor, FieldPath};
 use super::types::{
-    Artifact, ClientGroup, ClientTemplate, Endpoint, LoadMode, MATRIX_VERSION, Matrix, ModelImage,
-    Protocol, Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume, TraceMode,
-    TraceSettings,
+    ClientGroup, ClientTemplate, Endpoint, LoadMode, MATRIX_VERSION, Matrix, ModelImage, Protocol,
+    Resources, RunMode, ServerGroup, ServerTemplate, ServerVolume, TraceMode, TraceSettings,
 };
 use super::types::{LAUNCHER_VOLUMES, MODEL_CONFIGS_VOLUME, MODEL_IMAGE_VOLUME};
 
@@ -131,16 +130,6 @@ impl Checker {
         }
     }
 
-    fn artifact(&mut self, path: FieldPath, artifact: &Artifact) {
-        let (key, value) = match artifact {
-            Artifact::Binary(b) => ("binary", b),
-            Artifact::Image(i) => ("image", i),
-        };
-        if value.trim().is_empty() {
-            self.push(path.key(key), Anchor::Value, "must not be empty");
-        }
-    }
-
     fn trace(&mut self, path: FieldPath, trace: &Option<TraceSettings>) {
         let Some(t) = trace else { return };
         if t.mode == TraceMode::Triton {
@@ -182,7 +171,6 @@ impl Checker {
     }
 
     fn server_template(&mut self, path: FieldPath, t: &ServerTemplate) {
-        self.artifact(path.key("tritonserver"), &t.tritonserver);
         if t.model_repositories.is_empty() {
             self.push(
                 path.key("model_repositories"),
@@ -291,7 +279,6 @@ impl Checker {
     }
 
     fn client_template(&mut self, path: FieldPath, t: &ClientTemplate) {
-        self.artifact(path.key("worker"), &t.worker);
         if let Some(scenarios) = &t.scenarios {
             let spath = path.key("scenarios");
             if scenarios.is_empty() {
