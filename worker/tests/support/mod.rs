@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use stress_common::tritonserver::{ServerSpec, TritonServer, find_binary, tail_lines};
+use stress_common::tritonserver::{
+    ServerSpec, TritonServer, aborted_on_python_backend_lock, find_binary, tail_lines,
+};
 
 /// Tests that start a server take this first: on 2 shared cores, two servers loading eleven
 /// python models at once only make each other slow.
@@ -64,7 +66,7 @@ pub async fn start_server_with(
             .unwrap_or_else(|e| panic!("starting tritonserver: {e}"));
         match server.wait_ready(READY_TIMEOUT).await {
             Ok(()) => return server,
-            Err(e) if attempt < 3 && aborted_on_its_lock_bug(&log) => {
+            Err(e) if attempt < 3 && aborted_on_python_backend_lock(&log) => {
                 eprintln!(
                     "tritonserver {name} aborted at start-up ({e}): Triton's python backend threw boost::interprocess::lock_exception (upstream: triton-inference-server/server#8882, seen here on a loaded machine); starting it again"
                 );
@@ -72,13 +74,6 @@ pub async fn start_server_with(
             Err(e) => panic!("tritonserver did not become ready: {e}"),
         }
     }
-}
-
-/// Whether tritonserver's log at `log` ends in its python backend's intermittent abort
-/// (`terminate called after throwing an instance of 'boost::interprocess::lock_exception'`):
-/// Triton's bug, not what these tests test.
-fn aborted_on_its_lock_bug(log: &Path) -> bool {
-    tail_lines(log, 5).contains("boost::interprocess::lock_exception")
 }
 
 /// Stops a server gracefully (SIGTERM; SIGKILL after the grace period).
