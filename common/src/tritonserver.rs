@@ -269,8 +269,7 @@ pub fn tail_lines(path: &Path, n: usize) -> String {
 
 /// Whether the tritonserver log at `log` ends in its python backend's intermittent abort
 /// (`terminate called after throwing an instance of 'boost::interprocess::lock_exception'`,
-/// upstream triton-inference-server/server#8882), seen at start-up on a loaded machine: the
-/// project's tests start such a server again rather than fail on Triton's bug.
+/// upstream triton-inference-server/server#8882), seen at start-up on a loaded machine.
 pub fn aborted_on_python_backend_lock(log: &Path) -> bool {
     tail_lines(log, 5).contains("boost::interprocess::lock_exception")
 }
@@ -357,6 +356,28 @@ impl TritonServer {
     /// Non-blocking: the exit status if the process has ended.
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
+    }
+
+    /// [`Self::start`], then [`Self::wait_ready`]; a server that aborted at start-up on its
+    /// python backend's lock ([`aborted_on_python_backend_lock`]) is started again, up to three
+    /// starts in all, with a line on stderr. For the project's tests, which must not fail on
+    /// Triton's bug; a run's launcher reports such an abort as the server's failure instead.
+    pub async fn start_ready(spec: ServerSpec, timeout: Duration) -> Result<Self, TritonError> {
+        let mut starts = 1;
+        loop {
+            let mut server = Self::start(spec.clone()).await?;
+            match server.wait_ready(timeout).await {
+                Ok(()) => return Ok(server),
+                Err(e) if starts < 3 && aborted_on_python_backend_lock(&spec.log_file) => {
+                    eprintln!(
+                        "tritonserver aborted at start-up ({e}) on its python backend's lock \
+                         (upstream triton-inference-server/server#8882); starting it again"
+                    );
+                    starts += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Waits until `GET /v2/health/ready` answers 200.
@@ -535,6 +556,60 @@ mod tests {
         assert_eq!(shell_quote("--grpc-port=8001"), "--grpc-port=8001");
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
+    }
+
+    /// A stand-in for tritonserver (the real abort cannot be had on demand): it dies with
+    /// `last_words` on the first `aborts` starts (counted in `dir`), then answers ready on its
+    /// `--http-port`.
+    fn stand_in(dir: &Path, aborts: u32, last_words: &str) -> ServerSpec {
+        let script = dir.join("tritonserver");
+        let starts = dir.join("starts");
+        let text = format!(
+            "#!/bin/sh\necho x >> {starts}\nif [ $(wc -l < {starts}) -le {aborts} ]; then echo \"{last_words}\"; exit 134; fi\n\
+             port=$(printf '%s\\n' \"$@\" | sed -n 's/^--http-port=//p')\n\
+             exec python3 -c \"import http.server as h; h.HTTPServer(('127.0.0.1', $port), type('R', (h.BaseHTTPRequestHandler,), {{'do_GET': lambda s: (s.send_response(200), s.end_headers())}})).serve_forever()\"\n",
+            starts = starts.display()
+        );
+        std::fs::write(&script, text).unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        ServerSpec::new(script, Vec::new(), dir.join("log"))
+    }
+
+    #[tokio::test]
+    async fn a_server_aborted_on_its_python_backend_lock_is_started_again_and_no_other() {
+        let lock =
+            "terminate called after throwing an instance of 'boost::interprocess::lock_exception'";
+        let starts = |dir: &Path| {
+            std::fs::read_to_string(dir.join("starts"))
+                .unwrap()
+                .lines()
+                .count()
+        };
+        let ready = Duration::from_secs(20);
+
+        let twice = tempfile::tempdir().unwrap();
+        let mut server = TritonServer::start_ready(stand_in(twice.path(), 2, lock), ready)
+            .await
+            .expect("ready at the third start");
+        assert_eq!(starts(twice.path()), 3);
+        server.stop(Duration::from_secs(5)).await;
+
+        let thrice = tempfile::tempdir().unwrap();
+        let e = TritonServer::start_ready(stand_in(thrice.path(), 3, lock), ready)
+            .await
+            .err()
+            .expect("three starts at most");
+        assert!(e.to_string().contains("lock_exception"), "{e}");
+        assert_eq!(starts(thrice.path()), 3);
+
+        let other = tempfile::tempdir().unwrap();
+        let e = TritonServer::start_ready(stand_in(other.path(), 1, "Segmentation fault"), ready)
+            .await
+            .err()
+            .expect("another abort is the server's failure");
+        assert!(e.to_string().contains("Segmentation fault"), "{e}");
+        assert_eq!(starts(other.path()), 1);
     }
 
     #[tokio::test]

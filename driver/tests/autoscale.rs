@@ -99,12 +99,9 @@ async fn start_triton(dir: &Path) -> TritonServer {
         "--load-model=fixed_capacity".into(),
         "--log-verbose=0".into(),
     ];
-    let mut server = TritonServer::start(spec).await.unwrap();
-    server
-        .wait_ready(Duration::from_secs(300))
+    TritonServer::start_ready(spec, Duration::from_secs(300))
         .await
-        .unwrap_or_else(|e| panic!("tritonserver: {e}"));
-    server
+        .unwrap_or_else(|e| panic!("tritonserver: {e}"))
 }
 
 /// `concurrency` closed loops of HTTP inferences on fixed_capacity until `stop`.

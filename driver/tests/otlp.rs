@@ -367,9 +367,7 @@ async fn a_real_tritonserver_exports_a_traced_request_s_three_spans() {
     ]
     .map(String::from)
     .to_vec();
-    let mut server = TritonServer::start(spec).await.unwrap();
-    server
-        .wait_ready(Duration::from_secs(60))
+    let mut server = TritonServer::start_ready(spec, Duration::from_secs(60))
         .await
         .unwrap_or_else(|e| panic!("tritonserver: {e}"));
     let context = TraceContext {

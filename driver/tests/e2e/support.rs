@@ -600,27 +600,16 @@ pub(crate) fn paced_repository(dir: &Path, delay_ms: u32) -> PathBuf {
 /// A tritonserver the test starts itself on free loopback ports (the repository's models), for
 /// matrices that name it by `endpoints`: the driver must use it and leave it running.
 pub(crate) async fn start_external_server(dir: &Path) -> stress_common::tritonserver::TritonServer {
-    use stress_common::tritonserver::{
-        ServerSpec, TritonServer, aborted_on_python_backend_lock, find_binary,
-    };
+    use stress_common::tritonserver::{ServerSpec, TritonServer, find_binary};
     let root = repo_root();
     let binary = find_binary(Some(&root)).unwrap_or_else(|e| panic!("{e}"));
     let models = root.join("models").canonicalize().unwrap();
     let log = dir.join("external-triton.log");
     let mut spec = ServerSpec::new(binary, vec![models], log.clone());
     spec.extra_args = vec!["--log-verbose=0".into()];
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let mut server = TritonServer::start(spec.clone()).await.unwrap();
-        match server.wait_ready(START_LIMIT).await {
-            Ok(()) => return server,
-            Err(e) if attempt < 3 && aborted_on_python_backend_lock(&log) => {
-                eprintln!("the test's own tritonserver aborted on Triton's lock bug ({e}); again");
-            }
-            Err(e) => panic!("the test's own tritonserver: {e}"),
-        }
-    }
+    TritonServer::start_ready(spec, START_LIMIT)
+        .await
+        .unwrap_or_else(|e| panic!("the test's own tritonserver: {e}"))
 }
 
 /// The models matrix (Infer on add_sub) with its server group `triton` replaced by `endpoints`.

@@ -6,9 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use stress_common::tritonserver::{
-    ServerSpec, TritonServer, aborted_on_python_backend_lock, find_binary, tail_lines,
-};
+use stress_common::tritonserver::{ServerSpec, TritonServer, find_binary, tail_lines};
 
 /// Tests that start a server take this first: on 2 shared cores, two servers loading eleven
 /// python models at once only make each other slow.
@@ -57,23 +55,9 @@ pub async fn start_server_with(
         log.clone(),
     );
     configure(&mut spec);
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let _ = std::fs::remove_file(&log);
-        let mut server = TritonServer::start(spec.clone())
-            .await
-            .unwrap_or_else(|e| panic!("starting tritonserver: {e}"));
-        match server.wait_ready(READY_TIMEOUT).await {
-            Ok(()) => return server,
-            Err(e) if attempt < 3 && aborted_on_python_backend_lock(&log) => {
-                eprintln!(
-                    "tritonserver {name} aborted at start-up ({e}): Triton's python backend threw boost::interprocess::lock_exception (upstream: triton-inference-server/server#8882, seen here on a loaded machine); starting it again"
-                );
-            }
-            Err(e) => panic!("tritonserver did not become ready: {e}"),
-        }
-    }
+    TritonServer::start_ready(spec, READY_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("tritonserver {name} did not become ready: {e}"))
 }
 
 /// Stops a server gracefully (SIGTERM; SIGKILL after the grace period).
