@@ -601,6 +601,36 @@ macro_rules! durations {
     )*};
 }
 
+/// Optional durations: `name = rule;` is a `with` module of an `Option<Duration>` (its field
+/// has `#[serde(default)]`).
+macro_rules! optional_durations {
+    ($($(#[doc = $doc:literal])* $name:ident = $rule:expr;)*) => {$(
+        $(#[doc = $doc])*
+        pub mod $name {
+            pub use crate::matrix::duration::option::serialize;
+            use super::*;
+            pub fn deserialize<'de, D: Deserializer<'de>>(
+                d: D,
+            ) -> Result<Option<Duration>, D::Error> {
+                <Option<Duration> as Field<Duration>>::read(d, &$rule)
+            }
+        }
+    )*};
+}
+
+optional_durations! {
+    /// Triton's OpenTelemetry export delay: from 10ms to 1m.
+    export_delay = Span(Duration::from_millis(10), Duration::from_secs(60));
+    /// A time within a run (a fault's `at` and `jitter`, a network fault's delay and jitter):
+    /// up to 30 days; a refused one reads as 0, which moves no fault past the run's end.
+    fault_time = StandIn(Span(Duration::ZERO, MAX_DURATION), Duration::ZERO);
+    /// How often a fault repeats (`every`): longer than zero and up to 30 days.
+    fault_every = Positive(MAX_DURATION);
+    /// How long a fault lasts (`duration`): longer than zero and up to 30 days; a refused one
+    /// reads as the shortest, which moves no fault past the run's end.
+    fault_length = StandIn(Positive(MAX_DURATION), Duration::from_nanos(1));
+}
+
 /// A run's length that may not be zero (`run.duration`, `driver run --duration`): up to 30
 /// days.
 pub const RUN_LENGTH: Positive = Positive(MAX_DURATION);
@@ -648,8 +678,6 @@ pub const MIN_EFFECT: Interval = Interval {
 pub const COMPARE_REPEATS: Runs<u32> = Runs(2..=50, " of each side");
 
 checked_fields! {
-    /// Triton's OpenTelemetry export delay (`with`-less: it is optional).
-    export_delay: Duration = Span(Duration::from_millis(10), Duration::from_secs(60));
     /// A worker's streams (a client template's `concurrency`).
     streams: u32 = Count::new(1, MAX_CONCURRENCY, "streams");
     /// A server group's `instances` (the run's members in all are a rule across groups).
@@ -703,14 +731,6 @@ checked_fields! {
     filled: String = Text { what: "", problem: empty, stand_in: "x" };
     /// A model's name.
     model_name: String = Text { what: "", problem: not_a_model_name, stand_in: "x" };
-    /// A time within a run (a fault's `at` and `jitter`, a network fault's delay and jitter):
-    /// up to 30 days; a refused one reads as 0, which moves no fault past the run's end.
-    fault_time: Duration = StandIn(Span(Duration::ZERO, MAX_DURATION), Duration::ZERO);
-    /// How often a fault repeats (`every`): longer than zero and up to 30 days.
-    fault_every: Duration = Positive(MAX_DURATION);
-    /// How long a fault lasts (`duration`): longer than zero and up to 30 days; a refused one
-    /// reads as the shortest, which moves no fault past the run's end.
-    fault_length: Duration = StandIn(Positive(MAX_DURATION), Duration::from_nanos(1));
     /// A trace collector's endpoint.
     otlp_endpoint: String = http("an OTLP/HTTP endpoint");
     /// A report's webhook.

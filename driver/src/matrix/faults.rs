@@ -6,7 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::duration::{self, HumanDuration};
+use super::duration::HumanDuration;
 
 /// One fault, injected once (`at`) or repeatedly (`every`) into a server of the run.
 #[serde_with::skip_serializing_none]
@@ -25,31 +25,19 @@ pub struct Fault {
 
     /// When, counted from the start of the load phase (the workers' start), up to 30 days.
     /// Exactly one of `at` and `every`.
-    #[serde(
-        default,
-        deserialize_with = "super::checked::fault_time",
-        serialize_with = "duration::option::serialize"
-    )]
+    #[serde(default, with = "super::checked::fault_time")]
     #[schemars(with = "Option<HumanDuration>")]
     pub at: Option<Duration>,
 
     /// Inject at `every`, 2 × `every`, … into the load phase, as long as the fault and its
     /// recovery fit before the run's end (longer than zero, up to 30 days).
-    #[serde(
-        default,
-        deserialize_with = "super::checked::fault_every",
-        serialize_with = "duration::option::serialize"
-    )]
+    #[serde(default, with = "super::checked::fault_every")]
     #[schemars(with = "Option<HumanDuration>")]
     pub every: Option<Duration>,
 
     /// Each injection comes up to this much later than planned, at random (seeded by
     /// `run.seed`: the same matrix injects at the same times every night); up to 30 days.
-    #[serde(
-        default,
-        deserialize_with = "super::checked::fault_time",
-        serialize_with = "duration::option::serialize"
-    )]
+    #[serde(default, with = "super::checked::fault_time")]
     #[schemars(with = "Option<HumanDuration>")]
     pub jitter: Option<Duration>,
 
@@ -58,11 +46,7 @@ pub struct Fault {
 
     /// How long a `pause` or `network` fault lasts (required for them, refused for `kill` and
     /// `restart`): longer than zero, up to 30 days.
-    #[serde(
-        default,
-        deserialize_with = "super::checked::fault_length",
-        serialize_with = "duration::option::serialize"
-    )]
+    #[serde(default, with = "super::checked::fault_length")]
     #[schemars(with = "Option<HumanDuration>")]
     pub duration: Option<Duration>,
 
@@ -199,19 +183,11 @@ impl FaultKind {
 #[serde(deny_unknown_fields)]
 pub struct NetworkFault {
     /// Added to every packet's way (up to 30 days).
-    #[serde(
-        default,
-        deserialize_with = "super::checked::fault_time",
-        serialize_with = "duration::option::serialize"
-    )]
+    #[serde(default, with = "super::checked::fault_time")]
     #[schemars(with = "Option<HumanDuration>")]
     pub delay: Option<Duration>,
     /// Random extra delay up to this (up to 30 days).
-    #[serde(
-        default,
-        deserialize_with = "super::checked::fault_time",
-        serialize_with = "duration::option::serialize"
-    )]
+    #[serde(default, with = "super::checked::fault_time")]
     #[schemars(with = "Option<HumanDuration>")]
     pub jitter: Option<Duration>,
     /// The fraction of packets dropped (0.05 = 5%).

@@ -13,7 +13,7 @@ use stress_common::scenario::Scenario;
 use stress_common::trace::TraceShare;
 
 use super::checked;
-use super::duration::{self, HumanDuration};
+use super::duration::HumanDuration;
 pub use super::known::{IssueMatch, KnownIssue};
 pub use super::slo::{SloBound, SloMetric, SloRule};
 
@@ -1198,11 +1198,7 @@ pub struct TraceSettings {
 
     /// OpenTelemetry mode: how often Triton exports its queued spans (`bsp_schedule_delay`;
     /// Triton's default 5s).
-    #[serde(
-        default,
-        serialize_with = "duration::option::serialize",
-        deserialize_with = "checked::export_delay"
-    )]
+    #[serde(default, with = "checked::export_delay")]
     #[schemars(with = "Option<HumanDuration>")]
     pub export_delay: Option<Duration>,
 
