@@ -147,6 +147,44 @@ impl<V> Field<V> for Option<IndexMap<String, V>> {
     }
 }
 
+/// A list of maps whose every value `rule` checks: a refusal is located at its key.
+impl<V> Field<V> for Vec<IndexMap<String, V>> {
+    fn read<'de, D: Deserializer<'de>, R: Rule<Value = V>>(
+        d: D,
+        rule: &R,
+    ) -> Result<Self, D::Error> {
+        d.deserialize_seq(Maps(rule))
+    }
+}
+
+/// A list of maps, each read by [`Entries`] through [`Map`].
+struct Maps<'r, R>(&'r R);
+
+impl<'de, R: Rule> Visitor<'de> for Maps<'_, R> {
+    type Value = Vec<IndexMap<String, R::Value>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of maps")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut read = Vec::new();
+        while let Some(map) = seq.next_element_seed(Map(self.0))? {
+            read.push(map);
+        }
+        Ok(read)
+    }
+}
+
+/// One map of a list, its values read by their rule.
+struct Map<'r, R>(&'r R);
+
+impl<'de, R: Rule> DeserializeSeed<'de> for Map<'_, R> {
+    type Value = IndexMap<String, R::Value>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        let entries = d.deserialize_option(Entries(self.0))?.unwrap_or_default();
+        Ok(IndexMap::from_iter(entries))
+    }
+}
+
 /// A list's items or a map's entries (a list's keys are empty), each value read by `rule`
 /// through [`Item`], so that serde_path_to_error's path names it; None for `null`.
 struct Entries<'r, R>(&'r R);

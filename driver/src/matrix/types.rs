@@ -292,7 +292,11 @@ pub struct CapacitySettings {
 
     /// The exploration phase's alternative mixes, each `{MODEL: WEIGHT, ...}` over models of the
     /// client groups' `models:` (`MODEL@VERSION` for one version).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "checked::model_weight"
+    )]
     pub exploration: Vec<IndexMap<String, u32>>,
 
     /// The spike phase's jump (needed when `phases` has spike).

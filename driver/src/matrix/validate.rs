@@ -1387,8 +1387,7 @@ impl Checker {
                     "a mix needs at least one model",
                 );
             }
-            for (model, weight) in mix {
-                self.at_least_one(mpath.key(model.clone()), (*weight).into());
+            for model in mix.keys() {
                 let name = model.split_once('@').map_or(model.as_str(), |(n, _)| n);
                 for (tname, t) in &m.client_templates {
                     if !t.models.is_empty() && !t.models.iter().any(|s| s.name == name) {
