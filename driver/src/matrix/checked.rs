@@ -174,14 +174,14 @@ impl<'de, R: Rule> Visitor<'de> for Maps<'_, R> {
     }
 }
 
-/// One map of a list, its values read by their rule.
+/// One map of a list (`null`: an empty one), read as an optional map's field is.
 struct Map<'r, R>(&'r R);
 
 impl<'de, R: Rule> DeserializeSeed<'de> for Map<'_, R> {
     type Value = IndexMap<String, R::Value>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        let entries = d.deserialize_option(Entries(self.0))?.unwrap_or_default();
-        Ok(IndexMap::from_iter(entries))
+        let map: Option<Self::Value> = Field::read(d, self.0)?;
+        Ok(map.unwrap_or_default())
     }
 }
 
