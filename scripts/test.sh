@@ -57,7 +57,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo build -p worker -p driver
 # Tests that start real servers share 2 cores; two at a time keeps them within their timeouts.
 # With the kube stage, the tests that check outcomes only -- the worker crate's integration tests
-# (~6 min, real tritonservers) and the e2e binary's `outcomes_only` modules (~5 min) -- run beside
+# (~6 min, real tritonservers) and the e2e binary's `outcomes_only` module (~3 min) -- run beside
 # it at the lowest priority: the cluster's tests leave about half of both cores idle. The worker's
 # unit tests, some of which wait on threads, run here first.
 beside_kube() {

@@ -22,6 +22,154 @@ fn grpc_and_metrics(
     })
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_server_is_checked_used_reported_and_left_running() {
+    let _run = beside_another().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = start_external_server(tmp.path()).await;
+    let matrix = external_matrix(tmp.path(), grpc_and_metrics(&server));
+    let run_id = "e2e-external-server";
+    let (mut driver, status, run_dir) = run_matrix(tmp.path(), &matrix, run_id).await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    driver.observe();
+    assert!(
+        driver.servers.is_empty(),
+        "the driver launched a tritonserver"
+    );
+
+    // Never stopped: still running and live after the driver's exit.
+    assert!(
+        server.try_wait().is_none(),
+        "the external server was stopped"
+    );
+    stress_common::tritonserver::probe_live(&server.http_address(), Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("the external server after the run: {e}"));
+
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "PASS", "{report:#}");
+    let infer = report["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == "Infer")
+        .unwrap();
+    assert!(infer["tests"].as_u64().unwrap() > 0, "{infer:#}");
+    let address = format!(
+        "grpc={} metrics={}",
+        server.grpc_address(),
+        server.metrics_address()
+    );
+    let mut servers = report["servers"].clone();
+    let version = servers[0].as_object_mut().and_then(|s| s.remove("version"));
+    assert!(
+        version
+            .as_ref()
+            .and_then(|v| v.as_str())
+            .is_some_and(|v| v.starts_with("triton 2.")),
+        "what the server said at GET /v2: {report:#}"
+    );
+    assert_eq!(
+        servers,
+        serde_json::json!([{
+            "member_id": SERVER,
+            "group": "triton",
+            "address": address,
+            "external": true,
+            "metrics": "scraped",
+        }]),
+        "{report:#}"
+    );
+    assert!(report["server_metrics"][SERVER].is_array(), "{report:#}");
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("\n== Servers ==\n"), "{text}");
+    let servers = &text[text.find("\n== Servers ==\n").unwrap()..];
+    let row = servers
+        .lines()
+        .find(|l| l.starts_with(SERVER))
+        .unwrap_or_else(|| panic!("no {SERVER} row:\n{text}"));
+    assert!(
+        row.contains(" external ") && row.contains(&address),
+        "{row}"
+    );
+
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
+    let last = events.iter().rev().find(|e| e.member_id == SERVER).unwrap();
+    assert_eq!(
+        (last.kind, last.details.as_str()),
+        (EventKind::Success, "left running (an external server)")
+    );
+    // The worker talked to it at its gRPC address.
+    let members = store.members(&RunId::from(run_id)).await.unwrap();
+    let worker = members.iter().find(|m| m.member_id == WORKER).unwrap();
+    assert_eq!(worker.address, server.grpc_address());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_does_not_answer_is_bad_input_before_anything_starts() {
+    let _run = beside_another().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    // Nothing listens there.
+    let address = format!(
+        "127.0.0.1:{}",
+        stress_common::tritonserver::free_port().unwrap()
+    );
+    let matrix = external_matrix(
+        tmp.path(),
+        driver::matrix::Endpoint::Address(address.clone()),
+    );
+    let run_id = "e2e-external-no-answer";
+    let (mut driver, status, run_dir) = run_matrix(tmp.path(), &matrix, run_id).await;
+    assert_eq!(status.code(), Some(2), "{}", driver.output());
+    driver.observe();
+    assert!(
+        driver.servers.is_empty(),
+        "the driver launched a tritonserver"
+    );
+    let stdout = driver.stdout();
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("BAD INPUT: "))
+        .unwrap_or_else(|| panic!("no BAD INPUT line\n{}", driver.output()));
+    // FILE:LINE:COLUMN: FIELD: what, at which address.
+    let rest = line
+        .strip_prefix(&format!("BAD INPUT: {}:", matrix.display()))
+        .unwrap_or_else(|| panic!("not located in the matrix: {line}"));
+    let (position, rest) = rest.split_once(": ").unwrap();
+    assert!(
+        position.split(':').all(|n| n.parse::<u32>().is_ok()),
+        "{line}"
+    );
+    assert!(
+        rest.starts_with(&format!(
+            "server_groups.triton.endpoints[0]: existing server {SERVER} does not answer: gRPC {address} ServerLive did not answer: "
+        )) && rest.contains("refused"),
+        "{line}"
+    );
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
+    assert!(
+        !events.iter().any(|e| e.member_id == WORKER),
+        "no worker started: {events:?}"
+    );
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(
+        report["failed_members"][0]["member_id"], SERVER,
+        "{report:#}"
+    );
+    assert_eq!(
+        report["servers"][0]["metrics"], "not scraped (the matrix gives no metrics address)",
+        "{report:#}"
+    );
+}
+
 /// A stand-in for a server that no client targets: answers every HTTP request 200 until the
 /// returned task is aborted, after which its port refuses connections.
 async fn fake_live_server() -> (String, tokio::task::JoinHandle<()>) {
@@ -131,158 +279,4 @@ async fn a_killed_external_server_fails_the_run_within_5_s() {
         )
     );
     assert!(failed["diagnostics"]["log_file"].is_null(), "{failed:#}");
-}
-
-/// Tests that check outcomes only, with generous bounds: with the kube stage, CI runs them
-/// beside the cluster's tests (scripts/test.sh skips `outcomes_only::` in the cargo stage).
-mod outcomes_only {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_external_server_is_checked_used_reported_and_left_running() {
-        let _run = beside_another().await;
-        ensure_worker();
-        let tmp = tempfile::tempdir().unwrap();
-        let mut server = start_external_server(tmp.path()).await;
-        let matrix = external_matrix(tmp.path(), grpc_and_metrics(&server));
-        let run_id = "e2e-external-server";
-        let (mut driver, status, run_dir) = run_matrix(tmp.path(), &matrix, run_id).await;
-        assert_eq!(status.code(), Some(0), "{}", driver.output());
-        driver.observe();
-        assert!(
-            driver.servers.is_empty(),
-            "the driver launched a tritonserver"
-        );
-
-        // Never stopped: still running and live after the driver's exit.
-        assert!(
-            server.try_wait().is_none(),
-            "the external server was stopped"
-        );
-        stress_common::tritonserver::probe_live(&server.http_address(), Duration::from_secs(10))
-            .await
-            .unwrap_or_else(|e| panic!("the external server after the run: {e}"));
-
-        let report = read_json(&run_dir.join("report.json"));
-        assert_eq!(report["verdict"], "PASS", "{report:#}");
-        let infer = report["scenarios"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["scenario"] == "Infer")
-            .unwrap();
-        assert!(infer["tests"].as_u64().unwrap() > 0, "{infer:#}");
-        let address = format!(
-            "grpc={} metrics={}",
-            server.grpc_address(),
-            server.metrics_address()
-        );
-        let mut servers = report["servers"].clone();
-        let version = servers[0].as_object_mut().and_then(|s| s.remove("version"));
-        assert!(
-            version
-                .as_ref()
-                .and_then(|v| v.as_str())
-                .is_some_and(|v| v.starts_with("triton 2.")),
-            "what the server said at GET /v2: {report:#}"
-        );
-        assert_eq!(
-            servers,
-            serde_json::json!([{
-                "member_id": SERVER,
-                "group": "triton",
-                "address": address,
-                "external": true,
-                "metrics": "scraped",
-            }]),
-            "{report:#}"
-        );
-        assert!(report["server_metrics"][SERVER].is_array(), "{report:#}");
-        let text = read(&run_dir.join("report.txt"));
-        assert!(text.contains("\n== Servers ==\n"), "{text}");
-        let servers = &text[text.find("\n== Servers ==\n").unwrap()..];
-        let row = servers
-            .lines()
-            .find(|l| l.starts_with(SERVER))
-            .unwrap_or_else(|| panic!("no {SERVER} row:\n{text}"));
-        assert!(
-            row.contains(" external ") && row.contains(&address),
-            "{row}"
-        );
-
-        let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
-            .await
-            .unwrap();
-        let events = store.events(&RunId::from(run_id), 0).await.unwrap();
-        let last = events.iter().rev().find(|e| e.member_id == SERVER).unwrap();
-        assert_eq!(
-            (last.kind, last.details.as_str()),
-            (EventKind::Success, "left running (an external server)")
-        );
-        // The worker talked to it at its gRPC address.
-        let members = store.members(&RunId::from(run_id)).await.unwrap();
-        let worker = members.iter().find(|m| m.member_id == WORKER).unwrap();
-        assert_eq!(worker.address, server.grpc_address());
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_endpoint_that_does_not_answer_is_bad_input_before_anything_starts() {
-        let _run = beside_another().await;
-        ensure_worker();
-        let tmp = tempfile::tempdir().unwrap();
-        // Nothing listens there.
-        let address = format!(
-            "127.0.0.1:{}",
-            stress_common::tritonserver::free_port().unwrap()
-        );
-        let matrix = external_matrix(
-            tmp.path(),
-            driver::matrix::Endpoint::Address(address.clone()),
-        );
-        let run_id = "e2e-external-no-answer";
-        let (mut driver, status, run_dir) = run_matrix(tmp.path(), &matrix, run_id).await;
-        assert_eq!(status.code(), Some(2), "{}", driver.output());
-        driver.observe();
-        assert!(
-            driver.servers.is_empty(),
-            "the driver launched a tritonserver"
-        );
-        let stdout = driver.stdout();
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with("BAD INPUT: "))
-            .unwrap_or_else(|| panic!("no BAD INPUT line\n{}", driver.output()));
-        // FILE:LINE:COLUMN: FIELD: what, at which address.
-        let rest = line
-            .strip_prefix(&format!("BAD INPUT: {}:", matrix.display()))
-            .unwrap_or_else(|| panic!("not located in the matrix: {line}"));
-        let (position, rest) = rest.split_once(": ").unwrap();
-        assert!(
-            position.split(':').all(|n| n.parse::<u32>().is_ok()),
-            "{line}"
-        );
-        assert!(
-        rest.starts_with(&format!(
-            "server_groups.triton.endpoints[0]: existing server {SERVER} does not answer: gRPC {address} ServerLive did not answer: "
-        )) && rest.contains("refused"),
-        "{line}"
-    );
-        let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
-            .await
-            .unwrap();
-        let events = store.events(&RunId::from(run_id), 0).await.unwrap();
-        assert!(
-            !events.iter().any(|e| e.member_id == WORKER),
-            "no worker started: {events:?}"
-        );
-        let report = read_json(&run_dir.join("report.json"));
-        assert_eq!(
-            report["failed_members"][0]["member_id"], SERVER,
-            "{report:#}"
-        );
-        assert_eq!(
-            report["servers"][0]["metrics"], "not scraped (the matrix gives no metrics address)",
-            "{report:#}"
-        );
-    }
 }

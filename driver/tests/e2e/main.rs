@@ -32,8 +32,7 @@ mod traces;
 
 /// Capabilities whose tests all check outcomes only (verdicts, records, reports) and have
 /// generous bounds: with the kube stage, CI runs them beside the cluster's tests
-/// (scripts/test.sh skips `outcomes_only::` in the cargo stage). Such tests of the other
-/// capabilities are in an `outcomes_only` module of their own file.
+/// (scripts/test.sh skips `outcomes_only::` in the cargo stage).
 mod outcomes_only {
     mod cells;
     mod foreign;

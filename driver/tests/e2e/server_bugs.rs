@@ -206,6 +206,37 @@ async fn a_leaking_model_is_a_memory_growth_finding_and_a_warming_one_is_not() {
     );
 }
 
+/// A model whose backend process dies mid-run (models-faulty/identity_crash exits on its 50th
+/// request) while tritonserver stays up: the run fails, and the failure's signature is the
+/// server's, naming the dead stub by its instance — from tritonserver's real answer, over gRPC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_backend_stub_is_the_server_s_failure_naming_its_instance() {
+    let _run = beside_another().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = with_faulty_models(models_matrix(tmp.path(), "[{name: identity_crash}]"));
+    let (driver, status, run_dir) =
+        run_matrix_for(tmp.path(), &matrix, "e2e-dead-stub", "15s").await;
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let signature = report["signatures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["model"] == "identity_crash")
+        .unwrap_or_else(|| panic!("no identity_crash signature: {}", driver.output()));
+    assert_eq!(signature["class"], "server", "{signature:#}");
+    let evidence = signature["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("Python backend stub process identity_crash_0_0 died"),
+        "{evidence}"
+    );
+    assert_eq!(
+        report["analysis"]["root_cause"]["signature"]["class"], "server",
+        "{report:#}"
+    );
+}
+
 /// A server whose inference hangs while its process runs and answers its health checks
 /// (models-faulty/identity_hangs never returns from its 41st request): the worker's calls go
 /// unanswered, and the run fails on the server, "its inference hangs", with its log tail,
@@ -267,121 +298,83 @@ async fn a_server_that_holds_calls_unanswered_is_blamed_and_a_slow_one_is_not() 
     );
 }
 
-/// Tests that check outcomes only, with generous bounds: with the kube stage, CI runs them
-/// beside the cluster's tests (scripts/test.sh skips `outcomes_only::` in the cargo stage).
-mod outcomes_only {
-    use super::*;
+/// A server that contradicts itself (models-faulty/sequence_forgets_start answers a sequence's
+/// START, then rejects its next step for having no START, as tritonserver 2.51's reaper race
+/// does): the driver judges the failure `server`, with the test's steps as evidence. Without a
+/// known issue the run fails and its root cause is that signature; with a known issue that
+/// matches it, the run passes, counts it and skips its JUnit case, and its history says it was
+/// seen in the run before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_bug_fails_the_run_with_its_evidence_unless_it_is_a_known_issue() {
+    let _run = beside_another().await;
+    ensure_worker();
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = faulty_sequence_matrix(tmp.path(), "sequence_forgets_start", &["--log-verbose=0"]);
 
-    /// A model whose backend process dies mid-run (models-faulty/identity_crash exits on its 50th
-    /// request) while tritonserver stays up: the run fails, and the failure's signature is the
-    /// server's, naming the dead stub by its instance — from tritonserver's real answer, over gRPC.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_dead_backend_stub_is_the_server_s_failure_naming_its_instance() {
-        let _run = beside_another().await;
-        ensure_worker();
-        let tmp = tempfile::tempdir().unwrap();
-        let matrix = with_faulty_models(models_matrix(tmp.path(), "[{name: identity_crash}]"));
-        let (driver, status, run_dir) =
-            run_matrix_for(tmp.path(), &matrix, "e2e-dead-stub", "15s").await;
-        assert_eq!(status.code(), Some(1), "{}", driver.output());
-        let report = read_json(&run_dir.join("report.json"));
-        let signature = report["signatures"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|s| s["model"] == "identity_crash")
-            .unwrap_or_else(|| panic!("no identity_crash signature: {}", driver.output()));
-        assert_eq!(signature["class"], "server", "{signature:#}");
-        let evidence = signature["evidence"].as_str().unwrap();
-        assert!(
-            evidence.contains("Python backend stub process identity_crash_0_0 died"),
-            "{evidence}"
-        );
-        assert_eq!(
-            report["analysis"]["root_cause"]["signature"]["class"], "server",
-            "{report:#}"
-        );
-    }
+    let (driver, status, run_dir) =
+        run_matrix_for(tmp.path(), &matrix, "e2e-server-bug", "10s").await;
+    assert_eq!(status.code(), Some(1), "{}", driver.output());
+    let report = read_json(&run_dir.join("report.json"));
+    let root = &report["analysis"]["root_cause"];
+    assert_eq!(root["member_id"], WORKER, "{report:#}");
+    assert_eq!(root["signature"]["class"], "server", "{root:#}");
+    let evidence = root["signature"]["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("the server contradicted itself: step 1 (START)")
+            && evidence.contains("the model's max_sequence_idle (3000 ms)"),
+        "{evidence}"
+    );
+    let signature = &report["signatures"][0];
+    assert_eq!(signature["status"], "new", "{signature:#}");
+    assert_eq!(signature["class"], "server");
+    assert_eq!(signature["model"], "sequence_forgets_start");
+    assert!(signature["fails"].is_string());
+    assert_eq!(
+        report["signature_history"]
+            .as_str()
+            .map(|n| n.starts_with("no history")),
+        Some(true)
+    );
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("== Failure signatures ("), "{text}");
+    assert!(text.contains("FAILS THE RUN"), "{text}");
+    assert!(
+        !text.contains("== Failures (first"),
+        "grouped, not listed one by one: {text}"
+    );
 
-    /// A server that contradicts itself (models-faulty/sequence_forgets_start answers a sequence's
-    /// START, then rejects its next step for having no START, as tritonserver 2.51's reaper race
-    /// does): the driver judges the failure `server`, with the test's steps as evidence. Without a
-    /// known issue the run fails and its root cause is that signature; with a known issue that
-    /// matches it, the run passes, counts it and skips its JUnit case, and its history says it was
-    /// seen in the run before.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_server_bug_fails_the_run_with_its_evidence_unless_it_is_a_known_issue() {
-        let _run = beside_another().await;
-        ensure_worker();
-        let tmp = tempfile::tempdir().unwrap();
-        let matrix =
-            faulty_sequence_matrix(tmp.path(), "sequence_forgets_start", &["--log-verbose=0"]);
-
-        let (driver, status, run_dir) =
-            run_matrix_for(tmp.path(), &matrix, "e2e-server-bug", "10s").await;
-        assert_eq!(status.code(), Some(1), "{}", driver.output());
-        let report = read_json(&run_dir.join("report.json"));
-        let root = &report["analysis"]["root_cause"];
-        assert_eq!(root["member_id"], WORKER, "{report:#}");
-        assert_eq!(root["signature"]["class"], "server", "{root:#}");
-        let evidence = root["signature"]["evidence"].as_str().unwrap();
-        assert!(
-            evidence.contains("the server contradicted itself: step 1 (START)")
-                && evidence.contains("the model's max_sequence_idle (3000 ms)"),
-            "{evidence}"
-        );
-        let signature = &report["signatures"][0];
-        assert_eq!(signature["status"], "new", "{signature:#}");
-        assert_eq!(signature["class"], "server");
-        assert_eq!(signature["model"], "sequence_forgets_start");
-        assert!(signature["fails"].is_string());
-        assert_eq!(
-            report["signature_history"]
-                .as_str()
-                .map(|n| n.starts_with("no history")),
-            Some(true)
-        );
-        let text = read(&run_dir.join("report.txt"));
-        assert!(text.contains("== Failure signatures ("), "{text}");
-        assert!(text.contains("FAILS THE RUN"), "{text}");
-        assert!(
-            !text.contains("== Failures (first"),
-            "grouped, not listed one by one: {text}"
-        );
-
-        let known = tmp.path().join("known.yaml");
-        std::fs::write(
+    let known = tmp.path().join("known.yaml");
+    std::fs::write(
         &known,
         "- id: forgets-start\n  match: { model: sequence_forgets_start, class: server, message: \"must specify the START flag\" }\n  reason: the twin model forgets START on purpose\n",
     )
     .unwrap();
-        let runs = tmp.path().join("runs");
-        let mut args = run_args(&matrix, &runs, "e2e-server-bug-known", "10s");
-        args.extend(["--known-issues", known.to_str().unwrap()]);
-        let mut driver = Driver::spawn(&args, tmp.path(), "driver-known");
-        let status = driver.wait(RUN_LIMIT, true).await;
-        assert_eq!(status.code(), Some(0), "{}", driver.output());
-        let run_dir = runs.join("e2e-server-bug-known");
-        let report = read_json(&run_dir.join("report.json"));
-        assert_eq!(report["verdict"], "PASS");
-        let signature = &report["signatures"][0];
-        assert_eq!(signature["status"], "known", "{signature:#}");
-        assert_eq!(signature["known_issue"], "forgets-start");
-        assert!(signature["count"].as_u64().unwrap() >= 1);
-        assert_eq!(
-            signature["history"],
-            serde_json::json!({"seen_in": 1, "of_last": 1}),
-            "the run before had it"
-        );
-        assert_eq!(report["known_issues"][0]["status"], "matched");
-        let junit = read(&run_dir.join("junit.xml"));
-        assert_eq!(assert_junit(&junit), [], "{junit}");
-        assert!(
+    let runs = tmp.path().join("runs");
+    let mut args = run_args(&matrix, &runs, "e2e-server-bug-known", "10s");
+    args.extend(["--known-issues", known.to_str().unwrap()]);
+    let mut driver = Driver::spawn(&args, tmp.path(), "driver-known");
+    let status = driver.wait(RUN_LIMIT, true).await;
+    assert_eq!(status.code(), Some(0), "{}", driver.output());
+    let run_dir = runs.join("e2e-server-bug-known");
+    let report = read_json(&run_dir.join("report.json"));
+    assert_eq!(report["verdict"], "PASS");
+    let signature = &report["signatures"][0];
+    assert_eq!(signature["status"], "known", "{signature:#}");
+    assert_eq!(signature["known_issue"], "forgets-start");
+    assert!(signature["count"].as_u64().unwrap() >= 1);
+    assert_eq!(
+        signature["history"],
+        serde_json::json!({"seen_in": 1, "of_last": 1}),
+        "the run before had it"
+    );
+    assert_eq!(report["known_issues"][0]["status"], "matched");
+    let junit = read(&run_dir.join("junit.xml"));
+    assert_eq!(assert_junit(&junit), [], "{junit}");
+    assert!(
         junit.contains("<skipped message=\"known issue forgets-start: the twin model forgets START on purpose\""),
         "{junit}"
     );
-        let text = read(&run_dir.join("report.txt"));
-        assert!(text.contains("KNOWN forgets-start"), "{text}");
-        assert!(text.contains("MATCHED forgets-start"), "{text}");
-    }
+    let text = read(&run_dir.join("report.txt"));
+    assert!(text.contains("KNOWN forgets-start"), "{text}");
+    assert!(text.contains("MATCHED forgets-start"), "{text}");
 }
