@@ -604,8 +604,7 @@ pub(crate) async fn start_external_server(dir: &Path) -> stress_common::tritonse
     let root = repo_root();
     let binary = find_binary(Some(&root)).unwrap_or_else(|e| panic!("{e}"));
     let models = root.join("models").canonicalize().unwrap();
-    let log = dir.join("external-triton.log");
-    let mut spec = ServerSpec::new(binary, vec![models], log.clone());
+    let mut spec = ServerSpec::new(binary, vec![models], dir.join("external-triton.log"));
     spec.extra_args = vec!["--log-verbose=0".into()];
     TritonServer::start_ready(spec, START_LIMIT)
         .await
