@@ -50,9 +50,9 @@ pub struct WorkerReport {
     pub models: Vec<ModelRowJson>,
     /// The foreign client's implementation and version, from its hello.
     pub client: Option<stress_common::foreign::Hello>,
-    /// Why the foreign client failed (a broken interface, a non-zero exit, silence): the
-    /// worker fails with it, whoever judges the tests.
-    pub client_failure: Option<String>,
+    /// Why this worker failed, whoever judges the tests: its foreign client failed (a broken
+    /// interface, a non-zero exit, silence), or it could not take a model mix the driver set.
+    pub failure: Option<String>,
     #[serde(skip)]
     pub table: L0Table,
     #[serde(skip)]
@@ -79,14 +79,14 @@ impl WorkerReport {
         for f in self.failures.iter().take(20) {
             out.push_str(&format!("FAILED {f}\n"));
         }
-        if let Some(why) = &self.client_failure {
-            out.push_str(&format!("CLIENT FAILED {why}\n"));
+        if let Some(why) = &self.failure {
+            out.push_str(&format!("WORKER FAILED {why}\n"));
         }
         out
     }
 
     pub fn exit_code(&self) -> u8 {
-        u8::from(self.client_failure.is_some() || self.blocking_failures > 0 && !self.driver_judges)
+        u8::from(self.failure.is_some() || self.blocking_failures > 0 && !self.driver_judges)
     }
 }
 
@@ -182,8 +182,8 @@ struct Shared {
     /// Picks the next test's scenario from the mix (None: a foreign client runs instead).
     picker: Option<WeightedIndex<u32>>,
     failure_reported: AtomicBool,
-    /// Why the foreign client failed, when it did (it fails the worker whoever judges).
-    client_failure: std::sync::Mutex<Option<String>>,
+    /// Why this worker failed, when it did (see [`WorkerReport::failure`]).
+    failure: std::sync::Mutex<Option<String>>,
     /// The foreign client's hello: its implementation and version.
     client_hello: std::sync::Mutex<Option<stress_common::foreign::Hello>>,
     /// The latency series: closes an interval into the snapshot that ends it.
@@ -236,7 +236,7 @@ impl Shared {
             picker,
             mix,
             failure_reported: AtomicBool::new(false),
-            client_failure: Default::default(),
+            failure: Default::default(),
             client_hello: Default::default(),
             intervals: std::sync::Mutex::new(IntervalTracker::new(
                 series_interval(config.duration, config.poll_interval),
@@ -246,6 +246,15 @@ impl Shared {
             carried,
             config,
         })
+    }
+
+    /// Fails this worker, whoever judges its tests (the first reason stays).
+    fn fail(&self, why: String) {
+        tracing::error!("{why}");
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(why);
     }
 
     /// Records a snapshot, with the latency interval it closes when one is due (or `last`); the
@@ -536,8 +545,8 @@ fn final_report(shared: &Shared, snapshot: &WorkerSnapshot, elapsed: Duration) -
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone(),
-        client_failure: shared
-            .client_failure
+        failure: shared
+            .failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone(),
@@ -552,7 +561,7 @@ fn final_outcome(
     snapshot: &WorkerSnapshot,
     driver_judges: bool,
 ) -> (EventKind, String) {
-    if let Some(why) = &report.client_failure {
+    if let Some(why) = &report.failure {
         (EventKind::Failure, why.clone())
     } else if report.blocking_failures == 0 {
         (
@@ -640,23 +649,31 @@ async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: C
         }
         if let Some(live) = &shared.config.settings.load_target {
             let plan = shared.config.settings.infer_plan.as_deref();
-            follow_load_target(&*shared.sink, live, plan).await;
+            if let Err(why) = follow_load_target(&*shared.sink, live, plan).await {
+                // Measuring on under the previous mix would report it as the phase's.
+                shared.fail(why);
+                return stop.cancel();
+            }
         }
     }
 }
 
 /// Capacity mode: takes the load the driver's controller set for this worker: its concurrency,
-/// and a phase's model mix for the Infer plan (a store that cannot be read, or a mix the plan
-/// cannot take, leaves the current load).
+/// and a phase's model mix for the Infer plan. A store that cannot be read leaves the current
+/// load; a mix the plan cannot take is the error (the worker cannot run the phase it is asked
+/// to: a mix naming a version its servers do not serve).
 async fn follow_load_target(
     sink: &dyn StatusSink,
     live: &scenarios::LiveLoad,
     plan: Option<&scenarios::infer::InferPlan>,
-) {
+) -> Result<(), String> {
     let target = match sink.load_target().await {
         Ok(Some(t)) => t,
-        Ok(None) => return,
-        Err(e) => return tracing::warn!("load target not read: {e}"),
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            tracing::warn!("load target not read: {e}");
+            return Ok(());
+        }
     };
     if target.concurrency >= 1 {
         let before = live.concurrency.swap(target.concurrency, Ordering::Relaxed);
@@ -683,16 +700,15 @@ async fn follow_load_target(
             Some(plan) => plan
                 .set_mix(target.mix.as_deref())
                 .map_err(|e| e.to_string()),
-            None => Err("no Infer plan (no --model)".to_string()),
+            None => Err(format!("mix {:?}: no Infer plan (no --model)", target.mix)),
         };
-        match result {
-            Ok(()) => {
-                tracing::info!(mix = ?target.mix, "model mix changed by the driver");
-                *applied = target.mix;
-            }
-            Err(e) => tracing::warn!("model mix {:?} not applied: {e}", target.mix),
+        if let Err(e) = result {
+            return Err(format!("the driver's model mix cannot be run: {e}"));
         }
+        tracing::info!(mix = ?target.mix, "model mix changed by the driver");
+        *applied = target.mix;
     }
+    Ok(())
 }
 
 /// One stress stream (upstream: a stress thread): its own RNG, its slice of the correlation-id
@@ -714,13 +730,7 @@ async fn supervise_client(shared: Arc<Shared>, stop: CancellationToken) {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = hello;
         }
-        crate::foreign::Outcome::Failed(why) => {
-            tracing::error!("{why}");
-            *shared
-                .client_failure
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some(why);
-        }
+        crate::foreign::Outcome::Failed(why) => shared.fail(why),
     }
 }
 
@@ -944,6 +954,7 @@ pub async fn wait_ready(client: &dyn TritonClient, timeout: Duration) -> bool {
 mod tests {
     use super::*;
 
+    use stress_common::status::LoadTarget;
     use stress_common::status::testing::FlakySink;
 
     #[tokio::test]
@@ -969,6 +980,54 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(2));
         assert!(sink.attempts() >= 2);
         assert!(sink.events().is_empty());
+    }
+
+    /// A store that holds one load target.
+    struct Target(LoadTarget);
+
+    #[async_trait::async_trait]
+    impl StatusSink for Target {
+        async fn event(&self, _: EventKind, _: &str) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn heartbeat(&self) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn snapshot(&self, _: &WorkerSnapshot) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn failure(&self, _: &FailureRecord) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn load_target(&self) -> Result<Option<LoadTarget>, SinkError> {
+            Ok(Some(self.0.clone()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_model_mix_the_worker_cannot_run_is_its_failure_not_a_warning() {
+        let live = scenarios::LiveLoad::new(2);
+        let target = |mix: Option<&str>| {
+            Target(LoadTarget {
+                concurrency: 5,
+                mix: mix.map(str::to_string),
+                rate: None,
+                count_unanswered: false,
+            })
+        };
+        // No mix asked: the concurrency is taken.
+        assert_eq!(follow_load_target(&target(None), &live, None).await, Ok(()));
+        assert_eq!(live.concurrency.load(Ordering::Relaxed), 5);
+        // A mix the worker has no plan for: an error every time it is asked, never applied.
+        for _ in 0..2 {
+            let why = follow_load_target(&target(Some("b@2:1")), &live, None).await;
+            let why = why.expect_err("a mix that cannot be run");
+            assert!(
+                why.contains("model mix cannot be run") && why.contains("b@2:1"),
+                "{why}"
+            );
+        }
+        assert_eq!(*live.mix.lock().unwrap(), None);
     }
 
     #[test]

@@ -191,7 +191,7 @@ async fn python_client_healthy_and_faulty(server: &TritonServer, api: &str) {
     let said = |field: &str| failure[field].as_str().unwrap_or_default().to_string();
     assert!(said("expected").starts_with("OUTPUT1 = ["), "{failure:#}");
     assert!(said("actual").starts_with("OUTPUT1 = ["), "{failure:#}");
-    assert!(report["client_failure"].is_null(), "{report:#}");
+    assert!(report["failure"].is_null(), "{report:#}");
 }
 
 /// perf_analyzer as a client group of its own: every request it exported is a test, its answer
@@ -305,7 +305,7 @@ async fn a_client_that_breaks_the_interface_or_exits_non_zero_fails_the_worker_i
     ] {
         let (out, report) = run_client(&address, "grpc", &client, "").await;
         assert_eq!(out.status.code(), Some(1), "{client:?}: {}", text(&out));
-        let why = report["client_failure"].as_str().unwrap_or_default();
+        let why = report["failure"].as_str().unwrap_or_default();
         assert!(why.contains(said), "{client:?}: {why:?}\n{}", text(&out));
     }
     // What came before the bad line is kept: one Mine test of 1.5 ms.
