@@ -546,12 +546,14 @@ pub mod testing {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// Keeps the events it is given, but fails the first `failures` event writes of the kind it
-    /// watches (every kind when `kind` is None): a store that is briefly unavailable.
+    /// watches (every kind when `kind` is None): a store that is briefly unavailable. Holds
+    /// the load target set [`FlakySink::with_load_target`].
     pub struct FlakySink {
         kind: Option<EventKind>,
         failures: u32,
         attempts: AtomicU32,
         events: Mutex<Vec<(EventKind, String)>>,
+        load_target: Option<LoadTarget>,
     }
 
     impl FlakySink {
@@ -561,6 +563,15 @@ pub mod testing {
                 failures,
                 attempts: AtomicU32::new(0),
                 events: Mutex::default(),
+                load_target: None,
+            }
+        }
+
+        /// The sink with the load target a driver's controller set.
+        pub fn with_load_target(self, target: LoadTarget) -> Self {
+            Self {
+                load_target: Some(target),
+                ..self
             }
         }
 
@@ -597,6 +608,9 @@ pub mod testing {
         }
         async fn failure(&self, _: &FailureRecord) -> Result<(), SinkError> {
             Ok(())
+        }
+        async fn load_target(&self) -> Result<Option<LoadTarget>, SinkError> {
+            Ok(self.load_target.clone())
         }
     }
 }

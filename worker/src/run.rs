@@ -982,33 +982,11 @@ mod tests {
         assert!(sink.events().is_empty());
     }
 
-    /// A store that holds one load target.
-    struct Target(LoadTarget);
-
-    #[async_trait::async_trait]
-    impl StatusSink for Target {
-        async fn event(&self, _: EventKind, _: &str) -> Result<(), SinkError> {
-            Ok(())
-        }
-        async fn heartbeat(&self) -> Result<(), SinkError> {
-            Ok(())
-        }
-        async fn snapshot(&self, _: &WorkerSnapshot) -> Result<(), SinkError> {
-            Ok(())
-        }
-        async fn failure(&self, _: &FailureRecord) -> Result<(), SinkError> {
-            Ok(())
-        }
-        async fn load_target(&self) -> Result<Option<LoadTarget>, SinkError> {
-            Ok(Some(self.0.clone()))
-        }
-    }
-
     #[tokio::test]
     async fn a_model_mix_the_worker_cannot_run_is_its_failure_not_a_warning() {
         let live = scenarios::LiveLoad::new(2);
         let target = |mix: Option<&str>| {
-            Target(LoadTarget {
+            FlakySink::new(None, 0).with_load_target(LoadTarget {
                 concurrency: 5,
                 mix: mix.map(str::to_string),
                 rate: None,
