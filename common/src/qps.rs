@@ -21,16 +21,18 @@ pub struct QpsSample {
     pub unanswered: Vec<crate::status::UnansweredCalls>,
 }
 
-/// The seconds of load that a run's QPS samples cover: from one sample interval before the
-/// earliest sample to the latest one, across all workers.
+/// The seconds of load that a run's QPS samples cover: from when the first worker started
+/// sending to the latest sample of any.
 ///
 /// Why this denominator: the requests a report counts are the ones the samples count, and a
-/// worker's first sample already covers the interval before it (it is written one poll interval
-/// after the worker started sending). The run's wall time would be wrong: it includes starting
-/// and readying the servers and the warm-up, when no load is sent, and the stop afterwards.
+/// worker's first sample already covers the time before it. The run's wall time would be
+/// wrong: it includes starting and readying the servers and the warm-up, when no load is sent,
+/// and the stop afterwards.
 ///
-/// The interval is the gap between the first two samples of the first worker (by member id) that
-/// has two; 1 s when none has. Never less than one interval, so QPS stays finite.
+/// When the load started is [`QpsSpan::sending_since_ms`] where the store knows it; from the
+/// samples alone, one sample interval before the earliest sample (the interval: the gap between
+/// the first two samples of the first worker, by member id, that has two; 1 s when none has).
+/// Never less than one interval, so QPS stays finite.
 pub fn load_seconds(samples: &[QpsSample]) -> f64 {
     QpsSpan::of(samples).load_seconds()
 }
@@ -108,6 +110,11 @@ pub struct QpsSpan {
     pub last_ms: Option<i64>,
     /// The gap between the first two samples of the first worker (by member id) that has two.
     pub interval_ms: Option<i64>,
+    /// When the first worker started sending: the start of its first latency interval. None
+    /// where the samples alone are known, or for a run recorded before latency intervals. Only
+    /// this is exact when every worker stopped within two samples (its last sample comes at
+    /// its stop, so the gap of its two is not an interval).
+    pub sending_since_ms: Option<i64>,
 }
 
 impl QpsSpan {
@@ -123,17 +130,26 @@ impl QpsSpan {
                 at.sort_unstable();
                 at[1] - at[0]
             }),
+            sending_since_ms: None,
         }
+    }
+
+    /// When the load started (see [`load_seconds`]); None without samples.
+    pub fn start_ms(&self) -> Option<i64> {
+        let first = self.first_ms?;
+        Some(
+            self.sending_since_ms
+                .unwrap_or(first - self.interval_ms.unwrap_or(1000)),
+        )
     }
 
     /// See [`load_seconds`].
     pub fn load_seconds(&self) -> f64 {
         let interval_s = self.interval_ms.map_or(1.0, |ms| ms as f64 / 1000.0);
-        let span_s = match (self.first_ms, self.last_ms) {
-            (Some(first), Some(last)) => (last - first) as f64 / 1000.0,
-            _ => 0.0,
-        };
-        (span_s + interval_s).max(interval_s)
+        match (self.start_ms(), self.last_ms) {
+            (Some(start), Some(last)) if last > start => (last - start) as f64 / 1000.0,
+            _ => interval_s,
+        }
     }
 }
 
@@ -210,5 +226,20 @@ mod tests {
         // A worker with one sample does not set the interval; one with two does.
         let samples = [sample("a", 5_000), sample("b", 6_000), sample("b", 6_500)];
         assert_eq!(load_seconds(&samples), 2.0);
+    }
+
+    #[test]
+    fn a_known_start_of_sending_wins_over_the_interval_of_the_samples() {
+        // One worker that stopped 50 ms after its first 1 s sample: the gap of its two samples
+        // is not its interval.
+        let samples = [sample("a", 11_000), sample("a", 11_050)];
+        let estimated = QpsSpan::of(&samples);
+        assert_eq!(estimated.load_seconds(), 0.1);
+        let known = QpsSpan {
+            sending_since_ms: Some(10_000),
+            ..estimated
+        };
+        assert_eq!(known.start_ms(), Some(10_000));
+        assert_eq!(known.load_seconds(), 1.05);
     }
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use stress_common::contract::{MemberName, RunId};
 use stress_common::histogram::LatencyHistogram;
 use stress_common::now_ms;
-use stress_common::qps::QpsSample;
 use stress_common::qps::QpsSummary;
+use stress_common::qps::{QpsSample, QpsSpan};
 use stress_common::signature::{Signature, SignatureCount};
 use stress_common::status::{
     DRIVER_MEMBER, EventKind, FailureRecord, Forensics, IntervalCounts, LoadTarget, ModelCounts,
@@ -1119,6 +1119,15 @@ async fn bounded_qps_series(url: &str) {
                         (rate * (i as u64 % 5) * 4) as f64
                     },
                     series_point: due,
+                    // client-1's first latency interval: when the load began.
+                    intervals: (i == 1 && w == "client-1")
+                        .then(|| IntervalCounts {
+                            start_ms: t0 - 40,
+                            end_ms: at_ms,
+                            ..IntervalCounts::default()
+                        })
+                        .into_iter()
+                        .collect(),
                     ..WorkerSnapshot::default()
                 })
                 .await
@@ -1158,9 +1167,19 @@ async fn bounded_qps_series(url: &str) {
         assert_eq!(last.total_requests, expected, "{w}");
         assert_eq!(last.at_ms, t0 + duration.as_millis() as i64);
     }
-    // The load the series covers is the run's: from the start to the last snapshot.
-    assert_eq!(span, stress_common::qps::QpsSpan::of(&samples));
-    assert_eq!(span.load_seconds(), duration.as_secs_f64());
+    // The load the series covers is the run's: from the first interval's start to the last
+    // snapshot.
+    let sending_since_ms = Some(t0 - 40);
+    let of_samples = QpsSpan::of(&samples);
+    assert_eq!(
+        span,
+        QpsSpan {
+            sending_since_ms,
+            ..of_samples
+        }
+    );
+    assert_eq!(span.load_seconds(), duration.as_secs_f64() + 0.04);
+    assert_eq!(of_samples.load_seconds(), duration.as_secs_f64());
     // A run without samples.
     let empty = store.qps_span(&"no-such-run".into()).await.unwrap();
     assert_eq!(empty, stress_common::qps::QpsSpan::default());

@@ -513,8 +513,8 @@ impl Store {
     }
 
     /// What [`crate::qps::load_seconds`] needs of the run's QPS samples, aggregated in the
-    /// database: the same answer as `QpsSpan::of(&store.qps_samples(run))`, in three small
-    /// queries whatever the run's length.
+    /// database: `QpsSpan::of(&store.qps_samples(run))` and when the first latency interval
+    /// started, in four small queries whatever the run's length.
     pub async fn qps_span(&self, run_id: &RunId) -> Result<crate::qps::QpsSpan> {
         const OP: &str = "qps_span";
         let (first_ms, last_ms): (Option<i64>, Option<i64>) =
@@ -546,10 +546,17 @@ impl Store {
             }
             None => None,
         };
+        let (sending_since_ms,): (Option<i64>,) =
+            sqlx::query_as("SELECT MIN(start_ms) FROM latency_intervals WHERE run_id = $1")
+                .bind(run_id.as_str())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(self.db(OP))?;
         Ok(crate::qps::QpsSpan {
             first_ms,
             last_ms,
             interval_ms,
+            sending_since_ms,
         })
     }
 

@@ -159,16 +159,14 @@ impl RunFacts {
         (at_ms - self.run.started_at_ms) as f64 / 1000.0
     }
 
-    /// The load phase, in seconds since the start (None: no QPS sample): the workers' first
-    /// sample closes their first interval. Memory is judged over its steady state.
+    /// The load phase, in seconds since the start (None: no QPS sample): from when the first
+    /// worker started sending (`QpsSpan::start_ms`) to the last sample. Memory is judged over
+    /// its steady state.
     pub fn load_phase(&self) -> Option<(f64, f64)> {
         let span = &self.qps_span;
-        span.first_ms.zip(span.last_ms).map(|(first, last)| {
-            (
-                self.since_start(first - span.interval_ms.unwrap_or(0)),
-                self.since_start(last),
-            )
-        })
+        span.start_ms()
+            .zip(span.last_ms)
+            .map(|(start, last)| (self.since_start(start), self.since_start(last)))
     }
 
     /// Each worker's resident memory: (seconds since the start, bytes), in time order.
