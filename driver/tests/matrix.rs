@@ -351,7 +351,8 @@ const BAD: &[(&str, &str)] = &[
          31:25: capacity.exploration[0].c: model c is not among client template infer's models\n\
          31:33: capacity.exploration[1]: a mix needs at least one model\n\
          31:42: capacity.exploration[2].b: model weight must be at least 1, found 0 (leave the model out instead)\n\
-         31:52: capacity.exploration[3].a: 4000000000 (weight) is more than the 1000000 allowed",
+         31:52: capacity.exploration[3].a: 4000000000 (weight) is more than the 1000000 allowed\n\
+         31:68: capacity.exploration[4].a@3: model a version 3 is not among client template infer's models (a mix names a version where the template's model names it)",
     ),
     (
         "capacity-missing.yaml",

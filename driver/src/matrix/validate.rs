@@ -1388,16 +1388,33 @@ impl Checker {
                 );
             }
             for model in mix.keys() {
-                let name = model.split_once('@').map_or(model.as_str(), |(n, _)| n);
-                for (tname, t) in &m.client_templates {
-                    if !t.models.is_empty() && !t.models.iter().any(|s| s.name == name) {
-                        self.push(
-                            mpath.key(model.clone()),
-                            Anchor::Key,
-                            format!("model {name} is not among client template {tname}'s models"),
-                        );
-                    }
-                }
+                self.mix_model(m, mpath.key(model.clone()), model);
+            }
+        }
+    }
+
+    /// A mix's `NAME[@VERSION]` names a model of every template with models, and a version only
+    /// where the template's model names that version: the worker plans each model at its
+    /// template's version (none: the server's choice), and takes a mix only in those terms
+    /// (worker/src/scenarios/infer.rs, `selects`); any other mix fails it at the phase's start.
+    fn mix_model(&mut self, m: &Matrix, at: FieldPath, model: &str) {
+        let (name, version) = match model.split_once('@') {
+            Some((name, version)) => (name, Some(version)),
+            None => (model, None),
+        };
+        let planned = |s: &super::types::ModelSpec| {
+            s.name == name
+                && version.is_none_or(|v| s.version.map(|n| n.to_string()) == Some(v.into()))
+        };
+        for (tname, t) in &m.client_templates {
+            if !t.models.is_empty() && !t.models.iter().any(planned) {
+                let what = match version {
+                    Some(v) => format!(
+                        "model {name} version {v} is not among client template {tname}'s models (a mix names a version where the template's model names it)"
+                    ),
+                    None => format!("model {name} is not among client template {tname}'s models"),
+                };
+                self.push(at.clone(), Anchor::Key, what);
             }
         }
     }
