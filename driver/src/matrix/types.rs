@@ -291,7 +291,7 @@ pub struct CapacitySettings {
     pub phases: Vec<CapacityPhase>,
 
     /// The exploration phase's alternative mixes, each `{MODEL: WEIGHT, ...}` over models of the
-    /// client groups' `models:` (`MODEL@VERSION` for one version).
+    /// client groups' `models:` (`MODEL@VERSION` for a model listed with that `version`).
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
