@@ -660,8 +660,9 @@ async fn report_loop(shared: Arc<Shared>, metrics: Option<Arc<Metrics>>, stop: C
 
 /// Capacity mode: takes the load the driver's controller set for this worker: its concurrency,
 /// and a phase's model mix for the Infer plan. A store that cannot be read leaves the current
-/// load; a mix the plan cannot take is the error (the worker cannot run the phase it is asked
-/// to: a mix naming a version its servers do not serve).
+/// load; a mix the plan cannot take is the error: the worker cannot run the phase it is asked
+/// to (a mix naming a model or version it did not plan, which `driver validate` refuses in a
+/// matrix).
 async fn follow_load_target(
     sink: &dyn StatusSink,
     live: &scenarios::LiveLoad,
