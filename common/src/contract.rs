@@ -851,7 +851,8 @@ pub struct WorkerArgs {
     pub run_id: Option<RunId>,
     #[arg(long, env = MEMBER_ID_ENV)]
     pub member_id: Option<MemberName>,
-    /// perf_analyzer binary for the PerfAnalyzer scenario (default: found on PATH).
+    /// perf_analyzer binary for the PerfAnalyzer scenario (default: found on PATH); must exist
+    /// when the mix runs PerfAnalyzer.
     #[arg(long, env = "PERF_ANALYZER")]
     pub perf_analyzer: Option<PathBuf>,
     /// A model to drive with the Infer scenario: NAME[@VERSION][:WEIGHT] (repeatable; weights

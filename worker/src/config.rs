@@ -6,7 +6,7 @@ use crate::client::Protocol;
 use crate::model::{InferOptions, ModelSelection};
 use crate::scenarios::Settings;
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use stress_common::contract::{
     CorrIdBlock, CorrIdError, LoadMode, LoadModeError, STORE_URL_ENV, ScenarioMix, WorkerArgs,
@@ -261,8 +261,48 @@ pub enum ConfigError {
     AdaptiveOpenLoop,
     #[error("--request-intervals {0}")]
     RequestIntervals(#[source] IntervalsFileError),
+    #[error("--perf-analyzer {0}: no such file")]
+    NoPerfAnalyzer(PathBuf),
+    #[error(
+        "--scenarios lists PerfAnalyzer, and no perf_analyzer binary is on PATH: give --perf-analyzer, or leave PerfAnalyzer out"
+    )]
+    PerfAnalyzerNotFound,
     #[error("cannot find the worker binary itself: {0}")]
     WorkerBinary(#[source] std::io::Error),
+}
+
+/// The perf_analyzer binary the PerfAnalyzer scenario runs, when the mix has it (None when not:
+/// a foreign client's pod has no perf_analyzer beside the worker): `--perf-analyzer`, which must
+/// exist, or the one on PATH. Without one, a mix that lists PerfAnalyzer is refused, and the
+/// default mix loses it (with a warning: the default is every scenario this machine can run).
+fn perf_analyzer_for(
+    mix: &mut Vec<(Scenario, u32)>,
+    listed: bool,
+    given: Option<&Path>,
+) -> Result<Option<PathBuf>, ConfigError> {
+    if !mix.iter().any(|(s, _)| *s == Scenario::PerfAnalyzer) {
+        return Ok(None);
+    }
+    let found = match given {
+        Some(path) if !path.is_file() => return Err(ConfigError::NoPerfAnalyzer(path.into())),
+        Some(path) => Some(path.to_path_buf()),
+        None => stress_common::paths::find_on_path("perf_analyzer"),
+    };
+    if found.is_none() {
+        without_perf_analyzer(mix, listed)?;
+    }
+    Ok(found)
+}
+
+/// A mix with PerfAnalyzer and no perf_analyzer binary: refused if `listed` (given as
+/// `--scenarios`), else (the default mix) without it.
+fn without_perf_analyzer(mix: &mut Vec<(Scenario, u32)>, listed: bool) -> Result<(), ConfigError> {
+    if listed {
+        return Err(ConfigError::PerfAnalyzerNotFound);
+    }
+    tracing::warn!("PerfAnalyzer left out of the default mix: no perf_analyzer binary on PATH");
+    mix.retain(|(s, _)| *s != Scenario::PerfAnalyzer);
+    Ok(())
 }
 
 /// The scenarios to run: `--scenarios` as given; without it, only Infer when models are given,
@@ -285,7 +325,12 @@ pub fn default_mix(
 
 impl RunArgs {
     pub fn into_config(self) -> Result<WorkerConfig, ConfigError> {
-        let mix = self.checked_mix()?;
+        let mut mix = self.checked_mix()?;
+        let perf_analyzer = perf_analyzer_for(
+            &mut mix,
+            self.contract.scenarios.is_some(),
+            self.contract.perf_analyzer.as_deref(),
+        )?;
         self.check_bounds()?;
         let load = LoadSettings::of(&self.contract)?;
         let worker_binary = std::env::current_exe().map_err(ConfigError::WorkerBinary)?;
@@ -323,7 +368,7 @@ impl RunArgs {
                 load_target: load.target,
                 load_window: self.load_window,
                 image_batch: self.image_batch,
-                perf_analyzer: c.perf_analyzer,
+                perf_analyzer,
                 request_timeout: self.request_timeout,
                 infer,
                 infer_plan: None,
@@ -464,6 +509,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn perf_analyzer_is_left_out_of_the_default_mix_only_and_a_given_path_must_exist() {
+        let listed = vec![(Scenario::Load, 2), (Scenario::PerfAnalyzer, 1)];
+        let mut mix = listed.clone();
+        assert!(matches!(
+            without_perf_analyzer(&mut mix, true),
+            Err(ConfigError::PerfAnalyzerNotFound)
+        ));
+        without_perf_analyzer(&mut mix, false).unwrap();
+        assert_eq!(mix, [(Scenario::Load, 2)]);
+        let missing = Path::new("/nonexistent/perf_analyzer");
+        let mut mix = listed.clone();
+        let err = perf_analyzer_for(&mut mix, false, Some(missing)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--perf-analyzer /nonexistent/perf_analyzer: no such file"
+        );
+        let here = std::env::current_exe().unwrap();
+        let found = perf_analyzer_for(&mut mix, true, Some(&here)).unwrap();
+        assert_eq!((found.as_deref(), &mix), (Some(here.as_path()), &listed));
+        // A mix without PerfAnalyzer (a foreign client's: none) needs no binary.
+        let mut none = Vec::new();
+        assert_eq!(
+            perf_analyzer_for(&mut none, false, Some(missing)).unwrap(),
+            None
+        );
+    }
+
+    #[test]
     fn addresses() {
         for ok in ["127.0.0.1:8001", "triton-0:8001", "[::1]:8001", "a.b.c:1"] {
             assert!(validate_address(ok).is_ok(), "{ok}");
@@ -543,7 +616,8 @@ mod tests {
             poll_interval: Duration::from_millis(500),
             run_id: Some("r-1".into()),
             member_id: Some("clients-1".into()),
-            perf_analyzer: Some("/usr/bin/perf_analyzer".into()),
+            // A file that exists: a given perf_analyzer must.
+            perf_analyzer: Some(std::env::current_exe().unwrap()),
             models: vec!["add_sub:2".parse().unwrap(), "m@1".parse().unwrap()],
             shapes: vec!["m/IN:4".parse().unwrap()],
             input_data: vec!["m=zero".parse().unwrap()],

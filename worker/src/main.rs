@@ -1,7 +1,7 @@
 use clap::Parser;
 use std::process::ExitCode;
 use std::sync::Arc;
-use stress_common::status::{JsonLinesSink, NoopSink, StatusSink};
+use stress_common::status::{EventKind, JsonLinesSink, NoopSink, StatusSink, final_event_details};
 use stress_common::store::{Store, StoreOptions};
 use worker::config::{Cli, Hidden};
 
@@ -66,6 +66,9 @@ async fn run(cli: Cli) -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
+            // As a pre-flight error is: the driver's root cause then says why.
+            let details = final_event_details(&format!("bad input: {e}"));
+            worker::run::record_final_event(&*sink, EventKind::Failure, &details).await;
             return ExitCode::from(BAD_INPUT);
         }
     };

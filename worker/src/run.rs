@@ -197,23 +197,14 @@ struct Shared {
 }
 
 impl Shared {
-    /// The run's shared state, once the mix is settled: the PerfAnalyzer scenario dropped, with
-    /// one log line, when no perf_analyzer binary is found.
+    /// The run's shared state.
     fn new(
-        mut config: WorkerConfig,
+        config: WorkerConfig,
         clients: Vec<Arc<dyn TritonClient>>,
         sink: Arc<dyn StatusSink>,
         metrics: Option<Arc<Metrics>>,
         carried: Reported,
     ) -> Result<Self, WorkerError> {
-        let perf = scenarios::perf_analyzer::find(config.settings.perf_analyzer.as_deref());
-        if config.mix.iter().any(|(s, _)| *s == Scenario::PerfAnalyzer) && perf.is_none() {
-            tracing::warn!(
-                "PerfAnalyzer scenario skipped: no perf_analyzer binary (give --perf-analyzer or put it on PATH)"
-            );
-            config.mix.retain(|(s, _)| *s != Scenario::PerfAnalyzer);
-        }
-        config.settings.perf_analyzer = perf;
         if config.mix.is_empty() && config.client.is_none() {
             return Err(WorkerError::Preflight("no scenario left to run".into()));
         }

@@ -136,6 +136,11 @@ async fn bad_arguments_exit_2_before_anything_is_sent() {
             &["--load-window", "2d"],
             "'--load-window <LOAD_WINDOW>': 2days is out of bounds: from 0s to 1day",
         ),
+        // Not a PerfAnalyzer scenario quietly left out.
+        (
+            &["--perf-analyzer", "/nonexistent/perf_analyzer"],
+            "--perf-analyzer /nonexistent/perf_analyzer: no such file",
+        ),
     ];
     for (extra, message) in cases {
         let _ = std::fs::remove_file(status);

@@ -1,6 +1,6 @@
 //! PerfAnalyzer: runs an external perf_analyzer against the load model, as upstream does; it is
-//! allowed to fail. The worker looks the binary up once at start-up and drops the scenario from
-//! the mix, with one log line, when there is none.
+//! allowed to fail. The worker looks the binary up once, where its arguments are read
+//! (`config.rs`, `perf_analyzer_for`).
 //!
 //! perf_analyzer writes every request's send and response timestamps to a profile export
 //! (`--profile-export-file`); the worker records each one's latency in the scenario's
@@ -12,14 +12,6 @@ use crate::client::Protocol;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use stress_common::signature::ErrorKind;
-
-/// An explicit path, else `perf_analyzer` on PATH.
-pub fn find(explicit: Option<&Path>) -> Option<PathBuf> {
-    if let Some(p) = explicit {
-        return p.is_file().then(|| p.to_path_buf());
-    }
-    stress_common::paths::find_on_path("perf_analyzer")
-}
 
 /// How long a perf_analyzer run started before the worker was told to stop may go on.
 const FINISH_WHEN_STOPPING: Duration = Duration::from_secs(5);
