@@ -109,6 +109,15 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
             "the worker's pre-flight check refused to test: the matrix and the server's models \
              do not fit (the test never ran)"
         }
+        // worker/src/main.rs and run.rs (follow_load_target) say these.
+        "CLIENT" if r.contains("bad input:") => {
+            "the worker refused its arguments: the matrix asks what the worker or its machine \
+             cannot do (the test never ran)"
+        }
+        "CLIENT" if r.contains("model mix cannot be run") => {
+            "the worker could not run the model mix a capacity phase set (the phase was not \
+             measured)"
+        }
         "CLIENT" if r.contains("no heartbeat within") => "a worker of ours never reported",
         "CLIENT" if r.contains("qps 0") => {
             "a worker of ours completed no call, none waited on a server for the window, and \
@@ -469,6 +478,16 @@ mod tests {
             why("final: pre-flight: model m input I has a dynamic dimension [-1]")
                 .why
                 .contains("pre-flight")
+        );
+        assert!(
+            why("final: bad input: --scenarios lists PerfAnalyzer, and no perf_analyzer binary is on PATH")
+                .why
+                .contains("refused its arguments")
+        );
+        assert!(
+            why("final: the driver's model mix cannot be run: mix a@2:1: model a@2 is not planned")
+                .why
+                .contains("capacity phase")
         );
         assert!(
             why("killed by signal 9 (SIGKILL) before the end of the run")
