@@ -1403,8 +1403,7 @@ impl Checker {
             None => (model, None),
         };
         let planned = |s: &super::types::ModelSpec| {
-            s.name == name
-                && version.is_none_or(|v| s.version.map(|n| n.to_string()) == Some(v.into()))
+            s.name == name && version.is_none_or(|v| s.version.is_some_and(|n| n.to_string() == v))
         };
         for (tname, t) in &m.client_templates {
             if !t.models.is_empty() && !t.models.iter().any(planned) {
