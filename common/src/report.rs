@@ -77,7 +77,7 @@ impl SendLateness {
 
 /// A row as it appears in report.json.
 #[serde_with::skip_serializing_none]
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct RowJson {
     pub scenario: String,
     pub failures: u64,

@@ -539,7 +539,7 @@ fn header(r: &Report) -> Markup {
         ("Started", format_time(r.started_at_ms)),
         ("Finished", finished),
         ("Duration", took),
-        ("Load phase", format!("{:.1} s", r.load_seconds)),
+        ("Load phase", r.load_phase()),
         ("Failures", r.failure_count.to_string()),
     ];
     html! {

@@ -321,8 +321,13 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "Run {} ({} launcher): {}\nMatrix run name: {}; took {}; load phase {:.1} s\n",
-            self.run_id, self.launcher, self.verdict, self.name, took, self.load_seconds
+            "Run {} ({} launcher): {}\nMatrix run name: {}; took {}; load phase {}\n",
+            self.run_id,
+            self.launcher,
+            self.verdict,
+            self.name,
+            took,
+            self.load_phase()
         );
         if let Some(why) = &self.incomplete {
             let _ = writeln!(out, "== INCOMPLETE REPORT ==\n{why}\n");

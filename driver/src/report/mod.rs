@@ -585,6 +585,15 @@ fn with_server_log(f: &mut FailureRecord, excerpts: &[LogExcerpt], members: &[Me
 }
 
 impl Report {
+    /// The load phase as the report's header says it: none when no request was sent (its
+    /// `load_seconds` is then only the floor that keeps QPS finite).
+    pub fn load_phase(&self) -> String {
+        match self.scenarios.last().map_or(0, |total| total.requests) {
+            0 => "none (no request sent)".into(),
+            _ => format!("{:.1} s", self.load_seconds),
+        }
+    }
+
     /// The report of a run as the store holds it, with its stored judgement. A run without
     /// one (still running, or recorded before judgements were stored) is judged now; once the
     /// run has ended (it has its verdict), that judgement is saved, where the store is
@@ -779,6 +788,25 @@ pub fn format_time(ms: i64) -> String {
 mod tests {
     use super::*;
     use stress_common::status::EventKind;
+
+    #[test]
+    fn a_run_that_sent_no_request_has_no_load_phase() {
+        let total = |requests| stress_common::report::RowJson {
+            scenario: "TOTAL".into(),
+            requests,
+            ..Default::default()
+        };
+        let mut report = Report {
+            load_seconds: 1.0,
+            scenarios: vec![total(0)],
+            ..Report::default()
+        };
+        assert_eq!(report.load_phase(), "none (no request sent)");
+        report.scenarios = vec![total(38)];
+        assert_eq!(report.load_phase(), "1.0 s");
+        report.scenarios.clear();
+        assert_eq!(report.load_phase(), "none (no request sent)");
+    }
 
     #[test]
     fn a_server_first_scraped_after_the_workers_started_is_not_compared() {
