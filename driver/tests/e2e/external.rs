@@ -2,8 +2,8 @@
 //! one that does not answer is bad input; one that stops answering or is killed fails the run.
 
 use crate::support::{
-    FAIL_FAST_BOUND, SERVER, WORKER, alone, beside_another, ensure_worker, exit_after,
-    external_matrix, read, read_json, run_matrix, start_external_server, start_loaded,
+    FAIL_FAST_BOUND, SERVER, WORKER, alone, beside_another, ensure_worker, events_with_no_worker,
+    exit_after, external_matrix, read, read_json, run_matrix, start_external_server, start_loaded,
 };
 use std::time::Duration;
 use stress_common::contract::RunId;
@@ -151,14 +151,7 @@ async fn an_endpoint_that_does_not_answer_is_bad_input_before_anything_starts() 
         )) && rest.contains("refused"),
         "{line}"
     );
-    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
-        .await
-        .unwrap();
-    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
-    assert!(
-        !events.iter().any(|e| e.member_id == WORKER),
-        "no worker started: {events:?}"
-    );
+    events_with_no_worker(&run_dir, run_id).await;
     let report = read_json(&run_dir.join("report.json"));
     assert_eq!(
         report["failed_members"][0]["member_id"], SERVER,

@@ -4,8 +4,8 @@
 
 use crate::support::{
     SERVER, WORKER, alone, assert_models_add_up, beside_another, edit_matrix, ensure_worker,
-    faulty_sequence_matrix, models_matrix, paced_repository, read, read_json, run_matrix,
-    run_matrix_for, smoke_matrix,
+    events_with_no_worker, faulty_sequence_matrix, models_matrix, paced_repository, read,
+    read_json, run_matrix, run_matrix_for, smoke_matrix,
 };
 use stress_common::contract::RunId;
 use stress_common::status::EventKind;
@@ -33,14 +33,7 @@ async fn a_model_the_server_lacks_stops_the_run_with_exit_2_before_any_worker_st
         driver.output()
     );
     assert!(!stdout.contains("needs model add_sub,"), "{stdout}");
-    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
-        .await
-        .unwrap();
-    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
-    assert!(
-        !events.iter().any(|e| e.member_id == WORKER),
-        "no worker started: {events:?}"
-    );
+    let events = events_with_no_worker(&run_dir, run_id).await;
     assert!(
         events
             .iter()

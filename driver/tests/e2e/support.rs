@@ -389,6 +389,22 @@ pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
+/// The run's events, none of them the worker's: it was never started.
+pub(crate) async fn events_with_no_worker(
+    run_dir: &Path,
+    run_id: &str,
+) -> Vec<stress_common::store::EventRow> {
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
+    assert!(
+        !events.iter().any(|e| e.member_id == WORKER),
+        "no worker started: {events:?}"
+    );
+    events
+}
+
 pub(crate) fn read_json(path: &Path) -> Value {
     serde_json::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
