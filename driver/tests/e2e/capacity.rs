@@ -282,19 +282,30 @@ async fn a_version_sweep_measures_each_release_and_names_it() {
     );
 }
 
-/// Capacity mode against a server whose capacity the test knows: `fixed_capacity` executes 2
-/// requests at once for 50 ms each (40/s at most; N in flight wait ceil(N/2) x 50 ms), and the
-/// target is p99 <= 125 ms. The controller must find about 40/s at 2 to 4 in flight, have gone
-/// past it (5 in flight: ~150 ms) and come back, and end the run on its own, with the two
-/// workers following its targets live (each started once).
+/// Capacity mode against a server whose capacity the test knows, then its spike phase
+/// (test-matrices/capacity-spike.yaml: capacity.yaml with a spike and a 2 s request deadline).
+/// `fixed_capacity` executes 2 requests at once for 50 ms each (40/s at most; N in flight wait
+/// ceil(N/2) x 50 ms), and the target is p99 <= 125 ms. Production must find about 40/s at 2
+/// to 4 in flight, have gone past it (5 in flight: ~150 ms) and come back; then the group jumps
+/// to 120 requests/s open loop for 6 s: the server gets through about its capacity, the rest
+/// time out (counted as unanswered, not failures: the run passes), p99 goes far over the
+/// target, and once the backlog drains the group is back within it. The controller ends the run
+/// on its own, with the two workers following its targets live (each started once). One run for
+/// both: the spike starts from production's answer, so a run of production alone would measure
+/// the same search again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
+async fn capacity_mode_finds_the_capacity_then_a_spike_overloads_the_server_and_it_recovers() {
     let _run = alone().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
-    let matrix = tmp.path().join("capacity.yaml");
-    let mut m = committed_matrix("capacity.yaml");
+    let mut m = committed_matrix("capacity-spike.yaml");
     serve_only(&mut m, tmp.path(), &["fixed_capacity"]);
+    let spike = m.capacity.as_ref().and_then(|c| c.spike.as_ref()).unwrap();
+    assert_eq!(
+        spike.target_rps, 120.0,
+        "the numbers below assume the committed spike"
+    );
+    let matrix = tmp.path().join("spike.yaml");
     std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
     let run_id = "e2e-capacity";
     let started = Instant::now();
@@ -303,16 +314,63 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
     assert_eq!(status.code(), Some(0), "{}", driver.output());
     let report = read_json(&run_dir.join("report.json"));
     assert_eq!(report["verdict"], "PASS", "{report:#}");
+    assert!(
+        took < Duration::from_secs(165),
+        "the controller ended the run itself (took {took:?})"
+    );
     let capacity = &report["capacity"];
-    let mix = capacity["results"]
+    let text = read(&run_dir.join("report.txt"));
+    assert_production_found_the_capacity(capacity, &text);
+    assert_autoscaler_thresholds(capacity, &text);
+    assert_spike_recovered(capacity, &text);
+    // The workers changed concurrency and rate live: each started once, and the store has
+    // their targets.
+    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
+        .await
+        .unwrap();
+    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
+    for worker in ["grpc-clients-0", "grpc-clients-1"] {
+        let runs = events
+            .iter()
+            .filter(|e| e.member_id == worker && e.kind == EventKind::Running)
+            .count();
+        assert_eq!(runs, 1, "{worker} started once: {events:?}");
+        assert!(
+            store
+                .load_target(&run_id.into(), &worker.into())
+                .await
+                .unwrap()
+                .is_some(),
+            "{worker} has a load target"
+        );
+    }
+}
+
+/// `phase`'s result row for `model` (`mix`: the whole group's).
+fn result_row<'a>(capacity: &'a Value, phase: &str, model: &str) -> &'a Value {
+    capacity["results"]
         .as_array()
         .expect("capacity results")
         .iter()
-        .find(|r| r["model"] == "mix")
-        .unwrap_or_else(|| panic!("no mix row: {capacity:#}"))
-        .clone();
+        .find(|r| r["phase"] == phase && r["model"] == model)
+        .unwrap_or_else(|| panic!("no {phase}/{model} row: {capacity:#}"))
+}
+
+/// `phase`'s record (its checks, its autoscaler signals).
+fn phase_record<'a>(capacity: &'a Value, phase: &str) -> &'a Value {
+    capacity["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == phase)
+        .unwrap_or_else(|| panic!("no {phase} phase: {capacity:#}"))
+}
+
+/// Production's search on `fixed_capacity`: about 40/s at 2 to 4 in flight within the target,
+/// by slow start then bisection (or AIMD from a knee found on target), in few judged checks.
+fn assert_production_found_the_capacity(capacity: &Value, text: &str) {
+    let mix = result_row(capacity, "production", "mix");
     assert_eq!(mix["group"], "grpc-clients");
-    assert_eq!(mix["phase"], "production");
     let ending = mix["ending"].as_str().unwrap();
     assert!(
         ["converged", "oscillating"].contains(&ending),
@@ -335,17 +393,14 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
     );
     let safe = mix["safe_rate_qps"].as_f64().unwrap();
     assert!((safe - 0.7 * max_qps).abs() < 1e-6, "{mix:#}");
-    let model_row = capacity["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["model"] == "fixed_capacity")
-        .unwrap_or_else(|| panic!("no fixed_capacity row: {capacity:#}"));
     assert_eq!(
-        model_row["max_qps"], mix["max_qps"],
+        result_row(capacity, "production", "fixed_capacity")["max_qps"],
+        mix["max_qps"],
         "the only model is the mix"
     );
-    let checks = capacity["phases"][0]["checks"].as_array().unwrap();
+    let checks = phase_record(capacity, "production")["checks"]
+        .as_array()
+        .unwrap();
     let trace: Vec<String> = checks
         .iter()
         .map(|c| {
@@ -391,11 +446,6 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
         .filter(|c| !["settling", "too_few_samples"].contains(&c["judgement"].as_str().unwrap()))
         .count();
     assert!(judged <= 12, "{judged} judged checks: {trace:?}");
-    assert!(
-        took < Duration::from_secs(165),
-        "the controller ended the run itself (took {took:?})"
-    );
-    let text = read(&run_dir.join("report.txt"));
     assert!(text.contains("== Capacity =="), "{text}");
     assert!(
         text.contains("[slow_start] 2→")
@@ -406,8 +456,11 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
             }),
         "the trace names the search's parts where they begin: {text}"
     );
-    // Autoscaler thresholds from the server's /metrics at each check: the tier saturated, so
-    // the signals have thresholds (observed x 0.8), one is primary, and a KEDA snippet.
+}
+
+/// Autoscaler thresholds from the server's /metrics at each check: the tier saturated, so the
+/// signals have thresholds (observed x 0.8), one is primary, and a KEDA snippet.
+fn assert_autoscaler_thresholds(capacity: &Value, text: &str) {
     let autoscaler = &capacity["autoscaler"][0];
     assert_eq!(autoscaler["group"], "grpc-clients", "{capacity:#}");
     assert_eq!(autoscaler["source"], "direct");
@@ -448,82 +501,26 @@ async fn capacity_mode_finds_the_capacity_of_a_server_the_test_controls() {
         "{keda}"
     );
     assert_eq!(
-        capacity["phases"][0]["autoscaler"]["primary"], primary,
+        phase_record(capacity, "production")["autoscaler"]["primary"],
+        primary,
         "the phase's record keeps it too"
     );
     assert!(text.contains("PRIMARY (first to fire)"), "{text}");
     assert!(text.contains("KEDA ScaledObject:"), "{text}");
-    // The workers changed concurrency live: each started once, and the store has their targets.
-    let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
-        .await
-        .unwrap();
-    let events = store.events(&RunId::from(run_id), 0).await.unwrap();
-    for worker in ["grpc-clients-0", "grpc-clients-1"] {
-        let runs = events
-            .iter()
-            .filter(|e| e.member_id == worker && e.kind == EventKind::Running)
-            .count();
-        assert_eq!(runs, 1, "{worker} started once: {events:?}");
-        assert!(
-            store
-                .load_target(&run_id.into(), &worker.into())
-                .await
-                .unwrap()
-                .is_some(),
-            "{worker} has a load target"
-        );
-    }
 }
 
-/// The spike phase on `fixed_capacity` (40 requests/s at most; test-matrices/capacity-spike.yaml):
-/// after production converges, the group jumps to 120 requests/s open loop for 6 s with a 2 s
-/// request deadline. The server gets
-/// through about its capacity, the rest time out (counted as unanswered, not failures: the run
-/// passes), p99 goes far over the target, and once the backlog drains the group is back within
-/// it: recovered, with the time it took.
-#[tokio::test]
-async fn capacity_spike_overloads_the_server_and_measures_its_recovery() {
-    let _run = alone().await;
-    ensure_worker();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut m = committed_matrix("capacity-spike.yaml");
-    serve_only(&mut m, tmp.path(), &["fixed_capacity"]);
-    let spike = m.capacity.as_ref().and_then(|c| c.spike.as_ref()).unwrap();
-    assert_eq!(
-        spike.target_rps, 120.0,
-        "the numbers below assume the committed spike"
-    );
-    let matrix = tmp.path().join("spike.yaml");
-    std::fs::write(&matrix, serde_saphyr::to_string(&m).unwrap()).unwrap();
-    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-spike", "170s").await;
-    assert_eq!(status.code(), Some(0), "{}", driver.output());
-    let report = read_json(&run_dir.join("report.json"));
-    assert_eq!(report["verdict"], "PASS", "{report:#}");
-    let capacity = &report["capacity"];
-    let row = |phase: &str| {
-        capacity["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["phase"] == phase && r["model"] == "mix")
-            .unwrap_or_else(|| panic!("no {phase} row: {capacity:#}"))
-            .clone()
-    };
-    let production = row("production");
-    let spike_row = row("spike");
+/// The spike (120/s against 40/s of capacity, from production's concurrency): requests timed
+/// out, the server answered about its capacity, a queue built up, and the group recovered.
+fn assert_spike_recovered(capacity: &Value, text: &str) {
+    let production = result_row(capacity, "production", "mix");
+    let spike_row = result_row(capacity, "spike", "mix");
     assert_eq!(
         spike_row["concurrency"], production["concurrency"],
         "the spike jumps from production's answer: {capacity:#}"
     );
     assert_eq!(spike_row["target_rps"], 120.0);
     assert_eq!(spike_row["ending"], "recovered", "{capacity:#}");
-    let phase = capacity["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["phase"] == "spike")
-        .unwrap();
-    let spike = &phase["spike"];
+    let spike = &phase_record(capacity, "spike")["spike"];
     let number = |k: &str| {
         spike[k]
             .as_f64()
@@ -557,7 +554,6 @@ async fn capacity_spike_overloads_the_server_and_measures_its_recovery() {
         stages.contains(&"spiking") && stages.last() == Some(&"recovering"),
         "{stages:?}"
     );
-    let text = read(&run_dir.join("report.txt"));
     assert!(
         text.contains("spike grpc-clients: from concurrency"),
         "{text}"
@@ -597,17 +593,10 @@ async fn capacity_phases_measure_each_model_alone_then_a_mix() {
     assert_eq!(status.code(), Some(0), "{}", driver.output());
     let report = read_json(&run_dir.join("report.json"));
     let capacity = &report["capacity"];
-    let results = capacity["results"].as_array().expect("capacity results");
-    let row = |phase: &str, model: &str| {
-        results
-            .iter()
-            .find(|r| r["phase"] == phase && r["model"] == model)
-            .unwrap_or_else(|| panic!("no {phase}/{model} row: {capacity:#}"))
-            .clone()
-    };
+    let row = |phase: &str, model: &str| result_row(capacity, phase, model);
     let narrow = row("individual", "fixed_capacity");
     let wide = row("individual", "fixed_capacity_wide");
-    for r in [&narrow, &wide] {
+    for r in [narrow, wide] {
         let ending = r["ending"].as_str().unwrap();
         assert!(["converged", "oscillating"].contains(&ending), "{r:#}");
         assert!(r["p99_ms"].as_f64().unwrap() <= 131.25, "{r:#}");
