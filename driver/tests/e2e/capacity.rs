@@ -27,12 +27,13 @@ fn serve_only(m: &mut driver::matrix::Matrix, tmp: &Path, models: &[&str]) {
     }
 }
 
-/// test-matrices/sweep.yaml's instance counts (each instance serves 20 requests/s), each with
-/// server arguments that work and ones tritonserver refuses, two variants at a time
+/// Instance counts 1 and 4 of test-matrices/sweep.yaml (each instance serves 20 requests/s),
+/// each with server arguments that work and ones tritonserver refuses, two variants at a time
 /// (`parallel: 2`; the model sleeps, so parallel servers on two cores do not confound its
-/// capacity): capacities near 20, 40 and 80 ranked 4 > 2 > 1, measured in windows that
-/// overlapped, the refused variants listed as failed with why (the sweep goes on), the best
-/// config.pbtxt with count 4.
+/// capacity): capacities near 20 and 80 ranked 4 > 1 (two answers, so that both searches run
+/// at once: a third took another round of ~50 s; ranking more is the sweep's unit tests'),
+/// measured in windows that overlapped, the refused variants listed as failed with why (the
+/// sweep goes on), the best config.pbtxt with count 4.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
     let _run = alone().await;
@@ -43,7 +44,7 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
         [
             (
                 "models.fixed_capacity.instance_group[0].count",
-                vec![json!(1), json!(2), json!(4)],
+                vec![json!(1), json!(4)],
             ),
             (
                 "server.args",
@@ -79,20 +80,16 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    assert!(!tied.contains(&variants[2]["index"]), "{sweep:#}");
+    assert!(!tied.contains(&variants[1]["index"]), "{sweep:#}");
     let good = json!("--log-verbose=0");
     assert_eq!(
-        order[..3],
-        [
-            (json!(4), good.clone()),
-            (json!(2), good.clone()),
-            (json!(1), good.clone())
-        ],
+        order[..2],
+        [(json!(4), good.clone()), (json!(1), good.clone())],
         "{brief:#?}"
     );
     // Each answered variant's capacity search, from its first window's start to its last's end.
     let mut searches: Vec<(i64, i64)> = Vec::new();
-    for (v, expected) in variants.iter().zip([80.0, 40.0, 20.0]) {
+    for (v, expected) in variants.iter().zip([80.0, 20.0]) {
         let qps = v["max_qps"].as_f64().unwrap_or_else(|| panic!("{v:#}"));
         assert_sleeping_capacity(qps, expected, sweep);
         assert_eq!(v["status"], "measured");
@@ -133,7 +130,7 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
         most >= 10_000,
         "searches {searches:?}: overlapped {most} ms at most"
     );
-    for refused in &variants[3..] {
+    for refused in &variants[2..] {
         assert_eq!(args(refused), json!("--no-such-flag"), "{brief:#?}");
         assert_eq!(refused["status"], "failed", "{brief:#?}");
         assert!(
@@ -144,7 +141,7 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
             "{brief:#?}"
         );
     }
-    assert_eq!(sweep["grid_size"], 6);
+    assert_eq!(sweep["grid_size"], 4);
     let best = &sweep["best"];
     assert_eq!(count(best), json!(4));
     let config = best["configs"]["fixed_capacity"].as_str().unwrap();
@@ -163,7 +160,7 @@ async fn a_sweep_ranks_instance_counts_by_capacity_and_names_the_best_config() {
     let html = read(&run_dir.join("report.html"));
     assert_eq!(
         html.matches("<rect class=\"bar").count(),
-        3,
+        2,
         "one bar per answer"
     );
     // `driver report` rebuilds it from the store.
