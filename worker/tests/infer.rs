@@ -759,7 +759,7 @@ const DECOUPLED_MODELS: [&str; 5] = [
 /// A decoupled model: over gRPC every request's stream is read to its final response, its
 /// responses checked and counted (closed and open loop, validation data on the last response,
 /// --consistency); each faulty twin fails naming the model, what was expected and what came;
-/// over HTTP the model is left out with one warning (exit 2 when it was the only one); and
+/// over HTTP the model is bad input (exit 2), even beside another model; and
 /// perf_analyzer --streaming takes the same -m/--shape flags.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decoupled_models_stream_over_grpc_and_each_faulty_stream_is_caught() {
@@ -941,8 +941,8 @@ async fn decoupled_models_stream_over_grpc_and_each_faulty_stream_is_caught() {
         "{json}"
     );
 
-    // Over HTTP: left out with one warning; alone, bad input.
-    let warning = "model decoupled_repeat left out of Infer: decoupled models need gRPC streaming";
+    // Over HTTP: bad input, beside a model it could drive too (a run must not pass without
+    // driving a model it was given).
     let w = worker(&[
         "--servers",
         &http,
@@ -956,22 +956,6 @@ async fn decoupled_models_stream_over_grpc_and_each_faulty_stream_is_caught() {
         "text_vector",
         "--shape",
         "decoupled_repeat/IN:3",
-    ]);
-    let out = format!("{}{}", text(&w.stdout), text(&w.stderr));
-    assert_eq!(w.status.code(), Some(0), "{out}");
-    assert_eq!(out.matches(warning).count(), 1, "{out}");
-    assert!(out.contains("text_vector"), "{out}");
-    let w = worker(&[
-        "--servers",
-        &http,
-        "--protocol",
-        "http",
-        "--duration",
-        "1s",
-        "-m",
-        "decoupled_repeat",
-        "--shape",
-        "IN:3",
     ]);
     let stderr = text(&w.stderr);
     assert_eq!(w.status.code(), Some(2), "{stderr}");

@@ -128,8 +128,8 @@ pub async fn prepare(
         descriptions.push(description);
     }
     options.check_names(&descriptions)?;
+    decoupled::check_drivable(first.protocol(), &descriptions)?;
     let weights = options.models.iter().map(|m| m.weight).collect();
-    let (descriptions, weights) = decoupled::drivable(first.protocol(), descriptions, weights)?;
     let mut files: BTreeMap<std::path::PathBuf, InputDataFile> = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(options.seed);
     let mut models = Vec::new();

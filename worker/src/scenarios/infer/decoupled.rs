@@ -53,44 +53,33 @@ impl StreamChecks {
     }
 }
 
-/// Over HTTP, every selected model is decoupled: Infer has none it can drive. `models`: their
-/// labels (`NAME version V`).
+/// Over HTTP, a selected model is decoupled: Infer cannot drive it (Triton's HTTP endpoint
+/// answers once per request). Bad input, not a model quietly left out: the run would pass
+/// without ever having driven a model it was asked to. `models`: their labels
+/// (`NAME version V`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "model {}: decoupled (model_transaction_policy {{ decoupled: true }}), which Infer drives only over gRPC (ModelStreamInfer), and no other model was selected: use --protocol grpc",
+    "model {}: decoupled (model_transaction_policy {{ decoupled: true }}), which Infer drives only over gRPC (ModelStreamInfer): use --protocol grpc, or leave it out of --model",
     models.join(", ")
 )]
 pub struct DecoupledNeedsGrpc {
     pub models: Vec<String>,
 }
 
-/// The models Infer can drive over `protocol`, with their weights: over HTTP, decoupled models
-/// are left out (with one warning); none left is bad input.
-pub fn drivable(
+/// Whether Infer can drive every one of `models` over `protocol`.
+pub fn check_drivable(
     protocol: Protocol,
-    models: Vec<ModelDescription>,
-    weights: Vec<u32>,
-) -> Result<(Vec<ModelDescription>, Vec<u32>), DecoupledNeedsGrpc> {
-    if protocol == Protocol::Grpc {
-        return Ok((models, weights));
+    models: &[ModelDescription],
+) -> Result<(), DecoupledNeedsGrpc> {
+    let decoupled: Vec<String> = models
+        .iter()
+        .filter(|d| d.decoupled)
+        .map(ModelDescription::label)
+        .collect();
+    if protocol == Protocol::Grpc || decoupled.is_empty() {
+        return Ok(());
     }
-    let (left_out, kept): (Vec<_>, Vec<_>) = models
-        .into_iter()
-        .zip(weights)
-        .partition(|(d, _)| d.decoupled);
-    if left_out.is_empty() {
-        return Ok(kept.into_iter().unzip());
-    }
-    let labels: Vec<String> = left_out.iter().map(|(d, _)| d.label()).collect();
-    if kept.is_empty() {
-        return Err(DecoupledNeedsGrpc { models: labels });
-    }
-    let labels = labels.join(", ");
-    tracing::warn!(
-        "model {labels} left out of Infer: decoupled models need gRPC streaming (ModelStreamInfer), and this worker speaks {}",
-        protocol.as_str()
-    );
-    Ok(kept.into_iter().unzip())
+    Err(DecoupledNeedsGrpc { models: decoupled })
 }
 
 /// What one request's stream measured, complete or not.
@@ -721,33 +710,26 @@ mod tests {
     }
 
     #[test]
-    fn over_http_decoupled_models_are_left_out_and_none_left_is_bad_input() {
+    fn over_http_any_decoupled_model_is_bad_input_naming_each() {
         let plain = ModelDescription {
             name: "plain".into(),
             decoupled: false,
             ..model()
         };
-        let (kept, weights) =
-            drivable(Protocol::Http, vec![model(), plain.clone()], vec![3, 5]).unwrap();
-        assert_eq!((kept, weights), (vec![plain.clone()], vec![5]));
-        let (kept, _) = drivable(Protocol::Grpc, vec![model(), plain], vec![3, 5]).unwrap();
-        assert_eq!(kept.len(), 2);
-        let err = drivable(Protocol::Http, vec![model()], vec![1]).unwrap_err();
+        let both = [model(), plain.clone()];
+        assert_eq!(check_drivable(Protocol::Grpc, &both), Ok(()));
+        assert_eq!(check_drivable(Protocol::Http, &[plain]), Ok(()));
+        // Beside a model it can drive, too: the run would otherwise pass without it.
+        let err = check_drivable(Protocol::Http, &both).unwrap_err();
         assert_eq!(err.models, ["rep version 1"]);
-        let err = err.to_string();
-        assert!(err.starts_with("model rep version 1: decoupled"), "{err}");
-        assert!(err.contains("use --protocol grpc"), "{err}");
+        let text = err.to_string();
+        assert!(text.starts_with("model rep version 1: decoupled"), "{text}");
+        assert!(text.contains("use --protocol grpc"), "{text}");
         let other = ModelDescription {
             name: "other".into(),
             ..model()
         };
-        let err = drivable(Protocol::Http, vec![model(), other], vec![1, 2]).unwrap_err();
-        assert_eq!(
-            err,
-            DecoupledNeedsGrpc {
-                models: vec!["rep version 1".into(), "other version 1".into()]
-            }
-        );
+        let err = check_drivable(Protocol::Http, &[model(), other]).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("model rep version 1, other version 1: decoupled"),
