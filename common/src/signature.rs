@@ -174,6 +174,10 @@ pub enum FailureClass {
     Infrastructure,
     /// The harness itself: the driver or a worker of ours that died or lost the store.
     Harness,
+    /// The test's setup: the matrix asks what the worker, its machine or the server's models
+    /// cannot do (a decoupled model over HTTP, a perf_analyzer that is not there, a capacity mix
+    /// the worker did not plan), so the test never ran. Nobody's bug at run time.
+    Setup,
     /// A fault the run injected on purpose.
     Injected,
 }
@@ -185,6 +189,7 @@ impl FailureClass {
             FailureClass::Client => "client",
             FailureClass::Infrastructure => "infrastructure",
             FailureClass::Harness => "harness",
+            FailureClass::Setup => "setup",
             FailureClass::Injected => "injected",
         }
     }

@@ -79,6 +79,9 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
         ));
     }
     let r = reason.to_ascii_lowercase();
+    if let Some(why) = (role == "CLIENT").then(|| setup_refusal(&r)).flatten() {
+        return Some(evidence(FailureClass::Setup, why));
+    }
     let why = match role {
         "SERVER" if r.contains("unanswered") && r.contains("liveness probe answered") => {
             "the server took the worker's calls and ended none of them while its liveness probe \
@@ -105,19 +108,6 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
             "a worker of ours lost the store: it works, but its reports do not arrive"
         }
         "CLIENT" if r.contains("hung") => "a worker of ours hung (its process is stopped or idle)",
-        "CLIENT" if r.contains("pre-flight") => {
-            "the worker's pre-flight check refused to test: the matrix and the server's models \
-             do not fit (the test never ran)"
-        }
-        // worker/src/main.rs and run.rs (follow_load_target) say these.
-        "CLIENT" if r.contains("bad input:") => {
-            "the worker refused its arguments: the matrix asks what the worker or its machine \
-             cannot do (the test never ran)"
-        }
-        "CLIENT" if r.contains("model mix cannot be run") => {
-            "the worker could not run the model mix a capacity phase set (the phase was not \
-             measured)"
-        }
         "CLIENT" if r.contains("no heartbeat within") => "a worker of ours never reported",
         "CLIENT" if r.contains("qps 0") => {
             "a worker of ours completed no call, none waited on a server for the window, and \
@@ -142,6 +132,24 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
         FailureClass::Harness
     };
     Some(evidence(class, why))
+}
+
+/// Why a worker refused to test, when its words (`reason`, lower case) say it did: the matrix
+/// and what it runs on do not fit. worker/src/main.rs, run.rs (follow_load_target) and the
+/// Infer scenario's preparation write these.
+fn setup_refusal(reason: &str) -> Option<&'static str> {
+    Some(if reason.contains("pre-flight") {
+        "the worker's pre-flight check refused to test: the matrix and the server's models do \
+         not fit (the test never ran)"
+    } else if reason.contains("bad input:") {
+        "the worker refused its arguments: the matrix asks what the worker or its machine \
+         cannot do (the test never ran)"
+    } else if reason.contains("model mix cannot be run") {
+        "the worker could not run the model mix a capacity phase set (the phase was not \
+         measured)"
+    } else {
+        return None;
+    })
 }
 
 /// What the run saw around its failures.
@@ -474,20 +482,29 @@ mod tests {
         );
         assert!(why("no heartbeat for 10s; its process runs and works (40 ms of CPU in 0.5 s): its reports do not reach the store, which the driver reads").why.contains("lost the store"));
         assert!(why("no heartbeat for 10s; its process runs but is idle (0 ms of CPU in 0.5 s): the worker is hung").why.contains("hung"));
-        assert!(
-            why("final: pre-flight: model m input I has a dynamic dimension [-1]")
-                .why
-                .contains("pre-flight")
-        );
-        assert!(
-            why("final: bad input: --scenarios lists PerfAnalyzer, and no perf_analyzer binary is on PATH")
-                .why
-                .contains("refused its arguments")
-        );
-        assert!(
-            why("final: the driver's model mix cannot be run: mix a@2:1: model a@2 is not planned")
-                .why
-                .contains("capacity phase")
+        // The matrix and what it runs on do not fit: the setup's class, not the harness's.
+        for (reason, words) in [
+            (
+                "final: pre-flight: model m input I has a dynamic dimension [-1]",
+                "pre-flight",
+            ),
+            (
+                "final: bad input: --scenarios lists PerfAnalyzer, and no perf_analyzer binary is on PATH",
+                "refused its arguments",
+            ),
+            (
+                "final: the driver's model mix cannot be run: mix a@2:1: model a@2 is not planned",
+                "capacity phase",
+            ),
+        ] {
+            let e = why(reason);
+            assert_eq!(e.class, Setup, "{reason}");
+            assert!(e.why.contains(words), "{reason}: {}", e.why);
+        }
+        let server = member_failure("triton-0", "SERVER", "bad input: x").unwrap();
+        assert_eq!(
+            server.class, Server,
+            "only a worker's words are the setup's"
         );
         assert!(
             why("killed by signal 9 (SIGKILL) before the end of the run")
