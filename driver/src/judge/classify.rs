@@ -73,10 +73,7 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
         ));
     }
     if member_id == stress_common::status::DRIVER_MEMBER || role == "DRIVER" {
-        return Some(evidence(
-            FailureClass::Harness,
-            "the run's driver died: it stopped renewing its lease, and what it launched went with it",
-        ));
+        return Some(driver_failure(&reason.to_ascii_lowercase()));
     }
     let r = reason.to_ascii_lowercase();
     if let Some(why) = (role == "CLIENT").then(|| setup_refusal(&r)).flatten() {
@@ -132,6 +129,36 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
         FailureClass::Harness
     };
     Some(evidence(class, why))
+}
+
+/// The driver's own failure, from its words (`reason`, lower case): it died (the run's
+/// abandonment says so), its pre-flight check refused the load (plan/preflight.rs), it was
+/// interrupted, or its launcher could not set the run up.
+fn driver_failure(reason: &str) -> Evidence {
+    let (class, why) = if reason.contains("stopped renewing its lease") {
+        (
+            FailureClass::Harness,
+            "the run's driver died: it stopped renewing its lease, and what it launched went with it",
+        )
+    } else if reason.contains("client group ") && reason.contains(" needs model ") {
+        (
+            FailureClass::Setup,
+            "the driver's pre-flight check refused to start the load: a client group needs a \
+             model its servers do not serve ready (nothing was tested)",
+        )
+    } else if reason.contains("interrupted") {
+        (
+            FailureClass::Harness,
+            "the driver was interrupted (SIGTERM/SIGINT): the run was stopped from outside, by \
+             an operator or the platform",
+        )
+    } else {
+        (
+            FailureClass::Harness,
+            "the driver could not set the run up (its launcher's words above)",
+        )
+    };
+    evidence(class, why)
 }
 
 /// Why a worker refused to test, when its words (`reason`, lower case) say it did: the matrix
@@ -448,9 +475,16 @@ mod tests {
             ),
             (
                 "driver",
-                "?",
-                "the driver stopped renewing its lease",
+                "DRIVER",
+                "final: driver gone (it stopped renewing its lease at about this time)",
                 Harness,
+            ),
+            (
+                "driver",
+                "DRIVER",
+                "client group g needs model add_sub@2, but server triton-0 does not have that \
+                 version in its repository",
+                Setup,
             ),
         ] {
             assert_eq!(class(member, role, reason), Some(expected), "{reason}");
@@ -501,6 +535,26 @@ mod tests {
             assert_eq!(e.class, Setup, "{reason}");
             assert!(e.why.contains(words), "{reason}: {}", e.why);
         }
+        // The driver's words: it died only where its lease says so.
+        let driver = |reason: &str| member_failure("driver", "DRIVER", reason).unwrap();
+        assert!(
+            driver("final: x (it stopped renewing its lease at about this time)")
+                .why
+                .contains("died")
+        );
+        assert!(
+            driver("client group g needs model m, but server s-0 has it UNAVAILABLE (bad)")
+                .why
+                .contains("pre-flight")
+        );
+        let interrupted = driver("driver interrupted (SIGTERM/SIGINT)");
+        assert!(
+            interrupted.why.contains("from outside"),
+            "{}",
+            interrupted.why
+        );
+        let setup = driver("applying the owner ConfigMap: forbidden");
+        assert!(!setup.why.contains("died"), "{}", setup.why);
         let server = member_failure("triton-0", "SERVER", "bad input: x").unwrap();
         assert_eq!(
             server.class, Server,

@@ -211,7 +211,14 @@ fn root_cause(facts: &RunFacts) -> Analysis {
             member_id: e.member_id.clone(),
             role: group_of(&facts.members, &e.member_id)
                 .1
-                .map_or("?", Role::as_str)
+                .map_or(
+                    if e.member_id == stress_common::status::DRIVER_MEMBER {
+                        "DRIVER"
+                    } else {
+                        "?"
+                    },
+                    Role::as_str,
+                )
                 .to_string(),
             at_ms: e.at_ms,
             reason: e.details.clone(),
