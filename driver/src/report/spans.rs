@@ -7,7 +7,10 @@
 //! requests as waterfalls.
 //!
 //! A request's server spans are Triton's three (`InferRequest`, whose parent is the client's
-//! span; the model's, whose parent is `InferRequest`; `compute`, whose parent is the model's).
+//! span; the model's, whose parent is `InferRequest`; `compute`, whose parent is the model's),
+//! and for an ensemble its steps' model spans between the model's and each step's `compute`:
+//! each step's compute is split as a model's is, and the time between one step's compute and
+//! the next's counts as queue (the ensemble's scheduling and the next step's queue).
 //! The request is in at `HTTP_RECV_START` or `GRPC_WAITREAD_END` (never `GRPC_WAITREAD_START`:
 //! that is when Triton posted the read, often seconds before the request was sent) and its
 //! answer out at `HTTP_SEND_END` or `GRPC_SEND_END`. Spans that never arrived are counted, not
@@ -75,22 +78,6 @@ impl Part {
     }
 }
 
-/// A request's time in order: the part of each stretch between two of its boundaries
-/// (intended, sent, server in, QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END,
-/// COMPUTE_OUTPUT_START, COMPUTE_END, server out, received, answered).
-const SEGMENTS: [Part; 10] = [
-    Part::Client,
-    Part::TransportIn,
-    Part::Handling,
-    Part::Queue,
-    Part::ComputeInput,
-    Part::ComputeInfer,
-    Part::ComputeOutput,
-    Part::Handling,
-    Part::TransportOut,
-    Part::Client,
-];
-
 /// One value per part.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Parts<T> {
@@ -137,17 +124,36 @@ impl<T: Copy> Parts<T> {
 }
 
 /// A traced request's instants on its server, in the server's clock (Unix ns).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerTimes {
     /// The request in: `HTTP_RECV_START`, or `GRPC_WAITREAD_END`.
     pub server_in: i64,
     pub queue_start: i64,
-    pub compute_start: i64,
-    pub compute_input_end: i64,
-    pub compute_output_start: i64,
-    pub compute_end: i64,
+    /// Its model's compute, or an ensemble's steps' in the order they started: at least one.
+    pub computes: Vec<ComputeTimes>,
     /// The answer out: `HTTP_SEND_END`, or `GRPC_SEND_END`.
     pub server_out: i64,
+}
+
+/// One `compute` span's instants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ComputeTimes {
+    pub start: i64,
+    pub input_end: i64,
+    pub output_start: i64,
+    pub end: i64,
+}
+
+impl ComputeTimes {
+    fn of(span: &ServerSpan) -> Result<ComputeTimes, Unjoined> {
+        let at = |name: &'static str| span.event(name).ok_or(Unjoined::Partial(name));
+        Ok(ComputeTimes {
+            start: at("COMPUTE_START")?,
+            input_end: at("COMPUTE_INPUT_END")?,
+            output_start: at("COMPUTE_OUTPUT_START")?,
+            end: at("COMPUTE_END")?,
+        })
+    }
 }
 
 /// Why a request's time is not split.
@@ -169,8 +175,9 @@ impl Unjoined {
 }
 
 /// A traced request's server spans, found from its client span: the `InferRequest` span whose
-/// parent is the client's span, the model's span under it, `compute` under that. `spans` are
-/// its trace's. Returns the server that exported them and its times.
+/// parent is the client's span, the model's span under it, `compute` under that (an
+/// ensemble's: under its steps' spans). `spans` are its trace's. Returns the server that
+/// exported them and its times.
 pub fn server_times<'a>(
     client: &ClientSpan,
     spans: &[&'a ServerSpan],
@@ -195,20 +202,39 @@ pub fn server_times<'a>(
         .filter(|s| s.event("QUEUE_START").is_some())
         .min_by_key(|s| s.name != client.model)
         .ok_or(Unjoined::Partial("no model span with QUEUE_START"))?;
-    let compute = child_of(&model.span_id)
-        .find(|s| s.name == "compute")
-        .ok_or(Unjoined::Partial("no compute span"))?;
-    let at = |name: &'static str| compute.event(name).ok_or(Unjoined::Partial(name));
+    let mut computes = computes_under(spans, model)
+        .into_iter()
+        .map(ComputeTimes::of)
+        .collect::<Result<Vec<_>, _>>()?;
+    if computes.is_empty() {
+        return Err(Unjoined::Partial("no compute span"));
+    }
+    computes.sort_by_key(|c| c.start);
     let times = ServerTimes {
         server_in,
         queue_start: model.event("QUEUE_START").unwrap_or(server_in),
-        compute_start: at("COMPUTE_START")?,
-        compute_input_end: at("COMPUTE_INPUT_END")?,
-        compute_output_start: at("COMPUTE_OUTPUT_START")?,
-        compute_end: at("COMPUTE_END")?,
+        computes,
         server_out,
     };
     Ok((infer.server.as_str(), times))
+}
+
+/// The `compute` spans under `model`: its own, or an ensemble's steps' (found through their
+/// model spans, never inside a compute: a model that calls others from its compute, as a
+/// python BLS model does, is one compute).
+fn computes_under<'a>(spans: &[&'a ServerSpan], model: &ServerSpan) -> Vec<&'a ServerSpan> {
+    let mut found = Vec::new();
+    let mut parents = vec![model.span_id.clone()];
+    while let Some(parent) = parents.pop() {
+        for child in children(spans, parent) {
+            if child.name == "compute" {
+                found.push(child);
+            } else {
+                parents.push(child.span_id.clone());
+            }
+        }
+    }
+    found
 }
 
 /// The spans of `spans` whose parent is `parent`.
@@ -279,40 +305,73 @@ fn midpoint(a: i64, b: i64) -> i64 {
     a + (b - a).div_euclid(2)
 }
 
-/// A request's boundaries in the client's clock (the server's moved by `offset_ns`), each no
-/// earlier than the one before and no later than the answer: no part is ever negative, and
-/// they add up to the time from the intended send to the answer.
-pub fn boundaries(client: &ClientSpan, times: &ServerTimes, offset_ns: i64) -> [i64; 11] {
-    let server = [
-        times.server_in,
-        times.queue_start,
-        times.compute_start,
-        times.compute_input_end,
-        times.compute_output_start,
-        times.compute_end,
-        times.server_out,
+/// A request's time in order, in the client's clock: from `start` (its intended send), each
+/// stretch's part and where it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boundaries {
+    pub start: i64,
+    pub ends: Vec<(Part, i64)>,
+}
+
+impl Boundaries {
+    /// From the intended send to the answer.
+    pub fn total(&self) -> i64 {
+        self.ends.last().map_or(self.start, |e| e.1) - self.start
+    }
+
+    /// Each stretch: its part, start and end.
+    fn stretches(&self) -> impl Iterator<Item = (Part, i64, i64)> + '_ {
+        let starts = std::iter::once(self.start).chain(self.ends.iter().map(|e| e.1));
+        self.ends
+            .iter()
+            .zip(starts)
+            .map(|(&(part, end), start)| (part, start, end))
+    }
+}
+
+/// A request's boundaries in the client's clock (the server's moved by `offset_ns`): intended,
+/// sent, server in, QUEUE_START, then each compute's COMPUTE_START, COMPUTE_INPUT_END,
+/// COMPUTE_OUTPUT_START and COMPUTE_END, server out, received, answered. Each is no earlier
+/// than the one before and no later than the answer: no part is ever negative, and they add up
+/// to the time from the intended send to the answer.
+pub fn boundaries(client: &ClientSpan, times: &ServerTimes, offset_ns: i64) -> Boundaries {
+    let server = |t: i64| t - offset_ns;
+    let mut raw = vec![
+        (Part::Client, client.sent_ns),
+        (Part::TransportIn, server(times.server_in)),
+        (Part::Handling, server(times.queue_start)),
     ];
+    for c in &times.computes {
+        raw.extend([
+            (Part::Queue, server(c.start)),
+            (Part::ComputeInput, server(c.input_end)),
+            (Part::ComputeInfer, server(c.output_start)),
+            (Part::ComputeOutput, server(c.end)),
+        ]);
+    }
+    raw.extend([
+        (Part::Handling, server(times.server_out)),
+        (Part::TransportOut, received(client)),
+    ]);
     let start = client.intended_ns;
     let end = client.answered_ns.max(start);
-    let mut raw = [0; 11];
-    raw[1] = client.sent_ns;
-    for (i, t) in server.iter().enumerate() {
-        raw[i + 2] = t - offset_ns;
-    }
-    raw[9] = received(client);
-    let mut b = [start; 11];
-    for i in 1..10 {
-        b[i] = raw[i].clamp(b[i - 1], end);
-    }
-    b[10] = end;
-    b
+    let mut at = start;
+    let mut ends: Vec<(Part, i64)> = raw
+        .into_iter()
+        .map(|(part, t)| {
+            at = t.clamp(at, end);
+            (part, at)
+        })
+        .collect();
+    ends.push((Part::Client, end));
+    Boundaries { start, ends }
 }
 
 /// Each part's time (ns) between `boundaries`.
-pub fn parts(boundaries: &[i64; 11]) -> Parts<i64> {
+pub fn parts(boundaries: &Boundaries) -> Parts<i64> {
     let mut parts = Parts::default();
-    for (i, part) in SEGMENTS.iter().enumerate() {
-        *parts.field_mut(*part) += boundaries[i + 1] - boundaries[i];
+    for (part, start, end) in boundaries.stretches() {
+        *parts.field_mut(part) += end - start;
     }
     parts
 }
@@ -553,7 +612,7 @@ fn tail_row(
                 for part in Part::ALL {
                     *sums.field_mut(part) += p.get(part);
                 }
-                total += b[b.len() - 1] - b[0];
+                total += b.total();
                 split += 1;
             }
             Err(Unjoined::NoSpans) => no_spans += 1,
@@ -595,14 +654,13 @@ fn waterfall(r: &Request, offsets: &BTreeMap<&str, i64>) -> Waterfall {
     match &r.server {
         Ok((server, times)) => {
             let b = boundaries(c, times, offsets[server]);
-            let segments = SEGMENTS
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| b[i + 1] > b[*i])
-                .map(|(i, part)| Segment {
-                    part: *part,
-                    start_us: us(b[i] - b[0]),
-                    length_us: us(b[i + 1] - b[i]),
+            let segments = b
+                .stretches()
+                .filter(|(_, start, end)| end > start)
+                .map(|(part, start, end)| Segment {
+                    part,
+                    start_us: us(start - b.start),
+                    length_us: us(end - start),
                 })
                 .collect();
             Waterfall {
@@ -874,7 +932,7 @@ mod tests {
             assert_eq!(times.server_in, client.sent_ns + 120 * US);
             assert_eq!(times.queue_start - times.server_in, 60 * US);
             assert_eq!(
-                times.compute_output_start - times.compute_input_end,
+                times.computes[0].output_start - times.computes[0].input_end,
                 20 * MS
             );
             assert_eq!(client.answered_ns - times.server_out, 150 * US);
@@ -1044,6 +1102,111 @@ mod tests {
     mod the_split {
         use super::*;
 
+        /// An ensemble of two steps (Triton 2.51's shape: the ensemble's span, each step's
+        /// model span under it, each step's `compute` under that), the second a model that
+        /// calls another from its compute (as a python BLS model does: that call's spans are
+        /// inside its compute, not a step of the ensemble).
+        #[test]
+        fn an_ensembles_steps_are_each_split_and_the_time_between_them_is_queue() {
+            let truth = sleeping_20ms();
+            let (client, mut spans) = request(1, T0, truth, "triton-0", 0, "http");
+            let model = spans.iter().find(|s| s.name == "slow").unwrap().clone();
+            let compute = spans.iter().position(|s| s.name == "compute").unwrap();
+            let (start, end) = (spans[compute].start_ns, spans[compute].end_ns);
+            let span = |id: &str, parent: &str, name: &str, events: &[(&str, i64)]| ServerSpan {
+                span_id: id.into(),
+                parent_span_id: parent.into(),
+                name: name.into(),
+                events: events
+                    .iter()
+                    .map(|&(name, at_ns)| SpanEvent {
+                        name: name.into(),
+                        at_ns,
+                    })
+                    .collect(),
+                ..model.clone()
+            };
+            let compute_events = |at: [i64; 4]| {
+                [
+                    ("COMPUTE_START", at[0]),
+                    ("COMPUTE_INPUT_END", at[1]),
+                    ("COMPUTE_OUTPUT_START", at[2]),
+                    ("COMPUTE_END", at[3]),
+                ]
+            };
+            let step_events = |at: i64| {
+                [
+                    ("REQUEST_START", at - 9 * US),
+                    ("QUEUE_START", at - 8 * US),
+                    ("REQUEST_END", at + 3 * MS),
+                ]
+            };
+            let first = [start, start + 10 * US, start + MS, start + MS + 5 * US];
+            let second = [start + 2 * MS, start + 2 * MS + 35 * US, end - 90 * US, end];
+            spans.remove(compute);
+            spans.extend([
+                span(
+                    "00000000000000a1",
+                    &model.span_id,
+                    "pre",
+                    &step_events(first[0]),
+                ),
+                span(
+                    "00000000000000c1",
+                    "00000000000000a1",
+                    "compute",
+                    &compute_events(first),
+                ),
+                span(
+                    "00000000000000a2",
+                    &model.span_id,
+                    "main",
+                    &step_events(second[0]),
+                ),
+                span(
+                    "00000000000000c2",
+                    "00000000000000a2",
+                    "compute",
+                    &compute_events(second),
+                ),
+                span(
+                    "00000000000000b1",
+                    "00000000000000c2",
+                    "inner",
+                    &step_events(second[1]),
+                ),
+                span(
+                    "00000000000000b2",
+                    "00000000000000b1",
+                    "compute",
+                    &compute_events(second),
+                ),
+            ]);
+            let refs: Vec<&ServerSpan> = spans.iter().collect();
+            let (_, times) = server_times(&client, &refs).unwrap();
+            assert_eq!(
+                times.computes.len(),
+                2,
+                "the BLS call inside a compute is not a step"
+            );
+            let p = parts(&boundaries(&client, &times, 0));
+            let expected = Parts {
+                queue: truth.queue + (second[0] - first[3]),
+                compute_input: (first[1] - first[0]) + (second[1] - second[0]),
+                compute_infer: (first[2] - first[1]) + (second[2] - second[1]),
+                compute_output: (first[3] - first[2]) + (second[3] - second[2]),
+                ..truth.parts()
+            };
+            assert_eq!(p, expected);
+            assert_eq!(sum(&p), client.answered_ns - client.intended_ns);
+            // Its waterfall has both steps' stretches, in time order.
+            let queues = boundaries(&client, &times, 0)
+                .stretches()
+                .filter(|(part, start, end)| *part == Part::Queue && end > start)
+                .count();
+            assert_eq!(queues, 2);
+        }
+
         #[test]
         fn parts_add_up_to_the_time_from_the_intended_send_to_the_answer() {
             let truth = sleeping_20ms();
@@ -1081,10 +1244,13 @@ mod tests {
             let (client, spans) = request(1, T0, sleeping_20ms(), "triton-0", 0, "http");
             let refs: Vec<&ServerSpan> = spans.iter().collect();
             let (_, mut times) = server_times(&client, &refs).unwrap();
-            times.compute_end = times.server_out + 50 * US;
+            times.computes[0].end = times.server_out + 50 * US;
             for offset in [-10 * MS, -200 * US, 0, 200 * US, 10 * MS] {
                 let b = boundaries(&client, &times, offset);
-                assert!(b.windows(2).all(|w| w[0] <= w[1]), "{offset}: {b:?}");
+                assert!(
+                    b.stretches().all(|(_, start, end)| start <= end),
+                    "{offset}: {b:?}"
+                );
                 let p = parts(&b);
                 assert!(Part::ALL.iter().all(|&x| p.get(x) >= 0), "{p:?}");
                 assert_eq!(sum(&p), client.answered_ns - client.intended_ns);
@@ -1428,7 +1594,22 @@ mod tests {
             assert_eq!(w.trace_id, format!("{:032x}", 0xabc0_0000_u64 + 7));
             assert_eq!((w.server.as_str(), w.ok), ("triton-0", true));
             let order: Vec<Part> = w.segments.iter().map(|s| s.part).collect();
-            assert_eq!(order, SEGMENTS);
+            use Part::*;
+            assert_eq!(
+                order,
+                [
+                    Client,
+                    TransportIn,
+                    Handling,
+                    Queue,
+                    ComputeInput,
+                    ComputeInfer,
+                    ComputeOutput,
+                    Handling,
+                    TransportOut,
+                    Client
+                ]
+            );
             // Each starts where the one before ends, the last ends at the answer.
             assert_eq!(w.segments[0].start_us, 0.0);
             for pair in w.segments.windows(2) {
