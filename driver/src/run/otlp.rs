@@ -6,7 +6,8 @@
 //!
 //! The exporter is never slowed or failed by the store: each body is answered at once, its
 //! spans ([`server_spans`]) go through a bounded queue to one writer task that records them in
-//! batches, each write bounded; a full queue or a failed write drops them, counted
+//! batches, each write bounded and followed by as long a rest (the run's own writes share the
+//! store); a full queue or a failed write drops them, counted
 //! ([`ReceiverCounts`]). Forwarding is the same: one task sends the received bodies (and the
 //! clients' spans, [`client_request`]) from a bounded queue, dropping and counting what fails.
 //! The clients' spans go as the workers record them (every [`CLIENT_SPANS_EVERY`]), not at the
