@@ -1594,22 +1594,10 @@ mod tests {
             assert_eq!(w.trace_id, format!("{:032x}", 0xabc0_0000_u64 + 7));
             assert_eq!((w.server.as_str(), w.ok), ("triton-0", true));
             let order: Vec<Part> = w.segments.iter().map(|s| s.part).collect();
-            use Part::*;
-            assert_eq!(
-                order,
-                [
-                    Client,
-                    TransportIn,
-                    Handling,
-                    Queue,
-                    ComputeInput,
-                    ComputeInfer,
-                    ComputeOutput,
-                    Handling,
-                    TransportOut,
-                    Client
-                ]
-            );
+            // A model's request: one compute, Triton's handling on both sides of it.
+            let mut expected = Part::ALL[..7].to_vec();
+            expected.extend([Part::Handling, Part::TransportOut, Part::Client]);
+            assert_eq!(order, expected);
             // Each starts where the one before ends, the last ends at the answer.
             assert_eq!(w.segments[0].start_us, 0.0);
             for pair in w.segments.windows(2) {
