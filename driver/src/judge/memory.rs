@@ -30,8 +30,8 @@ const SHORT_WINDOW_S: f64 = 60.0;
 const SHORT_RUN_PACE: f64 = 0.5;
 /// And over a short steady state the growth must be this many times [`FINDING_BYTES`]: the
 /// smoke matrix's python server grew 34, 41 and 34 MiB in the ~10 s after a 15 s run's
-/// warm-up in three CI runs (2026-12-04, -06, -07), the last rising in half its steps and
-/// easing at the end, while a leak a short run can tell from warm-up grows faster
+/// warm-up in three CI runs (2026-12-04, -06, -07), the last rising in half its steps, while
+/// a leak a short run can tell from warm-up grows faster
 /// (identity_leaky: ~150 MiB in the same 10 s). A slower leak is found by a longer run.
 const SHORT_WINDOW_EVIDENCE: f64 = 2.0;
 
