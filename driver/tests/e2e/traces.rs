@@ -8,7 +8,7 @@
 //! late shows its wait as the client's.
 
 use crate::support::{
-    alone, edit_matrix, ensure_worker, processes, read_json, run_matrix_for, smoke_matrix,
+    alone, edit_matrix, ensure_worker, processes, run_unless_the_server_crashed, smoke_matrix,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -16,25 +16,28 @@ use std::time::Duration;
 use stress_common::contract::RunId;
 use stress_common::store::Store;
 
-/// Keeps the worker of `member` in run `run_id` stopped 90 ms of every 100 until cancelled
-/// (dropped): a client starved of CPU, whatever the machine's cgroups.
+/// Keeps the worker of `member` in each run whose id starts with `run_id` stopped 90 ms of
+/// every 100 until cancelled (dropped): a client starved of CPU, whatever the machine's
+/// cgroups. A run done, it waits for the next (a run again after a server crash).
 async fn starve(run_id: &str, member: &str) {
     let is_it = |args: &[String]| {
         let after = |flag: &str| args.iter().skip_while(|a| *a != flag).nth(1);
-        after("--run-id").map(String::as_str) == Some(run_id)
+        after("--run-id").is_some_and(|id| id.starts_with(run_id))
             && after("--member-id").map(String::as_str) == Some(member)
     };
-    let pid = loop {
-        if let Some(p) = processes().into_iter().find(|p| is_it(&p.args)) {
-            break Pid::from_raw(p.pid as i32);
+    loop {
+        let pid = loop {
+            if let Some(p) = processes().into_iter().find(|p| is_it(&p.args)) {
+                break Pid::from_raw(p.pid as i32);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let _resumed = Resume(pid);
+        while kill(pid, Signal::SIGSTOP).is_ok() {
+            tokio::time::sleep(Duration::from_millis(90)).await;
+            let _ = kill(pid, Signal::SIGCONT);
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let _resumed = Resume(pid);
-    while kill(pid, Signal::SIGSTOP).is_ok() {
-        tokio::time::sleep(Duration::from_millis(90)).await;
-        let _ = kill(pid, Signal::SIGCONT);
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -88,10 +91,13 @@ async fn the_tail_of_a_queueing_model_is_queue_and_of_a_slow_model_compute() {
         }
     });
     let starving = tokio::spawn(starve("e2e-traces", "starved-clients-0"));
-    let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-traces", "20s").await;
+    // tritonserver 2.51 in OpenTelemetry mode once died of SIGSEGV mid-run here (CI,
+    // 2026-12-07; docs/limitations.md): such a run says nothing of the split, so it runs again.
+    let (driver, status, run_dir, report) =
+        run_unless_the_server_crashed(tmp.path(), &matrix, "e2e-traces", "20s").await;
     starving.abort();
     assert_eq!(status.code(), Some(0), "{}", driver.output());
-    let report = read_json(&run_dir.join("report.json"));
+    let run_id = RunId::new(run_dir.file_name().unwrap().to_str().unwrap());
     let traces = &report["traced_tail"];
     assert!(traces.is_object(), "no traces in the report: {report:#}");
     let tail = |model: &str| {
@@ -117,10 +123,7 @@ async fn the_tail_of_a_queueing_model_is_queue_and_of_a_slow_model_compute() {
     let store = Store::connect(&Store::sqlite_url(&run_dir.join("store.sqlite")))
         .await
         .unwrap();
-    let spans = store
-        .client_spans_after(&RunId::new("e2e-traces"), 0, 100_000)
-        .await
-        .unwrap();
+    let spans = store.client_spans_after(&run_id, 0, 100_000).await.unwrap();
     let starved: Vec<_> = spans
         .iter()
         .map(|(_, s)| s)
