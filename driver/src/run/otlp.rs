@@ -548,13 +548,6 @@ async fn write_spans(
         let limit = queue.limit(STORE_LIMIT);
         let started = Instant::now();
         let write = within(limit, store.record_server_spans(&run_id, &batch)).await;
-        // As long again before the next write: the spans take the store half the time at
-        // most, whatever the traced rate; what that cannot store waits in the queue, then is
-        // dropped and counted. Not once the run stops: then the queue is flushed.
-        tokio::select! {
-            _ = tokio::time::sleep(started.elapsed()) => {}
-            _ = queue.stop.cancelled() => {}
-        }
         let error = write.err().map(|e| e.to_string());
         let count = match error {
             None => &counts.spans_stored,
@@ -562,6 +555,13 @@ async fn write_spans(
         };
         add(count, batch.len());
         failing.saw("OTLP receiver: storing spans", error);
+        // As long again before the next write: the spans take the store half the time at
+        // most, whatever the traced rate; what that cannot store waits in the queue, then is
+        // dropped and counted. Not once the run stops: then the queue is flushed.
+        tokio::select! {
+            _ = tokio::time::sleep(started.elapsed()) => {}
+            _ = queue.stop.cancelled() => {}
+        }
     }
 }
 
