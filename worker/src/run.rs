@@ -731,6 +731,7 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
     let mut rng = StdRng::seed_from_u64(config.seed.wrapping_add(index as u64));
     let mut contexts = stream_contexts(&shared, index);
     let mut failures_in_a_row: u32 = 0;
+    let mut schedule = scenarios::StreamSchedule::for_stream(index, config.concurrency);
     while !stop.is_cancelled() {
         if failures_in_a_row > 0 {
             // Back off after failures: a dead server fails every test at once, and without a
@@ -764,10 +765,13 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             images: &shared.images,
             model: String::new(),
             wire: Default::default(),
+            schedule: std::mem::take(&mut schedule),
         };
         let started_ms = stress_common::now_ms();
         let outcome = run_until_stopped(&shared, &mut env, &stop).await;
         let wire = env.wire.take();
+        schedule = std::mem::take(&mut env.schedule);
+        schedule.test_ended(matches!(outcome, Some(Outcome::Passed)));
         let previous_use = hand_over_context(&mut env, started_ms, outcome.as_ref());
         match outcome {
             // Stopped mid-test and not finished within the drain timeout: not counted. A

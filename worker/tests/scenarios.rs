@@ -193,6 +193,7 @@ async fn assert_no_start_skips_open_sequences(label: &str, client: &Arc<dyn Trit
         images: &images,
         model: String::new(),
         wire: Default::default(),
+        schedule: Default::default(),
     };
     match worker::scenarios::run(&mut env).await {
         Outcome::Skipped(reason) => assert!(

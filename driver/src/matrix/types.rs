@@ -779,8 +779,9 @@ pub struct ClientTemplate {
     #[schemars(range(min = 1, max = stress_common::limits::MAX_CONCURRENCY))]
     pub concurrency: u32,
 
-    /// Shape of the `Load` scenario's traffic. Omitted: the worker's default. A concurrency
-    /// of 1 to 100000, or a rate of 0.001 to 10000000 requests per second.
+    /// Shape of the `Load` scenario's traffic, per stream (`concurrency`). Omitted: the
+    /// worker's default. A concurrency of 1 to 100000, or a rate of 0.001 to 10000000
+    /// requests per second.
     pub load: Option<LoadMode>,
 
     /// Models of the server's repository to drive with the `Infer` scenario, each built from

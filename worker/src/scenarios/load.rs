@@ -122,7 +122,7 @@ pub async fn drive(
     prepared: &[Prepared],
     check: &Check<'_>,
 ) -> Result<(), Failure> {
-    let load = env.settings.window_load();
+    let (load, span) = env.next_window();
     // Drawn from the stream's seeded RNG (only when tracing, so a run without it keeps its
     // seed's choices): each window and stream traces its own request numbers, and a run
     // repeated with its seed the same ones.
@@ -135,7 +135,7 @@ pub async fn drive(
         env,
         prepared,
         check,
-        end: Instant::now() + env.settings.load_window,
+        span,
         timeout: Some(env.settings.request_timeout),
         overload: load.overload,
         trace,
@@ -153,8 +153,8 @@ struct Window<'w, 'e> {
     env: &'w TestEnv<'e>,
     prepared: &'w [Prepared],
     check: &'w Check<'w>,
-    /// When the window ends: no request is sent after it.
-    end: Instant,
+    /// When the window's schedule starts and ends: no request is sent after its end.
+    span: super::WindowSpan,
     /// Every request's deadline.
     timeout: Option<Duration>,
     /// [`super::WindowLoad::overload`]: unanswered requests are counted, not failures.
@@ -191,7 +191,7 @@ impl Window<'_, '_> {
     async fn sender(&self, k: usize, n: usize) -> Result<(), Failure> {
         let (env, prepared) = (self.env, self.prepared);
         let mut i = k;
-        while Instant::now() < self.end && !env.cancel.is_cancelled() {
+        while Instant::now() < self.span.end && !env.cancel.is_cancelled() {
             let idx = i % prepared.len();
             let traced = self.traced(i as u64);
             i += n;
@@ -281,6 +281,7 @@ impl Window<'_, '_> {
         };
         let schedule = super::OpenLoop {
             times: Box::new(times),
+            start: self.span.start,
             until,
             send_now: Some(self.send_now()),
             answers: env.client.answer_reader(),
@@ -363,7 +364,7 @@ impl Window<'_, '_> {
             .filter(|_| self.overload);
         let (until, changed) = match spike {
             Some(live) => (None, Some((live, mode.rate_schedule()))),
-            None => (Some(self.end), None),
+            None => (Some(self.span.end), None),
         };
         let changed = move || {
             changed
@@ -384,7 +385,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use stress_common::scenario::Scenario;
 
-    /// A server that answers every request after 1 ms, recording by which way each request
+    /// A server that answers every request after 1 ms (or `slow`), recording by which way each request
     /// number (the prepared request's bytes) came: the pacer's `send_now`, the runtime's
     /// `infer_prepared`, or `infer_traced` with its traceparent.
     #[derive(Default)]
@@ -392,6 +393,7 @@ mod tests {
         pacer: Mutex<Vec<u64>>,
         runtime: Mutex<Vec<u64>>,
         traced: Mutex<Vec<(u64, String)>>,
+        slow: Option<Duration>,
     }
 
     fn number(prepared: &Prepared) -> u64 {
@@ -401,9 +403,12 @@ mod tests {
         }
     }
 
-    async fn answer() -> Result<InferResponse, ClientError> {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        Ok(InferResponse::default())
+    impl Recorder {
+        async fn answer(&self) -> Result<InferResponse, ClientError> {
+            let after = self.slow.unwrap_or(Duration::from_millis(1));
+            tokio::time::sleep(after).await;
+            Ok(InferResponse::default())
+        }
     }
 
     fn unused<T>() -> Result<T, ClientError> {
@@ -451,7 +456,7 @@ mod tests {
             _: Option<Duration>,
         ) -> Result<InferResponse, ClientError> {
             self.runtime.lock().unwrap().push(number(prepared));
-            answer().await
+            self.answer().await
         }
         async fn infer_traced(
             &self,
@@ -461,11 +466,15 @@ mod tests {
         ) -> Result<InferResponse, ClientError> {
             let traced = (number(prepared), traceparent.to_string());
             self.traced.lock().unwrap().push(traced);
-            answer().await
+            self.answer().await
         }
         fn send_now(&self, prepared: &Prepared, _: Option<Duration>) -> Option<SentCall> {
             self.pacer.lock().unwrap().push(number(prepared));
-            Some(Box::pin(answer()))
+            let after = self.slow.unwrap_or(Duration::from_millis(1));
+            Some(Box::pin(async move {
+                tokio::time::sleep(after).await;
+                Ok(InferResponse::default())
+            }))
         }
         async fn sequence_session(&self) -> Result<Box<dyn SequenceSession>, ClientError> {
             unused()
@@ -505,7 +514,16 @@ mod tests {
 
     /// What one window against the recorder left: the recorder and the window's stats.
     async fn one_window(settings: &super::super::Settings) -> (Arc<Recorder>, Stats) {
-        let recorder = Arc::new(Recorder::default());
+        windows(settings, 1, Recorder::default()).await
+    }
+
+    /// What `n` windows in a row on one stream against `recorder` left.
+    async fn windows(
+        settings: &super::super::Settings,
+        n: usize,
+        recorder: Recorder,
+    ) -> (Arc<Recorder>, Stats) {
+        let recorder = Arc::new(recorder);
         let client: Arc<dyn TritonClient> = recorder.clone();
         let stats = Stats::default();
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
@@ -523,12 +541,50 @@ mod tests {
             images: &images,
             wire: Default::default(),
             model: "add_sub".into(),
+            schedule: Default::default(),
         };
         let check = |_: usize, r: Result<InferResponse, ClientError>| {
             r.map(drop).map_err(|e| Failure::client("add_sub", "", &e))
         };
-        drive(&mut env, &numbered(), &check).await.expect("passes");
+        let prepared = numbered();
+        for _ in 0..n {
+            drive(&mut env, &prepared, &check).await.expect("passes");
+            env.schedule.test_ended(true);
+        }
         (recorder, stats)
+    }
+
+    /// Against a server slower than the window's rate, the wait for the last answers at a
+    /// window's end holds the next window's first sends back: they leave late, and are counted
+    /// so, instead of never being scheduled (coordinated omission at the windows' edges).
+    #[tokio::test]
+    async fn the_wait_at_a_windows_end_makes_the_next_windows_sends_late_not_fewer() {
+        let settings = super::super::Settings {
+            trace: None,
+            ..settings(LoadMode::Rate(200.0))
+        };
+        let slow = Recorder {
+            slow: Some(Duration::from_millis(150)),
+            ..Default::default()
+        };
+        let started = Instant::now();
+        let (recorder, stats) = windows(&settings, 2, slow).await;
+        let took = started.elapsed();
+        let sent = recorder.pacer.lock().unwrap().len();
+        // Two 200 ms windows at 200 a second: 80 sends, whatever the answers' pace.
+        assert!((78..=80).contains(&sent), "{sent} sent");
+        let counts = &stats.scenario_counts(&[Scenario::Load])[0];
+        let lateness =
+            stress_common::histogram::LatencyHistogram::decode(&counts.send_lateness_histogram)
+                .unwrap();
+        assert_eq!(lateness.count(), sent as u64);
+        // The second window's schedule went on from the first's end, not from its last
+        // answer 150 ms later: its first sends were due during that wait.
+        assert!(
+            lateness.max_us() >= 100_000 && lateness.max_us() <= took.as_micros() as u64,
+            "max lateness {} us in {took:?}",
+            lateness.max_us()
+        );
     }
 
     /// The pacer sends no traced request (its calls cannot carry a context): each one goes

@@ -11,6 +11,8 @@ pub mod perf_analyzer;
 pub use pacer::{Pacer, PacerCall, Tick};
 pub mod sequence;
 pub mod timeout;
+mod window;
+pub use window::{StreamSchedule, WindowSpan};
 
 use crate::client::{ClientError, InferRequest, InferResponse, TritonClient};
 use crate::stats::Stats;
@@ -313,8 +315,11 @@ impl Settings {
 
 /// An open loop's schedule, and how a request may leave from the pacer's thread.
 pub struct OpenLoop<P> {
-    /// Send times, as offsets from the loop's start.
+    /// Send times, as offsets from `start`.
     pub times: Box<dyn Iterator<Item = Duration> + Send>,
+    /// When the schedule starts: now, or in the past where it goes on from an earlier
+    /// window's ([`StreamSchedule`]; the sends already due leave at once, late).
+    pub start: Instant,
     /// No send at or after this.
     pub until: Option<Instant>,
     /// Sends request `i` at once, called on the [`Pacer`]'s thread at its intended time: such
@@ -360,7 +365,7 @@ where
     F: std::future::Future<Output = T>,
 {
     use futures::StreamExt;
-    let mut pacer = Pacer::start(schedule, Instant::now());
+    let mut pacer = Pacer::start(schedule);
     let mut in_flight = futures::stream::FuturesUnordered::new();
     let mut launch = |tick: Tick<P>| {
         let late = match &tick.sent {
@@ -399,12 +404,18 @@ where
             in_flight.push(launch(tick));
         }
     }
-    let drain_until = cancel
-        .is_cancelled()
-        .then(|| tokio::time::Instant::now() + CANCEL_DRAIN);
+    // The last answers, all of them; once the worker is told to stop (before or during this
+    // wait, which lasts as long as the server's latency), those not in within CANCEL_DRAIN.
+    let mut drain_until = None;
     loop {
+        if drain_until.is_none() && cancel.is_cancelled() {
+            drain_until = Some(tokio::time::Instant::now() + CANCEL_DRAIN);
+        }
         let done = match drain_until {
-            None => in_flight.next().await,
+            None => tokio::select! {
+                done = in_flight.next() => done,
+                _ = cancel.cancelled() => continue,
+            },
             Some(at) => match tokio::time::timeout_at(at, in_flight.next()).await {
                 Ok(done) => done,
                 Err(_) => {
@@ -466,9 +477,20 @@ pub struct TestEnv<'a> {
     /// The model this test exercises, for the per-model counts: set by [`run`] for the
     /// scenarios with one model, by the scenario itself where it picks one.
     pub model: String,
+    /// The stream's open-loop schedule, handed from test to test.
+    pub schedule: StreamSchedule,
 }
 
 impl<'a> TestEnv<'a> {
+    /// The load of the window starting now, and when its schedule runs ([`StreamSchedule`]).
+    pub fn next_window(&mut self) -> (WindowLoad, WindowSpan) {
+        let load = self.settings.window_load();
+        let span = self
+            .schedule
+            .window(&load, self.settings.load_window, Instant::now());
+        (load, span)
+    }
+
     /// Sends one request, counting it and its latency.
     pub async fn infer(&self, request: &InferRequest) -> Result<InferResponse, ClientError> {
         let sent = self.sending();
@@ -683,6 +705,7 @@ pub async fn run_single_until(
         images: &images,
         model: String::new(),
         wire: WireLog::default(),
+        schedule: StreamSchedule::default(),
     };
     let outcome = run(&mut env).await;
     (outcome, stats)
@@ -726,6 +749,7 @@ mod tests {
         });
         let schedule = OpenLoop {
             times: offsets(gaps),
+            start: Instant::now(),
             until: None,
             send_now,
             answers: None,
@@ -806,45 +830,56 @@ mod tests {
         assert_eq!(finished, on_wire, "every request on the wire is finished");
     }
 
+    /// Every request goes into a black hole. Cancelled after 5 sends, mid-schedule, or after
+    /// a schedule of 5 sends ended (the window waiting for its last answers), the loop ends
+    /// within [`CANCEL_DRAIN`] and tallies what it sent as abandoned.
     #[tokio::test]
     async fn a_cancelled_open_loop_abandons_what_gets_no_answer_instead_of_waiting() {
-        let cancel = CancellationToken::new();
-        let sent = std::sync::atomic::AtomicUsize::new(0);
-        let abandoned = std::sync::atomic::AtomicUsize::new(0);
-        let stop = cancel.clone();
-        // Every request goes into a black hole; the loop is cancelled after 5 sends.
-        let schedule = OpenLoop::<std::future::Pending<()>> {
-            times: Box::new(std::iter::successors(Some(Duration::ZERO), |t| {
-                Some(*t + Duration::from_millis(1))
-            })),
-            until: None,
-            send_now: None,
-            answers: None,
-        };
-        let run = open_loop(
-            schedule,
-            || false,
-            &cancel,
-            |t| {
-                if t == Tally::Abandoned {
-                    abandoned.fetch_add(1, Ordering::Relaxed);
-                }
-            },
-            |_, _, _| {
-                if sent.fetch_add(1, Ordering::Relaxed) == 4 {
-                    stop.cancel();
-                }
-                std::future::pending::<()>()
-            },
-            |()| Ok(()),
-        );
-        let result = tokio::time::timeout(CANCEL_DRAIN * 5, run)
-            .await
-            .expect("the loop waited for requests that never end");
-        assert!(result.is_ok());
-        let sent = sent.load(Ordering::Relaxed);
-        assert!(sent >= 5, "{sent}");
-        assert_eq!(abandoned.load(Ordering::Relaxed), sent);
+        for ends in [false, true] {
+            let until = ends.then(|| Instant::now() + Duration::from_millis(5));
+            let cancel = CancellationToken::new();
+            let sent = std::sync::atomic::AtomicUsize::new(0);
+            let abandoned = std::sync::atomic::AtomicUsize::new(0);
+            let stop = cancel.clone();
+            let schedule = OpenLoop::<std::future::Pending<()>> {
+                times: Box::new(std::iter::successors(Some(Duration::ZERO), |t| {
+                    Some(*t + Duration::from_millis(1))
+                })),
+                start: Instant::now(),
+                until,
+                send_now: None,
+                answers: None,
+            };
+            let cancel_later = async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                stop.cancel();
+            };
+            let run = open_loop(
+                schedule,
+                || false,
+                &cancel,
+                |t| {
+                    if t == Tally::Abandoned {
+                        abandoned.fetch_add(1, Ordering::Relaxed);
+                    }
+                },
+                |_, _, _| {
+                    if sent.fetch_add(1, Ordering::Relaxed) == 4 && until.is_none() {
+                        stop.cancel();
+                    }
+                    std::future::pending::<()>()
+                },
+                |()| Ok(()),
+            );
+            let (result, ()) =
+                tokio::time::timeout(CANCEL_DRAIN * 5, async { tokio::join!(run, cancel_later) })
+                    .await
+                    .unwrap_or_else(|_| panic!("{until:?}: waited for requests that never end"));
+            assert!(result.is_ok());
+            let sent = sent.load(Ordering::Relaxed);
+            assert!(sent >= 5, "{sent}");
+            assert_eq!(abandoned.load(Ordering::Relaxed), sent, "{until:?}");
+        }
     }
 
     #[tokio::test]

@@ -177,8 +177,8 @@ where
     P: Future + Unpin + Send + 'static,
     P::Output: Send + 'static,
 {
-    /// Starts pacing `schedule` from `start`.
-    pub fn start(schedule: super::OpenLoop<P>, start: Instant) -> Self {
+    /// Starts pacing `schedule`.
+    pub fn start(schedule: super::OpenLoop<P>) -> Self {
         let queue = Arc::new(TickQueue {
             ticks: Mutex::new(Waiting {
                 ticks: VecDeque::new(),
@@ -190,6 +190,7 @@ where
         });
         let super::OpenLoop {
             times,
+            start,
             until,
             mut send_now,
             answers,
@@ -862,6 +863,7 @@ mod tests {
             .chain(std::iter::once(Duration::from_secs(3600)));
         super::super::OpenLoop {
             times: Box::new(times),
+            start: Instant::now(),
             until: None,
             send_now,
             answers: None,
@@ -883,7 +885,11 @@ mod tests {
         P: Future + Unpin + Send + 'static,
         P::Output: Send + 'static,
     {
-        let pacer = Pacer::start(schedule, Instant::now() + Duration::from_millis(500));
+        let schedule = super::super::OpenLoop {
+            start: Instant::now() + Duration::from_millis(500),
+            ..schedule
+        };
+        let pacer = Pacer::start(schedule);
         let task = Arc::new(Wakes::default());
         assert!(
             poll_next(&pacer, &task).is_pending(),
@@ -979,7 +985,7 @@ mod tests {
     fn a_full_queue_stops_the_pacer_until_the_loop_takes_ticks() {
         let send_now: super::super::SendNow<std::future::Pending<u64>> =
             Box::new(|_| Some(std::future::pending()));
-        let pacer = Pacer::start(schedule(PACER_QUEUE + 10, Some(send_now)), Instant::now());
+        let pacer = Pacer::start(schedule(PACER_QUEUE + 10, Some(send_now)));
         wait_for_ticks(&pacer, PACER_QUEUE);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(pacer.queue.lock().ticks.len(), PACER_QUEUE);

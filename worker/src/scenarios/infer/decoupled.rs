@@ -297,20 +297,22 @@ fn finish(
 /// One load window of a decoupled model's requests, cycled in order, at the worker's load mode.
 /// The first failure ends the window.
 pub async fn drive(
-    env: &TestEnv<'_>,
+    env: &mut TestEnv<'_>,
     planned: &PlannedModel,
     checks: &StreamChecks,
     tolerance: f64,
 ) -> Result<(), Failure> {
+    let (load, span) = env.next_window();
+    let env = &*env;
     let window = Window {
         env,
         planned,
         checks,
         tolerance,
-        end: Instant::now() + env.settings.load_window,
+        span,
         silence: env.settings.request_timeout,
     };
-    match env.settings.window_load().mode {
+    match load.mode {
         LoadMode::Concurrency(n) => window.closed_loop(n as usize).await,
         // One stream per request, sent at its intended time; latencies count from that time.
         mode @ (LoadMode::Rate(_) | LoadMode::Poisson(_) | LoadMode::Intervals(_)) => {
@@ -325,8 +327,8 @@ struct Window<'w, 'e> {
     planned: &'w PlannedModel,
     checks: &'w StreamChecks,
     tolerance: f64,
-    /// When the window ends: no request is sent after it.
-    end: Instant,
+    /// When the window's schedule starts and ends: no request is sent after its end.
+    span: crate::scenarios::WindowSpan,
     /// How long a stream may stay silent before its final response.
     silence: Duration,
 }
@@ -376,7 +378,7 @@ impl Window<'_, '_> {
         let mut session: Option<Box<dyn DecoupledSession>> = None;
         let mut i = k;
         let mut result = Ok(());
-        while result.is_ok() && Instant::now() < self.end && !env.cancel.is_cancelled() {
+        while result.is_ok() && Instant::now() < self.span.end && !env.cancel.is_cancelled() {
             let idx = i % requests.len();
             i += n;
             let call = env.call();
@@ -453,7 +455,8 @@ impl Window<'_, '_> {
         // A stream opens from the runtime: nothing leaves from the pacer's thread.
         let schedule = OpenLoop {
             times: Box::new(times),
-            until: Some(self.end),
+            start: self.span.start,
+            until: Some(self.span.end),
             send_now: None,
             answers: None,
         };

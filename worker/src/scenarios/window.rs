@@ -1,0 +1,212 @@
+//! When a stream's load windows send. An open loop waits for its last answers at its window's
+//! end; if the next window's schedule started from then, the sends that wait held back would
+//! never be scheduled, and a server past its capacity would be offered about its answer rate
+//! instead of the load asked for, with nothing in the report to say so (coordinated omission at
+//! the windows' edges). So a stream's consecutive open-loop windows at one load are one
+//! schedule: each goes on from where the last one's schedule stopped, and the sends the wait
+//! held back leave at once, late, with that lateness counted and their latencies counted from
+//! their intended times.
+//!
+//! A worker's streams each run their own schedule; at a constant rate, schedules started
+//! together would send together, in bursts of as many requests as there are streams. Each
+//! stream's fresh schedule is offset by its share of one gap, so that together they send at
+//! even gaps, as one schedule at the sum of their rates would.
+
+use super::{LoadMode, WindowLoad};
+use std::time::{Duration, Instant};
+
+/// When a load window's schedule starts, and when it ends (no request is sent at or after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSpan {
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// One stream's open-loop schedule between its tests (see the module's comment).
+#[derive(Debug, Default)]
+pub struct StreamSchedule {
+    /// This stream's offset into a constant-rate gap: its index over the worker's streams.
+    phase: f64,
+    /// Where the stream's previous test, an open-loop window that passed, stopped its
+    /// schedule, and at which load.
+    resume: Option<(LoadMode, Instant)>,
+    /// The same, set by this test's window.
+    next: Option<(LoadMode, Instant)>,
+}
+
+impl StreamSchedule {
+    /// The schedule of stream `index` of `streams`.
+    pub fn for_stream(index: usize, streams: usize) -> Self {
+        Self {
+            phase: index as f64 / streams.max(1) as f64,
+            ..Self::default()
+        }
+    }
+
+    /// The span of a window of `length` at `mode` that begins `now`: from where the previous
+    /// window's schedule stopped (earlier than now when its last answers came after it, later
+    /// when they came before) if the stream's previous test was an open-loop window at the
+    /// same load that passed, else from `now`. A closed loop always starts now: its senders
+    /// wait for answers by design. Nor is a capacity spike's window (`overload`) continued:
+    /// its open loop runs on until the driver changes the rate, not for its span.
+    pub fn window(&mut self, load: &WindowLoad, length: Duration, now: Instant) -> WindowSpan {
+        let mode = &load.mode;
+        let open = !mode.is_closed_loop() && !load.overload;
+        let start = match self.resume.take() {
+            Some((previous, stopped)) if open && previous == *mode => stopped,
+            _ => now + self.offset(mode),
+        };
+        let span = WindowSpan {
+            start,
+            end: start + length,
+        };
+        self.next = open.then(|| (mode.clone(), span.end));
+        span
+    }
+
+    /// Where a fresh schedule at `mode` starts after now: the stream's share of a gap at a
+    /// constant rate; none where the gaps are random or a file's (they do not line up).
+    fn offset(&self, mode: &LoadMode) -> Duration {
+        match mode {
+            LoadMode::Rate(rate) => Duration::from_secs_f64(self.phase / rate),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Called by the stream after each test: the next window goes on from this test's only
+    /// when this test was an open-loop window that `passed`. After a failure, the stream's
+    /// pause before its next test is not the schedule's.
+    pub fn test_ended(&mut self, passed: bool) {
+        self.resume = self.next.take().filter(|_| passed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn load(mode: &LoadMode) -> WindowLoad {
+        WindowLoad {
+            mode: mode.clone(),
+            overload: false,
+        }
+    }
+
+    /// A window at `mode` beginning `at` seconds after `t0`.
+    fn window(s: &mut StreamSchedule, mode: &LoadMode, t0: Instant, at: f64) -> WindowSpan {
+        s.window(&load(mode), SECOND, t0 + Duration::from_secs_f64(at))
+    }
+
+    #[test]
+    fn consecutive_open_loop_windows_at_one_load_are_one_schedule() {
+        let t0 = Instant::now();
+        for mode in [LoadMode::Rate(100.0), LoadMode::Poisson(50.0)] {
+            let mut s = StreamSchedule::default();
+            let first = window(&mut s, &mode, t0, 0.0);
+            assert_eq!(
+                first,
+                WindowSpan {
+                    start: t0,
+                    end: t0 + SECOND
+                }
+            );
+            s.test_ended(true);
+            // Its last answers came 2.5 s after its end: the next window goes on from its end,
+            // already past its own, so all it sends leaves at once, late.
+            let second = window(&mut s, &mode, t0, 3.5);
+            assert_eq!(second.start, first.end, "{mode:?}");
+            assert_eq!(second.end, first.end + SECOND, "{mode:?}");
+            s.test_ended(true);
+            let third = window(&mut s, &mode, t0, 3.6);
+            assert_eq!(third.start, second.end, "{mode:?}");
+        }
+    }
+
+    /// What happens on a stream between two windows.
+    type Between<'a> = dyn Fn(&mut StreamSchedule) + 'a;
+
+    #[test]
+    fn a_window_starts_now_after_anything_but_a_passed_window_at_the_same_open_load() {
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_secs(5);
+        let rate = LoadMode::Rate(100.0);
+        let cases: [(&str, &Between<'_>); 5] = [
+            ("a failed window", &|s| s.test_ended(false)),
+            ("another test between", &|s| {
+                s.test_ended(true);
+                s.test_ended(true);
+            }),
+            ("another rate", &|s| {
+                s.test_ended(true);
+                window(s, &LoadMode::Rate(50.0), t0, 2.0);
+                s.test_ended(true);
+            }),
+            ("a closed loop between", &|s| {
+                s.test_ended(true);
+                window(s, &LoadMode::Concurrency(4), t0, 2.0);
+                s.test_ended(true);
+            }),
+            ("the same load again (the faulty twin's control)", &|s| {
+                s.test_ended(true)
+            }),
+        ];
+        for (case, between) in cases {
+            let mut s = StreamSchedule::default();
+            window(&mut s, &rate, t0, 0.0);
+            between(&mut s);
+            let next = s.window(&load(&rate), SECOND, now);
+            let continued = case.starts_with("the same load");
+            assert_eq!(next.start == t0 + SECOND, continued, "{case}");
+            assert_eq!(next.start == now, !continued, "{case}");
+        }
+        // A closed loop never goes on from an earlier window.
+        let mut s = StreamSchedule::default();
+        let closed = LoadMode::Concurrency(2);
+        window(&mut s, &closed, t0, 0.0);
+        s.test_ended(true);
+        assert_eq!(s.window(&load(&closed), SECOND, now).start, now);
+        // Nor does a spike's.
+        let spike = WindowLoad {
+            mode: rate.clone(),
+            overload: true,
+        };
+        s.window(&spike, SECOND, t0);
+        s.test_ended(true);
+        assert_eq!(s.window(&spike, SECOND, now).start, now);
+    }
+
+    /// Streams that start together at a constant rate send at even gaps between them, not
+    /// together; at random gaps they start at once.
+    #[test]
+    fn streams_at_a_constant_rate_start_a_share_of_a_gap_apart() {
+        let now = Instant::now();
+        let starts = |mode: LoadMode| -> Vec<Duration> {
+            (0..4)
+                .map(|i| StreamSchedule::for_stream(i, 4).window(&load(&mode), SECOND, now))
+                .map(|span| span.start - now)
+                .collect()
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(
+            starts(LoadMode::Rate(10.0)),
+            [ms(0), ms(25), ms(50), ms(75)]
+        );
+        assert_eq!(starts(LoadMode::Poisson(10.0)), [ms(0); 4]);
+        assert_eq!(starts(LoadMode::Concurrency(3)), [ms(0); 4]);
+    }
+
+    /// A window whose last send came before its end (the next was due at or after it) and
+    /// whose answers came soon is followed at its span's end, not at once: the gap between
+    /// the windows' sends stays the schedule's (starting now would offer more than asked).
+    #[test]
+    fn a_window_that_ended_early_is_followed_at_its_spans_end() {
+        let t0 = Instant::now();
+        let mut s = StreamSchedule::default();
+        let rate = LoadMode::Rate(10.0);
+        window(&mut s, &rate, t0, 0.0);
+        s.test_ended(true);
+        assert_eq!(window(&mut s, &rate, t0, 0.95).start, t0 + SECOND);
+    }
+}
