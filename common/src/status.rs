@@ -258,6 +258,51 @@ pub struct LoadTarget {
 /// The member id of the driver's own events.
 pub const DRIVER_MEMBER: &str = "driver";
 
+/// Why the driver failed a run itself. Its FAILURE event (member [`DRIVER_MEMBER`]) records
+/// [`DriverFailure::details`], whose opening words the judge reads back ([`DriverFailure::of`]):
+/// the kind is written and read in this one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverFailure {
+    /// Its lease ran out without a verdict: it died (written by whoever found the run
+    /// abandoned, see `Store::abandon_expired`).
+    Died,
+    /// Its pre-flight check refused to start the load: the matrix asks for what its servers do
+    /// not serve.
+    Refused,
+    /// It was interrupted (SIGTERM/SIGINT).
+    Interrupted,
+    /// Its launcher could not set the run up; also any text that opens with no kind's words
+    /// (written before kinds were).
+    SetUp,
+}
+
+impl DriverFailure {
+    const ALL: [Self; 4] = [Self::Died, Self::Refused, Self::Interrupted, Self::SetUp];
+
+    /// The opening words of the kind's details (Died's are those the store always wrote).
+    fn opening(self) -> &'static str {
+        match self {
+            Self::Died => "ABANDONED: ",
+            Self::Refused => "pre-flight refused the load: ",
+            Self::Interrupted => "interrupted: ",
+            Self::SetUp => "could not set the run up: ",
+        }
+    }
+
+    /// The event's details: the kind's opening words, then `words`.
+    pub fn details(self, words: &str) -> String {
+        format!("{}{words}", self.opening())
+    }
+
+    /// The kind that `details` records.
+    pub fn of(details: &str) -> Self {
+        Self::ALL
+            .into_iter()
+            .find(|kind| details.starts_with(kind.opening()))
+            .unwrap_or(Self::SetUp)
+    }
+}
+
 /// Why the driver stops a run. Recorded before it stops the workers, as its RUNNING event
 /// (member [`DRIVER_MEMBER`]) with [`Stopping::details`]: the report dates the stop from it, and
 /// a worker told to stop reads it to choose whether its tests in flight may finish.
@@ -654,6 +699,29 @@ mod tests {
         old.as_object_mut().unwrap().remove("error_kind");
         let back: FailureRecord = serde_json::from_value(old).unwrap();
         assert_eq!(back.error_kind, None);
+    }
+
+    #[test]
+    fn a_drivers_failure_kind_round_trips_through_its_details() {
+        use DriverFailure::*;
+        for kind in [Died, Refused, Interrupted, SetUp] {
+            // Words that open like another kind's do not change the kind.
+            for words in [
+                "",
+                "x",
+                "interrupted: ABANDONED: pre-flight refused the load: ",
+            ] {
+                assert_eq!(DriverFailure::of(&kind.details(words)), kind, "{words:?}");
+            }
+        }
+        // What the store has written for an abandoned run since leases existed.
+        let abandoned = "ABANDONED: the driver's lease ran out without a verdict";
+        assert_eq!(DriverFailure::of(abandoned), Died);
+        // A text from before kinds: the launcher's.
+        assert_eq!(
+            DriverFailure::of("driver interrupted (SIGTERM/SIGINT)"),
+            SetUp
+        );
     }
 
     #[test]

@@ -134,11 +134,11 @@ impl Store {
                 &RunId::new(run.run_id.clone()),
                 &MemberName::new("driver"),
                 EventKind::Failure,
-                &format!(
-                    "{ABANDONED}: the driver's lease ran out without a verdict (it was killed or \
-                     lost its node); `driver cleanup --run {}` removes what it left",
+                &crate::status::DriverFailure::Died.details(&format!(
+                    "the driver's lease ran out without a verdict (it was killed or lost its \
+                     node); `driver cleanup --run {}` removes what it left",
                     run.run_id
-                ),
+                )),
             )
             .await?;
             run.verdict = Some(ABANDONED.into());

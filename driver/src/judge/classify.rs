@@ -20,7 +20,7 @@
 //!    `client`'s; a test that could not run is the `harness`'s.
 
 use stress_common::signature::{ErrorKind, FailureClass};
-use stress_common::status::{FailureRecord, WireStep};
+use stress_common::status::{DRIVER_MEMBER, DriverFailure, FailureRecord, WireStep};
 
 /// Triton's default `max_sequence_idle_microseconds` (1 s), when the model's is not known.
 const DEFAULT_SEQUENCE_IDLE_US: u64 = 1_000_000;
@@ -72,8 +72,8 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
             "the platform ended it (its memory limit, an eviction or a lost node), not its own fault",
         ));
     }
-    if member_id == stress_common::status::DRIVER_MEMBER || role == "DRIVER" {
-        return Some(driver_failure(&reason.to_ascii_lowercase()));
+    if member_id == DRIVER_MEMBER {
+        return Some(driver_failure(DriverFailure::of(reason)));
     }
     let r = reason.to_ascii_lowercase();
     if let Some(why) = (role == "CLIENT").then(|| setup_refusal(&r)).flatten() {
@@ -131,32 +131,27 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
     Some(evidence(class, why))
 }
 
-/// The driver's own failure, from its words (`reason`, lower case): it died (the run's
-/// abandonment says so), its pre-flight check refused the load (plan/preflight.rs), it was
-/// interrupted, or its launcher could not set the run up.
-fn driver_failure(reason: &str) -> Evidence {
-    let (class, why) = if reason.contains("stopped renewing its lease") {
-        (
+/// The driver's own failure, by the kind its event recorded.
+fn driver_failure(kind: DriverFailure) -> Evidence {
+    let (class, why) = match kind {
+        DriverFailure::Died => (
             FailureClass::Harness,
             "the run's driver died: it stopped renewing its lease, and what it launched went with it",
-        )
-    } else if reason.contains("client group ") && reason.contains(" needs model ") {
-        (
+        ),
+        DriverFailure::Refused => (
             FailureClass::Setup,
-            "the driver's pre-flight check refused to start the load: a client group needs a \
-             model its servers do not serve ready (nothing was tested)",
-        )
-    } else if reason.contains("interrupted") {
-        (
+            "the driver's pre-flight check refused to start the load: the matrix asks for what \
+             its servers do not serve ready (nothing was tested)",
+        ),
+        DriverFailure::Interrupted => (
             FailureClass::Harness,
             "the driver was interrupted (SIGTERM/SIGINT): the run was stopped from outside, by \
              an operator or the platform",
-        )
-    } else {
-        (
+        ),
+        DriverFailure::SetUp => (
             FailureClass::Harness,
             "the driver could not set the run up (its launcher's words above)",
-        )
+        ),
     };
     evidence(class, why)
 }
@@ -476,14 +471,14 @@ mod tests {
             (
                 "driver",
                 "DRIVER",
-                "final: driver gone (it stopped renewing its lease at about this time)",
+                "ABANDONED: driver gone (it stopped renewing its lease at about this time)",
                 Harness,
             ),
             (
                 "driver",
                 "DRIVER",
-                "client group g needs model add_sub@2, but server triton-0 does not have that \
-                 version in its repository",
+                "pre-flight refused the load: client group g needs model add_sub@2, but server \
+                 triton-0 does not have that version in its repository",
                 Setup,
             ),
         ] {
@@ -535,26 +530,34 @@ mod tests {
             assert_eq!(e.class, Setup, "{reason}");
             assert!(e.why.contains(words), "{reason}: {}", e.why);
         }
-        // The driver's words: it died only where its lease says so.
-        let driver = |reason: &str| member_failure("driver", "DRIVER", reason).unwrap();
-        assert!(
-            driver("final: x (it stopped renewing its lease at about this time)")
-                .why
-                .contains("died")
-        );
-        assert!(
-            driver("client group g needs model m, but server s-0 has it UNAVAILABLE (bad)")
-                .why
-                .contains("pre-flight")
-        );
-        let interrupted = driver("driver interrupted (SIGTERM/SIGINT)");
+        // The driver's failures, by the kind its event recorded: it died only where its
+        // lease ran out.
+        let driver = |kind: DriverFailure, words: &str| {
+            member_failure(DRIVER_MEMBER, "DRIVER", &kind.details(words)).unwrap()
+        };
+        let died = driver(DriverFailure::Died, "the driver's lease ran out");
+        assert!(died.why.contains("died"), "{}", died.why);
+        let refused = driver(DriverFailure::Refused, "client group g needs model m");
+        assert_eq!(refused.class, Setup);
+        assert!(refused.why.contains("pre-flight"), "{}", refused.why);
+        let interrupted = driver(DriverFailure::Interrupted, "SIGTERM/SIGINT");
         assert!(
             interrupted.why.contains("from outside"),
             "{}",
             interrupted.why
         );
-        let setup = driver("applying the owner ConfigMap: forbidden");
-        assert!(!setup.why.contains("died"), "{}", setup.why);
+        for words in [
+            "applying the owner ConfigMap: forbidden",
+            "lease stopped renewing",
+        ] {
+            let setup = driver(DriverFailure::SetUp, words);
+            assert_eq!(setup.class, Harness);
+            assert!(
+                setup.why.contains("could not set the run up"),
+                "{}",
+                setup.why
+            );
+        }
         let server = member_failure("triton-0", "SERVER", "bad input: x").unwrap();
         assert_eq!(
             server.class, Server,

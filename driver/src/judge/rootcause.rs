@@ -211,7 +211,7 @@ fn abandoned(
     Analysis {
         root_cause: Some(RootCause {
             member_id: driver.member_id.clone(),
-            role: "DRIVER".into(),
+            role: driver.role.clone(),
             at_ms: died_at_ms,
             reason: format!(
                 "{} (it stopped renewing its lease at about this time)",
@@ -318,7 +318,7 @@ mod tests {
         let failed = [
             member("clients-0", "CLIENT", died + 2_000, &["s0:1"]),
             member("early", "CLIENT", died - 60_000, &["s1:1"]),
-            member("driver", "?", lease_until + 500_000, &[]),
+            member("driver", "DRIVER", lease_until + 500_000, &[]),
         ];
         let failures = [
             record("clients-0", died + 2_000, "s0:1"),

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use stress_common::contract::MemberName;
 use stress_common::http;
-use stress_common::status::{EventKind, Stopping};
+use stress_common::status::{DriverFailure, EventKind, Stopping};
 use stress_common::store::{Member, Store, within as bounded};
 use tokio_util::sync::CancellationToken;
 
@@ -85,7 +85,15 @@ impl Driver<'_> {
             LaunchError::Member { member, reason } | LaunchError::Blocked { member, reason } => {
                 (member, reason)
             }
-            LaunchError::Setup(reason) => (DRIVER_MEMBER.to_string(), reason),
+            LaunchError::Setup(reason) => {
+                let details = DriverFailure::SetUp.details(&reason);
+                self.record(DRIVER_MEMBER, EventKind::Failure, &details)
+                    .await;
+                return Verdict::Fail {
+                    member: DRIVER_MEMBER.to_string(),
+                    reason,
+                };
+            }
         };
         self.record(&member, EventKind::Failure, &reason).await;
         Verdict::Fail { member, reason }
@@ -265,7 +273,8 @@ impl Driver<'_> {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ");
-        self.record(DRIVER_MEMBER, EventKind::Failure, &reason)
+        let details = DriverFailure::Refused.details(&reason);
+        self.record(DRIVER_MEMBER, EventKind::Failure, &details)
             .await;
         Err(Verdict::BadInput(reason))
     }

@@ -180,8 +180,8 @@ const SCRAPE_BUDGET: Duration = Duration::from_secs(30);
 /// How long a ready server may take to list its models.
 const INDEX_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The member id under which the driver records run-level events (e.g. an interruption).
 pub use crate::launcher::uninjectable;
+/// The member id under which the driver records run-level events (e.g. an interruption).
 pub use stress_common::status::DRIVER_MEMBER;
 
 /// Failures blamed on the harness itself (the driver, the status store): no launcher member to

@@ -16,7 +16,7 @@ use crate::judge::verdicts::FailedTest;
 use crate::launcher::MemberExit;
 use crate::launcher::external;
 use std::time::Instant;
-use stress_common::status::{EventKind, Stopping};
+use stress_common::status::{DriverFailure, EventKind, Stopping};
 use stress_common::store::{EventNotices, within as bounded};
 use tokio::time::{Interval, MissedTickBehavior};
 
@@ -117,7 +117,9 @@ impl Driver<'_> {
     /// workers drop their tests in flight when the caller stops them).
     async fn interrupted(&mut self) -> Verdict {
         let why = "driver interrupted (SIGTERM/SIGINT)";
-        self.record(DRIVER_MEMBER, EventKind::Failure, why).await;
+        let details = DriverFailure::Interrupted.details("SIGTERM/SIGINT");
+        self.record(DRIVER_MEMBER, EventKind::Failure, &details)
+            .await;
         self.record_stopping(Stopping::Failed {
             member: DRIVER_MEMBER.into(),
         })
