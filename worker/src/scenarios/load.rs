@@ -130,7 +130,6 @@ pub async fn drive(
         tracing,
         key: env.rng.random(),
     });
-    let env = &*env;
     let window = Window {
         env,
         prepared,
@@ -140,12 +139,14 @@ pub async fn drive(
         overload: load.overload,
         trace,
     };
-    match load.mode {
-        LoadMode::Concurrency(n) => window.closed_loop(n as usize).await,
+    let stopped_at = match load.mode {
+        LoadMode::Concurrency(n) => window.closed_loop(n as usize).await.map(|()| None),
         LoadMode::Rate(_) | LoadMode::Poisson(_) | LoadMode::Intervals(_) => {
             window.open_loop(&load.mode).await
         }
-    }
+    }?;
+    env.schedule.stopped(stopped_at);
+    Ok(())
 }
 
 /// What the senders of one load window ([`drive`]) share.
@@ -223,7 +224,7 @@ impl Window<'_, '_> {
     }
 
     /// Open loop: each request sent at its intended time, its latency counted from then.
-    async fn open_loop(&self, mode: &LoadMode) -> Result<(), Failure> {
+    async fn open_loop(&self, mode: &LoadMode) -> Result<Option<Instant>, Failure> {
         let (env, prepared, timeout) = (self.env, self.prepared, self.timeout);
         let times = env
             .settings
@@ -283,6 +284,7 @@ impl Window<'_, '_> {
             times: Box::new(times),
             start: self.span.start,
             until,
+            until_idle: until.map(|_| self.span.end_at_the_latest),
             send_now: Some(self.send_now()),
             answers: env.client.answer_reader(),
         };
@@ -554,35 +556,71 @@ mod tests {
         (recorder, stats)
     }
 
-    /// Against a server slower than the window's rate, the wait for the last answers at a
-    /// window's end holds the next window's first sends back: they leave late, and are counted
-    /// so, instead of never being scheduled (coordinated omission at the windows' edges).
+    /// Lateness of every send `windows` made, and how many there were.
+    fn lateness(stats: &Stats) -> stress_common::histogram::LatencyHistogram {
+        let counts = &stats.scenario_counts(&[Scenario::Load])[0];
+        stress_common::histogram::LatencyHistogram::decode(&counts.send_lateness_histogram).unwrap()
+    }
+
+    fn slow(after: Duration) -> Recorder {
+        Recorder {
+            slow: Some(after),
+            ..Default::default()
+        }
+    }
+
+    /// Against a server slower than the window's rate there is always a request in flight, so
+    /// a window goes on sending to its latest end (twice its length) and then waits for its
+    /// last answers; the wait holds the next window's first sends back: they leave late, and
+    /// are counted so, instead of never being scheduled (coordinated omission at the edges).
     #[tokio::test]
     async fn the_wait_at_a_windows_end_makes_the_next_windows_sends_late_not_fewer() {
         let settings = super::super::Settings {
             trace: None,
             ..settings(LoadMode::Rate(200.0))
         };
-        let slow = Recorder {
-            slow: Some(Duration::from_millis(150)),
-            ..Default::default()
-        };
         let started = Instant::now();
-        let (recorder, stats) = windows(&settings, 2, slow).await;
+        let (recorder, stats) = windows(&settings, 2, slow(Duration::from_millis(150))).await;
         let took = started.elapsed();
         let sent = recorder.pacer.lock().unwrap().len();
-        // Two 200 ms windows at 200 a second: 80 sends, whatever the answers' pace.
-        assert!((78..=80).contains(&sent), "{sent} sent");
-        let counts = &stats.scenario_counts(&[Scenario::Load])[0];
-        let lateness =
-            stress_common::histogram::LatencyHistogram::decode(&counts.send_lateness_histogram)
-                .unwrap();
+        // Two windows of 200 ms, each sending to 400 ms, at 200 a second: 160 sends.
+        assert!((158..=160).contains(&sent), "{sent} sent");
+        let lateness = lateness(&stats);
         assert_eq!(lateness.count(), sent as u64);
-        // The second window's schedule went on from the first's end, not from its last
-        // answer 150 ms later: its first sends were due during that wait.
+        // The second window's schedule went on from where the first's stopped, not from its
+        // last answer 150 ms later: its first sends were due during that wait.
         assert!(
             lateness.max_us() >= 100_000 && lateness.max_us() <= took.as_micros() as u64,
             "max lateness {} us in {took:?}",
+            lateness.max_us()
+        );
+    }
+
+    /// A server that keeps up leaves moments with nothing in flight: past its end a window
+    /// sends on until a send falls due at such a moment, and stops there without a wait, so
+    /// the next window sends on time. Here sends come in pairs 50 ms apart every 300 ms (a
+    /// request-intervals schedule), each answered in 100 ms, in windows of 320 ms: the first
+    /// window's schedule reaches its end at 350 ms, with the send of 300 ms in flight, so it
+    /// sends on and stops at 600 ms, idle since 450. Stopping at 350 would have waited for that
+    /// answer and sent the next window's first request 50 ms late.
+    #[tokio::test]
+    async fn a_window_stops_past_its_end_where_nothing_is_in_flight_and_the_next_sends_on_time() {
+        let gaps = stress_common::schedule::RequestIntervals::parse("50000\n250000\n").unwrap();
+        let cursor = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let settings = super::super::Settings {
+            trace: None,
+            load_window: Duration::from_millis(320),
+            request_intervals: Some((gaps, cursor.clone())),
+            ..settings(LoadMode::Intervals("gaps".into()))
+        };
+        let (recorder, stats) = windows(&settings, 2, slow(Duration::from_millis(100))).await;
+        let sent = recorder.pacer.lock().unwrap().len();
+        assert_eq!(sent, 8, "at 0, 50, 300, 350 ms of each window");
+        assert_eq!(cursor.load(std::sync::atomic::Ordering::Relaxed), 8);
+        let lateness = lateness(&stats);
+        assert!(
+            lateness.max_us() < 25_000,
+            "max lateness {} us",
             lateness.max_us()
         );
     }

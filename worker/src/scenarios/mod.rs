@@ -320,8 +320,12 @@ pub struct OpenLoop<P> {
     /// When the schedule starts: now, or in the past where it goes on from an earlier
     /// window's ([`StreamSchedule`]; the sends already due leave at once, late).
     pub start: Instant,
-    /// No send at or after this.
+    /// No send at or after this, unless `until_idle`.
     pub until: Option<Instant>,
+    /// Past `until` and before this, sends go on until one falls due with nothing in flight,
+    /// and the schedule stops there: a window then ends without waiting for answers while
+    /// its sends fall due (which the next window would send late), where a server keeps up.
+    pub until_idle: Option<Instant>,
     /// Sends request `i` at once, called on the [`Pacer`]'s thread at its intended time: such
     /// a send skips the runtime's wake-up, the larger part of an open loop's lateness and of
     /// its CPU. It returns the call on the wire (the pacer polls it once, so that its answer
@@ -351,6 +355,8 @@ pub type SendNow<P> = Box<dyn FnMut(u64) -> Option<P> + Send>;
 /// intended times come from a [`Pacer`] thread, which keeps them to the microsecond where the
 /// runtime's timer keeps them to the millisecond. Beyond [`MAX_IN_FLIGHT`] requests in flight
 /// the client itself is the bottleneck: it waits, and the lateness shows by how much.
+/// Returns where the schedule stopped at its end ([`Pacer::stopped_at`]), for the next window
+/// to go on from.
 pub async fn open_loop<P, T, F>(
     schedule: OpenLoop<P>,
     changed: impl Fn() -> bool,
@@ -358,7 +364,7 @@ pub async fn open_loop<P, T, F>(
     tally: impl Fn(Tally),
     mut send: impl FnMut(u64, tokio::time::Instant, Option<PacerCall<P>>) -> F,
     mut finish: impl FnMut(T) -> Result<(), Failure>,
-) -> Result<(), Failure>
+) -> Result<Option<Instant>, Failure>
 where
     P: std::future::Future + Unpin + Send + 'static,
     P::Output: Send + 'static,
@@ -394,10 +400,14 @@ where
                     break;
                 }
             }
-            Some(done) = in_flight.next(), if !in_flight.is_empty() => finish(done)?,
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                finish(done)?;
+                pacer.finished();
+            }
             _ = check.tick() => if changed() { break },
         }
     }
+    let stopped_at = pacer.stopped_at();
     // What the pacer sent before it saw the stop is on the wire: it is finished like the rest.
     for tick in pacer.stop().await {
         if tick.sent.is_some() {
@@ -429,7 +439,7 @@ where
         let Some(done) = done else { break };
         finish(done)?;
     }
-    Ok(())
+    Ok(stopped_at)
 }
 
 /// What an open loop tells its caller besides each result.
@@ -751,6 +761,7 @@ mod tests {
             times: offsets(gaps),
             start: Instant::now(),
             until: None,
+            until_idle: None,
             send_now,
             answers: None,
         };
@@ -801,7 +812,13 @@ mod tests {
 
     /// What [`run_loop`] saw: sent (in order), finished (sorted), lateness tallies, the
     /// result, and what the pacer sent.
-    type LoopRun = (Vec<u64>, Vec<u64>, usize, Result<(), Failure>, Vec<u64>);
+    type LoopRun = (
+        Vec<u64>,
+        Vec<u64>,
+        usize,
+        Result<Option<Instant>, Failure>,
+        Vec<u64>,
+    );
 
     #[tokio::test]
     async fn open_loop_sends_every_scheduled_request_in_order_and_times_each() {
@@ -847,6 +864,7 @@ mod tests {
                 })),
                 start: Instant::now(),
                 until,
+                until_idle: None,
                 send_now: None,
                 answers: None,
             };

@@ -22,7 +22,7 @@ use futures::task::AtomicWaker;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -83,6 +83,11 @@ struct TickQueue<P: Future> {
     room: Condvar,
     signal: Arc<Signal>,
     stop: AtomicBool,
+    /// Sends handed over and not yet finished by the loop ([`Pacer::finished`]).
+    outstanding: AtomicUsize,
+    /// The intended time of the first send the schedule did not make, where it stopped at its
+    /// end (not at a stop from outside).
+    stopped_at: Mutex<Option<Instant>>,
 }
 
 struct Waiting<P: Future> {
@@ -110,6 +115,20 @@ impl Wake for Signal {
 }
 
 impl<P: Future> TickQueue<P> {
+    fn new() -> Self {
+        TickQueue {
+            ticks: Mutex::new(Waiting {
+                ticks: VecDeque::new(),
+                closed: false,
+            }),
+            room: Condvar::new(),
+            signal: Arc::new(Signal::default()),
+            stop: AtomicBool::new(false),
+            outstanding: AtomicUsize::new(0),
+            stopped_at: Mutex::new(None),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Waiting<P>> {
         // A panic while holding it leaves plain data behind.
         self.ticks.lock().unwrap_or_else(|e| e.into_inner())
@@ -146,6 +165,10 @@ impl<P: Future> TickQueue<P> {
         Some(wake)
     }
 
+    fn record_stop(&self, intended: Instant) {
+        *self.stopped_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(intended);
+    }
+
     fn close(&self) {
         self.lock().closed = true;
         self.signal.task.wake();
@@ -179,19 +202,12 @@ where
 {
     /// Starts pacing `schedule`.
     pub fn start(schedule: super::OpenLoop<P>) -> Self {
-        let queue = Arc::new(TickQueue {
-            ticks: Mutex::new(Waiting {
-                ticks: VecDeque::new(),
-                closed: false,
-            }),
-            room: Condvar::new(),
-            signal: Arc::new(Signal::default()),
-            stop: AtomicBool::new(false),
-        });
+        let queue = Arc::new(TickQueue::new());
         let super::OpenLoop {
             times,
             start,
             until,
+            until_idle,
             mut send_now,
             answers,
         } = schedule;
@@ -210,7 +226,9 @@ where
                 let Some(intended) = start.checked_add(offset) else {
                     break;
                 };
-                if until.is_some_and(|u| intended >= u) {
+                let past_end = until.is_some_and(|u| intended >= u);
+                if past_end && until_idle.is_none_or(|u| intended >= u) {
+                    pacing.record_stop(intended);
                     break;
                 }
                 if let Some(reads) = reads.as_mut() {
@@ -233,6 +251,11 @@ where
                 ) {
                     break;
                 }
+                if past_end && pacing.outstanding.load(Ordering::Acquire) == 0 {
+                    pacing.record_stop(intended);
+                    break;
+                }
+                pacing.outstanding.fetch_add(1, Ordering::AcqRel);
                 // Lateness counts to the start of the send, as at the runtime's pickup.
                 let leaving = Instant::now();
                 let answers_before = pacing.signal.answers.load(Ordering::Acquire);
@@ -279,6 +302,21 @@ impl<P: Future> Pacer<P> {
     /// The next send (None: the schedule is over).
     pub async fn next(&mut self) -> Option<Tick<P>> {
         std::future::poll_fn(|cx| self.queue.poll_next(cx)).await
+    }
+
+    /// The loop finished a send the pacer handed over (see [`super::OpenLoop::until_idle`]).
+    pub fn finished(&self) {
+        self.queue.outstanding.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Where the schedule stopped at its end: the intended time of its first send not made
+    /// (None: it ran out, or it was stopped from outside).
+    pub fn stopped_at(&self) -> Option<Instant> {
+        *self
+            .queue
+            .stopped_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stops the pacer; the ticks it still handed over (their requests may be on the wire).
@@ -865,6 +903,7 @@ mod tests {
             times: Box::new(times),
             start: Instant::now(),
             until: None,
+            until_idle: None,
             send_now,
             answers: None,
         }

@@ -5,7 +5,9 @@
 //! the windows' edges). So a stream's consecutive open-loop windows at one load are one
 //! schedule: each goes on from where the last one's schedule stopped, and the sends the wait
 //! held back leave at once, late, with that lateness counted and their latencies counted from
-//! their intended times.
+//! their intended times. So that a server that keeps up sees no such wait, a window goes on
+//! sending past its end until a send falls due with nothing in flight, and stops there (up to
+//! one more window: a server past its capacity never leaves nothing in flight).
 //!
 //! A worker's streams each run their own schedule; at a constant rate, schedules started
 //! together would send together, in bursts of as many requests as there are streams. Each
@@ -15,11 +17,14 @@
 use super::{LoadMode, WindowLoad};
 use std::time::{Duration, Instant};
 
-/// When a load window's schedule starts, and when it ends (no request is sent at or after it).
+/// When a load window's schedule starts, and when it ends: an open loop goes on past `end`
+/// until a send falls due with nothing in flight, up to `end_at_the_latest` (see
+/// [`super::OpenLoop::until_idle`]); a closed loop stops at `end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowSpan {
     pub start: Instant,
     pub end: Instant,
+    pub end_at_the_latest: Instant,
 }
 
 /// One stream's open-loop schedule between its tests (see the module's comment).
@@ -30,7 +35,9 @@ pub struct StreamSchedule {
     /// Where the stream's previous test, an open-loop window that passed, stopped its
     /// schedule, and at which load.
     resume: Option<(LoadMode, Instant)>,
-    /// The same, set by this test's window.
+    /// The load of this test's open-loop window, until it says where it stopped.
+    pending: Option<LoadMode>,
+    /// The same as `resume`, set by this test's window.
     next: Option<(LoadMode, Instant)>,
 }
 
@@ -56,12 +63,19 @@ impl StreamSchedule {
             Some((previous, stopped)) if open && previous == *mode => stopped,
             _ => now + self.offset(mode),
         };
-        let span = WindowSpan {
+        self.pending = open.then(|| mode.clone());
+        self.next = None;
+        WindowSpan {
             start,
             end: start + length,
-        };
-        self.next = open.then(|| (mode.clone(), span.end));
-        span
+            end_at_the_latest: start + 2 * length,
+        }
+    }
+
+    /// Where this test's open-loop window stopped its schedule: the intended time of its first
+    /// send not made (None: it did not stop at its end).
+    pub fn stopped(&mut self, at: Option<Instant>) {
+        self.next = self.pending.take().zip(at);
     }
 
     /// Where a fresh schedule at `mode` starts after now: the stream's share of a gap at a
@@ -77,6 +91,7 @@ impl StreamSchedule {
     /// when this test was an open-loop window that `passed`. After a failure, the stream's
     /// pause before its next test is not the schedule's.
     pub fn test_ended(&mut self, passed: bool) {
+        self.pending = None;
         self.resume = self.next.take().filter(|_| passed);
     }
 }
@@ -94,9 +109,16 @@ mod tests {
         }
     }
 
-    /// A window at `mode` beginning `at` seconds after `t0`.
-    fn window(s: &mut StreamSchedule, mode: &LoadMode, t0: Instant, at: f64) -> WindowSpan {
-        s.window(&load(mode), SECOND, t0 + Duration::from_secs_f64(at))
+    fn at(t0: Instant, seconds: f64) -> Instant {
+        t0 + Duration::from_secs_f64(seconds)
+    }
+
+    /// A window at `mode` beginning `begins` seconds after `t0`, whose schedule stopped at
+    /// `stops` seconds after `t0`, and that passed.
+    fn window(s: &mut StreamSchedule, mode: &LoadMode, t0: Instant, begins: f64, stops: f64) {
+        s.window(&load(mode), SECOND, at(t0, begins));
+        s.stopped(Some(at(t0, stops)));
+        s.test_ended(true);
     }
 
     #[test]
@@ -104,23 +126,20 @@ mod tests {
         let t0 = Instant::now();
         for mode in [LoadMode::Rate(100.0), LoadMode::Poisson(50.0)] {
             let mut s = StreamSchedule::default();
-            let first = window(&mut s, &mode, t0, 0.0);
-            assert_eq!(
-                first,
-                WindowSpan {
-                    start: t0,
-                    end: t0 + SECOND
-                }
-            );
+            let first = s.window(&load(&mode), SECOND, t0);
+            let spans = (first.start, first.end, first.end_at_the_latest);
+            assert_eq!(spans, (t0, at(t0, 1.0), at(t0, 2.0)), "{mode:?}");
+            // It stopped at 1.2 s (past its end, at a send due with nothing in flight); its
+            // last answers came at 3.5 s. The next window goes on from 1.2 s: all it sends
+            // is due already, and leaves at once, late.
+            s.stopped(Some(at(t0, 1.2)));
             s.test_ended(true);
-            // Its last answers came 2.5 s after its end: the next window goes on from its end,
-            // already past its own, so all it sends leaves at once, late.
-            let second = window(&mut s, &mode, t0, 3.5);
-            assert_eq!(second.start, first.end, "{mode:?}");
-            assert_eq!(second.end, first.end + SECOND, "{mode:?}");
+            let second = s.window(&load(&mode), SECOND, at(t0, 3.5));
+            assert_eq!((second.start, second.end), (at(t0, 1.2), at(t0, 2.2)));
+            s.stopped(Some(at(t0, 2.3)));
             s.test_ended(true);
-            let third = window(&mut s, &mode, t0, 3.6);
-            assert_eq!(third.start, second.end, "{mode:?}");
+            let third = s.window(&load(&mode), SECOND, at(t0, 2.31));
+            assert_eq!(third.start, at(t0, 2.3), "{mode:?}");
         }
     }
 
@@ -130,42 +149,47 @@ mod tests {
     #[test]
     fn a_window_starts_now_after_anything_but_a_passed_window_at_the_same_open_load() {
         let t0 = Instant::now();
-        let now = t0 + Duration::from_secs(5);
+        let now = at(t0, 5.0);
         let rate = LoadMode::Rate(100.0);
-        let cases: [(&str, &Between<'_>); 5] = [
-            ("a failed window", &|s| s.test_ended(false)),
-            ("another test between", &|s| {
+        let cases: [(&str, &Between<'_>); 6] = [
+            ("a failed window", &|s| {
+                s.window(&load(&rate), SECOND, t0);
+                s.stopped(Some(at(t0, 1.0)));
+                s.test_ended(false);
+            }),
+            ("a window that did not stop at its end", &|s| {
+                s.window(&load(&rate), SECOND, t0);
+                s.stopped(None);
                 s.test_ended(true);
+            }),
+            ("another test between", &|s| {
+                window(s, &rate, t0, 0.0, 1.0);
                 s.test_ended(true);
             }),
             ("another rate", &|s| {
-                s.test_ended(true);
-                window(s, &LoadMode::Rate(50.0), t0, 2.0);
-                s.test_ended(true);
+                window(s, &rate, t0, 0.0, 1.0);
+                window(s, &LoadMode::Rate(50.0), t0, 2.0, 3.0);
             }),
             ("a closed loop between", &|s| {
-                s.test_ended(true);
-                window(s, &LoadMode::Concurrency(4), t0, 2.0);
-                s.test_ended(true);
+                window(s, &rate, t0, 0.0, 1.0);
+                window(s, &LoadMode::Concurrency(4), t0, 2.0, 3.0);
             }),
-            ("the same load again (the faulty twin's control)", &|s| {
-                s.test_ended(true)
+            ("the same load again (the control)", &|s| {
+                window(s, &rate, t0, 0.0, 1.0);
             }),
         ];
         for (case, between) in cases {
             let mut s = StreamSchedule::default();
-            window(&mut s, &rate, t0, 0.0);
             between(&mut s);
             let next = s.window(&load(&rate), SECOND, now);
             let continued = case.starts_with("the same load");
-            assert_eq!(next.start == t0 + SECOND, continued, "{case}");
+            assert_eq!(next.start == at(t0, 1.0), continued, "{case}");
             assert_eq!(next.start == now, !continued, "{case}");
         }
         // A closed loop never goes on from an earlier window.
         let mut s = StreamSchedule::default();
         let closed = LoadMode::Concurrency(2);
-        window(&mut s, &closed, t0, 0.0);
-        s.test_ended(true);
+        window(&mut s, &closed, t0, 0.0, 1.0);
         assert_eq!(s.window(&load(&closed), SECOND, now).start, now);
         // Nor does a spike's.
         let spike = WindowLoad {
@@ -173,6 +197,7 @@ mod tests {
             overload: true,
         };
         s.window(&spike, SECOND, t0);
+        s.stopped(Some(at(t0, 1.0)));
         s.test_ended(true);
         assert_eq!(s.window(&spike, SECOND, now).start, now);
     }
@@ -197,16 +222,16 @@ mod tests {
         assert_eq!(starts(LoadMode::Concurrency(3)), [ms(0); 4]);
     }
 
-    /// A window whose last send came before its end (the next was due at or after it) and
-    /// whose answers came soon is followed at its span's end, not at once: the gap between
-    /// the windows' sends stays the schedule's (starting now would offer more than asked).
+    /// A window whose schedule stopped after its last answers came (the next send was due at
+    /// its end, a gap later) is followed where it stopped, not at once: the gap between the
+    /// windows' sends stays the schedule's (starting now would offer more than asked).
     #[test]
-    fn a_window_that_ended_early_is_followed_at_its_spans_end() {
+    fn a_window_that_ended_early_is_followed_where_its_schedule_stopped() {
         let t0 = Instant::now();
         let mut s = StreamSchedule::default();
         let rate = LoadMode::Rate(10.0);
-        window(&mut s, &rate, t0, 0.0);
-        s.test_ended(true);
-        assert_eq!(window(&mut s, &rate, t0, 0.95).start, t0 + SECOND);
+        window(&mut s, &rate, t0, 0.0, 1.0);
+        let next = s.window(&load(&rate), SECOND, at(t0, 0.95));
+        assert_eq!(next.start, at(t0, 1.0));
     }
 }

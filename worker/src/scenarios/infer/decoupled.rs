@@ -303,7 +303,6 @@ pub async fn drive(
     tolerance: f64,
 ) -> Result<(), Failure> {
     let (load, span) = env.next_window();
-    let env = &*env;
     let window = Window {
         env,
         planned,
@@ -312,13 +311,15 @@ pub async fn drive(
         span,
         silence: env.settings.request_timeout,
     };
-    match load.mode {
-        LoadMode::Concurrency(n) => window.closed_loop(n as usize).await,
+    let stopped_at = match load.mode {
+        LoadMode::Concurrency(n) => window.closed_loop(n as usize).await.map(|()| None),
         // One stream per request, sent at its intended time; latencies count from that time.
         mode @ (LoadMode::Rate(_) | LoadMode::Poisson(_) | LoadMode::Intervals(_)) => {
             window.open_loop(&mode).await
         }
-    }
+    }?;
+    env.schedule.stopped(stopped_at);
+    Ok(())
 }
 
 /// What the senders of one load window ([`drive`]) share.
@@ -404,7 +405,7 @@ impl Window<'_, '_> {
     }
 
     /// Open loop: one stream per request, sent at its intended time.
-    async fn open_loop(&self, mode: &LoadMode) -> Result<(), Failure> {
+    async fn open_loop(&self, mode: &LoadMode) -> Result<Option<Instant>, Failure> {
         let env = self.env;
         let requests = &self.planned.requests;
         let silence = self.silence;
@@ -457,6 +458,7 @@ impl Window<'_, '_> {
             times: Box::new(times),
             start: self.span.start,
             until: Some(self.span.end),
+            until_idle: Some(self.span.end_at_the_latest),
             send_now: None,
             answers: None,
         };
