@@ -86,8 +86,11 @@ pub fn between<'a>(
 /// At most [`MAX_EXCERPT_LINES`] of a window's `lines`, in order: first those that mention
 /// `focus` (a failure's correlation id, as a whole number: a verbose server's lines about that
 /// sequence, its reaper's among them), then the window's last lines (nearest the failure) to
-/// fill up. Long lines are cut at [`MAX_EXCERPT_LINE_CHARS`].
+/// fill up. Long lines are cut at [`MAX_EXCERPT_LINE_CHARS`]. Triton's start-up tables (see
+/// [`is_table`]) are left out: a failure in a run's first seconds would otherwise get forty
+/// lines of backends, models and options, which say nothing about it.
 pub fn excerpt(lines: Vec<String>, focus: Option<u64>) -> Vec<String> {
+    let lines: Vec<String> = lines.into_iter().filter(|l| !is_table(l)).collect();
     let mentions = |line: &str| {
         let Some(id) = focus else { return false };
         let id = id.to_string();
@@ -122,6 +125,17 @@ pub fn excerpt(lines: Vec<String>, focus: Option<u64>) -> Vec<String> {
         .collect()
 }
 
+/// A line of the tables Triton logs as it starts (and of the model table it logs as it stops):
+/// a border `+---+`, a row `| … |`, a blank line between them, or the timed line that heads
+/// one (nothing after its source location, `server.cc:631] `).
+fn is_table(line: &str) -> bool {
+    let line = line.trim();
+    line.is_empty()
+        || (line.starts_with("+-") && line.ends_with('+'))
+        || (line.starts_with('|') && line.ends_with('|'))
+        || (line.ends_with(']') && line.contains(".cc:"))
+}
+
 fn cut_long_line(line: String) -> String {
     match line.char_indices().nth(MAX_EXCERPT_LINE_CHARS) {
         Some((at, _)) => {
@@ -150,6 +164,30 @@ mod tests {
         let head = kept[1].strip_suffix(&tail).unwrap();
         assert!(long.starts_with(head));
         assert_eq!(head.chars().count(), MAX_EXCERPT_LINE_CHARS);
+    }
+
+    /// A failure soon after the server started: its window holds the start-up tables, and
+    /// only the lines that say something stay.
+    #[test]
+    fn an_excerpt_leaves_out_tritons_start_up_tables() {
+        let log = "I1207 13:02:34.866558 24515 server.cc:674] \n\
+                   +------------------+---------+--------+\n\
+                   | Model            | Version | Status |\n\
+                   +------------------+---------+--------+\n\
+                   | sometimes_errors | 1       | READY  |\n\
+                   +------------------+---------+--------+\n\
+                   \n\
+                   I1207 13:02:34.871229 24515 grpc_server.cc:2558] \"Started GRPCInferenceService\"\n\
+                   E1207 13:02:36.100000 24515 python_be.cc:1] \"Failed to process | the request\"";
+        let kept = excerpt(log.lines().map(String::from).collect(), None);
+        assert_eq!(
+            kept,
+            [
+                "I1207 13:02:34.871229 24515 grpc_server.cc:2558] \"Started GRPCInferenceService\"",
+                "E1207 13:02:36.100000 24515 python_be.cc:1] \"Failed to process | the request\"",
+            ],
+            "{kept:#?}"
+        );
     }
 
     #[test]
