@@ -15,7 +15,7 @@ use stress_common::foreign::{
 };
 use stress_common::status::{FailureRecord, StatusSink};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
 
 /// How long a stopped program may take to write its last records and exit (after SIGTERM).
@@ -119,7 +119,9 @@ fn start(
     file: &std::path::Path,
 ) -> std::io::Result<Child> {
     let argv = program.command.argv();
-    let mut command = Command::new(&argv[0]);
+    // Dies with the worker: a worker killed outright (SIGKILL, the OOM killer) runs no drop,
+    // and a client left behind would go on loading the servers after the run.
+    let mut command = stress_common::shutdown::command_dying_with_parent(resolve(&argv[0])?);
     command
         .args(&argv[1..])
         .envs(assignment.env())
@@ -132,6 +134,18 @@ fn start(
         .process_group(0)
         .kill_on_drop(true);
     command.spawn()
+}
+
+/// The program to start, as the spawn would find it: started through `setpriv` (see
+/// [`stress_common::shutdown::command_dying_with_parent`]), a program that is not there would
+/// otherwise start and exit 127 instead of failing to start.
+fn resolve(program: &str) -> std::io::Result<std::path::PathBuf> {
+    let found = if program.contains('/') {
+        Some(std::path::PathBuf::from(program)).filter(|p| p.is_file())
+    } else {
+        stress_common::paths::find_on_path(program)
+    };
+    found.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such program"))
 }
 
 /// The program's stderr as it is read: its last [`STDERR_TAIL`] lines, and the reader.

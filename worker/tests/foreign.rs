@@ -2,7 +2,7 @@
 //! Python client on NVIDIA's tritonclient against a REAL tritonserver, its records counted like
 //! the worker's own and checked against docs/clients.schema.json; a wrong answer it finds is a
 //! failure in its words; a program that breaks the interface or exits non-zero fails the worker
-//! with the line or its stderr.
+//! with the line or its stderr; a worker killed outright takes its program with it.
 //!
 //! Needs scripts/install-tritonserver.sh (tritonserver, and tritonclient in .local/venv).
 
@@ -322,5 +322,73 @@ async fn a_client_that_breaks_the_interface_or_exits_non_zero_fails_the_worker_i
         (Some(1), Some(1)),
         "{report:#}"
     );
+    a_killed_worker_takes_its_client_program_with_it(&address, hello).await;
     support::stop_server(server).await;
+}
+
+/// A worker killed with SIGKILL runs no drop: its client program must still not outlive it
+/// (it would go on loading the servers after the run).
+async fn a_killed_worker_takes_its_client_program_with_it(address: &str, hello: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("client.pid");
+    let script = format!(
+        "echo $$ > {}; echo '{hello}'; exec sleep 600",
+        pid_file.display()
+    );
+    let command = serde_json::to_string(&["sh", "-c", &script]).unwrap();
+    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_worker"))
+        .args([
+            "--servers",
+            address,
+            "--protocol",
+            "grpc",
+            "--duration",
+            "60s",
+        ])
+        .args(["--client-command", &command])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the worker starts");
+    let pid = wait_for(Duration::from_secs(30), || {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+    })
+    .await
+    .expect("the client program started and wrote its pid");
+    worker.start_kill().unwrap();
+    worker.wait().await.unwrap();
+    let gone = wait_for(Duration::from_secs(5), || (!alive(pid)).then_some(())).await;
+    assert!(
+        gone.is_some(),
+        "client program {pid} outlived its killed worker"
+    );
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie waiting for its reaper).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+            Some(state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// `probe`'s first answer within `limit`, polled every 50 ms.
+async fn wait_for<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(found) = probe() {
+            return Some(found);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -90,7 +90,8 @@ fn perf_analyzer_command(
     protocol: &str,
     export: &ProfileExport,
 ) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(binary);
+    // Dies with the worker (a worker killed outright runs no drop).
+    let mut command = stress_common::shutdown::command_dying_with_parent(binary);
     command
         .args(["-m", model, "-u", address, "-i", protocol])
         .arg("--profile-export-file")
