@@ -100,7 +100,7 @@ pub enum ModelError {
         shape: Vec<i64>,
     },
     #[error(
-        "model {model} input {input} has a dynamic dimension {dims:?}: give its shape with --shape {model}/{input}:D1,D2,... or in the input data as {{\"content\": ..., \"shape\": ...}}"
+        "model {model} input {input} has a dynamic dimension {dims:?}: give its shape with --shape {model}/{input}:D1,D2,... (in a matrix: `shape: {{{input}: [D1, D2, ...]}}` in the model's entry) or in the input data as {{\"content\": ..., \"shape\": ...}}"
     )]
     DynamicDimension {
         model: String,
@@ -2096,7 +2096,7 @@ mod tests {
             (
                 r#"{"data": [{"X": [1.0, 2.0], "S": ["a"]}]}"#.into(), "",
                 |e| matches!(e, InputShape { field, source } if field.name == "S" && matches!(**source, ModelError::DynamicDimension { .. })),
-                "in.json: data[0].S: model m input S has a dynamic dimension [-1]: give its shape with --shape m/S:D1,D2,... or in the input data as {\"content\": ..., \"shape\": ...}",
+                "in.json: data[0].S: model m input S has a dynamic dimension [-1]: give its shape with --shape m/S:D1,D2,... (in a matrix: `shape: {S: [D1, D2, ...]}` in the model's entry) or in the input data as {\"content\": ..., \"shape\": ...}",
             ),
             (
                 r#"{"data": [{"X": [1.0, 2.0], "S": ["a"]}]}"#.into(), "S:3,4",
