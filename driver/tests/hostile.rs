@@ -355,3 +355,90 @@ fn duration_flags_out_of_bounds_exit_2() {
         );
     }
 }
+
+/// A local run refuses, before anything starts, what this machine does not have as the matrix
+/// names it: a tritonserver that is no executable file, a model repository that is no
+/// directory, a worker binary that is a directory, a client program not on PATH; every one at
+/// once, each naming its file, line, column and field (exit 2, no run directory). The same
+/// templates with what they name in place start (the twin: nothing refused).
+#[test]
+fn a_local_run_refuses_binaries_and_repositories_this_machine_lacks() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("tritonserver"), "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::create_dir(d.join("worker")).unwrap();
+    let matrix = |server: &str, repo: &str, worker: &str, program: &str| {
+        format!(
+            "version: 1\nrun: {{ name: lacks, duration: 1s, server_ready_timeout: 1s }}\n\
+             server_templates:\n  cpu:\n    tritonserver: {{ binary: {server} }}\n    \
+             model_repositories: [models, {repo}]\n\
+             server_groups:\n  s: {{ template: cpu, instances: 2 }}\n\
+             client_templates:\n  rust:\n    worker: {{ binary: {worker} }}\n    protocol: grpc\n  \
+             foreign:\n    worker: {{ binary: auto }}\n    protocol: grpc\n    \
+             models: [{{ name: add_sub }}]\n    client: {{ command: [{program}, x.py], interface: 1 }}\n\
+             client_groups:\n  a: {{ template: rust, instances: 1, target: s }}\n  \
+             b: {{ template: foreign, instances: 1, target: s }}\n"
+        )
+    };
+    let run = |text: String| {
+        let file = d.join("lacks.yaml");
+        std::fs::write(&file, text).unwrap();
+        let runs = d.join("runs");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_driver"))
+            .args(["run", file.to_str().unwrap(), "--no-progress", "--runs-dir"])
+            .arg(&runs)
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap();
+        (out, runs)
+    };
+    std::fs::create_dir(d.join("models")).unwrap();
+    let (out, runs) = run(matrix(
+        "tritonserver",
+        "missing",
+        "worker",
+        "no-such-python",
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let file = d.join("lacks.yaml").display().to_string();
+    for expected in [
+        "5:29: server_templates.cpu.tritonserver.binary: ",
+        "6:34: server_templates.cpu.model_repositories[1]: model repository ",
+        "11:23: client_templates.rust.worker.binary: ",
+        "17:25: client_templates.foreign.client.command[0]: no program \"no-such-python\" on PATH",
+    ] {
+        assert!(
+            stderr.contains(&format!("{file}:{expected}")),
+            "{expected}\n{stderr}"
+        );
+    }
+    assert!(
+        stderr.contains("tritonserver is not executable"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("worker is not a file"), "{stderr}");
+    assert!(
+        !runs.exists() || std::fs::read_dir(&runs).unwrap().next().is_none(),
+        "a run directory was made for a refused matrix"
+    );
+
+    // The twin: each in place, the run starts (and fails on its own: this tritonserver exits).
+    std::fs::set_permissions(
+        d.join("tritonserver"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::create_dir(d.join("missing")).unwrap();
+    let worker = std::path::PathBuf::from(env!("CARGO_BIN_EXE_driver")).with_file_name("worker");
+    let (out, _) = run(matrix(
+        "tritonserver",
+        "missing",
+        worker.to_str().unwrap(),
+        "sh",
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("lacks.yaml:"), "{stderr}");
+}

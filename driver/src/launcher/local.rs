@@ -5,10 +5,12 @@
 use super::diagnostics::{MemberDiagnostics, MemberEnd};
 use super::packet_filter::{LossRules, PacketLoss};
 use super::proxy::{FaultProxy, Shaping};
-use super::{FaultEnded, LaunchError, Launcher, MemberExit, STORE_URL_ENV};
+use super::{FaultEnded, LaunchError, Launcher, MemberExit, STORE_URL_ENV, Unlaunchable};
 use crate::matrix::faults::{Fault, FaultKind, Injection};
-use crate::matrix::{ClientMember, ServerMember, ServerTemplate};
-use crate::plan::{ServerEndpoint, WorkerAssignment, worker_args};
+use crate::matrix::{
+    ARTIFACT_AUTO, ClientMember, ClientTemplate, FieldPath, ServerMember, ServerTemplate,
+};
+use crate::plan::{RunPlan, ServerEndpoint, WorkerAssignment, worker_args};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -143,17 +145,106 @@ fn exit_of(member_id: &str, status: ExitStatus) -> MemberExit {
     }
 }
 
-/// Why the local launcher has no worker binary to run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WorkerBinaryError {
-    /// The template's `binary` (resolved against the matrix's directory) is no file.
-    #[error("worker binary {} does not exist", .0.display())]
-    Missing(PathBuf),
-    /// `binary: auto`, and no `worker` is beside the driver or on PATH.
-    #[error(
-        "no worker binary beside the driver or on PATH (build it: cargo build --release -p worker)"
-    )]
-    NotFound,
+/// The local launcher runs binaries; an image is for the kube launcher.
+const IMAGES_ARE_KUBE: &str =
+    "the local launcher runs binaries; this template names an image (use --launcher kube)";
+
+/// `path` when it is an executable file; else what it is instead.
+fn executable(path: PathBuf) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(path),
+        Ok(m) if m.is_file() => Err(format!("{} is not executable", path.display())),
+        Ok(_) => Err(format!("{} is not a file", path.display())),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn refused(field: FieldPath, why: impl Into<String>) -> Unlaunchable {
+    Unlaunchable {
+        field,
+        why: why.into(),
+    }
+}
+
+/// What a template starts with on this machine, or which of its fields (below `at`, the
+/// template's own path) says something this machine does not have: asked before anything
+/// starts ([`Launcher::unlaunchable`]) and again at each start.
+impl LocalLauncher {
+    /// `t`'s tritonserver: for `auto`, the one installed ([`tritonserver::find_binary`]),
+    /// else its path, an executable file.
+    fn server_binary(&self, t: &ServerTemplate, at: &FieldPath) -> Result<PathBuf, Unlaunchable> {
+        let field = at.key("tritonserver");
+        match t.tritonserver.binary() {
+            None => Err(refused(field, IMAGES_ARE_KUBE)),
+            Some(ARTIFACT_AUTO) => tritonserver::find_binary(Some(&self.matrix_dir))
+                .map_err(|e| refused(field.key("binary"), e.to_string())),
+            Some(b) => executable(self.resolve(b)).map_err(|why| refused(field.key("binary"), why)),
+        }
+    }
+
+    /// `t`'s model repositories, each a directory on this machine.
+    fn repositories(
+        &self,
+        t: &ServerTemplate,
+        at: &FieldPath,
+    ) -> Result<Vec<PathBuf>, Unlaunchable> {
+        if let Some(why) = kube_only_models(t) {
+            return Err(refused(at.key("model_image"), why));
+        }
+        let field = at.key("model_repositories");
+        (0..)
+            .zip(&t.model_repositories)
+            .map(|(i, r)| match self.resolve(r) {
+                dir if dir.is_dir() => Ok(dir),
+                dir => Err(refused(
+                    field.index(i),
+                    format!("model repository {} is not a directory", dir.display()),
+                )),
+            })
+            .collect()
+    }
+
+    /// `t`'s worker: for `auto`, the `worker` built beside this driver, else the one on PATH;
+    /// else its path, an executable file.
+    fn worker_binary(&self, t: &ClientTemplate, at: &FieldPath) -> Result<PathBuf, Unlaunchable> {
+        let field = at.key("worker");
+        let found = match t.worker.binary() {
+            None => return Err(refused(field, IMAGES_ARE_KUBE)),
+            Some(ARTIFACT_AUTO) => std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(|d| d.join("worker")))
+                .filter(|p| p.is_file())
+                .or_else(|| stress_common::paths::find_on_path("worker"))
+                .ok_or_else(|| {
+                    "no worker binary beside the driver or on PATH (build it: cargo build \
+                     --release -p worker)"
+                        .to_string()
+                }),
+            Some(b) => executable(self.resolve(b)),
+        };
+        found.map_err(|why| refused(field.key("binary"), why))
+    }
+}
+
+/// `t`'s foreign client program (its command's first word) as its worker will look for it: a
+/// path, an executable file; a bare name, on PATH (unless the template sets PATH itself).
+fn client_program(t: &ClientTemplate, at: &FieldPath) -> Result<(), Unlaunchable> {
+    let Some(client) = &t.client else {
+        return Ok(());
+    };
+    let program = &client.command.argv()[0];
+    let field = at.key("client").key("command").index(0);
+    if program.contains('/') {
+        return executable(program.into())
+            .map(drop)
+            .map_err(|why| refused(field, why));
+    }
+    let sets_path = t.env.contains_key("PATH") || client.env.contains_key("PATH");
+    match sets_path || stress_common::paths::find_on_path(program).is_some() {
+        true => Ok(()),
+        false => Err(refused(field, format!("no program {program:?} on PATH"))),
+    }
 }
 
 impl LocalLauncher {
@@ -185,26 +276,6 @@ impl LocalLauncher {
         } else {
             self.matrix_dir.join(p)
         }
-    }
-
-    /// `binary: auto` for the worker: the `worker` built beside this driver, else PATH.
-    fn worker_binary(&self, configured: &str) -> Result<PathBuf, WorkerBinaryError> {
-        if configured != crate::matrix::ARTIFACT_AUTO {
-            let p = self.resolve(configured);
-            return if p.is_file() {
-                Ok(p)
-            } else {
-                Err(WorkerBinaryError::Missing(p))
-            };
-        }
-        if let Some(sibling) = std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|d| d.join("worker")))
-            .filter(|p| p.is_file())
-        {
-            return Ok(sibling);
-        }
-        stress_common::paths::find_on_path("worker").ok_or(WorkerBinaryError::NotFound)
     }
 
     /// Starts a server again on its address after an injected fault ended it, appending to its
@@ -289,6 +360,34 @@ impl Launcher for LocalLauncher {
         Some(std::net::Ipv4Addr::LOCALHOST.into())
     }
 
+    fn unlaunchable(&self, plan: &RunPlan) -> Vec<Unlaunchable> {
+        let servers: BTreeMap<_, _> = plan
+            .servers
+            .iter()
+            .map(|s| (&s.template_name, &s.template))
+            .collect();
+        let clients: BTreeMap<_, _> = plan
+            .clients
+            .iter()
+            .map(|c| (&c.template_name, &c.template))
+            .collect();
+        let server_refusals = servers.into_iter().flat_map(|(name, t)| {
+            let at = FieldPath::root().key("server_templates").key(name);
+            [
+                self.server_binary(t, &at).err(),
+                self.repositories(t, &at).err(),
+            ]
+        });
+        let client_refusals = clients.into_iter().flat_map(|(name, t)| {
+            let at = FieldPath::root().key("client_templates").key(name);
+            [
+                self.worker_binary(t, &at).err(),
+                client_program(t, &at).err(),
+            ]
+        });
+        server_refusals.chain(client_refusals).flatten().collect()
+    }
+
     async fn read_model_configs(
         &mut self,
         template: &crate::matrix::ServerTemplate,
@@ -345,34 +444,9 @@ impl Launcher for LocalLauncher {
             reason,
         };
         let t = &server.template;
-        let binary = match t.tritonserver.binary() {
-            Some(b) if b == crate::matrix::ARTIFACT_AUTO => {
-                tritonserver::find_binary(Some(&self.matrix_dir))
-                    .map_err(|e| member_err(e.to_string()))?
-            }
-            Some(b) => self.resolve(b),
-            None => {
-                return Err(member_err(
-                    "the local launcher runs binaries; this template names an image (use --launcher kube)".into(),
-                ));
-            }
-        };
-        if let Some(reason) = kube_only_models(t) {
-            return Err(member_err(reason));
-        }
-        let repositories: Vec<PathBuf> = t
-            .model_repositories
-            .iter()
-            .map(|r| self.resolve(r))
-            .collect();
-        for r in &repositories {
-            if !r.is_dir() {
-                return Err(member_err(format!(
-                    "model repository {} is not a directory",
-                    r.display()
-                )));
-            }
-        }
+        let at = FieldPath::root();
+        let binary = self.server_binary(t, &at).map_err(|e| member_err(e.why))?;
+        let repositories = self.repositories(t, &at).map_err(|e| member_err(e.why))?;
         let mut spec = ServerSpec::new(binary, repositories, self.log_path(&server.name));
         spec.extra_args = t.args.clone();
         if let Some(trace) = t.trace.as_ref().filter(|t| t.writes_files()) {
@@ -454,16 +528,9 @@ impl Launcher for LocalLauncher {
             member: client.name.to_string(),
             reason,
         };
-        let binary = match client.template.worker.binary() {
-            Some(b) => self
-                .worker_binary(b)
-                .map_err(|e| member_err(e.to_string()))?,
-            None => {
-                return Err(member_err(
-                    "the local launcher runs binaries; this template names an image (use --launcher kube)".into(),
-                ));
-            }
-        };
+        let binary = self
+            .worker_binary(&client.template, &FieldPath::root())
+            .map_err(|e| member_err(e.why))?;
         let args = worker_args(client, assignment);
         let log = self.log_path(&client.name);
         std::fs::create_dir_all(log.parent().expect("logs dir"))
@@ -967,28 +1034,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_configured_worker_binary_must_be_a_file() {
-        let dir = std::env::temp_dir().join(format!("worker-binary-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+    fn a_configured_worker_binary_must_be_an_executable_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
         std::fs::write(dir.join("worker"), "").unwrap();
-        let launcher = LocalLauncher::new(&dir, &dir);
-        assert_eq!(launcher.worker_binary("worker"), Ok(dir.join("worker")));
-        let err = launcher.worker_binary("bin/worker").unwrap_err();
-        assert_eq!(err, WorkerBinaryError::Missing(dir.join("bin/worker")));
+        let launcher = LocalLauncher::new(dir, dir);
+        let template = |binary: &str| {
+            let mut t: ClientTemplate = serde_json::from_value(
+                serde_json::json!({"worker": {"binary": "auto"}, "protocol": "grpc"}),
+            )
+            .unwrap();
+            t.worker = crate::matrix::Artifact::Binary(binary.into());
+            t
+        };
+        let at = FieldPath::root().key("client_templates").key("c");
+        let refusal = |binary: &str| launcher.worker_binary(&template(binary), &at).unwrap_err();
+        let not_executable = refusal("worker");
         assert_eq!(
-            err.to_string(),
-            format!("worker binary {}/bin/worker does not exist", dir.display())
+            not_executable.field.to_string(),
+            "client_templates.c.worker.binary"
         );
         assert_eq!(
-            launcher.worker_binary("/no/such/worker"),
-            Err(WorkerBinaryError::Missing("/no/such/worker".into()))
+            not_executable.why,
+            format!("{}/worker is not executable", dir.display())
+        );
+        std::fs::set_permissions(dir.join("worker"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        assert_eq!(
+            launcher.worker_binary(&template("worker"), &at),
+            Ok(dir.join("worker"))
         );
         assert!(
-            WorkerBinaryError::NotFound
-                .to_string()
-                .starts_with("no worker binary beside the driver or on PATH")
+            refusal("bin/worker")
+                .why
+                .starts_with(&format!("{}/bin/worker: ", dir.display()))
         );
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            refusal("/no/such/worker")
+                .why
+                .starts_with("/no/such/worker: ")
+        );
     }
 
     #[test]

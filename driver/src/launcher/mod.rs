@@ -12,8 +12,8 @@ pub mod proxy;
 pub use diagnostics::MemberDiagnostics;
 
 use crate::matrix::faults::{Fault, Injection};
-use crate::matrix::{ClientMember, ServerMember, ServerTemplate};
-use crate::plan::{ServerEndpoint, WorkerAssignment};
+use crate::matrix::{ClientMember, FieldPath, ServerMember, ServerTemplate};
+use crate::plan::{RunPlan, ServerEndpoint, WorkerAssignment};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 pub use stress_common::contract::STORE_URL_ENV;
@@ -195,6 +195,17 @@ pub enum Uninjectable {
     /// needs (`field`, e.g. `network.loss`: iptables run as root).
     #[error("{why}")]
     Setting { field: &'static str, why: String },
+}
+
+/// A template whose member this launcher cannot start as written (a binary that is not there,
+/// a model repository that is no directory, an image given to a launcher of processes), with
+/// the template's field that is the reason: bad input, refused before anything starts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct Unlaunchable {
+    /// The field, from the matrix's root (`server_templates.cpu.model_repositories[0]`).
+    pub field: FieldPath,
+    pub why: String,
 }
 
 impl Uninjectable {
@@ -396,6 +407,12 @@ pub trait Launcher: Send {
         )))
     }
 
+    /// The templates of `plan`'s members this launcher could not start (checked for each before
+    /// anything starts): none unless the launcher knows better before it tries.
+    fn unlaunchable(&self, _plan: &RunPlan) -> Vec<Unlaunchable> {
+        Vec::new()
+    }
+
     /// The run's planned injections, told before any server starts: a launcher puts in place
     /// what they need (for a network fault, a proxy between the server and its clients).
     fn plan_faults(&mut self, _injections: &[Injection]) {}
@@ -433,6 +450,20 @@ pub trait Launcher: Send {
     fn is_running(&self, _member_id: &str) -> bool {
         true
     }
+}
+
+/// What of `plan` the launcher cannot start ([`Launcher::unlaunchable`]), each line located in
+/// `matrix`'s file: checked before anything starts.
+pub fn unlaunchable(
+    matrix: &crate::matrix::Matrix,
+    plan: &RunPlan,
+    launcher: &dyn Launcher,
+) -> Vec<String> {
+    launcher
+        .unlaunchable(plan)
+        .into_iter()
+        .map(|u| format!("{}: {}", matrix.locate(&u.field), u.why))
+        .collect()
 }
 
 /// The faults of `matrix` that a launcher cannot inject (`can_inject` says why), each named

@@ -58,6 +58,7 @@ pub use error::{Diagnostic, MatrixError, Position};
 pub use expand::{ClientMember, ExternalServer, ServerMember, member_name};
 pub use fingerprint::{FINGERPRINT_VERSION, fingerprint};
 pub use reference::reference_markdown;
+pub use source::FieldPath;
 pub use types::{
     ARTIFACT_AUTO, Artifact, CapacityPhase, CapacitySettings, CellSchedule, ClientGroup,
     ClientTemplate, DEFAULT_CORR_ID_BLOCK_SIZE, Endpoint, EndpointPorts, FailFast, IssueMatch,
@@ -72,7 +73,7 @@ pub use types::{
 };
 pub use validate::CORR_IDS_PER_STREAM;
 
-use source::{Anchor, FieldPath, PathSeg, SourceMap};
+use source::{Anchor, PathSeg, SourceMap};
 
 /// Reads and validates the matrix at `path`. Diagnostics name the file as `path` is written;
 /// the returned matrix remembers `path` for [`Matrix::resolve_local_path`].
@@ -464,7 +465,7 @@ impl Matrix {
     }
 
     /// `FILE:LINE:COLUMN: PATH` of a field's value, or the path alone when the file is gone.
-    fn locate(&self, path: &FieldPath) -> String {
+    pub fn locate(&self, path: &FieldPath) -> String {
         let located = self.source_path.as_deref().and_then(|file| {
             let text = std::fs::read_to_string(file).ok()?;
             let (map, _) = SourceMap::scan(&text).ok()?;

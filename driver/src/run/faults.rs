@@ -449,14 +449,16 @@ fn hit_line(injected: &crate::launcher::Injected) -> String {
     line
 }
 
-/// Before anything starts: every fault fits the load phase (a `--duration` may shorten it)
-/// and the launcher can inject its kind; else bad input naming the fault's field.
-pub(super) fn check_faults(
+/// Before anything starts: the launcher can start every member as its template says, every
+/// fault fits the load phase (a `--duration` may shorten it) and the launcher can inject its
+/// kind; else bad input naming each field that is the reason.
+pub(super) fn check_launch(
     matrix: &crate::matrix::Matrix,
     plan: &RunPlan,
     launcher: &dyn Launcher,
 ) -> Result<(), super::DriverError> {
-    let mut problems = unfit(matrix, plan);
+    let mut problems = crate::launcher::unlaunchable(matrix, plan, launcher);
+    problems.extend(unfit(matrix, plan));
     problems.extend(uninjectable(matrix, |f| launcher.can_inject(f)));
     as_result(problems)
 }

@@ -238,7 +238,10 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> Result<RunOutcome, DriverError> {
     let plan = RunPlan::new(matrix, RunId::new(run_id), options.duration);
-    faults::check_faults(matrix, &plan, launcher)?;
+    if let Err(refused) = faults::check_launch(matrix, &plan, launcher) {
+        unmake_run_dir(run_dir);
+        return Err(refused);
+    }
     launcher.plan_faults(&plan.faults);
     let open = OpenRun::open(options, matrix, &plan, run_dir, launcher.name()).await?;
     let (verdict, verdicts) = open.drive(launcher, matrix, &cancel).await?;
@@ -280,6 +283,16 @@ fn new_run_dir(options: &RunOptions, run_id: &str) -> Result<PathBuf, DriverErro
     })?;
     let _ = std::fs::copy(&options.matrix, run_dir.join("matrix.yaml"));
     Ok(run_dir)
+}
+
+/// Takes back what [`new_run_dir`] made for a run refused before it started: its empty `logs/`,
+/// then its copy of the matrix and the directory, if that leaves it empty (a directory that
+/// already held a run keeps everything).
+fn unmake_run_dir(run_dir: &Path) {
+    if std::fs::remove_dir(run_dir.join("logs")).is_ok() {
+        let _ = std::fs::remove_file(run_dir.join("matrix.yaml"));
+        let _ = std::fs::remove_dir(run_dir);
+    }
 }
 
 /// A `--duration` that overrides `matrix`'s (read within its bounds): no shorter than a poll.
