@@ -18,6 +18,52 @@ pub const INTERFACE: u32 = 1;
 /// The environment variable naming the assignment's JSON file.
 pub const ASSIGNMENT_ENV: &str = "TRITON_STRESS_ASSIGNMENT";
 
+/// The longest line a program may write on stdout: a record with many latencies is long, a line
+/// without an end is a broken program, not the worker's memory to fill.
+pub const MAX_LINE_BYTES: usize = 8 << 20;
+
+/// The longest scenario or model name a record may carry, in characters.
+pub const MAX_NAME_CHARS: usize = 128;
+
+/// What a scenario or model name may hold: no control characters and no bidirectional
+/// overrides (a name is a line of the report, a key of the store and a label of the metrics,
+/// and must read as it is).
+const NAME_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u202a-\\u202e\\u2066-\\u2069]*$";
+
+/// A control character, or a bidirectional override or isolate (U+202A..U+202E, U+2066..U+2069).
+fn unreadable(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A record's scenario: 1 to [`MAX_NAME_CHARS`] characters, none a control character.
+fn scenario<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    match name.is_empty() {
+        true => Err(serde::de::Error::custom("an empty scenario")),
+        false => checked_name(name).map_err(serde::de::Error::custom),
+    }
+}
+
+/// A record's model: as a scenario, or empty (none, or several).
+fn model<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    checked_name(String::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+fn checked_name(name: String) -> Result<String, String> {
+    if name.chars().count() > MAX_NAME_CHARS {
+        let start: String = name.chars().take(20).collect();
+        return Err(format!(
+            "the name {start:?}... is longer than {MAX_NAME_CHARS} characters"
+        ));
+    }
+    match name.chars().any(unreadable) {
+        true => Err(format!(
+            "the name {name:?} holds a control character or a bidirectional override"
+        )),
+        false => Ok(name),
+    }
+}
+
 /// What a foreign client is asked to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -118,9 +164,16 @@ impl Hello {
 #[serde(deny_unknown_fields)]
 pub struct Passed {
     /// The scenario, free-form (SLOs and known issues match it), e.g. `Load`.
+    #[serde(deserialize_with = "scenario")]
+    #[schemars(length(min = 1, max = MAX_NAME_CHARS), regex(pattern = NAME_PATTERN))]
     pub scenario: String,
     /// The model the test used ("" or absent: none, or several).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "model"
+    )]
+    #[schemars(length(max = MAX_NAME_CHARS), regex(pattern = NAME_PATTERN))]
     pub model: String,
     /// The server it went to, as in the assignment's `servers`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -135,8 +188,15 @@ pub struct Passed {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Failed {
+    #[serde(deserialize_with = "scenario")]
+    #[schemars(length(min = 1, max = MAX_NAME_CHARS), regex(pattern = NAME_PATTERN))]
     pub scenario: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "model"
+    )]
+    #[schemars(length(max = MAX_NAME_CHARS), regex(pattern = NAME_PATTERN))]
     pub model: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub server: String,
@@ -157,6 +217,8 @@ pub struct Failed {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Skipped {
+    #[serde(deserialize_with = "scenario")]
+    #[schemars(length(min = 1, max = MAX_NAME_CHARS), regex(pattern = NAME_PATTERN))]
     pub scenario: String,
 }
 
@@ -267,6 +329,19 @@ mod tests {
             (
                 r#"{"type":"hello","interface":2,"client":"c","version":"1"}"#,
                 "speaks interface 2",
+            ),
+            (r#"{"type":"skip","scenario":""}"#, "an empty scenario"),
+            (
+                r#"{"type":"pass","scenario":"Lo\nad"}"#,
+                r#"the name "Lo\nad" holds a control character"#,
+            ),
+            (
+                r#"{"type":"pass","scenario":"L","model":"add\u202e"}"#,
+                "holds a control character",
+            ),
+            (
+                &format!(r#"{{"type":"pass","scenario":"{}"}}"#, "S".repeat(129)),
+                "is longer than 128 characters",
             ),
         ] {
             let bad = Record::parse(text, 4).expect_err(text);

@@ -6,16 +6,19 @@
 
 use crate::config::{ClientProgram, WorkerConfig};
 use crate::stats::{ScenarioKey, Stats};
-use std::collections::VecDeque;
+use futures::StreamExt;
+use std::collections::{BTreeSet, VecDeque};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stress_common::foreign::{
-    ASSIGNMENT_ENV, Assignment, BadLine, CorrelationIds, Failed, Hello, INTERFACE, Passed, Record,
+    ASSIGNMENT_ENV, Assignment, BadLine, CorrelationIds, Failed, Hello, INTERFACE, MAX_LINE_BYTES,
+    Passed, Record,
 };
 use stress_common::status::{FailureRecord, StatusSink};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
 /// How long a stopped program may take to write its last records and exit (after SIGTERM).
@@ -207,9 +210,9 @@ async fn read_records(
     silence: Duration,
     stop: CancellationToken,
 ) -> (Result<Option<Hello>, String>, bool) {
-    let mut lines = BufReader::new(stdout).lines();
-    let mut hello = None;
-    let mut number = 0u64;
+    let codec = LinesCodec::new_with_max_length(MAX_LINE_BYTES);
+    let mut lines = FramedRead::new(stdout, codec);
+    let mut reader = Reader::new();
     let mut stopped: Option<tokio::time::Instant> = None;
     loop {
         let limit = match stopped {
@@ -217,7 +220,7 @@ async fn read_records(
             None => silence,
         };
         let next = tokio::select! {
-            next = tokio::time::timeout(limit, lines.next_line()) => next,
+            next = tokio::time::timeout(limit, lines.next()) => next,
             _ = stop.cancelled(), if stopped.is_none() => {
                 signal_group(pid, nix::sys::signal::Signal::SIGTERM);
                 stopped = Some(tokio::time::Instant::now() + STOP_GRACE);
@@ -226,58 +229,123 @@ async fn read_records(
         };
         let stopped_yet = stopped.is_some();
         let line = match next {
-            Ok(Ok(Some(line))) => line,
-            Ok(Ok(None)) => return (Ok(hello), stopped_yet),
-            Ok(Err(e)) => {
+            Ok(Some(Ok(line))) => line,
+            Ok(None) => return (Ok(reader.hello), stopped_yet),
+            Ok(Some(Err(LinesCodecError::MaxLineLengthExceeded))) => {
+                let why = format!("client program wrote a line longer than {MAX_LINE_BYTES} bytes");
+                return (Err(why), stopped_yet);
+            }
+            Ok(Some(Err(LinesCodecError::Io(e)))) => {
                 let why = format!("client program's stdout not read: {e}");
                 return (Err(why), stopped_yet);
             }
-            Err(_) if stopped_yet => return (Ok(hello), stopped_yet),
+            Err(_) if stopped_yet => return (Ok(reader.hello), stopped_yet),
             Err(_) => {
                 let why = format!("client program wrote no record for {}s", silence.as_secs());
                 return (Err(why), stopped_yet);
             }
         };
-        number += 1;
-        match take(run, &line, number, hello.is_some()).await {
-            Ok(Some(h)) => hello = Some(h),
-            Ok(None) => {}
-            Err(bad) => {
-                let why = format!("client program broke the interface: {bad}");
-                return (Err(why), stopped_yet);
-            }
+        if let Err(bad) = reader.take(run, &line).await {
+            let why = format!("client program broke the interface: {bad}");
+            return (Err(why), stopped_yet);
         }
     }
 }
 
-/// Takes one line into the run; a `hello` comes back to be kept.
-async fn take(
-    run: &Supervised<'_>,
-    line: &str,
+/// The most scenarios a program may name: each is a row of its member's counts, in the report
+/// and in the store.
+const MAX_SCENARIOS: usize = 64;
+
+/// What the reading of a program's stdout has seen so far.
+struct Reader {
+    hello: Option<Hello>,
+    /// The number of the last line read (1-based).
     number: u64,
-    greeted: bool,
-) -> Result<Option<Hello>, BadLine> {
-    let record = Record::parse(line, number)?;
-    let bad = |error: &str| BadLine::new(number, line, error);
-    match record {
-        Record::Hello(h) if greeted => Err(bad(&format!("a second hello ({})", h.client))),
-        Record::Hello(h) => {
-            tracing::info!("client program is {}", h.label());
-            run.stats.client_program(&h);
-            Ok(Some(h))
+    /// When the reading began: no latency is longer than the program has run.
+    started: std::time::Instant,
+    scenarios: BTreeSet<String>,
+}
+
+impl Reader {
+    fn new() -> Self {
+        Reader {
+            hello: None,
+            number: 0,
+            started: std::time::Instant::now(),
+            scenarios: BTreeSet::new(),
         }
-        _ if !greeted => Err(bad("the first record must be a hello")),
-        Record::Pass(p) => {
-            passed(run.stats, &p);
-            Ok(None)
+    }
+
+    /// Takes one line into the run, or says why interface 1 does not allow it.
+    async fn take(&mut self, run: &Supervised<'_>, line: &str) -> Result<(), BadLine> {
+        self.number += 1;
+        let record = Record::parse(line, self.number)?;
+        let number = self.number;
+        let bad = |error: &str| BadLine::new(number, line, error);
+        match record {
+            Record::Hello(h) if self.hello.is_some() => {
+                Err(bad(&format!("a second hello ({})", h.client)))
+            }
+            Record::Hello(h) => {
+                tracing::info!("client program is {}", h.label());
+                run.stats.client_program(&h);
+                self.hello = Some(h);
+                Ok(())
+            }
+            _ if self.hello.is_none() => Err(bad("the first record must be a hello")),
+            Record::Pass(p) => {
+                self.check(run, &p.scenario, &p.server, &p.latencies_us)
+                    .map_err(|e| bad(&e))?;
+                passed(run.stats, &p);
+                Ok(())
+            }
+            Record::Fail(f) => {
+                self.check(run, &f.scenario, &f.server, &f.latencies_us)
+                    .map_err(|e| bad(&e))?;
+                failed(run, f).await;
+                Ok(())
+            }
+            Record::Skip(s) => {
+                self.check(run, &s.scenario, "", &[]).map_err(|e| bad(&e))?;
+                run.stats.test_skipped(ScenarioKey::Foreign(&s.scenario));
+                Ok(())
+            }
         }
-        Record::Fail(f) => {
-            failed(run, f).await;
-            Ok(None)
+    }
+
+    /// What a record must be beyond its line's form: at most [`MAX_SCENARIOS`] scenarios in
+    /// all, its server one of the assignment's, its latencies no longer than the program has
+    /// run (a second more for the clocks' steps).
+    fn check(
+        &mut self,
+        run: &Supervised<'_>,
+        scenario: &str,
+        server: &str,
+        latencies_us: &[u64],
+    ) -> Result<(), String> {
+        if !self.scenarios.contains(scenario) {
+            if self.scenarios.len() == MAX_SCENARIOS {
+                return Err(format!("a scenario more than the {MAX_SCENARIOS} allowed"));
+            }
+            self.scenarios.insert(scenario.to_string());
         }
-        Record::Skip(s) => {
-            run.stats.test_skipped(ScenarioKey::Foreign(&s.scenario));
-            Ok(None)
+        let servers = &run.config.servers;
+        if !server.is_empty() && !servers.iter().any(|s| s == server) {
+            return Err(format!(
+                "server {server:?} is not one of the assignment's ({})",
+                servers.join(", ")
+            ));
+        }
+        let ran = self.started.elapsed() + Duration::from_secs(1);
+        match latencies_us
+            .iter()
+            .max()
+            .map(|us| Duration::from_micros(*us))
+        {
+            Some(latency) if latency > ran => Err(format!(
+                "a latency of {latency:?}, longer than the program has run ({ran:?})"
+            )),
+            _ => Ok(()),
         }
     }
 }
@@ -439,5 +507,85 @@ mod tests {
             "judged silent while it wrote: {:?}",
             started.elapsed()
         );
+    }
+
+    /// Feeds `lines` at once and closes the program's stdout: the reader's answer.
+    async fn read_all(lines: &[String]) -> Result<Option<Hello>, String> {
+        let config = config();
+        let program = config.client.clone().expect("a client program");
+        let stats = Stats::default();
+        let sink = stress_common::status::NoopSink;
+        let run = Supervised {
+            config: &config,
+            program: &program,
+            stats: &stats,
+            sink: &sink,
+        };
+        let (mut program_side, stdout) = tokio::io::duplex(1 << 16);
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let writer = async move {
+            let _ = program_side.write_all(text.as_bytes()).await;
+        };
+        let silence = Duration::from_secs(30);
+        let reader = read_records(&run, stdout, None, silence, CancellationToken::new());
+        let ((answer, _), ()) = tokio::join!(reader, writer);
+        answer
+    }
+
+    fn pass(scenario: &str, server: &str, latency_us: u64) -> String {
+        format!(
+            r#"{{"type":"pass","scenario":"{scenario}","server":"{server}","latencies_us":[{latency_us}]}}"#
+        )
+    }
+
+    /// A record whose server is not one of the assignment's, whose latency is longer than the
+    /// program has run, or whose scenario is one too many breaks the interface, in those words;
+    /// the same records within bounds (the twin) are taken.
+    #[tokio::test]
+    async fn a_record_must_name_an_assigned_server_a_possible_latency_and_few_scenarios() {
+        // 64 scenarios: Load and S0 to S62.
+        let many: Vec<String> = std::iter::once("Load".to_string())
+            .chain((0..63).map(|i| format!("S{i}")))
+            .map(|scenario| pass(&scenario, "h:1", 500))
+            .collect();
+        let mut healthy = vec![HELLO.to_string(), pass("Load", "h:1", 900_000)];
+        healthy.extend(many.iter().cloned());
+        assert!(read_all(&healthy).await.is_ok());
+        for (record, said) in [
+            (
+                pass("Load", "10.0.0.1:1", 500),
+                r#"server "10.0.0.1:1" is not one of the assignment's (h:1)"#,
+            ),
+            (
+                pass("Load", "h:1", 10_000_000),
+                "a latency of 10s, longer than the program has run",
+            ),
+            (
+                pass("S63", "h:1", 500),
+                "a scenario more than the 64 allowed",
+            ),
+        ] {
+            let mut lines = vec![HELLO.to_string()];
+            lines.extend(many.iter().cloned());
+            lines.push(record);
+            let why = read_all(&lines).await.unwrap_err();
+            assert!(
+                why.starts_with("client program broke the interface: line 66 ")
+                    && why.contains(said),
+                "{said}: {why}"
+            );
+        }
+    }
+
+    /// A line past the limit ends the reading (the worker's memory is not the program's to
+    /// fill); a long line within it is read.
+    #[tokio::test]
+    async fn a_line_longer_than_the_limit_breaks_the_interface() {
+        let latencies = vec!["1"; 1_000_000].join(",");
+        let long = format!(r#"{{"type":"pass","scenario":"L","latencies_us":[{latencies}]}}"#);
+        assert!(read_all(&[HELLO.to_string(), long]).await.is_ok());
+        let endless = "x".repeat(stress_common::foreign::MAX_LINE_BYTES + 1);
+        let why = read_all(&[HELLO.to_string(), endless]).await.unwrap_err();
+        assert_eq!(why, "client program wrote a line longer than 8388608 bytes");
     }
 }
