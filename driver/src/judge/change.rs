@@ -437,12 +437,37 @@ fn history_spread(
 /// logs (the runs' own spread, never below the A/A floor) and an exact Mann–Whitney U p-value
 /// beside it. A side with a single run is a pair ([`compare`]).
 pub fn compare_groups(a: &[Vec<Measure>], b: &[Vec<Measure>], min_effect: f64) -> Judged {
-    if a.len() < 2 || b.len() < 2 {
-        let Some(current) = b.first() else {
-            return Judged::default();
-        };
-        return compare(a, current, min_effect);
-    }
+    let mut judged = match b.first() {
+        Some(current) if a.len() < 2 || b.len() < 2 => compare(a, current, min_effect),
+        Some(_) => compare_repeats(a, b, min_effect),
+        None => Judged::default(),
+    };
+    judged.not_judged.extend(unshared(a, b));
+    judged
+}
+
+/// The metrics only one side measured (a model only one side sent to, a run that sent
+/// nothing), each not judged in those words.
+fn unshared(a: &[Vec<Measure>], b: &[Vec<Measure>]) -> Vec<NotJudged> {
+    let names = |runs: &[Vec<Measure>]| -> std::collections::BTreeSet<String> {
+        runs.iter().flatten().map(|m| m.metric.clone()).collect()
+    };
+    let (in_a, in_b) = (names(a), names(b));
+    let only = |mine: &std::collections::BTreeSet<String>, theirs, side: &str| {
+        mine.difference(theirs)
+            .map(|metric| NotJudged {
+                metric: metric.clone(),
+                why: format!("measured in {side} only"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut out = only(&in_a, &in_b, "A");
+    out.extend(only(&in_b, &in_a, "B"));
+    out
+}
+
+/// Groups of two runs or more each: Welch's t on the runs' log values, a rank test beside.
+fn compare_repeats(a: &[Vec<Measure>], b: &[Vec<Measure>], min_effect: f64) -> Judged {
     let mut tests = Vec::new();
     let values = |runs: &[Vec<Measure>], metric: &str| -> Vec<f64> {
         runs.iter()
@@ -859,6 +884,37 @@ mod tests {
         let same = compare_groups(&a, &runs(&[10.1, 9.9, 10.2, 10.0]), 0.1);
         assert_eq!(same.changes[0].call, Call::NoChange);
         assert!(same.changes[0].rank_p.unwrap() > 0.5);
+    }
+
+    /// Runs that share no metric (another matrix's models, a run that sent nothing) judge
+    /// nothing and say what each side measured alone; shared metrics are judged beside them.
+    #[test]
+    fn metrics_one_side_measured_alone_are_not_judged_and_say_so() {
+        let a = vec![vec![
+            m("p50_ms Load", 10.0, 0.01),
+            m("qps Load", 500.0, 0.01),
+        ]];
+        let b = vec![vec![
+            m("p50_ms Infer", 10.0, 0.01),
+            m("qps Load", 501.0, 0.01),
+        ]];
+        let j = compare_groups(&a, &b, 0.1);
+        assert_eq!(calls(&j), [("qps Load", Call::NoChange)]);
+        let said: Vec<(&str, &str)> = j
+            .not_judged
+            .iter()
+            .map(|n| (n.metric.as_str(), n.why.as_str()))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("p50_ms Load", "measured in A only"),
+                ("p50_ms Infer", "measured in B only")
+            ]
+        );
+        let nothing = compare_groups(&a, &[vec![]], 0.1);
+        assert!(nothing.changes.is_empty());
+        assert_eq!(nothing.not_judged.len(), 2);
     }
 
     #[test]

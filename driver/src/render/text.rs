@@ -1296,11 +1296,13 @@ pub fn judged(j: &crate::judge::change::Judged) -> String {
         .iter()
         .filter(|f| f.call == Call::NoChange)
         .count();
-    let _ = writeln!(
-        out,
-        "{unchanged} of {} metrics judged: ~ no significant change",
-        j.changes.len()
-    );
+    let _ = match j.changes.len() {
+        0 => writeln!(out, "no metric judged: nothing is said of a change"),
+        n => writeln!(
+            out,
+            "{unchanged} of {n} metrics judged: ~ no significant change"
+        ),
+    };
     out.push_str(&not_judged_lines(&j.not_judged));
     out
 }
