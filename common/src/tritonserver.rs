@@ -23,10 +23,15 @@ pub enum TritonError {
         status: String,
         log: String,
     },
-    #[error("tritonserver on {address} was not ready after {timeout:?}; log: {log}")]
+    #[error(
+        "tritonserver on {address} was not ready after {timeout:?}{}; log: {log}",
+        loading_words(.loading)
+    )]
     NotReady {
         address: String,
         timeout: Duration,
+        /// The models its log shows loading and neither loaded nor failed yet (`NAME:VERSION`).
+        loading: Vec<String>,
         log: String,
     },
     #[error("{0}")]
@@ -267,6 +272,32 @@ pub fn tail_lines(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// The models a tritonserver log shows loading (`"loading: NAME:VERSION"`) and then neither
+/// loaded (`"successfully loaded 'NAME'"`) nor failed (`"failed to load 'NAME'"`): what a
+/// server that is not ready yet still waits for.
+pub fn still_loading(log: &str) -> Vec<String> {
+    let mut loading: Vec<String> = Vec::new();
+    for line in log.lines() {
+        if let Some((_, model)) = line.split_once("\"loading: ") {
+            loading.push(model.trim_end_matches('"').to_string());
+        } else if let Some((_, rest)) = line
+            .split_once("\"successfully loaded '")
+            .or_else(|| line.split_once("\"failed to load '"))
+        {
+            let name = rest.split('\'').next().unwrap_or_default();
+            loading.retain(|m| m.rsplit_once(':').map_or(m.as_str(), |(n, _)| n) != name);
+        }
+    }
+    loading
+}
+
+fn loading_words(loading: &[String]) -> String {
+    match loading.is_empty() {
+        true => String::new(),
+        false => format!(" (models still loading: {})", loading.join(", ")),
+    }
+}
+
 /// Whether the tritonserver log at `log` ends in its python backend's intermittent abort
 /// (`terminate called after throwing an instance of 'boost::interprocess::lock_exception'`,
 /// upstream triton-inference-server/server#8882), seen at start-up on a loaded machine.
@@ -395,9 +426,11 @@ impl TritonServer {
                 return Ok(());
             }
             if Instant::now() >= deadline {
+                let log = std::fs::read(&self.spec.log_file).unwrap_or_default();
                 return Err(TritonError::NotReady {
                     address: self.http_address(),
                     timeout,
+                    loading: still_loading(&String::from_utf8_lossy(&log)),
                     log: tail_lines(&self.spec.log_file, 20),
                 });
             }
@@ -538,6 +571,21 @@ pub async fn http_status(address: &str, path: &str) -> Option<u16> {
 
 #[cfg(test)]
 mod tests {
+    /// A model's load that began and neither ended nor failed is still loading; a version's
+    /// number does not hide its name's end.
+    #[test]
+    fn a_log_says_which_models_are_still_loading() {
+        let log = r#"I1207 15:46:32.412425 30932 model_lifecycle.cc:472] "loading: opt_in:1"
+I1207 15:46:32.412486 30932 model_lifecycle.cc:472] "loading: slow:3"
+I1207 15:46:32.412500 30932 model_lifecycle.cc:472] "loading: add_sub:1"
+I1207 15:46:32.412500 30932 model_lifecycle.cc:472] "loading: broken:1"
+I1207 15:46:34.233917 30932 model_lifecycle.cc:839] "successfully loaded 'opt_in'"
+E1207 15:46:34.233917 30932 model_lifecycle.cc:642] "failed to load 'broken' version 1: Internal: boom"
+I1207 15:46:34.242555 30932 model_lifecycle.cc:839] "successfully loaded 'add_sub'""#;
+        assert_eq!(super::still_loading(log), ["slow:3"]);
+        assert!(super::still_loading("").is_empty());
+    }
+
     use super::*;
 
     #[test]

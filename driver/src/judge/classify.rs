@@ -91,6 +91,15 @@ pub fn member_failure(member_id: &str, role: &str, reason: &str) -> Option<Evide
         "SERVER" if r.contains("liveness probe") => {
             "the server stopped answering its liveness probes while the run used it"
         }
+        "SERVER" if r.contains("was not ready after") => {
+            "the server did not become ready within run.server_ready_timeout, before any load: \
+             a model still loading (named above, when its log says so: a longer timeout, if \
+             it loads that slowly) or a start-up that hung"
+        }
+        "SERVER" if r.contains("exited before it was ready") => {
+            "the server ended while it started, before any load: its log above says why (a \
+             model that failed to load, an argument it refused)"
+        }
         "SERVER" => {
             "the server ended or stopped answering during the load, and the platform reported \
              no memory limit, eviction or lost node: a failure of the server's own"
@@ -429,6 +438,28 @@ fn missing_start(record: &FailureRecord) -> Option<Evidence> {
 mod tests {
     use super::*;
     use crate::judge::fixtures::{self, step};
+
+    /// A server that never became ready failed before any load, and is said so; one that
+    /// ended later is said to have ended during the load.
+    #[test]
+    fn a_server_that_never_got_ready_is_said_to_have_failed_before_the_load() {
+        let why = |reason: &str| member_failure("triton-0", "SERVER", reason).unwrap().why;
+        let slow = why(
+            "tritonserver on 127.0.0.1:1 was not ready after 15s (models still loading: \
+             slow:1); log: ...",
+        );
+        assert!(
+            slow.contains("did not become ready within run.server_ready_timeout"),
+            "{slow}"
+        );
+        let died = why("tritonserver on 127.0.0.1:1 exited before it was ready (exit status: 1)");
+        assert!(
+            died.contains("ended while it started, before any load"),
+            "{died}"
+        );
+        let killed = why("killed by signal 9 (SIGKILL) before the end of the run");
+        assert!(killed.contains("during the load"), "{killed}");
+    }
 
     #[test]
     fn a_member_without_a_signature_is_classed_by_what_ended_it() {
