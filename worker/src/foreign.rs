@@ -454,12 +454,11 @@ mod tests {
         assert_eq!(silence_limit(&c), Duration::from_secs(50));
     }
 
-    /// Feeds `lines`, each `gap` after the one before, then falls silent with its stdout still
-    /// open (a hung program): the reader's answer under a `silence` limit.
-    async fn read(
-        lines: &[&str],
-        gap: Duration,
+    /// The reader's answer (under a `silence` limit) to what `feed` writes on the program's
+    /// stdout: the stream closes when `feed` drops it.
+    async fn read_fed<F: std::future::Future<Output = ()>>(
         silence: Duration,
+        feed: impl FnOnce(tokio::io::DuplexStream) -> F,
     ) -> Result<Option<Hello>, String> {
         let config = config();
         let program = config.client.clone().expect("a client program");
@@ -471,20 +470,39 @@ mod tests {
             stats: &stats,
             sink: &sink,
         };
-        let (mut program_side, stdout) = tokio::io::duplex(4096);
-        let lines: Vec<String> = lines.iter().map(|l| format!("{l}\n")).collect();
+        let (program_side, stdout) = tokio::io::duplex(1 << 16);
         let writer = async move {
+            feed(program_side).await;
+            std::future::pending::<()>().await
+        };
+        let reader = read_records(&run, stdout, None, silence, CancellationToken::new());
+        let answer = tokio::time::timeout(Duration::from_secs(60), async {
+            tokio::select! {
+                (answer, _) = reader => answer,
+                () = writer => unreachable!("the writer never ends"),
+            }
+        });
+        answer
+            .await
+            .unwrap_or_else(|_| Err("the reader's minute ended first".into()))
+    }
+
+    /// Feeds `lines`, each `gap` after the one before, then falls silent with its stdout still
+    /// open (a hung program): the reader's answer under a `silence` limit.
+    async fn read(
+        lines: &[&str],
+        gap: Duration,
+        silence: Duration,
+    ) -> Result<Option<Hello>, String> {
+        let lines: Vec<String> = lines.iter().map(|l| format!("{l}\n")).collect();
+        read_fed(silence, |mut program_side| async move {
             for line in lines {
                 tokio::time::sleep(gap).await;
                 program_side.write_all(line.as_bytes()).await.unwrap();
             }
-            tokio::time::sleep(Duration::from_secs(60)).await;
-        };
-        let reader = read_records(&run, stdout, None, silence, CancellationToken::new());
-        tokio::select! {
-            (answer, _) = reader => answer,
-            _ = writer => Err("the program's minute ended first".into()),
-        }
+            std::future::pending::<()>().await
+        })
+        .await
     }
 
     /// A program that stops writing records, its process still there, is taken for hung once
@@ -511,25 +529,11 @@ mod tests {
 
     /// Feeds `lines` at once and closes the program's stdout: the reader's answer.
     async fn read_all(lines: &[String]) -> Result<Option<Hello>, String> {
-        let config = config();
-        let program = config.client.clone().expect("a client program");
-        let stats = Stats::default();
-        let sink = stress_common::status::NoopSink;
-        let run = Supervised {
-            config: &config,
-            program: &program,
-            stats: &stats,
-            sink: &sink,
-        };
-        let (mut program_side, stdout) = tokio::io::duplex(1 << 16);
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-        let writer = async move {
+        read_fed(Duration::from_secs(30), |mut program_side| async move {
             let _ = program_side.write_all(text.as_bytes()).await;
-        };
-        let silence = Duration::from_secs(30);
-        let reader = read_records(&run, stdout, None, silence, CancellationToken::new());
-        let ((answer, _), ()) = tokio::join!(reader, writer);
-        answer
+        })
+        .await
     }
 
     fn pass(scenario: &str, server: &str, latency_us: u64) -> String {
