@@ -35,7 +35,7 @@ fn unreadable(c: char) -> bool {
     c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
-/// A record's scenario: 1 to [`MAX_NAME_CHARS`] characters, none a control character.
+/// A record's scenario: 1 to [`MAX_NAME_CHARS`] characters, none [`unreadable`].
 fn scenario<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let name = String::deserialize(d)?;
     match name.is_empty() {

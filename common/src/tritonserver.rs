@@ -267,7 +267,11 @@ pub fn find_tool(name: &str, env_var: &str, start: Option<&Path>) -> Option<Path
 /// The last `n` lines of a file (what a report shows of a log).
 pub fn tail_lines(path: &Path, n: usize) -> String {
     let text = std::fs::read(path).unwrap_or_default();
-    let text = String::from_utf8_lossy(&text);
+    last_lines(&String::from_utf8_lossy(&text), n)
+}
+
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
@@ -427,11 +431,12 @@ impl TritonServer {
             }
             if Instant::now() >= deadline {
                 let log = std::fs::read(&self.spec.log_file).unwrap_or_default();
+                let log = String::from_utf8_lossy(&log);
                 return Err(TritonError::NotReady {
                     address: self.http_address(),
                     timeout,
-                    loading: still_loading(&String::from_utf8_lossy(&log)),
-                    log: tail_lines(&self.spec.log_file, 20),
+                    loading: still_loading(&log),
+                    log: last_lines(&log, 20),
                 });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
