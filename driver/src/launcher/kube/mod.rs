@@ -1225,6 +1225,10 @@ impl Launcher for KubeLauncher {
         self.members.get(member_id).map(|m| m.command.clone())
     }
 
+    fn unlaunchable(&self, plan: &crate::plan::RunPlan) -> Vec<super::Unlaunchable> {
+        spec::unlaunchable(plan)
+    }
+
     fn can_inject(&self, fault: &Fault) -> Result<(), super::Uninjectable> {
         can_inject(fault)
     }

@@ -130,6 +130,35 @@ pub enum PodError {
     NotAnImage,
 }
 
+/// The templates of `plan` that name a binary where a pod needs an image, each at its field
+/// (`server_templates.T.tritonserver.binary`, `client_templates.T.worker.binary`).
+pub fn unlaunchable(plan: &crate::plan::RunPlan) -> Vec<crate::launcher::Unlaunchable> {
+    let servers = plan
+        .servers
+        .iter()
+        .filter(|s| s.template.tritonserver.image().is_none())
+        .map(|s| ("server_templates", &s.template_name, "tritonserver"));
+    let clients = plan
+        .clients
+        .iter()
+        .filter(|c| c.template.worker.image().is_none())
+        .map(|c| ("client_templates", &c.template_name, "worker"));
+    let named: std::collections::BTreeSet<_> = servers.chain(clients).collect();
+    named
+        .into_iter()
+        .map(
+            |(templates, name, artifact)| crate::launcher::Unlaunchable {
+                field: crate::matrix::FieldPath::root()
+                    .key(templates)
+                    .key(name)
+                    .key(artifact)
+                    .key("binary"),
+                why: PodError::NotAnImage.to_string(),
+            },
+        )
+        .collect()
+}
+
 /// The Triton pod of a server member.
 pub fn server_pod(s: &ServerMember, ctx: &PodContext) -> Result<Pod, PodError> {
     let t = &s.template;
@@ -1102,5 +1131,41 @@ client_groups:
         let refused = server_pod(&server, &context()).unwrap_err();
         assert_eq!(refused, PodError::NotAnImage);
         assert!(refused.to_string().contains("--launcher local"));
+    }
+
+    /// Before anything starts, every template that names a binary is refused at its field,
+    /// once however many members it has; a matrix of images (the twin) is refused nothing.
+    #[test]
+    fn binaries_are_refused_before_anything_starts_at_their_fields() {
+        let plan = |m: &Matrix| crate::plan::RunPlan::new(m, "k-1".into(), None);
+        let images = crate::matrix::parse(MATRIX, "specs.yaml").unwrap();
+        assert_eq!(unlaunchable(&plan(&images)), []);
+        let binaries = crate::matrix::parse(
+            &MATRIX
+                .replace(
+                    r#"{ image: "nvcr.io/nvidia/tritonserver:24.10-py3" }"#,
+                    "{ binary: auto }",
+                )
+                .replacen(
+                    r#"{ image: "triton-stress/worker:dev" }"#,
+                    "{ binary: auto }",
+                    1,
+                ),
+            "specs.yaml",
+        )
+        .unwrap();
+        let fields: Vec<String> = unlaunchable(&plan(&binaries))
+            .iter()
+            .map(|u| format!("{}: {}", u.field, u.why))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "client_templates.grpc-all.worker.binary: the kube launcher runs images; this \
+                 template names a binary (use --launcher local)",
+                "server_templates.gpu.tritonserver.binary: the kube launcher runs images; this \
+                 template names a binary (use --launcher local)",
+            ]
+        );
     }
 }
