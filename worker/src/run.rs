@@ -732,7 +732,16 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
     let mut contexts = stream_contexts(&shared, index);
     let mut failures_in_a_row: u32 = 0;
     let mut schedule = scenarios::StreamSchedule::for_stream(index, config.concurrency);
-    while !stop.is_cancelled() {
+    let mut answers = scenarios::Answers::default();
+    let Some(picker) = &shared.picker else {
+        return;
+    };
+    // Picked a test ahead: a window hands its answers in flight to the next test only when
+    // that is a window of the same scenario (scenarios::answers).
+    let mut scenario = shared.mix[picker.sample(&mut rng)];
+    // Answers handed over when the stop came: the window they were handed to takes them in
+    // and, told to stop, sends nothing and waits for them (or counts them unanswered).
+    while !stop.is_cancelled() || !answers.is_empty() {
         if failures_in_a_row > 0 {
             // Back off after failures: a dead server fails every test at once, and without a
             // pause each stream turns that into hundreds of failure records (and CrashingClient
@@ -743,10 +752,6 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
                 _ = stop.cancelled() => break,
             }
         }
-        let Some(picker) = &shared.picker else {
-            return;
-        };
-        let scenario = shared.mix[picker.sample(&mut rng)];
         let ctx_index = if rng.random_bool(0.1) {
             2 + rng.random_range(0..8)
         } else {
@@ -766,9 +771,17 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
             model: String::new(),
             wire: Default::default(),
             schedule: std::mem::take(&mut schedule),
+            answers: std::mem::take(&mut answers),
         };
         let started_ms = stress_common::now_ms();
         let outcome = run_until_stopped(&shared, &mut env, &stop).await;
+        let next = shared.mix[picker.sample(env.rng)];
+        let outcome = match outcome {
+            Some(o) if next == scenario && !stop.is_cancelled() => Some(o),
+            Some(o) => Some(scenarios::answers::settle(&mut env.answers, &stop, o).await),
+            None => None,
+        };
+        answers = std::mem::take(&mut env.answers);
         let wire = env.wire.take();
         schedule = std::mem::take(&mut env.schedule);
         schedule.test_ended(matches!(outcome, Some(Outcome::Passed)));
@@ -806,6 +819,7 @@ async fn stream_loop(shared: Arc<Shared>, index: usize, stop: CancellationToken)
                 report_failure(&shared, scenario, record, trace).await;
             }
         }
+        scenario = next;
     }
 }
 
@@ -830,7 +844,7 @@ fn stream_contexts(shared: &Shared, index: usize) -> Vec<ClientContext> {
 /// abandoned. `None`: it did not finish.
 async fn run_until_stopped(
     shared: &Shared,
-    env: &mut TestEnv<'_>,
+    env: &mut TestEnv<'_, '_>,
     stop: &CancellationToken,
 ) -> Option<Outcome> {
     let test = scenarios::run(env);
@@ -847,7 +861,7 @@ async fn run_until_stopped(
 /// Records a finished test as its context's last use (what the next test on this id will see
 /// as its previous use); returns the use before it.
 fn hand_over_context(
-    env: &mut TestEnv<'_>,
+    env: &mut TestEnv<'_, '_>,
     started_ms: i64,
     outcome: Option<&Outcome>,
 ) -> Option<PreviousUse> {

@@ -194,6 +194,7 @@ async fn assert_no_start_skips_open_sequences(label: &str, client: &Arc<dyn Trit
         model: String::new(),
         wire: Default::default(),
         schedule: Default::default(),
+        answers: Default::default(),
     };
     match worker::scenarios::run(&mut env).await {
         Outcome::Skipped(reason) => assert!(

@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader, Lines};
 /// The line the child prints before each request it sends.
 pub const SENT_LINE: &str = "sent";
 
-pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+pub async fn run(env: &mut TestEnv<'_, '_>) -> Outcome {
     let model = env.settings.identity_model.clone();
     let protocol = env.client.protocol();
     let mut child = match tokio::process::Command::new(&env.settings.worker_binary)

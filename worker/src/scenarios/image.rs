@@ -134,7 +134,7 @@ pub fn label_of(result: &str) -> &str {
     result.splitn(3, ':').nth(2).unwrap_or("")
 }
 
-pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+pub async fn run(env: &mut TestEnv<'_, '_>) -> Outcome {
     let batch = env.images;
     let model = batch.request.model.clone();
     let mut request = batch.request.clone();

@@ -311,7 +311,7 @@ impl PlannedModel {
     }
 }
 
-pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+pub async fn run(env: &mut TestEnv<'_, '_>) -> Outcome {
     let Some(plan) = env.settings.infer_plan.clone() else {
         return Outcome::Failed(Failure::new(
             "",
@@ -327,17 +327,22 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
     let planned = &plan.models[pick];
     env.model = planned.description.name.clone();
     if planned.sequence.is_some() {
+        // Not a window: the answers a window handed over are waited for first.
+        if let Err(failure) = super::answers::drain(&mut env.answers, env.cancel).await {
+            return Outcome::Failed(failure);
+        }
         return sequence::run(env, planned, plan.tolerance).await;
     }
-    if let Some(streams) = &planned.decoupled {
-        return match decoupled::drive(env, planned, streams, plan.tolerance).await {
-            Ok(()) => Outcome::Passed,
-            Err(f) => Outcome::Failed(f),
+    let driven = if planned.decoupled.is_some() {
+        decoupled::drive(env, &plan, pick).await
+    } else {
+        let prepared = planned.prepared.iter().cloned().collect();
+        let check = move |i: usize, r: Result<InferResponse, ClientError>| {
+            plan.models[pick].check(i, r, plan.tolerance)
         };
-    }
-    let check =
-        |i: usize, r: Result<InferResponse, ClientError>| planned.check(i, r, plan.tolerance);
-    match load::drive(env, &planned.prepared, &check).await {
+        load::drive(env, prepared, Arc::new(check)).await
+    };
+    match driven {
         Ok(()) => Outcome::Passed,
         Err(f) => Outcome::Failed(f),
     }

@@ -2,12 +2,14 @@
 //! what the server answers. A scenario returns an [`Outcome`]; requests and latencies go into the
 //! worker's [`Stats`] as they happen, so a long test shows up in QPS while it runs.
 
+pub mod answers;
 pub mod crashing;
 pub mod image;
 pub mod infer;
 pub mod load;
 mod pacer;
 pub mod perf_analyzer;
+pub use answers::{Answer, Answers, CANCEL_DRAIN, Counted};
 pub use pacer::{Pacer, PacerCall, Tick};
 pub mod sequence;
 pub mod timeout;
@@ -320,12 +322,8 @@ pub struct OpenLoop<P> {
     /// When the schedule starts: now, or in the past where it goes on from an earlier
     /// window's ([`StreamSchedule`]; the sends already due leave at once, late).
     pub start: Instant,
-    /// No send at or after this, unless `until_idle`.
+    /// No send at or after this; the schedule stops there.
     pub until: Option<Instant>,
-    /// Past `until` and before this, sends go on until one falls due with nothing in flight,
-    /// and the schedule stops there: a window then ends without waiting for answers while
-    /// its sends fall due (which the next window would send late), where a server keeps up.
-    pub until_idle: Option<Instant>,
     /// Sends request `i` at once, called on the [`Pacer`]'s thread at its intended time: such
     /// a send skips the runtime's wake-up, the larger part of an open loop's lateness and of
     /// its CPU. It returns the call on the wire (the pacer polls it once, so that its answer
@@ -345,40 +343,38 @@ pub type SendNow<P> = Box<dyn FnMut(u64) -> Option<P> + Send>;
 /// `i`th offset, until the schedule ends, `until` comes, `changed()` says so (checked at each
 /// send and every [`CHANGE_CHECK`]) or cancellation. Each request is sent by the pacer's
 /// thread (`send_now`) where it can be, else by `send(i, intended, None)`; `send(i, intended,
-/// Some(call))` takes a call already sent. `finish` takes each result as it arrives, and its
-/// first error ends the loop. Each send's lateness (the time it left, or was handed to the
-/// runtime, minus its intended time) goes to `tally`, so client lag is measured, not hidden in
-/// the latency. A request the pacer sent is always finished or tallied, also when the loop
-/// stops. On cancellation (SIGTERM) the requests in flight get [`CANCEL_DRAIN`] to finish;
-/// those still unanswered then (a black hole, a hung server) are tallied as abandoned, so the
-/// worker stops and flushes its records in time instead of waiting for their deadlines. The
-/// intended times come from a [`Pacer`] thread, which keeps them to the microsecond where the
-/// runtime's timer keeps them to the millisecond. Beyond [`MAX_IN_FLIGHT`] requests in flight
-/// the client itself is the bottleneck: it waits, and the lateness shows by how much.
-/// Returns where the schedule stopped at its end ([`Pacer::stopped_at`]), for the next window
-/// to go on from.
-pub async fn open_loop<P, T, F>(
+/// Some(call))` takes a call already sent. Either way `send` returns the request's [`Answer`],
+/// which goes into `in_flight` beside those an earlier window handed over, and the first
+/// failure among them ends the loop. Each send's lateness (the time it left, or was handed to
+/// the runtime, minus its intended time) goes to `late`, so client lag is measured, not hidden
+/// in the latency. A request the pacer sent is always in `in_flight`, also when the loop stops.
+/// The intended times come from a [`Pacer`] thread, which keeps them to the microsecond where
+/// the runtime's timer keeps them to the millisecond. Beyond [`MAX_IN_FLIGHT`] requests in
+/// flight the client itself is the bottleneck: it waits, and the lateness shows by how much.
+///
+/// Where the schedule stopped at `until` (and the worker was not told to stop), the loop
+/// returns that point ([`Pacer::stopped_at`]), for the next window to go on from, and leaves
+/// the requests still in flight in `in_flight` for it (see [`answers`]); otherwise it waits
+/// for them ([`answers::drain`]) and returns None.
+pub async fn open_loop<'a, P>(
     schedule: OpenLoop<P>,
     changed: impl Fn() -> bool,
     cancel: &CancellationToken,
-    tally: impl Fn(Tally),
-    mut send: impl FnMut(u64, tokio::time::Instant, Option<PacerCall<P>>) -> F,
-    mut finish: impl FnMut(T) -> Result<(), Failure>,
+    in_flight: &mut Answers<'a>,
+    late: impl Fn(Duration),
+    mut send: impl FnMut(u64, tokio::time::Instant, Option<PacerCall<P>>) -> Answer<'a>,
 ) -> Result<Option<Instant>, Failure>
 where
     P: std::future::Future + Unpin + Send + 'static,
     P::Output: Send + 'static,
-    F: std::future::Future<Output = T>,
 {
     use futures::StreamExt;
     let mut pacer = Pacer::start(schedule);
-    let mut in_flight = futures::stream::FuturesUnordered::new();
     let mut launch = |tick: Tick<P>| {
-        let late = match &tick.sent {
+        late(match &tick.sent {
             Some((_, at)) => at.saturating_duration_since(tick.intended),
             None => tick.intended.elapsed(),
-        };
-        tally(Tally::Lateness(late));
+        });
         let intended = tokio::time::Instant::from_std(tick.intended);
         send(tick.index, intended, tick.sent.map(|(call, _)| call))
     };
@@ -400,10 +396,7 @@ where
                     break;
                 }
             }
-            Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                finish(done)?;
-                pacer.finished();
-            }
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => done?,
             _ = check.tick() => if changed() { break },
         }
     }
@@ -414,45 +407,12 @@ where
             in_flight.push(launch(tick));
         }
     }
-    // The last answers, all of them; once the worker is told to stop (before or during this
-    // wait, which lasts as long as the server's latency), those not in within CANCEL_DRAIN.
-    let mut drain_until = None;
-    loop {
-        if drain_until.is_none() && cancel.is_cancelled() {
-            drain_until = Some(tokio::time::Instant::now() + CANCEL_DRAIN);
-        }
-        let done = match drain_until {
-            None => tokio::select! {
-                done = in_flight.next() => done,
-                _ = cancel.cancelled() => continue,
-            },
-            Some(at) => match tokio::time::timeout_at(at, in_flight.next()).await {
-                Ok(done) => done,
-                Err(_) => {
-                    for _ in 0..in_flight.len() {
-                        tally(Tally::Abandoned);
-                    }
-                    break;
-                }
-            },
-        };
-        let Some(done) = done else { break };
-        finish(done)?;
+    if stopped_at.is_some() && !cancel.is_cancelled() {
+        return Ok(stopped_at);
     }
-    Ok(stopped_at)
+    answers::drain(in_flight, cancel).await?;
+    Ok(None)
 }
-
-/// What an open loop tells its caller besides each result.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Tally {
-    /// A send left this long after its intended time.
-    Lateness(Duration),
-    /// A request sent and left unanswered when the worker was told to stop.
-    Abandoned,
-}
-
-/// How long a cancelled open loop waits for its requests in flight.
-pub const CANCEL_DRAIN: Duration = Duration::from_secs(1);
 
 /// How often an open loop asks whether its load changed between sends.
 const CHANGE_CHECK: Duration = Duration::from_millis(100);
@@ -473,15 +433,15 @@ pub struct ClientContext {
 }
 
 /// What a scenario gets for one test.
-pub struct TestEnv<'a> {
+pub struct TestEnv<'a, 's> {
     pub scenario: Scenario,
-    pub client: &'a Arc<dyn TritonClient>,
-    pub settings: &'a Settings,
-    pub stats: &'a Stats,
+    pub client: &'s Arc<dyn TritonClient>,
+    pub settings: &'s Settings,
+    pub stats: &'s Stats,
     pub rng: &'a mut StdRng,
     pub context: &'a mut ClientContext,
-    pub cancel: &'a CancellationToken,
-    pub images: &'a image::ImageBatch,
+    pub cancel: &'s CancellationToken,
+    pub images: &'s image::ImageBatch,
     /// The test's requests on the wire (for a failure's forensics).
     pub wire: WireLog,
     /// The model this test exercises, for the per-model counts: set by [`run`] for the
@@ -489,16 +449,55 @@ pub struct TestEnv<'a> {
     pub model: String,
     /// The stream's open-loop schedule, handed from test to test.
     pub schedule: StreamSchedule,
+    /// The stream's requests in flight that a window handed over (see [`answers`]).
+    pub answers: Answers<'s>,
 }
 
-impl<'a> TestEnv<'a> {
+impl<'a, 's> TestEnv<'a, 's> {
     /// The load of the window starting now, and when its schedule runs ([`StreamSchedule`]).
-    pub fn next_window(&mut self) -> (WindowLoad, WindowSpan) {
+    /// A window that does not go on from the previous one first waits for the answers that
+    /// one handed over; their first failure is this window's.
+    pub async fn next_window(&mut self) -> Result<(WindowLoad, WindowSpan), Failure> {
         let load = self.settings.window_load();
+        if !self.schedule.continues(&load) {
+            answers::drain(&mut self.answers, self.cancel).await?;
+        }
         let span = self
             .schedule
             .window(&load, self.settings.load_window, Instant::now());
-        (load, span)
+        Ok((load, span))
+    }
+
+    /// An open-loop window at `mode` (see [`open_loop`]): `schedule` paces the send times of
+    /// `mode`, each send's lateness is counted under the test's scenario, and the sends on the
+    /// request-intervals file's cursor. `model` names a failure to find the send times.
+    pub async fn open_window<P>(
+        &self,
+        model: &str,
+        mode: &LoadMode,
+        schedule: impl FnOnce(SendTimes) -> OpenLoop<P>,
+        changed: impl Fn() -> bool,
+        in_flight: &mut Answers<'s>,
+        mut send: impl FnMut(u64, tokio::time::Instant, Option<PacerCall<P>>) -> Answer<'s>,
+    ) -> Result<Option<Instant>, Failure>
+    where
+        P: std::future::Future + Unpin + Send + 'static,
+        P::Output: Send + 'static,
+    {
+        let times = self
+            .settings
+            .send_times(mode)
+            .ok_or_else(|| Failure::new(model, "the open loop's schedule", "none"))?;
+        let mut sent = 0;
+        let counted = |i, intended, call| {
+            sent += 1;
+            send(i, intended, call)
+        };
+        let late = |late| self.stats.send_lateness(self.scenario, late);
+        let schedule = schedule(times);
+        let result = open_loop(schedule, changed, self.cancel, in_flight, late, counted).await;
+        self.settings.sent(sent);
+        result
     }
 
     /// Sends one request, counting it and its latency.
@@ -510,7 +509,7 @@ impl<'a> TestEnv<'a> {
     }
 
     /// Marks a request leaving now (see [`Self::answered`]).
-    pub fn sending(&self) -> Sent<'a> {
+    pub fn sending(&self) -> Sent<'s> {
         Sent {
             at: Instant::now(),
             wall_us: wall_us(),
@@ -520,7 +519,7 @@ impl<'a> TestEnv<'a> {
 
     /// A call to the test's server leaves now, in flight until the result drops (for the
     /// requests counted by [`Stats::request`] rather than through [`Self::sending`]).
-    pub fn call(&self) -> crate::stats::CallInFlight<'a> {
+    pub fn call(&self) -> crate::stats::CallInFlight<'s> {
         self.stats.call(self.client.address())
     }
 
@@ -597,7 +596,7 @@ impl<'a> TestEnv<'a> {
 }
 
 /// Runs one test of `env.scenario`.
-pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+pub async fn run(env: &mut TestEnv<'_, '_>) -> Outcome {
     let settings = env.settings;
     env.model = match env.scenario {
         Scenario::Timeout | Scenario::CrashingClient => settings.identity_model.clone(),
@@ -716,8 +715,11 @@ pub async fn run_single_until(
         model: String::new(),
         wire: WireLog::default(),
         schedule: StreamSchedule::default(),
+        answers: Answers::default(),
     };
     let outcome = run(&mut env).await;
+    let outcome = answers::settle(&mut env.answers, stop, outcome).await;
+    drop(env);
     (outcome, stats)
 }
 
@@ -733,6 +735,16 @@ mod tests {
             *at += Duration::from_micros(*gap);
             Some(now)
         }))
+    }
+
+    /// Where a test's requests are counted.
+    fn counted(stats: &Stats) -> Counted<'_> {
+        Counted {
+            stats,
+            scenario: Scenario::Load,
+            model: "m".into(),
+            server: "s",
+        }
     }
 
     /// Runs an open loop over `gaps` (microseconds), recording what was sent and finished;
@@ -761,44 +773,40 @@ mod tests {
             times: offsets(gaps),
             start: Instant::now(),
             until: None,
-            until_idle: None,
             send_now,
             answers: None,
         };
+        let stats = Stats::default();
+        let counted = Arc::new(counted(&stats));
+        let finished = &finished;
         let result = open_loop(
             schedule,
             changed,
             cancel,
-            |t| {
-                if let Tally::Lateness(_) = t {
-                    *late.lock().unwrap() += 1
-                }
-            },
+            &mut Answers::default(),
+            |_| *late.lock().unwrap() += 1,
             |i, intended, by_pacer: Option<PacerCall<std::future::Ready<u64>>>| {
                 assert_eq!(
                     by_pacer.is_some(),
                     pacer_sends.is_some_and(|picks| picks(i))
                 );
                 sent.lock().unwrap().push(i);
-                async move {
+                Answer::new(counted.clone(), async move {
                     if let Some(call) = by_pacer {
                         assert_eq!(call.await, i, "the pacer's call is request {i}'s");
                     }
                     assert!(tokio::time::Instant::now() >= intended, "sent early");
-                    i
-                }
-            },
-            |i| {
-                finished.lock().unwrap().push(i);
-                if i == 99 {
-                    Err(Failure::new("m", "no 99", "99"))
-                } else {
-                    Ok(())
-                }
+                    finished.lock().unwrap().push(i);
+                    if i == 99 {
+                        Err(Failure::new("m", "no 99", "99"))
+                    } else {
+                        Ok(())
+                    }
+                })
             },
         )
         .await;
-        let mut finished = finished.into_inner().unwrap();
+        let mut finished = finished.lock().unwrap().clone();
         finished.sort();
         let sent_by_pacer = on_wire.lock().unwrap().clone();
         (
@@ -856,7 +864,6 @@ mod tests {
             let until = ends.then(|| Instant::now() + Duration::from_millis(5));
             let cancel = CancellationToken::new();
             let sent = std::sync::atomic::AtomicUsize::new(0);
-            let abandoned = std::sync::atomic::AtomicUsize::new(0);
             let stop = cancel.clone();
             let schedule = OpenLoop::<std::future::Pending<()>> {
                 times: Box::new(std::iter::successors(Some(Duration::ZERO), |t| {
@@ -864,7 +871,6 @@ mod tests {
                 })),
                 start: Instant::now(),
                 until,
-                until_idle: None,
                 send_now: None,
                 answers: None,
             };
@@ -872,23 +878,27 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 stop.cancel();
             };
-            let run = open_loop(
-                schedule,
-                || false,
-                &cancel,
-                |t| {
-                    if t == Tally::Abandoned {
-                        abandoned.fetch_add(1, Ordering::Relaxed);
-                    }
-                },
-                |_, _, _| {
-                    if sent.fetch_add(1, Ordering::Relaxed) == 4 && until.is_none() {
-                        stop.cancel();
-                    }
-                    std::future::pending::<()>()
-                },
-                |()| Ok(()),
-            );
+            let stats = Stats::default();
+            let counted = Arc::new(counted(&stats));
+            let run = async {
+                let mut in_flight = Answers::default();
+                let stopped = open_loop(
+                    schedule,
+                    || false,
+                    &cancel,
+                    &mut in_flight,
+                    |_| {},
+                    |_, _, _| {
+                        if sent.fetch_add(1, Ordering::Relaxed) == 4 && until.is_none() {
+                            stop.cancel();
+                        }
+                        Answer::new(counted.clone(), std::future::pending())
+                    },
+                )
+                .await;
+                // A window that stopped at its end hands its answers over; the stream waits.
+                answers::drain(&mut in_flight, &cancel).await.and(stopped)
+            };
             let (result, ()) =
                 tokio::time::timeout(CANCEL_DRAIN * 5, async { tokio::join!(run, cancel_later) })
                     .await
@@ -896,7 +906,11 @@ mod tests {
             assert!(result.is_ok());
             let sent = sent.load(Ordering::Relaxed);
             assert!(sent >= 5, "{sent}");
-            assert_eq!(abandoned.load(Ordering::Relaxed), sent, "{until:?}");
+            assert_eq!(
+                stats.total_requests(),
+                sent as u64,
+                "{until:?}: counted unanswered"
+            );
         }
     }
 

@@ -22,7 +22,7 @@ use futures::task::AtomicWaker;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -83,8 +83,6 @@ struct TickQueue<P: Future> {
     room: Condvar,
     signal: Arc<Signal>,
     stop: AtomicBool,
-    /// Sends handed over and not yet finished by the loop ([`Pacer::finished`]).
-    outstanding: AtomicUsize,
     /// The intended time of the first send the schedule did not make, where it stopped at its
     /// end (not at a stop from outside).
     stopped_at: Mutex<Option<Instant>>,
@@ -124,7 +122,6 @@ impl<P: Future> TickQueue<P> {
             room: Condvar::new(),
             signal: Arc::new(Signal::default()),
             stop: AtomicBool::new(false),
-            outstanding: AtomicUsize::new(0),
             stopped_at: Mutex::new(None),
         }
     }
@@ -207,7 +204,6 @@ where
             times,
             start,
             until,
-            until_idle,
             mut send_now,
             answers,
         } = schedule;
@@ -226,8 +222,7 @@ where
                 let Some(intended) = start.checked_add(offset) else {
                     break;
                 };
-                let past_end = until.is_some_and(|u| intended >= u);
-                if past_end && until_idle.is_none_or(|u| intended >= u) {
+                if until.is_some_and(|u| intended >= u) {
                     pacing.record_stop(intended);
                     break;
                 }
@@ -251,11 +246,6 @@ where
                 ) {
                     break;
                 }
-                if past_end && pacing.outstanding.load(Ordering::Acquire) == 0 {
-                    pacing.record_stop(intended);
-                    break;
-                }
-                pacing.outstanding.fetch_add(1, Ordering::AcqRel);
                 // Lateness counts to the start of the send, as at the runtime's pickup.
                 let leaving = Instant::now();
                 let answers_before = pacing.signal.answers.load(Ordering::Acquire);
@@ -302,11 +292,6 @@ impl<P: Future> Pacer<P> {
     /// The next send (None: the schedule is over).
     pub async fn next(&mut self) -> Option<Tick<P>> {
         std::future::poll_fn(|cx| self.queue.poll_next(cx)).await
-    }
-
-    /// The loop finished a send the pacer handed over (see [`super::OpenLoop::until_idle`]).
-    pub fn finished(&self) {
-        self.queue.outstanding.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Where the schedule stopped at its end: the intended time of its first send not made
@@ -903,7 +888,6 @@ mod tests {
             times: Box::new(times),
             start: Instant::now(),
             until: None,
-            until_idle: None,
             send_now,
             answers: None,
         }

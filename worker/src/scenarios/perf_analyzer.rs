@@ -25,7 +25,7 @@ pub fn request_count(output: &str) -> u64 {
         .sum()
 }
 
-pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+pub async fn run(env: &mut TestEnv<'_, '_>) -> Outcome {
     let model = env.settings.load_model.clone();
     let Some(binary) = env.settings.perf_analyzer.clone() else {
         return Outcome::Skipped("no perf_analyzer binary".into());
@@ -113,7 +113,7 @@ fn perf_analyzer_command(
 /// Counts a finished run's requests: each with its latency from the profile export, else
 /// without latencies from its summary.
 fn count_requests(
-    env: &TestEnv<'_>,
+    env: &TestEnv<'_, '_>,
     model: &str,
     export: &ProfileExport,
     output: &std::process::Output,

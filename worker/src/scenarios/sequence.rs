@@ -40,7 +40,7 @@ fn request(
     batched: bool,
     value: i32,
     flags: SequenceFlags,
-    env: &TestEnv<'_>,
+    env: &TestEnv<'_, '_>,
 ) -> InferRequest {
     let shape = if batched { vec![1, 1] } else { vec![1] };
     let mut r = InferRequest::new(model, vec![Tensor::from_i32("INPUT", shape, &[value])]);
@@ -57,7 +57,7 @@ fn request(
 /// Sends `values` as one sequence on the context's id: START on the first request, END on the
 /// last when `end` is set. Checks every running sum.
 async fn send_sequence(
-    env: &TestEnv<'_>,
+    env: &TestEnv<'_, '_>,
     model: &str,
     batched: bool,
     values: &[i32],
@@ -78,7 +78,7 @@ async fn send_sequence(
 }
 
 async fn check_steps(
-    env: &TestEnv<'_>,
+    env: &TestEnv<'_, '_>,
     session: &mut dyn crate::client::SequenceSession,
     model: &str,
     batched: bool,
@@ -123,7 +123,7 @@ async fn check_steps(
     Ok(())
 }
 
-pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+pub async fn run(env: &mut TestEnv<'_, '_>) -> Outcome {
     let (model, batch) = {
         let models = &env.settings.sequence_models;
         models[env.rng.random_range(0..models.len())].clone()
@@ -185,7 +185,7 @@ pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
 }
 
 /// A request without START on an id whose last sequence was closed must be refused.
-async fn no_start(env: &TestEnv<'_>, model: &str, batched: bool) -> Result<(), Failure> {
+async fn no_start(env: &TestEnv<'_, '_>, model: &str, batched: bool) -> Result<(), Failure> {
     let id = env.context.correlation_id;
     // Any value: the request is refused before the model sees it.
     let value = 1;

@@ -26,7 +26,11 @@ pub fn identity_request(model: &str, values: &[i32], delay_ms: i64) -> InferRequ
 }
 
 /// Sends `values` with no delay and checks they come back unchanged.
-pub async fn check_identity(env: &TestEnv<'_>, model: &str, values: &[i32]) -> Result<(), Failure> {
+pub async fn check_identity(
+    env: &TestEnv<'_, '_>,
+    model: &str,
+    values: &[i32],
+) -> Result<(), Failure> {
     let mut request = identity_request(model, values, 0);
     request.timeout = Some(env.settings.request_timeout);
     let response = env
@@ -48,7 +52,7 @@ pub async fn check_identity(env: &TestEnv<'_>, model: &str, values: &[i32]) -> R
     Ok(())
 }
 
-pub async fn run(env: &mut TestEnv<'_>) -> Outcome {
+pub async fn run(env: &mut TestEnv<'_, '_>) -> Outcome {
     let model = env.settings.identity_model.clone();
     let values: Vec<i32> = (0..16).map(|_| env.rng.random_range(0..1 << 20)).collect();
     let mut request = identity_request(

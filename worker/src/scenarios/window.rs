@@ -1,13 +1,11 @@
-//! When a stream's load windows send. An open loop waits for its last answers at its window's
-//! end; if the next window's schedule started from then, the sends that wait held back would
-//! never be scheduled, and a server past its capacity would be offered about its answer rate
-//! instead of the load asked for, with nothing in the report to say so (coordinated omission at
-//! the windows' edges). So a stream's consecutive open-loop windows at one load are one
-//! schedule: each goes on from where the last one's schedule stopped, and the sends the wait
-//! held back leave at once, late, with that lateness counted and their latencies counted from
-//! their intended times. So that a server that keeps up sees no such wait, a window goes on
-//! sending past its end until a send falls due with nothing in flight, and stops there (up to
-//! one more window: a server past its capacity never leaves nothing in flight).
+//! When a stream's load windows send. A stream's consecutive open-loop windows at one load are
+//! one schedule: each goes on from where the last one's schedule stopped, at its end, and takes
+//! over its requests in flight ([`super::answers`]), so that a server past its capacity is
+//! offered the load asked for, window after window, with no pause for the last answers (which
+//! would offer about its answer rate instead, with nothing in the report to say so: coordinated
+//! omission at the windows' edges). Sends the next window's start finds already due (its test
+//! began a moment after the schedule's stop) leave at once, their lateness counted and their
+//! latencies counted from their intended times.
 //!
 //! A worker's streams each run their own schedule; at a constant rate, schedules started
 //! together would send together, in bursts of as many requests as there are streams. Each
@@ -17,14 +15,13 @@
 use super::{LoadMode, WindowLoad};
 use std::time::{Duration, Instant};
 
-/// When a load window's schedule starts, and when it ends: an open loop goes on past `end`
-/// until a send falls due with nothing in flight, up to `end_at_the_latest` (see
-/// [`super::OpenLoop::until_idle`]); a closed loop stops at `end`.
+/// When a load window's schedule starts and ends, and whether it goes on from the stream's
+/// previous window (which then handed over its requests in flight: [`super::answers`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowSpan {
     pub start: Instant,
     pub end: Instant,
-    pub end_at_the_latest: Instant,
+    pub continued: bool,
 }
 
 /// One stream's open-loop schedule between its tests (see the module's comment).
@@ -58,18 +55,33 @@ impl StreamSchedule {
     /// its open loop runs on until the driver changes the rate, not for its span.
     pub fn window(&mut self, load: &WindowLoad, length: Duration, now: Instant) -> WindowSpan {
         let mode = &load.mode;
-        let open = !mode.is_closed_loop() && !load.overload;
-        let start = match self.resume.take() {
-            Some((previous, stopped)) if open && previous == *mode => stopped,
-            _ => now + self.offset(mode),
-        };
-        self.pending = open.then(|| mode.clone());
+        let resumed = self
+            .resume
+            .take()
+            .filter(|(previous, _)| Self::open(load) && previous == mode)
+            .map(|(_, stopped)| stopped);
+        let start = resumed.unwrap_or_else(|| now + self.offset(mode));
+        self.pending = Self::open(load).then(|| mode.clone());
         self.next = None;
         WindowSpan {
             start,
             end: start + length,
-            end_at_the_latest: start + 2 * length,
+            continued: resumed.is_some(),
         }
+    }
+
+    /// Whether a window at `load` would go on from the stream's previous one ([`Self::window`]).
+    pub fn continues(&self, load: &WindowLoad) -> bool {
+        Self::open(load)
+            && self
+                .resume
+                .as_ref()
+                .is_some_and(|(mode, _)| *mode == load.mode)
+    }
+
+    /// Whether a window at `load` is an open loop that may go on from, or into, another.
+    fn open(load: &WindowLoad) -> bool {
+        !load.mode.is_closed_loop() && !load.overload
     }
 
     /// Where this test's open-loop window stopped its schedule: the intended time of its first
@@ -127,19 +139,19 @@ mod tests {
         for mode in [LoadMode::Rate(100.0), LoadMode::Poisson(50.0)] {
             let mut s = StreamSchedule::default();
             let first = s.window(&load(&mode), SECOND, t0);
-            let spans = (first.start, first.end, first.end_at_the_latest);
-            assert_eq!(spans, (t0, at(t0, 1.0), at(t0, 2.0)), "{mode:?}");
-            // It stopped at 1.2 s (past its end, at a send due with nothing in flight); its
-            // last answers came at 3.5 s. The next window goes on from 1.2 s: all it sends
-            // is due already, and leaves at once, late.
-            s.stopped(Some(at(t0, 1.2)));
+            let spans = (first.start, first.end, first.continued);
+            assert_eq!(spans, (t0, at(t0, 1.0), false), "{mode:?}");
+            // It stopped at 1.0 s, its first send not made; the next window begins at 1.01 s
+            // (its test's start) and goes on from 1.0 s: its first send leaves at once.
+            s.stopped(Some(at(t0, 1.0)));
             s.test_ended(true);
-            let second = s.window(&load(&mode), SECOND, at(t0, 3.5));
-            assert_eq!((second.start, second.end), (at(t0, 1.2), at(t0, 2.2)));
-            s.stopped(Some(at(t0, 2.3)));
+            let second = s.window(&load(&mode), SECOND, at(t0, 1.01));
+            let spans = (second.start, second.end, second.continued);
+            assert_eq!(spans, (at(t0, 1.0), at(t0, 2.0), true));
+            s.stopped(Some(at(t0, 2.0)));
             s.test_ended(true);
-            let third = s.window(&load(&mode), SECOND, at(t0, 2.31));
-            assert_eq!(third.start, at(t0, 2.3), "{mode:?}");
+            let third = s.window(&load(&mode), SECOND, at(t0, 2.01));
+            assert_eq!(third.start, at(t0, 2.0), "{mode:?}");
         }
     }
 

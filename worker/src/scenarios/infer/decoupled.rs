@@ -17,16 +17,18 @@
 //! time (nothing to demultiplex; each response must still carry its request's id); open loop
 //! opens a stream per request, so requests overlap at their intended times.
 
-use super::PlannedModel;
+use super::{InferPlan, PlannedModel};
 use crate::client::{
     ClientError, DecoupledSession, InferResponse, Protocol, StreamEnd, StreamOutcome,
 };
 use crate::model::{self, CheckFailure, ModelDescription, PlannedRequest};
-use crate::scenarios::{Failure, LoadMode, OpenLoop, Tally, TestEnv, open_loop};
+use crate::scenarios::{Answer, Answers, Counted, Failure, LoadMode, OpenLoop, TestEnv};
+use crate::stats::{CallInFlight, Stats};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use stress_common::schedule::SendTimes;
 use stress_common::signature::ErrorKind;
 
 /// What a decoupled model's streams are checked against, built with its requests.
@@ -251,7 +253,7 @@ fn check_consistent(
 /// Counts one request's stream (the stream's counts even when it failed, the latency only when
 /// it passed) and checks it.
 fn finish(
-    env: &TestEnv<'_>,
+    counted: &Counted<'_>,
     planned: &PlannedModel,
     checks: &StreamChecks,
     i: usize,
@@ -260,11 +262,13 @@ fn finish(
     tolerance: f64,
 ) -> Result<(), Failure> {
     let d = &planned.description;
-    let server = env.client.address();
+    let server = counted.server;
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
-            env.stats.request(env.scenario, &d.name, server, None);
+            counted
+                .stats
+                .request(counted.scenario, &d.name, server, None);
             return Err(Failure::new(
                 &d.name,
                 format!("a response stream from {}", d.label()),
@@ -273,8 +277,8 @@ fn finish(
         }
     };
     let times = StreamTimes::of(&outcome, from);
-    env.stats.stream(
-        env.scenario,
+    counted.stats.stream(
+        counted.scenario,
         &d.name,
         times.responses,
         times.first_response,
@@ -289,54 +293,82 @@ fn finish(
         tolerance,
     );
     let latency = judged.is_ok().then_some(times.to_final).flatten();
-    env.stats.request(env.scenario, &d.name, server, latency);
+    counted
+        .stats
+        .request(counted.scenario, &d.name, server, latency);
     judged?;
     check_consistent(d, checks, i, outcome)
 }
 
-/// One load window of a decoupled model's requests, cycled in order, at the worker's load mode.
-/// The first failure ends the window.
-pub async fn drive(
-    env: &mut TestEnv<'_>,
-    planned: &PlannedModel,
-    checks: &StreamChecks,
-    tolerance: f64,
+/// One load window of a decoupled model's requests (`plan`'s model `pick`), cycled in order, at
+/// the worker's load mode. The first failure ends the window.
+pub async fn drive<'e>(
+    env: &mut TestEnv<'_, 'e>,
+    plan: &Arc<InferPlan>,
+    pick: usize,
 ) -> Result<(), Failure> {
-    let (load, span) = env.next_window();
+    let (load, span) = env.next_window().await?;
+    let mut answers = std::mem::take(&mut env.answers);
+    let streaming = Arc::new(Streaming {
+        client: env.client,
+        plan: plan.clone(),
+        pick,
+        counted: Arc::new(Counted {
+            stats: env.stats,
+            scenario: env.scenario,
+            model: plan.models[pick].description.name.clone(),
+            server: env.client.address(),
+        }),
+        silence: env.settings.request_timeout,
+    });
     let window = Window {
         env,
-        planned,
-        checks,
-        tolerance,
+        streaming,
         span,
-        silence: env.settings.request_timeout,
     };
     let stopped_at = match load.mode {
         LoadMode::Concurrency(n) => window.closed_loop(n as usize).await.map(|()| None),
         // One stream per request, sent at its intended time; latencies count from that time.
         mode @ (LoadMode::Rate(_) | LoadMode::Poisson(_) | LoadMode::Intervals(_)) => {
-            window.open_loop(&mode).await
+            window.open_loop(&mode, &mut answers).await
         }
     }?;
+    env.answers = answers;
     env.schedule.stopped(stopped_at);
     Ok(())
 }
 
-/// What the senders of one load window ([`drive`]) share.
-struct Window<'w, 'e> {
-    env: &'w TestEnv<'e>,
-    planned: &'w PlannedModel,
-    checks: &'w StreamChecks,
-    tolerance: f64,
-    /// When the window's schedule starts and ends: no request is sent after its end.
-    span: crate::scenarios::WindowSpan,
+/// What the streams of one load window ([`drive`]) share, owned, so that an open loop's
+/// answers may come after their window.
+struct Streaming<'e> {
+    client: &'e Arc<dyn crate::client::TritonClient>,
+    plan: Arc<InferPlan>,
+    pick: usize,
+    counted: Arc<Counted<'e>>,
     /// How long a stream may stay silent before its final response.
     silence: Duration,
 }
 
-impl Window<'_, '_> {
+impl<'e> Streaming<'e> {
+    fn planned(&self) -> &PlannedModel {
+        &self.plan.models[self.pick]
+    }
+
+    fn checks(&self) -> &StreamChecks {
+        self.planned()
+            .decoupled
+            .as_ref()
+            .expect("a decoupled model's plan has its checks")
+    }
+
+    /// A call to the window's server leaves now, in flight until the result drops.
+    fn call(&self) -> CallInFlight<'e> {
+        let stats: &'e Stats = self.counted.stats;
+        stats.call(self.counted.server)
+    }
+
     fn open_failure(&self, e: ClientError) -> Failure {
-        let d = &self.planned.description;
+        let d = &self.planned().description;
         Failure::new(
             &d.name,
             format!("a ModelStreamInfer stream for {}", d.label()),
@@ -351,17 +383,45 @@ impl Window<'_, '_> {
         from: Instant,
         outcome: Result<StreamOutcome, ClientError>,
     ) -> Result<(), Failure> {
+        let tolerance = self.plan.tolerance;
         finish(
-            self.env,
-            self.planned,
-            self.checks,
+            &self.counted,
+            self.planned(),
+            self.checks(),
             idx,
             from,
             outcome,
-            self.tolerance,
+            tolerance,
         )
     }
 
+    /// Request `i`'s stream, opened now, its latency counted from `intended`.
+    fn send(self: Arc<Self>, i: u64, intended: tokio::time::Instant) -> Answer<'e> {
+        let idx = (i % self.planned().requests.len() as u64) as usize;
+        let call = self.call();
+        Answer::new(self.counted.clone(), async move {
+            let mut session = match self.client.decoupled_session().await {
+                Ok(session) => session,
+                Err(e) => return Err(self.open_failure(e)),
+            };
+            let request = &self.planned().requests[idx].request;
+            let outcome = session.infer(request, self.silence).await;
+            drop(call);
+            session.close().await;
+            self.finish(idx, intended.into_std(), outcome)
+        })
+    }
+}
+
+/// One load window ([`drive`]).
+struct Window<'w, 'e> {
+    env: &'w TestEnv<'w, 'e>,
+    streaming: Arc<Streaming<'e>>,
+    /// When the window's schedule starts and ends: no request is sent after its end.
+    span: crate::scenarios::WindowSpan,
+}
+
+impl<'e> Window<'_, 'e> {
     /// Closed loop: `n` senders, each with its own stream.
     async fn closed_loop(&self, n: usize) -> Result<(), Failure> {
         let mut senders: FuturesUnordered<_> = (0..n).map(|k| self.sender(k, n)).collect();
@@ -374,29 +434,29 @@ impl Window<'_, '_> {
     /// Closed-loop sender `k` of `n`: requests k, k+n, ... one at a time over one stream,
     /// opened with the first, until the window ends or a request fails.
     async fn sender(&self, k: usize, n: usize) -> Result<(), Failure> {
-        let env = self.env;
-        let requests = &self.planned.requests;
+        let (env, s) = (self.env, &self.streaming);
+        let requests = &s.planned().requests;
         let mut session: Option<Box<dyn DecoupledSession>> = None;
         let mut i = k;
         let mut result = Ok(());
         while result.is_ok() && Instant::now() < self.span.end && !env.cancel.is_cancelled() {
             let idx = i % requests.len();
             i += n;
-            let call = env.call();
+            let call = s.call();
             if session.is_none() {
-                match env.client.decoupled_session().await {
-                    Ok(s) => session = Some(s),
+                match s.client.decoupled_session().await {
+                    Ok(opened) => session = Some(opened),
                     Err(e) => {
-                        result = Err(self.open_failure(e));
+                        result = Err(s.open_failure(e));
                         break;
                     }
                 }
             }
-            let s = session.as_mut().expect("opened above");
-            let outcome = s.infer(&requests[idx].request, self.silence).await;
+            let session = session.as_mut().expect("opened above");
+            let outcome = session.infer(&requests[idx].request, s.silence).await;
             drop(call);
             let from = outcome.as_ref().map_or_else(|_| Instant::now(), |o| o.sent);
-            result = self.finish(idx, from, outcome);
+            result = s.finish(idx, from, outcome);
         }
         if let Some(s) = session {
             s.close().await;
@@ -404,68 +464,26 @@ impl Window<'_, '_> {
         result
     }
 
-    /// Open loop: one stream per request, sent at its intended time.
-    async fn open_loop(&self, mode: &LoadMode) -> Result<Option<Instant>, Failure> {
-        let env = self.env;
-        let requests = &self.planned.requests;
-        let silence = self.silence;
-        let times = env.settings.send_times(mode).ok_or_else(|| {
-            Failure::new(
-                &self.planned.description.name,
-                "the open loop's schedule",
-                "none",
-            )
-        })?;
-        let sent = std::sync::atomic::AtomicU64::new(0);
-        let send =
-            |i: u64,
-             intended: tokio::time::Instant,
-             _: Option<crate::scenarios::PacerCall<std::future::Pending<()>>>| {
-                let idx = (i % requests.len() as u64) as usize;
-                let request = &requests[idx].request;
-                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let call = env.call();
-                async move {
-                    let result = match env.client.decoupled_session().await {
-                        Ok(mut session) => {
-                            let outcome = session.infer(request, silence).await;
-                            drop(call);
-                            session.close().await;
-                            Ok(outcome)
-                        }
-                        Err(e) => Err(self.open_failure(e)),
-                    };
-                    (intended, idx, result)
-                }
-            };
-        let done = |(intended, idx, r): (tokio::time::Instant, usize, Result<_, Failure>)| {
-            let outcome = r?;
-            self.finish(idx, tokio::time::Instant::into_std(intended), outcome)
-        };
-        let tally = |t| match t {
-            Tally::Lateness(late) => env.stats.send_lateness(env.scenario, late),
-            // Sent, never answered: counted without a latency (the spike's error rate
-            // and the reconciliation see it).
-            Tally::Abandoned => env.stats.request(
-                env.scenario,
-                &self.planned.description.name,
-                env.client.address(),
-                None,
-            ),
-        };
+    /// Open loop: one stream per request, sent at its intended time; `answers` holds the
+    /// requests in flight, the previous window's with this one's.
+    async fn open_loop(
+        &self,
+        mode: &LoadMode,
+        answers: &mut Answers<'e>,
+    ) -> Result<Option<Instant>, Failure> {
         // A stream opens from the runtime: nothing leaves from the pacer's thread.
-        let schedule = OpenLoop {
+        let schedule = |times: SendTimes| OpenLoop::<std::future::Pending<()>> {
             times: Box::new(times),
             start: self.span.start,
             until: Some(self.span.end),
-            until_idle: Some(self.span.end_at_the_latest),
             send_now: None,
             answers: None,
         };
-        let result = open_loop(schedule, || false, env.cancel, tally, send, done).await;
-        env.settings
-            .sent(sent.load(std::sync::atomic::Ordering::Relaxed));
-        result
+        let send = |i, intended, _| self.streaming.clone().send(i, intended);
+        let model = &self.streaming.planned().description.name;
+        let env = self.env;
+        env.open_window(model, mode, schedule, || false, answers, send)
+            .await
     }
 }
 

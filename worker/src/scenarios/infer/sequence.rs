@@ -87,7 +87,7 @@ impl SequenceSource {
 /// `--consistency` for sequences: the first response to (key, step, last step?).
 pub type FirstResponses = Mutex<HashMap<(usize, usize, bool), InferResponse>>;
 
-pub async fn run(env: &mut TestEnv<'_>, planned: &PlannedModel, tolerance: f64) -> Outcome {
+pub async fn run(env: &mut TestEnv<'_, '_>, planned: &PlannedModel, tolerance: f64) -> Outcome {
     let source = planned
         .sequence
         .as_ref()
