@@ -14,7 +14,7 @@ use crate::client::{
 use crate::stats::{CallInFlight, Stats};
 use crate::tensor::Tensor;
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::TryStreamExt;
 use futures::stream::FuturesUnordered;
 use rand::Rng;
 use std::sync::Arc;
@@ -302,12 +302,10 @@ impl WindowTrace {
 impl<'e> Window<'_, 'e> {
     /// Closed loop: `n` senders, each with one request in flight at a time.
     async fn closed_loop(&self, n: usize) -> Result<(), Failure> {
-        // FuturesUnordered polls only the senders whose response arrived.
-        let mut senders: FuturesUnordered<_> = (0..n).map(|k| self.sender(k, n)).collect();
-        while let Some(r) = senders.next().await {
-            r?;
-        }
-        Ok(())
+        // FuturesUnordered polls only the senders whose response arrived; the first failure
+        // ends the window.
+        let senders: FuturesUnordered<_> = (0..n).map(|k| self.sender(k, n)).collect();
+        senders.try_collect().await
     }
 
     /// Closed-loop sender `k` of `n`: requests k, k+n, ... one at a time until the window ends

@@ -24,7 +24,7 @@ use crate::client::{
 use crate::model::{self, CheckFailure, ModelDescription, PlannedRequest};
 use crate::scenarios::{Answer, Answers, Counted, Failure, LoadMode, OpenLoop, TestEnv};
 use crate::stats::{CallInFlight, Stats};
-use futures::StreamExt;
+use futures::TryStreamExt;
 use futures::stream::FuturesUnordered;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -424,11 +424,10 @@ struct Window<'w, 'e> {
 impl<'e> Window<'_, 'e> {
     /// Closed loop: `n` senders, each with its own stream.
     async fn closed_loop(&self, n: usize) -> Result<(), Failure> {
-        let mut senders: FuturesUnordered<_> = (0..n).map(|k| self.sender(k, n)).collect();
-        while let Some(r) = senders.next().await {
-            r?;
-        }
-        Ok(())
+        // FuturesUnordered polls only the senders whose response arrived; the first failure
+        // ends the window.
+        let senders: FuturesUnordered<_> = (0..n).map(|k| self.sender(k, n)).collect();
+        senders.try_collect().await
     }
 
     /// Closed-loop sender `k` of `n`: requests k, k+n, ... one at a time over one stream,
