@@ -188,6 +188,11 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
         m.regression = Some(
             serde_saphyr::from_str("{threshold: 0.25, fail: true, min_requests: 20}").unwrap(),
         );
+        // A closed loop, so that a slower server answers fewer requests (an open loop offers
+        // the slow server the same rate, and its slowness shows as latency alone).
+        for t in m.client_templates.values_mut() {
+            t.load = Some(driver::matrix::LoadMode::Concurrency(2));
+        }
     });
     let dir = tmp.path().join("m");
     let runs = tmp.path().join("runs");
@@ -201,9 +206,9 @@ async fn a_slowed_server_is_flagged_against_the_last_passing_run() {
         "a first run: {text}"
     );
 
-    // 100 ms: at concurrency 4 the slow run answers at most 40/s, so its QPS is down by more
-    // than half unless a loaded machine holds the fast run (CPU-bound, not delay-bound) below
-    // 80/s. With 20 ms (200/s) a loaded CI machine once made it less than half.
+    // 100 ms: 4 streams of 2 in flight, the slow run answers at most 40/s, so its QPS is down
+    // by more than half unless a loaded machine holds the fast run (CPU-bound, not
+    // delay-bound) below 80/s. With 20 ms (200/s) a loaded CI machine once made it less than half.
     assert_eq!(paced_repository(&dir, 100), repo);
     let (driver, status, run_dir) = run_matrix_for(tmp.path(), &matrix, "e2e-reg-slow", "8s").await;
     assert_eq!(status.code(), Some(1), "{}", driver.output());
