@@ -8,7 +8,7 @@
 //! ([`drain`]).
 
 use super::Failure;
-use crate::stats::Stats;
+use crate::stats::{CallInFlight, Stats};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use std::future::Future;
@@ -28,7 +28,12 @@ pub struct Counted<'a> {
     pub server: &'a str,
 }
 
-impl Counted<'_> {
+impl<'a> Counted<'a> {
+    /// A call to the server leaves now, in flight until the result drops.
+    pub fn call(&self) -> CallInFlight<'a> {
+        self.stats.call(self.server)
+    }
+
     /// Counts a request: answered in `latency`, or sent and never answered (None).
     pub fn request(&self, latency: Option<Duration>) {
         self.stats

@@ -11,7 +11,6 @@ use super::{Answer, Answers, Counted, Failure, LoadMode, Outcome, TestEnv, Traci
 use crate::client::{
     ClientError, InferRequest, InferResponse, Prepared, RequestedOutput, SentCall, TritonClient,
 };
-use crate::stats::{CallInFlight, Stats};
 use crate::tensor::Tensor;
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -177,12 +176,6 @@ struct Sending<'e> {
 }
 
 impl<'e> Sending<'e> {
-    /// A call to the window's server leaves now, in flight until the result drops.
-    fn call(&self) -> CallInFlight<'e> {
-        let stats: &'e Stats = self.counted.stats;
-        stats.call(self.counted.server)
-    }
-
     /// Request `i`'s place in the cycle of prepared requests.
     fn index(&self, i: u64) -> usize {
         (i % self.prepared.len() as u64) as usize
@@ -255,7 +248,7 @@ impl<'e> Sending<'e> {
         call: Option<super::PacerCall<SentCall>>,
     ) -> Answer<'e> {
         let idx = self.index(i);
-        let in_flight = self.call();
+        let in_flight = self.counted.call();
         Answer::new(self.counted.clone(), async move {
             let r = match (call, self.traced(i)) {
                 (Some(call), _) => call.await,
@@ -318,7 +311,7 @@ impl<'e> Window<'_, 'e> {
             let traced = s.traced(i);
             i += n as u64;
             let started = Instant::now();
-            let call = s.call();
+            let call = s.counted.call();
             let r = match traced {
                 // Intended when its sender was free to send it: now.
                 Some(trace) => s.infer_traced(trace, idx, started).await,

@@ -23,7 +23,6 @@ use crate::client::{
 };
 use crate::model::{self, CheckFailure, ModelDescription, PlannedRequest};
 use crate::scenarios::{Answer, Answers, Counted, Failure, LoadMode, OpenLoop, TestEnv};
-use crate::stats::{CallInFlight, Stats};
 use futures::TryStreamExt;
 use futures::stream::FuturesUnordered;
 use std::sync::{Arc, Mutex};
@@ -361,12 +360,6 @@ impl<'e> Streaming<'e> {
             .expect("a decoupled model's plan has its checks")
     }
 
-    /// A call to the window's server leaves now, in flight until the result drops.
-    fn call(&self) -> CallInFlight<'e> {
-        let stats: &'e Stats = self.counted.stats;
-        stats.call(self.counted.server)
-    }
-
     fn open_failure(&self, e: ClientError) -> Failure {
         let d = &self.planned().description;
         Failure::new(
@@ -398,7 +391,7 @@ impl<'e> Streaming<'e> {
     /// Request `i`'s stream, opened now, its latency counted from `intended`.
     fn send(self: Arc<Self>, i: u64, intended: tokio::time::Instant) -> Answer<'e> {
         let idx = (i % self.planned().requests.len() as u64) as usize;
-        let call = self.call();
+        let call = self.counted.call();
         Answer::new(self.counted.clone(), async move {
             let mut session = match self.client.decoupled_session().await {
                 Ok(session) => session,
@@ -441,7 +434,7 @@ impl<'e> Window<'_, 'e> {
         while result.is_ok() && Instant::now() < self.span.end && !env.cancel.is_cancelled() {
             let idx = i % requests.len();
             i += n;
-            let call = s.call();
+            let call = s.counted.call();
             if session.is_none() {
                 match s.client.decoupled_session().await {
                     Ok(opened) => session = Some(opened),
