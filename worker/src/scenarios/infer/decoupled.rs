@@ -261,13 +261,10 @@ fn finish(
     tolerance: f64,
 ) -> Result<(), Failure> {
     let d = &planned.description;
-    let server = counted.server;
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
-            counted
-                .stats
-                .request(counted.scenario, &d.name, server, None);
+            counted.request(None);
             return Err(Failure::new(
                 &d.name,
                 format!("a response stream from {}", d.label()),
@@ -292,9 +289,7 @@ fn finish(
         tolerance,
     );
     let latency = judged.is_ok().then_some(times.to_final).flatten();
-    counted
-        .stats
-        .request(counted.scenario, &d.name, server, latency);
+    counted.request(latency);
     judged?;
     check_consistent(d, checks, i, outcome)
 }
