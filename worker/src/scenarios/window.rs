@@ -15,13 +15,11 @@
 use super::{LoadMode, WindowLoad};
 use std::time::{Duration, Instant};
 
-/// When a load window's schedule starts and ends, and whether it goes on from the stream's
-/// previous window (which then handed over its requests in flight: [`super::answers`]).
+/// When a load window's schedule starts and ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowSpan {
     pub start: Instant,
     pub end: Instant,
-    pub continued: bool,
 }
 
 /// One stream's open-loop schedule between its tests (see the module's comment).
@@ -48,17 +46,18 @@ impl StreamSchedule {
     }
 
     /// The span of a window of `length` at `mode` that begins `now`: from where the previous
-    /// window's schedule stopped (earlier than now when its last answers came after it, later
-    /// when they came before) if the stream's previous test was an open-loop window at the
-    /// same load that passed, else from `now`. A closed loop always starts now: its senders
+    /// window's schedule stopped (a moment before now, or later where its next send was due
+    /// after its end) if the stream's previous test was an open-loop window at the same load
+    /// that passed ([`Self::continues`]), else from `now`. A closed loop always starts now: its senders
     /// wait for answers by design. Nor is a capacity spike's window (`overload`) continued:
     /// its open loop runs on until the driver changes the rate, not for its span.
     pub fn window(&mut self, load: &WindowLoad, length: Duration, now: Instant) -> WindowSpan {
         let mode = &load.mode;
+        let continues = self.continues(load);
         let resumed = self
             .resume
             .take()
-            .filter(|(previous, _)| Self::open(load) && previous == mode)
+            .filter(|_| continues)
             .map(|(_, stopped)| stopped);
         let start = resumed.unwrap_or_else(|| now + self.offset(mode));
         self.pending = Self::open(load).then(|| mode.clone());
@@ -66,7 +65,6 @@ impl StreamSchedule {
         WindowSpan {
             start,
             end: start + length,
-            continued: resumed.is_some(),
         }
     }
 
@@ -139,15 +137,13 @@ mod tests {
         for mode in [LoadMode::Rate(100.0), LoadMode::Poisson(50.0)] {
             let mut s = StreamSchedule::default();
             let first = s.window(&load(&mode), SECOND, t0);
-            let spans = (first.start, first.end, first.continued);
-            assert_eq!(spans, (t0, at(t0, 1.0), false), "{mode:?}");
+            assert_eq!((first.start, first.end), (t0, at(t0, 1.0)), "{mode:?}");
             // It stopped at 1.0 s, its first send not made; the next window begins at 1.01 s
             // (its test's start) and goes on from 1.0 s: its first send leaves at once.
             s.stopped(Some(at(t0, 1.0)));
             s.test_ended(true);
             let second = s.window(&load(&mode), SECOND, at(t0, 1.01));
-            let spans = (second.start, second.end, second.continued);
-            assert_eq!(spans, (at(t0, 1.0), at(t0, 2.0), true));
+            assert_eq!((second.start, second.end), (at(t0, 1.0), at(t0, 2.0)));
             s.stopped(Some(at(t0, 2.0)));
             s.test_ended(true);
             let third = s.window(&load(&mode), SECOND, at(t0, 2.01));
