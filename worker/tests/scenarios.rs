@@ -97,6 +97,18 @@ async fn expect_pass(
     id: u64,
 ) {
     let (outcome, stats) = run_single(scenario, client, settings, id, id).await;
+    assert_passed(label, settings, scenario, outcome, &stats);
+}
+
+/// What a passing test of `scenario` shows: its outcome, its requests and, in an open loop,
+/// the lateness of every send.
+fn assert_passed(
+    label: &str,
+    settings: &Settings,
+    scenario: Scenario,
+    outcome: Outcome,
+    stats: &Stats,
+) {
     assert_eq!(
         outcome,
         Outcome::Passed,
@@ -107,7 +119,7 @@ async fn expect_pass(
         settings.image_model
     );
     assert!(
-        requests_of(&stats, scenario) > 0,
+        requests_of(stats, scenario) > 0,
         "{label}: {scenario} passed without sending a request"
     );
     if scenario == Scenario::Load && !settings.load_mode.is_closed_loop() {
@@ -260,7 +272,12 @@ async fn assert_no_end_is_reclaimed(label: &str, client: &Arc<dyn TritonClient>,
 
 /// Every scenario once against the good models (passes) and once against a faulty one (fails
 /// with the right expected/actual), over one client.
-async fn walk_every_scenario(label: &str, client: Arc<dyn TritonClient>, ids: &mut Ids) {
+async fn walk_every_scenario(
+    label: &str,
+    client: Arc<dyn TritonClient>,
+    server: &mut TritonServer,
+    ids: &mut Ids,
+) {
     let client = &client;
     let good = settings();
 
@@ -384,8 +401,7 @@ async fn walk_every_scenario(label: &str, client: Arc<dyn TritonClient>, ids: &m
     );
     assert!(f.actual.ends_with(":0:gray\""), "{label}: {f:?}");
 
-    // CrashingClient: the child is killed, the server keeps serving.
-    expect_pass(label, client, &good, Scenario::CrashingClient, ids.next()).await;
+    expect_crashing_client_to_pass(label, client, server, &good, ids).await;
 
     // PerfAnalyzer: runs against add_sub; a model that does not exist makes it fail.
     expect_pass(label, client, &good, Scenario::PerfAnalyzer, ids.next()).await;
@@ -396,6 +412,30 @@ async fn walk_every_scenario(label: &str, client: Arc<dyn TritonClient>, ids: &m
     let f = expect_failure(label, client, &missing, Scenario::PerfAnalyzer, ids.next()).await;
     assert_eq!(f.expected, "perf_analyzer to exit 0", "{label}");
     assert!(f.actual.contains("no_such_model"), "{label}: {f:?}");
+}
+
+/// CrashingClient: the child is killed, the server keeps serving. Once in CI (2026-12-07, gRPC)
+/// tritonserver 2.51 had died by the health check after the kill, its log not kept; 860
+/// SIGKILLed children by hand did not do it again (docs/limitations.md). The scenario is right
+/// to fail on a dead server, but this test is about the worker: a server that died of a signal
+/// is started again (its log's tail printed) and the scenario runs once more. A failure with
+/// the server still up fails the test at once.
+async fn expect_crashing_client_to_pass(
+    label: &str,
+    client: &Arc<dyn TritonClient>,
+    server: &mut TritonServer,
+    settings: &Settings,
+    ids: &mut Ids,
+) {
+    let scenario = Scenario::CrashingClient;
+    let id = ids.next();
+    let (mut outcome, mut stats) = run_single(scenario, client, settings, id, id).await;
+    if outcome != Outcome::Passed && support::restarted_if_it_crashed(server).await {
+        eprintln!("{label}: {scenario} failed on a server that crashed ({outcome:?}): once more");
+        let id = ids.next();
+        (outcome, stats) = run_single(scenario, client, settings, id, id).await;
+    }
+    assert_passed(label, settings, scenario, outcome, &stats);
 }
 
 /// A perf_analyzer run still going when the worker stops gets its finishing time, then is
@@ -447,14 +487,14 @@ async fn assert_a_killed_perf_analyzer_run_is_counted_as_uncounted(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_every_scenario_passes_on_good_models_and_fails_on_faulty_ones() {
     let _serial = support::SERVER_LOCK.lock().await;
-    let server = support::start_server("scenarios-grpc").await;
+    let mut server = support::start_server("scenarios-grpc").await;
     let client: Arc<dyn TritonClient> = Arc::new(
         GrpcClient::connect(&server.grpc_address())
             .await
             .expect("gRPC connect"),
     );
     let mut ids = Ids(1000);
-    walk_every_scenario("grpc", client.clone(), &mut ids).await;
+    walk_every_scenario("grpc", client.clone(), &mut server, &mut ids).await;
     assert_no_end_is_reclaimed("grpc", &client, ids.next()).await;
     assert_a_killed_perf_analyzer_run_is_counted_as_uncounted("grpc", &client).await;
     support::stop_server(server).await;
@@ -463,7 +503,7 @@ async fn grpc_every_scenario_passes_on_good_models_and_fails_on_faulty_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_binary_and_json_every_scenario_passes_on_good_models_and_fails_on_faulty_ones() {
     let _serial = support::SERVER_LOCK.lock().await;
-    let server = support::start_server("scenarios-http").await;
+    let mut server = support::start_server("scenarios-http").await;
     let binary: Arc<dyn TritonClient> =
         Arc::new(HttpClient::new(&server.http_address()).expect("HTTP client"));
     let json: Arc<dyn TritonClient> = Arc::new(
@@ -471,8 +511,8 @@ async fn http_binary_and_json_every_scenario_passes_on_good_models_and_fails_on_
             .expect("HTTP client")
             .with_binary(false),
     );
-    walk_every_scenario("http binary", binary.clone(), &mut Ids(1000)).await;
-    walk_every_scenario("http json", json.clone(), &mut Ids(2000)).await;
+    walk_every_scenario("http binary", binary.clone(), &mut server, &mut Ids(1000)).await;
+    walk_every_scenario("http json", json.clone(), &mut server, &mut Ids(2000)).await;
     assert_sent_now_from_a_plain_thread_answers_as_infer("http binary", &binary).await;
     assert_sent_now_from_a_plain_thread_answers_as_infer("http json", &json).await;
     assert_no_end_is_reclaimed("http", &binary, 3000).await;

@@ -70,6 +70,39 @@ pub fn server_log(server: &TritonServer) -> String {
     tail_lines(&server.spec.log_file, 30)
 }
 
+/// How long a server that lost its listeners may take to end (its crash handler prints a
+/// backtrace first).
+const CRASH_EXIT_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether the server died of a signal on its own (not killed by the test); if it did, its log's
+/// tail goes to stderr and it is started again on the same ports, its log appended to. For
+/// tests whose subject is the worker, not tritonserver's own bugs.
+pub async fn restarted_if_it_crashed(server: &mut TritonServer) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    let deadline = tokio::time::Instant::now() + CRASH_EXIT_WAIT;
+    let status = loop {
+        match server.try_wait() {
+            Some(status) => break status,
+            None if tokio::time::Instant::now() >= deadline => return false,
+            None => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    let Some(signal) = status.signal() else {
+        return false;
+    };
+    eprintln!(
+        "tritonserver died of signal {signal} on its own; its log ends:\n{}",
+        server_log(server)
+    );
+    server.reap_stubs();
+    let mut spec = server.spec.clone();
+    spec.append_log = true;
+    *server = TritonServer::start_ready(spec, READY_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("tritonserver did not start again after its crash: {e}"));
+    true
+}
+
 /// `max_sequence_idle_microseconds` of a model in models/: how long Triton keeps an idle
 /// sequence's slot before it reclaims it.
 pub fn sequence_idle(model: &str) -> Duration {
