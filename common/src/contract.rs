@@ -890,6 +890,57 @@ pub struct WorkerArgs {
     /// carries a context, so this is the server's tracing load too.
     #[arg(long, env = "WORKER_TRACE_SHARE")]
     pub trace_share: Option<crate::trace::TraceShare>,
+    /// Infer: the largest difference allowed between a float output and its validation data
+    /// (0: exact).
+    #[arg(long, env = "WORKER_TOLERANCE", default_value_t)]
+    pub tolerance: Tolerance,
+    /// Infer: a repeated input must give byte-identical outputs (for deterministic models).
+    #[arg(long, env = "WORKER_CONSISTENCY")]
+    pub consistency: bool,
+}
+
+/// `--tolerance` (a matrix's `tolerance`): how far a float output may be from its validation
+/// data, a finite number >= 0.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default, Serialize, Deserialize)]
+#[serde(try_from = "f64", into = "f64")]
+pub struct Tolerance(f64);
+
+impl Tolerance {
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl TryFrom<f64> for Tolerance {
+    type Error = String;
+    fn try_from(v: f64) -> Result<Self, String> {
+        if v >= 0.0 && v.is_finite() {
+            Ok(Self(v))
+        } else {
+            Err(format!("a tolerance is a finite number >= 0, not {v}"))
+        }
+    }
+}
+
+impl From<Tolerance> for f64 {
+    fn from(t: Tolerance) -> f64 {
+        t.0
+    }
+}
+
+impl std::str::FromStr for Tolerance {
+    type Err = FlagError;
+    fn from_str(s: &str) -> Result<Self, FlagError> {
+        let error = |problem: String| FlagError::new("--tolerance", s, problem);
+        let v: f64 = s.parse().map_err(|e| error(format!("{e}")))?;
+        Self::try_from(v).map_err(error)
+    }
+}
+
+impl std::fmt::Display for Tolerance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// A foreign client's command line: a program and its arguments (`--client-command`, JSON).
@@ -1134,6 +1185,12 @@ impl WorkerArgs {
         if let Some(share) = self.trace_share {
             args.extend(["--trace-share".into(), share.to_string()]);
         }
+        if self.tolerance != Tolerance::default() {
+            args.extend(["--tolerance".into(), self.tolerance.to_string()]);
+        }
+        if self.consistency {
+            args.push("--consistency".into());
+        }
         args
     }
 }
@@ -1174,6 +1231,15 @@ mod tests {
             "m=".parse::<InputDataArg>().unwrap_err().to_string(),
             "--input-data m=: no file"
         );
+        for bad in ["-0.1", "NaN", "inf"] {
+            assert_eq!(
+                problem(bad.parse::<Tolerance>().unwrap_err()).0,
+                "--tolerance",
+                "{bad}"
+            );
+        }
+        assert!(serde_json::from_str::<Tolerance>("-1").is_err());
+        assert_eq!("1e-3".parse::<Tolerance>().unwrap().get(), 0.001);
         assert_eq!(
             "".parse::<RunId>().unwrap_err().to_string(),
             "RunId must not be empty"
@@ -1223,6 +1289,8 @@ mod tests {
             client_command: None,
             client_env: Vec::new(),
             trace_share: Some("0.015".parse().unwrap()),
+            tolerance: "0.001".parse().unwrap(),
+            consistency: true,
         }
     }
 
@@ -1243,6 +1311,8 @@ mod tests {
         b.adaptive_load = false;
         b.driver_judges = false;
         b.trace_share = None;
+        b.tolerance = Tolerance::default();
+        b.consistency = false;
         assert_eq!(parse(&b.to_args()).unwrap(), b);
         assert_eq!(b.load(), Some(LoadMode::Concurrency(3)));
         for mode in [

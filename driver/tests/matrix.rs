@@ -291,6 +291,14 @@ const BAD: &[(&str, &str)] = &[
          23:5: client_templates.python.trace_share: a client program sends its own requests, which the worker cannot trace: `trace_share` is for the worker's own scenarios",
     ),
     (
+        // Infer's answer checks on templates that run no Infer; a tolerance below 0.
+        "bad-answer-checks.yaml",
+        "18:5: client_templates.load.tolerance: `tolerance` checks the answers of the Infer scenario, which this template does not run (give `models`, or list Infer in `scenarios`)\n\
+         19:5: client_templates.load.consistency: `consistency` checks the answers of the Infer scenario, which this template does not run (give `models`, or list Infer in `scenarios`)\n\
+         24:5: client_templates.python.consistency: `consistency` checks the answers of the Infer scenario, which this template does not run (give `models`, or list Infer in `scenarios`)\n\
+         29:16: client_templates.infer.tolerance: a tolerance is a finite number >= 0, not -1",
+    ),
+    (
         "bad-trace-share.yaml",
         "17:18: client_templates.traced.trace_share: a share of requests is from 0 to 1, not 1.5",
     ),

@@ -126,12 +126,6 @@ pub struct ModelArgs {
     /// Length of random BYTES elements.
     #[arg(long, default_value_t = crate::model::DEFAULT_STRING_LENGTH)]
     pub string_length: usize,
-    /// Largest difference allowed between a float output and its validation data.
-    #[arg(long, default_value_t = 0.0)]
-    pub tolerance: f64,
-    /// A repeated input must give byte-identical outputs (for deterministic models).
-    #[arg(long)]
-    pub consistency: bool,
 }
 
 impl RunArgs {
@@ -233,8 +227,6 @@ pub enum ConfigError {
     Address(#[from] AddressError),
     #[error("--model names models for the Infer scenario, but --scenarios does not list Infer")]
     ModelsWithoutInfer,
-    #[error("--tolerance {0} must be a finite number >= 0")]
-    Tolerance(f64),
     #[error("--concurrency must be at least 1")]
     ZeroConcurrency,
     #[error("--corr-id-base/--corr-id-block-size: {0}")]
@@ -395,10 +387,6 @@ impl RunArgs {
             Some(_) => Vec::new(),
             None => default_mix(c.scenarios.clone(), !c.models.is_empty())?,
         };
-        let tolerance = self.models.tolerance;
-        if !(tolerance >= 0.0 && tolerance.is_finite()) {
-            return Err(ConfigError::Tolerance(tolerance));
-        }
         Ok(mix)
     }
 
@@ -458,8 +446,8 @@ impl RunArgs {
                 .filter_map(|b| Some((b.model.clone()?, b.size)))
                 .collect(),
             string_length: m.string_length,
-            tolerance: m.tolerance,
-            consistency: m.consistency,
+            tolerance: c.tolerance.get(),
+            consistency: c.consistency,
             seed,
         }
     }
@@ -625,6 +613,8 @@ mod tests {
             client_command: None,
             client_env: Vec::new(),
             trace_share: Some("0.25".parse().unwrap()),
+            tolerance: "0.5".parse().unwrap(),
+            consistency: true,
         };
         contract.set_load(Some(LoadMode::Rate(0.5)));
         let mut argv = vec!["worker".to_string()];
@@ -639,6 +629,8 @@ mod tests {
         assert_eq!(config.settings.infer.input_data, contract.input_data);
         assert_eq!(config.settings.infer.batch_size_for("add_sub"), 3);
         assert_eq!(config.settings.infer.batch_size_for("m"), 2);
+        assert_eq!(config.settings.infer.tolerance, 0.5);
+        assert!(config.settings.infer.consistency);
         assert_eq!(config.settings.load_mode, LoadMode::Rate(0.5));
         assert_eq!(config.corr_ids, contract.corr_ids);
         let trace = config.settings.trace.expect("a trace share");

@@ -25,6 +25,8 @@ use super::bounds::{
     MAX_WEIGHT, MIN_POLL_INTERVAL,
 };
 use super::source::Anchor;
+use stress_common::contract::Tolerance;
+use stress_common::trace::TraceShare;
 
 /// At most this many refusals are collected from one document (each costs a pass over it);
 /// the next one is reported as the last.
@@ -434,6 +436,18 @@ where
     rule.read(value).map_err(|(problem, _)| problem)
 }
 
+/// A number read into a type that refuses what it may not hold (`TryFrom<f64>`), in its words;
+/// the type's default stands in for a refused one.
+pub struct FromNumber<T>(std::marker::PhantomData<T>);
+
+impl<T: TryFrom<f64, Error: std::fmt::Display> + Default> Rule for FromNumber<T> {
+    type Written = f64;
+    type Value = T;
+    fn read(&self, value: f64) -> Result<T, (String, T)> {
+        T::try_from(value).map_err(|e| (e.to_string(), T::default()))
+    }
+}
+
 /// A number within `low` and `high`, each end in or out of it (`high` may be infinite: no
 /// upper bound), said with `words`: what it is (e.g. "a fraction ") and a hint after it.
 pub struct Interval {
@@ -797,6 +811,10 @@ checked_fields! {
     loss: f64 = Interval { words: ("a fraction ", " (0.05 = 5%)"), ..SHARE };
     /// The smallest change a regression is called on.
     min_effect: f64 = MIN_EFFECT;
+    /// The share of a client's requests it traces.
+    trace_share: TraceShare = FromNumber(std::marker::PhantomData);
+    /// How far a float output may be from its validation data.
+    answer_tolerance: Tolerance = FromNumber(std::marker::PhantomData);
     /// A known issue's allowance.
     per_hour: f64 = Interval {
         words: ("a number of failures ", ""),

@@ -834,8 +834,21 @@ pub struct ClientTemplate {
     /// request handling, queue, compute. Triton traces every request that carries a context,
     /// so this is the servers' tracing load too: 0.01 is plenty for a tail (1% of 5,000
     /// requests/s over a minute: 3,000 traces, 30 above p99).
+    #[serde(default, deserialize_with = "checked::trace_share")]
     #[schemars(with = "Option<f64>", range(min = 0.0, max = 1.0))]
     pub trace_share: Option<TraceShare>,
+
+    /// `Infer`: how far a float output may be from the validation data of an `input_data`
+    /// file (omitted: 0, exact), as perf_analyzer compares.
+    #[serde(default, deserialize_with = "checked::answer_tolerance")]
+    #[schemars(with = "Option<f64>", range(min = 0.0))]
+    pub tolerance: Option<stress_common::contract::Tolerance>,
+
+    /// `Infer`: a repeated input must give byte-identical outputs, the whole stream for a
+    /// decoupled model and each step for a sequence model (for deterministic models; default
+    /// false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub consistency: bool,
 }
 
 /// A client program that speaks the client interface (docs/clients.md).
@@ -1356,6 +1369,18 @@ impl ClientTemplate {
     /// The scenarios this template runs with their weights: those listed under `scenarios`,
     /// in file order, or the default mix (`ScenarioMix::defaults`) when `scenarios` is omitted.
     /// Names that [`Scenario::parse`] does not know are skipped (validation rejects them).
+    /// Whether its workers run the `Infer` scenario.
+    pub fn runs_infer(&self) -> bool {
+        match &self.scenarios {
+            _ if self.client.is_some() => false,
+            None => !self.models.is_empty() || Scenario::Infer.in_default_mix(),
+            Some(_) => self
+                .scenario_weights()
+                .iter()
+                .any(|(s, _)| *s == Scenario::Infer),
+        }
+    }
+
     pub fn scenario_weights(&self) -> Vec<(Scenario, u32)> {
         match &self.scenarios {
             None => ScenarioMix::defaults().0,

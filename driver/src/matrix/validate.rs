@@ -314,6 +314,18 @@ impl Checker {
         }
         // `load` is checked with the bounds (LoadMode::check).
         self.models(path.clone(), t);
+        if !t.runs_infer() {
+            let checks = [
+                ("tolerance", t.tolerance.is_some()),
+                ("consistency", t.consistency),
+            ];
+            for (field, _) in checks.into_iter().filter(|(_, given)| *given) {
+                let message = format!(
+                    "`{field}` checks the answers of the Infer scenario, which this template does not run (give `models`, or list Infer in `scenarios`)"
+                );
+                self.push(path.key(field), Anchor::Key, message);
+            }
+        }
         if let Some(client) = &t.client {
             self.foreign_client(path.clone(), client, t);
         }

@@ -127,6 +127,8 @@ pub fn worker_contract(client: &ClientMember, a: &WorkerAssignment) -> WorkerArg
             })
             .collect(),
         trace_share: t.trace_share,
+        tolerance: t.tolerance.unwrap_or_default(),
+        consistency: t.consistency,
     };
     args.set_load(t.load.clone());
     if let Some(start) = a.capacity_start {

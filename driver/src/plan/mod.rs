@@ -326,6 +326,8 @@ client_templates:
     worker: {binary: auto}
     protocol: http
     concurrency: 1
+    tolerance: 0.001
+    consistency: true
     models:
       - {name: add_sub, weight: 3}
       - {name: dyn, version: 2, shape: {IN: [4, 2]}, input_data: zero, batch_size: 2}
@@ -492,9 +494,11 @@ client_groups:
         assert_eq!(data, ["dyn=zero"]);
         let batches: Vec<String> = http.batch_sizes.iter().map(|b| b.to_string()).collect();
         assert_eq!(batches, ["dyn=2"]);
+        assert_eq!((http.tolerance.get(), http.consistency), (0.001, true));
         let grpc = worker_contract(&p.clients[0], &g1);
         assert!(grpc.models.is_empty() && grpc.shapes.is_empty() && grpc.input_data.is_empty());
         assert!(grpc.batch_sizes.is_empty());
+        assert_eq!((grpc.tolerance.get(), grpc.consistency), (0.0, false));
     }
 
     #[test]
