@@ -102,13 +102,15 @@ async fn repeats_run_the_load_again_on_fresh_servers_and_give_each_metric_its_in
     assert!(!runs.join("e2e-rep-zero").exists());
 }
 
-/// `compare:` of two server templates, the second's model 30 times slower: the sides run
+/// `compare:` of two server templates, the second's model 15 times slower: the sides run
 /// interleaved (a1, b1, a2, b2), each a run of its own, and compare.json calls the slower
 /// latency a regression with an interval that excludes no change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ab_comparison_interleaves_the_templates_and_names_the_slower_one() {
-    // 2 ms against 60 ms: a run beside it that slows the fast side's answers even tenfold
-    // leaves the slower side's p50 more than twice as slow.
+    // 10 ms against 150 ms: a run beside it that slows the fast side's answers even tenfold
+    // leaves the slower side's p50 more than twice as slow, and each side's p50 is mostly its
+    // model's wait, steady from run to run (with 2 ms, a run beside one of the fast side's two
+    // runs could double its p50, and Welch's t on two runs a side then called no change).
     let _run = beside_another().await;
     ensure_worker();
     let tmp = tempfile::tempdir().unwrap();
@@ -117,8 +119,8 @@ async fn an_ab_comparison_interleaves_the_templates_and_names_the_slower_one() {
         std::fs::create_dir_all(d).unwrap();
     }
     let (fast, slow) = (
-        paced_repository(&fast_dir, 2),
-        paced_repository(&slow_dir, 60),
+        paced_repository(&fast_dir, 10),
+        paced_repository(&slow_dir, 150),
     );
     let matrix = edit_matrix(models_matrix(tmp.path(), "[{name: paced}]"), |m| {
         let mut template = m.server_templates.values().next().unwrap().clone();
@@ -133,6 +135,12 @@ async fn an_ab_comparison_interleaves_the_templates_and_names_the_slower_one() {
         m.run.poll_interval = Duration::from_millis(500);
         m.regression = Some(serde_saphyr::from_str("{min_requests: 20}").unwrap());
         m.compare = Some(serde_saphyr::from_str("{a: fast, b: slow, repeats: 2}").unwrap());
+        // A closed loop, so that each side's latency is its model's: the smoke matrix's open
+        // loop (Poisson, 100/s a stream) is past the slow side's capacity, whose p50 is then
+        // its queue's, seconds that differ from run to run (CI: 2.1 s, a call of no change).
+        for t in m.client_templates.values_mut() {
+            t.load = Some(driver::matrix::LoadMode::Concurrency(2));
+        }
     });
     let runs = tmp.path().join("runs");
     let mut driver = Driver::spawn(
@@ -162,7 +170,10 @@ async fn an_ab_comparison_interleaves_the_templates_and_names_the_slower_one() {
         .find(|c| c["metric"] == "p50_ms Infer/paced")
         .unwrap_or_else(|| panic!("{judged:#}"));
     assert_eq!(p50["call"], "regression", "{p50:#}");
-    assert!(p50["low"].as_f64().unwrap() > 1.0, "2 ms -> 60 ms: {p50:#}");
+    assert!(
+        p50["low"].as_f64().unwrap() > 1.0,
+        "10 ms -> 150 ms: {p50:#}"
+    );
     let text = read(&runs.join("e2e-ab/compare.txt"));
     assert!(
         text.starts_with("== A/B: server template slow (B) against fast (A), 2 runs each, interleaved: e2e-ab-a1: PASS, e2e-ab-b1: PASS"),
