@@ -1369,7 +1369,17 @@ impl ClientTemplate {
     /// The scenarios this template runs with their weights: those listed under `scenarios`,
     /// in file order, or the default mix (`ScenarioMix::defaults`) when `scenarios` is omitted.
     /// Names that [`Scenario::parse`] does not know are skipped (validation rejects them).
-    /// Whether its workers run the `Infer` scenario.
+    pub fn scenario_weights(&self) -> Vec<(Scenario, u32)> {
+        match &self.scenarios {
+            None => ScenarioMix::defaults().0,
+            Some(map) => map
+                .iter()
+                .filter_map(|(name, w)| Scenario::parse(name).map(|s| (s, *w)))
+                .collect(),
+        }
+    }
+
+    /// Whether its workers run the `Infer` scenario (a client program runs none of theirs).
     pub fn runs_infer(&self) -> bool {
         match &self.scenarios {
             _ if self.client.is_some() => false,
@@ -1378,16 +1388,6 @@ impl ClientTemplate {
                 .scenario_weights()
                 .iter()
                 .any(|(s, _)| *s == Scenario::Infer),
-        }
-    }
-
-    pub fn scenario_weights(&self) -> Vec<(Scenario, u32)> {
-        match &self.scenarios {
-            None => ScenarioMix::defaults().0,
-            Some(map) => map
-                .iter()
-                .filter_map(|(name, w)| Scenario::parse(name).map(|s| (s, *w)))
-                .collect(),
         }
     }
 }

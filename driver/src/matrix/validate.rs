@@ -314,12 +314,12 @@ impl Checker {
         }
         // `load` is checked with the bounds (LoadMode::check).
         self.models(path.clone(), t);
-        if !t.runs_infer() {
-            let checks = [
-                ("tolerance", t.tolerance.is_some()),
-                ("consistency", t.consistency),
-            ];
-            for (field, _) in checks.into_iter().filter(|(_, given)| *given) {
+        let answer_checks = [
+            ("tolerance", t.tolerance.is_some()),
+            ("consistency", t.consistency),
+        ];
+        for (field, given) in answer_checks {
+            if given && !t.runs_infer() {
                 let message = format!(
                     "`{field}` checks the answers of the Infer scenario, which this template does not run (give `models`, or list Infer in `scenarios`)"
                 );
