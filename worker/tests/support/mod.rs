@@ -79,13 +79,9 @@ const CRASH_EXIT_WAIT: Duration = Duration::from_secs(10);
 /// tests whose subject is the worker, not tritonserver's own bugs.
 pub async fn restarted_if_it_crashed(server: &mut TritonServer) -> bool {
     use std::os::unix::process::ExitStatusExt;
-    let deadline = tokio::time::Instant::now() + CRASH_EXIT_WAIT;
-    let status = loop {
-        match server.try_wait() {
-            Some(status) => break status,
-            None if tokio::time::Instant::now() >= deadline => return false,
-            None => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
+    // `wait` also reaps the dead server's model processes.
+    let Ok(Some(status)) = tokio::time::timeout(CRASH_EXIT_WAIT, server.wait()).await else {
+        return false;
     };
     let Some(signal) = status.signal() else {
         return false;
@@ -94,7 +90,6 @@ pub async fn restarted_if_it_crashed(server: &mut TritonServer) -> bool {
         "tritonserver died of signal {signal} on its own; its log ends:\n{}",
         server_log(server)
     );
-    server.reap_stubs();
     let mut spec = server.spec.clone();
     spec.append_log = true;
     *server = TritonServer::start_ready(spec, READY_TIMEOUT)
